@@ -1,0 +1,89 @@
+# Parallax build. `make run` builds and predicts the bundled scenarios; `make test` runs the suites
+# twice, plain and under AddressSanitizer + UndefinedBehaviorSanitizer.
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+VERSION := 0.1.0
+BUILD   := build
+
+CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+CFLAGS   ?= -O2 -g
+SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDLIBS   := -lcjson -lsqlite3 -lm
+TESTLIBS := -lcunit
+
+LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c))
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+
+# objects for one flavour: $(call objs,DIR,SOURCES)
+objs = $(patsubst %.c,$(1)/%.o,$(2))
+
+REL := $(BUILD)/rel
+SAN := $(BUILD)/san
+BIN := $(REL)/parallax
+DB  := results/parallax.db
+
+SCENARIOS := $(sort $(wildcard scenarios/*.json))
+
+.PHONY: all run test test-rel test-san install clean deps
+all: $(BIN)
+
+deps: $(BUILD)/.deps
+$(BUILD)/.deps: scripts/deps.sh
+	@mkdir -p $(BUILD)
+	@sh scripts/deps.sh
+	@touch $@
+
+# version.h changes only when the commit does, so a commit rebuilds one file, not the tree
+$(BUILD)/gen/version.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define PX_VERSION "%s"\n#define PX_GIT_COMMIT "%s"\n' "$(VERSION)" \
+		"$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+FORCE:
+
+$(REL)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(BUILD)/gen -MMD -MP -c $< -o $@
+$(SAN)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) -I$(BUILD)/gen -MMD -MP -c $< -o $@
+
+$(REL)/db/db.o $(SAN)/db/db.o: $(BUILD)/gen/version.h
+
+$(BIN): $(call objs,$(REL),$(LIB_SRC) $(CLI_SRC))
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(SAN)/parallax: $(call objs,$(SAN),$(LIB_SRC) $(CLI_SRC))
+	$(CC) $(SANFLAGS) $^ -o $@ $(LDLIBS)
+
+# the test runner links the library and the CLI's command code (not its main)
+CLI_LIB := $(filter-out cli/main.c,$(CLI_SRC))
+$(REL)/px_tests: $(call objs,$(REL),$(LIB_SRC) $(CLI_LIB) $(TEST_SRC))
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(TESTLIBS)
+$(SAN)/px_tests: $(call objs,$(SAN),$(LIB_SRC) $(CLI_LIB) $(TEST_SRC))
+	$(CC) $(SANFLAGS) $^ -o $@ $(LDLIBS) $(TESTLIBS)
+
+test: test-rel test-san
+test-rel: $(REL)/px_tests $(BIN)
+	@echo "== tests (release build)"
+	PX_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) $(REL)/px_tests
+test-san: $(SAN)/px_tests $(SAN)/parallax
+	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		PX_BIN=$(abspath $(SAN)/parallax) PX_ROOT=$(CURDIR) $(SAN)/px_tests
+
+run: $(BIN)
+	@mkdir -p results
+	$(BIN) predict --db $(DB) $(SCENARIOS)
+
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/parallax
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/parallax
+	cp -R scenarios $(DESTDIR)$(PREFIX)/share/parallax/
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,237 @@
+/* parallax predict: scenarios in, memory/communication tables (or JSON) and database rows out. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../db/db.h"
+#include "commands.h"
+#include "report.h"
+#include "store.h"
+
+static const char USAGE[] =
+	"usage: parallax predict SCENARIO.json... [--set KEY=VALUE]... [--json]\n"
+	"                        [--db FILE | --no-db] [--timeline FILE]\n"
+	"\n"
+	"Predict per-GPU memory (by place and category) and communication per optimizer step for\n"
+	"each scenario, print them, and store them as predicted runs in the results database.\n"
+	"\n"
+	"  --set KEY=VALUE  override any scenario key before it is read, e.g.\n"
+	"                   --set deepspeed.zero_optimization.stage=3 --set cluster.nodes=16\n"
+	"                   --set model.num_parameters=1e12 (VALUE is JSON, or else a string)\n"
+	"  --json           print one JSON object per scenario (an array for several)\n"
+	"  --db FILE        results database to write (default: $PARALLAX_DB or\n"
+	"                   results/parallax.db)\n"
+	"  --no-db          do not write any database\n"
+	"  --timeline FILE  write rank 0's memory after every schedule op as a table\n"
+	"                   (one scenario only)\n"
+	"  -h, --help       this help\n"
+	"\n"
+	"With one scenario the full report is printed; with several, one line each.\n"
+	"Exit status: 0 ok, 1 runtime failure (database, memory), 2 bad input.\n";
+
+typedef struct PredictOpts {
+	JsonOverrides ov;
+	int json, no_db;
+	const char *db_path, *timeline;
+} PredictOpts;
+
+static int parse_opts(int argc, char **argv, PredictOpts *o)
+{
+	static const struct option longs[] = {
+		{"set", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
+		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
+		{"timeline", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	PxError err;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (jov_add(&o->ov, optarg, &err)) {
+				fprintf(stderr, "parallax predict: %s\n", err.msg);
+				return 2;
+			}
+			break;
+		case 'j': o->json = 1; break;
+		case 'd': o->db_path = optarg; break;
+		case 'n': o->no_db = 1; break;
+		case 't': o->timeline = optarg; break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return 2;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "parallax predict: no scenario given\n%s", USAGE);
+		return 2;
+	}
+	if (o->db_path && o->no_db) {
+		fprintf(stderr, "parallax predict: --db and --no-db exclude each other\n");
+		return 2;
+	}
+	if (o->timeline && argc - optind > 1) {
+		fprintf(stderr, "parallax predict: --timeline takes one scenario, got %d\n",
+			argc - optind);
+		return 2;
+	}
+	if (!o->db_path && !o->no_db) {
+		o->db_path = getenv("PARALLAX_DB");
+		if (!o->db_path || !*o->db_path) {
+			o->db_path = "results/parallax.db";
+			if (mkdir("results", 0777) && errno != EEXIST) {
+				fprintf(stderr, "parallax predict: cannot create results/: %s\n",
+					strerror(errno));
+				return 1;
+			}
+		}
+	}
+	return -1;
+}
+
+/* ---- timeline ---- */
+
+static void timeline_row(void *ctx, int i, int iteration, const Op *op, const double live[N_PLACES])
+{
+	static const char *const kinds[] = {"alloc", "free", "compute", "collective", "copy", "loop",
+					    "end_loop"};
+	const char *what = "-";
+	if (op->kind == OP_ALLOC)
+		what = buf_name(op->what);
+	else if (op->kind == OP_COMPUTE)
+		what = comp_name(op->sub);
+	else if (op->kind == OP_COLL)
+		what = coll_name(op->sub);
+	else if (op->kind == OP_COPY)
+		what = copy_name(op->sub);
+	fprintf(ctx, "%8d %6d %-10s %-20s %6d %16.0f %16.0f %16.0f\n", i, iteration, kinds[op->kind],
+		what, op->unit, live[PLACE_GPU], live[PLACE_CPU], live[PLACE_NVME]);
+}
+
+/* Written to PATH.tmp and renamed, so a failure leaves no truncated file. */
+static int write_timeline(const char *path, const Prediction *pr, PxError *err)
+{
+	char tmp[4096];
+	MemResult mr;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
+	fprintf(f, "# rank 0 memory after each schedule op (bytes); iteration = micro-batch\n");
+	fprintf(f, "# %6s %6s %-10s %-20s %6s %16s %16s %16s\n", "op", "iter", "kind", "what", "unit",
+		"gpu_bytes", "cpu_bytes", "nvme_bytes");
+	int rc = sim_memory(&pr->sched, &mr, timeline_row, f, err);
+	if (fclose(f) || rc) {
+		remove(tmp);
+		return rc ? -1 : px_fail(err, PX_ERR_RUNTIME, "%s: write failed", tmp);
+	}
+	if (rename(tmp, path))
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename: %s", path, strerror(errno));
+	return 0;
+}
+
+/* ---- the command ---- */
+
+typedef struct Item {
+	Scenario sc;
+	Prediction pr;
+	int loaded, predicted;
+} Item;
+
+static void print_all(const PredictOpts *o, Item *items, int n)
+{
+	if (o->json) {
+		cJSON *out = n == 1 ? report_json(&items[0].sc, &items[0].pr) : cJSON_CreateArray();
+		for (int i = 0; n > 1 && i < n; i++)
+			cJSON_AddItemToArray(out, report_json(&items[i].sc, &items[i].pr));
+		char *text = cJSON_Print(out);
+		puts(text);
+		cJSON_free(text);
+		cJSON_Delete(out);
+	} else if (n == 1) {
+		report_table(stdout, &items[0].sc, &items[0].pr);
+	} else {
+		report_summary_header(stdout);
+		for (int i = 0; i < n; i++)
+			report_summary_line(stdout, &items[i].sc, &items[i].pr);
+		for (int i = 0; i < n; i++)
+			for (int k = 0; k < items[i].sc.notes.n_warnings; k++)
+				printf("# %s\n", items[i].sc.notes.warnings[k]);
+		printf("# GiB = 2^30 bytes per GPU; ideal = ZeRO paper's model states; peak = this "
+		       "implementation's GPU peak; comm = collective payload per step\n");
+	}
+}
+
+static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
+{
+	PxDb *db;
+	if (db_open(o->db_path, &db, err))
+		return -1;
+	for (int i = 0; i < n; i++) {
+		long long id;
+		if (store_prediction(db, &items[i].sc, &items[i].pr, &id, err)) {
+			db_close(db);
+			return -1;
+		}
+		if (!o->json)
+			printf("# stored %s as predicted run %lld in %s\n", items[i].sc.name, id,
+			       o->db_path);
+	}
+	db_close(db);
+	return 0;
+}
+
+int cmd_predict(int argc, char **argv)
+{
+	PredictOpts o = {0};
+	PxError err = {0};
+	jov_init(&o.ov);
+	int rc = parse_opts(argc, argv, &o);
+	if (rc >= 0) {
+		jov_free(&o.ov);
+		return rc;
+	}
+	int n = argc - optind;
+	Item *items = calloc((size_t)n, sizeof(*items));
+	if (!items) {
+		jov_free(&o.ov);
+		fprintf(stderr, "parallax predict: out of memory\n");
+		return 1;
+	}
+	rc = 0;
+	/* everything is read and priced before anything is written */
+	for (int i = 0; i < n && !rc; i++) {
+		if (scenario_load(&items[i].sc, argv[optind + i], &o.ov, &err)) {
+			rc = err.code ? err.code : 1;
+			break;
+		}
+		items[i].loaded = 1;
+		if (predict_run(&items[i].sc, &items[i].pr, &err)) {
+			rc = err.code ? err.code : 1;
+			break;
+		}
+		items[i].predicted = 1;
+	}
+	if (!rc && o.timeline && write_timeline(o.timeline, &items[0].pr, &err))
+		rc = err.code;
+	if (!rc) {
+		print_all(&o, items, n);
+		if (!o.no_db && store_all(&o, items, n, &err))
+			rc = err.code ? err.code : 1;
+	}
+	if (rc)
+		fprintf(stderr, "parallax predict: %s\n", err.msg);
+	for (int i = 0; i < n; i++) {
+		if (items[i].predicted)
+			predict_free(&items[i].pr);
+		if (items[i].loaded)
+			scenario_free(&items[i].sc);
+	}
+	free(items);
+	jov_free(&o.ov);
+	return rc;
+}

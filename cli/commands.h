@@ -1,0 +1,9 @@
+/* commands: the parallax subcommands, one function each, taking the arguments after their name.
+ * Each returns the process exit status: 0, 1 (runtime failure) or 2 (bad input or usage). */
+#ifndef PX_CLI_COMMANDS_H
+#define PX_CLI_COMMANDS_H
+
+int cmd_predict(int argc, char **argv);
+int cmd_gpus(int argc, char **argv);
+
+#endif

@@ -1,0 +1,40 @@
+/* parallax: predict and measure what distributed training costs. Dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "version.h"
+
+static const char USAGE[] =
+	"usage: parallax COMMAND [ARGS]\n"
+	"\n"
+	"commands:\n"
+	"  predict SCENARIO...  per-GPU memory and communication of a training scenario\n"
+	"                       (model x DeepSpeed config x cluster), stored in the results database\n"
+	"  gpus                 the built-in GPU catalog\n"
+	"\n"
+	"  parallax COMMAND --help   describes a command and its flags\n"
+	"  parallax --version        prints the version and the git commit it was built from\n";
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(USAGE, stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		fputs(USAGE, stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "--version")) {
+		printf("parallax %s (%s)\n", PX_VERSION, PX_GIT_COMMIT);
+		return 0;
+	}
+	if (!strcmp(cmd, "predict"))
+		return cmd_predict(argc - 1, argv + 1);
+	if (!strcmp(cmd, "gpus"))
+		return cmd_gpus(argc - 1, argv + 1);
+	fprintf(stderr, "parallax: unknown command '%s'\n%s", cmd, USAGE);
+	return 2;
+}

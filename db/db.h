@@ -1,0 +1,43 @@
+/* db: the results database (SQLite), shared by the simulator and the executors.
+ * Owns the schema, its version and writing one run (scenario, run row, per-rank metrics) in one
+ * transaction, so that a failure leaves nothing half-written. It does not compute any metric. */
+#ifndef PX_DB_H
+#define PX_DB_H
+
+#include <stddef.h>
+
+#include "../engine/err.h"
+
+#define PX_DB_SCHEMA_VERSION 1
+
+typedef struct PxDb PxDb;
+
+typedef struct DbMetric {
+	int rank;         /* global rank the value is for */
+	const char *name; /* "memory.gpu.peak_bytes" */
+	double value;
+	const char *unit; /* "bytes", "s", "1" */
+} DbMetric;
+
+typedef struct DbRun {
+	const char *scenario_name;  /* "zero3-gpt2-xl" */
+	const char *scenario_json;  /* the full resolved scenario, as compact JSON */
+	const char *kind;           /* "predicted" or "measured" */
+	const char *status;         /* "ok" or "failed" */
+	long long predicted_run_id; /* a measured run's predicted twin; 0 for none */
+	const char *notes;          /* free text (warnings, not-modelled keys), may be NULL */
+	const DbMetric *metrics;
+	size_t n_metrics;
+} DbRun;
+
+/* Open or create the database at path (WAL, foreign keys on, schema created when new). Refuses a
+ * database whose schema_version is newer than PX_DB_SCHEMA_VERSION. Owner: caller, db_close(). */
+int db_open(const char *path, PxDb **out, PxError *err);
+void db_close(PxDb *db); /* accepts NULL */
+
+/* Write one run in one transaction: the scenario (deduplicated by its JSON text), the run row
+ * (tool version, git commit, host, UTC time filled in here) and its metrics. On error nothing of the
+ * run is left in the database. *run_id (may be NULL) receives the new run's id. */
+int db_write_run(PxDb *db, const DbRun *run, long long *run_id, PxError *err);
+
+#endif

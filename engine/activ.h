@@ -1,0 +1,29 @@
+/* activ: activation memory of a transformer layer, after Korthikanti et al. 2022 ("Reducing
+ * Activation Recomputation in Large Transformer Models"), generalised to the architectures model.c
+ * reads (grouped-query attention, gated MLPs, no dropout, 32-bit activations). With 16-bit
+ * activations, dropout, kv = h and I = 4h it reproduces the paper's Table 2 exactly. */
+#ifndef PX_ACTIV_H
+#define PX_ACTIV_H
+
+#include "model.h"
+
+typedef enum { CKPT_NONE, CKPT_SELECTIVE, CKPT_FULL } CkptMode;
+
+typedef struct ActivShape {
+	long long s, b;  /* sequence length, micro-batch */
+	int t;           /* tensor-parallel degree (1 without tensor parallelism) */
+	int sp;          /* sequence parallelism splits the replicated parts across t */
+	int elem_bytes;  /* 2 for fp16/bf16 activations, 4 for fp32 */
+} ActivShape;
+
+/* Bytes one transformer block keeps for backward when nothing is recomputed (CKPT_NONE) or with
+ * selective recompute (the attention scores are recomputed). */
+double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode);
+/* Bytes of one block's checkpoint under full recompute: its input, split over t when
+ * sequence-parallel or when DeepSpeed partitions activations. */
+double activ_checkpoint_bytes(const ModelSpec *m, const ActivShape *x, int partitioned);
+/* Embedding and output-layer bytes of a single-stage model: Korthikanti's
+ * (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1, i.e. (5sbh + 4sbV)/t in 16-bit with dropout. */
+double activ_ends_bytes(const ModelSpec *m, const ActivShape *x);
+
+#endif

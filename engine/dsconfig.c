@@ -1,0 +1,593 @@
+#include "dsconfig.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+const char *dtype_name(Dtype d)
+{
+	return d == DT_FP16 ? "fp16" : d == DT_BF16 ? "bf16" : "fp32";
+}
+
+const char *offload_device_name(OffloadDevice d)
+{
+	return d == DEV_CPU ? "cpu" : d == DEV_NVME ? "nvme" : "none";
+}
+
+/* ---- key tables: what each documented key does to a prediction ---- */
+
+typedef enum {
+	K_MODEL, /* modelled */
+	K_NONE,  /* no effect on memory, communication or time (logging, learning rate...) */
+	K_TIME,  /* changes step time only: listed until the time model exists */
+	K_NOT,   /* would change the prediction and is not modelled: listed */
+} KeyEffect;
+
+typedef struct DsKey {
+	const char *key;
+	KeyEffect effect;
+} DsKey;
+
+static const DsKey TOP_KEYS[] = {
+	{"train_batch_size", K_MODEL}, {"train_micro_batch_size_per_gpu", K_MODEL},
+	{"gradient_accumulation_steps", K_MODEL}, {"optimizer", K_MODEL}, {"fp16", K_MODEL},
+	{"bf16", K_MODEL}, {"bfloat16", K_MODEL}, {"zero_optimization", K_MODEL},
+	{"activation_checkpointing", K_MODEL}, {"communication_data_type", K_MODEL},
+	{"data_types", K_MODEL}, {"gradient_clipping", K_NONE}, {"scheduler", K_NONE},
+	{"prescale_gradients", K_NONE}, {"gradient_predivide_factor", K_NONE},
+	{"steps_per_print", K_NONE}, {"wall_clock_breakdown", K_NONE}, {"dump_state", K_NONE},
+	{"memory_breakdown", K_NONE}, {"flops_profiler", K_NONE}, {"tensorboard", K_NONE},
+	{"wandb", K_NONE}, {"csv_monitor", K_NONE}, {"comet", K_NONE}, {"comms_logger", K_NONE},
+	{"checkpoint", K_NONE}, {"zero_allow_untested_optimizer", K_NONE},
+	{"zero_force_ds_cpu_optimizer", K_NONE}, {"timers", K_NONE}, {"nebula", K_NONE},
+	{"aio", K_TIME}, {"amp", K_NOT}, {"sparse_gradients", K_NOT}, {"elasticity", K_NOT},
+	{"autotuning", K_NOT}, {"compression_training", K_NOT}, {"data_efficiency", K_NOT},
+	{"curriculum_learning", K_NOT}, {"pipeline", K_NOT}, {"tensor_parallel", K_NOT},
+	{"sequence_parallel_size", K_NOT}, {"seq_parallel_communication_data_type", K_NOT},
+	{"eigenvalue", K_NOT}, {"quantize_training", K_NOT}, {"progressive_layer_drop", K_NOT},
+	{"sparse_attention", K_NOT}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
+	{"torch_autocast", K_NOT}, {0},
+};
+
+static const DsKey ZERO_KEYS[] = {
+	{"stage", K_MODEL}, {"reduce_bucket_size", K_MODEL}, {"allgather_bucket_size", K_MODEL},
+	{"overlap_comm", K_MODEL}, {"contiguous_gradients", K_MODEL}, {"reduce_scatter", K_MODEL},
+	{"offload_optimizer", K_MODEL}, {"offload_param", K_MODEL}, {"cpu_offload", K_MODEL},
+	{"cpu_offload_params", K_MODEL}, {"stage3_prefetch_bucket_size", K_MODEL},
+	{"stage3_param_persistence_threshold", K_MODEL}, {"stage3_max_live_parameters", K_MODEL},
+	{"sub_group_size", K_MODEL}, {"stage3_max_reuse_distance", K_NOT},
+	{"zero_hpz_partition_size", K_NOT}, {"zero_quantized_weights", K_NOT},
+	{"zero_quantized_nontrainable_weights", K_NOT}, {"zero_quantized_gradients", K_NOT},
+	{"mics_shard_size", K_NOT}, {"mics_hierarchical_params_gather", K_NOT},
+	{"allgather_partitions", K_NONE}, {"load_from_fp32_weights", K_NONE},
+	{"elastic_checkpoint", K_NONE}, {"stage3_gather_16bit_weights_on_model_save", K_NONE},
+	{"stage3_gather_fp16_weights_on_model_save", K_NONE}, {"ignore_unused_parameters", K_NONE},
+	{"legacy_stage1", K_NONE}, {"log_trace_cache_warnings", K_NONE},
+	{"memory_efficient_linear", K_NONE}, {"pipeline_loading_checkpoint", K_NONE},
+	{"override_module_apply", K_NONE}, {"round_robin_gradients", K_TIME},
+	{"use_multi_rank_bucket_allreduce", K_TIME}, {"cpu_offload_use_pin_memory", K_TIME},
+	{0},
+};
+
+static const DsKey OFFLOAD_OPT_KEYS[] = {
+	{"device", K_MODEL}, {"nvme_path", K_NONE}, {"pin_memory", K_TIME},
+	{"buffer_count", K_MODEL}, {"fast_init", K_NONE}, {"ratio", K_NOT}, {0},
+};
+
+static const DsKey OFFLOAD_PARAM_KEYS[] = {
+	{"device", K_MODEL}, {"nvme_path", K_NONE}, {"pin_memory", K_TIME},
+	{"buffer_count", K_MODEL}, {"buffer_size", K_MODEL}, {"max_in_cpu", K_NOT}, {0},
+};
+
+static const DsKey FP16_KEYS[] = {
+	{"enabled", K_MODEL}, {"loss_scale", K_MODEL}, {"initial_scale_power", K_MODEL},
+	{"loss_scale_window", K_MODEL}, {"hysteresis", K_MODEL}, {"min_loss_scale", K_MODEL},
+	{"consecutive_hysteresis", K_NONE}, {"auto_cast", K_NONE},
+	{"fp16_master_weights_and_grads", K_NOT}, {0},
+};
+
+static const DsKey BF16_KEYS[] = {
+	{"enabled", K_MODEL}, {"immediate_grad_update", K_NONE}, {"check_grad_overflow", K_NONE},
+	{0},
+};
+
+static const DsKey AC_KEYS[] = {
+	{"partition_activations", K_MODEL}, {"cpu_checkpointing", K_MODEL},
+	{"contiguous_memory_optimization", K_NOT}, {"number_checkpoints", K_NOT},
+	{"synchronize_checkpoint_boundary", K_TIME}, {"profile", K_NONE}, {0},
+};
+
+static const DsKey OPTIMIZER_KEYS[] = {{"type", K_MODEL}, {"params", K_MODEL}, {0}};
+static const DsKey DATA_TYPES_KEYS[] = {{"grad_accum_dtype", K_MODEL}, {0}};
+
+/* A key counts as set when it is there and not false, null, 0 or "none". */
+static int is_active(const cJSON *v)
+{
+	if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v))
+		return 0;
+	if (cJSON_IsNumber(v))
+		return v->valuedouble != 0;
+	if (cJSON_IsString(v))
+		return strcasecmp(v->valuestring, "none") != 0;
+	return 1;
+}
+
+/* Warn about unknown keys and list the set keys that are not modelled. */
+static int check_section(const JsonObj *o, const DsKey *keys, PxNotes *notes, PxError *err)
+{
+	const char *known[64];
+	int n = 0;
+	for (; keys[n].key; n++)
+		known[n] = keys[n].key;
+	known[n] = NULL;
+	if (jobj_check_keys(o, known, notes))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (int i = 0; i < n; i++) {
+		if (keys[i].effect != K_TIME && keys[i].effect != K_NOT)
+			continue;
+		if (!is_active(cJSON_GetObjectItemCaseSensitive(o->obj, keys[i].key)))
+			continue;
+		if (px_notes_not_modelled(notes, "%s.%s (%s)", o->name, keys[i].key,
+					  keys[i].effect == K_TIME ? "changes step time only" :
+								     "not modelled yet"))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	return 0;
+}
+
+/* ---- typed reads with "auto" ---- */
+
+static int is_auto(const JsonObj *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o->obj, key);
+	return cJSON_IsString(v) && !strcmp(v->valuestring, "auto");
+}
+
+/* An integer or "auto"; 0 when absent. */
+static int int_or_auto(const JsonObj *o, const char *key, unsigned flag, long long lo, long long hi,
+		       long long *out, unsigned *autos, PxError *err)
+{
+	if (is_auto(o, key)) {
+		*autos |= flag;
+		*out = 0;
+		return 0;
+	}
+	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o->obj, key))) {
+		char where[512];
+		jobj_where(o, key, where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: expected an integer or \"auto\", got \"%s\"",
+			       where, o->name, key,
+			       cJSON_GetObjectItemCaseSensitive(o->obj, key)->valuestring);
+	}
+	return jobj_int(o, key, lo, hi, 0, out, err) < 0 ? -1 : 0;
+}
+
+static int num_or_auto(const JsonObj *o, const char *key, unsigned flag, double lo, double hi,
+		       double dflt, double *out, unsigned *autos, PxError *err)
+{
+	int rc = jobj_num_or_auto(o, key, lo, hi, dflt, out, err);
+	if (rc == 2)
+		*autos |= flag;
+	return rc < 0 ? -1 : 0;
+}
+
+static int bool_or_auto(const JsonObj *o, const char *key, unsigned flag, int dflt, int *out,
+			unsigned *autos, PxError *err)
+{
+	if (is_auto(o, key)) {
+		*autos |= flag;
+		*out = dflt;
+		return 0;
+	}
+	return jobj_bool(o, key, dflt, out, err) < 0 ? -1 : 0;
+}
+
+static int read_dtype(const JsonObj *o, const char *key, Dtype *out, int *set, PxError *err)
+{
+	const char *s;
+	int rc = jobj_str(o, key, NULL, &s, err);
+	if (rc <= 0)
+		return rc;
+	if (!strcasecmp(s, "fp32") || !strcasecmp(s, "float32") || !strcasecmp(s, "float"))
+		*out = DT_FP32;
+	else if (!strcasecmp(s, "fp16") || !strcasecmp(s, "float16") || !strcasecmp(s, "half"))
+		*out = DT_FP16;
+	else if (!strcasecmp(s, "bf16") || !strcasecmp(s, "bfloat16"))
+		*out = DT_BF16;
+	else {
+		char where[512];
+		jobj_where(o, key, where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: expected fp32, fp16 or bf16, got \"%s\"",
+			       where, o->name, key, s);
+	}
+	*set = 1;
+	return 1;
+}
+
+/* ---- sections ---- */
+
+static int parse_precision(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj fp16, bf16;
+	int rc;
+
+	if ((rc = jobj_child(root, "fp16", &fp16, err)) < 0)
+		return -1;
+	if (rc) {
+		if (check_section(&fp16, FP16_KEYS, notes, err) ||
+		    bool_or_auto(&fp16, "enabled", AUTO_FP16, 0, &ds->fp16, &ds->autos, err) ||
+		    jobj_num(&fp16, "loss_scale", 0, 1e30, 0, &ds->loss_scale, err) < 0 ||
+		    jobj_int(&fp16, "initial_scale_power", 0, 64, 16, &ds->initial_scale_power, err) < 0 ||
+		    jobj_int(&fp16, "loss_scale_window", 1, 1LL << 40, 1000, &ds->loss_scale_window,
+			     err) < 0 ||
+		    jobj_int(&fp16, "hysteresis", 1, 1LL << 20, 2, &ds->hysteresis, err) < 0 ||
+		    jobj_num(&fp16, "min_loss_scale", 0, 1e30, 1, &ds->min_loss_scale, err) < 0)
+			return -1;
+	}
+	/* DeepSpeed reads "bf16" and its older spelling "bfloat16" */
+	if ((rc = jobj_child(root, "bf16", &bf16, err)) < 0)
+		return -1;
+	if (!rc && (rc = jobj_child(root, "bfloat16", &bf16, err)) < 0)
+		return -1;
+	if (rc && (check_section(&bf16, BF16_KEYS, notes, err) ||
+		   bool_or_auto(&bf16, "enabled", AUTO_BF16, 0, &ds->bf16, &ds->autos, err)))
+		return -1;
+	if (read_dtype(root, "communication_data_type", &ds->comm_dtype, &ds->comm_dtype_set, err) < 0)
+		return -1;
+	JsonObj dt;
+	if ((rc = jobj_child(root, "data_types", &dt, err)) < 0)
+		return -1;
+	if (rc && (check_section(&dt, DATA_TYPES_KEYS, notes, err) ||
+		   read_dtype(&dt, "grad_accum_dtype", &ds->grad_dtype, &ds->grad_dtype_set, err) < 0))
+		return -1;
+	return 0;
+}
+
+typedef struct OptimizerKind {
+	const char *name;
+	int states; /* fp32 tensors per parameter besides the master copy */
+} OptimizerKind;
+
+static const OptimizerKind OPTIMIZERS[] = {
+	{"Adam", 2}, {"AdamW", 2}, {"FusedAdam", 2}, {"CPUAdam", 2}, {"Lamb", 2}, {"OneBitAdam", 2},
+	{"ZeroOneAdam", 2}, {"OneBitLamb", 2}, {"MuAdam", 2}, {"MuAdamW", 2}, {"Adagrad", 1},
+	{"Lion", 1}, {"SGD", 1}, {"MuSGD", 1}, {0},
+};
+
+static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj opt, params;
+	const char *type = "AdamW";
+	const OptimizerKind *k;
+	int rc, amsgrad = 0;
+
+	/* Without an optimizer section DeepSpeed uses the client's; the Trainer's default is AdamW. */
+	ds->beta1 = 0.9, ds->beta2 = 0.999, ds->eps = 1e-8, ds->lr = 1e-3;
+	if ((rc = jobj_child(root, "optimizer", &opt, err)) < 0)
+		return -1;
+	if (rc) {
+		if (check_section(&opt, OPTIMIZER_KEYS, notes, err) ||
+		    jobj_str(&opt, "type", "AdamW", &type, err) < 0)
+			return -1;
+	}
+	for (k = OPTIMIZERS; k->name && strcasecmp(k->name, type); k++)
+		;
+	if (!k->name) {
+		char where[512];
+		jobj_where(&opt, "type", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: expected Adam, AdamW, Lamb, "
+			       "OneBitAdam, ZeroOneAdam, OneBitLamb, Adagrad, Lion or SGD, got \"%s\"",
+			       where, opt.name, type);
+	}
+	snprintf(ds->optimizer, sizeof(ds->optimizer), "%s", k->name);
+	ds->optimizer_states = k->states;
+	if (!rc || (rc = jobj_child(&opt, "params", &params, err)) <= 0)
+		return rc;
+	double betas[2] = {ds->beta1, ds->beta2};
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(params.obj, "betas");
+	if (cJSON_IsString(b) && !strcmp(b->valuestring, "auto"))
+		ds->autos |= AUTO_BETAS;
+	else if (b && !(cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2 &&
+			cJSON_IsNumber(cJSON_GetArrayItem(b, 0)) &&
+			cJSON_IsNumber(cJSON_GetArrayItem(b, 1)))) {
+		char where[512];
+		jobj_where(&params, "betas", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.betas: expected [beta1, beta2] or \"auto\"",
+			       where, params.name);
+	} else if (b) {
+		betas[0] = cJSON_GetArrayItem(b, 0)->valuedouble;
+		betas[1] = cJSON_GetArrayItem(b, 1)->valuedouble;
+	}
+	ds->beta1 = betas[0], ds->beta2 = betas[1];
+	if (num_or_auto(&params, "lr", AUTO_LR, 0, 1e3, ds->lr, &ds->lr, &ds->autos, err) ||
+	    num_or_auto(&params, "eps", AUTO_EPS, 0, 1, ds->eps, &ds->eps, &ds->autos, err) ||
+	    num_or_auto(&params, "weight_decay", AUTO_WD, 0, 1e3, 0, &ds->weight_decay, &ds->autos,
+			err) ||
+	    jobj_num(&params, "momentum", 0, 1, 0, &ds->momentum, err) < 0 ||
+	    jobj_bool(&params, "amsgrad", 0, &amsgrad, err) < 0)
+		return -1;
+	if (!strcasecmp(k->name, "SGD") || !strcasecmp(k->name, "MuSGD"))
+		ds->optimizer_states = ds->momentum > 0; /* plain SGD keeps no state */
+	ds->optimizer_states += amsgrad;               /* the running maximum of v */
+	return 0;
+}
+
+static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys, DsOffload *off,
+			 PxNotes *notes, PxError *err)
+{
+	JsonObj o;
+	const char *dev;
+	int rc = jobj_child(zero, key, &o, err);
+
+	off->buffer_count = !strcmp(key, "offload_param") ? 5 : 4;
+	off->buffer_size = 1e8;
+	if (rc <= 0)
+		return rc;
+	if (check_section(&o, keys, notes, err) || jobj_str(&o, "device", "none", &dev, err) < 0 ||
+	    jobj_bool(&o, "pin_memory", 0, &off->pin_memory, err) < 0 ||
+	    jobj_int(&o, "buffer_count", 1, 1 << 20, off->buffer_count, &off->buffer_count, err) < 0 ||
+	    jobj_num(&o, "buffer_size", 1, 1e13, off->buffer_size, &off->buffer_size, err) < 0)
+		return -1;
+	if (!strcasecmp(dev, "none"))
+		off->device = DEV_NONE;
+	else if (!strcasecmp(dev, "cpu"))
+		off->device = DEV_CPU;
+	else if (!strcasecmp(dev, "nvme"))
+		off->device = DEV_NVME;
+	else {
+		char where[512];
+		jobj_where(&o, "device", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.device: expected none, cpu or nvme, got \"%s\"",
+			       where, o.name, dev);
+	}
+	return 0;
+}
+
+/* Defaults from DeepSpeed's zero/config.py; sizes are in elements. */
+static void zero_defaults(DsZero *z)
+{
+	memset(z, 0, sizeof(*z));
+	z->reduce_bucket_elems = 5e8;
+	z->allgather_bucket_elems = 5e8;
+	z->contiguous_gradients = 1;
+	z->reduce_scatter = 1;
+	z->prefetch_bucket_elems = 5e7;
+	z->persistence_threshold_elems = 1e5;
+	z->max_live_elems = 1e9;
+	z->max_reuse_elems = 1e9;
+	z->sub_group_elems = 1e9;
+	z->hpz_partition_size = 1;
+}
+
+static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj zo;
+	DsZero *z = &ds->zero;
+	long long stage = 0;
+	int rc, legacy_cpu = 0, legacy_params = 0;
+
+	zero_defaults(z);
+	if ((rc = jobj_child(root, "zero_optimization", &zo, err)) <= 0)
+		return rc;
+	if (check_section(&zo, ZERO_KEYS, notes, err) ||
+	    jobj_int(&zo, "stage", 0, 3, 0, &stage, err) < 0 ||
+	    num_or_auto(&zo, "reduce_bucket_size", AUTO_REDUCE_BUCKET, 1, 1e13, z->reduce_bucket_elems,
+			&z->reduce_bucket_elems, &ds->autos, err) ||
+	    jobj_num(&zo, "allgather_bucket_size", 1, 1e13, z->allgather_bucket_elems,
+		     &z->allgather_bucket_elems, err) < 0 ||
+	    jobj_bool(&zo, "overlap_comm", stage == 3, &z->overlap_comm, err) < 0 ||
+	    jobj_bool(&zo, "contiguous_gradients", 1, &z->contiguous_gradients, err) < 0 ||
+	    jobj_bool(&zo, "reduce_scatter", 1, &z->reduce_scatter, err) < 0 ||
+	    num_or_auto(&zo, "stage3_prefetch_bucket_size", AUTO_PREFETCH, 0, 1e13,
+			z->prefetch_bucket_elems, &z->prefetch_bucket_elems, &ds->autos, err) ||
+	    num_or_auto(&zo, "stage3_param_persistence_threshold", AUTO_PERSISTENCE, 0, 1e13,
+			z->persistence_threshold_elems, &z->persistence_threshold_elems, &ds->autos,
+			err) ||
+	    jobj_num(&zo, "stage3_max_live_parameters", 0, 1e13, z->max_live_elems,
+		     &z->max_live_elems, err) < 0 ||
+	    jobj_num(&zo, "stage3_max_reuse_distance", 0, 1e13, z->max_reuse_elems,
+		     &z->max_reuse_elems, err) < 0 ||
+	    jobj_num(&zo, "sub_group_size", 1, 1e13, z->sub_group_elems, &z->sub_group_elems, err) < 0 ||
+	    jobj_bool(&zo, "zero_quantized_weights", 0, &z->quantized_weights, err) < 0 ||
+	    jobj_bool(&zo, "zero_quantized_gradients", 0, &z->quantized_gradients, err) < 0 ||
+	    jobj_int(&zo, "zero_hpz_partition_size", 1, 1 << 20, 1, &z->hpz_partition_size, err) < 0 ||
+	    jobj_bool(&zo, "cpu_offload", 0, &legacy_cpu, err) < 0 ||
+	    jobj_bool(&zo, "cpu_offload_params", 0, &legacy_params, err) < 0)
+		return -1;
+	z->stage = (int)stage;
+	if (parse_offload(&zo, "offload_optimizer", OFFLOAD_OPT_KEYS, &z->offload_optimizer, notes,
+			  err) < 0 ||
+	    parse_offload(&zo, "offload_param", OFFLOAD_PARAM_KEYS, &z->offload_param, notes, err) < 0)
+		return -1;
+	if (legacy_cpu && z->offload_optimizer.device == DEV_NONE) {
+		z->offload_optimizer.device = DEV_CPU;
+		px_notes_warn(notes, "%s: %s.cpu_offload is deprecated; read as offload_optimizer "
+			      "{\"device\": \"cpu\"}", zo.doc->path, zo.name);
+	}
+	if (legacy_params && z->offload_param.device == DEV_NONE) {
+		z->offload_param.device = DEV_CPU;
+		px_notes_warn(notes, "%s: %s.cpu_offload_params is deprecated; read as offload_param "
+			      "{\"device\": \"cpu\"}", zo.doc->path, zo.name);
+	}
+
+	/* the combinations DeepSpeed refuses, with its reasons */
+	char where[512];
+	if (z->offload_param.device != DEV_NONE && z->stage != 3) {
+		jobj_where(&zo, "offload_param", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_param: parameter offload needs ZeRO "
+			       "stage 3, got stage %d", where, zo.name, z->stage);
+	}
+	if (z->offload_optimizer.device != DEV_NONE && z->stage == 0) {
+		jobj_where(&zo, "offload_optimizer", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_optimizer: optimizer offload needs "
+			       "ZeRO stage 1, 2 or 3, got stage 0", where, zo.name);
+	}
+	if (z->offload_optimizer.device == DEV_NVME && z->stage != 3) {
+		jobj_where(&zo, "offload_optimizer", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_optimizer.device: NVMe offload "
+			       "(ZeRO-Infinity) needs ZeRO stage 3, got stage %d", where, zo.name,
+			       z->stage);
+	}
+	return 0;
+}
+
+static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj ac;
+	int rc = jobj_child(root, "activation_checkpointing", &ac, err);
+	if (rc <= 0)
+		return rc;
+	ds->ac_present = 1;
+	if (check_section(&ac, AC_KEYS, notes, err) ||
+	    jobj_bool(&ac, "partition_activations", 0, &ds->partition_activations, err) < 0 ||
+	    jobj_bool(&ac, "cpu_checkpointing", 0, &ds->cpu_checkpointing, err) < 0)
+		return -1;
+	return 0;
+}
+
+int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	memset(ds, 0, sizeof(*ds));
+	ds->source = o->doc->path;
+	if (check_section(o, TOP_KEYS, notes, err) ||
+	    int_or_auto(o, "train_batch_size", AUTO_TRAIN_BATCH, 1, 1LL << 40, &ds->train_batch,
+			&ds->autos, err) ||
+	    int_or_auto(o, "train_micro_batch_size_per_gpu", AUTO_MICRO_BATCH, 1, 1LL << 40,
+			&ds->micro_batch, &ds->autos, err) ||
+	    int_or_auto(o, "gradient_accumulation_steps", AUTO_GRAD_ACCUM, 1, 1LL << 40,
+			&ds->grad_accum, &ds->autos, err) ||
+	    num_or_auto(o, "gradient_clipping", AUTO_CLIP, 0, 1e30, 0, &ds->gradient_clipping,
+			&ds->autos, err))
+		return -1;
+	if (parse_precision(o, ds, notes, err) || parse_optimizer(o, ds, notes, err) ||
+	    parse_zero(o, ds, notes, err) || parse_checkpointing(o, ds, notes, err))
+		return -1;
+	return 0;
+}
+
+/* ---- resolution ---- */
+
+void train_args_defaults(TrainArgs *t)
+{ /* transformers.TrainingArguments defaults */
+	*t = (TrainArgs){.per_device_train_batch_size = 8, .gradient_accumulation_steps = 1,
+			 .learning_rate = 5e-5, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
+			 .adam_epsilon = 1e-8, .max_grad_norm = 1.0};
+}
+
+int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *err)
+{
+	static const char *const known[] = {
+		"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+		"weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "fp16",
+		"bf16", "gradient_checkpointing", NULL};
+	train_args_defaults(t);
+	if (jobj_check_keys(o, known, notes))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (jobj_int(o, "per_device_train_batch_size", 1, 1LL << 40, t->per_device_train_batch_size,
+		     &t->per_device_train_batch_size, err) < 0 ||
+	    jobj_int(o, "gradient_accumulation_steps", 1, 1LL << 40, t->gradient_accumulation_steps,
+		     &t->gradient_accumulation_steps, err) < 0 ||
+	    jobj_num(o, "learning_rate", 0, 1e3, t->learning_rate, &t->learning_rate, err) < 0 ||
+	    jobj_num(o, "weight_decay", 0, 1e3, 0, &t->weight_decay, err) < 0 ||
+	    jobj_num(o, "adam_beta1", 0, 1, t->adam_beta1, &t->adam_beta1, err) < 0 ||
+	    jobj_num(o, "adam_beta2", 0, 1, t->adam_beta2, &t->adam_beta2, err) < 0 ||
+	    jobj_num(o, "adam_epsilon", 0, 1, t->adam_epsilon, &t->adam_epsilon, err) < 0 ||
+	    jobj_num(o, "max_grad_norm", 0, 1e30, t->max_grad_norm, &t->max_grad_norm, err) < 0 ||
+	    jobj_bool(o, "fp16", 0, &t->fp16, err) < 0 || jobj_bool(o, "bf16", 0, &t->bf16, err) < 0 ||
+	    jobj_bool(o, "gradient_checkpointing", 0, &t->gradient_checkpointing, err) < 0)
+		return -1;
+	return 0;
+}
+
+static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long long dp,
+			 PxError *err)
+{
+	unsigned a = ds->autos;
+	unsigned hidden_based = AUTO_REDUCE_BUCKET | AUTO_PREFETCH | AUTO_PERSISTENCE;
+
+	if ((a & hidden_based) && m->arch == ARCH_PARAMS_ONLY)
+		return px_fail(err, PX_ERR_INPUT,
+			       "%s: zero_optimization bucket sizes are \"auto\", which the Hugging Face "
+			       "integration fills from the model's hidden_size; the model gives only "
+			       "num_parameters: write numbers instead", ds->source);
+	double h = (double)m->h;
+	if (a & AUTO_REDUCE_BUCKET)
+		ds->zero.reduce_bucket_elems = h * h;
+	if (a & AUTO_PREFETCH)
+		ds->zero.prefetch_bucket_elems = floor(0.9 * h * h);
+	if (a & AUTO_PERSISTENCE)
+		ds->zero.persistence_threshold_elems = 10 * h;
+	if (a & AUTO_MICRO_BATCH)
+		ds->micro_batch = ta->per_device_train_batch_size;
+	if (a & AUTO_GRAD_ACCUM)
+		ds->grad_accum = ta->gradient_accumulation_steps;
+	if (a & AUTO_TRAIN_BATCH)
+		ds->train_batch = ta->per_device_train_batch_size * ta->gradient_accumulation_steps * dp;
+	if (a & AUTO_FP16)
+		ds->fp16 = ta->fp16;
+	if (a & AUTO_BF16)
+		ds->bf16 = ta->bf16;
+	if (a & AUTO_CLIP)
+		ds->gradient_clipping = ta->max_grad_norm;
+	if (a & AUTO_LR)
+		ds->lr = ta->learning_rate;
+	if (a & AUTO_BETAS)
+		ds->beta1 = ta->adam_beta1, ds->beta2 = ta->adam_beta2;
+	if (a & AUTO_EPS)
+		ds->eps = ta->adam_epsilon;
+	if (a & AUTO_WD)
+		ds->weight_decay = ta->weight_decay;
+	return 0;
+}
+
+/* DeepSpeed's runtime/config.py: derive the missing batch value, then check the product. */
+static int resolve_batch(DsConfig *ds, long long dp, PxError *err)
+{
+	long long tb = ds->train_batch, mb = ds->micro_batch, ga = ds->grad_accum;
+
+	if (tb && mb && !ga)
+		ga = tb / mb / dp;
+	else if (tb && ga && !mb)
+		mb = tb / dp / ga;
+	else if (mb && ga && !tb)
+		tb = mb * ga * dp;
+	else if (tb && !mb && !ga)
+		ga = 1, mb = tb / dp;
+	else if (mb && !tb && !ga)
+		ga = 1, tb = mb * dp;
+	else if (!tb && !mb)
+		return px_fail(err, PX_ERR_INPUT, "%s: either train_batch_size or "
+			       "train_micro_batch_size_per_gpu needs to be provided", ds->source);
+	if (mb <= 0)
+		return px_fail(err, PX_ERR_INPUT, "%s: train_micro_batch_size_per_gpu: %lld has to be "
+			       "greater than 0 (train_batch_size %lld over %lld data-parallel ranks)",
+			       ds->source, mb, tb, dp);
+	if (ga <= 0)
+		return px_fail(err, PX_ERR_INPUT, "%s: gradient_accumulation_steps: %lld has to be "
+			       "greater than 0 (train_batch_size %lld, micro-batch %lld, %lld "
+			       "data-parallel ranks)", ds->source, ga, tb, mb, dp);
+	if (tb != mb * ga * dp)
+		return px_fail(err, PX_ERR_INPUT, "%s: train_batch_size is not equal to "
+			       "micro_batch_per_gpu * gradient_acc_step * world_size: %lld != %lld * "
+			       "%lld * %lld", ds->source, tb, mb, ga, dp);
+	ds->train_batch = tb, ds->micro_batch = mb, ds->grad_accum = ga;
+	return 0;
+}
+
+int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long long dp,
+		     PxError *err)
+{
+	if (resolve_autos(ds, m, ta, dp, err) || resolve_batch(ds, dp, err))
+		return -1;
+	if (ds->fp16 && ds->bf16)
+		return px_fail(err, PX_ERR_INPUT, "%s: fp16 and bf16 are both enabled; DeepSpeed "
+			       "refuses: bfloat16 and fp16 modes cannot be simultaneously enabled",
+			       ds->source);
+	ds->dtype = ds->fp16 ? DT_FP16 : ds->bf16 ? DT_BF16 : DT_FP32;
+	if (!ds->grad_dtype_set)
+		ds->grad_dtype = ds->dtype;
+	if (!ds->comm_dtype_set)
+		ds->comm_dtype = ds->grad_dtype;
+	return 0;
+}

@@ -1,0 +1,87 @@
+/* dsconfig: a DeepSpeed config (ds_config.json) as users write it, "auto" values included.
+ * Owns reading and checking every documented key, resolving "auto" the way the Hugging Face Trainer
+ * integration does, DeepSpeed's batch-size rules and the list of keys read but not yet modelled.
+ * It does not decide what memory or traffic a setting causes: plan.c and schedule.c do. */
+#ifndef PX_DSCONFIG_H
+#define PX_DSCONFIG_H
+
+#include "jdoc.h"
+#include "model.h"
+
+typedef enum { DT_FP32, DT_FP16, DT_BF16 } Dtype;
+typedef enum { DEV_NONE, DEV_CPU, DEV_NVME } OffloadDevice;
+
+static inline int dtype_bytes(Dtype d) { return d == DT_FP32 ? 4 : 2; }
+const char *dtype_name(Dtype d);
+const char *offload_device_name(OffloadDevice d);
+
+typedef struct DsOffload {
+	OffloadDevice device;
+	int pin_memory;
+	long long buffer_count; /* NVMe swap buffers */
+	double buffer_size;     /* elements per parameter swap buffer */
+} DsOffload;
+
+typedef struct DsZero {
+	int stage;
+	double reduce_bucket_elems, allgather_bucket_elems;
+	int overlap_comm, contiguous_gradients, reduce_scatter;
+	double prefetch_bucket_elems, persistence_threshold_elems, max_live_elems, max_reuse_elems;
+	double sub_group_elems;
+	DsOffload offload_optimizer, offload_param;
+	int quantized_weights, quantized_gradients;
+	long long hpz_partition_size;
+} DsZero;
+
+typedef struct TrainArgs { /* Hugging Face TrainingArguments that "auto" values come from */
+	long long per_device_train_batch_size, gradient_accumulation_steps;
+	double learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
+	int fp16, bf16, gradient_checkpointing;
+} TrainArgs;
+
+/* Which values were written "auto" (resolved by dsconfig_resolve). */
+enum {
+	AUTO_TRAIN_BATCH = 1 << 0, AUTO_MICRO_BATCH = 1 << 1, AUTO_GRAD_ACCUM = 1 << 2,
+	AUTO_FP16 = 1 << 3, AUTO_BF16 = 1 << 4, AUTO_CLIP = 1 << 5,
+	AUTO_REDUCE_BUCKET = 1 << 6, AUTO_PREFETCH = 1 << 7, AUTO_PERSISTENCE = 1 << 8,
+	AUTO_LR = 1 << 9, AUTO_BETAS = 1 << 10, AUTO_EPS = 1 << 11, AUTO_WD = 1 << 12,
+};
+
+typedef struct DsConfig {
+	const char *source;          /* file the config came from, for messages */
+	/* batch: 0 when absent until dsconfig_resolve derives it */
+	long long train_batch, micro_batch, grad_accum;
+	int fp16, bf16;              /* enabled flags as written or resolved */
+	Dtype dtype;                 /* parameters, gradients and activations */
+	Dtype grad_dtype;            /* data_types.grad_accum_dtype, default dtype */
+	Dtype comm_dtype;            /* communication_data_type, default grad_dtype */
+	int comm_dtype_set, grad_dtype_set;
+	/* fp16 dynamic loss scaling */
+	double loss_scale;           /* 0 = dynamic */
+	long long initial_scale_power, loss_scale_window, hysteresis;
+	double min_loss_scale;
+	/* optimizer */
+	char optimizer[32];
+	int optimizer_states;        /* fp32 states per parameter: Adam 2, SGD with momentum 1 */
+	double lr, beta1, beta2, eps, weight_decay, momentum;
+	double gradient_clipping;
+	DsZero zero;
+	/* activation checkpointing section */
+	int ac_present, partition_activations, cpu_checkpointing;
+	unsigned autos;              /* AUTO_* */
+} DsConfig;
+
+void train_args_defaults(TrainArgs *t);
+/* Read training_args (Hugging Face names); unknown keys are warned about. */
+int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *err);
+
+/* Read a DeepSpeed config object. Unknown keys are warned about with the closest valid key; keys
+ * that would change the prediction but are not modelled yet go into notes->not_modelled. */
+int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err);
+
+/* Resolve "auto" values (Hugging Face rules: hidden-size based bucket sizes, TrainingArguments for
+ * the rest), then DeepSpeed's batch rules for dp data-parallel ranks. */
+int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long long dp,
+		     PxError *err);
+
+#endif

@@ -1,0 +1,598 @@
+#include "jdoc.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- positions in the text ---- */
+
+/* 1-based line and byte column of text[off]. */
+static void text_line_col(const char *text, size_t off, int *line, int *col)
+{
+	size_t line_start = 0;
+
+	*line = 1;
+	for (size_t i = 0; i < off && text[i]; i++) {
+		if (text[i] == '\n') {
+			(*line)++;
+			line_start = i + 1;
+		}
+	}
+	*col = (int)(off - line_start) + 1;
+}
+
+/* ---- loading ---- */
+
+static int fail_oom(PxError *err, const char *what)
+{
+	return px_fail(err, PX_ERR_RUNTIME, "%s: out of memory", what);
+}
+
+/* Report a parse error at text[off] with a short excerpt of what is there. */
+static int fail_malformed(const char *name, const char *text, size_t off, PxError *err)
+{
+	char near[16];
+	size_t n = 0;
+	int line, col;
+
+	text_line_col(text, off, &line, &col);
+	while (n < 12 && text[off + n]) {
+		char c = text[off + n];
+		/* the excerpt sits inside one line of message */
+		near[n++] = (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+	}
+	while (n > 0 && near[n - 1] == ' ')
+		n--; /* a final newline would show as a stray blank */
+	near[n] = '\0';
+	/* an empty excerpt would read "near ''" */
+	return px_fail(err, PX_ERR_INPUT, "%s:%d:%d: malformed JSON %s%s%s", name, line, col,
+		       n ? "near '" : "at the end of the file", near, n ? "'" : "");
+}
+
+int jdoc_parse(JsonDoc *d, const char *name, const char *text, PxError *err)
+{
+	const char *end = NULL;
+
+	memset(d, 0, sizeof(*d));
+	/* blank lines are no more a document than nothing at all */
+	if (!text[strspn(text, " \t\r\n")])
+		return px_fail(err, PX_ERR_INPUT, "%s:1:1: malformed JSON: the file is empty",
+			       name);
+	d->path = strdup(name);
+	d->text = strdup(text);
+	if (!d->path || !d->text) {
+		fail_oom(err, name);
+		goto out_free;
+	}
+	/* null-terminated: `{"a": 1} x` is an error, not a document followed by noise */
+	d->root = cJSON_ParseWithOpts(d->text, &end, 1);
+	if (!d->root) {
+		/* cJSON cannot tell running out of memory from bad text; bad text is likelier */
+		fail_malformed(name, d->text, end ? (size_t)(end - d->text) : 0, err);
+		goto out_free;
+	}
+	return 0;
+
+out_free:
+	jdoc_free(d);
+	return -1;
+}
+
+/* The whole stream as a NUL-terminated heap string owned by the caller, or NULL with errno set. */
+static char *read_all(FILE *f)
+{
+	size_t cap = 0, len = 0;
+	char *buf = NULL, *grown;
+
+	do {
+		if (len + 1 >= cap) {
+			cap = cap ? 2 * cap : 4096;
+			if (!(grown = realloc(buf, cap)))
+				goto out_free; /* errno is ENOMEM */
+			buf = grown;
+		}
+		len += fread(buf + len, 1, cap - 1 - len, f);
+	} while (!feof(f) && !ferror(f));
+	if (ferror(f))
+		goto out_free;
+	buf[len] = '\0';
+	return buf;
+
+out_free:
+	free(buf); /* glibc's free keeps errno */
+	return NULL;
+}
+
+int jdoc_load_file(JsonDoc *d, const char *path, PxError *err)
+{
+	FILE *f = fopen(path, "r");
+	char *text;
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	if (!f)
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, strerror(errno));
+	text = read_all(f);
+	if (text)
+		rc = jdoc_parse(d, path, text, err);
+	else
+		rc = px_fail(err, errno == ENOMEM ? PX_ERR_RUNTIME : PX_ERR_INPUT,
+			     "%s: cannot read: %s", path, strerror(errno));
+	fclose(f);
+	free(text);
+	return rc;
+}
+
+void jdoc_free(JsonDoc *d)
+{
+	if (!d)
+		return;
+	free(d->path);
+	free(d->text);
+	cJSON_Delete(d->root);
+	memset(d, 0, sizeof(*d));
+}
+
+/* ---- locating keys in the text ---- */
+
+/* A scanner over text cJSON has accepted, which still stops cleanly on anything malformed. Keys
+ * are compared as written: one spelled with escapes is not found, costing only a line:col. */
+typedef struct Scan {
+	const char *s;
+	size_t i;          /* offset of the next byte */
+	const char *want;  /* dotted key path looked for */
+	size_t found;      /* offset of its value once found */
+	char path[1024];   /* dotted path of the member being scanned */
+} Scan;
+
+enum { SCAN_BAD = -1, SCAN_DONE = 0, SCAN_FOUND = 1 };
+
+static void scan_ws(Scan *sc)
+{
+	while (sc->s[sc->i] && strchr(" \t\r\n", sc->s[sc->i]))
+		sc->i++;
+}
+
+/* At an opening quote: skip the string, giving the offset and length of its raw contents. */
+static int scan_string(Scan *sc, size_t *start, size_t *len)
+{
+	if (sc->s[sc->i] != '"')
+		return SCAN_BAD;
+	*start = ++sc->i;
+	while (sc->s[sc->i] != '"') {
+		if (!sc->s[sc->i])
+			return SCAN_BAD;
+		if (sc->s[sc->i] == '\\' && sc->s[sc->i + 1])
+			sc->i++; /* the escaped byte cannot end the string */
+		sc->i++;
+	}
+	*len = sc->i - *start;
+	sc->i++;
+	return SCAN_DONE;
+}
+
+/* At a member's key: extend the path of its object (plen bytes of sc->path) by it and step to the
+ * value. *keyed tells whether sc->path now names the member (*mlen bytes of it). */
+static int scan_key(Scan *sc, size_t plen, int *keyed, size_t *mlen)
+{
+	size_t kstart, klen, at = plen + (plen ? 1 : 0);
+
+	if (scan_string(sc, &kstart, &klen))
+		return SCAN_BAD;
+	*keyed = *keyed && at + klen < sizeof(sc->path);
+	if (*keyed) {
+		if (plen)
+			sc->path[plen] = '.';
+		memcpy(sc->path + at, sc->s + kstart, klen);
+		sc->path[at + klen] = '\0';
+	}
+	*mlen = at + klen;
+	scan_ws(sc);
+	if (sc->s[sc->i] != ':')
+		return SCAN_BAD;
+	sc->i++;
+	scan_ws(sc);
+	if (*keyed && strcmp(sc->path, sc->want) == 0) {
+		sc->found = sc->i;
+		return SCAN_FOUND;
+	}
+	return SCAN_DONE;
+}
+
+static int scan_value(Scan *sc, size_t plen, int keyed, int depth);
+
+/* At '{' or '['. plen is the length of the container's own path in sc->path; keyed is 0 inside
+ * arrays, where a dotted path of keys cannot name anything. A stray comma before the close slips
+ * through: rejecting bad text is cJSON's job, this only has to stay in bounds. */
+static int scan_container(Scan *sc, size_t plen, int keyed, int depth)
+{
+	char close = sc->s[sc->i++] == '{' ? '}' : ']';
+
+	for (;;) {
+		int rc = SCAN_DONE, mkeyed = 0;
+		size_t mlen = 0;
+
+		scan_ws(sc);
+		if (sc->s[sc->i] == close) {
+			sc->i++;
+			return SCAN_DONE;
+		}
+		if (close == '}') {
+			mkeyed = keyed;
+			rc = scan_key(sc, plen, &mkeyed, &mlen);
+		}
+		if (!rc)
+			rc = scan_value(sc, mlen, mkeyed, depth + 1);
+		if (rc)
+			return rc;
+		scan_ws(sc);
+		if (sc->s[sc->i] == ',')
+			sc->i++;
+		else if (sc->s[sc->i] != close)
+			return SCAN_BAD;
+	}
+}
+
+static int scan_value(Scan *sc, size_t plen, int keyed, int depth)
+{
+	size_t start, len;
+
+	/* cJSON refuses deeper nesting, so this only guards the stack against odd text */
+	if (depth > CJSON_NESTING_LIMIT)
+		return SCAN_BAD;
+	scan_ws(sc);
+	switch (sc->s[sc->i]) {
+	case '{':
+	case '[':
+		return scan_container(sc, plen, keyed, depth);
+	case '"':
+		return scan_string(sc, &start, &len);
+	default:
+		/* numbers and literals: validity was cJSON's business, this only steps over */
+		start = sc->i;
+		while (sc->s[sc->i] && strchr("0123456789+-.eEtruefalsn", sc->s[sc->i]))
+			sc->i++;
+		return sc->i > start ? SCAN_DONE : SCAN_BAD;
+	}
+}
+
+int jdoc_locate(const JsonDoc *d, const char *keypath, int *line, int *col)
+{
+	Scan sc = { .s = d->text, .want = keypath };
+
+	if (!d->text || !keypath[0])
+		return -1;
+	if (strncmp(sc.s, "\xef\xbb\xbf", 3) == 0)
+		sc.i = 3; /* a UTF-8 byte order mark, which cJSON skips too */
+	if (scan_value(&sc, 0, 1, 0) != SCAN_FOUND)
+		return -1;
+	text_line_col(d->text, sc.found, line, col);
+	return 0;
+}
+
+/* ---- --set overrides ---- */
+
+void jov_init(JsonOverrides *o)
+{
+	memset(o, 0, sizeof(*o));
+}
+
+void jov_free(JsonOverrides *o)
+{
+	if (!o)
+		return;
+	free(o->v);
+	jov_init(o);
+}
+
+int jov_add(JsonOverrides *o, const char *arg, PxError *err)
+{
+	const char *eq = strchr(arg, '=');
+	JsonOverride *grown;
+	size_t klen;
+
+	if (!eq || eq == arg)
+		return px_fail(err, PX_ERR_INPUT, "--set %s: expected KEY=VALUE", arg);
+	klen = (size_t)(eq - arg);
+	if (klen >= sizeof(o->v->key) || strlen(eq + 1) >= sizeof(o->v->value))
+		return px_fail(err, PX_ERR_INPUT, "--set %s: the key and the value are limited to "
+			       "%zu characters each", arg, sizeof(o->v->key) - 1);
+	grown = realloc(o->v, (size_t)(o->n + 1) * sizeof(*o->v));
+	if (!grown)
+		return fail_oom(err, "--set");
+	o->v = grown;
+	memcpy(grown[o->n].key, arg, klen);
+	grown[o->n].key[klen] = '\0';
+	strcpy(grown[o->n].value, eq + 1);
+	o->n++;
+	return 0;
+}
+
+/* Put item (owned; consumed either way) at key in obj, replacing a member of that name. */
+static int put_member(cJSON *obj, const char *key, cJSON *item)
+{
+	if (cJSON_GetObjectItemCaseSensitive(obj, key))
+		return cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item) ? 0 : -1;
+	if (cJSON_AddItemToObject(obj, key, item))
+		return 0;
+	cJSON_Delete(item);
+	return -1;
+}
+
+int jdoc_set_path(cJSON *root, const char *path, const char *value, PxError *err)
+{
+	cJSON *item, *cur = root;
+	char *copy, *seg, *dot;
+	int rc = -1;
+
+	if (!cJSON_IsObject(root))
+		return px_fail(err, PX_ERR_INPUT, "--set %s: the document is not an object", path);
+	/* null-terminated: `3 abc` is the string "3 abc", not the number 3 */
+	item = cJSON_ParseWithOpts(value, NULL, 1);
+	if (!item)
+		item = cJSON_CreateString(value);
+	copy = strdup(path);
+	if (!item || !copy) {
+		fail_oom(err, "--set");
+		goto out_free;
+	}
+	for (seg = copy;; seg = dot + 1) {
+		dot = strchr(seg, '.');
+		if (dot)
+			*dot = '\0';
+		if (!seg[0]) {
+			px_fail(err, PX_ERR_INPUT, "--set %s: the key has an empty part", path);
+			goto out_free;
+		}
+		if (!dot)
+			break;
+		cJSON *next = cJSON_GetObjectItemCaseSensitive(cur, seg);
+		/* null reads as absent elsewhere, so it becomes an object like a missing key */
+		if (!next || cJSON_IsNull(next)) {
+			next = cJSON_CreateObject();
+			if (!next || put_member(cur, seg, next)) {
+				fail_oom(err, "--set");
+				goto out_free;
+			}
+		} else if (!cJSON_IsObject(next)) {
+			px_fail(err, PX_ERR_INPUT, "--set %s: '%s' is not an object", path, seg);
+			goto out_free;
+		}
+		cur = next;
+	}
+	rc = put_member(cur, seg, item);
+	item = NULL; /* consumed by put_member */
+	if (rc)
+		fail_oom(err, "--set");
+
+out_free:
+	cJSON_Delete(item);
+	free(copy);
+	return rc;
+}
+
+/* ---- typed reads ---- */
+
+void jobj_make(JsonObj *o, const JsonDoc *doc, const cJSON *obj, const char *path, const char *name,
+	       const JsonOverrides *ov)
+{
+	/* the precision silences gcc -O2's truncation warning for callers' longer buffers */
+	o->doc = doc;
+	o->obj = obj;
+	snprintf(o->path, sizeof(o->path), "%.*s", (int)sizeof(o->path) - 1, path);
+	snprintf(o->name, sizeof(o->name), "%.*s", (int)sizeof(o->name) - 1, name);
+	o->ov = ov;
+}
+
+/* prefix "." key, or key alone when prefix is empty */
+static void join_key(char *buf, size_t n, const char *prefix, const char *key)
+{
+	snprintf(buf, n, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+}
+
+void jobj_where(const JsonObj *o, const char *key, char *buf, size_t n)
+{
+	char full[1024];
+	int line, col;
+
+	join_key(full, sizeof(full), o->name, key);
+	/* the last --set of a key is the one that holds */
+	for (int i = o->ov ? o->ov->n - 1 : -1; i >= 0; i--)
+		if (strcmp(o->ov->v[i].key, full) == 0) {
+			snprintf(buf, n, "--set %s=%s", full, o->ov->v[i].value);
+			return;
+		}
+	join_key(full, sizeof(full), o->path, key);
+	if (jdoc_locate(o->doc, full, &line, &col) == 0)
+		snprintf(buf, n, "%s:%d:%d", o->doc->path, line, col);
+	else
+		snprintf(buf, n, "%s", o->doc->path);
+}
+
+/* The member at key, or NULL when it is absent or JSON null. */
+static const cJSON *member(const JsonObj *o, const char *key)
+{
+	const cJSON *item = o->obj ? cJSON_GetObjectItemCaseSensitive(o->obj, key) : NULL;
+
+	return cJSON_IsNull(item) ? NULL : item;
+}
+
+static int fail_expected(const JsonObj *o, const char *key, const char *what, const cJSON *item,
+			 PxError *err)
+{
+	char where[1024];
+	char *got = cJSON_PrintUnformatted(item);
+
+	jobj_where(o, key, where, sizeof(where));
+	px_fail(err, PX_ERR_INPUT, "%s: %s%s%s: expected %s, got %s", where, o->name,
+		o->name[0] ? "." : "", key, what, got ? got : "(unprintable)");
+	cJSON_free(got);
+	return -1;
+}
+
+int jobj_int(const JsonObj *o, const char *key, long long lo, long long hi, long long dflt,
+	     long long *out, PxError *err)
+{
+	const cJSON *item = member(o, key);
+	char what[128];
+
+	*out = dflt;
+	if (!item)
+		return 0;
+	double v = item->valuedouble;
+	/* 2^63 bounds the doubles that convert to long long; (double)hi may round up past it */
+	if (cJSON_IsNumber(item) && v >= -9223372036854775808.0 && v < 9223372036854775808.0 &&
+	    v == (double)(long long)v && (long long)v >= lo && (long long)v <= hi) {
+		*out = (long long)v;
+		return 1;
+	}
+	snprintf(what, sizeof(what), "an integer from %lld to %lld", lo, hi);
+	return fail_expected(o, key, what, item, err);
+}
+
+/* A number in [lo, hi]; what_more extends "a number from LO to HI" in the message. */
+static int read_num(const JsonObj *o, const char *key, const cJSON *item, double lo, double hi,
+		    const char *what_more, double *out, PxError *err)
+{
+	char what[128];
+
+	if (cJSON_IsNumber(item) && item->valuedouble >= lo && item->valuedouble <= hi) {
+		*out = item->valuedouble;
+		return 1;
+	}
+	snprintf(what, sizeof(what), "a number from %g to %g%s", lo, hi, what_more);
+	return fail_expected(o, key, what, item, err);
+}
+
+int jobj_num(const JsonObj *o, const char *key, double lo, double hi, double dflt, double *out,
+	     PxError *err)
+{
+	const cJSON *item = member(o, key);
+
+	*out = dflt;
+	return item ? read_num(o, key, item, lo, hi, "", out, err) : 0;
+}
+
+int jobj_bool(const JsonObj *o, const char *key, int dflt, int *out, PxError *err)
+{
+	const cJSON *item = member(o, key);
+
+	*out = dflt;
+	if (!item)
+		return 0;
+	if (!cJSON_IsBool(item))
+		return fail_expected(o, key, "true or false", item, err);
+	*out = cJSON_IsTrue(item);
+	return 1;
+}
+
+int jobj_str(const JsonObj *o, const char *key, const char *dflt, const char **out, PxError *err)
+{
+	const cJSON *item = member(o, key);
+
+	*out = dflt;
+	if (!item)
+		return 0;
+	if (!cJSON_IsString(item))
+		return fail_expected(o, key, "a string", item, err);
+	*out = item->valuestring;
+	return 1;
+}
+
+int jobj_num_or_auto(const JsonObj *o, const char *key, double lo, double hi, double dflt,
+		     double *out, PxError *err)
+{
+	const cJSON *item = member(o, key);
+
+	if (cJSON_IsString(item) && strcmp(item->valuestring, "auto") == 0)
+		return 2;
+	*out = dflt;
+	return item ? read_num(o, key, item, lo, hi, " or \"auto\"", out, err) : 0;
+}
+
+/* On 0 the child is still filled in, with no object: reading from it gives every default, so a
+ * caller may treat an absent section like an empty one. */
+int jobj_child(const JsonObj *o, const char *key, JsonObj *child, PxError *err)
+{
+	const cJSON *item = member(o, key);
+	char path[1024], name[1024];
+
+	if (item && !cJSON_IsObject(item))
+		return fail_expected(o, key, "an object", item, err);
+	join_key(path, sizeof(path), o->path, key);
+	join_key(name, sizeof(name), o->name, key);
+	jobj_make(child, o->doc, item, path, name, o->ov);
+	return item ? 1 : 0;
+}
+
+/* ---- unknown keys ---- */
+
+int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes)
+{
+	const char *dot = o->name[0] ? "." : "";
+	const cJSON *m;
+
+	if (!cJSON_IsObject(o->obj) || !notes)
+		return 0;
+	cJSON_ArrayForEach(m, o->obj) {
+		const char *best = NULL;
+		int best_d = INT_MAX, is_known = 0, rc;
+		char where[1024];
+
+		for (int i = 0; known[i] && !is_known; i++) {
+			int d = jdoc_edit_distance(m->string, known[i]);
+			is_known = strcmp(m->string, known[i]) == 0;
+			if (d < best_d) {
+				best_d = d;
+				best = known[i];
+			}
+		}
+		if (is_known)
+			continue;
+		jobj_where(o, m->string, where, sizeof(where));
+		/* a suggestion as far away as the key is long is a rewrite, not a typo */
+		if (best && best_d <= 3 && (size_t)best_d < strlen(m->string))
+			rc = px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'; "
+					   "did you mean '%s%s%s'?", where, o->name, dot, m->string,
+					   o->name, dot, best);
+		else
+			rc = px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'", where,
+					   o->name, dot, m->string);
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- edit distance ---- */
+
+int jdoc_edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	int *row = malloc((lb + 1) * sizeof(*row)); /* one row of the classic table */
+
+	/* out of memory: the longer length is still an upper bound of the distance */
+	if (!row)
+		return (int)(la > lb ? la : lb);
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int up = row[j];
+			int best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	int d = row[lb];
+	free(row);
+	return d;
+}

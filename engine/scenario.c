@@ -1,0 +1,256 @@
+#include "scenario.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const SECTION_KEYS[SC_N_DOCS] = {"", "model", "deepspeed", "cluster"};
+
+/* ---- sections ---- */
+
+/* Load the section named key: an inline object, or a path relative to the scenario's folder. */
+static int load_section(Scenario *sc, int idx, JsonObj *out, PxError *err)
+{
+	const JsonDoc *top = &sc->docs[SC_DOC_SCENARIO];
+	const char *key = SECTION_KEYS[idx];
+	cJSON *v = cJSON_GetObjectItemCaseSensitive(top->root, key);
+	char where[512];
+
+	if (!v) {
+		if (idx == SC_DOC_DEEPSPEED) { /* an empty config is DeepSpeed's default */
+			v = cJSON_AddObjectToObject(top->root, key);
+		} else {
+			return px_fail(err, PX_ERR_INPUT, "%s: %s: missing; expected an object or the "
+				       "path of a JSON file", top->path, key);
+		}
+	}
+	if (cJSON_IsObject(v)) {
+		jobj_make(out, top, v, key, key, &sc->ov);
+		return 0;
+	}
+	if (!cJSON_IsString(v)) {
+		JsonObj root;
+		jobj_make(&root, top, top->root, "", "", &sc->ov);
+		jobj_where(&root, key, where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s: expected an object or the path of a JSON "
+			       "file", where, key);
+	}
+	char dir_buf[1024], file[2048];
+	snprintf(dir_buf, sizeof(dir_buf), "%s", top->path);
+	const char *dir = dirname(dir_buf);
+	if (v->valuestring[0] == '/')
+		snprintf(file, sizeof(file), "%s", v->valuestring);
+	else
+		snprintf(file, sizeof(file), "%s/%s", dir, v->valuestring);
+	if (jdoc_load_file(&sc->docs[idx], file, err))
+		return -1;
+	if (!cJSON_IsObject(sc->docs[idx].root))
+		return px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object for the %s section", file,
+			       key);
+	jobj_make(out, &sc->docs[idx], sc->docs[idx].root, "", key, &sc->ov);
+	return 0;
+}
+
+/* Apply each --set to the section it names, or to the scenario's own keys. */
+static int apply_overrides(Scenario *sc, JsonObj sect[SC_N_DOCS], PxError *err)
+{
+	for (int i = 0; i < sc->ov.n; i++) {
+		const char *key = sc->ov.v[i].key;
+		int idx = SC_DOC_SCENARIO;
+		for (int s = SC_DOC_MODEL; s < SC_N_DOCS; s++) {
+			size_t n = strlen(SECTION_KEYS[s]);
+			if (!strncmp(key, SECTION_KEYS[s], n) && key[n] == '.') {
+				idx = s;
+				key += n + 1;
+				break;
+			}
+		}
+		cJSON *root = (cJSON *)(idx == SC_DOC_SCENARIO ? sc->docs[SC_DOC_SCENARIO].root :
+							       sect[idx].obj);
+		if (jdoc_set_path(root, key, sc->ov.v[i].value, err))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- the scenario's own keys ---- */
+
+static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
+{
+	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
+					    "seq_length", "activation_checkpointing",
+					    "training_args", "parallelism", NULL};
+	const char *name, *ckpt;
+	JsonObj ta, par;
+	int rc;
+
+	if (jobj_check_keys(top, known, &sc->notes))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	char stem[1024];
+	snprintf(stem, sizeof(stem), "%s", sc->path);
+	char *base = basename(stem), *dot = strrchr(base, '.');
+	if (dot)
+		*dot = '\0';
+	if (jobj_str(top, "name", base, &name, err) < 0)
+		return -1;
+	snprintf(sc->name, sizeof(sc->name), "%s", name);
+
+	train_args_defaults(&sc->train_args);
+	if ((rc = jobj_child(top, "training_args", &ta, err)) < 0)
+		return -1;
+	if (rc && train_args_parse(&ta, &sc->train_args, &sc->notes, err))
+		return -1;
+
+	/* "full" when asked for, by the scenario or by the Trainer's gradient_checkpointing */
+	const char *dflt = sc->train_args.gradient_checkpointing ? "full" : "none";
+	if (jobj_str(top, "activation_checkpointing", dflt, &ckpt, err) < 0)
+		return -1;
+	if (!strcmp(ckpt, "none"))
+		sc->ckpt = CKPT_NONE;
+	else if (!strcmp(ckpt, "full"))
+		sc->ckpt = CKPT_FULL;
+	else if (!strcmp(ckpt, "selective"))
+		sc->ckpt = CKPT_SELECTIVE;
+	else {
+		char where[512];
+		jobj_where(top, "activation_checkpointing", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: activation_checkpointing: expected none, full "
+			       "or selective, got \"%s\"", where, ckpt);
+	}
+
+	/* 3D parallelism arrives with its own issue: refuse rather than ignore */
+	if ((rc = jobj_child(top, "parallelism", &par, err)) < 0)
+		return -1;
+	if (rc) {
+		static const char *const dims[] = {"tp", "pp", "ep", NULL};
+		for (int i = 0; dims[i]; i++) {
+			long long deg;
+			if (jobj_int(&par, dims[i], 1, 1 << 20, 1, &deg, err) < 0)
+				return -1;
+			if (deg > 1) {
+				char where[512];
+				jobj_where(&par, dims[i], where, sizeof(where));
+				return px_fail(err, PX_ERR_INPUT, "%s: parallelism.%s = %lld: tensor, "
+					       "pipeline and expert parallelism are not modelled yet "
+					       "(only data parallelism with ZeRO)", where, dims[i], deg);
+			}
+		}
+	}
+	return 0;
+}
+
+static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
+{
+	long long dflt = sc->model.arch == ARCH_PARAMS_ONLY ? 2048 : sc->model.max_pos;
+	int rc = jobj_int(top, "seq_length", 1, 1 << 24, dflt, &sc->seq, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 0 && sc->model.arch != ARCH_PARAMS_ONLY)
+		px_notes_warn(&sc->notes, "%s: seq_length not given: using the model's %lld positions",
+			      sc->path, sc->seq);
+	if (sc->model.learned_pos && sc->seq > sc->model.max_pos) {
+		char where[512];
+		jobj_where(top, "seq_length", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: seq_length: %lld is longer than the model's "
+			       "%lld learned positions", where, sc->seq, sc->model.max_pos);
+	}
+	return 0;
+}
+
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+{
+	JsonObj top, sect[SC_N_DOCS];
+
+	memset(sc, 0, sizeof(*sc));
+	px_notes_init(&sc->notes);
+	jov_init(&sc->ov);
+	snprintf(sc->path, sizeof(sc->path), "%s", path);
+	for (int i = 0; ov && i < ov->n; i++) {
+		char arg[600];
+		snprintf(arg, sizeof(arg), "%s=%s", ov->v[i].key, ov->v[i].value);
+		if (jov_add(&sc->ov, arg, err))
+			goto fail;
+	}
+	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
+		goto fail;
+	if (!cJSON_IsObject(sc->docs[SC_DOC_SCENARIO].root)) {
+		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with name, model, deepspeed, "
+			"cluster and seq_length", path);
+		goto fail;
+	}
+	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++)
+		if (load_section(sc, i, &sect[i], err))
+			goto fail;
+	if (apply_overrides(sc, sect, err))
+		goto fail;
+	jobj_make(&top, &sc->docs[SC_DOC_SCENARIO], sc->docs[SC_DOC_SCENARIO].root, "", "",
+		  &sc->ov);
+	if (parse_top(sc, &top, err) ||
+	    model_parse(&sect[SC_DOC_MODEL], &sc->model, &sc->notes, err) ||
+	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
+	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
+	    parse_seq(sc, &top, err))
+		goto fail;
+	if (sc->ds.ac_present && sc->ckpt == CKPT_NONE &&
+	    (sc->ds.partition_activations || sc->ds.cpu_checkpointing))
+		px_notes_warn(&sc->notes, "%s: deepspeed.activation_checkpointing has no effect: "
+			      "the scenario does not checkpoint (set activation_checkpointing: full)",
+			      sc->path);
+	return 0;
+fail:
+	scenario_free(sc);
+	return -1;
+}
+
+void scenario_free(Scenario *sc)
+{
+	if (!sc)
+		return;
+	for (int i = 0; i < SC_N_DOCS; i++)
+		jdoc_free(&sc->docs[i]);
+	jov_free(&sc->ov);
+	px_notes_free(&sc->notes);
+}
+
+/* ---- resolved JSON ---- */
+
+static cJSON *section_copy(const Scenario *sc, int idx)
+{
+	const cJSON *v = sc->docs[idx].root ?
+		sc->docs[idx].root :
+		cJSON_GetObjectItemCaseSensitive(sc->docs[SC_DOC_SCENARIO].root, SECTION_KEYS[idx]);
+	return cJSON_Duplicate(v, 1);
+}
+
+char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
+{
+	cJSON *j = cJSON_Duplicate(sc->docs[SC_DOC_SCENARIO].root, 1);
+	if (!j)
+		return NULL;
+	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++)
+		cJSON_ReplaceItemInObjectCaseSensitive(j, SECTION_KEYS[i], section_copy(sc, i));
+	cJSON *r = cJSON_AddObjectToObject(j, "resolved");
+	const DsConfig *ds = &sc->ds;
+	cJSON_AddStringToObject(r, "name", sc->name);
+	cJSON_AddStringToObject(r, "gpu", sc->cluster.gpu.name);
+	cJSON_AddNumberToObject(r, "world_size", (double)world);
+	cJSON_AddNumberToObject(r, "dp", (double)dp);
+	cJSON_AddNumberToObject(r, "num_parameters", sc->model.n_params);
+	cJSON_AddNumberToObject(r, "seq_length", (double)sc->seq);
+	cJSON_AddNumberToObject(r, "train_batch_size", (double)ds->train_batch);
+	cJSON_AddNumberToObject(r, "train_micro_batch_size_per_gpu", (double)ds->micro_batch);
+	cJSON_AddNumberToObject(r, "gradient_accumulation_steps", (double)ds->grad_accum);
+	cJSON_AddStringToObject(r, "dtype", dtype_name(ds->dtype));
+	cJSON_AddStringToObject(r, "optimizer", ds->optimizer);
+	cJSON_AddNumberToObject(r, "zero_stage", ds->zero.stage);
+	cJSON_AddNumberToObject(r, "reduce_bucket_size", ds->zero.reduce_bucket_elems);
+	cJSON_AddNumberToObject(r, "stage3_prefetch_bucket_size", ds->zero.prefetch_bucket_elems);
+	cJSON_AddNumberToObject(r, "stage3_param_persistence_threshold",
+				ds->zero.persistence_threshold_elems);
+	static const char *const ck[] = {"none", "selective", "full"};
+	cJSON_AddStringToObject(r, "activation_checkpointing", ck[sc->ckpt]);
+	char *text = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	return text;
+}

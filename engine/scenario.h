@@ -1,0 +1,39 @@
+/* scenario: one training scenario = model x DeepSpeed config x cluster (+ sequence length).
+ * Owns reading the scenario file and the files it names, applying --set overrides, and handing
+ * back the parsed parts with every warning; also its resolved JSON for the results database.
+ * It does not derive the parallel layout or any cost (plan.c, schedule.c, sim/). */
+#ifndef PX_SCENARIO_H
+#define PX_SCENARIO_H
+
+#include "activ.h"
+#include "cluster.h"
+#include "dsconfig.h"
+#include "jdoc.h"
+#include "model.h"
+
+enum { SC_DOC_SCENARIO, SC_DOC_MODEL, SC_DOC_DEEPSPEED, SC_DOC_CLUSTER, SC_N_DOCS };
+
+typedef struct Scenario {
+	char name[128];
+	char path[1024];
+	JsonDoc docs[SC_N_DOCS];  /* the scenario file and any section files it names */
+	JsonOverrides ov;         /* a copy of the --set list */
+	ModelSpec model;
+	DsConfig ds;
+	ClusterSpec cluster;
+	TrainArgs train_args;
+	long long seq;            /* sequence length, tokens */
+	CkptMode ckpt;
+	PxNotes notes;            /* warnings and keys not modelled */
+} Scenario;
+
+/* Load PATH with the overrides ov (may be NULL). The sections model, deepspeed and cluster are each
+ * an object or a path relative to the scenario file. On error the scenario is freed. */
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
+void scenario_free(Scenario *sc);
+
+/* The scenario as one compact JSON text with every section inlined and overrides applied, plus a
+ * "resolved" object of derived values (batch arithmetic, precision); caller frees. */
+char *scenario_resolved_json(const Scenario *sc, long long world, long long dp);
+
+#endif

@@ -1,0 +1,106 @@
+/* schedule: the ordered list of what one rank does, shared by the simulator and the executors.
+ * Owns the op vocabulary (allocate/free with a category and a place, compute, collectives, copies,
+ * a repeat block for micro-batches) and the container. Building a schedule from a plan is build.c;
+ * pricing one is sim/. */
+#ifndef PX_SCHEDULE_H
+#define PX_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+typedef enum { PLACE_GPU, PLACE_CPU, PLACE_NVME, N_PLACES } Place;
+typedef enum { CAT_PARAMS, CAT_GRADS, CAT_OPTIM, CAT_ACTIV, CAT_BUFFERS, CAT_OVERHEAD, N_CATS } MemCat;
+
+typedef enum {
+	OP_ALLOC,    /* buf, place, cat, what, bytes */
+	OP_FREE,     /* buf */
+	OP_COMPUTE,  /* sub = CompKind, unit, flops, bytes (memory traffic) */
+	OP_COLL,     /* sub = CollKind, group, nranks, elems, elem_bytes, bytes = payload, offset */
+	OP_COPY,     /* sub = CopyDir, bytes */
+	OP_LOOP,     /* count: run the ops up to the matching OP_END_LOOP this many times */
+	OP_END_LOOP,
+} OpKind;
+
+typedef enum { COMP_FWD, COMP_BWD, COMP_RECOMPUTE, COMP_OPTIMIZER, N_COMPS } CompKind;
+
+typedef enum {
+	COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_BROADCAST,
+	COLL_P2P, N_COLLS
+} CollKind;
+
+typedef enum { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EP, GROUP_HPZ, N_GROUPS } CommGroup;
+
+typedef enum { COPY_H2D, COPY_D2H, COPY_NVME_READ, COPY_NVME_WRITE, N_COPIES } CopyDir;
+
+/* What a buffer holds, so that an executor knows which tensor an ALLOC stands for. */
+typedef enum {
+	BUF_CUDA_CONTEXT, BUF_CUBLAS_WORKSPACE, BUF_NCCL, BUF_LOSS_SCALER,
+	BUF_PARAMS,        /* full 16-bit (or fp32) parameters, stage 0-2 */
+	BUF_PARAM_PART,    /* this rank's parameter partition, stage 3 */
+	BUF_PERSISTENT,    /* stage 3 parameters under the persistence threshold, kept whole */
+	BUF_GATHERED,      /* stage 3: a unit's parameters gathered for its compute */
+	BUF_GRADS,         /* full gradients, stage 0-1 */
+	BUF_GRAD_PART,     /* this rank's gradient partition, stage 2-3 */
+	BUF_GRAD_FP32,     /* fp32 gradient partition the optimizer reads */
+	BUF_UNIT_GRADS,    /* a unit's gradients before they are reduced (no contiguous buckets) */
+	BUF_MASTER,        /* fp32 master parameters */
+	BUF_OPT_STATES,    /* optimizer states (Adam m and v) */
+	BUF_REDUCE_BUCKET, /* contiguous gradient bucket */
+	BUF_ACTIVATIONS,   /* a block's activations kept for backward */
+	BUF_CHECKPOINT,    /* a block's input under full recompute */
+	BUF_ENDS,          /* embedding and output-layer activations (logits) */
+	BUF_SWAP,          /* host staging buffers for NVMe offload */
+	N_BUFS
+} BufWhat;
+
+typedef struct Op {
+	uint8_t kind;       /* OpKind */
+	uint8_t sub;        /* CompKind, CollKind or CopyDir */
+	uint8_t place;      /* Place (ALLOC) */
+	uint8_t cat;        /* MemCat (ALLOC) */
+	uint8_t what;       /* BufWhat (ALLOC) */
+	uint8_t group;      /* CommGroup (COLL) */
+	uint8_t elem_bytes; /* COLL: bytes per element on the wire */
+	int32_t unit;       /* layer unit, -1 when none */
+	int32_t buf;        /* ALLOC/FREE: buffer id */
+	int32_t nranks;     /* COLL: ranks in the group */
+	int64_t count;      /* LOOP: repetitions */
+	int64_t elems;      /* COLL: elements of the whole array; ALLOC: elements */
+	int64_t offset;     /* COLL: first element within the buffer it works on */
+	double bytes;       /* ALLOC: size; COLL: payload (nccl-tests "size"); COPY: size;
+			       COMPUTE: memory traffic */
+	double flops;       /* COMPUTE */
+} Op;
+
+typedef struct Schedule {
+	Op *ops;          /* owned */
+	int n, cap;
+	int step_begin;   /* ops[0..step_begin) set up the rank once; the rest is one optimizer step */
+	int n_bufs;       /* buffer ids are 0..n_bufs-1 */
+	int rank;
+} Schedule;
+
+void sched_init(Schedule *s, int rank);
+void sched_free(Schedule *s);
+
+/* Appenders return 0, or -1 when out of memory (the schedule then stays as it was). */
+int sched_alloc(Schedule *s, Place place, MemCat cat, BufWhat what, int unit, double bytes,
+		int *buf);
+int sched_free_buf(Schedule *s, int buf);
+int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double bytes);
+int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
+	       int elem_bytes, int64_t offset);
+int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes);
+int sched_loop(Schedule *s, int64_t count);
+int sched_end_loop(Schedule *s);
+
+const char *place_name(Place p);
+const char *cat_name(MemCat c);    /* "params", "grads", "optimizer", ... (JSON key stems) */
+const char *coll_name(CollKind k); /* "all_gather", ... */
+const char *group_name(CommGroup g);
+const char *buf_name(BufWhat w);
+const char *comp_name(CompKind k);
+const char *copy_name(CopyDir d);
+
+#endif

@@ -1,0 +1,29 @@
+/* memory: replays a schedule's allocations and frees into per-place memory curves.
+ * Owns the peak per place (GPU, CPU, NVMe), the breakdown by category at that peak, and an optional
+ * timeline callback. It does not know why a buffer exists: the schedule says. */
+#ifndef PX_SIM_MEMORY_H
+#define PX_SIM_MEMORY_H
+
+#include "../engine/schedule.h"
+
+typedef struct MemPlace {
+	double peak_bytes;
+	double at_peak[N_CATS]; /* bytes per category when the place reached its peak */
+	int peak_op;            /* index of the op that reached it */
+} MemPlace;
+
+typedef struct MemResult {
+	MemPlace place[N_PLACES];
+	double end_bytes[N_PLACES]; /* live after the step: what persists between steps */
+} MemResult;
+
+/* Called after each op with the live bytes per place (iteration counts micro-batches from 0). */
+typedef void (*MemTimelineFn)(void *ctx, int op_index, int iteration, const Op *op,
+			      const double live[N_PLACES]);
+
+/* Replay setup and one step. The micro-batch loop is replayed until its body leaves memory as it
+ * found it (twice at most for a well-formed schedule). Fails on a malformed schedule (a buffer
+ * allocated twice or freed while not live, an unbalanced loop). */
+int sim_memory(const Schedule *s, MemResult *out, MemTimelineFn fn, void *ctx, PxError *err);
+
+#endif

@@ -1,0 +1,20 @@
+/* metrics: a prediction as a flat list of named values ("memory.gpu.peak_bytes"), the one naming
+ * that the JSON output, the results database and the executors' measurements share. */
+#ifndef PX_SIM_METRICS_H
+#define PX_SIM_METRICS_H
+
+#include "predict.h"
+
+typedef struct Metric {
+	char name[64];    /* dotted: "comm.all_gather_bytes" */
+	double value;
+	const char *unit; /* "bytes", "flops", "1" */
+	int known;        /* 0: unknown (a params-only model's activations): JSON null, not stored */
+} Metric;
+
+#define METRICS_MAX 64
+
+/* Fill out (METRICS_MAX entries) with one rank's metrics; returns their count. */
+int metrics_collect(const Prediction *pr, Metric *out);
+
+#endif

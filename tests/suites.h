@@ -1,0 +1,38 @@
+/* The CUnit suites of the test runner: each test_*.c file registers its own suite. */
+#ifndef PX_TEST_SUITES_H
+#define PX_TEST_SUITES_H
+
+#include <CUnit/CUnit.h>
+
+/* Each adds one suite to the registry; returns 0 or -1. */
+#define PX_SUITES(X) \
+	X(jdoc)      \
+	X(db)
+
+#define PX_DECLARE_SUITE(name) int test_##name##_register(void);
+PX_SUITES(PX_DECLARE_SUITE)
+
+/* Add a suite of tests: PX_ADD_SUITE("name", {"test a", fn_a}, {"test b", fn_b}). */
+typedef struct PxTestCase {
+	const char *name;
+	CU_TestFunc fn;
+} PxTestCase;
+int px_add_suite(const char *name, const PxTestCase *cases, int n);
+#define PX_ADD_SUITE(name, ...)                                                        \
+	px_add_suite(name, (const PxTestCase[]){__VA_ARGS__},                          \
+		     (int)(sizeof((const PxTestCase[]){__VA_ARGS__}) / sizeof(PxTestCase)))
+
+/* Path of a file under the repository root (PX_ROOT, or "." when unset); static buffer. */
+const char *px_test_path(const char *rel);
+
+/* Run the parallax binary (PX_BIN) with a shell-quoted argument string; capture stdout+stderr into
+ * out (NUL-terminated, truncated to n). Returns the exit status, or -1 when it could not run. */
+int px_test_run_cli(const char *args, char *out, size_t n);
+
+/* A fresh temporary directory for this test (mkdtemp); static buffer. */
+const char *px_test_tmpdir(void);
+
+/* Write text to path; CU_FAIL on error. */
+void px_test_write_file(const char *path, const char *text);
+
+#endif

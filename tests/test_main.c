@@ -1,0 +1,83 @@
+/* The test runner: registers every suite, runs them and exits non-zero when any test failed. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "suites.h"
+
+int px_add_suite(const char *name, const PxTestCase *cases, int n)
+{
+	CU_pSuite s = CU_add_suite(name, NULL, NULL);
+	if (!s)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (!CU_add_test(s, cases[i].name, cases[i].fn))
+			return -1;
+	return 0;
+}
+
+const char *px_test_path(const char *rel)
+{
+	static char buf[4096];
+	const char *root = getenv("PX_ROOT");
+	snprintf(buf, sizeof(buf), "%s/%s", root ? root : ".", rel);
+	return buf;
+}
+
+int px_test_run_cli(const char *args, char *out, size_t n)
+{
+	const char *bin = getenv("PX_BIN");
+	char cmd[8192];
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", bin ? bin : "build/rel/parallax", args);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	size_t len = fread(out, 1, n ? n - 1 : 0, p);
+	if (n)
+		out[len] = '\0';
+	char sink[4096];
+	while (fread(sink, 1, sizeof(sink), p) > 0)
+		;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+const char *px_test_tmpdir(void)
+{
+	static char buf[256];
+	snprintf(buf, sizeof(buf), "/tmp/px_test_XXXXXX");
+	if (!mkdtemp(buf))
+		CU_FAIL_FATAL("mkdtemp failed");
+	return buf;
+}
+
+void px_test_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+#define PX_REGISTER(name)                                                   \
+	if (test_##name##_register() != 0) {                                \
+		fprintf(stderr, "cannot register suite %s: %s\n", #name,    \
+			CU_get_error_msg());                                \
+		return 1;                                                   \
+	}
+
+int main(void)
+{
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	PX_SUITES(PX_REGISTER)
+	CU_basic_set_mode(CU_BRM_NORMAL);
+	CU_basic_run_tests();
+	unsigned failed = CU_get_number_of_tests_failed();
+	unsigned asserts_failed = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return (failed || asserts_failed) ? 1 : 0;
+}
