@@ -255,6 +255,34 @@ static const OptimizerKind OPTIMIZERS[] = {
 	{"Lion", 1}, {"SGD", 1}, {"MuSGD", 1}, {0},
 };
 
+static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsgrad, PxError *err)
+{
+	double betas[2] = {ds->beta1, ds->beta2};
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(params->obj, "betas");
+	if (cJSON_IsString(b) && !strcmp(b->valuestring, "auto"))
+		ds->autos |= AUTO_BETAS;
+	else if (b && !(cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2 &&
+			cJSON_IsNumber(cJSON_GetArrayItem(b, 0)) &&
+			cJSON_IsNumber(cJSON_GetArrayItem(b, 1)))) {
+		char where[512];
+		jobj_where(params, "betas", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.betas: expected [beta1, beta2] or \"auto\"",
+			       where, params->name);
+	} else if (b) {
+		betas[0] = cJSON_GetArrayItem(b, 0)->valuedouble;
+		betas[1] = cJSON_GetArrayItem(b, 1)->valuedouble;
+	}
+	ds->beta1 = betas[0], ds->beta2 = betas[1];
+	if (num_or_auto(params, "lr", AUTO_LR, 0, 1e3, ds->lr, &ds->lr, &ds->autos, err) ||
+	    num_or_auto(params, "eps", AUTO_EPS, 0, 1, ds->eps, &ds->eps, &ds->autos, err) ||
+	    num_or_auto(params, "weight_decay", AUTO_WD, 0, 1e3, 0, &ds->weight_decay, &ds->autos,
+			err) ||
+	    jobj_num(params, "momentum", 0, 1, 0, &ds->momentum, err) < 0 ||
+	    jobj_bool(params, "amsgrad", 0, amsgrad, err) < 0)
+		return -1;
+	return 0;
+}
+
 static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	JsonObj opt, params;
@@ -282,30 +310,9 @@ static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 	}
 	snprintf(ds->optimizer, sizeof(ds->optimizer), "%s", k->name);
 	ds->optimizer_states = k->states;
-	if (!rc || (rc = jobj_child(&opt, "params", &params, err)) <= 0)
-		return rc;
-	double betas[2] = {ds->beta1, ds->beta2};
-	const cJSON *b = cJSON_GetObjectItemCaseSensitive(params.obj, "betas");
-	if (cJSON_IsString(b) && !strcmp(b->valuestring, "auto"))
-		ds->autos |= AUTO_BETAS;
-	else if (b && !(cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2 &&
-			cJSON_IsNumber(cJSON_GetArrayItem(b, 0)) &&
-			cJSON_IsNumber(cJSON_GetArrayItem(b, 1)))) {
-		char where[512];
-		jobj_where(&params, "betas", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: %s.betas: expected [beta1, beta2] or \"auto\"",
-			       where, params.name);
-	} else if (b) {
-		betas[0] = cJSON_GetArrayItem(b, 0)->valuedouble;
-		betas[1] = cJSON_GetArrayItem(b, 1)->valuedouble;
-	}
-	ds->beta1 = betas[0], ds->beta2 = betas[1];
-	if (num_or_auto(&params, "lr", AUTO_LR, 0, 1e3, ds->lr, &ds->lr, &ds->autos, err) ||
-	    num_or_auto(&params, "eps", AUTO_EPS, 0, 1, ds->eps, &ds->eps, &ds->autos, err) ||
-	    num_or_auto(&params, "weight_decay", AUTO_WD, 0, 1e3, 0, &ds->weight_decay, &ds->autos,
-			err) ||
-	    jobj_num(&params, "momentum", 0, 1, 0, &ds->momentum, err) < 0 ||
-	    jobj_bool(&params, "amsgrad", 0, &amsgrad, err) < 0)
+	if (rc && (rc = jobj_child(&opt, "params", &params, err)) < 0)
+		return -1;
+	if (rc && parse_optimizer_params(&params, ds, &amsgrad, err))
 		return -1;
 	if (!strcasecmp(k->name, "SGD") || !strcasecmp(k->name, "MuSGD"))
 		ds->optimizer_states = ds->momentum > 0; /* plain SGD keeps no state */

@@ -7,7 +7,10 @@
 /* Each adds one suite to the registry; returns 0 or -1. */
 #define PX_SUITES(X) \
 	X(jdoc)      \
-	X(db)
+	X(db)        \
+	X(zero)        \
+	X(model)       \
+	X(dsconfig)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

@@ -1,5 +1,7 @@
 /* The test runner: registers every suite, runs them and exits non-zero when any test failed. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <CUnit/Basic.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,11 @@ int px_add_suite(const char *name, const PxTestCase *cases, int n)
 const char *px_test_path(const char *rel)
 {
 	static char buf[4096];
+	static char cwd[2048];
 	const char *root = getenv("PX_ROOT");
-	snprintf(buf, sizeof(buf), "%s/%s", root ? root : ".", rel);
+	if (!root || !*root)
+		root = getcwd(cwd, sizeof(cwd)) ? cwd : ".";
+	snprintf(buf, sizeof(buf), "%s/%s", root, rel);
 	return buf;
 }
 
@@ -45,12 +50,34 @@ int px_test_run_cli(const char *args, char *out, size_t n)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Every temporary directory is removed when the runner exits. */
+#define MAX_TMPDIRS 1024
+static char *tmpdirs[MAX_TMPDIRS];
+static int n_tmpdirs;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+static void remove_tmpdirs(void)
+{
+	for (int i = 0; i < n_tmpdirs; i++) {
+		nftw(tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		free(tmpdirs[i]);
+	}
+	n_tmpdirs = 0;
+}
+
 const char *px_test_tmpdir(void)
 {
 	static char buf[256];
 	snprintf(buf, sizeof(buf), "/tmp/px_test_XXXXXX");
 	if (!mkdtemp(buf))
 		CU_FAIL_FATAL("mkdtemp failed");
+	if (n_tmpdirs < MAX_TMPDIRS)
+		tmpdirs[n_tmpdirs++] = strdup(buf);
 	return buf;
 }
 
@@ -73,6 +100,7 @@ int main(void)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
+	atexit(remove_tmpdirs);
 	PX_SUITES(PX_REGISTER)
 	CU_basic_set_mode(CU_BRM_NORMAL);
 	CU_basic_run_tests();

@@ -1,0 +1,52 @@
+#include "fixtures.h"
+
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "suites.h"
+
+int fx_load(Scenario *sc, const char *json)
+{
+	char path[512];
+	PxError err = {0};
+	snprintf(path, sizeof(path), "%s/scenario.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	if (scenario_load(sc, path, NULL, &err)) {
+		fprintf(stderr, "\nfixture: %s\n", err.msg);
+		CU_FAIL("scenario_load failed");
+		return -1;
+	}
+	return 0;
+}
+
+int fx_predict(Scenario *sc, Prediction *pr, const char *json)
+{
+	PxError err = {0};
+	if (fx_load(sc, json))
+		return -1;
+	if (predict_run(sc, pr, &err)) {
+		fprintf(stderr, "\nfixture: %s\n", err.msg);
+		CU_FAIL("predict_run failed");
+		scenario_free(sc);
+		return -1;
+	}
+	return 0;
+}
+
+void fx_free(Scenario *sc, Prediction *pr)
+{
+	predict_free(pr);
+	scenario_free(sc);
+}
+
+const char *fx_model(const char *name)
+{
+	static char buf[4][1024];
+	static int next;
+	char rel[256];
+	char *out = buf[next++ % 4];
+	snprintf(rel, sizeof(rel), "scenarios/models/%s.json", name);
+	snprintf(out, sizeof(buf[0]), "\"model\": \"%s\"", px_test_path(rel));
+	return out;
+}

@@ -1,0 +1,16 @@
+/* fixtures: scenarios written from JSON text into a temporary file and loaded, for engine tests. */
+#ifndef PX_TEST_FIXTURES_H
+#define PX_TEST_FIXTURES_H
+
+#include "../sim/predict.h"
+
+/* Load a scenario from JSON text; CU_FAIL and return -1 (with the error printed) on failure. */
+int fx_load(Scenario *sc, const char *json);
+/* Load and predict; on success both must be freed (fx_free). */
+int fx_predict(Scenario *sc, Prediction *pr, const char *json);
+void fx_free(Scenario *sc, Prediction *pr);
+
+/* A model object from a bundled config file: "\"model\": \"ABS/scenarios/models/NAME.json\"". */
+const char *fx_model(const char *name);
+
+#endif

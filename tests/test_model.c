@@ -1,0 +1,201 @@
+/* Models: parameter counts of the bundled Hugging Face configs against their published counts, and
+ * activation memory against Korthikanti et al. 2022, Table 2 (shared/reference/activations.md). */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "../engine/activ.h"
+#include "fixtures.h"
+#include "suites.h"
+
+static int load_model(const char *name, ModelSpec *m)
+{
+	char rel[256];
+	JsonDoc d = {0};
+	JsonObj o;
+	PxError err = {0};
+	PxNotes notes;
+	px_notes_init(&notes);
+	snprintf(rel, sizeof(rel), "scenarios/models/%s.json", name);
+	if (jdoc_load_file(&d, px_test_path(rel), &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("cannot load model file");
+		return -1;
+	}
+	jobj_make(&o, &d, d.root, "", "model", NULL);
+	int rc = model_parse(&o, m, &notes, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_EQUAL(notes.n_warnings, 0);
+	px_notes_free(&notes);
+	jdoc_free(&d);
+	return rc;
+}
+
+/* Published counts: Hugging Face's num_parameters() of GPT2LMHeadModel (tied head),
+ * LlamaForCausalLM and BertModel (with pooler) for these configs. GPT-3 175B has no published
+ * config; its count is Narayanan et al. 2021's formula
+ * 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) with V = 50257, s = 2048 (174.6B; "175B" in
+ * Brown et al. 2020 is that figure rounded). */
+static void test_published_counts(void)
+{
+	static const struct {
+		const char *name;
+		double published;
+	} cases[] = {
+		{"gpt2", 124439808},           {"gpt2-medium", 354823168},
+		{"gpt2-large", 774030080},     {"gpt2-xl", 1557611200},
+		{"llama-2-7b", 6738415616},    {"llama-2-13b", 13015864320},
+		{"llama-2-70b", 68976648192},  {"bert-base-uncased", 109482240},
+		{"bert-large-uncased", 335141888},
+	};
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ModelSpec m;
+		if (load_model(cases[i].name, &m))
+			continue;
+		double rel = fabs(m.n_params - cases[i].published) / cases[i].published;
+		if (rel > 1e-3)
+			fprintf(stderr, "\n%s: %.0f vs published %.0f\n", cases[i].name, m.n_params,
+				cases[i].published);
+		CU_ASSERT(rel <= 1e-3);
+	}
+	ModelSpec m;
+	if (load_model("gpt3-175b", &m))
+		return;
+	double l = 96, h = 12288, V = 50257, s = 2048;
+	double narayanan = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+	CU_ASSERT(fabs(m.n_params - narayanan) / narayanan <= 1e-3);
+	CU_ASSERT(fabs(m.n_params - 174.6e9) / 174.6e9 <= 1e-3);
+}
+
+/* Units partition the model: their parameters add up to the whole. */
+static void test_units_sum_to_model(void)
+{
+	static const char *const names[] = {"gpt2", "llama-2-70b", "bert-base-uncased"};
+	for (int i = 0; i < 3; i++) {
+		ModelSpec m;
+		if (load_model(names[i], &m))
+			continue;
+		double sum = 0;
+		for (int u = 0; u < model_n_units(&m); u++)
+			sum += (double)model_unit_params(&m, u);
+		CU_ASSERT_DOUBLE_EQUAL(sum, m.n_params, 0);
+	}
+	ModelSpec g;
+	if (load_model("gpt2", &g) == 0) /* GPT-2 ties its head to the token embedding */
+		CU_ASSERT_EQUAL(model_tied_elems(&g), 50257LL * 768);
+}
+
+/* ---- activations: Korthikanti et al. 2022, Table 2, bytes per layer ---- */
+
+/* A GPT-style layer as the paper assumes: dropout, kv = h, I = 4h, 16-bit activations. */
+static ModelSpec paper_layer(long long h, long long a)
+{
+	ModelSpec m = {.arch = ARCH_GPT2, .h = h, .a = a, .kv_heads = a, .I = 4 * h, .V = 51200,
+		       .L = 1, .dropout = 1, .has_lm_head = 1};
+	return m;
+}
+
+static void check_table2(long long s, long long b, long long h, long long a, int t)
+{
+	ModelSpec m = paper_layer(h, a);
+	double sbh = (double)s * b * h, as_h = 5.0 * a * s / h;
+	ActivShape tp = {.s = s, .b = b, .t = t, .sp = 0, .elem_bytes = 2};
+	ActivShape sp = tp;
+	sp.sp = 1;
+
+	if (t == 1) /* no parallelism: sbh(34 + 5as/h) */
+		CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &tp, CKPT_NONE), sbh * (34 + as_h), 1e-6);
+	/* tensor parallel: sbh(10 + 24/t + 5as/(ht)) */
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &tp, CKPT_NONE), sbh * (10 + 24.0 / t + as_h / t),
+			       1e-6 * sbh);
+	/* tensor + sequence parallel: sbh(34/t + 5as/(ht)) */
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &sp, CKPT_NONE), sbh * (34.0 / t + as_h / t),
+			       1e-6 * sbh);
+	/* tensor parallel + selective recompute: sbh(10 + 24/t) */
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &tp, CKPT_SELECTIVE), sbh * (10 + 24.0 / t),
+			       1e-6 * sbh);
+	/* tensor + sequence parallel + selective recompute: 34 sbh / t */
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &sp, CKPT_SELECTIVE), 34.0 * sbh / t, 1e-6 * sbh);
+	/* full recompute keeps only the layer input: 2sbh */
+	CU_ASSERT_DOUBLE_EQUAL(activ_checkpoint_bytes(&m, &tp, 0), 2 * sbh, 0);
+}
+
+static void test_korthikanti_table2(void)
+{
+	check_table2(2048, 1, 12288, 96, 1); /* GPT-3 175B */
+	check_table2(2048, 1, 12288, 96, 8);
+	check_table2(2048, 1, 20480, 128, 8); /* MT-NLG 530B */
+	check_table2(1024, 4, 1600, 25, 2);
+	check_table2(512, 3, 1024, 16, 4);
+}
+
+/* The paper's quoted values of 5as/h: 80 for GPT-3 175B, 64 for MT-NLG 530B. */
+static void test_korthikanti_attention_term(void)
+{
+	ActivShape x = {.s = 2048, .b = 1, .t = 1, .elem_bytes = 2};
+	ModelSpec gpt3 = paper_layer(12288, 96), mtnlg = paper_layer(20480, 128);
+	double sbh3 = 2048.0 * 12288, sbh5 = 2048.0 * 20480;
+	double full3 = activ_block_bytes(&gpt3, &x, CKPT_NONE);
+	double sel3 = activ_block_bytes(&gpt3, &x, CKPT_SELECTIVE);
+	CU_ASSERT_DOUBLE_EQUAL((full3 - sel3) / sbh3, 80, 1e-9);
+	double full5 = activ_block_bytes(&mtnlg, &x, CKPT_NONE);
+	double sel5 = activ_block_bytes(&mtnlg, &x, CKPT_SELECTIVE);
+	CU_ASSERT_DOUBLE_EQUAL((full5 - sel5) / sbh5, 64, 1e-9);
+}
+
+/* Embedding and output layer, one pipeline stage: (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1. */
+static void test_korthikanti_ends(void)
+{
+	ModelSpec m = paper_layer(12288, 96);
+	for (int t = 1; t <= 8; t *= 2) {
+		ActivShape x = {.s = 2048, .b = 2, .t = t, .elem_bytes = 2};
+		double L = 96, sbhL = 2048.0 * 2 * 12288 * L;
+		double expected = sbhL / t * (1 / L + 4 / L * (1 + 51200.0 / 12288));
+		CU_ASSERT_DOUBLE_EQUAL(activ_ends_bytes(&m, &x), expected, 1e-6 * expected);
+	}
+}
+
+/* Whole-scenario check: GPT-2 1.5B, seq 1024, micro-batch 4, bf16, no checkpointing, ZeRO-0 on
+ * one GPU: the activation peak is L layers of sbh(34 + 5as/h) plus the ends (5sbh + 4sbV). */
+static void test_scenario_activations(void)
+{
+	char json[1024];
+	Scenario sc;
+	Prediction pr;
+	snprintf(json, sizeof(json),
+		 "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 4, \"bf16\":"
+		 " {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1,"
+		 " \"gpus_per_node\": 1}, \"seq_length\": 1024}", fx_model("gpt2-xl"));
+	if (fx_predict(&sc, &pr, json))
+		return;
+	double s = 1024, b = 4, h = 1600, a = 25, L = 48, V = 50257;
+	double expected = L * s * b * h * (34 + 5 * a * s / h) + 5 * s * b * h + 4 * s * b * V;
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].at_peak[CAT_ACTIV], expected, 1);
+	fx_free(&sc, &pr);
+
+	/* full recompute: L inputs of 2sbh plus the larger of the ends (alive at the end of the
+	 * forward, 5sbh + 4sbV = 130.6 sbh here) and one rebuilt layer (114 sbh) */
+	snprintf(json, sizeof(json),
+		 "{%s, \"activation_checkpointing\": \"full\", \"deepspeed\":"
+		 " {\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true}},"
+		 " \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1, \"gpus_per_node\": 1},"
+		 " \"seq_length\": 1024}", fx_model("gpt2-xl"));
+	if (fx_predict(&sc, &pr, json))
+		return;
+	double layer = s * b * h * (34 + 5 * a * s / h), ends = 5 * s * b * h + 4 * s * b * V;
+	double ckpt = L * 2 * s * b * h + (ends > layer ? ends : layer);
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].at_peak[CAT_ACTIV], ckpt, 1);
+	fx_free(&sc, &pr);
+}
+
+int test_model_register(void)
+{
+	return PX_ADD_SUITE("model", {"published parameter counts", test_published_counts},
+			    {"units sum to the model", test_units_sum_to_model},
+			    {"Korthikanti Table 2", test_korthikanti_table2},
+			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
+			    {"Korthikanti embedding and output", test_korthikanti_ends},
+			    {"scenario activation peak", test_scenario_activations});
+}

@@ -1,0 +1,318 @@
+/* ZeRO: the paper's model-state accounting (Table 1, Table 2), its communication volumes, and the
+ * implementation-level memory of the schedule on cases worked out by hand.
+ * Source: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+ * Models", SC'20; shared/reference/zero_memory.md. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "suites.h"
+
+/* ---- Table 1: per-device model-state GB (GB = 1e9 bytes), mixed-precision Adam, K = 12 ---- */
+
+static const char *const TABLE1[6][10] = {
+	/* DP    7.5B: os   os+g    os+g+p  128B: os  os+g    os+g+p  1T: os     os+g       os+g+p */
+	{"1", "120", "120", "120", "2048", "2048", "2048", "16000", "16000", "16000"},
+	{"4", "52.5", "41.3", "30", "896", "704", "512", "7000", "5500", "4000"},
+	{"16", "35.6", "21.6", "7.5", "608", "368", "128", "4750", "2875", "1000"},
+	{"64", "31.4", "16.6", "1.88", "536", "284", "32", "4187.5", "2218.75", "250"},
+	{"256", "30.4", "15.4", "0.47", "518", "263", "8", "4046.9", "2054.7", "62.5"},
+	{"1024", "30.1", "15.1", "0.12", "513.5", "257.75", "2", "4011.7", "2013.7", "15.6"},
+};
+
+/* Half a unit of the last printed digit: the paper prints cells rounded to that digit. */
+static double printed_tolerance(const char *cell)
+{
+	const char *dot = strchr(cell, '.');
+	int decimals = dot ? (int)strlen(dot + 1) : 0;
+	return 0.5 * pow(10, -decimals) + 1e-9;
+}
+
+static void test_table1_all_cells(void)
+{
+	const double psi[3] = {7.5e9, 128e9, 1e12};
+	int checked = 0;
+	for (int row = 0; row < 6; row++) {
+		long long nd = atoll(TABLE1[row][0]);
+		for (int m = 0; m < 3; m++)
+			for (int stage = 1; stage <= 3; stage++) {
+				const char *cell = TABLE1[row][1 + 3 * m + stage - 1];
+				IdealStates s = plan_ideal_states(psi[m], nd, stage, 2, 2, 12);
+				double gb = s.total_bytes / 1e9;
+				if (fabs(gb - atof(cell)) > printed_tolerance(cell))
+					fprintf(stderr, "\nTable 1 DP=%lld psi=%g stage %d: got %.6f, "
+						"paper %s\n", nd, psi[m], stage, gb, cell);
+				CU_ASSERT(fabs(gb - atof(cell)) <= printed_tolerance(cell));
+				checked++;
+			}
+	}
+	CU_ASSERT_EQUAL(checked, 54);
+}
+
+/* The worked example's exact values: 7.5B, N_d = 64 -> 120 / 31.4 / 16.6 / 1.88 GB, from
+ * 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. */
+static void test_table1_formulas_exact(void)
+{
+	double psi = 7.5e9;
+	CU_ASSERT_DOUBLE_EQUAL(plan_ideal_states(psi, 64, 0, 2, 2, 12).total_bytes, 120e9, 1);
+	CU_ASSERT_DOUBLE_EQUAL(plan_ideal_states(psi, 64, 1, 2, 2, 12).total_bytes, 31.40625e9, 1);
+	CU_ASSERT_DOUBLE_EQUAL(plan_ideal_states(psi, 64, 2, 2, 2, 12).total_bytes, 16.640625e9, 1);
+	CU_ASSERT_DOUBLE_EQUAL(plan_ideal_states(psi, 64, 3, 2, 2, 12).total_bytes, 1.875e9, 1);
+	/* the components of stage 2: params whole, grads and optimizer partitioned */
+	IdealStates s = plan_ideal_states(psi, 64, 2, 2, 2, 12);
+	CU_ASSERT_DOUBLE_EQUAL(s.params_bytes, 15e9, 1);
+	CU_ASSERT_DOUBLE_EQUAL(s.grads_bytes, 2 * psi / 64, 1);
+	CU_ASSERT_DOUBLE_EQUAL(s.optimizer_bytes, 12 * psi / 64, 1);
+}
+
+/* Table 2: the largest model whose model states fit a 32 GB V100 with N_d = 64 and model
+ * parallelism MP is 32e9 * MP / (bytes per parameter); cells as printed ("7.6B", "0.5T"). */
+static const char *const TABLE2[5][5] = {
+	/* MP   baseline P_os     P_os+g    P_os+g+p */
+	{"1", "2B", "7.6B", "14.4B", "128B"},
+	{"2", "4B", "15.2B", "28.8B", "256B"},
+	{"4", "8B", "30.4B", "57.6B", "0.5T"},
+	{"8", "16B", "60.8B", "115.2B", "1T"},
+	{"16", "32B", "121.6B", "230.4B", "2T"},
+};
+
+/* The formula is linear in MP and the paper scales its MP = 1 row (as printed) by MP: 7.6B x 2 =
+ * 15.2B where 32e9 * 2 / 4.1875 would give 15.28B. So row 1 is checked against the formula at
+ * its printed precision, and every row against MP times row 1. */
+static double table2_value(const char *cell)
+{
+	char number[16];
+	double unit = cell[strlen(cell) - 1] == 'T' ? 1e12 : 1e9;
+	snprintf(number, sizeof(number), "%.*s", (int)strlen(cell) - 1, cell);
+	return atof(number) * unit;
+}
+
+static double table2_tolerance(const char *cell)
+{
+	char number[16];
+	double unit = cell[strlen(cell) - 1] == 'T' ? 1e12 : 1e9;
+	snprintf(number, sizeof(number), "%.*s", (int)strlen(cell) - 1, cell);
+	return printed_tolerance(number) * unit;
+}
+
+static void test_table2_largest_model(void)
+{
+	for (int stage = 0; stage <= 3; stage++) {
+		double per_param = plan_ideal_states(1, 64, stage, 2, 2, 12).total_bytes;
+		const char *first = TABLE2[0][1 + stage];
+		CU_ASSERT(fabs(32e9 / per_param - table2_value(first)) <= table2_tolerance(first));
+		for (int r = 1; r < 5; r++) {
+			const char *cell = TABLE2[r][1 + stage];
+			double scaled = atof(TABLE2[r][0]) * table2_value(first);
+			CU_ASSERT(fabs(scaled - table2_value(cell)) <= table2_tolerance(cell));
+		}
+	}
+}
+
+/* ---- communication: 2Ψ for stages 0-2, 3Ψ for stage 3 (ZeRO §7) ---- */
+
+/* A Llama-style model (untied embeddings, no biases) whose every tensor divides by 8 ranks, so no
+ * padding blurs the counts: h = 256, I = 1024, V = 32000, 4 layers. Persistence threshold 0 so that
+ * stage 3 gathers every tensor with its layer. */
+static const char *comm_scenario(int stage, char *buf, size_t n)
+{
+	snprintf(buf, n,
+		 "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4,"
+		 " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 32000,"
+		 " \"max_position_embeddings\": 512},"
+		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true},"
+		 " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
+		 " \"reduce_bucket_size\": 1e6, \"allgather_bucket_size\": 1e6}},"
+		 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 8},"
+		 " \"seq_length\": 128}", stage);
+	return buf;
+}
+
+static void test_comm_volumes(void)
+{
+	char json[2048];
+	double psi = 0, wire[4], payload[4];
+	for (int stage = 0; stage <= 3; stage++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predict(&sc, &pr, comm_scenario(stage, json, sizeof(json))))
+			return;
+		/* 2 * 32000 * 256 + 4 * (4 * 256^2 + 3 * 256 * 1024 + 2 * 256) + 256 */
+		psi = 2.0 * 32000 * 256 + 4.0 * (4 * 65536 + 3 * 262144 + 512) + 256;
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, psi, 0);
+		wire[stage] = pr.traffic.wire_total_bytes;
+		payload[stage] = traffic_payload_total(&pr.traffic);
+		if (stage == 0) /* one all-reduce of the bf16 gradients */
+			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_REDUCE], 2 * psi, 0);
+		if (stage == 1 || stage == 2) { /* reduce-scatter Ψ + all-gather Ψ */
+			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
+		}
+		if (stage == 3) { /* all-gather Ψ forward, Ψ backward, reduce-scatter Ψ */
+			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 4 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
+		}
+		fx_free(&sc, &pr);
+	}
+	/* elements each rank sends: all-reduce 2(n-1)/n Ψ = reduce-scatter + all-gather */
+	for (int stage = 0; stage < 3; stage++)
+		CU_ASSERT_DOUBLE_EQUAL(wire[stage], 2 * psi * 2 * 7.0 / 8, 1e-3);
+	CU_ASSERT_DOUBLE_EQUAL(wire[3] / wire[0], 1.5, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(payload[3] / payload[1], 1.5, 1e-12);
+}
+
+/* Gradient accumulation: stage 0-1 reduce once per step, stage 2-3 every micro-batch. */
+static void test_comm_with_accumulation(void)
+{
+	char json[2048];
+	for (int stage = 0; stage <= 3; stage++) {
+		Scenario sc;
+		Prediction pr1, pr4;
+		comm_scenario(stage, json, sizeof(json));
+		if (fx_predict(&sc, &pr1, json))
+			return;
+		double one = traffic_payload_total(&pr1.traffic);
+		fx_free(&sc, &pr1);
+		char *ga = strstr(json, "\"bf16\"");
+		char json4[2100];
+		snprintf(json4, sizeof(json4), "%.*s\"gradient_accumulation_steps\": 4, %s",
+			 (int)(ga - json), json, ga);
+		if (fx_predict(&sc, &pr4, json4))
+			return;
+		double four = traffic_payload_total(&pr4.traffic);
+		double psi = sc.model.n_params;
+		/* stage 0-1: unchanged; stage 2: 4 reduce-scatters of Ψ and one all-gather of Ψ;
+		 * stage 3: everything 4 times */
+		double expected = stage < 2 ? one : stage == 2 ? 2 * (4 * psi + psi) : 4 * one;
+		CU_ASSERT_DOUBLE_EQUAL(four, expected, 0);
+		fx_free(&sc, &pr4);
+	}
+}
+
+/* ---- implementation-level memory, worked by hand ---- */
+
+/* A params-only model of Ψ = 8e6 in 8 equal layers, fp16 Adam, ZeRO-3 over 4 GPUs, no overrides:
+ *   overhead: CUDA context 450 MiB + cuBLAS 32 MiB + NCCL 128 MiB = 610 MiB = 639,631,360 B
+ *             + fp16 loss scaler 8 B
+ *   partitions of 2e6 elements: params 2 B + grads 2 B + master 4 B + Adam 8 B = 32e6 B
+ *   backward: the first gather prefetches all 8 layers (8e6 <= stage3_prefetch_bucket_size 5e7,
+ *             <= max live 1e9): 8e6 x 2 B = 16e6 B gathered
+ *   two contiguous reduce buckets (overlap_comm defaults on at stage 3) of min(5e8, 8e6)
+ *             elements x 2 B = 32e6 B
+ *   peak = 639,631,368 + 32e6 + 16e6 + 32e6 = 719,631,368 B */
+static const char *PARAMS_ONLY_Z3 =
+	"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
+	" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 3%s}},"
+	" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+
+static void test_stage3_peak_by_hand(void)
+{
+	char json[1024];
+	Scenario sc;
+	Prediction pr;
+	snprintf(json, sizeof(json), PARAMS_ONLY_Z3, "");
+	if (fx_predict(&sc, &pr, json))
+		return;
+	const MemPlace *g = &pr.mem.place[PLACE_GPU];
+	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 719631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_PARAMS], 4e6 + 16e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_GRADS], 4e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_OPTIM], 24e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_ACTIV], 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_OVERHEAD], 639631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.ideal.total_bytes, 16 * 8e6 / 4, 0);
+	CU_ASSERT_EQUAL(pr.plan.activations_known, 0);
+	fx_free(&sc, &pr);
+
+	/* stage3_max_live_parameters = 2e6: at most two layers (2e6 elements, 4e6 B) gathered at once
+	 * instead of eight (16e6 B) -> peak 719,631,368 - 12e6 = 707,631,368 B */
+	snprintf(json, sizeof(json), PARAMS_ONLY_Z3, ", \"stage3_max_live_parameters\": 2e6");
+	if (fx_predict(&sc, &pr, json))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].peak_bytes, 707631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].at_peak[CAT_PARAMS], 4e6 + 4e6, 0);
+	fx_free(&sc, &pr);
+}
+
+/* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs):
+ *   GPU: overhead 639,631,368 B + full params 16e6 B + full grads 16e6 B = 671,631,368 B
+ *   CPU: fp32 gradient partition 2e6 x 4 B + master 2e6 x 4 B + Adam 2e6 x 8 B = 32e6 B
+ *   step traffic: reduce-scatter of 8e6 fp16 gradients, all-gather of 8e6 fp16 parameters;
+ *   copies: 2e6 fp16 gradients down (4e6 B), 2e6 fp16 parameters up (4e6 B). */
+static void test_stage1_offload_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	const char *json =
+		"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
+		" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 1,"
+		" \"offload_optimizer\": {\"device\": \"cpu\"}}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+	if (fx_predict(&sc, &pr, json))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].peak_bytes, 671631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_CPU].peak_bytes, 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_NVME].peak_bytes, 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 16e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 16e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.copy_bytes[COPY_D2H], 4e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.copy_bytes[COPY_H2D], 4e6, 0);
+	fx_free(&sc, &pr);
+}
+
+/* Every bundled scenario builds a schedule whose replay is balanced: what a step allocates it
+ * frees, so the memory left after the step is exactly the set-up's. */
+static void test_bundled_schedules_balanced(void)
+{
+	static const char *const names[] = {
+		"gpt2-xl-zero1-a100", "llama2-7b-zero2-h100", "llama2-13b-zero3-h100",
+		"llama2-70b-zero3-offload-h100", "llama2-70b-infinity-nvme-a100",
+		"gpt3-175b-zero3-a100", "gpt2-finetune-hf-zero2", "bert-large-finetune-hf-zero3",
+		"zero-paper-7.5b-dp64", NULL};
+	for (int i = 0; names[i]; i++) {
+		char rel[256];
+		Scenario sc;
+		Prediction pr;
+		PxError err = {0};
+		snprintf(rel, sizeof(rel), "scenarios/%s.json", names[i]);
+		if (scenario_load(&sc, px_test_path(rel), NULL, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("bundled scenario does not load");
+			continue;
+		}
+		if (predict_run(&sc, &pr, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("bundled scenario does not predict");
+			scenario_free(&sc);
+			continue;
+		}
+		double setup[N_PLACES] = {0};
+		for (int k = 0; k < pr.sched.step_begin; k++) {
+			const Op *op = &pr.sched.ops[k];
+			CU_ASSERT_EQUAL(op->kind, OP_ALLOC);
+			setup[op->place] += op->bytes;
+		}
+		for (int pl = 0; pl < N_PLACES; pl++)
+			CU_ASSERT_DOUBLE_EQUAL(pr.mem.end_bytes[pl], setup[pl], 1e-6 * setup[pl] + 1);
+		CU_ASSERT(pr.mem.place[PLACE_GPU].peak_bytes >= setup[PLACE_GPU]);
+		fx_free(&sc, &pr);
+	}
+}
+
+int test_zero_register(void)
+{
+	return PX_ADD_SUITE("zero", {"Table 1: all 54 cells", test_table1_all_cells},
+			    {"Table 1: formulas exact", test_table1_formulas_exact},
+			    {"Table 2: largest model on a 32 GB V100", test_table2_largest_model},
+			    {"communication 2 psi vs 3 psi", test_comm_volumes},
+			    {"communication with accumulation", test_comm_with_accumulation},
+			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
+			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
+			    {"bundled schedules balanced", test_bundled_schedules_balanced});
+}
