@@ -158,9 +158,14 @@ static void print_all(const PredictOpts *o, Item *items, int n)
 		report_summary_header(stdout);
 		for (int i = 0; i < n; i++)
 			report_summary_line(stdout, &items[i].sc, &items[i].pr);
-		for (int i = 0; i < n; i++)
-			for (int k = 0; k < items[i].sc.notes.n_warnings; k++)
-				printf("# %s\n", items[i].sc.notes.warnings[k]);
+		for (int i = 0; i < n; i++) {
+			const PxNotes *notes = &items[i].sc.notes;
+			for (int k = 0; k < notes->n_not_modelled; k++)
+				printf("# %s: not modelled: %s\n", items[i].sc.name,
+				       notes->not_modelled[k]);
+			for (int k = 0; k < notes->n_warnings; k++)
+				printf("# %s\n", notes->warnings[k]);
+		}
 		printf("# GiB = 2^30 bytes per GPU; ideal = ZeRO paper's model states; peak = this "
 		       "implementation's GPU peak; comm = collective payload per step\n");
 	}
