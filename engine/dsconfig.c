@@ -118,7 +118,7 @@ static int check_section(const JsonObj *o, const DsKey *keys, PxNotes *notes, Px
 {
 	const char *known[64];
 	int n = 0;
-	for (; keys[n].key; n++)
+	for (; keys[n].key && n < 63; n++)
 		known[n] = keys[n].key;
 	known[n] = NULL;
 	if (jobj_check_keys(o, known, notes))

@@ -10,7 +10,8 @@
 	X(db)        \
 	X(zero)        \
 	X(model)       \
-	X(dsconfig)
+	X(dsconfig)    \
+	X(cli)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
