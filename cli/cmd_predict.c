@@ -221,13 +221,13 @@ int cmd_predict(int argc, char **argv)
 		}
 		items[i].predicted = 1;
 	}
-	if (!rc && o.timeline && write_timeline(o.timeline, &items[0].pr, &err))
-		rc = err.code;
 	if (!rc) {
 		print_all(&o, items, n);
 		if (!o.no_db && store_all(&o, items, n, &err))
 			rc = err.code ? err.code : 1;
 	}
+	if (!rc && o.timeline && write_timeline(o.timeline, &items[0].pr, &err))
+		rc = err.code;
 	if (rc)
 		fprintf(stderr, "parallax predict: %s\n", err.msg);
 	for (int i = 0; i < n; i++) {

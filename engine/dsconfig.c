@@ -457,6 +457,10 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	memset(ds, 0, sizeof(*ds));
 	ds->source = o->doc->path;
+	const char *batch_key = cJSON_HasObjectItem(o->obj, "train_batch_size") ?
+		"train_batch_size" : "train_micro_batch_size_per_gpu";
+	jobj_where(o, batch_key, ds->batch_where, sizeof(ds->batch_where));
+	jobj_where(o, "zero_optimization", ds->zero_where, sizeof(ds->zero_where));
 	if (check_section(o, TOP_KEYS, notes, err) ||
 	    int_or_auto(o, "train_batch_size", AUTO_TRAIN_BATCH, 1, 1LL << 40, &ds->train_batch,
 			&ds->autos, err) ||
@@ -515,9 +519,9 @@ static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, 
 
 	if ((a & hidden_based) && m->arch == ARCH_PARAMS_ONLY)
 		return px_fail(err, PX_ERR_INPUT,
-			       "%s: zero_optimization bucket sizes are \"auto\", which the Hugging Face "
-			       "integration fills from the model's hidden_size; the model gives only "
-			       "num_parameters: write numbers instead", ds->source);
+			       "%s: deepspeed.zero_optimization: bucket sizes are \"auto\", which the "
+			       "Hugging Face integration fills from the model's hidden_size; the model "
+			       "gives only num_parameters: write numbers instead", ds->zero_where);
 	double h = (double)m->h;
 	if (a & AUTO_REDUCE_BUCKET)
 		ds->zero.reduce_bucket_elems = h * h;
@@ -565,19 +569,19 @@ static int resolve_batch(DsConfig *ds, long long dp, PxError *err)
 		ga = 1, tb = mb * dp;
 	else if (!tb && !mb)
 		return px_fail(err, PX_ERR_INPUT, "%s: either train_batch_size or "
-			       "train_micro_batch_size_per_gpu needs to be provided", ds->source);
+			       "train_micro_batch_size_per_gpu needs to be provided", ds->batch_where);
 	if (mb <= 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: train_micro_batch_size_per_gpu: %lld has to be "
 			       "greater than 0 (train_batch_size %lld over %lld data-parallel ranks)",
-			       ds->source, mb, tb, dp);
+			       ds->batch_where, mb, tb, dp);
 	if (ga <= 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: gradient_accumulation_steps: %lld has to be "
 			       "greater than 0 (train_batch_size %lld, micro-batch %lld, %lld "
-			       "data-parallel ranks)", ds->source, ga, tb, mb, dp);
+			       "data-parallel ranks)", ds->batch_where, ga, tb, mb, dp);
 	if (tb != mb * ga * dp)
 		return px_fail(err, PX_ERR_INPUT, "%s: train_batch_size is not equal to "
 			       "micro_batch_per_gpu * gradient_acc_step * world_size: %lld != %lld * "
-			       "%lld * %lld", ds->source, tb, mb, ga, dp);
+			       "%lld * %lld", ds->batch_where, tb, mb, ga, dp);
 	ds->train_batch = tb, ds->micro_batch = mb, ds->grad_accum = ga;
 	return 0;
 }

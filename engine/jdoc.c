@@ -31,12 +31,26 @@ static int fail_oom(PxError *err, const char *what)
 }
 
 /* Report a parse error at text[off] with a short excerpt of what is there. */
+/* cJSON reports a failed object key one character past it (parse_string advances before it
+ * checks for the quote): `{"a": 1,}` and `{a: 1}`. Step back when the character before the
+ * reported offset is what stood where a key belongs, after '{' or ','. */
+static size_t key_error_offset(const char *text, size_t off)
+{
+	if (off == 0 || text[off - 1] == '"' || strchr(" \t\r\n", text[off - 1]))
+		return off;
+	size_t k = off - 1;
+	while (k > 0 && strchr(" \t\r\n", text[k - 1]))
+		k--;
+	return k > 0 && (text[k - 1] == '{' || text[k - 1] == ',') ? off - 1 : off;
+}
+
 static int fail_malformed(const char *name, const char *text, size_t off, PxError *err)
 {
 	char near[16];
 	size_t n = 0;
 	int line, col;
 
+	off = key_error_offset(text, off);
 	text_line_col(text, off, &line, &col);
 	while (n < 12 && text[off + n]) {
 		char c = text[off + n];
@@ -49,6 +63,32 @@ static int fail_malformed(const char *name, const char *text, size_t off, PxErro
 	/* an empty excerpt would read "near ''" */
 	return px_fail(err, PX_ERR_INPUT, "%s:%d:%d: malformed JSON %s%s%s", name, line, col,
 		       n ? "near '" : "at the end of the file", near, n ? "'" : "");
+}
+
+/* DeepSpeed refuses a config with a key written twice, and JSON readers disagree on which one
+ * wins (cJSON keeps the first, Python the last): refuse it, naming the key. */
+static int check_duplicates(const JsonDoc *d, const cJSON *obj, const char *path, PxError *err)
+{
+	for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next) {
+		char sub[512];
+		if (cJSON_IsObject(obj) && c->string) {
+			for (const cJSON *e = obj->child; e != c; e = e->next)
+				if (e->string && !strcmp(e->string, c->string)) {
+					int line = 0, col = 0;
+					snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "",
+						 c->string);
+					jdoc_locate(d, sub, &line, &col);
+					return px_fail(err, PX_ERR_INPUT, "%s:%d:%d: duplicate key '%s': "
+						       "write each key once", d->path, line, col, sub);
+				}
+			snprintf(sub, sizeof(sub), "%s%s%s", path, *path ? "." : "", c->string);
+		} else {
+			snprintf(sub, sizeof(sub), "%s", path); /* array items: no key of their own */
+		}
+		if ((cJSON_IsObject(c) || cJSON_IsArray(c)) && check_duplicates(d, c, sub, err))
+			return -1;
+	}
+	return 0;
 }
 
 int jdoc_parse(JsonDoc *d, const char *name, const char *text, PxError *err)
@@ -73,6 +113,8 @@ int jdoc_parse(JsonDoc *d, const char *name, const char *text, PxError *err)
 		fail_malformed(name, d->text, end ? (size_t)(end - d->text) : 0, err);
 		goto out_free;
 	}
+	if (check_duplicates(d, d->root, "", err))
+		goto out_free;
 	return 0;
 
 out_free:

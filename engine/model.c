@@ -221,10 +221,14 @@ int model_parse(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err)
 	memset(m, 0, sizeof(*m));
 	if (jobj_str(o, "model_type", NULL, &type, err) < 0)
 		return -1;
-	if (!type) { /* infer the family from its keys, as a bare config would be read */
-		if (cJSON_HasObjectItem(o->obj, "num_parameters"))
-			type = "params";
-		else if (cJSON_HasObjectItem(o->obj, "n_embd"))
+	if (cJSON_HasObjectItem(o->obj, "num_parameters")) {
+		/* a bare count, or --set model.num_parameters=N over a config: the count wins */
+		if (type)
+			px_notes_warn(notes, "%s: %s.num_parameters given: the %s architecture is not "
+				      "used; activations unknown", o->doc->path, o->name, type);
+		type = "params";
+	} else if (!type) { /* infer the family from its keys, as a bare config would be read */
+		if (cJSON_HasObjectItem(o->obj, "n_embd"))
 			type = "gpt2";
 		else if (cJSON_HasObjectItem(o->obj, "type_vocab_size"))
 			type = "bert";

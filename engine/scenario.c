@@ -68,8 +68,14 @@ static int apply_overrides(Scenario *sc, JsonObj sect[SC_N_DOCS], PxError *err)
 		}
 		cJSON *root = (cJSON *)(idx == SC_DOC_SCENARIO ? sc->docs[SC_DOC_SCENARIO].root :
 							       sect[idx].obj);
-		if (jdoc_set_path(root, key, sc->ov.v[i].value, err))
-			return -1;
+		if (jdoc_set_path(root, key, sc->ov.v[i].value, err)) {
+			/* jdoc names the path inside the section; name the argument as typed */
+			const char *why = strstr(err->msg, ": ");
+			char reason[sizeof(err->msg)];
+			snprintf(reason, sizeof(reason), "%s", why ? why + 2 : err->msg);
+			return px_fail(err, PX_ERR_INPUT, "--set %s=%s: %s", sc->ov.v[i].key,
+				       sc->ov.v[i].value, reason);
+		}
 	}
 	return 0;
 }

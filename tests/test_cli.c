@@ -310,6 +310,8 @@ static void test_batch_arithmetic(void)
 	ASSERT_HAS(err_line, at("s.json"));
 	ASSERT_HAS(err_line, "train_batch_size");
 	ASSERT_HAS(err_line, "100 != 4 * 2 * 8");
+	/* it points at the batch key: line 3 of the inline scenario, after "deepspeed": { */
+	ASSERT_HAS(err_line, "s.json:");
 	ASSERT_NOTHING_STORED(db_path);
 }
 
@@ -395,6 +397,32 @@ static void test_set_errors(void)
 	ASSERT_HAS(err_line, "--set deepspeed.zero_optimization.stage=-1: ");
 	ASSERT_HAS(err_line, "got -1");
 	ASSERT_NOTHING_STORED(db_path);
+
+	/* a structural error names the argument as typed, section included */
+	rc = run("predict --db '%s' --set deepspeed.train_batch_size.x=3 '%s'", db_path,
+		 at("s.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "--set deepspeed.train_batch_size.x=3: 'train_batch_size' is not an "
+			     "object");
+	ASSERT_NOTHING_STORED(db_path);
+}
+
+/* --set model.num_parameters over an architecture config: the count wins, with a warning, and
+ * ZeRO-3's ideal model states follow it: 16 x 1e12 / 8 = 2e12 bytes. */
+static void test_set_num_parameters(void)
+{
+	new_test_dir();
+	int rc = run("predict --no-db --json --set model.num_parameters=1e12 "
+		     "--set deepspeed.zero_optimization.stage=3 '%s'",
+		     repo_file("scenarios/llama2-7b-zero2-h100.json"));
+	ASSERT_RC(rc, 0);
+	cJSON *j = cJSON_Parse(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), 1e12, 0);
+	CU_ASSERT_DOUBLE_EQUAL(json_num(j, "memory.ideal_model_states_bytes"), 2e12, 0);
+	CU_ASSERT(cJSON_IsNull(json_at(j, "memory.gpu.activations_bytes")));
+	ASSERT_HAS(out, "the llama architecture is not used");
+	cJSON_Delete(j);
 }
 
 /* ---- warnings and refusals ---- */
@@ -728,6 +756,7 @@ int test_cli_register(void)
 			    {"inconsistent batch arithmetic", test_batch_arithmetic},
 			    {"missing scenario and section files", test_missing_files},
 			    {"unknown GPU lists the catalog", test_unknown_gpu},
+			    {"--set num_parameters over a config", test_set_num_parameters},
 			    {"--set errors", test_set_errors},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},

@@ -162,6 +162,17 @@ static void test_malformed(void)
 	expect_parse_error("{\n  \"a\": tru\n}", "s.json:2:8: malformed JSON near 'tru }'");
 	/* cut short: the error sits just past the last byte, 7 bytes in */
 	expect_parse_error("{\"a\": 1", "s.json:1:8: malformed JSON at the end of the file");
+	/* a bad object key: cJSON reports it one past; the message points at it.
+	 * "{\"a\": 1,}": '}' is column 9; "{a: 1}": 'a' is column 2 */
+	expect_parse_error("{\"a\": 1,}", "s.json:1:9: malformed JSON near '}'");
+	expect_parse_error("{a: 1}", "s.json:1:2: malformed JSON near 'a: 1}'");
+	/* a bad value is reported where it starts: 'x' is column 7 */
+	expect_parse_error("{\"a\": x}", "s.json:1:7: malformed JSON near 'x}'");
+	/* a trailing comma in an array: ']' is column 4 */
+	expect_parse_error("[1,]", "s.json:1:4: malformed JSON near ']'");
+	/* DeepSpeed refuses duplicate keys; the message points at the first one's value, 2:12 */
+	expect_parse_error("{\"z\": {\n  \"stage\": 1,\n  \"stage\": 4}}",
+			   "s.json:2:12: duplicate key 'z.stage': write each key once");
 	expect_parse_error("", "s.json:1:1: malformed JSON: the file is empty");
 	expect_parse_error(" \n\t\n", "s.json:1:1: malformed JSON: the file is empty");
 }
