@@ -2,7 +2,6 @@
  * Everything written through db.c is read back with sqlite3 directly, so that a mistake in db.c's
  * SQL cannot hide itself. Each test works in a fresh directory from px_test_tmpdir(). */
 #include <CUnit/CUnit.h>
-#include <dirent.h>
 #include <float.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -25,24 +24,6 @@ static void new_test_dir(void)
 {
 	snprintf(test_dir, sizeof(test_dir), "%s", px_test_tmpdir());
 	snprintf(test_path, sizeof(test_path), "%s/px.db", test_dir);
-}
-
-/* Remove this test's directory and what is in it (the database, its -wal and -shm files). */
-static void remove_test_dir(void)
-{
-	DIR *d = opendir(test_dir);
-	struct dirent *e;
-	char p[1024];
-
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			snprintf(p, sizeof(p), "%s/%s", test_dir, e->d_name);
-			unlink(p);
-		}
-	closedir(d);
-	rmdir(test_dir);
 }
 
 static PxDb *open_fresh(void)
@@ -170,7 +151,6 @@ static void test_schema(void)
 	CU_ASSERT_EQUAL(db_open(test_path, &db, &err), 0);
 	db_close(db);
 	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM schema_version"), 1);
-	remove_test_dir();
 }
 
 static void test_run_row(void)
@@ -214,7 +194,6 @@ static void test_run_row(void)
 	tm.tm_year -= 1900;
 	tm.tm_mon -= 1;
 	CU_ASSERT(llabs((long long)(timegm(&tm) - time(NULL))) <= 60);
-	remove_test_dir();
 }
 
 /* ---- writing runs ---- */
@@ -238,7 +217,6 @@ static void test_scenario_dedup(void)
 	/* the first name stays (documented in docs/schema.md) */
 	CU_ASSERT_EQUAL(peek_int("SELECT name = 'tiny' FROM scenarios WHERE json = '{\"a\":1}'"),
 			1);
-	remove_test_dir();
 }
 
 static void test_metrics_roundtrip(void)
@@ -283,7 +261,6 @@ static void test_metrics_roundtrip(void)
 	sqlite3_close(h);
 	CU_ASSERT_EQUAL(seen, n);
 	assert_counts(row_counts(), 1, 1, (long long)n);
-	remove_test_dir();
 }
 
 static void test_many_metrics(void)
@@ -308,7 +285,6 @@ static void test_many_metrics(void)
 	/* sum of r*1000 + j = 1000 * N_NAMES * (0+..+999) + N_RANKS * (0+..+99)
 	 *                  = 100000 * 499500 + 1000 * 4950 = 49954950000, exact in a double */
 	CU_ASSERT_EQUAL(peek_int("SELECT sum(value) = 49954950000.0 FROM metrics"), 1);
-	remove_test_dir();
 }
 
 /* ---- predicted vs measured ---- */
@@ -379,7 +355,6 @@ static void test_view_error(void)
 	sqlite3_close(h);
 	CU_ASSERT_EQUAL(i, 3);
 	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM predicted_vs_measured"), 3);
-	remove_test_dir();
 }
 
 /* ---- failures leave nothing ---- */
@@ -414,7 +389,6 @@ static void test_atomic(void)
 	write_ok(db, &run);
 	db_close(db);
 	assert_counts(row_counts(), 2, 2, 4);
-	remove_test_dir();
 }
 
 static void test_foreign_key(void)
@@ -431,7 +405,6 @@ static void test_foreign_key(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "predicted_run_id 9999"));
 	db_close(db);
 	assert_counts(row_counts(), 0, 0, 0);
-	remove_test_dir();
 }
 
 static void expect_input_error(PxDb *db, const DbRun *run, const char *needle)
@@ -473,7 +446,6 @@ static void test_bad_input(void)
 	expect_input_error(db, &run, "has no unit");
 	db_close(db);
 	assert_counts(row_counts(), 0, 0, 0);
-	remove_test_dir();
 }
 
 /* ---- what db_open refuses ---- */
@@ -494,7 +466,6 @@ static void test_newer_version(void)
 		 "%s: schema_version 2 is newer than this parallax (1); upgrade parallax", test_path);
 	CU_ASSERT_STRING_EQUAL(err.msg, want);
 	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 2);
-	remove_test_dir();
 }
 
 static void test_not_a_database(void)
@@ -522,7 +493,6 @@ static void test_not_a_database(void)
 	back[fread(back, 1, sizeof(back) - 1, f)] = '\0';
 	fclose(f);
 	CU_ASSERT_STRING_EQUAL(back, text);
-	remove_test_dir();
 }
 
 static void test_close_null(void)
