@@ -10,10 +10,13 @@ CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 CFLAGS   ?= -O2 -g
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-LDLIBS   := -lcjson -lsqlite3 -lm
+# OpenMPI's headers and library, as its mpicc wrapper would pass them (empty before deps run)
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+LDLIBS   := -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lm
 TESTLIBS := -lcunit
 
-LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c))
+LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 
@@ -46,10 +49,10 @@ FORCE:
 
 $(REL)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(BUILD)/gen -MMD -MP -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP -c $< -o $@
 $(SAN)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) -I$(BUILD)/gen -MMD -MP -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP -c $< -o $@
 
 $(REL)/db/db.o $(SAN)/db/db.o: $(BUILD)/gen/version.h
 

@@ -12,6 +12,9 @@ need libsqlite3-dev /usr/include/sqlite3.h
 need libcunit1-dev /usr/include/CUnit/Basic.h
 need gnuplot-nox /usr/bin/gnuplot
 need sqlite3 /usr/bin/sqlite3
+need libopenblas-dev /usr/include/x86_64-linux-gnu/cblas.h
+need openmpi-bin /usr/bin/mpirun
+need libopenmpi-dev /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
 
 [ -z "$missing" ] && exit 0
 
