@@ -10,10 +10,11 @@ CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 CFLAGS   ?= -O2 -g
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-# OpenMPI's headers and library, as its mpicc wrapper would pass them (empty before deps run)
-MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-LDLIBS   := -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lm
+# OpenMPI's flags as its mpicc wrapper passes them; "=" so they are read when a recipe runs,
+# after scripts/deps.sh has installed OpenMPI on a fresh machine
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
+LDLIBS   = -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lm
 TESTLIBS := -lcunit
 
 LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))
