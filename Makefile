@@ -19,7 +19,8 @@ TESTLIBS := -lcunit
 
 LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
+# tests/*_check.c are standalone programs (their own main), run by the suites under mpirun
+TEST_SRC := $(sort $(filter-out tests/%_check.c,$(wildcard tests/*.c)))
 
 # objects for one flavour: $(call objs,DIR,SOURCES)
 objs = $(patsubst %.c,$(1)/%.o,$(2))
