@@ -124,7 +124,7 @@ static int write_timeline(const char *path, const Prediction *pr, PxError *err)
 	fprintf(f, "# rank 0 memory after each schedule op (bytes); iteration = micro-batch\n");
 	fprintf(f, "# %6s %6s %-10s %-20s %6s %16s %16s %16s\n", "op", "iter", "kind", "what", "unit",
 		"gpu_bytes", "cpu_bytes", "nvme_bytes");
-	int rc = sim_memory(&pr->sched, &mr, timeline_row, f, err);
+	int rc = sim_memory(&pr->stages[0].sched, &mr, timeline_row, f, err);
 	if (fclose(f) || rc) {
 		remove(tmp);
 		return rc ? -1 : px_fail(err, PX_ERR_RUNTIME, "%s: write failed", tmp);

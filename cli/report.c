@@ -30,10 +30,28 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		fprintf(f, "# model      %s, %.4g parameters: L=%lld h=%lld heads=%lld kv=%lld I=%lld "
 			"V=%lld; seq %lld\n", m->type, m->n_params, m->L, m->h, m->a, m->kv_heads, m->I,
 			m->V, sc->seq);
-	fprintf(f, "# cluster    %lld x %lld %s (%.1f GiB each; node: %s), world %lld: dp %lld tp 1 "
-		"pp 1 ep 1\n", c->nodes, c->gpus_per_node, c->gpu.name, c->gpu.mem_bytes / GiB,
-		c->gpu.node, p->world, p->dp);
-	fprintf(f, "# batch      train %lld = micro %lld x accumulation %lld x dp %lld\n",
+	const ParallelSpec *q = &p->par;
+	fprintf(f, "# cluster    %lld x %lld %s (%.1f GiB each; node: %s), world %lld: dp %lld tp %lld "
+		"pp %lld ep %lld\n", c->nodes, c->gpus_per_node, c->gpu.name, c->gpu.mem_bytes / GiB,
+		c->gpu.node, p->world, p->dp, q->tp, q->pp, q->ep);
+	if (q->tp > 1 || q->pp > 1 || q->ep > 1)
+		fprintf(f, "# parallel   layout %s, %s collectives; sequence parallel %s; pipeline %s "
+			"x %lld virtual, partition %s\n",
+			q->order == ORDER_TP_PP_DP ? "tp-pp-dp" : "tp-dp-pp", coll_algo_name(q->algo),
+			p->shape.sp ? "on" : "off", pipe_schedule_name(q->schedule),
+			q->virtual_stages,
+			q->partition == PART_UNIFORM ? "uniform" :
+			q->partition == PART_PARAMETERS ? "parameters" : "type:transformer");
+	if (m->experts)
+		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
+			"tokens per expert (factor %.3g, min %lld%s), %lld experts per rank\n",
+			m->experts, m->top_k, m->moe_interval, p->moe_capacity,
+			q->moe.capacity_factor, q->moe.min_capacity,
+			q->moe.drop_tokens ? "" : ", no drops", m->experts / q->ep);
+	if (p->hpz > 1 || p->qwz || p->qgz)
+		fprintf(f, "# zero++     qwZ %s, hpZ %lld, qgZ %s\n", p->qwz ? "on" : "off", p->hpz,
+			p->qgz ? "on" : "off");
+	fprintf(f, "# batch      train %lld = micro %lld x micro-batches %lld x dp %lld\n",
 		ds->train_batch, ds->micro_batch, ds->grad_accum, p->dp);
 	fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d fp32 "
 		"states)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
@@ -48,7 +66,8 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	if (z->stage == 3)
 		fprintf(f, "# stage 3    prefetch %.3g, persistence threshold %.3g, max live %.3g "
 			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,
-			z->persistence_threshold_elems, z->max_live_elems, p->persist_elems);
+			z->persistence_threshold_elems, z->max_live_elems,
+			p->stages[0].persist_elems);
 	fprintf(f, "# checkpoint %s%s%s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
 		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "");
@@ -66,11 +85,13 @@ static void echo_notes(FILE *f, const Scenario *sc)
 
 static void memory_table(FILE *f, const Prediction *pr)
 {
-	const MemPlace *g = &pr->mem.place[PLACE_GPU];
-	const double ideal[N_CATS] = {pr->ideal.params_bytes, pr->ideal.grads_bytes,
-				      pr->ideal.optimizer_bytes};
+	const StagePrediction *w = &pr->stages[pr->worst];
+	const MemPlace *g = &w->mem.place[PLACE_GPU];
+	const double ideal[N_CATS] = {w->ideal.params_bytes, w->ideal.grads_bytes,
+				      w->ideal.optimizer_bytes};
 
-	fprintf(f, "\nmemory per GPU at its peak (rank 0; GiB = 2^30 bytes)\n");
+	fprintf(f, "\nmemory per GPU at its peak (pipeline stage %d of %d, the worst; GiB = 2^30 "
+		"bytes)\n", pr->worst, pr->n_stages);
 	fprintf(f, "%-14s %16s %16s %16s\n", "category", "ZeRO-ideal GiB", "GPU GiB", "CPU GiB");
 	for (int c = 0; c < N_CATS; c++) {
 		char gpu[32];
@@ -80,29 +101,64 @@ static void memory_table(FILE *f, const Prediction *pr)
 			snprintf(gpu, sizeof(gpu), "%.3f", g->at_peak[c] / GiB);
 		if (c <= CAT_OPTIM)
 			fprintf(f, "%-14s %16.3f %16s %16.3f\n", cat_name(c), ideal[c] / GiB, gpu,
-				pr->mem.place[PLACE_CPU].at_peak[c] / GiB);
+				w->mem.place[PLACE_CPU].at_peak[c] / GiB);
 		else
 			fprintf(f, "%-14s %16s %16s %16.3f\n", cat_name(c), "-", gpu,
-				pr->mem.place[PLACE_CPU].at_peak[c] / GiB);
+				w->mem.place[PLACE_CPU].at_peak[c] / GiB);
 	}
-	fprintf(f, "%-14s %16.3f %16.3f %16.3f\n", "total", pr->ideal.total_bytes / GiB,
-		g->peak_bytes / GiB, pr->mem.place[PLACE_CPU].peak_bytes / GiB);
+	fprintf(f, "%-14s %16.3f %16.3f %16.3f\n", "total", w->ideal.total_bytes / GiB,
+		g->peak_bytes / GiB, w->mem.place[PLACE_CPU].peak_bytes / GiB);
 	fprintf(f, "# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1); "
 		"GPU/CPU: this implementation's buffers at the place's peak\n");
 
 	fprintf(f, "\n%-6s %14s %14s %6s\n", "place", "peak GiB", "capacity GiB", "fits");
 	const double cap[N_PLACES] = {pr->gpu_capacity_bytes, pr->cpu_capacity_bytes,
 				      pr->nvme_capacity_bytes};
-	const int fits[N_PLACES] = {pr->fits_gpu, pr->fits_cpu, pr->fits_nvme};
+	const int fits[N_PLACES] = {w->fits_gpu, w->fits_cpu, w->fits_nvme};
 	for (int pl = 0; pl < N_PLACES; pl++)
 		fprintf(f, "%-6s %14.3f %14.1f %6s\n", place_name(pl),
-			pr->mem.place[pl].peak_bytes / GiB, cap[pl] / GiB, fits[pl] ? "yes" : "NO");
+			w->mem.place[pl].peak_bytes / GiB, cap[pl] / GiB, fits[pl] ? "yes" : "NO");
 	fprintf(f, "# CPU and NVMe capacity: the node's share per GPU\n");
+}
+
+/* The layers a stage holds, as "3-14" (blocks) or "emb,1-12" style ranges over its chunks. */
+static void stage_layers(const Prediction *pr, int s, char *buf, size_t n)
+{
+	const Plan *p = &pr->plan;
+	size_t len = 0;
+	buf[0] = '\0';
+	for (int j = s; j < p->n_chunks; j += (int)p->par.pp) {
+		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1] - 1;
+		len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%d-%d", len ? "," : "",
+					lo, hi);
+	}
+}
+
+static void stage_table(FILE *f, const Prediction *pr)
+{
+	int order[4096];
+	if (pr->n_stages <= 1 || pr->n_stages > 4096)
+		return;
+	predict_stage_order(pr, order);
+	fprintf(f, "\nmemory per pipeline stage, worst first (GiB; units: 0 = embedding, 1..L = "
+		"layers, L+1 = head)\n");
+	fprintf(f, "%5s %-14s %8s %8s %8s %8s %8s %8s %9s %5s\n", "stage", "units", "params",
+		"grads", "optim", "activ", "buffers", "overhd", "peak", "fits");
+	for (int i = 0; i < pr->n_stages; i++) {
+		const StagePrediction *sp = &pr->stages[order[i]];
+		const double *c = sp->mem.place[PLACE_GPU].at_peak;
+		char units[64];
+		stage_layers(pr, order[i], units, sizeof(units));
+		fprintf(f, "%5d %-14.14s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %5s\n", order[i],
+			units, c[CAT_PARAMS] / GiB, c[CAT_GRADS] / GiB, c[CAT_OPTIM] / GiB,
+			c[CAT_ACTIV] / GiB, c[CAT_BUFFERS] / GiB, c[CAT_OVERHEAD] / GiB,
+			sp->mem.place[PLACE_GPU].peak_bytes / GiB, sp->fits ? "yes" : "NO");
+	}
 }
 
 static void comm_table(FILE *f, const Prediction *pr)
 {
-	const Traffic *t = &pr->traffic;
+	const Traffic *t = &pr->stages[pr->worst].traffic;
 	fprintf(f, "\ncommunication per rank per optimizer step (ring algorithms)\n");
 	fprintf(f, "%-16s %8s %16s %16s\n", "collective", "calls", "payload GiB", "sent GiB");
 	for (int k = 0; k < N_COLLS; k++) {
@@ -114,7 +170,17 @@ static void comm_table(FILE *f, const Prediction *pr)
 	fprintf(f, "%-16s %8s %16.3f %16.3f\n", "total", "",
 		traffic_payload_total(t) / GiB, t->wire_total_bytes / GiB);
 	fprintf(f, "# payload: nccl-tests \"size\" (the whole array); sent: what this rank puts on "
-		"the wire\n");
+		"the wire (stage %d)\n", pr->worst);
+	fprintf(f, "\n%-8s %16s %16s\n", "group", "payload GiB", "sent GiB");
+	for (int g = 0; g < N_GROUPS; g++)
+		if (t->group_payload_bytes[g] > 0 || t->group_wire_bytes[g] > 0)
+			fprintf(f, "%-8s %16.3f %16.3f\n", group_name(g),
+				t->group_payload_bytes[g] / GiB, t->group_wire_bytes[g] / GiB);
+	fprintf(f, "\n%-22s %16s\n", "link", "sent GiB");
+	fprintf(f, "%-22s %16.3f\n", "intra-node (NVLink)", t->intra_node_bytes / GiB);
+	fprintf(f, "%-22s %16.3f\n", "inter-node (network)", t->inter_node_bytes / GiB);
+	fprintf(f, "# cross-node payload (collectives whose group spans nodes): %.3f GiB\n",
+		t->cross_node_payload_bytes / GiB);
 	double copies = 0;
 	for (int d = 0; d < N_COPIES; d++)
 		copies += t->copy_bytes[d];
@@ -131,9 +197,10 @@ void report_table(FILE *f, const Scenario *sc, const Prediction *pr)
 	echo_config(f, sc, pr);
 	echo_notes(f, sc);
 	memory_table(f, pr);
+	stage_table(f, pr);
 	comm_table(f, pr);
 	fprintf(f, "\n# %s on %s: peak %.2f GiB of %.2f GiB per GPU: %s\n", sc->name,
-		sc->cluster.gpu.name, pr->mem.place[PLACE_GPU].peak_bytes / GiB,
+		sc->cluster.gpu.name, pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
 		pr->gpu_capacity_bytes / GiB, pr->fits ? "fits" : "DOES NOT FIT");
 }
 
@@ -145,10 +212,11 @@ void report_summary_header(FILE *f)
 
 void report_summary_line(FILE *f, const Scenario *sc, const Prediction *pr)
 {
-	double payload = traffic_payload_total(&pr->traffic);
+	double payload = traffic_payload_total(&pr->stages[pr->worst].traffic);
 	fprintf(f, "%-28.28s %-10s %6lld %5d %9.4g %9.2f %9.2f %9.1f %6s %11.2f\n", sc->name,
 		sc->cluster.gpu.name, pr->plan.world, pr->plan.stage, sc->model.n_params,
-		pr->ideal.total_bytes / GiB, pr->mem.place[PLACE_GPU].peak_bytes / GiB,
+		pr->stages[pr->worst].ideal.total_bytes / GiB,
+		pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
 		pr->gpu_capacity_bytes / GiB, pr->fits ? "yes" : "NO", payload / GiB);
 }
 
@@ -180,27 +248,12 @@ static cJSON *string_array(char **v, int n)
 	return a;
 }
 
-cJSON *report_json(const Scenario *sc, const Prediction *pr)
+/* One stage's metrics as a nested object. */
+static cJSON *metrics_json(const Prediction *pr, int stage)
 {
-	const Plan *p = &pr->plan;
 	Metric m[METRICS_MAX];
-	int n = metrics_collect(pr, m);
+	int n = metrics_collect(pr, stage, m);
 	cJSON *j = cJSON_CreateObject();
-
-	cJSON_AddStringToObject(j, "scenario", sc->name);
-	cJSON_AddStringToObject(j, "path", sc->path);
-	cJSON_AddStringToObject(j, "parallax_version", PX_VERSION);
-	cJSON_AddNumberToObject(j, "world_size", (double)p->world);
-	cJSON_AddNumberToObject(j, "dp", (double)p->dp);
-	cJSON_AddNumberToObject(j, "tp", 1);
-	cJSON_AddNumberToObject(j, "pp", 1);
-	cJSON_AddNumberToObject(j, "ep", 1);
-	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
-	cJSON_AddNumberToObject(j, "zero_stage", p->stage);
-	cJSON_AddNumberToObject(j, "train_batch_size", (double)sc->ds.train_batch);
-	cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", (double)sc->ds.micro_batch);
-	cJSON_AddNumberToObject(j, "gradient_accumulation_steps", (double)sc->ds.grad_accum);
-	cJSON_AddStringToObject(j, "gpu", sc->cluster.gpu.name);
 	for (int i = 0; i < n; i++) {
 		cJSON *v;
 		if (!strcmp(m[i].name, "memory.fits"))
@@ -210,6 +263,67 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 		else
 			v = cJSON_CreateNumber(m[i].value);
 		json_put(j, m[i].name, v);
+	}
+	return j;
+}
+
+static cJSON *parallel_json(const Plan *p)
+{
+	const ParallelSpec *q = &p->par;
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "rank_order", q->order == ORDER_TP_PP_DP ? "tp-pp-dp" : "tp-dp-pp");
+	cJSON_AddStringToObject(j, "collective_algorithm", coll_algo_name(q->algo));
+	cJSON_AddBoolToObject(j, "sequence_parallel", p->shape.sp);
+	cJSON_AddStringToObject(j, "pipeline_schedule", pipe_schedule_name(q->schedule));
+	cJSON_AddNumberToObject(j, "virtual_stages", (double)q->virtual_stages);
+	cJSON_AddNumberToObject(j, "micro_batches", (double)p->m);
+	cJSON_AddNumberToObject(j, "edp", (double)p->edp);
+	if (p->sc->model.experts) {
+		cJSON_AddNumberToObject(j, "experts", (double)p->sc->model.experts);
+		cJSON_AddNumberToObject(j, "moe_capacity", (double)p->moe_capacity);
+	}
+	cJSON *groups = cJSON_AddObjectToObject(j, "groups");
+	for (int g = 0; g < N_GROUPS; g++) {
+		cJSON *o = cJSON_AddObjectToObject(groups, group_name(g));
+		cJSON_AddNumberToObject(o, "ranks", (double)p->spans[g].n);
+		cJSON_AddNumberToObject(o, "nodes", (double)p->spans[g].nodes);
+		cJSON_AddNumberToObject(o, "per_node", (double)p->spans[g].per_node);
+	}
+	return j;
+}
+
+cJSON *report_json(const Scenario *sc, const Prediction *pr)
+{
+	const Plan *p = &pr->plan;
+	cJSON *j = metrics_json(pr, pr->worst); /* the worst stage's metrics at the top level */
+	int order[4096];
+
+	cJSON_AddStringToObject(j, "scenario", sc->name);
+	cJSON_AddStringToObject(j, "path", sc->path);
+	cJSON_AddStringToObject(j, "parallax_version", PX_VERSION);
+	cJSON_AddNumberToObject(j, "world_size", (double)p->world);
+	cJSON_AddNumberToObject(j, "dp", (double)p->dp);
+	cJSON_AddNumberToObject(j, "tp", (double)p->par.tp);
+	cJSON_AddNumberToObject(j, "pp", (double)p->par.pp);
+	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
+	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
+	cJSON_AddNumberToObject(j, "zero_stage", p->stage);
+	cJSON_AddNumberToObject(j, "train_batch_size", (double)sc->ds.train_batch);
+	cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", (double)sc->ds.micro_batch);
+	cJSON_AddNumberToObject(j, "gradient_accumulation_steps", (double)sc->ds.grad_accum);
+	cJSON_AddStringToObject(j, "gpu", sc->cluster.gpu.name);
+	cJSON_AddBoolToObject(j, "fits_all_stages", pr->fits);
+	cJSON_AddItemToObject(j, "parallel", parallel_json(p));
+	cJSON *stages = cJSON_AddArrayToObject(j, "stages");
+	if (pr->n_stages <= 4096) {
+		predict_stage_order(pr, order);
+		for (int i = 0; i < pr->n_stages; i++) {
+			cJSON *o = metrics_json(pr, order[i]);
+			char units[256];
+			stage_layers(pr, order[i], units, sizeof(units));
+			cJSON_AddStringToObject(o, "units", units);
+			cJSON_AddItemToArray(stages, o);
+		}
 	}
 	cJSON *notes = cJSON_AddObjectToObject(j, "notes");
 	cJSON_AddItemToObject(notes, "not_modelled",

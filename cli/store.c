@@ -31,29 +31,38 @@ static char *notes_text(const PxNotes *n)
 int store_prediction(PxDb *db, const Scenario *sc, const Prediction *pr, long long *run_id,
 		     PxError *err)
 {
-	Metric m[METRICS_MAX];
-	int n = metrics_collect(pr, m), rc = -1;
-	long long world = pr->plan.world;
-	char *json = scenario_resolved_json(sc, world, pr->plan.dp);
+	const Plan *p = &pr->plan;
+	int rc = -1, n_stages = pr->n_stages;
+	long long world = p->world;
+	char *json = scenario_resolved_json(sc, world, p->dp);
 	char *notes = notes_text(&sc->notes);
-	/* every data-parallel rank runs the same schedule, so each gets the same values */
-	DbMetric *rows = calloc((size_t)(n * world), sizeof(*rows));
+	Metric *m = calloc((size_t)n_stages * METRICS_MAX, sizeof(*m));
+	int *n = calloc((size_t)n_stages, sizeof(*n));
+	/* every rank of a pipeline stage runs the same schedule and gets its stage's values */
+	DbMetric *rows = calloc((size_t)world * METRICS_MAX, sizeof(*rows));
 	size_t k = 0;
 
-	if (!json || !notes || !rows) {
+	if (!json || !notes || !m || !n || !rows) {
 		px_fail(err, PX_ERR_RUNTIME, "out of memory storing %s", sc->name);
 		goto out;
 	}
-	for (long long r = 0; r < world; r++)
-		for (int i = 0; i < n; i++)
-			if (m[i].known)
-				rows[k++] = (DbMetric){.rank = (int)r, .name = m[i].name,
-						       .value = m[i].value, .unit = m[i].unit};
+	for (int s = 0; s < n_stages; s++)
+		n[s] = metrics_collect(pr, s, m + (size_t)s * METRICS_MAX);
+	for (long long r = 0; r < world; r++) {
+		int s = (int)parallel_stage_of(&p->par, r);
+		const Metric *ms = m + (size_t)s * METRICS_MAX;
+		for (int i = 0; i < n[s]; i++)
+			if (ms[i].known)
+				rows[k++] = (DbMetric){.rank = (int)r, .name = ms[i].name,
+						       .value = ms[i].value, .unit = ms[i].unit};
+	}
 	DbRun run = {.scenario_name = sc->name, .scenario_json = json, .kind = "predicted",
 		     .status = "ok", .notes = notes, .metrics = rows, .n_metrics = k};
 	rc = db_write_run(db, &run, run_id, err);
 out:
 	free(rows);
+	free(n);
+	free(m);
 	free(notes);
 	cJSON_free(json);
 	return rc;

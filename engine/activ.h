@@ -22,8 +22,14 @@ double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
 /* Bytes of one block's checkpoint under full recompute: its input, split over t when
  * sequence-parallel or when DeepSpeed partitions activations. */
 double activ_checkpoint_bytes(const ModelSpec *m, const ActivShape *x, int partitioned);
-/* Embedding and output-layer bytes of a single-stage model: Korthikanti's
- * (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1, i.e. (5sbh + 4sbV)/t in 16-bit with dropout. */
+/* An MoE block whose local experts receive `slots` tokens (E x capacity). */
+double activ_moe_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode,
+			     long long slots);
+/* Embedding and output-layer bytes per micro-batch: the embedding's dropout mask (first stage) and
+ * the head's (last stage); together Korthikanti's (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1, i.e.
+ * (5sbh + 4sbV)/t in 16-bit with dropout. */
+double activ_embed_bytes(const ModelSpec *m, const ActivShape *x);
+double activ_head_bytes(const ModelSpec *m, const ActivShape *x);
 double activ_ends_bytes(const ModelSpec *m, const ActivShape *x);
 
 #endif

@@ -3,19 +3,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline.h"
+
 #define MAX_PENDING 64
+
+/* Gradients waiting in a bucket for their reduction (stage 2-3): dense over dp, experts over edp. */
+typedef struct Bucket {
+	CommGroup group;
+	long long elems, offset;
+	int bufs[MAX_PENDING], n_bufs; /* unit gradients the reduction releases */
+} Bucket;
 
 typedef struct Builder {
 	const Plan *p;
+	int stage;              /* pipeline stage */
 	Schedule *s;
 	int oom;
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
-	int *act, *ckpt;        /* activation and checkpoint buffer per unit */
-	long long *flat_start;  /* first flat element of each unit (forward order) */
-	/* gradient bucket being filled in backward (stage 2-3) */
-	long long pending_elems, pending_offset;
-	int pending_bufs[MAX_PENDING], n_pending_bufs; /* unit gradients the bucket will release */
+	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
+	long long *dense_start, *expert_start; /* each unit's first element in the stage's flats */
+	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 } Builder;
 
@@ -24,6 +32,10 @@ typedef struct Builder {
 		if ((call) != 0)      \
 			b->oom = 1;   \
 	} while (0)
+
+static long long min_ll(long long a, long long b) { return a < b ? a : b; }
+static long long max_ll(long long a, long long b) { return a > b ? a : b; }
+static long long ceil_div(long long a, long long d) { return (a + d - 1) / d; }
 
 static int alloc(Builder *b, Place place, MemCat cat, BufWhat what, int unit, double bytes)
 {
@@ -40,24 +52,41 @@ static void release(Builder *b, int *id)
 	*id = -1;
 }
 
-/* A data-parallel collective; a group of one rank has nothing to exchange. */
-static void coll(Builder *b, CollKind kind, int unit, int64_t elems, int elem_bytes, int64_t off)
+/* A collective over group g; a group of one rank has nothing to exchange. Returns the op, or NULL
+ * when none was added. */
+static Op *coll(Builder *b, CollKind kind, CommGroup g, int unit, int64_t elems, int elem_bytes,
+		int64_t off)
 {
-	if (b->p->dp > 1)
-		DO(sched_coll(b->s, kind, GROUP_DP, (int)b->p->dp, unit, elems, elem_bytes, off));
+	long long n = b->p->spans[g].n;
+	if ((n <= 1 && kind != COLL_P2P && kind != COLL_P2P_RECV) || elems <= 0)
+		return NULL;
+	if (sched_coll(b->s, kind, g, (int)n, unit, elems, elem_bytes, off)) {
+		b->oom = 1;
+		return NULL;
+	}
+	return &b->s->ops[b->s->n - 1];
 }
 
-static long long min_ll(long long a, long long b) { return a < b ? a : b; }
-static long long max_ll(long long a, long long b) { return a > b ? a : b; }
-static long long ceil_div(long long a, long long d) { return (a + d - 1) / d; }
+/* A quantized collective (ZeRO++): elems at elem_bytes (INT8: 1; INT4: elems halved) plus one
+ * fp32 scale per ZPP_QUANT_BLOCK elements. */
+static void quantized(Builder *b, CollKind kind, CommGroup g, int unit, long long elems, int bits,
+		      long long off)
+{
+	long long stored = bits == 4 ? ceil_div(elems, 2) : elems;
+	Op *op = coll(b, kind, g, unit, stored, 1, off);
+	if (op)
+		op->bytes += 4.0 * (double)ceil_div(elems, ZPP_QUANT_BLOCK);
+}
 
 /* ---- set-up: what lives for the whole run ---- */
 
 static void setup(Builder *b)
 {
 	const Plan *p = b->p;
+	const StagePlan *st = &p->stages[b->stage];
 	const ClusterSpec *c = &p->sc->cluster;
 	const DsZero *z = &p->sc->ds.zero;
+	double part = (double)st->part_elems, flat = (double)(st->flat_dense + st->flat_expert);
 
 	alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUDA_CONTEXT, -1, c->cuda_context_bytes);
 	alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUBLAS_WORKSPACE, -1, c->cublas_workspace_bytes);
@@ -66,49 +95,56 @@ static void setup(Builder *b)
 		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_LOSS_SCALER, -1, 8);
 
 	if (p->stage < 3) {
-		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PARAMS, -1, (double)p->flat_elems * p->param_bytes);
-		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1,
-		      p->stage < 2 ? (double)p->flat_elems * p->grad_bytes : 0);
+		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PARAMS, -1, flat * p->param_bytes);
+		if (p->stage < 2)
+			alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, flat * p->grad_bytes);
 	} else {
-		alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1,
-		      (double)p->part_elems * p->param_bytes);
+		alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1, part * p->param_bytes);
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
-		      (double)p->persist_elems * p->param_bytes);
+		      (double)st->persist_elems * p->param_bytes);
+		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
+		      (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
 			alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
 			      (double)z->offload_param.buffer_count * z->offload_param.buffer_size *
 				      p->param_bytes);
 	}
 	if (p->stage >= 2 && p->opt_place == PLACE_GPU)
-		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, -1, (double)p->part_elems * p->grad_bytes);
+		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, -1, part * p->grad_bytes);
 	if (p->stage >= 1 && p->opt_place != PLACE_GPU) /* offload accumulates fp32 on the host */
-		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, (double)p->part_elems * 4);
+		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
-	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, (double)p->part_elems * p->master_bytes);
-	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, (double)p->part_elems * p->state_bytes);
+	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, part * p->master_bytes);
+	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, part * p->state_bytes);
 	if (p->opt_place == PLACE_NVME) /* each swap buffer holds one fp32 tensor of a sub-group */
 		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
 		      (double)z->offload_optimizer.buffer_count *
-			      (double)min_ll((long long)z->sub_group_elems, p->part_elems) * 4);
+			      (double)min_ll((long long)z->sub_group_elems, st->part_elems) * 4);
 }
 
 /* ---- stage 3: gathering units ---- */
 
-static void gather(Builder *b, int u)
+static void gather(Builder *b, int u, int backward)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
-	if (b->gathered[u] >= 0 || up->gather_elems == 0)
+	long long whole = up->gather_dense + up->gather_expert;
+	if (b->gathered[u] >= 0 || whole == 0)
 		return;
-	double part_bytes = (double)up->gather_part * p->param_bytes;
+	double part_bytes = (double)(up->part_dense + up->part_expert) * p->param_bytes;
 	if (p->param_place == PLACE_NVME)
 		DO(sched_copy(b->s, COPY_NVME_READ, u, part_bytes));
 	if (p->param_place != PLACE_GPU)
 		DO(sched_copy(b->s, COPY_H2D, u, part_bytes));
-	b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
-			       (double)up->gather_elems * p->param_bytes);
-	coll(b, COLL_ALL_GATHER, u, up->gather_elems, p->param_bytes, 0);
-	b->live_elems += (double)up->gather_elems;
+	b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u, (double)whole * p->param_bytes);
+	if (backward && p->hpz > 1) /* hpZ: from the secondary partition, inside the hpz group */
+		coll(b, COLL_ALL_GATHER, GROUP_HPZ, u, up->gather_dense, p->param_bytes, 0);
+	else if (p->qwz) /* qwZ: INT8 weights with their scales */
+		quantized(b, COLL_ALL_GATHER, GROUP_DP, u, up->gather_dense, 8, 0);
+	else
+		coll(b, COLL_ALL_GATHER, GROUP_DP, u, up->gather_dense, p->param_bytes, 0);
+	coll(b, COLL_ALL_GATHER, GROUP_EDP, u, up->gather_expert, p->param_bytes, 0);
+	b->live_elems += (double)whole;
 }
 
 static void ungather(Builder *b, int u)
@@ -116,7 +152,7 @@ static void ungather(Builder *b, int u)
 	if (b->gathered[u] < 0)
 		return;
 	release(b, &b->gathered[u]);
-	b->live_elems -= (double)b->p->units[u].gather_elems;
+	b->live_elems -= (double)(b->p->units[u].gather_dense + b->p->units[u].gather_expert);
 }
 
 /* Gather u, then prefetch the units that follow in direction dir while the not-yet-used gathered
@@ -128,9 +164,9 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
 	const DsZero *z = &p->sc->ds.zero;
 	double ahead = 0;
 
-	gather(b, u);
+	gather(b, u, dir < 0);
 	for (int j = u + dir; j >= 0 && j < p->n_units; j += dir) {
-		double g = (double)p->units[j].gather_elems;
+		double g = (double)(p->units[j].gather_dense + p->units[j].gather_expert);
 		if (g == 0)
 			continue;
 		if (ahead + g > z->prefetch_bucket_elems)
@@ -140,167 +176,288 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
 			continue;
 		if (b->live_elems + g > z->max_live_elems)
 			break;
-		gather(b, j);
+		gather(b, j, dir < 0);
 	}
 }
 
 /* ---- gradients: buckets (stage 2-3) ---- */
 
-static void flush_bucket(Builder *b)
+static void flush_bucket(Builder *b, Bucket *k)
 {
 	const Plan *p = b->p;
-	if (b->pending_elems == 0)
+	if (k->elems == 0)
 		return;
-	CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
-	coll(b, kind, -1, b->pending_elems, p->comm_bytes, b->pending_offset);
+	if (p->qgz && k->group == GROUP_DP) { /* qgZ: INT4 all-to-all inside nodes, then across */
+		quantized(b, COLL_ALL_TO_ALL, GROUP_NODE, -1, k->elems, 4, k->offset);
+		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, -1, k->elems, 4, k->offset);
+	} else {
+		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
+		coll(b, kind, k->group, -1, k->elems, p->comm_bytes, k->offset);
+	}
 	if (p->opt_place != PLACE_GPU) /* this rank's reduced slice goes to the host's fp32 grads */
-		DO(sched_copy(b->s, COPY_D2H, -1,
-			      (double)ceil_div(b->pending_elems, p->dp) * p->grad_bytes));
-	for (int i = 0; i < b->n_pending_bufs; i++)
-		release(b, &b->pending_bufs[i]);
-	b->n_pending_bufs = 0;
-	b->pending_elems = 0;
+		DO(sched_copy(b->s, COPY_D2H, -1, (double)ceil_div(k->elems, p->spans[k->group].n) *
+							   p->grad_bytes));
+	for (int i = 0; i < k->n_bufs; i++)
+		release(b, &k->bufs[i]);
+	k->n_bufs = 0;
+	k->elems = 0;
 }
 
-static void bucket_tensor(Builder *b, long long elems, long long offset)
+static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offset)
 {
 	const Plan *p = b->p;
-	if (p->stage == 3)
-		elems = ceil_div(elems, p->dp) * p->dp; /* each tensor is split into dp equal pieces */
-	if (b->pending_elems > 0 && (double)(b->pending_elems + elems) > p->reduce_bucket_elems)
-		flush_bucket(b);
-	b->pending_elems += elems;
-	b->pending_offset = offset; /* buckets fill backwards through the flat buffer */
+	if (p->stage == 3) /* each tensor is split into equal pieces over the group */
+		elems = ceil_div(elems, p->spans[k->group].n) * p->spans[k->group].n;
+	if (k->elems > 0 && (double)(k->elems + elems) > p->reduce_bucket_elems)
+		flush_bucket(b, k);
+	k->elems += elems;
+	k->offset = offset; /* buckets fill backwards through the flat buffer */
+}
+
+static void hold(Bucket *k, int id)
+{
+	if (id >= 0 && k->n_bufs < MAX_PENDING)
+		k->bufs[k->n_bufs++] = id;
 }
 
 static void unit_grads(Builder *b, int u)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
-	int last = p->n_units - 1;
+	const ModelSpec *m = &p->sc->model;
 
 	if (p->stage < 2)
 		return; /* stage 0-1 accumulate into the full gradient buffer */
-	if (u == last && model_tied_elems(&p->sc->model)) /* held until the embedding's turn */
+	if (u == p->n_units - 1 && model_tied_elems(m)) /* held until the embedding's turn */
 		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				     (double)model_tied_elems(&p->sc->model) * p->grad_bytes);
-	if (!p->sc->ds.zero.contiguous_gradients && up->params > 0 &&
-	    b->n_pending_bufs < MAX_PENDING - 1) {
-		int id = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-			       (double)up->params * p->grad_bytes);
-		b->pending_bufs[b->n_pending_bufs++] = id;
-	}
-	long long off = b->flat_start[u] + up->params;
+				     (double)ceil_div(model_tied_elems(m), p->par.tp) * p->grad_bytes);
+	if (!p->sc->ds.zero.contiguous_gradients)
+		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
+				      (double)(up->local_dense + up->local_expert) * p->grad_bytes));
+	long long doff = b->dense_start[u] + up->local_dense;
+	long long eoff = b->expert_start[u] + up->local_expert;
 	for (int i = up->n_tensors - 1; i >= 0; i--) {
-		off -= up->tensor_elems[i];
-		bucket_tensor(b, up->tensor_elems[i], off);
+		long long n = up->tensor_local[i];
+		if (up->tensor_expert[i])
+			bucket_tensor(b, &b->expert, n, eoff -= n);
+		else
+			bucket_tensor(b, &b->dense, n, doff -= n);
 	}
-	if (u == 0 && b->tied_grad >= 0 && b->n_pending_bufs < MAX_PENDING) {
-		b->pending_bufs[b->n_pending_bufs++] = b->tied_grad;
+	if (u == 0 && b->tied_grad >= 0) {
+		hold(&b->dense, b->tied_grad);
 		b->tied_grad = -1;
 	}
 }
 
-/* ---- one micro-batch ---- */
+/* ---- one unit, forward and backward ---- */
 
 static int is_block(const Plan *p, int u)
 {
 	return u >= 1 && u <= p->sc->model.L;
 }
 
-static void forward_unit(Builder *b, int u)
+/* Megatron's tensor-parallel collectives around a unit, bsh elements each: per block an
+ * all-reduce after attention and after the MLP in forward, and two for the input gradients in
+ * backward (with sequence parallelism each becomes an all-gather plus a reduce-scatter); the
+ * vocabulary-parallel embedding reduces its output, the head reduces its input gradient, and its
+ * cross-entropy reduces 3 fp32 values per token. */
+static void tp_colls(Builder *b, int u, int forward)
+{
+	const Plan *p = b->p;
+	if (p->par.tp <= 1 || !p->activations_known)
+		return;
+	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
+	int d = p->param_bytes, sp = p->shape.sp;
+	if (is_block(p, u)) {
+		for (int i = 0; i < 2; i++) {
+			if (sp) {
+				coll(b, COLL_ALL_GATHER, GROUP_TP, u, bsh, d, 0);
+				coll(b, COLL_REDUCE_SCATTER, GROUP_TP, u, bsh, d, 0);
+			} else {
+				coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+			}
+		}
+	} else if (u == 0 && forward) {
+		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+	} else if (u == p->n_units - 1 && p->sc->model.has_lm_head) {
+		if (forward)
+			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * p->shape.b * p->shape.s, 4, 0);
+		else
+			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+	}
+}
+
+/* An MoE block moves its tokens to their experts and back: two all-to-alls forward (dispatch,
+ * combine) and two backward, of E x capacity x h elements each. */
+static void moe_colls(Builder *b, int u)
+{
+	const Plan *p = b->p;
+	if (!p->units[u].moe)
+		return;
+	long long elems = p->moe_slots * p->sc->model.h;
+	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, 0);
+	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, 0);
+}
+
+static void forward_unit(Builder *b, int slot, int u)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
+	int i = slot * p->n_units + u;
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, +1);
 	if (is_block(p, u) && p->sc->ckpt == CKPT_FULL) {
-		b->ckpt[u] = alloc(b, p->ckpt_place, CAT_ACTIV, BUF_CHECKPOINT, u, up->ckpt_bytes);
+		b->ckpt[i] = alloc(b, p->ckpt_place, CAT_ACTIV, BUF_CHECKPOINT, u, up->ckpt_bytes);
 		if (p->ckpt_place == PLACE_CPU)
 			DO(sched_copy(b->s, COPY_D2H, u, up->ckpt_bytes));
 	} else {
-		b->act[u] = alloc(b, PLACE_GPU, CAT_ACTIV, is_block(p, u) ? BUF_ACTIVATIONS : BUF_ENDS,
+		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, is_block(p, u) ? BUF_ACTIVATIONS : BUF_ENDS,
 				  u, up->act_bytes);
 	}
 	DO(sched_compute(b->s, COMP_FWD, u, up->fwd_flops, 0));
+	tp_colls(b, u, 1);
+	moe_colls(b, u);
 	if (p->stage == 3)
 		ungather(b, u);
 }
 
-static void backward_unit(Builder *b, int u)
+static void backward_unit(Builder *b, int slot, int u)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
+	int i = slot * p->n_units + u;
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, -1);
-	if (b->ckpt[u] >= 0) { /* full recompute: rebuild the block's activations from its input */
+	if (b->ckpt[i] >= 0) { /* full recompute: rebuild the block's activations from its input */
 		if (p->ckpt_place == PLACE_CPU)
 			DO(sched_copy(b->s, COPY_H2D, u, up->ckpt_bytes));
-		b->act[u] = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
+		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
 		DO(sched_compute(b->s, COMP_RECOMPUTE, u, up->fwd_flops, 0));
+		tp_colls(b, u, 1);
+		moe_colls(b, u);
 	}
 	DO(sched_compute(b->s, COMP_BWD, u, 2 * up->fwd_flops, 0));
-	release(b, &b->act[u]);
-	release(b, &b->ckpt[u]);
+	tp_colls(b, u, 0);
+	moe_colls(b, u);
+	release(b, &b->act[i]);
+	release(b, &b->ckpt[i]);
 	unit_grads(b, u);
 	if (p->stage == 3)
 		ungather(b, u);
 }
 
-static long long bucket_buffer_elems(const Plan *p)
+/* ---- micro-batches ---- */
+
+static long long bucket_buffer_elems(const Plan *p, int stage)
 {
 	long long total = 0, largest = 0;
-	for (int u = 0; u < p->n_units; u++)
+	for (int u = 0; u < p->n_units; u++) {
+		if (p->units[u].stage != stage)
+			continue;
 		for (int i = 0; i < p->units[u].n_tensors; i++) {
-			long long n = p->units[u].tensor_elems[i];
+			long long n = p->units[u].tensor_local[i];
+			long long g = p->units[u].tensor_expert[i] ? p->edp : p->dp;
 			if (p->stage == 3)
-				n = ceil_div(n, p->dp) * p->dp;
+				n = ceil_div(n, g) * g;
 			total += n;
 			largest = max_ll(largest, n);
 		}
+	}
 	return max_ll(min_ll((long long)p->reduce_bucket_elems, total), largest);
 }
 
-static void micro_batch(Builder *b)
+static void alloc_buckets(Builder *b, int ids[2])
 {
 	const Plan *p = b->p;
 	const DsZero *z = &p->sc->ds.zero;
-	int buckets[2] = {-1, -1};
+	ids[0] = ids[1] = -1;
+	if (p->stage < 2 || !z->contiguous_gradients)
+		return;
+	double bytes = (double)bucket_buffer_elems(p, b->stage) * p->grad_bytes;
+	for (int i = 0; i < (z->overlap_comm ? 2 : 1); i++)
+		ids[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes);
+}
+
+/* Without pipelining: every unit forward, then backward, repeated for each micro-batch. */
+static void micro_batch(Builder *b)
+{
+	const Plan *p = b->p;
+	int buckets[2];
 
 	for (int u = 0; u < p->n_units; u++)
-		forward_unit(b, u);
-	if (p->stage >= 2 && z->contiguous_gradients) {
-		double bytes = (double)bucket_buffer_elems(p) * p->grad_bytes;
-		for (int i = 0; i < (z->overlap_comm ? 2 : 1); i++)
-			buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes);
-	}
+		forward_unit(b, 0, u);
+	alloc_buckets(b, buckets);
 	for (int u = p->n_units - 1; u >= 0; u--)
-		backward_unit(b, u);
-	flush_bucket(b);
+		backward_unit(b, 0, u);
+	flush_bucket(b, &b->dense);
+	flush_bucket(b, &b->expert);
 	release(b, &buckets[0]);
 	release(b, &buckets[1]);
 }
 
+/* With pipelining: the stage's own order of forwards and backwards (pipeline.c). A chunk
+ * receives its input from the previous stage and sends its output to the next, bsh elements per
+ * micro-batch each way; gradients come back the same way. */
+static int pipelined(Builder *b, PxError *err)
+{
+	const Plan *p = b->p;
+	long long pp = p->par.pp, v = p->par.virtual_stages, m = p->m;
+	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
+	int d = p->param_bytes;
+	PipeStep *order = malloc((size_t)(2 * m * v) * sizeof(*order));
+	if (!order)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	int n = pipe_order(p->par.schedule, pp, v, m, b->stage, order);
+
+	for (int k = 0; k < n; k++) {
+		const PipeStep *st = &order[k];
+		int j = st->chunk * (int)pp + b->stage; /* the global model chunk */
+		int first = j == 0, last = j == p->n_chunks - 1;
+		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1];
+		if (st->forward) {
+			if (!first)
+				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, 0);
+			for (int u = lo; u < hi; u++)
+				forward_unit(b, st->mb, u);
+			if (!last)
+				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, 0);
+		} else {
+			if (!last)
+				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, 0);
+			for (int u = hi - 1; u >= lo; u--)
+				backward_unit(b, st->mb, u);
+			if (!first)
+				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, 0);
+		}
+	}
+	free(order);
+	return 0;
+}
+
 /* ---- after the micro-batches: reduction, optimizer, parameter gather ---- */
 
-/* A collective over the flat buffer in chunks of at most chunk elements. */
-static void chunked(Builder *b, CollKind kind, long long total, double chunk, int elem_bytes)
+/* A collective over a flat buffer in chunks of at most chunk elements. */
+static void chunked(Builder *b, CollKind kind, CommGroup g, long long total, double chunk,
+		    int elem_bytes)
 {
 	long long step = (long long)chunk > 0 ? (long long)chunk : total;
 	for (long long off = 0; off < total; off += step)
-		coll(b, kind, -1, min_ll(step, total - off), elem_bytes, off);
+		coll(b, kind, g, -1, min_ll(step, total - off), elem_bytes, off);
 }
 
 static void optimizer_step(Builder *b)
 {
 	const Plan *p = b->p;
-	double part = (double)p->part_elems;
+	const StagePlan *st = &p->stages[b->stage];
+	double part = (double)st->part_elems;
 
-	if (p->stage < 2)
-		chunked(b, p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, p->flat_elems,
-			p->reduce_bucket_elems, p->comm_bytes);
+	if (p->stage < 2) {
+		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
+		chunked(b, kind, GROUP_DP, st->flat_dense, p->reduce_bucket_elems, p->comm_bytes);
+		chunked(b, kind, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems, p->comm_bytes);
+	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
 		DO(sched_copy(b->s, COPY_D2H, -1, part * p->grad_bytes));
 
@@ -319,50 +476,88 @@ static void optimizer_step(Builder *b)
 	if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))
 		DO(sched_copy(b->s, COPY_H2D, -1, part * p->param_bytes));
 
-	if (p->stage == 1 || p->stage == 2)
-		chunked(b, COLL_ALL_GATHER, p->flat_elems, p->allgather_bucket_elems, p->param_bytes);
-	if (p->stage == 3 && p->persist_elems > 0)
-		coll(b, COLL_ALL_GATHER, -1, ceil_div(p->persist_elems, p->dp) * p->dp,
+	if (p->stage == 1 || p->stage == 2) {
+		chunked(b, COLL_ALL_GATHER, GROUP_DP, st->flat_dense, p->allgather_bucket_elems,
+			p->param_bytes);
+		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, p->allgather_bucket_elems,
+			p->param_bytes);
+	}
+	if (p->stage == 3 && st->persist_elems > 0)
+		coll(b, COLL_ALL_GATHER, GROUP_DP, -1, ceil_div(st->persist_elems, p->dp) * p->dp,
 		     p->param_bytes, 0);
 }
 
 /* ---- entry ---- */
 
-int build_schedule(const Plan *p, int rank, Schedule *s, PxError *err)
+static int builder_init(Builder *b, const Plan *p, int stage, Schedule *s)
 {
-	Builder bb = {.p = p, .s = s, .tied_grad = -1}, *b = &bb;
 	int n = p->n_units;
-
-	sched_init(s, rank);
+	long long slots = p->par.pp > 1 ? p->m : 1;
+	memset(b, 0, sizeof(*b));
+	b->p = p;
+	b->stage = stage;
+	b->s = s;
+	b->tied_grad = -1;
+	b->dense.group = GROUP_DP;
+	b->expert.group = GROUP_EDP;
 	b->gathered = malloc((size_t)n * sizeof(int));
-	b->act = malloc((size_t)n * sizeof(int));
-	b->ckpt = malloc((size_t)n * sizeof(int));
-	b->flat_start = malloc((size_t)n * sizeof(long long));
-	if (!b->gathered || !b->act || !b->ckpt || !b->flat_start) {
-		b->oom = 1;
-		goto out;
-	}
-	long long off = 0;
+	b->act = malloc((size_t)(n * slots) * sizeof(int));
+	b->ckpt = malloc((size_t)(n * slots) * sizeof(int));
+	b->dense_start = malloc((size_t)n * sizeof(long long));
+	b->expert_start = malloc((size_t)n * sizeof(long long));
+	if (!b->gathered || !b->act || !b->ckpt || !b->dense_start || !b->expert_start)
+		return -1;
+	for (int u = 0; u < n; u++)
+		b->gathered[u] = -1;
+	for (long long i = 0; i < n * slots; i++)
+		b->act[i] = b->ckpt[i] = -1;
+	long long dense = 0, expert = 0; /* the stage's flats hold its units in forward order */
 	for (int u = 0; u < n; u++) {
-		b->gathered[u] = b->act[u] = b->ckpt[u] = -1;
-		b->flat_start[u] = off;
-		off += p->units[u].params;
+		b->dense_start[u] = dense;
+		b->expert_start[u] = expert;
+		if (p->units[u].stage == stage) {
+			dense += p->units[u].local_dense;
+			expert += p->units[u].local_expert;
+		}
 	}
+	return 0;
+}
 
-	setup(b);
-	s->step_begin = s->n;
-	DO(sched_loop(s, p->sc->ds.grad_accum));
-	micro_batch(b);
-	DO(sched_end_loop(s));
-	optimizer_step(b);
-out:
+static void builder_free(Builder *b)
+{
 	free(b->gathered);
 	free(b->act);
 	free(b->ckpt);
-	free(b->flat_start);
-	if (b->oom) {
-		sched_free(s);
-		return px_fail(err, PX_ERR_RUNTIME, "out of memory building the schedule");
+	free(b->dense_start);
+	free(b->expert_start);
+}
+
+int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
+{
+	Builder bb, *b = &bb;
+	int rc = 0;
+
+	sched_init(s, stage);
+	if (builder_init(b, p, stage, s)) {
+		b->oom = 1;
+		goto out;
 	}
-	return 0;
+	setup(b);
+	s->step_begin = s->n;
+	if (p->par.pp > 1) {
+		if ((rc = pipelined(b, err)))
+			goto out;
+	} else {
+		DO(sched_loop(s, p->m));
+		micro_batch(b);
+		DO(sched_end_loop(s));
+	}
+	optimizer_step(b);
+out:
+	builder_free(b);
+	if (b->oom)
+		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory building the schedule");
+	if (rc)
+		sched_free(s);
+	return rc;
 }

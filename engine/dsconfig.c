@@ -43,7 +43,7 @@ static const DsKey TOP_KEYS[] = {
 	{"zero_force_ds_cpu_optimizer", K_NONE}, {"timers", K_NONE}, {"nebula", K_NONE},
 	{"aio", K_TIME}, {"amp", K_NOT}, {"sparse_gradients", K_NOT}, {"elasticity", K_NOT},
 	{"autotuning", K_NOT}, {"compression_training", K_NOT}, {"data_efficiency", K_NOT},
-	{"curriculum_learning", K_NOT}, {"pipeline", K_NOT}, {"tensor_parallel", K_NOT},
+	{"curriculum_learning", K_NOT}, {"pipeline", K_MODEL}, {"tensor_parallel", K_MODEL},
 	{"sequence_parallel_size", K_NOT}, {"seq_parallel_communication_data_type", K_NOT},
 	{"eigenvalue", K_NOT}, {"quantize_training", K_NOT}, {"progressive_layer_drop", K_NOT},
 	{"sparse_attention", K_NOT}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
@@ -96,6 +96,17 @@ static const DsKey AC_KEYS[] = {
 	{"partition_activations", K_MODEL}, {"cpu_checkpointing", K_MODEL},
 	{"contiguous_memory_optimization", K_NOT}, {"number_checkpoints", K_NOT},
 	{"synchronize_checkpoint_boundary", K_TIME}, {"profile", K_NONE}, {0},
+};
+
+static const DsKey PIPELINE_KEYS[] = {
+	{"stages", K_MODEL}, {"partition", K_MODEL}, {"seed_layers", K_NONE},
+	{"activation_checkpoint_interval", K_NOT}, {"pipe_partitioned", K_NOT},
+	{"grad_partitioned", K_NOT}, {"use_reentrant", K_NONE}, {0},
+};
+
+static const DsKey TP_KEYS[] = {
+	{"autotp_size", K_MODEL}, {"tp_size", K_MODEL}, {"tp_overlap_comm", K_TIME},
+	{"partition_config", K_NOT}, {0},
 };
 
 static const DsKey OPTIMIZER_KEYS[] = {{"type", K_MODEL}, {"params", K_MODEL}, {0}};
@@ -439,6 +450,33 @@ static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError
 	return 0;
 }
 
+static int parse_parallel_keys(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj o;
+	int rc;
+	if ((rc = jobj_child(root, "tensor_parallel", &o, err)) < 0)
+		return -1;
+	if (rc) {
+		const char *key = cJSON_HasObjectItem(o.obj, "autotp_size") ? "autotp_size" : "tp_size";
+		if (check_section(&o, TP_KEYS, notes, err) ||
+		    jobj_int(&o, key, 1, 1 << 20, 0, &ds->autotp_size, err) < 0)
+			return -1;
+		jobj_where(&o, key, ds->tp_where, sizeof(ds->tp_where));
+	}
+	if ((rc = jobj_child(root, "pipeline", &o, err)) < 0)
+		return -1;
+	if (rc) {
+		if (check_section(&o, PIPELINE_KEYS, notes, err) ||
+		    jobj_str(&o, "partition", NULL, &ds->pipeline_partition, err) < 0)
+			return -1;
+		if (!is_auto(&o, "stages") &&
+		    jobj_int(&o, "stages", 1, 1 << 20, 0, &ds->pipeline_stages, err) < 0)
+			return -1;
+		jobj_where(&o, "stages", ds->pp_where, sizeof(ds->pp_where));
+	}
+	return 0;
+}
+
 static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	JsonObj ac;
@@ -472,7 +510,8 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 			&ds->autos, err))
 		return -1;
 	if (parse_precision(o, ds, notes, err) || parse_optimizer(o, ds, notes, err) ||
-	    parse_zero(o, ds, notes, err) || parse_checkpointing(o, ds, notes, err))
+	    parse_zero(o, ds, notes, err) || parse_checkpointing(o, ds, notes, err) ||
+	    parse_parallel_keys(o, ds, notes, err))
 		return -1;
 	return 0;
 }

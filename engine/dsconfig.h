@@ -68,6 +68,11 @@ typedef struct DsConfig {
 	double lr, beta1, beta2, eps, weight_decay, momentum;
 	double gradient_clipping;
 	DsZero zero;
+	/* DeepSpeed's own parallelism keys, 0 when absent (the scenario's "parallelism" agrees or
+	 * wins, see scenario.c) */
+	long long autotp_size, pipeline_stages;
+	const char *pipeline_partition;
+	char tp_where[512], pp_where[512];
 	/* activation checkpointing section */
 	int ac_present, partition_activations, cpu_checkpointing;
 	unsigned autos;              /* AUTO_* */

@@ -11,13 +11,27 @@ static long long head_dim(const ModelSpec *m)
 	return m->a > 0 ? m->h / m->a : m->h;
 }
 
-static int add(ModelTensor *t, int n, const char *name, long long numel)
+enum { REPL = 0, SPLIT = 1, EXPERT = 2 }; /* how a tensor is spread over ranks */
+
+static int add_as(ModelTensor *t, int n, const char *name, long long numel, int how)
 {
 	if (numel <= 0 || n >= MODEL_MAX_TENSORS)
 		return n;
 	t[n].name = name;
 	t[n].numel = numel;
+	t[n].tp_split = how == SPLIT;
+	t[n].expert = how == EXPERT;
 	return n + 1;
+}
+
+static int add(ModelTensor *t, int n, const char *name, long long numel)
+{
+	return add_as(t, n, name, numel, REPL);
+}
+
+int model_unit_is_moe(const ModelSpec *m, int unit)
+{
+	return m->experts > 0 && unit >= 1 && unit <= m->L && unit % m->moe_interval == 0;
 }
 
 static int norm_tensors(const ModelSpec *m, ModelTensor *t, int n, const char *w, const char *b)
@@ -26,48 +40,55 @@ static int norm_tensors(const ModelSpec *m, ModelTensor *t, int n, const char *w
 	return m->norm_bias ? add(t, n, b, m->h) : n;
 }
 
-static int block_tensors(const ModelSpec *m, ModelTensor *t)
+/* Megatron's split: QKV, the MLP's first matrices and their biases by columns; the output
+ * projections by rows (their biases stay whole); norms whole. An MoE block's router is whole and
+ * its experts are spread over expert-parallel ranks instead. */
+static int block_tensors(const ModelSpec *m, int unit, ModelTensor *t)
 {
 	long long h = m->h, q = m->a * head_dim(m), kv = m->kv_heads * head_dim(m), I = m->I;
-	int bias = m->linear_bias, n = 0;
+	long long bias = m->linear_bias, E = m->experts;
+	int n = 0, moe = model_unit_is_moe(m, unit), mlp = moe ? EXPERT : SPLIT;
+	long long copies = moe ? E : 1;
 
 	if (m->arch == ARCH_PARAMS_ONLY)
 		return add(t, 0, "block.params", (long long)llround(m->n_params / (double)m->L));
 	n = norm_tensors(m, t, n, "norm1.weight", "norm1.bias");
 	if (m->arch == ARCH_GPT2) { /* GPT-2 fuses q, k and v into one c_attn matrix */
-		n = add(t, n, "attn.c_attn.weight", h * (q + 2 * kv));
-		n = add(t, n, "attn.c_attn.bias", bias ? q + 2 * kv : 0);
+		n = add_as(t, n, "attn.c_attn.weight", h * (q + 2 * kv), SPLIT);
+		n = add_as(t, n, "attn.c_attn.bias", bias * (q + 2 * kv), SPLIT);
 	} else {
-		n = add(t, n, "attn.q.weight", h * q);
-		n = add(t, n, "attn.q.bias", bias ? q : 0);
-		n = add(t, n, "attn.k.weight", h * kv);
-		n = add(t, n, "attn.k.bias", bias ? kv : 0);
-		n = add(t, n, "attn.v.weight", h * kv);
-		n = add(t, n, "attn.v.bias", bias ? kv : 0);
+		n = add_as(t, n, "attn.q.weight", h * q, SPLIT);
+		n = add_as(t, n, "attn.q.bias", bias * q, SPLIT);
+		n = add_as(t, n, "attn.k.weight", h * kv, SPLIT);
+		n = add_as(t, n, "attn.k.bias", bias * kv, SPLIT);
+		n = add_as(t, n, "attn.v.weight", h * kv, SPLIT);
+		n = add_as(t, n, "attn.v.bias", bias * kv, SPLIT);
 	}
-	n = add(t, n, "attn.o.weight", q * h);
-	n = add(t, n, "attn.o.bias", bias ? h : 0);
+	n = add_as(t, n, "attn.o.weight", q * h, SPLIT);
+	n = add(t, n, "attn.o.bias", bias * h);
 	n = norm_tensors(m, t, n, "norm2.weight", "norm2.bias");
+	if (moe)
+		n = add(t, n, "mlp.router.weight", h * E);
 	if (m->gated_mlp) {
-		n = add(t, n, "mlp.gate.weight", h * I);
-		n = add(t, n, "mlp.up.weight", h * I);
+		n = add_as(t, n, "mlp.gate.weight", copies * h * I, mlp);
+		n = add_as(t, n, "mlp.up.weight", copies * h * I, mlp);
 	} else {
-		n = add(t, n, "mlp.fc.weight", h * I);
-		n = add(t, n, "mlp.fc.bias", bias ? I : 0);
+		n = add_as(t, n, "mlp.fc.weight", copies * h * I, mlp);
+		n = add_as(t, n, "mlp.fc.bias", copies * bias * I, mlp);
 	}
-	n = add(t, n, "mlp.down.weight", I * h);
-	return add(t, n, "mlp.down.bias", bias ? h : 0);
+	n = add_as(t, n, "mlp.down.weight", copies * I * h, mlp);
+	return add_as(t, n, "mlp.down.bias", copies * bias * h, moe ? EXPERT : REPL);
 }
 
 int model_unit_tensors(const ModelSpec *m, int unit, ModelTensor out[MODEL_MAX_TENSORS])
 {
 	int n = 0;
 	if (unit > 0 && unit <= m->L)
-		return block_tensors(m, out);
+		return block_tensors(m, unit, out);
 	if (m->arch == ARCH_PARAMS_ONLY)
 		return 0;
 	if (unit == 0) {
-		n = add(out, n, "embed.tokens", m->V * m->h);
+		n = add_as(out, n, "embed.tokens", m->V * m->h, SPLIT); /* vocabulary-parallel */
 		n = add(out, n, "embed.positions", m->learned_pos ? m->max_pos * m->h : 0);
 		n = add(out, n, "embed.token_types", m->type_vocab * m->h);
 		if (m->arch == ARCH_BERT)
@@ -79,7 +100,7 @@ int model_unit_tensors(const ModelSpec *m, int unit, ModelTensor out[MODEL_MAX_T
 		return add(out, n, "pooler.bias", m->h);
 	}
 	n = norm_tensors(m, out, n, "final_norm.weight", "final_norm.bias");
-	return add(out, n, "lm_head.weight", m->has_lm_head && !m->tied ? m->V * m->h : 0);
+	return add_as(out, n, "lm_head.weight", m->has_lm_head && !m->tied ? m->V * m->h : 0, SPLIT);
 }
 
 long long model_unit_params(const ModelSpec *m, int unit)
@@ -185,6 +206,16 @@ static int parse_llama(const JsonObj *o, ModelSpec *m, PxError *err)
 	return read_dropout(o, drop, 0.0, m, err);
 }
 
+static int parse_mixtral(const JsonObj *o, ModelSpec *m, PxError *err)
+{
+	if (parse_llama(o, m, err))
+		return -1;
+	if (need_int(o, "num_local_experts", &m->experts, err) ||
+	    jobj_int(o, "num_experts_per_tok", 1, m->experts, 2, &m->top_k, err) < 0)
+		return -1;
+	return 0;
+}
+
 static int parse_bert(const JsonObj *o, ModelSpec *m, PxError *err)
 {
 	static const char *const drop[] = {"hidden_dropout_prob", "attention_probs_dropout_prob", NULL};
@@ -219,6 +250,8 @@ int model_parse(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err)
 	int rc;
 
 	memset(m, 0, sizeof(*m));
+	m->top_k = 1;
+	m->moe_interval = 1;
 	if (jobj_str(o, "model_type", NULL, &type, err) < 0)
 		return -1;
 	if (cJSON_HasObjectItem(o->obj, "num_parameters")) {
@@ -243,13 +276,16 @@ int model_parse(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err)
 		rc = parse_gpt2(o, m, err);
 	else if (!strcmp(type, "llama") || !strcmp(type, "mistral"))
 		rc = parse_llama(o, m, err);
+	else if (!strcmp(type, "mixtral"))
+		rc = parse_mixtral(o, m, err);
 	else if (!strcmp(type, "bert"))
 		rc = parse_bert(o, m, err);
 	else {
 		char where[512];
 		jobj_where(o, "model_type", where, sizeof(where));
 		return px_fail(err, PX_ERR_INPUT,
-			       "%s: %s%smodel_type: expected gpt2, llama, mistral or bert, got \"%s\"",
+			       "%s: %s%smodel_type: expected gpt2, llama, mistral, mixtral or bert, got "
+			       "\"%s\"",
 			       where, o->name, *o->name ? "." : "", type);
 	}
 	if (rc)

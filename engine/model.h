@@ -23,6 +23,9 @@ typedef struct ModelSpec {
 	int tied;            /* LM head shares the token embedding */
 	int has_lm_head;     /* BERT's encoder has none; a pooler instead */
 	int dropout;         /* dropout masks are kept for backward (GPT-2, BERT configs with p > 0) */
+	long long experts;   /* E experts in each MoE block's MLP; 0 for a dense model */
+	long long top_k;     /* experts per token */
+	long long moe_interval; /* every moe_interval-th block is an MoE block */
 	double n_params;     /* the whole model's parameter count */
 } ModelSpec;
 
@@ -30,20 +33,24 @@ typedef struct ModelSpec {
  * untied LM head or BERT pooler). A params-only model is L equal blocks and empty ends. */
 static inline int model_n_units(const ModelSpec *m) { return (int)m->L + 2; }
 
-#define MODEL_MAX_TENSORS 16
+#define MODEL_MAX_TENSORS 24
 
 typedef struct ModelTensor {
 	const char *name;  /* "attn.c_attn.weight" */
-	long long numel;
+	long long numel;   /* all of it: every expert's, whole across tensor-parallel ranks */
+	int tp_split;      /* split over tensor-parallel ranks (Megatron column/row/vocab split) */
+	int expert;        /* one per expert (numel counts all E); split over expert-parallel ranks */
 } ModelTensor;
 
 /* The tensors a unit owns (not the tied embedding the head borrows); returns their count. */
 int model_unit_tensors(const ModelSpec *m, int unit, ModelTensor out[MODEL_MAX_TENSORS]);
 long long model_unit_params(const ModelSpec *m, int unit);
+/* Whether block unit (1..L) has an MoE MLP. */
+int model_unit_is_moe(const ModelSpec *m, int unit);
 /* Elements the head borrows from the embeddings when the LM head is tied (V*h), else 0. */
 long long model_tied_elems(const ModelSpec *m);
 
-/* Read a model object: a Hugging Face config.json, or {"num_parameters": N[, "num_hidden_layers": L]}.
+/* Read a model object: a Hugging Face config.json (Mixtral's gives experts), or {"num_parameters": N[, "num_hidden_layers": L]}.
  * Unknown keys are not warned about (config.json files carry many unrelated keys). */
 int model_parse(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err);
 

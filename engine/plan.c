@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline.h"
+
 static long long ceil_div(long long a, long long b)
 {
 	return (a + b - 1) / b;
@@ -21,25 +23,96 @@ IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, 
 	return s;
 }
 
-/* ---- per-unit partitioning and cost ---- */
-
-/* Forward FLOPs of one micro-batch through a unit: 2 per multiply-add of every matrix product, plus
- * the attention products QK^T and AV (2 * 2 * b * s^2 * h). */
-static double unit_fwd_flops(const ModelSpec *m, int unit, const UnitPlan *u, long long tokens,
-			     long long s)
+IdealStates plan_stage_ideal(const Plan *p, int stage)
 {
+	const StagePlan *st = &p->stages[stage];
+	int k = p->master_bytes + p->state_bytes;
+	IdealStates d = plan_ideal_states((double)st->local_dense, p->dp, p->stage, p->param_bytes,
+					  p->grad_bytes, k);
+	IdealStates e = plan_ideal_states((double)st->local_expert, p->edp, p->stage, p->param_bytes,
+					  p->grad_bytes, k);
+	return (IdealStates){d.params_bytes + e.params_bytes, d.grads_bytes + e.grads_bytes,
+			     d.optimizer_bytes + e.optimizer_bytes, d.total_bytes + e.total_bytes};
+}
+
+/* ---- refusals ---- */
+
+static int check_degrees(const Plan *p, PxError *err)
+{
+	const ParallelSpec *q = &p->par;
+	const ModelSpec *m = &p->sc->model;
+	const char *src = p->sc->path;
+
+	if (p->world % (q->tp * q->pp))
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the world of %lld GPUs does not "
+			       "divide into tp %lld x pp %lld", src, p->world, q->tp, q->pp);
+	if (m->arch != ARCH_PARAMS_ONLY && (m->a % q->tp || m->kv_heads % q->tp))
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.tp = %lld does not divide the %lld "
+			       "attention heads and %lld key/value heads", src, q->tp, m->a,
+			       m->kv_heads);
+	if (m->arch == ARCH_PARAMS_ONLY && (q->tp > 1 || q->pp > 1))
+		return px_fail(err, PX_ERR_INPUT, "%s: tensor and pipeline parallelism need a model "
+			       "architecture; the model gives only num_parameters", src);
+	if (q->ep > 1 && !m->experts)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.ep = %lld but the model has no "
+			       "experts (give moe.num_experts or a Mixtral config)", src, q->ep);
+	if (m->experts && m->experts % q->ep)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.ep = %lld does not divide the %lld "
+			       "experts", src, q->ep, m->experts);
+	if (p->dp % q->ep)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.ep = %lld does not divide the "
+			       "data-parallel size %lld (= %lld GPUs / (tp %lld x pp %lld))", src,
+			       q->ep, p->dp, p->world, q->tp, q->pp);
+	if (q->pp > 1 && p->stage >= 2) /* deepspeed/runtime/pipe/engine.py */
+		return px_fail(err, PX_ERR_INPUT, "%s: ZeRO stage %d with pipeline parallelism (pp "
+			       "%lld): DeepSpeed refuses: ZeRO-2 and ZeRO-3 are incompatible with "
+			       "pipeline parallelism", src, p->stage, q->pp);
+	if (q->schedule == PIPE_INTERLEAVED && q->virtual_stages < 2)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the interleaved schedule needs "
+			       "virtual_stages >= 2, got %lld", src, q->virtual_stages);
+	if (q->schedule != PIPE_INTERLEAVED && q->virtual_stages > 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.virtual_stages = %lld needs "
+			       "pipeline_schedule \"interleaved\"", src, q->virtual_stages);
+	if (q->schedule == PIPE_INTERLEAVED && p->m % q->pp)
+		return px_fail(err, PX_ERR_INPUT, "%s: the interleaved schedule needs the %lld "
+			       "micro-batches to divide by pp %lld (Megatron's rule)", src, p->m,
+			       q->pp);
+	if ((p->hpz > 1 || p->qwz || p->qgz) && p->stage != 3)
+		return px_fail(err, PX_ERR_INPUT, "%s: ZeRO++ (zero_quantized_weights, "
+			       "zero_hpz_partition_size, zero_quantized_gradients) needs ZeRO stage 3, "
+			       "got %d", src, p->stage);
+	if (p->dp % p->hpz)
+		return px_fail(err, PX_ERR_INPUT, "%s: zero_hpz_partition_size = %lld does not divide "
+			       "the data-parallel size %lld", src, p->hpz, p->dp);
+	return 0;
+}
+
+/* ---- per-unit split, partition and cost ---- */
+
+/* Forward FLOPs of one micro-batch through a unit on one rank: 2 per multiply-add of every matrix
+ * product it holds, the attention products QK^T and AV (4 b s^2 h / t), and for an MoE block its
+ * experts' products over the token slots routed to them instead of every token. */
+static double unit_fwd_flops(const Plan *p, int unit, const UnitPlan *u)
+{
+	const ModelSpec *m = &p->sc->model;
+	double tokens = (double)(p->shape.s * p->shape.b), t = (double)p->par.tp;
 	if (m->arch == ARCH_PARAMS_ONLY)
-		return 2.0 * (double)tokens * (double)u->params;
+		return 2.0 * tokens * (double)u->local_dense;
 	if (unit == 0)
 		return 0; /* embedding lookups */
-	if (unit > m->L) /* LM head (tied or not) or pooler */
-		return m->has_lm_head ? 2.0 * (double)tokens * (double)(m->V * m->h) :
-					2.0 * (double)tokens * (double)(m->h * m->h);
-	double matmul = 0;
+	if (unit > m->L) /* LM head (tied or not), vocabulary-parallel, or BERT's pooler */
+		return m->has_lm_head ? 2.0 * tokens * (double)(m->V * m->h) / t :
+					2.0 * tokens * (double)(m->h * m->h);
+	double dense = 0, expert = 0;
 	for (int i = 0; i < u->n_tensors; i++)
-		if (u->tensor_elems[i] > m->h) /* weights, not biases or norms */
-			matmul += (double)u->tensor_elems[i];
-	return 2.0 * (double)tokens * matmul + 4.0 * (double)tokens * (double)s * (double)m->h;
+		if (u->tensor_local[i] > m->h && !u->tensor_expert[i]) /* weights, not vectors */
+			dense += (double)u->tensor_local[i];
+		else if (u->tensor_expert[i])
+			expert += (double)u->tensor_local[i];
+	double flops = 2.0 * tokens * dense + 4.0 * tokens * (double)p->shape.s * (double)m->h / t;
+	if (u->moe) /* local experts each see their capacity from every expert-parallel rank */
+		flops += 2.0 * (double)p->moe_slots * expert / ((double)m->experts / p->par.ep);
+	return flops;
 }
 
 static void plan_unit(Plan *p, int idx)
@@ -50,31 +123,96 @@ static void plan_unit(Plan *p, int idx)
 	ModelTensor t[MODEL_MAX_TENSORS];
 
 	u->n_tensors = model_unit_tensors(m, idx, t);
+	u->moe = model_unit_is_moe(m, idx);
 	for (int i = 0; i < u->n_tensors; i++) {
 		long long n = t[i].numel;
-		u->tensor_elems[i] = n;
-		u->params += n;
+		if (t[i].tp_split)
+			n = ceil_div(n, p->par.tp);
+		if (t[i].expert)
+			n /= p->par.ep;
+		u->params += t[i].numel;
+		u->tensor_local[i] = n;
+		u->tensor_expert[i] = (unsigned char)t[i].expert;
+		long long group = t[i].expert ? p->edp : p->dp;
+		if (t[i].expert)
+			u->local_expert += n;
+		else
+			u->local_dense += n;
 		if (p->stage == 3 && (double)n <= z->persistence_threshold_elems)
 			u->persist_elems += n;
+		else if (t[i].expert)
+			u->part_expert += ceil_div(n, group);
 		else
-			u->part_elems += ceil_div(n, p->dp);
+			u->part_dense += ceil_div(n, group);
 	}
-	u->gather_part = u->part_elems;
-	u->gather_elems = u->part_elems * p->dp;
-	if (p->stage == 3 && idx == model_n_units(m) - 1 && model_tied_elems(m)) {
+	u->gather_dense = u->part_dense * p->dp;
+	u->gather_expert = u->part_expert * p->edp;
+	if (p->stage == 3 && idx == model_n_units(m) - 1 && model_tied_elems(m))
 		/* the tied LM head borrows the token embedding: gathered again for the head */
-		long long tied = ceil_div(model_tied_elems(m), p->dp);
-		u->gather_part += tied;
-		u->gather_elems += tied * p->dp;
-	}
-	long long tokens = p->shape.s * p->shape.b;
-	u->fwd_flops = unit_fwd_flops(m, idx, u, tokens, p->shape.s);
+		u->gather_dense += ceil_div(ceil_div(model_tied_elems(m), p->par.tp), p->dp) * p->dp;
+
 	if (idx >= 1 && idx <= m->L) {
-		u->act_bytes = activ_block_bytes(m, &p->shape, p->sc->ckpt);
+		u->act_bytes = u->moe ? activ_moe_block_bytes(m, &p->shape, p->sc->ckpt, p->moe_slots) :
+					activ_block_bytes(m, &p->shape, p->sc->ckpt);
 		u->ckpt_bytes = activ_checkpoint_bytes(m, &p->shape, p->sc->ds.partition_activations);
-	} else if (idx == model_n_units(m) - 1) {
-		u->act_bytes = activ_ends_bytes(m, &p->shape);
+	} else if (idx == 0) {
+		u->act_bytes = activ_embed_bytes(m, &p->shape);
+	} else {
+		u->act_bytes = activ_head_bytes(m, &p->shape);
 	}
+	u->fwd_flops = unit_fwd_flops(p, idx, u);
+}
+
+/* ---- stages ---- */
+
+static int plan_stages(Plan *p, PxError *err)
+{
+	const ModelSpec *m = &p->sc->model;
+	long long v = p->par.virtual_stages, pp = p->par.pp;
+	long long *unit_params = malloc((size_t)p->n_units * sizeof(*unit_params));
+	p->n_chunks = (int)(pp * v);
+	p->chunk_bounds = malloc((size_t)(p->n_chunks + 1) * sizeof(int));
+	p->stages = calloc((size_t)pp, sizeof(*p->stages));
+	if (!unit_params || !p->chunk_bounds || !p->stages) {
+		free(unit_params);
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	for (int u = 0; u < p->n_units; u++)
+		unit_params[u] = p->units[u].params;
+	int rc = pipe_partition(p->par.partition, unit_params, p->n_units, m->L, pp, v,
+				p->chunk_bounds, err);
+	free(unit_params);
+	if (rc) {
+		char why[sizeof(err->msg)];
+		memcpy(why, err->msg, sizeof(why));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s", p->sc->path, why);
+	}
+	for (int j = 0; j < p->n_chunks; j++)
+		for (int u = p->chunk_bounds[j]; u < p->chunk_bounds[j + 1]; u++) {
+			UnitPlan *up = &p->units[u];
+			StagePlan *st = &p->stages[j % pp];
+			up->stage = (int)(j % pp);
+			up->chunk = (int)(j / pp);
+			st->local_dense += up->local_dense;
+			st->local_expert += up->local_expert;
+			st->persist_elems += up->persist_elems;
+			st->part_elems += up->part_dense + up->part_expert;
+			st->secondary_elems += up->gather_dense / p->hpz;
+		}
+	for (int s = 0; s < pp; s++) {
+		StagePlan *st = &p->stages[s];
+		st->flat_dense = ceil_div(st->local_dense, p->dp) * p->dp;
+		st->flat_expert = ceil_div(st->local_expert, p->edp) * p->edp;
+		if (p->stage == 0)
+			st->part_elems = st->local_dense + st->local_expert;
+		else if (p->stage < 3)
+			st->part_elems = st->flat_dense / p->dp + st->flat_expert / p->edp;
+		else /* persistent tensors still have a partition for the optimizer */
+			st->part_elems += ceil_div(st->persist_elems, p->dp);
+		if (p->hpz <= 1)
+			st->secondary_elems = 0;
+	}
+	return 0;
 }
 
 static Place offload_place(OffloadDevice d)
@@ -82,16 +220,39 @@ static Place offload_place(OffloadDevice d)
 	return d == DEV_CPU ? PLACE_CPU : d == DEV_NVME ? PLACE_NVME : PLACE_GPU;
 }
 
+static void plan_spans(Plan *p)
+{
+	const ParallelSpec *q = &p->par;
+	long long gpn = p->sc->cluster.gpus_per_node;
+	static const LayoutGroup of[N_GROUPS] = {LAYOUT_DP, LAYOUT_TP, LAYOUT_PP, LAYOUT_EP,
+						 LAYOUT_HPZ, LAYOUT_EDP, LAYOUT_DP, LAYOUT_DP};
+	for (int g = 0; g < N_GROUPS; g++)
+		p->spans[g] = parallel_group_span(q, of[g], gpn, p->hpz);
+	GroupSpan dp = p->spans[GROUP_DP]; /* node: dp members in one node; xnode: one per node */
+	p->spans[GROUP_NODE] = (GroupSpan){dp.per_node, 1, dp.per_node};
+	p->spans[GROUP_XNODE] = (GroupSpan){dp.nodes, dp.nodes, 1};
+}
+
 int plan_build(Plan *p, const Scenario *sc, PxError *err)
 {
 	const DsConfig *ds = &sc->ds;
+	const ModelSpec *m = &sc->model;
 
 	memset(p, 0, sizeof(*p));
 	p->sc = sc;
+	p->par = sc->par;
 	p->world = cluster_world(&sc->cluster);
-	p->dp = p->world; /* tensor, pipeline and expert parallelism arrive later */
+	p->dp = p->world / (p->par.tp * p->par.pp);
+	p->par.dp = p->dp;
+	p->edp = p->par.ep > 0 && p->dp % p->par.ep == 0 ? p->dp / p->par.ep : p->dp;
+	p->m = ds->grad_accum;
 	p->stage = ds->zero.stage;
-	p->n_params = (long long)llround(sc->model.n_params);
+	p->n_params = (long long)llround(m->n_params);
+	p->hpz = ds->zero.hpz_partition_size;
+	p->qwz = ds->zero.quantized_weights;
+	p->qgz = ds->zero.quantized_gradients;
+	if (check_degrees(p, err))
+		return -1;
 
 	p->mixed = ds->dtype != DT_FP32;
 	p->param_bytes = dtype_bytes(ds->dtype);
@@ -104,32 +265,33 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;
-
-	p->shape = (ActivShape){.s = sc->seq, .b = ds->micro_batch, .t = 1, .sp = 0,
+	p->shape = (ActivShape){.s = sc->seq, .b = ds->micro_batch, .t = (int)p->par.tp,
+				.sp = p->par.sequence_parallel && p->par.tp > 1,
 				.elem_bytes = p->param_bytes};
-	p->activations_known = sc->model.arch != ARCH_PARAMS_ONLY;
+	p->activations_known = m->arch != ARCH_PARAMS_ONLY;
 
-	p->n_units = model_n_units(&sc->model);
+	if (m->experts) { /* DeepSpeed sharded_moe.py: capacity per expert from this rank's tokens */
+		const MoeSpec *q = &p->par.moe;
+		double tokens = (double)(sc->seq * ds->micro_batch);
+		double per_expert = (double)m->top_k * tokens / (double)m->experts;
+		p->moe_capacity = q->drop_tokens ? (long long)ceil(q->capacity_factor * per_expert) :
+						   (long long)ceil(q->imbalance * per_expert);
+		if (p->moe_capacity < q->min_capacity)
+			p->moe_capacity = q->min_capacity;
+		p->moe_slots = m->experts * p->moe_capacity;
+	}
+
+	p->n_units = model_n_units(m);
 	p->units = calloc((size_t)p->n_units, sizeof(*p->units));
 	if (!p->units)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-	for (int i = 0; i < p->n_units; i++) {
+	for (int i = 0; i < p->n_units; i++)
 		plan_unit(p, i);
-		p->persist_elems += p->units[i].persist_elems;
+	if (plan_stages(p, err)) {
+		plan_free(p);
+		return -1;
 	}
-
-	p->flat_elems = p->stage == 0 ? p->n_params : ceil_div(p->n_params, p->dp) * p->dp;
-	if (p->stage == 0)
-		p->part_elems = p->n_params;
-	else if (p->stage < 3)
-		p->part_elems = p->flat_elems / p->dp;
-	else {
-		/* persistent tensors are still partitioned for the optimizer (DeepSpeed keeps a
-		 * partition of every parameter); the rest already are, per tensor */
-		p->part_elems = ceil_div(p->persist_elems, p->dp);
-		for (int i = 0; i < p->n_units; i++)
-			p->part_elems += p->units[i].part_elems;
-	}
+	plan_spans(p);
 	return 0;
 }
 
@@ -138,5 +300,9 @@ void plan_free(Plan *p)
 	if (!p)
 		return;
 	free(p->units);
+	free(p->chunk_bounds);
+	free(p->stages);
 	p->units = NULL;
+	p->chunk_bounds = NULL;
+	p->stages = NULL;
 }

@@ -1,47 +1,67 @@
-/* plan: a scenario resolved into numbers every rank agrees on: world and data-parallel size,
- * batch arithmetic, byte widths of each state, where each state lives, and how every layer unit's
- * parameters are partitioned. It does not order anything in time: build.c turns a plan into each
- * rank's schedule. */
+/* plan: a scenario resolved into numbers every rank agrees on: the parallel degrees and rank
+ * layout, batch arithmetic, byte widths of each state, where each state lives, which units each
+ * pipeline stage holds and how every unit's parameters are split (tensor and expert parallelism)
+ * and partitioned (ZeRO over data-parallel groups). It refuses what DeepSpeed and Megatron refuse.
+ * It does not order anything in time: build.c turns a plan into each stage's schedule. */
 #ifndef PX_PLAN_H
 #define PX_PLAN_H
 
+#include "parallel.h"
 #include "scenario.h"
 #include "schedule.h"
 
 typedef struct UnitPlan {
-	long long params;        /* elements the unit owns */
-	long long persist_elems; /* stage 3: owned elements in tensors at or under the persistence
-				    threshold, kept whole on every rank */
-	long long part_elems;    /* stage 3: this rank's share of the other tensors, each tensor split
-				    into dp equal padded pieces */
-	long long gather_elems;  /* stage 3: elements an all-gather brings in before the unit runs:
-				    dp * part_elems, plus the tied embedding for the head */
-	long long gather_part;   /* stage 3: this rank's input to that all-gather */
+	long long params;          /* whole-model elements the unit owns */
+	int moe;                   /* an MoE block */
+	int stage, chunk;          /* pipeline stage and the stage's local chunk holding it */
 	int n_tensors;
-	long long tensor_elems[MODEL_MAX_TENSORS]; /* owned tensors, forward order */
-	double fwd_flops;        /* one micro-batch */
-	double act_bytes;        /* kept for backward without recompute (or recomputed) */
-	double ckpt_bytes;       /* kept for backward under full recompute */
+	long long tensor_local[MODEL_MAX_TENSORS]; /* this rank's elements of each owned tensor */
+	unsigned char tensor_expert[MODEL_MAX_TENSORS];
+	long long local_dense, local_expert; /* this rank's elements, by ZeRO group */
+	long long persist_elems;   /* stage 3: local elements in tensors under the threshold */
+	long long part_dense, part_expert; /* stage 3: this rank's shares of the other tensors */
+	long long gather_dense, gather_expert; /* stage 3: whole-array sizes of the unit's gathers
+						 (the tied head gathers the token embedding too) */
+	double fwd_flops;          /* one micro-batch on this rank */
+	double act_bytes;          /* kept for backward (or rebuilt by recompute) */
+	double ckpt_bytes;         /* kept for backward under full recompute */
 } UnitPlan;
+
+typedef struct StagePlan {
+	long long local_dense, local_expert; /* elements on each rank of the stage */
+	long long flat_dense, flat_expert;   /* stage 0-2: padded to multiples of dp and edp */
+	long long part_elems;      /* parameters whose optimizer state a rank owns */
+	long long persist_elems;   /* stage 3 */
+	long long secondary_elems; /* ZeRO++ hpZ: the secondary partition a rank keeps */
+} StagePlan;
 
 typedef struct Plan {
 	const Scenario *sc;
-	long long world, dp;
-	int stage;
-	long long n_params;       /* Ψ */
-	long long flat_elems;     /* stage 0-2: Ψ padded to a multiple of dp */
-	long long part_elems;     /* parameters whose optimizer state this rank owns */
-	long long persist_elems;  /* stage 3: sum of the units' persist_elems */
+	ParallelSpec par;          /* degrees, with dp derived */
+	long long world, dp, edp;  /* edp: data-parallel ranks holding the same experts */
+	long long m;               /* micro-batches per step per pipeline (gradient accumulation) */
+	int stage;                 /* ZeRO stage */
+	long long n_params;        /* Ψ, the whole model */
 	int param_bytes, grad_bytes, comm_bytes;
-	int master_bytes;         /* 4 with 16-bit training, 0 in fp32 */
-	int state_bytes;          /* 4 per optimizer state */
-	int mixed;                /* 16-bit parameters with fp32 master weights */
+	int master_bytes;          /* 4 with 16-bit training, 0 in fp32 */
+	int state_bytes;           /* 4 per optimizer state */
+	int mixed;
 	Place opt_place, param_place, ckpt_place;
 	double reduce_bucket_elems, allgather_bucket_elems;
 	int n_units;
-	UnitPlan *units;          /* owned, n_units */
+	UnitPlan *units;           /* owned */
+	int n_chunks;              /* pp * virtual stages */
+	int *chunk_bounds;         /* owned, n_chunks + 1: chunk j holds units [b[j], b[j+1]) */
+	StagePlan *stages;         /* owned, pp */
 	ActivShape shape;
-	int activations_known;    /* 0 for a params-only model */
+	int activations_known;
+	/* ZeRO++ */
+	long long hpz;             /* secondary partition group (1: off) */
+	int qwz, qgz;              /* quantized weights (INT8) and gradients (INT4) */
+	/* MoE, per micro-batch on one rank */
+	long long moe_capacity;    /* tokens per expert */
+	long long moe_slots;       /* E x capacity: tokens an all-to-all moves */
+	GroupSpan spans[N_GROUPS]; /* where each communication group's members sit */
 } Plan;
 
 int plan_build(Plan *p, const Scenario *sc, PxError *err);
@@ -55,5 +75,7 @@ typedef struct IdealStates {
 } IdealStates;
 IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, int g_bytes,
 			      int k_bytes);
+/* The same for one pipeline stage of the plan: dense states over dp, experts over edp. */
+IdealStates plan_stage_ideal(const Plan *p, int stage);
 
 #endif

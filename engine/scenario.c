@@ -86,9 +86,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 {
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
-					    "training_args", "parallelism", NULL};
+					    "training_args", "parallelism", "moe", NULL};
 	const char *name, *ckpt;
-	JsonObj ta, par;
+	JsonObj ta;
 	int rc;
 
 	if (jobj_check_keys(top, known, &sc->notes))
@@ -125,24 +125,79 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 			       "or selective, got \"%s\"", where, ckpt);
 	}
 
-	/* 3D parallelism arrives with its own issue: refuse rather than ignore */
-	if ((rc = jobj_child(top, "parallelism", &par, err)) < 0)
-		return -1;
-	if (rc) {
-		static const char *const dims[] = {"tp", "pp", "ep", NULL};
-		for (int i = 0; dims[i]; i++) {
-			long long deg;
-			if (jobj_int(&par, dims[i], 1, 1 << 20, 1, &deg, err) < 0)
-				return -1;
-			if (deg > 1) {
-				char where[512];
-				jobj_where(&par, dims[i], where, sizeof(where));
-				return px_fail(err, PX_ERR_INPUT, "%s: parallelism.%s = %lld: tensor, "
-					       "pipeline and expert parallelism are not modelled yet "
-					       "(only data parallelism with ZeRO)", where, dims[i], deg);
-			}
-		}
+	return 0;
+}
+
+/* One degree from two places (the scenario's "parallelism" and DeepSpeed's own key): they must
+ * agree when both are given. */
+static int merge_degree(long long *deg, long long from_ds, const char *ds_where, const char *ds_key,
+			int scenario_set, const char *name, PxError *err)
+{
+	if (!from_ds)
+		return 0;
+	if (scenario_set && *deg != from_ds)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s = %lld disagrees with parallelism.%s = %lld",
+			       ds_where, ds_key, from_ds, name, *deg);
+	*deg = from_ds;
+	return 0;
+}
+
+/* parallelism (scenario), DeepSpeed's tensor_parallel/pipeline keys, and MoE from the model
+ * config (Mixtral) or the scenario's "moe" object (DeepSpeed MoE layer arguments). */
+static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
+{
+	ParallelSpec *p = &sc->par;
+	JsonObj par, moe;
+	int rc;
+
+	parallel_defaults(p);
+	if (sc->ds.pipeline_partition) {
+		static const char *const names[] = {"uniform", "parameters", "type:transformer"};
+		int found = 0;
+		for (int i = 0; i < 3; i++)
+			if (!strcmp(sc->ds.pipeline_partition, names[i]))
+				p->partition = (PartitionMethod)i, found = 1;
+		if (!found)
+			return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.pipeline.partition: expected "
+				       "uniform, parameters or type:transformer, got \"%s\"",
+				       sc->ds.source, sc->ds.pipeline_partition);
 	}
+	if ((rc = jobj_child(top, "parallelism", &par, err)) < 0 || parallel_parse(&par, p,
+										 &sc->notes, err))
+		return -1;
+	int tp_set = rc && cJSON_HasObjectItem(par.obj, "tp");
+	int pp_set = rc && cJSON_HasObjectItem(par.obj, "pp");
+	if (merge_degree(&p->tp, sc->ds.autotp_size, sc->ds.tp_where,
+			 "deepspeed.tensor_parallel.autotp_size", tp_set, "tp", err) ||
+	    merge_degree(&p->pp, sc->ds.pipeline_stages, sc->ds.pp_where, "deepspeed.pipeline.stages",
+			 pp_set, "pp", err))
+		return -1;
+
+	/* MoE: the model's own experts first, then the scenario's "moe" object */
+	p->moe.experts = sc->model.experts;
+	if (sc->model.experts)
+		p->moe.k = sc->model.top_k;
+	if ((rc = jobj_child(top, "moe", &moe, err)) < 0 ||
+	    parallel_parse_moe(&moe, &p->moe, &sc->notes, err))
+		return -1;
+	long long ep_size = 0;
+	if (rc && jobj_int(&moe, "ep_size", 1, 1 << 20, 0, &ep_size, err) < 0)
+		return -1;
+	if (ep_size) {
+		char where[512];
+		jobj_where(&moe, "ep_size", where, sizeof(where));
+		int ep_set = par.obj && cJSON_HasObjectItem(par.obj, "ep");
+		if (merge_degree(&p->ep, ep_size, where, "moe.ep_size", ep_set, "ep", err))
+			return -1;
+	}
+	if (p->moe.experts && sc->model.arch == ARCH_PARAMS_ONLY)
+		return px_fail(err, PX_ERR_INPUT, "%s: moe needs a model architecture; the model gives "
+			       "only num_parameters", sc->path);
+	sc->model.experts = p->moe.experts;
+	sc->model.top_k = p->moe.k;
+	sc->model.moe_interval = p->moe.interval;
+	if (sc->model.experts)
+		sc->model.n_params = model_count_params(&sc->model);
 	return 0;
 }
 
@@ -196,7 +251,7 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 	    model_parse(&sect[SC_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
-	    parse_seq(sc, &top, err))
+	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		goto fail;
 	if (sc->ds.ac_present && sc->ckpt == CKPT_NONE &&
 	    (sc->ds.partition_activations || sc->ds.cpu_checkpointing))

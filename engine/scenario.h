@@ -10,6 +10,7 @@
 #include "dsconfig.h"
 #include "jdoc.h"
 #include "model.h"
+#include "parallel.h"
 
 enum { SC_DOC_SCENARIO, SC_DOC_MODEL, SC_DOC_DEEPSPEED, SC_DOC_CLUSTER, SC_N_DOCS };
 
@@ -22,6 +23,7 @@ typedef struct Scenario {
 	DsConfig ds;
 	ClusterSpec cluster;
 	TrainArgs train_args;
+	ParallelSpec par;         /* degrees as written; dp is derived by plan.c */
 	long long seq;            /* sequence length, tokens */
 	CkptMode ckpt;
 	PxNotes notes;            /* warnings and keys not modelled */

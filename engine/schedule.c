@@ -135,13 +135,13 @@ const char *cat_name(MemCat c)
 const char *coll_name(CollKind k)
 {
 	static const char *const n[] = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all",
-					"broadcast", "p2p"};
+					"broadcast", "p2p", "p2p_recv"};
 	return NAME_OF(n, k);
 }
 
 const char *group_name(CommGroup g)
 {
-	static const char *const n[] = {"dp", "tp", "pp", "ep", "hpz"};
+	static const char *const n[] = {"dp", "tp", "pp", "ep", "hpz", "edp", "node", "xnode"};
 	return NAME_OF(n, g);
 }
 
@@ -151,7 +151,8 @@ const char *buf_name(BufWhat w)
 		"cuda_context", "cublas_workspace", "nccl_buffers", "loss_scaler", "params",
 		"param_partition", "persistent_params", "gathered_params", "grads", "grad_partition",
 		"fp32_grad_partition", "unit_grads", "master_params", "optimizer_states",
-		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers"};
+		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
+		"secondary_params"};
 	return NAME_OF(n, w);
 }
 

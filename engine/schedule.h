@@ -26,10 +26,19 @@ typedef enum { COMP_FWD, COMP_BWD, COMP_RECOMPUTE, COMP_OPTIMIZER, N_COMPS } Com
 
 typedef enum {
 	COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_BROADCAST,
-	COLL_P2P, N_COLLS
+	COLL_P2P,      /* a send to the next or previous pipeline stage */
+	COLL_P2P_RECV, /* its matching receive: counted apart, it puts nothing on this rank's wire */
+	N_COLLS
 } CollKind;
 
-typedef enum { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EP, GROUP_HPZ, N_GROUPS } CommGroup;
+/* dp: data parallel; tp, pp, ep: tensor, pipeline, expert parallel; hpz: ZeRO++'s secondary
+ * partition group; edp: data-parallel ranks holding the same experts; node and xnode: the part of
+ * the dp group inside one node and the peers with the same local index on the other nodes
+ * (ZeRO++'s hierarchical gradient all-to-all). */
+typedef enum {
+	GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EP, GROUP_HPZ, GROUP_EDP, GROUP_NODE, GROUP_XNODE,
+	N_GROUPS
+} CommGroup;
 
 typedef enum { COPY_H2D, COPY_D2H, COPY_NVME_READ, COPY_NVME_WRITE, N_COPIES } CopyDir;
 
@@ -51,6 +60,7 @@ typedef enum {
 	BUF_CHECKPOINT,    /* a block's input under full recompute */
 	BUF_ENDS,          /* embedding and output-layer activations (logits) */
 	BUF_SWAP,          /* host staging buffers for NVMe offload */
+	BUF_SECONDARY,     /* ZeRO++ hpZ: the parameters of this rank's secondary partition */
 	N_BUFS
 } BufWhat;
 

@@ -12,9 +12,10 @@ typedef struct Metric {
 	int known;        /* 0: unknown (a params-only model's activations): JSON null, not stored */
 } Metric;
 
-#define METRICS_MAX 64
+#define METRICS_MAX 96
 
-/* Fill out (METRICS_MAX entries) with one rank's metrics; returns their count. */
-int metrics_collect(const Prediction *pr, Metric *out);
+/* Fill out (METRICS_MAX entries) with the metrics of every rank of pipeline stage `stage`;
+ * returns their count. */
+int metrics_collect(const Prediction *pr, int stage, Metric *out);
 
 #endif

@@ -1,33 +1,57 @@
 #include "predict.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+static int price_stage(Prediction *pr, int s, PxError *err)
+{
+	const Plan *p = &pr->plan;
+	StagePrediction *sp = &pr->stages[s];
+	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err) ||
+	    sim_traffic(&sp->sched, p->spans, p->par.algo, &sp->traffic, err))
+		return -1;
+	sp->ideal = plan_stage_ideal(p, s);
+	sp->fits_gpu = sp->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;
+	sp->fits_cpu = sp->mem.place[PLACE_CPU].peak_bytes <= pr->cpu_capacity_bytes;
+	sp->fits_nvme = sp->mem.place[PLACE_NVME].peak_bytes <= pr->nvme_capacity_bytes;
+	sp->fits = sp->fits_gpu && sp->fits_cpu && sp->fits_nvme;
+	return 0;
+}
 
 int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 {
 	memset(pr, 0, sizeof(*pr));
+	const ParallelSpec *q = &sc->par;
 	long long world = cluster_world(&sc->cluster);
-	if (dsconfig_resolve(&sc->ds, &sc->model, &sc->train_args, world, err))
+	if (world % (q->tp * q->pp))
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the world of %lld GPUs does not "
+			       "divide into tp %lld x pp %lld", sc->path, world, q->tp, q->pp);
+	if (dsconfig_resolve(&sc->ds, &sc->model, &sc->train_args, world / (q->tp * q->pp), err))
 		return -1;
 	if (plan_build(&pr->plan, sc, err))
 		return -1;
-	if (build_schedule(&pr->plan, 0, &pr->sched, err) ||
-	    sim_memory(&pr->sched, &pr->mem, NULL, NULL, err) ||
-	    sim_traffic(&pr->sched, &pr->traffic, err)) {
-		predict_free(pr);
-		return -1;
-	}
-	const Plan *p = &pr->plan;
-	pr->ideal = plan_ideal_states((double)p->n_params, p->dp, p->stage, p->param_bytes,
-				      p->grad_bytes, p->master_bytes + p->state_bytes);
 
 	const ClusterSpec *c = &sc->cluster;
 	pr->gpu_capacity_bytes = c->gpu.mem_bytes;
 	pr->cpu_capacity_bytes = c->gpu.cpu_mem_bytes / (double)c->gpus_per_node;
 	pr->nvme_capacity_bytes = c->gpu.nvme_bytes / (double)c->gpus_per_node;
-	pr->fits_gpu = pr->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;
-	pr->fits_cpu = pr->mem.place[PLACE_CPU].peak_bytes <= pr->cpu_capacity_bytes;
-	pr->fits_nvme = pr->mem.place[PLACE_NVME].peak_bytes <= pr->nvme_capacity_bytes;
-	pr->fits = pr->fits_gpu && pr->fits_cpu && pr->fits_nvme;
+	pr->n_stages = (int)pr->plan.par.pp;
+	pr->stages = calloc((size_t)pr->n_stages, sizeof(*pr->stages));
+	if (!pr->stages) {
+		predict_free(pr);
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	pr->fits = 1;
+	for (int s = 0; s < pr->n_stages; s++) {
+		if (price_stage(pr, s, err)) {
+			predict_free(pr);
+			return -1;
+		}
+		pr->fits &= pr->stages[s].fits;
+		if (pr->stages[s].mem.place[PLACE_GPU].peak_bytes >
+		    pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes)
+			pr->worst = s;
+	}
 	return 0;
 }
 
@@ -35,6 +59,25 @@ void predict_free(Prediction *pr)
 {
 	if (!pr)
 		return;
-	sched_free(&pr->sched);
+	for (int s = 0; pr->stages && s < pr->n_stages; s++)
+		sched_free(&pr->stages[s].sched);
+	free(pr->stages);
+	pr->stages = NULL;
 	plan_free(&pr->plan);
+}
+
+void predict_stage_order(const Prediction *pr, int *order)
+{
+	for (int i = 0; i < pr->n_stages; i++)
+		order[i] = i;
+	for (int i = 1; i < pr->n_stages; i++) /* insertion sort: a few hundred stages at most */
+		for (int j = i; j > 0; j--) {
+			double a = pr->stages[order[j]].mem.place[PLACE_GPU].peak_bytes;
+			double b = pr->stages[order[j - 1]].mem.place[PLACE_GPU].peak_bytes;
+			if (a <= b)
+				break;
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
 }

@@ -1,6 +1,7 @@
-/* predict: the simulator's front door. Resolves a loaded scenario into its plan and schedule and
- * prices them: memory per place and category, the ZeRO paper's ideal model states, traffic, and
- * whether it fits. Printing and storing the result belong to the CLI. */
+/* predict: the simulator's front door. Resolves a loaded scenario into its plan, builds one
+ * schedule per pipeline stage and prices each: memory per place and category, the ZeRO paper's
+ * ideal model states, traffic, and whether it fits. Printing and storing the result belong to the
+ * CLI. */
 #ifndef PX_SIM_PREDICT_H
 #define PX_SIM_PREDICT_H
 
@@ -9,19 +10,29 @@
 #include "memory.h"
 #include "traffic.h"
 
-typedef struct Prediction {
-	Plan plan;
-	Schedule sched;     /* rank 0's; with data parallelism only, every rank's is the same */
+typedef struct StagePrediction {
+	Schedule sched;     /* what every rank of the stage runs */
 	MemResult mem;
 	Traffic traffic;
 	IdealStates ideal;
-	double gpu_capacity_bytes, cpu_capacity_bytes, nvme_capacity_bytes; /* per rank */
 	int fits_gpu, fits_cpu, fits_nvme, fits;
+} StagePrediction;
+
+typedef struct Prediction {
+	Plan plan;
+	int n_stages;
+	StagePrediction *stages; /* owned, one per pipeline stage */
+	int worst;               /* the stage with the highest GPU peak */
+	double gpu_capacity_bytes, cpu_capacity_bytes, nvme_capacity_bytes; /* per rank */
+	int fits;                /* every stage fits */
 } Prediction;
 
-/* Resolve the scenario's batch rules against its world size, then plan, build and price.
+/* Resolve the scenario's batch rules against its data-parallel size, then plan, build and price.
  * sc is updated in place (resolved DeepSpeed values). */
 int predict_run(Scenario *sc, Prediction *pr, PxError *err);
 void predict_free(Prediction *pr);
+
+/* Stage indices ordered by GPU peak, highest first (order has n_stages entries). */
+void predict_stage_order(const Prediction *pr, int *order);
 
 #endif

@@ -4,17 +4,42 @@
 
 double traffic_ring_wire_bytes(CollKind kind, double payload, int n)
 {
-	if (n <= 1)
-		return 0;
 	switch (kind) {
 	case COLL_ALL_REDUCE:
-		return payload * 2.0 * (n - 1) / n;
+		return n <= 1 ? 0 : payload * 2.0 * (n - 1) / n;
 	case COLL_ALL_GATHER:
 	case COLL_REDUCE_SCATTER:
 	case COLL_ALL_TO_ALL:
-		return payload * (double)(n - 1) / n;
+		return n <= 1 ? 0 : payload * (double)(n - 1) / n;
+	case COLL_P2P_RECV:
+		return 0;
 	default:
-		return payload;
+		return n <= 1 && kind != COLL_P2P ? 0 : payload;
+	}
+}
+
+void traffic_split(CollKind kind, double payload, GroupSpan sp, CollAlgo algo, double *intra,
+		   double *inter)
+{
+	double wire = traffic_ring_wire_bytes(kind, payload, (int)sp.n);
+	double n = (double)sp.n, nodes = (double)sp.nodes, g = (double)sp.per_node;
+	*intra = wire, *inter = 0;
+	if (sp.nodes <= 1 || wire == 0)
+		return;
+	if (kind == COLL_ALL_TO_ALL) {
+		*inter = payload * (n - g) / n;
+		*intra = payload * (g - 1) / n;
+	} else if (kind == COLL_P2P) { /* stage boundaries that fall between nodes */
+		*inter = payload * (nodes - 1) / (n - 1);
+		*intra = payload - *inter;
+	} else if (algo != ALGO_RING &&
+		   (kind == COLL_ALL_REDUCE || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)) {
+		double f = kind == COLL_ALL_REDUCE ? 2 : 1;
+		*intra = f * payload * (g - 1) / g;
+		*inter = f * (payload / g) * (nodes - 1) / nodes;
+	} else { /* a ring in rank order: nodes of its n links leave a node */
+		*inter = wire * nodes / n;
+		*intra = wire - *inter;
 	}
 }
 
@@ -22,20 +47,31 @@ double traffic_payload_total(const Traffic *t)
 {
 	double sum = 0;
 	for (int k = 0; k < N_COLLS; k++)
-		sum += t->payload_bytes[k];
+		if (k != COLL_P2P_RECV)
+			sum += t->payload_bytes[k];
 	return sum;
 }
 
-static void add(Traffic *t, const Op *op, double times)
+static void add(Traffic *t, const Op *op, double times, const GroupSpan *spans, CollAlgo algo)
 {
 	switch (op->kind) {
 	case OP_COLL: {
-		double wire = traffic_ring_wire_bytes(op->sub, op->bytes, op->nranks);
+		GroupSpan sp = spans[op->group];
+		sp.n = op->nranks;
+		double intra, inter;
+		traffic_split(op->sub, op->bytes, sp, algo, &intra, &inter);
+		double wire = intra + inter;
 		t->payload_bytes[op->sub] += times * op->bytes;
 		t->wire_bytes[op->sub] += times * wire;
-		t->group_payload_bytes[op->group] += times * op->bytes;
 		t->n_colls[op->sub] += (long long)times;
+		if (op->sub != COLL_P2P_RECV)
+			t->group_payload_bytes[op->group] += times * op->bytes;
+		t->group_wire_bytes[op->group] += times * wire;
 		t->wire_total_bytes += times * wire;
+		t->intra_node_bytes += times * intra;
+		t->inter_node_bytes += times * inter;
+		if (sp.nodes > 1 && op->sub != COLL_P2P_RECV)
+			t->cross_node_payload_bytes += times * op->bytes;
 		break;
 	}
 	case OP_COPY:
@@ -50,7 +86,8 @@ static void add(Traffic *t, const Op *op, double times)
 	}
 }
 
-int sim_traffic(const Schedule *s, Traffic *t, PxError *err)
+int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, Traffic *t,
+		PxError *err)
 {
 	double times = 1;
 	memset(t, 0, sizeof(*t));
@@ -63,7 +100,7 @@ int sim_traffic(const Schedule *s, Traffic *t, PxError *err)
 		} else if (op->kind == OP_END_LOOP) {
 			times = 1;
 		} else {
-			add(t, op, times);
+			add(t, op, times, spans, algo);
 		}
 	}
 	return 0;

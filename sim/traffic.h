@@ -1,17 +1,22 @@
 /* traffic: what a schedule moves per optimizer step: collective payloads (nccl-tests' "size"
  * convention: the whole array, count x nranks x type size for gathers and scatters), the bytes each
- * rank sends under ring algorithms, host/NVMe copies and FLOPs. It does not time anything. */
+ * rank sends, split into traffic inside a node (NVLink) and between nodes (network) from where the
+ * group's members sit, host/NVMe copies and FLOPs. It does not time anything. */
 #ifndef PX_SIM_TRAFFIC_H
 #define PX_SIM_TRAFFIC_H
 
+#include "../engine/parallel.h"
 #include "../engine/schedule.h"
 
 typedef struct Traffic {
 	double payload_bytes[N_COLLS];
-	double wire_bytes[N_COLLS];     /* sent by one rank */
+	double wire_bytes[N_COLLS];        /* sent by one rank */
 	double group_payload_bytes[N_GROUPS];
+	double group_wire_bytes[N_GROUPS];
 	long long n_colls[N_COLLS];
 	double wire_total_bytes;
+	double intra_node_bytes, inter_node_bytes; /* wire bytes by link class */
+	double cross_node_payload_bytes;   /* payload of collectives whose group spans nodes */
 	double copy_bytes[N_COPIES];
 	double flops[N_COMPS];
 	double flops_total;
@@ -19,13 +24,22 @@ typedef struct Traffic {
 
 /* Bytes one rank sends for a collective of `payload` bytes over n ranks with ring algorithms:
  * all-reduce 2(n-1)/n, reduce-scatter, all-gather and all-to-all (n-1)/n, broadcast and
- * point-to-point 1 (nccl-tests doc/PERFORMANCE.md bus-bandwidth factors). */
+ * point-to-point 1, a receive 0 (nccl-tests doc/PERFORMANCE.md bus-bandwidth factors). */
 double traffic_ring_wire_bytes(CollKind kind, double payload, int n);
 
-/* Payload of every collective kind together. */
+/* Split one collective's wire bytes into intra- and inter-node for a group spread as `span`:
+ * a ring crosses nodes on span.nodes of its n links; an all-to-all sends (n - per_node)/n of its
+ * data off the node; hierarchical and tree all-reduce / all-gather / reduce-scatter run inside
+ * the node first and move 1/per_node of the data between nodes. */
+void traffic_split(CollKind kind, double payload, GroupSpan span, CollAlgo algo, double *intra,
+		   double *inter);
+
+/* Payload of every collective kind together (receives excluded: the send counts the message). */
 double traffic_payload_total(const Traffic *t);
 
-/* Sum one step (set-up excluded; micro-batch loops multiplied out). */
-int sim_traffic(const Schedule *s, Traffic *t, PxError *err);
+/* Sum one step (set-up excluded; micro-batch loops multiplied out); spans give each group's
+ * placement (indexed by CommGroup). */
+int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, Traffic *t,
+		PxError *err);
 
 #endif

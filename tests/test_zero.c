@@ -143,17 +143,17 @@ static void test_comm_volumes(void)
 		/* 2 * 32000 * 256 + 4 * (4 * 256^2 + 3 * 256 * 1024 + 2 * 256) + 256 */
 		psi = 2.0 * 32000 * 256 + 4.0 * (4 * 65536 + 3 * 262144 + 512) + 256;
 		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, psi, 0);
-		wire[stage] = pr.traffic.wire_total_bytes;
-		payload[stage] = traffic_payload_total(&pr.traffic);
+		wire[stage] = pr.stages[0].traffic.wire_total_bytes;
+		payload[stage] = traffic_payload_total(&pr.stages[0].traffic);
 		if (stage == 0) /* one all-reduce of the bf16 gradients */
-			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_REDUCE], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_REDUCE], 2 * psi, 0);
 		if (stage == 1 || stage == 2) { /* reduce-scatter Ψ + all-gather Ψ */
-			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
-			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
 		}
 		if (stage == 3) { /* all-gather Ψ forward, Ψ backward, reduce-scatter Ψ */
-			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 4 * psi, 0);
-			CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 4 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
 		}
 		fx_free(&sc, &pr);
 	}
@@ -174,7 +174,7 @@ static void test_comm_with_accumulation(void)
 		comm_scenario(stage, json, sizeof(json));
 		if (fx_predict(&sc, &pr1, json))
 			return;
-		double one = traffic_payload_total(&pr1.traffic);
+		double one = traffic_payload_total(&pr1.stages[0].traffic);
 		fx_free(&sc, &pr1);
 		char *ga = strstr(json, "\"bf16\"");
 		char json4[2100];
@@ -182,7 +182,7 @@ static void test_comm_with_accumulation(void)
 			 (int)(ga - json), json, ga);
 		if (fx_predict(&sc, &pr4, json4))
 			return;
-		double four = traffic_payload_total(&pr4.traffic);
+		double four = traffic_payload_total(&pr4.stages[0].traffic);
 		double psi = sc.model.n_params;
 		/* stage 0-1: unchanged; stage 2: 4 reduce-scatters of Ψ and one all-gather of Ψ;
 		 * stage 3: everything 4 times */
@@ -217,7 +217,7 @@ static void test_stage3_peak_by_hand(void)
 	snprintf(json, sizeof(json), PARAMS_ONLY_Z3, "");
 	if (fx_predict(&sc, &pr, json))
 		return;
-	const MemPlace *g = &pr.mem.place[PLACE_GPU];
+	const MemPlace *g = &pr.stages[0].mem.place[PLACE_GPU];
 	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 719631368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_PARAMS], 4e6 + 16e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_GRADS], 4e6, 0);
@@ -225,7 +225,7 @@ static void test_stage3_peak_by_hand(void)
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 32e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_ACTIV], 0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_OVERHEAD], 639631368.0, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.ideal.total_bytes, 16 * 8e6 / 4, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].ideal.total_bytes, 16 * 8e6 / 4, 0);
 	CU_ASSERT_EQUAL(pr.plan.activations_known, 0);
 	fx_free(&sc, &pr);
 
@@ -234,8 +234,8 @@ static void test_stage3_peak_by_hand(void)
 	snprintf(json, sizeof(json), PARAMS_ONLY_Z3, ", \"stage3_max_live_parameters\": 2e6");
 	if (fx_predict(&sc, &pr, json))
 		return;
-	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].peak_bytes, 707631368.0, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].at_peak[CAT_PARAMS], 4e6 + 4e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 707631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].at_peak[CAT_PARAMS], 4e6 + 4e6, 0);
 	fx_free(&sc, &pr);
 }
 
@@ -256,13 +256,13 @@ static void test_stage1_offload_by_hand(void)
 		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
 	if (fx_predict(&sc, &pr, json))
 		return;
-	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_GPU].peak_bytes, 671631368.0, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_CPU].peak_bytes, 32e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.mem.place[PLACE_NVME].peak_bytes, 0, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_REDUCE_SCATTER], 16e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.payload_bytes[COLL_ALL_GATHER], 16e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.copy_bytes[COPY_D2H], 4e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.traffic.copy_bytes[COPY_H2D], 4e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 671631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].peak_bytes, 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_NVME].peak_bytes, 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 16e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 16e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_D2H], 4e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_H2D], 4e6, 0);
 	fx_free(&sc, &pr);
 }
 
@@ -293,14 +293,14 @@ static void test_bundled_schedules_balanced(void)
 			continue;
 		}
 		double setup[N_PLACES] = {0};
-		for (int k = 0; k < pr.sched.step_begin; k++) {
-			const Op *op = &pr.sched.ops[k];
+		for (int k = 0; k < pr.stages[0].sched.step_begin; k++) {
+			const Op *op = &pr.stages[0].sched.ops[k];
 			CU_ASSERT_EQUAL(op->kind, OP_ALLOC);
 			setup[op->place] += op->bytes;
 		}
 		for (int pl = 0; pl < N_PLACES; pl++)
-			CU_ASSERT_DOUBLE_EQUAL(pr.mem.end_bytes[pl], setup[pl], 1e-6 * setup[pl] + 1);
-		CU_ASSERT(pr.mem.place[PLACE_GPU].peak_bytes >= setup[PLACE_GPU]);
+			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.end_bytes[pl], setup[pl], 1e-6 * setup[pl] + 1);
+		CU_ASSERT(pr.stages[0].mem.place[PLACE_GPU].peak_bytes >= setup[PLACE_GPU]);
 		fx_free(&sc, &pr);
 	}
 }
