@@ -452,6 +452,11 @@ static void optimizer_step(Builder *b)
 	const Plan *p = b->p;
 	const StagePlan *st = &p->stages[b->stage];
 	double part = (double)st->part_elems;
+	long long tied = ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+
+	/* the tied embedding's two copies (first and last stage) sum their gradients */
+	if (p->par.pp > 1 && tied && (b->stage == 0 || b->stage == p->par.pp - 1))
+		DO(sched_coll(b->s, COLL_ALL_REDUCE, GROUP_PP, 2, -1, tied, p->grad_bytes, 0));
 
 	if (p->stage < 2) {
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;

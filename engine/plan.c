@@ -145,6 +145,16 @@ static void plan_unit(Plan *p, int idx)
 		else
 			u->part_dense += ceil_div(n, group);
 	}
+	if (p->par.pp > 1 && idx == model_n_units(m) - 1 && model_tied_elems(m) &&
+	    u->n_tensors < MODEL_MAX_TENSORS) {
+		/* Megatron keeps a copy of the tied word embedding on the last stage for the LM head
+		 * and all-reduces its gradient with the first stage's (build.c) */
+		long long n = ceil_div(model_tied_elems(m), p->par.tp);
+		u->tensor_local[u->n_tensors] = n;
+		u->tensor_expert[u->n_tensors++] = 0;
+		u->local_dense += n;
+		u->part_dense += ceil_div(n, p->dp);
+	}
 	u->gather_dense = u->part_dense * p->dp;
 	u->gather_expert = u->part_expert * p->edp;
 	if (p->stage == 3 && idx == model_n_units(m) - 1 && model_tied_elems(m))

@@ -2,6 +2,7 @@
 #ifndef PX_TEST_FIXTURES_H
 #define PX_TEST_FIXTURES_H
 
+#include "../engine/pipeline.h"
 #include "../sim/predict.h"
 
 /* Load a scenario from JSON text; CU_FAIL and return -1 (with the error printed) on failure. */

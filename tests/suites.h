@@ -11,6 +11,7 @@
 	X(zero)        \
 	X(model)       \
 	X(dsconfig)    \
+	X(parallel)    \
 	X(cli)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);

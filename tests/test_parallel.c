@@ -1,0 +1,435 @@
+/* 3D parallelism, MoE and ZeRO++: Korthikanti et al. 2022 Table 2 through the planner, pipeline
+ * in-flight micro-batches per schedule, Megatron's tensor-parallel traffic, DeepSpeed MoE capacity
+ * and all-to-all volumes, ZeRO++'s cross-node reduction, topology splits, and the refusals.
+ * Sources: shared/reference/activations.md and communication.md. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "suites.h"
+
+/* A GPT-2-style model whose dimensions divide by every degree used here: h = 256, 8 heads,
+ * 8 layers, V = 1024. With dropout, kv = h and I = 4h it is the layer Korthikanti assumes. */
+#define SMALL_GPT                                                                              \
+	"\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8, \"n_layer\": 8,"  \
+	" \"n_positions\": 512, \"vocab_size\": 1024}"
+
+/* An untied Llama-style model (no dropout, no biases), every tensor divisible by 16. */
+#define SMALL_LLAMA                                                                            \
+	"\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4," \
+	" \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 32000,"       \
+	" \"max_position_embeddings\": 512}"
+
+static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
+{
+	char json[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	return fx_predict(sc, pr, json);
+}
+
+/* ---- activations: Korthikanti Table 2 through the planner ---- */
+
+static void check_layer(int t, int sp, const char *ckpt, double expected_act, double expected_ckpt)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
+			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H100-SXM\","
+			 " \"nodes\": 1, \"gpus_per_node\": %d}, \"seq_length\": 512,"
+			 " \"activation_checkpointing\": \"%s\","
+			 " \"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s}}",
+			 t, ckpt, t, sp ? "true" : "false"))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.units[1].act_bytes, expected_act, 1e-6 * expected_act);
+	if (expected_ckpt > 0)
+		CU_ASSERT_DOUBLE_EQUAL(pr.plan.units[1].ckpt_bytes, expected_ckpt, 0);
+	fx_free(&sc, &pr);
+}
+
+static void test_korthikanti_through_planner(void)
+{
+	double s = 512, b = 2, h = 256, a = 8, sbh = s * b * h, as_h = 5 * a * s / h;
+	for (int t = 1; t <= 8; t *= 2) {
+		/* tensor parallel: sbh(10 + 24/t + 5as/(ht)) (t = 1: sbh(34 + 5as/h)) */
+		check_layer(t, 0, "none", sbh * (10 + 24.0 / t + as_h / t), 0);
+		/* tensor + sequence parallel: sbh(34/t + 5as/(ht)) */
+		check_layer(t, 1, "none", sbh * (34.0 / t + as_h / t), 0);
+		/* selective recompute: sbh(10 + 24/t), and 34 sbh / t with sequence parallelism */
+		check_layer(t, 0, "selective", sbh * (10 + 24.0 / t), 0);
+		check_layer(t, 1, "selective", 34 * sbh / t, 0);
+		/* full recompute keeps the layer input: 2sbh, split by t with sequence parallelism */
+		check_layer(t, 0, "full", sbh * (10 + 24.0 / t + as_h / t), 2 * sbh);
+		check_layer(t, 1, "full", sbh * (34.0 / t + as_h / t), 2 * sbh / t);
+	}
+}
+
+/* ---- pipeline: activations in flight on the first stage ---- */
+
+/* The most block activations live at once in stage `stage`'s schedule. */
+static int max_live_blocks(const Schedule *s)
+{
+	int live = 0, max = 0;
+	char is_act[1 << 16] = {0};
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC && op->what == BUF_ACTIVATIONS && op->buf < (1 << 16)) {
+			is_act[op->buf] = 1;
+			if (++live > max)
+				max = live;
+		} else if (op->kind == OP_FREE && op->buf < (1 << 16) && is_act[op->buf]) {
+			live--;
+		}
+	}
+	return max;
+}
+
+/* 8 layers on pp = 4 stages, m = 8 micro-batches, no recompute: the first stage holds p
+ * micro-batches under 1F1B (p x 2 layers = 8 layer activations), m under GPipe (16), and under
+ * the interleaved schedule with v = 2 the paper's L(1 + (p-1)/(pv)) = 8 x 11/8 = 11. The last
+ * stage of 1F1B holds one micro-batch (2). */
+static void check_inflight(const char *sched, int v, int first, int last, int first_worst)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"gradient_accumulation_steps\": 8, \"bf16\": {\"enabled\": true}},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 4},"
+			 " \"seq_length\": 256, \"parallelism\": {\"pp\": 4, \"pipeline_schedule\":"
+			 " \"%s\", \"virtual_stages\": %d, \"partition_method\": \"uniform\"}}",
+			 sched, v))
+		return;
+	CU_ASSERT_EQUAL(pr.n_stages, 4);
+	CU_ASSERT_EQUAL(max_live_blocks(&pr.stages[0].sched), first);
+	CU_ASSERT_EQUAL(max_live_blocks(&pr.stages[3].sched), last);
+	if (first_worst) /* 1F1B's first stage is the memory worst case */
+		CU_ASSERT_EQUAL(pr.worst, 0);
+	fx_free(&sc, &pr);
+}
+
+static void test_inflight_counts(void)
+{
+	check_inflight("1f1b", 1, 8, 2, 1);
+	/* GPipe: every stage holds all m; the last one, with the logits, is the worst */
+	check_inflight("gpipe", 1, 16, 16, 0);
+	/* interleaved: stage s warms up with (p - s - 1) * 2 + (v - 1) * p chunk forwards, so the
+	 * last stage holds 0 + 4 + 1 = 5 one-layer chunks */
+	check_inflight("interleaved", 2, 11, 5, 1);
+}
+
+/* The order itself: 1F1B on stage s of p runs p - s - 1 warm-up forwards, then alternates. */
+static void test_1f1b_order(void)
+{
+	PipeStep st[16];
+	int n = pipe_order(PIPE_1F1B, 4, 1, 4, 1, st); /* stage 1 of 4, 4 micro-batches */
+	CU_ASSERT_EQUAL(n, 8);
+	const int fwd[8] = {1, 1, 1, 0, 1, 0, 0, 0}, mb[8] = {0, 1, 2, 0, 3, 1, 2, 3};
+	for (int i = 0; i < 8; i++) {
+		CU_ASSERT_EQUAL(st[i].forward, fwd[i]);
+		CU_ASSERT_EQUAL(st[i].mb, mb[i]);
+	}
+	/* p2p: stage 1 of 4 receives and sends b s h elements per micro-batch each way */
+}
+
+/* ---- Megatron tensor parallelism: 8bsh(t-1)/t elements per layer per micro-batch ---- */
+
+static double block_tp_wire(const Schedule *s, int L)
+{
+	double wire = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_COLL && op->group == GROUP_TP && op->unit >= 1 && op->unit <= L)
+			wire += traffic_ring_wire_bytes(op->sub, op->bytes, op->nranks);
+	}
+	return wire;
+}
+
+/* Narayanan et al. 2021 count 4 all-reduces of bsh elements per layer per micro-batch, each
+ * sending 2(t-1)/t of it: 8bsh(t-1)/t elements, 16bsh(t-1)/t bytes in 16-bit. With sequence
+ * parallelism each all-reduce becomes a reduce-scatter and an all-gather: the same bytes. */
+static void test_megatron_tp_traffic(void)
+{
+	for (int sp = 0; sp <= 1; sp++)
+		for (int t = 2; t <= 8; t *= 2) {
+			Scenario sc;
+			Prediction pr;
+			if (predict_json(&sc, &pr,
+					 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
+					 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\","
+					 " \"nodes\": 1, \"gpus_per_node\": %d}, \"seq_length\": 512,"
+					 " \"parallelism\": {\"tp\": %d, \"sequence_parallel\": %s}}",
+					 t, t, sp ? "true" : "false"))
+				return;
+			double bsh = 2.0 * 512 * 256, L = 8;
+			double elems = 8 * bsh * (t - 1) / t;
+			CU_ASSERT_DOUBLE_EQUAL(block_tp_wire(&pr.stages[0].sched, 8), L * elems * 2,
+					       1e-6 * L * elems);
+			fx_free(&sc, &pr);
+		}
+}
+
+/* ---- MoE (deepspeed/moe/sharded_moe.py) ---- */
+
+static void check_capacity(long long b, long long s, long long E, long long k, double cf,
+			   long long min_cap, long long expected)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": %lld, \"k\": %lld,"
+			 " \"capacity_factor\": %g, \"min_capacity\": %lld}, \"deepspeed\":"
+			 " {\"train_micro_batch_size_per_gpu\": %lld, \"bf16\": {\"enabled\": true}},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
+			 " \"seq_length\": %lld, \"parallelism\": {\"ep\": %lld}}",
+			 E, k, cf, min_cap, b, s, E < 8 ? E : 8))
+		return;
+	CU_ASSERT_EQUAL(pr.plan.moe_capacity, expected);
+	fx_free(&sc, &pr);
+}
+
+static void test_moe_capacity(void)
+{
+	/* capacity = ceil(k * capacity_factor * S / E), at least min_capacity; S = b * s tokens */
+	check_capacity(2, 512, 8, 1, 1.0, 4, 128);    /* 1024 / 8 */
+	check_capacity(1, 512, 8, 2, 1.25, 4, 160);   /* ceil(2 * 1.25 * 512 / 8) */
+	check_capacity(1, 100, 8, 1, 1.0, 4, 13);     /* ceil(12.5) */
+	check_capacity(1, 64, 64, 1, 1.0, 8, 8);      /* ceil(1) = 1, floored at 8 */
+}
+
+/* Each MoE layer: 2 all-to-alls forward and 2 backward of E * C * h elements per rank, of which
+ * (ep-1)/ep leaves the rank. 8 experts over ep = 8, k = 1, cf = 1, S = 1024: C = 128. */
+static void test_moe_all_to_all(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
+			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\":"
+			 " {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 2, \"gpus_per_node\": 8},"
+			 " \"seq_length\": 512, \"parallelism\": {\"ep\": 8}}"))
+		return;
+	const Traffic *t = &pr.stages[0].traffic;
+	double per_op = 8.0 * 128 * 256 * 2; /* E C h in bf16 */
+	CU_ASSERT_EQUAL(t->n_colls[COLL_ALL_TO_ALL], 8 * 4);
+	CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_TO_ALL], 8 * 4 * per_op, 0);
+	CU_ASSERT_DOUBLE_EQUAL(t->wire_bytes[COLL_ALL_TO_ALL], 8 * 4 * per_op * 7 / 8, 1e-6);
+	/* 16 GPUs, ep 8: edp = 2; each rank holds 1 of the 8 experts of every layer */
+	CU_ASSERT_EQUAL(pr.plan.edp, 2);
+	CU_ASSERT_EQUAL(pr.plan.units[1].local_expert * 8, 8LL * 2 * 256 * 1024 + 8 * (1024 + 256));
+	/* expert gradients are reduced over their own group only */
+	CU_ASSERT(t->group_payload_bytes[GROUP_EDP] > 0);
+	CU_ASSERT_DOUBLE_EQUAL(t->group_payload_bytes[GROUP_EDP],
+			       2.0 * (double)pr.plan.stages[0].flat_expert * 2, 0); /* RS + AG */
+	fx_free(&sc, &pr);
+}
+
+/* Mixtral-8x7B's published parameter count (Hugging Face num_parameters()). */
+static void test_mixtral_count(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
+			 " \"seq_length\": 4096, \"parallelism\": {\"ep\": 8}}",
+			 fx_model("mixtral-8x7b")))
+		return;
+	CU_ASSERT(fabs(sc.model.n_params - 46702792704.0) / 46702792704.0 < 1e-3);
+	CU_ASSERT_EQUAL(sc.model.experts, 8);
+	CU_ASSERT_EQUAL(sc.model.top_k, 2);
+	fx_free(&sc, &pr);
+}
+
+/* ---- ZeRO++: cross-node volume 3M -> 0.75M (arXiv 2306.10209) ---- */
+
+static double zpp_cross(int zpp, Prediction *keep)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_LLAMA ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3,"
+			 " \"stage3_param_persistence_threshold\": 0, \"reduce_bucket_size\": 1e9%s}},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 2, \"gpus_per_node\": 8},"
+			 " \"seq_length\": 128}",
+			 zpp ? ", \"zero_quantized_weights\": true, \"zero_hpz_partition_size\": 8,"
+			       " \"zero_quantized_gradients\": true" : ""))
+		return -1;
+	double cross = pr.stages[0].traffic.cross_node_payload_bytes;
+	if (keep)
+		*keep = pr, scenario_free(&sc);
+	else
+		fx_free(&sc, &pr);
+	return cross;
+}
+
+static void test_zeropp_cross_node(void)
+{
+	Prediction pr;
+	double psi = 2.0 * 32000 * 256 + 4.0 * (4 * 65536 + 3 * 262144 + 512) + 256;
+	double M = 2 * psi; /* model bytes in bf16 */
+	double base = zpp_cross(0, NULL);
+	CU_ASSERT_DOUBLE_EQUAL(base, 3 * M, 0);
+	double zpp = zpp_cross(1, &pr);
+	/* 0.5M (INT8 forward gathers) + 0 (hpZ gathers stay in the node) + 0.25M (INT4 gradients
+	 * across nodes), plus one fp32 scale per 2048 elements of each quantized message */
+	double scales = 4.0 * ceil(psi / 2048); /* the one gradient bucket's cross-node all-to-all */
+	for (int u = 0; u < pr.plan.n_units; u++)
+		scales += 4.0 * ceil((double)pr.plan.units[u].gather_dense / 2048);
+	CU_ASSERT_DOUBLE_EQUAL(zpp, 0.75 * M + scales, 0);
+	CU_ASSERT_DOUBLE_EQUAL(base / (zpp - scales), 4, 1e-12);
+	CU_ASSERT(base / zpp > 3.98); /* the scales cost a quarter of a percent */
+	/* hpZ keeps a secondary partition of the parameters over 8 GPUs: psi / 8 in bf16 */
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.stages[0].secondary_elems, psi / 8, 0);
+	predict_free(&pr);
+}
+
+/* ---- topology ---- */
+
+static void test_topology_split(void)
+{
+	/* TP 8 inside a node, DP across 4 nodes, 8 GPUs a node, layout tp-pp-dp */
+	ParallelSpec q;
+	parallel_defaults(&q);
+	q.tp = 8, q.dp = 4;
+	GroupSpan tp = parallel_group_span(&q, LAYOUT_TP, 8, 1);
+	GroupSpan dp = parallel_group_span(&q, LAYOUT_DP, 8, 1);
+	CU_ASSERT_EQUAL(tp.nodes, 1);
+	CU_ASSERT_EQUAL(dp.nodes, 4);
+	CU_ASSERT_EQUAL(dp.per_node, 1);
+	/* DP 16 over 2 nodes without TP: 8 members per node */
+	q.tp = 1, q.dp = 16;
+	dp = parallel_group_span(&q, LAYOUT_DP, 8, 1);
+	CU_ASSERT_EQUAL(dp.nodes, 2);
+	CU_ASSERT_EQUAL(dp.per_node, 8);
+
+	double intra, inter, S = 1e9;
+	/* a ring all-reduce over 16 ranks on 2 nodes: 2 of its 16 links cross, each rank sending
+	 * 2(n-1)/n S: inter = 2 * 15/16 * S * 2/16 */
+	traffic_split(COLL_ALL_REDUCE, S, dp, ALGO_RING, &intra, &inter);
+	CU_ASSERT_DOUBLE_EQUAL(inter, 2.0 * 15 / 16 * S * 2 / 16, 1);
+	CU_ASSERT_DOUBLE_EQUAL(intra + inter, 2.0 * 15 / 16 * S, 1);
+	/* hierarchical: reduce-scatter + all-gather inside the node, 2(g-1)/g S; an all-reduce of
+	 * S/g between the 2 nodes, 2(N-1)/N S/g */
+	traffic_split(COLL_ALL_REDUCE, S, dp, ALGO_HIERARCHICAL, &intra, &inter);
+	CU_ASSERT_DOUBLE_EQUAL(intra, 2.0 * 7 / 8 * S, 1);
+	CU_ASSERT_DOUBLE_EQUAL(inter, 2.0 * (S / 8) * 1 / 2, 1);
+	/* all-to-all over 16 on 2 nodes: half of each rank's data leaves its node */
+	traffic_split(COLL_ALL_TO_ALL, S, dp, ALGO_RING, &intra, &inter);
+	CU_ASSERT_DOUBLE_EQUAL(inter, S * 8 / 16, 1);
+	CU_ASSERT_DOUBLE_EQUAL(intra, S * 7 / 16, 1);
+}
+
+/* ---- refusals ---- */
+
+static void expect_refused(const char *parallel, const char *zero, const char *fragment)
+{
+	char json[2048], path[512];
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	snprintf(json, sizeof(json),
+		 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8}, \"deepspeed\":"
+		 " {\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 4,"
+		 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": %s},"
+		 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
+		 " \"seq_length\": 128, \"parallelism\": %s}", zero, parallel);
+	snprintf(path, sizeof(path), "%s/s.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	int rc = scenario_load(&sc, path, NULL, &err);
+	if (rc == 0) {
+		rc = predict_run(&sc, &pr, &err);
+		if (rc == 0)
+			predict_free(&pr);
+		scenario_free(&sc);
+	}
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	if (!strstr(err.msg, fragment))
+		fprintf(stderr, "\nexpected '%s' in: %s\n", fragment, err.msg);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, fragment));
+}
+
+static void test_refusals(void)
+{
+	expect_refused("{\"pp\": 2}", "{\"stage\": 2}",
+		       "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism");
+	expect_refused("{\"tp\": 3}", "{\"stage\": 0}", "does not divide into tp 3 x pp 1");
+	expect_refused("{\"tp\": 16}", "{\"stage\": 0}", "world of 8 GPUs does not divide");
+	expect_refused("{\"pp\": 3}", "{\"stage\": 1}", "does not divide into tp 1 x pp 3");
+	expect_refused("{\"ep\": 3}", "{\"stage\": 0}", "ep = 3 does not divide the 8 experts");
+	expect_refused("{\"pp\": 2, \"pipeline_schedule\": \"interleaved\"}", "{\"stage\": 1}",
+		       "virtual_stages >= 2");
+	expect_refused("{\"pp\": 2, \"virtual_stages\": 2}", "{\"stage\": 1}",
+		       "needs pipeline_schedule \"interleaved\"");
+	expect_refused("{\"pp\": 8, \"pipeline_schedule\": \"interleaved\", \"virtual_stages\": 2}",
+		       "{\"stage\": 1}", "4 micro-batches to divide by pp 8");
+	expect_refused("{\"pp\": 4, \"pipeline_schedule\": \"interleaved\", \"virtual_stages\": 4}",
+		       "{\"stage\": 1}", "16 model chunks, but the model has only 8 layers");
+	expect_refused("{\"ep\": 16}", "{\"stage\": 0}", "ep = 16 does not divide the 8 experts");
+	expect_refused("{\"pp\": 2, \"ep\": 8}", "{\"stage\": 1}",
+		       "ep = 8 does not divide the data-parallel size 4");
+	expect_refused("{\"tp\": 1}", "{\"stage\": 2, \"zero_quantized_weights\": true}",
+		       "ZeRO++");
+	expect_refused("{\"tp\": 1}", "{\"stage\": 3, \"zero_hpz_partition_size\": 3}",
+		       "zero_hpz_partition_size = 3 does not divide the data-parallel size 8");
+}
+
+/* Layers that do not divide over the stages are refused under uniform partitioning (6 layers,
+ * 4 stages) and split by parameters otherwise. */
+static void test_layers_not_dividing(void)
+{
+	char json[2048], path[512];
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	const char *fmt = "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_head\": 4,"
+			  " \"n_layer\": 6, \"n_positions\": 128, \"vocab_size\": 512},"
+			  " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			  " \"gradient_accumulation_steps\": 4}, \"cluster\": {\"gpu\": \"H100-SXM\","
+			  " \"nodes\": 1, \"gpus_per_node\": 4}, \"seq_length\": 64,"
+			  " \"parallelism\": {\"pp\": 4, \"partition_method\": \"%s\"}}";
+	snprintf(json, sizeof(json), fmt, "uniform");
+	snprintf(path, sizeof(path), "%s/s.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL_FATAL(scenario_load(&sc, path, NULL, &err), 0);
+	CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), -1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "6 layers do not divide into 4 pipeline stages"));
+	scenario_free(&sc);
+
+	snprintf(json, sizeof(json), fmt, "parameters");
+	if (fx_predict(&sc, &pr, json))
+		return;
+	/* every unit on exactly one stage, embedding first, head last, no stage empty */
+	CU_ASSERT_EQUAL(pr.plan.chunk_bounds[0], 0);
+	CU_ASSERT_EQUAL(pr.plan.chunk_bounds[4], 8);
+	for (int j = 0; j < 4; j++)
+		CU_ASSERT(pr.plan.chunk_bounds[j + 1] > pr.plan.chunk_bounds[j]);
+	fx_free(&sc, &pr);
+}
+
+int test_parallel_register(void)
+{
+	return PX_ADD_SUITE("parallel",
+			    {"Korthikanti Table 2 through the planner", test_korthikanti_through_planner},
+			    {"pipeline in-flight micro-batches", test_inflight_counts},
+			    {"1F1B order", test_1f1b_order},
+			    {"Megatron TP traffic 8bsh(t-1)/t", test_megatron_tp_traffic},
+			    {"MoE capacity", test_moe_capacity},
+			    {"MoE all-to-all volumes", test_moe_all_to_all},
+			    {"Mixtral parameter count", test_mixtral_count},
+			    {"ZeRO++ cross-node 3M -> 0.75M", test_zeropp_cross_node},
+			    {"topology split", test_topology_split},
+			    {"refused combinations", test_refusals},
+			    {"layers not dividing", test_layers_not_dividing});
+}
