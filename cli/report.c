@@ -179,8 +179,9 @@ static void comm_table(FILE *f, const Prediction *pr)
 	fprintf(f, "\n%-22s %16s\n", "link", "sent GiB");
 	fprintf(f, "%-22s %16.3f\n", "intra-node (NVLink)", t->intra_node_bytes / GiB);
 	fprintf(f, "%-22s %16.3f\n", "inter-node (network)", t->inter_node_bytes / GiB);
-	fprintf(f, "# cross-node payload (collectives whose group spans nodes): %.3f GiB\n",
-		t->cross_node_payload_bytes / GiB);
+	fprintf(f, "%-22s %16.3f\n", "node egress (network)", t->node_egress_bytes / GiB);
+	fprintf(f, "# sent: per rank; node egress: what one node sends to the others, every GPU of "
+		"it together\n");
 	double copies = 0;
 	for (int d = 0; d < N_COPIES; d++)
 		copies += t->copy_bytes[d];

@@ -187,9 +187,12 @@ static void flush_bucket(Builder *b, Bucket *k)
 	const Plan *p = b->p;
 	if (k->elems == 0)
 		return;
-	if (p->qgz && k->group == GROUP_DP) { /* qgZ: INT4 all-to-all inside nodes, then across */
+	if (p->qgz && k->group == GROUP_DP) {
+		/* qgZ: an INT4 all-to-all inside the node, after which each GPU reduces and holds
+		 * 1/g of the bucket; that slice goes across nodes in a second INT4 all-to-all */
+		long long g = p->spans[GROUP_NODE].n;
 		quantized(b, COLL_ALL_TO_ALL, GROUP_NODE, -1, k->elems, 4, k->offset);
-		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, -1, k->elems, 4, k->offset);
+		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, -1, ceil_div(k->elems, g), 4, k->offset);
 	} else {
 		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
 		coll(b, kind, k->group, -1, k->elems, p->comm_bytes, k->offset);

@@ -50,7 +50,7 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 	n = put(m, n, "comm.wire_bytes", t->wire_total_bytes, "bytes");
 	n = put(m, n, "comm.link.intra_node_bytes", t->intra_node_bytes, "bytes");
 	n = put(m, n, "comm.link.inter_node_bytes", t->inter_node_bytes, "bytes");
-	n = put(m, n, "comm.cross_node_payload_bytes", t->cross_node_payload_bytes, "bytes");
+	n = put(m, n, "comm.link.node_egress_bytes", t->node_egress_bytes, "bytes");
 	for (int g = 0; g < N_GROUPS; g++) {
 		snprintf(name, sizeof(name), "comm.group.%s_bytes", group_name(g));
 		n = put(m, n, name, t->group_payload_bytes[g], "bytes");

@@ -8,7 +8,8 @@ static int price_stage(Prediction *pr, int s, PxError *err)
 	const Plan *p = &pr->plan;
 	StagePrediction *sp = &pr->stages[s];
 	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err) ||
-	    sim_traffic(&sp->sched, p->spans, p->par.algo, &sp->traffic, err))
+	    sim_traffic(&sp->sched, p->spans, p->par.algo, p->sc->cluster.gpus_per_node, &sp->traffic,
+			err))
 		return -1;
 	sp->ideal = plan_stage_ideal(p, s);
 	sp->fits_gpu = sp->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;

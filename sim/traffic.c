@@ -70,8 +70,6 @@ static void add(Traffic *t, const Op *op, double times, const GroupSpan *spans, 
 		t->wire_total_bytes += times * wire;
 		t->intra_node_bytes += times * intra;
 		t->inter_node_bytes += times * inter;
-		if (sp.nodes > 1 && op->sub != COLL_P2P_RECV)
-			t->cross_node_payload_bytes += times * op->bytes;
 		break;
 	}
 	case OP_COPY:
@@ -86,8 +84,8 @@ static void add(Traffic *t, const Op *op, double times, const GroupSpan *spans, 
 	}
 }
 
-int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, Traffic *t,
-		PxError *err)
+int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, long long gpus_per_node,
+		Traffic *t, PxError *err)
 {
 	double times = 1;
 	memset(t, 0, sizeof(*t));
@@ -103,5 +101,6 @@ int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, Traffi
 			add(t, op, times, spans, algo);
 		}
 	}
+	t->node_egress_bytes = t->inter_node_bytes * (double)gpus_per_node;
 	return 0;
 }

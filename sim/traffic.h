@@ -15,8 +15,9 @@ typedef struct Traffic {
 	double group_wire_bytes[N_GROUPS];
 	long long n_colls[N_COLLS];
 	double wire_total_bytes;
-	double intra_node_bytes, inter_node_bytes; /* wire bytes by link class */
-	double cross_node_payload_bytes;   /* payload of collectives whose group spans nodes */
+	double intra_node_bytes, inter_node_bytes; /* wire bytes one rank sends, by link class */
+	double node_egress_bytes;          /* what a whole node sends to other nodes: every GPU of
+					      a node runs the same ops, so gpus_per_node x inter */
 	double copy_bytes[N_COPIES];
 	double flops[N_COMPS];
 	double flops_total;
@@ -39,7 +40,7 @@ double traffic_payload_total(const Traffic *t);
 
 /* Sum one step (set-up excluded; micro-batch loops multiplied out); spans give each group's
  * placement (indexed by CommGroup). */
-int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, Traffic *t,
-		PxError *err);
+int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, long long gpus_per_node,
+		Traffic *t, PxError *err);
 
 #endif
