@@ -12,6 +12,7 @@
 	X(model)       \
 	X(dsconfig)    \
 	X(parallel)    \
+	X(kernels)     \
 	X(cli)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
