@@ -22,7 +22,8 @@ typedef struct Builder {
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
 	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
-	long long *dense_start, *expert_start; /* each unit's first element in the stage's flats */
+	long long *expert_start; /* each unit's first expert element in the stage's expert flat */
+	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 } Builder;
@@ -102,6 +103,7 @@ static void setup(Builder *b)
 		alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1, part * p->param_bytes);
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
 		      (double)st->persist_elems * p->param_bytes);
+		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, (double)st->persist_elems * p->grad_bytes);
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
 		      (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
@@ -223,6 +225,14 @@ static void hold(Bucket *k, int id)
 		k->bufs[k->n_bufs++] = id;
 }
 
+/* A dense reduction: a bucket of whole units (stage 2) or one unit's flat (stage 3). */
+static void reduce_dense(Builder *b, long long elems, long long offset)
+{
+	b->dense.elems = elems;
+	b->dense.offset = offset;
+	flush_bucket(b, &b->dense);
+}
+
 static void unit_grads(Builder *b, int u)
 {
 	const Plan *p = b->p;
@@ -231,25 +241,29 @@ static void unit_grads(Builder *b, int u)
 
 	if (p->stage < 2)
 		return; /* stage 0-1 accumulate into the full gradient buffer */
-	if (u == p->n_units - 1 && model_tied_elems(m)) /* held until the embedding's turn */
+	if (u == p->n_units - 1 && model_tied_elems(m) && p->stage == 3)
+		/* the head's gradient of the tied embedding waits for the embedding's own */
 		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				     (double)ceil_div(model_tied_elems(m), p->par.tp) * p->grad_bytes);
-	if (!p->sc->ds.zero.contiguous_gradients)
+				     (double)p->units[0].own_gather * p->grad_bytes);
+	if (!p->sc->ds.zero.contiguous_gradients && up->local_dense > 0)
 		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				      (double)(up->local_dense + up->local_expert) * p->grad_bytes));
-	long long doff = b->dense_start[u] + up->local_dense;
+				      (double)up->local_dense * p->grad_bytes));
 	long long eoff = b->expert_start[u] + up->local_expert;
-	for (int i = up->n_tensors - 1; i >= 0; i--) {
-		long long n = up->tensor_local[i];
+	for (int i = up->n_tensors - 1; i >= 0; i--)
 		if (up->tensor_expert[i])
-			bucket_tensor(b, &b->expert, n, eoff -= n);
-		else
-			bucket_tensor(b, &b->dense, n, doff -= n);
+			bucket_tensor(b, &b->expert, up->tensor_local[i], eoff -= up->tensor_local[i]);
+	if (p->stage == 3) {
+		if (u == 0 && b->tied_grad >= 0) {
+			hold(&b->dense, b->tied_grad);
+			b->tied_grad = -1;
+		}
+		reduce_dense(b, up->own_gather, 0);
+		return;
 	}
-	if (u == 0 && b->tied_grad >= 0) {
-		hold(&b->dense, b->tied_grad);
-		b->tied_grad = -1;
-	}
+	int i = b->bucket_of[u];
+	const BucketPlan *k = i >= 0 ? &p->stages[b->stage].buckets[i] : NULL;
+	if (k && u == k->u_lo) /* the bucket's last unit to finish backward */
+		reduce_dense(b, k->padded, k->flat_off);
 }
 
 /* ---- one unit, forward and backward ---- */
@@ -353,22 +367,25 @@ static void backward_unit(Builder *b, int slot, int u)
 
 /* ---- micro-batches ---- */
 
+/* Contiguous gradient buffers hold the largest dense reduction (a bucket of units, or at stage 3
+ * a unit's flat) or the largest expert bucket. */
 static long long bucket_buffer_elems(const Plan *p, int stage)
 {
-	long long total = 0, largest = 0;
+	long long experts = 0, largest = 0;
 	for (int u = 0; u < p->n_units; u++) {
 		if (p->units[u].stage != stage)
 			continue;
-		for (int i = 0; i < p->units[u].n_tensors; i++) {
-			long long n = p->units[u].tensor_local[i];
-			long long g = p->units[u].tensor_expert[i] ? p->edp : p->dp;
-			if (p->stage == 3)
-				n = ceil_div(n, g) * g;
-			total += n;
-			largest = max_ll(largest, n);
-		}
+		for (int i = 0; i < p->units[u].n_tensors; i++)
+			if (p->units[u].tensor_expert[i]) {
+				long long n = p->units[u].tensor_local[i];
+				if (p->stage == 3)
+					n = ceil_div(n, p->edp) * p->edp;
+				experts += n;
+				largest = max_ll(largest, n);
+			}
 	}
-	return max_ll(min_ll((long long)p->reduce_bucket_elems, total), largest);
+	experts = max_ll(min_ll((long long)p->reduce_bucket_elems, experts), largest);
+	return max_ll(p->stages[stage].max_bucket, experts);
 }
 
 static void alloc_buckets(Builder *b, int ids[2])
@@ -394,8 +411,10 @@ static void micro_batch(Builder *b)
 	alloc_buckets(b, buckets);
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
-	flush_bucket(b, &b->dense);
 	flush_bucket(b, &b->expert);
+	const StagePlan *st = &p->stages[b->stage];
+	if (p->stage == 3 && st->persist_elems > 0) /* parameters kept whole still reduce-scatter */
+		reduce_dense(b, ceil_div(st->persist_elems, p->dp) * p->dp, 0);
 	release(b, &buckets[0]);
 	release(b, &buckets[1]);
 }
@@ -463,7 +482,9 @@ static void optimizer_step(Builder *b)
 
 	if (p->stage < 2) {
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
-		chunked(b, kind, GROUP_DP, st->flat_dense, p->reduce_bucket_elems, p->comm_bytes);
+		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
+			coll(b, kind, GROUP_DP, -1, st->buckets[i].padded, p->comm_bytes,
+			     st->buckets[i].flat_off);
 		chunked(b, kind, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems, p->comm_bytes);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
@@ -485,8 +506,9 @@ static void optimizer_step(Builder *b)
 		DO(sched_copy(b->s, COPY_H2D, -1, part * p->param_bytes));
 
 	if (p->stage == 1 || p->stage == 2) {
-		chunked(b, COLL_ALL_GATHER, GROUP_DP, st->flat_dense, p->allgather_bucket_elems,
-			p->param_bytes);
+		for (int i = st->n_buckets - 1; i >= 0; i--)
+			coll(b, COLL_ALL_GATHER, GROUP_DP, -1, st->buckets[i].padded, p->param_bytes,
+			     st->buckets[i].flat_off);
 		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, p->allgather_bucket_elems,
 			p->param_bytes);
 	}
@@ -511,23 +533,26 @@ static int builder_init(Builder *b, const Plan *p, int stage, Schedule *s)
 	b->gathered = malloc((size_t)n * sizeof(int));
 	b->act = malloc((size_t)(n * slots) * sizeof(int));
 	b->ckpt = malloc((size_t)(n * slots) * sizeof(int));
-	b->dense_start = malloc((size_t)n * sizeof(long long));
 	b->expert_start = malloc((size_t)n * sizeof(long long));
-	if (!b->gathered || !b->act || !b->ckpt || !b->dense_start || !b->expert_start)
+	b->bucket_of = malloc((size_t)n * sizeof(int));
+	if (!b->gathered || !b->act || !b->ckpt || !b->expert_start || !b->bucket_of)
 		return -1;
 	for (int u = 0; u < n; u++)
 		b->gathered[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
 		b->act[i] = b->ckpt[i] = -1;
-	long long dense = 0, expert = 0; /* the stage's flats hold its units in forward order */
+	long long expert = 0; /* the stage's expert flat holds its units in forward order */
 	for (int u = 0; u < n; u++) {
-		b->dense_start[u] = dense;
+		b->bucket_of[u] = -1;
 		b->expert_start[u] = expert;
-		if (p->units[u].stage == stage) {
-			dense += p->units[u].local_dense;
+		if (p->units[u].stage == stage)
 			expert += p->units[u].local_expert;
-		}
 	}
+	const StagePlan *st = &p->stages[stage];
+	for (int i = 0; i < st->n_buckets; i++)
+		for (int u = st->buckets[i].u_lo; u <= st->buckets[i].u_hi; u++)
+			if (p->units[u].stage == stage)
+				b->bucket_of[u] = i;
 	return 0;
 }
 
@@ -536,8 +561,8 @@ static void builder_free(Builder *b)
 	free(b->gathered);
 	free(b->act);
 	free(b->ckpt);
-	free(b->dense_start);
 	free(b->expert_start);
+	free(b->bucket_of);
 }
 
 int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)

@@ -51,7 +51,9 @@ static const DsKey TOP_KEYS[] = {
 };
 
 static const DsKey ZERO_KEYS[] = {
-	{"stage", K_MODEL}, {"reduce_bucket_size", K_MODEL}, {"allgather_bucket_size", K_MODEL},
+	{"stage", K_MODEL}, {"reduce_bucket_size", K_MODEL},
+	/* dense parameters are gathered in the reduce buckets (build.c); experts in these */
+	{"allgather_bucket_size", K_NOT},
 	{"overlap_comm", K_MODEL}, {"contiguous_gradients", K_MODEL}, {"reduce_scatter", K_MODEL},
 	{"offload_optimizer", K_MODEL}, {"offload_param", K_MODEL}, {"cpu_offload", K_MODEL},
 	{"cpu_offload_params", K_MODEL}, {"stage3_prefetch_bucket_size", K_MODEL},

@@ -133,7 +133,6 @@ static void plan_unit(Plan *p, int idx)
 		u->params += t[i].numel;
 		u->tensor_local[i] = n;
 		u->tensor_expert[i] = (unsigned char)t[i].expert;
-		long long group = t[i].expert ? p->edp : p->dp;
 		if (t[i].expert)
 			u->local_expert += n;
 		else
@@ -141,9 +140,9 @@ static void plan_unit(Plan *p, int idx)
 		if (p->stage == 3 && (double)n <= z->persistence_threshold_elems)
 			u->persist_elems += n;
 		else if (t[i].expert)
-			u->part_expert += ceil_div(n, group);
+			u->part_expert += ceil_div(n, p->edp);
 		else
-			u->part_dense += ceil_div(n, group);
+			u->own_gather += n;
 	}
 	if (p->par.pp > 1 && idx == model_n_units(m) - 1 && model_tied_elems(m) &&
 	    u->n_tensors < MODEL_MAX_TENSORS) {
@@ -153,13 +152,12 @@ static void plan_unit(Plan *p, int idx)
 		u->tensor_local[u->n_tensors] = n;
 		u->tensor_expert[u->n_tensors++] = 0;
 		u->local_dense += n;
-		u->part_dense += ceil_div(n, p->dp);
+		u->own_gather += p->stage == 3 ? n : 0;
 	}
-	u->gather_dense = u->part_dense * p->dp;
+	u->part_dense = ceil_div(u->own_gather, p->dp);
+	u->own_gather = u->part_dense * p->dp;
+	u->gather_dense = u->own_gather;
 	u->gather_expert = u->part_expert * p->edp;
-	if (p->stage == 3 && idx == model_n_units(m) - 1 && model_tied_elems(m))
-		/* the tied LM head borrows the token embedding: gathered again for the head */
-		u->gather_dense += ceil_div(ceil_div(model_tied_elems(m), p->par.tp), p->dp) * p->dp;
 
 	if (idx >= 1 && idx <= m->L) {
 		u->act_bytes = u->moe ? activ_moe_block_bytes(m, &p->shape, p->sc->ckpt, p->moe_slots) :
@@ -174,6 +172,50 @@ static void plan_unit(Plan *p, int idx)
 }
 
 /* ---- stages ---- */
+
+/* Stage 0-2 buckets: walk the stage's units backwards, closing a bucket when the next unit would
+ * take it past reduce_bucket_size (a larger unit gets a bucket of its own); then lay the buckets
+ * out in forward order, each padded to a multiple of dp. */
+static int plan_buckets(Plan *p, int s)
+{
+	StagePlan *st = &p->stages[s];
+	BucketPlan *b = calloc((size_t)p->n_units, sizeof(*b));
+	int n = 0;
+	if (!b)
+		return -1;
+	for (int u = p->n_units - 1; u >= 0; u--) {
+		const UnitPlan *up = &p->units[u];
+		if (up->stage != s || up->local_dense == 0)
+			continue;
+		if (n == 0 || (double)(b[n - 1].elems + up->local_dense) > p->reduce_bucket_elems)
+			b[n++].u_hi = u;
+		b[n - 1].u_lo = u;
+		b[n - 1].elems += up->local_dense;
+	}
+	for (int i = 0; i < n / 2; i++) { /* into forward order */
+		BucketPlan t = b[i];
+		b[i] = b[n - 1 - i];
+		b[n - 1 - i] = t;
+	}
+	long long off = 0;
+	for (int i = 0; i < n; i++) {
+		b[i].padded = ceil_div(b[i].elems, p->dp) * p->dp;
+		b[i].flat_off = off;
+		long long in = off;
+		for (int u = b[i].u_lo; u <= b[i].u_hi; u++)
+			if (p->units[u].stage == s) {
+				p->units[u].flat_off = in;
+				in += p->units[u].local_dense;
+			}
+		off += b[i].padded;
+		if (b[i].padded > st->max_bucket)
+			st->max_bucket = b[i].padded;
+	}
+	st->n_buckets = n;
+	st->buckets = b;
+	st->flat_dense = off;
+	return 0;
+}
 
 static int plan_stages(Plan *p, PxError *err)
 {
@@ -211,7 +253,8 @@ static int plan_stages(Plan *p, PxError *err)
 		}
 	for (int s = 0; s < pp; s++) {
 		StagePlan *st = &p->stages[s];
-		st->flat_dense = ceil_div(st->local_dense, p->dp) * p->dp;
+		if (p->stage < 3 && plan_buckets(p, s))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		st->flat_expert = ceil_div(st->local_expert, p->edp) * p->edp;
 		if (p->stage == 0)
 			st->part_elems = st->local_dense + st->local_expert;
@@ -221,6 +264,9 @@ static int plan_stages(Plan *p, PxError *err)
 			st->part_elems += ceil_div(st->persist_elems, p->dp);
 		if (p->hpz <= 1)
 			st->secondary_elems = 0;
+		for (int u = 0; p->stage == 3 && u < p->n_units; u++)
+			if (p->units[u].stage == s && p->units[u].own_gather > st->max_bucket)
+				st->max_bucket = p->units[u].own_gather;
 	}
 	return 0;
 }
@@ -297,6 +343,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	for (int i = 0; i < p->n_units; i++)
 		plan_unit(p, i);
+	if (p->stage == 3 && model_tied_elems(m)) /* the tied head gathers the embedding's flat */
+		p->units[p->n_units - 1].gather_dense += p->units[0].own_gather;
 	if (plan_stages(p, err)) {
 		plan_free(p);
 		return -1;
@@ -311,6 +359,8 @@ void plan_free(Plan *p)
 		return;
 	free(p->units);
 	free(p->chunk_bounds);
+	for (long long s = 0; p->stages && s < p->par.pp; s++)
+		free(p->stages[s].buckets);
 	free(p->stages);
 	p->units = NULL;
 	p->chunk_bounds = NULL;

@@ -19,13 +19,26 @@ typedef struct UnitPlan {
 	unsigned char tensor_expert[MODEL_MAX_TENSORS];
 	long long local_dense, local_expert; /* this rank's elements, by ZeRO group */
 	long long persist_elems;   /* stage 3: local elements in tensors under the threshold */
-	long long part_dense, part_expert; /* stage 3: this rank's shares of the other tensors */
-	long long gather_dense, gather_expert; /* stage 3: whole-array sizes of the unit's gathers
-						 (the tied head gathers the token embedding too) */
+	long long flat_off;        /* stage 0-2: first element in its stage's padded flat buffer */
+	/* stage 3: the unit's other dense tensors form one flat, padded to a multiple of dp, of
+	 * which rank r owns slice r: an all-gather gives the flat back whole */
+	long long own_gather;      /* that padded flat */
+	long long part_dense, part_expert; /* this rank's slice, and its share of expert tensors */
+	long long gather_dense, gather_expert; /* what the unit's gathers bring in: own_gather, plus
+						 the embedding unit's flat for a tied head */
 	double fwd_flops;          /* one micro-batch on this rank */
 	double act_bytes;          /* kept for backward (or rebuilt by recompute) */
 	double ckpt_bytes;         /* kept for backward under full recompute */
 } UnitPlan;
+
+/* Stage 0-2 reduce and gather dense gradients and parameters in buckets of whole units, formed
+ * in backward order up to reduce_bucket_size and padded to a multiple of dp; rank r owns slice r
+ * of every bucket. The stage's flat buffer holds the buckets in forward order. */
+typedef struct BucketPlan {
+	int u_lo, u_hi;            /* units u_lo .. u_hi of this stage */
+	long long elems, padded;   /* their dense elements, and rounded up to a multiple of dp */
+	long long flat_off;        /* where the bucket starts in the flat buffer */
+} BucketPlan;
 
 typedef struct StagePlan {
 	long long local_dense, local_expert; /* elements on each rank of the stage */
@@ -33,6 +46,9 @@ typedef struct StagePlan {
 	long long part_elems;      /* parameters whose optimizer state a rank owns */
 	long long persist_elems;   /* stage 3 */
 	long long secondary_elems; /* ZeRO++ hpZ: the secondary partition a rank keeps */
+	int n_buckets;
+	BucketPlan *buckets;       /* owned; stage 0-2, forward order */
+	long long max_bucket;      /* largest padded bucket (stage 0-2) or unit flat (stage 3) */
 } StagePlan;
 
 typedef struct Plan {
