@@ -73,7 +73,7 @@ double activ_checkpoint_bytes(const ModelSpec *m, const ActivShape *x, int parti
 
 /* Korthikanti's (sbhL/t)(p/L + δ(p=1)(4/L)(1 + V/h)): the first stage keeps an embedding dropout
  * mask of sbh per micro-batch in flight (the p/L term); the last keeps the final norm's input and
- * output and the logits with their fp32 softmax (4sbh + 4sbV in 16-bit). */
+ * output (2d sbh) and the softmax in fp32 (4 sbV): 4sbh + 4sbV in 16-bit. */
 double activ_embed_bytes(const ModelSpec *m, const ActivShape *x)
 {
 	if (m->arch == ARCH_PARAMS_ONLY)
@@ -89,7 +89,7 @@ double activ_head_bytes(const ModelSpec *m, const ActivShape *x)
 	double d = x->elem_bytes, sb = (double)x->s * (double)x->b;
 	double head = sb * (double)m->h * 2 * d;
 	if (m->has_lm_head)
-		head += sb * (double)m->V * 2 * d;
+		head += sb * (double)m->V * 4;
 	return head / x->t;
 }
 

@@ -11,6 +11,8 @@
 typedef struct Bucket {
 	CommGroup group;
 	long long elems, offset;
+	int unit;                      /* the unit (stage 3) or bucket's first unit (stage 2) */
+	int buf;                       /* the buffer the reduction reads, -1 for none */
 	int bufs[MAX_PENDING], n_bufs; /* unit gradients the reduction releases */
 } Bucket;
 
@@ -26,6 +28,8 @@ typedef struct Builder {
 	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
+	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
+	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
 
 #define DO(call)                      \
@@ -56,12 +60,12 @@ static void release(Builder *b, int *id)
 /* A collective over group g; a group of one rank has nothing to exchange. Returns the op, or NULL
  * when none was added. */
 static Op *coll(Builder *b, CollKind kind, CommGroup g, int unit, int64_t elems, int elem_bytes,
-		int64_t off)
+		int buf, int64_t off)
 {
 	long long n = b->p->spans[g].n;
 	if ((n <= 1 && kind != COLL_P2P && kind != COLL_P2P_RECV) || elems <= 0)
 		return NULL;
-	if (sched_coll(b->s, kind, g, (int)n, unit, elems, elem_bytes, off)) {
+	if (sched_coll(b->s, kind, g, (int)n, unit, elems, elem_bytes, buf, off)) {
 		b->oom = 1;
 		return NULL;
 	}
@@ -71,10 +75,10 @@ static Op *coll(Builder *b, CollKind kind, CommGroup g, int unit, int64_t elems,
 /* A quantized collective (ZeRO++): elems at elem_bytes (INT8: 1; INT4: elems halved) plus one
  * fp32 scale per ZPP_QUANT_BLOCK elements. */
 static void quantized(Builder *b, CollKind kind, CommGroup g, int unit, long long elems, int bits,
-		      long long off)
+		      int buf, long long off)
 {
 	long long stored = bits == 4 ? ceil_div(elems, 2) : elems;
-	Op *op = coll(b, kind, g, unit, stored, 1, off);
+	Op *op = coll(b, kind, g, unit, stored, 1, buf, off);
 	if (op)
 		op->bytes += 4.0 * (double)ceil_div(elems, ZPP_QUANT_BLOCK);
 }
@@ -89,21 +93,25 @@ static void setup(Builder *b)
 	const DsZero *z = &p->sc->ds.zero;
 	double part = (double)st->part_elems, flat = (double)(st->flat_dense + st->flat_expert);
 
-	alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUDA_CONTEXT, -1, c->cuda_context_bytes);
-	alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUBLAS_WORKSPACE, -1, c->cublas_workspace_bytes);
-	alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_NCCL, -1, c->nccl_buffers_bytes);
+	if (!p->cpu_backend) { /* the CUDA runtime's own memory */
+		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUDA_CONTEXT, -1, c->cuda_context_bytes);
+		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUBLAS_WORKSPACE, -1, c->cublas_workspace_bytes);
+		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_NCCL, -1, c->nccl_buffers_bytes);
+	}
 	if (p->sc->ds.dtype == DT_FP16) /* loss scale and overflow flag */
 		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_LOSS_SCALER, -1, 8);
 
 	if (p->stage < 3) {
-		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PARAMS, -1, flat * p->param_bytes);
+		b->id_params = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PARAMS, -1, flat * p->param_bytes);
 		if (p->stage < 2)
-			alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, flat * p->grad_bytes);
+			b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, flat * p->grad_bytes);
 	} else {
-		alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1, part * p->param_bytes);
-		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
-		      (double)st->persist_elems * p->param_bytes);
-		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, (double)st->persist_elems * p->grad_bytes);
+		b->id_part = alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1,
+				   part * p->param_bytes);
+		b->id_persist = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
+				      (double)st->persist_elems * p->param_bytes);
+		b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_PERSIST_GRADS, -1,
+				    (double)st->persist_elems * p->grad_bytes);
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
 		      (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
@@ -138,14 +146,24 @@ static void gather(Builder *b, int u, int backward)
 		DO(sched_copy(b->s, COPY_NVME_READ, u, part_bytes));
 	if (p->param_place != PLACE_GPU)
 		DO(sched_copy(b->s, COPY_H2D, u, part_bytes));
-	b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u, (double)whole * p->param_bytes);
-	if (backward && p->hpz > 1) /* hpZ: from the secondary partition, inside the hpz group */
-		coll(b, COLL_ALL_GATHER, GROUP_HPZ, u, up->gather_dense, p->param_bytes, 0);
-	else if (p->qwz) /* qwZ: INT8 weights with their scales */
-		quantized(b, COLL_ALL_GATHER, GROUP_DP, u, up->gather_dense, 8, 0);
-	else
-		coll(b, COLL_ALL_GATHER, GROUP_DP, u, up->gather_dense, p->param_bytes, 0);
-	coll(b, COLL_ALL_GATHER, GROUP_EDP, u, up->gather_expert, p->param_bytes, 0);
+	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
+					(double)whole * p->param_bytes);
+	/* the unit's own flat, then (a tied head) the embedding's flat after it; op->unit names
+	 * whose partition is gathered */
+	long long pieces[2][2] = {{u, up->own_gather}, {0, up->gather_dense - up->own_gather}};
+	long long at = 0;
+	for (int k = 0; k < 2; k++) {
+		int src = (int)pieces[k][0];
+		long long n = pieces[k][1];
+		if (backward && p->hpz > 1) /* hpZ: from the secondary partition, inside the node */
+			coll(b, COLL_ALL_GATHER, GROUP_HPZ, src, n, p->param_bytes, id, at);
+		else if (p->qwz) /* qwZ: INT8 weights with their scales */
+			quantized(b, COLL_ALL_GATHER, GROUP_DP, src, n, 8, id, at);
+		else
+			coll(b, COLL_ALL_GATHER, GROUP_DP, src, n, p->param_bytes, id, at);
+		at += n;
+	}
+	coll(b, COLL_ALL_GATHER, GROUP_EDP, u, up->gather_expert, p->param_bytes, id, at);
 	b->live_elems += (double)whole;
 }
 
@@ -193,11 +211,12 @@ static void flush_bucket(Builder *b, Bucket *k)
 		/* qgZ: an INT4 all-to-all inside the node, after which each GPU reduces and holds
 		 * 1/g of the bucket; that slice goes across nodes in a second INT4 all-to-all */
 		long long g = p->spans[GROUP_NODE].n;
-		quantized(b, COLL_ALL_TO_ALL, GROUP_NODE, -1, k->elems, 4, k->offset);
-		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, -1, ceil_div(k->elems, g), 4, k->offset);
+		quantized(b, COLL_ALL_TO_ALL, GROUP_NODE, k->unit, k->elems, 4, k->buf, k->offset);
+		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, k->unit, ceil_div(k->elems, g), 4, k->buf,
+			  k->offset);
 	} else {
 		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
-		coll(b, kind, k->group, -1, k->elems, p->comm_bytes, k->offset);
+		coll(b, kind, k->group, k->unit, k->elems, p->comm_bytes, k->buf, k->offset);
 	}
 	if (p->opt_place != PLACE_GPU) /* this rank's reduced slice goes to the host's fp32 grads */
 		DO(sched_copy(b->s, COPY_D2H, -1, (double)ceil_div(k->elems, p->spans[k->group].n) *
@@ -217,6 +236,8 @@ static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offs
 		flush_bucket(b, k);
 	k->elems += elems;
 	k->offset = offset; /* buckets fill backwards through the flat buffer */
+	k->unit = -1;
+	k->buf = -1;
 }
 
 static void hold(Bucket *k, int id)
@@ -225,12 +246,25 @@ static void hold(Bucket *k, int id)
 		k->bufs[k->n_bufs++] = id;
 }
 
-/* A dense reduction: a bucket of whole units (stage 2) or one unit's flat (stage 3). */
-static void reduce_dense(Builder *b, long long elems, long long offset)
+/* A dense reduction of gradients held in buffer buf from element offset: a bucket of whole units
+ * (stage 2, unit = its first unit) or one unit's flat (stage 3). The contiguous gradient buffers
+ * are used in turn, one reduction each. */
+static void reduce_dense(Builder *b, int unit, long long elems, int buf, long long offset)
 {
 	b->dense.elems = elems;
+	b->dense.unit = unit;
+	b->dense.buf = buf;
 	b->dense.offset = offset;
 	flush_bucket(b, &b->dense);
+}
+
+static int next_bucket(Builder *b)
+{
+	if (b->n_buckets == 0)
+		return -1;
+	int id = b->buckets[b->cur_bucket];
+	b->cur_bucket = (b->cur_bucket + 1) % b->n_buckets;
+	return id;
 }
 
 static void unit_grads(Builder *b, int u)
@@ -241,10 +275,12 @@ static void unit_grads(Builder *b, int u)
 
 	if (p->stage < 2)
 		return; /* stage 0-1 accumulate into the full gradient buffer */
-	if (u == p->n_units - 1 && model_tied_elems(m) && p->stage == 3)
+	if (u == p->n_units - 1 && model_tied_elems(m) && p->par.pp == 1)
 		/* the head's gradient of the tied embedding waits for the embedding's own */
 		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				     (double)p->units[0].own_gather * p->grad_bytes);
+				     (double)(p->stage == 3 ? p->units[0].own_gather :
+							      ceil_div(model_tied_elems(m), p->par.tp)) *
+					     p->grad_bytes);
 	if (!p->sc->ds.zero.contiguous_gradients && up->local_dense > 0)
 		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
 				      (double)up->local_dense * p->grad_bytes));
@@ -252,18 +288,19 @@ static void unit_grads(Builder *b, int u)
 	for (int i = up->n_tensors - 1; i >= 0; i--)
 		if (up->tensor_expert[i])
 			bucket_tensor(b, &b->expert, up->tensor_local[i], eoff -= up->tensor_local[i]);
-	if (p->stage == 3) {
-		if (u == 0 && b->tied_grad >= 0) {
-			hold(&b->dense, b->tied_grad);
-			b->tied_grad = -1;
-		}
-		reduce_dense(b, up->own_gather, 0);
+	if (u == 0 && b->tied_grad >= 0) {
+		hold(&b->dense, b->tied_grad);
+		b->tied_grad = -1;
+	}
+	if (p->stage == 3) { /* held gradients (the tied head's) are summed into the reduction */
+		if (up->own_gather > 0)
+			reduce_dense(b, u, up->own_gather, next_bucket(b), 0);
 		return;
 	}
 	int i = b->bucket_of[u];
 	const BucketPlan *k = i >= 0 ? &p->stages[b->stage].buckets[i] : NULL;
 	if (k && u == k->u_lo) /* the bucket's last unit to finish backward */
-		reduce_dense(b, k->padded, k->flat_off);
+		reduce_dense(b, k->u_lo, k->padded, next_bucket(b), 0);
 }
 
 /* ---- one unit, forward and backward ---- */
@@ -288,19 +325,19 @@ static void tp_colls(Builder *b, int u, int forward)
 	if (is_block(p, u)) {
 		for (int i = 0; i < 2; i++) {
 			if (sp) {
-				coll(b, COLL_ALL_GATHER, GROUP_TP, u, bsh, d, 0);
-				coll(b, COLL_REDUCE_SCATTER, GROUP_TP, u, bsh, d, 0);
+				coll(b, COLL_ALL_GATHER, GROUP_TP, u, bsh, d, -1, 0);
+				coll(b, COLL_REDUCE_SCATTER, GROUP_TP, u, bsh, d, -1, 0);
 			} else {
-				coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+				coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
 			}
 		}
 	} else if (u == 0 && forward) {
-		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
 	} else if (u == p->n_units - 1 && p->sc->model.has_lm_head) {
 		if (forward)
-			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * p->shape.b * p->shape.s, 4, 0);
+			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * p->shape.b * p->shape.s, 4, -1, 0);
 		else
-			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, 0);
+			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
 	}
 }
 
@@ -312,8 +349,20 @@ static void moe_colls(Builder *b, int u)
 	if (!p->units[u].moe)
 		return;
 	long long elems = p->moe_slots * p->sc->model.h;
-	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, 0);
-	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, 0);
+	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
+	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
+}
+
+/* CPU backend: the kernels run on an fp32, model-layout copy of the unit's parameters (and of
+ * their gradients in backward); the head's copy includes the tied token embedding it uses. */
+static double unit_fp32_bytes(const Plan *p, int u)
+{
+	if (!p->cpu_backend)
+		return 0;
+	double n = (double)p->units[u].local_dense;
+	if (u == p->n_units - 1 && p->par.pp == 1)
+		n += (double)ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+	return 4 * n;
 }
 
 static void forward_unit(Builder *b, int slot, int u)
@@ -324,10 +373,11 @@ static void forward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, +1);
+	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
 	if (is_block(p, u) && p->sc->ckpt == CKPT_FULL) {
 		b->ckpt[i] = alloc(b, p->ckpt_place, CAT_ACTIV, BUF_CHECKPOINT, u, up->ckpt_bytes);
-		if (p->ckpt_place == PLACE_CPU)
-			DO(sched_copy(b->s, COPY_D2H, u, up->ckpt_bytes));
+		/* the forward still builds the layer's activations; they go when it ends */
+		temp = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
 	} else {
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, is_block(p, u) ? BUF_ACTIVATIONS : BUF_ENDS,
 				  u, up->act_bytes);
@@ -335,6 +385,10 @@ static void forward_unit(Builder *b, int slot, int u)
 	DO(sched_compute(b->s, COMP_FWD, u, up->fwd_flops, 0));
 	tp_colls(b, u, 1);
 	moe_colls(b, u);
+	release(b, &temp);
+	release(b, &fp32);
+	if (b->ckpt[i] >= 0 && p->ckpt_place == PLACE_CPU)
+		DO(sched_copy(b->s, COPY_D2H, u, up->ckpt_bytes));
 	if (p->stage == 3)
 		ungather(b, u);
 }
@@ -347,6 +401,8 @@ static void backward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, -1);
+	int fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
+	int fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
 	if (b->ckpt[i] >= 0) { /* full recompute: rebuild the block's activations from its input */
 		if (p->ckpt_place == PLACE_CPU)
 			DO(sched_copy(b->s, COPY_H2D, u, up->ckpt_bytes));
@@ -361,6 +417,8 @@ static void backward_unit(Builder *b, int slot, int u)
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
 	unit_grads(b, u);
+	release(b, &fp32_grads);
+	release(b, &fp32);
 	if (p->stage == 3)
 		ungather(b, u);
 }
@@ -388,35 +446,43 @@ static long long bucket_buffer_elems(const Plan *p, int stage)
 	return max_ll(p->stages[stage].max_bucket, experts);
 }
 
-static void alloc_buckets(Builder *b, int ids[2])
+static void alloc_buckets(Builder *b)
 {
 	const Plan *p = b->p;
 	const DsZero *z = &p->sc->ds.zero;
-	ids[0] = ids[1] = -1;
+	b->n_buckets = b->cur_bucket = 0;
+	b->buckets[0] = b->buckets[1] = -1;
 	if (p->stage < 2 || !z->contiguous_gradients)
 		return;
 	double bytes = (double)bucket_buffer_elems(p, b->stage) * p->grad_bytes;
 	for (int i = 0; i < (z->overlap_comm ? 2 : 1); i++)
-		ids[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes);
+		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes)) >= 0)
+			b->n_buckets = i + 1;
 }
 
-/* Without pipelining: every unit forward, then backward, repeated for each micro-batch. */
+/* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The CPU
+ * backend's hidden-state streams (x and its gradient) and its backward scratch (8 bsh floats)
+ * live for the micro-batch. */
 static void micro_batch(Builder *b)
 {
 	const Plan *p = b->p;
-	int buckets[2];
+	double bsh4 = p->cpu_backend ? 4.0 * (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
+	int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, 2 * bsh4);
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
-	alloc_buckets(b, buckets);
+	alloc_buckets(b);
+	int scratch = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_SCRATCH, -1, 8 * bsh4);
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
 	flush_bucket(b, &b->expert);
 	const StagePlan *st = &p->stages[b->stage];
 	if (p->stage == 3 && st->persist_elems > 0) /* parameters kept whole still reduce-scatter */
-		reduce_dense(b, ceil_div(st->persist_elems, p->dp) * p->dp, 0);
-	release(b, &buckets[0]);
-	release(b, &buckets[1]);
+		reduce_dense(b, -1, ceil_div(st->persist_elems, p->dp) * p->dp, b->id_grads, 0);
+	release(b, &scratch);
+	release(b, &b->buckets[0]);
+	release(b, &b->buckets[1]);
+	release(b, &hidden);
 }
 
 /* With pipelining: the stage's own order of forwards and backwards (pipeline.c). A chunk
@@ -440,18 +506,18 @@ static int pipelined(Builder *b, PxError *err)
 		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1];
 		if (st->forward) {
 			if (!first)
-				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, 0);
+				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
 			if (!last)
-				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, 0);
+				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, -1, 0);
 		} else {
 			if (!last)
-				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, 0);
+				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
 			if (!first)
-				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, 0);
+				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, -1, 0);
 		}
 	}
 	free(order);
@@ -466,7 +532,7 @@ static void chunked(Builder *b, CollKind kind, CommGroup g, long long total, dou
 {
 	long long step = (long long)chunk > 0 ? (long long)chunk : total;
 	for (long long off = 0; off < total; off += step)
-		coll(b, kind, g, -1, min_ll(step, total - off), elem_bytes, off);
+		coll(b, kind, g, -1, min_ll(step, total - off), elem_bytes, -1, off);
 }
 
 static void optimizer_step(Builder *b)
@@ -478,20 +544,27 @@ static void optimizer_step(Builder *b)
 
 	/* the tied embedding's two copies (first and last stage) sum their gradients */
 	if (p->par.pp > 1 && tied && (b->stage == 0 || b->stage == p->par.pp - 1))
-		DO(sched_coll(b->s, COLL_ALL_REDUCE, GROUP_PP, 2, -1, tied, p->grad_bytes, 0));
+		DO(sched_coll(b->s, COLL_ALL_REDUCE, GROUP_PP, 2, -1, tied, p->grad_bytes, -1, 0));
 
 	if (p->stage < 2) {
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
 		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
-			coll(b, kind, GROUP_DP, -1, st->buckets[i].padded, p->comm_bytes,
-			     st->buckets[i].flat_off);
+			coll(b, kind, GROUP_DP, st->buckets[i].u_lo, st->buckets[i].padded,
+			     p->comm_bytes, b->id_grads, st->buckets[i].flat_off);
 		chunked(b, kind, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems, p->comm_bytes);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
 		DO(sched_copy(b->s, COPY_D2H, -1, part * p->grad_bytes));
 
+	/* DeepSpeed agrees on fp16 overflow and on the global gradient norm with one-value
+	 * all-reduces (a partitioned stage holds only part of the gradients) */
+	if (p->sc->ds.dtype == DT_FP16)
+		coll(b, COLL_ALL_REDUCE, GROUP_DP, -1, 1, 4, -1, 0);
+	if (p->sc->ds.gradient_clipping > 0 && p->stage >= 1)
+		coll(b, COLL_ALL_REDUCE, GROUP_DP, -1, 1, 4, -1, 0);
+
 	int fp32_grads = -1;
-	if (p->stage >= 1 && p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
+	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
 		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 	double state = part * (p->master_bytes + p->state_bytes);
 	if (p->opt_place == PLACE_NVME)
@@ -507,14 +580,14 @@ static void optimizer_step(Builder *b)
 
 	if (p->stage == 1 || p->stage == 2) {
 		for (int i = st->n_buckets - 1; i >= 0; i--)
-			coll(b, COLL_ALL_GATHER, GROUP_DP, -1, st->buckets[i].padded, p->param_bytes,
-			     st->buckets[i].flat_off);
+			coll(b, COLL_ALL_GATHER, GROUP_DP, st->buckets[i].u_lo, st->buckets[i].padded,
+			     p->param_bytes, b->id_params, st->buckets[i].flat_off);
 		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, p->allgather_bucket_elems,
 			p->param_bytes);
 	}
 	if (p->stage == 3 && st->persist_elems > 0)
 		coll(b, COLL_ALL_GATHER, GROUP_DP, -1, ceil_div(st->persist_elems, p->dp) * p->dp,
-		     p->param_bytes, 0);
+		     p->param_bytes, b->id_persist, 0);
 }
 
 /* ---- entry ---- */
@@ -530,6 +603,8 @@ static int builder_init(Builder *b, const Plan *p, int stage, Schedule *s)
 	b->tied_grad = -1;
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
+	b->id_params = b->id_grads = b->id_part = b->id_persist = -1;
+	b->buckets[0] = b->buckets[1] = -1;
 	b->gathered = malloc((size_t)n * sizeof(int));
 	b->act = malloc((size_t)(n * slots) * sizeof(int));
 	b->ckpt = malloc((size_t)(n * slots) * sizeof(int));

@@ -71,6 +71,7 @@ typedef struct Plan {
 	StagePlan *stages;         /* owned, pp */
 	ActivShape shape;
 	int activations_known;
+	int cpu_backend;           /* the CPU executor's own buffers are scheduled (build.c) */
 	/* ZeRO++ */
 	long long hpz;             /* secondary partition group (1: off) */
 	int qwz, qgz;              /* quantized weights (INT8) and gradients (INT4) */

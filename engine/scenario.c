@@ -86,8 +86,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 {
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
-					    "training_args", "parallelism", "moe", NULL};
-	const char *name, *ckpt;
+					    "training_args", "parallelism", "moe", "backend",
+					    NULL};
+	const char *name, *ckpt, *backend;
 	JsonObj ta;
 	int rc;
 
@@ -98,8 +99,16 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	char *base = basename(stem), *dot = strrchr(base, '.');
 	if (dot)
 		*dot = '\0';
-	if (jobj_str(top, "name", base, &name, err) < 0)
+	if (jobj_str(top, "name", base, &name, err) < 0 ||
+	    jobj_str(top, "backend", "gpu", &backend, err) < 0)
 		return -1;
+	if (strcmp(backend, "gpu") && strcmp(backend, "cpu")) {
+		char where[512];
+		jobj_where(top, "backend", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: backend: expected gpu or cpu, got \"%s\"", where,
+			       backend);
+	}
+	sc->cpu_backend = !strcmp(backend, "cpu");
 	snprintf(sc->name, sizeof(sc->name), "%s", name);
 
 	train_args_defaults(&sc->train_args);
@@ -253,6 +262,11 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		goto fail;
+	if (sc->cpu_backend && sc->model.dropout) {
+		sc->model.dropout = 0; /* what the CPU kernels do; activations counted without masks */
+		px_notes_warn(&sc->notes, "%s: backend cpu: the CPU kernels have no dropout; the "
+			      "model's dropout is not applied", sc->path);
+	}
 	if (sc->ds.ac_present && sc->ckpt == CKPT_NONE &&
 	    (sc->ds.partition_activations || sc->ds.cpu_checkpointing))
 		px_notes_warn(&sc->notes, "%s: deepspeed.activation_checkpointing has no effect: "

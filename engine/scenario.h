@@ -26,6 +26,8 @@ typedef struct Scenario {
 	ParallelSpec par;         /* degrees as written; dp is derived by plan.c */
 	long long seq;            /* sequence length, tokens */
 	CkptMode ckpt;
+	int cpu_backend;          /* "backend": "cpu": the CPU executor's implementation (fp32
+				     compute and activations, no dropout, no CUDA runtime) */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 

@@ -74,7 +74,7 @@ int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double byt
 }
 
 int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
-	       int elem_bytes, int64_t offset)
+	       int elem_bytes, int buf, int64_t offset)
 {
 	Op *op = push(s, OP_COLL);
 	if (!op)
@@ -85,6 +85,7 @@ int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit
 	op->unit = unit;
 	op->elems = elems;
 	op->elem_bytes = (uint8_t)elem_bytes;
+	op->buf = buf;
 	op->offset = offset;
 	op->bytes = (double)elems * elem_bytes;
 	return 0;
@@ -152,7 +153,7 @@ const char *buf_name(BufWhat w)
 		"param_partition", "persistent_params", "gathered_params", "grads", "grad_partition",
 		"fp32_grad_partition", "unit_grads", "master_params", "optimizer_states",
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
-		"secondary_params"};
+		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch"};
 	return NAME_OF(n, w);
 }
 

@@ -16,7 +16,8 @@ typedef enum {
 	OP_ALLOC,    /* buf, place, cat, what, bytes */
 	OP_FREE,     /* buf */
 	OP_COMPUTE,  /* sub = CompKind, unit, flops, bytes (memory traffic) */
-	OP_COLL,     /* sub = CollKind, group, nranks, elems, elem_bytes, bytes = payload, offset */
+	OP_COLL,     /* sub = CollKind, group, nranks, elems, elem_bytes, bytes = payload, buf, offset:
+			the buffer it works on and the first element there (build.c says which) */
 	OP_COPY,     /* sub = CopyDir, bytes */
 	OP_LOOP,     /* count: run the ops up to the matching OP_END_LOOP this many times */
 	OP_END_LOOP,
@@ -61,6 +62,10 @@ typedef enum {
 	BUF_ENDS,          /* embedding and output-layer activations (logits) */
 	BUF_SWAP,          /* host staging buffers for NVMe offload */
 	BUF_SECONDARY,     /* ZeRO++ hpZ: the parameters of this rank's secondary partition */
+	BUF_PERSIST_GRADS, /* stage 3: gradients of the parameters kept whole */
+	BUF_UNIT_FP32,     /* CPU backend: a unit's fp32 parameters (and gradients in backward) */
+	BUF_HIDDEN,        /* CPU backend: the hidden state flowing between units and its gradient */
+	BUF_SCRATCH,       /* CPU backend: the kernels' backward workspace */
 	N_BUFS
 } BufWhat;
 
@@ -73,7 +78,7 @@ typedef struct Op {
 	uint8_t group;      /* CommGroup (COLL) */
 	uint8_t elem_bytes; /* COLL: bytes per element on the wire */
 	int32_t unit;       /* layer unit, -1 when none */
-	int32_t buf;        /* ALLOC/FREE: buffer id */
+	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, -1 for none */
 	int32_t nranks;     /* COLL: ranks in the group */
 	int64_t count;      /* LOOP: repetitions */
 	int64_t elems;      /* COLL: elements of the whole array; ALLOC: elements */
@@ -100,7 +105,7 @@ int sched_alloc(Schedule *s, Place place, MemCat cat, BufWhat what, int unit, do
 int sched_free_buf(Schedule *s, int buf);
 int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double bytes);
 int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
-	       int elem_bytes, int64_t offset);
+	       int elem_bytes, int buf, int64_t offset);
 int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes);
 int sched_loop(Schedule *s, int64_t count);
 int sched_end_loop(Schedule *s);

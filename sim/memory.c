@@ -26,6 +26,8 @@ static int apply(Replay *r, int i, int iteration, PxError *err)
 		r->live[op->place] += op->bytes;
 		r->cat[op->place][op->cat] += op->bytes;
 		MemPlace *mp = &r->out->place[op->place];
+		if (r->cat[op->place][op->cat] > mp->cat_peak[op->cat])
+			mp->cat_peak[op->cat] = r->cat[op->place][op->cat];
 		if (r->live[op->place] > mp->peak_bytes) {
 			mp->peak_bytes = r->live[op->place];
 			mp->peak_op = i;

@@ -9,6 +9,7 @@
 typedef struct MemPlace {
 	double peak_bytes;
 	double at_peak[N_CATS]; /* bytes per category when the place reached its peak */
+	double cat_peak[N_CATS]; /* each category's own highest, whenever it came */
 	int peak_op;            /* index of the op that reached it */
 } MemPlace;
 

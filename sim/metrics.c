@@ -34,6 +34,14 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 			if (pl == PLACE_GPU && c == CAT_ACTIV && !p->activations_known)
 				m[n - 1].known = 0;
 		}
+		if (pl == PLACE_GPU) { /* each category's own peak, e.g. activations' */
+			for (int c = 0; c < N_CATS; c++) {
+				snprintf(name, sizeof(name), "memory.gpu.peak.%s_bytes", cat_name(c));
+				n = put(m, n, name, mp->cat_peak[c], "bytes");
+				if (c == CAT_ACTIV && !p->activations_known)
+					m[n - 1].known = 0;
+			}
+		}
 		snprintf(name, sizeof(name), "memory.%s.%s", place_name(pl),
 			 pl == PLACE_NVME ? "bytes" : "peak_bytes");
 		n = put(m, n, name, mp->peak_bytes, "bytes");
