@@ -70,14 +70,21 @@ $(REL)/px_tests: $(call objs,$(REL),$(LIB_SRC) $(CLI_LIB) $(TEST_SRC))
 $(SAN)/px_tests: $(call objs,$(SAN),$(LIB_SRC) $(CLI_LIB) $(TEST_SRC))
 	$(CC) $(SANFLAGS) $^ -o $@ $(LDLIBS) $(TESTLIBS)
 
+# the comm suite runs this under mpirun; one release build serves both runs, since OpenMPI's
+# own start-up leaks would fail LeakSanitizer
+$(REL)/comm_mpi_check: $(REL)/tests/comm_mpi_check.o $(call objs,$(REL),$(LIB_SRC))
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 test: test-rel test-san
-test-rel: $(REL)/px_tests $(BIN)
+test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check
 	@echo "== tests (release build)"
-	PX_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) $(REL)/px_tests
-test-san: $(SAN)/px_tests $(SAN)/parallax
+	PX_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
+		$(REL)/px_tests
+test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		PX_BIN=$(abspath $(SAN)/parallax) PX_ROOT=$(CURDIR) $(SAN)/px_tests
+		PX_BIN=$(abspath $(SAN)/parallax) PX_ROOT=$(CURDIR) \
+		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(SAN)/px_tests
 
 run: $(BIN)
 	@mkdir -p results

@@ -13,6 +13,7 @@
 	X(dsconfig)    \
 	X(parallel)    \
 	X(kernels)     \
+	X(comm)        \
 	X(cli)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);

@@ -1,0 +1,28 @@
+/* arena: the executor's tracking allocator. Every byte the executor holds for training goes
+ * through it, labelled with the schedule's place and category, so that current and peak bytes per
+ * place and category can be set beside what the simulator predicts. On the CPU backend every place
+ * is host memory; the labels say where the implementation would keep it. */
+#ifndef PX_EXEC_ARENA_H
+#define PX_EXEC_ARENA_H
+
+#include <stddef.h>
+
+#include "../engine/schedule.h"
+
+typedef struct Arena {
+	double live[N_PLACES], peak[N_PLACES];
+	double cat[N_PLACES][N_CATS];
+	double at_peak[N_PLACES][N_CATS]; /* the categories when the place peaked */
+	double cat_peak[N_PLACES][N_CATS];
+	long long n_allocs;
+} Arena;
+
+void arena_init(Arena *a);
+/* Zeroed memory of bytes (at least one byte), counted under place and cat; NULL when out of
+ * memory. Free it with arena_free and the same size. */
+void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes);
+void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes);
+/* Forget the peaks so far (after initialisation, before the first step). */
+void arena_reset_peaks(Arena *a);
+
+#endif

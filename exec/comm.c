@@ -1,0 +1,660 @@
+#include "comm.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../sim/traffic.h"
+
+/* The watchdog: one thread per comm_init that sleeps until the deadline of the call in flight.
+ * A thread rather than alarm(): a signal handler may not print or call into MPI, and a thread
+ * sees the caller blocked in any backend without the backend's help. */
+typedef struct Watchdog {
+	pthread_t thread;
+	pthread_mutex_t mu; /* guards everything below */
+	pthread_cond_t cv;  /* on CLOCK_MONOTONIC: wall-clock jumps must not fire it */
+	int stop;
+	int armed;          /* a call is in flight */
+	struct timespec due;
+	const char *what;   /* the call in flight: "all_gather", "comm_split" */
+	int tag;
+	void *abort_h;      /* the world's handle for the backend's abort; NULL during finalize */
+	double limit_s;
+	int fired;          /* the deadline passed and the backend's abort returned */
+} Watchdog;
+
+/* What every communicator of one comm_init shares. */
+typedef struct CommState {
+	const CommBackend *be;
+	CommConfig cfg;
+	CommEnv env;
+	CommCounters counters;
+	Watchdog wd;
+	int wd_running;
+	Comm *world;
+	int n_split; /* split communicators not yet destroyed */
+} CommState;
+
+struct Comm {
+	CommState *st;
+	void *h; /* the backend's */
+	int rank, size, tag;
+};
+
+/* ---- names ---- */
+
+size_t comm_dtype_bytes(CommDtype dt)
+{
+	return dt == COMM_FP32 ? 4 : (dt == COMM_FP16 || dt == COMM_BF16) ? 2 : 0;
+}
+
+const char *comm_dtype_name(CommDtype dt)
+{
+	static const char *const n[] = {"fp32", "fp16", "bf16"};
+	return (unsigned)dt < N_COMM_DTYPES ? n[dt] : "?";
+}
+
+const char *comm_kind_name(int kind)
+{
+	static const char *const n[] = {"reduce", "barrier"};
+	if (kind >= 0 && kind < N_COLLS)
+		return coll_name((CollKind)kind);
+	return kind >= N_COLLS && kind < N_COMM_KINDS ? n[kind - N_COLLS] : "?";
+}
+
+const char *comm_tag_name(int tag)
+{
+	if (tag >= 0 && tag < N_GROUPS)
+		return group_name((CommGroup)tag);
+	return tag == COMM_TAG_WORLD ? "world" : "?";
+}
+
+/* ---- environment ---- */
+
+/* A non-negative decimal integer from the environment; 0 when absent or malformed. */
+static int env_int(const char *name, int *out)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return 0;
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || v < 0 || v > INT_MAX)
+		return 0;
+	*out = (int)v;
+	return 1;
+}
+
+int comm_env_probe(CommEnv *env)
+{
+	*env = (CommEnv){.rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .launcher = "none"};
+	int rank, size;
+	/* Open MPI first: an mpirun inside a Slurm allocation also inherits SLURM_* variables */
+	if (env_int("OMPI_COMM_WORLD_RANK", &rank) && env_int("OMPI_COMM_WORLD_SIZE", &size)) {
+		env->launcher = "mpirun";
+		env->local_size = 0;
+		env_int("OMPI_COMM_WORLD_LOCAL_RANK", &env->local_rank);
+		env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &env->local_size);
+	} else if (env_int("SLURM_PROCID", &rank) && env_int("SLURM_NTASKS", &size)) {
+		/* srun gives tasks per node only as a pattern ("2(x3),1"): local_size stays unknown */
+		env->launcher = "srun";
+		env->local_size = 0;
+		env_int("SLURM_LOCALID", &env->local_rank);
+	} else {
+		return 0;
+	}
+	env->rank = rank;
+	env->size = size;
+	return 1;
+}
+
+/* ---- watchdog ---- */
+
+static void time_add(struct timespec *t, double s)
+{
+	double whole = (double)(long long)s;
+	t->tv_sec += (time_t)whole;
+	t->tv_nsec += (long)((s - whole) * 1e9);
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+static int time_reached(const struct timespec *due)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > due->tv_sec || (now.tv_sec == due->tv_sec && now.tv_nsec >= due->tv_nsec);
+}
+
+/* Called with the lock held; returns with it held. */
+static void watchdog_fire(CommState *st)
+{
+	Watchdog *w = &st->wd;
+	char line[256];
+	snprintf(line, sizeof(line), "rank %d: %s on group %s did not complete within %g s\n",
+		 st->env.rank, w->what, comm_tag_name(w->tag), w->limit_s);
+	w->armed = 0;
+	w->fired = 1;
+	pthread_mutex_unlock(&w->mu);
+	/* one write: the lines of several ranks reach mpirun's stderr whole */
+	FILE *log = st->cfg.log ? st->cfg.log : stderr;
+	fputs(line, log);
+	fflush(log);
+	st->be->abort(w->abort_h, COMM_DEADLINE_EXIT);
+	pthread_mutex_lock(&w->mu);
+}
+
+static void *watchdog_main(void *arg)
+{
+	CommState *st = arg;
+	Watchdog *w = &st->wd;
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop) {
+		if (!w->armed) {
+			pthread_cond_wait(&w->cv, &w->mu);
+			continue;
+		}
+		struct timespec due = w->due;
+		int rc = pthread_cond_timedwait(&w->cv, &w->mu, &due);
+		/* a wake-up may belong to a later call with a later deadline: look again */
+		if (rc == ETIMEDOUT && w->armed && !w->stop && time_reached(&w->due))
+			watchdog_fire(st);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static int watchdog_start(CommState *st)
+{
+	Watchdog *w = &st->wd;
+	pthread_condattr_t ca;
+	if (pthread_condattr_init(&ca))
+		return -1;
+	int bad = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (bad)
+		return -1;
+	if (pthread_mutex_init(&w->mu, NULL))
+		goto out_cv;
+	if (pthread_create(&w->thread, NULL, watchdog_main, st))
+		goto out_mu;
+	st->wd_running = 1;
+	return 0;
+out_mu:
+	pthread_mutex_destroy(&w->mu);
+out_cv:
+	pthread_cond_destroy(&w->cv);
+	return -1;
+}
+
+static void watchdog_stop(CommState *st)
+{
+	Watchdog *w = &st->wd;
+	if (!st->wd_running)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	st->wd_running = 0;
+}
+
+static void watchdog_arm(CommState *st, const char *what, int tag, void *abort_h)
+{
+	Watchdog *w = &st->wd;
+	if (!st->wd_running || st->cfg.deadline_s <= 0)
+		return;
+	pthread_mutex_lock(&w->mu);
+	clock_gettime(CLOCK_MONOTONIC, &w->due);
+	time_add(&w->due, st->cfg.deadline_s);
+	w->what = what;
+	w->tag = tag;
+	w->abort_h = abort_h;
+	w->limit_s = st->cfg.deadline_s;
+	w->armed = 1;
+	w->fired = 0;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Returns 1 when the deadline passed during the call (the backend's abort returned) and fills
+ * err with the watchdog's line. */
+static int watchdog_disarm(CommState *st, PxError *err)
+{
+	Watchdog *w = &st->wd;
+	if (!st->wd_running)
+		return 0;
+	pthread_mutex_lock(&w->mu);
+	int fired = w->fired;
+	w->armed = 0;
+	w->fired = 0;
+	const char *what = w->what;
+	int tag = w->tag;
+	double limit_s = w->limit_s;
+	pthread_mutex_unlock(&w->mu);
+	if (fired)
+		px_fail(err, PX_ERR_RUNTIME, "rank %d: %s on group %s did not complete within %g s",
+			st->env.rank, what, comm_tag_name(tag), limit_s);
+	return fired;
+}
+
+/* ---- set-up ---- */
+
+void comm_config_init(CommConfig *cfg)
+{
+	cfg->deadline_s = 60;
+	cfg->log = NULL;
+}
+
+/* Prefix the backend's message in err with the rank, the call and the group. */
+static int fail_call(const CommState *st, const char *what, int tag, PxError *err)
+{
+	if (!err)
+		return -1;
+	char inner[sizeof(err->msg)];
+	memcpy(inner, err->msg, sizeof(inner));
+	inner[sizeof(inner) - 1] = '\0';
+	return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s on group %s: %.900s", st->env.rank, what,
+		       comm_tag_name(tag), inner);
+}
+
+/* A deadline is 0 (none) or a number of seconds a timespec can hold; NaN is neither. */
+static int check_deadline(double s, int rank, PxError *err)
+{
+	if (s >= 0 && s <= 1e9)
+		return 0;
+	return px_fail(err, PX_ERR_RUNTIME,
+		       "rank %d: comm deadline must be 0 (none) or up to 1e9 seconds, got %g", rank,
+		       s);
+}
+
+static int check_launcher(const CommEnv *probe, const CommEnv *got, const char *be, PxError *err)
+{
+	if (!strcmp(probe->launcher, "mpirun") &&
+	    (probe->rank != got->rank || probe->size != got->size))
+		return px_fail(err, PX_ERR_RUNTIME,
+			       "mpirun started this process as rank %d of %d, but the %s backend "
+			       "sees rank %d of %d: the program's MPI library is not mpirun's (build "
+			       "and launch with the same MPI)",
+			       probe->rank, probe->size, be, got->rank, got->size);
+	return 0;
+}
+
+int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxError *err)
+{
+	*world = NULL;
+	if (!be)
+		be = &comm_mpi_backend;
+	CommEnv probe;
+	comm_env_probe(&probe);
+	if (cfg && check_deadline(cfg->deadline_s, probe.rank, err))
+		return -1;
+	CommState *st = calloc(1, sizeof(*st));
+	Comm *w = calloc(1, sizeof(*w));
+	if (!st || !w) {
+		px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_init: out of memory", probe.rank);
+		goto out_free;
+	}
+	st->be = be;
+	if (cfg)
+		st->cfg = *cfg;
+	else
+		comm_config_init(&st->cfg);
+	st->env = probe;
+	if (be->init(&w->h, &st->env, err)) {
+		fail_call(st, "init", COMM_TAG_WORLD, err);
+		goto out_free;
+	}
+	w->st = st;
+	w->rank = st->env.rank;
+	w->size = st->env.size;
+	w->tag = COMM_TAG_WORLD;
+	st->world = w;
+	if (check_launcher(&probe, &st->env, be->name, err))
+		goto out_backend;
+	if (watchdog_start(st)) {
+		px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_init: cannot start the watchdog thread",
+			st->env.rank);
+		goto out_backend;
+	}
+	*world = w;
+	return 0;
+out_backend:
+	be->finalize(w->h, NULL);
+out_free:
+	free(w);
+	free(st);
+	return -1;
+}
+
+int comm_split(Comm *parent, int color, int key, int tag, Comm **out, PxError *err)
+{
+	*out = NULL;
+	if (!parent)
+		return px_fail(err, PX_ERR_RUNTIME, "comm_split: no parent communicator");
+	CommState *st = parent->st;
+	if (tag < 0 || tag >= N_COMM_TAGS || (color < 0 && color != COMM_NO_COLOR))
+		return px_fail(err, PX_ERR_RUNTIME,
+			       "rank %d: comm_split: tag must be 0-%d and color >= 0 or "
+			       "COMM_NO_COLOR, got tag %d color %d",
+			       st->env.rank, N_COMM_TAGS - 1, tag, color);
+	/* allocated first: running out of memory after the collective would strand the others */
+	Comm *c = calloc(1, sizeof(*c));
+	if (!c)
+		return px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_split: out of memory",
+			       st->env.rank);
+	watchdog_arm(st, "comm_split", parent->tag, st->world->h);
+	int rc = st->be->split(parent->h, color, key, &c->h, &c->rank, &c->size, err);
+	if (watchdog_disarm(st, err))
+		rc = -1;
+	else if (rc)
+		fail_call(st, "comm_split", parent->tag, err);
+	if (rc || !c->h) {
+		free(c);
+		return rc ? -1 : 0;
+	}
+	c->st = st;
+	c->tag = tag;
+	st->n_split++;
+	*out = c;
+	return 0;
+}
+
+void comm_destroy(Comm *c)
+{
+	if (!c || c == c->st->world)
+		return;
+	c->st->be->comm_free(c->h);
+	c->st->n_split--;
+	free(c);
+}
+
+int comm_finalize(Comm *world, PxError *err)
+{
+	if (!world)
+		return 0;
+	CommState *st = world->st;
+	if (world != st->world)
+		return px_fail(err, PX_ERR_RUNTIME,
+			       "rank %d: comm_finalize: given a split communicator, not the world",
+			       st->env.rank);
+	if (st->n_split)
+		return px_fail(err, PX_ERR_RUNTIME,
+			       "rank %d: comm_finalize: %d split communicators still open; "
+			       "comm_destroy them first",
+			       st->env.rank, st->n_split);
+	/* finalize waits for every rank, so a missing one must trip the watchdog here too; the
+	 * backend frees the world's handle on its way out, so abort gets NULL */
+	watchdog_arm(st, "finalize", COMM_TAG_WORLD, NULL);
+	int rc = st->be->finalize(world->h, err);
+	int fired = watchdog_disarm(st, err);
+	if (rc && !fired)
+		fail_call(st, "finalize", COMM_TAG_WORLD, err);
+	watchdog_stop(st);
+	free(world);
+	free(st);
+	return rc || fired ? -1 : 0;
+}
+
+int comm_rank(const Comm *c) { return c->rank; }
+int comm_size(const Comm *c) { return c->size; }
+int comm_tag(const Comm *c) { return c->tag; }
+const CommEnv *comm_env(const Comm *c) { return &c->st->env; }
+
+int comm_set_deadline(Comm *c, double deadline_s, PxError *err)
+{
+	if (check_deadline(deadline_s, c->st->env.rank, err))
+		return -1;
+	c->st->cfg.deadline_s = deadline_s; /* the call in flight, if any, keeps its own */
+	return 0;
+}
+
+/* ---- counters ---- */
+
+const CommCounters *comm_counters(const Comm *c)
+{
+	return &c->st->counters;
+}
+
+void comm_counters_reset(Comm *c)
+{
+	memset(&c->st->counters, 0, sizeof(c->st->counters));
+}
+
+/* Wire factors come from sim/traffic so that measured and predicted bytes cannot drift apart. */
+static double wire_bytes(int kind, int64_t payload, int n)
+{
+	if (kind < N_COLLS)
+		return traffic_ring_wire_bytes((CollKind)kind, (double)payload, n);
+	if (kind == COMM_KIND_REDUCE)
+		return traffic_ring_wire_bytes(COLL_BROADCAST, (double)payload, n);
+	return 0; /* barrier: no payload */
+}
+
+static void count_call(Comm *c, int kind, int64_t payload)
+{
+	CommCounters *k = &c->st->counters;
+	k->calls[kind][c->tag]++;
+	k->payload_bytes[kind][c->tag] += payload;
+	k->wire_bytes[kind][c->tag] += wire_bytes(kind, payload, c->size);
+}
+
+/* ---- argument checks ---- */
+
+static int fail_args(const Comm *c, const char *what, PxError *err, const char *why)
+{
+	return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s on group %s: %s", c->st->env.rank, what,
+		       comm_tag_name(c->tag), why);
+}
+
+/* The checks every call shares; fills *payload (nccl-tests' size) for the counters.
+ * blocks: how many count-sized blocks the whole array holds (nranks for gathers, else 1). */
+static int check_call(const Comm *c, const char *what, CommDtype dt, CommRedOp op, size_t count,
+		      int blocks, int64_t *payload, PxError *err)
+{
+	if (!c)
+		return px_fail(err, PX_ERR_RUNTIME, "%s: no communicator", what);
+	if ((unsigned)dt >= N_COMM_DTYPES || (unsigned)op >= N_COMM_REDOPS)
+		return px_fail(err, PX_ERR_RUNTIME,
+			       "rank %d: %s on group %s: unknown data type %d or reduction %d",
+			       c->st->env.rank, what, comm_tag_name(c->tag), (int)dt, (int)op);
+	int64_t unit = (int64_t)comm_dtype_bytes(dt) * blocks;
+	if (count > (size_t)(INT64_MAX / unit))
+		return fail_args(c, what, err, "count too large");
+	*payload = (int64_t)count * unit;
+	return 0;
+}
+
+static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+static int check_root(const Comm *c, const char *what, int root, PxError *err)
+{
+	if (root >= 0 && root < c->size)
+		return 0;
+	return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s on group %s: root %d is not a rank of 0-%d",
+		       c->st->env.rank, what, comm_tag_name(c->tag), root, c->size - 1);
+}
+
+static int check_peer(const Comm *c, const char *what, int peer, PxError *err)
+{
+	if (peer >= 0 && peer < c->size && peer != c->rank)
+		return 0;
+	return px_fail(err, PX_ERR_RUNTIME,
+		       "rank %d: %s on group %s: peer %d must be another rank of 0-%d (this is %d)",
+		       c->st->env.rank, what, comm_tag_name(c->tag), peer, c->size - 1, c->rank);
+}
+
+/* ---- calls ---- */
+
+/* Every call arms the watchdog before the backend runs and is counted only once it completed. */
+static void call_begin(Comm *c, const char *what)
+{
+	watchdog_arm(c->st, what, c->tag, c->st->world->h);
+}
+
+static int call_end(Comm *c, const char *what, int kind, int rc, int64_t payload, PxError *err)
+{
+	if (watchdog_disarm(c->st, err))
+		return -1;
+	if (rc)
+		return fail_call(c->st, what, c->tag, err);
+	count_call(c, kind, payload);
+	return 0;
+}
+
+int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    PxError *err)
+{
+	const char *what = "all_gather";
+	int64_t whole;
+	if (check_call(c, what, dt, COMM_SUM, count, c ? c->size : 1, &whole, err))
+		return -1;
+	size_t part = (size_t)whole / (size_t)c->size;
+	if (whole && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	int in_place = (uintptr_t)send == (uintptr_t)recv + (size_t)c->rank * part;
+	if (!in_place && overlap(send, part, recv, (size_t)whole))
+		return fail_args(c, what, err,
+				 "send overlaps recv other than at recv + rank x count");
+	call_begin(c, what);
+	int rc = c->st->be->all_gather(c->h, send, recv, count, dt, err);
+	return call_end(c, what, COLL_ALL_GATHER, rc, whole, err);
+}
+
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			CommRedOp op, PxError *err)
+{
+	const char *what = "reduce_scatter";
+	int64_t whole;
+	if (check_call(c, what, dt, op, count, c ? c->size : 1, &whole, err))
+		return -1;
+	size_t part = (size_t)whole / (size_t)c->size;
+	if (whole && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	int in_place = (uintptr_t)recv == (uintptr_t)send + (size_t)c->rank * part;
+	if (!in_place && overlap(send, (size_t)whole, recv, part))
+		return fail_args(c, what, err,
+				 "recv overlaps send other than at send + rank x count");
+	call_begin(c, what);
+	int rc = c->st->be->reduce_scatter(c->h, send, recv, count, dt, op, err);
+	return call_end(c, what, COLL_REDUCE_SCATTER, rc, whole, err);
+}
+
+int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    CommRedOp op, PxError *err)
+{
+	const char *what = "all_reduce";
+	int64_t bytes;
+	if (check_call(c, what, dt, op, count, 1, &bytes, err))
+		return -1;
+	if (bytes && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	if (send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
+		return fail_args(c, what, err, "send and recv overlap without being equal");
+	call_begin(c, what);
+	int rc = c->st->be->all_reduce(c->h, send, recv, count, dt, op, err);
+	return call_end(c, what, COLL_ALL_REDUCE, rc, bytes, err);
+}
+
+int comm_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt, CommRedOp op,
+		int root, PxError *err)
+{
+	const char *what = "reduce";
+	int64_t bytes;
+	if (check_call(c, what, dt, op, count, 1, &bytes, err) || check_root(c, what, root, err))
+		return -1;
+	int is_root = c->rank == root;
+	if (bytes && (!send || (is_root && !recv)))
+		return fail_args(c, what, err, "send (or recv on the root) is NULL");
+	if (is_root && send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
+		return fail_args(c, what, err, "send and recv overlap without being equal");
+	call_begin(c, what);
+	int rc = c->st->be->reduce(c->h, send, recv, count, dt, op, root, err);
+	return call_end(c, what, COMM_KIND_REDUCE, rc, bytes, err);
+}
+
+int comm_broadcast(Comm *c, const void *send, void *recv, size_t count, CommDtype dt, int root,
+		   PxError *err)
+{
+	const char *what = "broadcast";
+	int64_t bytes;
+	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
+	    check_root(c, what, root, err))
+		return -1;
+	int is_root = c->rank == root;
+	if (bytes && (!recv || (is_root && !send)))
+		return fail_args(c, what, err, "recv (or send on the root) is NULL");
+	if (is_root && send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
+		return fail_args(c, what, err, "send and recv overlap without being equal");
+	call_begin(c, what);
+	int rc = c->st->be->broadcast(c->h, send, recv, count, dt, root, err);
+	return call_end(c, what, COLL_BROADCAST, rc, bytes, err);
+}
+
+int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    PxError *err)
+{
+	const char *what = "all_to_all";
+	int64_t whole;
+	if (check_call(c, what, dt, COMM_SUM, count, c ? c->size : 1, &whole, err))
+		return -1;
+	if (whole && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	if (send != recv && overlap(send, (size_t)whole, recv, (size_t)whole))
+		return fail_args(c, what, err, "send and recv overlap without being equal");
+	call_begin(c, what);
+	int rc = c->st->be->all_to_all(c->h, send, recv, count, dt, err);
+	return call_end(c, what, COLL_ALL_TO_ALL, rc, whole, err);
+}
+
+int comm_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer, PxError *err)
+{
+	const char *what = "send";
+	int64_t bytes;
+	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
+	    check_peer(c, what, peer, err))
+		return -1;
+	if (bytes && !buf)
+		return fail_args(c, what, err, "buf is NULL");
+	call_begin(c, what);
+	int rc = c->st->be->send(c->h, buf, count, dt, peer, err);
+	return call_end(c, what, COLL_P2P, rc, bytes, err);
+}
+
+int comm_recv(Comm *c, void *buf, size_t count, CommDtype dt, int peer, PxError *err)
+{
+	const char *what = "recv";
+	int64_t bytes;
+	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
+	    check_peer(c, what, peer, err))
+		return -1;
+	if (bytes && !buf)
+		return fail_args(c, what, err, "buf is NULL");
+	call_begin(c, what);
+	int rc = c->st->be->recv(c->h, buf, count, dt, peer, err);
+	return call_end(c, what, COLL_P2P_RECV, rc, bytes, err);
+}
+
+int comm_barrier(Comm *c, PxError *err)
+{
+	const char *what = "barrier";
+	int64_t none;
+	if (check_call(c, what, COMM_FP32, COMM_SUM, 0, 1, &none, err))
+		return -1;
+	call_begin(c, what);
+	int rc = c->st->be->barrier(c->h, err);
+	return call_end(c, what, COMM_KIND_BARRIER, rc, 0, err);
+}

@@ -1,0 +1,167 @@
+/* comm: the executor's collectives, NCCL-shaped and backend-neutral. Owns communicators (world and
+ * its splits), argument checks, the deadline every blocking call runs under (a watchdog that stops
+ * the whole job) and the per-kind, per-group byte counters that the executor compares with
+ * sim/traffic. Moving bytes is a backend's job (comm_mpi.c; comm_nccl.c later); mapping schedule
+ * ops to calls is the executor's. */
+#ifndef PX_EXEC_COMM_H
+#define PX_EXEC_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../engine/err.h"
+#include "../engine/schedule.h"
+
+typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, N_COMM_DTYPES } CommDtype;
+typedef enum { COMM_SUM, COMM_MAX, N_COMM_REDOPS } CommRedOp;
+
+/* Counter rows. Rows 0..N_COLLS-1 are the schedule's CollKind in its order, so row k is compared
+ * with sim/traffic's row k: comm_send counts as COLL_P2P, comm_recv as COLL_P2P_RECV (payload the
+ * message, nothing sent). The rows after them are calls a schedule has no kind for. */
+enum {
+	COMM_KIND_REDUCE = N_COLLS, /* wire as a broadcast: the same chain, run backwards */
+	COMM_KIND_BARRIER,          /* calls only */
+	N_COMM_KINDS
+};
+
+/* Counter columns: a CommGroup, or COMM_TAG_WORLD for the world communicator and anything else
+ * outside the schedule's groups. */
+enum { COMM_TAG_WORLD = N_GROUPS, N_COMM_TAGS };
+
+/* comm_split's color for a rank that joins no group (NCCL_SPLIT_NOCOLOR). */
+#define COMM_NO_COLOR (-1)
+
+/* What this rank did, summed over every communicator of one comm_init. Indexed [kind][tag]. */
+typedef struct CommCounters {
+	long long calls[N_COMM_KINDS][N_COMM_TAGS];
+	int64_t payload_bytes[N_COMM_KINDS][N_COMM_TAGS]; /* nccl-tests "size": the whole array */
+	double wire_bytes[N_COMM_KINDS][N_COMM_TAGS];     /* sent by this rank, ring algorithms */
+} CommCounters;
+
+/* Where this process sits in the job. */
+typedef struct CommEnv {
+	int rank, size;             /* in the world */
+	int local_rank, local_size; /* on this node: which GPU to take */
+	const char *launcher;       /* "mpirun", "srun", or "none" (a singleton); static */
+} CommEnv;
+
+typedef struct CommConfig {
+	double deadline_s; /* longest any blocking call may take before the job is stopped; 0: none */
+	FILE *log;         /* where the watchdog writes its line; NULL: stderr */
+} CommConfig;
+
+typedef struct Comm Comm; /* one communicator; opaque */
+
+/* A backend: one file fills this table (nccl-tests' struct testColl). Handles are the backend's
+ * own communicators. Every function returns 0, or -1 with err naming the backend call and its
+ * error string; comm.c adds the rank, the operation and the group. Counts are elements; count
+ * limits are the backend's to check. Calls come from one thread at a time, except abort. */
+typedef struct CommBackend {
+	const char *name;
+	/* Start the runtime; return the world's handle and this process's place in it. */
+	int (*init)(void **world, CommEnv *env, PxError *err);
+	/* *out is NULL for COMM_NO_COLOR; rank and size are in the new communicator. */
+	int (*split)(void *parent, int color, int key, void **out, int *rank, int *size, PxError *err);
+	void (*comm_free)(void *h);
+	int (*finalize)(void *world, PxError *err);
+	int (*all_gather)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			  PxError *err);
+	int (*reduce_scatter)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			      CommRedOp op, PxError *err);
+	int (*all_reduce)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			  CommRedOp op, PxError *err);
+	int (*reduce)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+		      CommRedOp op, int root, PxError *err);
+	int (*broadcast)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			 int root, PxError *err);
+	int (*all_to_all)(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			  PxError *err);
+	int (*send)(void *h, const void *buf, size_t count, CommDtype dt, int peer, PxError *err);
+	int (*recv)(void *h, void *buf, size_t count, CommDtype dt, int peer, PxError *err);
+	int (*barrier)(void *h, PxError *err);
+	/* Stop every process of the job now, with exit status code. Called by the watchdog thread
+	 * while the caller's thread is blocked inside another call; world is NULL when that call is
+	 * finalize (the handle may be gone). Returns only where stopping the job is not possible
+	 * (test fakes); the blocked call must then return. */
+	void (*abort)(void *world, int code);
+} CommBackend;
+
+extern const CommBackend comm_mpi_backend;
+
+/* Exit status of a job the watchdog stopped (timeout(1)'s). */
+#define COMM_DEADLINE_EXIT 124
+
+/* ---- set-up ---- */
+
+void comm_config_init(CommConfig *cfg); /* deadline 60 s, log to stderr */
+
+/* Where the launcher put this process, from the environment alone, before any backend starts
+ * (CUDA devices must be chosen before NCCL or a CUDA-aware MPI starts): Open MPI's mpirun
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm's srun (SLURM_PROCID, SLURM_NTASKS,
+ * SLURM_LOCALID). Returns 1 when a launcher was found, 0 for a singleton (rank 0 of 1). */
+int comm_env_probe(CommEnv *env);
+
+/* Start backend be (NULL: MPI) and return the world communicator (tag COMM_TAG_WORLD) in *world,
+ * owned by the caller until comm_finalize. cfg NULL: defaults. Fails when the launcher's world and
+ * the backend's disagree, the sign of a program built against another MPI than its mpirun. */
+int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxError *err);
+
+/* Collective over parent: ranks with the same color form one communicator, ordered by key, whose
+ * calls are counted under tag (a CommGroup or COMM_TAG_WORLD). *out is NULL for COMM_NO_COLOR;
+ * otherwise owned by the caller, to comm_destroy before comm_finalize. */
+int comm_split(Comm *parent, int color, int key, int tag, Comm **out, PxError *err);
+void comm_destroy(Comm *c); /* a split communicator; NULL is fine */
+
+/* Shut the backend down and free world. Refused while split communicators are still open. */
+int comm_finalize(Comm *world, PxError *err);
+
+int comm_rank(const Comm *c);
+int comm_size(const Comm *c);
+int comm_tag(const Comm *c);
+const CommEnv *comm_env(const Comm *c); /* the world's, as comm_init found it */
+
+/* Change the deadline of every communicator of this comm_init from the next call on; 0: none.
+ * Refused unless 0 <= deadline_s <= 1e9. */
+int comm_set_deadline(Comm *c, double deadline_s, PxError *err);
+
+/* ---- counters ---- */
+
+const CommCounters *comm_counters(const Comm *c); /* shared by every communicator of one init */
+void comm_counters_reset(Comm *c);
+
+/* ---- collectives: NCCL's argument order and conventions ----
+ * count is per rank for all_gather, reduce_scatter and all_to_all (count x nranks elements in the
+ * whole array), the whole array otherwise. In place: all_reduce and broadcast with send == recv,
+ * all_gather with send == recv + rank x count, reduce_scatter with recv == send + rank x count
+ * (the rest of send is then undefined), all_to_all with send == recv; other overlaps are refused.
+ * fp16 and bf16 add in fp32 and round to nearest even after every addition of the backend's
+ * algorithm, so sums over more than two ranks depend on its order. Each call blocks, runs under the deadline and is counted once it
+ * completed; it returns 0, or -1 with err as "rank 3: all_gather on group dp: MPI_Allgather: ...". */
+int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    PxError *err);
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			CommRedOp op, PxError *err);
+int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    CommRedOp op, PxError *err);
+/* recv matters on root only. */
+int comm_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt, CommRedOp op,
+		int root, PxError *err);
+/* send matters on root only. */
+int comm_broadcast(Comm *c, const void *send, void *recv, size_t count, CommDtype dt, int root,
+		   PxError *err);
+/* Rank r's block j (count elements) goes to rank j's block r. */
+int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+		    PxError *err);
+int comm_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer, PxError *err);
+int comm_recv(Comm *c, void *buf, size_t count, CommDtype dt, int peer, PxError *err);
+int comm_barrier(Comm *c, PxError *err);
+
+/* ---- names ---- */
+
+size_t comm_dtype_bytes(CommDtype dt);
+const char *comm_dtype_name(CommDtype dt); /* "fp32", "fp16", "bf16" */
+const char *comm_kind_name(int kind);      /* coll_name's, then "reduce", "barrier" */
+const char *comm_tag_name(int tag);        /* group_name's, then "world" */
+
+#endif

@@ -1,0 +1,697 @@
+/* comm_mpi_check: every call of exec/comm.h over Open MPI, on data whose result every rank can
+ * compute (nccl-tests' verifiable data), in fp32, fp16 and bf16, on the world and on split groups;
+ * 16-bit rounding cases worked by hand; the byte counters against nccl-tests' formulas.
+ * Run: mpirun -np 4 comm_mpi_check [--fault hang|kill|finalize]. Rank 0 prints
+ * "comm_mpi_check: N passed, M failed"; the exit status is non-zero when anything failed. */
+#include <getopt.h>
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../exec/comm.h"
+
+/* C: elements per rank. A multiple of 3 so that ring wire bytes are whole for groups of 1-4
+ * (all-reduce sends 2(n-1)/n of the array), and the counters can be compared exactly. */
+enum { C = 1035, BIG = 3 << 18 };
+
+static int world_rank;
+static int n_passed, n_failed;
+
+static void check(int ok, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void check(int ok, const char *file, int line, const char *fmt, ...)
+{
+	if (ok) {
+		n_passed++;
+		return;
+	}
+	n_failed++;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank, file, line, msg);
+}
+#define CHECK(ok, ...) check((ok), __FILE__, __LINE__, __VA_ARGS__)
+
+/* A call that must succeed; its message is the failure's. */
+#define CALL(expr) CHECK((expr) == 0, "%s: %s", #expr, err.msg)
+
+/* ---- verifiable data ----
+ * Rank r's element k is (r + 1) x (k mod m + 1): every rank can compute any rank's data. m keeps
+ * every partial sum of a group (at most n(n+1)/2 x m) an integer the type holds exactly, so sums
+ * are exact in any order: bf16 holds integers to 256, fp16 to 2048. */
+
+static int modulus(CommDtype dt, int n)
+{
+	long limit = dt == COMM_BF16 ? 256 : dt == COMM_FP16 ? 2048 : 1L << 24;
+	long m = limit / ((long)n * (n + 1) / 2);
+	return m < 97 ? (int)m : 97;
+}
+
+static double val(int r, size_t k, int m)
+{
+	return (double)(r + 1) * (double)(k % (size_t)m + 1);
+}
+
+/* The bits of integer v in dt, worked out here rather than by the code under test; v must be
+ * exact in dt (|v| <= 2048 for fp16, 8 significant bits for bf16). */
+static uint32_t encode(CommDtype dt, double v)
+{
+	float f = (float)v;
+	uint32_t b;
+	memcpy(&b, &f, sizeof(b));
+	if (dt == COMM_FP32)
+		return b;
+	if (dt == COMM_BF16) {
+		if (b & 0xffff)
+			fprintf(stderr, "rank %d: test bug: %g is not a bf16\n", world_rank, v);
+		return b >> 16;
+	}
+	uint32_t sign = v < 0 ? 0x8000 : 0, a = (uint32_t)(v < 0 ? -v : v);
+	if (a == 0)
+		return sign;
+	if (a > 2048 || a != (v < 0 ? -v : v))
+		fprintf(stderr, "rank %d: test bug: %g is not an fp16\n", world_rank, v);
+	int e = 31 - __builtin_clz(a); /* a = 2^e + rest, rest < 2^e: 10 bits hold it for e <= 10 */
+	uint32_t man = e <= 10 ? (a - (1u << e)) << (10 - e) : 0;
+	return sign | (uint32_t)(e + 15) << 10 | man;
+}
+
+static void put_bits(void *buf, CommDtype dt, size_t i, uint32_t b)
+{
+	if (dt == COMM_FP32) {
+		memcpy((char *)buf + 4 * i, &b, 4);
+	} else {
+		uint16_t h = (uint16_t)b;
+		memcpy((char *)buf + 2 * i, &h, 2);
+	}
+}
+
+static uint32_t get_bits(const void *buf, CommDtype dt, size_t i)
+{
+	if (dt == COMM_FP32) {
+		uint32_t b;
+		memcpy(&b, (const char *)buf + 4 * i, 4);
+		return b;
+	}
+	uint16_t h;
+	memcpy(&h, (const char *)buf + 2 * i, 2);
+	return h;
+}
+
+static void put(void *buf, CommDtype dt, size_t i, double v)
+{
+	put_bits(buf, dt, i, encode(dt, v));
+}
+
+/* One check per buffer, naming the first wrong element. */
+static void check_buf(const char *file, int line, const char *what, const void *got,
+		      const void *want, size_t count, CommDtype dt)
+{
+	size_t i = 0;
+	while (i < count && get_bits(got, dt, i) == get_bits(want, dt, i))
+		i++;
+	check(i == count, file, line, "%s: element %zu is 0x%x, expected 0x%x", what, i,
+	      i < count ? get_bits(got, dt, i) : 0, i < count ? get_bits(want, dt, i) : 0);
+}
+#define CHECK_BUF(what, got, want, count, dt) \
+	check_buf(__FILE__, __LINE__, what, got, want, count, dt)
+
+/* ---- one group, one data type ---- */
+
+typedef struct Case {
+	Comm *c;
+	CommDtype dt;
+	int r, n, m;   /* rank and size in the group; the data's modulus */
+	size_t esz;    /* bytes per element */
+	char name[64]; /* "all_gather fp16 on dp" is built from it */
+	void *a, *b, *want; /* n x C elements each */
+} Case;
+
+static void label(char *out, size_t n, const Case *t, const char *call)
+{
+	snprintf(out, n, "%s %s on %s (%d ranks)", call, comm_dtype_name(t->dt), t->name, t->n);
+}
+
+static void fill(void *buf, const Case *t, int r, size_t from, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		put(buf, t->dt, i, val(r, from + i, t->m));
+}
+
+static void run_all_gather(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	label(what, sizeof(what), t, in_place ? "all_gather in place" : "all_gather");
+	for (int j = 0; j < t->n; j++)
+		fill((char *)t->want + (size_t)j * C * t->esz, t, j, 0, C);
+	memset(t->b, 0xff, (size_t)t->n * C * t->esz);
+	void *send = in_place ? (char *)t->b + (size_t)t->r * C * t->esz : t->a;
+	fill(send, t, t->r, 0, C);
+	CALL(comm_all_gather(t->c, send, t->b, C, t->dt, &err));
+	CHECK_BUF(what, t->b, t->want, (size_t)t->n * C, t->dt);
+}
+
+static void run_reduce_scatter(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	label(what, sizeof(what), t, in_place ? "reduce_scatter in place" : "reduce_scatter");
+	double s = t->n * (t->n + 1) / 2.0; /* sum over ranks of r + 1 */
+	size_t mine = (size_t)t->r * C;
+	for (size_t i = 0; i < C; i++)
+		put(t->want, t->dt, i, s * (double)((mine + i) % (size_t)t->m + 1));
+	fill(t->a, t, t->r, 0, (size_t)t->n * C);
+	void *recv = in_place ? (char *)t->a + mine * t->esz : t->b;
+	CALL(comm_reduce_scatter(t->c, t->a, recv, C, t->dt, COMM_SUM, &err));
+	CHECK_BUF(what, recv, t->want, C, t->dt);
+}
+
+static void run_all_reduce(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	label(what, sizeof(what), t, in_place ? "all_reduce in place" : "all_reduce");
+	double s = t->n * (t->n + 1) / 2.0;
+	for (size_t i = 0; i < C; i++)
+		put(t->want, t->dt, i, s * (double)(i % (size_t)t->m + 1));
+	fill(t->a, t, t->r, 0, C);
+	void *recv = in_place ? t->a : t->b;
+	CALL(comm_all_reduce(t->c, t->a, recv, C, t->dt, COMM_SUM, &err));
+	CHECK_BUF(what, recv, t->want, C, t->dt);
+}
+
+/* Odd elements negative: the largest is rank n-1's where positive, rank 0's where negative. */
+static void run_all_reduce_max(Case *t)
+{
+	PxError err = {0};
+	char what[128];
+	label(what, sizeof(what), t, "all_reduce max");
+	for (size_t i = 0; i < C; i++) {
+		double sign = i % 2 ? -1 : 1;
+		put(t->a, t->dt, i, sign * val(t->r, i, t->m));
+		put(t->want, t->dt, i, sign * val(i % 2 ? 0 : t->n - 1, i, t->m));
+	}
+	CALL(comm_all_reduce(t->c, t->a, t->b, C, t->dt, COMM_MAX, &err));
+	CHECK_BUF(what, t->b, t->want, C, t->dt);
+}
+
+static void run_reduce(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	int root = t->n - 1;
+	label(what, sizeof(what), t, in_place ? "reduce in place" : "reduce");
+	double s = t->n * (t->n + 1) / 2.0;
+	fill(t->a, t, t->r, 0, C);
+	memset(t->b, 0x5a, C * t->esz);
+	if (t->r == root)
+		for (size_t i = 0; i < C; i++)
+			put(t->want, t->dt, i, s * (double)(i % (size_t)t->m + 1));
+	else
+		memset(t->want, 0x5a, C * t->esz); /* off the root recv stays as it was */
+	void *recv = in_place ? t->a : t->b;
+	CALL(comm_reduce(t->c, t->a, recv, C, t->dt, COMM_SUM, root, &err));
+	CHECK_BUF(what, t->r == root ? recv : t->b, t->want, C, t->dt);
+}
+
+static void run_broadcast(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	int root = t->n > 1 ? 1 : 0;
+	label(what, sizeof(what), t, in_place ? "broadcast in place" : "broadcast");
+	fill(t->want, t, root, 0, C);
+	memset(t->b, 0xff, C * t->esz);
+	const void *send = NULL;
+	if (t->r == root) {
+		fill(t->a, t, root, 0, C);
+		send = t->a;
+		if (in_place) {
+			fill(t->b, t, root, 0, C);
+			send = t->b;
+		}
+	}
+	CALL(comm_broadcast(t->c, send, t->b, C, t->dt, root, &err));
+	CHECK_BUF(what, t->b, t->want, C, t->dt);
+}
+
+static void run_all_to_all(Case *t, int in_place)
+{
+	PxError err = {0};
+	char what[128];
+	label(what, sizeof(what), t, in_place ? "all_to_all in place" : "all_to_all");
+	/* block j of rank r holds elements j x C.. of rank r's data and goes to rank j */
+	fill(t->a, t, t->r, 0, (size_t)t->n * C);
+	for (int j = 0; j < t->n; j++)
+		fill((char *)t->want + (size_t)j * C * t->esz, t, j, (size_t)t->r * C, C);
+	void *recv = in_place ? t->a : t->b;
+	CALL(comm_all_to_all(t->c, t->a, recv, C, t->dt, &err));
+	CHECK_BUF(what, recv, t->want, (size_t)t->n * C, t->dt);
+}
+
+/* A ring: even ranks send first and odd ranks receive first, so blocking calls cannot all wait. */
+static void run_send_recv(Case *t)
+{
+	PxError err = {0};
+	char what[128];
+	if (t->n < 2)
+		return;
+	label(what, sizeof(what), t, "send/recv ring");
+	int next = (t->r + 1) % t->n, prev = (t->r + t->n - 1) % t->n;
+	fill(t->a, t, t->r, 0, C);
+	fill(t->want, t, prev, 0, C);
+	memset(t->b, 0xff, C * t->esz);
+	for (int step = 0; step < 2; step++) {
+		if ((step == 0) == (t->r % 2 == 0))
+			CALL(comm_send(t->c, t->a, C, t->dt, next, &err));
+		else
+			CALL(comm_recv(t->c, t->b, C, t->dt, prev, &err));
+	}
+	CHECK_BUF(what, t->b, t->want, C, t->dt);
+}
+
+/* The counters after run_case's calls, against nccl-tests' formulas for an n-rank group:
+ * payload = count x n x size for gathers and scatters, count x size otherwise; each rank sends
+ * (n-1)/n of the payload in all_gather, reduce_scatter and all_to_all, 2(n-1)/n in all_reduce,
+ * all of it in broadcast, reduce (a chain) and send, nothing in recv. */
+static void check_counters(const Case *t)
+{
+	const CommCounters *k = comm_counters(t->c);
+	int tag = comm_tag(t->c), n = t->n, p2p = n > 1;
+	double one = (double)C * t->esz, whole = one * n;
+	struct {
+		int kind;
+		long long calls;
+		double payload, wire;
+	} want[] = {
+		{COLL_ALL_GATHER, 2, whole, one * (n - 1)},
+		{COLL_REDUCE_SCATTER, 2, whole, one * (n - 1)},
+		{COLL_ALL_REDUCE, 3, one, 2.0 * (n - 1) * one / n},
+		{COLL_ALL_TO_ALL, 2, whole, one * (n - 1)},
+		{COLL_BROADCAST, 2, one, n > 1 ? one : 0},
+		{COLL_P2P, p2p, one, one},
+		{COMM_KIND_REDUCE, 2, one, n > 1 ? one : 0},
+		{COLL_P2P_RECV, p2p, one, 0},
+		{COMM_KIND_BARRIER, 1, 0, 0},
+	};
+	int seen[N_COMM_KINDS] = {0};
+	for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
+		int kind = want[w].kind;
+		long long calls = want[w].calls;
+		seen[kind] = 1;
+		CHECK(k->calls[kind][tag] == calls &&
+			      k->payload_bytes[kind][tag] == (int64_t)(calls * want[w].payload) &&
+			      k->wire_bytes[kind][tag] == calls * want[w].wire,
+		      "counters %s %s on %s: %lld calls, %lld payload, %.1f wire bytes; expected "
+		      "%lld, %.0f, %.1f",
+		      comm_kind_name(kind), comm_dtype_name(t->dt), t->name, k->calls[kind][tag],
+		      (long long)k->payload_bytes[kind][tag], k->wire_bytes[kind][tag], calls,
+		      calls * want[w].payload, calls * want[w].wire);
+	}
+	int stray = 0;
+	for (int kind = 0; kind < N_COMM_KINDS; kind++)
+		for (int g = 0; g < N_COMM_TAGS; g++)
+			if ((g != tag || !seen[kind]) && k->calls[kind][g])
+				stray++;
+	CHECK(stray == 0, "counters %s on %s: %d cells outside the group's row",
+	      comm_dtype_name(t->dt), t->name, stray);
+}
+
+static void run_case(Comm *c, const char *name, CommDtype dt)
+{
+	PxError err = {0};
+	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
+		  .esz = comm_dtype_bytes(dt)};
+	t.m = modulus(dt, t.n);
+	snprintf(t.name, sizeof(t.name), "%s", name);
+	size_t bytes = (size_t)t.n * C * t.esz;
+	t.a = malloc(bytes);
+	t.b = malloc(bytes);
+	t.want = malloc(bytes);
+	if (!t.a || !t.b || !t.want) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	comm_counters_reset(c);
+	for (int in_place = 0; in_place < 2; in_place++) {
+		run_all_gather(&t, in_place);
+		run_reduce_scatter(&t, in_place);
+		run_all_reduce(&t, in_place);
+		run_reduce(&t, in_place);
+		run_broadcast(&t, in_place);
+		run_all_to_all(&t, in_place);
+	}
+	run_all_reduce_max(&t);
+	run_send_recv(&t);
+	CALL(comm_barrier(c, &err));
+	check_counters(&t);
+out:
+	free(t.a);
+	free(t.b);
+	free(t.want);
+}
+
+/* Large enough for MPI to pipeline in segments and call the 16-bit reductions in pieces. */
+static void run_big(Comm *c, CommDtype dt)
+{
+	PxError err = {0};
+	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
+		  .esz = comm_dtype_bytes(dt)};
+	t.m = modulus(dt, t.n);
+	snprintf(t.name, sizeof(t.name), "world");
+	t.a = malloc((size_t)BIG * t.esz);
+	t.want = malloc((size_t)BIG * t.esz);
+	if (!t.a || !t.want) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	double s = t.n * (t.n + 1) / 2.0;
+	fill(t.a, &t, t.r, 0, BIG);
+	for (size_t i = 0; i < BIG; i++)
+		put(t.want, dt, i, s * (double)(i % (size_t)t.m + 1));
+	CALL(comm_all_reduce(c, t.a, t.a, BIG, dt, COMM_SUM, &err));
+	char what[128];
+	label(what, sizeof(what), &t, "all_reduce of 786432 elements");
+	CHECK_BUF(what, t.a, t.want, BIG, dt);
+out:
+	free(t.a);
+	free(t.want);
+}
+
+/* ---- rounding, worked by hand (two-rank groups: one addition, so one rounding) ---- */
+
+typedef struct Hand {
+	uint16_t a, b, sum; /* group rank 0 gives a, rank 1 gives b */
+	const char *why;
+} Hand;
+
+static const Hand BF16_SUMS[] = {
+	/* bf16: 8 significant bits; 1.0 = 0x3f80, its last bit 2^-7 */
+	{0x3f80, 0x3b80, 0x3f80, "1 + 2^-8: halfway to 1 + 2^-7, ties to even 1"},
+	{0x3f81, 0x3b80, 0x3f82, "(1 + 2^-7) + 2^-8: halfway, ties to even 1 + 2^-6"},
+	{0x3f80, 0x3bc0, 0x3f81, "1 + 1.5 x 2^-8: past halfway, up to 1 + 2^-7"},
+	{0xbf80, 0xbb80, 0xbf80, "-1 - 2^-8: ties to even -1"},
+	{0x7f7f, 0x7f7f, 0x7f80, "largest bf16 doubled: infinity"},
+	{0x3f80, 0xbf80, 0x0000, "1 + -1: +0"},
+};
+
+static const Hand FP16_SUMS[] = {
+	/* fp16: 11 significant bits; 1.0 = 0x3c00, its last bit 2^-10; 2^-11 = 0x1000 */
+	{0x3c00, 0x1000, 0x3c00, "1 + 2^-11: halfway to 1 + 2^-10, ties to even 1"},
+	{0x3c01, 0x1000, 0x3c02, "(1 + 2^-10) + 2^-11: halfway, ties to even 1 + 2^-9"},
+	{0x3c00, 0x1200, 0x3c01, "1 + 1.5 x 2^-11: past halfway, up to 1 + 2^-10"},
+	{0xbc00, 0x9000, 0xbc00, "-1 - 2^-11: ties to even -1"},
+	{0x7bff, 0x4c00, 0x7c00, "65504 + 16 = 65520: halfway to 65536, ties to even: infinity"},
+	{0x7bff, 0x4800, 0x7bff, "65504 + 8: below halfway, stays 65504"},
+	{0x0400, 0x0001, 0x0401, "2^-14 + 2^-24: smallest normal plus smallest subnormal"},
+	{0x0001, 0x0001, 0x0002, "2^-24 + 2^-24: subnormals add exactly"},
+	{0x03ff, 0x0001, 0x0400, "largest subnormal + 2^-24: the smallest normal"},
+	{0x8001, 0x0001, 0x0000, "-2^-24 + 2^-24: +0"},
+};
+
+static void run_hand(Comm *pair, CommDtype dt, const Hand *h, int n, CommRedOp op)
+{
+	PxError err = {0};
+	uint16_t mine[16], got[16];
+	int r = comm_rank(pair);
+	for (int i = 0; i < n; i++)
+		mine[i] = r == 0 ? h[i].a : h[i].b;
+	CALL(comm_all_reduce(pair, mine, got, (size_t)n, dt, op, &err));
+	for (int i = 0; i < n; i++)
+		CHECK(got[i] == h[i].sum, "%s %s: 0x%04x, expected 0x%04x", comm_dtype_name(dt),
+		      h[i].why, got[i], h[i].sum);
+}
+
+static void run_rounding(Comm *pair)
+{
+	static const Hand BF16_MAX[] = {{0xbf80, 0x3f00, 0x3f00, "max(-1, 0.5)"},
+					{0xc000, 0xbf80, 0xbf80, "max(-2, -1)"}};
+	static const Hand FP16_MAX[] = {{0xbc00, 0x3800, 0x3800, "max(-1, 0.5)"},
+					{0xc000, 0xbc00, 0xbc00, "max(-2, -1)"}};
+	if (comm_size(pair) != 2)
+		return;
+	run_hand(pair, COMM_BF16, BF16_SUMS, (int)(sizeof(BF16_SUMS) / sizeof(Hand)), COMM_SUM);
+	run_hand(pair, COMM_FP16, FP16_SUMS, (int)(sizeof(FP16_SUMS) / sizeof(Hand)), COMM_SUM);
+	run_hand(pair, COMM_BF16, BF16_MAX, 2, COMM_MAX);
+	run_hand(pair, COMM_FP16, FP16_MAX, 2, COMM_MAX);
+}
+
+/* ---- every 16-bit input against a second implementation ----
+ * Rank 0 of a pair gives all 65536 bit patterns, rank 1 a permutation of them; the expected sum
+ * comes from double arithmetic (the sum of two 16-bit floats is exact in a double) rounded with
+ * rint() in the default ties-to-even mode, sharing nothing with comm_mpi.c's bit manipulation. */
+
+typedef struct Format {
+	CommDtype dt;
+	int man_bits, bias; /* stored mantissa bits; exponent bias */
+} Format;
+
+static const Format FORMATS[] = {{COMM_FP16, 10, 15}, {COMM_BF16, 7, 127}};
+
+static double fmt_decode(const Format *f, uint32_t b)
+{
+	uint32_t exp_max = (1u << (15 - f->man_bits)) - 1;
+	uint32_t e = (b >> f->man_bits) & exp_max, man = b & ((1u << f->man_bits) - 1);
+	double sign = b & 0x8000 ? -1 : 1;
+	if (e == exp_max)
+		return man ? NAN : sign * INFINITY;
+	int lowest = 1 - f->bias - f->man_bits; /* exponent of the last bit of a subnormal */
+	if (e == 0)
+		return sign * ldexp(man, lowest);
+	return sign * ldexp(man + (1u << f->man_bits), (int)e - 1 + lowest);
+}
+
+/* The format's value nearest v, ties to even; infinite past the largest finite value. */
+static double fmt_round(const Format *f, double v)
+{
+	if (isnan(v) || isinf(v) || v == 0)
+		return v;
+	int e;
+	frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+	int lead = e - 1 < 1 - f->bias ? 1 - f->bias : e - 1;
+	double quantum = ldexp(1, lead - f->man_bits);
+	double r = rint(v / quantum) * quantum;
+	double largest = ldexp(2 - ldexp(1, -f->man_bits), (1 << (15 - f->man_bits)) - 2 - f->bias);
+	return fabs(r) > largest ? copysign(INFINITY, v) : r;
+}
+
+static uint32_t fmt_encode(const Format *f, double v)
+{
+	uint32_t sign = signbit(v) ? 0x8000 : 0, exp_max = (1u << (15 - f->man_bits)) - 1;
+	v = fabs(v);
+	if (isinf(v))
+		return sign | exp_max << f->man_bits;
+	int lowest = 1 - f->bias - f->man_bits;
+	if (v < ldexp(1, 1 - f->bias)) /* subnormal or zero */
+		return sign | (uint32_t)ldexp(v, -lowest);
+	int e;
+	frexp(v, &e);
+	uint32_t man = (uint32_t)ldexp(v, f->man_bits - (e - 1)) - (1u << f->man_bits);
+	return sign | (uint32_t)(e - 1 + f->bias) << f->man_bits | man;
+}
+
+static void run_exhaustive(Comm *pair)
+{
+	static const uint32_t MULT[] = {1, 40503, 3, 0x9e37}, ADD[] = {0, 1, 0x8000, 0x1234};
+	enum { N = 1 << 16 };
+	PxError err = {0};
+	uint16_t *mine = malloc(N * sizeof(*mine)), *got = malloc(N * sizeof(*got));
+	if (comm_size(pair) != 2 || !mine || !got)
+		goto out;
+	for (size_t f = 0; f < sizeof(FORMATS) / sizeof(FORMATS[0]); f++) {
+		const Format *fm = &FORMATS[f];
+		for (size_t j = 0; j < sizeof(MULT) / sizeof(MULT[0]); j++) {
+			for (uint32_t i = 0; i < N; i++)
+				mine[i] = (uint16_t)(comm_rank(pair) == 0 ? i
+								: (i * MULT[j] + ADD[j]) & 0xffff);
+			CALL(comm_all_reduce(pair, mine, got, N, fm->dt, COMM_SUM, &err));
+			uint32_t bad = N, want = 0;
+			for (uint32_t i = 0; i < N && bad == N; i++) {
+				double a = fmt_decode(fm, i);
+				double b = fmt_decode(fm, (i * MULT[j] + ADD[j]) & 0xffff);
+				double sum = fmt_round(fm, a + b);
+				double out = fmt_decode(fm, got[i]);
+				want = isnan(sum) ? 0x7fff : fmt_encode(fm, sum);
+				if (isnan(sum) ? !isnan(out) : got[i] != want)
+					bad = i;
+			}
+			CHECK(bad == N, "%s sums of all patterns, round %zu: 0x%04x + 0x%04x gave "
+			      "0x%04x, expected 0x%04x", comm_dtype_name(fm->dt), j, bad,
+			      (bad * MULT[j] + ADD[j]) & 0xffff, bad < N ? got[bad] : 0, want);
+		}
+	}
+out:
+	free(mine);
+	free(got);
+}
+
+/* ---- errors come back as messages naming the rank, the call and MPI's reason ---- */
+
+static void run_errors(Comm *world)
+{
+	PxError err = {0};
+	float buf[16] = {0};
+	int r = comm_rank(world);
+	if (comm_size(world) < 2 || r > 1)
+		return;
+	char want[128];
+	/* rank 0 sends 8 then 16 elements; rank 1 expects 12 both times: short, then too long */
+	if (r == 0) {
+		CALL(comm_send(world, buf, 8, COMM_FP32, 1, &err));
+		CALL(comm_send(world, buf, 16, COMM_FP32, 1, &err));
+		return;
+	}
+	CHECK(comm_recv(world, buf, 12, COMM_FP32, 0, &err) == -1 &&
+		      strstr(err.msg, "rank 1: recv on group world: MPI_Recv: expected 12 "
+				      "elements from rank 0, got 8"),
+	      "short message: %s", err.msg);
+	snprintf(want, sizeof(want), "rank 1: recv on group world: MPI_Recv: MPI_ERR_TRUNCATE");
+	CHECK(comm_recv(world, buf, 12, COMM_FP32, 0, &err) == -1 && strstr(err.msg, want),
+	      "long message: %s", err.msg);
+	CHECK(comm_broadcast(world, buf, buf, 1, COMM_FP32, 99, &err) == -1 &&
+		      strstr(err.msg, "rank 1: broadcast on group world: root 99"),
+	      "bad root: %s", err.msg);
+}
+
+/* ---- fault modes: one rank stalls or dies inside a collective, or stalls before finalize ---- */
+
+static int run_fault(const char *mode)
+{
+	PxError err = {0};
+	CommConfig cfg;
+	comm_config_init(&cfg);
+	/* hang, finalize: the others' watchdogs must stop the job at 2 s. kill: mpirun must notice
+	 * the dead rank long before this deadline. */
+	cfg.deadline_s = strcmp(mode, "kill") == 0 ? 20 : 2;
+	Comm *world;
+	if (comm_init(NULL, &cfg, &world, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 2;
+	}
+	float x[4] = {0}, all[64];
+	if (comm_size(world) > 16 || comm_size(world) < 2) {
+		fprintf(stderr, "comm_mpi_check: fault modes need 2-16 ranks\n");
+		return 2;
+	}
+	if (comm_rank(world) == 1) {
+		if (strcmp(mode, "kill") == 0)
+			raise(SIGKILL);
+		sleep(30);
+	}
+	if (strcmp(mode, "finalize") == 0)
+		comm_finalize(world, &err);
+	else
+		comm_all_gather(world, x, all, 4, COMM_FP32, &err);
+	fprintf(stderr, "rank %d: comm_mpi_check --fault %s: the job was not stopped (%s)\n",
+		world_rank, mode, err.msg);
+	return 1;
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: mpirun -np 4 comm_mpi_check [--fault hang|kill|finalize]\n"
+		   "  checks every collective of exec/comm.h; --fault makes rank 1 stall past a 2 s\n"
+		   "  deadline (hang) or die (kill) before an all_gather, or stall before finalize\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"fault", required_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *fault = NULL;
+	for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+		if (o == 'f' && (!strcmp(optarg, "hang") || !strcmp(optarg, "kill") ||
+				 !strcmp(optarg, "finalize"))) {
+			fault = optarg;
+		} else {
+			usage(o == 'h' ? stdout : stderr);
+			return o == 'h' ? 0 : 2;
+		}
+	}
+	CommEnv env;
+	comm_env_probe(&env);
+	world_rank = env.rank;
+	if (fault)
+		return run_fault(fault);
+
+	PxError err = {0};
+	Comm *world, *dp = NULL, *tp = NULL, *rest = NULL;
+	CommConfig cfg;
+	comm_config_init(&cfg);
+	cfg.deadline_s = 30;
+	if (comm_init(NULL, &cfg, &world, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 2;
+	}
+	int r = comm_rank(world), n = comm_size(world);
+	world_rank = r;
+	if (n < 2 || n % 2) {
+		if (r == 0)
+			fprintf(stderr, "comm_mpi_check: needs an even number of ranks, got %d\n", n);
+		comm_finalize(world, NULL);
+		return 2;
+	}
+	const CommEnv *e = comm_env(world);
+	if (r == 0)
+		printf("# comm_mpi_check: %d ranks (launcher %s), %d on rank 0's node, deadline %g s, "
+		       "%d elements per rank\n",
+		       n, e->launcher, e->local_size, cfg.deadline_s, C);
+	CHECK(e->rank == r && e->size == n && e->local_rank >= 0 &&
+		      e->local_rank < e->local_size,
+	      "environment: rank %d of %d, local %d of %d", e->rank, e->size, e->local_rank,
+	      e->local_size);
+
+	/* dp: pairs {0,1} {2,3}; tp: {0,2} {1,3}; rest: everyone but rank 0 (an odd size) */
+	CALL(comm_split(world, r / 2, r, GROUP_DP, &dp, &err));
+	CALL(comm_split(world, r % 2, r, GROUP_TP, &tp, &err));
+	CALL(comm_split(world, r == 0 ? COMM_NO_COLOR : 0, -r, GROUP_PP, &rest, &err));
+	CHECK(dp && comm_size(dp) == 2 && comm_rank(dp) == r % 2, "dp split");
+	CHECK(tp && comm_size(tp) == n / 2 && comm_rank(tp) == r / 2, "tp split");
+	CHECK(r == 0 ? rest == NULL : rest && comm_size(rest) == n - 1 &&
+		      comm_rank(rest) == n - 1 - r, "split without rank 0, keys reversed");
+
+	for (CommDtype dt = 0; dt < N_COMM_DTYPES; dt++) {
+		run_case(world, "world", dt);
+		if (dp)
+			run_case(dp, "dp", dt);
+		if (tp)
+			run_case(tp, "tp", dt);
+		if (rest)
+			run_case(rest, "pp", dt);
+		run_big(world, dt);
+	}
+	if (dp)
+		run_rounding(dp);
+	if (dp)
+		run_exhaustive(dp);
+	run_errors(world);
+	CALL(comm_barrier(world, &err));
+
+	comm_destroy(dp);
+	comm_destroy(tp);
+	comm_destroy(rest);
+	/* the summary goes through MPI itself, not the layer under test */
+	int mine[2] = {n_passed, n_failed}, sum[2] = {0, 0};
+	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (r == 0)
+		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
+	if (comm_finalize(world, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 1;
+	}
+	return sum[1] ? 1 : 0;
+}

@@ -1,0 +1,814 @@
+/* The executor's communication layer (exec/comm): accounting, argument checks, error messages and
+ * the watchdog through a fake backend in this process (MPI itself leaks under LeakSanitizer, so the
+ * runner never starts it), then the real Open MPI backend through mpirun: tests/comm_mpi_check.c
+ * on 4 ranks (PX_COMM_CHECK, default build/rel/comm_mpi_check), and its three fault modes. Expected
+ * byte counts are worked by hand from nccl-tests' formulas (doc/PERFORMANCE.md). */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../exec/comm.h"
+#include "../sim/traffic.h"
+#include "suites.h"
+
+/* ---- a fake backend: a world of fake.size ranks of which this process is rank 0 ---- */
+
+static struct {
+	int size;       /* of the world */
+	int split_size; /* of every split */
+	int calls;      /* collectives that reached the backend */
+	int fail_next;  /* the next call fails */
+	int hang_next;  /* the next call blocks until abort (at most 5 s) */
+	double slow_s;  /* every call takes this long */
+	int aborted, abort_code;
+	int open;       /* handles not yet freed */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} fake = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+typedef struct FakeComm {
+	int rank, size;
+} FakeComm;
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *fake_handle(int size)
+{
+	FakeComm *f = calloc(1, sizeof(*f));
+	if (f) {
+		f->size = size;
+		fake.open++;
+	}
+	return f;
+}
+
+static int fake_call(PxError *err)
+{
+	fake.calls++;
+	if (fake.slow_s > 0)
+		nanosleep(&(struct timespec){0, (long)(fake.slow_s * 1e9)}, NULL);
+	if (fake.fail_next) {
+		fake.fail_next = 0;
+		return px_fail(err, PX_ERR_RUNTIME, "fake: injected failure");
+	}
+	if (fake.hang_next) {
+		fake.hang_next = 0;
+		double give_up = now_s() + 5;
+		pthread_mutex_lock(&fake.mu);
+		while (!fake.aborted && now_s() < give_up) {
+			pthread_mutex_unlock(&fake.mu);
+			nanosleep(&(struct timespec){0, 10000000}, NULL);
+			pthread_mutex_lock(&fake.mu);
+		}
+		pthread_mutex_unlock(&fake.mu);
+	}
+	return 0;
+}
+
+static int fake_init(void **world, CommEnv *env, PxError *err)
+{
+	(void)err;
+	env->rank = 0;
+	env->size = fake.size;
+	env->local_rank = 0;
+	env->local_size = fake.size;
+	*world = fake_handle(fake.size);
+	return *world ? 0 : -1;
+}
+
+static int fake_split(void *parent, int color, int key, void **out, int *rank, int *size,
+		      PxError *err)
+{
+	(void)parent, (void)key;
+	*out = NULL;
+	if (fake_call(err))
+		return -1;
+	if (color == COMM_NO_COLOR)
+		return 0;
+	*rank = 0;
+	*size = fake.split_size;
+	*out = fake_handle(fake.split_size);
+	return *out ? 0 : -1;
+}
+
+static void fake_free(void *h)
+{
+	if (h)
+		fake.open--;
+	free(h);
+}
+
+static int fake_finalize(void *world, PxError *err)
+{
+	(void)err;
+	fake_free(world);
+	return 0;
+}
+
+static int fake_all_gather(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			   PxError *err)
+{
+	(void)h, (void)send, (void)recv, (void)count, (void)dt;
+	return fake_call(err);
+}
+
+static int fake_reduce_scatter(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			       CommRedOp op, PxError *err)
+{
+	(void)h, (void)send, (void)recv, (void)count, (void)dt, (void)op;
+	return fake_call(err);
+}
+
+static int fake_reduce(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+		       CommRedOp op, int root, PxError *err)
+{
+	(void)h, (void)send, (void)recv, (void)count, (void)dt, (void)op, (void)root;
+	return fake_call(err);
+}
+
+static int fake_broadcast(void *h, const void *send, void *recv, size_t count, CommDtype dt,
+			  int root, PxError *err)
+{
+	(void)h, (void)send, (void)recv, (void)count, (void)dt, (void)root;
+	return fake_call(err);
+}
+
+static int fake_p2p(void *h, const void *buf, size_t count, CommDtype dt, int peer, PxError *err)
+{
+	(void)h, (void)buf, (void)count, (void)dt, (void)peer;
+	return fake_call(err);
+}
+
+static int fake_recv(void *h, void *buf, size_t count, CommDtype dt, int peer, PxError *err)
+{
+	return fake_p2p(h, buf, count, dt, peer, err);
+}
+
+static int fake_barrier(void *h, PxError *err)
+{
+	(void)h;
+	return fake_call(err);
+}
+
+/* Runs on the watchdog's thread: releases the hanging call instead of ending the process. */
+static void fake_abort(void *world, int code)
+{
+	(void)world;
+	pthread_mutex_lock(&fake.mu);
+	fake.aborted = 1;
+	fake.abort_code = code;
+	pthread_mutex_unlock(&fake.mu);
+}
+
+static const CommBackend fake_backend = {
+	.name = "fake",
+	.init = fake_init,
+	.split = fake_split,
+	.comm_free = fake_free,
+	.finalize = fake_finalize,
+	.all_gather = fake_all_gather,
+	.reduce_scatter = fake_reduce_scatter,
+	.all_reduce = fake_reduce_scatter,
+	.reduce = fake_reduce,
+	.broadcast = fake_broadcast,
+	.all_to_all = fake_all_gather,
+	.send = fake_p2p,
+	.recv = fake_recv,
+	.barrier = fake_barrier,
+	.abort = fake_abort,
+};
+
+/* ---- the launcher's variables: cleared around every test that starts a backend ---- */
+
+static const char *const LAUNCHER_VARS[] = {
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+#define N_LAUNCHER_VARS (int)(sizeof(LAUNCHER_VARS) / sizeof(LAUNCHER_VARS[0]))
+static char *saved_vars[N_LAUNCHER_VARS];
+
+static void env_clear(void)
+{
+	for (int i = 0; i < N_LAUNCHER_VARS; i++) {
+		const char *v = getenv(LAUNCHER_VARS[i]);
+		saved_vars[i] = v ? strdup(v) : NULL;
+		unsetenv(LAUNCHER_VARS[i]);
+	}
+}
+
+static void env_restore(void)
+{
+	for (int i = 0; i < N_LAUNCHER_VARS; i++) {
+		if (saved_vars[i])
+			setenv(LAUNCHER_VARS[i], saved_vars[i], 1);
+		else
+			unsetenv(LAUNCHER_VARS[i]);
+		free(saved_vars[i]);
+		saved_vars[i] = NULL;
+	}
+}
+
+/* A fake world of `size` ranks whose splits have split_size; NULL (and CU_FAIL) on failure. */
+static Comm *fake_world(int size, int split_size, const CommConfig *cfg)
+{
+	PxError err = {0};
+	Comm *world = NULL;
+	pthread_mutex_lock(&fake.mu);
+	fake.aborted = fake.abort_code = 0;
+	pthread_mutex_unlock(&fake.mu);
+	fake.size = size;
+	fake.split_size = split_size;
+	fake.calls = fake.fail_next = fake.hang_next = 0;
+	fake.slow_s = 0;
+	env_clear();
+	if (comm_init(&fake_backend, cfg, &world, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("comm_init with the fake backend");
+	}
+	return world;
+}
+
+static void fake_done(Comm *world)
+{
+	PxError err = {0};
+	if (world && comm_finalize(world, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("comm_finalize");
+	}
+	CU_ASSERT_EQUAL(fake.open, 0);
+	env_restore();
+}
+
+static Comm *split(Comm *parent, int tag)
+{
+	PxError err = {0};
+	Comm *c = NULL;
+	if (comm_split(parent, 0, 0, tag, &c, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("comm_split");
+	}
+	return c;
+}
+
+/* ---- accounting ---- */
+
+static char buf_a[1 << 16], buf_b[1 << 16];
+
+/* Every call once or twice on a world of 4 and a dp group of 2; expected bytes by hand. */
+static void test_counters_by_hand(void)
+{
+	PxError err = {0};
+	Comm *w = fake_world(4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	Comm *dp = split(w, GROUP_DP);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+	CU_ASSERT_EQUAL(comm_size(dp), 2);
+	CU_ASSERT_EQUAL(comm_tag(dp), GROUP_DP);
+
+	/* world, n = 4 */
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), 0);
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), 0);
+	CU_ASSERT_EQUAL(comm_all_reduce(w, buf_a, buf_a, 1000, COMM_BF16, COMM_SUM, &err), 0);
+	CU_ASSERT_EQUAL(comm_all_to_all(w, buf_a, buf_b, 8, COMM_FP32, &err), 0);
+	CU_ASSERT_EQUAL(comm_broadcast(w, buf_a, buf_b, 100, COMM_FP32, 0, &err), 0);
+	CU_ASSERT_EQUAL(comm_reduce(w, buf_a, buf_b, 100, COMM_FP16, COMM_MAX, 3, &err), 0);
+	CU_ASSERT_EQUAL(comm_send(w, buf_a, 50, COMM_FP16, 1, &err), 0);
+	CU_ASSERT_EQUAL(comm_recv(w, buf_b, 50, COMM_FP16, 3, &err), 0);
+	CU_ASSERT_EQUAL(comm_barrier(w, &err), 0);
+	/* dp, n = 2 */
+	CU_ASSERT_EQUAL(comm_reduce_scatter(dp, buf_a, buf_b, 10, COMM_FP16, COMM_SUM, &err), 0);
+	CU_ASSERT_EQUAL(comm_all_reduce(dp, buf_a, buf_b, 6, COMM_FP32, COMM_SUM, &err), 0);
+	CU_ASSERT_EQUAL(fake.calls, 1 + 11); /* the split, then the calls */
+
+	const CommCounters *k = comm_counters(w);
+	CU_ASSERT_PTR_EQUAL(k, comm_counters(dp)); /* one set per comm_init */
+	const int W = COMM_TAG_WORLD, D = GROUP_DP;
+	/* all_gather: 1000 x 4 ranks x 4 B = 16000 payload, 3/4 of it = 12000 sent, twice */
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_GATHER][W], 2);
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_GATHER][W], 32000);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 24000);
+	/* all_reduce bf16: 2000 payload, 2 x 3/4 = 3000 sent */
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_REDUCE][W], 2000);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_REDUCE][W], 3000);
+	/* all_to_all: 8 per peer x 4 x 4 B = 128, 3/4 = 96 */
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_TO_ALL][W], 128);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_TO_ALL][W], 96);
+	/* broadcast and reduce: the array, all of it sent */
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_BROADCAST][W], 400);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_BROADCAST][W], 400);
+	CU_ASSERT_EQUAL(k->payload_bytes[COMM_KIND_REDUCE][W], 200);
+	CU_ASSERT_EQUAL(k->wire_bytes[COMM_KIND_REDUCE][W], 200);
+	/* send: the message, sent; recv: the message, nothing sent */
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_P2P][W], 100);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_P2P][W], 100);
+	CU_ASSERT_EQUAL(k->calls[COLL_P2P_RECV][W], 1);
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_P2P_RECV][W], 100);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_P2P_RECV][W], 0);
+	CU_ASSERT_EQUAL(k->calls[COMM_KIND_BARRIER][W], 1);
+	CU_ASSERT_EQUAL(k->payload_bytes[COMM_KIND_BARRIER][W], 0);
+	/* dp: reduce_scatter 10 x 2 x 2 B = 40, half sent; all_reduce 24, 2 x 1/2 = 24 sent */
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_REDUCE_SCATTER][D], 40);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_REDUCE_SCATTER][D], 20);
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_REDUCE][D], 24);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_REDUCE][D], 24);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_REDUCE][D], 1);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_REDUCE][W], 1);
+	/* nothing anywhere else */
+	long long total = 0;
+	for (int kind = 0; kind < N_COMM_KINDS; kind++)
+		for (int g = 0; g < N_COMM_TAGS; g++)
+			total += k->calls[kind][g];
+	CU_ASSERT_EQUAL(total, 11);
+
+	comm_counters_reset(dp);
+	for (int kind = 0; kind < N_COMM_KINDS; kind++)
+		for (int g = 0; g < N_COMM_TAGS; g++)
+			CU_ASSERT(!k->calls[kind][g] && !k->payload_bytes[kind][g] &&
+				  !k->wire_bytes[kind][g]);
+	comm_destroy(dp);
+	fake_done(w);
+}
+
+/* A collective op as sched_coll writes it (payload = elems x elem_bytes), set by field so that this
+ * test follows the Op layout rather than the appender's argument list. */
+static Op coll_op(CollKind kind, CommGroup group, int nranks, int64_t elems, int elem_bytes)
+{
+	return (Op){.kind = OP_COLL, .sub = (uint8_t)kind, .group = (uint8_t)group,
+		    .elem_bytes = (uint8_t)elem_bytes, .unit = 0, .buf = -1, .nranks = nranks,
+		    .elems = elems, .bytes = (double)elems * elem_bytes};
+}
+
+/* What the executor must show: replaying a schedule's collectives through comm gives exactly the
+ * bytes sim/traffic predicts for it, per kind and per group, loops included. Sizes keep every
+ * ring share whole, so that sums of shares equal shares of sums. */
+static void test_counters_match_simulator(void)
+{
+	Op ops[] = {
+		{.kind = OP_LOOP, .count = 3},
+		coll_op(COLL_ALL_GATHER, GROUP_DP, 4, 4000, 2),
+		coll_op(COLL_REDUCE_SCATTER, GROUP_DP, 4, 4000, 2),
+		coll_op(COLL_ALL_REDUCE, GROUP_TP, 2, 1000, 4),
+		{.kind = OP_END_LOOP},
+		coll_op(COLL_ALL_REDUCE, GROUP_DP, 4, 6000, 2),
+		coll_op(COLL_ALL_TO_ALL, GROUP_EP, 4, 800, 2),
+		coll_op(COLL_BROADCAST, GROUP_DP, 4, 512, 4),
+		coll_op(COLL_P2P, GROUP_PP, 2, 256, 2),
+		coll_op(COLL_P2P_RECV, GROUP_PP, 2, 256, 2),
+	};
+	Schedule s = {.ops = ops, .n = (int)(sizeof(ops) / sizeof(ops[0])), .step_begin = 0};
+	/* one node, ring algorithms: what a backend that knows no topology measures */
+	GroupSpan spans[N_GROUPS];
+	for (int g = 0; g < N_GROUPS; g++)
+		spans[g] = (GroupSpan){.n = 4, .nodes = 1, .per_node = 4};
+	Traffic t;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(sim_traffic(&s, spans, ALGO_RING, 4, &t, &err), 0);
+
+	/* one communicator per group; the fake gives every split the op's nranks */
+	Comm *w = fake_world(4, 4, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	Comm *groups[N_GROUPS] = {NULL};
+	int times = 1;
+	for (int i = s.step_begin; i < s.n; i++) {
+		const Op *op = &s.ops[i];
+		if (op->kind == OP_LOOP || op->kind == OP_END_LOOP)
+			times = op->kind == OP_LOOP ? (int)op->count : 1;
+		if (op->kind != OP_COLL)
+			continue;
+		if (!groups[op->group]) {
+			fake.split_size = op->nranks;
+			groups[op->group] = split(w, op->group);
+		}
+		Comm *c = groups[op->group];
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		CommDtype dt = op->elem_bytes == 4 ? COMM_FP32 : COMM_BF16;
+		size_t whole = (size_t)op->elems, part = whole / (size_t)op->nranks;
+		for (int rep = 0; rep < times; rep++) {
+			int rc = -1;
+			switch (op->sub) {
+			case COLL_ALL_GATHER:
+				rc = comm_all_gather(c, buf_a, buf_b, part, dt, &err);
+				break;
+			case COLL_REDUCE_SCATTER:
+				rc = comm_reduce_scatter(c, buf_a, buf_b, part, dt, COMM_SUM, &err);
+				break;
+			case COLL_ALL_REDUCE:
+				rc = comm_all_reduce(c, buf_a, buf_a, whole, dt, COMM_SUM, &err);
+				break;
+			case COLL_ALL_TO_ALL:
+				rc = comm_all_to_all(c, buf_a, buf_b, part, dt, &err);
+				break;
+			case COLL_BROADCAST:
+				rc = comm_broadcast(c, buf_a, buf_b, whole, dt, 0, &err);
+				break;
+			case COLL_P2P:
+				rc = comm_send(c, buf_a, whole, dt, 1, &err);
+				break;
+			case COLL_P2P_RECV:
+				rc = comm_recv(c, buf_a, whole, dt, 1, &err);
+				break;
+			}
+			CU_ASSERT_EQUAL(rc, 0);
+		}
+	}
+
+	const CommCounters *k = comm_counters(w);
+	double group_payload[N_GROUPS] = {0}, group_wire[N_GROUPS] = {0};
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		long long calls = 0;
+		double payload = 0, wire = 0;
+		for (int g = 0; g < N_COMM_TAGS; g++) {
+			calls += k->calls[kind][g];
+			payload += (double)k->payload_bytes[kind][g];
+			wire += k->wire_bytes[kind][g];
+			/* sim/traffic counts a message once per group, at its send */
+			if (g < N_GROUPS && kind != COLL_P2P_RECV)
+				group_payload[g] += (double)k->payload_bytes[kind][g];
+			if (g < N_GROUPS)
+				group_wire[g] += k->wire_bytes[kind][g];
+		}
+		CU_ASSERT_EQUAL(calls, t.n_colls[kind]);
+		CU_ASSERT_EQUAL(payload, t.payload_bytes[kind]);
+		CU_ASSERT_EQUAL(wire, t.wire_bytes[kind]);
+		if (payload != t.payload_bytes[kind] || wire != t.wire_bytes[kind])
+			fprintf(stderr, "\n%s: measured %.0f payload %.1f wire, simulated %.0f %.1f\n",
+				coll_name(kind), payload, wire, t.payload_bytes[kind],
+				t.wire_bytes[kind]);
+	}
+	for (int g = 0; g < N_GROUPS; g++) {
+		CU_ASSERT_EQUAL(group_payload[g], t.group_payload_bytes[g]);
+		CU_ASSERT_EQUAL(group_wire[g], t.group_wire_bytes[g]);
+	}
+	CU_ASSERT_EQUAL(t.n_colls[COLL_P2P_RECV], 1);
+	CU_ASSERT_EQUAL(t.wire_bytes[COLL_P2P_RECV], 0);
+	/* and the hand sums: 3 x (8000 + 8000) + 6000... as payload */
+	CU_ASSERT_EQUAL(t.payload_bytes[COLL_ALL_GATHER], 3 * 8000);
+	CU_ASSERT_EQUAL(t.wire_bytes[COLL_ALL_REDUCE], 3 * 4000 + 2 * 3 * 12000 / 4);
+
+	for (int g = 0; g < N_GROUPS; g++)
+		comm_destroy(groups[g]);
+	fake_done(w);
+}
+
+/* ---- refusals and messages ---- */
+
+static void expect_refused(int rc, const PxError *err, const char *want)
+{
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err->msg, want));
+	if (rc != -1 || !strstr(err->msg, want))
+		fprintf(stderr, "\nexpected \"%s\" in \"%s\"\n", want, err->msg);
+}
+
+static void test_bad_arguments(void)
+{
+	PxError err = {0};
+	Comm *w = fake_world(4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	expect_refused(comm_broadcast(w, buf_a, buf_b, 4, COMM_FP32, 4, &err), &err,
+		       "rank 0: broadcast on group world: root 4 is not a rank of 0-3");
+	expect_refused(comm_reduce(w, buf_a, buf_b, 4, COMM_FP32, COMM_SUM, -1, &err), &err,
+		       "rank 0: reduce on group world: root -1");
+	expect_refused(comm_send(w, buf_a, 4, COMM_FP32, 0, &err), &err,
+		       "rank 0: send on group world: peer 0 must be another rank of 0-3 (this is 0)");
+	expect_refused(comm_recv(w, buf_a, 4, COMM_FP32, 7, &err), &err, "peer 7");
+	expect_refused(comm_all_reduce(w, NULL, buf_b, 4, COMM_FP32, COMM_SUM, &err), &err,
+		       "rank 0: all_reduce on group world: send or recv is NULL");
+	expect_refused(comm_all_reduce(w, buf_a, buf_a + 4, 4, COMM_FP32, COMM_SUM, &err), &err,
+		       "overlap");
+	/* rank 0's block of an in-place all_gather is recv itself; one element on is not */
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_a, 4, COMM_FP32, &err), 0);
+	expect_refused(comm_all_gather(w, buf_a + 4, buf_a, 4, COMM_FP32, &err), &err,
+		       "send overlaps recv other than at recv + rank x count");
+	CU_ASSERT_EQUAL(comm_reduce_scatter(w, buf_a, buf_a, 4, COMM_FP16, COMM_SUM, &err), 0);
+	expect_refused(comm_reduce_scatter(w, buf_a, buf_a + 2, 4, COMM_FP16, COMM_SUM, &err),
+		       &err, "recv overlaps send");
+	expect_refused(comm_all_to_all(w, buf_a, buf_a + 8, 4, COMM_FP32, &err), &err, "overlap");
+	expect_refused(comm_all_reduce(w, buf_a, buf_b, 4, (CommDtype)7, COMM_SUM, &err), &err,
+		       "unknown data type 7");
+	expect_refused(comm_all_reduce(w, buf_a, buf_b, 4, COMM_FP32, (CommRedOp)9, &err), &err,
+		       "reduction 9");
+	expect_refused(comm_all_gather(w, buf_a, buf_b, SIZE_MAX / 2, COMM_FP32, &err), &err,
+		       "count too large");
+	Comm *c = NULL;
+	expect_refused(comm_split(w, -5, 0, GROUP_DP, &c, &err), &err, "color -5");
+	expect_refused(comm_split(w, 0, 0, N_COMM_TAGS, &c, &err), &err, "tag must be 0-8");
+	CU_ASSERT_PTR_NULL(c);
+	/* zero elements is a call like any other (NCCL allows it), and NULL buffers are fine then */
+	CU_ASSERT_EQUAL(comm_all_reduce(w, NULL, NULL, 0, COMM_FP32, COMM_SUM, &err), 0);
+	/* only the two in-place calls and the empty one reached the backend and were counted */
+	CU_ASSERT_EQUAL(fake.calls, 3);
+	const CommCounters *k = comm_counters(w);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_GATHER][COMM_TAG_WORLD], 1);
+	CU_ASSERT_EQUAL(k->calls[COLL_REDUCE_SCATTER][COMM_TAG_WORLD], 1);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_REDUCE][COMM_TAG_WORLD], 1);
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_REDUCE][COMM_TAG_WORLD], 0);
+	fake_done(w);
+}
+
+static void test_backend_errors_named(void)
+{
+	PxError err = {0};
+	Comm *w = fake_world(4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	Comm *dp = split(w, GROUP_DP);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+	fake.fail_next = 1;
+	expect_refused(comm_all_reduce(dp, buf_a, buf_b, 4, COMM_BF16, COMM_SUM, &err), &err,
+		       "rank 0: all_reduce on group dp: fake: injected failure");
+	CU_ASSERT_EQUAL(comm_counters(w)->calls[COLL_ALL_REDUCE][GROUP_DP], 0);
+	fake.fail_next = 1;
+	Comm *c = NULL;
+	expect_refused(comm_split(w, 1, 0, GROUP_TP, &c, &err), &err,
+		       "rank 0: comm_split on group world: fake: injected failure");
+	CU_ASSERT_PTR_NULL(c);
+	comm_destroy(dp);
+	fake_done(w);
+}
+
+/* ---- the watchdog ---- */
+
+static void test_watchdog_fires(void)
+{
+	PxError err = {0};
+	char line[256] = "";
+	CommConfig cfg;
+	comm_config_init(&cfg);
+	CU_ASSERT_EQUAL(cfg.deadline_s, 60);
+	cfg.deadline_s = 0.2;
+	cfg.log = tmpfile();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg.log);
+	Comm *w = fake_world(4, 2, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	fake.hang_next = 1;
+	double t0 = now_s();
+	int rc = comm_all_gather(w, buf_a, buf_b, 16, COMM_FP32, &err);
+	double took = now_s() - t0;
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_STRING_EQUAL(err.msg,
+			       "rank 0: all_gather on group world did not complete within 0.2 s");
+	CU_ASSERT(took >= 0.2 && took < 2.0);
+	CU_ASSERT_EQUAL(fake.abort_code, COMM_DEADLINE_EXIT);
+	rewind(cfg.log);
+	CU_ASSERT_PTR_NOT_NULL(fgets(line, sizeof(line), cfg.log));
+	CU_ASSERT_STRING_EQUAL(line,
+			       "rank 0: all_gather on group world did not complete within 0.2 s\n");
+	CU_ASSERT_EQUAL(comm_counters(w)->calls[COLL_ALL_GATHER][COMM_TAG_WORLD], 0);
+	/* the next call has its own deadline again */
+	fake.aborted = 0;
+	CU_ASSERT_EQUAL(comm_barrier(w, &err), 0);
+	fake_done(w);
+	fclose(cfg.log);
+}
+
+static void test_watchdog_quiet_when_in_time(void)
+{
+	PxError err = {0};
+	CommConfig cfg;
+	comm_config_init(&cfg);
+	cfg.deadline_s = 0.25;
+	Comm *w = fake_world(4, 2, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	/* 100 calls of 5 ms, each far inside its own 250 ms though together twice as long: every
+	 * call has its own deadline, they do not add up */
+	fake.slow_s = 0.005;
+	for (int i = 0; i < 100; i++)
+		CU_ASSERT_EQUAL(comm_all_reduce(w, buf_a, buf_a, 4, COMM_FP32, COMM_SUM, &err), 0);
+	/* no deadline at all: a call may take as long as it takes */
+	CU_ASSERT_EQUAL(comm_set_deadline(w, 0, &err), 0);
+	fake.slow_s = 0.15;
+	CU_ASSERT_EQUAL(comm_barrier(w, &err), 0);
+	CU_ASSERT_EQUAL(fake.aborted, 0);
+	CU_ASSERT_EQUAL(comm_counters(w)->calls[COLL_ALL_REDUCE][COMM_TAG_WORLD], 100);
+	expect_refused(comm_set_deadline(w, NAN, &err), &err,
+		       "rank 0: comm deadline must be 0 (none) or up to 1e9 seconds, got nan");
+	expect_refused(comm_set_deadline(w, -1, &err), &err, "got -1");
+	fake_done(w);
+	/* and at start-up */
+	Comm *none = NULL;
+	cfg.deadline_s = -2;
+	env_clear();
+	expect_refused(comm_init(&fake_backend, &cfg, &none, &err), &err, "got -2");
+	CU_ASSERT_PTR_NULL(none);
+	env_restore();
+}
+
+/* ---- life cycle and environment ---- */
+
+static void test_lifecycle(void)
+{
+	PxError err = {0};
+	Comm *w = fake_world(4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	CU_ASSERT_EQUAL(comm_rank(w), 0);
+	CU_ASSERT_EQUAL(comm_size(w), 4);
+	CU_ASSERT_EQUAL(comm_tag(w), COMM_TAG_WORLD);
+	Comm *none = w;
+	CU_ASSERT_EQUAL(comm_split(w, COMM_NO_COLOR, 0, GROUP_PP, &none, &err), 0);
+	CU_ASSERT_PTR_NULL(none);
+	Comm *tp = split(w, GROUP_TP);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tp);
+	expect_refused(comm_finalize(tp, &err), &err, "given a split communicator, not the world");
+	expect_refused(comm_finalize(w, &err), &err,
+		       "rank 0: comm_finalize: 1 split communicators still open");
+	comm_destroy(tp);
+	comm_destroy(NULL);
+	comm_destroy(w); /* the world ends with comm_finalize only */
+	CU_ASSERT_EQUAL(fake.open, 1);
+	fake_done(w);
+	CU_ASSERT_EQUAL(comm_finalize(NULL, &err), 0);
+	CU_ASSERT_STRING_EQUAL(comm_kind_name(COLL_P2P), "p2p");
+	CU_ASSERT_STRING_EQUAL(comm_kind_name(COLL_P2P_RECV), "p2p_recv");
+	CU_ASSERT_STRING_EQUAL(comm_kind_name(COMM_KIND_REDUCE), "reduce");
+	CU_ASSERT_STRING_EQUAL(comm_kind_name(COMM_KIND_BARRIER), "barrier");
+	CU_ASSERT_STRING_EQUAL(comm_tag_name(GROUP_HPZ), "hpz");
+	CU_ASSERT_STRING_EQUAL(comm_tag_name(COMM_TAG_WORLD), "world");
+	CU_ASSERT_STRING_EQUAL(comm_dtype_name(COMM_BF16), "bf16");
+}
+
+static void test_environment(void)
+{
+	CommEnv e;
+	env_clear();
+	CU_ASSERT_EQUAL(comm_env_probe(&e), 0);
+	CU_ASSERT(e.rank == 0 && e.size == 1 && e.local_rank == 0 && e.local_size == 1);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "none");
+
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_LOCALID", "1", 1);
+	CU_ASSERT_EQUAL(comm_env_probe(&e), 1);
+	CU_ASSERT(e.rank == 5 && e.size == 8 && e.local_rank == 1 && e.local_size == 0);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "srun");
+
+	/* mpirun's variables win over a surrounding Slurm allocation's */
+	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+	CU_ASSERT_EQUAL(comm_env_probe(&e), 1);
+	CU_ASSERT(e.rank == 2 && e.size == 4 && e.local_rank == 0 && e.local_size == 2);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "mpirun");
+
+	/* the fake says rank 0 of 4 where mpirun said rank 2: another MPI's program */
+	PxError err = {0};
+	Comm *w = NULL;
+	fake.size = 4;
+	expect_refused(comm_init(&fake_backend, NULL, &w, &err), &err,
+		       "mpirun started this process as rank 2 of 4, but the fake backend sees rank "
+		       "0 of 4");
+	CU_ASSERT_PTR_NULL(w);
+	CU_ASSERT_EQUAL(fake.open, 0);
+
+	setenv("OMPI_COMM_WORLD_SIZE", "x4", 1); /* malformed: not mpirun's */
+	CU_ASSERT_EQUAL(comm_env_probe(&e), 1);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "srun");
+	env_restore();
+}
+
+/* ---- the Open MPI backend, through mpirun ---- */
+
+static int on_path(const char *exe)
+{
+	const char *path = getenv("PATH");
+	char dir[4096];
+	while (path && *path) {
+		size_t n = strcspn(path, ":");
+		snprintf(dir, sizeof(dir), "%.*s/%s", (int)n, path, exe);
+		if (n && access(dir, X_OK) == 0)
+			return 1;
+		path += n + (path[n] == ':');
+	}
+	return 0;
+}
+
+/* Run the check program on 4 ranks with args; output (stdout and stderr) into out. Returns the
+ * exit status, or -1 after CU_FAIL when mpirun or the program is missing. */
+static int run_check(const char *args, char *out, size_t n, double *took_s)
+{
+	const char *env = getenv("PX_COMM_CHECK");
+	char prog[4096], cmd[8192];
+	snprintf(prog, sizeof(prog), "%s",
+		 env && *env ? env : px_test_path("build/rel/comm_mpi_check"));
+	out[0] = '\0';
+	if (!on_path("mpirun")) {
+		fprintf(stderr, "\nmpirun is not on PATH: install openmpi-bin (make deps)\n");
+		CU_FAIL("mpirun missing");
+		return -1;
+	}
+	if (access(prog, X_OK) != 0) {
+		fprintf(stderr, "\n%s: no such program: build it (make %s) or point PX_COMM_CHECK "
+			"at it\n", prog, "build/rel/comm_mpi_check");
+		CU_FAIL("comm_mpi_check missing");
+		return -1;
+	}
+	/* timeout(1) bounds a broken run; --oversubscribe: 4 ranks on fewer cores */
+	snprintf(cmd, sizeof(cmd),
+		 "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 4 '%s' %s 2>&1",
+		 prog, args);
+	double t0 = now_s();
+	FILE *p = popen(cmd, "r");
+	if (!p) {
+		CU_FAIL("popen");
+		return -1;
+	}
+	size_t len = fread(out, 1, n - 1, p);
+	out[len] = '\0';
+	char sink[4096];
+	while (fread(sink, 1, sizeof(sink), p) > 0)
+		;
+	int st = pclose(p);
+	*took_s = now_s() - t0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char mpi_out[1 << 16];
+
+static void test_mpi_check(void)
+{
+	double took;
+	int rc = run_check("", mpi_out, sizeof(mpi_out), &took);
+	if (rc == -1 && !mpi_out[0])
+		return;
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, " passed, 0 failed"));
+	if (rc != 0 || !strstr(mpi_out, " passed, 0 failed"))
+		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+/* Rank 1 sleeps 30 s before an all_gather with a 2 s deadline: the other ranks' watchdogs must
+ * name themselves and the call, and mpirun must end the whole job soon after 2 s. */
+static void test_mpi_fault_hang(void)
+{
+	double took;
+	int rc = run_check("--fault hang", mpi_out, sizeof(mpi_out), &took);
+	if (rc == -1 && !mpi_out[0])
+		return;
+	const char *line = strstr(mpi_out, ": all_gather on group world did not complete within 2 s");
+	CU_ASSERT_NOT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(line);
+	CU_ASSERT(line && line - mpi_out >= 6 && !strncmp(line - 6, "rank ", 5) &&
+		  line[-1] != '1'); /* a waiting rank, never the sleeper */
+	CU_ASSERT(took < 10);
+	if (rc == 0 || !line || took >= 10)
+		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+/* The same stall before finalize, which waits for every rank: the watchdog covers it too, though
+ * the world's handle is already gone by then. */
+static void test_mpi_fault_finalize(void)
+{
+	double took;
+	int rc = run_check("--fault finalize", mpi_out, sizeof(mpi_out), &took);
+	if (rc == -1 && !mpi_out[0])
+		return;
+	const char *line = strstr(mpi_out, ": finalize on group world did not complete within 2 s");
+	CU_ASSERT_NOT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(line);
+	CU_ASSERT(took < 10);
+	if (rc == 0 || !line || took >= 10)
+		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+/* Rank 1 dies by SIGKILL before an all_gather: mpirun must end the job (long before the 20 s
+ * deadline) and say which rank died. */
+static void test_mpi_fault_kill(void)
+{
+	double took;
+	int rc = run_check("--fault kill", mpi_out, sizeof(mpi_out), &took);
+	if (rc == -1 && !mpi_out[0])
+		return;
+	CU_ASSERT_NOT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, "rank 1"));
+	CU_ASSERT(took < 10);
+	if (rc == 0 || !strstr(mpi_out, "rank 1") || took >= 10)
+		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+int test_comm_register(void)
+{
+	return PX_ADD_SUITE("comm", {"counters: every call, by hand", test_counters_by_hand},
+			    {"counters equal sim/traffic's prediction",
+			     test_counters_match_simulator},
+			    {"bad arguments refused, named, not counted", test_bad_arguments},
+			    {"backend errors name rank, call and group", test_backend_errors_named},
+			    {"watchdog stops a call past its deadline", test_watchdog_fires},
+			    {"watchdog quiet for calls in time", test_watchdog_quiet_when_in_time},
+			    {"split, destroy, finalize", test_lifecycle},
+			    {"launcher environment", test_environment},
+			    {"Open MPI: comm_mpi_check on 4 ranks", test_mpi_check},
+			    {"Open MPI: a stalled rank stops the job", test_mpi_fault_hang},
+			    {"Open MPI: a stall before finalize stops the job",
+			     test_mpi_fault_finalize},
+			    {"Open MPI: a dead rank stops the job", test_mpi_fault_kill});
+}
