@@ -108,10 +108,12 @@ static void setup(Builder *b)
 	} else {
 		b->id_part = alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1,
 				   part * p->param_bytes);
+		/* padded to dp, so that their collectives can run in place */
+		double persist = (double)(ceil_div(st->persist_elems, p->dp) * p->dp);
 		b->id_persist = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
-				      (double)st->persist_elems * p->param_bytes);
+				      persist * p->param_bytes);
 		b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_PERSIST_GRADS, -1,
-				    (double)st->persist_elems * p->grad_bytes);
+				    persist * p->grad_bytes);
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
 		      (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
@@ -559,9 +561,9 @@ static void optimizer_step(Builder *b)
 	/* DeepSpeed agrees on fp16 overflow and on the global gradient norm with one-value
 	 * all-reduces (a partitioned stage holds only part of the gradients) */
 	if (p->sc->ds.dtype == DT_FP16)
-		coll(b, COLL_ALL_REDUCE, GROUP_DP, -1, 1, 4, -1, 0);
+		coll(b, COLL_ALL_REDUCE, GROUP_DP, BUILD_UNIT_OVERFLOW, 1, 4, -1, 0);
 	if (p->sc->ds.gradient_clipping > 0 && p->stage >= 1)
-		coll(b, COLL_ALL_REDUCE, GROUP_DP, -1, 1, 4, -1, 0);
+		coll(b, COLL_ALL_REDUCE, GROUP_DP, BUILD_UNIT_GRAD_NORM, 1, 4, -1, 0);
 
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)

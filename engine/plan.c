@@ -256,8 +256,8 @@ static int plan_stages(Plan *p, PxError *err)
 		if (p->stage < 3 && plan_buckets(p, s))
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		st->flat_expert = ceil_div(st->local_expert, p->edp) * p->edp;
-		if (p->stage == 0)
-			st->part_elems = st->local_dense + st->local_expert;
+		if (p->stage == 0) /* the whole flat buffer, padding included */
+			st->part_elems = st->flat_dense + st->flat_expert;
 		else if (p->stage < 3)
 			st->part_elems = st->flat_dense / p->dp + st->flat_expert / p->edp;
 		else /* persistent tensors still have a partition for the optimizer */
