@@ -11,6 +11,8 @@ static const char USAGE[] =
 	"commands:\n"
 	"  predict SCENARIO...  per-GPU memory and communication of a training scenario\n"
 	"                       (model x DeepSpeed config x cluster), stored in the results database\n"
+	"  run SCENARIO         train it for real with the CPU executor over MPI ranks and\n"
+	"                       store measured beside predicted\n"
 	"  gpus                 the built-in GPU catalog\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
@@ -33,6 +35,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "predict"))
 		return cmd_predict(argc - 1, argv + 1);
+	if (!strcmp(cmd, "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(cmd, "gpus"))
 		return cmd_gpus(argc - 1, argv + 1);
 	fprintf(stderr, "parallax: unknown command '%s'\n%s", cmd, USAGE);

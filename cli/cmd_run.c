@@ -1,0 +1,365 @@
+/* parallax run: train the scenario's model for real with the CPU executor across MPI ranks, then
+ * store what it measured beside what the simulator predicts for the same resolved scenario. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../db/db.h"
+#include "../exec/runner.h"
+#include "../sim/metrics.h"
+#include "commands.h"
+#include "store.h"
+
+static const char USAGE[] =
+	"usage: parallax run SCENARIO.json [--backend cpu] [--ranks N] [--steps S]\n"
+	"                    [--data FILE] [--seed N] [--set KEY=VALUE]... [--json]\n"
+	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
+	"\n"
+	"Train the scenario's GPT-2 model for real with the CPU executor: ZeRO stage 0-3 data\n"
+	"parallelism over N MPI ranks, running the schedule the simulator prices. Rank 0 prints\n"
+	"one line per step, then predicted against measured memory and communication, and stores\n"
+	"both runs (linked) in the results database.\n"
+	"\n"
+	"  --backend cpu       the executor (only cpu for now; the scenario runs as backend cpu)\n"
+	"  --ranks N           start N ranks with mpirun (default 1); under mpirun or srun the\n"
+	"                      launcher's ranks are used. The cluster becomes 1 node x N ranks.\n"
+	"  --steps S           optimizer steps (default 10)\n"
+	"  --data FILE         train on FILE's bytes as tokens (vocabulary >= 256); default: a\n"
+	"                      built-in generator of learnable sequences\n"
+	"  --seed N            initialisation seed (default 1234)\n"
+	"  --set KEY=VALUE     override a scenario key, as for predict\n"
+	"  --json              print per-step losses and both sets of metrics as JSON\n"
+	"  --db FILE, --no-db  results database (default $PARALLAX_DB or results/parallax.db)\n"
+	"  --deadline SECONDS  stop the whole job when a collective takes longer (default 60)\n"
+	"Exit status: 0 ok, 1 runtime failure, 2 bad input, 124 a rank hung or died.\n";
+
+typedef struct RunOpts {
+	JsonOverrides ov;
+	const char *scenario, *data, *db_path;
+	int ranks, steps, json, no_db;
+	long long seed;
+	double deadline;
+} RunOpts;
+
+static int parse_opts(int argc, char **argv, RunOpts *o)
+{
+	static const struct option longs[] = {
+		{"backend", required_argument, 0, 'b'}, {"ranks", required_argument, 0, 'r'},
+		{"steps", required_argument, 0, 's'},   {"data", required_argument, 0, 'd'},
+		{"seed", required_argument, 0, 'S'},    {"set", required_argument, 0, 'o'},
+		{"json", no_argument, 0, 'j'},          {"db", required_argument, 0, 'D'},
+		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
+		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+	};
+	PxError err;
+	char *end;
+	int c;
+	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'b':
+			if (strcmp(optarg, "cpu")) {
+				fprintf(stderr, "parallax run: --backend %s: only cpu is built here\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'r': o->ranks = (int)strtol(optarg, &end, 10); if (*end || o->ranks < 1) goto bad; break;
+		case 's': o->steps = (int)strtol(optarg, &end, 10); if (*end || o->steps < 1) goto bad; break;
+		case 'S': o->seed = strtoll(optarg, &end, 10); if (*end) goto bad; break;
+		case 't': o->deadline = strtod(optarg, &end); if (*end || o->deadline < 0) goto bad; break;
+		case 'd': o->data = optarg; break;
+		case 'o':
+			if (jov_add(&o->ov, optarg, &err)) {
+				fprintf(stderr, "parallax run: %s\n", err.msg);
+				return 2;
+			}
+			break;
+		case 'j': o->json = 1; break;
+		case 'D': o->db_path = optarg; break;
+		case 'n': o->no_db = 1; break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "parallax run: expected one scenario\n%s", USAGE);
+		return 2;
+	}
+	o->scenario = argv[optind];
+	if (!o->db_path && !o->no_db) {
+		o->db_path = getenv("PARALLAX_DB");
+		if (!o->db_path || !*o->db_path)
+			o->db_path = "results/parallax.db";
+	}
+	return -1;
+bad:
+	fprintf(stderr, "parallax run: --%s %s: expected a positive number\n", longs[0].name, optarg);
+	return 2;
+}
+
+/* Not under a launcher and more than one rank wanted: become mpirun, running this command again
+ * on every rank (root and oversubscription allowed: this is a testbed, often a container). */
+static int relaunch(int ranks, char **argv_run, int argc_run)
+{
+	char np[16], self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return fprintf(stderr, "parallax run: cannot find my own executable\n"), 1;
+	self[n] = '\0';
+	snprintf(np, sizeof(np), "%d", ranks);
+	char **args = calloc((size_t)argc_run + 10, sizeof(char *));
+	int k = 0;
+	args[k++] = "mpirun";
+	args[k++] = "--allow-run-as-root";
+	args[k++] = "--oversubscribe";
+	args[k++] = "-np";
+	args[k++] = np;
+	args[k++] = self;
+	for (int i = 0; i < argc_run; i++)
+		args[k++] = argv_run[i];
+	fflush(NULL);
+	execvp("mpirun", args);
+	fprintf(stderr, "parallax run: cannot start mpirun (install openmpi-bin): %m\n");
+	free(args);
+	return 1;
+}
+
+/* ---- measured metrics ---- */
+
+enum { MEAS_MEMORY = 2 * N_CATS + 3, MEAS_COMM = 2 * N_COLLS + 1, MEAS_N = MEAS_MEMORY + MEAS_COMM + 2 };
+
+/* This rank's measurements as a vector every rank fills alike (for one all-gather). */
+static void measure(const Runner *run, Comm *world, int steps, double step_s, double *v)
+{
+	const Arena *a = runner_arena(run);
+	const CommCounters *c = comm_counters(world);
+	int k = 0;
+	for (int cat = 0; cat < N_CATS; cat++)
+		v[k++] = a->at_peak[PLACE_GPU][cat];
+	for (int cat = 0; cat < N_CATS; cat++)
+		v[k++] = a->cat_peak[PLACE_GPU][cat];
+	v[k++] = a->peak[PLACE_GPU];
+	v[k++] = a->peak[PLACE_CPU];
+	v[k++] = a->peak[PLACE_NVME];
+	double wire = 0;
+	for (int kind = 0; kind < N_COLLS; kind++) { /* the schedule's groups; the loss's mean
+						      travels on the world and is not counted */
+		double pay = 0, w = 0;
+		for (int g = 0; g < N_GROUPS; g++)
+			pay += (double)c->payload_bytes[kind][g], w += c->wire_bytes[kind][g];
+		v[k++] = pay / steps;
+		v[k++] = w / steps;
+		wire += w / steps;
+	}
+	v[k++] = wire;
+	v[k++] = step_s;
+	v[k++] = 0;
+}
+
+static int measured_rows(const double *all, int world, int steps, DbMetric *rows, char (*names)[64])
+{
+	int k = 0, n = 0;
+	for (int cat = 0; cat < N_CATS; cat++)
+		snprintf(names[k++], 64, "memory.gpu.%s_bytes", cat_name(cat));
+	for (int cat = 0; cat < N_CATS; cat++)
+		snprintf(names[k++], 64, "memory.gpu.peak.%s_bytes", cat_name(cat));
+	snprintf(names[k++], 64, "memory.gpu.peak_bytes");
+	snprintf(names[k++], 64, "memory.cpu.peak_bytes");
+	snprintf(names[k++], 64, "memory.nvme.bytes");
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		snprintf(names[k++], 64, "comm.%s_bytes", coll_name(kind));
+		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
+	}
+	snprintf(names[k++], 64, "comm.wire_bytes");
+	snprintf(names[k++], 64, "time.step_s");
+	snprintf(names[k++], 64, "steps");
+	for (int r = 0; r < world; r++)
+		for (int i = 0; i < MEAS_N; i++) {
+			double val = i == MEAS_N - 1 ? steps : all[r * MEAS_N + i];
+			if (strstr(names[i], "_wire_bytes") && strncmp(names[i], "comm.wire", 9))
+				continue; /* per-kind wire bytes: printed, not stored (no twin) */
+			rows[n++] = (DbMetric){r, names[i], val, strstr(names[i], "_s") ? "s" :
+					       !strcmp(names[i], "steps") ? "1" : "bytes"};
+		}
+	return n;
+}
+
+/* ---- the run ---- */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void print_compare(const Prediction *pr, const double *meas, int steps)
+{
+	Metric m[METRICS_MAX];
+	int n = metrics_collect(pr, 0, m);
+	static const char *const keys[] = {
+		"memory.gpu.params_bytes", "memory.gpu.grads_bytes", "memory.gpu.optimizer_bytes",
+		"memory.gpu.activations_bytes", "memory.gpu.buffers_bytes", "memory.gpu.overhead_bytes",
+		"memory.gpu.peak_bytes", "comm.all_gather_bytes", "comm.reduce_scatter_bytes",
+		"comm.all_reduce_bytes", "comm.wire_bytes", NULL};
+	char names[MEAS_N][64];
+	DbMetric rows[MEAS_N];
+	measured_rows(meas, 1, steps, rows, names);
+	printf("\n%-30s %16s %16s %9s\n", "metric (rank 0, per step)", "predicted", "measured",
+	       "error");
+	for (int i = 0; keys[i]; i++) {
+		double pv = NAN, mv = NAN;
+		for (int j = 0; j < n; j++)
+			if (!strcmp(m[j].name, keys[i]))
+				pv = m[j].value;
+		for (int j = 0; j < MEAS_N; j++)
+			if (!strcmp(names[j], keys[i]))
+				mv = meas[j];
+		double e = pv != 0 ? (mv - pv) / pv * 100 : (mv == 0 ? 0 : NAN);
+		printf("%-30s %16.0f %16.0f %8.3f%%\n", keys[i], pv, mv, e);
+	}
+	printf("# memory in bytes at the device arena's peak; communication per optimizer step\n");
+}
+
+static int train(RunOpts *o, Comm *world, PxError *err)
+{
+	Scenario sc;
+	Prediction pr;
+	Runner *run = NULL;
+	Comm *dp = NULL;
+	DataSource data = {0};
+	int rank = comm_rank(world), size = comm_size(world), rc = -1;
+	char arg[64];
+	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
+
+	/* the executor's own scenario: the CPU backend on one node of `size` ranks */
+	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
+	if (!losses || jov_add(&o->ov, "backend=cpu", err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
+	    jov_add(&o->ov, arg, err))
+		goto out_free;
+	if (scenario_load(&sc, o->scenario, &o->ov, err))
+		goto out_free;
+	if (predict_run(&sc, &pr, err))
+		goto out_scenario;
+	if (runner_supported(&pr.plan, err) ||
+	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
+		goto out_predict;
+	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
+	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
+			  (uint64_t)o->seed, &run, err))
+		goto out_data;
+	comm_counters_reset(world);
+	if (rank == 0 && !o->json)
+		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
+		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
+		       sc.ds.micro_batch, sc.ds.grad_accum, size, sc.seq);
+	for (int s = 1; s <= o->steps; s++) {
+		StepResult res;
+		double t0 = now_s();
+		if (runner_step(run, s, &data, &res, err))
+			goto out_run;
+		double dt = now_s() - t0;
+		t_total += dt;
+		losses[s - 1] = res.loss;
+		if (rank == 0 && !o->json)
+			printf("step %4d  loss %.4f  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss, dt * 1e3,
+			       (double)(sc.ds.train_batch * sc.seq) / dt, res.skipped ? "  (skipped)" : "");
+	}
+	double mine[MEAS_N], *all = calloc((size_t)size * MEAS_N, sizeof(double));
+	if (!all)
+		goto out_run;
+	measure(run, world, o->steps, t_total / o->steps, mine);
+	if (comm_all_gather(world, mine, all, MEAS_N * 2, COMM_FP32, err)) { /* doubles as pairs */
+		free(all);
+		goto out_run;
+	}
+	rc = 0;
+	if (rank == 0) {
+		if (!o->json)
+			print_compare(&pr, all, o->steps);
+		if (!o->no_db) {
+			PxDb *db;
+			long long pid, mid;
+			char names[MEAS_N][64];
+			DbMetric *rows = calloc((size_t)size * MEAS_N, sizeof(*rows));
+			char *json = scenario_resolved_json(&sc, pr.plan.world, pr.plan.dp);
+			int n = rows ? measured_rows(all, size, o->steps, rows, names) : 0;
+			DbRun m = {.scenario_name = sc.name, .scenario_json = json, .kind = "measured",
+				   .status = "ok", .metrics = rows, .n_metrics = (size_t)n,
+				   .notes = "parallax run --backend cpu"};
+			if (!rows || !json || db_open(o->db_path, &db, err))
+				rc = -1;
+			else {
+				rc = store_prediction(db, &sc, &pr, &pid, err);
+				m.predicted_run_id = pid;
+				if (!rc)
+					rc = db_write_run(db, &m, &mid, err);
+				if (!rc && !o->json)
+					printf("# stored predicted run %lld and measured run %lld in %s\n",
+					       pid, mid, o->db_path);
+				db_close(db);
+			}
+			cJSON_free(json);
+			free(rows);
+		}
+		if (o->json) {
+			printf("{\"scenario\": \"%s\", \"ranks\": %d, \"steps\": %d, \"losses\": [", sc.name,
+			       size, o->steps);
+			for (int s = 0; s < o->steps; s++)
+				printf("%s%.6f", s ? ", " : "", losses[s]);
+			printf("], \"step_s\": %.6f}\n", t_total / o->steps);
+		}
+	}
+	free(all);
+out_run:
+	runner_destroy(run);
+	comm_destroy(dp);
+out_data:
+	data_close(&data);
+out_predict:
+	predict_free(&pr);
+out_scenario:
+	scenario_free(&sc);
+out_free:
+	free(losses);
+	return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	RunOpts o = {0};
+	PxError err = {0};
+	CommEnv env;
+	CommConfig cfg;
+	Comm *world = NULL;
+	jov_init(&o.ov);
+	int rc = parse_opts(argc, argv, &o);
+	if (rc >= 0)
+		goto out;
+	if (!comm_env_probe(&env) && o.ranks > 1) {
+		rc = relaunch(o.ranks, argv, argc);
+		goto out;
+	}
+	comm_config_init(&cfg);
+	cfg.deadline_s = o.deadline;
+	if (comm_init(NULL, &cfg, &world, &err)) {
+		fprintf(stderr, "parallax run: %s\n", err.msg);
+		rc = 1;
+		goto out;
+	}
+	rc = train(&o, world, &err) ? (err.code ? err.code : 1) : 0;
+	if (rc)
+		fprintf(stderr, "parallax run: rank %d: %s\n", comm_rank(world), err.msg);
+	PxError ferr;
+	if (comm_finalize(world, &ferr) && !rc)
+		rc = 1;
+out:
+	jov_free(&o.ov);
+	return rc;
+}

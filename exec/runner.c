@@ -1,0 +1,800 @@
+#include "runner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/build.h"
+#include "../kernels/gpt_cpu.h"
+#include "../kernels/ops_cpu.h"
+#include "../kernels/precision.h"
+
+/* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
+ * where it sits in the master weights and optimizer states. */
+typedef struct Seg {
+	void *params, *grads;
+	long long part_off, n;
+} Seg;
+
+struct Runner {
+	const Plan *p;
+	const Schedule *s;
+	const StagePlan *st;
+	Comm *dp, *world;
+	int rank, n;            /* data-parallel rank and size */
+	GptConfig cfg;
+	int B, T, head;
+	Arena arena;
+	void **buf;             /* by buffer id */
+	size_t *size;
+	const Op **alloc_of;
+	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
+	int id_grad32, id_hidden, id_scratch, id_tied;
+	int *u_fp32, *u_fp32g, *u_act, *u_ckpt, *u_gathered, *u_loaded;
+	int buckets[2], n_buckets, cur_bucket, bucket_fresh;
+	long long *unit_part_off, *persist_off, persist_part_off, persist_cnt;
+	Dtype pdt, gdt;
+	double loss_scale, loss_sum, sumsq;
+	long good_steps, opt_steps;
+	int hysteresis, overflow, have_overflow, have_norm;
+	int *inputs, *targets, *sample;
+	Seg *segs;
+	int n_segs;
+};
+
+/* ---- storage in fp32, fp16 or bf16 ---- */
+
+static size_t dt_bytes(Dtype d) { return (size_t)dtype_bytes(d); }
+
+static void to_f32(float *dst, const void *src, size_t n, Dtype d)
+{
+	if (d == DT_FP32)
+		memcpy(dst, src, n * 4);
+	else if (d == DT_BF16)
+		precision_bf16_to_f32_n(dst, src, n);
+	else
+		precision_f16_to_f32_n(dst, src, n);
+}
+
+static void from_f32(void *dst, const float *src, size_t n, Dtype d)
+{
+	if (d == DT_FP32)
+		memcpy(dst, src, n * 4);
+	else if (d == DT_BF16)
+		precision_f32_to_bf16_n(dst, src, n);
+	else
+		precision_f32_to_f16_n(dst, src, n);
+}
+
+static float get(const void *p, size_t i, Dtype d)
+{
+	if (d == DT_FP32)
+		return ((const float *)p)[i];
+	uint16_t b = ((const uint16_t *)p)[i];
+	return d == DT_BF16 ? precision_bf16_to_f32(b) : precision_f16_to_f32(b);
+}
+
+static void put(void *p, size_t i, float x, Dtype d)
+{
+	if (d == DT_FP32)
+		((float *)p)[i] = x;
+	else
+		((uint16_t *)p)[i] = d == DT_BF16 ? precision_f32_to_bf16(x) : precision_f32_to_f16(x);
+}
+
+/* dst += src, dst in storage dtype d, src fp32 (or in d when src_d says so) */
+static void add_into(void *dst, const void *src, Dtype src_d, size_t n, Dtype d)
+{
+	for (size_t i = 0; i < n; i++)
+		put(dst, i, get(dst, i, d) + get(src, i, src_d), d);
+}
+
+static void *at(void *base, long long elems, Dtype d)
+{
+	return (char *)base + (size_t)elems * dt_bytes(d);
+}
+
+static CommDtype comm_dt(Dtype d)
+{
+	return d == DT_FP32 ? COMM_FP32 : d == DT_BF16 ? COMM_BF16 : COMM_FP16;
+}
+
+/* ---- support ---- */
+
+int runner_supported(const Plan *p, PxError *err)
+{
+	const Scenario *sc = p->sc;
+	const ModelSpec *m = &sc->model;
+	const DsConfig *ds = &sc->ds;
+	const char *why = NULL;
+	if (m->arch != ARCH_GPT2 || !m->tied || m->experts)
+		why = "a GPT-2 model (tied head, no experts)";
+	else if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
+		why = "data parallelism only (tp, pp and ep of 1)";
+	else if (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU ||
+		 p->ckpt_place != PLACE_GPU)
+		why = "no offload (optimizer, parameters or checkpoints)";
+	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
+		why = "contiguous_gradients and reduce_scatter on";
+	else if (p->hpz > 1 || p->qwz || p->qgz)
+		why = "no ZeRO++";
+	else if (ds->comm_dtype != ds->grad_dtype)
+		why = "communication_data_type equal to the gradients' type";
+	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW"))
+		why = "the Adam or AdamW optimizer";
+	else if (!sc->cpu_backend)
+		why = "backend \"cpu\"";
+	else if (sc->ckpt == CKPT_SELECTIVE)
+		why = "activation_checkpointing none or full";
+	if (why)
+		return px_fail(err, PX_ERR_INPUT, "%s: the CPU executor runs %s", sc->path, why);
+	return 0;
+}
+
+/* ---- buffers: what this executor needs for each allocation ---- */
+
+static size_t unit_fp32_elems(const Runner *r, int u)
+{
+	size_t n = gpt_cpu_unit_params(&r->cfg, u);
+	return u == r->head ? n + (size_t)r->cfg.V * (size_t)r->cfg.C : n;
+}
+
+/* The executor's own size for a buffer: the kernels' for activations and workspaces, the plan's
+ * layout for model states. A difference from op->bytes shows in measured against predicted. */
+static size_t needed_bytes(const Runner *r, const Op *op)
+{
+	size_t btc4 = 4 * (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C;
+	switch (op->what) {
+	case BUF_ACTIVATIONS: return gpt_cpu_block_act_bytes(&r->cfg, r->B, r->T);
+	case BUF_ENDS: return op->unit == r->head ? gpt_cpu_head_act_bytes(&r->cfg, r->B, r->T) : 0;
+	case BUF_CHECKPOINT: return btc4;
+	case BUF_HIDDEN: return 2 * btc4;
+	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
+	case BUF_UNIT_FP32: return 4 * unit_fp32_elems(r, op->unit);
+	default: return (size_t)op->bytes;
+	}
+}
+
+static int do_alloc(Runner *r, const Op *op, PxError *err)
+{
+	size_t bytes = needed_bytes(r, op);
+	void *ptr = arena_alloc(&r->arena, op->place, op->cat, bytes);
+	if (!ptr)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory allocating %s (%zu bytes)",
+			       buf_name(op->what), bytes);
+	r->buf[op->buf] = ptr;
+	r->size[op->buf] = bytes;
+	r->alloc_of[op->buf] = op;
+	int u = op->unit;
+	switch (op->what) {
+	case BUF_PARAMS: r->id_params = op->buf; break;
+	case BUF_GRADS: r->id_grads = op->buf; break;
+	case BUF_PARAM_PART: r->id_part = op->buf; break;
+	case BUF_PERSISTENT: r->id_persist = op->buf; break;
+	case BUF_PERSIST_GRADS: r->id_pgrads = op->buf; break;
+	case BUF_GRAD_PART: r->id_gradpart = op->buf; break;
+	case BUF_MASTER: r->id_master = op->buf; break;
+	case BUF_OPT_STATES: r->id_states = op->buf; break;
+	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
+	case BUF_HIDDEN: r->id_hidden = op->buf; break;
+	case BUF_SCRATCH: r->id_scratch = op->buf; break;
+	case BUF_UNIT_FP32:
+		if (op->cat == CAT_PARAMS)
+			r->u_fp32[u] = op->buf, r->u_loaded[u] = 0;
+		else
+			r->u_fp32g[u] = op->buf;
+		break;
+	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[u] = op->buf; break;
+	case BUF_CHECKPOINT: r->u_ckpt[u] = op->buf; break;
+	case BUF_GATHERED:
+		r->u_gathered[u] = op->buf;
+		if (r->n == 1) { /* one rank: the schedule gathers nothing; the partition is whole */
+			long long own = r->p->units[u].own_gather;
+			memcpy(ptr, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+			       (size_t)own * dt_bytes(r->pdt));
+			if (u == r->head)
+				memcpy(at(ptr, own, r->pdt), at(r->buf[r->id_part], r->unit_part_off[0], r->pdt),
+				       (size_t)(r->p->units[u].gather_dense - own) * dt_bytes(r->pdt));
+		}
+		break;
+	case BUF_REDUCE_BUCKET:
+		if (r->n_buckets == 2 || (r->n_buckets == 1 && !r->buf[r->buckets[0]]))
+			r->n_buckets = 0;
+		r->buckets[r->n_buckets++] = op->buf;
+		r->cur_bucket = 0;
+		r->bucket_fresh = 1;
+		break;
+	default: break;
+	}
+	return 0;
+}
+
+static void do_free(Runner *r, int id)
+{
+	const Op *a = r->alloc_of[id];
+	arena_free(&r->arena, a->place, a->cat, r->buf[id], r->size[id]);
+	r->buf[id] = NULL;
+}
+
+/* ---- unit parameters and gradients ---- */
+
+static int is_persistent(const Runner *r, long long numel)
+{
+	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
+}
+
+/* Stage 3: copy unit u's tensors (model layout, fp32) from its own flat at `own` (storage) and the
+ * persistent buffer, or (grads) the other way, adding into the persistent gradients. Only the
+ * first max_t tensors. */
+static void unit3_load(Runner *r, int u, float *dst, const void *own, int max_t)
+{
+	const UnitPlan *up = &r->p->units[u];
+	long long o = 0, q = r->persist_off[u], d = 0;
+	for (int i = 0; i < up->n_tensors && i < max_t; i++) {
+		long long n = up->tensor_local[i];
+		if (is_persistent(r, n))
+			to_f32(dst + d, at(r->buf[r->id_persist], q, r->pdt), (size_t)n, r->pdt), q += n;
+		else
+			to_f32(dst + d, at((void *)own, o, r->pdt), (size_t)n, r->pdt), o += n;
+		d += n;
+	}
+}
+
+/* Where persistent gradients accumulate: their own buffer, reduce-scattered after each
+ * micro-batch; with one rank (no collective in the schedule) straight into the partition. */
+static void *persist_grads(Runner *r)
+{
+	return r->n == 1 ? at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt) :
+			   r->buf[r->id_pgrads];
+}
+
+static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int max_t)
+{
+	const UnitPlan *up = &r->p->units[u];
+	long long o = 0, q = r->persist_off[u], d = 0;
+	for (int i = 0; i < up->n_tensors && i < max_t; i++) {
+		long long n = up->tensor_local[i];
+		if (is_persistent(r, n))
+			add_into(at(persist_grads(r), q, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt),
+				q += n;
+		else
+			add_into(at(own, o, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt), o += n;
+		d += n;
+	}
+}
+
+/* The unit's fp32 model-layout parameters (the head's followed by the tied token embedding). */
+static void load_params(Runner *r, int u)
+{
+	float *dst = r->buf[r->u_fp32[u]];
+	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
+	if (r->u_loaded[u])
+		return;
+	r->u_loaded[u] = 1;
+	if (r->p->stage < 3) {
+		void *flat = r->buf[r->id_params];
+		to_f32(dst, at(flat, r->p->units[u].flat_off, r->pdt), own, r->pdt);
+		if (u == r->head)
+			to_f32(dst + own, at(flat, r->p->units[0].flat_off, r->pdt), vc, r->pdt);
+		return;
+	}
+	void *g = r->buf[r->u_gathered[u]];
+	unit3_load(r, u, dst, g, MODEL_MAX_TENSORS);
+	if (u == r->head) /* embed.tokens, unit 0's first tensor, gathered after the head's own */
+		unit3_load(r, 0, dst + own, at(g, r->p->units[u].own_gather, r->pdt), 1);
+}
+
+static void *current_bucket(Runner *r);
+
+/* Where unit u's dense gradients go at stage 2-3: the bucket the next reduction reads, at u's
+ * place in it; with one rank the partition itself (the schedule has no reduction to run). */
+static void *grad_dest(Runner *r, int u)
+{
+	const Plan *p = r->p;
+	if (r->n == 1)
+		return at(r->buf[r->id_gradpart],
+			  p->stage == 2 ? p->units[u].flat_off : r->unit_part_off[u], r->gdt);
+	void *bucket = current_bucket(r);
+	if (p->stage == 3)
+		return bucket;
+	for (int i = 0; i < r->st->n_buckets; i++)
+		if (u >= r->st->buckets[i].u_lo && u <= r->st->buckets[i].u_hi)
+			return at(bucket, p->units[u].flat_off - r->st->buckets[i].flat_off, r->gdt);
+	return bucket;
+}
+
+static void *current_bucket(Runner *r)
+{
+	void *b = r->buf[r->buckets[r->cur_bucket]];
+	if (r->bucket_fresh) {
+		memset(b, 0, r->size[r->buckets[r->cur_bucket]]);
+		r->bucket_fresh = 0;
+	}
+	return b;
+}
+
+/* After unit u's backward: its fp32 gradients to where the schedule reduces them from. */
+static void move_grads(Runner *r, int u)
+{
+	const Plan *p = r->p;
+	const float *g = r->buf[r->u_fp32g[u]];
+	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
+
+	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */
+		void *flat = r->buf[r->id_grads];
+		add_into(at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
+		if (u == r->head)
+			add_into(at(flat, p->units[0].flat_off, r->gdt), g + own, DT_FP32, vc, r->gdt);
+		return;
+	}
+	if (u == r->head) { /* its own now; the token embedding's share waits for its buffer
+			       (head_grads) unless that tensor is persistent */
+		if (p->stage == 2)
+			add_into(grad_dest(r, u), g, DT_FP32, own, r->gdt);
+		else
+			unit3_store_grads(r, u, g, p->units[u].own_gather > 0 ? grad_dest(r, u) : NULL,
+					  MODEL_MAX_TENSORS);
+		if (p->stage == 3 && is_persistent(r, (long long)vc))
+			unit3_store_grads(r, 0, g + own, NULL, 1);
+		return;
+	}
+	void *dst = grad_dest(r, u);
+	if (p->stage == 2)
+		add_into(dst, g, DT_FP32, own, r->gdt);
+	else
+		unit3_store_grads(r, u, g, dst, MODEL_MAX_TENSORS);
+	if (u == 0 && r->id_tied >= 0) /* the head's share of the token embedding's gradient */
+		add_into(dst, r->buf[r->id_tied], r->gdt,
+			 p->stage == 2 ? vc : (size_t)p->units[0].own_gather, r->gdt);
+}
+
+/* The tied buffer, held until the embedding's backward: the head's token-embedding gradient
+ * (stage 3: in the embedding flat's layout; a persistent token embedding went elsewhere). */
+static void head_grads(Runner *r, int tied_id)
+{
+	const float *g = r->buf[r->u_fp32g[r->head]];
+	size_t own = gpt_cpu_unit_params(&r->cfg, r->head), vc = (size_t)r->cfg.V * r->cfg.C;
+	if (r->p->stage == 2)
+		from_f32(r->buf[tied_id], g + own, vc, r->gdt);
+	else if (!is_persistent(r, (long long)vc))
+		unit3_store_grads(r, 0, g + own, r->buf[tied_id], 1);
+}
+
+/* ---- compute ---- */
+
+static void forward(Runner *r, int u)
+{
+	float *x = r->buf[r->id_hidden], *params = r->buf[r->u_fp32[u]];
+	load_params(r, u);
+	if (u == 0) {
+		gpt_cpu_embed_forward(&r->cfg, r->B, r->T, params, r->inputs, x);
+	} else if (u == r->head) {
+		size_t own = gpt_cpu_unit_params(&r->cfg, u);
+		r->loss_sum += gpt_cpu_head_forward(&r->cfg, r->B, r->T, params, params + own, x,
+						    r->targets, r->buf[r->u_act[u]]);
+	} else {
+		if (r->u_ckpt[u] >= 0) /* full recompute keeps the block's input */
+			memcpy(r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]]);
+		gpt_cpu_block_forward(&r->cfg, r->B, r->T, params, x, x, r->buf[r->u_act[u]]);
+	}
+}
+
+static void recompute(Runner *r, int u)
+{
+	load_params(r, u);
+	float *in = r->buf[r->u_ckpt[u]];
+	gpt_cpu_block_forward(&r->cfg, r->B, r->T, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
+}
+
+static void backward(Runner *r, int u)
+{
+	float *dx = (float *)r->buf[r->id_hidden] + (size_t)r->B * r->T * r->cfg.C;
+	float *params = r->buf[r->u_fp32[u]], *grads = r->buf[r->u_fp32g[u]];
+	float *scratch = r->buf[r->id_scratch];
+	load_params(r, u);
+	if (u == r->head) {
+		size_t own = gpt_cpu_unit_params(&r->cfg, u);
+		float dloss = (float)(r->loss_scale / (double)r->p->m);
+		gpt_cpu_head_backward(&r->cfg, r->B, r->T, params, params + own, grads, grads + own,
+				      r->buf[r->u_act[u]], r->targets, dloss, dx, scratch);
+	} else if (u == 0) {
+		gpt_cpu_embed_backward(&r->cfg, r->B, r->T, grads, r->inputs, dx);
+	} else {
+		gpt_cpu_block_backward(&r->cfg, r->B, r->T, params, grads, r->buf[r->u_act[u]], dx, dx,
+				       scratch);
+	}
+	move_grads(r, u);
+}
+
+/* ---- the optimizer over this rank's partition ---- */
+
+static void make_segments(Runner *r)
+{
+	const Plan *p = r->p;
+	const StagePlan *st = r->st;
+	int n = 0;
+	if (p->stage == 0) {
+		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], 0, st->flat_dense};
+	} else if (p->stage < 3) {
+		for (int i = 0; i < st->n_buckets; i++) {
+			long long cnt = st->buckets[i].padded / r->n;
+			long long mine = st->buckets[i].flat_off + r->rank * cnt;
+			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
+				at(r->buf[r->id_gradpart], st->buckets[i].flat_off / r->n, r->gdt);
+			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads,
+					     st->buckets[i].flat_off / r->n, cnt};
+		}
+	} else {
+		for (int u = 0; u < p->n_units; u++)
+			if (p->units[u].part_dense > 0)
+				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+						     at(r->buf[r->id_gradpart], r->unit_part_off[u], r->gdt),
+						     r->unit_part_off[u], p->units[u].part_dense};
+		if (r->persist_cnt > 0)
+			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
+					     at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt),
+					     r->persist_part_off, r->persist_cnt};
+	}
+	r->n_segs = n;
+}
+
+static double local_sumsq(const Runner *r)
+{
+	double s = 0;
+	for (int i = 0; i < r->n_segs; i++)
+		for (long long j = 0; j < r->segs[i].n; j++) {
+			double g = get(r->segs[i].grads, (size_t)j, r->gdt);
+			s += g * g;
+		}
+	return s;
+}
+
+static int local_overflow(const Runner *r)
+{
+	for (int i = 0; i < r->n_segs; i++)
+		for (long long j = 0; j < r->segs[i].n; j++)
+			if (!isfinite(get(r->segs[i].grads, (size_t)j, r->gdt)))
+				return 1;
+	return 0;
+}
+
+static void zero_grads(Runner *r)
+{
+	int id = r->p->stage < 2 ? r->id_grads : r->id_gradpart;
+	memset(r->buf[id], 0, r->size[id]);
+}
+
+/* fp16 dynamic loss scaling as DeepSpeed's: halve on overflow once hysteresis is used up (not
+ * below min_loss_scale), double after loss_scale_window good steps. */
+static void update_scale(Runner *r, int overflow)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	if (ds->dtype != DT_FP16 || ds->loss_scale > 0)
+		return;
+	if (overflow) {
+		if (--r->hysteresis <= 0) {
+			r->loss_scale = fmax(r->loss_scale / 2, ds->min_loss_scale);
+			r->hysteresis = (int)ds->hysteresis;
+		}
+		r->good_steps = 0;
+	} else if (++r->good_steps % ds->loss_scale_window == 0) {
+		r->loss_scale *= 2;
+	}
+}
+
+static void optimize(Runner *r, StepResult *res)
+{
+	const Plan *p = r->p;
+	const DsConfig *ds = &p->sc->ds;
+	int overflow = ds->dtype == DT_FP16 ? (r->have_overflow ? r->overflow : local_overflow(r)) : 0;
+	double sumsq = r->have_norm ? r->sumsq : local_sumsq(r);
+	double unscale = 1.0 / (r->loss_scale * (double)r->n);
+	res->grad_norm = sqrt(sumsq) * unscale;
+	res->skipped = overflow;
+	res->loss_scale = r->loss_scale;
+	update_scale(r, overflow);
+	if (overflow) {
+		zero_grads(r);
+		return;
+	}
+	float clip = ops_clip_coef(res->grad_norm, (float)ds->gradient_clipping);
+	OpsAdamw h = {ds->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
+	long long part = r->st->part_elems;
+	float *m = r->buf[r->id_states], *v = m + part;
+	r->opt_steps++;
+	for (int i = 0; i < r->n_segs; i++) {
+		const Seg *sg = &r->segs[i];
+		float *g32 = r->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
+		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
+		if (r->gdt != DT_FP32)
+			to_f32(g32, sg->grads, (size_t)sg->n, r->gdt);
+		ops_adamw_step(w, m + sg->part_off, v + sg->part_off, g32, (size_t)sg->n, &h,
+			       r->opt_steps, (float)(clip * unscale));
+		if (p->mixed)
+			from_f32(sg->params, w, (size_t)sg->n, r->pdt);
+	}
+	zero_grads(r);
+}
+
+/* ---- collectives ---- */
+
+static int collective(Runner *r, const Op *op, PxError *err)
+{
+	const Plan *p = r->p;
+	size_t cnt = (size_t)(op->elems / r->n);
+	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM) {
+		float x = op->unit == BUILD_UNIT_OVERFLOW ? (float)local_overflow(r) :
+							    (float)local_sumsq(r);
+		if (comm_all_reduce(r->dp, &x, &x, 1, COMM_FP32,
+				    op->unit == BUILD_UNIT_OVERFLOW ? COMM_MAX : COMM_SUM, err))
+			return -1;
+		if (op->unit == BUILD_UNIT_OVERFLOW)
+			r->overflow = x != 0, r->have_overflow = 1;
+		else
+			r->sumsq = x, r->have_norm = 1;
+		return 0;
+	}
+	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
+	if (op->sub == COLL_ALL_REDUCE) {
+		void *a = at(base, op->offset, r->gdt);
+		return comm_all_reduce(r->dp, a, a, (size_t)op->elems, comm_dt(r->gdt), COMM_SUM, err);
+	}
+	if (op->sub == COLL_REDUCE_SCATTER) {
+		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
+		if (comm_reduce_scatter(r->dp, send, mine, cnt, comm_dt(r->gdt), COMM_SUM, err))
+			return -1;
+		if (p->stage < 2)
+			return 0; /* stage 1 keeps its slice in the full gradients */
+		long long off = op->buf == r->id_pgrads ? r->persist_part_off :
+				p->stage == 3 ? r->unit_part_off[op->unit] :
+				p->units[op->unit].flat_off / r->n; /* a bucket starts at its first unit */
+		if (p->stage == 2)
+			for (int i = 0; i < r->st->n_buckets; i++)
+				if (r->st->buckets[i].u_lo == op->unit)
+					off = r->st->buckets[i].flat_off / r->n;
+		add_into(at(r->buf[r->id_gradpart], off, r->gdt), mine, r->gdt, cnt, r->gdt);
+		if (op->buf == r->id_pgrads) /* whole again for the next micro-batch */
+			memset(r->buf[r->id_pgrads], 0, r->size[r->id_pgrads]);
+		else
+			r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
+		return 0;
+	}
+	if (op->sub == COLL_ALL_GATHER) {
+		void *recv = at(base, op->offset, r->pdt);
+		const void *send = p->stage == 3 && op->buf != r->id_persist ?
+			at(r->buf[r->id_part], r->unit_part_off[op->unit], r->pdt) :
+			at(recv, r->rank * (long long)cnt, r->pdt);
+		return comm_all_gather(r->dp, send, recv, cnt, comm_dt(r->pdt), err);
+	}
+	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
+}
+
+/* ---- the interpreter ---- */
+
+static void load_micro_batch(Runner *r, const DataSource *data, long step, int mb)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	for (int i = 0; i < r->B; i++) {
+		uint64_t id = (uint64_t)(step - 1) * (uint64_t)ds->train_batch +
+			      ((uint64_t)mb * (uint64_t)r->n + (uint64_t)r->rank) * (uint64_t)r->B + (uint64_t)i;
+		data_sample(data, id, r->T, r->sample);
+		for (int t = 0; t < r->T; t++) {
+			r->inputs[i * r->T + t] = r->sample[t];
+			r->targets[i * r->T + t] = r->sample[t + 1];
+		}
+	}
+}
+
+static int run_op(Runner *r, int i, PxError *err)
+{
+	const Op *op = &r->s->ops[i];
+	switch (op->kind) {
+	case OP_ALLOC:
+		if (do_alloc(r, op, err))
+			return -1;
+		if (op->what == BUF_UNIT_GRADS && op->unit == r->head) {
+			r->id_tied = op->buf;
+			head_grads(r, op->buf);
+		}
+		return 0;
+	case OP_FREE:
+		if (op->buf == r->id_tied)
+			r->id_tied = -1;
+		do_free(r, op->buf);
+		return 0;
+	case OP_COMPUTE:
+		if (op->sub == COMP_FWD)
+			forward(r, op->unit);
+		else if (op->sub == COMP_RECOMPUTE)
+			recompute(r, op->unit);
+		else if (op->sub == COMP_BWD)
+			backward(r, op->unit);
+		return 0;
+	case OP_COLL:
+		return collective(r, op, err);
+	case OP_COPY:
+		return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run copies");
+	default:
+		return 0;
+	}
+}
+
+int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, PxError *err)
+{
+	const Schedule *s = r->s;
+	memset(res, 0, sizeof(*res));
+	r->loss_sum = 0;
+	r->have_overflow = r->have_norm = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
+			optimize(r, res);
+			continue;
+		}
+		if (op->kind != OP_LOOP) {
+			if (run_op(r, i, err))
+				return -1;
+			continue;
+		}
+		int end = i + 1;
+		while (s->ops[end].kind != OP_END_LOOP)
+			end++;
+		for (int mb = 0; mb < op->count; mb++) {
+			load_micro_batch(r, data, step, mb);
+			for (int j = i + 1; j < end; j++)
+				if (run_op(r, j, err))
+					return -1;
+		}
+		i = end;
+	}
+	double loss[1] = {r->loss_sum / (double)r->p->m};
+	float lf = (float)loss[0];
+	if (r->world && comm_size(r->world) > 1) { /* the mean over ranks, outside the schedule */
+		if (comm_all_reduce(r->world, &lf, &lf, 1, COMM_FP32, COMM_SUM, err))
+			return -1;
+		lf /= (float)comm_size(r->world);
+	}
+	res->loss = lf;
+	return 0;
+}
+
+/* ---- set-up ---- */
+
+/* Every unit's parameters from the seed (each tensor its own stream), into this rank's storage:
+ * whole (stage 0-2) or its partition and the persistent tensors (stage 3). Then the fp32 master
+ * weights from the 16-bit values, as DeepSpeed builds them. */
+static int init_params(Runner *r, uint64_t seed, PxError *err)
+{
+	const Plan *p = r->p;
+	size_t largest = 0;
+	for (int u = 0; u < p->n_units; u++)
+		if (gpt_cpu_unit_params(&r->cfg, u) > largest)
+			largest = gpt_cpu_unit_params(&r->cfg, u);
+	/* initialisation scratch, freed before the first step; the arena's peaks are reset after */
+	float *tmp = arena_alloc(&r->arena, PLACE_CPU, CAT_OVERHEAD, 4 * largest);
+	void *own = arena_alloc(&r->arena, PLACE_CPU, CAT_OVERHEAD, 4 * largest + 4 * (size_t)r->n);
+	if (!tmp || !own)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory initialising the model");
+	for (int u = 0; u < p->n_units; u++) {
+		size_t n = gpt_cpu_unit_params(&r->cfg, u);
+		gpt_cpu_init_unit(&r->cfg, u, tmp, seed);
+		if (p->stage < 3) {
+			from_f32(at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
+			continue;
+		}
+		const UnitPlan *up = &p->units[u];
+		long long o = 0, q = r->persist_off[u], d = 0;
+		memset(own, 0, 4 * largest + 4 * (size_t)r->n);
+		for (int i = 0; i < up->n_tensors; i++) {
+			long long k = up->tensor_local[i];
+			if (is_persistent(r, k))
+				from_f32(at(r->buf[r->id_persist], q, r->pdt), tmp + d, (size_t)k, r->pdt), q += k;
+			else
+				from_f32(at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
+			d += k;
+		}
+		memcpy(at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+		       at(own, r->rank * up->part_dense, r->pdt), (size_t)up->part_dense * dt_bytes(r->pdt));
+	}
+	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, tmp, 4 * largest);
+	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
+	make_segments(r);
+	for (int i = 0; p->mixed && i < r->n_segs; i++)
+		to_f32((float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
+		       (size_t)r->segs[i].n, r->pdt);
+	arena_reset_peaks(&r->arena);
+	return 0;
+}
+
+static int layout(Runner *r)
+{
+	const Plan *p = r->p;
+	int n = p->n_units;
+	long long part = 0, persist = 0;
+	r->unit_part_off = calloc((size_t)n, sizeof(long long));
+	r->persist_off = calloc((size_t)n, sizeof(long long));
+	if (!r->unit_part_off || !r->persist_off)
+		return -1;
+	for (int u = 0; u < n; u++) {
+		r->unit_part_off[u] = part;
+		r->persist_off[u] = persist;
+		part += p->units[u].part_dense;
+		persist += p->units[u].persist_elems;
+	}
+	r->persist_part_off = part;
+	r->persist_cnt = (persist + r->n - 1) / r->n;
+	return 0;
+}
+
+int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+		  Runner **out, PxError *err)
+{
+	const ModelSpec *m = &p->sc->model;
+	Runner *r = calloc(1, sizeof(*r));
+	int n = p->n_units;
+	if (!r)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	*out = r;
+	r->p = p, r->s = s, r->st = &p->stages[0], r->dp = dp, r->world = world;
+	r->rank = dp ? comm_rank(dp) : 0;
+	r->n = (int)p->dp;
+	r->cfg = (GptConfig){(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
+	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
+	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
+	r->loss_scale = p->sc->ds.dtype == DT_FP16 ?
+		(p->sc->ds.loss_scale > 0 ? p->sc->ds.loss_scale :
+					    ldexp(1.0, (int)p->sc->ds.initial_scale_power)) : 1.0;
+	r->hysteresis = (int)p->sc->ds.hysteresis;
+	arena_init(&r->arena);
+	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
+		return -1;
+	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
+	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
+	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
+	int *ids = malloc((size_t)(6 * n) * sizeof(int));
+	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
+	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
+	r->sample = malloc((size_t)(r->T + 1) * sizeof(int));
+	r->segs = calloc((size_t)n + 8, sizeof(Seg));
+	if (!r->buf || !r->size || !r->alloc_of || !ids || !r->inputs || !r->targets || !r->sample ||
+	    !r->segs || layout(r)) {
+		free(ids);
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	for (int i = 0; i < 6 * n; i++)
+		ids[i] = -1;
+	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_act = ids + 2 * n, r->u_ckpt = ids + 3 * n;
+	r->u_gathered = ids + 4 * n, r->u_loaded = ids + 5 * n;
+	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
+	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
+	r->id_hidden = r->id_scratch = r->id_tied = -1;
+	for (int i = 0; i < s->step_begin; i++)
+		if (run_op(r, i, err))
+			return -1;
+	return init_params(r, seed, err);
+}
+
+void runner_destroy(Runner *r)
+{
+	if (!r)
+		return;
+	for (int i = 0; r->buf && i < r->s->n_bufs; i++)
+		if (r->buf[i])
+			do_free(r, i);
+	free(r->u_fp32);
+	free(r->buf);
+	free(r->size);
+	free(r->alloc_of);
+	free(r->inputs);
+	free(r->targets);
+	free(r->sample);
+	free(r->segs);
+	free(r->unit_part_off);
+	free(r->persist_off);
+	free(r);
+}
+
+const Arena *runner_arena(const Runner *r)
+{
+	return &r->arena;
+}

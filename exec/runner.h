@@ -1,0 +1,38 @@
+/* runner: runs one rank's schedule for real on the CPU: allocations through the tracking arena,
+ * the GPT kernels for each unit's forward, backward and recompute, the collectives through the
+ * communication layer, and the optimizer over this rank's partition. It executes the schedule in
+ * its order and nothing else: the simulator prices the same ops. Launching, logging and storing
+ * results are cmd_run.c's. */
+#ifndef PX_EXEC_RUNNER_H
+#define PX_EXEC_RUNNER_H
+
+#include "../engine/plan.h"
+#include "arena.h"
+#include "comm.h"
+#include "data.h"
+
+typedef struct Runner Runner;
+
+typedef struct StepResult {
+	double loss;       /* mean over the global batch */
+	int skipped;       /* fp16 overflow: the update was skipped */
+	double loss_scale; /* the loss scale this step used (1 without fp16) */
+	double grad_norm;  /* global gradient norm before clipping */
+} StepResult;
+
+/* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW, no
+ * offload, contiguous gradients...), else -1 with a message naming what it does not run. */
+int runner_supported(const Plan *p, PxError *err);
+
+/* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank
+ * alike. dp: the data-parallel communicator (NULL with one rank); world: for the loss's mean. */
+int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+		  Runner **out, PxError *err);
+void runner_destroy(Runner *r);
+
+/* One optimizer step, step counting from 1, on global samples (step - 1) * train_batch onwards. */
+int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, PxError *err);
+
+const Arena *runner_arena(const Runner *r);
+
+#endif
