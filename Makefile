@@ -78,12 +78,12 @@ $(REL)/comm_mpi_check: $(REL)/tests/comm_mpi_check.o $(call objs,$(REL),$(LIB_SR
 test: test-rel test-san
 test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check
 	@echo "== tests (release build)"
-	PX_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
-		$(REL)/px_tests
+	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
+		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(REL)/px_tests
 test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		PX_BIN=$(abspath $(SAN)/parallax) PX_ROOT=$(CURDIR) \
+		PX_BIN=$(abspath $(SAN)/parallax) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(SAN)/px_tests
 
 run: $(BIN)

@@ -57,6 +57,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 	};
 	PxError err;
 	char *end;
+	const char *flag = "";
 	int c;
 	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60;
 	optind = 1;
@@ -69,10 +70,26 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 				return 2;
 			}
 			break;
-		case 'r': o->ranks = (int)strtol(optarg, &end, 10); if (*end || o->ranks < 1) goto bad; break;
-		case 's': o->steps = (int)strtol(optarg, &end, 10); if (*end || o->steps < 1) goto bad; break;
-		case 'S': o->seed = strtoll(optarg, &end, 10); if (*end) goto bad; break;
-		case 't': o->deadline = strtod(optarg, &end); if (*end || o->deadline < 0) goto bad; break;
+		case 'r':
+			flag = "--ranks", o->ranks = (int)strtol(optarg, &end, 10);
+			if (*end || o->ranks < 1)
+				goto bad;
+			break;
+		case 's':
+			flag = "--steps", o->steps = (int)strtol(optarg, &end, 10);
+			if (*end || o->steps < 1)
+				goto bad;
+			break;
+		case 'S':
+			flag = "--seed", o->seed = strtoll(optarg, &end, 10);
+			if (*end)
+				goto bad;
+			break;
+		case 't':
+			flag = "--deadline", o->deadline = strtod(optarg, &end);
+			if (*end || o->deadline < 0)
+				goto bad;
+			break;
 		case 'd': o->data = optarg; break;
 		case 'o':
 			if (jov_add(&o->ov, optarg, &err)) {
@@ -99,7 +116,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 	}
 	return -1;
 bad:
-	fprintf(stderr, "parallax run: --%s %s: expected a positive number\n", longs[0].name, optarg);
+	fprintf(stderr, "parallax run: %s %s: expected a positive number\n", flag, optarg);
 	return 2;
 }
 

@@ -14,6 +14,7 @@
 	X(parallel)    \
 	X(kernels)     \
 	X(comm)        \
+	X(exec)        \
 	X(cli)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
