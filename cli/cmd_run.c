@@ -201,8 +201,10 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 			double val = i == MEAS_N - 1 ? steps : all[r * MEAS_N + i];
 			if (strstr(names[i], "_wire_bytes") && strncmp(names[i], "comm.wire", 9))
 				continue; /* per-kind wire bytes: printed, not stored (no twin) */
-			rows[n++] = (DbMetric){r, names[i], val, strstr(names[i], "_s") ? "s" :
-					       !strcmp(names[i], "steps") ? "1" : "bytes"};
+			size_t len = strlen(names[i]);
+			const char *unit = len > 2 && !strcmp(names[i] + len - 2, "_s") ? "s" :
+					   !strcmp(names[i], "steps") ? "1" : "bytes";
+			rows[n++] = (DbMetric){r, names[i], val, unit};
 		}
 	return n;
 }

@@ -6,5 +6,6 @@
 int cmd_predict(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

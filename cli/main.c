@@ -13,6 +13,7 @@ static const char USAGE[] =
 	"                       (model x DeepSpeed config x cluster), stored in the results database\n"
 	"  run SCENARIO         train it for real with the CPU executor over MPI ranks and\n"
 	"                       store measured beside predicted\n"
+	"  compare [RUN]        a measured run beside its prediction\n"
 	"  gpus                 the built-in GPU catalog\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
@@ -37,6 +38,8 @@ int main(int argc, char **argv)
 		return cmd_predict(argc - 1, argv + 1);
 	if (!strcmp(cmd, "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "compare"))
+		return cmd_compare(argc - 1, argv + 1);
 	if (!strcmp(cmd, "gpus"))
 		return cmd_gpus(argc - 1, argv + 1);
 	fprintf(stderr, "parallax: unknown command '%s'\n%s", cmd, USAGE);
