@@ -155,11 +155,22 @@ static void test_measured_equals_predicted(void)
 		if (bad != 0)
 			fprintf(stderr, "\nstage %d: %g of %g metrics differ\n", stage, bad, pairs);
 		CU_ASSERT_EQUAL(bad, 0);
+		/* units agree between the twins (seconds only for times) */
+		CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				      "name LIKE 'comm.%' AND unit != 'bytes'"), 0);
 		/* and there was traffic to compare where ZeRO needs it */
 		if (stage > 0)
 			CU_ASSERT(query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
 					"name = 'comm.all_gather_bytes'") > 0);
 		sqlite3_close(db);
+		/* parallax compare prints the same pairs, all at zero error */
+		char cargs[1024], out[65536];
+		snprintf(cargs, sizeof(cargs), "compare --db '%s'", db_path);
+		CU_ASSERT_EQUAL(run(cargs, out, sizeof(out)), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "comm.reduce_scatter_bytes"));
+		CU_ASSERT_PTR_NULL(strstr(out, "pred. 0"));
+		const char *line = strstr(out, "memory.gpu.peak_bytes ");
+		CU_ASSERT(line && strstr(line, "0.0000%"));
 	}
 }
 
