@@ -1,10 +1,12 @@
 /* parallax run: train the scenario's model for real with the CPU executor across MPI ranks, then
  * store what it measured beside what the simulator predicts for the same resolved scenario. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,12 +37,17 @@ static const char USAGE[] =
 	"  --json              print per-step losses and both sets of metrics as JSON\n"
 	"  --db FILE, --no-db  results database (default $PARALLAX_DB or results/parallax.db)\n"
 	"  --deadline SECONDS  stop the whole job when a collective takes longer (default 60)\n"
+	"  --save DIR          save every rank's state to DIR/step-N (atomically: a crash while\n"
+	"                      saving leaves the previous checkpoint and DIR/latest valid)\n"
+	"  --save-every K      save every K steps (default: only after the last step)\n"
+	"  --resume DIR        continue from DIR/latest, with the same ranks and scenario, up to\n"
+	"                      step --steps (the losses continue as if never stopped)\n"
 	"Exit status: 0 ok, 1 runtime failure, 2 bad input, 124 a rank hung or died.\n";
 
 typedef struct RunOpts {
 	JsonOverrides ov;
-	const char *scenario, *data, *db_path;
-	int ranks, steps, json, no_db;
+	const char *scenario, *data, *db_path, *save, *resume;
+	int ranks, steps, json, no_db, save_every;
 	long long seed;
 	double deadline;
 } RunOpts;
@@ -53,7 +60,9 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"seed", required_argument, 0, 'S'},    {"set", required_argument, 0, 'o'},
 		{"json", no_argument, 0, 'j'},          {"db", required_argument, 0, 'D'},
 		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
-		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
+		{"resume", required_argument, 0, 'R'},  {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
 	};
 	PxError err;
 	char *end;
@@ -90,6 +99,13 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 			if (*end || o->deadline < 0)
 				goto bad;
 			break;
+		case 'e':
+			flag = "--save-every", o->save_every = (int)strtol(optarg, &end, 10);
+			if (*end || o->save_every < 1)
+				goto bad;
+			break;
+		case 'v': o->save = optarg; break;
+		case 'R': o->resume = optarg; break;
 		case 'd': o->data = optarg; break;
 		case 'o':
 			if (jov_add(&o->ov, optarg, &err)) {
@@ -209,6 +225,81 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 	return n;
 }
 
+/* ---- checkpoints ---- */
+
+static int remove_dir(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd);
+}
+
+/* Every rank writes DIR/step-N.tmp/rank-R.bin (each file written then renamed); once all have,
+ * rank 0 renames the folder to DIR/step-N and points DIR/latest at it (written then renamed). */
+static int save_checkpoint(const char *dir, long step, Runner *run, Comm *world, PxError *err)
+{
+	char tmp[4096], final[4096], file[4200], part[4300], latest[4200];
+	int rank = comm_rank(world);
+	snprintf(tmp, sizeof(tmp), "%s/step-%08ld.tmp", dir, step);
+	snprintf(final, sizeof(final), "%s/step-%08ld", dir, step);
+	if (rank == 0 && ((mkdir(dir, 0777) && errno != EEXIST) || (mkdir(tmp, 0777) && errno != EEXIST)))
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
+	if (comm_barrier(world, err))
+		return -1;
+	snprintf(file, sizeof(file), "%s/rank-%05d.bin", tmp, rank);
+	snprintf(part, sizeof(part), "%s.part", file);
+	FILE *f = fopen(part, "wb");
+	if (!f)
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %s", part, strerror(errno));
+	int rc = runner_save(run, f, err);
+	if (fflush(f) || fsync(fileno(f)))
+		rc = px_fail(err, PX_ERR_RUNTIME, "%s: write failed: %s", part, strerror(errno));
+	if (fclose(f) && !rc)
+		rc = px_fail(err, PX_ERR_RUNTIME, "%s: write failed", part);
+	if (!rc && rename(part, file))
+		rc = px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename: %s", part, strerror(errno));
+	if (rc || comm_barrier(world, err))
+		return -1;
+	if (rank == 0) {
+		remove_dir(final);
+		snprintf(latest, sizeof(latest), "%s/latest.tmp", dir);
+		FILE *l = fopen(latest, "w");
+		if (rename(tmp, final) || !l || fprintf(l, "%ld\n", step) < 0 || fclose(l)) {
+			if (l)
+				fclose(l);
+			return px_fail(err, PX_ERR_RUNTIME, "%s: cannot finish the checkpoint", final);
+		}
+		snprintf(file, sizeof(file), "%s/latest", dir);
+		if (rename(latest, file))
+			return px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename: %s", file, strerror(errno));
+	}
+	return comm_barrier(world, err);
+}
+
+/* Load this rank's state from DIR/latest's step; returns that step, or -1. */
+static long load_checkpoint(const char *dir, Runner *run, Comm *world, PxError *err)
+{
+	char path[4200];
+	long step = -1;
+	snprintf(path, sizeof(path), "%s/latest", dir);
+	FILE *l = fopen(path, "r");
+	if (!l)
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s (no checkpoint to resume)", path,
+			       strerror(errno));
+	if (fscanf(l, "%ld", &step) != 1 || step < 1) {
+		fclose(l);
+		return px_fail(err, PX_ERR_INPUT, "%s: expected a step number", path);
+	}
+	fclose(l);
+	snprintf(path, sizeof(path), "%s/step-%08ld/rank-%05d.bin", dir, step, comm_rank(world));
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, strerror(errno));
+	int rc = runner_load(run, f, path, err);
+	fclose(f);
+	return rc ? -1 : step;
+}
+
 /* ---- the run ---- */
 
 static double now_s(void)
@@ -273,12 +364,24 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
 			  (uint64_t)o->seed, &run, err))
 		goto out_data;
+	long first = 1;
+	if (o->resume) {
+		long saved = load_checkpoint(o->resume, run, world, err);
+		if (saved < 0)
+			goto out_run;
+		first = saved + 1;
+		if (first > o->steps) {
+			px_fail(err, PX_ERR_INPUT, "%s: already at step %ld; --steps %d asks for no more",
+				o->resume, saved, o->steps);
+			goto out_run;
+		}
+	}
 	comm_counters_reset(world);
 	if (rank == 0 && !o->json)
 		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
 		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
 		       sc.ds.micro_batch, sc.ds.grad_accum, size, sc.seq);
-	for (int s = 1; s <= o->steps; s++) {
+	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
 		double t0 = now_s();
 		if (runner_step(run, s, &data, &res, err))
@@ -287,13 +390,17 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		t_total += dt;
 		losses[s - 1] = res.loss;
 		if (rank == 0 && !o->json)
-			printf("step %4d  loss %.4f  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss, dt * 1e3,
+			printf("step %4ld  loss %.4f  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss, dt * 1e3,
 			       (double)(sc.ds.train_batch * sc.seq) / dt, res.skipped ? "  (skipped)" : "");
+		if (o->save && ((o->save_every && s % o->save_every == 0) || s == o->steps) &&
+		    save_checkpoint(o->save, s, run, world, err))
+			goto out_run;
 	}
+	int ran = o->steps - (int)first + 1;
 	double mine[MEAS_N], *all = calloc((size_t)size * MEAS_N, sizeof(double));
 	if (!all)
 		goto out_run;
-	measure(run, world, o->steps, t_total / o->steps, mine);
+	measure(run, world, ran, t_total / ran, mine);
 	if (comm_all_gather(world, mine, all, MEAS_N * 2, COMM_FP32, err)) { /* doubles as pairs */
 		free(all);
 		goto out_run;
@@ -301,14 +408,14 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	rc = 0;
 	if (rank == 0) {
 		if (!o->json)
-			print_compare(&pr, all, o->steps);
+			print_compare(&pr, all, ran);
 		if (!o->no_db) {
 			PxDb *db;
 			long long pid, mid;
 			char names[MEAS_N][64];
 			DbMetric *rows = calloc((size_t)size * MEAS_N, sizeof(*rows));
 			char *json = scenario_resolved_json(&sc, pr.plan.world, pr.plan.dp);
-			int n = rows ? measured_rows(all, size, o->steps, rows, names) : 0;
+			int n = rows ? measured_rows(all, size, ran, rows, names) : 0;
 			DbRun m = {.scenario_name = sc.name, .scenario_json = json, .kind = "measured",
 				   .status = "ok", .metrics = rows, .n_metrics = (size_t)n,
 				   .notes = "parallax run --backend cpu"};
@@ -328,11 +435,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			free(rows);
 		}
 		if (o->json) {
-			printf("{\"scenario\": \"%s\", \"ranks\": %d, \"steps\": %d, \"losses\": [", sc.name,
-			       size, o->steps);
-			for (int s = 0; s < o->steps; s++)
-				printf("%s%.6f", s ? ", " : "", losses[s]);
-			printf("], \"step_s\": %.6f}\n", t_total / o->steps);
+			printf("{\"scenario\": \"%s\", \"ranks\": %d, \"first_step\": %ld, \"steps\": %d, "
+			       "\"losses\": [", sc.name, size, first, o->steps);
+			for (long s = first; s <= o->steps; s++)
+				printf("%s%.6f", s > first ? ", " : "", losses[s - 1]);
+			printf("], \"step_s\": %.6f}\n", t_total / ran);
 		}
 	}
 	free(all);

@@ -798,3 +798,66 @@ const Arena *runner_arena(const Runner *r)
 {
 	return &r->arena;
 }
+
+/* ---- checkpoints ---- */
+
+#define CKPT_MAGIC 0x50584b43 /* "CKXP" */
+
+typedef struct CkptHeader {
+	uint32_t magic, version;
+	int32_t rank, n, stage, n_bufs;
+	int64_t opt_steps, good_steps;
+	int32_t hysteresis, pad;
+	double loss_scale;
+} CkptHeader;
+
+/* The buffers that carry state from step to step: those the set-up allocates, but gradients. */
+static int is_state(const Runner *r, int id)
+{
+	const Op *a = r->alloc_of[id];
+	if (!a || !r->buf[id] || a->cat == CAT_GRADS)
+		return 0;
+	return a->what == BUF_PARAMS || a->what == BUF_PARAM_PART || a->what == BUF_PERSISTENT ||
+	       a->what == BUF_MASTER || a->what == BUF_OPT_STATES;
+}
+
+int runner_save(const Runner *r, FILE *f, PxError *err)
+{
+	CkptHeader h = {CKPT_MAGIC, 1, r->rank, r->n, r->p->stage, r->s->n_bufs, r->opt_steps,
+			r->good_steps, r->hysteresis, 0, r->loss_scale};
+	if (fwrite(&h, sizeof(h), 1, f) != 1)
+		return px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+	for (int id = 0; id < r->s->n_bufs; id++) {
+		if (!is_state(r, id))
+			continue;
+		int64_t meta[2] = {id, (int64_t)r->size[id]};
+		if (fwrite(meta, sizeof(meta), 1, f) != 1 || fwrite(r->buf[id], 1, r->size[id], f) != r->size[id])
+			return px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+	}
+	return 0;
+}
+
+int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
+{
+	CkptHeader h;
+	if (fread(&h, sizeof(h), 1, f) != 1 || h.magic != CKPT_MAGIC || h.version != 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: not a parallax checkpoint", path);
+	if (h.rank != r->rank || h.n != r->n || h.stage != r->p->stage || h.n_bufs != r->s->n_bufs)
+		return px_fail(err, PX_ERR_INPUT, "%s: saved by rank %d of %d at ZeRO stage %d; this is "
+			       "rank %d of %d at stage %d: resume with the same ranks and scenario", path,
+			       h.rank, h.n, h.stage, r->rank, r->n, r->p->stage);
+	for (int id = 0; id < r->s->n_bufs; id++) {
+		if (!is_state(r, id))
+			continue;
+		int64_t meta[2];
+		if (fread(meta, sizeof(meta), 1, f) != 1 || meta[0] != id ||
+		    meta[1] != (int64_t)r->size[id] || fread(r->buf[id], 1, r->size[id], f) != r->size[id])
+			return px_fail(err, PX_ERR_INPUT, "%s: its buffers do not match this scenario's "
+				       "(buffer %d)", path, id);
+	}
+	r->opt_steps = h.opt_steps;
+	r->good_steps = h.good_steps;
+	r->hysteresis = h.hysteresis;
+	r->loss_scale = h.loss_scale;
+	return 0;
+}

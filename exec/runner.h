@@ -6,6 +6,8 @@
 #ifndef PX_EXEC_RUNNER_H
 #define PX_EXEC_RUNNER_H
 
+#include <stdio.h>
+
 #include "../engine/plan.h"
 #include "arena.h"
 #include "comm.h"
@@ -34,5 +36,12 @@ void runner_destroy(Runner *r);
 int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, PxError *err);
 
 const Arena *runner_arena(const Runner *r);
+
+/* This rank's training state (its parameters, partitioned as the plan says, master weights,
+ * optimizer states, optimizer step and fp16 loss-scaling state) to or from an open file. Between
+ * steps gradients are zero, so they are not saved. load checks the header written by save and
+ * fails naming what differs. */
+int runner_save(const Runner *r, FILE *f, PxError *err);
+int runner_load(Runner *r, FILE *f, const char *path, PxError *err);
 
 #endif
