@@ -42,12 +42,13 @@ static const char USAGE[] =
 	"  --save-every K      save every K steps (default: only after the last step)\n"
 	"  --resume DIR        continue from DIR/latest, with the same ranks and scenario, up to\n"
 	"                      step --steps (the losses continue as if never stopped)\n"
+	"  --inject-hang R@S   fault injection for testing: rank R stops responding at step S\n"
 	"Exit status: 0 ok, 1 runtime failure, 2 bad input, 124 a rank hung or died.\n";
 
 typedef struct RunOpts {
 	JsonOverrides ov;
 	const char *scenario, *data, *db_path, *save, *resume;
-	int ranks, steps, json, no_db, save_every;
+	int ranks, steps, json, no_db, save_every, hang_rank, hang_step;
 	long long seed;
 	double deadline;
 } RunOpts;
@@ -61,14 +62,15 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"json", no_argument, 0, 'j'},          {"db", required_argument, 0, 'D'},
 		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
 		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
-		{"resume", required_argument, 0, 'R'},  {"help", no_argument, 0, 'h'},
+		{"resume", required_argument, 0, 'R'},  {"inject-hang", required_argument, 0, 'H'},
+		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
 	char *end;
 	const char *flag = "";
 	int c;
-	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60;
+	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60, o->hang_rank = -1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
@@ -102,6 +104,11 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		case 'e':
 			flag = "--save-every", o->save_every = (int)strtol(optarg, &end, 10);
 			if (*end || o->save_every < 1)
+				goto bad;
+			break;
+		case 'H':
+			flag = "--inject-hang";
+			if (sscanf(optarg, "%d@%d", &o->hang_rank, &o->hang_step) != 2 || o->hang_step < 1)
 				goto bad;
 			break;
 		case 'v': o->save = optarg; break;
@@ -300,6 +307,74 @@ static long load_checkpoint(const char *dir, Runner *run, Comm *world, PxError *
 	return rc ? -1 : step;
 }
 
+/* ---- a run the watchdog stops ---- */
+
+/* What rank 0's watchdog needs to record the run as failed: set once training starts. */
+static struct FailCtx {
+	RunOpts *o;
+	Scenario *sc;
+	Prediction *pr;
+	Runner *run;
+	Comm *world;
+	long step;
+	double t_total;
+} fail_ctx;
+
+static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int size,
+		      int steps, const char *status, const char *notes, PxError *err);
+
+/* The watchdog thread of rank 0, the main thread blocked in the overdue collective: store what
+ * was measured up to the last finished step as a failed run, with the watchdog's line. */
+static void record_failure(void *ctx, const char *line)
+{
+	struct FailCtx *f = ctx;
+	double mine[MEAS_N];
+	char notes[512];
+	PxError err;
+	if (!f->run || comm_rank(f->world) != 0 || f->o->no_db)
+		return;
+	long done = f->step > 1 ? f->step - 1 : 1;
+	measure(f->run, f->world, (int)done, f->t_total / (double)done, mine);
+	snprintf(notes, sizeof(notes), "parallax run --backend cpu stopped at step %ld: %s", f->step,
+		 line);
+	if (store_runs(f->o, f->sc, f->pr, mine, 1, (int)done, "failed", notes, &err))
+		fprintf(stderr, "parallax run: could not record the failed run: %s\n", err.msg);
+	else
+		fprintf(stderr, "parallax run: recorded the failed run in %s\n", f->o->db_path);
+}
+
+/* The predicted run and the measured one linked to it; size ranks' measurements in all. */
+static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int size,
+		      int steps, const char *status, const char *notes, PxError *err)
+{
+	PxDb *db = NULL;
+	long long pid, mid;
+	char names[MEAS_N][64];
+	DbMetric *rows = calloc((size_t)size * MEAS_N, sizeof(*rows));
+	char *json = scenario_resolved_json(sc, pr->plan.world, pr->plan.dp);
+	int rc = -1;
+	if (!rows || !json) {
+		px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		goto out;
+	}
+	int n = measured_rows(all, size, steps, rows, names);
+	DbRun m = {.scenario_name = sc->name, .scenario_json = json, .kind = "measured",
+		   .status = status, .metrics = rows, .n_metrics = (size_t)n, .notes = notes};
+	if (db_open(o->db_path, &db, err) || store_prediction(db, sc, pr, &pid, err))
+		goto out;
+	m.predicted_run_id = pid;
+	if (db_write_run(db, &m, &mid, err))
+		goto out;
+	if (!o->json && !strcmp(status, "ok"))
+		printf("# stored predicted run %lld and measured run %lld in %s\n", pid, mid, o->db_path);
+	rc = 0;
+out:
+	db_close(db);
+	cJSON_free(json);
+	free(rows);
+	return rc;
+}
+
 /* ---- the run ---- */
 
 static double now_s(void)
@@ -377,6 +452,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		}
 	}
 	comm_counters_reset(world);
+	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, 0};
 	if (rank == 0 && !o->json)
 		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
 		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
@@ -384,10 +460,15 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
 		double t0 = now_s();
+		fail_ctx.step = s;
+		if (rank == o->hang_rank && s == o->hang_step) /* fault injection: stop answering */
+			for (;;)
+				sleep(60);
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = now_s() - t0;
 		t_total += dt;
+		fail_ctx.t_total = t_total;
 		losses[s - 1] = res.loss;
 		if (rank == 0 && !o->json)
 			printf("step %4ld  loss %.4f  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss, dt * 1e3,
@@ -409,31 +490,9 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	if (rank == 0) {
 		if (!o->json)
 			print_compare(&pr, all, ran);
-		if (!o->no_db) {
-			PxDb *db;
-			long long pid, mid;
-			char names[MEAS_N][64];
-			DbMetric *rows = calloc((size_t)size * MEAS_N, sizeof(*rows));
-			char *json = scenario_resolved_json(&sc, pr.plan.world, pr.plan.dp);
-			int n = rows ? measured_rows(all, size, ran, rows, names) : 0;
-			DbRun m = {.scenario_name = sc.name, .scenario_json = json, .kind = "measured",
-				   .status = "ok", .metrics = rows, .n_metrics = (size_t)n,
-				   .notes = "parallax run --backend cpu"};
-			if (!rows || !json || db_open(o->db_path, &db, err))
-				rc = -1;
-			else {
-				rc = store_prediction(db, &sc, &pr, &pid, err);
-				m.predicted_run_id = pid;
-				if (!rc)
-					rc = db_write_run(db, &m, &mid, err);
-				if (!rc && !o->json)
-					printf("# stored predicted run %lld and measured run %lld in %s\n",
-					       pid, mid, o->db_path);
-				db_close(db);
-			}
-			cJSON_free(json);
-			free(rows);
-		}
+		if (!o->no_db)
+			rc = store_runs(o, &sc, &pr, all, size, ran, "ok", "parallax run --backend cpu",
+					err);
 		if (o->json) {
 			printf("{\"scenario\": \"%s\", \"ranks\": %d, \"first_step\": %ld, \"steps\": %d, "
 			       "\"losses\": [", sc.name, size, first, o->steps);
@@ -444,6 +503,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	}
 	free(all);
 out_run:
+	fail_ctx.run = NULL;
 	runner_destroy(run);
 	comm_destroy(dp);
 out_data:
@@ -474,6 +534,8 @@ int cmd_run(int argc, char **argv)
 	}
 	comm_config_init(&cfg);
 	cfg.deadline_s = o.deadline;
+	cfg.on_deadline = record_failure;
+	cfg.ctx = &fail_ctx;
 	if (comm_init(NULL, &cfg, &world, &err)) {
 		fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = 1;

@@ -146,6 +146,8 @@ static void watchdog_fire(CommState *st)
 	FILE *log = st->cfg.log ? st->cfg.log : stderr;
 	fputs(line, log);
 	fflush(log);
+	if (st->cfg.on_deadline)
+		st->cfg.on_deadline(st->cfg.ctx, line);
 	st->be->abort(w->abort_h, COMM_DEADLINE_EXIT);
 	pthread_mutex_lock(&w->mu);
 }
@@ -253,6 +255,8 @@ void comm_config_init(CommConfig *cfg)
 {
 	cfg->deadline_s = 60;
 	cfg->log = NULL;
+	cfg->on_deadline = NULL;
+	cfg->ctx = NULL;
 }
 
 /* Prefix the backend's message in err with the rank, the call and the group. */

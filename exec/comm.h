@@ -49,6 +49,10 @@ typedef struct CommEnv {
 typedef struct CommConfig {
 	double deadline_s; /* longest any blocking call may take before the job is stopped; 0: none */
 	FILE *log;         /* where the watchdog writes its line; NULL: stderr */
+	/* Called by the watchdog thread with its line, before it stops the job (e.g. to record a
+	 * failed run); the main thread is blocked in the overdue call meanwhile. NULL: none. */
+	void (*on_deadline)(void *ctx, const char *line);
+	void *ctx;
 } CommConfig;
 
 typedef struct Comm Comm; /* one communicator; opaque */

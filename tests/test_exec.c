@@ -251,6 +251,28 @@ static void test_resume_matches(void)
 	}
 }
 
+/* A rank that stops answering: the others' collectives overrun --deadline, the job stops with exit
+ * status 124 and a line naming the rank and the call, and the database records the run as failed
+ * with what rank 0 had measured. */
+static void test_hang_recorded(void)
+{
+	const char *scn = scenario("true");
+	char args[2048], text[65536], db_path[512];
+	snprintf(db_path, sizeof(db_path), "%s/hang.db", dir);
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 6 --deadline 2 --inject-hang 1@3 "
+		 "--db '%s'", scn, db_path);
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 124);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "rank 0: "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "did not complete within 2 s"));
+	sqlite3 *db;
+	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND "
+			      "status = 'failed' AND notes LIKE '%stopped at step 3%'"), 1);
+	CU_ASSERT(query(db, "SELECT COUNT(*) FROM metrics JOIN runs ON runs.id = run_id WHERE "
+			"status = 'failed'") > 10);
+	sqlite3_close(db);
+}
+
 int test_exec_register(void)
 {
 	return PX_ADD_SUITE("exec", {"fp32 loss trajectories, stages 0-3 x 1,2,4 ranks",
@@ -258,5 +280,6 @@ int test_exec_register(void)
 			    {"bf16 loss trajectories, stages 0-3 x 1,2,4 ranks", test_trajectories_bf16},
 			    {"measured equals predicted", test_measured_equals_predicted},
 			    {"run refuses what it does not run", test_run_refuses},
-			    {"resume matches an uninterrupted run", test_resume_matches});
+			    {"resume matches an uninterrupted run", test_resume_matches},
+			    {"a hung rank stops the run and is recorded", test_hang_recorded});
 }
