@@ -471,8 +471,9 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		fail_ctx.t_total = t_total;
 		losses[s - 1] = res.loss;
 		if (rank == 0 && !o->json)
-			printf("step %4ld  loss %.4f  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss, dt * 1e3,
-			       (double)(sc.ds.train_batch * sc.seq) / dt, res.skipped ? "  (skipped)" : "");
+			printf("step %4ld  loss %.4f  lr %.3g  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss,
+			       res.lr, dt * 1e3, (double)(sc.ds.train_batch * sc.seq) / dt,
+			       res.skipped ? "  (skipped, fp16 overflow)" : "");
 		if (o->save && ((o->save_every && s % o->save_every == 0) || s == o->steps) &&
 		    save_checkpoint(o->save, s, run, world, err))
 			goto out_run;

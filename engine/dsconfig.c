@@ -479,6 +479,73 @@ static int parse_parallel_keys(const JsonObj *root, DsConfig *ds, PxNotes *notes
 	return 0;
 }
 
+static int parse_scheduler(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	static const DsKey SCHED_KEYS[] = {{"type", K_MODEL}, {"params", K_MODEL}, {0}};
+	JsonObj o, prm;
+	const char *type, *wt;
+	int rc = jobj_child(root, "scheduler", &o, err);
+	if (rc <= 0)
+		return rc;
+	if (check_section(&o, SCHED_KEYS, notes, err) || jobj_str(&o, "type", "", &type, err) < 0)
+		return -1;
+	if (!strcmp(type, "WarmupLR"))
+		ds->sched = 1;
+	else if (!strcmp(type, "WarmupDecayLR"))
+		ds->sched = 2;
+	else {
+		px_notes_not_modelled(notes, "%s.type \"%s\" (the executor keeps the learning rate "
+				      "constant; memory and traffic do not depend on it)", o.name, type);
+		return 0;
+	}
+	ds->warmup_max_lr = -1; /* the optimizer's lr unless given */
+	ds->warmup_num_steps = 1000;
+	if ((rc = jobj_child(&o, "params", &prm, err)) < 0)
+		return -1;
+	if (!rc)
+		return 0;
+	double steps = 1000, total = 0;
+	if (num_or_auto(&prm, "warmup_min_lr", 0, 0, 1e3, 0, &ds->warmup_min_lr, &ds->autos, err) ||
+	    num_or_auto(&prm, "warmup_max_lr", 0, 0, 1e3, -1, &ds->warmup_max_lr, &ds->autos, err) ||
+	    num_or_auto(&prm, "warmup_num_steps", 0, 0, 1e12, 1000, &steps, &ds->autos, err) ||
+	    num_or_auto(&prm, "total_num_steps", 0, 0, 1e12, 0, &total, &ds->autos, err) ||
+	    jobj_str(&prm, "warmup_type", "log", &wt, err) < 0)
+		return -1;
+	if (is_auto(&prm, "warmup_max_lr"))
+		ds->warmup_max_lr = -1;
+	if (is_auto(&prm, "warmup_num_steps"))
+		steps = 0; /* the Trainer's warmup_steps, 0 by default */
+	ds->warmup_num_steps = (long long)steps;
+	ds->total_num_steps = (long long)total;
+	ds->sched_linear = !strcmp(wt, "linear");
+	if (ds->sched == 2 && (total <= 0 || is_auto(&prm, "total_num_steps"))) {
+		char where[512];
+		jobj_where(&prm, "total_num_steps", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.total_num_steps: WarmupDecayLR needs the "
+			       "number of training steps, expected a positive number", where, prm.name);
+	}
+	return 0;
+}
+
+double dsconfig_lr(const DsConfig *ds, long k)
+{
+	if (!ds->sched)
+		return ds->lr;
+	double max = ds->warmup_max_lr >= 0 ? ds->warmup_max_lr : ds->lr, min = ds->warmup_min_lr;
+	long it = k - 2;
+	if (it < 0)
+		return min;
+	double n = ds->warmup_num_steps > 2 ? (double)ds->warmup_num_steps : 2, gamma;
+	if (it < n)
+		gamma = ds->sched_linear ? (double)it / n : log((double)it + 1) / log(n);
+	else if (ds->sched == 1)
+		gamma = 1;
+	else
+		gamma = fmax(0, ((double)ds->total_num_steps - (double)it) /
+				       fmax(1, (double)ds->total_num_steps - n));
+	return min + (max - min) * gamma;
+}
+
 static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	JsonObj ac;
@@ -513,6 +580,7 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 		return -1;
 	if (parse_precision(o, ds, notes, err) || parse_optimizer(o, ds, notes, err) ||
 	    parse_zero(o, ds, notes, err) || parse_checkpointing(o, ds, notes, err) ||
+	    parse_scheduler(o, ds, notes, err) ||
 	    parse_parallel_keys(o, ds, notes, err))
 		return -1;
 	return 0;

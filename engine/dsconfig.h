@@ -67,6 +67,11 @@ typedef struct DsConfig {
 	int optimizer_states;        /* fp32 states per parameter: Adam 2, SGD with momentum 1 */
 	double lr, beta1, beta2, eps, weight_decay, momentum;
 	double gradient_clipping;
+	/* scheduler: DeepSpeed's WarmupLR and WarmupDecayLR */
+	int sched;                   /* 0 none (constant lr), 1 WarmupLR, 2 WarmupDecayLR */
+	int sched_linear;            /* warmup_type "linear" (default "log") */
+	double warmup_min_lr, warmup_max_lr;
+	long long warmup_num_steps, total_num_steps;
 	DsZero zero;
 	/* DeepSpeed's own parallelism keys, 0 when absent (the scenario's "parallelism" agrees or
 	 * wins, see scenario.c) */
@@ -85,6 +90,13 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 /* Read a DeepSpeed config object. Unknown keys are warned about with the closest valid key; keys
  * that would change the prediction but are not modelled yet go into notes->not_modelled. */
 int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err);
+
+/* The learning rate of optimizer update `k` (1-based, skipped fp16 steps not counted), as
+ * deepspeed/runtime/lr_schedules.py: the scheduler starts at warmup_min_lr and steps after each
+ * update, so update k uses iteration k - 2; during warm-up gamma = log(it + 1) / log(N) (linear:
+ * it / N) with N = max(2, warmup_num_steps), then 1 (WarmupLR) or a linear decay to 0 at
+ * total_num_steps (WarmupDecayLR); lr = min + (max - min) gamma. Without a scheduler: lr. */
+double dsconfig_lr(const DsConfig *ds, long k);
 
 /* Resolve "auto" values (Hugging Face rules: hidden-size based bucket sizes, TrainingArguments for
  * the rest), then DeepSpeed's batch rules for dp data-parallel ranks. */

@@ -498,10 +498,11 @@ static void optimize(Runner *r, StepResult *res)
 		return;
 	}
 	float clip = ops_clip_coef(res->grad_norm, (float)ds->gradient_clipping);
-	OpsAdamw h = {ds->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
 	long long part = r->st->part_elems;
 	float *m = r->buf[r->id_states], *v = m + part;
 	r->opt_steps++;
+	res->lr = dsconfig_lr(ds, r->opt_steps);
+	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
 		float *g32 = r->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;

@@ -20,6 +20,7 @@ typedef struct StepResult {
 	int skipped;       /* fp16 overflow: the update was skipped */
 	double loss_scale; /* the loss scale this step used (1 without fp16) */
 	double grad_norm;  /* global gradient norm before clipping */
+	double lr;         /* the learning rate the update used (0 when skipped) */
 } StepResult;
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW, no

@@ -2,6 +2,7 @@
  * and _batch_assertion), "auto" resolution as transformers' integrations/deepspeed.py does it, and
  * the combinations DeepSpeed refuses. */
 #include <CUnit/CUnit.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -174,6 +175,37 @@ static void test_optimizer_states(void)
 	CU_ASSERT_STRING_EQUAL(ds.optimizer, "AdamW"); /* the Trainer's default */
 }
 
+/* deepspeed/runtime/lr_schedules.py, worked by hand: the scheduler starts at warmup_min_lr and steps
+ * after each update, so update k runs at iteration k - 2. WarmupLR, log warm-up over N = 10 from 0
+ * to 1e-3: updates 1 and 2 at 0, update 3 at 1e-3 log(2)/log(10) = 3.0103e-4, update 11 at
+ * 1e-3 log(10)/log(10)... iteration 9: 1e-3 log(10)/log(10) = 1e-3; linear warm-up: update 7 at
+ * 1e-3 * 5/10. WarmupDecayLR to total 20: update 17 (iteration 15) at 1e-3 (20 - 15)/(20 - 10). */
+static void test_lr_schedules(void)
+{
+	DsConfig ds;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(resolve("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\","
+				      " \"params\": {\"lr\": 1e-3}}, \"scheduler\": {\"type\": \"WarmupLR\","
+				      " \"params\": {\"warmup_min_lr\": 0, \"warmup_max_lr\": 1e-3,"
+				      " \"warmup_num_steps\": 10}}}", 8, &ds, &err), 0);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 1), 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 2), 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 3), 1e-3 * log(2) / log(10), 1e-15);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 11), 1e-3, 1e-15);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 500), 1e-3, 1e-15);
+	ds.sched_linear = 1;
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 7), 1e-3 * 5 / 10, 1e-15);
+	ds.sched_linear = 0;
+	ds.sched = 2;
+	ds.total_num_steps = 20;
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 17), 1e-3 * 5 / 10, 1e-15);
+	CU_ASSERT_DOUBLE_EQUAL(dsconfig_lr(&ds, 30), 0, 1e-15);
+	/* WarmupDecayLR without total_num_steps is refused */
+	CU_ASSERT_EQUAL(resolve("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\","
+				" \"params\": {\"warmup_num_steps\": 10}}}", 8, &ds, &err), -1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "total_num_steps"));
+}
+
 int test_dsconfig_register(void)
 {
 	return PX_ADD_SUITE("dsconfig", {"DeepSpeed batch rules", test_batch_rules},
@@ -181,5 +213,6 @@ int test_dsconfig_register(void)
 			    {"Hugging Face auto values", test_auto_values},
 			    {"training_args feed auto values", test_training_args_feed_autos},
 			    {"refused combinations", test_refusals},
-			    {"optimizer states", test_optimizer_states});
+			    {"optimizer states", test_optimizer_states},
+			    {"DeepSpeed learning-rate schedules", test_lr_schedules});
 }
