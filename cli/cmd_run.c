@@ -377,6 +377,39 @@ out:
 
 /* ---- the run ---- */
 
+/* One JSON object on one line: the losses, and rank 0's predicted and measured metrics. */
+static void print_json(const Scenario *sc, const Prediction *pr, const double *all, int size,
+		       long first, int steps, const double *losses, double step_s)
+{
+	Metric m[METRICS_MAX];
+	char names[MEAS_N][64];
+	DbMetric *rows = calloc((size_t)MEAS_N, sizeof(*rows));
+	cJSON *j = cJSON_CreateObject(), *l = cJSON_CreateArray();
+	cJSON *pj = cJSON_CreateObject(), *mj = cJSON_CreateObject();
+	int n = metrics_collect(pr, 0, m);
+	for (int i = 0; i < n; i++)
+		if (m[i].known)
+			cJSON_AddNumberToObject(pj, m[i].name, m[i].value);
+	int k = rows ? measured_rows(all, 1, steps, rows, names) : 0;
+	for (int i = 0; i < k; i++)
+		cJSON_AddNumberToObject(mj, rows[i].name, rows[i].value);
+	for (long s = first; s <= steps; s++)
+		cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[s - 1]));
+	cJSON_AddStringToObject(j, "scenario", sc->name);
+	cJSON_AddNumberToObject(j, "ranks", size);
+	cJSON_AddNumberToObject(j, "first_step", (double)first);
+	cJSON_AddNumberToObject(j, "steps", steps);
+	cJSON_AddItemToObject(j, "losses", l);
+	cJSON_AddNumberToObject(j, "step_s", step_s);
+	cJSON_AddItemToObject(j, "predicted", pj);
+	cJSON_AddItemToObject(j, "measured", mj);
+	char *text = cJSON_PrintUnformatted(j);
+	puts(text);
+	cJSON_free(text);
+	cJSON_Delete(j);
+	free(rows);
+}
+
 static double now_s(void)
 {
 	struct timespec t;
@@ -494,13 +527,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->no_db)
 			rc = store_runs(o, &sc, &pr, all, size, ran, "ok", "parallax run --backend cpu",
 					err);
-		if (o->json) {
-			printf("{\"scenario\": \"%s\", \"ranks\": %d, \"first_step\": %ld, \"steps\": %d, "
-			       "\"losses\": [", sc.name, size, first, o->steps);
-			for (long s = first; s <= o->steps; s++)
-				printf("%s%.6f", s > first ? ", " : "", losses[s - 1]);
-			printf("], \"step_s\": %.6f}\n", t_total / ran);
-		}
+		if (o->json)
+			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
 	}
 	free(all);
 out_run:

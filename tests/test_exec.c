@@ -68,6 +68,10 @@ static int losses(const char *scn, int ranks, int stage, int steps, double *out)
 	cJSON *j = line ? cJSON_Parse(line) : NULL;
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	const cJSON *l = cJSON_GetObjectItem(j, "losses");
+	/* both sets of metrics ride along, keyed alike: rank 0's peak, predicted and measured */
+	const cJSON *pk = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicted"), "memory.gpu.peak_bytes");
+	const cJSON *mk = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "measured"), "memory.gpu.peak_bytes");
+	CU_ASSERT(pk && mk && pk->valuedouble > 0 && pk->valuedouble == mk->valuedouble);
 	int n = 0;
 	for (const cJSON *e = l ? l->child : NULL; e && n < steps; e = e->next)
 		out[n++] = e->valuedouble;
