@@ -64,7 +64,7 @@ static int losses(const char *scn, int ranks, int stage, int steps, double *out)
 	if (rc != 0)
 		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
 	CU_ASSERT_EQUAL_FATAL(rc, 0);
-	const char *line = strrchr(text, '{');
+	const char *line = strstr(text, "{\"scenario\"");
 	cJSON *j = line ? cJSON_Parse(line) : NULL;
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	const cJSON *l = cJSON_GetObjectItem(j, "losses");
@@ -200,7 +200,7 @@ static void test_run_refuses(void)
 
 static int json_losses(const char *text, double *out, int max, long *first)
 {
-	const char *line = strrchr(text, '{');
+	const char *line = strstr(text, "{\"scenario\"");
 	cJSON *j = line ? cJSON_Parse(line) : NULL;
 	int n = 0;
 	if (!j)
