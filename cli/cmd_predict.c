@@ -27,6 +27,8 @@ static const char USAGE[] =
 	"  --no-db          do not write any database\n"
 	"  --timeline FILE  write rank 0's memory after every schedule op as a table\n"
 	"                   (one scenario only)\n"
+	"  --hw FILE        price the step time with this hardware profile (JSON, as in\n"
+	"                   scenarios/hardware/) instead of the GPU's built-in one\n"
 	"  -h, --help       this help\n"
 	"\n"
 	"With one scenario the full report is printed; with several, one line each.\n"
@@ -35,7 +37,7 @@ static const char USAGE[] =
 typedef struct PredictOpts {
 	JsonOverrides ov;
 	int json, no_db;
-	const char *db_path, *timeline;
+	const char *db_path, *timeline, *hw;
 } PredictOpts;
 
 static int parse_opts(int argc, char **argv, PredictOpts *o)
@@ -43,7 +45,8 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 	static const struct option longs[] = {
 		{"set", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
 		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
-		{"timeline", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+		{"timeline", required_argument, 0, 't'}, {"hw", required_argument, 0, 'w'},
+		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -62,6 +65,7 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		case 'd': o->db_path = optarg; break;
 		case 'n': o->no_db = 1; break;
 		case 't': o->timeline = optarg; break;
+		case 'w': o->hw = optarg; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); return 2;
 		}
@@ -220,6 +224,14 @@ int cmd_predict(int argc, char **argv)
 			break;
 		}
 		items[i].predicted = 1;
+		if (o.hw) {
+			HwProfile hw;
+			if (hwprofile_load(o.hw, &hw, &err) ||
+			    predict_time(&items[i].pr, &hw, o.hw, &err)) {
+				rc = err.code ? err.code : 1;
+				break;
+			}
+		}
 	}
 	if (!rc) {
 		print_all(&o, items, n);

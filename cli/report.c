@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "../sim/metrics.h"
@@ -71,6 +72,45 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	fprintf(f, "# checkpoint %s%s%s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
 		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "");
+}
+
+/* ---- step time ---- */
+
+static void time_table(FILE *f, const Scenario *sc, const Prediction *pr)
+{
+	const TimeResult *t = &pr->time;
+	const TimeBreakdown *b = &t->breakdown;
+	if (!pr->time_known) {
+		fprintf(f, "\n# step time: not priced: %s\n", pr->time_note);
+		return;
+	}
+	fprintf(f, "\nstep time (pipeline stage %d, the slowest; profile: %s)\n", t->slowest,
+		pr->hw_source);
+	fprintf(f, "%-26s %12s %8s\n", "part", "seconds", "share");
+	const struct { const char *name; double s; } rows[] = {
+		{"forward", b->fwd_s}, {"backward", b->bwd_s}, {"recompute", b->recompute_s},
+		{"optimizer", b->optimizer_s}, {"pipeline bubble", b->bubble_s},
+		{"offload stall", b->offload_stall_s},
+	};
+	for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (rows[i].s > 0)
+			fprintf(f, "%-26s %12.4f %7.1f%%\n", rows[i].name, rows[i].s,
+				100 * rows[i].s / t->step_s);
+	for (int g = 0; g < N_GROUPS; g++)
+		if (b->comm_s[g] > 0) {
+			char name[40];
+			snprintf(name, sizeof(name), "exposed comm (%s)", group_name(g));
+			fprintf(f, "%-26s %12.4f %7.1f%%\n", name, b->comm_s[g],
+				100 * b->comm_s[g] / t->step_s);
+		}
+	fprintf(f, "%-26s %12.4f %7.1f%%\n", "step", t->step_s, 100.0);
+	double secs, gpu_h, tokens = 300e9;
+	timeline_train_cost(t, tokens, pr->plan.world, &secs, &gpu_h);
+	fprintf(f, "# %.0f tokens/s; %.1f TFLOP/s per GPU of model FLOPs (%.1f with recompute), MFU "
+		"%.3f; 300B tokens: %.1f days, %.3g GPU-hours\n", t->tokens_per_s, t->tflops_per_gpu,
+		t->hw_tflops_per_gpu, t->mfu, secs / 86400, gpu_h);
+	fprintf(f, "# the time model's assumptions and known error: docs/time_model.md\n");
+	(void)sc;
 }
 
 static void echo_notes(FILE *f, const Scenario *sc)
@@ -200,6 +240,7 @@ void report_table(FILE *f, const Scenario *sc, const Prediction *pr)
 	memory_table(f, pr);
 	stage_table(f, pr);
 	comm_table(f, pr);
+	time_table(f, sc, pr);
 	fprintf(f, "\n# %s on %s: peak %.2f GiB of %.2f GiB per GPU: %s\n", sc->name,
 		sc->cluster.gpu.name, pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
 		pr->gpu_capacity_bytes / GiB, pr->fits ? "fits" : "DOES NOT FIT");
@@ -207,18 +248,20 @@ void report_table(FILE *f, const Scenario *sc, const Prediction *pr)
 
 void report_summary_header(FILE *f)
 {
-	fprintf(f, "%-28s %-10s %6s %5s %9s %9s %9s %9s %6s %11s\n", "scenario", "gpu", "world",
-		"stage", "params", "ideal_GiB", "peak_GiB", "cap_GiB", "fits", "comm_GiB");
+	fprintf(f, "%-28s %-10s %6s %5s %9s %9s %9s %9s %6s %11s %9s %6s\n", "scenario", "gpu",
+		"world", "stage", "params", "ideal_GiB", "peak_GiB", "cap_GiB", "fits", "comm_GiB",
+		"step_s", "mfu");
 }
 
 void report_summary_line(FILE *f, const Scenario *sc, const Prediction *pr)
 {
 	double payload = traffic_payload_total(&pr->stages[pr->worst].traffic);
-	fprintf(f, "%-28.28s %-10s %6lld %5d %9.4g %9.2f %9.2f %9.1f %6s %11.2f\n", sc->name,
+	fprintf(f, "%-28.28s %-10s %6lld %5d %9.4g %9.2f %9.2f %9.1f %6s %11.2f %9.3g %6.3f\n", sc->name,
 		sc->cluster.gpu.name, pr->plan.world, pr->plan.stage, sc->model.n_params,
 		pr->stages[pr->worst].ideal.total_bytes / GiB,
 		pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
-		pr->gpu_capacity_bytes / GiB, pr->fits ? "yes" : "NO", payload / GiB);
+		pr->gpu_capacity_bytes / GiB, pr->fits ? "yes" : "NO", payload / GiB,
+		pr->time_known ? pr->time.step_s : NAN, pr->time_known ? pr->time.mfu : NAN);
 }
 
 /* ---- JSON ---- */

@@ -13,6 +13,38 @@ static int put(Metric *m, int n, const char *name, double value, const char *uni
 	return n + 1;
 }
 
+/* The step time (the slowest stage's, the same for every rank) and this stage's breakdown. */
+static int put_time(const Prediction *pr, int stage, Metric *m, int n)
+{
+	const TimeResult *t = &pr->time;
+	const StageTime *st = pr->time_known ? &t->stages[stage] : NULL;
+	const TimeBreakdown bd = st ? st->bd : (TimeBreakdown){0};
+	char name[64];
+	int first = n;
+	n = put(m, n, "time.step_s", t->step_s, "s");
+	n = put(m, n, "time.stage_end_s", st ? st->end_s : 0, "s");
+	n = put(m, n, "time.slowest_stage", t->slowest, "1");
+	n = put(m, n, "time.tokens_per_s", t->tokens_per_s, "tokens/s");
+	n = put(m, n, "time.tflops_per_gpu", t->tflops_per_gpu, "TFLOP/s");
+	n = put(m, n, "time.hw_tflops_per_gpu", t->hw_tflops_per_gpu, "TFLOP/s");
+	n = put(m, n, "time.mfu", t->mfu, "1");
+	n = put(m, n, "time.hfu", t->hfu, "1");
+	n = put(m, n, "time.breakdown.compute_s", bd.compute_s, "s");
+	n = put(m, n, "time.breakdown.fwd_s", bd.fwd_s, "s");
+	n = put(m, n, "time.breakdown.bwd_s", bd.bwd_s, "s");
+	n = put(m, n, "time.breakdown.recompute_s", bd.recompute_s, "s");
+	n = put(m, n, "time.breakdown.optimizer_s", bd.optimizer_s, "s");
+	n = put(m, n, "time.breakdown.bubble_s", bd.bubble_s, "s");
+	n = put(m, n, "time.breakdown.offload_stall_s", bd.offload_stall_s, "s");
+	for (int g = 0; g < N_GROUPS; g++) {
+		snprintf(name, sizeof(name), "time.breakdown.comm.%s_s", group_name(g));
+		n = put(m, n, name, bd.comm_s[g], "s");
+	}
+	for (int i = first; !pr->time_known && i < n; i++)
+		m[i].known = 0;
+	return n;
+}
+
 int metrics_collect(const Prediction *pr, int stage, Metric *m)
 {
 	const Plan *p = &pr->plan;
@@ -70,5 +102,5 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 		n = put(m, n, name, t->copy_bytes[d], "bytes");
 	}
 	n = put(m, n, "compute.flops", t->flops_total, "flops");
-	return n;
+	return put_time(pr, stage, m, n);
 }

@@ -1,5 +1,6 @@
 #include "predict.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,37 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 		    pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes)
 			pr->worst = s;
 	}
+	HwProfile hw;
+	char source[256];
+	snprintf(source, sizeof(source), "built-in %s", sc->cluster.gpu.name);
+	hwprofile_default(&sc->cluster.gpu, &hw);
+	if (predict_time(pr, &hw, source, err)) {
+		predict_free(pr);
+		return -1;
+	}
+	return 0;
+}
+
+int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxError *err)
+{
+	Schedule *st[4096];
+	PxError why = {0};
+	if (pr->n_stages > 4096)
+		return px_fail(err, PX_ERR_INPUT, "more than 4096 pipeline stages");
+	for (int s = 0; s < pr->n_stages; s++)
+		st[s] = &pr->stages[s].sched;
+	timeline_result_free(&pr->time);
+	pr->hw = *hw;
+	snprintf(pr->hw_source, sizeof(pr->hw_source), "%s", source);
+	pr->time_known = 0;
+	pr->time_note[0] = '\0';
+	if (timeline_run(&pr->plan, st, hw, &pr->time, &why)) {
+		if (why.code == PX_ERR_RUNTIME)
+			return px_fail(err, why.code, "%s", why.msg);
+		snprintf(pr->time_note, sizeof(pr->time_note), "%s", why.msg);
+		return 0;
+	}
+	pr->time_known = 1;
 	return 0;
 }
 
@@ -64,6 +96,7 @@ void predict_free(Prediction *pr)
 		sched_free(&pr->stages[s].sched);
 	free(pr->stages);
 	pr->stages = NULL;
+	timeline_result_free(&pr->time);
 	plan_free(&pr->plan);
 }
 

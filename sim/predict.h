@@ -7,7 +7,9 @@
 
 #include "../engine/build.h"
 #include "../engine/plan.h"
+#include "hwprofile.h"
 #include "memory.h"
+#include "timeline.h"
 #include "traffic.h"
 
 typedef struct StagePrediction {
@@ -25,12 +27,22 @@ typedef struct Prediction {
 	int worst;               /* the stage with the highest GPU peak */
 	double gpu_capacity_bytes, cpu_capacity_bytes, nvme_capacity_bytes; /* per rank */
 	int fits;                /* every stage fits */
+	HwProfile hw;            /* the calibration profile the step time was priced with */
+	char hw_source[256];     /* "built-in H100-SXM" or the --hw file */
+	TimeResult time;
+	int time_known;          /* 0 when the profile cannot price this scenario (see time_note) */
+	char time_note[1024];
 } Prediction;
 
 /* Resolve the scenario's batch rules against its data-parallel size, then plan, build and price.
  * sc is updated in place (resolved DeepSpeed values). */
 int predict_run(Scenario *sc, Prediction *pr, PxError *err);
 void predict_free(Prediction *pr);
+
+/* Price the step time with profile hw (predict_run uses the GPU's built-in default). A scenario
+ * the profile cannot price (a dtype the GPU has no peak for) leaves time_known 0 with the reason
+ * in time_note; only a runtime failure is an error. */
+int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxError *err);
 
 /* Stage indices ordered by GPU peak, highest first (order has n_stages entries). */
 void predict_stage_order(const Prediction *pr, int *order);

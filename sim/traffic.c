@@ -57,6 +57,10 @@ static void add(Traffic *t, const Op *op, double times, const GroupSpan *spans, 
 	switch (op->kind) {
 	case OP_COLL: {
 		GroupSpan sp = spans[op->group];
+		if (op->nranks < sp.n) /* a subset of the group (a pipeline's first and last stage,
+					  for the tied embedding): apart when the group spans nodes */
+			sp = sp.nodes > 1 ? (GroupSpan){op->nranks, op->nranks, 1} :
+					    (GroupSpan){op->nranks, 1, op->nranks};
 		sp.n = op->nranks;
 		double intra, inter;
 		traffic_split(op->sub, op->bytes, sp, algo, &intra, &inter);

@@ -12,6 +12,7 @@
 	X(model)       \
 	X(dsconfig)    \
 	X(parallel)    \
+	X(time)        \
 	X(kernels)     \
 	X(comm)        \
 	X(exec)        \

@@ -1,0 +1,71 @@
+/* hwprofile: how fast a GPU, its links and its host run in practice, as fractions of the peaks in
+ * the cluster's GpuSpec (engine/cluster.h) plus latencies: GEMM efficiency by work size, HBM,
+ * NVLink and network efficiency by message size, PCIe, NVMe and CPU Adam throughput. Owns reading
+ * a profile from JSON and the built-in defaults, one per catalog GPU, each equal to its bundled
+ * file scenarios/hardware/<gpu>.json. Peaks and topology stay in the cluster; timing a schedule is
+ * timeline.c's. Sources and formulas: docs/time_model.md. */
+#ifndef PX_SIM_HWPROFILE_H
+#define PX_SIM_HWPROFILE_H
+
+#include <stddef.h>
+
+#include "../engine/cluster.h"
+#include "../engine/jdoc.h"
+
+#define HW_CURVE_MAX 16
+
+/* A measured curve: y at n points of increasing x > 0, read between points by linear
+ * interpolation in log(x) and flat beyond the first and last points. */
+typedef struct HwCurve {
+	int n;
+	double x[HW_CURVE_MAX];
+	double y[HW_CURVE_MAX];
+} HwCurve;
+
+/* One class of link (NVLink inside a node, the network between nodes). */
+typedef struct HwLink {
+	double alpha_s;          /* latency of one algorithm step (a ring hop), seconds */
+	HwCurve efficiency;      /* x: message bytes (nccl-tests "size"); y: busBw over the link's
+				    one-direction peak */
+	double allreduce_scale;  /* busBw of an all-reduce inside one such domain over that of a ring
+				    all-gather (NVLink SHARP on NVSwitch systems); 1 without */
+} HwLink;
+
+typedef struct HwProfile {
+	char gpu[32];            /* the catalog GPU it describes */
+	/* compute */
+	HwCurve gemm;            /* x: FLOPs of one GEMM; y: fraction of the dtype's dense peak */
+	double hbm_efficiency;   /* achieved over the data-sheet HBM bandwidth */
+	double elementwise_fwd;  /* bytes non-GEMM kernels move per byte of a unit's activations, */
+	double elementwise_bwd;  /* forward (and recompute) and backward */
+	/* links */
+	HwLink nvlink, network;
+	long long nvlink_domain; /* GPUs that reach each other over NVLink (8: NVSwitch; 2: bridged
+				    pairs); larger groups inside a node go over PCIe */
+	/* host */
+	double pcie_efficiency;  /* achieved host<->GPU copy bandwidth over the catalog's PCIe figure */
+	double nvme_efficiency;  /* achieved over the node's NVMe figure */
+	double cpu_adam_elems_per_s; /* optimizer offload: elements one GPU's share of the host's
+					cores updates per second */
+	int from_base;           /* fields a loaded file left to its "gpu"'s default (0: all given) */
+} HwProfile;
+
+/* y at x on the curve (see HwCurve); 0 for an empty curve. */
+double hw_curve_eval(const HwCurve *c, double x);
+
+/* The built-in profile of a catalog GPU (by gpu->name, case-insensitively). Returns 0, or -1 when
+ * the name has no bundled profile, in which case hw holds the generic fallback (the A100-80GB's
+ * fractions, which apply to the GPU's own peaks). */
+int hwprofile_default(const GpuSpec *gpu, HwProfile *hw);
+
+/* Read a profile. Keys starting with '_' are comments (the bundled files cite a source for each
+ * figure in "_<key>"); every other key must be known. With "gpu" naming a catalog GPU, absent
+ * fields keep that GPU's default; without it every field is required. Errors (PX_ERR_INPUT) name
+ * FILE:LINE:COL, the key and what was expected. */
+int hwprofile_load(const char *path, HwProfile *hw, PxError *err);
+int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err);
+
+/* 1 when every field is equal, else 0 with the first differing field's key written to what. */
+int hwprofile_equal(const HwProfile *a, const HwProfile *b, char *what, size_t n);
+
+#endif

@@ -1,0 +1,923 @@
+#include "timeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/build.h"
+#include "traffic.h"
+
+#define GB 1e9
+/* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
+ * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
+ * gradients) of the same size. The efficiency curve is read at one GEMM's share of the op. */
+#define GEMMS_PER_BLOCK 6
+#define MAX_LOOP_DEPTH 4
+
+/* ---- durations ---- */
+
+/* bytes / rate, with nothing to move costing nothing and a rate of 0 costing forever */
+static double over(double bytes, double rate)
+{
+	if (bytes <= 0)
+		return 0;
+	return rate > 0 ? bytes / rate : INFINITY;
+}
+
+static double dtype_peak(const Plan *p)
+{
+	const GpuSpec *g = &p->sc->cluster.gpu;
+	switch (p->sc->ds.dtype) {
+	case DT_BF16: return g->tflops_bf16 * 1e12;
+	case DT_FP16: return g->tflops_fp16 * 1e12;
+	default: return g->tflops_fp32 * 1e12;
+	}
+}
+
+static double hbm_Bps(const Plan *p, const HwProfile *hw)
+{
+	return p->sc->cluster.gpu.hbm_GBps * GB * hw->hbm_efficiency;
+}
+
+static int is_block(const Plan *p, int u)
+{
+	return u >= 1 && u <= p->sc->model.L;
+}
+
+double timeline_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
+{
+	const GpuSpec *g = &p->sc->cluster.gpu;
+	double hbm = hbm_Bps(p, hw);
+
+	if (op->sub == COMP_OPTIMIZER) {
+		if (p->opt_place != PLACE_GPU) /* CPU Adam over this rank's fp32 partition */
+			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
+		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
+	}
+	double gemm = 0;
+	if (op->flops > 0) {
+		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
+		if (op->sub == COMP_BWD)
+			per *= 2;
+		gemm = over(op->flops, dtype_peak(p) * hw_curve_eval(&hw->gemm, op->flops / per));
+	}
+	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
+	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)
+		elementwise = over(p->units[op->unit].act_bytes *
+					   (op->sub == COMP_BWD ? hw->elementwise_bwd : hw->elementwise_fwd),
+				   hbm);
+	return fmax(gemm, over(op->bytes, hbm)) + elementwise;
+}
+
+double timeline_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
+{
+	const ClusterSpec *c = &p->sc->cluster;
+	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE) /* the node's drives, shared */
+		return over(op->bytes,
+			    c->gpu.nvme_GBps * GB / (double)c->gpus_per_node * hw->nvme_efficiency);
+	return over(op->bytes, c->gpu.pcie_GBps * GB * hw->pcie_efficiency);
+}
+
+/* One GPU's bandwidth to the g members of its group inside its node: NVLink (one direction, the
+ * busBw curve) within the NVLink domain, else through the PCIe host bridge. */
+static double intra_Bps(const Plan *p, const HwProfile *hw, long long g, double size,
+			int allreduce)
+{
+	const GpuSpec *gpu = &p->sc->cluster.gpu;
+	if (g > hw->nvlink_domain)
+		return gpu->pcie_GBps * GB * hw->pcie_efficiency;
+	double bw = gpu->nvlink_GBps / 2 * GB * hw_curve_eval(&hw->nvlink.efficiency, size);
+	return allreduce ? bw * hw->nvlink.allreduce_scale : bw;
+}
+
+static double inter_Bps(const Plan *p, const HwProfile *hw, double size)
+{
+	return p->sc->cluster.gpu.network_GBps * GB * hw_curve_eval(&hw->network.efficiency, size);
+}
+
+/* The op's ranks: its group's span, narrowed when the op involves fewer ranks than the group (the
+ * tied embedding's all-reduce between the first and the last pipeline stage). */
+static GroupSpan op_span(const Plan *p, const Op *op)
+{
+	GroupSpan sp = p->spans[op->group];
+	if (op->nranks > 0 && op->nranks != sp.n) {
+		sp.n = op->nranks;
+		if (sp.nodes > sp.n)
+			sp.nodes = sp.n;
+		sp.per_node = (sp.n + sp.nodes - 1) / sp.nodes;
+	}
+	return sp;
+}
+
+/* alpha x steps: a ring takes n-1 steps per pass (all-reduce two passes) at the slowest hop's
+ * latency; tree and hierarchical algorithms take the node's g-1 hops plus log2(nodes) or nodes-1
+ * hops between nodes. */
+static double latency_s(const HwProfile *hw, CollKind kind, GroupSpan sp, CollAlgo algo)
+{
+	double n = (double)sp.n, g = (double)sp.per_node, nodes = (double)sp.nodes;
+	double passes = kind == COLL_ALL_REDUCE ? 2 : 1;
+	if (nodes > 1 && algo != ALGO_RING &&
+	    (kind == COLL_ALL_REDUCE || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)) {
+		double hops = algo == ALGO_TREE ? ceil(log2(nodes)) : nodes - 1;
+		return passes * ((g - 1) * hw->nvlink.alpha_s + hops * hw->network.alpha_s);
+	}
+	return passes * (n - 1) * (nodes > 1 ? hw->network.alpha_s : hw->nvlink.alpha_s);
+}
+
+/* A send from `stage` to the next stage (forward) or the previous one, over the network when the
+ * two sit on different nodes (stages fill nodes in order, per_node of them to a node). */
+static double p2p_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
+{
+	GroupSpan sp = p->spans[GROUP_PP];
+	long long pp = p->par.pp, peer = forward ? (stage + 1) % pp : (stage + pp - 1) % pp;
+	int cross = sp.nodes > 1 && (sp.per_node <= 1 || stage / sp.per_node != peer / sp.per_node);
+	if (cross)
+		return hw->network.alpha_s + over(op->bytes, inter_Bps(p, hw, op->bytes));
+	return hw->nvlink.alpha_s + over(op->bytes, intra_Bps(p, hw, 2, op->bytes, 0));
+}
+
+double timeline_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
+{
+	if (op->kind != OP_COLL || op->sub == COLL_P2P_RECV)
+		return 0;
+	if (op->sub == COLL_P2P)
+		return p2p_s(p, hw, op, stage, forward);
+	GroupSpan sp = op_span(p, op);
+	if (sp.n <= 1)
+		return 0;
+	double intra, inter;
+	traffic_split(op->sub, op->bytes, sp, p->par.algo, &intra, &inter);
+	int in_domain_allreduce = op->sub == COLL_ALL_REDUCE && sp.nodes <= 1;
+	/* both link classes work at once; the slower one limits the collective */
+	double wire = fmax(over(intra, intra_Bps(p, hw, sp.per_node, op->bytes, in_domain_allreduce)),
+			   over(inter, inter_Bps(p, hw, op->bytes)));
+	return latency_s(hw, op->sub, sp, p->par.algo) + wire;
+}
+
+/* ---- the replay: state ---- */
+
+/* Streams besides the compute stream: ZeRO-3 gathers, overlapped gradient reductions, inbound
+ * copies (H2D, NVMe reads) and outbound copies (D2H, NVMe writes). */
+enum { ST_PREFETCH, ST_REDUCE, ST_IN, ST_OUT, N_STREAMS };
+
+/* What the compute stream's time is charged to; A_COMM + g for group g. */
+enum {
+	A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER, A_BUBBLE, A_OFFLOAD, A_COMM,
+	N_ACC = A_COMM + N_GROUPS
+};
+
+enum { RUN_DONE, RUN_BLOCKED }; /* what executing one op did */
+
+typedef struct Stream {
+	double free_s; /* idle from then on */
+	int acc;       /* charge for waiting on it: the group (or copy) of its latest op */
+} Stream;
+
+typedef struct Counters {
+	double acc[N_ACC];
+	double model_flops, hw_flops;
+	long long ops;
+} Counters;
+
+/* A repeat block's state at the start of an iteration: every clock relative to the compute
+ * stream's (clocks behind it cannot delay anything, so they read 0), with the charge of each. */
+typedef struct Snapshot {
+	double t;
+	double *rel;  /* nrel */
+	int *acc;     /* nrel */
+	int opt_done, last_comp; /* the flags that steer later ops */
+	Counters c;
+} Snapshot;
+
+typedef struct Frame {
+	int begin;        /* first op of the body */
+	int64_t left;     /* iterations not yet started */
+	int extrapolate;  /* nothing inside couples stages: a steady state may be extrapolated */
+	int have_snap;
+	Snapshot snap;
+} Frame;
+
+typedef struct SendLog { /* a stage's sends in one direction, in order */
+	double *end_s, *dur_s;
+	long long n, cap;
+} SendLog;
+
+typedef struct StageSim {
+	const Schedule *s;
+	int stage, pc, done;
+	int *loop_end;           /* per op: the matching OP_END_LOOP of an OP_LOOP, else -1 */
+	unsigned char *loop_cross; /* per OP_LOOP: its body holds a pipeline op */
+	Frame frames[MAX_LOOP_DEPTH];
+	int depth;
+	double t;                /* the compute stream is free from t on */
+	double last_end;         /* when the data of the latest compute or collective is ready */
+	Stream st[N_STREAMS];
+	int n_units;
+	double *gather_ready;    /* per unit: its stage-3 gathers are done */
+	int *gather_acc;
+	double *in_ready;        /* per unit + 1 ([0] for unit -1): its inbound copies are done */
+	int *buf_unit;           /* per buffer: the unit a gathered-parameter buffer serves, or -1 */
+	int opt_done;            /* the optimizer has run: later collectives are not reductions */
+	int last_comp;           /* CompKind of the latest compute: the direction of a send */
+	Counters c;
+	long long ops_extrapolated;
+	SendLog sends[2];        /* [1] forward (to the next stage), [0] backward */
+	long long recvs[2];
+	int rv_member;           /* holds a pipeline-group collective (the tied embedding) */
+	long long rv_posted, rv_done;
+	double *rv_arrive;
+	long long rv_cap;
+	int nrel;
+} StageSim;
+
+typedef struct Sim {
+	const Plan *p;
+	const HwProfile *hw;
+	int full_replay;
+	int n;
+	StageSim *st;
+} Sim;
+
+static int unit_slot(const StageSim *ss, int unit)
+{
+	return unit >= 0 && unit < ss->n_units ? unit + 1 : 0;
+}
+
+/* ---- the replay: snapshots of a repeat block ---- */
+
+/* Every clock of the stage with its charge, in a fixed order, relative to the compute clock. */
+static void state_rel(const StageSim *ss, double *rel, int *acc)
+{
+	int k = 0;
+	for (int i = 0; i < N_STREAMS; i++, k++)
+		rel[k] = ss->st[i].free_s, acc[k] = ss->st[i].acc;
+	for (int u = 0; u < ss->n_units; u++, k++)
+		rel[k] = ss->gather_ready[u], acc[k] = ss->gather_acc[u];
+	for (int u = 0; u <= ss->n_units; u++, k++)
+		rel[k] = ss->in_ready[u], acc[k] = A_OFFLOAD;
+	rel[k] = ss->last_end, acc[k] = 0;
+	for (k = 0; k < ss->nrel; k++)
+		rel[k] = fmax(rel[k] - ss->t, 0);
+}
+
+static void state_shift(StageSim *ss, double dt)
+{
+	for (int i = 0; i < N_STREAMS; i++)
+		ss->st[i].free_s = fmax(ss->st[i].free_s, ss->t) + dt;
+	for (int u = 0; u < ss->n_units; u++)
+		ss->gather_ready[u] = fmax(ss->gather_ready[u], ss->t) + dt;
+	for (int u = 0; u <= ss->n_units; u++)
+		ss->in_ready[u] = fmax(ss->in_ready[u], ss->t) + dt;
+	ss->last_end = fmax(ss->last_end, ss->t) + dt;
+	ss->t += dt;
+}
+
+static int snapshot_take(StageSim *ss, Snapshot *sn)
+{
+	if (!sn->rel) {
+		sn->rel = malloc((size_t)ss->nrel * sizeof(*sn->rel));
+		sn->acc = malloc((size_t)ss->nrel * sizeof(*sn->acc));
+		if (!sn->rel || !sn->acc)
+			return -1;
+	}
+	sn->t = ss->t;
+	sn->c = ss->c;
+	sn->opt_done = ss->opt_done;
+	sn->last_comp = ss->last_comp;
+	state_rel(ss, sn->rel, sn->acc);
+	return 0;
+}
+
+/* The state now equals the snapshot's (to rounding): the next iteration repeats the last one. */
+static int snapshot_same(StageSim *ss, const Snapshot *sn, double *rel, int *acc)
+{
+	double tol = 1e-12 * fmax(ss->t, 1);
+	if (ss->opt_done != sn->opt_done || ss->last_comp != sn->last_comp)
+		return 0;
+	state_rel(ss, rel, acc);
+	for (int k = 0; k < ss->nrel; k++) {
+		if (fabs(rel[k] - sn->rel[k]) > tol)
+			return 0;
+		if (rel[k] > tol && acc[k] != sn->acc[k])
+			return 0;
+	}
+	return 1;
+}
+
+/* Run the `left` iterations still to come as copies of the last one, shifted in time. */
+static void extrapolate(StageSim *ss, const Frame *f)
+{
+	double r = (double)f->left, dt = ss->t - f->snap.t;
+	for (int i = 0; i < N_ACC; i++)
+		ss->c.acc[i] += r * (ss->c.acc[i] - f->snap.c.acc[i]);
+	ss->c.model_flops += r * (ss->c.model_flops - f->snap.c.model_flops);
+	ss->c.hw_flops += r * (ss->c.hw_flops - f->snap.c.hw_flops);
+	ss->ops_extrapolated += f->left * (ss->c.ops - f->snap.c.ops);
+	state_shift(ss, r * dt);
+}
+
+/* ---- the replay: executing ops ---- */
+
+typedef struct Dep {
+	double at;
+	int acc;
+} Dep;
+
+/* The compute stream waits for every dependency; each stretch of the wait is charged to the
+ * dependency that ends it. */
+static void wait_for(StageSim *ss, Dep *d, int n)
+{
+	for (int i = 1; i < n; i++) /* a handful: insertion sort by time */
+		for (int j = i; j > 0 && d[j].at < d[j - 1].at; j--) {
+			Dep x = d[j];
+			d[j] = d[j - 1];
+			d[j - 1] = x;
+		}
+	for (int i = 0; i < n; i++)
+		if (d[i].at > ss->t) {
+			ss->c.acc[d[i].acc] += d[i].at - ss->t;
+			ss->t = d[i].at;
+		}
+}
+
+static void wait_streams(StageSim *ss)
+{
+	Dep d[N_STREAMS + 1];
+	for (int i = 0; i < N_STREAMS; i++)
+		d[i] = (Dep){ss->st[i].free_s, ss->st[i].acc};
+	d[N_STREAMS] = (Dep){ss->in_ready[0], A_OFFLOAD};
+	wait_for(ss, d, N_STREAMS + 1);
+}
+
+static void run_compute(Sim *sim, StageSim *ss, const Op *op)
+{
+	int slot = unit_slot(ss, op->unit);
+	if (op->sub == COMP_OPTIMIZER) { /* DeepSpeed synchronises every stream before the step */
+		wait_streams(ss);
+	} else {
+		Dep d[2] = {{ss->in_ready[slot], A_OFFLOAD}, {0, A_COMM}};
+		if (slot > 0)
+			d[1] = (Dep){ss->gather_ready[slot - 1], ss->gather_acc[slot - 1]};
+		wait_for(ss, d, 2);
+	}
+	double dur = timeline_compute_s(sim->p, sim->hw, op, ss->stage);
+	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
+	ss->c.acc[charge[op->sub < N_COMPS ? op->sub : COMP_FWD]] += dur;
+	ss->t += dur;
+	ss->last_end = ss->t;
+	ss->last_comp = op->sub;
+	if (op->sub == COMP_FWD || op->sub == COMP_BWD)
+		ss->c.model_flops += op->flops;
+	if (op->sub != COMP_OPTIMIZER)
+		ss->c.hw_flops += op->flops;
+	if (op->sub == COMP_OPTIMIZER)
+		ss->opt_done = 1;
+}
+
+/* Copies run on their stream from the moment they are issued; data leaving the GPU (and data a
+ * unit-less copy carries, such as updated parameters) waits for the op that produced it. */
+static void run_copy(Sim *sim, StageSim *ss, const Op *op)
+{
+	int in = op->sub == COPY_H2D || op->sub == COPY_NVME_READ;
+	Stream *s = &ss->st[in ? ST_IN : ST_OUT];
+	double start = fmax(ss->t, s->free_s);
+	if (!in || op->unit < 0)
+		start = fmax(start, ss->last_end);
+	s->free_s = start + timeline_copy_s(sim->p, sim->hw, op);
+	s->acc = A_OFFLOAD;
+	if (in) {
+		double *r = &ss->in_ready[unit_slot(ss, op->unit)];
+		*r = fmax(*r, s->free_s);
+	}
+}
+
+typedef enum { K_SYNC, K_BARRIER, K_PREFETCH, K_REDUCE, K_SEND, K_RECV, K_RENDEZVOUS } CollClass;
+
+/* Which stream a collective runs on and what it waits for (docs/time_model.md):
+ * pipeline sends and receives couple stages; tensor- and expert-parallel collectives block the
+ * compute stream (Megatron does not overlap them); stage-3 parameter gathers before the optimizer
+ * run on the prefetch stream; gradient reductions before it on the reduction stream when
+ * overlap_comm is on, else on the compute stream; the one-value all-reduces (fp16 overflow,
+ * gradient norm) need every reduction done first; the rest (parameter all-gathers after the
+ * optimizer) block. */
+static CollClass classify(const Plan *p, const StageSim *ss, const Op *op)
+{
+	int g = op->group, kind = op->sub;
+	int zero_group = g == GROUP_DP || g == GROUP_EDP || g == GROUP_HPZ || g == GROUP_NODE ||
+			 g == GROUP_XNODE;
+	if (kind == COLL_P2P)
+		return K_SEND;
+	if (kind == COLL_P2P_RECV)
+		return K_RECV;
+	if (g == GROUP_PP)
+		return K_RENDEZVOUS;
+	if (g == GROUP_TP || g == GROUP_EP)
+		return K_SYNC;
+	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM)
+		return K_BARRIER;
+	if (!zero_group || ss->opt_done)
+		return K_SYNC;
+	if (kind == COLL_ALL_GATHER)
+		return op->unit >= 0 ? K_PREFETCH : K_SYNC;
+	if (kind == COLL_REDUCE_SCATTER || kind == COLL_ALL_REDUCE || kind == COLL_ALL_TO_ALL)
+		return p->sc->ds.zero.overlap_comm ? K_REDUCE : K_SYNC;
+	return K_SYNC;
+}
+
+/* The unit a parameter gather serves: the unit its gathered buffer was allocated for (a tied
+ * head also gathers the embedding's partition, whose op names unit 0), else the op's unit. */
+static int gather_target(const StageSim *ss, const Op *op)
+{
+	if (op->buf >= 0 && op->buf < ss->s->n_bufs && ss->buf_unit[op->buf] >= 0)
+		return ss->buf_unit[op->buf];
+	return op->unit;
+}
+
+/* Direction of a receive: the compute it feeds is a forward (activations from the previous
+ * stage) or a recompute/backward (gradients from the next). -1 when no compute follows. */
+static int recv_forward(const StageSim *ss)
+{
+	for (int i = ss->pc + 1; i < ss->s->n; i++)
+		if (ss->s->ops[i].kind == OP_COMPUTE)
+			return ss->s->ops[i].sub == COMP_FWD;
+	return -1;
+}
+
+static int log_send(SendLog *l, double end, double dur)
+{
+	if (l->n == l->cap) {
+		long long cap = l->cap ? 2 * l->cap : 64;
+		double *e = realloc(l->end_s, (size_t)cap * sizeof(*e));
+		if (!e)
+			return -1;
+		l->end_s = e;
+		double *d = realloc(l->dur_s, (size_t)cap * sizeof(*d));
+		if (!d)
+			return -1;
+		l->dur_s = d;
+		l->cap = cap;
+	}
+	l->end_s[l->n] = end;
+	l->dur_s[l->n++] = dur;
+	return 0;
+}
+
+static int run_recv(Sim *sim, StageSim *ss, const Op *op, PxError *err)
+{
+	int fwd = recv_forward(ss);
+	if (fwd < 0)
+		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: a pipeline receive that no "
+			       "compute follows", ss->stage, ss->pc);
+	int from = fwd ? (ss->stage + sim->n - 1) % sim->n : (ss->stage + 1) % sim->n;
+	const SendLog *l = &sim->st[from].sends[fwd];
+	long long k = ss->recvs[fwd];
+	if (l->n <= k)
+		return RUN_BLOCKED;
+	/* the wait: first for the sender to get there (bubble), then for the bytes (pp) */
+	double ready = l->end_s[k];
+	if (ready > ss->t) {
+		double wait = ready - ss->t, xfer = fmin(wait, l->dur_s[k]);
+		ss->c.acc[A_COMM + op->group] += xfer;
+		ss->c.acc[A_BUBBLE] += wait - xfer;
+		ss->t = ready;
+	}
+	ss->recvs[fwd]++;
+	return RUN_DONE;
+}
+
+/* A collective among pipeline stages (the tied embedding's gradients): it starts when every
+ * member stage has arrived at it; waiting for the others is bubble. */
+static int run_rendezvous(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *err)
+{
+	if (ss->rv_posted == ss->rv_done) {
+		Dep d = {ss->in_ready[0], A_OFFLOAD};
+		wait_for(ss, &d, 1);
+		if (ss->rv_posted == ss->rv_cap) {
+			long long cap = ss->rv_cap ? 2 * ss->rv_cap : 8;
+			double *a = realloc(ss->rv_arrive, (size_t)cap * sizeof(*a));
+			if (!a)
+				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+			ss->rv_arrive = a;
+			ss->rv_cap = cap;
+		}
+		ss->rv_arrive[ss->rv_posted++] = ss->t;
+		*posted = 1;
+	}
+	long long k = ss->rv_done;
+	double start = ss->t;
+	for (int q = 0; q < sim->n; q++) {
+		const StageSim *o = &sim->st[q];
+		if (!o->rv_member)
+			continue;
+		if (o->rv_posted <= k)
+			return RUN_BLOCKED;
+		start = fmax(start, o->rv_arrive[k]);
+	}
+	ss->c.acc[A_BUBBLE] += start - ss->t;
+	double dur = timeline_coll_s(sim->p, sim->hw, op, ss->stage, 1);
+	ss->t = start + dur;
+	ss->c.acc[A_COMM + op->group] += dur;
+	ss->last_end = ss->t;
+	ss->rv_done++;
+	return RUN_DONE;
+}
+
+static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *err)
+{
+	const Plan *p = sim->p;
+	int acc = A_COMM + op->group;
+	CollClass k = classify(p, ss, op);
+	if (k == K_RECV)
+		return run_recv(sim, ss, op, err);
+	if (k == K_RENDEZVOUS)
+		return run_rendezvous(sim, ss, op, posted, err);
+	if (k == K_BARRIER)
+		wait_streams(ss);
+	int slot = unit_slot(ss, k == K_PREFETCH ? gather_target(ss, op) : op->unit);
+
+	int fwd = ss->last_comp == COMP_FWD;
+	double dur = timeline_coll_s(p, sim->hw, op, ss->stage, fwd);
+	if (k == K_PREFETCH || k == K_REDUCE) { /* on its own stream, from the moment it is issued */
+		Stream *s = &ss->st[k == K_PREFETCH ? ST_PREFETCH : ST_REDUCE];
+		double start = fmax(fmax(ss->t, s->free_s), ss->in_ready[slot]);
+		s->free_s = start + dur;
+		s->acc = acc;
+		if (k == K_REDUCE) {
+			ss->last_end = s->free_s;
+		} else if (slot > 0 && s->free_s > ss->gather_ready[slot - 1]) {
+			ss->gather_ready[slot - 1] = s->free_s;
+			ss->gather_acc[slot - 1] = acc;
+		}
+		return RUN_DONE;
+	}
+	/* on the compute stream (Megatron's sends are synchronous too), after the copies bringing
+	 * its data in: the unit's own and unit-less ones (updated parameters) */
+	Dep d = {fmax(ss->in_ready[slot], ss->in_ready[0]), A_OFFLOAD};
+	wait_for(ss, &d, 1);
+	ss->t += dur;
+	ss->c.acc[acc] += dur;
+	ss->last_end = ss->t;
+	if (k == K_SEND && log_send(&ss->sends[fwd], ss->t, dur))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	return RUN_DONE;
+}
+
+/* ---- the replay: one stage ---- */
+
+static int loop_push(Sim *sim, StageSim *ss, const Op *op, PxError *err)
+{
+	if (op->count <= 0) {
+		ss->pc = ss->loop_end[ss->pc] + 1;
+		return 0;
+	}
+	if (ss->depth == MAX_LOOP_DEPTH)
+		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: repeat blocks nested deeper "
+			       "than %d", ss->stage, ss->pc, MAX_LOOP_DEPTH);
+	Frame *f = &ss->frames[ss->depth++];
+	f->begin = ss->pc + 1;
+	f->left = op->count - 1;
+	f->extrapolate = !sim->full_replay && !ss->loop_cross[ss->pc];
+	f->have_snap = 0;
+	if (f->extrapolate) {
+		if (snapshot_take(ss, &f->snap))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		f->have_snap = 1;
+	}
+	ss->pc++;
+	return 0;
+}
+
+static int loop_end(StageSim *ss, double *rel, int *acc, PxError *err)
+{
+	Frame *f = &ss->frames[ss->depth - 1];
+	if (f->left > 0 && f->extrapolate) {
+		if (f->have_snap && snapshot_same(ss, &f->snap, rel, acc)) {
+			extrapolate(ss, f);
+			f->left = 0;
+		} else if (snapshot_take(ss, &f->snap)) {
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		} else {
+			f->have_snap = 1;
+		}
+	}
+	if (f->left == 0) {
+		ss->depth--;
+		ss->pc++;
+	} else {
+		f->left--;
+		ss->pc = f->begin;
+	}
+	return 0;
+}
+
+/* Run stage ss until it ends or waits for another stage. Returns 1 when it made progress, 0
+ * when it could not, -1 on error. */
+static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError *err)
+{
+	int progress = 0;
+	while (!ss->done) {
+		if (ss->pc >= ss->s->n) {
+			wait_streams(ss); /* the step ends when every stream is idle */
+			ss->done = 1;
+			return 1;
+		}
+		const Op *op = &ss->s->ops[ss->pc];
+		int rc = RUN_DONE, posted = 0;
+		switch (op->kind) {
+		case OP_LOOP:
+			if (loop_push(sim, ss, op, err))
+				return -1;
+			progress = 1;
+			continue;
+		case OP_END_LOOP:
+			if (loop_end(ss, rel, acc, err))
+				return -1;
+			progress = 1;
+			continue;
+		case OP_COMPUTE:
+			run_compute(sim, ss, op);
+			break;
+		case OP_COPY:
+			run_copy(sim, ss, op);
+			break;
+		case OP_COLL:
+			rc = run_coll(sim, ss, op, &posted, err);
+			break;
+		default: /* allocations and frees take no time */
+			break;
+		}
+		if (rc < 0)
+			return -1;
+		if (rc == RUN_BLOCKED)
+			return progress || posted;
+		ss->c.ops += op->kind != OP_ALLOC && op->kind != OP_FREE;
+		ss->pc++;
+		progress = 1;
+	}
+	return progress;
+}
+
+/* ---- the replay: set-up ---- */
+
+/* Match repeat blocks and note which hold pipeline ops (they couple stages, so their iterations
+ * are never extrapolated) and whether the stage holds a pipeline-group collective. */
+static int stage_scan(StageSim *ss, PxError *err)
+{
+	const Schedule *s = ss->s;
+	int stack[MAX_LOOP_DEPTH], depth = 0;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		ss->loop_end[i] = -1;
+		if (op->kind == OP_LOOP) {
+			if (depth == MAX_LOOP_DEPTH)
+				return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: repeat blocks "
+					       "nested deeper than %d", ss->stage, i, MAX_LOOP_DEPTH);
+			stack[depth++] = i;
+		} else if (op->kind == OP_END_LOOP) {
+			if (depth == 0)
+				return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: end of a repeat "
+					       "block that never began", ss->stage, i);
+			ss->loop_end[stack[--depth]] = i;
+		} else if (op->kind == OP_COLL && op->group == GROUP_PP) {
+			for (int k = 0; k < depth; k++)
+				ss->loop_cross[stack[k]] = 1;
+			if (op->sub != COLL_P2P && op->sub != COLL_P2P_RECV && i >= s->step_begin)
+				ss->rv_member = 1;
+		}
+	}
+	if (depth)
+		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: a repeat block that never ends",
+			       ss->stage, stack[depth - 1]);
+	return 0;
+}
+
+static int stage_init(StageSim *ss, const Plan *p, const Schedule *s, int stage, PxError *err)
+{
+	memset(ss, 0, sizeof(*ss));
+	ss->s = s;
+	ss->stage = stage;
+	ss->pc = s->step_begin; /* the set-up runs once, before any step, and takes no time */
+	ss->last_comp = COMP_FWD;
+	ss->n_units = p->n_units;
+	ss->nrel = N_STREAMS + 2 * p->n_units + 2;
+	for (int i = 0; i < N_STREAMS; i++)
+		ss->st[i].acc = i < ST_IN ? A_COMM : A_OFFLOAD;
+	ss->loop_end = malloc((size_t)(s->n + 1) * sizeof(int));
+	ss->loop_cross = calloc((size_t)s->n + 1, 1);
+	ss->gather_ready = calloc((size_t)p->n_units + 1, sizeof(double));
+	ss->gather_acc = calloc((size_t)p->n_units + 1, sizeof(int));
+	ss->in_ready = calloc((size_t)p->n_units + 1, sizeof(double));
+	ss->buf_unit = malloc(((size_t)s->n_bufs + 1) * sizeof(int));
+	if (!ss->loop_end || !ss->loop_cross || !ss->gather_ready || !ss->gather_acc ||
+	    !ss->in_ready || !ss->buf_unit)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (int u = 0; u < p->n_units; u++)
+		ss->gather_acc[u] = A_COMM + GROUP_DP;
+	for (int b = 0; b < s->n_bufs; b++)
+		ss->buf_unit[b] = -1;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC && op->what == BUF_GATHERED && op->buf >= 0 &&
+		    op->buf < s->n_bufs)
+			ss->buf_unit[op->buf] = op->unit;
+	}
+	return stage_scan(ss, err);
+}
+
+static void stage_free(StageSim *ss)
+{
+	free(ss->loop_end);
+	free(ss->loop_cross);
+	free(ss->gather_ready);
+	free(ss->gather_acc);
+	free(ss->in_ready);
+	free(ss->buf_unit);
+	for (int d = 0; d < 2; d++) {
+		free(ss->sends[d].end_s);
+		free(ss->sends[d].dur_s);
+	}
+	free(ss->rv_arrive);
+	for (int i = 0; i < MAX_LOOP_DEPTH; i++) {
+		free(ss->frames[i].snap.rel);
+		free(ss->frames[i].snap.acc);
+	}
+}
+
+/* ---- the replay: all stages ---- */
+
+static int fail_stuck(const Sim *sim, PxError *err)
+{
+	for (int k = 0; k < sim->n; k++) {
+		const StageSim *ss = &sim->st[k];
+		if (ss->done)
+			continue;
+		const Op *op = &ss->s->ops[ss->pc];
+		return px_fail(err, PX_ERR_RUNTIME, "pipeline stages wait on each other forever: "
+			       "stage %d is stuck at op %d (%s over %s) with %lld forward and %lld "
+			       "backward receives done", k, ss->pc, coll_name(op->sub),
+			       group_name(op->group), ss->recvs[1], ss->recvs[0]);
+	}
+	return px_fail(err, PX_ERR_RUNTIME, "pipeline stages wait on each other forever");
+}
+
+/* Advance the stages in turn until all end; a pass in which none moves is a deadlock. Passes
+ * alternate direction so that activations (down) and gradients (up) both travel in one pass. */
+static int replay(Sim *sim, PxError *err)
+{
+	int nrel_max = 0;
+	for (int k = 0; k < sim->n; k++)
+		if (sim->st[k].nrel > nrel_max)
+			nrel_max = sim->st[k].nrel;
+	double *rel = malloc((size_t)nrel_max * sizeof(*rel));
+	int *acc = malloc((size_t)nrel_max * sizeof(*acc));
+	int rc = 0;
+	if (!rel || !acc) {
+		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		goto out;
+	}
+	for (int pass = 0;; pass++) {
+		int all_done = 1, progress = 0;
+		for (int i = 0; i < sim->n; i++) {
+			StageSim *ss = &sim->st[pass % 2 ? sim->n - 1 - i : i];
+			int r = ss->done ? 0 : stage_advance(sim, ss, rel, acc, err);
+			if (r < 0) {
+				rc = -1;
+				goto out;
+			}
+			progress |= r;
+			all_done &= ss->done;
+		}
+		if (all_done)
+			break;
+		if (!progress) {
+			rc = fail_stuck(sim, err);
+			goto out;
+		}
+	}
+out:
+	free(rel);
+	free(acc);
+	return rc;
+}
+
+/* ---- results ---- */
+
+static void breakdown_of(const Counters *c, TimeBreakdown *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->fwd_s = c->acc[A_FWD];
+	b->bwd_s = c->acc[A_BWD];
+	b->recompute_s = c->acc[A_RECOMPUTE];
+	b->optimizer_s = c->acc[A_OPTIMIZER];
+	b->compute_s = b->fwd_s + b->bwd_s + b->recompute_s + b->optimizer_s;
+	for (int g = 0; g < N_GROUPS; g++)
+		b->comm_s[g] = c->acc[A_COMM + g];
+	b->bubble_s = c->acc[A_BUBBLE];
+	b->offload_stall_s = c->acc[A_OFFLOAD];
+}
+
+static int summarise(const Sim *sim, TimeResult *out, PxError *err)
+{
+	const Plan *p = sim->p;
+	out->n_stages = sim->n;
+	out->stages = calloc((size_t)sim->n, sizeof(*out->stages));
+	if (!out->stages)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (int k = 0; k < sim->n; k++) {
+		const StageSim *ss = &sim->st[k];
+		StageTime *st = &out->stages[k];
+		st->end_s = ss->t;
+		breakdown_of(&ss->c, &st->bd);
+		st->model_flops = ss->c.model_flops;
+		st->hw_flops = ss->c.hw_flops;
+		st->ops = ss->c.ops;
+		st->ops_extrapolated = ss->ops_extrapolated;
+		out->model_flops_per_gpu += st->model_flops / sim->n;
+		out->hw_flops_per_gpu += st->hw_flops / sim->n;
+		if (st->end_s > out->stages[out->slowest].end_s)
+			out->slowest = k;
+	}
+	out->step_s = out->stages[out->slowest].end_s;
+	out->breakdown = out->stages[out->slowest].bd;
+	if (!isfinite(out->step_s))
+		return px_fail(err, PX_ERR_INPUT, "%s: the step takes forever: a bandwidth it needs "
+			       "is 0 in the cluster (hbm_GBps, nvlink_GBps, network_GBps_per_gpu, "
+			       "pcie_GBps or nvme_GBps_per_node) or in the hardware profile",
+			       p->sc->path);
+	out->tokens_per_step = (double)p->sc->ds.train_batch * (double)p->sc->seq;
+	out->peak_flops_per_gpu = dtype_peak(p);
+	if (out->step_s > 0) {
+		out->tokens_per_s = out->tokens_per_step / out->step_s;
+		out->tflops_per_gpu = out->model_flops_per_gpu / out->step_s / 1e12;
+		out->hw_tflops_per_gpu = out->hw_flops_per_gpu / out->step_s / 1e12;
+		out->mfu = out->model_flops_per_gpu / (out->step_s * out->peak_flops_per_gpu);
+		out->hfu = out->hw_flops_per_gpu / (out->step_s * out->peak_flops_per_gpu);
+	}
+	return 0;
+}
+
+static int check_peaks(const Plan *p, PxError *err)
+{
+	const GpuSpec *g = &p->sc->cluster.gpu;
+	if (dtype_peak(p) > 0)
+		return 0;
+	Dtype dt = p->sc->ds.dtype;
+	const char *key = dt == DT_BF16 ? "tflops_bf16" : dt == DT_FP16 ? "tflops_fp16" : "tflops_fp32";
+	return px_fail(err, PX_ERR_INPUT, "%s: cluster.%s: %s has no %s peak, which the time model "
+		       "needs for %s training; set cluster.%s or train in another precision",
+		       p->sc->path, key, g->name, dtype_name(dt), dtype_name(dt), key);
+}
+
+int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *hw,
+		      const TimelineOpts *opts, TimeResult *out, PxError *err)
+{
+	Sim sim = {.p = p, .hw = hw, .full_replay = opts && opts->full_replay,
+		   .n = (int)p->par.pp};
+	int rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (check_peaks(p, err))
+		return -1;
+	if (sim.n < 1)
+		return px_fail(err, PX_ERR_RUNTIME, "timeline: a plan without pipeline stages");
+	sim.st = calloc((size_t)sim.n, sizeof(*sim.st));
+	if (!sim.st)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (int k = 0; k < sim.n; k++)
+		if (stage_init(&sim.st[k], p, stages[k], k, err))
+			goto out_free;
+	if (replay(&sim, err) || summarise(&sim, out, err))
+		goto out_free;
+	rc = 0;
+out_free:
+	for (int k = 0; k < sim.n; k++)
+		stage_free(&sim.st[k]);
+	free(sim.st);
+	if (rc)
+		timeline_result_free(out);
+	return rc;
+}
+
+int timeline_run(const Plan *p, Schedule *const *stages, const HwProfile *hw, TimeResult *out,
+		 PxError *err)
+{
+	return timeline_run_opts(p, stages, hw, NULL, out, err);
+}
+
+void timeline_result_free(TimeResult *r)
+{
+	if (!r)
+		return;
+	free(r->stages);
+	memset(r, 0, sizeof(*r));
+}
+
+void timeline_train_cost(const TimeResult *r, double tokens, long long world, double *seconds,
+			 double *gpu_hours)
+{
+	double s = r->tokens_per_s > 0 ? tokens / r->tokens_per_s : INFINITY;
+	if (seconds)
+		*seconds = s;
+	if (gpu_hours)
+		*gpu_hours = s * (double)world / 3600.0;
+}

@@ -1,0 +1,739 @@
+/* Time model (issue 4): pipeline bubbles emerging from the replay, overlap hiding a reduction,
+ * the collective, compute and copy formulas, repeat-block extrapolation against the full replay,
+ * 1,000-GPU scenarios, and the hardware profiles: bundled files against the built-in defaults,
+ * and bad input. Expected values are derived by hand in each test's comment; the profiles'
+ * figures are cited in scenarios/hardware/ and docs/time_model.md. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../sim/timeline.h"
+#include "fixtures.h"
+#include "suites.h"
+
+int test_time_register(void);
+
+#define REL_EQ(a, b) CU_ASSERT_DOUBLE_EQUAL((a), (b), 1e-9 * fabs(b) + 1e-15)
+
+/* A GPT-2-style model small enough to build in microseconds: h = 256, 8 heads, 8 layers. */
+#define SMALL_GPT                                                                              \
+	"\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8, \"n_layer\": 8,"  \
+	" \"n_positions\": 512, \"vocab_size\": 1024}"
+
+static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
+{
+	char json[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	return fx_predict(sc, pr, json);
+}
+
+/* A profile on which only compute costs time, at half the peak whatever the size: no latency,
+ * infinite link and host bandwidth, no elementwise traffic. */
+static void compute_only_profile(HwProfile *hw)
+{
+	const HwCurve flat = {1, {1}, {0.5}}, endless = {1, {1}, {INFINITY}};
+	CU_ASSERT_EQUAL(hwprofile_default(cluster_find_gpu("A100-80GB"), hw), 0);
+	hw->gemm = flat;
+	hw->elementwise_fwd = hw->elementwise_bwd = 0;
+	hw->nvlink.alpha_s = hw->network.alpha_s = 0;
+	hw->nvlink.efficiency = hw->network.efficiency = endless;
+	hw->pcie_efficiency = hw->nvme_efficiency = INFINITY;
+}
+
+/* The predicted schedules as the array timeline_run takes. */
+static int run_prediction(const Prediction *pr, const HwProfile *hw, int full, TimeResult *r)
+{
+	Schedule *stages[64];
+	PxError err = {0};
+	TimelineOpts o = {full};
+	CU_ASSERT_FATAL(pr->n_stages <= 64);
+	for (int s = 0; s < pr->n_stages; s++)
+		stages[s] = (Schedule *)&pr->stages[s].sched;
+	int rc = timeline_run_opts(&pr->plan, stages, hw, &o, r, &err);
+	if (rc)
+		fprintf(stderr, "\ntimeline: %s\n", err.msg);
+	CU_ASSERT_EQUAL(rc, 0);
+	return rc;
+}
+
+static double breakdown_sum(const TimeBreakdown *b)
+{
+	double sum = b->compute_s + b->bubble_s + b->offload_stall_s;
+	for (int g = 0; g < N_GROUPS; g++)
+		sum += b->comm_s[g];
+	return sum;
+}
+
+/* ---- pipeline bubbles ---- */
+
+/* Stage s of a pipeline of pp stages, v chunks each, in `kind`'s order (engine/pipeline.c): each
+ * chunk's forward is one op of F FLOPs, its backward one of 2F, with build.c's receive before and
+ * send after (none at the model's two ends). */
+static void build_pipe(Schedule *s, PipeSchedule kind, int pp, int v, int m, int stage, double F)
+{
+	PipeStep order[512];
+	int n = pipe_order(kind, pp, v, m, stage, order);
+	sched_init(s, stage);
+	for (int k = 0; k < n; k++) {
+		int j = order[k].chunk * pp + stage, first = j == 0, last = j == pp * v - 1;
+		int recv = order[k].forward ? !first : !last, send = order[k].forward ? !last : !first;
+		if (recv)
+			sched_coll(s, COLL_P2P_RECV, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
+		sched_compute(s, order[k].forward ? COMP_FWD : COMP_BWD, -1,
+			      order[k].forward ? F : 2 * F, 0);
+		if (send)
+			sched_coll(s, COLL_P2P, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
+	}
+}
+
+/* Replay hand-built pipeline schedules on the compute-only profile, or with NVLink at alpha
+ * 1 us and `nvlink_eff` of its peak when that is finite; returns the step. */
+static double replay_pipe(PipeSchedule kind, int pp, int v, int m, double F, double nvlink_eff,
+			  TimeResult *r)
+{
+	Scenario sc;
+	Prediction pr;
+	Schedule sched[8], *stages[8];
+	HwProfile hw;
+	PxError err = {0};
+	double step = -1;
+
+	/* a plan with pp stages (its own schedules are replaced by the hand-built ones) */
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"gradient_accumulation_steps\": %d, \"bf16\": {\"enabled\": true}},"
+			 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": %d},"
+			 " \"seq_length\": 512, \"parallelism\": {\"pp\": %d,"
+			 " \"partition_method\": \"uniform\"}}", m, pp, pp))
+		return -1;
+	compute_only_profile(&hw);
+	if (isfinite(nvlink_eff)) {
+		hw.nvlink.alpha_s = 1e-6;
+		hw.nvlink.efficiency = (HwCurve){1, {1}, {nvlink_eff}};
+	}
+	for (int s = 0; s < pp; s++) {
+		build_pipe(&sched[s], kind, pp, v, m, s, F);
+		stages[s] = &sched[s];
+	}
+	if (timeline_run(&pr.plan, stages, &hw, r, &err) == 0)
+		step = r->step_s;
+	else
+		fprintf(stderr, "\ntimeline: %s\n", err.msg);
+	for (int s = 0; s < pp; s++)
+		sched_free(&sched[s]);
+	fx_free(&sc, &pr);
+	return step;
+}
+
+/* Equal stages, t_f per forward and t_b = 2 t_f per backward (F FLOPs at half of 312 TFLOP/s),
+ * communication free. GPipe runs m forwards, whose last leaves the last stage after
+ * (m + p - 1) t_f, then the backwards in reverse, (m + p - 1) t_b more; 1F1B keeps the same
+ * critical path (the first forward down, m forward-backward pairs on the last stage, the last
+ * backward up): both take (m + p - 1)(t_f + t_b). The first stage computes m (t_f + t_b) of it
+ * and waits on receives for the rest, (p - 1)(t_f + t_b): the bubble fraction (p-1)/(m+p-1)
+ * (Narayanan et al. 2021 §2.2; shared/reference/activations.md). */
+static void test_pipeline_bubble(void)
+{
+	const double F = 1.56e11, tf = F / (312e12 * 0.5), tb = 2 * tf;
+	static const struct { PipeSchedule kind; int pp, m; } cases[] = {
+		{PIPE_1F1B, 2, 8}, {PIPE_1F1B, 4, 8}, {PIPE_1F1B, 4, 1}, {PIPE_GPIPE, 2, 8},
+		{PIPE_GPIPE, 4, 6},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int pp = cases[i].pp, m = cases[i].m;
+		TimeResult r;
+		double step = replay_pipe(cases[i].kind, pp, 1, m, F, INFINITY, &r);
+		if (step < 0)
+			continue;
+		REL_EQ(step, (m + pp - 1) * (tf + tb));
+		CU_ASSERT_EQUAL(r.slowest, 0);
+		REL_EQ(r.stages[0].bd.bubble_s, (pp - 1) * (tf + tb));
+		REL_EQ(r.stages[0].bd.bubble_s / step, (pp - 1.0) / (m + pp - 1.0));
+		REL_EQ(r.stages[0].bd.compute_s, m * (tf + tb));
+		for (int s = 0; s < pp; s++)
+			REL_EQ(breakdown_sum(&r.stages[s].bd), r.stages[s].end_s);
+		timeline_result_free(&r);
+	}
+}
+
+/* Megatron's interleaved schedule with v chunks per stage, each chunk taking t_f / v forward and
+ * t_b / v backward: the bubble shrinks to (p - 1)(t_f + t_b) / v (Narayanan et al. 2021 §2.2.2),
+ * so the step is m (t_f + t_b) + (p - 1)(t_f + t_b) / v. Here p = 2, v = 2, m = 4 and 8, and
+ * p = 4, v = 2, m = 8. */
+static void test_interleaved_bubble(void)
+{
+	const double F = 1.56e11, tfc = F / (312e12 * 0.5);
+	static const struct { int pp, v, m; } cases[] = {{2, 2, 4}, {2, 2, 8}, {4, 2, 8}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int pp = cases[i].pp, v = cases[i].v, m = cases[i].m;
+		double tf = v * tfc, tb = 2 * tf;
+		TimeResult r;
+		double step = replay_pipe(PIPE_INTERLEAVED, pp, v, m, F, INFINITY, &r);
+		if (step < 0)
+			continue;
+		REL_EQ(step, m * (tf + tb) + (pp - 1) * (tf + tb) / v);
+		timeline_result_free(&r);
+	}
+}
+
+/* Two stages on one node, one micro-batch, each send taking d = 1 us + S / (300 GB/s x 0.5)
+ * (S = 2 MiB). Stage 0: forward [0, t_f], send until t_f + d, then waits for the gradient,
+ * which stage 1 sends at 2 t_f + t_b + d and which arrives at 2 t_f + t_b + 2d; backward; end
+ * 2(t_f + t_b) + 2d. Of stage 0's wait (t_f + t_b + d) the last d is the transfer (pp), the rest
+ * bubble; with its own send, pp = 2d. Stage 1 waits t_f + d for the activations (bubble t_f, pp
+ * d), and sends d: it ends at 2 t_f + t_b + 2d. */
+static void test_pipeline_transfer(void)
+{
+	const double F = 1.56e11, tf = F / (312e12 * 0.5), tb = 2 * tf;
+	const double d = 1e-6 + 2.0 * (1 << 20) / (300e9 * 0.5);
+	TimeResult r;
+	if (replay_pipe(PIPE_1F1B, 2, 1, 1, F, 0.5, &r) < 0)
+		return;
+	REL_EQ(r.step_s, 2 * (tf + tb) + 2 * d);
+	REL_EQ(r.stages[0].bd.comm_s[GROUP_PP], 2 * d);
+	REL_EQ(r.stages[0].bd.bubble_s, tf + tb);
+	REL_EQ(r.stages[1].bd.comm_s[GROUP_PP], 2 * d);
+	REL_EQ(r.stages[1].bd.bubble_s, tf);
+	REL_EQ(r.stages[1].end_s, 2 * tf + tb + 2 * d);
+	timeline_result_free(&r);
+}
+
+/* ---- overlap_comm ---- */
+
+/* A backward of t_b, a reduce-scatter of t_c, another backward of t_b, the optimizer (no
+ * FLOPs, no bytes: 0 s). With overlap_comm the reduce-scatter runs on its own stream from the
+ * end of the first backward: when t_c <= t_b it ends before the second backward does and adds
+ * nothing (step 2 t_b, dp exposed 0); when t_c > t_b the optimizer waits for it: step
+ * t_b + t_c, exposed t_c - t_b. Without overlap it blocks the compute stream: 2 t_b + t_c. */
+static void overlap_case(Scenario *sc, Prediction *pr, double tb_over_tc, int overlap)
+{
+	HwProfile hw;
+	PxError err = {0};
+	TimeResult r;
+	Schedule s, *stages[1] = {&s};
+
+	/* the A100's links, compute at half the peak whatever the size */
+	CU_ASSERT_EQUAL(hwprofile_default(cluster_find_gpu("A100-80GB"), &hw), 0);
+	hw.gemm = (HwCurve){1, {1}, {0.5}};
+	sched_init(&s, 0);
+	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
+	double tc = timeline_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
+	double tb = tb_over_tc * tc, F2 = tb * 312e12 * 0.5;
+	sched_free(&s);
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_BWD, -1, F2, 0);
+	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
+	sched_compute(&s, COMP_BWD, -1, F2, 0);
+	sched_compute(&s, COMP_OPTIMIZER, -1, 0, 0);
+
+	sc->ds.zero.overlap_comm = overlap;
+	CU_ASSERT_EQUAL_FATAL(timeline_run(&pr->plan, stages, &hw, &r, &err), 0);
+	double step = !overlap ? 2 * tb + tc : tc <= tb ? 2 * tb : tb + tc;
+	REL_EQ(r.step_s, step);
+	CU_ASSERT_DOUBLE_EQUAL(r.breakdown.comm_s[GROUP_DP], step - 2 * tb, 1e-9 * step);
+	timeline_result_free(&r);
+	sched_free(&s);
+}
+
+static void test_overlap_comm(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2,"
+			 " \"reduce_bucket_size\": 1e5}}, \"cluster\": {\"gpu\": \"A100-80GB\","
+			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
+		return;
+	overlap_case(&sc, &pr, 3, 1);   /* hidden: no time added */
+	overlap_case(&sc, &pr, 3, 0);   /* blocking: its whole duration */
+	overlap_case(&sc, &pr, 0.5, 1); /* longer than the backward left: the excess */
+	overlap_case(&sc, &pr, 0.5, 0);
+
+	/* the real ZeRO-2 schedule, one bucket per layer (1e5 elements): overlapping hides part of
+	 * the reductions, and the step shortens by exactly what stops being exposed */
+	HwProfile hw;
+	TimeResult on, off;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	sc.ds.zero.overlap_comm = 1;
+	if (run_prediction(&pr, &hw, 0, &on) == 0) {
+		sc.ds.zero.overlap_comm = 0;
+		if (run_prediction(&pr, &hw, 0, &off) == 0) {
+			CU_ASSERT(on.breakdown.comm_s[GROUP_DP] < off.breakdown.comm_s[GROUP_DP]);
+			CU_ASSERT(on.step_s < off.step_s);
+			REL_EQ(off.step_s - on.step_s, off.breakdown.comm_s[GROUP_DP] -
+							   on.breakdown.comm_s[GROUP_DP]);
+			timeline_result_free(&off);
+		}
+		timeline_result_free(&on);
+	}
+	fx_free(&sc, &pr);
+}
+
+/* ---- single-op formulas ---- */
+
+/* Ring collectives of S bytes over n ranks (docs/time_model.md):
+ *   all-reduce  t = 2(n-1) alpha + 2(n-1)/n S / B
+ *   all-gather  t =  (n-1) alpha +  (n-1)/n S / B
+ * with B = the link's one-direction peak x efficiency(S) (x allreduce_scale for an all-reduce
+ * inside one NVLink domain). A100 in one node: alpha = 1 us, B = 300 GB/s x 0.70 from 256 MiB
+ * up; at 4 MiB the efficiency is halfway in log(S) between 0.35 (1 MiB) and 0.56 (16 MiB):
+ * 0.455. H100: B = 450 GB/s x 0.822 x 1.297 for the all-reduce (NVLink SHARP). Across two
+ * nodes (n = 16, 8 per node) the ring's 2(n-1)/n S leaves the node on 2 of its 16 links:
+ * inter = wire x 2/16 at 25 GB/s x 0.92 per GPU, intra = wire x 14/16 at 210 GB/s; the slower,
+ * the network, sets the time, and every step costs the network's alpha = 5 us. */
+static void check_coll(const char *gpu, int nodes, CollKind kind, double S, double expected)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	Schedule s;
+	int n = 8 * nodes;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"%s\", \"nodes\": %d,"
+			 " \"gpus_per_node\": 8}, \"seq_length\": 512}", gpu, nodes))
+		return;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	sched_init(&s, 0);
+	sched_coll(&s, kind, GROUP_DP, n, -1, (int64_t)(S / 2), 2, -1, 0);
+	REL_EQ(timeline_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
+	sched_free(&s);
+	fx_free(&sc, &pr);
+}
+
+static void test_ring_collectives(void)
+{
+	const double GiB = 1073741824.0, MiB = 1048576.0;
+	check_coll("A100-80GB", 1, COLL_ALL_REDUCE, GiB, 14e-6 + 2 * 7.0 / 8 * GiB / (300e9 * 0.7));
+	check_coll("A100-80GB", 1, COLL_ALL_GATHER, GiB, 7e-6 + 7.0 / 8 * GiB / (300e9 * 0.7));
+	check_coll("A100-80GB", 1, COLL_REDUCE_SCATTER, 4 * MiB,
+		   7e-6 + 7.0 / 8 * 4 * MiB / (300e9 * 0.455));
+	check_coll("H100-SXM", 1, COLL_ALL_REDUCE, GiB,
+		   14e-6 + 2 * 7.0 / 8 * GiB / (450e9 * 0.822 * 1.297));
+	double wire = 2 * 15.0 / 16 * GiB;
+	check_coll("A100-80GB", 2, COLL_ALL_REDUCE, GiB,
+		   30 * 5e-6 + fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
+}
+
+/* A block's forward of F FLOPs is 6 GEMMs of F/6 (GPT-2: QKV, QK^T, AV, projection, two MLP
+ * matrices); with the curve through (F/60, 0.2) and (10 F/6, 0.6) their size sits halfway in
+ * log, so they run at 0.4 of 312 TFLOP/s; layer norms and the like move 2 x the unit's
+ * activation bytes at 2039 GB/s x 0.9. The backward's 2F are 12 GEMMs of the same size, moving
+ * 4 x the bytes. A host copy of B bytes takes B / (32 GB/s x 0.8); NVMe shares the node's
+ * 25 GB/s among its 8 GPUs: B / (25/8 GB/s x 0.8). */
+static void test_compute_and_copy_formulas(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	Schedule s;
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\","
+			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
+		return;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	const UnitPlan *u = &pr.plan.units[1];
+	double F = u->fwd_flops, hbm = 2039e9 * 0.9;
+	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_FWD, 1, F, 0);
+	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
+	sched_copy(&s, COPY_H2D, 1, 1e9);
+	sched_copy(&s, COPY_NVME_READ, 1, 1e9);
+	CU_ASSERT(F > 0 && u->act_bytes > 0);
+	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[0], 0),
+	       F / (312e12 * 0.4) + 2 * u->act_bytes / hbm);
+	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[1], 0),
+	       2 * F / (312e12 * 0.4) + 4 * u->act_bytes / hbm);
+	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
+	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
+	sched_free(&s);
+	fx_free(&sc, &pr);
+}
+
+/* Optimizer offload: a checkpoint copied in (B bytes, c = B / (32 GB/s x 0.8)) before the
+ * recompute that needs it, the recompute (t), then CPU Adam over this rank's partition (P
+ * elements at 6.8e8 per second on the A100 host). The compute stream waits the whole copy:
+ * offload stall c, step c + t + P / 6.8e8. */
+static void test_offload_stall(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	Schedule s, *stages[1] = {&s};
+	TimeResult r;
+	PxError err = {0};
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2,"
+			 " \"offload_optimizer\": {\"device\": \"cpu\"}}}, \"cluster\": {\"gpu\":"
+			 " \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
+		return;
+	compute_only_profile(&hw);
+	hw.pcie_efficiency = 0.8;
+	CU_ASSERT_EQUAL(pr.plan.opt_place, PLACE_CPU);
+	double B = 4e8, c = B / (32e9 * 0.8), F = 1e12, t = F / (312e12 * 0.5);
+	double P = (double)pr.plan.stages[0].part_elems;
+	sched_init(&s, 0);
+	sched_copy(&s, COPY_H2D, 3, B);
+	sched_compute(&s, COMP_RECOMPUTE, 3, F, 0);
+	sched_compute(&s, COMP_OPTIMIZER, -1, 10 * P, 0);
+	CU_ASSERT_EQUAL_FATAL(timeline_run(&pr.plan, stages, &hw, &r, &err), 0);
+	REL_EQ(r.breakdown.offload_stall_s, c);
+	REL_EQ(r.breakdown.recompute_s, t);
+	REL_EQ(r.breakdown.optimizer_s, P / 6.8e8);
+	REL_EQ(r.step_s, c + t + P / 6.8e8);
+	timeline_result_free(&r);
+	sched_free(&s);
+	fx_free(&sc, &pr);
+}
+
+/* ---- the repeat block ---- */
+
+/* Extrapolating a repeat block once two iterations start from the same state must give the full
+ * replay's numbers: every stage's end, every breakdown field and the FLOPs. */
+static void test_extrapolation_equals_full_replay(void)
+{
+	static const char *const names[] = {
+		"llama2-13b-zero3-h100", "llama2-7b-zero2-h100", "llama2-70b-tp8-zero1-h100",
+		"mixtral-8x7b-ep8-h100", "llama2-70b-zero3-offload-h100",
+		"llama2-70b-infinity-nvme-a100", "gpt2-xl-zero1-a100",
+	};
+	long long extrapolated = 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char rel[128];
+		Scenario sc;
+		Prediction pr;
+		PxError err = {0};
+		HwProfile hw;
+		TimeResult a, b;
+		snprintf(rel, sizeof(rel), "scenarios/%s.json", names[i]);
+		if (scenario_load(&sc, px_test_path(rel), NULL, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("scenario_load failed");
+			continue;
+		}
+		if (predict_run(&sc, &pr, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("predict_run failed");
+			scenario_free(&sc);
+			continue;
+		}
+		hwprofile_default(&sc.cluster.gpu, &hw);
+		if (run_prediction(&pr, &hw, 1, &a) == 0) {
+			if (run_prediction(&pr, &hw, 0, &b) == 0) {
+				REL_EQ(b.step_s, a.step_s);
+				for (int s = 0; s < a.n_stages; s++) {
+					const TimeBreakdown *x = &a.stages[s].bd, *y = &b.stages[s].bd;
+					CU_ASSERT_EQUAL(a.stages[s].ops_extrapolated, 0);
+					extrapolated += b.stages[s].ops_extrapolated;
+					REL_EQ(y->fwd_s, x->fwd_s);
+					REL_EQ(y->bwd_s, x->bwd_s);
+					REL_EQ(y->recompute_s, x->recompute_s);
+					REL_EQ(y->optimizer_s, x->optimizer_s);
+					REL_EQ(y->bubble_s, x->bubble_s);
+					REL_EQ(y->offload_stall_s, x->offload_stall_s);
+					for (int g = 0; g < N_GROUPS; g++)
+						CU_ASSERT_DOUBLE_EQUAL(y->comm_s[g], x->comm_s[g],
+								       1e-9 * a.step_s);
+					REL_EQ(b.stages[s].model_flops, a.stages[s].model_flops);
+					REL_EQ(b.stages[s].hw_flops, a.stages[s].hw_flops);
+					/* what was not simulated was extrapolated */
+					CU_ASSERT_EQUAL(b.stages[s].ops + b.stages[s].ops_extrapolated,
+							a.stages[s].ops);
+				}
+				timeline_result_free(&b);
+			}
+			timeline_result_free(&a);
+		}
+		predict_free(&pr);
+		scenario_free(&sc);
+	}
+	CU_ASSERT(extrapolated > 0); /* the shortcut was taken somewhere */
+}
+
+/* ---- 1,000-GPU scenarios ---- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GPT-3 175B on 1,024 A100 (TP 8, PP 8, 96 micro-batches) and MT-NLG 530B on 2,240 (TP 8,
+ * PP 35, 240): the replay completes and accounts for every second of the step; the cost of the
+ * replay is printed, not asserted. The first stage's bubble is compared loosely with the equal-
+ * stage formula (p-1)/(m+p-1): these stages are not equal (embedding and head), so this is only a
+ * sanity bound. */
+static void check_large(const char *name, double pp, double m)
+{
+	char rel[128];
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	HwProfile hw;
+	TimeResult r;
+	snprintf(rel, sizeof(rel), "scenarios/%s.json", name);
+	if (scenario_load(&sc, px_test_path(rel), NULL, &err) || predict_run(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("cannot predict the scenario");
+		return;
+	}
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	double t0 = now_s();
+	if (run_prediction(&pr, &hw, 0, &r) == 0) {
+		double cost = now_s() - t0, seconds, gpu_hours;
+		CU_ASSERT(isfinite(r.step_s) && r.step_s > 0);
+		CU_ASSERT_EQUAL(r.n_stages, (int)pp);
+		for (int s = 0; s < r.n_stages; s++)
+			REL_EQ(breakdown_sum(&r.stages[s].bd), r.stages[s].end_s);
+		double frac = r.stages[0].bd.bubble_s / r.step_s, formula = (pp - 1) / (m + pp - 1);
+		CU_ASSERT(frac > 0.5 * formula && frac < 1.5 * formula);
+		timeline_train_cost(&r, 300e9, pr.plan.world, &seconds, &gpu_hours);
+		REL_EQ(seconds, 300e9 / r.tokens_per_s);
+		REL_EQ(gpu_hours, seconds * (double)pr.plan.world / 3600);
+		printf("\n# %s: %lld GPUs, step %.2f s, %.0f (model) / %.0f (hardware) TFLOP/s per "
+		       "GPU, MFU %.3f, 300e9 tokens in %.1f days; replayed in %.1f ms ", name,
+		       pr.plan.world, r.step_s, r.tflops_per_gpu, r.hw_tflops_per_gpu, r.mfu,
+		       seconds / 86400, cost * 1e3);
+		timeline_result_free(&r);
+	}
+	predict_free(&pr);
+	scenario_free(&sc);
+}
+
+static void test_large_scenarios(void)
+{
+	check_large("gpt3-175b-tp8-pp8-a100", 8, 96);
+	check_large("mtnlg-530b-tp8-pp35-a100", 35, 240);
+}
+
+/* ---- failures ---- */
+
+/* Stage 1 waits for activations stage 0 never sends: the replay says so instead of hanging. */
+static void test_unmatched_receive(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	Schedule s0, s1, *stages[2] = {&s0, &s1};
+	TimeResult r;
+	PxError err = {0};
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1},"
+			 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 2},"
+			 " \"seq_length\": 512, \"parallelism\": {\"pp\": 2}}"))
+		return;
+	compute_only_profile(&hw);
+	sched_init(&s0, 0);
+	sched_compute(&s0, COMP_FWD, -1, 1e9, 0);
+	sched_init(&s1, 1);
+	sched_coll(&s1, COLL_P2P_RECV, GROUP_PP, 2, -1, 1024, 2, -1, 0);
+	sched_compute(&s1, COMP_FWD, -1, 1e9, 0);
+	CU_ASSERT_EQUAL(timeline_run(&pr.plan, stages, &hw, &r, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_RUNTIME);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "stage 1 is stuck at op 0 (p2p_recv over pp)"));
+	sched_free(&s0);
+	sched_free(&s1);
+	fx_free(&sc, &pr);
+}
+
+/* V100 has no bf16 peak in the catalog: a bf16 step cannot be timed, and the message says which
+ * key to set. */
+static void test_missing_peak(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	TimeResult r;
+	PxError err = {0};
+	Schedule *stages[1];
+	if (predict_json(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"V100-32GB\","
+			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
+		return;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	stages[0] = &pr.stages[0].sched;
+	CU_ASSERT_EQUAL(timeline_run(&pr.plan, stages, &hw, &r, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cluster.tflops_bf16: V100-32GB has no bf16 peak"));
+	fx_free(&sc, &pr);
+}
+
+/* ---- hardware profiles ---- */
+
+/* y is linear in log(x) between points and flat outside: (1e9, 0.2)-(1e11, 0.8) gives 0.5 at
+ * 1e10 (halfway in log), 0.35 at 10^9.5, and the end values beyond. */
+static void test_curve(void)
+{
+	HwCurve c = {2, {1e9, 1e11}, {0.2, 0.8}};
+	CU_ASSERT_DOUBLE_EQUAL(hw_curve_eval(&c, 1e10), 0.5, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(hw_curve_eval(&c, pow(10, 9.5)), 0.35, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(hw_curve_eval(&c, 1e3), 0.2, 0);
+	CU_ASSERT_DOUBLE_EQUAL(hw_curve_eval(&c, 1e15), 0.8, 0);
+	CU_ASSERT_DOUBLE_EQUAL(hw_curve_eval(&c, 0), 0.2, 0);
+}
+
+/* Every key except comments has a "_key" string beside it: each figure cites its source. */
+static void check_sources(const cJSON *obj, const char *path)
+{
+	const cJSON *m;
+	cJSON_ArrayForEach(m, obj) {
+		char src[128];
+		if (m->string[0] == '_')
+			continue;
+		if (cJSON_IsObject(m)) { /* a section: its fields cite their sources */
+			check_sources(m, path);
+			continue;
+		}
+		snprintf(src, sizeof(src), "_%s", m->string);
+		const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, src);
+		if (!cJSON_IsString(s) || strlen(s->valuestring) < 10)
+			fprintf(stderr, "\n%s: %s has no source\n", path, m->string);
+		CU_ASSERT(cJSON_IsString(s) && strlen(s->valuestring) >= 10);
+	}
+}
+
+/* The bundled scenarios/hardware/<gpu>.json of every catalog GPU spells out every field (none
+ * taken from a base), equals the built-in default field for field, and cites its sources. */
+static void test_bundled_profiles_equal_defaults(void)
+{
+	for (const GpuSpec *g = cluster_gpu_catalog; g->name; g++) {
+		char rel[128], what[64] = "";
+		HwProfile file, builtin;
+		PxError err = {0};
+		JsonDoc d = {0};
+		snprintf(rel, sizeof(rel), "scenarios/hardware/%s.json", g->name);
+		CU_ASSERT_EQUAL(hwprofile_default(g, &builtin), 0);
+		if (hwprofile_load(px_test_path(rel), &file, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("bundled profile does not load");
+			continue;
+		}
+		CU_ASSERT_EQUAL(file.from_base, 0);
+		int same = hwprofile_equal(&file, &builtin, what, sizeof(what));
+		if (!same)
+			fprintf(stderr, "\n%s: %s differs from the built-in default\n", rel, what);
+		CU_ASSERT(same);
+		CU_ASSERT_STRING_EQUAL(file.gpu, g->name);
+		if (jdoc_load_file(&d, px_test_path(rel), &err) == 0)
+			check_sources(d.root, rel);
+		jdoc_free(&d);
+	}
+	/* a GPU without a profile gets the fallback and is told so */
+	GpuSpec other = cluster_gpu_catalog[0];
+	HwProfile hw;
+	other.name = "B200";
+	CU_ASSERT_EQUAL(hwprofile_default(&other, &hw), -1);
+	CU_ASSERT_STRING_EQUAL(hw.gpu, "B200");
+}
+
+/* Naming a catalog GPU starts from its default: one field given, the other 13 from the base. */
+static void test_profile_with_base(void)
+{
+	char path[512], what[64] = "";
+	HwProfile hw, base;
+	PxError err = {0};
+	snprintf(path, sizeof(path), "%s/hw.json", px_test_tmpdir());
+	px_test_write_file(path, "{\"gpu\": \"h100-sxm\", \"host\": {\"pcie_efficiency\": 0.5}}\n");
+	CU_ASSERT_EQUAL_FATAL(hwprofile_load(path, &hw, &err), 0);
+	hwprofile_default(cluster_find_gpu("H100-SXM"), &base);
+	CU_ASSERT_STRING_EQUAL(hw.gpu, "H100-SXM");
+	CU_ASSERT_EQUAL(hw.from_base, 13);
+	CU_ASSERT_DOUBLE_EQUAL(hw.pcie_efficiency, 0.5, 0);
+	CU_ASSERT_FALSE(hwprofile_equal(&hw, &base, what, sizeof(what)));
+	CU_ASSERT_STRING_EQUAL(what, "host.pcie_efficiency");
+	hw.pcie_efficiency = base.pcie_efficiency;
+	CU_ASSERT(hwprofile_equal(&hw, &base, what, sizeof(what)));
+}
+
+/* Bad input: each error names FILE:LINE:COL (of the key, or of the array element at fault), the
+ * key and what was expected. Positions are counted in the texts below (1-based). */
+static void check_bad(const char *text, const char *expected)
+{
+	char path[512], want[1024];
+	HwProfile hw;
+	PxError err = {0};
+	snprintf(path, sizeof(path), "%s/hw.json", px_test_tmpdir());
+	px_test_write_file(path, text);
+	snprintf(want, sizeof(want), "%s:%s", path, expected);
+	CU_ASSERT_EQUAL(hwprofile_load(path, &hw, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	if (strcmp(err.msg, want))
+		fprintf(stderr, "\nexpected: %s\n     got: %s\n", want, err.msg);
+	CU_ASSERT_STRING_EQUAL(err.msg, want);
+}
+
+static void test_profile_errors(void)
+{
+	/* line 3: the misspelt key's value at column 15 */
+	check_bad("{\"gpu\": \"A100-80GB\",\n"
+		  " \"nvlink\": {\n"
+		  "   \"alpah_s\": 1e-6}}\n",
+		  "3:15: unknown key 'nvlink.alpah_s'; did you mean 'nvlink.alpha_s'?");
+	/* the second point, at line 2 column 35, is not above the first */
+	check_bad("{\"gpu\": \"A100-80GB\", \"network\": {\n"
+		  "  \"efficiency\": [[16777216, 0.5], [1048576, 0.6]]}}\n",
+		  "2:35: network.efficiency[1]: expected message_bytes above the previous point's "
+		  "1.67772e+07, got [1048576,0.6]");
+	/* a fraction above 1 (its value at column 47) */
+	check_bad("{\"gpu\": \"H200\", \"compute\": {\"hbm_efficiency\": 1.5}}",
+		  "1:47: compute.hbm_efficiency: expected a number above 0 and at most 1, got 1.5");
+	/* a point that is not a pair: the second element starts at column 61 */
+	check_bad("{\"gpu\": \"H200\", \"compute\": {\"gemm_efficiency\": [[1e9, 0.5], [2e9]]}}",
+		  "1:61: compute.gemm_efficiency[1]: expected a point [flops, fraction], got "
+		  "[2000000000]");
+	/* an unknown GPU (its name at column 9) */
+	check_bad("{\"gpu\": \"B200\"}",
+		  "1:9: gpu: expected one of V100-32GB, A100-40GB, A100-80GB, H100-SXM, H100-PCIe, "
+		  "H200, got \"B200\"");
+	/* a comment must be text (the 3 at column 28) */
+	check_bad("{\"gpu\": \"H200\", \"_source\": 3}",
+		  "1:28: _source: expected a string (a comment or a source), got 3");
+	/* malformed JSON (jdoc's message) */
+	check_bad("{\"gpu\": \"H200\",, }", "1:16: malformed JSON near ', }'");
+
+	/* without "gpu" every field is required: the first missing one is named */
+	char path[512], want[700];
+	HwProfile hw;
+	PxError err = {0};
+	snprintf(path, sizeof(path), "%s/hw.json", px_test_tmpdir());
+	px_test_write_file(path, "{\"compute\": {\"hbm_efficiency\": 0.9}}");
+	CU_ASSERT_EQUAL(hwprofile_load(path, &hw, &err), -1);
+	snprintf(want, sizeof(want), "%s: compute.gemm_efficiency: expected a value: the key is "
+		 "missing (or name a catalog GPU in \"gpu\" to start from its profile)", path);
+	CU_ASSERT_STRING_EQUAL(err.msg, want);
+}
+
+int test_time_register(void)
+{
+	return PX_ADD_SUITE("time",
+			    {"pipeline bubble (m+p-1)(tf+tb)", test_pipeline_bubble},
+			    {"interleaved bubble (p-1)(tf+tb)/v", test_interleaved_bubble},
+			    {"pipeline transfer vs bubble", test_pipeline_transfer},
+			    {"overlap_comm hides a reduction", test_overlap_comm},
+			    {"ring collective formulas", test_ring_collectives},
+			    {"compute and copy formulas", test_compute_and_copy_formulas},
+			    {"offload stall and CPU Adam", test_offload_stall},
+			    {"repeat block: extrapolation = full replay",
+			     test_extrapolation_equals_full_replay},
+			    {"1,000-GPU scenarios replay", test_large_scenarios},
+			    {"unmatched pipeline receive", test_unmatched_receive},
+			    {"missing dtype peak", test_missing_peak},
+			    {"curve interpolation in log space", test_curve},
+			    {"bundled profiles = built-in defaults", test_bundled_profiles_equal_defaults},
+			    {"profile with a base GPU", test_profile_with_base},
+			    {"profile errors name file:line:col", test_profile_errors});
+}
