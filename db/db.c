@@ -51,6 +51,24 @@ static const char schema_sql[] =
 	"CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs(scenario_id);\n"
 	"CREATE INDEX IF NOT EXISTS runs_by_predicted ON runs(predicted_run_id);\n"
 	"CREATE INDEX IF NOT EXISTS metrics_by_name ON metrics(name, run_id);\n"
+	/* schema 2: sweeps (sweepdb.c writes them) */
+	"CREATE TABLE IF NOT EXISTS sweeps (\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  name TEXT NOT NULL,\n"
+	"  spec TEXT NOT NULL UNIQUE,\n"
+	"  n_points INTEGER NOT NULL,\n"
+	"  created_utc TEXT NOT NULL\n"
+	");\n"
+	"CREATE TABLE IF NOT EXISTS sweep_points (\n"
+	"  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,\n"
+	"  idx INTEGER NOT NULL,\n"
+	"  config TEXT NOT NULL,\n"
+	"  status TEXT NOT NULL CHECK (status IN ('ok', 'oom', 'invalid', 'unpriced')),\n"
+	"  world INTEGER, gpu TEXT, gpu_peak_bytes REAL, capacity_bytes REAL,\n"
+	"  step_s REAL, tokens_per_s REAL, mfu REAL, cost_per_mtoken REAL,\n"
+	"  note TEXT,\n"
+	"  PRIMARY KEY (sweep_id, idx)\n"
+	") WITHOUT ROWID;\n"
 
 	/* the kinds are checked too: predicted_run_id is only a foreign key, it cannot say that the
 	 * twin is a predicted run. SQLite's x / 0 is NULL already; the CASE states it, not relies on it */
@@ -170,8 +188,15 @@ static int db_check_version(PxDb *db, PxError *err)
 		rc = px_fail(err, PX_ERR_RUNTIME,
 			     "%s: schema_version %lld is newer than this parallax (%d); upgrade parallax",
 			     db->path, version, PX_DB_SCHEMA_VERSION);
+	} else if (version < PX_DB_SCHEMA_VERSION) {
+		/* version 1 lacks only the sweep tables, which the schema's CREATE IF NOT EXISTS
+		 * adds in this same transaction */
+		char sql[96];
+		snprintf(sql, sizeof(sql), "UPDATE schema_version SET version = %d",
+			 PX_DB_SCHEMA_VERSION);
+		rc = db_exec(db, sql, "migrating schema_version", err);
 	} else {
-		rc = 0; /* version 1 is the first: there is nothing older to migrate from yet */
+		rc = 0;
 	}
 out_finalize:
 	sqlite3_finalize(s);
@@ -448,4 +473,14 @@ int db_write_run(PxDb *db, const DbRun *run, long long *run_id, PxError *err)
 out_rollback:
 	db_rollback(db);
 	return -1;
+}
+
+struct sqlite3 *db_handle(PxDb *db)
+{
+	return db->h;
+}
+
+const char *db_path(const PxDb *db)
+{
+	return db->path;
 }

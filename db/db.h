@@ -8,7 +8,7 @@
 
 #include "../engine/err.h"
 
-#define PX_DB_SCHEMA_VERSION 1
+#define PX_DB_SCHEMA_VERSION 2 /* 2 added sweeps and sweep_points */
 
 typedef struct PxDb PxDb;
 
@@ -39,5 +39,10 @@ void db_close(PxDb *db); /* accepts NULL */
  * (tool version, git commit, host, UTC time filled in here) and its metrics. On error nothing of the
  * run is left in the database. *run_id (may be NULL) receives the new run's id. */
 int db_write_run(PxDb *db, const DbRun *run, long long *run_id, PxError *err);
+
+/* For the modules that own other tables of the same file (sweepdb.c). */
+struct sqlite3;
+struct sqlite3 *db_handle(PxDb *db);
+const char *db_path(const PxDb *db);
 
 #endif

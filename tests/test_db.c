@@ -457,15 +457,30 @@ static void test_newer_version(void)
 	char want[1024];
 
 	db_close(db);
-	peek_exec("UPDATE schema_version SET version = 2");
+	peek_exec("UPDATE schema_version SET version = 3");
 	db = (PxDb *)&err; /* any non-NULL value: db_open must set it to NULL */
 	CU_ASSERT_EQUAL(db_open(test_path, &db, &err), -1);
 	CU_ASSERT_PTR_NULL(db);
 	CU_ASSERT_EQUAL(err.code, PX_ERR_RUNTIME);
 	snprintf(want, sizeof(want),
-		 "%s: schema_version 2 is newer than this parallax (1); upgrade parallax", test_path);
+		 "%s: schema_version 3 is newer than this parallax (2); upgrade parallax", test_path);
 	CU_ASSERT_STRING_EQUAL(err.msg, want);
+	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 3);
+}
+
+/* A version-1 file (no sweep tables) is migrated in place on open: its runs stay, the sweep
+ * tables appear, the version becomes 2. */
+static void test_migrates_version_1(void)
+{
+	PxDb *db = open_fresh();
+	PxError err = {0};
+	db_close(db);
+	peek_exec("DROP TABLE sweep_points; DROP TABLE sweeps; UPDATE schema_version SET version = 1");
+	CU_ASSERT_EQUAL_FATAL(db_open(test_path, &db, &err), 0);
+	db_close(db);
 	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 2);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM sqlite_master WHERE name IN "
+				 "('sweeps', 'sweep_points')"), 2);
 }
 
 static void test_not_a_database(void)
@@ -514,6 +529,7 @@ int test_db_register(void)
 			    {"enforces predicted_run_id foreign key", test_foreign_key},
 			    {"refuses bad input", test_bad_input},
 			    {"refuses a newer schema_version", test_newer_version},
+			    {"migrates a version-1 file", test_migrates_version_1},
 			    {"refuses a file that is not a database", test_not_a_database},
 			    {"db_close(NULL) is fine", test_close_null});
 }
