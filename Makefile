@@ -14,7 +14,7 @@ SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-san
 # after scripts/deps.sh has installed OpenMPI on a fresh machine
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
-LDLIBS   = -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lm
+LDLIBS   = -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lpthread -lm
 TESTLIBS := -lcunit
 
 LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))

@@ -7,5 +7,7 @@ int cmd_predict(int argc, char **argv);
 int cmd_gpus(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static const char USAGE[] =
 	"  run SCENARIO         train it for real with the CPU executor over MPI ranks and\n"
 	"                       store measured beside predicted\n"
 	"  compare [RUN]        a measured run beside its prediction\n"
+	"  sweep SWEEP.json     price every point of a space of scenarios on all cores\n"
+	"  merge OUT.db IN.db.. merge the sweeps of sharded runs\n"
 	"  gpus                 the built-in GPU catalog\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
@@ -38,6 +40,10 @@ int main(int argc, char **argv)
 		return cmd_predict(argc - 1, argv + 1);
 	if (!strcmp(cmd, "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "sweep"))
+		return cmd_sweep(argc - 1, argv + 1);
+	if (!strcmp(cmd, "merge"))
+		return cmd_merge(argc - 1, argv + 1);
 	if (!strcmp(cmd, "compare"))
 		return cmd_compare(argc - 1, argv + 1);
 	if (!strcmp(cmd, "gpus"))

@@ -564,10 +564,7 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	memset(ds, 0, sizeof(*ds));
 	ds->source = o->doc->path;
-	const char *batch_key = cJSON_HasObjectItem(o->obj, "train_batch_size") ?
-		"train_batch_size" : "train_micro_batch_size_per_gpu";
-	jobj_where(o, batch_key, ds->batch_where, sizeof(ds->batch_where));
-	jobj_where(o, "zero_optimization", ds->zero_where, sizeof(ds->zero_where));
+	ds->root = *o;
 	if (check_section(o, TOP_KEYS, notes, err) ||
 	    int_or_auto(o, "train_batch_size", AUTO_TRAIN_BATCH, 1, 1LL << 40, &ds->train_batch,
 			&ds->autos, err) ||
@@ -620,9 +617,21 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 	return 0;
 }
 
+/* FILE:LINE:COL of the batch keys or of zero_optimization, found only when an error needs it. */
+static const char *where_of(const DsConfig *ds, const char *what, char *buf, size_t n)
+{
+	const char *key = what;
+	if (!strcmp(what, "batch"))
+		key = cJSON_HasObjectItem(ds->root.obj, "train_batch_size") ?
+			"train_batch_size" : "train_micro_batch_size_per_gpu";
+	jobj_where(&ds->root, key, buf, n);
+	return buf;
+}
+
 static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long long dp,
 			 PxError *err)
 {
+	char where[512];
 	unsigned a = ds->autos;
 	unsigned hidden_based = AUTO_REDUCE_BUCKET | AUTO_PREFETCH | AUTO_PERSISTENCE;
 
@@ -630,7 +639,8 @@ static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, 
 		return px_fail(err, PX_ERR_INPUT,
 			       "%s: deepspeed.zero_optimization: bucket sizes are \"auto\", which the "
 			       "Hugging Face integration fills from the model's hidden_size; the model "
-			       "gives only num_parameters: write numbers instead", ds->zero_where);
+			       "gives only num_parameters: write numbers instead",
+			       where_of(ds, "zero_optimization", where, sizeof(where)));
 	double h = (double)m->h;
 	if (a & AUTO_REDUCE_BUCKET)
 		ds->zero.reduce_bucket_elems = h * h;
@@ -664,6 +674,7 @@ static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, 
 /* DeepSpeed's runtime/config.py: derive the missing batch value, then check the product. */
 static int resolve_batch(DsConfig *ds, long long dp, PxError *err)
 {
+	char w[512];
 	long long tb = ds->train_batch, mb = ds->micro_batch, ga = ds->grad_accum;
 
 	if (tb && mb && !ga)
@@ -678,19 +689,20 @@ static int resolve_batch(DsConfig *ds, long long dp, PxError *err)
 		ga = 1, tb = mb * dp;
 	else if (!tb && !mb)
 		return px_fail(err, PX_ERR_INPUT, "%s: either train_batch_size or "
-			       "train_micro_batch_size_per_gpu needs to be provided", ds->batch_where);
+			       "train_micro_batch_size_per_gpu needs to be provided",
+			       where_of(ds, "batch", w, sizeof(w)));
 	if (mb <= 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: train_micro_batch_size_per_gpu: %lld has to be "
 			       "greater than 0 (train_batch_size %lld over %lld data-parallel ranks)",
-			       ds->batch_where, mb, tb, dp);
+			       where_of(ds, "batch", w, sizeof(w)), mb, tb, dp);
 	if (ga <= 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: gradient_accumulation_steps: %lld has to be "
 			       "greater than 0 (train_batch_size %lld, micro-batch %lld, %lld "
-			       "data-parallel ranks)", ds->batch_where, ga, tb, mb, dp);
+			       "data-parallel ranks)", where_of(ds, "batch", w, sizeof(w)), ga, tb, mb, dp);
 	if (tb != mb * ga * dp)
 		return px_fail(err, PX_ERR_INPUT, "%s: train_batch_size is not equal to "
 			       "micro_batch_per_gpu * gradient_acc_step * world_size: %lld != %lld * "
-			       "%lld * %lld", ds->batch_where, tb, mb, ga, dp);
+			       "%lld * %lld", where_of(ds, "batch", w, sizeof(w)), tb, mb, ga, dp);
 	ds->train_batch = tb, ds->micro_batch = mb, ds->grad_accum = ga;
 	return 0;
 }

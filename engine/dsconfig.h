@@ -49,8 +49,8 @@ enum {
 
 typedef struct DsConfig {
 	const char *source;          /* file the config came from, for messages */
-	char batch_where[512];       /* FILE:LINE:COL of the batch keys, for the batch rules' errors */
-	char zero_where[512];        /* ... of zero_optimization, for its "auto" errors */
+	JsonObj root;                /* the config as read: errors of the batch rules and "auto"
+					found later point into it (valid while its document lives) */
 	/* batch: 0 when absent until dsconfig_resolve derives it */
 	long long train_batch, micro_batch, grad_accum;
 	int fp16, bf16;              /* enabled flags as written or resolved */

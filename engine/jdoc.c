@@ -583,16 +583,17 @@ int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes)
 		int best_d = INT_MAX, is_known = 0, rc;
 		char where[1024];
 
-		for (int i = 0; known[i] && !is_known; i++) {
-			int d = jdoc_edit_distance(m->string, known[i]);
+		for (int i = 0; known[i] && !is_known; i++)
 			is_known = strcmp(m->string, known[i]) == 0;
+		if (is_known)
+			continue;
+		for (int i = 0; known[i]; i++) { /* only an unknown key needs the closest one */
+			int d = jdoc_edit_distance(m->string, known[i]);
 			if (d < best_d) {
 				best_d = d;
 				best = known[i];
 			}
 		}
-		if (is_known)
-			continue;
 		jobj_where(o, m->string, where, sizeof(where));
 		/* a suggestion as far away as the key is long is a rewrite, not a typo */
 		if (best && best_d <= 3 && (size_t)best_d < strlen(m->string))

@@ -228,32 +228,38 @@ static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 	return 0;
 }
 
-int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 {
-	JsonObj top, sect[SC_N_DOCS];
-
-	memset(sc, 0, sizeof(*sc));
-	px_notes_init(&sc->notes);
-	jov_init(&sc->ov);
-	snprintf(sc->path, sizeof(sc->path), "%s", path);
 	for (int i = 0; ov && i < ov->n; i++) {
 		char arg[600];
 		snprintf(arg, sizeof(arg), "%s=%s", ov->v[i].key, ov->v[i].value);
 		if (jov_add(&sc->ov, arg, err))
-			goto fail;
+			return -1;
 	}
-	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
-		goto fail;
-	if (!cJSON_IsObject(sc->docs[SC_DOC_SCENARIO].root)) {
-		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with name, model, deepspeed, "
-			"cluster and seq_length", path);
-		goto fail;
+	return 0;
+}
+
+/* The sections as objects: a section file's root, or the object inline in the scenario. */
+static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
+{
+	const JsonDoc *top = &sc->docs[SC_DOC_SCENARIO];
+	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++) {
+		const char *key = SECTION_KEYS[i];
+		if (sc->docs[i].root)
+			jobj_make(&sect[i], &sc->docs[i], sc->docs[i].root, "", key, &sc->ov);
+		else
+			jobj_make(&sect[i], top, cJSON_GetObjectItemCaseSensitive(top->root, key), key,
+				  key, &sc->ov);
 	}
-	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++)
-		if (load_section(sc, i, &sect[i], err))
-			goto fail;
+}
+
+/* Overrides, then every part read from the documents the scenario holds. */
+static int finish_load(Scenario *sc, PxError *err)
+{
+	JsonObj top, sect[SC_N_DOCS];
+	bind_sections(sc, sect);
 	if (apply_overrides(sc, sect, err))
-		goto fail;
+		return -1;
 	jobj_make(&top, &sc->docs[SC_DOC_SCENARIO], sc->docs[SC_DOC_SCENARIO].root, "", "",
 		  &sc->ov);
 	if (parse_top(sc, &top, err) ||
@@ -261,7 +267,7 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
-		goto fail;
+		return -1;
 	if (sc->cpu_backend && sc->model.dropout) {
 		sc->model.dropout = 0; /* what the CPU kernels do; activations counted without masks */
 		px_notes_warn(&sc->notes, "%s: backend cpu: the CPU kernels have no dropout; the "
@@ -272,6 +278,59 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 		px_notes_warn(&sc->notes, "%s: deepspeed.activation_checkpointing has no effect: "
 			      "the scenario does not checkpoint (set activation_checkpointing: full)",
 			      sc->path);
+	return 0;
+}
+
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+{
+	JsonObj sect[SC_N_DOCS];
+
+	memset(sc, 0, sizeof(*sc));
+	px_notes_init(&sc->notes);
+	jov_init(&sc->ov);
+	snprintf(sc->path, sizeof(sc->path), "%s", path);
+	if (copy_overrides(sc, ov, err))
+		goto fail;
+	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
+		goto fail;
+	if (!cJSON_IsObject(sc->docs[SC_DOC_SCENARIO].root)) {
+		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with name, model, deepspeed, "
+			"cluster and seq_length", path);
+		goto fail;
+	}
+	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++)
+		if (load_section(sc, i, &sect[i], err))
+			goto fail;
+	if (finish_load(sc, err))
+		goto fail;
+	return 0;
+fail:
+	scenario_free(sc);
+	return -1;
+}
+
+int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err)
+{
+	memset(sc, 0, sizeof(*sc));
+	px_notes_init(&sc->notes);
+	jov_init(&sc->ov);
+	snprintf(sc->path, sizeof(sc->path), "%s", base->path);
+	if (copy_overrides(sc, &base->ov, err) || copy_overrides(sc, ov, err))
+		goto fail;
+	for (int i = 0; i < SC_N_DOCS; i++) {
+		const JsonDoc *d = &base->docs[i];
+		if (!d->root)
+			continue;
+		sc->docs[i].path = strdup(d->path);
+		sc->docs[i].text = strdup(d->text);
+		sc->docs[i].root = cJSON_Duplicate(d->root, 1);
+		if (!sc->docs[i].path || !sc->docs[i].text || !sc->docs[i].root) {
+			px_fail(err, PX_ERR_RUNTIME, "out of memory");
+			goto fail;
+		}
+	}
+	if (finish_load(sc, err))
+		goto fail;
 	return 0;
 fail:
 	scenario_free(sc);

@@ -36,6 +36,10 @@ typedef struct Scenario {
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
 void scenario_free(Scenario *sc);
 
+/* A scenario like base (a loaded one, kept as it was read: its documents before overrides) with
+ * more overrides ov applied after base's own; no file is read again. For sweeps. */
+int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err);
+
 /* The scenario as one compact JSON text with every section inlined and overrides applied, plus a
  * "resolved" object of derived values (batch arithmetic, precision); caller frees. */
 char *scenario_resolved_json(const Scenario *sc, long long world, long long dp);

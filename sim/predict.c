@@ -22,6 +22,21 @@ static int price_stage(Prediction *pr, int s, PxError *err)
 
 int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 {
+	if (predict_memory(sc, pr, err))
+		return -1;
+	HwProfile hw;
+	char source[256];
+	snprintf(source, sizeof(source), "built-in %s", sc->cluster.gpu.name);
+	hwprofile_default(&sc->cluster.gpu, &hw);
+	if (predict_time(pr, &hw, source, err)) {
+		predict_free(pr);
+		return -1;
+	}
+	return 0;
+}
+
+int predict_memory(Scenario *sc, Prediction *pr, PxError *err)
+{
 	memset(pr, 0, sizeof(*pr));
 	const ParallelSpec *q = &sc->par;
 	long long world = cluster_world(&sc->cluster);
@@ -53,14 +68,6 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 		if (pr->stages[s].mem.place[PLACE_GPU].peak_bytes >
 		    pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes)
 			pr->worst = s;
-	}
-	HwProfile hw;
-	char source[256];
-	snprintf(source, sizeof(source), "built-in %s", sc->cluster.gpu.name);
-	hwprofile_default(&sc->cluster.gpu, &hw);
-	if (predict_time(pr, &hw, source, err)) {
-		predict_free(pr);
-		return -1;
 	}
 	return 0;
 }

@@ -37,6 +37,9 @@ typedef struct Prediction {
 /* Resolve the scenario's batch rules against its data-parallel size, then plan, build and price.
  * sc is updated in place (resolved DeepSpeed values). */
 int predict_run(Scenario *sc, Prediction *pr, PxError *err);
+/* The same without the step time (time_known 0): what a sweep prices first, to prune what does
+ * not fit before replaying it. */
+int predict_memory(Scenario *sc, Prediction *pr, PxError *err);
 void predict_free(Prediction *pr);
 
 /* Price the step time with profile hw (predict_run uses the GPU's built-in default). A scenario

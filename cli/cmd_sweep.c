@@ -1,0 +1,386 @@
+/* parallax sweep and parallax merge: price every point of a sweep on all cores, stream the points
+ * into the results database in batched transactions (resumable, shardable), and rank them. */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../db/sweepdb.h"
+#include "commands.h"
+
+static const char USAGE[] =
+	"usage: parallax sweep SWEEP.json [--db FILE | --no-db] [--jobs N] [--shard I/N]\n"
+	"                      [--top K] [--objective throughput|cost|headroom] [--no-progress]\n"
+	"       parallax merge OUT.db IN.db...\n"
+	"\n"
+	"Price every point of a sweep: a base scenario and axes of --set values, e.g.\n"
+	"  {\"name\": \"13b\", \"scenario\": \"base.json\", \"prices\": \"prices.json\",\n"
+	"   \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],\n"
+	"            \"parallelism.tp\": [1, 2, 4, 8], \"cluster.nodes\": [4, 8]}}\n"
+	"Points DeepSpeed refuses are stored as invalid, those that do not fit as oom (not timed),\n"
+	"the rest with their step time. Points stream into the database in batches; an interrupted\n"
+	"sweep run again resumes where it stopped. Prints the best points by the objective.\n"
+	"\n"
+	"  --db FILE       results database (default $PARALLAX_DB or results/parallax.db)\n"
+	"  --no-db         keep nothing (benchmarks)\n"
+	"  --jobs N        worker threads (default: the machine's cores)\n"
+	"  --shard I/N     price only the points with index % N == I (one Slurm array task or\n"
+	"                  MPI rank each; then parallax merge the databases)\n"
+	"  --top K         how many best points to print (default: the sweep's top, or 10)\n"
+	"  --objective O   throughput (tokens/s), cost (USD per million tokens: needs prices) or\n"
+	"                  headroom (free GPU memory); default: the sweep's, or throughput\n"
+	"  --no-progress   no progress bar (it is shown only on a terminal anyway)\n";
+
+#define BATCH 256
+
+typedef struct Batch {
+	PointResult r[BATCH];
+	int n;
+	struct Batch *next;
+} Batch;
+
+typedef struct Job {
+	const Sweep *sw;
+	const unsigned char *done;
+	long long shard_i, shard_n;
+	atomic_llong next;       /* the next index to hand out */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	Batch *head, *tail;      /* finished batches for the main thread */
+	int queued, workers_left;
+	PxError err;
+	int failed;
+} Job;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void push(Job *j, Batch *b)
+{
+	pthread_mutex_lock(&j->mu);
+	while (j->queued >= 64 && !interrupted) /* memory stays bounded if the writer is slow */
+		pthread_cond_wait(&j->cv, &j->mu);
+	b->next = NULL;
+	if (j->tail)
+		j->tail->next = b;
+	else
+		j->head = b;
+	j->tail = b;
+	j->queued++;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+}
+
+static void *worker(void *arg)
+{
+	Job *j = arg;
+	Batch *b = calloc(1, sizeof(*b));
+	PxError err;
+	while (b && !interrupted) {
+		long long i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->sw->n_points)
+			break;
+		if (i % j->shard_n != j->shard_i || (j->done && (j->done[i / 8] & (1 << (i % 8)))))
+			continue;
+		if (sweep_eval(j->sw, i, &b->r[b->n], &err)) {
+			pthread_mutex_lock(&j->mu);
+			j->failed = 1;
+			j->err = err;
+			pthread_mutex_unlock(&j->mu);
+			interrupted = 1;
+			break;
+		}
+		if (++b->n == BATCH) {
+			push(j, b);
+			b = calloc(1, sizeof(*b));
+		}
+	}
+	if (b && b->n)
+		push(j, b);
+	else
+		free(b);
+	pthread_mutex_lock(&j->mu);
+	j->workers_left--;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	return NULL;
+}
+
+/* ---- the best points ---- */
+
+typedef struct Top {
+	PointResult *r;
+	int n, cap;
+} Top;
+
+static void top_add(Top *t, const Sweep *sw, const PointResult *p)
+{
+	double s = sweep_score(sw, p);
+	if (!isfinite(s))
+		return;
+	int pos = t->n;
+	while (pos > 0 && sweep_score(sw, &t->r[pos - 1]) < s)
+		pos--;
+	if (pos >= t->cap)
+		return;
+	int last = t->n < t->cap ? t->n : t->cap - 1;
+	memmove(&t->r[pos + 1], &t->r[pos], (size_t)(last - pos) * sizeof(*p));
+	t->r[pos] = *p;
+	if (t->n < t->cap)
+		t->n++;
+}
+
+static void print_top(const Sweep *sw, const Top *t, long long counts[4])
+{
+	static const char *const obj[] = {"tokens/s", "USD per million tokens", "free GiB"};
+	printf("# %s: %lld points: %lld priced, %lld do not fit, %lld refused, %lld unpriced\n",
+	       sw->name, sw->n_points, counts[PT_OK], counts[PT_OOM], counts[PT_INVALID],
+	       counts[PT_UNPRICED]);
+	printf("# best %d by %s\n%4s %8s %-10s %6s %10s %12s %7s %10s %9s  %s\n", t->n,
+	       obj[sw->objective], "rank", "index", "gpu", "world", "step_s", "tokens/s", "mfu",
+	       "USD/Mtok", "free_GiB", "config");
+	for (int i = 0; i < t->n; i++) {
+		const PointResult *p = &t->r[i];
+		printf("%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f  %s\n", i + 1, p->idx,
+		       p->gpu, p->world, p->step_s, p->tokens_per_s, p->mfu, p->cost_per_mtoken,
+		       (p->capacity_bytes - p->peak_bytes) / 1073741824.0, p->config);
+	}
+}
+
+static void progress(long long done, long long total, double t0, double now)
+{
+	double rate = done / fmax(now - t0, 1e-9), frac = total ? (double)done / total : 1;
+	char bar[41];
+	int fill = (int)(frac * 40);
+	for (int i = 0; i < 40; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[40] = '\0';
+	fprintf(stderr, "\r[%s] %5.1f%% %lld/%lld  %.0f points/s  ETA %.0f s   ", bar, 100 * frac,
+		done, total, rate, rate > 0 ? (total - done) / rate : 0);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the command ---- */
+
+typedef struct SweepOpts {
+	const char *path, *db_path;
+	int no_db, jobs, top, no_progress, objective;
+	long long shard_i, shard_n;
+} SweepOpts;
+
+static int parse_opts(int argc, char **argv, SweepOpts *o)
+{
+	static const struct option longs[] = {
+		{"db", required_argument, 0, 'd'}, {"no-db", no_argument, 0, 'n'},
+		{"jobs", required_argument, 0, 'j'}, {"shard", required_argument, 0, 's'},
+		{"top", required_argument, 0, 't'}, {"objective", required_argument, 0, 'o'},
+		{"no-progress", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int c;
+	o->shard_n = 1, o->objective = -1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'd': o->db_path = optarg; break;
+		case 'n': o->no_db = 1; break;
+		case 'j': o->jobs = atoi(optarg); if (o->jobs < 1) goto bad; break;
+		case 't': o->top = atoi(optarg); if (o->top < 1) goto bad; break;
+		case 'p': o->no_progress = 1; break;
+		case 's':
+			if (sscanf(optarg, "%lld/%lld", &o->shard_i, &o->shard_n) != 2 ||
+			    o->shard_n < 1 || o->shard_i < 0 || o->shard_i >= o->shard_n)
+				goto bad;
+			break;
+		case 'o':
+			o->objective = !strcmp(optarg, "throughput") ? OBJ_THROUGHPUT :
+				       !strcmp(optarg, "cost") ? OBJ_COST :
+				       !strcmp(optarg, "headroom") ? OBJ_HEADROOM : -2;
+			if (o->objective == -2)
+				goto bad;
+			break;
+		case 'h': fputs(USAGE, stdout); return 0;
+		default: fputs(USAGE, stderr); return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "parallax sweep: expected one sweep file\n%s", USAGE);
+		return 2;
+	}
+	o->path = argv[optind];
+	if (!o->db_path && !o->no_db) {
+		o->db_path = getenv("PARALLAX_DB");
+		if (!o->db_path || !*o->db_path)
+			o->db_path = "results/parallax.db";
+	}
+	if (!o->jobs)
+		o->jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	return -1;
+bad:
+	fprintf(stderr, "parallax sweep: --%s %s: not a valid value\n%s", argv[optind - 1] + 2,
+		optarg, USAGE);
+	return 2;
+}
+
+static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
+{
+	PxDb *db = NULL;
+	long long sweep_id = 0, counts[4] = {0}, stored = 0, already = 0, todo;
+	unsigned char *done = NULL;
+	Top top = {0};
+	int rc = -1;
+	Job job = {.sw = sw, .shard_i = o->shard_i, .shard_n = o->shard_n, .workers_left = o->jobs};
+	pthread_t *th = calloc((size_t)o->jobs, sizeof(*th));
+
+	top.cap = o->top ? o->top : sw->top;
+	top.r = calloc((size_t)top.cap + 1, sizeof(*top.r));
+	if (!th || !top.r)
+		goto oom;
+	if (!o->no_db) {
+		if (!(done = calloc((size_t)(sw->n_points / 8 + 1), 1)))
+			goto oom;
+		if (db_open(o->db_path, &db, err) || sweepdb_begin(db, sw, &sweep_id, err) ||
+		    (already = sweepdb_done(db, sweep_id, done, sw->n_points, err)) < 0)
+			goto out;
+	}
+	todo = sw->n_points / o->shard_n + (o->shard_i < sw->n_points % o->shard_n) - already;
+	if (already)
+		fprintf(stderr, "# resuming %s: %lld points already in %s\n", sw->name, already,
+			o->db_path);
+	pthread_mutex_init(&job.mu, NULL);
+	pthread_cond_init(&job.cv, NULL);
+	job.done = done;
+	signal(SIGINT, on_sigint);
+	double t0 = now_s(), shown = 0;
+	int bar = !o->no_progress && isatty(2);
+	for (int i = 0; i < o->jobs; i++)
+		pthread_create(&th[i], NULL, worker, &job);
+	for (;;) { /* the main thread stores and ranks what the workers finish */
+		pthread_mutex_lock(&job.mu);
+		while (!job.head && job.workers_left > 0)
+			pthread_cond_wait(&job.cv, &job.mu);
+		Batch *b = job.head;
+		if (b) {
+			job.head = b->next;
+			if (!job.head)
+				job.tail = NULL;
+			job.queued--;
+			pthread_cond_broadcast(&job.cv);
+		}
+		int finished = !b && job.workers_left == 0;
+		pthread_mutex_unlock(&job.mu);
+		if (finished)
+			break;
+		if (db && sweepdb_write(db, sweep_id, b->r, b->n, err)) {
+			interrupted = 1;
+			job.failed = 1, job.err = *err;
+		}
+		for (int i = 0; i < b->n; i++) {
+			counts[b->r[i].status]++;
+			top_add(&top, sw, &b->r[i]);
+		}
+		stored += b->n;
+		free(b);
+		double t = now_s();
+		if (bar && t - shown > 0.2)
+			progress(stored, todo, t0, t), shown = t;
+	}
+	for (int i = 0; i < o->jobs; i++)
+		pthread_join(th[i], NULL);
+	double dt = now_s() - t0;
+	if (bar)
+		progress(stored, todo, t0, now_s()), fputc('\n', stderr);
+	signal(SIGINT, SIG_DFL);
+	if (job.failed) {
+		*err = job.err;
+		goto out;
+	}
+	print_top(sw, &top, counts);
+	printf("# %lld points priced in %.2f s: %.0f points/s on %d thread(s)%s\n", stored, dt,
+	       stored / fmax(dt, 1e-9), o->jobs, db ? "" : " (not stored)");
+	if (db)
+		printf("# stored in %s as sweep %lld (table sweep_points)\n", o->db_path, sweep_id);
+	if (interrupted) {
+		fprintf(stderr, "parallax sweep: interrupted after %lld of %lld points; run it again "
+			"to resume\n", stored + already, sw->n_points);
+		rc = 130;
+		goto out;
+	}
+	rc = 0;
+	goto out;
+oom:
+	px_fail(err, PX_ERR_RUNTIME, "out of memory");
+out:
+	db_close(db);
+	free(done);
+	free(th);
+	free(top.r);
+	return rc;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+	SweepOpts o = {0};
+	Sweep sw;
+	PxError err = {0};
+	int rc = parse_opts(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	if (sweep_load(&sw, o.path, &err)) {
+		fprintf(stderr, "parallax sweep: %s\n", err.msg);
+		return err.code ? err.code : 1;
+	}
+	if (o.objective >= 0)
+		sw.objective = (SweepObjective)o.objective;
+	if (sw.objective == OBJ_COST && !sw.n_prices) {
+		fprintf(stderr, "parallax sweep: %s: objective cost needs prices\n", o.path);
+		sweep_free(&sw);
+		return 2;
+	}
+	interrupted = 0;
+	rc = run_sweep(&o, &sw, &err);
+	if (rc && rc != 130)
+		fprintf(stderr, "parallax sweep: %s\n", err.msg);
+	sweep_free(&sw);
+	return rc == -1 ? (err.code ? err.code : 1) : rc;
+}
+
+int cmd_merge(int argc, char **argv)
+{
+	PxDb *db;
+	PxError err = {0};
+	if (argc < 3 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(USAGE, argc < 3 && !(argc == 2 && !strcmp(argv[1], "--help")) ? stderr : stdout);
+		return argc < 3 && !(argc == 2 && !strcmp(argv[1], "--help")) ? 2 : 0;
+	}
+	if (db_open(argv[1], &db, &err)) {
+		fprintf(stderr, "parallax merge: %s\n", err.msg);
+		return err.code ? err.code : 1;
+	}
+	for (int i = 2; i < argc; i++) {
+		long long n = sweepdb_merge(db, argv[i], &err);
+		if (n < 0) {
+			fprintf(stderr, "parallax merge: %s\n", err.msg);
+			db_close(db);
+			return err.code ? err.code : 1;
+		}
+		printf("# %s: %lld sweep points added to %s\n", argv[i], n, argv[1]);
+	}
+	db_close(db);
+	return 0;
+}

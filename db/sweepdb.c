@@ -1,0 +1,177 @@
+#include "sweepdb.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int fail(PxDb *db, PxError *err, const char *what)
+{
+	return px_fail(err, PX_ERR_RUNTIME, "%s: %s: %s", db_path(db), what,
+		       sqlite3_errmsg(db_handle(db)));
+}
+
+static void utc_now(char *buf, size_t n)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int sweepdb_begin(PxDb *db, const Sweep *sw, long long *sweep_id, PxError *err)
+{
+	sqlite3 *h = db_handle(db);
+	sqlite3_stmt *s = NULL;
+	char now[32];
+	int rc = -1;
+	utc_now(now, sizeof(now));
+	if (sqlite3_prepare_v2(h, "INSERT OR IGNORE INTO sweeps (name, spec, n_points, created_utc) "
+			       "VALUES (?1, ?2, ?3, ?4)", -1, &s, NULL) != SQLITE_OK)
+		return fail(db, err, "preparing the sweep");
+	sqlite3_bind_text(s, 1, sw->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, sw->spec, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, sw->n_points);
+	sqlite3_bind_text(s, 4, now, -1, SQLITE_STATIC);
+	if (sqlite3_step(s) != SQLITE_DONE) {
+		fail(db, err, "storing the sweep");
+		goto out;
+	}
+	sqlite3_finalize(s);
+	if (sqlite3_prepare_v2(h, "SELECT id FROM sweeps WHERE spec = ?1", -1, &s, NULL) != SQLITE_OK)
+		return fail(db, err, "finding the sweep");
+	sqlite3_bind_text(s, 1, sw->spec, -1, SQLITE_STATIC);
+	if (sqlite3_step(s) != SQLITE_ROW) {
+		fail(db, err, "finding the sweep");
+		goto out;
+	}
+	*sweep_id = sqlite3_column_int64(s, 0);
+	rc = 0;
+out:
+	sqlite3_finalize(s);
+	return rc;
+}
+
+long long sweepdb_done(PxDb *db, long long sweep_id, unsigned char *done, long long n_points,
+		       PxError *err)
+{
+	sqlite3_stmt *s = NULL;
+	long long n = 0;
+	if (sqlite3_prepare_v2(db_handle(db), "SELECT idx FROM sweep_points WHERE sweep_id = ?1", -1,
+			       &s, NULL) != SQLITE_OK)
+		return fail(db, err, "reading the sweep's points");
+	sqlite3_bind_int64(s, 1, sweep_id);
+	while (sqlite3_step(s) == SQLITE_ROW) {
+		long long i = sqlite3_column_int64(s, 0);
+		if (i >= 0 && i < n_points && !(done[i / 8] & (1 << (i % 8)))) {
+			done[i / 8] |= (unsigned char)(1 << (i % 8));
+			n++;
+		}
+	}
+	sqlite3_finalize(s);
+	return n;
+}
+
+static void bind_real(sqlite3_stmt *s, int i, double v, int known)
+{
+	if (known && !isnan(v))
+		sqlite3_bind_double(s, i, v);
+	else
+		sqlite3_bind_null(s, i);
+}
+
+int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxError *err)
+{
+	sqlite3 *h = db_handle(db);
+	sqlite3_stmt *s = NULL;
+	if (sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+		return fail(db, err, "starting a batch");
+	if (sqlite3_prepare_v2(h, "INSERT OR REPLACE INTO sweep_points (sweep_id, idx, config, status, "
+			       "world, gpu, gpu_peak_bytes, capacity_bytes, step_s, tokens_per_s, mfu, "
+			       "cost_per_mtoken, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+			       "?11, ?12, ?13)", -1, &s, NULL) != SQLITE_OK)
+		goto fail;
+	for (int i = 0; i < n; i++) {
+		const PointResult *p = &r[i];
+		int timed = p->status == PT_OK, sized = p->status != PT_INVALID;
+		sqlite3_reset(s);
+		sqlite3_bind_int64(s, 1, sweep_id);
+		sqlite3_bind_int64(s, 2, p->idx);
+		sqlite3_bind_text(s, 3, p->config, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, sweep_status_name(p->status), -1, SQLITE_STATIC);
+		if (sized) {
+			sqlite3_bind_int64(s, 5, p->world);
+			sqlite3_bind_text(s, 6, p->gpu, -1, SQLITE_STATIC);
+		} else {
+			sqlite3_bind_null(s, 5);
+			sqlite3_bind_null(s, 6);
+		}
+		bind_real(s, 7, p->peak_bytes, sized);
+		bind_real(s, 8, p->capacity_bytes, sized);
+		bind_real(s, 9, p->step_s, timed);
+		bind_real(s, 10, p->tokens_per_s, timed);
+		bind_real(s, 11, p->mfu, timed);
+		bind_real(s, 12, p->cost_per_mtoken, timed);
+		if (p->note[0])
+			sqlite3_bind_text(s, 13, p->note, -1, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(s, 13);
+		if (sqlite3_step(s) != SQLITE_DONE)
+			goto fail;
+	}
+	sqlite3_finalize(s);
+	if (sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		goto fail;
+	return 0;
+fail:
+	fail(db, err, "storing sweep points");
+	sqlite3_finalize(s);
+	sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+	return -1;
+}
+
+long long sweepdb_merge(PxDb *db, const char *src, PxError *err)
+{
+	sqlite3 *h = db_handle(db);
+	sqlite3_stmt *s = NULL;
+	long long before = 0, after = 0;
+	/* a file that is not there is an error, not a new database */
+	if (access(src, R_OK))
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", src, strerror(errno));
+	if (sqlite3_prepare_v2(h, "ATTACH DATABASE ?1 AS src", -1, &s, NULL) != SQLITE_OK)
+		return fail(db, err, "attaching");
+	sqlite3_bind_text(s, 1, src, -1, SQLITE_STATIC);
+	int ok = sqlite3_step(s) == SQLITE_DONE;
+	sqlite3_finalize(s);
+	if (!ok)
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", src, sqlite3_errmsg(h));
+	if (sqlite3_prepare_v2(h, "SELECT count(*) FROM sweep_points", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		before = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	const char *copy =
+		"BEGIN IMMEDIATE;"
+		"INSERT OR IGNORE INTO main.sweeps (name, spec, n_points, created_utc)"
+		"  SELECT name, spec, n_points, created_utc FROM src.sweeps;"
+		"INSERT OR IGNORE INTO main.sweep_points"
+		"  SELECT m.id, p.idx, p.config, p.status, p.world, p.gpu, p.gpu_peak_bytes,"
+		"    p.capacity_bytes, p.step_s, p.tokens_per_s, p.mfu, p.cost_per_mtoken, p.note"
+		"  FROM src.sweep_points p JOIN src.sweeps s ON s.id = p.sweep_id"
+		"  JOIN main.sweeps m ON m.spec = s.spec;"
+		"COMMIT;";
+	if (sqlite3_exec(h, copy, NULL, NULL, NULL) != SQLITE_OK) {
+		px_fail(err, PX_ERR_INPUT, "%s: merging its sweeps: %s", src, sqlite3_errmsg(h));
+		sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+		sqlite3_exec(h, "DETACH DATABASE src", NULL, NULL, NULL);
+		return -1;
+	}
+	if (sqlite3_prepare_v2(h, "SELECT count(*) FROM sweep_points", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		after = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	sqlite3_exec(h, "DETACH DATABASE src", NULL, NULL, NULL);
+	return after - before;
+}

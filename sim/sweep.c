@@ -1,0 +1,287 @@
+#include "sweep.h"
+
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const char *sweep_status_name(PointStatus s)
+{
+	static const char *const n[] = {"ok", "oom", "invalid", "unpriced"};
+	return n[s];
+}
+
+/* ---- reading ---- */
+
+static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o->obj, "prices");
+	JsonDoc d = {0};
+	if (!v)
+		return 0;
+	if (cJSON_IsString(v)) { /* a price list file, relative to the sweep file */
+		char dir[1024], file[2048];
+		snprintf(dir, sizeof(dir), "%s", sw->path);
+		snprintf(file, sizeof(file), v->valuestring[0] == '/' ? "%s%s" : "%s/%s",
+			 v->valuestring[0] == '/' ? "" : dirname(dir), v->valuestring);
+		if (jdoc_load_file(&d, file, err))
+			return -1;
+		v = cJSON_GetObjectItemCaseSensitive(d.root, "per_gpu_hour_usd");
+	}
+	int rc = 0;
+	for (const cJSON *p = v ? v->child : NULL; p && sw->n_prices < 32; p = p->next) {
+		if (!cJSON_IsNumber(p) || p->valuedouble < 0) {
+			rc = px_fail(err, PX_ERR_INPUT, "%s: prices.%s: expected a price in USD per "
+				     "GPU-hour", sw->path, p->string);
+			break;
+		}
+		snprintf(sw->price_gpu[sw->n_prices], 32, "%s", p->string);
+		sw->price_per_gpu_hour[sw->n_prices++] = p->valuedouble;
+	}
+	jdoc_free(&d);
+	return rc;
+}
+
+static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
+{
+	char where[512];
+	const cJSON *axes = cJSON_GetObjectItemCaseSensitive(o->obj, "axes");
+	if (!cJSON_IsObject(axes) || !axes->child) {
+		jobj_where(o, "axes", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: axes: expected an object of KEY: [VALUES]",
+			       where);
+	}
+	sw->n_points = 1;
+	for (const cJSON *a = axes->child; a; a = a->next) {
+		SweepAxis *ax = &sw->axes[sw->n_axes];
+		if (sw->n_axes == SWEEP_MAX_AXES)
+			return px_fail(err, PX_ERR_INPUT, "%s: axes: at most %d", sw->path, SWEEP_MAX_AXES);
+		if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0)
+			return px_fail(err, PX_ERR_INPUT, "%s: axes.%s: expected a non-empty array of "
+				       "values", sw->path, a->string);
+		snprintf(ax->key, sizeof(ax->key), "%s", a->string);
+		ax->n = cJSON_GetArraySize(a);
+		ax->values = calloc((size_t)ax->n, sizeof(char *));
+		if (!ax->values)
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		sw->n_axes++;
+		int i = 0;
+		for (const cJSON *v = a->child; v; v = v->next, i++)
+			if (!(ax->values[i] = cJSON_PrintUnformatted(v)))
+				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		sw->n_points *= ax->n;
+	}
+	return 0;
+}
+
+/* The identity of a sweep: its file and its base's documents, so that a resumed sweep is the
+ * same one and a changed one is new. */
+static int make_spec(Sweep *sw, const JsonDoc *file, PxError *err)
+{
+	size_t len = strlen(file->text) + 1;
+	for (int i = 0; i < SC_N_DOCS; i++)
+		if (sw->base.docs[i].text)
+			len += strlen(sw->base.docs[i].text) + 1;
+	if (!(sw->spec = malloc(len)))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	strcpy(sw->spec, file->text);
+	for (int i = 0; i < SC_N_DOCS; i++)
+		if (sw->base.docs[i].text)
+			strcat(strcat(sw->spec, "\n"), sw->base.docs[i].text);
+	return 0;
+}
+
+int sweep_load(Sweep *sw, const char *path, PxError *err)
+{
+	static const char *const known[] = {"name", "description", "scenario", "set", "axes",
+					    "objective", "top", "prices", NULL};
+	JsonDoc d = {0};
+	JsonObj o;
+	JsonOverrides ov;
+	const char *name, *scn, *obj;
+	long long top;
+	PxNotes notes;
+	int rc = -1;
+
+	memset(sw, 0, sizeof(*sw));
+	jov_init(&ov);
+	px_notes_init(&notes);
+	snprintf(sw->path, sizeof(sw->path), "%s", path);
+	if (jdoc_load_file(&d, path, err))
+		goto out;
+	jobj_make(&o, &d, d.root, "", "", NULL);
+	if (!cJSON_IsObject(d.root)) {
+		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with scenario and axes", path);
+		goto out;
+	}
+	jobj_check_keys(&o, known, &notes);
+	for (int i = 0; i < notes.n_warnings; i++)
+		fprintf(stderr, "parallax sweep: %s\n", notes.warnings[i]);
+	if (jobj_str(&o, "name", "sweep", &name, err) < 0 ||
+	    jobj_str(&o, "objective", "throughput", &obj, err) < 0 ||
+	    jobj_int(&o, "top", 1, 1000, 10, &top, err) < 0 || jobj_str(&o, "scenario", NULL, &scn, err) < 0)
+		goto out;
+	snprintf(sw->name, sizeof(sw->name), "%s", name);
+	sw->top = (int)top;
+	if (!strcmp(obj, "throughput") || !strcmp(obj, "cost") || !strcmp(obj, "headroom")) {
+		sw->objective = !strcmp(obj, "throughput") ? OBJ_THROUGHPUT :
+				!strcmp(obj, "cost") ? OBJ_COST : OBJ_HEADROOM;
+	} else {
+		char where[512];
+		jobj_where(&o, "objective", where, sizeof(where));
+		px_fail(err, PX_ERR_INPUT, "%s: objective: expected throughput, cost or headroom, "
+			"got \"%s\"", where, obj);
+		goto out;
+	}
+	if (!scn) {
+		px_fail(err, PX_ERR_INPUT, "%s: scenario: missing; expected the path of a scenario",
+			path);
+		goto out;
+	}
+	const cJSON *set = cJSON_GetObjectItemCaseSensitive(d.root, "set");
+	for (const cJSON *s = set ? set->child : NULL; s; s = s->next) {
+		char *v = cJSON_PrintUnformatted(s), arg[1024];
+		snprintf(arg, sizeof(arg), "%s=%s", s->string, v ? v : "");
+		cJSON_free(v);
+		if (jov_add(&ov, arg, err))
+			goto out;
+	}
+	char dir[1024], file[2048];
+	snprintf(dir, sizeof(dir), "%s", path);
+	snprintf(file, sizeof(file), scn[0] == '/' ? "%s%s" : "%s/%s", scn[0] == '/' ? "" : dirname(dir),
+		 scn);
+	if (scenario_load(&sw->base, file, &ov, err))
+		goto out;
+	if (read_axes(sw, &o, err) || read_prices(sw, &o, err) || make_spec(sw, &d, err))
+		goto out;
+	if (sw->objective == OBJ_COST && sw->n_prices == 0) {
+		px_fail(err, PX_ERR_INPUT, "%s: objective cost needs prices (USD per GPU-hour per GPU)",
+			path);
+		goto out;
+	}
+	rc = 0;
+out:
+	jov_free(&ov);
+	px_notes_free(&notes);
+	jdoc_free(&d);
+	if (rc)
+		sweep_free(sw);
+	return rc;
+}
+
+void sweep_free(Sweep *sw)
+{
+	if (!sw)
+		return;
+	for (int a = 0; a < sw->n_axes; a++) {
+		for (int i = 0; sw->axes[a].values && i < sw->axes[a].n; i++)
+			cJSON_free(sw->axes[a].values[i]);
+		free(sw->axes[a].values);
+	}
+	scenario_free(&sw->base);
+	free(sw->spec);
+	sw->spec = NULL;
+	sw->n_axes = 0;
+}
+
+/* ---- one point ---- */
+
+static double price_of(const Sweep *sw, const char *gpu)
+{
+	for (int i = 0; i < sw->n_prices; i++)
+		if (!strcasecmp(sw->price_gpu[i], gpu))
+			return sw->price_per_gpu_hour[i];
+	return NAN;
+}
+
+int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
+{
+	JsonOverrides ov;
+	Scenario sc;
+	Prediction pr;
+	PxError why = {0};
+	long long rest = idx;
+	size_t at = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->idx = idx;
+	jov_init(&ov);
+	at += (size_t)snprintf(r->config, sizeof(r->config), "{");
+	for (int a = sw->n_axes - 1; a >= 0; a--) { /* the last axis varies fastest */
+		const SweepAxis *ax = &sw->axes[a];
+		const char *v = ax->values[rest % ax->n];
+		char arg[1024];
+		rest /= ax->n;
+		snprintf(arg, sizeof(arg), "%s=%s", ax->key, v);
+		if (jov_add(&ov, arg, err)) {
+			jov_free(&ov);
+			return -1;
+		}
+	}
+	for (int a = 0; a < sw->n_axes; a++) { /* the config in the file's axis order */
+		const JsonOverride *o = &ov.v[sw->n_axes - 1 - a];
+		if (at < sizeof(r->config))
+			at += (size_t)snprintf(r->config + at, sizeof(r->config) - at, "%s\"%s\": %s",
+					       a ? ", " : "", o->key, o->value);
+	}
+	if (at < sizeof(r->config))
+		snprintf(r->config + at, sizeof(r->config) - at, "}");
+
+	if (scenario_derive(&sc, &sw->base, &ov, &why)) {
+		jov_free(&ov);
+		if (why.code == PX_ERR_RUNTIME)
+			return px_fail(err, why.code, "%s", why.msg);
+		r->status = PT_INVALID;
+		snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
+		return 0;
+	}
+	jov_free(&ov);
+	snprintf(r->gpu, sizeof(r->gpu), "%s", sc.cluster.gpu.name);
+	r->world = cluster_world(&sc.cluster);
+	if (predict_memory(&sc, &pr, &why)) {
+		scenario_free(&sc);
+		if (why.code == PX_ERR_RUNTIME)
+			return px_fail(err, why.code, "%s", why.msg);
+		r->status = PT_INVALID;
+		snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
+		return 0;
+	}
+	r->peak_bytes = pr.stages[pr.worst].mem.place[PLACE_GPU].peak_bytes;
+	r->capacity_bytes = pr.gpu_capacity_bytes;
+	r->status = pr.fits ? PT_OK : PT_OOM; /* what does not fit is not timed */
+	if (pr.fits) {
+		HwProfile hw;
+		hwprofile_default(&sc.cluster.gpu, &hw);
+		if (predict_time(&pr, &hw, "built-in", &why)) {
+			predict_free(&pr);
+			scenario_free(&sc);
+			return px_fail(err, why.code, "%s", why.msg);
+		}
+		if (!pr.time_known) {
+			r->status = PT_UNPRICED;
+			snprintf(r->note, sizeof(r->note), "%.255s", pr.time_note);
+		} else {
+			r->step_s = pr.time.step_s;
+			r->tokens_per_s = pr.time.tokens_per_s;
+			r->mfu = pr.time.mfu;
+			double price = price_of(sw, r->gpu);
+			r->cost_per_mtoken = price * (double)r->world / 3600.0 / r->tokens_per_s * 1e6;
+		}
+	}
+	predict_free(&pr);
+	scenario_free(&sc);
+	return 0;
+}
+
+double sweep_score(const Sweep *sw, const PointResult *r)
+{
+	if (r->status != PT_OK)
+		return -INFINITY;
+	switch (sw->objective) {
+	case OBJ_COST: return isnan(r->cost_per_mtoken) ? -INFINITY : -r->cost_per_mtoken;
+	case OBJ_HEADROOM: return r->capacity_bytes - r->peak_bytes;
+	default: return r->tokens_per_s;
+	}
+}

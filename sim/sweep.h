@@ -1,0 +1,61 @@
+/* sweep: a space of scenarios, a base scenario and axes of --set values, and the pricing of one
+ * point of it. Owns reading the sweep file, numbering the points (mixed radix, the last axis
+ * fastest), and evaluating a point: memory first, the step time only for what fits. Running
+ * points in parallel, storing and ranking them is cmd_sweep.c's. */
+#ifndef PX_SIM_SWEEP_H
+#define PX_SIM_SWEEP_H
+
+#include "predict.h"
+
+#define SWEEP_MAX_AXES 24
+
+typedef enum { OBJ_THROUGHPUT, OBJ_COST, OBJ_HEADROOM } SweepObjective;
+typedef enum { PT_OK, PT_OOM, PT_INVALID, PT_UNPRICED } PointStatus;
+
+typedef struct SweepAxis {
+	char key[256];   /* a --set key */
+	int n;
+	char **values;   /* owned; each as --set takes it (JSON text) */
+} SweepAxis;
+
+typedef struct Sweep {
+	char name[128];
+	char path[1024];
+	Scenario base;            /* the base scenario, with the sweep's "set" applied */
+	int n_axes;
+	SweepAxis axes[SWEEP_MAX_AXES];
+	long long n_points;       /* the product of the axes' lengths */
+	SweepObjective objective;
+	int top;
+	int n_prices;
+	char price_gpu[32][32];
+	double price_per_gpu_hour[32];
+	char *spec;               /* owned; the sweep file and the base's documents: its identity */
+} Sweep;
+
+typedef struct PointResult {
+	long long idx;
+	PointStatus status;
+	long long world;
+	char gpu[32];
+	double peak_bytes, capacity_bytes, step_s, tokens_per_s, mfu, cost_per_mtoken;
+	char note[256];           /* why invalid or unpriced */
+	char config[1024];        /* {"key": value, ...} of this point */
+} PointResult;
+
+/* Read a sweep file:
+ * {"name", "scenario": PATH (relative to the file), "set": {KEY: VALUE}, "axes": {KEY: [VALUES]},
+ *  "objective": "throughput" | "cost" | "headroom", "top": N,
+ *  "prices": {GPU: USD per GPU-hour} or PATH}. */
+int sweep_load(Sweep *sw, const char *path, PxError *err);
+void sweep_free(Sweep *sw);
+
+/* Price point idx (0 .. n_points - 1). Never fails for a bad point (status says it); -1 only on
+ * running out of memory. */
+int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err);
+
+/* The objective's value, larger is better (cost and time are negated); -inf unless status OK. */
+double sweep_score(const Sweep *sw, const PointResult *r);
+const char *sweep_status_name(PointStatus s);
+
+#endif
