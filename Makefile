@@ -32,7 +32,7 @@ DB  := results/parallax.db
 
 SCENARIOS := $(sort $(wildcard scenarios/*.json))
 
-.PHONY: all run test test-rel test-san install clean deps
+.PHONY: all run test test-rel test-san install clean deps bench
 all: $(BIN)
 
 deps: $(BUILD)/.deps
@@ -89,6 +89,17 @@ test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(BIN)
 run: $(BIN)
 	@mkdir -p results
 	$(BIN) predict --db $(DB) $(SCENARIOS)
+
+# Sweep throughput on one core over the GPT-3 13B / 64 A100 space (1.1M points), and again on a
+# tenth of it: points/s and peak memory side by side show the rate and that memory does not grow
+# with the number of points.
+bench: $(BIN)
+	@echo "== sweep, 1 thread, 110,592 points (shard 0/10: every tenth point)"
+	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress \
+		--shard 0/10 | tail -1
+	@echo "== sweep, 1 thread, all 1,105,920 points"
+	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress | tail -1
+	@echo "# target (issue 4): 50,000 points/s per core; a widely used Python model: about 220"
 
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/parallax

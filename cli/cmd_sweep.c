@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -311,8 +312,11 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 		goto out;
 	}
 	print_top(sw, &top, counts);
-	printf("# %lld points priced in %.2f s: %.0f points/s on %d thread(s)%s\n", stored, dt,
-	       stored / fmax(dt, 1e-9), o->jobs, db ? "" : " (not stored)");
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	printf("# %lld points priced in %.2f s: %.0f points/s on %d thread(s)%s; peak memory %.1f MiB\n",
+	       stored, dt, stored / fmax(dt, 1e-9), o->jobs, db ? "" : " (not stored)",
+	       ru.ru_maxrss / 1024.0);
 	if (db)
 		printf("# stored in %s as sweep %lld (table sweep_points)\n", o->db_path, sweep_id);
 	if (interrupted) {

@@ -13,6 +13,7 @@
 	X(dsconfig)    \
 	X(parallel)    \
 	X(time)        \
+	X(sweep)       \
 	X(kernels)     \
 	X(comm)        \
 	X(exec)        \

@@ -1,0 +1,156 @@
+/* Sweeps: every point priced and stored once, refused points kept with DeepSpeed's reason,
+ * resume after an interruption without repeating or losing points, shards that merge into the
+ * whole, and the ranking. Through the real binary (PX_BIN). */
+#include <CUnit/CUnit.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "suites.h"
+
+static char dir[256];
+
+/* 4 stages x 2 tp x 3 pp = 24 points on the bundled GPT-3 13B base: pipelining with ZeRO 2-3 is
+ * refused (2 stages x 2 tp x 2 pp = 8 points). */
+static const char *sweep_file(void)
+{
+	static char path[512];
+	char text[2048];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/sweep.json", dir);
+	snprintf(text, sizeof(text),
+		 "{\"name\": \"t\", \"scenario\": \"%s\", \"prices\": \"%s\", \"top\": 3,"
+		 " \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],"
+		 " \"parallelism.tp\": [1, 8], \"parallelism.pp\": [1, 2, 4]}}",
+		 px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"),
+		 px_test_path("scenarios/prices.json"));
+	px_test_write_file(path, text);
+	return path;
+}
+
+static double q(const char *db_path, const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	double v = -1;
+	if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			v = sqlite3_column_double(st, 0);
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(db);
+	return v;
+}
+
+static void test_all_points_stored(void)
+{
+	char args[2048], out[65536], db[512];
+	const char *sw = sweep_file();
+	snprintf(db, sizeof(db), "%s/all.db", dir);
+	snprintf(args, sizeof(args), "sweep '%s' --db '%s' --jobs 2", sw, db);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points"), 24);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(DISTINCT idx) FROM sweep_points"), 24);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points WHERE status = 'invalid' AND "
+			  "note LIKE '%incompatible with pipeline parallelism%'"), 8);
+	/* a priced point has its time; one that does not fit is not timed */
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points WHERE status = 'ok' AND "
+			  "(step_s IS NULL OR tokens_per_s <= 0)"), 0);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points WHERE status = 'oom' AND "
+			  "step_s IS NOT NULL"), 0);
+	/* index 0 is the first value of every axis; the last axis varies fastest */
+	CU_ASSERT(q(db, "SELECT count(*) FROM sweep_points WHERE idx = 1 AND config = "
+		    "'{\"deepspeed.zero_optimization.stage\": 0, \"parallelism.tp\": 1, "
+		    "\"parallelism.pp\": 2}'") == 1);
+	/* the printed ranking: best first by tokens/s, matching the database's own order */
+	double best = q(db, "SELECT idx FROM sweep_points WHERE status = 'ok' ORDER BY "
+			"tokens_per_s DESC, idx LIMIT 1");
+	char want[64];
+	snprintf(want, sizeof(want), "   1 %8.0f ", best);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	/* running it again adds nothing: every point is there */
+	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "24 points already"));
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points"), 24);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweeps"), 1);
+}
+
+/* Shards 0/3, 1/3, 2/3 into three databases; merged, they are the whole sweep, each point once,
+ * equal to the unsharded run's values. A shard re-run after "losing" half its points (an
+ * interruption) prices only the missing ones. */
+static void test_shard_merge_resume(void)
+{
+	char args[4096], out[65536], db[3][512], all[512], merged[512];
+	const char *sw = sweep_file();
+	snprintf(all, sizeof(all), "%s/all.db", dir);
+	snprintf(merged, sizeof(merged), "%s/merged.db", dir);
+	snprintf(args, sizeof(args), "sweep '%s' --db '%s' --jobs 1", sw, all);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	for (int i = 0; i < 3; i++) {
+		snprintf(db[i], sizeof(db[i]), "%s/s%d.db", dir, i);
+		snprintf(args, sizeof(args), "sweep '%s' --db '%s' --shard %d/3 --jobs 1", sw, db[i], i);
+		CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+		CU_ASSERT_EQUAL(q(db[i], "SELECT count(*) FROM sweep_points"), 8);
+		char mine[128];
+		snprintf(mine, sizeof(mine), "SELECT count(*) FROM sweep_points WHERE idx %% 3 != %d", i);
+		CU_ASSERT_EQUAL(q(db[i], mine), 0); /* only its own points */
+	}
+	/* an interrupted shard: drop half, run again, only those are priced */
+	char sql[1024];
+	snprintf(sql, sizeof(sql), "sqlite3 '%s' 'DELETE FROM sweep_points WHERE idx %% 2 = 0'", db[0]);
+	CU_ASSERT_EQUAL(system(sql), 0);
+	CU_ASSERT(q(db[0], "SELECT count(*) FROM sweep_points") < 8);
+	snprintf(args, sizeof(args), "sweep '%s' --db '%s' --shard 0/3 --jobs 1", sw, db[0]);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "resuming"));
+	CU_ASSERT_EQUAL(q(db[0], "SELECT count(*) FROM sweep_points"), 8);
+
+	snprintf(args, sizeof(args), "merge '%s' '%s' '%s' '%s'", merged, db[0], db[1], db[2]);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweep_points"), 24);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(DISTINCT idx) FROM sweep_points"), 24);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweeps"), 1);
+	/* the same values as the unsharded sweep */
+	snprintf(sql, sizeof(sql), "ATTACH '%s' AS a", all);
+	double same = -1;
+	sqlite3 *h;
+	sqlite3_stmt *st;
+	if (sqlite3_open(merged, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(h, "SELECT count(*) FROM sweep_points m JOIN a.sweep_points x USING "
+			       "(idx) WHERE m.status = x.status AND m.config = x.config AND "
+			       "(m.step_s IS x.step_s)", -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			same = sqlite3_column_double(st, 0);
+		sqlite3_finalize(st);
+	}
+	sqlite3_close(h);
+	CU_ASSERT_EQUAL(same, 24);
+	/* merging a missing file is refused */
+	snprintf(args, sizeof(args), "merge '%s' '%s/none.db'", merged, dir);
+	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "cannot open"));
+}
+
+static void test_bad_sweeps(void)
+{
+	char args[2048], out[8192], path[512];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/bad.json", dir);
+	px_test_write_file(path, "{\"scenario\": \"nowhere.json\", \"axes\": {\"a\": [1]}}");
+	snprintf(args, sizeof(args), "sweep '%s' --no-db", path);
+	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "nowhere.json: cannot open"));
+	px_test_write_file(path, "{\"scenario\": \"x.json\", \"axes\": {\"a\": []}}");
+	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "sweep '%s' --no-db --shard 3/3", sweep_file());
+	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 2);
+}
+
+int test_sweep_register(void)
+{
+	return PX_ADD_SUITE("sweep", {"every point stored once, refusals kept", test_all_points_stored},
+			    {"shards merge into the whole; resume", test_shard_merge_resume},
+			    {"bad sweeps", test_bad_sweeps});
+}
