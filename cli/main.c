@@ -16,6 +16,7 @@ static const char USAGE[] =
 	"  compare [RUN]        a measured run beside its prediction\n"
 	"  sweep SWEEP.json     price every point of a space of scenarios on all cores\n"
 	"  merge OUT.db IN.db.. merge the sweeps of sharded runs\n"
+	"  plan PLAN.json       size a cluster: GPU type and node count for a token budget\n"
 	"  gpus                 the built-in GPU catalog\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(cmd, "sweep"))
 		return cmd_sweep(argc - 1, argv + 1);
+	if (!strcmp(cmd, "plan"))
+		return cmd_plan(argc - 1, argv + 1);
 	if (!strcmp(cmd, "merge"))
 		return cmd_merge(argc - 1, argv + 1);
 	if (!strcmp(cmd, "compare"))

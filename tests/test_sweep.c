@@ -2,6 +2,7 @@
  * resume after an interruption without repeating or losing points, shards that merge into the
  * whole, and the ranking. Through the real binary (PX_BIN). */
 #include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,9 +149,54 @@ static void test_bad_sweeps(void)
 	CU_ASSERT_EQUAL(px_test_run_cli(args, out, sizeof(out)), 2);
 }
 
+/* parallax plan on a small case: 2 GPU types x 2 sizes for GPT-3 13B. Worked from its own table:
+ * days = tokens / tokens_per_s / 86400, cost = USD per GPU-hour (scenarios/prices.json: A100-80GB
+ * 5.12, H100-SXM 12.29) x GPUs x hours, and the winner is the cheapest cell within the deadline. */
+static void test_plan_choice(void)
+{
+	char path[512], args[1024], out[65536];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/plan.json", dir);
+	char text[2048], cp[1400];
+	/* the price list beside the plan, as plan files name it */
+	snprintf(cp, sizeof(cp), "cp '%s' '%s/prices.json'", px_test_path("scenarios/prices.json"), dir);
+	CU_ASSERT_EQUAL_FATAL(system(cp), 0);
+	snprintf(text, sizeof(text),
+		 "{\"scenario\": \"%s\", \"tokens\": 1e11, \"deadline_days\": 20,"
+		 " \"gpus\": [\"A100-80GB\", \"H100-SXM\"], \"nodes\": [4, 8],"
+		 " \"prices\": \"prices.json\", \"search\": {\"deepspeed.zero_optimization.stage\":"
+		 " [1, 2, 3], \"deepspeed.train_micro_batch_size_per_gpu\": [1, 2]}}",
+		 px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"));
+	px_test_write_file(path, text);
+	snprintf(args, sizeof(args), "plan '%s' --json", path);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, out, sizeof(out)), 0);
+	cJSON *j = cJSON_Parse(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	const cJSON *cells = cJSON_GetObjectItem(j, "cells");
+	CU_ASSERT_EQUAL(cJSON_GetArraySize(cells), 4);
+	int best = -1, i = 0;
+	double best_cost = 0;
+	for (const cJSON *c = cells->child; c; c = c->next, i++) {
+		const char *gpu = cJSON_GetObjectItem(c, "gpu")->valuestring;
+		double gpus = cJSON_GetObjectItem(c, "gpus")->valuedouble;
+		CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(c, "fits")));
+		double tps = cJSON_GetObjectItem(c, "tokens_per_s")->valuedouble;
+		double days = cJSON_GetObjectItem(c, "days")->valuedouble;
+		double cost = cJSON_GetObjectItem(c, "cost_usd")->valuedouble;
+		double price = !strcmp(gpu, "H100-SXM") ? 12.29 : 5.12;
+		CU_ASSERT_DOUBLE_EQUAL(days, 1e11 / tps / 86400, 1e-9 * days);
+		CU_ASSERT_DOUBLE_EQUAL(cost, price * gpus * 1e11 / tps / 3600, 1e-9 * cost);
+		if (days <= 20 && (best < 0 || cost < best_cost))
+			best = i, best_cost = cost;
+	}
+	CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "winner")->valuedouble, best);
+	cJSON_Delete(j);
+}
+
 int test_sweep_register(void)
 {
 	return PX_ADD_SUITE("sweep", {"every point stored once, refusals kept", test_all_points_stored},
 			    {"shards merge into the whole; resume", test_shard_merge_resume},
-			    {"bad sweeps", test_bad_sweeps});
+			    {"bad sweeps", test_bad_sweeps},
+			    {"plan picks the cheapest within the deadline", test_plan_choice});
 }
