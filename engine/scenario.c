@@ -281,15 +281,21 @@ static int finish_load(Scenario *sc, PxError *err)
 	return 0;
 }
 
-int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+/* An empty scenario for path, holding a copy of the overrides ov. */
+static int begin(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
 {
-	JsonObj sect[SC_N_DOCS];
-
 	memset(sc, 0, sizeof(*sc));
 	px_notes_init(&sc->notes);
 	jov_init(&sc->ov);
 	snprintf(sc->path, sizeof(sc->path), "%s", path);
-	if (copy_overrides(sc, ov, err))
+	return copy_overrides(sc, ov, err);
+}
+
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+{
+	JsonObj sect[SC_N_DOCS];
+
+	if (begin(sc, path, ov, err))
 		goto fail;
 	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
 		goto fail;
@@ -311,11 +317,7 @@ fail:
 
 int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err)
 {
-	memset(sc, 0, sizeof(*sc));
-	px_notes_init(&sc->notes);
-	jov_init(&sc->ov);
-	snprintf(sc->path, sizeof(sc->path), "%s", base->path);
-	if (copy_overrides(sc, &base->ov, err) || copy_overrides(sc, ov, err))
+	if (begin(sc, base->path, &base->ov, err) || copy_overrides(sc, ov, err))
 		goto fail;
 	for (int i = 0; i < SC_N_DOCS; i++) {
 		const JsonDoc *d = &base->docs[i];

@@ -1,6 +1,7 @@
 #include "fixtures.h"
 
 #include <CUnit/CUnit.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,16 @@ int fx_predict(Scenario *sc, Prediction *pr, const char *json)
 		return -1;
 	}
 	return 0;
+}
+
+int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
+{
+	char json[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	return fx_predict(sc, pr, json);
 }
 
 void fx_free(Scenario *sc, Prediction *pr)

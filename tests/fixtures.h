@@ -10,6 +10,9 @@ int fx_load(Scenario *sc, const char *json);
 /* Load and predict; on success both must be freed (fx_free). */
 int fx_predict(Scenario *sc, Prediction *pr, const char *json);
 void fx_free(Scenario *sc, Prediction *pr);
+/* fx_predict of a printf-formatted scenario (up to 4 KiB). */
+int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* A model object from a bundled config file: "\"model\": \"ABS/scenarios/models/NAME.json\"". */
 const char *fx_model(const char *name);

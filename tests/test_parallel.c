@@ -23,25 +23,13 @@
 	" \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 32000,"       \
 	" \"max_position_embeddings\": 512}"
 
-static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
-{
-	char json[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(json, sizeof(json), fmt, ap);
-	va_end(ap);
-	return fx_predict(sc, pr, json);
-}
-
 /* ---- activations: Korthikanti Table 2 through the planner ---- */
 
 static void check_layer(int t, int sp, const char *ckpt, double expected_act, double expected_ckpt)
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
 			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H100-SXM\","
 			 " \"nodes\": 1, \"gpus_per_node\": %d}, \"seq_length\": 512,"
@@ -100,7 +88,7 @@ static void check_inflight(const char *sched, int v, int first, int last, int fi
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"gradient_accumulation_steps\": 8, \"bf16\": {\"enabled\": true}},"
 			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 4},"
@@ -162,7 +150,7 @@ static void test_megatron_tp_traffic(void)
 		for (int t = 2; t <= 8; t *= 2) {
 			Scenario sc;
 			Prediction pr;
-			if (predict_json(&sc, &pr,
+			if (fx_predictf(&sc, &pr,
 					 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
 					 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\","
 					 " \"nodes\": 1, \"gpus_per_node\": %d}, \"seq_length\": 512,"
@@ -184,7 +172,7 @@ static void check_capacity(long long b, long long s, long long E, long long k, d
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": %lld, \"k\": %lld,"
 			 " \"capacity_factor\": %g, \"min_capacity\": %lld}, \"deepspeed\":"
 			 " {\"train_micro_batch_size_per_gpu\": %lld, \"bf16\": {\"enabled\": true}},"
@@ -211,7 +199,7 @@ static void test_moe_all_to_all(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
 			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\":"
 			 " {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}},"
@@ -238,7 +226,7 @@ static void test_mixtral_count(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1},"
 			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
 			 " \"seq_length\": 4096, \"parallelism\": {\"ep\": 8}}",
@@ -259,7 +247,7 @@ static void test_mixtral_count(void)
  * across N nodes (N-1)/N; both tend to 1, and the ratio to 4. */
 static int zpp_predict(int zpp, long long nodes, Prediction *pr, Scenario *sc)
 {
-	return predict_json(sc, pr,
+	return fx_predictf(sc, pr,
 			    "{" SMALL_LLAMA ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			    " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3,"
 			    " \"stage3_param_persistence_threshold\": 0, \"reduce_bucket_size\": 1e9%s}},"

@@ -23,18 +23,6 @@ int test_time_register(void);
 	"\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8, \"n_layer\": 8,"  \
 	" \"n_positions\": 512, \"vocab_size\": 1024}"
 
-static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int predict_json(Scenario *sc, Prediction *pr, const char *fmt, ...)
-{
-	char json[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(json, sizeof(json), fmt, ap);
-	va_end(ap);
-	return fx_predict(sc, pr, json);
-}
-
 /* A profile on which only compute costs time, at half the peak whatever the size: no latency,
  * infinite link and host bandwidth, no elementwise traffic. */
 static void compute_only_profile(HwProfile *hw)
@@ -107,7 +95,7 @@ static double replay_pipe(PipeSchedule kind, int pp, int v, int m, double F, dou
 	double step = -1;
 
 	/* a plan with pp stages (its own schedules are replaced by the hand-built ones) */
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"gradient_accumulation_steps\": %d, \"bf16\": {\"enabled\": true}},"
 			 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": %d},"
@@ -247,7 +235,7 @@ static void test_overlap_comm(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2,"
 			 " \"reduce_bucket_size\": 1e5}}, \"cluster\": {\"gpu\": \"A100-80GB\","
@@ -297,7 +285,7 @@ static void check_coll(const char *gpu, int nodes, CollKind kind, double S, doub
 	HwProfile hw;
 	Schedule s;
 	int n = 8 * nodes;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"%s\", \"nodes\": %d,"
 			 " \"gpus_per_node\": 8}, \"seq_length\": 512}", gpu, nodes))
@@ -336,7 +324,7 @@ static void test_compute_and_copy_formulas(void)
 	Prediction pr;
 	HwProfile hw;
 	Schedule s;
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\","
 			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
@@ -373,7 +361,7 @@ static void test_offload_stall(void)
 	Schedule s, *stages[1] = {&s};
 	TimeResult r;
 	PxError err = {0};
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2,"
 			 " \"offload_optimizer\": {\"device\": \"cpu\"}}}, \"cluster\": {\"gpu\":"
@@ -530,7 +518,7 @@ static void test_unmatched_receive(void)
 	Schedule s0, s1, *stages[2] = {&s0, &s1};
 	TimeResult r;
 	PxError err = {0};
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1},"
 			 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 2},"
 			 " \"seq_length\": 512, \"parallelism\": {\"pp\": 2}}"))
@@ -559,7 +547,7 @@ static void test_missing_peak(void)
 	TimeResult r;
 	PxError err = {0};
 	Schedule *stages[1];
-	if (predict_json(&sc, &pr,
+	if (fx_predictf(&sc, &pr,
 			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 			 " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"V100-32GB\","
 			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
