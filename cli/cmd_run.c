@@ -172,7 +172,11 @@ static int relaunch(int ranks, char **argv_run, int argc_run)
 
 /* ---- measured metrics ---- */
 
-enum { MEAS_MEMORY = 2 * N_CATS + 3, MEAS_COMM = 2 * N_COLLS + 1, MEAS_N = MEAS_MEMORY + MEAS_COMM + 2 };
+enum {
+	MEAS_MEMORY = 2 * N_CATS + 3,
+	MEAS_COMM = 2 * N_COLLS + 1,
+	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + 2
+};
 
 /* This rank's measurements as a vector every rank fills alike (for one all-gather). */
 static void measure(const Runner *run, Comm *world, int steps, double step_s, double *v)
@@ -198,6 +202,9 @@ static void measure(const Runner *run, Comm *world, int steps, double step_s, do
 		wire += w / steps;
 	}
 	v[k++] = wire;
+	const double *t = runner_op_times(run); /* each kind of op, per step */
+	for (int i = 0; i < RUNNER_N_TIMES; i++)
+		v[k++] = t[i] / steps;
 	v[k++] = step_s;
 	v[k++] = 0;
 }
@@ -217,6 +224,10 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
 	}
 	snprintf(names[k++], 64, "comm.wire_bytes");
+	for (int i = 0; i < N_COMPS; i++)
+		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
+	for (int i = 0; i < N_COLLS; i++)
+		snprintf(names[k++], 64, "time.measured.%s_s", coll_name(i));
 	snprintf(names[k++], 64, "time.step_s");
 	snprintf(names[k++], 64, "steps");
 	for (int r = 0; r < world; r++)

@@ -17,6 +17,7 @@ static const char USAGE[] =
 	"  sweep SWEEP.json     price every point of a space of scenarios on all cores\n"
 	"  merge OUT.db IN.db.. merge the sweeps of sharded runs\n"
 	"  plan PLAN.json       size a cluster: GPU type and node count for a token budget\n"
+	"  plot KIND ...        charts with gnuplot (PNG + SVG): memory, time, scaling, compare\n"
 	"  gpus                 the built-in GPU catalog\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
@@ -43,6 +44,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(cmd, "sweep"))
 		return cmd_sweep(argc - 1, argv + 1);
+	if (!strcmp(cmd, "plot"))
+		return cmd_plot(argc - 1, argv + 1);
 	if (!strcmp(cmd, "plan"))
 		return cmd_plan(argc - 1, argv + 1);
 	if (!strcmp(cmd, "merge"))

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../engine/build.h"
 #include "../kernels/gpt_cpu.h"
@@ -40,6 +41,7 @@ struct Runner {
 	int *inputs, *targets, *sample;
 	Seg *segs;
 	int n_segs;
+	double op_s[RUNNER_N_TIMES]; /* wall time per kind of op, summed over the steps */
 };
 
 /* ---- storage in fp32, fp16 or bf16 ---- */
@@ -120,8 +122,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "no ZeRO++";
 	else if (ds->comm_dtype != ds->grad_dtype)
 		why = "communication_data_type equal to the gradients' type";
-	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW"))
-		why = "the Adam or AdamW optimizer";
+	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
+		 strcasecmp(ds->optimizer, "SGD"))
+		why = "the Adam, AdamW or SGD optimizer";
 	else if (!sc->cpu_backend)
 		why = "backend \"cpu\"";
 	else if (sc->ckpt == CKPT_SELECTIVE)
@@ -499,7 +502,8 @@ static void optimize(Runner *r, StepResult *res)
 	}
 	float clip = ops_clip_coef(res->grad_norm, (float)ds->gradient_clipping);
 	long long part = r->st->part_elems;
-	float *m = r->buf[r->id_states], *v = m + part;
+	float *m = r->id_states >= 0 ? r->buf[r->id_states] : NULL, *v = m ? m + part : NULL;
+	int sgd = !strcasecmp(ds->optimizer, "SGD");
 	r->opt_steps++;
 	res->lr = dsconfig_lr(ds, r->opt_steps);
 	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
@@ -509,8 +513,13 @@ static void optimize(Runner *r, StepResult *res)
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
 		if (r->gdt != DT_FP32)
 			to_f32(g32, sg->grads, (size_t)sg->n, r->gdt);
-		ops_adamw_step(w, m + sg->part_off, v + sg->part_off, g32, (size_t)sg->n, &h,
-			       r->opt_steps, (float)(clip * unscale));
+		if (sgd) /* the momentum buffer is the one state, when momentum is on */
+			ops_sgd_step(w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n, (float)res->lr,
+				     (float)ds->momentum, (float)ds->weight_decay,
+				     (float)(clip * unscale));
+		else
+			ops_adamw_step(w, m + sg->part_off, v + sg->part_off, g32, (size_t)sg->n, &h,
+				       r->opt_steps, (float)(clip * unscale));
 		if (p->mixed)
 			from_f32(sg->params, w, (size_t)sg->n, r->pdt);
 	}
@@ -586,7 +595,37 @@ static void load_micro_batch(Runner *r, const DataSource *data, long step, int m
 	}
 }
 
+static double clock_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Which time counter an op adds to: a compute kind, then a collective kind. */
+static int time_slot(const Op *op)
+{
+	if (op->kind == OP_COMPUTE)
+		return op->sub;
+	if (op->kind == OP_COLL)
+		return N_COMPS + op->sub;
+	return -1;
+}
+
+static int run_op_timed(Runner *r, int i, PxError *err);
+
 static int run_op(Runner *r, int i, PxError *err)
+{
+	int slot = time_slot(&r->s->ops[i]);
+	if (slot < 0)
+		return run_op_timed(r, i, err);
+	double t0 = clock_s();
+	int rc = run_op_timed(r, i, err);
+	r->op_s[slot] += clock_s() - t0;
+	return rc;
+}
+
+static int run_op_timed(Runner *r, int i, PxError *err)
 {
 	const Op *op = &r->s->ops[i];
 	switch (op->kind) {
@@ -629,7 +668,9 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
+			double t0 = clock_s();
 			optimize(r, res);
+			r->op_s[COMP_OPTIMIZER] += clock_s() - t0;
 			continue;
 		}
 		if (op->kind != OP_LOOP) {
@@ -798,6 +839,11 @@ void runner_destroy(Runner *r)
 const Arena *runner_arena(const Runner *r)
 {
 	return &r->arena;
+}
+
+const double *runner_op_times(const Runner *r)
+{
+	return r->op_s;
 }
 
 /* ---- checkpoints ---- */

@@ -38,6 +38,11 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 
 const Arena *runner_arena(const Runner *r);
 
+/* Wall time spent in each kind of schedule op since creation: [CompKind] for computes, then
+ * [N_COMPS + CollKind] for collectives. */
+#define RUNNER_N_TIMES (N_COMPS + N_COLLS)
+const double *runner_op_times(const Runner *r);
+
 /* This rank's training state (its parameters, partitioned as the plan says, master weights,
  * optimizer states, optimizer step and fp16 loss-scaling state) to or from an open file. Between
  * steps gradients are zero, so they are not saved. load checks the header written by save and

@@ -17,7 +17,8 @@
 	X(kernels)     \
 	X(comm)        \
 	X(exec)        \
-	X(cli)
+	X(cli)         \
+	X(plot)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
