@@ -20,6 +20,7 @@ static const char USAGE[] =
 	"       parallax plot scaling SCENARIO [--nodes N,N,...] [--set KEY=VALUE]... [--hw FILE]\n"
 	"                             [OPTIONS]\n"
 	"       parallax plot compare [RUN] [--db FILE] [OPTIONS]\n"
+"       parallax plot pareto [SWEEP] [--db FILE] [OPTIONS]\n"
 	"\n"
 	"Draw a chart with gnuplot and write PREFIX.png and PREFIX.svg, with the data it plots\n"
 	"(PREFIX.dat) and the script that plots it (PREFIX.gp) beside them, so that\n"
@@ -41,6 +42,11 @@ static const char USAGE[] =
 	"  compare  a measured run against its prediction (predicted_vs_measured view): measured\n"
 	"           against predicted for every memory.* and comm.* metric of every rank, and rank\n"
 	"           0's relative error per metric\n"
+	"  pareto   a stored sweep (parallax sweep): time against cost (hours per billion tokens\n"
+	"           against USD, or GPU-hours without prices, per million tokens) and tokens/s\n"
+	"           against GPUs, points coloured by GPU type, each with its Pareto front; SWEEP\n"
+	"           is a sweep id or name (default the newest); the fronts' configurations are\n"
+	"           listed in PREFIX.dat\n"
 	"\n"
 	"options:\n"
 	"  --out PREFIX          write PREFIX.png, PREFIX.svg, PREFIX.gp and PREFIX.dat (default\n"
@@ -51,7 +57,7 @@ static const char USAGE[] =
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
 	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
-	"  --db FILE             compare: the results database (default $PARALLAX_DB or\n"
+	"  --db FILE             compare, pareto: the results database (default $PARALLAX_DB or\n"
 	"                        results/parallax.db); RUN defaults to the latest measured run\n"
 	"  -h, --help            this help\n"
 	"\n"
@@ -70,6 +76,7 @@ static const struct {
 	{"time", plot_time, 1, -1},
 	{"scaling", plot_scaling, 1, 1},
 	{"compare", plot_compare, 0, 1},
+	{"pareto", plot_pareto, 0, 1},
 };
 #define N_KINDS ((int)(sizeof(KINDS) / sizeof(KINDS[0])))
 
@@ -100,7 +107,7 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 	for (k = 0; k < N_KINDS && strcmp(argv[0], KINDS[k].name); k++)
 		;
 	if (k == N_KINDS)
-		return usage_error("unknown plot '%s'; expected memory, time, scaling or compare",
+		return usage_error("unknown plot '%s'; expected memory, time, scaling, compare or pareto",
 				   argv[0]);
 	*kind = k;
 	o->kind = KINDS[k].name;
@@ -140,18 +147,19 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 	o->n_args = argc - optind;
 	const char *kn = o->kind;
 	if (o->n_args < KINDS[k].min_args)
-		return usage_error("%s: no %s given", kn, k == 3 ? "run" : "scenario");
+		return usage_error("%s: no scenario given", kn);
 	if (KINDS[k].max_args >= 0 && o->n_args > KINDS[k].max_args)
 		return usage_error("%s takes %s, got %d arguments", kn,
-				   k == 3 ? "at most one run id" : "one scenario", o->n_args);
+				   k == 3 ? "at most one run id" : k == 4 ? "at most one sweep"
+				   : "one scenario", o->n_args);
 	if (o->nodes && strcmp(kn, "scaling"))
 		return usage_error("%s: --nodes applies to scaling only", kn);
-	if (o->db && strcmp(kn, "compare"))
-		return usage_error("%s: --db applies to compare only", kn);
+	if (o->db && strcmp(kn, "compare") && strcmp(kn, "pareto"))
+		return usage_error("%s: --db applies to compare and pareto only", kn);
 	if (o->hw && strcmp(kn, "time") && strcmp(kn, "scaling"))
 		return usage_error("%s: --hw applies to time and scaling only", kn);
-	if (o->ov.n && !strcmp(kn, "compare"))
-		return usage_error("compare: --set does not apply to a stored run");
+	if (o->ov.n && (!strcmp(kn, "compare") || !strcmp(kn, "pareto")))
+		return usage_error("%s: --set does not apply to stored results", kn);
 	return -1;
 }
 

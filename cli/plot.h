@@ -1,11 +1,12 @@
 /* plot: the inside of `parallax plot`. Each plot kind (plot_memory.c, plot_time.c,
- * plot_scaling.c, plot_compare.c) computes its numbers and writes, into memory, a gnuplot data
+ * plot_scaling.c, plot_compare.c, plot_pareto.c) computes its numbers and writes, into memory, a gnuplot data
  * table and the script that draws it; cmd_plot.c owns the options, the output files (written as
  * NAME.tmp and renamed only once gnuplot has succeeded) and running gnuplot; plot_common.c the
  * helpers below. Nothing here prices a scenario: sim/predict.h does. */
 #ifndef PX_CLI_PLOT_H
 #define PX_CLI_PLOT_H
 
+#include <sqlite3.h>
 #include <stddef.h>
 
 #include "../sim/predict.h"
@@ -31,14 +32,14 @@ void pb_dat_string(PlotBuf *b, const char *s);
 /* ---- what the command was asked ---- */
 
 typedef struct PlotOpts {
-	const char *kind;         /* "memory", "time", "scaling", "compare" */
+	const char *kind;         /* "memory", "time", "scaling", "compare", "pareto" */
 	char **args;              /* positional arguments after the kind (not owned) */
 	int n_args;
 	JsonOverrides ov;         /* --set, in order */
 	const char *out;          /* --out PREFIX, NULL for results/plots/KIND-NAME */
 	int png, svg;             /* --format */
 	const char *nodes;        /* scaling: --nodes 1,2,4 */
-	const char *db;           /* compare: --db FILE */
+	const char *db;           /* compare, pareto: --db FILE */
 	const char *hw;           /* time, scaling: --hw FILE */
 } PlotOpts;
 
@@ -59,6 +60,12 @@ int plot_memory(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_time(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_scaling(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err);
+int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err);
+
+/* The Pareto front of n points that minimise a and maximise b: front[i] = 1 for each point that
+ * no other beats (as good on both and better on one); of points equal on both, the first. Returns
+ * how many are on it, or -1 when out of memory. */
+int plot_pareto_front(const double *a, const double *b, int n, unsigned char *front);
 
 /* ---- shared by the kinds ---- */
 
@@ -71,6 +78,14 @@ int plot_predict(const char *path, const JsonOverrides *base, const char *const 
 /* Notes under the plot (lines separated by '\n'), as label `tag`, with the bottom margin made
  * room for them. */
 void plot_footer(PlotBuf *g, int tag, const char *text);
+
+/* Tics at 1, 2 and 5 of each decade from lo to hi (lo > 0) on a log axis ("x", "y", "y2"),
+ * labelled with k = 10^3 and M = 10^6: powers of ten alone leave one tic when the data spans a
+ * decade or two. */
+void plot_log_tics(PlotBuf *g, const char *axis, double lo, double hi);
+
+/* The results database at path opened to read (PX_ERR_INPUT naming it when it cannot be). */
+sqlite3 *plot_open_db(const char *path, PxError *err);
 
 /* The reason in a library message: what follows its last ": " ("ZeRO-2 and ZeRO-3 are
  * incompatible with pipeline parallelism"). Points into msg. */

@@ -1,5 +1,6 @@
 /* plot_common: what the plot kinds share: text buffers, a plot's parts, pricing a scenario with
  * extra overrides, and notes under a plot. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,4 +148,37 @@ const char *plot_short_reason(const char *msg)
 	while ((p = strstr(r, ": ")) != NULL)
 		r = p + 2;
 	return r;
+}
+
+void plot_log_tics(PlotBuf *g, const char *axis, double lo, double hi)
+{
+	pb_printf(g, "set %stics (", axis);
+	int k = 0;
+	for (double dec = pow(10, floor(log10(lo))); dec <= hi; dec *= 10)
+		for (int m = 0; m < 3; m++) {
+			double v = dec * (m == 0 ? 1 : m == 1 ? 2 : 5);
+			if (v >= lo && v <= hi)
+				pb_printf(g, "%s\"%g%s\" %.9g", k++ ? ", " : "",
+					  v >= 1e6 ? v / 1e6 : v >= 1e3 ? v / 1e3 : v,
+					  v >= 1e6 ? "M" : v >= 1e3 ? "k" : "", v);
+		}
+	pb_printf(g, ")\n");
+}
+
+sqlite3 *plot_open_db(const char *path, PxError *err)
+{
+	/* read-write when allowed: a read-only connection to a WAL database leaves its -wal and
+	 * -shm files behind, as it may not remove them; nothing here writes */
+	sqlite3 *db = NULL;
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+		sqlite3_close(db);
+		db = NULL;
+		if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+			px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, sqlite3_errmsg(db));
+			sqlite3_close(db);
+			return NULL;
+		}
+	}
+	sqlite3_busy_timeout(db, 5000);
+	return db;
 }

@@ -292,11 +292,8 @@ int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err)
 			return px_fail(err, PX_ERR_INPUT, "expected a run id (a positive integer), got "
 				       "'%s'", o->args[0]);
 	}
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-		px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, sqlite3_errmsg(db));
+	if (!(db = plot_open_db(path, err)))
 		goto out;
-	}
-	sqlite3_busy_timeout(db, 5000);
 	if (find_run(db, path, want, &r, err) || read_rows(db, path, &r, err))
 		goto out;
 	snprintf(ps->name, sizeof(ps->name), "%s", r.scenario);

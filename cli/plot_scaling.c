@@ -176,19 +176,7 @@ static void script(PlotBuf *g, const Scenario *sc, const Prediction *bp, const S
 		  unit == PLOT_GiB ? 30 : 20, g_lo / 1.3, g_hi * 1.3, top, PLOT_GiB / unit);
 	if (tps_lo > 0) {
 		pb_printf(g, "set yrange [%.6g:%.6g]\n", tps_lo / 2, tps_hi * 2);
-		/* tics at 1, 2 and 5 of each decade: powers of ten alone leave one tic when the
-		 * curve spans a decade or two */
-		pb_printf(g, "set ytics (");
-		int k = 0;
-		for (double dec = pow(10, floor(log10(tps_lo / 2))); dec <= tps_hi * 2; dec *= 10)
-			for (int m = 0; m < 3; m++) {
-				double v = dec * (m == 0 ? 1 : m == 1 ? 2 : 5);
-				if (v >= tps_lo / 2 && v <= tps_hi * 2)
-					pb_printf(g, "%s\"%g%s\" %.0f", k++ ? ", " : "",
-						  v >= 1e6 ? v / 1e6 : v >= 1e3 ? v / 1e3 : v,
-						  v >= 1e6 ? "M" : v >= 1e3 ? "k" : "", v);
-			}
-		pb_printf(g, ")\n");
+		plot_log_tics(g, "y", tps_lo / 2, tps_hi * 2);
 	}
 	pb_printf(g, "set xtics (");
 	for (int i = 0, k = 0; i < n; i++)

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../cli/plot.h"
 #include "suites.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -609,13 +610,126 @@ static void test_default_prefix(void)
 static void test_help(void)
 {
 	CU_ASSERT_EQUAL(run("plot --help"), 0);
-	const char *words[] = {"memory", "time", "scaling", "compare", "--out", "--format",
+	const char *words[] = {"memory", "time", "scaling", "compare", "pareto", "--out", "--format",
 			       "--set", "--nodes", "--hw", "--db", "apt-get install gnuplot-nox"};
 	for (unsigned i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, words[i]));
 	CU_ASSERT_EQUAL(run("plot memory --help"), 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "usage: parallax plot memory"));
 	CU_ASSERT_EQUAL(run("plot"), 2);
+}
+
+/* ---- pareto ---- */
+
+/* A front worked by hand: minimise a, maximise b. (0.5, 0.5) has the lowest a; (1, 1) the best b
+ * for a <= 1 (its twin at index 5 comes later); (2, 3) beats (2, 2) and (3, 3); (4, 5) has the
+ * highest b. */
+static void test_pareto_front(void)
+{
+	const double a[] = {1, 2, 2, 3, 4, 1, 0.5};
+	const double b[] = {1, 3, 2, 3, 5, 1, 0.5};
+	const unsigned char want[] = {1, 1, 0, 0, 1, 0, 1};
+	unsigned char front[7];
+	CU_ASSERT_EQUAL(plot_pareto_front(a, b, 7, front), 4);
+	for (int i = 0; i < 7; i++)
+		CU_ASSERT_EQUAL(front[i], want[i]);
+	CU_ASSERT_EQUAL(plot_pareto_front(a, b, 0, front), 0);
+}
+
+/* The sweep indices of a front, as the SQL definition of dominance finds them in the database:
+ * no other fitting point is as good on both (xcol lower or equal, tokens/s higher or equal) and
+ * better on one, or equal on both and listed earlier. Ascending; the count. */
+static int sql_front(const char *db_path, const char *xcol, long long *idx, int max)
+{
+	char sql[1024];
+	snprintf(sql, sizeof(sql),
+		 "SELECT p.idx FROM sweep_points p WHERE p.status = 'ok' AND NOT EXISTS ("
+		 " SELECT 1 FROM sweep_points q WHERE q.status = 'ok' AND q.%s <= p.%s AND"
+		 " q.tokens_per_s >= p.tokens_per_s AND (q.%s < p.%s OR q.tokens_per_s > p.tokens_per_s"
+		 " OR q.idx < p.idx)) ORDER BY p.idx", xcol, xcol, xcol, xcol);
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int n = 0;
+	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	CU_ASSERT_EQUAL_FATAL(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	while (sqlite3_step(st) == SQLITE_ROW && n < max)
+		idx[n++] = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+static int cmp_ll(const void *x, const void *y)
+{
+	long long p = *(const long long *)x, q = *(const long long *)y;
+	return (p > q) - (p < q);
+}
+
+/* The first column of the rows of the .dat block whose header holds `header`, ascending. */
+static int dat_block(const char *path, const char *header, long long *idx, int max)
+{
+	char line[8192];
+	int in = 0, n = 0;
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (line[0] == '#') {
+			in = strstr(line, header) != NULL;
+			continue;
+		}
+		if (in && n < max && sscanf(line, "%lld", &idx[n]) == 1)
+			n++;
+	}
+	if (f)
+		fclose(f);
+	qsort(idx, (size_t)n, sizeof(*idx), cmp_ll);
+	return n;
+}
+
+/* The bundled sizing sweep (GPU types x node counts): both fronts
+ * in the data file are exactly the points SQL finds undominated. */
+static void test_pareto(void)
+{
+	long long want[256], got[256];
+	char db[2048];
+	new_dir();
+	snprintf(db, sizeof(db), "%s", at("s.db"));
+	CU_ASSERT_EQUAL_FATAL(run("sweep '%s' --db '%s' --no-progress --jobs 2",
+				  px_test_path("scenarios/sweeps/gpt3-13b-sizing.json"), db), 0);
+	CU_ASSERT_EQUAL_FATAL(run("plot pareto --db '%s' --out '%s'", db, at("p")), 0);
+	check_outputs("p", "gpt3-13b-sizing", 5); /* and s.db */
+
+	CU_ASSERT(file_has(at("p.dat"), "USD per million tokens"));
+
+	int n = sql_front(db, "cost_per_mtoken", want, 256);
+	CU_ASSERT(n >= 3);
+	CU_ASSERT_EQUAL(dat_block(at("p.dat"), "the time-cost front", got, 256), n);
+	for (int i = 0; i < n; i++)
+		CU_ASSERT_EQUAL(got[i], want[i]);
+	/* six node counts of 8 GPUs: one best point each, throughput rising with GPUs */
+	n = sql_front(db, "world", want, 256);
+	CU_ASSERT_EQUAL(n, 6);
+	CU_ASSERT_EQUAL(dat_block(at("p.dat"), "the throughput-GPUs front", got, 256), n);
+	for (int i = 0; i < n; i++)
+		CU_ASSERT_EQUAL(got[i], want[i]);
+
+	/* by name and by id draw the same sweep */
+	CU_ASSERT_EQUAL(run("plot pareto gpt3-13b-sizing --db '%s' --out '%s' --format png", db,
+			    at("q")), 0);
+	CU_ASSERT_EQUAL(run("plot pareto 1 --db '%s' --out '%s' --format svg", db, at("r")), 0);
+	CU_ASSERT(file_has(at("q.dat"), "sweep 1 (gpt3-13b-sizing)"));
+	CU_ASSERT(file_has(at("r.dat"), "sweep 1 (gpt3-13b-sizing)"));
+
+	/* bad input: exit 2, the database or the sweep named, nothing written */
+	CU_ASSERT_EQUAL(run("plot pareto nosuch --db '%s' --out '%s'", db, at("x")), 2);
+	CU_ASSERT(strstr(out, "no sweep with name 'nosuch'") != NULL);
+	CU_ASSERT_EQUAL(run("plot pareto 7 --db '%s' --out '%s'", db, at("x")), 2);
+	CU_ASSERT(strstr(out, "no sweep with id '7'") != NULL);
+	CU_ASSERT_EQUAL(run("plot pareto --db '%s' --out '%s'", at("missing.db"), at("x")), 2);
+	CU_ASSERT(strstr(out, "missing.db: cannot open") != NULL);
+	CU_ASSERT_EQUAL(run("plot pareto --db '%s' --set a=1 --out '%s'", db, at("x")), 2);
+	CU_ASSERT(strstr(out, "--set does not apply") != NULL);
+	CU_ASSERT_EQUAL(access(at("x.png"), F_OK), -1);
+	CU_ASSERT_EQUAL(access(at("x.dat"), F_OK), -1);
 }
 
 int test_plot_register(void)
@@ -627,6 +741,8 @@ int test_plot_register(void)
 			    {"time: parts, step, tokens/s, MFU", test_time},
 			    {"scaling: batch arithmetic and skipped points", test_scaling},
 			    {"compare: a measured run of parallax run", test_compare},
+			    {"pareto: a front worked by hand", test_pareto_front},
+			    {"pareto: both fronts of a sizing sweep against SQL", test_pareto},
 			    {"bad input exits 2 and writes nothing", test_bad_input},
 			    {"no gnuplot: exit 1 and the install line", test_no_gnuplot},
 			    {"default prefix results/plots/KIND-NAME", test_default_prefix},
