@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../db/db.h"
 #include "commands.h"
 
 static const char USAGE[] =
@@ -56,9 +57,9 @@ int cmd_compare(int argc, char **argv)
 	}
 	sqlite3 *db;
 	sqlite3_stmt *st = NULL;
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-		fprintf(stderr, "parallax compare: %s: %s\n", path, sqlite3_errmsg(db));
-		sqlite3_close(db);
+	PxError err;
+	if (!(db = db_open_read(path, &err))) {
+		fprintf(stderr, "parallax compare: %s\n", err.msg);
 		return 2;
 	}
 	if (!run) {

@@ -20,7 +20,7 @@ static const char USAGE[] =
 	"       parallax plot scaling SCENARIO [--nodes N,N,...] [--set KEY=VALUE]... [--hw FILE]\n"
 	"                             [OPTIONS]\n"
 	"       parallax plot compare [RUN] [--db FILE] [OPTIONS]\n"
-"       parallax plot pareto [SWEEP] [--db FILE] [OPTIONS]\n"
+	"       parallax plot pareto [SWEEP] [--db FILE] [OPTIONS]\n"
 	"\n"
 	"Draw a chart with gnuplot and write PREFIX.png and PREFIX.svg, with the data it plots\n"
 	"(PREFIX.dat) and the script that plots it (PREFIX.gp) beside them, so that\n"
@@ -71,12 +71,13 @@ static const struct {
 	const char *name;
 	int (*fn)(const PlotOpts *, PlotSpec *, PxError *);
 	int min_args, max_args; /* positional arguments after the kind; -1: any number */
+	const char *takes;      /* what they are, for the error when there are too many */
 } KINDS[] = {
-	{"memory", plot_memory, 1, 1},
-	{"time", plot_time, 1, -1},
-	{"scaling", plot_scaling, 1, 1},
-	{"compare", plot_compare, 0, 1},
-	{"pareto", plot_pareto, 0, 1},
+	{"memory", plot_memory, 1, 1, "one scenario"},
+	{"time", plot_time, 1, -1, "scenarios"},
+	{"scaling", plot_scaling, 1, 1, "one scenario"},
+	{"compare", plot_compare, 0, 1, "at most one run id"},
+	{"pareto", plot_pareto, 0, 1, "at most one sweep"},
 };
 #define N_KINDS ((int)(sizeof(KINDS) / sizeof(KINDS[0])))
 
@@ -149,9 +150,8 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 	if (o->n_args < KINDS[k].min_args)
 		return usage_error("%s: no scenario given", kn);
 	if (KINDS[k].max_args >= 0 && o->n_args > KINDS[k].max_args)
-		return usage_error("%s takes %s, got %d arguments", kn,
-				   k == 3 ? "at most one run id" : k == 4 ? "at most one sweep"
-				   : "one scenario", o->n_args);
+		return usage_error("%s takes %s, got %d arguments", kn, KINDS[k].takes,
+				   o->n_args);
 	if (o->nodes && strcmp(kn, "scaling"))
 		return usage_error("%s: --nodes applies to scaling only", kn);
 	if (o->db && strcmp(kn, "compare") && strcmp(kn, "pareto"))

@@ -1,12 +1,11 @@
 /* plot: the inside of `parallax plot`. Each plot kind (plot_memory.c, plot_time.c,
- * plot_scaling.c, plot_compare.c, plot_pareto.c) computes its numbers and writes, into memory, a gnuplot data
- * table and the script that draws it; cmd_plot.c owns the options, the output files (written as
- * NAME.tmp and renamed only once gnuplot has succeeded) and running gnuplot; plot_common.c the
- * helpers below. Nothing here prices a scenario: sim/predict.h does. */
+ * plot_scaling.c, plot_compare.c, plot_pareto.c) computes its numbers and writes, into memory, a
+ * gnuplot data table and the script that draws it; cmd_plot.c owns the options, the output files
+ * (written as NAME.tmp and renamed only once gnuplot has succeeded) and running gnuplot;
+ * plot_common.c the helpers below. Nothing here prices a scenario: sim/predict.h does. */
 #ifndef PX_CLI_PLOT_H
 #define PX_CLI_PLOT_H
 
-#include <sqlite3.h>
 #include <stddef.h>
 
 #include "../sim/predict.h"
@@ -83,9 +82,6 @@ void plot_footer(PlotBuf *g, int tag, const char *text);
  * labelled with k = 10^3 and M = 10^6: powers of ten alone leave one tic when the data spans a
  * decade or two. */
 void plot_log_tics(PlotBuf *g, const char *axis, double lo, double hi);
-
-/* The results database at path opened to read (PX_ERR_INPUT naming it when it cannot be). */
-sqlite3 *plot_open_db(const char *path, PxError *err);
 
 /* The reason in a library message: what follows its last ": " ("ZeRO-2 and ZeRO-3 are
  * incompatible with pipeline parallelism"). Points into msg. */

@@ -164,21 +164,3 @@ void plot_log_tics(PlotBuf *g, const char *axis, double lo, double hi)
 		}
 	pb_printf(g, ")\n");
 }
-
-sqlite3 *plot_open_db(const char *path, PxError *err)
-{
-	/* read-write when allowed: a read-only connection to a WAL database leaves its -wal and
-	 * -shm files behind, as it may not remove them; nothing here writes */
-	sqlite3 *db = NULL;
-	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-		sqlite3_close(db);
-		db = NULL;
-		if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-			px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, sqlite3_errmsg(db));
-			sqlite3_close(db);
-			return NULL;
-		}
-	}
-	sqlite3_busy_timeout(db, 5000);
-	return db;
-}

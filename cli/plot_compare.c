@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../db/db.h"
 #include "plot.h"
 
 typedef struct CmpRow {
@@ -292,7 +293,7 @@ int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err)
 			return px_fail(err, PX_ERR_INPUT, "expected a run id (a positive integer), got "
 				       "'%s'", o->args[0]);
 	}
-	if (!(db = plot_open_db(path, err)))
+	if (!(db = db_open_read(path, err)))
 		goto out;
 	if (find_run(db, path, want, &r, err) || read_rows(db, path, &r, err))
 		goto out;

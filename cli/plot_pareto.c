@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../db/db.h"
 #include "plot.h"
 
 #define MAX_GPU_TYPES 16
@@ -423,7 +424,7 @@ int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err)
 	memset(&s, 0, sizeof(s));
 	if (!path || !*path)
 		path = "results/parallax.db";
-	if (!(db = plot_open_db(path, err)))
+	if (!(db = db_open_read(path, err)))
 		goto out;
 	if (find_sweep(db, path, o->n_args ? o->args[0] : NULL, &s, err) ||
 	    read_points(db, path, &s, err) || mark_fronts(&s, err) ||

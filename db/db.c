@@ -484,3 +484,21 @@ const char *db_path(const PxDb *db)
 {
 	return db->path;
 }
+
+sqlite3 *db_open_read(const char *path, PxError *err)
+{
+	/* read-write when allowed: a read-only connection to a WAL database leaves its -wal and
+	 * -shm files behind, as it may not remove them */
+	sqlite3 *h = NULL;
+	if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+		sqlite3_close(h);
+		h = NULL;
+		if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+			px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, sqlite3_errmsg(h));
+			sqlite3_close(h);
+			return NULL;
+		}
+	}
+	sqlite3_busy_timeout(h, 5000);
+	return h;
+}

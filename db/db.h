@@ -43,6 +43,11 @@ int db_write_run(PxDb *db, const DbRun *run, long long *run_id, PxError *err);
 /* For the modules that own other tables of the same file (sweepdb.c). */
 struct sqlite3;
 struct sqlite3 *db_handle(PxDb *db);
+
+/* An existing results database at path opened to read it (compare, plots), busy timeout set, or
+ * NULL with a PX_ERR_INPUT error naming path. Nothing is created and nothing is written; close
+ * it with sqlite3_close. */
+struct sqlite3 *db_open_read(const char *path, PxError *err);
 const char *db_path(const PxDb *db);
 
 #endif

@@ -342,6 +342,13 @@ static void test_missing_files(void)
 	ASSERT_HAS(err_line, at("no-such-ds.json"));
 	ASSERT_HAS(err_line, "cannot open");
 	ASSERT_NOTHING_STORED(db_path);
+
+	/* compare reads a database that exists and creates none */
+	rc = run("compare --db '%s'", at("missing.db"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "parallax compare: ");
+	ASSERT_HAS(out, "missing.db: cannot open");
+	CU_ASSERT_EQUAL(access(at("missing.db"), F_OK), -1);
 }
 
 /* ---- the cluster ---- */
