@@ -30,9 +30,10 @@ SAN := $(BUILD)/san
 BIN := $(REL)/parallax
 DB  := results/parallax.db
 
-SCENARIOS := $(sort $(wildcard scenarios/*.json))
+# every bundled scenario; the price list beside them is an input of sweep and plan, not a scenario
+SCENARIOS := $(sort $(filter-out scenarios/prices.json,$(wildcard scenarios/*.json)))
 
-.PHONY: all run test test-rel test-san install clean deps bench
+.PHONY: all run test test-rel test-san test-run install clean deps bench
 all: $(BIN)
 
 deps: $(BUILD)/.deps
@@ -75,7 +76,12 @@ $(SAN)/px_tests: $(call objs,$(SAN),$(LIB_SRC) $(CLI_LIB) $(TEST_SRC))
 $(REL)/comm_mpi_check: $(REL)/tests/comm_mpi_check.o $(call objs,$(REL),$(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-test: test-rel test-san
+test: test-rel test-san test-run
+# the main job's own scenario list, priced without a database: `make run` must not break unseen
+test-run: $(BIN)
+	@echo "== make run's scenarios (no database)"
+	@$(BIN) predict --no-db $(SCENARIOS) > /dev/null
+	@echo "all $(words $(SCENARIOS)) bundled scenarios priced"
 test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check
 	@echo "== tests (release build)"
 	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
