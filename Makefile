@@ -14,16 +14,33 @@ SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-san
 # after scripts/deps.sh has installed OpenMPI on a fresh machine
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
-LDLIBS   = -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) -lpthread -lm
+LDLIBS   = -lcjson -lsqlite3 -lopenblas $(MPI_LIBS) $(GPU_LIBS) -ldl -lpthread -lm
 TESTLIBS := -lcunit
 
-LIB_SRC  := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))
+# CUDA and NCCL are optional: where $(CUDA_HOME) has nvcc (and nccl.h), the binary gains the GPU
+# backend (-DPX_HAVE_CUDA, -DPX_HAVE_NCCL); elsewhere it is built CPU-only. Sources that need CUDA
+# are kernels/*.cu and files named *_cuda.c; those that need NCCL are named *_nccl.c.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(wildcard $(CUDA_HOME)/bin/nvcc)
+HAVE_CUDA := $(if $(NVCC),$(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1))
+HAVE_NCCL := $(if $(HAVE_CUDA),$(if $(wildcard $(CUDA_HOME)/include/nccl.h),1))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVFLAGS   := -O2 -g -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra
+C_SRC    := $(sort $(wildcard engine/*.c sim/*.c db/*.c kernels/*.c exec/*.c))
+CU_SRC   := $(if $(HAVE_CUDA),$(sort $(wildcard kernels/*.cu exec/*.cu)))
+C_SRC    := $(if $(HAVE_CUDA),$(C_SRC),$(filter-out %_cuda.c,$(C_SRC)))
+C_SRC    := $(if $(HAVE_NCCL),$(C_SRC),$(filter-out %_nccl.c,$(C_SRC)))
+GPU_DEFS := $(if $(HAVE_CUDA),-DPX_HAVE_CUDA -I$(CUDA_HOME)/include) $(if $(HAVE_NCCL),-DPX_HAVE_NCCL)
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
+	$(if $(HAVE_NCCL),-lnccl) -lstdc++
+GPU_LIBS  = $(if $(HAVE_CUDA),$(CUDA_LIBS))
+LIB_SRC  := $(C_SRC) $(CU_SRC)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 # tests/*_check.c are standalone programs (their own main), run by the suites under mpirun
 TEST_SRC := $(sort $(filter-out tests/%_check.c,$(wildcard tests/*.c)))
 
 # objects for one flavour: $(call objs,DIR,SOURCES)
-objs = $(patsubst %.c,$(1)/%.o,$(2))
+objs = $(patsubst %.cu,$(1)/%.o,$(patsubst %.c,$(1)/%.o,$(2)))
 
 REL := $(BUILD)/rel
 SAN := $(BUILD)/san
@@ -52,10 +69,17 @@ FORCE:
 
 $(REL)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) $(GPU_DEFS) -MMD -MP -c $< -o $@
 $(SAN)/%.o: %.c | $(BUILD)/.deps $(BUILD)/gen/version.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) -I$(BUILD)/gen $(MPI_CFLAGS) $(GPU_DEFS) -MMD -MP -c $< -o $@
+# device code is not instrumented: the sanitizer build links the same CUDA objects
+$(REL)/%.o: %.cu | $(BUILD)/.deps
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(GPU_DEFS) -MMD -MP -c $< -o $@
+$(SAN)/%.o: %.cu | $(BUILD)/.deps
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(GPU_DEFS) -MMD -MP -c $< -o $@
 
 $(REL)/db/db.o $(SAN)/db/db.o: $(BUILD)/gen/version.h
 
