@@ -173,7 +173,7 @@ static int relaunch(int ranks, char **argv_run, int argc_run)
 /* ---- measured metrics ---- */
 
 enum {
-	MEAS_MEMORY = 2 * N_CATS + 3,
+	MEAS_MEMORY = 3 * N_CATS + 3,
 	MEAS_COMM = 2 * N_COLLS + 1,
 	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + 2
 };
@@ -188,6 +188,8 @@ static void measure(const Runner *run, Comm *world, int steps, double step_s, do
 		v[k++] = a->at_peak[PLACE_GPU][cat];
 	for (int cat = 0; cat < N_CATS; cat++)
 		v[k++] = a->cat_peak[PLACE_GPU][cat];
+	for (int cat = 0; cat < N_CATS; cat++) /* the host's: optimizer offload's place */
+		v[k++] = a->at_peak[PLACE_CPU][cat];
 	v[k++] = a->peak[PLACE_GPU];
 	v[k++] = a->peak[PLACE_CPU];
 	v[k++] = a->peak[PLACE_NVME];
@@ -216,6 +218,8 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 		snprintf(names[k++], 64, "memory.gpu.%s_bytes", cat_name(cat));
 	for (int cat = 0; cat < N_CATS; cat++)
 		snprintf(names[k++], 64, "memory.gpu.peak.%s_bytes", cat_name(cat));
+	for (int cat = 0; cat < N_CATS; cat++)
+		snprintf(names[k++], 64, "memory.cpu.%s_bytes", cat_name(cat));
 	snprintf(names[k++], 64, "memory.gpu.peak_bytes");
 	snprintf(names[k++], 64, "memory.cpu.peak_bytes");
 	snprintf(names[k++], 64, "memory.nvme.bytes");
@@ -228,6 +232,8 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
 	for (int i = 0; i < N_COLLS; i++)
 		snprintf(names[k++], 64, "time.measured.%s_s", coll_name(i));
+	for (int i = 0; i < N_COPIES; i++)
+		snprintf(names[k++], 64, "time.measured.copy_%s_s", copy_name(i));
 	snprintf(names[k++], 64, "time.step_s");
 	snprintf(names[k++], 64, "steps");
 	for (int r = 0; r < world; r++)
@@ -435,8 +441,9 @@ static void print_compare(const Prediction *pr, const double *meas, int steps)
 	static const char *const keys[] = {
 		"memory.gpu.params_bytes", "memory.gpu.grads_bytes", "memory.gpu.optimizer_bytes",
 		"memory.gpu.activations_bytes", "memory.gpu.buffers_bytes", "memory.gpu.overhead_bytes",
-		"memory.gpu.peak_bytes", "comm.all_gather_bytes", "comm.reduce_scatter_bytes",
-		"comm.all_reduce_bytes", "comm.wire_bytes", NULL};
+		"memory.gpu.peak_bytes", "memory.cpu.params_bytes", "memory.cpu.grads_bytes",
+		"memory.cpu.optimizer_bytes", "memory.cpu.peak_bytes", "comm.all_gather_bytes",
+		"comm.reduce_scatter_bytes", "comm.all_reduce_bytes", "comm.wire_bytes", NULL};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
 	measured_rows(meas, 1, steps, rows, names);
@@ -450,10 +457,13 @@ static void print_compare(const Prediction *pr, const double *meas, int steps)
 		for (int j = 0; j < MEAS_N; j++)
 			if (!strcmp(names[j], keys[i]))
 				mv = meas[j];
+		if (!strncmp(keys[i], "memory.cpu.", 11) && pv == 0 && mv == 0)
+			continue; /* host memory: shown when something is offloaded to it */
 		double e = pv != 0 ? (mv - pv) / pv * 100 : (mv == 0 ? 0 : NAN);
 		printf("%-30s %16.0f %16.0f %8.3f%%\n", keys[i], pv, mv, e);
 	}
-	printf("# memory in bytes at the device arena's peak; communication per optimizer step\n");
+	printf("# memory in bytes at the device (or host) arena's peak; communication per optimizer "
+	       "step\n");
 }
 
 static int train(RunOpts *o, Comm *world, PxError *err)

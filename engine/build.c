@@ -221,8 +221,8 @@ static void flush_bucket(Builder *b, Bucket *k)
 		coll(b, kind, k->group, k->unit, k->elems, p->comm_bytes, k->buf, k->offset);
 	}
 	if (p->opt_place != PLACE_GPU) /* this rank's reduced slice goes to the host's fp32 grads */
-		DO(sched_copy(b->s, COPY_D2H, -1, (double)ceil_div(k->elems, p->spans[k->group].n) *
-							   p->grad_bytes));
+		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)ceil_div(k->elems,
+				      p->spans[k->group].n) * p->grad_bytes, k->buf, k->offset, k->elems));
 	for (int i = 0; i < k->n_bufs; i++)
 		release(b, &k->bufs[i]);
 	k->n_bufs = 0;

@@ -99,6 +99,19 @@ int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes)
 	op->sub = (uint8_t)dir;
 	op->unit = unit;
 	op->bytes = bytes;
+	op->buf = -1;
+	return 0;
+}
+
+int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf, int64_t offset,
+		       int64_t elems)
+{
+	if (sched_copy(s, dir, unit, bytes))
+		return -1;
+	Op *op = &s->ops[s->n - 1];
+	op->buf = buf;
+	op->offset = offset;
+	op->elems = elems;
 	return 0;
 }
 

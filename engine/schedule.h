@@ -78,11 +78,13 @@ typedef struct Op {
 	uint8_t group;      /* CommGroup (COLL) */
 	uint8_t elem_bytes; /* COLL: bytes per element on the wire */
 	int32_t unit;       /* layer unit, -1 when none */
-	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, -1 for none */
+	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, COPY: the one
+			       it copies from (sched_copy_reduced), -1 for none */
 	int32_t nranks;     /* COLL: ranks in the group */
 	int64_t count;      /* LOOP: repetitions */
-	int64_t elems;      /* COLL: elements of the whole array; ALLOC: elements */
-	int64_t offset;     /* COLL: first element within the buffer it works on */
+	int64_t elems;      /* COLL, COPY of a reduced slice: elements of the whole array; ALLOC:
+			       elements */
+	int64_t offset;     /* COLL, COPY: first element within the buffer it works on */
 	double bytes;       /* ALLOC: size; COLL: payload (nccl-tests "size"); COPY: size;
 			       COMPUTE: memory traffic */
 	double flops;       /* COMPUTE */
@@ -107,6 +109,10 @@ int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double byt
 int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
 	       int elem_bytes, int buf, int64_t offset);
 int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes);
+/* A copy of a reduced gradient slice: the reduction's unit, buffer, first element and whole
+ * array (elems), so that an executor knows what it moves; the simulator needs only bytes. */
+int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf, int64_t offset,
+		       int64_t elems);
 int sched_loop(Schedule *s, int64_t count);
 int sched_end_loop(Schedule *s);
 

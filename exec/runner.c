@@ -14,6 +14,7 @@
  * where it sits in the master weights and optimizer states. */
 typedef struct Seg {
 	void *params, *grads;
+	Dtype gdt;          /* the gradients' storage: fp32 on the host under optimizer offload */
 	long long part_off, n;
 } Seg;
 
@@ -35,9 +36,12 @@ struct Runner {
 	int buckets[2], n_buckets, cur_bucket, bucket_fresh;
 	long long *unit_part_off, *persist_off, persist_part_off, persist_cnt;
 	Dtype pdt, gdt;
+	int offload;            /* optimizer offload: fp32 gradients, master and states on the host */
+	int params_by_copy;     /* updated parameters reach the device by a copy after the update */
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
 	int hysteresis, overflow, have_overflow, have_norm;
+	int updated;            /* this step's optimizer updated the master weights */
 	int *inputs, *targets, *sample;
 	Seg *segs;
 	int n_segs;
@@ -113,9 +117,10 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "a GPT-2 model (tied head, no experts)";
 	else if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
 		why = "data parallelism only (tp, pp and ep of 1)";
-	else if (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU ||
-		 p->ckpt_place != PLACE_GPU)
-		why = "no offload (optimizer, parameters or checkpoints)";
+	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
+		why = "offload to the CPU only (not to NVMe)";
+	else if (p->ckpt_place != PLACE_GPU)
+		why = "activation checkpoints on the device (no cpu_checkpointing)";
 	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
 		why = "contiguous_gradients and reduce_scatter on";
 	else if (p->hpz > 1 || p->qwz || p->qgz)
@@ -243,12 +248,13 @@ static void unit3_load(Runner *r, int u, float *dst, const void *own, int max_t)
 	}
 }
 
-/* Where persistent gradients accumulate: their own buffer, reduce-scattered after each
- * micro-batch; with one rank (no collective in the schedule) straight into the partition. */
+/* Where persistent gradients accumulate: their own buffer, reduce-scattered (or, offloaded,
+ * copied to the host) after each micro-batch; with one rank and no offload (nothing in the
+ * schedule moves them) straight into the partition. */
 static void *persist_grads(Runner *r)
 {
-	return r->n == 1 ? at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt) :
-			   r->buf[r->id_pgrads];
+	return r->n == 1 && !r->offload ?
+		at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt) : r->buf[r->id_pgrads];
 }
 
 static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int max_t)
@@ -289,12 +295,13 @@ static void load_params(Runner *r, int u)
 
 static void *current_bucket(Runner *r);
 
-/* Where unit u's dense gradients go at stage 2-3: the bucket the next reduction reads, at u's
- * place in it; with one rank the partition itself (the schedule has no reduction to run). */
+/* Where unit u's dense gradients go at stage 2-3: the bucket the next reduction (or offload
+ * copy) reads, at u's place in it; with one rank and no offload the partition itself (the
+ * schedule has nothing to run on them). */
 static void *grad_dest(Runner *r, int u)
 {
 	const Plan *p = r->p;
-	if (r->n == 1)
+	if (r->n == 1 && !r->offload)
 		return at(r->buf[r->id_gradpart],
 			  p->stage == 2 ? p->units[u].flat_off : r->unit_part_off[u], r->gdt);
 	void *bucket = current_bucket(r);
@@ -411,34 +418,46 @@ static void backward(Runner *r, int u)
 
 /* ---- the optimizer over this rank's partition ---- */
 
+/* This rank's gradient partition at element off (stage 2-3, on the device); NULL under offload,
+ * where the partition is the host's fp32 gradients instead. */
+static void *partition_grads(Runner *r, long long off)
+{
+	return r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], off, r->gdt) : NULL;
+}
+
 static void make_segments(Runner *r)
 {
 	const Plan *p = r->p;
 	const StagePlan *st = r->st;
 	int n = 0;
 	if (p->stage == 0) {
-		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], 0, st->flat_dense};
+		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], r->gdt, 0,
+				     st->flat_dense};
 	} else if (p->stage < 3) {
 		for (int i = 0; i < st->n_buckets; i++) {
 			long long cnt = st->buckets[i].padded / r->n;
 			long long mine = st->buckets[i].flat_off + r->rank * cnt;
 			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
-				at(r->buf[r->id_gradpart], st->buckets[i].flat_off / r->n, r->gdt);
-			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads,
+				partition_grads(r, st->buckets[i].flat_off / r->n);
+			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt,
 					     st->buckets[i].flat_off / r->n, cnt};
 		}
 	} else {
 		for (int u = 0; u < p->n_units; u++)
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
-						     at(r->buf[r->id_gradpart], r->unit_part_off[u], r->gdt),
+						     partition_grads(r, r->unit_part_off[u]), r->gdt,
 						     r->unit_part_off[u], p->units[u].part_dense};
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
-					     at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt),
+					     partition_grads(r, r->persist_part_off), r->gdt,
 					     r->persist_part_off, r->persist_cnt};
 	}
 	r->n_segs = n;
+	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
+		r->segs[i].grads = (float *)r->buf[r->id_grad32] + r->segs[i].part_off;
+		r->segs[i].gdt = DT_FP32;
+	}
 }
 
 static double local_sumsq(const Runner *r)
@@ -446,7 +465,7 @@ static double local_sumsq(const Runner *r)
 	double s = 0;
 	for (int i = 0; i < r->n_segs; i++)
 		for (long long j = 0; j < r->segs[i].n; j++) {
-			double g = get(r->segs[i].grads, (size_t)j, r->gdt);
+			double g = get(r->segs[i].grads, (size_t)j, r->segs[i].gdt);
 			s += g * g;
 		}
 	return s;
@@ -456,15 +475,17 @@ static int local_overflow(const Runner *r)
 {
 	for (int i = 0; i < r->n_segs; i++)
 		for (long long j = 0; j < r->segs[i].n; j++)
-			if (!isfinite(get(r->segs[i].grads, (size_t)j, r->gdt)))
+			if (!isfinite(get(r->segs[i].grads, (size_t)j, r->segs[i].gdt)))
 				return 1;
 	return 0;
 }
 
 static void zero_grads(Runner *r)
 {
-	int id = r->p->stage < 2 ? r->id_grads : r->id_gradpart;
-	memset(r->buf[id], 0, r->size[id]);
+	int ids[2] = {r->p->stage < 2 ? r->id_grads : r->id_gradpart, r->offload ? r->id_grad32 : -1};
+	for (int i = 0; i < 2; i++)
+		if (ids[i] >= 0)
+			memset(r->buf[ids[i]], 0, r->size[ids[i]]);
 }
 
 /* fp16 dynamic loss scaling as DeepSpeed's: halve on overflow once hysteresis is used up (not
@@ -509,10 +530,10 @@ static void optimize(Runner *r, StepResult *res)
 	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
-		float *g32 = r->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
+		float *g32 = sg->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
-		if (r->gdt != DT_FP32)
-			to_f32(g32, sg->grads, (size_t)sg->n, r->gdt);
+		if (sg->gdt != DT_FP32)
+			to_f32(g32, sg->grads, (size_t)sg->n, sg->gdt);
 		if (sgd) /* the momentum buffer is the one state, when momentum is on */
 			ops_sgd_step(w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n, (float)res->lr,
 				     (float)ds->momentum, (float)ds->weight_decay,
@@ -520,13 +541,39 @@ static void optimize(Runner *r, StepResult *res)
 		else
 			ops_adamw_step(w, m + sg->part_off, v + sg->part_off, g32, (size_t)sg->n, &h,
 				       r->opt_steps, (float)(clip * unscale));
-		if (p->mixed)
+		if (p->mixed && !r->params_by_copy)
 			from_f32(sg->params, w, (size_t)sg->n, r->pdt);
 	}
+	r->updated = 1;
 	zero_grads(r);
 }
 
 /* ---- collectives ---- */
+
+/* Where a stage 2-3 gradient reduction's slice (op: the reduction, or the offload copy naming
+ * it) starts in this rank's partition. */
+static long long partition_offset(const Runner *r, const Op *op)
+{
+	const Plan *p = r->p;
+	if (op->buf == r->id_pgrads)
+		return r->persist_part_off;
+	if (p->stage == 3)
+		return r->unit_part_off[op->unit];
+	for (int i = 0; i < r->st->n_buckets; i++) /* a bucket is named by its first unit */
+		if (r->st->buckets[i].u_lo == op->unit)
+			return r->st->buckets[i].flat_off / r->n;
+	return p->units[op->unit].flat_off / r->n;
+}
+
+/* A reduced buffer was consumed: persistent gradients are whole again for the next micro-batch;
+ * the next bucket takes the next gradients. */
+static void recycle(Runner *r, int buf)
+{
+	if (buf == r->id_pgrads)
+		memset(r->buf[r->id_pgrads], 0, r->size[r->id_pgrads]);
+	else
+		r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
+}
 
 static int collective(Runner *r, const Op *op, PxError *err)
 {
@@ -553,20 +600,11 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
 		if (comm_reduce_scatter(r->dp, send, mine, cnt, comm_dt(r->gdt), COMM_SUM, err))
 			return -1;
-		if (p->stage < 2)
-			return 0; /* stage 1 keeps its slice in the full gradients */
-		long long off = op->buf == r->id_pgrads ? r->persist_part_off :
-				p->stage == 3 ? r->unit_part_off[op->unit] :
-				p->units[op->unit].flat_off / r->n; /* a bucket starts at its first unit */
-		if (p->stage == 2)
-			for (int i = 0; i < r->st->n_buckets; i++)
-				if (r->st->buckets[i].u_lo == op->unit)
-					off = r->st->buckets[i].flat_off / r->n;
-		add_into(at(r->buf[r->id_gradpart], off, r->gdt), mine, r->gdt, cnt, r->gdt);
-		if (op->buf == r->id_pgrads) /* whole again for the next micro-batch */
-			memset(r->buf[r->id_pgrads], 0, r->size[r->id_pgrads]);
-		else
-			r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
+		if (p->stage < 2 || r->offload)
+			return 0; /* stage 1 keeps its slice in the full gradients; offload copies it */
+		add_into(at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
+			 r->gdt);
+		recycle(r, op->buf);
 		return 0;
 	}
 	if (op->sub == COLL_ALL_GATHER) {
@@ -577,6 +615,51 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		return comm_all_gather(r->dp, send, recv, cnt, comm_dt(r->pdt), err);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
+}
+
+/* ---- host copies (optimizer offload) ---- */
+
+/* The schedule's copies under optimizer offload. Host and device are both this process's memory
+ * here, so a copy is the data movement (and conversion) it stands for, between buffers the arena
+ * counts in their places:
+ * - device to host, naming a reduction (stage 2-3): this rank's reduced slice, added in fp32
+ *   into the host's gradient partition (accumulating over micro-batches, as DeepSpeed does);
+ * - device to host after the reductions (stage 1): this rank's slices of the full gradients,
+ *   converted to fp32;
+ * - host to device after the optimizer: the updated master weights, rounded into the device's
+ *   parameters (unless the step was skipped);
+ * - host to device of a unit (stage 3 parameter offload): the partition's slice, which the
+ *   all-gather after it reads from the host partition directly. */
+static int copy(Runner *r, const Op *op, PxError *err)
+{
+	const Plan *p = r->p;
+	if (op->sub == COPY_D2H && op->buf >= 0 && r->offload) {
+		size_t cnt = (size_t)(op->elems / r->n);
+		const void *mine = at(r->buf[op->buf], op->offset + r->rank * (long long)cnt, r->gdt);
+		add_into((float *)r->buf[r->id_grad32] + partition_offset(r, op), mine, r->gdt, cnt,
+			 DT_FP32);
+		recycle(r, op->buf);
+		return 0;
+	}
+	if (op->sub == COPY_D2H && op->unit < 0 && p->stage == 1 && r->offload) {
+		for (int i = 0; i < r->st->n_buckets; i++) {
+			long long cnt = r->st->buckets[i].padded / r->n;
+			long long mine = r->st->buckets[i].flat_off + r->rank * cnt;
+			to_f32((float *)r->buf[r->id_grad32] + r->st->buckets[i].flat_off / r->n,
+			       at(r->buf[r->id_grads], mine, r->gdt), (size_t)cnt, r->gdt);
+		}
+		return 0;
+	}
+	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
+		for (int i = 0; p->mixed && r->updated && i < r->n_segs; i++)
+			from_f32(r->segs[i].params, (float *)r->buf[r->id_master] + r->segs[i].part_off,
+				 (size_t)r->segs[i].n, r->pdt);
+		return 0;
+	}
+	if (op->sub == COPY_H2D && op->unit >= 0 && p->param_place == PLACE_CPU)
+		return 0;
+	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run a %s copy of %.0f bytes "
+		       "here", copy_name(op->sub), op->bytes);
 }
 
 /* ---- the interpreter ---- */
@@ -609,6 +692,8 @@ static int time_slot(const Op *op)
 		return op->sub;
 	if (op->kind == OP_COLL)
 		return N_COMPS + op->sub;
+	if (op->kind == OP_COPY)
+		return N_COMPS + N_COLLS + op->sub;
 	return -1;
 }
 
@@ -653,7 +738,7 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 	case OP_COLL:
 		return collective(r, op, err);
 	case OP_COPY:
-		return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run copies");
+		return copy(r, op, err);
 	default:
 		return 0;
 	}
@@ -664,7 +749,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	const Schedule *s = r->s;
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
-	r->have_overflow = r->have_norm = 0;
+	r->have_overflow = r->have_norm = r->updated = 0;
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
@@ -783,6 +868,12 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	r->cfg = (GptConfig){(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
 	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
 	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
+	r->offload = p->opt_place != PLACE_GPU;
+	for (int i = s->step_begin, opt = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		opt |= op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER;
+		r->params_by_copy |= opt && op->kind == OP_COPY && op->sub == COPY_H2D && op->unit < 0;
+	}
 	r->loss_scale = p->sc->ds.dtype == DT_FP16 ?
 		(p->sc->ds.loss_scale > 0 ? p->sc->ds.loss_scale :
 					    ldexp(1.0, (int)p->sc->ds.initial_scale_power)) : 1.0;

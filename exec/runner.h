@@ -23,8 +23,9 @@ typedef struct StepResult {
 	double lr;         /* the learning rate the update used (0 when skipped) */
 } StepResult;
 
-/* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW, no
- * offload, contiguous gradients...), else -1 with a message naming what it does not run. */
+/* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD,
+ * optimizer and stage-3 parameter offload to the CPU, contiguous gradients...), else -1 with a
+ * message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);
 
 /* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank
@@ -39,8 +40,8 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 const Arena *runner_arena(const Runner *r);
 
 /* Wall time spent in each kind of schedule op since creation: [CompKind] for computes, then
- * [N_COMPS + CollKind] for collectives. */
-#define RUNNER_N_TIMES (N_COMPS + N_COLLS)
+ * [N_COMPS + CollKind] for collectives, then [N_COMPS + N_COLLS + CopyDir] for copies. */
+#define RUNNER_N_TIMES (N_COMPS + N_COLLS + N_COPIES)
 const double *runner_op_times(const Runner *r);
 
 /* This rank's training state (its parameters, partitioned as the plan says, master weights,

@@ -54,12 +54,13 @@ static int run(const char *args, char *out, size_t n)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* The losses of a --json run, parsed from its last line; returns how many. */
-static int losses(const char *scn, int ranks, int stage, int steps, double *out)
+/* The losses of a --json run, parsed from its last line; returns how many. extra: more
+ * arguments ("" for none). */
+static int losses(const char *scn, int ranks, int stage, int steps, const char *extra, double *out)
 {
 	char args[2048], text[65536];
 	snprintf(args, sizeof(args), "run '%s' --ranks %d --steps %d --no-db --json "
-		 "--set deepspeed.zero_optimization.stage=%d", scn, ranks, steps, stage);
+		 "--set deepspeed.zero_optimization.stage=%d %s", scn, ranks, steps, stage, extra);
 	int rc = run(args, text, sizeof(text));
 	if (rc != 0)
 		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
@@ -91,14 +92,14 @@ static void check_trajectories(const char *bf16, double tol)
 	enum { STEPS = 12 };
 	const char *scn = scenario(bf16);
 	double ref[STEPS], got[STEPS];
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, 0, STEPS, ref), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, 0, STEPS, "", ref), STEPS);
 	CU_ASSERT(fabs(ref[0] - log(128.0)) < 0.1); /* a fresh model is near uniform */
 	CU_ASSERT(ref[STEPS - 1] < 0.9 * ref[0]);    /* and learns the sequences */
 	for (int ranks = 1; ranks <= 4; ranks *= 2)
 		for (int stage = 0; stage <= 3; stage++) {
 			if (ranks == 1 && stage == 0)
 				continue;
-			CU_ASSERT_EQUAL_FATAL(losses(scn, ranks, stage, STEPS, got), STEPS);
+			CU_ASSERT_EQUAL_FATAL(losses(scn, ranks, stage, STEPS, "", got), STEPS);
 			double worst = 0;
 			for (int s = 0; s < STEPS; s++)
 				worst = fmax(worst, fabs(got[s] - ref[s]));
@@ -117,6 +118,39 @@ static void test_trajectories_fp32(void)
 static void test_trajectories_bf16(void)
 {
 	check_trajectories("true", 5e-3);
+}
+
+/* Optimizer offload (and, at stage 3, parameter offload) to the host: gradients reach the host's
+ * fp32 partition by the schedule's copies, the update runs there and the parameters come back by
+ * a copy. The arithmetic is the device run's but for where gradients accumulate: in fp32 they
+ * are fp32 either way, so the bound is fp32's reordering one (1e-4); in bf16 the host adds the
+ * micro-batches' reduced slices in fp32 instead of rounding each sum to bf16, a difference of the
+ * same kind and size as bf16's reordering (5e-3, as above; measured about 2e-4). */
+static void test_offload_trajectories(void)
+{
+	enum { STEPS = 8 };
+	static const char *const offload[] = {
+		"--set deepspeed.zero_optimization.offload_optimizer.device=cpu",
+		"--set deepspeed.zero_optimization.offload_optimizer.device=cpu "
+		"--set deepspeed.zero_optimization.offload_param.device=cpu"};
+	static const struct { int ranks, stage, param; } runs[] = {
+		{1, 2, 0}, {2, 1, 0}, {2, 2, 0}, {2, 3, 0}, {4, 3, 1}, {1, 3, 1}};
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		const char *scn = scenario(bf16 ? "true" : "false");
+		double tol = bf16 ? 5e-3 : 1e-4, ref[STEPS], got[STEPS];
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 1, 0, STEPS, "", ref), STEPS);
+		for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+			CU_ASSERT_EQUAL_FATAL(losses(scn, runs[i].ranks, runs[i].stage, STEPS,
+						     offload[runs[i].param], got), STEPS);
+			double worst = 0;
+			for (int s = 0; s < STEPS; s++)
+				worst = fmax(worst, fabs(got[s] - ref[s]));
+			if (worst > tol)
+				fprintf(stderr, "\noffload bf16 %d stage %d ranks %d: loss differs by %g\n",
+					bf16, runs[i].stage, runs[i].ranks, worst);
+			CU_ASSERT(worst <= tol);
+		}
+	}
 }
 
 /* SGD with momentum (one fp32 state) at stage 0 on 1 rank and stage 3 on 2 ranks: the same fp32
@@ -160,15 +194,20 @@ static double query(sqlite3 *db, const char *sql)
 }
 
 /* Memory at the device arena's peak, by category, and communication per collective and step,
- * on every rank: the simulator models the executor's own implementation, so they are equal. */
+ * on every rank: the simulator models the executor's own implementation, so they are equal.
+ * Runs 4-6 offload the optimizer (stages 1-3; 6 also the parameters) to the host, whose
+ * categories are then compared too. */
 static void test_measured_equals_predicted(void)
 {
 	const char *scn = scenario("true");
-	for (int stage = 0; stage <= 3; stage++) {
+	for (int k = 0; k <= 6; k++) {
+		int stage = k <= 3 ? k : k - 3, offload = k > 3;
 		char args[2048], text[65536], db_path[512];
-		snprintf(db_path, sizeof(db_path), "%s/m%d.db", dir, stage);
+		snprintf(db_path, sizeof(db_path), "%s/m%d.db", dir, k);
 		snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 3 --db '%s' "
-			 "--set deepspeed.zero_optimization.stage=%d", scn, db_path, stage);
+			 "--set deepspeed.zero_optimization.stage=%d%s%s", scn, db_path, stage,
+			 offload ? " --set deepspeed.zero_optimization.offload_optimizer.device=cpu" : "",
+			 k == 6 ? " --set deepspeed.zero_optimization.offload_param.device=cpu" : "");
 		int rc = run(args, text, sizeof(text));
 		if (rc)
 			fprintf(stderr, "\n%s\n", text);
@@ -177,16 +216,27 @@ static void test_measured_equals_predicted(void)
 		CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
 		/* 4 ranks x (12 memory + 8 communication) metrics have a predicted twin */
 		double pairs = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     "name LIKE 'memory.gpu.%' OR name LIKE 'comm.%'");
+				     "name LIKE 'memory.%' OR name LIKE 'comm.%'");
 		double bad = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   "(name LIKE 'memory.gpu.%' OR name LIKE 'comm.%') AND "
+				   "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND "
 				   "measured != predicted");
 		double ranks = query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
 		CU_ASSERT_EQUAL(ranks, 4);
 		CU_ASSERT(pairs >= 4 * 18);
 		if (bad != 0)
-			fprintf(stderr, "\nstage %d: %g of %g metrics differ\n", stage, bad, pairs);
+			fprintf(stderr, "\nrun %d, stage %d: %g of %g metrics differ\n", k, stage, bad,
+				pairs);
 		CU_ASSERT_EQUAL(bad, 0);
+		/* offloaded, the optimizer's states are on the host (12 bytes an element: the fp32
+		 * master and Adam's two moments) and not on the device, and so is the parameter
+		 * partition with parameter offload */
+		double host_opt = query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
+					"name = 'memory.cpu.optimizer_bytes'");
+		double dev_opt = query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
+				       "name = 'memory.gpu.optimizer_bytes'");
+		CU_ASSERT(offload ? host_opt > 0 && dev_opt == 0 : host_opt == 0 && dev_opt > 0);
+		CU_ASSERT_EQUAL(query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
+				      "name = 'memory.cpu.params_bytes'") > 0, k == 6);
 		/* units agree between the twins (seconds only for times) */
 		CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				      "name LIKE 'comm.%' AND unit != 'bytes'"), 0);
@@ -222,6 +272,12 @@ static void test_run_refuses(void)
 	snprintf(args, sizeof(args), "run '%s' --no-db --steps 0", scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "--steps 0: expected a positive number"));
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set "
+		 "deepspeed.zero_optimization.stage=3 --set "
+		 "deepspeed.zero_optimization.offload_optimizer.device=nvme --set "
+		 "deepspeed.zero_optimization.offload_optimizer.nvme_path=/tmp", scenario("true"));
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "offload to the CPU only (not to NVMe)"));
 }
 
 /* ---- checkpoints ---- */
@@ -243,22 +299,25 @@ static int json_losses(const char *text, double *out, int max, long *first)
 /* Saving at step 4 and resuming to step 8 gives the losses of an uninterrupted 8-step run: the
  * state is every rank's parameters, master weights and Adam moments, the optimizer's step and
  * the loss scale, and the data depend only on the global step. They are printed with 6 decimals
- * and equal to the last one. A save interrupted mid-way (a step-N.tmp folder, a .part file) leaves
+ * and equal to the last one (with optimizer offload too: the host's master weights and moments
+ * are state like the device's). A save interrupted mid-way (a step-N.tmp folder, a .part file) leaves
  * DIR/latest at the previous checkpoint. */
 static void test_resume_matches(void)
 {
 	const char *scn = scenario("true");
-	for (int stage = 0; stage <= 3; stage += 3) {
+	for (int k = 0; k < 3; k++) { /* stage 0, stage 3, stage 3 with optimizer offload */
+		int stage = k ? 3 : 0;
+		const char *off = k == 2 ? "--set deepspeed.zero_optimization.offload_optimizer.device=cpu" : "";
 		char args[2048], text[65536], ck[512];
 		double full[8], first_half[4], second[8];
 		long f0, f1, f2;
-		snprintf(ck, sizeof(ck), "%s/ck%d", dir, stage);
+		snprintf(ck, sizeof(ck), "%s/ck%d", dir, k);
 		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 8 --no-db --json --set "
-			 "deepspeed.zero_optimization.stage=%d", scn, stage);
+			 "deepspeed.zero_optimization.stage=%d %s", scn, stage, off);
 		CU_ASSERT_EQUAL_FATAL(run(args, text, sizeof(text)), 0);
 		CU_ASSERT_EQUAL_FATAL(json_losses(text, full, 8, &f0), 8);
 		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 4 --no-db --json --save '%s' "
-			 "--save-every 2 --set deepspeed.zero_optimization.stage=%d", scn, ck, stage);
+			 "--save-every 2 --set deepspeed.zero_optimization.stage=%d %s", scn, ck, stage, off);
 		CU_ASSERT_EQUAL_FATAL(run(args, text, sizeof(text)), 0);
 		CU_ASSERT_EQUAL(json_losses(text, first_half, 4, &f1), 4);
 		/* a save that died half-way through step 6 */
@@ -267,7 +326,7 @@ static void test_resume_matches(void)
 			 "'%s/step-00000006.tmp/rank-00000.bin.part'", ck, ck);
 		CU_ASSERT_EQUAL(system(junk), 0);
 		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 8 --no-db --json --resume '%s' "
-			 "--set deepspeed.zero_optimization.stage=%d", scn, ck, stage);
+			 "--set deepspeed.zero_optimization.stage=%d %s", scn, ck, stage, off);
 		CU_ASSERT_EQUAL_FATAL(run(args, text, sizeof(text)), 0);
 		CU_ASSERT_EQUAL_FATAL(json_losses(text, second, 8, &f2), 4);
 		CU_ASSERT_EQUAL(f2, 5);
@@ -277,7 +336,7 @@ static void test_resume_matches(void)
 		}
 		/* the same checkpoint on another number of ranks is refused, naming both */
 		snprintf(args, sizeof(args), "run '%s' --ranks 1 --steps 8 --no-db --resume '%s' "
-			 "--set deepspeed.zero_optimization.stage=%d", scn, ck, stage);
+			 "--set deepspeed.zero_optimization.stage=%d %s", scn, ck, stage, off);
 		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(text, "resume with the same ranks and scenario"));
 	}
@@ -310,6 +369,8 @@ int test_exec_register(void)
 	return PX_ADD_SUITE("exec", {"fp32 loss trajectories, stages 0-3 x 1,2,4 ranks",
 				     test_trajectories_fp32},
 			    {"bf16 loss trajectories, stages 0-3 x 1,2,4 ranks", test_trajectories_bf16},
+			    {"optimizer and parameter offload: the same trajectories",
+			     test_offload_trajectories},
 			    {"SGD with momentum, stage 0 x 1 rank = stage 3 x 2 ranks", test_sgd},
 			    {"measured equals predicted", test_measured_equals_predicted},
 			    {"run refuses what it does not run", test_run_refuses},
