@@ -3,14 +3,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void *host_alloc(void *ctx, Place place, size_t bytes)
+{
+	(void)ctx, (void)place;
+	return calloc(1, bytes ? bytes : 1);
+}
+
+static void host_release(void *ctx, Place place, void *ptr)
+{
+	(void)ctx, (void)place;
+	free(ptr);
+}
+
 void arena_init(Arena *a)
 {
 	memset(a, 0, sizeof(*a));
+	arena_set_source(a, host_alloc, host_release, NULL);
+}
+
+void arena_set_source(Arena *a, void *(*alloc)(void *, Place, size_t),
+		      void (*release)(void *, Place, void *), void *ctx)
+{
+	a->alloc = alloc;
+	a->release = release;
+	a->ctx = ctx;
 }
 
 void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes)
 {
-	void *p = calloc(1, bytes ? bytes : 1);
+	void *p = a->alloc(a->ctx, place, bytes);
 	if (!p)
 		return NULL;
 	a->n_allocs++;
@@ -29,7 +50,7 @@ void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes)
 {
 	if (!ptr)
 		return;
-	free(ptr);
+	a->release(a->ctx, place, ptr);
 	a->live[place] -= (double)bytes;
 	a->cat[place][cat] -= (double)bytes;
 }

@@ -1,7 +1,8 @@
 /* arena: the executor's tracking allocator. Every byte the executor holds for training goes
  * through it, labelled with the schedule's place and category, so that current and peak bytes per
  * place and category can be set beside what the simulator predicts. On the CPU backend every place
- * is host memory; the labels say where the implementation would keep it. */
+ * is host memory; the labels say where the implementation would keep it. The memory itself comes
+ * from the compute backend (device memory on CUDA). */
 #ifndef PX_EXEC_ARENA_H
 #define PX_EXEC_ARENA_H
 
@@ -10,6 +11,10 @@
 #include "../engine/schedule.h"
 
 typedef struct Arena {
+	/* where the bytes come from: calloc/free unless arena_set_source says otherwise */
+	void *(*alloc)(void *ctx, Place place, size_t bytes); /* zeroed; NULL when out of memory */
+	void (*release)(void *ctx, Place place, void *ptr);
+	void *ctx;
 	double live[N_PLACES], peak[N_PLACES];
 	double cat[N_PLACES][N_CATS];
 	double at_peak[N_PLACES][N_CATS]; /* the categories when the place peaked */
@@ -18,6 +23,9 @@ typedef struct Arena {
 } Arena;
 
 void arena_init(Arena *a);
+/* Take memory from alloc/release (a compute backend's, e.g. device memory for PLACE_GPU). */
+void arena_set_source(Arena *a, void *(*alloc)(void *, Place, size_t),
+		      void (*release)(void *, Place, void *), void *ctx);
 /* Zeroed memory of bytes (at least one byte), counted under place and cat; NULL when out of
  * memory. Free it with arena_free and the same size. */
 void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes);

@@ -8,7 +8,6 @@
 #include "../engine/build.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
-#include "../kernels/precision.h"
 
 /* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
  * where it sits in the master weights and optimizer states. */
@@ -23,6 +22,8 @@ struct Runner {
 	const Schedule *s;
 	const StagePlan *st;
 	Comm *dp, *world;
+	const ComputeBackend *cb;
+	void *cx;               /* the backend's context */
 	int rank, n;            /* data-parallel rank and size */
 	GptConfig cfg;
 	int B, T, head;
@@ -52,47 +53,26 @@ struct Runner {
 
 static size_t dt_bytes(Dtype d) { return (size_t)dtype_bytes(d); }
 
-static void to_f32(float *dst, const void *src, size_t n, Dtype d)
+/* Conversions and sums through the compute backend (device memory on CUDA). */
+static void to_f32(Runner *r, float *dst, const void *src, size_t n, Dtype d)
 {
-	if (d == DT_FP32)
-		memcpy(dst, src, n * 4);
-	else if (d == DT_BF16)
-		precision_bf16_to_f32_n(dst, src, n);
-	else
-		precision_f16_to_f32_n(dst, src, n);
+	r->cb->convert(r->cx, dst, DT_FP32, src, d, n);
 }
 
-static void from_f32(void *dst, const float *src, size_t n, Dtype d)
+static void from_f32(Runner *r, void *dst, const float *src, size_t n, Dtype d)
 {
-	if (d == DT_FP32)
-		memcpy(dst, src, n * 4);
-	else if (d == DT_BF16)
-		precision_f32_to_bf16_n(dst, src, n);
-	else
-		precision_f32_to_f16_n(dst, src, n);
+	r->cb->convert(r->cx, dst, d, src, DT_FP32, n);
 }
 
-static float get(const void *p, size_t i, Dtype d)
+/* dst += src, dst in storage dtype d, src in src_d */
+static void add_into(Runner *r, void *dst, const void *src, Dtype src_d, size_t n, Dtype d)
 {
-	if (d == DT_FP32)
-		return ((const float *)p)[i];
-	uint16_t b = ((const uint16_t *)p)[i];
-	return d == DT_BF16 ? precision_bf16_to_f32(b) : precision_f16_to_f32(b);
+	r->cb->add(r->cx, dst, d, src, src_d, n);
 }
 
-static void put(void *p, size_t i, float x, Dtype d)
+static void zero(Runner *r, int id)
 {
-	if (d == DT_FP32)
-		((float *)p)[i] = x;
-	else
-		((uint16_t *)p)[i] = d == DT_BF16 ? precision_f32_to_bf16(x) : precision_f32_to_f16(x);
-}
-
-/* dst += src, dst in storage dtype d, src fp32 (or in d when src_d says so) */
-static void add_into(void *dst, const void *src, Dtype src_d, size_t n, Dtype d)
-{
-	for (size_t i = 0; i < n; i++)
-		put(dst, i, get(dst, i, d) + get(src, i, src_d), d);
+	r->cb->zero(r->cx, r->buf[id], r->size[id]);
 }
 
 static void *at(void *base, long long elems, Dtype d)
@@ -198,11 +178,12 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 		r->u_gathered[u] = op->buf;
 		if (r->n == 1) { /* one rank: the schedule gathers nothing; the partition is whole */
 			long long own = r->p->units[u].own_gather;
-			memcpy(ptr, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
-			       (size_t)own * dt_bytes(r->pdt));
+			r->cb->convert(r->cx, ptr, r->pdt, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+				       r->pdt, (size_t)own);
 			if (u == r->head)
-				memcpy(at(ptr, own, r->pdt), at(r->buf[r->id_part], r->unit_part_off[0], r->pdt),
-				       (size_t)(r->p->units[u].gather_dense - own) * dt_bytes(r->pdt));
+				r->cb->convert(r->cx, at(ptr, own, r->pdt), r->pdt,
+					       at(r->buf[r->id_part], r->unit_part_off[0], r->pdt), r->pdt,
+					       (size_t)(r->p->units[u].gather_dense - own));
 		}
 		break;
 	case BUF_REDUCE_BUCKET:
@@ -241,9 +222,9 @@ static void unit3_load(Runner *r, int u, float *dst, const void *own, int max_t)
 	for (int i = 0; i < up->n_tensors && i < max_t; i++) {
 		long long n = up->tensor_local[i];
 		if (is_persistent(r, n))
-			to_f32(dst + d, at(r->buf[r->id_persist], q, r->pdt), (size_t)n, r->pdt), q += n;
+			to_f32(r, dst + d, at(r->buf[r->id_persist], q, r->pdt), (size_t)n, r->pdt), q += n;
 		else
-			to_f32(dst + d, at((void *)own, o, r->pdt), (size_t)n, r->pdt), o += n;
+			to_f32(r, dst + d, at((void *)own, o, r->pdt), (size_t)n, r->pdt), o += n;
 		d += n;
 	}
 }
@@ -264,10 +245,10 @@ static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int
 	for (int i = 0; i < up->n_tensors && i < max_t; i++) {
 		long long n = up->tensor_local[i];
 		if (is_persistent(r, n))
-			add_into(at(persist_grads(r), q, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt),
+			add_into(r, at(persist_grads(r), q, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt),
 				q += n;
 		else
-			add_into(at(own, o, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt), o += n;
+			add_into(r, at(own, o, r->gdt), src + d, DT_FP32, (size_t)n, r->gdt), o += n;
 		d += n;
 	}
 }
@@ -282,9 +263,9 @@ static void load_params(Runner *r, int u)
 	r->u_loaded[u] = 1;
 	if (r->p->stage < 3) {
 		void *flat = r->buf[r->id_params];
-		to_f32(dst, at(flat, r->p->units[u].flat_off, r->pdt), own, r->pdt);
+		to_f32(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), own, r->pdt);
 		if (u == r->head)
-			to_f32(dst + own, at(flat, r->p->units[0].flat_off, r->pdt), vc, r->pdt);
+			to_f32(r, dst + own, at(flat, r->p->units[0].flat_off, r->pdt), vc, r->pdt);
 		return;
 	}
 	void *g = r->buf[r->u_gathered[u]];
@@ -315,12 +296,11 @@ static void *grad_dest(Runner *r, int u)
 
 static void *current_bucket(Runner *r)
 {
-	void *b = r->buf[r->buckets[r->cur_bucket]];
 	if (r->bucket_fresh) {
-		memset(b, 0, r->size[r->buckets[r->cur_bucket]]);
+		zero(r, r->buckets[r->cur_bucket]);
 		r->bucket_fresh = 0;
 	}
-	return b;
+	return r->buf[r->buckets[r->cur_bucket]];
 }
 
 /* After unit u's backward: its fp32 gradients to where the schedule reduces them from. */
@@ -332,15 +312,15 @@ static void move_grads(Runner *r, int u)
 
 	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */
 		void *flat = r->buf[r->id_grads];
-		add_into(at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
+		add_into(r, at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
 		if (u == r->head)
-			add_into(at(flat, p->units[0].flat_off, r->gdt), g + own, DT_FP32, vc, r->gdt);
+			add_into(r, at(flat, p->units[0].flat_off, r->gdt), g + own, DT_FP32, vc, r->gdt);
 		return;
 	}
 	if (u == r->head) { /* its own now; the token embedding's share waits for its buffer
 			       (head_grads) unless that tensor is persistent */
 		if (p->stage == 2)
-			add_into(grad_dest(r, u), g, DT_FP32, own, r->gdt);
+			add_into(r, grad_dest(r, u), g, DT_FP32, own, r->gdt);
 		else
 			unit3_store_grads(r, u, g, p->units[u].own_gather > 0 ? grad_dest(r, u) : NULL,
 					  MODEL_MAX_TENSORS);
@@ -350,11 +330,11 @@ static void move_grads(Runner *r, int u)
 	}
 	void *dst = grad_dest(r, u);
 	if (p->stage == 2)
-		add_into(dst, g, DT_FP32, own, r->gdt);
+		add_into(r, dst, g, DT_FP32, own, r->gdt);
 	else
 		unit3_store_grads(r, u, g, dst, MODEL_MAX_TENSORS);
 	if (u == 0 && r->id_tied >= 0) /* the head's share of the token embedding's gradient */
-		add_into(dst, r->buf[r->id_tied], r->gdt,
+		add_into(r, dst, r->buf[r->id_tied], r->gdt,
 			 p->stage == 2 ? vc : (size_t)p->units[0].own_gather, r->gdt);
 }
 
@@ -365,7 +345,7 @@ static void head_grads(Runner *r, int tied_id)
 	const float *g = r->buf[r->u_fp32g[r->head]];
 	size_t own = gpt_cpu_unit_params(&r->cfg, r->head), vc = (size_t)r->cfg.V * r->cfg.C;
 	if (r->p->stage == 2)
-		from_f32(r->buf[tied_id], g + own, vc, r->gdt);
+		from_f32(r, r->buf[tied_id], g + own, vc, r->gdt);
 	else if (!is_persistent(r, (long long)vc))
 		unit3_store_grads(r, 0, g + own, r->buf[tied_id], 1);
 }
@@ -377,15 +357,14 @@ static void forward(Runner *r, int u)
 	float *x = r->buf[r->id_hidden], *params = r->buf[r->u_fp32[u]];
 	load_params(r, u);
 	if (u == 0) {
-		gpt_cpu_embed_forward(&r->cfg, r->B, r->T, params, r->inputs, x);
+		r->cb->embed_forward(r->cx, params, x);
 	} else if (u == r->head) {
 		size_t own = gpt_cpu_unit_params(&r->cfg, u);
-		r->loss_sum += gpt_cpu_head_forward(&r->cfg, r->B, r->T, params, params + own, x,
-						    r->targets, r->buf[r->u_act[u]]);
+		r->loss_sum += r->cb->head_forward(r->cx, params, params + own, x, r->buf[r->u_act[u]]);
 	} else {
 		if (r->u_ckpt[u] >= 0) /* full recompute keeps the block's input */
-			memcpy(r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]]);
-		gpt_cpu_block_forward(&r->cfg, r->B, r->T, params, x, x, r->buf[r->u_act[u]]);
+			to_f32(r, r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]] / 4, DT_FP32);
+		r->cb->block_forward(r->cx, params, x, x, r->buf[r->u_act[u]]);
 	}
 }
 
@@ -393,7 +372,7 @@ static void recompute(Runner *r, int u)
 {
 	load_params(r, u);
 	float *in = r->buf[r->u_ckpt[u]];
-	gpt_cpu_block_forward(&r->cfg, r->B, r->T, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
+	r->cb->block_forward(r->cx, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
 }
 
 static void backward(Runner *r, int u)
@@ -405,13 +384,12 @@ static void backward(Runner *r, int u)
 	if (u == r->head) {
 		size_t own = gpt_cpu_unit_params(&r->cfg, u);
 		float dloss = (float)(r->loss_scale / (double)r->p->m);
-		gpt_cpu_head_backward(&r->cfg, r->B, r->T, params, params + own, grads, grads + own,
-				      r->buf[r->u_act[u]], r->targets, dloss, dx, scratch);
+		r->cb->head_backward(r->cx, params, params + own, grads, grads + own, r->buf[r->u_act[u]],
+				     dloss, dx, scratch);
 	} else if (u == 0) {
-		gpt_cpu_embed_backward(&r->cfg, r->B, r->T, grads, r->inputs, dx);
+		r->cb->embed_backward(r->cx, grads, dx);
 	} else {
-		gpt_cpu_block_backward(&r->cfg, r->B, r->T, params, grads, r->buf[r->u_act[u]], dx, dx,
-				       scratch);
+		r->cb->block_backward(r->cx, params, grads, r->buf[r->u_act[u]], dx, dx, scratch);
 	}
 	move_grads(r, u);
 }
@@ -464,19 +442,15 @@ static double local_sumsq(const Runner *r)
 {
 	double s = 0;
 	for (int i = 0; i < r->n_segs; i++)
-		for (long long j = 0; j < r->segs[i].n; j++) {
-			double g = get(r->segs[i].grads, (size_t)j, r->segs[i].gdt);
-			s += g * g;
-		}
+		s += r->cb->sum_squares(r->cx, r->segs[i].grads, r->segs[i].gdt, (size_t)r->segs[i].n);
 	return s;
 }
 
 static int local_overflow(const Runner *r)
 {
 	for (int i = 0; i < r->n_segs; i++)
-		for (long long j = 0; j < r->segs[i].n; j++)
-			if (!isfinite(get(r->segs[i].grads, (size_t)j, r->segs[i].gdt)))
-				return 1;
+		if (r->cb->nonfinite(r->cx, r->segs[i].grads, r->segs[i].gdt, (size_t)r->segs[i].n))
+			return 1;
 	return 0;
 }
 
@@ -485,7 +459,7 @@ static void zero_grads(Runner *r)
 	int ids[2] = {r->p->stage < 2 ? r->id_grads : r->id_gradpart, r->offload ? r->id_grad32 : -1};
 	for (int i = 0; i < 2; i++)
 		if (ids[i] >= 0)
-			memset(r->buf[ids[i]], 0, r->size[ids[i]]);
+			zero(r, ids[i]);
 }
 
 /* fp16 dynamic loss scaling as DeepSpeed's: halve on overflow once hysteresis is used up (not
@@ -533,16 +507,16 @@ static void optimize(Runner *r, StepResult *res)
 		float *g32 = sg->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
 		if (sg->gdt != DT_FP32)
-			to_f32(g32, sg->grads, (size_t)sg->n, sg->gdt);
+			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
 		if (sgd) /* the momentum buffer is the one state, when momentum is on */
-			ops_sgd_step(w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n, (float)res->lr,
-				     (float)ds->momentum, (float)ds->weight_decay,
-				     (float)(clip * unscale));
+			r->cb->sgd(r->cx, p->opt_place, w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n,
+				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay,
+				   (float)(clip * unscale));
 		else
-			ops_adamw_step(w, m + sg->part_off, v + sg->part_off, g32, (size_t)sg->n, &h,
-				       r->opt_steps, (float)(clip * unscale));
+			r->cb->adamw(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off, g32,
+				     (size_t)sg->n, &h, r->opt_steps, (float)(clip * unscale));
 		if (p->mixed && !r->params_by_copy)
-			from_f32(sg->params, w, (size_t)sg->n, r->pdt);
+			from_f32(r, sg->params, w, (size_t)sg->n, r->pdt);
 	}
 	r->updated = 1;
 	zero_grads(r);
@@ -570,7 +544,7 @@ static long long partition_offset(const Runner *r, const Op *op)
 static void recycle(Runner *r, int buf)
 {
 	if (buf == r->id_pgrads)
-		memset(r->buf[r->id_pgrads], 0, r->size[r->id_pgrads]);
+		zero(r, r->id_pgrads);
 	else
 		r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
 }
@@ -602,7 +576,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			return -1;
 		if (p->stage < 2 || r->offload)
 			return 0; /* stage 1 keeps its slice in the full gradients; offload copies it */
-		add_into(at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
+		add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
 			 r->gdt);
 		recycle(r, op->buf);
 		return 0;
@@ -636,7 +610,7 @@ static int copy(Runner *r, const Op *op, PxError *err)
 	if (op->sub == COPY_D2H && op->buf >= 0 && r->offload) {
 		size_t cnt = (size_t)(op->elems / r->n);
 		const void *mine = at(r->buf[op->buf], op->offset + r->rank * (long long)cnt, r->gdt);
-		add_into((float *)r->buf[r->id_grad32] + partition_offset(r, op), mine, r->gdt, cnt,
+		add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine, r->gdt, cnt,
 			 DT_FP32);
 		recycle(r, op->buf);
 		return 0;
@@ -645,14 +619,14 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		for (int i = 0; i < r->st->n_buckets; i++) {
 			long long cnt = r->st->buckets[i].padded / r->n;
 			long long mine = r->st->buckets[i].flat_off + r->rank * cnt;
-			to_f32((float *)r->buf[r->id_grad32] + r->st->buckets[i].flat_off / r->n,
+			to_f32(r, (float *)r->buf[r->id_grad32] + r->st->buckets[i].flat_off / r->n,
 			       at(r->buf[r->id_grads], mine, r->gdt), (size_t)cnt, r->gdt);
 		}
 		return 0;
 	}
 	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
 		for (int i = 0; p->mixed && r->updated && i < r->n_segs; i++)
-			from_f32(r->segs[i].params, (float *)r->buf[r->id_master] + r->segs[i].part_off,
+			from_f32(r, r->segs[i].params, (float *)r->buf[r->id_master] + r->segs[i].part_off,
 				 (size_t)r->segs[i].n, r->pdt);
 		return 0;
 	}
@@ -676,6 +650,7 @@ static void load_micro_batch(Runner *r, const DataSource *data, long step, int m
 			r->targets[i * r->T + t] = r->sample[t + 1];
 		}
 	}
+	r->cb->set_tokens(r->cx, r->inputs, r->targets);
 }
 
 static double clock_s(void)
@@ -705,7 +680,8 @@ static int run_op(Runner *r, int i, PxError *err)
 	if (slot < 0)
 		return run_op_timed(r, i, err);
 	double t0 = clock_s();
-	int rc = run_op_timed(r, i, err);
+	/* check waits for an asynchronous backend, so that the op's time is its own */
+	int rc = run_op_timed(r, i, err) || r->cb->check(r->cx, err) ? -1 : 0;
 	r->op_s[slot] += clock_s() - t0;
 	return rc;
 }
@@ -774,8 +750,9 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 		}
 		i = end;
 	}
-	double loss[1] = {r->loss_sum / (double)r->p->m};
-	float lf = (float)loss[0];
+	if (r->cb->check(r->cx, err))
+		return -1;
+	float lf = (float)(r->loss_sum / (double)r->p->m);
 	if (r->world && comm_size(r->world) > 1) { /* the mean over ranks, outside the schedule */
 		if (comm_all_reduce(r->world, &lf, &lf, 1, COMM_FP32, COMM_SUM, err))
 			return -1;
@@ -806,7 +783,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 		size_t n = gpt_cpu_unit_params(&r->cfg, u);
 		gpt_cpu_init_unit(&r->cfg, u, tmp, seed);
 		if (p->stage < 3) {
-			from_f32(at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
+			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
 			continue;
 		}
 		const UnitPlan *up = &p->units[u];
@@ -815,19 +792,19 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 		for (int i = 0; i < up->n_tensors; i++) {
 			long long k = up->tensor_local[i];
 			if (is_persistent(r, k))
-				from_f32(at(r->buf[r->id_persist], q, r->pdt), tmp + d, (size_t)k, r->pdt), q += k;
+				from_f32(r, at(r->buf[r->id_persist], q, r->pdt), tmp + d, (size_t)k, r->pdt), q += k;
 			else
-				from_f32(at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
+				from_f32(r, at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
 			d += k;
 		}
-		memcpy(at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
-		       at(own, r->rank * up->part_dense, r->pdt), (size_t)up->part_dense * dt_bytes(r->pdt));
+		r->cb->convert(r->cx, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt), r->pdt,
+			       at(own, r->rank * up->part_dense, r->pdt), r->pdt, (size_t)up->part_dense);
 	}
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, tmp, 4 * largest);
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
 	make_segments(r);
 	for (int i = 0; p->mixed && i < r->n_segs; i++)
-		to_f32((float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
+		to_f32(r, (float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
 		       (size_t)r->segs[i].n, r->pdt);
 	arena_reset_peaks(&r->arena);
 	return 0;
@@ -854,7 +831,7 @@ static int layout(Runner *r)
 }
 
 int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
-		  Runner **out, PxError *err)
+		  const ComputeBackend *cb, int device, Runner **out, PxError *err)
 {
 	const ModelSpec *m = &p->sc->model;
 	Runner *r = calloc(1, sizeof(*r));
@@ -881,6 +858,11 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	arena_init(&r->arena);
 	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
 		return -1;
+	ComputeShape shape = {r->cfg, r->B, r->T, device};
+	r->cb = cb ? cb : &compute_cpu_backend;
+	if (r->cb->create(&shape, &r->cx, err))
+		return -1;
+	arena_set_source(&r->arena, r->cb->alloc, r->cb->release, r->cx);
 	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
@@ -924,6 +906,8 @@ void runner_destroy(Runner *r)
 	free(r->segs);
 	free(r->unit_part_off);
 	free(r->persist_off);
+	if (r->cb)
+		r->cb->destroy(r->cx);
 	free(r);
 }
 
@@ -959,20 +943,42 @@ static int is_state(const Runner *r, int id)
 	       a->what == BUF_MASTER || a->what == BUF_OPT_STATES;
 }
 
+/* The largest state buffer: the host staging area that save and load go through (the state may
+ * be device memory). Caller frees. */
+static void *state_staging(const Runner *r, PxError *err)
+{
+	size_t most = 1;
+	for (int id = 0; id < r->s->n_bufs; id++)
+		if (is_state(r, id) && r->size[id] > most)
+			most = r->size[id];
+	void *host = malloc(most);
+	if (!host)
+		px_fail(err, PX_ERR_RUNTIME, "out of memory staging a checkpoint");
+	return host;
+}
+
 int runner_save(const Runner *r, FILE *f, PxError *err)
 {
 	CkptHeader h = {CKPT_MAGIC, 1, r->rank, r->n, r->p->stage, r->s->n_bufs, r->opt_steps,
 			r->good_steps, r->hysteresis, 0, r->loss_scale};
-	if (fwrite(&h, sizeof(h), 1, f) != 1)
-		return px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
-	for (int id = 0; id < r->s->n_bufs; id++) {
+	void *host = state_staging(r, err);
+	if (!host)
+		return -1;
+	int rc = fwrite(&h, sizeof(h), 1, f) == 1 ? 0 :
+		 px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+	for (int id = 0; !rc && id < r->s->n_bufs; id++) {
 		if (!is_state(r, id))
 			continue;
 		int64_t meta[2] = {id, (int64_t)r->size[id]};
-		if (fwrite(meta, sizeof(meta), 1, f) != 1 || fwrite(r->buf[id], 1, r->size[id], f) != r->size[id])
-			return px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+		r->cb->to_host(r->cx, host, r->buf[id], r->size[id]);
+		if (r->cb->check(r->cx, err))
+			rc = -1;
+		else if (fwrite(meta, sizeof(meta), 1, f) != 1 ||
+			 fwrite(host, 1, r->size[id], f) != r->size[id])
+			rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
 	}
-	return 0;
+	free(host);
+	return rc;
 }
 
 int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
@@ -984,15 +990,24 @@ int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: saved by rank %d of %d at ZeRO stage %d; this is "
 			       "rank %d of %d at stage %d: resume with the same ranks and scenario", path,
 			       h.rank, h.n, h.stage, r->rank, r->n, r->p->stage);
+	void *host = state_staging(r, err);
+	if (!host)
+		return -1;
 	for (int id = 0; id < r->s->n_bufs; id++) {
 		if (!is_state(r, id))
 			continue;
 		int64_t meta[2];
 		if (fread(meta, sizeof(meta), 1, f) != 1 || meta[0] != id ||
-		    meta[1] != (int64_t)r->size[id] || fread(r->buf[id], 1, r->size[id], f) != r->size[id])
+		    meta[1] != (int64_t)r->size[id] || fread(host, 1, r->size[id], f) != r->size[id]) {
+			free(host);
 			return px_fail(err, PX_ERR_INPUT, "%s: its buffers do not match this scenario's "
 				       "(buffer %d)", path, id);
+		}
+		r->cb->from_host(r->cx, r->buf[id], host, r->size[id]);
 	}
+	free(host);
+	if (r->cb->check(r->cx, err))
+		return -1;
 	r->opt_steps = h.opt_steps;
 	r->good_steps = h.good_steps;
 	r->hysteresis = h.hysteresis;

@@ -1,8 +1,8 @@
-/* runner: runs one rank's schedule for real on the CPU: allocations through the tracking arena,
- * the GPT kernels for each unit's forward, backward and recompute, the collectives through the
- * communication layer, and the optimizer over this rank's partition. It executes the schedule in
- * its order and nothing else: the simulator prices the same ops. Launching, logging and storing
- * results are cmd_run.c's. */
+/* runner: runs one rank's schedule for real: allocations through the tracking arena, the GPT
+ * kernels for each unit's forward, backward and recompute through a compute backend (CPU or
+ * CUDA), the collectives through the communication layer, and the optimizer over this rank's
+ * partition. It executes the schedule in its order and nothing else: the simulator prices the same
+ * ops. Launching, logging and storing results are cmd_run.c's. */
 #ifndef PX_EXEC_RUNNER_H
 #define PX_EXEC_RUNNER_H
 
@@ -11,6 +11,7 @@
 #include "../engine/plan.h"
 #include "arena.h"
 #include "comm.h"
+#include "compute.h"
 #include "data.h"
 
 typedef struct Runner Runner;
@@ -29,9 +30,10 @@ typedef struct StepResult {
 int runner_supported(const Plan *p, PxError *err);
 
 /* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank
- * alike. dp: the data-parallel communicator (NULL with one rank); world: for the loss's mean. */
+ * alike. dp: the data-parallel communicator (NULL with one rank); world: for the loss's mean.
+ * cb: the compute backend (NULL: the CPU's); device: the CUDA device it takes. */
 int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
-		  Runner **out, PxError *err);
+		  const ComputeBackend *cb, int device, Runner **out, PxError *err);
 void runner_destroy(Runner *r);
 
 /* One optimizer step, step counting from 1, on global samples (step - 1) * train_batch onwards. */

@@ -1,0 +1,76 @@
+/* compute: the executor's arithmetic, backend-neutral: memory for each place, conversions and sums
+ * between storage dtypes, one GPT unit's forward and backward, the optimizers' updates. The runner
+ * touches buffer contents only through this table, so one schedule interpreter drives the CPU
+ * (compute_cpu.c) and CUDA (compute_cuda.c) backends alike. Which op runs when is the runner's;
+ * how the kernels compute is kernels/'s. */
+#ifndef PX_EXEC_COMPUTE_H
+#define PX_EXEC_COMPUTE_H
+
+#include <stddef.h>
+
+#include "../engine/err.h"
+#include "../engine/dsconfig.h"
+#include "../engine/schedule.h"
+#include "../kernels/gpt_cpu.h"
+#include "../kernels/ops_cpu.h"
+
+/* The shapes one backend context serves: B = micro-batch, T = sequence, as kernels/ use them. */
+typedef struct ComputeShape {
+	GptConfig cfg;
+	int B, T;
+	int device; /* CUDA: the device to take (the launcher's local rank); CPU: ignored */
+} ComputeShape;
+
+/* A backend: one file fills this table (STYLE.md). ctx is the backend's own state. Pointers are
+ * to memory its alloc returned (for the CPU place, ordinary host memory works too). Compute calls
+ * may run asynchronously: they report nothing, and a failure is kept until check (the first one
+ * wins). Counts are elements. */
+typedef struct ComputeBackend {
+	const char *name;
+	int (*create)(const ComputeShape *shape, void **ctx, PxError *err);
+	void (*destroy)(void *ctx); /* NULL is fine */
+	/* Zeroed memory of bytes (at least one) in place; NULL when out of memory. */
+	void *(*alloc)(void *ctx, Place place, size_t bytes);
+	void (*release)(void *ctx, Place place, void *ptr);
+
+	/* ---- storage ---- */
+	/* dst = src (n elements), converted between fp32, fp16 and bf16 (round to nearest even) */
+	void (*convert)(void *ctx, void *dst, Dtype dst_dt, const void *src, Dtype src_dt, size_t n);
+	/* dst += src, each in its own dtype, the sum in fp32 and rounded once into dst's */
+	void (*add)(void *ctx, void *dst, Dtype dst_dt, const void *src, Dtype src_dt, size_t n);
+	void (*zero)(void *ctx, void *ptr, size_t bytes);
+	double (*sum_squares)(void *ctx, const void *x, Dtype dt, size_t n); /* in double */
+	int (*nonfinite)(void *ctx, const void *x, Dtype dt, size_t n);      /* 1: any inf or NaN */
+	/* byte copies between this backend's memory and the caller's host memory */
+	void (*to_host)(void *ctx, void *host, const void *src, size_t bytes);
+	void (*from_host)(void *ctx, void *dst, const void *host, size_t bytes);
+
+	/* ---- the model: kernels/gpt_cpu.h's unit calls, on fp32 model-layout parameters ---- */
+	void (*set_tokens)(void *ctx, const int *inputs, const int *targets); /* (B, T) each */
+	void (*embed_forward)(void *ctx, const float *params, float *y);
+	void (*block_forward)(void *ctx, const float *params, const float *x, float *y, float *acts);
+	/* returns the mean loss over the B T targets (a synchronising call) */
+	float (*head_forward)(void *ctx, const float *params, const float *wte, const float *x,
+			      float *acts);
+	void (*embed_backward)(void *ctx, float *grads, const float *dy);
+	void (*block_backward)(void *ctx, const float *params, float *grads, const float *acts,
+			       const float *dy, float *dx, float *scratch);
+	void (*head_backward)(void *ctx, const float *params, const float *wte, float *grads,
+			      float *dwte, float *acts, float dloss, float *dx, float *scratch);
+
+	/* ---- optimizers: ops_cpu.h's, on fp32 master weights where place keeps them ---- */
+	void (*adamw)(void *ctx, Place place, float *w, float *m, float *v, const float *g,
+		      size_t n, const OpsAdamw *h, long step, float grad_scale);
+	void (*sgd)(void *ctx, Place place, float *w, float *buf, const float *g, size_t n, float lr,
+		    float momentum, float weight_decay, float grad_scale);
+
+	/* Wait for everything issued; 0, or -1 with the first failure since the last check. */
+	int (*check)(void *ctx, PxError *err);
+} ComputeBackend;
+
+extern const ComputeBackend compute_cpu_backend;
+
+/* The backend named name ("cpu", "cuda"), or NULL when this build has none of that name. */
+const ComputeBackend *compute_backend_find(const char *name);
+
+#endif

@@ -1,0 +1,221 @@
+/* compute_cpu: the compute backend on the host: every place is host memory, and the kernels are
+ * kernels/'s plain-C reference (matrix products through OpenBLAS). Everything runs synchronously,
+ * so check has nothing to report. */
+#include "compute.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/precision.h"
+
+typedef struct CpuCtx {
+	ComputeShape sh;
+	const int *inputs, *targets; /* the caller's, valid until the next set_tokens */
+} CpuCtx;
+
+static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
+{
+	CpuCtx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	c->sh = *shape;
+	*ctx = c;
+	return 0;
+}
+
+static void cpu_destroy(void *ctx)
+{
+	free(ctx);
+}
+
+static void *cpu_alloc(void *ctx, Place place, size_t bytes)
+{
+	(void)ctx, (void)place;
+	return calloc(1, bytes ? bytes : 1);
+}
+
+static void cpu_release(void *ctx, Place place, void *ptr)
+{
+	(void)ctx, (void)place;
+	free(ptr);
+}
+
+/* ---- storage ---- */
+
+static float get(const void *p, size_t i, Dtype d)
+{
+	if (d == DT_FP32)
+		return ((const float *)p)[i];
+	uint16_t b = ((const uint16_t *)p)[i];
+	return d == DT_BF16 ? precision_bf16_to_f32(b) : precision_f16_to_f32(b);
+}
+
+static void put(void *p, size_t i, float x, Dtype d)
+{
+	if (d == DT_FP32)
+		((float *)p)[i] = x;
+	else
+		((uint16_t *)p)[i] = d == DT_BF16 ? precision_f32_to_bf16(x) : precision_f32_to_f16(x);
+}
+
+static void cpu_convert(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
+{
+	(void)ctx;
+	if (dd == sd)
+		memmove(dst, src, n * (size_t)dtype_bytes(dd));
+	else if (sd == DT_FP32 && dd == DT_BF16)
+		precision_f32_to_bf16_n(dst, src, n);
+	else if (sd == DT_FP32 && dd == DT_FP16)
+		precision_f32_to_f16_n(dst, src, n);
+	else if (dd == DT_FP32 && sd == DT_BF16)
+		precision_bf16_to_f32_n(dst, src, n);
+	else if (dd == DT_FP32 && sd == DT_FP16)
+		precision_f16_to_f32_n(dst, src, n);
+	else
+		for (size_t i = 0; i < n; i++)
+			put(dst, i, get(src, i, sd), dd);
+}
+
+static void cpu_add(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
+{
+	(void)ctx;
+	for (size_t i = 0; i < n; i++)
+		put(dst, i, get(dst, i, dd) + get(src, i, sd), dd);
+}
+
+static void cpu_zero(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx;
+	memset(ptr, 0, bytes);
+}
+
+static double cpu_sum_squares(void *ctx, const void *x, Dtype dt, size_t n)
+{
+	(void)ctx;
+	double s = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = get(x, i, dt);
+		s += g * g;
+	}
+	return s;
+}
+
+static int cpu_nonfinite(void *ctx, const void *x, Dtype dt, size_t n)
+{
+	(void)ctx;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(get(x, i, dt)))
+			return 1;
+	}
+	return 0;
+}
+
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+	(void)ctx;
+	memcpy(dst, src, bytes);
+}
+
+/* ---- the model ---- */
+
+static void cpu_set_tokens(void *ctx, const int *inputs, const int *targets)
+{
+	CpuCtx *c = ctx;
+	c->inputs = inputs;
+	c->targets = targets;
+}
+
+static void cpu_embed_forward(void *ctx, const float *params, float *y)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_embed_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, c->inputs, y);
+}
+
+static void cpu_block_forward(void *ctx, const float *params, const float *x, float *y, float *acts)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_block_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, x, y, acts);
+}
+
+static float cpu_head_forward(void *ctx, const float *params, const float *wte, const float *x,
+			      float *acts)
+{
+	CpuCtx *c = ctx;
+	return gpt_cpu_head_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, wte, x, c->targets, acts);
+}
+
+static void cpu_embed_backward(void *ctx, float *grads, const float *dy)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_embed_backward(&c->sh.cfg, c->sh.B, c->sh.T, grads, c->inputs, dy);
+}
+
+static void cpu_block_backward(void *ctx, const float *params, float *grads, const float *acts,
+			       const float *dy, float *dx, float *scratch)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_block_backward(&c->sh.cfg, c->sh.B, c->sh.T, params, grads, acts, dy, dx, scratch);
+}
+
+static void cpu_head_backward(void *ctx, const float *params, const float *wte, float *grads,
+			      float *dwte, float *acts, float dloss, float *dx, float *scratch)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_head_backward(&c->sh.cfg, c->sh.B, c->sh.T, params, wte, grads, dwte, acts,
+			      c->targets, dloss, dx, scratch);
+}
+
+/* ---- optimizers ---- */
+
+static void cpu_adamw(void *ctx, Place place, float *w, float *m, float *v, const float *g,
+		      size_t n, const OpsAdamw *h, long step, float grad_scale)
+{
+	(void)ctx, (void)place;
+	ops_adamw_step(w, m, v, g, n, h, step, grad_scale);
+}
+
+static void cpu_sgd(void *ctx, Place place, float *w, float *buf, const float *g, size_t n,
+		    float lr, float momentum, float weight_decay, float grad_scale)
+{
+	(void)ctx, (void)place;
+	ops_sgd_step(w, buf, g, n, lr, momentum, weight_decay, grad_scale);
+}
+
+static int cpu_check(void *ctx, PxError *err)
+{
+	(void)ctx, (void)err;
+	return 0;
+}
+
+const ComputeBackend compute_cpu_backend = {
+	.name = "cpu",
+	.create = cpu_create,
+	.destroy = cpu_destroy,
+	.alloc = cpu_alloc,
+	.release = cpu_release,
+	.convert = cpu_convert,
+	.add = cpu_add,
+	.zero = cpu_zero,
+	.sum_squares = cpu_sum_squares,
+	.nonfinite = cpu_nonfinite,
+	.to_host = cpu_copy,
+	.from_host = cpu_copy,
+	.set_tokens = cpu_set_tokens,
+	.embed_forward = cpu_embed_forward,
+	.block_forward = cpu_block_forward,
+	.head_forward = cpu_head_forward,
+	.embed_backward = cpu_embed_backward,
+	.block_backward = cpu_block_backward,
+	.head_backward = cpu_head_backward,
+	.adamw = cpu_adamw,
+	.sgd = cpu_sgd,
+	.check = cpu_check,
+};
+
+const ComputeBackend *compute_backend_find(const char *name)
+{
+	if (!strcmp(name, "cpu"))
+		return &compute_cpu_backend;
+	return NULL;
+}
