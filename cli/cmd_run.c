@@ -491,7 +491,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		goto out_predict;
 	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
 	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
-			  (uint64_t)o->seed, NULL, 0, &run, err))
+			  (uint64_t)o->seed, NULL, NULL, NULL, &run, err))
 		goto out_data;
 	long first = 1;
 	if (o->resume) {

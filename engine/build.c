@@ -93,7 +93,7 @@ static void setup(Builder *b)
 	const DsZero *z = &p->sc->ds.zero;
 	double part = (double)st->part_elems, flat = (double)(st->flat_dense + st->flat_expert);
 
-	if (!p->cpu_backend) { /* the CUDA runtime's own memory */
+	if (p->cuda_runtime) { /* the CUDA runtime's own memory */
 		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUDA_CONTEXT, -1, c->cuda_context_bytes);
 		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_CUBLAS_WORKSPACE, -1, c->cublas_workspace_bytes);
 		alloc(b, PLACE_GPU, CAT_OVERHEAD, BUF_NCCL, -1, c->nccl_buffers_bytes);
@@ -355,11 +355,11 @@ static void moe_colls(Builder *b, int u)
 	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
 }
 
-/* CPU backend: the kernels run on an fp32, model-layout copy of the unit's parameters (and of
+/* The executor: the kernels run on an fp32, model-layout copy of the unit's parameters (and of
  * their gradients in backward); the head's copy includes the tied token embedding it uses. */
 static double unit_fp32_bytes(const Plan *p, int u)
 {
-	if (!p->cpu_backend)
+	if (!p->executor)
 		return 0;
 	double n = (double)p->units[u].local_dense;
 	if (u == p->n_units - 1 && p->par.pp == 1)
@@ -462,13 +462,13 @@ static void alloc_buckets(Builder *b)
 			b->n_buckets = i + 1;
 }
 
-/* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The CPU
- * backend's hidden-state streams (x and its gradient) and its backward scratch (8 bsh floats)
+/* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The
+ * executor's hidden-state streams (x and its gradient) and its backward scratch (8 bsh floats)
  * live for the micro-batch. */
 static void micro_batch(Builder *b)
 {
 	const Plan *p = b->p;
-	double bsh4 = p->cpu_backend ? 4.0 * (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
+	double bsh4 = p->executor ? 4.0 * (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
 	int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, 2 * bsh4);
 
 	for (int u = 0; u < p->n_units; u++)

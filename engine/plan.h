@@ -71,7 +71,8 @@ typedef struct Plan {
 	StagePlan *stages;         /* owned, pp */
 	ActivShape shape;
 	int activations_known;
-	int cpu_backend;           /* the CPU executor's own buffers are scheduled (build.c) */
+	int executor;              /* the executor's own buffers are scheduled (backend cpu, cuda) */
+	int cuda_runtime;          /* the CUDA runtime's own memory is (backend gpu, cuda) */
 	/* ZeRO++ */
 	long long hpz;             /* secondary partition group (1: off) */
 	int qwz, qgz;              /* quantized weights (INT8) and gradients (INT4) */

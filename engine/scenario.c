@@ -102,13 +102,15 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_str(top, "name", base, &name, err) < 0 ||
 	    jobj_str(top, "backend", "gpu", &backend, err) < 0)
 		return -1;
-	if (strcmp(backend, "gpu") && strcmp(backend, "cpu")) {
+	if (!strcmp(backend, "gpu") || !strcmp(backend, "cpu") || !strcmp(backend, "cuda")) {
+		sc->backend = backend[0] == 'g' ? BACKEND_GPU : backend[1] == 'p' ? BACKEND_CPU :
+			      BACKEND_CUDA;
+	} else {
 		char where[512];
 		jobj_where(top, "backend", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: backend: expected gpu or cpu, got \"%s\"", where,
-			       backend);
+		return px_fail(err, PX_ERR_INPUT, "%s: backend: expected gpu, cpu or cuda, got \"%s\"",
+			       where, backend);
 	}
-	sc->cpu_backend = !strcmp(backend, "cpu");
 	snprintf(sc->name, sizeof(sc->name), "%s", name);
 
 	train_args_defaults(&sc->train_args);
@@ -268,10 +270,11 @@ static int finish_load(Scenario *sc, PxError *err)
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		return -1;
-	if (sc->cpu_backend && sc->model.dropout) {
-		sc->model.dropout = 0; /* what the CPU kernels do; activations counted without masks */
-		px_notes_warn(&sc->notes, "%s: backend cpu: the CPU kernels have no dropout; the "
-			      "model's dropout is not applied", sc->path);
+	if (sc->backend != BACKEND_GPU && sc->model.dropout) {
+		sc->model.dropout = 0; /* what the kernels do; activations counted without masks */
+		px_notes_warn(&sc->notes, "%s: backend %s: the executor's kernels have no dropout; the "
+			      "model's dropout is not applied", sc->path,
+			      sc->backend == BACKEND_CPU ? "cpu" : "cuda");
 	}
 	if (sc->ds.ac_present && sc->ckpt == CKPT_NONE &&
 	    (sc->ds.partition_activations || sc->ds.cpu_checkpointing))

@@ -14,6 +14,11 @@
 
 enum { SC_DOC_SCENARIO, SC_DOC_MODEL, SC_DOC_DEEPSPEED, SC_DOC_CLUSTER, SC_N_DOCS };
 
+/* Whose implementation a scenario describes: DeepSpeed's on GPUs ("backend": "gpu", the default),
+ * or the Parallax executor's (fp32 compute on fp32 working copies, fp32 activations, no dropout)
+ * on CPUs ("cpu": no CUDA runtime) or on CUDA GPUs ("cuda": with the CUDA runtime's memory). */
+typedef enum { BACKEND_GPU, BACKEND_CPU, BACKEND_CUDA } Backend;
+
 typedef struct Scenario {
 	char name[128];
 	char path[1024];
@@ -26,8 +31,7 @@ typedef struct Scenario {
 	ParallelSpec par;         /* degrees as written; dp is derived by plan.c */
 	long long seq;            /* sequence length, tokens */
 	CkptMode ckpt;
-	int cpu_backend;          /* "backend": "cpu": the CPU executor's implementation (fp32
-				     compute and activations, no dropout, no CUDA runtime) */
+	Backend backend;          /* whose implementation the scenario describes */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 

@@ -35,15 +35,20 @@ void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes)
 	if (!p)
 		return NULL;
 	a->n_allocs++;
-	a->live[place] += (double)bytes;
-	a->cat[place][cat] += (double)bytes;
+	arena_count(a, place, cat, (double)bytes);
+	return p;
+}
+
+void arena_count(Arena *a, Place place, MemCat cat, double bytes)
+{
+	a->live[place] += bytes;
+	a->cat[place][cat] += bytes;
 	if (a->cat[place][cat] > a->cat_peak[place][cat])
 		a->cat_peak[place][cat] = a->cat[place][cat];
 	if (a->live[place] > a->peak[place]) {
 		a->peak[place] = a->live[place];
 		memcpy(a->at_peak[place], a->cat[place], sizeof(a->at_peak[place]));
 	}
-	return p;
 }
 
 void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes)
@@ -51,8 +56,7 @@ void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes)
 	if (!ptr)
 		return;
 	a->release(a->ctx, place, ptr);
-	a->live[place] -= (double)bytes;
-	a->cat[place][cat] -= (double)bytes;
+	arena_count(a, place, cat, -(double)bytes);
 }
 
 void arena_reset_peaks(Arena *a)

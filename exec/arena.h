@@ -30,6 +30,9 @@ void arena_set_source(Arena *a, void *(*alloc)(void *, Place, size_t),
  * memory. Free it with arena_free and the same size. */
 void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes);
 void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes);
+/* Count bytes (negative: release them) under place and cat without allocating: memory someone
+ * else allocated, such as the CUDA runtime's. */
+void arena_count(Arena *a, Place place, MemCat cat, double bytes);
 /* Forget the peaks so far (after initialisation, before the first step). */
 void arena_reset_peaks(Arena *a);
 

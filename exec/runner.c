@@ -24,6 +24,8 @@ struct Runner {
 	Comm *dp, *world;
 	const ComputeBackend *cb;
 	void *cx;               /* the backend's context */
+	int own_cx;             /* created (and destroyed) here */
+	RunnerRuntime rt;
 	int rank, n;            /* data-parallel rank and size */
 	GptConfig cfg;
 	int B, T, head;
@@ -110,12 +112,12 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD"))
 		why = "the Adam, AdamW or SGD optimizer";
-	else if (!sc->cpu_backend)
-		why = "backend \"cpu\"";
+	else if (sc->backend == BACKEND_GPU)
+		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE)
 		why = "activation_checkpointing none or full";
 	if (why)
-		return px_fail(err, PX_ERR_INPUT, "%s: the CPU executor runs %s", sc->path, why);
+		return px_fail(err, PX_ERR_INPUT, "%s: the executor runs %s", sc->path, why);
 	return 0;
 }
 
@@ -143,8 +145,21 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	}
 }
 
+/* The CUDA runtime's own memory, which the runtime allocated: counted as measured, for the run. */
+static int runtime_alloc(Runner *r, const Op *op)
+{
+	double bytes = op->what == BUF_CUDA_CONTEXT ? r->rt.cuda_context_bytes :
+		       op->what == BUF_CUBLAS_WORKSPACE ? r->rt.cublas_workspace_bytes :
+		       op->what == BUF_NCCL ? r->rt.nccl_bytes : -1;
+	if (bytes >= 0)
+		arena_count(&r->arena, op->place, op->cat, bytes);
+	return bytes >= 0;
+}
+
 static int do_alloc(Runner *r, const Op *op, PxError *err)
 {
+	if (runtime_alloc(r, op))
+		return 0;
 	size_t bytes = needed_bytes(r, op);
 	void *ptr = arena_alloc(&r->arena, op->place, op->cat, bytes);
 	if (!ptr)
@@ -830,8 +845,16 @@ static int layout(Runner *r)
 	return 0;
 }
 
+ComputeShape runner_shape(const Plan *p, int device)
+{
+	const ModelSpec *m = &p->sc->model;
+	GptConfig cfg = {(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
+	return (ComputeShape){cfg, (int)p->sc->ds.micro_batch, (int)p->sc->seq, device};
+}
+
 int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
-		  const ComputeBackend *cb, int device, Runner **out, PxError *err)
+		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
+		  PxError *err)
 {
 	const ModelSpec *m = &p->sc->model;
 	Runner *r = calloc(1, sizeof(*r));
@@ -858,10 +881,16 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	arena_init(&r->arena);
 	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
 		return -1;
-	ComputeShape shape = {r->cfg, r->B, r->T, device};
+	if (rt)
+		r->rt = *rt;
 	r->cb = cb ? cb : &compute_cpu_backend;
-	if (r->cb->create(&shape, &r->cx, err))
-		return -1;
+	r->cx = cx;
+	if (!cb) {
+		ComputeShape shape = runner_shape(p, 0);
+		if (r->cb->create(&shape, &r->cx, err))
+			return -1;
+		r->own_cx = 1;
+	}
 	arena_set_source(&r->arena, r->cb->alloc, r->cb->release, r->cx);
 	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
@@ -906,7 +935,7 @@ void runner_destroy(Runner *r)
 	free(r->segs);
 	free(r->unit_part_off);
 	free(r->persist_off);
-	if (r->cb)
+	if (r->own_cx)
 		r->cb->destroy(r->cx);
 	free(r);
 }

@@ -29,11 +29,24 @@ typedef struct StepResult {
  * message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);
 
+/* The memory the CUDA runtime took outside the arena, as measured (gpumem.h) by whoever set it
+ * up: the runner counts it where the schedule allocates the context, the cuBLAS workspace and
+ * NCCL's buffers (backend cuda), so that measured sits beside predicted. */
+typedef struct RunnerRuntime {
+	double cuda_context_bytes, cublas_workspace_bytes, nccl_bytes;
+} RunnerRuntime;
+
 /* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank
  * alike. dp: the data-parallel communicator (NULL with one rank); world: for the loss's mean.
- * cb: the compute backend (NULL: the CPU's); device: the CUDA device it takes. */
+ * cb and cx: a compute backend and its context, created for this plan's shapes (runner_shape)
+ * and owned by the caller, who destroys them after the runner; cb NULL: the CPU's, created and
+ * destroyed by the runner. rt: NULL when the schedule has no CUDA runtime memory. */
 int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
-		  const ComputeBackend *cb, int device, Runner **out, PxError *err);
+		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
+		  PxError *err);
+
+/* The shapes a compute backend context must serve for plan p. */
+ComputeShape runner_shape(const Plan *p, int device);
 void runner_destroy(Runner *r);
 
 /* One optimizer step, step counting from 1, on global samples (step - 1) * train_batch onwards. */

@@ -24,7 +24,7 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 {
 	if (predict_memory(sc, pr, err))
 		return -1;
-	if (sc->cpu_backend) { /* the time model prices GPUs, not the CPU executor */
+	if (sc->backend == BACKEND_CPU) { /* the time model prices GPUs, not the CPU executor */
 		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: the time model prices "
 			 "GPUs; the CPU executor's time is measured, not predicted");
 		return 0;
