@@ -796,6 +796,9 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory initialising the model");
 	for (int u = 0; u < p->n_units; u++) {
 		size_t n = gpt_cpu_unit_params(&r->cfg, u);
+		/* the host rewrites tmp and own: the last unit's conversions must be done with them */
+		if (r->cb->check(r->cx, err))
+			return -1;
 		gpt_cpu_init_unit(&r->cfg, u, tmp, seed);
 		if (p->stage < 3) {
 			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
@@ -822,7 +825,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 		to_f32(r, (float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
 		       (size_t)r->segs[i].n, r->pdt);
 	arena_reset_peaks(&r->arena);
-	return 0;
+	return r->cb->check(r->cx, err);
 }
 
 static int layout(Runner *r)
