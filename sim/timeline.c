@@ -230,12 +230,34 @@ typedef struct StageSim {
 	int nrel;
 } StageSim;
 
+/* A duration depends on the op's contents, not on where it sits: a step repeats the same few
+ * ops (one block's forward, its tensor-parallel all-reduce, ...) many times, so each duration is
+ * priced once and looked up after, by everything it depends on (compared exactly, so the result
+ * is the one pricing it again would give). */
+#define DUR_SLOTS 256
+
+typedef struct DurKey {
+	uint8_t kind, sub, group, is_block;
+	int32_t nranks;
+	int32_t aux;      /* a send: its stage x 2 + direction; the optimizer: its stage */
+	int32_t pad;      /* 0: no padding bytes, since keys are hashed and compared as bytes */
+	double bytes, flops, act_bytes;
+} DurKey;
+_Static_assert(sizeof(DurKey) % 8 == 0, "DurKey is hashed as whole words");
+
+typedef struct DurSlot {
+	DurKey key;
+	double dur_s;
+	int used;
+} DurSlot;
+
 typedef struct Sim {
 	const Plan *p;
 	const HwProfile *hw;
 	int full_replay;
 	int n;
 	StageSim *st;
+	DurSlot *dur;     /* DUR_SLOTS */
 } Sim;
 
 static int unit_slot(const StageSim *ss, int unit)
@@ -349,6 +371,52 @@ static void wait_streams(StageSim *ss)
 	wait_for(ss, d, N_STREAMS + 1);
 }
 
+/* The key of op's duration on stage `stage`: the fields timeline_compute_s and timeline_coll_s
+ * read (a unit enters only through whether it is a block and its activation bytes). */
+static DurKey dur_key(const Sim *sim, const Op *op, int stage, int forward)
+{
+	const Plan *p = sim->p;
+	DurKey k;
+	memset(&k, 0, sizeof(k));
+	k.kind = op->kind, k.sub = op->sub;
+	k.bytes = op->bytes;
+	if (op->kind == OP_COMPUTE) {
+		k.flops = op->flops;
+		k.is_block = (uint8_t)is_block(p, op->unit);
+		k.act_bytes = op->unit >= 0 && op->unit < p->n_units && p->activations_known ?
+				      p->units[op->unit].act_bytes : -1;
+		k.aux = op->sub == COMP_OPTIMIZER ? stage : 0;
+	} else {
+		k.group = op->group;
+		k.nranks = op->nranks;
+		k.aux = op->sub == COLL_P2P ? stage * 2 + forward : 0;
+	}
+	return k;
+}
+
+static uint32_t dur_hash(const DurKey *k)
+{
+	uint64_t w[sizeof(*k) / 8];
+	memcpy(w, k, sizeof(w));
+	uint64_t h = 0;
+	for (size_t i = 0; i < sizeof(w) / 8; i++) /* multiply-xorshift over the key's words */
+		h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 29;
+	return (uint32_t)(h >> 32);
+}
+
+/* op's duration from the cache, priced on a miss */
+static double dur_of(Sim *sim, const Op *op, int stage, int forward)
+{
+	DurKey k = dur_key(sim, op, stage, forward);
+	DurSlot *slot = &sim->dur[dur_hash(&k) % DUR_SLOTS];
+	if (slot->used && !memcmp(&slot->key, &k, sizeof(k)))
+		return slot->dur_s;
+	double d = op->kind == OP_COMPUTE ? timeline_compute_s(sim->p, sim->hw, op, stage) :
+					    timeline_coll_s(sim->p, sim->hw, op, stage, forward);
+	slot->key = k, slot->dur_s = d, slot->used = 1;
+	return d;
+}
+
 static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 {
 	int slot = unit_slot(ss, op->unit);
@@ -360,7 +428,7 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 			d[1] = (Dep){ss->gather_ready[slot - 1], ss->gather_acc[slot - 1]};
 		wait_for(ss, d, 2);
 	}
-	double dur = timeline_compute_s(sim->p, sim->hw, op, ss->stage);
+	double dur = dur_of(sim, op, ss->stage, 0);
 	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
 	ss->c.acc[charge[op->sub < N_COMPS ? op->sub : COMP_FWD]] += dur;
 	ss->t += dur;
@@ -514,7 +582,7 @@ static int run_rendezvous(Sim *sim, StageSim *ss, const Op *op, int *posted, PxE
 		start = fmax(start, o->rv_arrive[k]);
 	}
 	ss->c.acc[A_BUBBLE] += start - ss->t;
-	double dur = timeline_coll_s(sim->p, sim->hw, op, ss->stage, 1);
+	double dur = dur_of(sim, op, ss->stage, 1);
 	ss->t = start + dur;
 	ss->c.acc[A_COMM + op->group] += dur;
 	ss->last_end = ss->t;
@@ -536,7 +604,7 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 	int slot = unit_slot(ss, k == K_PREFETCH ? gather_target(ss, op) : op->unit);
 
 	int fwd = ss->last_comp == COMP_FWD;
-	double dur = timeline_coll_s(p, sim->hw, op, ss->stage, fwd);
+	double dur = dur_of(sim, op, ss->stage, fwd);
 	if (k == K_PREFETCH || k == K_REDUCE) { /* on its own stream, from the moment it is issued */
 		Stream *s = &ss->st[k == K_PREFETCH ? ST_PREFETCH : ST_REDUCE];
 		double start = fmax(fmax(ss->t, s->free_s), ss->in_ready[slot]);
@@ -881,8 +949,12 @@ int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *h
 	if (sim.n < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "timeline: a plan without pipeline stages");
 	sim.st = calloc((size_t)sim.n, sizeof(*sim.st));
-	if (!sim.st)
+	sim.dur = calloc(DUR_SLOTS, sizeof(*sim.dur));
+	if (!sim.st || !sim.dur) {
+		free(sim.st);
+		free(sim.dur);
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
 	for (int k = 0; k < sim.n; k++)
 		if (stage_init(&sim.st[k], p, stages[k], k, err))
 			goto out_free;
@@ -893,6 +965,7 @@ out_free:
 	for (int k = 0; k < sim.n; k++)
 		stage_free(&sim.st[k]);
 	free(sim.st);
+	free(sim.dur);
 	if (rc)
 		timeline_result_free(out);
 	return rc;
