@@ -233,23 +233,25 @@ typedef struct StageSim {
 /* A duration depends on the op's contents, not on where it sits: a step repeats the same few
  * ops (one block's forward, its tensor-parallel all-reduce, ...) many times, so each duration is
  * priced once and looked up after, by everything it depends on (compared exactly, so the result
- * is the one pricing it again would give). */
-#define DUR_SLOTS 256
+ * is the one pricing it again would give). The cache holds a few keys per kind of op (compute
+ * or collective, by sub-kind), searched in turn: cheaper than hashing for the handful of distinct
+ * ops a schedule has. */
+#define DUR_CLASSES (N_COMPS + N_COLLS)
+#define DUR_WAYS 4
 
 typedef struct DurKey {
 	uint8_t kind, sub, group, is_block;
 	int32_t nranks;
 	int32_t aux;      /* a send: its stage x 2 + direction; the optimizer: its stage */
-	int32_t pad;      /* 0: no padding bytes, since keys are hashed and compared as bytes */
+	int32_t pad;      /* 0: no padding bytes, since keys are compared as bytes */
 	double bytes, flops, act_bytes;
 } DurKey;
-_Static_assert(sizeof(DurKey) % 8 == 0, "DurKey is hashed as whole words");
 
-typedef struct DurSlot {
-	DurKey key;
-	double dur_s;
-	int used;
-} DurSlot;
+typedef struct DurWays {
+	DurKey key[DUR_WAYS];
+	double dur_s[DUR_WAYS];
+	int used, next;   /* keys held; the way the next miss replaces */
+} DurWays;
 
 typedef struct Sim {
 	const Plan *p;
@@ -257,7 +259,7 @@ typedef struct Sim {
 	int full_replay;
 	int n;
 	StageSim *st;
-	DurSlot *dur;     /* DUR_SLOTS */
+	DurWays *dur;     /* DUR_CLASSES */
 } Sim;
 
 static int unit_slot(const StageSim *ss, int unit)
@@ -394,26 +396,19 @@ static DurKey dur_key(const Sim *sim, const Op *op, int stage, int forward)
 	return k;
 }
 
-static uint32_t dur_hash(const DurKey *k)
-{
-	uint64_t w[sizeof(*k) / 8];
-	memcpy(w, k, sizeof(w));
-	uint64_t h = 0;
-	for (size_t i = 0; i < sizeof(w) / 8; i++) /* multiply-xorshift over the key's words */
-		h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull, h ^= h >> 29;
-	return (uint32_t)(h >> 32);
-}
-
 /* op's duration from the cache, priced on a miss */
 static double dur_of(Sim *sim, const Op *op, int stage, int forward)
 {
 	DurKey k = dur_key(sim, op, stage, forward);
-	DurSlot *slot = &sim->dur[dur_hash(&k) % DUR_SLOTS];
-	if (slot->used && !memcmp(&slot->key, &k, sizeof(k)))
-		return slot->dur_s;
+	DurWays *w = &sim->dur[op->kind == OP_COMPUTE ? op->sub % N_COMPS : N_COMPS + op->sub % N_COLLS];
+	for (int i = 0; i < w->used; i++)
+		if (!memcmp(&w->key[i], &k, sizeof(k)))
+			return w->dur_s[i];
 	double d = op->kind == OP_COMPUTE ? timeline_compute_s(sim->p, sim->hw, op, stage) :
 					    timeline_coll_s(sim->p, sim->hw, op, stage, forward);
-	slot->key = k, slot->dur_s = d, slot->used = 1;
+	int i = w->used < DUR_WAYS ? w->used++ : w->next;
+	w->next = (i + 1) % DUR_WAYS;
+	w->key[i] = k, w->dur_s[i] = d;
 	return d;
 }
 
@@ -949,7 +944,7 @@ int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *h
 	if (sim.n < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "timeline: a plan without pipeline stages");
 	sim.st = calloc((size_t)sim.n, sizeof(*sim.st));
-	sim.dur = calloc(DUR_SLOTS, sizeof(*sim.dur));
+	sim.dur = calloc(DUR_CLASSES, sizeof(*sim.dur));
 	if (!sim.st || !sim.dur) {
 		free(sim.st);
 		free(sim.dur);
