@@ -595,9 +595,10 @@ int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes)
 		int best_d = INT_MAX, is_known = 0, rc;
 		char where[1024];
 
+		/* keys starting with '_' are comments (a scenario's _source), as in hardware profiles */
 		for (int i = 0; known[i] && !is_known; i++)
 			is_known = strcmp(m->string, known[i]) == 0;
-		if (is_known)
+		if (is_known || m->string[0] == '_')
 			continue;
 		for (int i = 0; known[i]; i++) { /* only an unknown key needs the closest one */
 			int d = jdoc_edit_distance(m->string, known[i]);

@@ -1,8 +1,9 @@
 /* Time model (issue 4): pipeline bubbles emerging from the replay, overlap hiding a reduction,
  * the collective, compute and copy formulas, repeat-block extrapolation against the full replay,
  * 1,000-GPU scenarios, and the hardware profiles: bundled files against the built-in defaults,
- * and bad input. Expected values are derived by hand in each test's comment; the profiles'
- * figures are cited in scenarios/hardware/ and docs/time_model.md. */
+ * and bad input; held-out published runs, predicted against published. Expected values are
+ * derived by hand in each test's comment; the profiles' figures are cited in scenarios/hardware/
+ * and docs/time_model.md, the published runs in their scenarios' "_source". */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdarg.h>
@@ -507,6 +508,97 @@ static void test_large_scenarios(void)
 	check_large("mtnlg-530b-tp8-pp35-a100", 35, 240);
 }
 
+/* ---- held-out published runs ---- */
+
+/* Large training runs whose throughput was published, as scenarios that carry the published
+ * figure in "_published" and its source in "_source". None of them was used to set a profile:
+ * they are held out. Sources: Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, the ten
+ * weak-scaling runs from 1.7B on 32 A100 to 1T on 3,072, and its section 5.1 estimate for GPT-3
+ * 175B on 1,024 (140 TFLOP/s); Smith et al. 2022 (arXiv:2201.11990) section 2.4, MT-NLG 530B on
+ * 280 DGX A100, 60.1 s per step; BigScience's BLOOM 176B on 384 A100, about 150 TFLOP/s (BLOOM
+ * model page; arXiv:2211.05100 for the cluster). Throughputs count recompute, as the papers do. */
+static const char *const PUBLISHED[] = {
+	"scenarios/published/narayanan2021-gpt-1.7b.json",
+	"scenarios/published/narayanan2021-gpt-3.6b.json",
+	"scenarios/published/narayanan2021-gpt-7.5b.json",
+	"scenarios/published/narayanan2021-gpt-18.4b.json",
+	"scenarios/published/narayanan2021-gpt-39.1b.json",
+	"scenarios/published/narayanan2021-gpt-76.1b.json",
+	"scenarios/published/narayanan2021-gpt-145.6b.json",
+	"scenarios/published/narayanan2021-gpt-310.1b.json",
+	"scenarios/published/narayanan2021-gpt-529.6b.json",
+	"scenarios/published/narayanan2021-gpt-1008b.json",
+	"scenarios/gpt3-175b-tp8-pp8-a100.json",
+	"scenarios/mtnlg-530b-tp8-pp35-a100.json",
+	"scenarios/published/bloom-176b-tp4-pp12-a100.json",
+};
+
+/* The papers' hardware FLOPs per step with full recompute (Narayanan et al. 2021, section 5.1):
+ * 96 B s l h^2 (1 + s/6h + V/16lh), B the batch in sequences. */
+static double narayanan_flops(const Scenario *sc)
+{
+	double B = (double)sc->ds.train_batch, s = (double)sc->seq, l = (double)sc->model.L;
+	double h = (double)sc->model.h, V = (double)sc->model.V;
+	return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+/* Predict each run with the default profile and print predicted against published with the
+ * error; the FLOP count must be the papers' (else the TFLOP/s would not compare), and the error
+ * must stay inside the known band documented in docs/time_model.md (|error| <= 35%): a guard
+ * against regressions, not the issue's target (10% each, 5% on average), which the printed table
+ * shows is not met. */
+static void test_published_runs(void)
+{
+	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
+	double sum_abs = 0, max_abs = 0;
+	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
+	       "scenario", "GPUs", "metric", "published", "predicted", "error");
+	for (int i = 0; i < n; i++) {
+		JsonDoc d;
+		Scenario sc;
+		Prediction pr;
+		PxError err = {0};
+		if (jdoc_load_file(&d, px_test_path(PUBLISHED[i]), &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("cannot read a published scenario");
+			continue;
+		}
+		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(d.root, "_published");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(d.root, "_source");
+		const cJSON *tf = cJSON_GetObjectItemCaseSensitive(pub, "hw_tflops_per_gpu");
+		const cJSON *step = cJSON_GetObjectItemCaseSensitive(pub, "step_s");
+		CU_ASSERT(cJSON_IsString(src) && strlen(src->valuestring) > 20); /* cited */
+		CU_ASSERT(cJSON_IsNumber(tf) || cJSON_IsNumber(step));
+		if (scenario_load(&sc, px_test_path(PUBLISHED[i]), NULL, &err) ||
+		    predict_run(&sc, &pr, &err)) {
+			fprintf(stderr, "\n%s: %s\n", PUBLISHED[i], err.msg);
+			CU_FAIL("cannot predict a published scenario");
+			jdoc_free(&d);
+			continue;
+		}
+		CU_ASSERT_FATAL(pr.time_known);
+		double gpus = (double)pr.plan.world, published, predicted;
+		CU_ASSERT_DOUBLE_EQUAL(pr.time.hw_flops_per_gpu * gpus / narayanan_flops(&sc), 1, 0.02);
+		if (cJSON_IsNumber(tf))
+			published = tf->valuedouble, predicted = pr.time.hw_tflops_per_gpu;
+		else
+			published = step->valuedouble, predicted = pr.time.step_s;
+		double e = predicted / published - 1;
+		sum_abs += fabs(e);
+		max_abs = fmax(max_abs, fabs(e));
+		CU_ASSERT(fabs(e) <= 0.35);
+		const char *name = strrchr(PUBLISHED[i], '/') + 1;
+		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
+		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
+		       100 * e);
+		predict_free(&pr);
+		scenario_free(&sc);
+		jdoc_free(&d);
+	}
+	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
+	       "5%%) ", 100 * sum_abs / n, 100 * max_abs);
+}
+
 /* ---- failures ---- */
 
 /* Stage 1 waits for activations stage 0 never sends: the replay says so instead of hanging. */
@@ -718,6 +810,7 @@ int test_time_register(void)
 			    {"repeat block: extrapolation = full replay",
 			     test_extrapolation_equals_full_replay},
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
+			    {"held-out published runs: predicted vs published", test_published_runs},
 			    {"unmatched pipeline receive", test_unmatched_receive},
 			    {"missing dtype peak", test_missing_peak},
 			    {"curve interpolation in log space", test_curve},
