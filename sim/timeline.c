@@ -10,8 +10,10 @@
 #define GB 1e9
 /* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
  * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
- * gradients) of the same size. The efficiency curve is read at one GEMM's share of the op. */
+ * gradients) of the same size. Where a block's GEMMs cannot be listed from its weights (MoE
+ * blocks), the efficiency curve is read at one GEMM's average share of the op. */
 #define GEMMS_PER_BLOCK 6
+#define MAX_GEMMS (MODEL_MAX_TENSORS + 2)
 #define MAX_LOOP_DEPTH 4
 
 /* ---- durations ---- */
@@ -44,6 +46,63 @@ static int is_block(const Plan *p, int u)
 	return u >= 1 && u <= p->sc->model.L;
 }
 
+/* The GEMMs of one micro-batch's forward through dense block `unit` on this rank, M = b s tokens
+ * (dimension names as in engine/model.h, t = tensor-parallel degree, e = activation bytes):
+ * one per weight matrix (a "weight" tensor longer than h) of n local elements, K x N = n with one
+ * side h, so 2 M n FLOPs moving (M (h + n/h) + n) e bytes; and the attention's two products
+ * batched over the rank's a/t heads, QK^T and AV, each 2 M s h/t FLOPs moving the b (a/t) s^2
+ * scores and two M h/t operands. Returns how many, and in *listed their FLOPs, or 0 when they
+ * leave more than 1% of the unit's FLOPs unlisted (MoE experts, a parameter-count-only model),
+ * which leaves the op to the averaged pricing. (The plan's count also has 2 M per element of the
+ * longer bias vectors: adds, not GEMMs, well under 1%.) */
+static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, double *listed)
+{
+	const ModelSpec *m = &p->sc->model;
+	const UnitPlan *u = &p->units[unit];
+	ModelTensor ts[MODEL_MAX_TENSORS];
+	double M = (double)(p->shape.s * p->shape.b), s = (double)p->shape.s;
+	double h = (double)m->h, t = (double)p->par.tp, e = (double)p->shape.elem_bytes, sum = 0;
+	int n = 0;
+	if (u->moe || m->arch == ARCH_PARAMS_ONLY || u->fwd_flops <= 0 ||
+	    model_unit_tensors(m, unit, ts) != u->n_tensors)
+		return 0;
+	for (int i = 0; i < u->n_tensors; i++) {
+		double w = (double)u->tensor_local[i];
+		size_t len = strlen(ts[i].name);
+		if (u->tensor_expert[i] || w <= h || len < 6 || strcmp(ts[i].name + len - 6, "weight"))
+			continue; /* biases and norms */
+		flops[n] = 2 * M * w;
+		bytes[n++] = (M * (h + w / h) + w) * e;
+	}
+	double scores = (double)p->shape.b * ((double)m->a / t) * s * s;
+	for (int k = 0; k < 2; k++) {
+		flops[n] = 2 * M * s * h / t;
+		bytes[n++] = (scores + 2 * M * h / t) * e;
+	}
+	for (int i = 0; i < n; i++)
+		sum += flops[i];
+	*listed = sum;
+	return sum <= u->fwd_flops * (1 + 1e-12) && sum >= 0.99 * u->fwd_flops ? n : 0;
+}
+
+/* A block's GEMM time, each GEMM at its own size on the efficiency curve (a batched product read
+ * at its whole batch's FLOPs) and no faster than its bytes allow (the roofline); a backward runs
+ * two GEMMs of each size; FLOPs left unlisted run at the listed ones' average rate. -1 when the
+ * block's GEMMs cannot be listed or the op is not one pass over the block. */
+static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
+{
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0;
+	double peak = dtype_peak(p), hbm = hbm_Bps(p, hw), fwd = p->units[op->unit].fwd_flops;
+	int n = block_gemms(p, op->unit, flops, bytes, &listed);
+	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
+	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
+		return -1;
+	for (int i = 0; i < n; i++)
+		sum += fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
+			    over(bytes[i], hbm));
+	return times * sum * (fwd / listed);
+}
+
 double timeline_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
@@ -55,7 +114,9 @@ double timeline_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int 
 		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
 	}
 	double gemm = 0;
-	if (op->flops > 0) {
+	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
+		gemm = block_gemm_s(p, hw, op);
+	if (op->flops > 0 && gemm <= 0) {
 		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
 		if (op->sub == COMP_BWD)
 			per *= 2;
@@ -245,6 +306,8 @@ typedef struct DurKey {
 	int32_t aux;      /* a send: its stage x 2 + direction; the optimizer: its stage */
 	int32_t pad;      /* 0: no padding bytes, since keys are compared as bytes */
 	double bytes, flops, act_bytes;
+	double unit_flops; /* a block's forward FLOPs: with is_block (2 for MoE), what tells its
+			      GEMMs apart (blocks of one kind share their weights' shapes) */
 } DurKey;
 
 typedef struct DurWays {
@@ -384,9 +447,10 @@ static DurKey dur_key(const Sim *sim, const Op *op, int stage, int forward)
 	k.bytes = op->bytes;
 	if (op->kind == OP_COMPUTE) {
 		k.flops = op->flops;
-		k.is_block = (uint8_t)is_block(p, op->unit);
-		k.act_bytes = op->unit >= 0 && op->unit < p->n_units && p->activations_known ?
-				      p->units[op->unit].act_bytes : -1;
+		int known = op->unit >= 0 && op->unit < p->n_units;
+		k.is_block = (uint8_t)(is_block(p, op->unit) ? 1 + (known && p->units[op->unit].moe) : 0);
+		k.act_bytes = known && p->activations_known ? p->units[op->unit].act_bytes : -1;
+		k.unit_flops = known ? p->units[op->unit].fwd_flops : -1;
 		k.aux = op->sub == COMP_OPTIMIZER ? stage : 0;
 	} else {
 		k.group = op->group;

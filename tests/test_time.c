@@ -313,11 +313,22 @@ static void test_ring_collectives(void)
 		   30 * 5e-6 + fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
 }
 
-/* A block's forward of F FLOPs is 6 GEMMs of F/6 (GPT-2: QKV, QK^T, AV, projection, two MLP
- * matrices); with the curve through (F/60, 0.2) and (10 F/6, 0.6) their size sits halfway in
- * log, so they run at 0.4 of 312 TFLOP/s; layer norms and the like move 2 x the unit's
- * activation bytes at 2039 GB/s x 0.9. The backward's 2F are 12 GEMMs of the same size, moving
- * 4 x the bytes. A host copy of B bytes takes B / (32 GB/s x 0.8); NVMe shares the node's
+/* One GEMM on the test's curve through (F/60, 0.2) and (10 F/6, 0.6), read in log(x), and no
+ * faster than its bytes at 2039 GB/s x 0.9 (the roofline). */
+static double small_gemm_s(double f, double bytes, double F)
+{
+	double e = 0.2 + 0.4 * log(60 * f / F) / log(100);
+	return fmax(f / (312e12 * e), bytes / (2039e9 * 0.9));
+}
+
+/* SMALL_GPT's block (h = 256, a = 8, s = 512, b = 1, bf16) has 2^30 FLOPs of forward GEMMs
+ * over M = 512 tokens, each priced at its own size: QKV (weights 256 x 768: 2 M 196608 FLOPs,
+ * (M (256 + 768) + 196608) x 2 bytes), the projection (256 x 256), the MLP's two (256 x 1024),
+ * and QK^T and AV (2 M s h = 2^27 FLOPs each, moving the 8 x 512^2 scores and two M x 256
+ * operands, 2 bytes each). The plan's F also counts 2 M (768 + 1024) for the two long bias
+ * vectors, priced at the GEMMs' average rate: their time scales by F / 2^30. Layer norms and the like move 2 x the
+ * unit's activation bytes at 2039 GB/s x 0.9. The backward's 2F are two GEMMs of each size,
+ * moving 4 x the bytes. A host copy of B bytes takes B / (32 GB/s x 0.8); NVMe shares the node's
  * 25 GB/s among its 8 GPUs: B / (25/8 GB/s x 0.8). */
 static void test_compute_and_copy_formulas(void)
 {
@@ -339,11 +350,14 @@ static void test_compute_and_copy_formulas(void)
 	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
 	sched_copy(&s, COPY_H2D, 1, 1e9);
 	sched_copy(&s, COPY_NVME_READ, 1, 1e9);
-	CU_ASSERT(F > 0 && u->act_bytes > 0);
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[0], 0),
-	       F / (312e12 * 0.4) + 2 * u->act_bytes / hbm);
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[1], 0),
-	       2 * F / (312e12 * 0.4) + 4 * u->act_bytes / hbm);
+	CU_ASSERT(F == 1073741824.0 + 2 * 512 * (768 + 1024) && u->act_bytes > 0);
+	const double M = 512, w[4] = {256 * 768, 256 * 256, 256 * 1024, 1024 * 256};
+	double gemms = 2 * small_gemm_s(2 * M * 512 * 256, (8 * 512 * 512 + 2 * M * 256) * 2, F);
+	for (int i = 0; i < 4; i++)
+		gemms += small_gemm_s(2 * M * w[i], (M * (256 + w[i] / 256) + w[i]) * 2, F);
+	gemms *= F / 1073741824.0;
+	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[0], 0), gemms + 2 * u->act_bytes / hbm);
+	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[1], 0), 2 * gemms + 4 * u->act_bytes / hbm);
 	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
 	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
 	sched_free(&s);
