@@ -214,7 +214,7 @@ static void overlap_case(Scenario *sc, Prediction *pr, double tb_over_tc, int ov
 	hw.gemm = (HwCurve){1, {1}, {0.5}};
 	sched_init(&s, 0);
 	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
-	double tc = timeline_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
+	double tc = opcost_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
 	double tb = tb_over_tc * tc, F2 = tb * 312e12 * 0.5;
 	sched_free(&s);
 	sched_init(&s, 0);
@@ -294,7 +294,7 @@ static void check_coll(const char *gpu, int nodes, CollKind kind, double S, doub
 	hwprofile_default(&sc.cluster.gpu, &hw);
 	sched_init(&s, 0);
 	sched_coll(&s, kind, GROUP_DP, n, -1, (int64_t)(S / 2), 2, -1, 0);
-	REL_EQ(timeline_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
+	REL_EQ(opcost_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
 	sched_free(&s);
 	fx_free(&sc, &pr);
 }
@@ -356,10 +356,10 @@ static void test_compute_and_copy_formulas(void)
 	for (int i = 0; i < 4; i++)
 		gemms += small_gemm_s(2 * M * w[i], (M * (256 + w[i] / 256) + w[i]) * 2, F);
 	gemms *= F / 1073741824.0;
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[0], 0), gemms + 2 * u->act_bytes / hbm);
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[1], 0), 2 * gemms + 4 * u->act_bytes / hbm);
-	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
-	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), gemms + 2 * u->act_bytes / hbm);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 2 * gemms + 4 * u->act_bytes / hbm);
+	REL_EQ(opcost_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
+	REL_EQ(opcost_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
 	sched_free(&s);
 	fx_free(&sc, &pr);
 }
