@@ -362,8 +362,8 @@ int cmd_sweep(int argc, char **argv)
 	interrupted = 0;
 #ifdef __GLIBC__
 	/* every point allocates and frees schedules of up to a few MiB: keep them in the heap rather
-	 * than mapping and unmapping (and zeroing) fresh pages per point; the heap stays as large as
-	 * one point's needs per thread, whatever the number of points */
+	 * than mapping and unmapping (and zeroing) fresh pages per point; the next point reuses what
+	 * the last one freed, so memory still does not grow with the number of points */
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
