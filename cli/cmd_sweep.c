@@ -1,6 +1,9 @@
 /* parallax sweep and parallax merge: price every point of a sweep on all cores, stream the points
  * into the results database in batched transactions (resumable, shardable), and rank them. */
 #include <getopt.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -357,6 +360,13 @@ int cmd_sweep(int argc, char **argv)
 		return 2;
 	}
 	interrupted = 0;
+#ifdef __GLIBC__
+	/* every point allocates and frees schedules of up to a few MiB: keep them in the heap rather
+	 * than mapping and unmapping (and zeroing) fresh pages per point; the next point reuses what
+	 * the last one freed, so memory still does not grow with the number of points */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 	rc = run_sweep(&o, &sw, &err);
 	if (rc && rc != 130)
 		fprintf(stderr, "parallax sweep: %s\n", err.msg);

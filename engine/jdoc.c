@@ -417,21 +417,33 @@ out_free:
 
 /* ---- typed reads ---- */
 
+/* a, b and c joined into buf of n bytes, cut short like snprintf's "%s%s%s" (a sweep builds
+ * these names for every point, where snprintf's formatting showed in the profile) */
+static void join3(char *buf, size_t n, const char *a, const char *b, const char *c)
+{
+	size_t at = 0;
+	const char *part[3] = {a, b, c};
+	for (int i = 0; i < 3; i++)
+		for (const char *q = part[i]; *q && at + 1 < n; q++)
+			buf[at++] = *q;
+	if (n)
+		buf[at] = '\0';
+}
+
 void jobj_make(JsonObj *o, const JsonDoc *doc, const cJSON *obj, const char *path, const char *name,
 	       const JsonOverrides *ov)
 {
-	/* the precision silences gcc -O2's truncation warning for callers' longer buffers */
 	o->doc = doc;
 	o->obj = obj;
-	snprintf(o->path, sizeof(o->path), "%.*s", (int)sizeof(o->path) - 1, path);
-	snprintf(o->name, sizeof(o->name), "%.*s", (int)sizeof(o->name) - 1, name);
+	join3(o->path, sizeof(o->path), path, "", "");
+	join3(o->name, sizeof(o->name), name, "", "");
 	o->ov = ov;
 }
 
 /* prefix "." key, or key alone when prefix is empty */
 static void join_key(char *buf, size_t n, const char *prefix, const char *key)
 {
-	snprintf(buf, n, "%s%s%s", prefix, prefix[0] ? "." : "", key);
+	join3(buf, n, prefix, prefix[0] ? "." : "", key);
 }
 
 void jobj_where(const JsonObj *o, const char *key, char *buf, size_t n)
@@ -583,9 +595,10 @@ int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes)
 		int best_d = INT_MAX, is_known = 0, rc;
 		char where[1024];
 
+		/* keys starting with '_' are comments (a scenario's _source), as in hardware profiles */
 		for (int i = 0; known[i] && !is_known; i++)
 			is_known = strcmp(m->string, known[i]) == 0;
-		if (is_known)
+		if (is_known || m->string[0] == '_')
 			continue;
 		for (int i = 0; known[i]; i++) { /* only an unknown key needs the closest one */
 			int d = jdoc_edit_distance(m->string, known[i]);

@@ -85,7 +85,8 @@ int jobj_child(const JsonObj *o, const char *key, JsonObj *child, PxError *err);
 
 /* Warn (into notes) about each member of o whose key is not in known (NULL-terminated):
  * "WHERE: warning: unknown key 'NAME.KEY'; did you mean 'CLOSEST'?" with the closest known key by
- * edit distance (the "did you mean" part left out when nothing is within 3 edits). */
+ * edit distance (the "did you mean" part left out when nothing is within 3 edits). Keys starting
+ * with '_' are comments and never warned about. */
 int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes);
 
 /* Edit (Levenshtein) distance between two strings. */

@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int price_stage(Prediction *pr, int s, PxError *err)
+static int price_stage(Prediction *pr, int s, int traffic, PxError *err)
 {
 	const Plan *p = &pr->plan;
 	StagePrediction *sp = &pr->stages[s];
-	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err) ||
-	    sim_traffic(&sp->sched, p->spans, p->par.algo, p->sc->cluster.gpus_per_node, &sp->traffic,
-			err))
+	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err))
+		return -1;
+	if (traffic && sim_traffic(&sp->sched, p->spans, p->par.algo, p->sc->cluster.gpus_per_node,
+				   &sp->traffic, err))
 		return -1;
 	sp->ideal = plan_stage_ideal(p, s);
 	sp->fits_gpu = sp->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;
@@ -40,7 +41,7 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 	return 0;
 }
 
-int predict_memory(Scenario *sc, Prediction *pr, PxError *err)
+static int predict_stages(Scenario *sc, Prediction *pr, int traffic, PxError *err)
 {
 	memset(pr, 0, sizeof(*pr));
 	const ParallelSpec *q = &sc->par;
@@ -65,7 +66,7 @@ int predict_memory(Scenario *sc, Prediction *pr, PxError *err)
 	}
 	pr->fits = 1;
 	for (int s = 0; s < pr->n_stages; s++) {
-		if (price_stage(pr, s, err)) {
+		if (price_stage(pr, s, traffic, err)) {
 			predict_free(pr);
 			return -1;
 		}
@@ -75,6 +76,16 @@ int predict_memory(Scenario *sc, Prediction *pr, PxError *err)
 			pr->worst = s;
 	}
 	return 0;
+}
+
+int predict_memory(Scenario *sc, Prediction *pr, PxError *err)
+{
+	return predict_stages(sc, pr, 1, err);
+}
+
+int predict_fit(Scenario *sc, Prediction *pr, PxError *err)
+{
+	return predict_stages(sc, pr, 0, err);
 }
 
 int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxError *err)

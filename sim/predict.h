@@ -40,6 +40,9 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err);
 /* The same without the step time (time_known 0): what a sweep prices first, to prune what does
  * not fit before replaying it. */
 int predict_memory(Scenario *sc, Prediction *pr, PxError *err);
+/* predict_memory without the traffic (stages[].traffic left 0), which neither the fit nor the
+ * step time needs: what a sweep prices each point with. */
+int predict_fit(Scenario *sc, Prediction *pr, PxError *err);
 void predict_free(Prediction *pr);
 
 /* Price the step time with profile hw (predict_run uses the GPU's built-in default). A scenario

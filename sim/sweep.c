@@ -240,7 +240,7 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 	jov_free(&ov);
 	snprintf(r->gpu, sizeof(r->gpu), "%s", sc.cluster.gpu.name);
 	r->world = cluster_world(&sc.cluster);
-	if (predict_memory(&sc, &pr, &why)) {
+	if (predict_fit(&sc, &pr, &why)) {
 		scenario_free(&sc);
 		if (why.code == PX_ERR_RUNTIME)
 			return px_fail(err, why.code, "%s", why.msg);

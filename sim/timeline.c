@@ -5,154 +5,9 @@
 #include <string.h>
 
 #include "../engine/build.h"
-#include "traffic.h"
+#include "opcost.h"
 
-#define GB 1e9
-/* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
- * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
- * gradients) of the same size. The efficiency curve is read at one GEMM's share of the op. */
-#define GEMMS_PER_BLOCK 6
 #define MAX_LOOP_DEPTH 4
-
-/* ---- durations ---- */
-
-/* bytes / rate, with nothing to move costing nothing and a rate of 0 costing forever */
-static double over(double bytes, double rate)
-{
-	if (bytes <= 0)
-		return 0;
-	return rate > 0 ? bytes / rate : INFINITY;
-}
-
-static double dtype_peak(const Plan *p)
-{
-	const GpuSpec *g = &p->sc->cluster.gpu;
-	switch (p->sc->ds.dtype) {
-	case DT_BF16: return g->tflops_bf16 * 1e12;
-	case DT_FP16: return g->tflops_fp16 * 1e12;
-	default: return g->tflops_fp32 * 1e12;
-	}
-}
-
-static double hbm_Bps(const Plan *p, const HwProfile *hw)
-{
-	return p->sc->cluster.gpu.hbm_GBps * GB * hw->hbm_efficiency;
-}
-
-static int is_block(const Plan *p, int u)
-{
-	return u >= 1 && u <= p->sc->model.L;
-}
-
-double timeline_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
-{
-	const GpuSpec *g = &p->sc->cluster.gpu;
-	double hbm = hbm_Bps(p, hw);
-
-	if (op->sub == COMP_OPTIMIZER) {
-		if (p->opt_place != PLACE_GPU) /* CPU Adam over this rank's fp32 partition */
-			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
-		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
-	}
-	double gemm = 0;
-	if (op->flops > 0) {
-		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
-		if (op->sub == COMP_BWD)
-			per *= 2;
-		gemm = over(op->flops, dtype_peak(p) * hw_curve_eval(&hw->gemm, op->flops / per));
-	}
-	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
-	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)
-		elementwise = over(p->units[op->unit].act_bytes *
-					   (op->sub == COMP_BWD ? hw->elementwise_bwd : hw->elementwise_fwd),
-				   hbm);
-	return fmax(gemm, over(op->bytes, hbm)) + elementwise;
-}
-
-double timeline_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
-{
-	const ClusterSpec *c = &p->sc->cluster;
-	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE) /* the node's drives, shared */
-		return over(op->bytes,
-			    c->gpu.nvme_GBps * GB / (double)c->gpus_per_node * hw->nvme_efficiency);
-	return over(op->bytes, c->gpu.pcie_GBps * GB * hw->pcie_efficiency);
-}
-
-/* One GPU's bandwidth to the g members of its group inside its node: NVLink (one direction, the
- * busBw curve) within the NVLink domain, else through the PCIe host bridge. */
-static double intra_Bps(const Plan *p, const HwProfile *hw, long long g, double size,
-			int allreduce)
-{
-	const GpuSpec *gpu = &p->sc->cluster.gpu;
-	if (g > hw->nvlink_domain)
-		return gpu->pcie_GBps * GB * hw->pcie_efficiency;
-	double bw = gpu->nvlink_GBps / 2 * GB * hw_curve_eval(&hw->nvlink.efficiency, size);
-	return allreduce ? bw * hw->nvlink.allreduce_scale : bw;
-}
-
-static double inter_Bps(const Plan *p, const HwProfile *hw, double size)
-{
-	return p->sc->cluster.gpu.network_GBps * GB * hw_curve_eval(&hw->network.efficiency, size);
-}
-
-/* The op's ranks: its group's span, narrowed when the op involves fewer ranks than the group (the
- * tied embedding's all-reduce between the first and the last pipeline stage). */
-static GroupSpan op_span(const Plan *p, const Op *op)
-{
-	GroupSpan sp = p->spans[op->group];
-	if (op->nranks > 0 && op->nranks != sp.n) {
-		sp.n = op->nranks;
-		if (sp.nodes > sp.n)
-			sp.nodes = sp.n;
-		sp.per_node = (sp.n + sp.nodes - 1) / sp.nodes;
-	}
-	return sp;
-}
-
-/* alpha x steps: a ring takes n-1 steps per pass (all-reduce two passes) at the slowest hop's
- * latency; tree and hierarchical algorithms take the node's g-1 hops plus log2(nodes) or nodes-1
- * hops between nodes. */
-static double latency_s(const HwProfile *hw, CollKind kind, GroupSpan sp, CollAlgo algo)
-{
-	double n = (double)sp.n, g = (double)sp.per_node, nodes = (double)sp.nodes;
-	double passes = kind == COLL_ALL_REDUCE ? 2 : 1;
-	if (nodes > 1 && algo != ALGO_RING &&
-	    (kind == COLL_ALL_REDUCE || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)) {
-		double hops = algo == ALGO_TREE ? ceil(log2(nodes)) : nodes - 1;
-		return passes * ((g - 1) * hw->nvlink.alpha_s + hops * hw->network.alpha_s);
-	}
-	return passes * (n - 1) * (nodes > 1 ? hw->network.alpha_s : hw->nvlink.alpha_s);
-}
-
-/* A send from `stage` to the next stage (forward) or the previous one, over the network when the
- * two sit on different nodes (stages fill nodes in order, per_node of them to a node). */
-static double p2p_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
-{
-	GroupSpan sp = p->spans[GROUP_PP];
-	long long pp = p->par.pp, peer = forward ? (stage + 1) % pp : (stage + pp - 1) % pp;
-	int cross = sp.nodes > 1 && (sp.per_node <= 1 || stage / sp.per_node != peer / sp.per_node);
-	if (cross)
-		return hw->network.alpha_s + over(op->bytes, inter_Bps(p, hw, op->bytes));
-	return hw->nvlink.alpha_s + over(op->bytes, intra_Bps(p, hw, 2, op->bytes, 0));
-}
-
-double timeline_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
-{
-	if (op->kind != OP_COLL || op->sub == COLL_P2P_RECV)
-		return 0;
-	if (op->sub == COLL_P2P)
-		return p2p_s(p, hw, op, stage, forward);
-	GroupSpan sp = op_span(p, op);
-	if (sp.n <= 1)
-		return 0;
-	double intra, inter;
-	traffic_split(op->sub, op->bytes, sp, p->par.algo, &intra, &inter);
-	int in_domain_allreduce = op->sub == COLL_ALL_REDUCE && sp.nodes <= 1;
-	/* both link classes work at once; the slower one limits the collective */
-	double wire = fmax(over(intra, intra_Bps(p, hw, sp.per_node, op->bytes, in_domain_allreduce)),
-			   over(inter, inter_Bps(p, hw, op->bytes)));
-	return latency_s(hw, op->sub, sp, p->par.algo) + wire;
-}
 
 /* ---- the replay: state ---- */
 
@@ -236,6 +91,7 @@ typedef struct Sim {
 	int full_replay;
 	int n;
 	StageSim *st;
+	OpCostCache *dur; /* op durations, priced once each */
 } Sim;
 
 static int unit_slot(const StageSim *ss, int unit)
@@ -360,7 +216,7 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 			d[1] = (Dep){ss->gather_ready[slot - 1], ss->gather_acc[slot - 1]};
 		wait_for(ss, d, 2);
 	}
-	double dur = timeline_compute_s(sim->p, sim->hw, op, ss->stage);
+	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, 0);
 	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
 	ss->c.acc[charge[op->sub < N_COMPS ? op->sub : COMP_FWD]] += dur;
 	ss->t += dur;
@@ -383,7 +239,7 @@ static void run_copy(Sim *sim, StageSim *ss, const Op *op)
 	double start = fmax(ss->t, s->free_s);
 	if (!in || op->unit < 0)
 		start = fmax(start, ss->last_end);
-	s->free_s = start + timeline_copy_s(sim->p, sim->hw, op);
+	s->free_s = start + opcost_copy_s(sim->p, sim->hw, op);
 	s->acc = A_OFFLOAD;
 	if (in) {
 		double *r = &ss->in_ready[unit_slot(ss, op->unit)];
@@ -514,7 +370,7 @@ static int run_rendezvous(Sim *sim, StageSim *ss, const Op *op, int *posted, PxE
 		start = fmax(start, o->rv_arrive[k]);
 	}
 	ss->c.acc[A_BUBBLE] += start - ss->t;
-	double dur = timeline_coll_s(sim->p, sim->hw, op, ss->stage, 1);
+	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, 1);
 	ss->t = start + dur;
 	ss->c.acc[A_COMM + op->group] += dur;
 	ss->last_end = ss->t;
@@ -536,7 +392,7 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 	int slot = unit_slot(ss, k == K_PREFETCH ? gather_target(ss, op) : op->unit);
 
 	int fwd = ss->last_comp == COMP_FWD;
-	double dur = timeline_coll_s(p, sim->hw, op, ss->stage, fwd);
+	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, fwd);
 	if (k == K_PREFETCH || k == K_REDUCE) { /* on its own stream, from the moment it is issued */
 		Stream *s = &ss->st[k == K_PREFETCH ? ST_PREFETCH : ST_REDUCE];
 		double start = fmax(fmax(ss->t, s->free_s), ss->in_ready[slot]);
@@ -845,7 +701,7 @@ static int summarise(const Sim *sim, TimeResult *out, PxError *err)
 			       "pcie_GBps or nvme_GBps_per_node) or in the hardware profile",
 			       p->sc->path);
 	out->tokens_per_step = (double)p->sc->ds.train_batch * (double)p->sc->seq;
-	out->peak_flops_per_gpu = dtype_peak(p);
+	out->peak_flops_per_gpu = opcost_dtype_peak(p);
 	if (out->step_s > 0) {
 		out->tokens_per_s = out->tokens_per_step / out->step_s;
 		out->tflops_per_gpu = out->model_flops_per_gpu / out->step_s / 1e12;
@@ -859,7 +715,7 @@ static int summarise(const Sim *sim, TimeResult *out, PxError *err)
 static int check_peaks(const Plan *p, PxError *err)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
-	if (dtype_peak(p) > 0)
+	if (opcost_dtype_peak(p) > 0)
 		return 0;
 	Dtype dt = p->sc->ds.dtype;
 	const char *key = dt == DT_BF16 ? "tflops_bf16" : dt == DT_FP16 ? "tflops_fp16" : "tflops_fp32";
@@ -881,8 +737,12 @@ int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *h
 	if (sim.n < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "timeline: a plan without pipeline stages");
 	sim.st = calloc((size_t)sim.n, sizeof(*sim.st));
-	if (!sim.st)
+	sim.dur = opcost_cache_create();
+	if (!sim.st || !sim.dur) {
+		free(sim.st);
+		opcost_cache_destroy(sim.dur);
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
 	for (int k = 0; k < sim.n; k++)
 		if (stage_init(&sim.st[k], p, stages[k], k, err))
 			goto out_free;
@@ -893,6 +753,7 @@ out_free:
 	for (int k = 0; k < sim.n; k++)
 		stage_free(&sim.st[k]);
 	free(sim.st);
+	opcost_cache_destroy(sim.dur);
 	if (rc)
 		timeline_result_free(out);
 	return rc;

@@ -2,8 +2,8 @@
  * discrete-event simulation of one rank of that stage: a compute stream, a prefetch stream
  * (ZeRO-3 all-gathers), a gradient-reduction stream (overlap_comm), two host-copy streams, and
  * the pipeline's sends and receives coupling the stages, so that bubbles emerge from the order
- * rather than from a formula. Owns durations (from a HwProfile and the cluster's peaks) and the
- * breakdown of the compute stream's time; memory and bytes stay memory.c's and traffic.c's.
+ * rather than from a formula. Owns the order of events and the breakdown of the compute stream's
+ * time; durations of single ops are opcost.c's, memory and bytes stay memory.c's and traffic.c's.
  * Assumptions, formulas and known error: docs/time_model.md. */
 #ifndef PX_SIM_TIMELINE_H
 #define PX_SIM_TIMELINE_H
@@ -11,6 +11,7 @@
 #include "../engine/plan.h"
 #include "../engine/schedule.h"
 #include "hwprofile.h"
+#include "opcost.h"
 
 /* Where a stage's time went, as seen by its compute stream: the fields sum to the stage's end. */
 typedef struct TimeBreakdown {
@@ -68,12 +69,6 @@ void timeline_result_free(TimeResult *r);
 void timeline_train_cost(const TimeResult *r, double tokens, long long world, double *seconds,
 			 double *gpu_hours);
 
-/* ---- durations of single ops, on a rank of pipeline stage `stage` ---- */
-
-/* A collective (a receive costs 0: its send carries the bytes). P2P sends go to the next stage
- * when forward is 1, to the previous one otherwise. */
-double timeline_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward);
-double timeline_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage);
-double timeline_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
+/* The durations of single ops are opcost.h's. */
 
 #endif

@@ -1,8 +1,9 @@
 /* Time model (issue 4): pipeline bubbles emerging from the replay, overlap hiding a reduction,
  * the collective, compute and copy formulas, repeat-block extrapolation against the full replay,
  * 1,000-GPU scenarios, and the hardware profiles: bundled files against the built-in defaults,
- * and bad input. Expected values are derived by hand in each test's comment; the profiles'
- * figures are cited in scenarios/hardware/ and docs/time_model.md. */
+ * and bad input; held-out published runs, predicted against published. Expected values are
+ * derived by hand in each test's comment; the profiles' figures are cited in scenarios/hardware/
+ * and docs/time_model.md, the published runs in their scenarios' "_source". */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdarg.h>
@@ -213,7 +214,7 @@ static void overlap_case(Scenario *sc, Prediction *pr, double tb_over_tc, int ov
 	hw.gemm = (HwCurve){1, {1}, {0.5}};
 	sched_init(&s, 0);
 	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
-	double tc = timeline_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
+	double tc = opcost_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
 	double tb = tb_over_tc * tc, F2 = tb * 312e12 * 0.5;
 	sched_free(&s);
 	sched_init(&s, 0);
@@ -293,7 +294,7 @@ static void check_coll(const char *gpu, int nodes, CollKind kind, double S, doub
 	hwprofile_default(&sc.cluster.gpu, &hw);
 	sched_init(&s, 0);
 	sched_coll(&s, kind, GROUP_DP, n, -1, (int64_t)(S / 2), 2, -1, 0);
-	REL_EQ(timeline_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
+	REL_EQ(opcost_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
 	sched_free(&s);
 	fx_free(&sc, &pr);
 }
@@ -312,11 +313,22 @@ static void test_ring_collectives(void)
 		   30 * 5e-6 + fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
 }
 
-/* A block's forward of F FLOPs is 6 GEMMs of F/6 (GPT-2: QKV, QK^T, AV, projection, two MLP
- * matrices); with the curve through (F/60, 0.2) and (10 F/6, 0.6) their size sits halfway in
- * log, so they run at 0.4 of 312 TFLOP/s; layer norms and the like move 2 x the unit's
- * activation bytes at 2039 GB/s x 0.9. The backward's 2F are 12 GEMMs of the same size, moving
- * 4 x the bytes. A host copy of B bytes takes B / (32 GB/s x 0.8); NVMe shares the node's
+/* One GEMM on the test's curve through (F/60, 0.2) and (10 F/6, 0.6), read in log(x), and no
+ * faster than its bytes at 2039 GB/s x 0.9 (the roofline). */
+static double small_gemm_s(double f, double bytes, double F)
+{
+	double e = 0.2 + 0.4 * log(60 * f / F) / log(100);
+	return fmax(f / (312e12 * e), bytes / (2039e9 * 0.9));
+}
+
+/* SMALL_GPT's block (h = 256, a = 8, s = 512, b = 1, bf16) has 2^30 FLOPs of forward GEMMs
+ * over M = 512 tokens, each priced at its own size: QKV (weights 256 x 768: 2 M 196608 FLOPs,
+ * (M (256 + 768) + 196608) x 2 bytes), the projection (256 x 256), the MLP's two (256 x 1024),
+ * and QK^T and AV (2 M s h = 2^27 FLOPs each, moving the 8 x 512^2 scores and two M x 256
+ * operands, 2 bytes each). The plan's F also counts 2 M (768 + 1024) for the two long bias
+ * vectors, priced at the GEMMs' average rate: their time scales by F / 2^30. Layer norms and the like move 2 x the
+ * unit's activation bytes at 2039 GB/s x 0.9. The backward's 2F are two GEMMs of each size,
+ * moving 4 x the bytes. A host copy of B bytes takes B / (32 GB/s x 0.8); NVMe shares the node's
  * 25 GB/s among its 8 GPUs: B / (25/8 GB/s x 0.8). */
 static void test_compute_and_copy_formulas(void)
 {
@@ -338,13 +350,16 @@ static void test_compute_and_copy_formulas(void)
 	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
 	sched_copy(&s, COPY_H2D, 1, 1e9);
 	sched_copy(&s, COPY_NVME_READ, 1, 1e9);
-	CU_ASSERT(F > 0 && u->act_bytes > 0);
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[0], 0),
-	       F / (312e12 * 0.4) + 2 * u->act_bytes / hbm);
-	REL_EQ(timeline_compute_s(&pr.plan, &hw, &s.ops[1], 0),
-	       2 * F / (312e12 * 0.4) + 4 * u->act_bytes / hbm);
-	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
-	REL_EQ(timeline_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
+	CU_ASSERT(F == 1073741824.0 + 2 * 512 * (768 + 1024) && u->act_bytes > 0);
+	const double M = 512, w[4] = {256 * 768, 256 * 256, 256 * 1024, 1024 * 256};
+	double gemms = 2 * small_gemm_s(2 * M * 512 * 256, (8 * 512 * 512 + 2 * M * 256) * 2, F);
+	for (int i = 0; i < 4; i++)
+		gemms += small_gemm_s(2 * M * w[i], (M * (256 + w[i] / 256) + w[i]) * 2, F);
+	gemms *= F / 1073741824.0;
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), gemms + 2 * u->act_bytes / hbm);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 2 * gemms + 4 * u->act_bytes / hbm);
+	REL_EQ(opcost_copy_s(&pr.plan, &hw, &s.ops[2]), 1e9 / (32e9 * 0.8));
+	REL_EQ(opcost_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
 	sched_free(&s);
 	fx_free(&sc, &pr);
 }
@@ -505,6 +520,97 @@ static void test_large_scenarios(void)
 {
 	check_large("gpt3-175b-tp8-pp8-a100", 8, 96);
 	check_large("mtnlg-530b-tp8-pp35-a100", 35, 240);
+}
+
+/* ---- held-out published runs ---- */
+
+/* Large training runs whose throughput was published, as scenarios that carry the published
+ * figure in "_published" and its source in "_source". None of them was used to set a profile:
+ * they are held out. Sources: Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, the ten
+ * weak-scaling runs from 1.7B on 32 A100 to 1T on 3,072, and its section 5.1 estimate for GPT-3
+ * 175B on 1,024 (140 TFLOP/s); Smith et al. 2022 (arXiv:2201.11990) section 2.4, MT-NLG 530B on
+ * 280 DGX A100, 60.1 s per step; BigScience's BLOOM 176B on 384 A100, about 150 TFLOP/s (BLOOM
+ * model page; arXiv:2211.05100 for the cluster). Throughputs count recompute, as the papers do. */
+static const char *const PUBLISHED[] = {
+	"scenarios/published/narayanan2021-gpt-1.7b.json",
+	"scenarios/published/narayanan2021-gpt-3.6b.json",
+	"scenarios/published/narayanan2021-gpt-7.5b.json",
+	"scenarios/published/narayanan2021-gpt-18.4b.json",
+	"scenarios/published/narayanan2021-gpt-39.1b.json",
+	"scenarios/published/narayanan2021-gpt-76.1b.json",
+	"scenarios/published/narayanan2021-gpt-145.6b.json",
+	"scenarios/published/narayanan2021-gpt-310.1b.json",
+	"scenarios/published/narayanan2021-gpt-529.6b.json",
+	"scenarios/published/narayanan2021-gpt-1008b.json",
+	"scenarios/gpt3-175b-tp8-pp8-a100.json",
+	"scenarios/mtnlg-530b-tp8-pp35-a100.json",
+	"scenarios/published/bloom-176b-tp4-pp12-a100.json",
+};
+
+/* The papers' hardware FLOPs per step with full recompute (Narayanan et al. 2021, section 5.1):
+ * 96 B s l h^2 (1 + s/6h + V/16lh), B the batch in sequences. */
+static double narayanan_flops(const Scenario *sc)
+{
+	double B = (double)sc->ds.train_batch, s = (double)sc->seq, l = (double)sc->model.L;
+	double h = (double)sc->model.h, V = (double)sc->model.V;
+	return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+/* Predict each run with the default profile and print predicted against published with the
+ * error; the FLOP count must be the papers' (else the TFLOP/s would not compare), and the error
+ * must stay inside the known band documented in docs/time_model.md (|error| <= 35%): a guard
+ * against regressions, not the issue's target (10% each, 5% on average), which the printed table
+ * shows is not met. */
+static void test_published_runs(void)
+{
+	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
+	double sum_abs = 0, max_abs = 0;
+	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
+	       "scenario", "GPUs", "metric", "published", "predicted", "error");
+	for (int i = 0; i < n; i++) {
+		JsonDoc d;
+		Scenario sc;
+		Prediction pr;
+		PxError err = {0};
+		if (jdoc_load_file(&d, px_test_path(PUBLISHED[i]), &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("cannot read a published scenario");
+			continue;
+		}
+		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(d.root, "_published");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(d.root, "_source");
+		const cJSON *tf = cJSON_GetObjectItemCaseSensitive(pub, "hw_tflops_per_gpu");
+		const cJSON *step = cJSON_GetObjectItemCaseSensitive(pub, "step_s");
+		CU_ASSERT(cJSON_IsString(src) && strlen(src->valuestring) > 20); /* cited */
+		CU_ASSERT(cJSON_IsNumber(tf) || cJSON_IsNumber(step));
+		if (scenario_load(&sc, px_test_path(PUBLISHED[i]), NULL, &err) ||
+		    predict_run(&sc, &pr, &err)) {
+			fprintf(stderr, "\n%s: %s\n", PUBLISHED[i], err.msg);
+			CU_FAIL("cannot predict a published scenario");
+			jdoc_free(&d);
+			continue;
+		}
+		CU_ASSERT_FATAL(pr.time_known);
+		double gpus = (double)pr.plan.world, published, predicted;
+		CU_ASSERT_DOUBLE_EQUAL(pr.time.hw_flops_per_gpu * gpus / narayanan_flops(&sc), 1, 0.02);
+		if (cJSON_IsNumber(tf))
+			published = tf->valuedouble, predicted = pr.time.hw_tflops_per_gpu;
+		else
+			published = step->valuedouble, predicted = pr.time.step_s;
+		double e = predicted / published - 1;
+		sum_abs += fabs(e);
+		max_abs = fmax(max_abs, fabs(e));
+		CU_ASSERT(fabs(e) <= 0.35);
+		const char *name = strrchr(PUBLISHED[i], '/') + 1;
+		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
+		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
+		       100 * e);
+		predict_free(&pr);
+		scenario_free(&sc);
+		jdoc_free(&d);
+	}
+	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
+	       "5%%) ", 100 * sum_abs / n, 100 * max_abs);
 }
 
 /* ---- failures ---- */
@@ -718,6 +824,7 @@ int test_time_register(void)
 			    {"repeat block: extrapolation = full replay",
 			     test_extrapolation_equals_full_replay},
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
+			    {"held-out published runs: predicted vs published", test_published_runs},
 			    {"unmatched pipeline receive", test_unmatched_receive},
 			    {"missing dtype peak", test_missing_peak},
 			    {"curve interpolation in log space", test_curve},

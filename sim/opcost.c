@@ -1,0 +1,298 @@
+#include "opcost.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "traffic.h"
+
+#define GB 1e9
+/* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
+ * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
+ * gradients) of the same size. Where a block's GEMMs cannot be listed from its weights (MoE
+ * blocks), the efficiency curve is read at one GEMM's average share of the op. */
+#define GEMMS_PER_BLOCK 6
+#define MAX_GEMMS (MODEL_MAX_TENSORS + 2)
+
+/* ---- compute and copies ---- */
+
+/* bytes / rate, with nothing to move costing nothing and a rate of 0 costing forever */
+static double over(double bytes, double rate)
+{
+	if (bytes <= 0)
+		return 0;
+	return rate > 0 ? bytes / rate : INFINITY;
+}
+
+double opcost_dtype_peak(const Plan *p)
+{
+	const GpuSpec *g = &p->sc->cluster.gpu;
+	switch (p->sc->ds.dtype) {
+	case DT_BF16: return g->tflops_bf16 * 1e12;
+	case DT_FP16: return g->tflops_fp16 * 1e12;
+	default: return g->tflops_fp32 * 1e12;
+	}
+}
+
+static double hbm_Bps(const Plan *p, const HwProfile *hw)
+{
+	return p->sc->cluster.gpu.hbm_GBps * GB * hw->hbm_efficiency;
+}
+
+static int is_block(const Plan *p, int u)
+{
+	return u >= 1 && u <= p->sc->model.L;
+}
+
+/* The GEMMs of one micro-batch's forward through dense block `unit` on this rank, M = b s tokens
+ * (dimension names as in engine/model.h, t = tensor-parallel degree, e = activation bytes):
+ * one per weight matrix (a "weight" tensor longer than h) of n local elements, K x N = n with one
+ * side h, so 2 M n FLOPs moving (M (h + n/h) + n) e bytes; and the attention's two products
+ * batched over the rank's a/t heads, QK^T and AV, each 2 M s h/t FLOPs moving the b (a/t) s^2
+ * scores and two M h/t operands. Returns how many, and in *listed their FLOPs, or 0 when they
+ * leave more than 1% of the unit's FLOPs unlisted (MoE experts, a parameter-count-only model),
+ * which leaves the op to the averaged pricing. (The plan's count also has 2 M per element of the
+ * longer bias vectors: adds, not GEMMs, well under 1%.) */
+static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, double *listed)
+{
+	const ModelSpec *m = &p->sc->model;
+	const UnitPlan *u = &p->units[unit];
+	ModelTensor ts[MODEL_MAX_TENSORS];
+	double M = (double)(p->shape.s * p->shape.b), s = (double)p->shape.s;
+	double h = (double)m->h, t = (double)p->par.tp, e = (double)p->shape.elem_bytes, sum = 0;
+	int n = 0;
+	if (u->moe || m->arch == ARCH_PARAMS_ONLY || u->fwd_flops <= 0 ||
+	    model_unit_tensors(m, unit, ts) != u->n_tensors)
+		return 0;
+	for (int i = 0; i < u->n_tensors; i++) {
+		double w = (double)u->tensor_local[i];
+		size_t len = strlen(ts[i].name);
+		if (u->tensor_expert[i] || w <= h || len < 6 || strcmp(ts[i].name + len - 6, "weight"))
+			continue; /* biases and norms */
+		flops[n] = 2 * M * w;
+		bytes[n++] = (M * (h + w / h) + w) * e;
+	}
+	double scores = (double)p->shape.b * ((double)m->a / t) * s * s;
+	for (int k = 0; k < 2; k++) {
+		flops[n] = 2 * M * s * h / t;
+		bytes[n++] = (scores + 2 * M * h / t) * e;
+	}
+	for (int i = 0; i < n; i++)
+		sum += flops[i];
+	*listed = sum;
+	return sum <= u->fwd_flops * (1 + 1e-12) && sum >= 0.99 * u->fwd_flops ? n : 0;
+}
+
+/* A block's GEMM time, each GEMM at its own size on the efficiency curve (a batched product read
+ * at its whole batch's FLOPs) and no faster than its bytes allow (the roofline); a backward runs
+ * two GEMMs of each size; FLOPs left unlisted run at the listed ones' average rate. -1 when the
+ * block's GEMMs cannot be listed or the op is not one pass over the block. */
+static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
+{
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0;
+	double peak = opcost_dtype_peak(p), hbm = hbm_Bps(p, hw), fwd = p->units[op->unit].fwd_flops;
+	int n = block_gemms(p, op->unit, flops, bytes, &listed);
+	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
+	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
+		return -1;
+	for (int i = 0; i < n; i++)
+		sum += fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
+			    over(bytes[i], hbm));
+	return times * sum * (fwd / listed);
+}
+
+double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
+{
+	const GpuSpec *g = &p->sc->cluster.gpu;
+	double hbm = hbm_Bps(p, hw);
+
+	if (op->sub == COMP_OPTIMIZER) {
+		if (p->opt_place != PLACE_GPU) /* CPU Adam over this rank's fp32 partition */
+			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
+		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
+	}
+	double gemm = 0;
+	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
+		gemm = block_gemm_s(p, hw, op);
+	if (op->flops > 0 && gemm <= 0) {
+		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
+		if (op->sub == COMP_BWD)
+			per *= 2;
+		gemm = over(op->flops, opcost_dtype_peak(p) * hw_curve_eval(&hw->gemm, op->flops / per));
+	}
+	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
+	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)
+		elementwise = over(p->units[op->unit].act_bytes *
+					   (op->sub == COMP_BWD ? hw->elementwise_bwd : hw->elementwise_fwd),
+				   hbm);
+	return fmax(gemm, over(op->bytes, hbm)) + elementwise;
+}
+
+double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
+{
+	const ClusterSpec *c = &p->sc->cluster;
+	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE) /* the node's drives, shared */
+		return over(op->bytes,
+			    c->gpu.nvme_GBps * GB / (double)c->gpus_per_node * hw->nvme_efficiency);
+	return over(op->bytes, c->gpu.pcie_GBps * GB * hw->pcie_efficiency);
+}
+
+/* ---- collectives ---- */
+
+/* One GPU's bandwidth to the g members of its group inside its node: NVLink (one direction, the
+ * busBw curve) within the NVLink domain, else through the PCIe host bridge. */
+static double intra_Bps(const Plan *p, const HwProfile *hw, long long g, double size,
+			int allreduce)
+{
+	const GpuSpec *gpu = &p->sc->cluster.gpu;
+	if (g > hw->nvlink_domain)
+		return gpu->pcie_GBps * GB * hw->pcie_efficiency;
+	double bw = gpu->nvlink_GBps / 2 * GB * hw_curve_eval(&hw->nvlink.efficiency, size);
+	return allreduce ? bw * hw->nvlink.allreduce_scale : bw;
+}
+
+static double inter_Bps(const Plan *p, const HwProfile *hw, double size)
+{
+	return p->sc->cluster.gpu.network_GBps * GB * hw_curve_eval(&hw->network.efficiency, size);
+}
+
+/* The op's ranks: its group's span, narrowed when the op involves fewer ranks than the group (the
+ * tied embedding's all-reduce between the first and the last pipeline stage). */
+static GroupSpan op_span(const Plan *p, const Op *op)
+{
+	GroupSpan sp = p->spans[op->group];
+	if (op->nranks > 0 && op->nranks != sp.n) {
+		sp.n = op->nranks;
+		if (sp.nodes > sp.n)
+			sp.nodes = sp.n;
+		sp.per_node = (sp.n + sp.nodes - 1) / sp.nodes;
+	}
+	return sp;
+}
+
+/* alpha x steps: a ring takes n-1 steps per pass (all-reduce two passes) at the slowest hop's
+ * latency; tree and hierarchical algorithms take the node's g-1 hops plus log2(nodes) or nodes-1
+ * hops between nodes. */
+static double latency_s(const HwProfile *hw, CollKind kind, GroupSpan sp, CollAlgo algo)
+{
+	double n = (double)sp.n, g = (double)sp.per_node, nodes = (double)sp.nodes;
+	double passes = kind == COLL_ALL_REDUCE ? 2 : 1;
+	if (nodes > 1 && algo != ALGO_RING &&
+	    (kind == COLL_ALL_REDUCE || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)) {
+		double hops = algo == ALGO_TREE ? ceil(log2(nodes)) : nodes - 1;
+		return passes * ((g - 1) * hw->nvlink.alpha_s + hops * hw->network.alpha_s);
+	}
+	return passes * (n - 1) * (nodes > 1 ? hw->network.alpha_s : hw->nvlink.alpha_s);
+}
+
+/* A send from `stage` to the next stage (forward) or the previous one, over the network when the
+ * two sit on different nodes (stages fill nodes in order, per_node of them to a node). */
+static double p2p_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
+{
+	GroupSpan sp = p->spans[GROUP_PP];
+	long long pp = p->par.pp, peer = forward ? (stage + 1) % pp : (stage + pp - 1) % pp;
+	int cross = sp.nodes > 1 && (sp.per_node <= 1 || stage / sp.per_node != peer / sp.per_node);
+	if (cross)
+		return hw->network.alpha_s + over(op->bytes, inter_Bps(p, hw, op->bytes));
+	return hw->nvlink.alpha_s + over(op->bytes, intra_Bps(p, hw, 2, op->bytes, 0));
+}
+
+double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)
+{
+	if (op->kind != OP_COLL || op->sub == COLL_P2P_RECV)
+		return 0;
+	if (op->sub == COLL_P2P)
+		return p2p_s(p, hw, op, stage, forward);
+	GroupSpan sp = op_span(p, op);
+	if (sp.n <= 1)
+		return 0;
+	double intra, inter;
+	traffic_split(op->sub, op->bytes, sp, p->par.algo, &intra, &inter);
+	int in_domain_allreduce = op->sub == COLL_ALL_REDUCE && sp.nodes <= 1;
+	/* both link classes work at once; the slower one limits the collective */
+	double wire = fmax(over(intra, intra_Bps(p, hw, sp.per_node, op->bytes, in_domain_allreduce)),
+			   over(inter, inter_Bps(p, hw, op->bytes)));
+	return latency_s(hw, op->sub, sp, p->par.algo) + wire;
+}
+
+/* ---- the cache ---- */
+
+/* A duration depends on the op's contents, not on where it sits: a step repeats the same few
+ * ops (one block's forward, its tensor-parallel all-reduce, ...) many times, so each duration is
+ * priced once and looked up after, by everything it depends on (compared exactly, so the result
+ * is the one pricing it again would give). The cache holds a few keys per kind of op (compute
+ * or collective, by sub-kind), searched in turn: cheaper than hashing for the handful of distinct
+ * ops a schedule has. */
+#define DUR_CLASSES (N_COMPS + N_COLLS)
+#define DUR_WAYS 4
+
+typedef struct DurKey {
+	uint8_t kind, sub, group, is_block;
+	int32_t nranks;
+	int32_t aux;      /* a send: its stage x 2 + direction; the optimizer: its stage */
+	int32_t pad;      /* 0: no padding bytes, since keys are compared as bytes */
+	double bytes, flops, act_bytes;
+	double unit_flops; /* a block's forward FLOPs: with is_block (2 for MoE), what tells its
+			      GEMMs apart (blocks of one kind share their weights' shapes) */
+} DurKey;
+
+typedef struct DurWays {
+	DurKey key[DUR_WAYS];
+	double dur_s[DUR_WAYS];
+	int used, next;   /* keys held; the way the next miss replaces */
+} DurWays;
+
+struct OpCostCache {
+	DurWays ways[DUR_CLASSES];
+};
+
+/* The key of op's duration on stage `stage`: the fields opcost_compute_s and opcost_coll_s
+ * read (a unit enters only through whether it is a block, MoE or not, its FLOPs and its
+ * activation bytes). */
+static DurKey dur_key(const Plan *p, const Op *op, int stage, int forward)
+{
+	DurKey k;
+	memset(&k, 0, sizeof(k));
+	k.kind = op->kind, k.sub = op->sub;
+	k.bytes = op->bytes;
+	if (op->kind == OP_COMPUTE) {
+		k.flops = op->flops;
+		int known = op->unit >= 0 && op->unit < p->n_units;
+		k.is_block = (uint8_t)(is_block(p, op->unit) ? 1 + (known && p->units[op->unit].moe) : 0);
+		k.act_bytes = known && p->activations_known ? p->units[op->unit].act_bytes : -1;
+		k.unit_flops = known ? p->units[op->unit].fwd_flops : -1;
+		k.aux = op->sub == COMP_OPTIMIZER ? stage : 0;
+	} else {
+		k.group = op->group;
+		k.nranks = op->nranks;
+		k.aux = op->sub == COLL_P2P ? stage * 2 + forward : 0;
+	}
+	return k;
+}
+
+OpCostCache *opcost_cache_create(void)
+{
+	return calloc(1, sizeof(OpCostCache));
+}
+
+void opcost_cache_destroy(OpCostCache *c)
+{
+	free(c);
+}
+
+double opcost_cached_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op, int stage,
+		       int forward)
+{
+	DurKey k = dur_key(p, op, stage, forward);
+	DurWays *w = &c->ways[op->kind == OP_COMPUTE ? op->sub % N_COMPS : N_COMPS + op->sub % N_COLLS];
+	for (int i = 0; i < w->used; i++)
+		if (!memcmp(&w->key[i], &k, sizeof(k)))
+			return w->dur_s[i];
+	double d = op->kind == OP_COMPUTE ? opcost_compute_s(p, hw, op, stage) :
+					    opcost_coll_s(p, hw, op, stage, forward);
+	int i = w->used < DUR_WAYS ? w->used++ : w->next;
+	w->next = (i + 1) % DUR_WAYS;
+	w->key[i] = k, w->dur_s[i] = d;
+	return d;
+}

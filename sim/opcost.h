@@ -1,0 +1,33 @@
+/* opcost: how long one op of a schedule takes on a rank: a compute op (its GEMMs against the
+ * GPU's peak and the profile's efficiency curve, its memory-bound work against HBM), a collective
+ * (latency plus wire bytes over NVLink or the network), a host or NVMe copy; and a cache that
+ * prices each distinct op once per replay. When ops run, and what waits for what, is
+ * timeline.c's. Formulas and sources: docs/time_model.md. */
+#ifndef PX_SIM_OPCOST_H
+#define PX_SIM_OPCOST_H
+
+#include "../engine/plan.h"
+#include "../engine/schedule.h"
+#include "hwprofile.h"
+
+/* Durations on a rank of pipeline stage `stage`, in seconds. A collective (a receive costs 0: its
+ * send carries the bytes); P2P sends go to the next stage when forward is 1, to the previous one
+ * otherwise. */
+double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward);
+double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage);
+double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
+
+/* The dense peak of the plan's training dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
+double opcost_dtype_peak(const Plan *p);
+
+/* Durations of compute ops and collectives, each priced once and then looked up by everything it
+ * depends on, compared exactly: the same value opcost_compute_s or opcost_coll_s would give. One
+ * cache serves one plan and one profile (a replay); create returns NULL when out of memory,
+ * destroy accepts NULL. */
+typedef struct OpCostCache OpCostCache;
+OpCostCache *opcost_cache_create(void);
+void opcost_cache_destroy(OpCostCache *c);
+double opcost_cached_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op, int stage,
+		       int forward);
+
+#endif
