@@ -26,15 +26,18 @@ static AdamwConsts adamw_consts(const OpsAdamw *h, long step)
 	return k;
 }
 
-/* One element's update; returns the new parameter. The expression is the reference's, term for
- * term, so the only differences are the compiler's fused multiply-adds. */
+/* One element's update; returns the new parameter. Written with the _rn intrinsics, which the
+ * compiler never contracts into fused multiply-adds, in the reference's order of evaluation, so
+ * the result is ops_adamw_step's bit for bit (the host's x86-64 code has no FMA either). */
 __device__ static float adamw_one(float p, float *m, float *v, float g, const AdamwConsts &k)
 {
-	float mi = k.b1 * *m + k.one_b1 * g;
-	float vi = k.b2 * *v + k.one_b2 * g * g;
+	float mi = __fadd_rn(__fmul_rn(k.b1, *m), __fmul_rn(k.one_b1, g));
+	float vi = __fadd_rn(__fmul_rn(k.b2, *v), __fmul_rn(__fmul_rn(k.one_b2, g), g));
 	*m = mi;
 	*v = vi;
-	return p - (k.step_size * mi / (sqrtf(vi) * k.rsqrt_bc2 + k.eps) + k.decay * p);
+	float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), k.rsqrt_bc2), k.eps);
+	float upd = __fadd_rn(__fdiv_rn(__fmul_rn(k.step_size, mi), denom), __fmul_rn(k.decay, p));
+	return __fsub_rn(p, upd);
 }
 
 __global__ static void adamw_kernel(float *param, float *m, float *v, const void *grad,
@@ -43,7 +46,7 @@ __global__ static void adamw_kernel(float *param, float *m, float *v, const void
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float g = castd_load(grad, i, grad_type) * grad_scale;
+		float g = __fmul_rn(castd_load(grad, i, grad_type), grad_scale);
 		float p = adamw_one(param[i], m + i, v + i, g, k);
 		param[i] = p;
 		if (!lp)
@@ -90,12 +93,13 @@ __global__ static void sgd_kernel(float *param, float *buf, const float *grad, s
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float g = grad[i] * grad_scale + weight_decay * param[i];
+		/* _rn intrinsics: no FMA contraction, so bit for bit ops_sgd_step */
+		float g = __fadd_rn(__fmul_rn(grad[i], grad_scale), __fmul_rn(weight_decay, param[i]));
 		if (buf) {
-			buf[i] = momentum * buf[i] + g;
+			buf[i] = __fadd_rn(__fmul_rn(momentum, buf[i]), g);
 			g = buf[i];
 		}
-		param[i] -= lr * g;
+		param[i] = __fsub_rn(param[i], __fmul_rn(lr, g));
 	}
 }
 

@@ -15,6 +15,7 @@
 	X(time)        \
 	X(sweep)       \
 	X(kernels)     \
+	X(kernels_cuda) \
 	X(comm)        \
 	X(exec)        \
 	X(cli)         \
