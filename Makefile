@@ -110,10 +110,12 @@ test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check
 	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(REL)/px_tests
 # protect_shadow_gap=0: with the gap protected, the CUDA driver cannot map device memory into the
-# sanitized process and every CUDA call fails (harmless where there is no GPU)
+# sanitized process and every CUDA call fails (harmless where there is no GPU); the suppressions
+# cover NVIDIA's libraries' process-lifetime allocations, not ours
 test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 	ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1 \
+		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_cuda.supp \
 		PX_BIN=$(abspath $(SAN)/parallax) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(SAN)/px_tests
 
