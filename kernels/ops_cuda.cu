@@ -6,6 +6,7 @@
 #include "cuda_check.h"
 #include "gemm_cuda.h"
 #include "ops_cuda.h"
+#include "cast_dev.cuh"
 extern "C" {
 #include "ops_cpu.h" /* OPS_LAYERNORM_EPS: one epsilon for both */
 }
@@ -42,14 +43,14 @@ static unsigned row_blocks(size_t rows)
 
 /* db[j] += sum_i dy[i][j]: phase y sums rows y, y + COL_Y, ...; the COL_Y partials then add up in
  * phase order, so the result does not depend on scheduling. */
-__global__ static void col_sum_kernel(float *db, const float *dy, int N, int C)
+__global__ static void col_sum_kernel(float *db, const void *dy, int dtype, int N, int C)
 {
 	__shared__ float part[COL_Y][COL_X];
 	int j = blockIdx.x * COL_X + threadIdx.x;
 	float s = 0.0f;
 	if (j < C)
 		for (int i = threadIdx.y; i < N; i += COL_Y)
-			s += dy[(size_t)i * C + j];
+			s += castd_load(dy, (size_t)i * C + j, dtype);
 	part[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && j < C) {
@@ -60,10 +61,10 @@ __global__ static void col_sum_kernel(float *db, const float *dy, int N, int C)
 	}
 }
 
-static void col_sum(CudaCtx *ctx, float *db, const float *dy, int N, int C)
+static void col_sum(CudaCtx *ctx, float *db, const void *dy, CudaDtype t, int N, int C)
 {
 	dim3 block(COL_X, COL_Y);
-	col_sum_kernel<<<(C + COL_X - 1) / COL_X, block, 0, ctx->stream>>>(db, dy, N, C);
+	col_sum_kernel<<<(C + COL_X - 1) / COL_X, block, 0, ctx->stream>>>(db, dy, t, N, C);
 	CUDA_CHECK_LAUNCH();
 }
 
@@ -76,8 +77,9 @@ __global__ static void bias_fill_kernel(float *y, const float *b, size_t n, int 
 		y[i] = b[i % C];
 }
 
-void ops_cuda_matmul_forward(CudaCtx *ctx, float *y, const float *x, const float *w,
-			     const float *b, int N, int C_in, int C_out)
+/* y (N, C_out) = x w + b with x, w of type t (fp32 accumulation in every case) */
+static void matmul_forward_typed(CudaCtx *ctx, CudaDtype t, float *y, const void *x, const void *w,
+				 const float *b, int N, int C_in, int C_out)
 {
 	/* as the reference: the bias first, then one GEMM with beta = 1 adds the product onto it */
 	float beta = 0.0f;
@@ -88,18 +90,52 @@ void ops_cuda_matmul_forward(CudaCtx *ctx, float *y, const float *x, const float
 		CUDA_CHECK_LAUNCH();
 		beta = 1.0f;
 	}
-	gemm_cuda(ctx, CDT_F32, CDT_F32, 0, 0, N, C_out, C_in, 1.0f, x, w, beta, y);
+	gemm_cuda(ctx, t, CDT_F32, 0, 0, N, C_out, C_in, 1.0f, x, w, beta, y);
+}
+
+static void matmul_backward_typed(CudaCtx *ctx, CudaDtype t, float *dx, float *dw, float *db,
+				  const void *dy, const void *x, const void *w, int N, int C_in,
+				  int C_out)
+{
+	if (dx) /* dx (N, C_in) += dy (N, C_out) w^T, w stored (C_in, C_out) */
+		gemm_cuda(ctx, t, CDT_F32, 0, 1, N, C_in, C_out, 1.0f, dy, w, 1.0f, dx);
+	if (dw) /* dw (C_in, C_out) += x^T dy, x stored (N, C_in) */
+		gemm_cuda(ctx, t, CDT_F32, 1, 0, C_in, C_out, N, 1.0f, x, dy, 1.0f, dw);
+	if (db)
+		col_sum(ctx, db, dy, t, N, C_out);
+}
+
+void ops_cuda_matmul_forward(CudaCtx *ctx, float *y, const float *x, const float *w,
+			     const float *b, int N, int C_in, int C_out)
+{
+	matmul_forward_typed(ctx, CDT_F32, y, x, w, b, N, C_in, C_out);
 }
 
 void ops_cuda_matmul_backward(CudaCtx *ctx, float *dx, float *dw, float *db, const float *dy,
 			      const float *x, const float *w, int N, int C_in, int C_out)
 {
-	if (dx) /* dx (N, C_in) += dy (N, C_out) w^T, w stored (C_in, C_out) */
-		gemm_cuda(ctx, CDT_F32, CDT_F32, 0, 1, N, C_in, C_out, 1.0f, dy, w, 1.0f, dx);
-	if (dw) /* dw (C_in, C_out) += x^T dy, x stored (N, C_in) */
-		gemm_cuda(ctx, CDT_F32, CDT_F32, 1, 0, C_in, C_out, N, 1.0f, x, dy, 1.0f, dw);
-	if (db)
-		col_sum(ctx, db, dy, N, C_out);
+	matmul_backward_typed(ctx, CDT_F32, dx, dw, db, dy, x, w, N, C_in, C_out);
+}
+
+static void require_16(CudaDtype t)
+{
+	CUDA_REQUIRE(t == CDT_BF16 || t == CDT_F16,
+		     "ops_cuda: the 16-bit linear layer takes CDT_BF16 or CDT_F16, got %d", (int)t);
+}
+
+void ops_cuda_matmul_forward_16(CudaCtx *ctx, CudaDtype t, float *y, const void *x, const void *w,
+				const float *b, int N, int C_in, int C_out)
+{
+	require_16(t);
+	matmul_forward_typed(ctx, t, y, x, w, b, N, C_in, C_out);
+}
+
+void ops_cuda_matmul_backward_16(CudaCtx *ctx, CudaDtype t, float *dx, float *dw, float *db,
+				 const void *dy, const void *x, const void *w, int N, int C_in,
+				 int C_out)
+{
+	require_16(t);
+	matmul_backward_typed(ctx, t, dx, dw, db, dy, x, w, N, C_in, C_out);
 }
 
 void ops_cuda_lm_head_forward(CudaCtx *ctx, float *logits, const float *x, const float *wte, int N,

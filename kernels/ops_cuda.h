@@ -26,6 +26,15 @@ void ops_cuda_lm_head_forward(CudaCtx *ctx, float *logits, const float *x, const
 void ops_cuda_lm_head_backward(CudaCtx *ctx, float *dx, float *dwte, const float *dlogits,
 			       const float *x, const float *wte, int N, int C, int V);
 
+/* The 16-bit path of the same layers: x, w and dy in bf16 or fp16 (type t, as precision.h's
+ * bits), products accumulated in fp32 (gemm_cuda), y and the gradients fp32, accumulated as
+ * above; the bias stays fp32. What a bf16 step runs its matrix products through. */
+void ops_cuda_matmul_forward_16(CudaCtx *ctx, CudaDtype t, float *y, const void *x, const void *w,
+				const float *b, int N, int C_in, int C_out);
+void ops_cuda_matmul_backward_16(CudaCtx *ctx, CudaDtype t, float *dx, float *dw, float *db,
+				 const void *dy, const void *x, const void *w, int N, int C_in,
+				 int C_out);
+
 /* ---- normalisation and activation ---- */
 
 void ops_cuda_layernorm_forward(CudaCtx *ctx, float *y, float *mean, float *rstd, const float *x,

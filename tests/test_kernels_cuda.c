@@ -377,6 +377,69 @@ static void test_matmul(void)
 	free(ax), free(aw), free(ab), free(ady);
 }
 
+/* Round x to 16 bits in place (so the reference sees the GPU's inputs) and return the bits. */
+static uint16_t *round16(float *x, size_t n, CudaDtype t)
+{
+	uint16_t *b = malloc(n * 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+	(t == CDT_BF16 ? precision_f32_to_bf16_n : precision_f32_to_f16_n)(b, x, n);
+	(t == CDT_BF16 ? precision_bf16_to_f32_n : precision_f16_to_f32_n)(x, b, n);
+	return b;
+}
+
+/* The 16-bit linear layer against the fp32 reference on the same rounded x, w and dy: products of
+ * 16-bit values are exact in fp32, so the fp32 GEMM bounds of test_matmul apply unchanged. */
+static void test_matmul_16(void)
+{
+	enum { N = 41, CI = 96, CO = 130 };
+	size_t nx = (size_t)N * CI, nw = (size_t)CI * CO, ny = (size_t)N * CO;
+	for (int k = 0; k < 2; k++) {
+		CudaDtype t = k ? CDT_F16 : CDT_BF16;
+		float *x = hrandom(nx, 1, 201), *w = hrandom(nw, 1, 202), *b = hrandom(CO, 1, 203);
+		float *dy = hrandom(ny, 1, 204), *dx0 = hrandom(nx, 1, 205);
+		float *dw0 = hrandom(nw, 1, 206), *db0 = hrandom(CO, 1, 207);
+		uint16_t *x16 = round16(x, nx, t), *w16 = round16(w, nw, t), *dy16 = round16(dy, ny, t);
+		void *gx = dput(x16, nx * 2), *gw = dput(w16, nw * 2), *gdy = dput(dy16, ny * 2);
+		float *gb = dfl(b, CO), *gy = dfl(NULL, ny);
+		float *gdx = dfl(dx0, nx), *gdw = dfl(dw0, nw), *gdb = dfl(db0, CO);
+		float *ax = habs(x, nx), *aw = habs(w, nw), *ab = habs(b, CO), *ady = habs(dy, ny);
+
+		float *want = hfloats(ny), *bound = hfloats(ny);
+		ops_matmul_forward(want, x, w, b, N, CI, CO);
+		ops_matmul_forward(bound, ax, aw, ab, N, CI, CO);
+		for (size_t i = 0; i < ny; i++)
+			bound[i] = (float)(4.0 * (CI + 2) * UNIT_RO * bound[i]);
+		ops_cuda_matmul_forward_16(ctx(), t, gy, gx, gw, gb, N, CI, CO);
+		float *got = dget(gy, ny);
+		CU_ASSERT_EQUAL(close_bound(k ? "matmul fp16 forward" : "matmul bf16 forward", got,
+					    want, bound, ny),
+				0);
+
+		float *wdx = hcopy(dx0, nx), *wdw = hcopy(dw0, nw), *wdb = hcopy(db0, CO);
+		ops_matmul_backward(wdx, wdw, wdb, dy, x, w, N, CI, CO);
+		float *bx = habs(dx0, nx), *bw = habs(dw0, nw), *bb = habs(db0, CO);
+		ops_matmul_backward(bx, bw, bb, ady, ax, aw, N, CI, CO);
+		for (size_t i = 0; i < nx; i++)
+			bx[i] = (float)(4.0 * (CO + 2) * UNIT_RO * bx[i]);
+		for (size_t i = 0; i < nw; i++)
+			bw[i] = (float)(4.0 * (N + 2) * UNIT_RO * bw[i]);
+		for (size_t i = 0; i < CO; i++)
+			bb[i] = (float)(4.0 * (N + 2) * UNIT_RO * bb[i]);
+		ops_cuda_matmul_backward_16(ctx(), t, gdx, gdw, gdb, gdy, gx, gw, N, CI, CO);
+		float *hx = dget(gdx, nx), *hw = dget(gdw, nw), *hb = dget(gdb, CO);
+		CU_ASSERT_EQUAL(close_bound("matmul 16-bit backward dx", hx, wdx, bx, nx), 0);
+		CU_ASSERT_EQUAL(close_bound("matmul 16-bit backward dw", hw, wdw, bw, nw), 0);
+		CU_ASSERT_EQUAL(close_bound("matmul 16-bit backward db", hb, wdb, bb, CO), 0);
+
+		free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(x16);
+		free(w16), free(dy16), free(ax), free(aw), free(ab), free(ady), free(want), free(bound);
+		free(got), free(wdx), free(wdw), free(wdb), free(bx), free(bw), free(bb), free(hx);
+		free(hw), free(hb);
+		cuda_ctx_free(gx), cuda_ctx_free(gw), cuda_ctx_free(gdy), cuda_ctx_free(gb);
+		cuda_ctx_free(gy), cuda_ctx_free(gdx), cuda_ctx_free(gdw), cuda_ctx_free(gdb);
+	}
+}
+
 /* The tied LM head: K = C forward, V for dx, N for dwte. */
 static void test_lm_head(void)
 {
@@ -1102,6 +1165,7 @@ static const PxTestCase GPU_TESTS[] = {
 	{"gemm bf16 in, fp32 accumulate", test_gemm_bf16},
 	{"gemm fp16 in, fp32 accumulate", test_gemm_f16},
 	{"matmul forward and backward", test_matmul},
+	{"matmul bf16 / fp16 in, fp32 accumulate", test_matmul_16},
 	{"lm head forward and backward", test_lm_head},
 	{"layernorm forward and backward", test_layernorm},
 	{"gelu forward and backward", test_gelu},
