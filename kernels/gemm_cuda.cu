@@ -42,6 +42,10 @@ void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b
 		return;
 	int lda = trans_a ? M : K; /* row length of A as stored */
 	int ldb = trans_b ? K : N;
+	if (lda < 1) /* K = 0: cuBLAS still wants leading dimensions >= 1; C = beta C */
+		lda = 1;
+	if (ldb < 1)
+		ldb = 1;
 	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	/* CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs no TF32 (that would be
