@@ -16,6 +16,7 @@
 	X(sweep)       \
 	X(kernels)     \
 	X(kernels_cuda) \
+	X(gpt_cuda)     \
 	X(comm)        \
 	X(exec)        \
 	X(cli)         \
