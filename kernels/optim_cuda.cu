@@ -29,7 +29,8 @@ static AdamwConsts adamw_consts(const OpsAdamw *h, long step)
 /* One element's update; returns the new parameter. Written with the _rn intrinsics, which the
  * compiler never contracts into fused multiply-adds, in the reference's order of evaluation, so
  * the result is ops_adamw_step's bit for bit: the reference does not fuse either, being built as
- * ISO C (-std=c11), under which GCC does not contract (-ffp-contract=off), on any host CPU. */
+ * ISO C (-std=c11), where GCC does not contract (GCC 12 emits no vfmadd even at -march=haswell).
+ * A host compiler that did would make the bit-for-bit tests fail by an ulp, not pass wrongly. */
 __device__ static float adamw_one(float p, float *m, float *v, float g, const AdamwConsts &k)
 {
 	float mi = __fadd_rn(__fmul_rn(k.b1, *m), __fmul_rn(k.one_b1, g));
