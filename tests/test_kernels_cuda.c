@@ -34,6 +34,29 @@
 #include "../kernels/rng.h"
 #include "cuda_fixtures.h"
 
+/* ---- the context ---- */
+
+/* The device has a name; uploads, device copies, zero fills and downloads round-trip exactly and
+ * in stream order. */
+static void test_ctx_memory(void)
+{
+	enum { n = 1000 };
+	CU_ASSERT(strlen(cuda_ctx_device_name(cfx_ctx())) > 0);
+	float *x = cfx_random(n, 1, 3);
+	float *a = cfx_up(x, n), *b = cfx_up(NULL, n);
+	cuda_ctx_copy(cfx_ctx(), b, a, n * sizeof(float));
+	cuda_ctx_zero(cfx_ctx(), a, n / 2 * sizeof(float));
+	float *hb = cfx_down(b, n), *ha = cfx_down(a, n);
+	CU_ASSERT_EQUAL(cfx_same_bits("copy round trip", hb, x, n, 4), 0);
+	float *want = cfx_copy(x, n);
+	memset(want, 0, n / 2 * sizeof(float));
+	CU_ASSERT_EQUAL(cfx_same_bits("zero fill", ha, want, n, 4), 0);
+	cuda_ctx_sync(cfx_ctx());
+	free(x), free(hb), free(ha), free(want);
+	cuda_ctx_free(a), cuda_ctx_free(b);
+	cuda_ctx_free(NULL); /* accepted, as free() */
+}
+
 /* ---- GEMM ---- */
 
 /* bound = 4 (K + 2) u (|beta C0| + |alpha| |A| |B|), the two implementations' error bound (top of
@@ -815,6 +838,7 @@ static void test_checks_without_gpu(void)
 }
 
 static const PxTestCase GPU_TESTS[] = {
+	{"context and device memory", test_ctx_memory},
 	{"gemm fp32, every transpose", test_gemm_f32},
 	{"gemm bf16 in, fp32 accumulate", test_gemm_bf16},
 	{"gemm fp16 in, fp32 accumulate", test_gemm_f16},
