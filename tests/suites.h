@@ -15,6 +15,8 @@
 	X(time)        \
 	X(sweep)       \
 	X(kernels)     \
+	X(kernels_cuda) \
+	X(gpt_cuda)     \
 	X(comm)        \
 	X(exec)        \
 	X(cli)         \

@@ -1,0 +1,110 @@
+/* cuda_ctx: device selection, stream, cuBLAS handle and workspace, device-memory helpers. */
+#include <string.h>
+
+#include "cuda_check.h"
+
+int cuda_ctx_available(char *reason, size_t reason_len)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e == cudaSuccess && n > 0)
+		return 1;
+	if (reason && reason_len) {
+		if (e != cudaSuccess)
+			snprintf(reason, reason_len, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+		else
+			snprintf(reason, reason_len, "cudaGetDeviceCount: 0 devices");
+	}
+	/* the error of the failed call is also kept as the last error; clear it so a later
+	 * cudaGetLastError does not report it against an unrelated launch */
+	(void)cudaGetLastError();
+	return 0;
+}
+
+CudaCtx *cuda_ctx_create(int device)
+{
+	int n = 0;
+	CUDA_CHECK(cudaGetDeviceCount(&n));
+	CUDA_REQUIRE(device >= 0 && device < n, "cuda_ctx: device %d does not exist; %d found",
+		     device, n);
+	CudaCtx *ctx = (CudaCtx *)calloc(1, sizeof(*ctx));
+	CUDA_REQUIRE(ctx, "cuda_ctx: out of host memory");
+	ctx->device = device;
+	CUDA_CHECK(cudaSetDevice(device));
+	cudaDeviceProp prop;
+	CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+	snprintf(ctx->name, sizeof(ctx->name), "%s", prop.name);
+	CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+	CUBLAS_CHECK(cublasCreate(&ctx->cublas));
+	CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+	ctx->workspace = cuda_ctx_alloc(CUDA_CTX_WORKSPACE_BYTES);
+	CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->workspace, CUDA_CTX_WORKSPACE_BYTES));
+	/* fp32 products stay fp32: no silent TF32 (cuBLAS's default, said explicitly so that an
+	 * environment's NVIDIA_TF32_OVERRIDE is the only way in) */
+	CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+	ctx->scalars = (double *)cuda_ctx_alloc(CUDA_CTX_N_SCALARS * sizeof(double));
+	return ctx;
+}
+
+void cuda_ctx_destroy(CudaCtx *ctx)
+{
+	if (!ctx)
+		return;
+	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+	CUBLAS_CHECK(cublasDestroy(ctx->cublas));
+	cuda_ctx_free(ctx->workspace);
+	cuda_ctx_free(ctx->scalars);
+	CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+	free(ctx);
+}
+
+void cuda_ctx_sync(CudaCtx *ctx)
+{
+	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+}
+
+const char *cuda_ctx_device_name(const CudaCtx *ctx)
+{
+	return ctx->name;
+}
+
+/* ---- device memory ---- */
+
+void *cuda_ctx_alloc(size_t bytes)
+{
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+	CUDA_REQUIRE(e == cudaSuccess, "cuda_ctx: cudaMalloc of %zu bytes: %s", bytes,
+		     cudaGetErrorString(e));
+	return p;
+}
+
+void cuda_ctx_free(void *dev)
+{
+	if (dev)
+		CUDA_CHECK(cudaFree(dev));
+}
+
+void cuda_ctx_upload(CudaCtx *ctx, void *dev, const void *host, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, ctx->stream));
+	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+}
+
+void cuda_ctx_download(CudaCtx *ctx, void *host, const void *dev, size_t bytes)
+{
+	CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+}
+
+void cuda_ctx_copy(CudaCtx *ctx, void *dst, const void *src, size_t bytes)
+{
+	if (bytes && dst != src)
+		CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
+}
+
+void cuda_ctx_zero(CudaCtx *ctx, void *dev, size_t bytes)
+{
+	if (bytes)
+		CUDA_CHECK(cudaMemsetAsync(dev, 0, bytes, ctx->stream));
+}

@@ -1,0 +1,56 @@
+/* gemm_cuda: row-major products through cublasGemmEx. */
+#include "cuda_check.h"
+#include "gemm_cuda.h"
+
+static cudaDataType_t cuda_type(CudaDtype t)
+{
+	switch (t) {
+	case CDT_BF16:
+		return CUDA_R_16BF;
+	case CDT_F16:
+		return CUDA_R_16F;
+	default:
+		return CUDA_R_32F;
+	}
+}
+
+int gemm_cuda_check_types(CudaDtype ab, CudaDtype c)
+{
+	if (ab != CDT_F32 && ab != CDT_BF16 && ab != CDT_F16)
+		return -1;
+	if (c != CDT_F32 && c != CDT_BF16 && c != CDT_F16)
+		return -1;
+	if (ab == CDT_F32 && c != CDT_F32)
+		return -1; /* cuBLAS has no fp32-in, 16-bit-out product with fp32 compute */
+	if (ab != CDT_F32 && c != CDT_F32 && c != ab)
+		return -1; /* bf16 in, fp16 out (or the reverse) is not a cuBLAS combination */
+	return 0;
+}
+
+/* cuBLAS is column-major, and a row-major (R, S) matrix is the column-major (S, R) matrix of its
+ * transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same call with
+ * the operands swapped and M, N exchanged, each operand keeping its own transpose flag and taking
+ * as leading dimension its row-major row length. */
+void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b, int M, int N,
+	       int K, float alpha, const void *A, const void *B, float beta, void *C)
+{
+	CUDA_REQUIRE(gemm_cuda_check_types(ab, c) == 0,
+		     "gemm_cuda: inputs of type %d with output of type %d are not supported", (int)ab,
+		     (int)c);
+	CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm_cuda: negative shape %d x %d x %d", M, N, K);
+	if (M == 0 || N == 0)
+		return;
+	int lda = trans_a ? M : K; /* row length of A as stored */
+	int ldb = trans_b ? K : N;
+	if (lda < 1) /* K = 0: cuBLAS still wants leading dimensions >= 1; C = beta C */
+		lda = 1;
+	if (ldb < 1)
+		ldb = 1;
+	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+	/* CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs no TF32 (that would be
+	 * CUBLAS_COMPUTE_32F_FAST_TF32); alpha and beta are then floats */
+	CUBLAS_CHECK(cublasGemmEx(ctx->cublas, op_b, op_a, N, M, K, &alpha, B, cuda_type(ab), ldb, A,
+				  cuda_type(ab), lda, &beta, C, cuda_type(c), N, CUBLAS_COMPUTE_32F,
+				  CUBLAS_GEMM_DEFAULT));
+}

@@ -1,0 +1,43 @@
+/* gpt_cuda: the device twin of gpt_cpu's layer units. Same units, same parameter layout
+ * (gpt_cpu_unit_tensors, gpt_cpu_unit_offset, gpt_cpu_block_layout), same activation and scratch
+ * layouts and sizes (gpt_cpu_block_acts, gpt_cpu_head_act_bytes, gpt_cpu_scratch_bytes, and
+ * gpt_cpu_head_probs works on a device pointer too), same accumulate / write contract: an executor
+ * runs a unit on the GPU by calling gpt_cuda_* with device pointers where it called gpt_cpu_*.
+ * It composes ops_cuda; layouts, checks and init stay gpt_cpu's (initialise on the host, upload). */
+#ifndef PX_GPT_CUDA_H
+#define PX_GPT_CUDA_H
+
+#include "cuda_ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "gpt_cpu.h"
+
+/* Each as the gpt_cpu_* function of the same name, with every pointer (tokens and targets
+ * included) on the device and the work queued on ctx's stream; the shapes must pass
+ * gpt_cpu_check and the tokens gpt_cpu_check_tokens (checked on the host, before upload). */
+void gpt_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
+			    const int *tokens, float *y);
+void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, float *grads,
+			     const int *tokens, const float *dy);
+void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
+			    const float *x, float *y, float *acts);
+/* scratch: gpt_cpu_scratch_bytes, as on the CPU; the extra rows the GPU's layernorm and attention
+ * backwards pass between kernels fit in regions of it that are dead at the time. */
+void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
+			     float *grads, const float *acts, const float *dy, float *dx,
+			     float *scratch);
+/* Returns the mean loss, synchronising (0 without synchronising when targets is NULL). */
+float gpt_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
+			    const float *wte, const float *x, const int *targets, float *acts);
+void gpt_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
+			    const float *wte, float *grads, float *dwte, float *acts,
+			    const int *targets, float dloss, float *dx, float *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,86 @@
+/* ops_cuda: the layer ops of ops_cpu.h on the GPU, fp32 in and out, one function per ops_cpu
+ * function with the same shapes, the same accumulate-into-gradients convention and the same
+ * in-place permissions. It owns the kernels; matrix products go through gemm_cuda, optimizer steps
+ * and casts are optim_cuda's. Pointers are device pointers (tokens and targets too); everything
+ * queues on the context's stream, and only functions returning a host value synchronise.
+ * Dimension names as in ops_cpu.h. */
+#ifndef PX_OPS_CUDA_H
+#define PX_OPS_CUDA_H
+
+#include <stddef.h>
+
+#include "cuda_ctx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- linear layers (cuBLAS, fp32 without TF32) ---- */
+
+void ops_cuda_matmul_forward(CudaCtx *ctx, float *y, const float *x, const float *w,
+			     const float *b, int N, int C_in, int C_out);
+void ops_cuda_matmul_backward(CudaCtx *ctx, float *dx, float *dw, float *db, const float *dy,
+			      const float *x, const float *w, int N, int C_in, int C_out);
+void ops_cuda_lm_head_forward(CudaCtx *ctx, float *logits, const float *x, const float *wte, int N,
+			      int C, int V);
+void ops_cuda_lm_head_backward(CudaCtx *ctx, float *dx, float *dwte, const float *dlogits,
+			       const float *x, const float *wte, int N, int C, int V);
+
+/* The 16-bit path of the same layers: x, w and dy in bf16 or fp16 (type t, as precision.h's
+ * bits), products accumulated in fp32 (gemm_cuda), y and the gradients fp32, accumulated as
+ * above; the bias stays fp32. What a bf16 step runs its matrix products through. */
+void ops_cuda_matmul_forward_16(CudaCtx *ctx, CudaDtype t, float *y, const void *x, const void *w,
+				const float *b, int N, int C_in, int C_out);
+void ops_cuda_matmul_backward_16(CudaCtx *ctx, CudaDtype t, float *dx, float *dw, float *db,
+				 const void *dy, const void *x, const void *w, int N, int C_in,
+				 int C_out);
+
+/* ---- normalisation and activation ---- */
+
+void ops_cuda_layernorm_forward(CudaCtx *ctx, float *y, float *mean, float *rstd, const float *x,
+				const float *w, const float *b, int N, int C);
+/* scratch: 2 N floats (each row's mean and rstd, passed from the row kernel that computes dx to
+ * the column kernel that sums dw and db, so the sums need no atomics and are deterministic). */
+#define OPS_CUDA_LAYERNORM_SCRATCH_ELEMS(N) (2 * (size_t)(N))
+void ops_cuda_layernorm_backward(CudaCtx *ctx, float *dx, float *dw, float *db, const float *dy,
+				 const float *x, const float *w, int N, int C, float *scratch);
+void ops_cuda_gelu_forward(CudaCtx *ctx, float *y, const float *x, size_t n);
+void ops_cuda_gelu_backward(CudaCtx *ctx, float *dx, const float *dy, const float *x, size_t n);
+
+/* ---- attention ---- */
+
+/* One warp per query row; hs = C / NH at most OPS_CUDA_ATTENTION_MAX_HS (fatal otherwise). */
+#define OPS_CUDA_ATTENTION_MAX_HS 256
+void ops_cuda_attention_forward(CudaCtx *ctx, float *out, float *att, const float *qkv, int B,
+				int T, int C, int NH);
+/* scratch: B NH T floats (each query row's sum_j P[j] dP[j], computed by the query-row kernel and
+ * read by the key-row kernel that accumulates dk and dv without atomics). */
+#define OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH) ((size_t)(B) * (NH) * (T))
+void ops_cuda_attention_backward(CudaCtx *ctx, float *dqkv, const float *dout, const float *qkv,
+				 const float *att, int B, int T, int C, int NH, float *scratch);
+
+/* ---- residual and embedding ---- */
+
+void ops_cuda_residual_forward(CudaCtx *ctx, float *y, const float *a, const float *b, size_t n);
+void ops_cuda_residual_backward(CudaCtx *ctx, float *da, float *db, const float *dy, size_t n);
+void ops_cuda_embed_forward(CudaCtx *ctx, float *y, const int *tokens, const float *wte,
+			    const float *wpe, int B, int T, int C);
+/* dwpe is summed over the batch in order (deterministic); dwte by atomicAdd, since any rows may
+ * share a token, so its rounding depends on the order the additions land in. */
+void ops_cuda_embed_backward(CudaCtx *ctx, float *dwte, float *dwpe, const float *dy,
+			     const int *tokens, int B, int T, int C);
+
+/* ---- loss ---- */
+
+/* As ops_crossentropy_forward; returns the mean loss over the N rows (synchronises) or, with
+ * targets NULL, 0 without synchronising. */
+float ops_cuda_crossentropy_forward(CudaCtx *ctx, float *probs, const float *logits,
+				    const int *targets, int N, int V);
+void ops_cuda_crossentropy_backward(CudaCtx *ctx, float *dlogits, const float *probs,
+				    const int *targets, int N, int V, float dloss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,237 @@
+/* gpt_cuda's layer units against gpt_cpu's, unit by unit and composed into a few training steps,
+ * and (without a GPU) that the GPU ops' extra scratch fits where gpt_cuda places it. Tolerances:
+ * see test_gpt_units and kernels/README.md; the per-op ones are test_kernels_cuda.c's. Without a
+ * device the GPU tests are registered inactive and one line says why. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "suites.h"
+
+#ifdef PX_HAVE_CUDA
+
+#include "../kernels/gpt_cpu.h"
+#include "../kernels/gpt_cuda.h"
+#include "../kernels/ops_cpu.h"
+#include "../kernels/ops_cuda.h"
+#include "../kernels/optim_cuda.h"
+#include "cuda_fixtures.h"
+
+/* gpt_cuda against gpt_cpu, unit by unit, on gpt_cpu_init's weights and random stream inputs. A
+ * unit chains about ten ops whose individual agreements above are 1e-5 relative or better, on
+ * well-conditioned values at init (normalised inputs, std 0.02 weights); normwise 1e-4 relative,
+ * per tensor, leaves a factor of ten for the chaining while any wrong offset, missing term or
+ * race shows as an O(1) relative error. The block's backward runs in place (dx = dy) on the GPU
+ * as gpt_cpu_backward does, against a separate dx on the CPU. */
+static const GptConfig GPU_TINY = {.V = 97, .max_T = 40, .C = 96, .L = 2, .NH = 3};
+
+static void test_gpt_units(void)
+{
+	enum { B = 2, T = 33 };
+	const GptConfig *c = &GPU_TINY;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(gpt_cpu_check(c, B, T, &err), 0);
+	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
+	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems;
+	size_t nhead = gpt_cpu_head_act_bytes(c, B, T) / 4, nscr = gpt_cpu_scratch_bytes(c, B, T) / 4;
+	float *p = cfx_floats(np);
+	gpt_cpu_init(c, p, 5);
+	int *tok = cfx_tokens((size_t)B * T, c->V, 151);
+	int *tgt = cfx_tokens((size_t)B * T, c->V, 152);
+	float *gp = cfx_up(p, np), *gg = cfx_up(NULL, np);
+	int *gtok = cfx_put(tok, (size_t)B * T * 4), *gtgt = cfx_put(tgt, (size_t)B * T * 4);
+	float *gx = cfx_up(NULL, btc), *gy = cfx_up(NULL, btc), *gacts = cfx_up(NULL, nblk);
+	float *ghead = cfx_up(NULL, nhead), *gscr = cfx_up(NULL, nscr);
+	size_t blk = gpt_cpu_unit_offset(c, 1), head = gpt_cpu_unit_offset(c, c->L + 1);
+	char what[96];
+
+	/* embeddings */
+	float *y = cfx_floats(btc);
+	gpt_cpu_embed_forward(c, B, T, p, tok, y);
+	gpt_cuda_embed_forward(cfx_ctx(), c, B, T, gp, gtok, gx);
+	float *hy = cfx_down(gx, btc);
+	CU_ASSERT_EQUAL(cfx_same_bits("gpt embed forward", hy, y, btc, 4), 0);
+	free(hy);
+
+	/* block 1 forward on x ~ N(0, 1), every saved activation region compared */
+	float *x = cfx_random(btc, 1, 153), *acts = cfx_floats(nblk);
+	gpt_cpu_block_forward(c, B, T, p + blk, x, y, acts);
+	cuda_ctx_upload(cfx_ctx(), gx, x, btc * 4);
+	gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + blk, gx, gy, gacts);
+	hy = cfx_down(gy, btc);
+	float *hacts = cfx_down(gacts, nblk);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt block forward y", hy, y, btc, 1e-4), 0);
+	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
+	size_t starts[] = {a.x_in, a.ln1, a.qkv, a.atty, a.res2, a.ln2, a.fc, a.gelu, a.att,
+			   a.total_elems};
+	const char *names[] = {"x_in", "ln1", "qkv", "atty", "res2", "ln2", "fc", "gelu", "att"};
+	for (int i = 0; i < 9; i++) {
+		snprintf(what, sizeof(what), "gpt block forward acts.%s", names[i]);
+		CU_ASSERT_EQUAL(cfx_close_norm(what, hacts + starts[i], acts + starts[i],
+					   starts[i + 1] - starts[i], 1e-4),
+				0);
+	}
+
+	/* block 1 backward: the GPU gets the CPU's own activations, so only backward is compared */
+	float *dy = cfx_random(btc, 1, 154), *dx = cfx_floats(btc), *g = cfx_floats(np);
+	float *scr = cfx_floats(nscr);
+	gpt_cpu_block_backward(c, B, T, p + blk, g + blk, acts, dy, dx, scr);
+	cuda_ctx_upload(cfx_ctx(), gacts, acts, nblk * 4);
+	cuda_ctx_upload(cfx_ctx(), gy, dy, btc * 4);
+	gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + blk, gg + blk, gacts, gy, gy, gscr);
+	float *hdx = cfx_down(gy, btc), *hg = cfx_down(gg, np);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt block backward dx", hdx, dx, btc, 1e-4), 0);
+	GptTensor t[GPT_CPU_MAX_TENSORS];
+	int nt = gpt_cpu_unit_tensors(c, 1, t);
+	size_t off = blk;
+	for (int i = 0; i < nt; i++) {
+		snprintf(what, sizeof(what), "gpt block backward d %s", t[i].name);
+		CU_ASSERT_EQUAL(cfx_close_norm(what, hg + off, g + off, t[i].numel, 1e-4), 0);
+		off += t[i].numel;
+	}
+	free(hdx), free(hg);
+
+	/* head: loss and probabilities, then backward into the head's grads and the tied dwte */
+	float *hacts_cpu = cfx_floats(nhead);
+	float wloss = gpt_cpu_head_forward(c, B, T, p + head, p, x, tgt, hacts_cpu);
+	cuda_ctx_upload(cfx_ctx(), gx, x, btc * 4);
+	float gloss = gpt_cuda_head_forward(cfx_ctx(), c, B, T, gp + head, gp, gx, gtgt, ghead);
+	CU_ASSERT(fabsf(gloss - wloss) <= 1e-5f * fabsf(wloss));
+	float *hh = cfx_down(ghead, nhead);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt head probs", gpt_cpu_head_probs(c, B, T, hh),
+				   gpt_cpu_head_probs(c, B, T, hacts_cpu), (size_t)B * T * c->V, 1e-4),
+			0);
+	gpt_cpu_head_backward(c, B, T, p + head, p, g + head, g, hacts_cpu, tgt, 1.0f, dx, scr);
+	cuda_ctx_upload(cfx_ctx(), ghead, hh, nhead * 4); /* the GPU's own forward acts */
+	gpt_cuda_head_backward(cfx_ctx(), c, B, T, gp + head, gp, gg + head, gg, ghead, gtgt, 1.0f, gy,
+			       gscr);
+	hdx = cfx_down(gy, btc);
+	hg = cfx_down(gg, np);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt head backward dx", hdx, dx, btc, 1e-4), 0);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt head backward d final_norm", hg + head, g + head, 2 * c->C,
+				   1e-4),
+			0);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt head backward d wte", hg, g, (size_t)c->V * c->C, 1e-4), 0);
+
+	/* embeddings backward on top of the tied gradient */
+	gpt_cpu_embed_backward(c, B, T, g, tok, dy);
+	cuda_ctx_upload(cfx_ctx(), gy, dy, btc * 4);
+	gpt_cuda_embed_backward(cfx_ctx(), c, B, T, gg, gtok, gy);
+	free(hg);
+	hg = cfx_down(gg, np);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt embed backward", hg, g, gpt_cpu_unit_params(c, 0), 1e-4), 0);
+
+	free(p), free(tok), free(tgt), free(y), free(hy), free(x), free(acts), free(hacts);
+	free(dy), free(dx), free(g), free(scr), free(hacts_cpu), free(hh), free(hdx), free(hg);
+	cuda_ctx_free(gp), cuda_ctx_free(gg), cuda_ctx_free(gtok), cuda_ctx_free(gtgt);
+	cuda_ctx_free(gx), cuda_ctx_free(gy), cuda_ctx_free(gacts), cuda_ctx_free(ghead);
+	cuda_ctx_free(gscr);
+}
+
+/* The whole tiny model, units composed as gpt_cpu_forward / gpt_cpu_backward compose them, for a
+ * few AdamW steps on the GPU and the CPU side by side: losses within 1e-4 relative each step
+ * (the per-unit agreement, carried through steps that each move the weights by ~lr). */
+static void test_gpt_training_steps(void)
+{
+	enum { B = 2, T = 16, STEPS = 3 };
+	const GptConfig *c = &GPU_TINY;
+	PxError err = {0};
+	GptCpuBuffers cb;
+	CU_ASSERT_EQUAL_FATAL(gpt_cpu_buffers_init(&cb, c, B, T, &err), 0);
+	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
+	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems;
+	size_t nhead = gpt_cpu_head_act_bytes(c, B, T) / 4, nscr = gpt_cpu_scratch_bytes(c, B, T) / 4;
+	float *p = cfx_floats(np), *g = cfx_floats(np), *m = cfx_floats(np), *v = cfx_floats(np);
+	gpt_cpu_init(c, p, 9);
+	int *tok = cfx_tokens((size_t)B * T, c->V, 161);
+	int *tgt = cfx_tokens((size_t)B * T, c->V, 162);
+	float *gp = cfx_up(p, np), *gg = cfx_up(NULL, np), *gm = cfx_up(NULL, np);
+	float *gv = cfx_up(NULL, np);
+	int *gtok = cfx_put(tok, (size_t)B * T * 4), *gtgt = cfx_put(tgt, (size_t)B * T * 4);
+	float *gacts = cfx_up(NULL, nblk * c->L), *ghead = cfx_up(NULL, nhead);
+	float *gscr = cfx_up(NULL, nscr);
+	float *gs = cfx_up(NULL, btc);
+	size_t head = gpt_cpu_unit_offset(c, c->L + 1);
+	OpsAdamw h = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
+	for (long step = 1; step <= STEPS; step++) {
+		float wloss = gpt_cpu_forward(&cb, p, tok, tgt);
+		memset(g, 0, np * 4);
+		gpt_cpu_backward(&cb, p, g, tok, tgt, 1.0f);
+		ops_adamw_step(p, m, v, g, np, &h, step, 1.0f);
+
+		gpt_cuda_embed_forward(cfx_ctx(), c, B, T, gp, gtok, gs);
+		for (int l = 0; l < c->L; l++)
+			gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + gpt_cpu_unit_offset(c, l + 1), gs,
+					       gs, gacts + (size_t)l * nblk);
+		float gloss = gpt_cuda_head_forward(cfx_ctx(), c, B, T, gp + head, gp, gs, gtgt, ghead);
+		cuda_ctx_zero(cfx_ctx(), gg, np * 4);
+		gpt_cuda_head_backward(cfx_ctx(), c, B, T, gp + head, gp, gg + head, gg, ghead, gtgt, 1.0f,
+				       gs, gscr);
+		for (int l = c->L - 1; l >= 0; l--) {
+			size_t off = gpt_cpu_unit_offset(c, l + 1);
+			gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + off, gg + off,
+						gacts + (size_t)l * nblk, gs, gs, gscr);
+		}
+		gpt_cuda_embed_backward(cfx_ctx(), c, B, T, gg, gtok, gs);
+		if (step == 1) {
+			float *hg = cfx_down(gg, np);
+			CU_ASSERT_EQUAL(cfx_close_norm("gpt model gradients", hg, g, np, 1e-4), 0);
+			free(hg);
+		}
+		optim_cuda_adamw_step(cfx_ctx(), gp, gm, gv, gg, np, &h, step, 1.0f);
+		if (!(fabsf(gloss - wloss) <= 1e-4f * wloss))
+			fprintf(stderr, "\ngpt step %ld: loss %.7f on the GPU, %.7f on the CPU\n", step,
+				gloss, wloss);
+		CU_ASSERT(fabsf(gloss - wloss) <= 1e-4f * wloss);
+	}
+	free(p), free(g), free(m), free(v), free(tok), free(tgt);
+	cuda_ctx_free(gp), cuda_ctx_free(gg), cuda_ctx_free(gm), cuda_ctx_free(gv);
+	cuda_ctx_free(gtok), cuda_ctx_free(gtgt), cuda_ctx_free(gacts), cuda_ctx_free(ghead);
+	cuda_ctx_free(gscr), cuda_ctx_free(gs);
+	gpt_cpu_buffers_free(&cb);
+}
+
+/* gpt_cuda_block_backward puts the layernorm statistics (2 N floats) in wide_b and attention's row
+ * sums (B NH T floats) in wide_b's last quarter (B T C floats): both fit whenever NH <= C, which
+ * gpt_cpu_check implies (C % NH == 0). Checked at the extremes of the shapes. */
+static void test_scratch_fits(void)
+{
+	const int shapes[][4] = {{2, 33, 96, 3}, {1, 1, 1, 1}, {8, 1024, 768, 12}, {1, 7, 64, 64}};
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		int B = shapes[i][0], T = shapes[i][1], C = shapes[i][2], NH = shapes[i][3];
+		size_t btc = (size_t)B * T * C;
+		CU_ASSERT(OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH) <= btc);
+		CU_ASSERT(OPS_CUDA_LAYERNORM_SCRATCH_ELEMS(B * T) <= 4 * btc);
+		/* the head: dlnf (B T C) then the statistics, inside 8 B T C */
+		CU_ASSERT(btc + OPS_CUDA_LAYERNORM_SCRATCH_ELEMS(B * T) <= 8 * btc);
+	}
+}
+
+static const PxTestCase GPU_TESTS[] = {
+	{"gpt units vs gpt_cpu", test_gpt_units},
+	{"gpt training steps vs gpt_cpu", test_gpt_training_steps},
+};
+
+static const PxTestCase CPU_TESTS[] = {
+	{"gpu scratch fits in gpt_cpu's scratch", test_scratch_fits},
+};
+
+int test_gpt_cuda_register(void)
+{
+	return cfx_register("gpt_cuda", "test_gpt_cuda", CPU_TESTS,
+			    (int)(sizeof(CPU_TESTS) / sizeof(CPU_TESTS[0])), GPU_TESTS,
+			    (int)(sizeof(GPU_TESTS) / sizeof(GPU_TESTS[0])));
+}
+
+#else /* no CUDA at build time */
+
+int test_gpt_cuda_register(void)
+{
+	printf("test_gpt_cuda: skipped: built without CUDA (no nvcc under CUDA_HOME); no tests "
+	       "registered\n");
+	return 0;
+}
+
+#endif
