@@ -69,6 +69,9 @@ typedef struct ComputeBackend {
 } ComputeBackend;
 
 extern const ComputeBackend compute_cpu_backend;
+#ifdef PX_HAVE_CUDA
+extern const ComputeBackend compute_cuda_backend; /* compute_cuda.c */
+#endif
 
 /* The backend named name ("cpu", "cuda"), or NULL when this build has none of that name. */
 const ComputeBackend *compute_backend_find(const char *name);

@@ -217,5 +217,9 @@ const ComputeBackend *compute_backend_find(const char *name)
 {
 	if (!strcmp(name, "cpu"))
 		return &compute_cpu_backend;
+#ifdef PX_HAVE_CUDA
+	if (!strcmp(name, "cuda"))
+		return &compute_cuda_backend;
+#endif
 	return NULL;
 }

@@ -25,6 +25,8 @@ struct Runner {
 	const ComputeBackend *cb;
 	void *cx;               /* the backend's context */
 	int own_cx;             /* created (and destroyed) here */
+	float *scalar;          /* the backend's memory for one-value all-reduces (NCCL reads only
+				   device memory); outside the arena, as the schedule has no buffer */
 	RunnerRuntime rt;
 	int rank, n;            /* data-parallel rank and size */
 	GptConfig cfg;
@@ -539,6 +541,16 @@ static void optimize(Runner *r, StepResult *res)
 
 /* ---- collectives ---- */
 
+/* *x over c's ranks, through the backend's memory */
+static int all_reduce_scalar(Runner *r, Comm *c, float *x, CommRedOp op, PxError *err)
+{
+	r->cb->from_host(r->cx, r->scalar, x, sizeof(*x));
+	if (comm_all_reduce(c, r->scalar, r->scalar, 1, COMM_FP32, op, err))
+		return -1;
+	r->cb->to_host(r->cx, x, r->scalar, sizeof(*x));
+	return 0;
+}
+
 /* Where a stage 2-3 gradient reduction's slice (op: the reduction, or the offload copy naming
  * it) starts in this rank's partition. */
 static long long partition_offset(const Runner *r, const Op *op)
@@ -571,8 +583,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM) {
 		float x = op->unit == BUILD_UNIT_OVERFLOW ? (float)local_overflow(r) :
 							    (float)local_sumsq(r);
-		if (comm_all_reduce(r->dp, &x, &x, 1, COMM_FP32,
-				    op->unit == BUILD_UNIT_OVERFLOW ? COMM_MAX : COMM_SUM, err))
+		if (all_reduce_scalar(r, r->dp, &x,
+				      op->unit == BUILD_UNIT_OVERFLOW ? COMM_MAX : COMM_SUM, err))
 			return -1;
 		if (op->unit == BUILD_UNIT_OVERFLOW)
 			r->overflow = x != 0, r->have_overflow = 1;
@@ -769,7 +781,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 		return -1;
 	float lf = (float)(r->loss_sum / (double)r->p->m);
 	if (r->world && comm_size(r->world) > 1) { /* the mean over ranks, outside the schedule */
-		if (comm_all_reduce(r->world, &lf, &lf, 1, COMM_FP32, COMM_SUM, err))
+		if (all_reduce_scalar(r, r->world, &lf, COMM_SUM, err))
 			return -1;
 		lf /= (float)comm_size(r->world);
 	}
@@ -895,6 +907,9 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 		r->own_cx = 1;
 	}
 	arena_set_source(&r->arena, r->cb->alloc, r->cb->release, r->cx);
+	r->scalar = r->cb->alloc(r->cx, PLACE_GPU, sizeof(float));
+	if (!r->scalar)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
@@ -938,6 +953,8 @@ void runner_destroy(Runner *r)
 	free(r->segs);
 	free(r->unit_part_off);
 	free(r->persist_off);
+	if (r->scalar)
+		r->cb->release(r->cx, PLACE_GPU, r->scalar);
 	if (r->own_cx)
 		r->cb->destroy(r->cx);
 	free(r);

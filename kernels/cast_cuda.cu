@@ -44,6 +44,35 @@ void cast_cuda(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src, Cud
 	CUDA_CHECK_LAUNCH();
 }
 
+/* dst += src, each in its own type: the sum in fp32, rounded once into dst's type, as
+ * exec/compute_cpu.c's add. */
+__global__ static void accumulate_kernel(void *dst, int dst_type, const void *src, int src_type,
+					 size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = castd_load(dst, i, dst_type) + castd_load(src, i, src_type);
+		if (dst_type == CDT_BF16)
+			((uint16_t *)dst)[i] = castd_f32_to_bf16(v);
+		else if (dst_type == CDT_F16)
+			((uint16_t *)dst)[i] = castd_f32_to_f16(v);
+		else
+			((float *)dst)[i] = v;
+	}
+}
+
+void cast_cuda_accumulate(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src,
+			  CudaDtype src_type, size_t n)
+{
+	check_dtype(dst_type);
+	check_dtype(src_type);
+	if (!n)
+		return;
+	accumulate_kernel<<<cuda_blocks_for(n, CAST_THREADS), CAST_THREADS, 0, ctx->stream>>>(
+		dst, dst_type, src, src_type, n);
+	CUDA_CHECK_LAUNCH();
+}
+
 /* Every thread that sees a non-finite value stores 1 into the flag: the same value from all of
  * them, so the race is harmless and needs no atomic. */
 __global__ static void nonfinite_kernel(double *flag, const void *x, int dtype, size_t n)

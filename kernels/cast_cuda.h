@@ -19,6 +19,11 @@ extern "C" {
 void cast_cuda(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src, CudaDtype src_type,
 	       size_t n);
 
+/* dst[i] += src[i] over n elements, each in its own type: the sum in fp32, rounded once into
+ * dst's type (to nearest even). dst and src do not overlap. */
+void cast_cuda_accumulate(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src,
+			  CudaDtype src_type, size_t n);
+
 /* 1 when any of the n values (of type dtype) is Inf or NaN, else 0. Synchronises. */
 int cast_cuda_has_nonfinite(CudaCtx *ctx, const void *x, CudaDtype dtype, size_t n);
 

@@ -1,0 +1,255 @@
+/* compute_cuda: the compute backend on one CUDA GPU. The device place is device memory
+ * (cudaMalloc); the host place is pinned host memory (cudaMallocHost), which kernels read and
+ * write in place over the bus (unified addressing) and the host touches directly. The kernels are
+ * kernels/'s CUDA twins of the reference, queued on one stream; an update offloaded to the host
+ * runs the reference optimizer there. kernels/ stops the process on a CUDA error (with the file,
+ * the call and CUDA's message), so check only waits for the stream. */
+#include "compute.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/cast_cuda.h"
+#include "../kernels/cuda_ctx.h"
+#include "../kernels/gpt_cuda.h"
+#include "../kernels/optim_cuda.h"
+
+typedef struct CudaCompute {
+	ComputeShape sh;
+	CudaCtx *ctx;
+	int *tokens; /* device: the micro-batch's inputs, then its targets, (B, T) each */
+} CudaCompute;
+
+static CudaDtype cdt(Dtype d)
+{
+	return d == DT_FP32 ? CDT_F32 : d == DT_BF16 ? CDT_BF16 : CDT_F16;
+}
+
+static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
+{
+	char why[256];
+	int count = 0;
+	if (!cuda_ctx_available(why, sizeof(why)) || cudaGetDeviceCount(&count) != cudaSuccess ||
+	    count < 1)
+		return px_fail(err, PX_ERR_RUNTIME, "backend cuda: no CUDA device: %s", why);
+	CudaCompute *c = calloc(1, sizeof(*c));
+	if (!c)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	c->sh = *shape;
+	/* more ranks than devices (ZeRO's claims on one GPU): ranks share them round-robin */
+	c->ctx = cuda_ctx_create(shape->device % count);
+	c->tokens = cuda_ctx_alloc(2 * (size_t)shape->B * (size_t)shape->T * sizeof(int));
+	*out = c;
+	return 0;
+}
+
+static void cuda_destroy(void *cx)
+{
+	CudaCompute *c = cx;
+	if (!c)
+		return;
+	cuda_ctx_free(c->tokens);
+	cuda_ctx_destroy(c->ctx);
+	free(c);
+}
+
+static void *cuda_alloc(void *cx, Place place, size_t bytes)
+{
+	CudaCompute *c = cx;
+	void *p = NULL;
+	bytes = bytes ? bytes : 1;
+	if (place == PLACE_GPU) {
+		if (cudaMalloc(&p, bytes) != cudaSuccess)
+			return NULL;
+		cuda_ctx_zero(c->ctx, p, bytes);
+		cuda_ctx_sync(c->ctx);
+	} else {
+		if (cudaMallocHost(&p, bytes) != cudaSuccess)
+			return NULL;
+		memset(p, 0, bytes);
+	}
+	return p;
+}
+
+static void cuda_release(void *cx, Place place, void *ptr)
+{
+	CudaCompute *c = cx;
+	cuda_ctx_sync(c->ctx); /* nothing queued may still use it */
+	if (place == PLACE_GPU)
+		cudaFree(ptr);
+	else
+		cudaFreeHost(ptr);
+}
+
+/* ---- storage ---- */
+
+static int on_host(const void *p)
+{
+	struct cudaPointerAttributes a;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError(); /* ordinary host memory: clear the error it leaves */
+		return 1;
+	}
+	return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+}
+
+static void cuda_convert(void *cx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
+{
+	CudaCompute *c = cx;
+	cast_cuda(c->ctx, dst, cdt(dd), src, cdt(sd), n);
+}
+
+static void cuda_add(void *cx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
+{
+	CudaCompute *c = cx;
+	cast_cuda_accumulate(c->ctx, dst, cdt(dd), src, cdt(sd), n);
+}
+
+static void cuda_zero(void *cx, void *ptr, size_t bytes)
+{
+	CudaCompute *c = cx;
+	if (on_host(ptr)) {
+		cuda_ctx_sync(c->ctx);
+		memset(ptr, 0, bytes);
+	} else {
+		cuda_ctx_zero(c->ctx, ptr, bytes);
+	}
+}
+
+static double cuda_sum_squares(void *cx, const void *x, Dtype dt, size_t n)
+{
+	CudaCompute *c = cx;
+	return optim_cuda_sum_squares(c->ctx, x, cdt(dt), n);
+}
+
+static int cuda_nonfinite(void *cx, const void *x, Dtype dt, size_t n)
+{
+	CudaCompute *c = cx;
+	return cast_cuda_has_nonfinite(c->ctx, x, cdt(dt), n);
+}
+
+/* after everything queued, so that the bytes are the latest */
+static void cuda_copy_sync(void *cx, void *dst, const void *src, size_t bytes)
+{
+	CudaCompute *c = cx;
+	cuda_ctx_sync(c->ctx);
+	if (cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) != cudaSuccess) {
+		fprintf(stderr, "compute_cuda: cudaMemcpy of %zu bytes: %s\n", bytes,
+			cudaGetErrorString(cudaGetLastError()));
+		exit(1);
+	}
+}
+
+/* ---- the model ---- */
+
+static void cuda_set_tokens(void *cx, const int *inputs, const int *targets)
+{
+	CudaCompute *c = cx;
+	size_t bt = (size_t)c->sh.B * (size_t)c->sh.T;
+	cuda_ctx_upload(c->ctx, c->tokens, inputs, bt * sizeof(int));
+	cuda_ctx_upload(c->ctx, c->tokens + bt, targets, bt * sizeof(int));
+}
+
+#define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
+#define TARGETS(c) ((c)->tokens + (size_t)(c)->sh.B * (size_t)(c)->sh.T)
+
+static void cuda_embed_forward(void *cx, const float *params, float *y)
+{
+	CudaCompute *c = cx;
+	gpt_cuda_embed_forward(c->ctx, SHAPE(c), params, c->tokens, y);
+}
+
+static void cuda_block_forward(void *cx, const float *params, const float *x, float *y, float *acts)
+{
+	CudaCompute *c = cx;
+	gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
+}
+
+static float cuda_head_forward(void *cx, const float *params, const float *wte, const float *x,
+			       float *acts)
+{
+	CudaCompute *c = cx;
+	return gpt_cuda_head_forward(c->ctx, SHAPE(c), params, wte, x, TARGETS(c), acts);
+}
+
+static void cuda_embed_backward(void *cx, float *grads, const float *dy)
+{
+	CudaCompute *c = cx;
+	gpt_cuda_embed_backward(c->ctx, SHAPE(c), grads, c->tokens, dy);
+}
+
+static void cuda_block_backward(void *cx, const float *params, float *grads, const float *acts,
+				const float *dy, float *dx, float *scratch)
+{
+	CudaCompute *c = cx;
+	gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, dy, dx, scratch);
+}
+
+static void cuda_head_backward(void *cx, const float *params, const float *wte, float *grads,
+			       float *dwte, float *acts, float dloss, float *dx, float *scratch)
+{
+	CudaCompute *c = cx;
+	gpt_cuda_head_backward(c->ctx, SHAPE(c), params, wte, grads, dwte, acts, TARGETS(c), dloss,
+			       dx, scratch);
+}
+
+/* ---- optimizers: on the GPU, or on the host for an offloaded optimizer ---- */
+
+static void cuda_adamw(void *cx, Place place, float *w, float *m, float *v, const float *g,
+		       size_t n, const OpsAdamw *h, long step, float grad_scale)
+{
+	CudaCompute *c = cx;
+	if (place == PLACE_GPU) {
+		optim_cuda_adamw_step(c->ctx, w, m, v, g, n, h, step, grad_scale);
+		return;
+	}
+	cuda_ctx_sync(c->ctx);
+	ops_adamw_step(w, m, v, g, n, h, step, grad_scale);
+}
+
+static void cuda_sgd(void *cx, Place place, float *w, float *buf, const float *g, size_t n,
+		     float lr, float momentum, float weight_decay, float grad_scale)
+{
+	CudaCompute *c = cx;
+	if (place == PLACE_GPU) {
+		optim_cuda_sgd_step(c->ctx, w, buf, g, n, lr, momentum, weight_decay, grad_scale);
+		return;
+	}
+	cuda_ctx_sync(c->ctx);
+	ops_sgd_step(w, buf, g, n, lr, momentum, weight_decay, grad_scale);
+}
+
+static int cuda_check(void *cx, PxError *err)
+{
+	CudaCompute *c = cx;
+	(void)err;
+	cuda_ctx_sync(c->ctx);
+	return 0;
+}
+
+const ComputeBackend compute_cuda_backend = {
+	.name = "cuda",
+	.create = cuda_create,
+	.destroy = cuda_destroy,
+	.alloc = cuda_alloc,
+	.release = cuda_release,
+	.convert = cuda_convert,
+	.add = cuda_add,
+	.zero = cuda_zero,
+	.sum_squares = cuda_sum_squares,
+	.nonfinite = cuda_nonfinite,
+	.to_host = cuda_copy_sync,
+	.from_host = cuda_copy_sync,
+	.set_tokens = cuda_set_tokens,
+	.embed_forward = cuda_embed_forward,
+	.block_forward = cuda_block_forward,
+	.head_forward = cuda_head_forward,
+	.embed_backward = cuda_embed_backward,
+	.block_backward = cuda_block_backward,
+	.head_backward = cuda_head_backward,
+	.adamw = cuda_adamw,
+	.sgd = cuda_sgd,
+	.check = cuda_check,
+};
