@@ -16,6 +16,7 @@
 	X(sweep)       \
 	X(kernels)     \
 	X(comm)        \
+	X(comm_gpu)    \
 	X(exec)        \
 	X(cli)         \
 	X(plot)
