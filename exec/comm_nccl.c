@@ -5,6 +5,7 @@
 #include "comm_nccl.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -86,13 +87,20 @@ static int mpi_check(int rc, const char *call, PxError *err)
  * ranks inside the library, so a missing rank leaves this thread polling here, where comm.c's
  * watchdog can end the job, rather than stuck inside NCCL. */
 
+/* The caller's polling and the watchdog's abort never touch a communicator at once: each look
+ * holds this lock, and abort takes it for good (it ends the process), so the poller cannot read
+ * a communicator that ncclCommAbort is freeing. */
+static pthread_mutex_t poll_mu = PTHREAD_MUTEX_INITIALIZER;
+
 /* Until comm's last operation (init, split, a collective's enqueueing) is no longer in
  * progress. */
 static int wait_ready(ncclComm_t comm, const char *call, PxError *err)
 {
 	ncclResult_t state;
 	for (;;) {
+		pthread_mutex_lock(&poll_mu);
 		ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+		pthread_mutex_unlock(&poll_mu);
 		if (rc != ncclSuccess)
 			return nccl_fail(rc, comm, "ncclCommGetAsyncError", err);
 		if (state == ncclSuccess)
@@ -110,14 +118,17 @@ static int wait_stream(NcclComm *m, const char *call, PxError *err)
 	if (wait_ready(m->comm, call, err))
 		return -1;
 	for (;;) {
+		ncclResult_t state = ncclSuccess;
+		pthread_mutex_lock(&poll_mu);
 		cudaError_t q = cudaStreamQuery(m->world->stream);
+		if (q == cudaErrorNotReady && ncclCommGetAsyncError(m->comm, &state) != ncclSuccess)
+			state = ncclSuccess; /* no answer: the stream's is the one that counts */
+		pthread_mutex_unlock(&poll_mu);
 		if (q == cudaSuccess)
 			return 0;
 		if (q != cudaErrorNotReady)
 			return cuda_check(q, "cudaStreamQuery", err);
-		ncclResult_t state;
-		if (ncclCommGetAsyncError(m->comm, &state) == ncclSuccess && state != ncclSuccess &&
-		    state != ncclInProgress)
+		if (state != ncclSuccess && state != ncclInProgress)
 			return nccl_fail(state, m->comm, call, err);
 		sched_yield();
 	}
@@ -176,14 +187,16 @@ static int id_by_mpi(NcclWorld *w, const CommEnv *env, ncclUniqueId *id, PxError
 			       "launch with the same MPI",
 			       env->launcher, env->rank, env->size, rank, size);
 	ncclResult_t rc = rank == 0 ? ncclGetUniqueId(id) : ncclSuccess;
-	/* rank 0 broadcasts even a failure (a zeroed id) so that nobody waits for it */
+	/* rank 0 says whether it has an id, so that on failure nobody starts NCCL with garbage */
 	int ok = rc == ncclSuccess;
-	if (!ok)
-		memset(id, 0, sizeof(*id));
-	if (mpi_check(MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast",
-		      err))
+	if (mpi_check(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast", err))
 		return -1;
-	return ok ? 0 : nccl_fail(rc, NULL, "ncclGetUniqueId", err);
+	if (!ok)
+		return rank == 0 ? nccl_fail(rc, NULL, "ncclGetUniqueId", err)
+				 : px_fail(err, PX_ERR_RUNTIME,
+					   "rank 0 could not create NCCL's unique id (see its message)");
+	return mpi_check(MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast",
+			 err);
 }
 
 static int id_by_tcp(const CommEnv *env, ncclUniqueId *id, PxError *err)
@@ -275,7 +288,8 @@ static int world_open(NcclWorld *w, const CommEnv *env, ncclUniqueId *id, PxErro
 	    cuda_check(cudaSetDevice(w->device), "cudaSetDevice", err) ||
 	    cuda_check(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking),
 		       "cudaStreamCreateWithFlags", err) ||
-	    cuda_check(cudaMalloc((void **)&w->one, sizeof(float)), "cudaMalloc", err))
+	    cuda_check(cudaMalloc((void **)&w->one, sizeof(float)), "cudaMalloc", err) ||
+	    cuda_check(cudaMemset(w->one, 0, sizeof(float)), "cudaMemset", err))
 		return -1;
 	return unique_id(w, env, id, err);
 }
@@ -367,8 +381,12 @@ static void nccl_comm_free(void *h)
 static void nccl_abort(void *world, int code)
 {
 	NcclComm *m = world;
-	if (m && m->comm)
+	pthread_mutex_lock(&poll_mu); /* never unlocked: the poller stops at its next look */
+	if (m && m->comm) {
+		/* should NCCL's own abort hang, SIGALRM's default action still ends the process */
+		alarm(10);
 		ncclCommAbort(m->comm);
+	}
 	_exit(code);
 }
 

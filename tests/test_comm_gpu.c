@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../exec/comm.h"
 #include "../exec/gpumem.h"
 #include "../exec/rendezvous.h"
 #include "suites.h"
@@ -203,6 +204,48 @@ static void test_gpumem_snapshots(void)
 	gpumem_free(NULL);
 }
 
+/* ---- the GPU backends without a GPU: a clear refusal at start, nothing left behind ---- */
+
+#ifdef PX_HAVE_CUDA
+static void expect_no_start(const CommBackend *be)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK"};
+	char *saved[3];
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(vars[i]);
+		saved[i] = v ? strdup(v) : NULL;
+		unsetenv(vars[i]);
+	}
+	Comm *w = NULL;
+	PxError err = {0};
+	expect_msg(comm_init(be, NULL, &w, &err), err.msg,
+		   "rank 0: init on group world: cudaGetDeviceCount: ");
+	CU_ASSERT_PTR_NULL(w);
+	for (int i = 0; i < 3; i++) {
+		if (saved[i])
+			setenv(vars[i], saved[i], 1);
+		free(saved[i]);
+	}
+}
+#endif
+
+static void test_backends_without_device(void)
+{
+#ifndef PX_HAVE_CUDA
+	printf("\n  skipped: this build has no CUDA\n");
+#else
+	char why[GPUMEM_WHY_BYTES];
+	if (gpumem_device_count(why, sizeof(why)) > 0) {
+		printf("\n  skipped: a CUDA device is present (comm_nccl_check covers the start)\n");
+		return;
+	}
+	expect_no_start(&comm_mpi_staged_backend); /* before MPI starts: nothing to leak */
+#ifdef PX_HAVE_NCCL
+	expect_no_start(&comm_nccl_backend);
+#endif
+#endif
+}
+
 /* ---- on a GPU only: comm_nccl_check ---- */
 
 /* Devices visible, or 0 after printing why these tests are skipped. */
@@ -331,6 +374,8 @@ int test_comm_gpu_register(void)
 			     test_rendezvous_timeouts},
 			    {"gpumem: NVML missing reads 'not available'", test_gpumem_nvml_missing},
 			    {"gpumem: snapshots without NVML", test_gpumem_snapshots},
+			    {"GPU backends refuse to start without a device",
+			     test_backends_without_device},
 			    {"NCCL (GPU only): comm_nccl_check under mpirun", test_nccl_mpirun},
 			    {"NCCL (GPU only): torchrun-style launch", test_nccl_torchrun},
 			    {"staged MPI (GPU only): 4 ranks on one GPU", test_staged_one_gpu},
