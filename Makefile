@@ -115,9 +115,10 @@ test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check $(NCCL_CHECK)
 	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
 		PX_NCCL_CHECK=$(abspath $(REL)/comm_nccl_check) $(REL)/px_tests
+# protect_shadow_gap=0: the CUDA driver maps device memory where ASan would reserve its gap
 test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(NCCL_CHECK) $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1 \
 		PX_BIN=$(abspath $(SAN)/parallax) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
 		PX_NCCL_CHECK=$(abspath $(REL)/comm_nccl_check) $(SAN)/px_tests

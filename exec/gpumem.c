@@ -274,12 +274,7 @@ void gpumem_sample(GpuMem *g)
 	GpuMemSnap s = {0};
 	snprintf(s.label, sizeof(s.label), "peak");
 	read_device(g, &s);
-	if (!s.device_ok) {
-		if (!g->peak.device_ok)
-			g->peak = s;
-		return;
-	}
-	if (g->peak.device_ok && s.used_bytes <= g->peak.used_bytes)
+	if (g->peak.device_ok && (!s.device_ok || s.used_bytes <= g->peak.used_bytes))
 		return;
 	read_process(g, &s); /* the process's share at the moment of the device's peak */
 	g->peak = s;
