@@ -2,7 +2,8 @@
  * bytes and CUDA holding them. Debian's Open MPI cannot read device memory, so every call copies
  * its send buffer to pinned host memory, runs comm_mpi_backend's call there and copies the result
  * back. CORRECTNESS ONLY: each call synchronises the whole device and crosses PCIe twice, so its
- * times say nothing about a real job's; use it to check results and per-rank memory, never speed. */
+ * times say nothing about a real job's; use it to check results and per-rank memory, never
+ * speed. */
 #include "comm.h"
 
 #include <cuda_runtime_api.h>

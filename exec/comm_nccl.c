@@ -193,8 +193,8 @@ static int id_by_mpi(NcclWorld *w, const CommEnv *env, ncclUniqueId *id, PxError
 		return -1;
 	if (!ok)
 		return rank == 0 ? nccl_fail(rc, NULL, "ncclGetUniqueId", err)
-				 : px_fail(err, PX_ERR_RUNTIME,
-					   "rank 0 could not create NCCL's unique id (see its message)");
+				 : px_fail(err, PX_ERR_RUNTIME, "rank 0 could not create NCCL's "
+								"unique id (see its message)");
 	return mpi_check(MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast",
 			 err);
 }

@@ -1,5 +1,6 @@
 /* gpumem's device side: the CUDA runtime calls behind gpumem.h, each turning a CUDA error into
- * "not available: <call>: <CUDA's string>". Built only where CUDA is; gpumem.c stands in elsewhere. */
+ * "not available: <call>: <CUDA's string>". Built only where CUDA is; gpumem.c stands in
+ * elsewhere. */
 #include "gpumem.h"
 
 #include <cuda_runtime_api.h>

@@ -38,8 +38,8 @@ int rendezvous_addr_from_env(char *host, size_t host_bytes, int *port, PxError *
 	errno = 0;
 	long v = strtol(p, &end, 10);
 	if (errno || *end || v < 1 || v > 65535)
-		return px_fail(err, PX_ERR_INPUT, "MASTER_PORT must be a port number 1-65535, got '%s'",
-			       p);
+		return px_fail(err, PX_ERR_INPUT,
+			       "MASTER_PORT must be a port number 1-65535, got '%s'", p);
 	snprintf(host, host_bytes, "%s", h);
 	*port = (int)v;
 	return 0;
@@ -260,8 +260,9 @@ static int fetch(const char *host, int port, int rank, void *blob, size_t bytes,
 		if (rc == 0)
 			return 0;
 		if (rc < 0)
-			return px_fail(err, PX_ERR_RUNTIME, "rendezvous: rank %d: connect to %s:%d: %s",
-				       rank, host, port, strerror(errno));
+			return px_fail(err, PX_ERR_RUNTIME,
+				       "rendezvous: rank %d: connect to %s:%d: %s", rank, host, port,
+				       strerror(errno));
 		nanosleep(&(struct timespec){0, 20000000}, NULL); /* 20 ms between tries */
 	}
 }

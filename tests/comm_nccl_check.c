@@ -1,7 +1,8 @@
 /* comm_nccl_check: every call of exec/comm.h on device buffers, through the NCCL backend (one
- * process per GPU) or the staged MPI backend (many ranks on one GPU), in fp32, fp16 and bf16, on the
- * world and on a split; nccl-tests' verifiable data (every rank can compute every rank's input, so
- * the exact result is known); the byte counters worked by hand; the GPU memory readings (gpumem).
+ * process per GPU) or the staged MPI backend (many ranks on one GPU), in fp32, fp16 and bf16, on
+ * the world and on a split; nccl-tests' verifiable data (every rank can compute every rank's
+ * input, so the exact result is known); the byte counters worked by hand; the GPU memory readings
+ * (gpumem).
  * Run: mpirun -np N comm_nccl_check [--backend nccl|staged] [--fault hang], or N processes with
  * torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
  * Each rank prints "comm_nccl_check: rank R ...: P passed, F failed"; exit status 1 on failures. */
