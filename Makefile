@@ -98,6 +98,10 @@ $(SAN)/px_tests: $(SAN_LIB_OBJS) $(call objs,$(SAN),$(CLI_LIB) $(TEST_SRC))
 # own start-up leaks would fail LeakSanitizer
 $(REL)/comm_mpi_check: $(REL)/tests/comm_mpi_check.o $(call objs,$(REL),$(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# ...and this one, on device buffers, where there is a GPU; it is built wherever NCCL is
+NCCL_CHECK := $(if $(HAVE_NCCL),$(REL)/comm_nccl_check)
+$(REL)/comm_nccl_check: $(REL)/tests/comm_nccl_check.o $(call objs,$(REL),$(LIB_SRC))
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 test: test-rel test-san test-run
 # the main job's own scenario list, priced without a database: `make run` must not break unseen
@@ -105,19 +109,21 @@ test-run: $(BIN)
 	@echo "== make run's scenarios (no database)"
 	@$(BIN) predict --no-db $(SCENARIOS) > /dev/null
 	@echo "all $(words $(SCENARIOS)) bundled scenarios priced"
-test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check
+test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check $(NCCL_CHECK)
 	@echo "== tests (release build)"
 	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
-		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(REL)/px_tests
+		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
+		PX_NCCL_CHECK=$(abspath $(REL)/comm_nccl_check) $(REL)/px_tests
 # protect_shadow_gap=0: with the gap protected, the CUDA driver cannot map device memory into the
 # sanitized process and every CUDA call fails (harmless where there is no GPU); the suppressions
 # cover NVIDIA's libraries' process-lifetime allocations, not ours
-test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(BIN)
+test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(NCCL_CHECK) $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
 	ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1 \
 		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_cuda.supp \
 		PX_BIN=$(abspath $(SAN)/parallax) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
-		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) $(SAN)/px_tests
+		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \
+		PX_NCCL_CHECK=$(abspath $(REL)/comm_nccl_check) $(SAN)/px_tests
 
 run: $(BIN)
 	@mkdir -p results

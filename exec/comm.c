@@ -89,7 +89,40 @@ static int env_int(const char *name, int *out)
 	return 1;
 }
 
-int comm_env_probe(CommEnv *env)
+/* torchrun's variables: RANK and WORLD_SIZE make a launch, LOCAL_RANK and LOCAL_WORLD_SIZE place
+ * it on its node. Returns 1 when RANK is set, 0 when it is not, -1 with err when a value is not a
+ * non-negative integer or the numbers contradict each other. */
+static int env_torchrun(CommEnv *env, PxError *err)
+{
+	static const char *const names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+	int v[4] = {0, 0, 0, 0};
+	const char *s = getenv("RANK");
+	if (!s || !*s)
+		return 0;
+	for (int i = 0; i < 4; i++) {
+		s = getenv(names[i]);
+		if (!s || !*s)
+			return px_fail(err, PX_ERR_INPUT,
+				       "RANK is set but %s is not: a torchrun-style launch needs RANK, "
+				       "WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE",
+				       names[i]);
+		if (!env_int(names[i], &v[i]))
+			return px_fail(err, PX_ERR_INPUT,
+				       "%s must be a non-negative integer, got '%s'", names[i], s);
+	}
+	if (v[1] < 1 || v[0] >= v[1])
+		return px_fail(err, PX_ERR_INPUT, "RANK must be below WORLD_SIZE, got RANK=%d "
+			       "WORLD_SIZE=%d", v[0], v[1]);
+	if (v[3] < 1 || v[2] >= v[3] || v[3] > v[1])
+		return px_fail(err, PX_ERR_INPUT,
+			       "LOCAL_RANK must be below LOCAL_WORLD_SIZE, itself at most WORLD_SIZE, "
+			       "got LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d WORLD_SIZE=%d", v[2], v[3], v[1]);
+	*env = (CommEnv){.rank = v[0], .size = v[1], .local_rank = v[2], .local_size = v[3],
+			 .launcher = "torchrun"};
+	return 1;
+}
+
+int comm_env_read(CommEnv *env, PxError *err)
 {
 	*env = (CommEnv){.rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .launcher = "none"};
 	int rank, size;
@@ -105,11 +138,21 @@ int comm_env_probe(CommEnv *env)
 		env->local_size = 0;
 		env_int("SLURM_LOCALID", &env->local_rank);
 	} else {
-		return 0;
+		/* last: torchrun's names are generic enough for other tools to set as well */
+		return env_torchrun(env, err);
 	}
 	env->rank = rank;
 	env->size = size;
 	return 1;
+}
+
+int comm_env_probe(CommEnv *env)
+{
+	int rc = comm_env_read(env, NULL);
+	if (rc < 0)
+		*env = (CommEnv){.rank = 0, .size = 1, .local_rank = 0, .local_size = 1,
+				 .launcher = "none"};
+	return rc > 0;
 }
 
 /* ---- watchdog ---- */
@@ -281,15 +324,38 @@ static int check_deadline(double s, int rank, PxError *err)
 		       s);
 }
 
+/* Every launcher numbers its processes itself; a backend that disagrees was started differently
+ * (the MPI backend under torchrun is a singleton of 1) or linked against another MPI. */
 static int check_launcher(const CommEnv *probe, const CommEnv *got, const char *be, PxError *err)
 {
-	if (!strcmp(probe->launcher, "mpirun") &&
+	if (strcmp(probe->launcher, "none") &&
 	    (probe->rank != got->rank || probe->size != got->size))
 		return px_fail(err, PX_ERR_RUNTIME,
-			       "mpirun started this process as rank %d of %d, but the %s backend "
-			       "sees rank %d of %d: the program's MPI library is not mpirun's (build "
-			       "and launch with the same MPI)",
-			       probe->rank, probe->size, be, got->rank, got->size);
+			       "%s started this process as rank %d of %d, but the %s backend "
+			       "sees rank %d of %d: %s",
+			       probe->launcher, probe->rank, probe->size, be, got->rank, got->size,
+			       !strcmp(probe->launcher, "torchrun")
+				       ? "this backend needs mpirun or srun"
+				       : "the program's MPI library is not the launcher's (build "
+					 "and launch with the same MPI)");
+	return 0;
+}
+
+/* The backend's start under the deadline too: a rank that never arrives at the rendezvous must
+ * not hold the others forever. The world's handle does not exist yet, so abort gets NULL. */
+static int init_backend(CommState *st, Comm *w, PxError *err)
+{
+	CommEnv got = st->env; /* the watchdog reads st->env meanwhile */
+	watchdog_arm(st, "init", COMM_TAG_WORLD, NULL);
+	int rc = st->be->init(&w->h, &got, err);
+	if (watchdog_disarm(st, err)) {
+		if (!rc)
+			st->be->finalize(w->h, NULL);
+		return -1;
+	}
+	if (rc)
+		return fail_call(st, "init", COMM_TAG_WORLD, err);
+	st->env = got;
 	return 0;
 }
 
@@ -299,7 +365,8 @@ int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxErro
 	if (!be)
 		be = &comm_mpi_backend;
 	CommEnv probe;
-	comm_env_probe(&probe);
+	if (comm_env_read(&probe, err) < 0)
+		return -1;
 	if (cfg && check_deadline(cfg->deadline_s, probe.rank, err))
 		return -1;
 	CommState *st = calloc(1, sizeof(*st));
@@ -314,10 +381,13 @@ int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxErro
 	else
 		comm_config_init(&st->cfg);
 	st->env = probe;
-	if (be->init(&w->h, &st->env, err)) {
-		fail_call(st, "init", COMM_TAG_WORLD, err);
+	if (watchdog_start(st)) {
+		px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_init: cannot start the watchdog thread",
+			st->env.rank);
 		goto out_free;
 	}
+	if (init_backend(st, w, err))
+		goto out_watchdog;
 	w->st = st;
 	w->rank = st->env.rank;
 	w->size = st->env.size;
@@ -325,15 +395,12 @@ int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxErro
 	st->world = w;
 	if (check_launcher(&probe, &st->env, be->name, err))
 		goto out_backend;
-	if (watchdog_start(st)) {
-		px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_init: cannot start the watchdog thread",
-			st->env.rank);
-		goto out_backend;
-	}
 	*world = w;
 	return 0;
 out_backend:
 	be->finalize(w->h, NULL);
+out_watchdog:
+	watchdog_stop(st);
 out_free:
 	free(w);
 	free(st);

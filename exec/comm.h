@@ -1,8 +1,8 @@
 /* comm: the executor's collectives, NCCL-shaped and backend-neutral. Owns communicators (world and
  * its splits), argument checks, the deadline every blocking call runs under (a watchdog that stops
  * the whole job) and the per-kind, per-group byte counters that the executor compares with
- * sim/traffic. Moving bytes is a backend's job (comm_mpi.c; comm_nccl.c later); mapping schedule
- * ops to calls is the executor's. */
+ * sim/traffic. Moving bytes is a backend's job (comm_mpi.c, comm_nccl.c, comm_mpi_staged_cuda.c);
+ * mapping schedule ops to calls is the executor's. */
 #ifndef PX_EXEC_COMM_H
 #define PX_EXEC_COMM_H
 
@@ -43,7 +43,7 @@ typedef struct CommCounters {
 typedef struct CommEnv {
 	int rank, size;             /* in the world */
 	int local_rank, local_size; /* on this node: which GPU to take */
-	const char *launcher;       /* "mpirun", "srun", or "none" (a singleton); static */
+	const char *launcher;       /* "mpirun", "srun", "torchrun" or "none" (a singleton); static */
 } CommEnv;
 
 typedef struct CommConfig {
@@ -92,6 +92,12 @@ typedef struct CommBackend {
 } CommBackend;
 
 extern const CommBackend comm_mpi_backend;
+#ifdef PX_HAVE_NCCL
+extern const CommBackend comm_nccl_backend; /* comm_nccl.h: one process per GPU */
+#endif
+#ifdef PX_HAVE_CUDA
+extern const CommBackend comm_mpi_staged_backend; /* comm_mpi_staged_cuda.c: many ranks, one GPU */
+#endif
 
 /* Exit status of a job the watchdog stopped (timeout(1)'s). */
 #define COMM_DEADLINE_EXIT 124
@@ -103,12 +109,20 @@ void comm_config_init(CommConfig *cfg); /* deadline 60 s, log to stderr */
 /* Where the launcher put this process, from the environment alone, before any backend starts
  * (CUDA devices must be chosen before NCCL or a CUDA-aware MPI starts): Open MPI's mpirun
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), then Slurm's srun (SLURM_PROCID, SLURM_NTASKS,
- * SLURM_LOCALID). Returns 1 when a launcher was found, 0 for a singleton (rank 0 of 1). */
+ * SLURM_LOCALID), then torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE). Returns 1
+ * when a launcher was found, 0 for a singleton (rank 0 of 1), -1 with err when torchrun's
+ * variables are incomplete, not numbers, or contradict each other (RANK >= WORLD_SIZE). */
+int comm_env_read(CommEnv *env, PxError *err);
+
+/* comm_env_read for callers that only ask whether a launcher is there: malformed variables read
+ * as a singleton (0); comm_init then refuses them with comm_env_read's message. */
 int comm_env_probe(CommEnv *env);
 
 /* Start backend be (NULL: MPI) and return the world communicator (tag COMM_TAG_WORLD) in *world,
- * owned by the caller until comm_finalize. cfg NULL: defaults. Fails when the launcher's world and
- * the backend's disagree, the sign of a program built against another MPI than its mpirun. */
+ * owned by the caller until comm_finalize. cfg NULL: defaults. The backend's start runs under the
+ * deadline. Fails when the launcher's variables are malformed, or when the launcher's world and
+ * the backend's disagree: a program built against another MPI than its mpirun, or the MPI
+ * backend under torchrun. */
 int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxError *err);
 
 /* Collective over parent: ranks with the same color form one communicator, ordered by key, whose

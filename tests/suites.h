@@ -18,6 +18,7 @@
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \
+	X(comm_gpu)    \
 	X(exec)        \
 	X(cli)         \
 	X(plot)

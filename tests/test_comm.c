@@ -193,7 +193,8 @@ static const CommBackend fake_backend = {
 
 static const char *const LAUNCHER_VARS[] = {
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+	"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
 #define N_LAUNCHER_VARS (int)(sizeof(LAUNCHER_VARS) / sizeof(LAUNCHER_VARS[0]))
 static char *saved_vars[N_LAUNCHER_VARS];
 
@@ -676,6 +677,85 @@ static void test_environment(void)
 	env_restore();
 }
 
+static void set_torchrun(const char *rank, const char *size, const char *local_rank,
+			 const char *local_size)
+{
+	const char *v[] = {rank, size, local_rank, local_size};
+	const char *names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+	for (int i = 0; i < 4; i++)
+		if (v[i])
+			setenv(names[i], v[i], 1);
+		else
+			unsetenv(names[i]);
+}
+
+/* One malformed torchrun environment: comm_env_read names it, comm_env_probe reads a singleton
+ * and comm_init refuses to start. */
+static void expect_bad_torchrun(const char *want)
+{
+	CommEnv e;
+	PxError err = {0};
+	expect_refused(comm_env_read(&e, &err), &err, want);
+	CU_ASSERT_EQUAL(comm_env_probe(&e), 0);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "none");
+	Comm *w = NULL;
+	fake.size = 1;
+	expect_refused(comm_init(&fake_backend, NULL, &w, &err), &err, want);
+	CU_ASSERT_PTR_NULL(w);
+	CU_ASSERT_EQUAL(fake.open, 0);
+}
+
+static void test_environment_torchrun(void)
+{
+	CommEnv e;
+	PxError err = {0};
+	env_clear();
+	set_torchrun("5", "8", "1", "4");
+	CU_ASSERT_EQUAL(comm_env_read(&e, &err), 1);
+	CU_ASSERT(e.rank == 5 && e.size == 8 && e.local_rank == 1 && e.local_size == 4);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "torchrun");
+
+	/* Slurm's variables win: torchrun's names are generic, srun's are not */
+	setenv("SLURM_PROCID", "3", 1);
+	setenv("SLURM_NTASKS", "4", 1);
+	CU_ASSERT_EQUAL(comm_env_read(&e, &err), 1);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "srun");
+	unsetenv("SLURM_PROCID");
+	unsetenv("SLURM_NTASKS");
+
+	/* the fake says rank 0 of 8 where torchrun said rank 5 */
+	Comm *w = NULL;
+	fake.size = 8;
+	expect_refused(comm_init(&fake_backend, NULL, &w, &err), &err,
+		       "torchrun started this process as rank 5 of 8, but the fake backend sees "
+		       "rank 0 of 8: this backend needs mpirun or srun");
+	CU_ASSERT_EQUAL(fake.open, 0);
+
+	set_torchrun("x1", "8", "1", "4");
+	expect_bad_torchrun("RANK must be a non-negative integer, got 'x1'");
+	set_torchrun("1", "8", "-1", "4");
+	expect_bad_torchrun("LOCAL_RANK must be a non-negative integer, got '-1'");
+	set_torchrun("8", "8", "0", "4");
+	expect_bad_torchrun("RANK must be below WORLD_SIZE, got RANK=8 WORLD_SIZE=8");
+	set_torchrun("0", "0", "0", "1");
+	expect_bad_torchrun("RANK must be below WORLD_SIZE, got RANK=0 WORLD_SIZE=0");
+	set_torchrun("1", "8", "4", "4");
+	expect_bad_torchrun("LOCAL_RANK must be below LOCAL_WORLD_SIZE");
+	set_torchrun("1", "2", "0", "4");
+	expect_bad_torchrun("itself at most WORLD_SIZE, got LOCAL_RANK=0 LOCAL_WORLD_SIZE=4 "
+			    "WORLD_SIZE=2");
+	set_torchrun("1", NULL, "0", "4");
+	expect_bad_torchrun("RANK is set but WORLD_SIZE is not");
+	set_torchrun("1", "8", "0", "");
+	expect_bad_torchrun("RANK is set but LOCAL_WORLD_SIZE is not");
+
+	/* without RANK the rest is somebody else's business */
+	set_torchrun(NULL, "8", "x", "y");
+	CU_ASSERT_EQUAL(comm_env_read(&e, &err), 0);
+	CU_ASSERT_STRING_EQUAL(e.launcher, "none");
+	env_restore();
+}
+
 /* ---- the Open MPI backend, through mpirun ---- */
 
 static int on_path(const char *exe)
@@ -806,6 +886,7 @@ int test_comm_register(void)
 			    {"watchdog quiet for calls in time", test_watchdog_quiet_when_in_time},
 			    {"split, destroy, finalize", test_lifecycle},
 			    {"launcher environment", test_environment},
+			    {"launcher environment: torchrun's", test_environment_torchrun},
 			    {"Open MPI: comm_mpi_check on 4 ranks", test_mpi_check},
 			    {"Open MPI: a stalled rank stops the job", test_mpi_fault_hang},
 			    {"Open MPI: a stall before finalize stops the job",
