@@ -14,19 +14,27 @@
 #include "../exec/runner.h"
 #include "../sim/metrics.h"
 #include "commands.h"
+#include "run_gpu.h"
 #include "store.h"
 
 static const char USAGE[] =
-	"usage: parallax run SCENARIO.json [--backend cpu] [--ranks N] [--steps S]\n"
+	"usage: parallax run SCENARIO.json [--backend cpu|cuda] [--comm auto|nccl|mpi]\n"
+	"                    [--ranks N] [--steps S]\n"
 	"                    [--data FILE] [--seed N] [--set KEY=VALUE]... [--json]\n"
 	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
 	"\n"
-	"Train the scenario's GPT-2 model for real with the CPU executor: ZeRO stage 0-3 data\n"
-	"parallelism over N MPI ranks, running the schedule the simulator prices. Rank 0 prints\n"
+	"Train the scenario's GPT-2 model for real with the executor: ZeRO stage 0-3 data\n"
+	"parallelism over N ranks, running the schedule the simulator prices. Rank 0 prints\n"
 	"one line per step, then predicted against measured memory and communication, and stores\n"
 	"both runs (linked) in the results database.\n"
 	"\n"
-	"  --backend cpu       the executor (only cpu for now; the scenario runs as backend cpu)\n"
+	"  --backend cpu       the executor on CPUs, MPI between ranks (default; the scenario runs\n"
+	"                      as backend cpu)\n"
+	"  --backend cuda      the executor on CUDA GPUs, one device per rank (ranks share devices\n"
+	"                      round-robin when there are fewer); the scenario runs as backend cuda\n"
+	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
+	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
+	"                      auto (default: nccl when every rank has its own GPU)\n"
 	"  --ranks N           start N ranks with mpirun (default 1); under mpirun or srun the\n"
 	"                      launcher's ranks are used. The cluster becomes 1 node x N ranks.\n"
 	"  --steps S           optimizer steps (default 10)\n"
@@ -48,6 +56,8 @@ static const char USAGE[] =
 typedef struct RunOpts {
 	JsonOverrides ov;
 	const char *scenario, *data, *db_path, *save, *resume;
+	const char *backend, *comm; /* "cpu" or "cuda"; "auto", "nccl" or "mpi" */
+	RunGpu *gpu;                /* backend cuda: the device side; NULL for cpu */
 	int ranks, steps, json, no_db, save_every, hang_rank, hang_step;
 	long long seed;
 	double deadline;
@@ -63,7 +73,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
 		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
 		{"resume", required_argument, 0, 'R'},  {"inject-hang", required_argument, 0, 'H'},
-		{"help", no_argument, 0, 'h'},
+		{"comm", required_argument, 0, 'c'},     {"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -71,16 +81,23 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 	const char *flag = "";
 	int c;
 	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60, o->hang_rank = -1;
+	o->backend = "cpu", o->comm = "auto";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'b':
-			if (strcmp(optarg, "cpu")) {
-				fprintf(stderr, "parallax run: --backend %s: only cpu is built here\n",
-					optarg);
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "parallax run: --backend %s: expected cpu or cuda\n", optarg);
 				return 2;
 			}
+			if (!compute_backend_find(optarg)) {
+				fprintf(stderr, "parallax run: --backend %s: this parallax was built without "
+					"CUDA (no nvcc under CUDA_HOME when it was built)\n", optarg);
+				return 2;
+			}
+			o->backend = optarg;
 			break;
+		case 'c': o->comm = optarg; break;
 		case 'r':
 			flag = "--ranks", o->ranks = (int)strtol(optarg, &end, 10);
 			if (*end || o->ranks < 1)
@@ -175,11 +192,14 @@ static int relaunch(int ranks, char **argv_run, int argc_run)
 enum {
 	MEAS_MEMORY = 3 * N_CATS + 3,
 	MEAS_COMM = 2 * N_COLLS + 1,
-	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + 2
+	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
+	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + 2
 };
 
-/* This rank's measurements as a vector every rank fills alike (for one all-gather). */
-static void measure(const Runner *run, Comm *world, int steps, double step_s, double *v)
+/* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
+ * does not measure (the device's readings on the CPU backend) is NaN. */
+static void measure(const RunOpts *o, const Runner *run, Comm *world, int steps, double step_s,
+		    double *v)
 {
 	const Arena *a = runner_arena(run);
 	const CommCounters *c = comm_counters(world);
@@ -207,6 +227,16 @@ static void measure(const Runner *run, Comm *world, int steps, double step_s, do
 	const double *t = runner_op_times(run); /* each kind of op, per step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
 		v[k++] = t[i] / steps;
+	RunnerRuntime rt;
+	double peak = NAN;
+	if (o->gpu) {
+		run_gpu_runtime(o->gpu, &rt);
+		peak = run_gpu_peak_bytes(o->gpu);
+	}
+	v[k++] = peak >= 0 ? peak : NAN;
+	v[k++] = o->gpu ? rt.cuda_context_bytes : NAN;
+	v[k++] = o->gpu ? rt.cublas_workspace_bytes : NAN;
+	v[k++] = o->gpu ? rt.nccl_bytes : NAN;
 	v[k++] = step_s;
 	v[k++] = 0;
 }
@@ -234,11 +264,17 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 		snprintf(names[k++], 64, "time.measured.%s_s", coll_name(i));
 	for (int i = 0; i < N_COPIES; i++)
 		snprintf(names[k++], 64, "time.measured.copy_%s_s", copy_name(i));
+	snprintf(names[k++], 64, "memory.gpu.device_peak_bytes");
+	snprintf(names[k++], 64, "memory.gpu.runtime.cuda_context_bytes");
+	snprintf(names[k++], 64, "memory.gpu.runtime.cublas_workspace_bytes");
+	snprintf(names[k++], 64, "memory.gpu.runtime.nccl_bytes");
 	snprintf(names[k++], 64, "time.step_s");
 	snprintf(names[k++], 64, "steps");
 	for (int r = 0; r < world; r++)
 		for (int i = 0; i < MEAS_N; i++) {
 			double val = i == MEAS_N - 1 ? steps : all[r * MEAS_N + i];
+			if (isnan(val))
+				continue; /* not measured by this backend */
 			if (strstr(names[i], "_wire_bytes") && strncmp(names[i], "comm.wire", 9))
 				continue; /* per-kind wire bytes: printed, not stored (no twin) */
 			size_t len = strlen(names[i]);
@@ -351,9 +387,9 @@ static void record_failure(void *ctx, const char *line)
 	if (!f->run || comm_rank(f->world) != 0 || f->o->no_db)
 		return;
 	long done = f->step > 1 ? f->step - 1 : 1;
-	measure(f->run, f->world, (int)done, f->t_total / (double)done, mine);
-	snprintf(notes, sizeof(notes), "parallax run --backend cpu stopped at step %ld: %s", f->step,
-		 line);
+	measure(f->o, f->run, f->world, (int)done, f->t_total / (double)done, mine);
+	snprintf(notes, sizeof(notes), "parallax run --backend %s stopped at step %ld: %s",
+		 f->o->backend, f->step, line);
 	if (store_runs(f->o, f->sc, f->pr, mine, 1, (int)done, "failed", notes, &err))
 		fprintf(stderr, "parallax run: could not record the failed run: %s\n", err.msg);
 	else
@@ -434,36 +470,53 @@ static double now_s(void)
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Predicted against measured, rank 0. A row's measured figure may have another name: the
+ * device's own peak reading (backend cuda) sits beside the predicted peak. */
 static void print_compare(const Prediction *pr, const double *meas, int steps)
 {
 	Metric m[METRICS_MAX];
 	int n = metrics_collect(pr, 0, m);
-	static const char *const keys[] = {
-		"memory.gpu.params_bytes", "memory.gpu.grads_bytes", "memory.gpu.optimizer_bytes",
-		"memory.gpu.activations_bytes", "memory.gpu.buffers_bytes", "memory.gpu.overhead_bytes",
-		"memory.gpu.peak_bytes", "memory.cpu.params_bytes", "memory.cpu.grads_bytes",
-		"memory.cpu.optimizer_bytes", "memory.cpu.peak_bytes", "comm.all_gather_bytes",
-		"comm.reduce_scatter_bytes", "comm.all_reduce_bytes", "comm.wire_bytes", NULL};
+	static const struct { const char *pred, *meas; } rows_shown[] = {
+		{"memory.gpu.params_bytes", NULL}, {"memory.gpu.grads_bytes", NULL},
+		{"memory.gpu.optimizer_bytes", NULL}, {"memory.gpu.activations_bytes", NULL},
+		{"memory.gpu.buffers_bytes", NULL}, {"memory.gpu.overhead_bytes", NULL},
+		{"memory.gpu.runtime.cuda_context_bytes", NULL},
+		{"memory.gpu.runtime.cublas_workspace_bytes", NULL},
+		{"memory.gpu.runtime.nccl_bytes", NULL}, {"memory.gpu.peak_bytes", NULL},
+		{"memory.gpu.peak_bytes", "memory.gpu.device_peak_bytes"},
+		{"memory.cpu.params_bytes", NULL}, {"memory.cpu.grads_bytes", NULL},
+		{"memory.cpu.optimizer_bytes", NULL}, {"memory.cpu.peak_bytes", NULL},
+		{"comm.all_gather_bytes", NULL}, {"comm.reduce_scatter_bytes", NULL},
+		{"comm.all_reduce_bytes", NULL}, {"comm.wire_bytes", NULL},
+	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
 	measured_rows(meas, 1, steps, rows, names);
-	printf("\n%-30s %16s %16s %9s\n", "metric (rank 0, per step)", "predicted", "measured",
+	printf("\n%-38s %14s %14s %9s\n", "metric (rank 0, per step)", "predicted", "measured",
 	       "error");
-	for (int i = 0; keys[i]; i++) {
+	for (size_t i = 0; i < sizeof(rows_shown) / sizeof(rows_shown[0]); i++) {
+		const char *pk = rows_shown[i].pred, *mk = rows_shown[i].meas ? rows_shown[i].meas : pk;
 		double pv = NAN, mv = NAN;
 		for (int j = 0; j < n; j++)
-			if (!strcmp(m[j].name, keys[i]))
+			if (!strcmp(m[j].name, pk))
 				pv = m[j].value;
 		for (int j = 0; j < MEAS_N; j++)
-			if (!strcmp(names[j], keys[i]))
+			if (!strcmp(names[j], mk))
 				mv = meas[j];
-		if (!strncmp(keys[i], "memory.cpu.", 11) && pv == 0 && mv == 0)
+		if (isnan(mv) || isnan(pv))
+			continue; /* a figure this backend does not measure or predict */
+		if (!strncmp(pk, "memory.cpu.", 11) && pv == 0 && mv == 0)
 			continue; /* host memory: shown when something is offloaded to it */
 		double e = pv != 0 ? (mv - pv) / pv * 100 : (mv == 0 ? 0 : NAN);
-		printf("%-30s %16.0f %16.0f %8.3f%%\n", keys[i], pv, mv, e);
+		printf("%-38s %14.0f %14.0f %8.3f%%\n", mk, pv, mv, e);
 	}
 	printf("# memory in bytes at the device (or host) arena's peak; communication per optimizer "
 	       "step\n");
+}
+
+static void sample_peak(void *gpumem)
+{
+	gpumem_sample(gpumem);
 }
 
 static int train(RunOpts *o, Comm *world, PxError *err)
@@ -474,12 +527,15 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Comm *dp = NULL;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
-	char arg[64];
+	char arg[64], backend[32];
 	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
+	const ComputeBackend *cb = compute_backend_find(o->backend);
+	void *cx = NULL;
 
-	/* the executor's own scenario: the CPU backend on one node of `size` ranks */
+	/* the executor's own scenario: its backend on one node of `size` ranks */
 	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
-	if (!losses || jov_add(&o->ov, "backend=cpu", err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
+	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
+	if (!losses || jov_add(&o->ov, backend, err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
 	    jov_add(&o->ov, arg, err))
 		goto out_free;
 	if (scenario_load(&sc, o->scenario, &o->ov, err))
@@ -489,10 +545,20 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	if (runner_supported(&pr.plan, err) ||
 	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
 		goto out_predict;
+	ComputeShape shape = runner_shape(&pr.plan, o->gpu ? o->gpu->device : 0);
+	if (cb->create(&shape, &cx, err))
+		goto out_data;
+	RunnerRuntime rt = {0};
+	if (o->gpu) { /* what the CUDA runtime took, read before the executor allocates */
+		run_gpu_snapshot(o->gpu, "cublas");
+		run_gpu_runtime(o->gpu, &rt);
+		rt.on_gpu_peak = sample_peak;
+		rt.peak_ctx = &o->gpu->mem;
+	}
 	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
 	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
-			  (uint64_t)o->seed, NULL, NULL, NULL, &run, err))
-		goto out_data;
+			  (uint64_t)o->seed, cb, cx, &rt, &run, err))
+		goto out_run;
 	long first = 1;
 	if (o->resume) {
 		long saved = load_checkpoint(o->resume, run, world, err);
@@ -536,8 +602,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	double mine[MEAS_N], *all = calloc((size_t)size * MEAS_N, sizeof(double));
 	if (!all)
 		goto out_run;
-	measure(run, world, ran, t_total / ran, mine);
-	if (comm_all_gather(world, mine, all, MEAS_N * 2, COMM_FP32, err)) { /* doubles as pairs */
+	measure(o, run, world, ran, t_total / ran, mine);
+	if (run_gpu_gather(world, cb, cx, mine, all, MEAS_N, err)) {
 		free(all);
 		goto out_run;
 	}
@@ -545,9 +611,14 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	if (rank == 0) {
 		if (!o->json)
 			print_compare(&pr, all, ran);
+		if (!o->json && o->gpu) {
+			printf("# rank 0's device memory readings (communication: %s)\n",
+			       o->gpu->comm_name);
+			gpumem_print(&o->gpu->mem, stdout);
+		}
 		if (!o->no_db)
-			rc = store_runs(o, &sc, &pr, all, size, ran, "ok", "parallax run --backend cpu",
-					err);
+			rc = store_runs(o, &sc, &pr, all, size, ran, "ok", o->gpu ?
+					"parallax run --backend cuda" : "parallax run --backend cpu", err);
 		if (o->json)
 			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
 	}
@@ -556,6 +627,8 @@ out_run:
 	fail_ctx.run = NULL;
 	runner_destroy(run);
 	comm_destroy(dp);
+	if (cx)
+		cb->destroy(cx);
 out_data:
 	data_close(&data);
 out_predict:
@@ -582,15 +655,26 @@ int cmd_run(int argc, char **argv)
 		rc = relaunch(o.ranks, argv, argc);
 		goto out;
 	}
+	RunGpu gpu;
+	if (!strcmp(o.backend, "cuda")) { /* the device first: NCCL starts on the chosen one */
+		if (run_gpu_setup(&gpu, &env, o.comm, &err)) {
+			fprintf(stderr, "parallax run: rank %d: %s\n", env.rank, err.msg);
+			rc = err.code == PX_ERR_INPUT ? 2 : 1;
+			goto out;
+		}
+		o.gpu = &gpu;
+	}
 	comm_config_init(&cfg);
 	cfg.deadline_s = o.deadline;
 	cfg.on_deadline = record_failure;
 	cfg.ctx = &fail_ctx;
-	if (comm_init(NULL, &cfg, &world, &err)) {
+	if (comm_init(o.gpu ? o.gpu->comm : NULL, &cfg, &world, &err)) {
 		fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = 1;
 		goto out;
 	}
+	if (o.gpu)
+		run_gpu_snapshot(o.gpu, o.gpu->comm_name);
 	rc = train(&o, world, &err) ? (err.code ? err.code : 1) : 0;
 	if (rc)
 		fprintf(stderr, "parallax run: rank %d: %s\n", comm_rank(world), err.msg);
@@ -598,6 +682,7 @@ int cmd_run(int argc, char **argv)
 	if (comm_finalize(world, &ferr) && !rc)
 		rc = 1;
 out:
+	run_gpu_free(o.gpu);
 	jov_free(&o.ov);
 	return rc;
 }

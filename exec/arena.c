@@ -48,6 +48,8 @@ void arena_count(Arena *a, Place place, MemCat cat, double bytes)
 	if (a->live[place] > a->peak[place]) {
 		a->peak[place] = a->live[place];
 		memcpy(a->at_peak[place], a->cat[place], sizeof(a->at_peak[place]));
+		if (a->on_peak)
+			a->on_peak(a->peak_ctx, place);
 	}
 }
 

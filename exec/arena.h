@@ -15,6 +15,9 @@ typedef struct Arena {
 	void *(*alloc)(void *ctx, Place place, size_t bytes); /* zeroed; NULL when out of memory */
 	void (*release)(void *ctx, Place place, void *ptr);
 	void *ctx;
+	/* called when a place's peak rises, e.g. to read the device's own figure then; NULL: none */
+	void (*on_peak)(void *ctx, Place place);
+	void *peak_ctx;
 	double live[N_PLACES], peak[N_PLACES];
 	double cat[N_PLACES][N_CATS];
 	double at_peak[N_PLACES][N_CATS]; /* the categories when the place peaked */

@@ -860,6 +860,15 @@ static int layout(Runner *r)
 	return 0;
 }
 
+static void gpu_peak(void *ctx, Place place)
+{
+	Runner *r = ctx;
+	if (place == PLACE_GPU) {
+		r->cb->check(r->cx, NULL); /* what was queued has taken its memory */
+		r->rt.on_gpu_peak(r->rt.peak_ctx);
+	}
+}
+
 ComputeShape runner_shape(const Plan *p, int device)
 {
 	const ModelSpec *m = &p->sc->model;
@@ -896,8 +905,11 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	arena_init(&r->arena);
 	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
 		return -1;
-	if (rt)
+	if (rt) {
 		r->rt = *rt;
+		r->arena.on_peak = rt->on_gpu_peak ? gpu_peak : NULL;
+		r->arena.peak_ctx = r;
+	}
 	r->cb = cb ? cb : &compute_cpu_backend;
 	r->cx = cx;
 	if (!cb) {

@@ -34,6 +34,9 @@ int runner_supported(const Plan *p, PxError *err);
  * NCCL's buffers (backend cuda), so that measured sits beside predicted. */
 typedef struct RunnerRuntime {
 	double cuda_context_bytes, cublas_workspace_bytes, nccl_bytes;
+	/* called whenever the device arena's peak rises (to read the device's memory then) */
+	void (*on_gpu_peak)(void *ctx);
+	void *peak_ctx;
 } RunnerRuntime;
 
 /* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank

@@ -78,6 +78,13 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 			 pl == PLACE_NVME ? "bytes" : "peak_bytes");
 		n = put(m, n, name, mp->peak_bytes, "bytes");
 	}
+	if (p->cuda_runtime) { /* the CUDA runtime's parts of the overhead, as the cluster gives them */
+		const ClusterSpec *c = &p->sc->cluster;
+		n = put(m, n, "memory.gpu.runtime.cuda_context_bytes", c->cuda_context_bytes, "bytes");
+		n = put(m, n, "memory.gpu.runtime.cublas_workspace_bytes", c->cublas_workspace_bytes,
+			"bytes");
+		n = put(m, n, "memory.gpu.runtime.nccl_bytes", c->nccl_buffers_bytes, "bytes");
+	}
 	n = put(m, n, "memory.gpu_capacity_bytes", pr->gpu_capacity_bytes, "bytes");
 	n = put(m, n, "memory.cpu_capacity_bytes", pr->cpu_capacity_bytes, "bytes");
 	n = put(m, n, "memory.nvme_capacity_bytes", pr->nvme_capacity_bytes, "bytes");

@@ -20,6 +20,7 @@
 	X(comm)        \
 	X(comm_gpu)    \
 	X(exec)        \
+	X(exec_cuda)   \
 	X(cli)         \
 	X(plot)
 

@@ -826,6 +826,12 @@ static void test_mpi_check(void)
 		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
 }
 
+/* How long a faulted job may take to end. The sleeper of the hang and finalize modes sleeps 30 s,
+ * so ending before 20 s proves the watchdog (or mpirun) stopped it; mpirun's own tear-down of the
+ * other ranks, on a loaded 2-core machine, was seen to take from under 1 s to over 8 s, so a
+ * tighter bound failed now and then for reasons outside the code under test. */
+#define FAULT_BOUND_S 20
+
 /* Rank 1 sleeps 30 s before an all_gather with a 2 s deadline: the other ranks' watchdogs must
  * name themselves and the call, and mpirun must end the whole job soon after 2 s. */
 static void test_mpi_fault_hang(void)
@@ -839,8 +845,8 @@ static void test_mpi_fault_hang(void)
 	CU_ASSERT_PTR_NOT_NULL(line);
 	CU_ASSERT(line && line - mpi_out >= 6 && !strncmp(line - 6, "rank ", 5) &&
 		  line[-1] != '1'); /* a waiting rank, never the sleeper */
-	CU_ASSERT(took < 10);
-	if (rc == 0 || !line || took >= 10)
+	CU_ASSERT(took < FAULT_BOUND_S);
+	if (rc == 0 || !line || took >= FAULT_BOUND_S)
 		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
 }
 
@@ -855,8 +861,8 @@ static void test_mpi_fault_finalize(void)
 	const char *line = strstr(mpi_out, ": finalize on group world did not complete within 2 s");
 	CU_ASSERT_NOT_EQUAL(rc, 0);
 	CU_ASSERT_PTR_NOT_NULL(line);
-	CU_ASSERT(took < 10);
-	if (rc == 0 || !line || took >= 10)
+	CU_ASSERT(took < FAULT_BOUND_S);
+	if (rc == 0 || !line || took >= FAULT_BOUND_S)
 		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
 }
 
@@ -870,8 +876,8 @@ static void test_mpi_fault_kill(void)
 		return;
 	CU_ASSERT_NOT_EQUAL(rc, 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, "rank 1"));
-	CU_ASSERT(took < 10);
-	if (rc == 0 || !strstr(mpi_out, "rank 1") || took >= 10)
+	CU_ASSERT(took < 15); /* before the watchdog's 20 s: mpirun saw the death itself */
+	if (rc == 0 || !strstr(mpi_out, "rank 1") || took >= 15)
 		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
 }
 
