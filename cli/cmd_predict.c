@@ -28,7 +28,8 @@ static const char USAGE[] =
 	"  --timeline FILE  write rank 0's memory after every schedule op as a table\n"
 	"                   (one scenario only)\n"
 	"  --hw FILE        price the step time with this hardware profile (JSON, as in\n"
-	"                   scenarios/hardware/) instead of the GPU's built-in one\n"
+	"                   scenarios/hardware/ or written by parallax calibrate) instead of the\n"
+	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too\n"
 	"  -h, --help       this help\n"
 	"\n"
 	"With one scenario the full report is printed; with several, one line each.\n"
@@ -219,18 +220,21 @@ int cmd_predict(int argc, char **argv)
 			break;
 		}
 		items[i].loaded = 1;
+		HwProfile hw;
+		if (o.hw && hwprofile_load(o.hw, &hw, &err)) {
+			rc = err.code ? err.code : 1;
+			break;
+		}
+		if (o.hw) /* a calibrated profile's CUDA runtime memory */
+			hwprofile_apply_memory(&hw, &items[i].sc.cluster);
 		if (predict_run(&items[i].sc, &items[i].pr, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}
 		items[i].predicted = 1;
-		if (o.hw) {
-			HwProfile hw;
-			if (hwprofile_load(o.hw, &hw, &err) ||
-			    predict_time(&items[i].pr, &hw, o.hw, &err)) {
-				rc = err.code ? err.code : 1;
-				break;
-			}
+		if (o.hw && predict_time(&items[i].pr, &hw, o.hw, &err)) {
+			rc = err.code ? err.code : 1;
+			break;
 		}
 	}
 	if (!rc) {

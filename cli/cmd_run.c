@@ -12,6 +12,7 @@
 
 #include "../db/db.h"
 #include "../exec/runner.h"
+#include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
 #include "run_gpu.h"
@@ -32,6 +33,8 @@ static const char USAGE[] =
 	"                      as backend cpu)\n"
 	"  --backend cuda      the executor on CUDA GPUs, one device per rank (ranks share devices\n"
 	"                      round-robin when there are fewer); the scenario runs as backend cuda\n"
+	"  --hw FILE           predict with this hardware profile (parallax calibrate's): its CUDA\n"
+	"                      runtime memory and its step-time figures\n"
 	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
 	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
 	"                      auto (default: nccl when every rank has its own GPU)\n"
@@ -57,6 +60,7 @@ typedef struct RunOpts {
 	JsonOverrides ov;
 	const char *scenario, *data, *db_path, *save, *resume;
 	const char *backend, *comm; /* "cpu" or "cuda"; "auto", "nccl" or "mpi" */
+	const char *hw;             /* --hw: a hardware profile, or NULL */
 	RunGpu *gpu;                /* backend cuda: the device side; NULL for cpu */
 	int ranks, steps, json, no_db, save_every, hang_rank, hang_step;
 	long long seed;
@@ -73,7 +77,8 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
 		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
 		{"resume", required_argument, 0, 'R'},  {"inject-hang", required_argument, 0, 'H'},
-		{"comm", required_argument, 0, 'c'},     {"help", no_argument, 0, 'h'},
+		{"comm", required_argument, 0, 'c'},     {"hw", required_argument, 0, 'w'},
+		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -98,6 +103,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 			o->backend = optarg;
 			break;
 		case 'c': o->comm = optarg; break;
+		case 'w': o->hw = optarg; break;
 		case 'r':
 			flag = "--ranks", o->ranks = (int)strtol(optarg, &end, 10);
 			if (*end || o->ranks < 1)
@@ -540,8 +546,15 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		goto out_free;
 	if (scenario_load(&sc, o->scenario, &o->ov, err))
 		goto out_free;
+	HwProfile hw;
+	if (o->hw && hwprofile_load(o->hw, &hw, err))
+		goto out_scenario;
+	if (o->hw)
+		hwprofile_apply_memory(&hw, &sc.cluster);
 	if (predict_run(&sc, &pr, err))
 		goto out_scenario;
+	if (o->hw && sc.backend == BACKEND_CUDA && predict_time(&pr, &hw, o->hw, err))
+		goto out_predict;
 	if (runner_supported(&pr.plan, err) ||
 	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
 		goto out_predict;

@@ -11,8 +11,9 @@ static const char USAGE[] =
 	"commands:\n"
 	"  predict SCENARIO...  per-GPU memory and communication of a training scenario\n"
 	"                       (model x DeepSpeed config x cluster), stored in the results database\n"
-	"  run SCENARIO         train it for real with the CPU executor over MPI ranks and\n"
-	"                       store measured beside predicted\n"
+	"  run SCENARIO         train it for real with the executor (CPU over MPI ranks, or\n"
+	"                       CUDA GPUs) and store measured beside predicted\n"
+	"  calibrate --out FILE measure this machine's GPU into a hardware profile\n"
 	"  compare [RUN]        a measured run beside its prediction\n"
 	"  sweep SWEEP.json     price every point of a space of scenarios on all cores\n"
 	"  merge OUT.db IN.db.. merge the sweeps of sharded runs\n"
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
 		return cmd_merge(argc - 1, argv + 1);
 	if (!strcmp(cmd, "compare"))
 		return cmd_compare(argc - 1, argv + 1);
+	if (!strcmp(cmd, "calibrate"))
+		return cmd_calibrate(argc - 1, argv + 1);
 	if (!strcmp(cmd, "gpus"))
 		return cmd_gpus(argc - 1, argv + 1);
 	fprintf(stderr, "parallax: unknown command '%s'\n%s", cmd, USAGE);

@@ -147,10 +147,13 @@ static const Field FIELDS[] = {
 	NUM("host", "pcie_efficiency", pcie_efficiency, 0, 1, 1),
 	NUM("host", "nvme_efficiency", nvme_efficiency, 0, 1, 1),
 	NUM("host", "cpu_adam_elems_per_s_per_gpu", cpu_adam_elems_per_s, 0, 1e13, 1),
+	NUM("memory", "cuda_context_MiB", context_MiB, 0, 1e6, 0),
+	NUM("memory", "cublas_workspace_MiB", cublas_MiB, 0, 1e6, 0),
+	NUM("memory", "nccl_MiB", nccl_MiB, 0, 1e6, 0),
 };
 #define N_FIELDS (int)(sizeof(FIELDS) / sizeof(FIELDS[0]))
 
-static const char *const SECTIONS[] = {"compute", "nvlink", "network", "host", NULL};
+static const char *const SECTIONS[] = {"compute", "nvlink", "network", "host", "memory", NULL};
 
 /* ---- locating an array element in the text ---- */
 
@@ -343,6 +346,8 @@ static int read_field(const JsonObj *o, const Field *f, HwProfile *hw, int have_
 	char range[96];
 
 	if (!item) {
+		if (!strcmp(f->section, "memory"))
+			return 0; /* a calibration's, optional: the cluster's figures stand */
 		if (!have_base)
 			return fail_at(o, f->key, -1, NULL, err, "a value: the key is missing (or "
 				       "name a catalog GPU in \"gpu\" to start from its profile)");
@@ -382,8 +387,9 @@ static int unknown_gpu(const JsonObj *root, const char *name, PxError *err)
 
 int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err)
 {
-	static const char *const top[] = {"gpu", "compute", "nvlink", "network", "host", NULL};
-	JsonObj root, sec[4];
+	static const char *const top[] = {"gpu", "compute", "nvlink", "network", "host", "memory",
+					  NULL};
+	JsonObj root, sec[5];
 	const char *gpu = NULL;
 
 	memset(hw, 0, sizeof(*hw));
@@ -431,6 +437,17 @@ int hwprofile_load(const char *path, HwProfile *hw, PxError *err)
 	int rc = hwprofile_parse(&d, hw, err);
 	jdoc_free(&d);
 	return rc;
+}
+
+void hwprofile_apply_memory(const HwProfile *hw, ClusterSpec *c)
+{
+	const double MiB = 1024.0 * 1024.0;
+	if (hw->context_MiB > 0)
+		c->cuda_context_bytes = hw->context_MiB * MiB;
+	if (hw->cublas_MiB > 0)
+		c->cublas_workspace_bytes = hw->cublas_MiB * MiB;
+	if (hw->nccl_MiB > 0)
+		c->nccl_buffers_bytes = hw->nccl_MiB * MiB;
 }
 
 /* ---- comparing ---- */

@@ -47,6 +47,9 @@ typedef struct HwProfile {
 	double nvme_efficiency;  /* achieved over the node's NVMe figure */
 	double cpu_adam_elems_per_s; /* optimizer offload: elements one GPU's share of the host's
 					cores updates per second */
+	/* memory the CUDA runtime takes, as `parallax calibrate` measured it; 0: the cluster's figure
+	 * (engine/cluster.c's cuda_context_MiB, cublas_workspace_MiB, nccl_buffers_MiB) */
+	double context_MiB, cublas_MiB, nccl_MiB;
 	int from_base;           /* fields a loaded file left to its "gpu"'s default (0: all given) */
 } HwProfile;
 
@@ -64,6 +67,10 @@ int hwprofile_default(const GpuSpec *gpu, HwProfile *hw);
  * FILE:LINE:COL, the key and what was expected. */
 int hwprofile_load(const char *path, HwProfile *hw, PxError *err);
 int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err);
+
+/* The profile's measured CUDA runtime memory into the cluster (where the profile gives it), so
+ * that a prediction's memory uses the calibration too. */
+void hwprofile_apply_memory(const HwProfile *hw, ClusterSpec *c);
 
 /* 1 when every field is equal, else 0 with the first differing field's key written to what. */
 int hwprofile_equal(const HwProfile *a, const HwProfile *b, char *what, size_t n);

@@ -755,6 +755,53 @@ static void test_all_checked_before_any_written(void)
 	CU_ASSERT_EQUAL(db_int(db_path, "SELECT COUNT(*) FROM runs"), 3);
 }
 
+/* ---- calibration ---- */
+
+/* A hardware profile's memory section (what parallax calibrate writes) replaces the cluster's CUDA
+ * runtime figures in the prediction: 500 MiB of context and 40 MiB of cuBLAS become 524,288,000
+ * and 41,943,040 bytes, NCCL's keeps the catalog's 128 MiB; a negative figure is refused naming
+ * the file, its place and the key. */
+static void test_profile_memory(void)
+{
+	new_test_dir();
+	write_at("hw.json", "{\"gpu\": \"H100-SXM\", \"memory\": {\"cuda_context_MiB\": 500,\n"
+			    " \"cublas_workspace_MiB\": 40, \"_comment\": \"measured\"}}");
+	int rc = run("predict --no-db --json --hw '%s' '%s'", at("hw.json"),
+		     repo_file("scenarios/llama2-7b-zero2-h100.json"));
+	ASSERT_RC(rc, 0);
+	ASSERT_HAS(out, "\"cuda_context_bytes\":\t524288000");
+	ASSERT_HAS(out, "\"cublas_workspace_bytes\":\t41943040");
+	ASSERT_HAS(out, "\"nccl_bytes\":\t134217728");
+	write_at("bad.json", "{\"gpu\": \"H100-SXM\", \"memory\": {\"nccl_MiB\": -1}}");
+	rc = run("predict --no-db --hw '%s' '%s'", at("bad.json"),
+		 repo_file("scenarios/llama2-7b-zero2-h100.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "bad.json:1:");
+	ASSERT_HAS(err_line, "memory.nccl_MiB: expected a number from 0");
+}
+
+/* parallax calibrate needs a GPU: without one (CI) it says why and writes nothing; bad usage is
+ * refused before any measurement. */
+static void test_calibrate_without_gpu(void)
+{
+	new_test_dir();
+	int rc = run("calibrate --quick --out '%s'", at("cal.json"));
+	if (rc == 0) { /* a machine with a GPU: the profile was written and reads back */
+		rc = run("predict --no-db --hw '%s' '%s'", at("cal.json"),
+			 repo_file("scenarios/llama2-7b-zero2-h100.json"));
+		ASSERT_RC(rc, 0);
+		return;
+	}
+	ASSERT_RC(rc, 1);
+	ASSERT_HAS(out, "parallax calibrate: ");
+	CU_ASSERT_EQUAL(access(at("cal.json"), F_OK), -1);
+	CU_ASSERT_EQUAL(access(at("cal.json.tmp"), F_OK), -1);
+	ASSERT_RC(run("calibrate"), 2);
+	ASSERT_HAS(out, "expected --out FILE");
+	ASSERT_RC(run("calibrate --out '%s' --gpu B300", at("cal.json")), 2);
+	ASSERT_HAS(out, "--gpu B300: not a catalog GPU");
+}
+
 int test_cli_register(void)
 {
 	return PX_ADD_SUITE("cli",
@@ -778,5 +825,7 @@ int test_cli_register(void)
 			    {"help texts and commands", test_help_and_commands},
 			    {"--timeline writes a complete table", test_timeline},
 			    {"all scenarios checked before any is written",
-			     test_all_checked_before_any_written});
+			     test_all_checked_before_any_written},
+			    {"a profile's memory section feeds the prediction", test_profile_memory},
+			    {"calibrate without a GPU writes nothing", test_calibrate_without_gpu});
 }

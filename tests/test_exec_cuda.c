@@ -86,12 +86,14 @@ static void test_refusals(void)
 #ifdef PX_HAVE_CUDA
 
 /* A --json run's losses and rank 0's metrics (cJSON, the caller deletes); NULL on failure. */
-static cJSON *run_json(const char *scn, const char *backend, int ranks, int stage, int steps)
+static cJSON *run_json(const char *scn, const char *backend, int ranks, int stage, int steps,
+		       const char *extra)
 {
 	static char text[1 << 20];
 	char args[2048];
 	snprintf(args, sizeof(args), "run '%s' --backend %s --ranks %d --steps %d --no-db --json "
-		 "--set deepspeed.zero_optimization.stage=%d", scn, backend, ranks, steps, stage);
+		 "--set deepspeed.zero_optimization.stage=%d %s", scn, backend, ranks, steps, stage,
+		 extra);
 	int rc = run(args, text, sizeof(text));
 	if (rc != 0)
 		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
@@ -116,11 +118,11 @@ static void test_losses_match_cpu(void)
 	for (int bf16 = 0; bf16 < 2; bf16++) {
 		const char *scn = scenario(bf16 ? "true" : "false");
 		double tol = bf16 ? 5e-3 : 1e-3;
-		cJSON *ref = run_json(scn, "cpu", 1, 0, STEPS);
+		cJSON *ref = run_json(scn, "cpu", 1, 0, STEPS, "");
 		CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
 		for (int ranks = 1; ranks <= 2; ranks++)
 			for (int stage = 0; stage <= 3; stage++) {
-				cJSON *got = run_json(scn, "cuda", ranks, stage, STEPS);
+				cJSON *got = run_json(scn, "cuda", ranks, stage, STEPS, "");
 				CU_ASSERT_PTR_NOT_NULL_FATAL(got);
 				const cJSON *a = cJSON_GetObjectItem(ref, "losses")->child;
 				const cJSON *b = cJSON_GetObjectItem(got, "losses")->child;
@@ -137,19 +139,23 @@ static void test_losses_match_cpu(void)
 }
 
 /* ZeRO's claims on one GPU: stages 0-3 at 1, 2 and 4 ranks sharing it. The arena's categories
- * (the executor's own buffers, and the CUDA runtime's parts as measured) equal the simulator's;
- * the device's own reading of this process's peak (NVML, else cudaMemGetInfo) is within 3% of the
- * predicted peak, the CUDA runtime's parts being the calibration (cluster.cuda_context_MiB etc.)
- * the scenario gives. */
+ * (the executor's own buffers) equal the simulator's; the device's own reading of this process's
+ * peak (NVML, else cudaMemGetInfo) is within 3% of the predicted peak, the prediction using this
+ * GPU's calibration (parallax calibrate) for the CUDA runtime's memory. */
 static void test_memory_claims(void)
 {
+	char cal[512], hw[600], text[8192], args[1024];
+	snprintf(cal, sizeof(cal), "%s/calibration.json", px_test_tmpdir());
+	snprintf(args, sizeof(args), "calibrate --quick --out '%s'", cal);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, text, sizeof(text)), 0);
+	snprintf(hw, sizeof(hw), "--hw '%s'", cal);
 	static const char *const exact[] = {"memory.gpu.params_bytes", "memory.gpu.grads_bytes",
 					    "memory.gpu.optimizer_bytes", "memory.gpu.activations_bytes",
 					    "memory.gpu.buffers_bytes", NULL};
 	const char *scn = scenario("true");
 	for (int ranks = 1; ranks <= 4; ranks *= 2)
 		for (int stage = 0; stage <= 3; stage++) {
-			cJSON *j = run_json(scn, "cuda", ranks, stage, 3);
+			cJSON *j = run_json(scn, "cuda", ranks, stage, 3, hw);
 			CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 			for (int i = 0; exact[i]; i++)
 				CU_ASSERT_EQUAL(num(j, "predicted", exact[i]), num(j, "measured", exact[i]));
