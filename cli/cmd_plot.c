@@ -21,6 +21,7 @@ static const char USAGE[] =
 	"                             [OPTIONS]\n"
 	"       parallax plot compare [RUN] [--db FILE] [OPTIONS]\n"
 	"       parallax plot pareto [SWEEP] [--db FILE] [OPTIONS]\n"
+	"       parallax plot zero [SCENARIO_NAME] [--db FILE] [OPTIONS]\n"
 	"\n"
 	"Draw a chart with gnuplot and write PREFIX.png and PREFIX.svg, with the data it plots\n"
 	"(PREFIX.dat) and the script that plots it (PREFIX.gp) beside them, so that\n"
@@ -47,6 +48,10 @@ static const char USAGE[] =
 	"           against GPUs, points coloured by GPU type, each with its Pareto front; SWEEP\n"
 	"           is a sweep id or name (default the newest); the fronts' configurations are\n"
 	"           listed in PREFIX.dat\n"
+	"  zero     ZeRO's memory claims as measured: for one scenario (default that of the\n"
+	"           newest measured run), rank 0's peak memory predicted, measured (the device's\n"
+	"           own reading on backend cuda, else the executor's arena) and the ZeRO paper's\n"
+	"           ideal, for the newest run of each ZeRO stage and data-parallel size\n"
 	"\n"
 	"options:\n"
 	"  --out PREFIX          write PREFIX.png, PREFIX.svg, PREFIX.gp and PREFIX.dat (default\n"
@@ -57,7 +62,7 @@ static const char USAGE[] =
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
 	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
-	"  --db FILE             compare, pareto: the results database (default $PARALLAX_DB or\n"
+	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB or\n"
 	"                        results/parallax.db); RUN defaults to the latest measured run\n"
 	"  -h, --help            this help\n"
 	"\n"
@@ -78,6 +83,7 @@ static const struct {
 	{"scaling", plot_scaling, 1, 1, "one scenario"},
 	{"compare", plot_compare, 0, 1, "at most one run id"},
 	{"pareto", plot_pareto, 0, 1, "at most one sweep"},
+	{"zero", plot_zero, 0, 1, "at most one scenario name"},
 };
 #define N_KINDS ((int)(sizeof(KINDS) / sizeof(KINDS[0])))
 
@@ -108,7 +114,8 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 	for (k = 0; k < N_KINDS && strcmp(argv[0], KINDS[k].name); k++)
 		;
 	if (k == N_KINDS)
-		return usage_error("unknown plot '%s'; expected memory, time, scaling, compare or pareto",
+		return usage_error("unknown plot '%s'; expected memory, time, scaling, compare, pareto "
+				   "or zero",
 				   argv[0]);
 	*kind = k;
 	o->kind = KINDS[k].name;
@@ -154,11 +161,11 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 				   o->n_args);
 	if (o->nodes && strcmp(kn, "scaling"))
 		return usage_error("%s: --nodes applies to scaling only", kn);
-	if (o->db && strcmp(kn, "compare") && strcmp(kn, "pareto"))
-		return usage_error("%s: --db applies to compare and pareto only", kn);
+	if (o->db && strcmp(kn, "compare") && strcmp(kn, "pareto") && strcmp(kn, "zero"))
+		return usage_error("%s: --db applies to compare, pareto and zero only", kn);
 	if (o->hw && strcmp(kn, "time") && strcmp(kn, "scaling"))
 		return usage_error("%s: --hw applies to time and scaling only", kn);
-	if (o->ov.n && (!strcmp(kn, "compare") || !strcmp(kn, "pareto")))
+	if (o->ov.n && (!strcmp(kn, "compare") || !strcmp(kn, "pareto") || !strcmp(kn, "zero")))
 		return usage_error("%s: --set does not apply to stored results", kn);
 	return -1;
 }

@@ -60,6 +60,7 @@ int plot_time(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_scaling(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err);
+int plot_zero(const PlotOpts *o, PlotSpec *ps, PxError *err);
 
 /* The Pareto front of n points that minimise a and maximise b: front[i] = 1 for each point that
  * no other beats (as good on both and better on one); of points equal on both, the first. Returns
