@@ -1,5 +1,6 @@
 #include "schedule.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,20 @@ void sched_free(Schedule *s)
 		return;
 	free(s->ops);
 	sched_init(s, s->rank);
+}
+
+int sched_reserve(Schedule *s, long long n)
+{
+	if (n <= s->cap)
+		return 0;
+	if (n > INT_MAX / 2)
+		return -1;
+	Op *grown = realloc(s->ops, (size_t)n * sizeof(*grown));
+	if (!grown)
+		return -1;
+	s->ops = grown;
+	s->cap = (int)n;
+	return 0;
 }
 
 static Op *push(Schedule *s, OpKind kind)

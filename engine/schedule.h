@@ -100,6 +100,9 @@ typedef struct Schedule {
 
 void sched_init(Schedule *s, int rank);
 void sched_free(Schedule *s);
+/* Room for at least n ops in all, so that appending up to there does not move the ops; -1 when
+ * out of memory (the schedule then stays as it was). */
+int sched_reserve(Schedule *s, long long n);
 
 /* Appenders return 0, or -1 when out of memory (the schedule then stays as it was). */
 int sched_alloc(Schedule *s, Place place, MemCat cat, BufWhat what, int unit, double bytes,
