@@ -506,6 +506,7 @@ static int pipelined(Builder *b, PxError *err)
 		int j = st->chunk * (int)pp + b->stage; /* the global model chunk */
 		int first = j == 0, last = j == p->n_chunks - 1;
 		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1];
+		DO(sched_mark_step(b->s));
 		if (st->forward) {
 			if (!first)
 				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);

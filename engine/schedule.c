@@ -15,6 +15,7 @@ void sched_free(Schedule *s)
 	if (!s)
 		return;
 	free(s->ops);
+	free(s->step_at);
 	sched_init(s, s->rank);
 }
 
@@ -29,6 +30,20 @@ int sched_reserve(Schedule *s, long long n)
 		return -1;
 	s->ops = grown;
 	s->cap = (int)n;
+	return 0;
+}
+
+int sched_mark_step(Schedule *s)
+{
+	if (s->n_steps == s->cap_steps) {
+		int cap = s->cap_steps ? 2 * s->cap_steps : 64;
+		int *grown = realloc(s->step_at, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		s->step_at = grown;
+		s->cap_steps = cap;
+	}
+	s->step_at[s->n_steps++] = s->n;
 	return 0;
 }
 
