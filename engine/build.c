@@ -506,6 +506,7 @@ static int pipelined(Builder *b, PxError *err)
 		int j = st->chunk * (int)pp + b->stage; /* the global model chunk */
 		int first = j == 0, last = j == p->n_chunks - 1;
 		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1];
+		DO(sched_mark_step(b->s));
 		if (st->forward) {
 			if (!first)
 				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);
@@ -642,6 +643,14 @@ static void builder_free(Builder *b)
 	free(b->bucket_of);
 }
 
+static long long stage_units(const Plan *p, int stage)
+{
+	long long n = 0;
+	for (int u = 0; u < p->n_units; u++)
+		n += p->units[u].stage == stage;
+	return n;
+}
+
 int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
 {
 	Builder bb, *b = &bb;
@@ -654,6 +663,12 @@ int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
 	}
 	setup(b);
 	s->step_begin = s->n;
+	/* a pipelined stage unrolls its micro-batches: 4 to 16 ops per micro-batch and unit on
+	 * the bundled sweeps, so reserve the most of these and the optimizer step's few hundred
+	 * at once instead of growing the ops by copies (a hint: appending still grows past it,
+	 * and where the room cannot be had, doubling may still find what is needed) */
+	if (p->par.pp > 1)
+		(void)sched_reserve(s, s->n + 16 * p->m * stage_units(p, stage) + 512);
 	if (p->par.pp > 1) {
 		if ((rc = pipelined(b, err)))
 			goto out;

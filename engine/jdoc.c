@@ -329,10 +329,26 @@ void jov_free(JsonOverrides *o)
 	jov_init(o);
 }
 
+/* Room for one more, growing by doubling (a sweep adds a dozen per point). */
+static JsonOverride *jov_next(JsonOverrides *o, PxError *err)
+{
+	if (o->n == o->cap) {
+		int cap = o->cap ? 2 * o->cap : 16;
+		JsonOverride *grown = realloc(o->v, (size_t)cap * sizeof(*o->v));
+		if (!grown) {
+			fail_oom(err, "--set");
+			return NULL;
+		}
+		o->v = grown;
+		o->cap = cap;
+	}
+	return &o->v[o->n];
+}
+
 int jov_add(JsonOverrides *o, const char *arg, PxError *err)
 {
 	const char *eq = strchr(arg, '=');
-	JsonOverride *grown;
+	JsonOverride *v;
 	size_t klen;
 
 	if (!eq || eq == arg)
@@ -341,13 +357,31 @@ int jov_add(JsonOverrides *o, const char *arg, PxError *err)
 	if (klen >= sizeof(o->v->key) || strlen(eq + 1) >= sizeof(o->v->value))
 		return px_fail(err, PX_ERR_INPUT, "--set %s: the key and the value are limited to "
 			       "%zu characters each", arg, sizeof(o->v->key) - 1);
-	grown = realloc(o->v, (size_t)(o->n + 1) * sizeof(*o->v));
-	if (!grown)
-		return fail_oom(err, "--set");
-	o->v = grown;
-	memcpy(grown[o->n].key, arg, klen);
-	grown[o->n].key[klen] = '\0';
-	strcpy(grown[o->n].value, eq + 1);
+	if (!(v = jov_next(o, err)))
+		return -1;
+	memcpy(v->key, arg, klen);
+	v->key[klen] = '\0';
+	strcpy(v->value, eq + 1);
+	o->n++;
+	return 0;
+}
+
+int jov_add_kv(JsonOverrides *o, const char *key, const char *value, PxError *err)
+{
+	size_t klen = strlen(key), vlen = strlen(value);
+	JsonOverride *v;
+
+	/* what jov_add would split or refuse: its own path and message, cut where a sweep's
+	 * "KEY=VALUE" of 1,024 bytes was */
+	if (klen == 0 || klen >= sizeof(v->key) || vlen >= sizeof(v->value) || strchr(key, '=')) {
+		char arg[1024];
+		snprintf(arg, sizeof(arg), "%s=%s", key, value);
+		return jov_add(o, arg, err);
+	}
+	if (!(v = jov_next(o, err)))
+		return -1;
+	memcpy(v->key, key, klen + 1);
+	memcpy(v->value, value, vlen + 1);
 	o->n++;
 	return 0;
 }

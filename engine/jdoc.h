@@ -35,14 +35,17 @@ typedef struct JsonOverride {
 } JsonOverride;
 
 typedef struct JsonOverrides {
-	JsonOverride *v; /* owned */
-	int n;
+	JsonOverride *v; /* owned, cap of them */
+	int n, cap;
 } JsonOverrides;
 
 void jov_init(JsonOverrides *o);
 void jov_free(JsonOverrides *o);
 /* Append "KEY=VALUE"; error (PX_ERR_INPUT) names the argument when '=' or the key is missing. */
 int jov_add(JsonOverrides *o, const char *arg, PxError *err);
+/* Append KEY and VALUE given apart: the same as jov_add of "KEY=VALUE" (the same override, the
+ * same errors), without building and splitting that string; a sweep adds each axis per point. */
+int jov_add_kv(JsonOverrides *o, const char *key, const char *value, PxError *err);
 /* Set root.<path> = value, creating objects on the way. The value is parsed as JSON when it is valid
  * JSON (3, 5e8, true, null, "auto", {"a":1}) and taken as a string otherwise (H100-SXM). Fails when a
  * step of the path exists and is not an object. */

@@ -232,12 +232,9 @@ static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 
 static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 {
-	for (int i = 0; ov && i < ov->n; i++) {
-		char arg[600];
-		snprintf(arg, sizeof(arg), "%s=%s", ov->v[i].key, ov->v[i].value);
-		if (jov_add(&sc->ov, arg, err))
+	for (int i = 0; ov && i < ov->n; i++)
+		if (jov_add_kv(&sc->ov, ov->v[i].key, ov->v[i].value, err))
 			return -1;
-	}
 	return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "schedule.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,36 @@ void sched_free(Schedule *s)
 	if (!s)
 		return;
 	free(s->ops);
+	free(s->step_at);
 	sched_init(s, s->rank);
+}
+
+int sched_reserve(Schedule *s, long long n)
+{
+	if (n <= s->cap)
+		return 0;
+	if (n > INT_MAX / 2)
+		return -1;
+	Op *grown = realloc(s->ops, (size_t)n * sizeof(*grown));
+	if (!grown)
+		return -1;
+	s->ops = grown;
+	s->cap = (int)n;
+	return 0;
+}
+
+int sched_mark_step(Schedule *s)
+{
+	if (s->n_steps == s->cap_steps) {
+		int cap = s->cap_steps ? 2 * s->cap_steps : 64;
+		int *grown = realloc(s->step_at, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		s->step_at = grown;
+		s->cap_steps = cap;
+	}
+	s->step_at[s->n_steps++] = s->n;
+	return 0;
 }
 
 static Op *push(Schedule *s, OpKind kind)

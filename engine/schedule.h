@@ -96,10 +96,19 @@ typedef struct Schedule {
 	int step_begin;   /* ops[0..step_begin) set up the rank once; the rest is one optimizer step */
 	int n_bufs;       /* buffer ids are 0..n_bufs-1 */
 	int rank;
+	int *step_at;     /* owned, n_steps: a pipelined stage's k-th step (pipe_order's) begins at
+			     ops[step_at[k]]; none elsewhere (the time replay uses it to find the
+			     1F1B steady state, docs/time_model.md) */
+	int n_steps, cap_steps;
 } Schedule;
 
 void sched_init(Schedule *s, int rank);
 void sched_free(Schedule *s);
+/* Room for at least n ops in all, so that appending up to there does not move the ops; -1 when
+ * out of memory (the schedule then stays as it was). */
+int sched_reserve(Schedule *s, long long n);
+/* Note that the next op begins a pipeline step; 0, or -1 when out of memory. */
+int sched_mark_step(Schedule *s);
 
 /* Appenders return 0, or -1 when out of memory (the schedule then stays as it was). */
 int sched_alloc(Schedule *s, Place place, MemCat cat, BufWhat what, int unit, double bytes,

@@ -227,14 +227,16 @@ double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage
 #define DUR_CLASSES (N_COMPS + N_COLLS)
 #define DUR_WAYS 4
 
+/* A key is whole 64-bit words, each written once and compared as bits (so the same exact
+ * comparison as before, and no byte stores read back as wider loads, which stall the CPU's
+ * store forwarding): [0] kind, sub, group, is_block (2 for MoE) and nranks; [1] aux (a send:
+ * its stage x 2 + direction; the optimizer: its stage); then bytes, flops, the unit's activation
+ * bytes and a block's forward FLOPs (what, with is_block, tells its GEMMs apart: blocks of one
+ * kind share their weights' shapes). */
+#define KEY_WORDS 6
+
 typedef struct DurKey {
-	uint8_t kind, sub, group, is_block;
-	int32_t nranks;
-	int32_t aux;      /* a send: its stage x 2 + direction; the optimizer: its stage */
-	int32_t pad;      /* 0: no padding bytes, since keys are compared as bytes */
-	double bytes, flops, act_bytes;
-	double unit_flops; /* a block's forward FLOPs: with is_block (2 for MoE), what tells its
-			      GEMMs apart (blocks of one kind share their weights' shapes) */
+	uint64_t w[KEY_WORDS];
 } DurKey;
 
 typedef struct DurWays {
@@ -247,28 +249,46 @@ struct OpCostCache {
 	DurWays ways[DUR_CLASSES];
 };
 
+static uint64_t bits(double x)
+{
+	uint64_t b;
+	memcpy(&b, &x, sizeof(b));
+	return b;
+}
+
 /* The key of op's duration on stage `stage`: the fields opcost_compute_s and opcost_coll_s
  * read (a unit enters only through whether it is a block, MoE or not, its FLOPs and its
  * activation bytes). */
-static DurKey dur_key(const Plan *p, const Op *op, int stage, int forward)
+static void dur_key(const Plan *p, const Op *op, int stage, int forward, DurKey *k)
 {
-	DurKey k;
-	memset(&k, 0, sizeof(k));
-	k.kind = op->kind, k.sub = op->sub;
-	k.bytes = op->bytes;
+	uint64_t is_blk = 0, group = 0, aux = 0, nranks = 0;
+	double act = 0, unit_flops = 0, flops = 0;
 	if (op->kind == OP_COMPUTE) {
-		k.flops = op->flops;
 		int known = op->unit >= 0 && op->unit < p->n_units;
-		k.is_block = (uint8_t)(is_block(p, op->unit) ? 1 + (known && p->units[op->unit].moe) : 0);
-		k.act_bytes = known && p->activations_known ? p->units[op->unit].act_bytes : -1;
-		k.unit_flops = known ? p->units[op->unit].fwd_flops : -1;
-		k.aux = op->sub == COMP_OPTIMIZER ? stage : 0;
+		flops = op->flops;
+		is_blk = is_block(p, op->unit) ? 1 + (known && p->units[op->unit].moe) : 0;
+		act = known && p->activations_known ? p->units[op->unit].act_bytes : -1;
+		unit_flops = known ? p->units[op->unit].fwd_flops : -1;
+		aux = op->sub == COMP_OPTIMIZER ? (uint64_t)(uint32_t)stage : 0;
 	} else {
-		k.group = op->group;
-		k.nranks = op->nranks;
-		k.aux = op->sub == COLL_P2P ? stage * 2 + forward : 0;
+		group = op->group;
+		nranks = (uint32_t)op->nranks;
+		aux = op->sub == COLL_P2P ? (uint64_t)(uint32_t)(stage * 2 + forward) : 0;
 	}
-	return k;
+	k->w[0] = op->kind | (uint64_t)op->sub << 8 | group << 16 | is_blk << 24 | nranks << 32;
+	k->w[1] = aux;
+	k->w[2] = bits(op->bytes);
+	k->w[3] = bits(flops);
+	k->w[4] = bits(act);
+	k->w[5] = bits(unit_flops);
+}
+
+/* Word by word, most telling first: a loop here is vectorised into 16-byte loads of a key just
+ * stored as 8-byte words, which stalls as the byte stores did. */
+static int key_eq(const DurKey *a, const DurKey *b)
+{
+	return a->w[0] == b->w[0] && a->w[2] == b->w[2] && a->w[3] == b->w[3] &&
+	       a->w[1] == b->w[1] && a->w[4] == b->w[4] && a->w[5] == b->w[5];
 }
 
 OpCostCache *opcost_cache_create(void)
@@ -284,10 +304,11 @@ void opcost_cache_destroy(OpCostCache *c)
 double opcost_cached_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op, int stage,
 		       int forward)
 {
-	DurKey k = dur_key(p, op, stage, forward);
+	DurKey k;
+	dur_key(p, op, stage, forward, &k);
 	DurWays *w = &c->ways[op->kind == OP_COMPUTE ? op->sub % N_COMPS : N_COMPS + op->sub % N_COLLS];
 	for (int i = 0; i < w->used; i++)
-		if (!memcmp(&w->key[i], &k, sizeof(k)))
+		if (key_eq(&w->key[i], &k))
 			return w->dur_s[i];
 	double d = op->kind == OP_COMPUTE ? opcost_compute_s(p, hw, op, stage) :
 					    opcost_coll_s(p, hw, op, stage, forward);

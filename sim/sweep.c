@@ -196,6 +196,20 @@ static double price_of(const Sweep *sw, const char *gpu)
 	return NAN;
 }
 
+/* s appended at buf + *at, cut short and terminated as snprintf would; *at counts what did not
+ * fit too, so that nothing more is written once the buffer is full (a sweep writes a point's
+ * configuration this way, where snprintf's formatting showed in the profile). */
+static void append(char *buf, size_t n, size_t *at, const char *s)
+{
+	size_t len = strlen(s);
+	if (*at + 1 < n) {
+		size_t k = len < n - 1 - *at ? len : n - 1 - *at;
+		memcpy(buf + *at, s, k);
+		buf[*at + k] = '\0';
+	}
+	*at += len;
+}
+
 int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 {
 	JsonOverrides ov;
@@ -208,26 +222,26 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 	memset(r, 0, sizeof(*r));
 	r->idx = idx;
 	jov_init(&ov);
-	at += (size_t)snprintf(r->config, sizeof(r->config), "{");
 	for (int a = sw->n_axes - 1; a >= 0; a--) { /* the last axis varies fastest */
 		const SweepAxis *ax = &sw->axes[a];
 		const char *v = ax->values[rest % ax->n];
-		char arg[1024];
 		rest /= ax->n;
-		snprintf(arg, sizeof(arg), "%s=%s", ax->key, v);
-		if (jov_add(&ov, arg, err)) {
+		if (jov_add_kv(&ov, ax->key, v, err)) {
 			jov_free(&ov);
 			return -1;
 		}
 	}
+	append(r->config, sizeof(r->config), &at, "{");
 	for (int a = 0; a < sw->n_axes; a++) { /* the config in the file's axis order */
 		const JsonOverride *o = &ov.v[sw->n_axes - 1 - a];
-		if (at < sizeof(r->config))
-			at += (size_t)snprintf(r->config + at, sizeof(r->config) - at, "%s\"%s\": %s",
-					       a ? ", " : "", o->key, o->value);
+		if (a)
+			append(r->config, sizeof(r->config), &at, ", ");
+		append(r->config, sizeof(r->config), &at, "\"");
+		append(r->config, sizeof(r->config), &at, o->key);
+		append(r->config, sizeof(r->config), &at, "\": ");
+		append(r->config, sizeof(r->config), &at, o->value);
 	}
-	if (at < sizeof(r->config))
-		snprintf(r->config + at, sizeof(r->config) - at, "}");
+	append(r->config, sizeof(r->config), &at, "}");
 
 	if (scenario_derive(&sc, &sw->base, &ov, &why)) {
 		jov_free(&ov);

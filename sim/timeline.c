@@ -83,6 +83,17 @@ typedef struct StageSim {
 	double *rv_arrive;
 	long long rv_cap;
 	int nrel;
+	/* the 1F1B steady state (docs/time_model.md): round k is the k-th (forward, backward)
+	 * pair of steps, from ops[round_at[k]]; the stage stops at the next round's first op until
+	 * every stage is there */
+	int *round_at;           /* rounds + 1 */
+	int round;               /* the next round to stop at */
+	int at_barrier;
+	int have_snap;
+	Snapshot snap;           /* at the previous round's start */
+	long long snap_sends[2], prev_sends[2]; /* sends logged by the previous round's start, and
+						   by the one before */
+	long long snap_recvs[2];
 } StageSim;
 
 typedef struct Sim {
@@ -92,6 +103,7 @@ typedef struct Sim {
 	int n;
 	StageSim *st;
 	OpCostCache *dur; /* op durations, priced once each */
+	int rounds;       /* steady 1F1B rounds every stage runs, 0 when none are extrapolated */
 } Sim;
 
 static int unit_slot(const StageSim *ss, int unit)
@@ -472,6 +484,10 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 {
 	int progress = 0;
 	while (!ss->done) {
+		if (sim->rounds && ss->round < sim->rounds && ss->pc == ss->round_at[ss->round]) {
+			ss->at_barrier = 1; /* replay() moves it on when every stage is here */
+			return progress;
+		}
 		if (ss->pc >= ss->s->n) {
 			wait_streams(ss); /* the step ends when every stream is idle */
 			ss->done = 1;
@@ -516,7 +532,9 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 /* ---- the replay: set-up ---- */
 
 /* Match repeat blocks and note which hold pipeline ops (they couple stages, so their iterations
- * are never extrapolated) and whether the stage holds a pipeline-group collective. */
+ * are never extrapolated), whether the stage holds a pipeline-group collective, and the unit
+ * each gathered-parameter buffer serves: one pass, since a long schedule's ops stream from
+ * memory at every pass. */
 static int stage_scan(StageSim *ss, PxError *err)
 {
 	const Schedule *s = ss->s;
@@ -539,6 +557,9 @@ static int stage_scan(StageSim *ss, PxError *err)
 				ss->loop_cross[stack[k]] = 1;
 			if (op->sub != COLL_P2P && op->sub != COLL_P2P_RECV && i >= s->step_begin)
 				ss->rv_member = 1;
+		} else if (op->kind == OP_ALLOC && op->what == BUF_GATHERED && op->buf >= 0 &&
+			   op->buf < s->n_bufs) {
+			ss->buf_unit[op->buf] = op->unit;
 		}
 	}
 	if (depth)
@@ -571,12 +592,6 @@ static int stage_init(StageSim *ss, const Plan *p, const Schedule *s, int stage,
 		ss->gather_acc[u] = A_COMM + GROUP_DP;
 	for (int b = 0; b < s->n_bufs; b++)
 		ss->buf_unit[b] = -1;
-	for (int i = 0; i < s->n; i++) {
-		const Op *op = &s->ops[i];
-		if (op->kind == OP_ALLOC && op->what == BUF_GATHERED && op->buf >= 0 &&
-		    op->buf < s->n_bufs)
-			ss->buf_unit[op->buf] = op->unit;
-	}
 	return stage_scan(ss, err);
 }
 
@@ -593,10 +608,206 @@ static void stage_free(StageSim *ss)
 		free(ss->sends[d].dur_s);
 	}
 	free(ss->rv_arrive);
+	free(ss->round_at);
+	free(ss->snap.rel);
+	free(ss->snap.acc);
 	for (int i = 0; i < MAX_LOOP_DEPTH; i++) {
 		free(ss->frames[i].snap.rel);
 		free(ss->frames[i].snap.acc);
 	}
+}
+
+/* ---- the replay: the pipeline's steady state ---- */
+
+/* Two ops take the same time from the same state: the fields the replay reads (ALLOC and FREE
+ * take none; a gather's buffer enters only through the unit it serves). */
+static int op_same_timing(const StageSim *ss, const Op *a, const Op *b)
+{
+	if (a->kind != b->kind)
+		return 0;
+	if (a->kind == OP_ALLOC || a->kind == OP_FREE)
+		return 1;
+	int ga = a->kind == OP_COLL ? gather_target(ss, a) : 0;
+	int gb = b->kind == OP_COLL ? gather_target(ss, b) : 0;
+	return a->sub == b->sub && a->group == b->group && a->unit == b->unit &&
+	       a->nranks == b->nranks && a->count == b->count && ga == gb &&
+	       !memcmp(&a->bytes, &b->bytes, sizeof(a->bytes)) &&
+	       !memcmp(&a->flops, &b->flops, sizeof(a->flops));
+}
+
+/* Round k of the stage holds the same ops as round j: same length, same timing, nothing that
+ * couples stages other than sends and receives, and every receive followed by a compute inside
+ * the round (a receive's direction is read from the next compute). */
+static int round_same(const StageSim *ss, int j, int k)
+{
+	const Op *ops = ss->s->ops;
+	int a = ss->round_at[j], b = ss->round_at[k], n = ss->round_at[j + 1] - a;
+	if (ss->round_at[k + 1] - b != n)
+		return 0;
+	int need_compute = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *x = &ops[a + i];
+		if (!op_same_timing(ss, x, &ops[b + i]))
+			return 0;
+		if (x->kind == OP_LOOP || x->kind == OP_END_LOOP ||
+		    (x->kind == OP_COLL && x->group == GROUP_PP && x->sub != COLL_P2P &&
+		     x->sub != COLL_P2P_RECV))
+			return 0;
+		if (x->kind == OP_COLL && x->sub == COLL_P2P_RECV)
+			need_compute = 1;
+		else if (x->kind == OP_COMPUTE)
+			need_compute = 0;
+	}
+	return !need_compute;
+}
+
+/* The first round from `from` on that does not hold the last round's ops on some stage
+ * (sim->rounds when none): how far the last round may be repeated. */
+static int rounds_alike(const Sim *sim, int from)
+{
+	int end = sim->rounds;
+	for (int k = 0; k < sim->n; k++)
+		for (int r = from; r < end; r++)
+			if (!round_same(&sim->st[k], from - 1, r)) {
+				end = r;
+				break;
+			}
+	return end;
+}
+
+/* Find the rounds: plain 1F1B with m >= pp + 2 micro-batches, where stage s warms up with
+ * w = pp - s - 1 forwards and then runs m - w (forward, backward) pairs; every stage runs the
+ * first m - pp + 1 of its pairs in the same rounds. Leaves sim->rounds 0 where the shortcut
+ * does not apply. */
+static int steady_init(Sim *sim)
+{
+	const Plan *p = sim->p;
+	long long pp = sim->n, m = p->m;
+	sim->rounds = 0;
+	if (sim->full_replay || pp < 2 || p->par.schedule != PIPE_1F1B ||
+	    p->par.virtual_stages != 1 || m < pp + 2)
+		return 0;
+	int rounds = (int)(m - pp + 1);
+	for (int k = 0; k < sim->n; k++) {
+		StageSim *ss = &sim->st[k];
+		long long w = pp - k - 1;
+		if (ss->s->n_steps != 2 * m)
+			return 0;
+		ss->round_at = malloc(((size_t)rounds + 1) * sizeof(int));
+		if (!ss->round_at)
+			return -1;
+		for (int r = 0; r <= rounds; r++) /* round `rounds` begins where the last one ends */
+			ss->round_at[r] = ss->s->step_at[w + 2 * r];
+	}
+	sim->rounds = rounds;
+	return 0;
+}
+
+static int all_at_barrier(const Sim *sim)
+{
+	for (int k = 0; k < sim->n; k++)
+		if (!sim->st[k].at_barrier)
+			return 0;
+	return 1;
+}
+
+static void steady_off(Sim *sim)
+{
+	sim->rounds = 0;
+	for (int k = 0; k < sim->n; k++)
+		sim->st[k].at_barrier = 0;
+}
+
+/* The sends stage ss logged in the round just ended repeat those of the round before, dt
+ * later. */
+static int sends_repeat(const StageSim *ss, double dt, double tol)
+{
+	for (int d = 0; d < 2; d++) {
+		const SendLog *l = &ss->sends[d];
+		long long a = ss->prev_sends[d], b = ss->snap_sends[d], n = b - a;
+		if (l->n - b != n)
+			return 0;
+		for (long long i = 0; i < n; i++)
+			if (fabs(l->end_s[b + i] - (l->end_s[a + i] + dt)) > tol ||
+			    fabs(l->dur_s[b + i] - l->dur_s[a + i]) > tol)
+				return 0;
+	}
+	return 1;
+}
+
+/* Every stage starts this round in the state it started the last one in, dt later, the same
+ * dt everywhere, and the sends still travelling repeat too: every later round of the same ops
+ * repeats the last one, dt later (the argument in docs/time_model.md). Rounds of the same ops
+ * take the same receives and log the same sends, so only their times need comparing. */
+static int steady_repeats(Sim *sim, double *rel, int *acc, double *dt)
+{
+	const StageSim *s0 = &sim->st[0];
+	*dt = s0->t - s0->snap.t;
+	for (int k = 0; k < sim->n; k++) {
+		StageSim *ss = &sim->st[k];
+		double tol = 1e-12 * fmax(ss->t, 1);
+		if (!ss->have_snap || fabs((ss->t - ss->snap.t) - *dt) > tol ||
+		    !snapshot_same(ss, &ss->snap, rel, acc) || !sends_repeat(ss, *dt, tol))
+			return 0;
+	}
+	return 1;
+}
+
+/* Run rounds round..end-1 as copies of the last one: counters, clocks, the sends they log (each
+ * dt after the last round's) and the receives they take; the stages then stand at round end,
+ * with no snapshot to compare the next one with yet. */
+static int steady_skip(Sim *sim, double dt, int end)
+{
+	for (int k = 0; k < sim->n; k++) {
+		StageSim *ss = &sim->st[k];
+		long long r = end - ss->round;
+		Frame f = {.left = r, .snap = ss->snap};
+		for (int d = 0; d < 2; d++) {
+			SendLog *l = &ss->sends[d];
+			long long b = ss->snap_sends[d], n = l->n - b;
+			for (long long i = 1; i <= r; i++)
+				for (long long j = 0; j < n; j++)
+					if (log_send(l, l->end_s[b + j] + (double)i * dt, l->dur_s[b + j]))
+						return -1;
+			ss->recvs[d] += r * (ss->recvs[d] - ss->snap_recvs[d]);
+			ss->snap_sends[d] = l->n;
+		}
+		extrapolate(ss, &f);
+		ss->pc = ss->round_at[end];
+		ss->round = end;
+		ss->have_snap = 0;
+	}
+	return 0;
+}
+
+/* Every stage stands at the start of the same round: when the state repeats, extrapolate up to
+ * the first round whose ops differ from the last one's; else remember the state and go on. */
+static int steady_round(Sim *sim, double *rel, int *acc)
+{
+	double dt;
+	int round = sim->st[0].round, end = round;
+	if (steady_repeats(sim, rel, acc, &dt))
+		end = rounds_alike(sim, round);
+	if (end > round) {
+		if (steady_skip(sim, dt, end))
+			return -1;
+	} else {
+		for (int k = 0; k < sim->n; k++) {
+			StageSim *ss = &sim->st[k];
+			if (snapshot_take(ss, &ss->snap))
+				return -1;
+			ss->have_snap = 1;
+			for (int d = 0; d < 2; d++) {
+				ss->prev_sends[d] = ss->snap_sends[d];
+				ss->snap_sends[d] = ss->sends[d].n;
+				ss->snap_recvs[d] = ss->recvs[d];
+			}
+			ss->round++;
+		}
+	}
+	for (int k = 0; k < sim->n; k++)
+		sim->st[k].at_barrier = 0;
+	return 0;
 }
 
 /* ---- the replay: all stages ---- */
@@ -645,6 +856,17 @@ static int replay(Sim *sim, PxError *err)
 		}
 		if (all_done)
 			break;
+		if (sim->rounds && all_at_barrier(sim)) {
+			if (steady_round(sim, rel, acc)) {
+				rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
+				goto out;
+			}
+			continue;
+		}
+		if (!progress && sim->rounds) { /* never expected: drop the stops, replay in full */
+			steady_off(sim);
+			continue;
+		}
 		if (!progress) {
 			rc = fail_stuck(sim, err);
 			goto out;
@@ -746,6 +968,10 @@ int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *h
 	for (int k = 0; k < sim.n; k++)
 		if (stage_init(&sim.st[k], p, stages[k], k, err))
 			goto out_free;
+	if (steady_init(&sim)) {
+		px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		goto out_free;
+	}
 	if (replay(&sim, err) || summarise(&sim, out, err))
 		goto out_free;
 	rc = 0;

@@ -31,7 +31,8 @@ typedef struct StageTime {
 	double model_flops;       /* forward + backward FLOPs of one rank per step */
 	double hw_flops;          /* the same plus recompute */
 	long long ops;            /* ops simulated */
-	long long ops_extrapolated; /* ops of repeat-block iterations not simulated but extrapolated */
+	long long ops_extrapolated; /* ops of repeat-block iterations and 1F1B steady-state rounds
+				       not simulated but extrapolated */
 } StageTime;
 
 typedef struct TimeResult {
@@ -53,7 +54,8 @@ typedef struct TimeResult {
 } TimeResult;
 
 typedef struct TimelineOpts {
-	int full_replay;          /* 1: replay every repeat-block iteration (no extrapolation) */
+	int full_replay;          /* 1: replay every repeat-block iteration and every pipeline
+				     round (no extrapolation) */
 } TimelineOpts;
 
 /* Replay stages[0 .. p->par.pp) (stage s's schedule) against hw; out is caller-owned and must be

@@ -253,6 +253,41 @@ static void test_jov_add(void)
 	jov_free(&ov);
 }
 
+/* Key and value given apart make what jov_add makes of "KEY=VALUE": the same override, and the
+ * same error where jov_add refuses or splits differently (an empty key, a key with '=', a key
+ * over 255 characters). */
+static void test_jov_add_kv(void)
+{
+	static const char *const kv[][2] = {
+		{"deepspeed.zero_optimization.stage", "3"}, {"cluster.gpu", "\"A100-80GB\""},
+		{"empty", ""}, {"a=b", "c"}, {"", "3"},
+	};
+	char key[400], arg[1024];
+	JsonOverrides a, b;
+	PxError ea = {0}, eb = {0};
+
+	jov_init(&a);
+	jov_init(&b);
+	memset(key, 'k', 300);
+	key[300] = '\0';
+	for (int i = 0; i <= 5; i++) {
+		const char *k = i < 5 ? kv[i][0] : key, *v = i < 5 ? kv[i][1] : "1";
+		snprintf(arg, sizeof(arg), "%s=%s", k, v);
+		int ra = jov_add(&a, arg, &ea), rb = jov_add_kv(&b, k, v, &eb);
+		CU_ASSERT_EQUAL(rb, ra);
+		CU_ASSERT_EQUAL(eb.code, ea.code);
+		EXPECT_STR(eb.msg, ea.msg);
+	}
+	CU_ASSERT_EQUAL_FATAL(b.n, a.n);
+	CU_ASSERT_EQUAL(a.n, 4);
+	for (int i = 0; i < a.n; i++) {
+		EXPECT_STR(b.v[i].key, a.v[i].key);
+		EXPECT_STR(b.v[i].value, a.v[i].value);
+	}
+	jov_free(&a);
+	jov_free(&b);
+}
+
 static void expect_json(const cJSON *root, const char *want)
 {
 	char *got = cJSON_PrintUnformatted(root);
@@ -604,6 +639,7 @@ int test_jdoc_register(void)
 			    {"malformed JSON gives line:col", test_malformed},
 			    {"load errors name the file", test_load_errors},
 			    {"--set arguments are split and checked", test_jov_add},
+			    {"--set key and value apart = KEY=VALUE", test_jov_add_kv},
 			    {"set_path parses, creates and refuses", test_set_path},
 			    {"integer getter", test_get_int},
 			    {"number, bool and string getters", test_get_num_bool_str},

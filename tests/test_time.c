@@ -1,9 +1,9 @@
 /* Time model (issue 4): pipeline bubbles emerging from the replay, overlap hiding a reduction,
- * the collective, compute and copy formulas, repeat-block extrapolation against the full replay,
- * 1,000-GPU scenarios, and the hardware profiles: bundled files against the built-in defaults,
- * and bad input; held-out published runs, predicted against published. Expected values are
- * derived by hand in each test's comment; the profiles' figures are cited in scenarios/hardware/
- * and docs/time_model.md, the published runs in their scenarios' "_source". */
+ * the collective, compute and copy formulas, repeat-block and 1F1B steady-state extrapolation
+ * against the full replay, 1,000-GPU scenarios, and the hardware profiles: bundled files against
+ * the built-in defaults, and bad input; held-out published runs, predicted against published.
+ * Expected values are derived by hand in each test's comment; the profiles' figures are cited in
+ * scenarios/hardware/ and docs/time_model.md, the published runs in their scenarios' "_source". */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdarg.h>
@@ -401,10 +401,72 @@ static void test_offload_stall(void)
 	fx_free(&sc, &pr);
 }
 
-/* ---- the repeat block ---- */
+/* ---- the repeat block and the pipeline's steady state ---- */
+
+/* The scenario at rel with the overrides in sets ("KEY=VALUE" strings, NULL-terminated; sets may
+ * be NULL) replayed in full and with the shortcuts must give the same numbers: every stage's end,
+ * every breakdown field and the FLOPs; the ops not simulated were extrapolated. Adds the ops
+ * extrapolated to *extrapolated. */
+static void expect_shortcut_equals_full(const char *rel, const char *const *sets,
+					long long *extrapolated)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	HwProfile hw;
+	TimeResult a, b;
+	JsonOverrides ov;
+
+	jov_init(&ov);
+	for (int i = 0; sets && sets[i]; i++)
+		CU_ASSERT_EQUAL_FATAL(jov_add(&ov, sets[i], &err), 0);
+	int rc = scenario_load(&sc, px_test_path(rel), &ov, &err);
+	jov_free(&ov);
+	if (rc) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("scenario_load failed");
+		return;
+	}
+	if (predict_run(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s: %s\n", rel, err.msg);
+		CU_FAIL("predict_run failed");
+		scenario_free(&sc);
+		return;
+	}
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	if (run_prediction(&pr, &hw, 1, &a) == 0) {
+		if (run_prediction(&pr, &hw, 0, &b) == 0) {
+			REL_EQ(b.step_s, a.step_s);
+			for (int s = 0; s < a.n_stages; s++) {
+				const TimeBreakdown *x = &a.stages[s].bd, *y = &b.stages[s].bd;
+				CU_ASSERT_EQUAL(a.stages[s].ops_extrapolated, 0);
+				*extrapolated += b.stages[s].ops_extrapolated;
+				REL_EQ(b.stages[s].end_s, a.stages[s].end_s);
+				REL_EQ(y->fwd_s, x->fwd_s);
+				REL_EQ(y->bwd_s, x->bwd_s);
+				REL_EQ(y->recompute_s, x->recompute_s);
+				REL_EQ(y->optimizer_s, x->optimizer_s);
+				REL_EQ(y->bubble_s, x->bubble_s);
+				REL_EQ(y->offload_stall_s, x->offload_stall_s);
+				for (int g = 0; g < N_GROUPS; g++)
+					CU_ASSERT_DOUBLE_EQUAL(y->comm_s[g], x->comm_s[g],
+							       1e-9 * a.step_s);
+				REL_EQ(b.stages[s].model_flops, a.stages[s].model_flops);
+				REL_EQ(b.stages[s].hw_flops, a.stages[s].hw_flops);
+				/* what was not simulated was extrapolated */
+				CU_ASSERT_EQUAL(b.stages[s].ops + b.stages[s].ops_extrapolated,
+						a.stages[s].ops);
+			}
+			timeline_result_free(&b);
+		}
+		timeline_result_free(&a);
+	}
+	predict_free(&pr);
+	scenario_free(&sc);
+}
 
 /* Extrapolating a repeat block once two iterations start from the same state must give the full
- * replay's numbers: every stage's end, every breakdown field and the FLOPs. */
+ * replay's numbers. */
 static void test_extrapolation_equals_full_replay(void)
 {
 	static const char *const names[] = {
@@ -415,54 +477,47 @@ static void test_extrapolation_equals_full_replay(void)
 	long long extrapolated = 0;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char rel[128];
-		Scenario sc;
-		Prediction pr;
-		PxError err = {0};
-		HwProfile hw;
-		TimeResult a, b;
 		snprintf(rel, sizeof(rel), "scenarios/%s.json", names[i]);
-		if (scenario_load(&sc, px_test_path(rel), NULL, &err)) {
-			fprintf(stderr, "\n%s\n", err.msg);
-			CU_FAIL("scenario_load failed");
-			continue;
-		}
-		if (predict_run(&sc, &pr, &err)) {
-			fprintf(stderr, "\n%s\n", err.msg);
-			CU_FAIL("predict_run failed");
-			scenario_free(&sc);
-			continue;
-		}
-		hwprofile_default(&sc.cluster.gpu, &hw);
-		if (run_prediction(&pr, &hw, 1, &a) == 0) {
-			if (run_prediction(&pr, &hw, 0, &b) == 0) {
-				REL_EQ(b.step_s, a.step_s);
-				for (int s = 0; s < a.n_stages; s++) {
-					const TimeBreakdown *x = &a.stages[s].bd, *y = &b.stages[s].bd;
-					CU_ASSERT_EQUAL(a.stages[s].ops_extrapolated, 0);
-					extrapolated += b.stages[s].ops_extrapolated;
-					REL_EQ(y->fwd_s, x->fwd_s);
-					REL_EQ(y->bwd_s, x->bwd_s);
-					REL_EQ(y->recompute_s, x->recompute_s);
-					REL_EQ(y->optimizer_s, x->optimizer_s);
-					REL_EQ(y->bubble_s, x->bubble_s);
-					REL_EQ(y->offload_stall_s, x->offload_stall_s);
-					for (int g = 0; g < N_GROUPS; g++)
-						CU_ASSERT_DOUBLE_EQUAL(y->comm_s[g], x->comm_s[g],
-								       1e-9 * a.step_s);
-					REL_EQ(b.stages[s].model_flops, a.stages[s].model_flops);
-					REL_EQ(b.stages[s].hw_flops, a.stages[s].hw_flops);
-					/* what was not simulated was extrapolated */
-					CU_ASSERT_EQUAL(b.stages[s].ops + b.stages[s].ops_extrapolated,
-							a.stages[s].ops);
-				}
-				timeline_result_free(&b);
-			}
-			timeline_result_free(&a);
-		}
-		predict_free(&pr);
-		scenario_free(&sc);
+		expect_shortcut_equals_full(rel, NULL, &extrapolated);
 	}
 	CU_ASSERT(extrapolated > 0); /* the shortcut was taken somewhere */
+}
+
+/* Extrapolating the 1F1B steady state once every stage starts a round in the state it started
+ * the last one in must give the full replay's numbers too: the bundled pipelined scenarios, and
+ * the GPT-3 13B sweep's base pipelined in ways its sweep covers (depth, micro-batches, tensor
+ * parallelism, recompute, overlap, GPU); the shortcut must be taken on each. */
+static void test_pipeline_steady_state_equals_full_replay(void)
+{
+	static const char *const names[] = {
+		"scenarios/gpt3-175b-tp8-pp8-a100.json",
+		"scenarios/published/narayanan2021-gpt-145.6b.json",
+		"scenarios/published/narayanan2021-gpt-76.1b.json",
+		"scenarios/published/bloom-176b-tp4-pp12-a100.json",
+	};
+	static const char *const sets[][8] = {
+		{"parallelism.pp=2", "deepspeed.gradient_accumulation_steps=16", NULL},
+		{"parallelism.pp=4", "deepspeed.gradient_accumulation_steps=32",
+		 "activation_checkpointing=\"full\"", NULL},
+		{"parallelism.pp=8", "parallelism.tp=2", "deepspeed.gradient_accumulation_steps=32",
+		 "deepspeed.train_micro_batch_size_per_gpu=2", "cluster.gpu=\"A100-40GB\"", NULL},
+		{"parallelism.pp=8", "parallelism.tp=8", "deepspeed.gradient_accumulation_steps=16",
+		 "activation_checkpointing=\"selective\"", "parallelism.sequence_parallel=true",
+		 "deepspeed.zero_optimization.overlap_comm=false", NULL},
+		{"parallelism.pp=4", "parallelism.tp=4", "deepspeed.gradient_accumulation_steps=32",
+		 "deepspeed.zero_optimization.stage=1", "seq_length=2048", NULL},
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		long long extrapolated = 0;
+		expect_shortcut_equals_full(names[i], NULL, &extrapolated);
+		CU_ASSERT(extrapolated > 0);
+	}
+	for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+		long long extrapolated = 0;
+		expect_shortcut_equals_full("scenarios/sweeps/gpt3-13b-64xa100-base.json", sets[i],
+					    &extrapolated);
+		CU_ASSERT(extrapolated > 0);
+	}
 }
 
 /* ---- 1,000-GPU scenarios ---- */
@@ -506,10 +561,13 @@ static void check_large(const char *name, double pp, double m)
 		timeline_train_cost(&r, 300e9, pr.plan.world, &seconds, &gpu_hours);
 		REL_EQ(seconds, 300e9 / r.tokens_per_s);
 		REL_EQ(gpu_hours, seconds * (double)pr.plan.world / 3600);
+		long long ops = 0, extrapolated = 0;
+		for (int s = 0; s < r.n_stages; s++)
+			ops += r.stages[s].ops, extrapolated += r.stages[s].ops_extrapolated;
 		printf("\n# %s: %lld GPUs, step %.2f s, %.0f (model) / %.0f (hardware) TFLOP/s per "
-		       "GPU, MFU %.3f, 300e9 tokens in %.1f days; replayed in %.1f ms ", name,
-		       pr.plan.world, r.step_s, r.tflops_per_gpu, r.hw_tflops_per_gpu, r.mfu,
-		       seconds / 86400, cost * 1e3);
+		       "GPU, MFU %.3f, 300e9 tokens in %.1f days; replayed in %.1f ms (%lld of %lld "
+		       "timed ops simulated) ", name, pr.plan.world, r.step_s, r.tflops_per_gpu,
+		       r.hw_tflops_per_gpu, r.mfu, seconds / 86400, cost * 1e3, ops, ops + extrapolated);
 		timeline_result_free(&r);
 	}
 	predict_free(&pr);
@@ -823,6 +881,8 @@ int test_time_register(void)
 			    {"offload stall and CPU Adam", test_offload_stall},
 			    {"repeat block: extrapolation = full replay",
 			     test_extrapolation_equals_full_replay},
+			    {"1F1B steady state: extrapolation = full replay",
+			     test_pipeline_steady_state_equals_full_replay},
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
 			    {"held-out published runs: predicted vs published", test_published_runs},
 			    {"unmatched pipeline receive", test_unmatched_receive},
