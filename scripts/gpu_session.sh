@@ -54,6 +54,7 @@ done
 		done
 	done
 } | tee "$OUT/zero-claims.txt"
+"$BIN/parallax" plot zero gpt2-small-cuda --db "$DB" --out "$OUT/zero-claims" > /dev/null
 
 log "5. speed: GPT-2 124M bf16, seq 1024"
 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --hw "$OUT/calibration.json" \

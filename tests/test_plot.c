@@ -527,6 +527,57 @@ static void test_compare(void)
 	CU_ASSERT_EQUAL(access(at("d.png"), F_OK), -1);
 }
 
+/* ZeRO's claims plot from measured runs of the CPU executor: stage 0 on 1 rank and stage 3 on 2.
+ * Its table holds the database's rank-0 figures (measured equal to predicted, as the executor is
+ * modelled exactly), and the ideal follows ZeRO's Table 1: 16 bytes a parameter at stage 0 (bf16
+ * parameters and gradients, 12 bytes of AdamW states), divided by N at stage 3, so Z3 N=2 is half
+ * of Z0 N=1. A database without measured runs, and a scenario without any, are refused. */
+static void test_zero(void)
+{
+	char work[256], scn[512], db[512], args[2048];
+	snprintf(work, sizeof(work), "%s", px_test_tmpdir());
+	snprintf(scn, sizeof(scn), "%s/plot-test.json", work);
+	snprintf(db, sizeof(db), "%s/z.db", work);
+	px_test_write_file(scn, EXEC_SCENARIO);
+	snprintf(dir, sizeof(dir), "%s/plots", work);
+	CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0777), 0);
+	CU_ASSERT_EQUAL_FATAL(run("predict '%s' --db '%s'", scn, db), 0); /* predicted runs only */
+	CU_ASSERT_EQUAL(run("plot zero --db '%s' --out '%s'", db, at("z")), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "no measured run"));
+	for (int k = 0; k < 2; k++) {
+		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 1 --db '%s' --set "
+			 "deepspeed.zero_optimization.stage=%d", scn, k + 1, db, 3 * k);
+		CU_ASSERT_EQUAL_FATAL(run_release(args), 0);
+	}
+	CU_ASSERT_EQUAL(run("plot zero nosuch --db '%s' --out '%s'", db, at("z")), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "no measured run of scenario 'nosuch'"));
+	int rc = run("plot zero --db '%s' --out '%s'", db, at("z"));
+	if (rc)
+		fprintf(stderr, "\n%s\n", out);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	check_outputs("z", "Per-rank memory by ZeRO stage and data-parallel ranks: plot-test", 4);
+	char *dat = slurp(at("z.dat"), NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dat);
+	double ideal[2] = {0};
+	for (int k = 0; k < 2; k++) {
+		char head[32];
+		snprintf(head, sizeof(head), "\"Z%d N=%d\"", 3 * k, k + 1);
+		const char *line = strstr(dat, head);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(line);
+		int stage, ranks;
+		long long id;
+		double p, m;
+		CU_ASSERT_EQUAL_FATAL(sscanf(line + strlen(head), "%d %d %lld %lf %lf %lf", &stage,
+					     &ranks, &id, &p, &m, &ideal[k]), 6);
+		double want = view_value(db, id, 0, "memory.gpu.peak_bytes", "predicted") / (1 << 30);
+		CU_ASSERT_DOUBLE_EQUAL(p, want, 1e-6);
+		CU_ASSERT_DOUBLE_EQUAL(m, want, 1e-6);
+	}
+	CU_ASSERT(ideal[0] > 0);
+	CU_ASSERT_DOUBLE_EQUAL(ideal[1], ideal[0] / 2, 2e-6);
+	free(dat);
+}
+
 /* ---- bad input, a missing gnuplot, help ---- */
 
 /* Each exits 2 with one line naming what is wrong and writes nothing. */
@@ -741,6 +792,7 @@ int test_plot_register(void)
 			    {"time: parts, step, tokens/s, MFU", test_time},
 			    {"scaling: batch arithmetic and skipped points", test_scaling},
 			    {"compare: a measured run of parallax run", test_compare},
+			    {"zero: measured runs by stage and ranks, ZeRO's ideal", test_zero},
 			    {"pareto: a front worked by hand", test_pareto_front},
 			    {"pareto: both fronts of a sizing sweep against SQL", test_pareto},
 			    {"bad input exits 2 and writes nothing", test_bad_input},
