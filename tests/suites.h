@@ -43,6 +43,9 @@ const char *px_test_path(const char *rel);
 /* Run the parallax binary (PX_BIN) with a shell-quoted argument string; capture stdout+stderr into
  * out (NUL-terminated, truncated to n). Returns the exit status, or -1 when it could not run. */
 int px_test_run_cli(const char *args, char *out, size_t n);
+/* The same with the release binary (PX_RUN_BIN, else PX_BIN: mpirun's own start-up leaks would
+ * fail a sanitized one), stopped by timeout(1) after timeout_s seconds (exit 124). */
+int px_test_run_release(const char *args, int timeout_s, char *out, size_t n);
 
 /* A fresh temporary directory for this test (mkdtemp); static buffer. */
 const char *px_test_tmpdir(void);

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "suites.h"
 #ifdef PX_HAVE_CUDA
@@ -42,16 +41,7 @@ static const char *scenario(const char *bf16)
 
 static int run(const char *args, char *out, size_t n)
 {
-	const char *bin = getenv("PX_RUN_BIN") ? getenv("PX_RUN_BIN") : getenv("PX_BIN");
-	char cmd[4096];
-	snprintf(cmd, sizeof(cmd), "timeout 300 '%s' %s 2>&1", bin ? bin : "build/rel/parallax", args);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	size_t len = fread(out, 1, n - 1, p);
-	out[len] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return px_test_run_release(args, 300, out, n);
 }
 
 /* --backend cuda refuses what it cannot run, before training: without a device it stops naming

@@ -32,11 +32,13 @@ const char *px_test_path(const char *rel)
 	return buf;
 }
 
-int px_test_run_cli(const char *args, char *out, size_t n)
+/* bin with args under timeout(1) when timeout_s > 0 */
+static int run_bin(const char *bin, const char *args, int timeout_s, char *out, size_t n)
 {
-	const char *bin = getenv("PX_BIN");
-	char cmd[8192];
-	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", bin ? bin : "build/rel/parallax", args);
+	char cmd[8192], limit[32] = "";
+	if (timeout_s > 0)
+		snprintf(limit, sizeof(limit), "timeout %d ", timeout_s);
+	snprintf(cmd, sizeof(cmd), "%s'%s' %s 2>&1", limit, bin ? bin : "build/rel/parallax", args);
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return -1;
@@ -48,6 +50,17 @@ int px_test_run_cli(const char *args, char *out, size_t n)
 		;
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int px_test_run_cli(const char *args, char *out, size_t n)
+{
+	return run_bin(getenv("PX_BIN"), args, 0, out, n);
+}
+
+int px_test_run_release(const char *args, int timeout_s, char *out, size_t n)
+{
+	const char *bin = getenv("PX_RUN_BIN") ? getenv("PX_RUN_BIN") : getenv("PX_BIN");
+	return run_bin(bin, args, timeout_s, out, n);
 }
 
 /* Every temporary directory is removed when the runner exits. */

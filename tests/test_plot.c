@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../cli/plot.h"
@@ -413,17 +412,7 @@ static const char *EXEC_SCENARIO =
 /* Run the release parallax (PX_RUN_BIN: mpirun under a sanitizer leaks) with args. */
 static int run_release(const char *args)
 {
-	const char *bin = getenv("PX_RUN_BIN") ? getenv("PX_RUN_BIN") : getenv("PX_BIN");
-	char cmd[4096];
-	snprintf(cmd, sizeof(cmd), "timeout 120 '%s' %s 2>&1", bin ? bin : "build/rel/parallax",
-		 args);
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	size_t len = fread(out, 1, sizeof(out) - 1, p);
-	out[len] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return px_test_run_release(args, 120, out, sizeof(out));
 }
 
 /* One value of the predicted_vs_measured view, read with SQL rather than through parallax. */
