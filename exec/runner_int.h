@@ -1,0 +1,98 @@
+/* runner_int: the runner's insides, shared by its two files: runner.c (the schedule interpreter
+ * and set-up) and runner_state.c (the optimizer over this rank's partition, and checkpoints of
+ * the state it keeps). Not for use outside exec/runner*.c. */
+#ifndef PX_EXEC_RUNNER_INT_H
+#define PX_EXEC_RUNNER_INT_H
+
+#include "runner.h"
+
+/* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
+ * where it sits in the master weights and optimizer states. */
+typedef struct Seg {
+	void *params, *grads;
+	Dtype gdt;          /* the gradients' storage: fp32 on the host under optimizer offload */
+	long long part_off, n;
+} Seg;
+
+struct Runner {
+	const Plan *p;
+	const Schedule *s;
+	const StagePlan *st;
+	Comm *dp, *world;
+	const ComputeBackend *cb;
+	void *cx;               /* the backend's context */
+	int own_cx;             /* created (and destroyed) here */
+	float *scalar;          /* the backend's memory for one-value all-reduces (NCCL reads only
+				   device memory); outside the arena, as the schedule has no buffer */
+	RunnerRuntime rt;
+	int rank, n;            /* data-parallel rank and size */
+	GptConfig cfg;
+	int B, T, head;
+	Arena arena;
+	void **buf;             /* by buffer id */
+	size_t *size;
+	const Op **alloc_of;
+	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
+	int id_grad32, id_hidden, id_scratch, id_tied;
+	int *u_fp32, *u_fp32g, *u_act, *u_ckpt, *u_gathered, *u_loaded;
+	int buckets[2], n_buckets, cur_bucket, bucket_fresh;
+	long long *unit_part_off, *persist_off, persist_part_off, persist_cnt;
+	Dtype pdt, gdt;
+	int offload;            /* optimizer offload: fp32 gradients, master and states on the host */
+	int params_by_copy;     /* updated parameters reach the device by a copy after the update */
+	double loss_scale, loss_sum, sumsq;
+	long good_steps, opt_steps;
+	int hysteresis, overflow, have_overflow, have_norm;
+	int updated;            /* this step's optimizer updated the master weights */
+	int *inputs, *targets, *sample;
+	Seg *segs;
+	int n_segs;
+	double op_s[RUNNER_N_TIMES]; /* wall time per kind of op, summed over the steps */
+};
+
+/* ---- storage in fp32, fp16 or bf16 ---- */
+
+static inline size_t dt_bytes(Dtype d) { return (size_t)dtype_bytes(d); }
+
+/* Conversions and sums through the compute backend (device memory on CUDA). */
+static inline void to_f32(Runner *r, float *dst, const void *src, size_t n, Dtype d)
+{
+	r->cb->convert(r->cx, dst, DT_FP32, src, d, n);
+}
+
+static inline void from_f32(Runner *r, void *dst, const float *src, size_t n, Dtype d)
+{
+	r->cb->convert(r->cx, dst, d, src, DT_FP32, n);
+}
+
+/* dst += src, dst in storage dtype d, src in src_d */
+static inline void add_into(Runner *r, void *dst, const void *src, Dtype src_d, size_t n, Dtype d)
+{
+	r->cb->add(r->cx, dst, d, src, src_d, n);
+}
+
+static inline void zero(Runner *r, int id)
+{
+	r->cb->zero(r->cx, r->buf[id], r->size[id]);
+}
+
+static inline void *at(void *base, long long elems, Dtype d)
+{
+	return (char *)base + (size_t)elems * dt_bytes(d);
+}
+
+static inline CommDtype comm_dt(Dtype d)
+{
+	return d == DT_FP32 ? COMM_FP32 : d == DT_BF16 ? COMM_BF16 : COMM_FP16;
+}
+
+/* ---- runner_state.c ---- */
+
+/* The optimizer's slices of this rank's partition (r->segs), once the set-up has allocated it. */
+void runner_make_segments(Runner *r);
+double runner_local_sumsq(const Runner *r);  /* of this rank's gradients, unscaled */
+int runner_local_overflow(const Runner *r);  /* any inf or NaN in them */
+/* One update of this rank's partition (or a skipped one on fp16 overflow), then zeroed grads. */
+void runner_optimize(Runner *r, StepResult *res);
+
+#endif

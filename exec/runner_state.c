@@ -1,0 +1,230 @@
+/* runner_state: what the runner keeps from step to step: the optimizer over this rank's
+ * partition (segments, the global norm's and overflow's local parts, fp16 loss scaling, the update)
+ * and checkpoints of that state. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner_int.h"
+
+/* ---- the optimizer over this rank's partition ---- */
+
+/* This rank's gradient partition at element off (stage 2-3, on the device); NULL under offload,
+ * where the partition is the host's fp32 gradients instead. */
+static void *partition_grads(Runner *r, long long off)
+{
+	return r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], off, r->gdt) : NULL;
+}
+
+void runner_make_segments(Runner *r)
+{
+	const Plan *p = r->p;
+	const StagePlan *st = r->st;
+	int n = 0;
+	if (p->stage == 0) {
+		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], r->gdt, 0,
+				     st->flat_dense};
+	} else if (p->stage < 3) {
+		for (int i = 0; i < st->n_buckets; i++) {
+			long long cnt = st->buckets[i].padded / r->n;
+			long long mine = st->buckets[i].flat_off + r->rank * cnt;
+			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
+				partition_grads(r, st->buckets[i].flat_off / r->n);
+			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt,
+					     st->buckets[i].flat_off / r->n, cnt};
+		}
+	} else {
+		for (int u = 0; u < p->n_units; u++)
+			if (p->units[u].part_dense > 0)
+				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+						     partition_grads(r, r->unit_part_off[u]), r->gdt,
+						     r->unit_part_off[u], p->units[u].part_dense};
+		if (r->persist_cnt > 0)
+			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
+					     partition_grads(r, r->persist_part_off), r->gdt,
+					     r->persist_part_off, r->persist_cnt};
+	}
+	r->n_segs = n;
+	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
+		r->segs[i].grads = (float *)r->buf[r->id_grad32] + r->segs[i].part_off;
+		r->segs[i].gdt = DT_FP32;
+	}
+}
+
+double runner_local_sumsq(const Runner *r)
+{
+	double s = 0;
+	for (int i = 0; i < r->n_segs; i++)
+		s += r->cb->sum_squares(r->cx, r->segs[i].grads, r->segs[i].gdt, (size_t)r->segs[i].n);
+	return s;
+}
+
+int runner_local_overflow(const Runner *r)
+{
+	for (int i = 0; i < r->n_segs; i++)
+		if (r->cb->nonfinite(r->cx, r->segs[i].grads, r->segs[i].gdt, (size_t)r->segs[i].n))
+			return 1;
+	return 0;
+}
+
+static void zero_grads(Runner *r)
+{
+	int ids[2] = {r->p->stage < 2 ? r->id_grads : r->id_gradpart, r->offload ? r->id_grad32 : -1};
+	for (int i = 0; i < 2; i++)
+		if (ids[i] >= 0)
+			zero(r, ids[i]);
+}
+
+/* fp16 dynamic loss scaling as DeepSpeed's: halve on overflow once hysteresis is used up (not
+ * below min_loss_scale), double after loss_scale_window good steps. */
+static void update_scale(Runner *r, int overflow)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	if (ds->dtype != DT_FP16 || ds->loss_scale > 0)
+		return;
+	if (overflow) {
+		if (--r->hysteresis <= 0) {
+			r->loss_scale = fmax(r->loss_scale / 2, ds->min_loss_scale);
+			r->hysteresis = (int)ds->hysteresis;
+		}
+		r->good_steps = 0;
+	} else if (++r->good_steps % ds->loss_scale_window == 0) {
+		r->loss_scale *= 2;
+	}
+}
+
+void runner_optimize(Runner *r, StepResult *res)
+{
+	const Plan *p = r->p;
+	const DsConfig *ds = &p->sc->ds;
+	int overflow = ds->dtype == DT_FP16 ? (r->have_overflow ? r->overflow : runner_local_overflow(r)) : 0;
+	double sumsq = r->have_norm ? r->sumsq : runner_local_sumsq(r);
+	double unscale = 1.0 / (r->loss_scale * (double)r->n);
+	res->grad_norm = sqrt(sumsq) * unscale;
+	res->skipped = overflow;
+	res->loss_scale = r->loss_scale;
+	update_scale(r, overflow);
+	if (overflow) {
+		zero_grads(r);
+		return;
+	}
+	float clip = ops_clip_coef(res->grad_norm, (float)ds->gradient_clipping);
+	long long part = r->st->part_elems;
+	float *m = r->id_states >= 0 ? r->buf[r->id_states] : NULL, *v = m ? m + part : NULL;
+	int sgd = !strcasecmp(ds->optimizer, "SGD");
+	r->opt_steps++;
+	res->lr = dsconfig_lr(ds, r->opt_steps);
+	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
+	for (int i = 0; i < r->n_segs; i++) {
+		const Seg *sg = &r->segs[i];
+		float *g32 = sg->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
+		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
+		if (sg->gdt != DT_FP32)
+			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
+		if (sgd) /* the momentum buffer is the one state, when momentum is on */
+			r->cb->sgd(r->cx, p->opt_place, w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n,
+				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay,
+				   (float)(clip * unscale));
+		else
+			r->cb->adamw(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off, g32,
+				     (size_t)sg->n, &h, r->opt_steps, (float)(clip * unscale));
+		if (p->mixed && !r->params_by_copy)
+			from_f32(r, sg->params, w, (size_t)sg->n, r->pdt);
+	}
+	r->updated = 1;
+	zero_grads(r);
+}
+
+/* ---- checkpoints ---- */
+
+#define CKPT_MAGIC 0x50584b43 /* "CKXP" */
+
+typedef struct CkptHeader {
+	uint32_t magic, version;
+	int32_t rank, n, stage, n_bufs;
+	int64_t opt_steps, good_steps;
+	int32_t hysteresis, pad;
+	double loss_scale;
+} CkptHeader;
+
+/* The buffers that carry state from step to step: those the set-up allocates, but gradients. */
+static int is_state(const Runner *r, int id)
+{
+	const Op *a = r->alloc_of[id];
+	if (!a || !r->buf[id] || a->cat == CAT_GRADS)
+		return 0;
+	return a->what == BUF_PARAMS || a->what == BUF_PARAM_PART || a->what == BUF_PERSISTENT ||
+	       a->what == BUF_MASTER || a->what == BUF_OPT_STATES;
+}
+
+/* The largest state buffer: the host staging area that save and load go through (the state may
+ * be device memory). Caller frees. */
+static void *state_staging(const Runner *r, PxError *err)
+{
+	size_t most = 1;
+	for (int id = 0; id < r->s->n_bufs; id++)
+		if (is_state(r, id) && r->size[id] > most)
+			most = r->size[id];
+	void *host = malloc(most);
+	if (!host)
+		px_fail(err, PX_ERR_RUNTIME, "out of memory staging a checkpoint");
+	return host;
+}
+
+int runner_save(const Runner *r, FILE *f, PxError *err)
+{
+	CkptHeader h = {CKPT_MAGIC, 1, r->rank, r->n, r->p->stage, r->s->n_bufs, r->opt_steps,
+			r->good_steps, r->hysteresis, 0, r->loss_scale};
+	void *host = state_staging(r, err);
+	if (!host)
+		return -1;
+	int rc = fwrite(&h, sizeof(h), 1, f) == 1 ? 0 :
+		 px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+	for (int id = 0; !rc && id < r->s->n_bufs; id++) {
+		if (!is_state(r, id))
+			continue;
+		int64_t meta[2] = {id, (int64_t)r->size[id]};
+		r->cb->to_host(r->cx, host, r->buf[id], r->size[id]);
+		if (r->cb->check(r->cx, err))
+			rc = -1;
+		else if (fwrite(meta, sizeof(meta), 1, f) != 1 ||
+			 fwrite(host, 1, r->size[id], f) != r->size[id])
+			rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+	}
+	free(host);
+	return rc;
+}
+
+int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
+{
+	CkptHeader h;
+	if (fread(&h, sizeof(h), 1, f) != 1 || h.magic != CKPT_MAGIC || h.version != 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: not a parallax checkpoint", path);
+	if (h.rank != r->rank || h.n != r->n || h.stage != r->p->stage || h.n_bufs != r->s->n_bufs)
+		return px_fail(err, PX_ERR_INPUT, "%s: saved by rank %d of %d at ZeRO stage %d; this is "
+			       "rank %d of %d at stage %d: resume with the same ranks and scenario", path,
+			       h.rank, h.n, h.stage, r->rank, r->n, r->p->stage);
+	void *host = state_staging(r, err);
+	if (!host)
+		return -1;
+	for (int id = 0; id < r->s->n_bufs; id++) {
+		if (!is_state(r, id))
+			continue;
+		int64_t meta[2];
+		if (fread(meta, sizeof(meta), 1, f) != 1 || meta[0] != id ||
+		    meta[1] != (int64_t)r->size[id] || fread(host, 1, r->size[id], f) != r->size[id]) {
+			free(host);
+			return px_fail(err, PX_ERR_INPUT, "%s: its buffers do not match this scenario's "
+				       "(buffer %d)", path, id);
+		}
+		r->cb->from_host(r->cx, r->buf[id], host, r->size[id]);
+	}
+	free(host);
+	if (r->cb->check(r->cx, err))
+		return -1;
+	r->opt_steps = h.opt_steps;
+	r->good_steps = h.good_steps;
+	r->hysteresis = h.hysteresis;
+	r->loss_scale = h.loss_scale;
+	return 0;
+}
