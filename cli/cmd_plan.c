@@ -36,7 +36,7 @@ typedef struct Cell {
 static const char *const DEFAULT_SEARCH =
 	"{\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3], \"parallelism.tp\": [1, 2, 4, 8],"
 	" \"parallelism.pp\": [1, 2, 4, 8], \"deepspeed.train_micro_batch_size_per_gpu\": [1, 2, 4],"
-	" \"activation_checkpointing\": [\"none\", \"full\"]}";
+	" \"activation_checkpointing\": [\"none\", \"selective\", \"full\"]}";
 
 /* Write a sweep file for one cell and load it: the plan's base and search at this GPU and size. */
 static int cell_sweep(const char *plan_path, const cJSON *plan, const char *gpu, long long nodes,
