@@ -24,10 +24,10 @@
 #endif
 
 static const char USAGE[] =
-	"usage: parallax calibrate --out FILE [--gpu NAME] [--quick]\n"
+	"usage: parallax calibrate --out FILE [--gpu NAME] [--dtype bf16|fp32] [--quick]\n"
 	"\n"
 	"Measure this machine's first CUDA GPU and write a hardware profile for the simulator:\n"
-	"bf16 matrix-product efficiency at 512^3 to 8192^3, device-to-device and pinned\n"
+	"matrix-product efficiency at 512^3 to 8192^3, device-to-device and pinned\n"
 	"host-to-device copy efficiency against the catalog's peaks, and the memory the CUDA\n"
 	"context and cuBLAS (with its 32 MiB workspace) take. Fields it does not measure keep the\n"
 	"catalog GPU's defaults. Use it with `parallax predict --hw FILE` or `parallax run --hw\n"
@@ -36,6 +36,9 @@ static const char USAGE[] =
 	"  --out FILE   the profile to write (JSON)\n"
 	"  --gpu NAME   the catalog GPU it describes (parallax gpus); default: from the device's\n"
 	"               name (H100 SXM/PCIe, H200, A100 40/80GB, V100)\n"
+	"  --dtype T    the matrix products' precision, whose peak the efficiencies divide: bf16\n"
+	"               (default: DeepSpeed's mixed precision) or fp32 (what the executor's kernels\n"
+	"               compute in: use it to predict `parallax run --backend cuda`)\n"
 	"  --quick      matrix products up to 4096^3 only, fewer repetitions\n"
 	"Exit status: 0 written, 1 no device or a failure while measuring, 2 bad usage.\n";
 
@@ -57,6 +60,7 @@ static const char *catalog_name(const char *device)
 
 typedef struct Measured {
 	char device[256], gpu[32];
+	int fp32;                           /* the products were fp32, else bf16 */
 	int n_gemm;
 	double gemm_flops[8], gemm_rate[8]; /* FLOPs of one product, FLOP/s achieved */
 	double d2d_Bps, h2d_Bps;
@@ -99,7 +103,8 @@ static int measure(Measured *m, const char *gpu, int quick, PxError *err)
 	snprintf(m->gpu, sizeof(m->gpu), "%s", name);
 	for (int n = 512; n <= (quick ? 4096 : 8192); n *= 2) {
 		m->gemm_flops[m->n_gemm] = 2.0 * n * (double)n * n;
-		m->gemm_rate[m->n_gemm++] = bench_cuda_gemm_flops(ctx, CDT_BF16, n, quick ? 5 : 20);
+		m->gemm_rate[m->n_gemm++] = bench_cuda_gemm_flops(ctx, m->fp32 ? CDT_F32 : CDT_BF16, n,
+								  quick ? 5 : 20);
 	}
 	m->d2d_Bps = bench_cuda_copy_Bps(ctx, 0, (size_t)1 << 30, quick ? 5 : 20);
 	m->h2d_Bps = bench_cuda_copy_Bps(ctx, 1, (size_t)256 << 20, quick ? 5 : 20);
@@ -133,17 +138,21 @@ static cJSON *profile_json(const Measured *m, const GpuSpec *spec)
 		 "keep %s's built-in profile", m->device, stamp, m->gpu);
 	cJSON_AddStringToObject(j, "_comment", note);
 	cJSON_AddStringToObject(j, "gpu", m->gpu);
+	double peak = (m->fp32 ? spec->tflops_fp32 : spec->tflops_bf16) * 1e12;
 	for (int i = 0; i < m->n_gemm; i++) {
 		cJSON *pt = cJSON_CreateArray();
 		cJSON_AddItemToArray(pt, cJSON_CreateNumber(m->gemm_flops[i]));
 		cJSON_AddItemToArray(pt, cJSON_CreateNumber(
-			fraction(m->gemm_rate[i], spec->tflops_bf16 * 1e12, "a bf16 matrix product")));
+			fraction(m->gemm_rate[i], peak, "a matrix product")));
 		cJSON_AddItemToArray(curve, pt);
 	}
 	cJSON_AddItemToObject(c, "gemm_efficiency", curve);
-	cJSON_AddStringToObject(c, "_gemm_efficiency", "bf16 n^3 products, n = 512 doubling up, "
-				"median of timed repetitions (CUDA events) on random data, over the "
-				"catalog's dense bf16 peak");
+	cJSON_AddStringToObject(c, "_gemm_efficiency", m->fp32 ?
+				"fp32 n^3 products (no TF32), n = 512 doubling up, median of timed "
+				"repetitions (CUDA events) on random data, over the catalog's fp32 peak: "
+				"for predicting the executor, which computes in fp32" :
+				"bf16 n^3 products, n = 512 doubling up, median of timed repetitions (CUDA "
+				"events) on random data, over the catalog's dense bf16 peak");
 	cJSON_AddNumberToObject(c, "hbm_efficiency",
 				fraction(m->d2d_Bps, spec->hbm_GBps * 1e9, "HBM copy bandwidth"));
 	cJSON_AddStringToObject(c, "_hbm_efficiency", "a 1 GiB device-to-device copy, bytes read and "
@@ -186,9 +195,10 @@ static int write_profile(const char *path, const char *text, PxError *err)
 	return 0;
 }
 
-static int calibrate(const char *out, const char *gpu, int quick, PxError *err)
+static int calibrate(const char *out, const char *gpu, int fp32, int quick, PxError *err)
 {
 	Measured m = {0};
+	m.fp32 = fp32;
 	if (measure(&m, gpu, quick, err))
 		return -1;
 	const GpuSpec *spec = cluster_find_gpu(m.gpu);
@@ -200,10 +210,12 @@ static int calibrate(const char *out, const char *gpu, int quick, PxError *err)
 	if (rc)
 		return -1;
 	printf("# parallax calibrate: %s (catalog %s) -> %s\n", m.device, m.gpu, out);
+	double peak = fp32 ? spec->tflops_fp32 : spec->tflops_bf16;
 	printf("%-26s %14s %14s %8s\n", "measurement", "achieved", "catalog peak", "fraction");
 	for (int i = 0; i < m.n_gemm; i++)
-		printf("bf16 GEMM %4.0f^3 TFLOP/s  %14.1f %14.1f %8.3f\n", cbrt(m.gemm_flops[i] / 2),
-		       m.gemm_rate[i] / 1e12, spec->tflops_bf16, m.gemm_rate[i] / 1e12 / spec->tflops_bf16);
+		printf("%s GEMM %4.0f^3 TFLOP/s  %14.1f %14.1f %8.3f\n", fp32 ? "fp32" : "bf16",
+		       cbrt(m.gemm_flops[i] / 2), m.gemm_rate[i] / 1e12, peak,
+		       m.gemm_rate[i] / 1e12 / peak);
 	printf("%-26s %14.1f %14.1f %8.3f\n", "HBM copy GB/s", m.d2d_Bps / 1e9, spec->hbm_GBps,
 	       m.d2d_Bps / 1e9 / spec->hbm_GBps);
 	printf("%-26s %14.1f %14.1f %8.3f\n", "host-to-device GB/s", m.h2d_Bps / 1e9, spec->pcie_GBps,
@@ -219,17 +231,26 @@ int cmd_calibrate(int argc, char **argv)
 {
 	static const struct option longs[] = {
 		{"out", required_argument, 0, 'o'}, {"gpu", required_argument, 0, 'g'},
-		{"quick", no_argument, 0, 'q'},     {"help", no_argument, 0, 'h'},
+		{"quick", no_argument, 0, 'q'},     {"dtype", required_argument, 0, 'd'},
+		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *out = NULL, *gpu = NULL;
-	int quick = 0, c;
+	int quick = 0, fp32 = 0, c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'g': gpu = optarg; break;
 		case 'q': quick = 1; break;
+		case 'd':
+			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) {
+				fprintf(stderr, "parallax calibrate: --dtype %s: expected bf16 or fp32\n",
+					optarg);
+				return 2;
+			}
+			fp32 = !strcmp(optarg, "fp32");
+			break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); return 2;
 		}
@@ -246,13 +267,13 @@ int cmd_calibrate(int argc, char **argv)
 	}
 #ifdef PX_HAVE_CUDA
 	PxError err = {0};
-	if (calibrate(out, gpu, quick, &err)) {
+	if (calibrate(out, gpu, fp32, quick, &err)) {
 		fprintf(stderr, "parallax calibrate: %s\n", err.msg);
 		return err.code == PX_ERR_INPUT ? 2 : 1;
 	}
 	return 0;
 #else
-	(void)quick, (void)catalog_name;
+	(void)quick, (void)fp32, (void)catalog_name;
 	fprintf(stderr, "parallax calibrate: this parallax was built without CUDA (no nvcc under "
 		"CUDA_HOME when it was built)\n");
 	return 1;

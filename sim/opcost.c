@@ -25,10 +25,15 @@ static double over(double bytes, double rate)
 	return rate > 0 ? bytes / rate : INFINITY;
 }
 
+Dtype opcost_compute_dtype(const Plan *p)
+{
+	return p->executor ? DT_FP32 : p->sc->ds.dtype;
+}
+
 double opcost_dtype_peak(const Plan *p)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
-	switch (p->sc->ds.dtype) {
+	switch (opcost_compute_dtype(p)) {
 	case DT_BF16: return g->tflops_bf16 * 1e12;
 	case DT_FP16: return g->tflops_fp16 * 1e12;
 	default: return g->tflops_fp32 * 1e12;

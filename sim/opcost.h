@@ -17,7 +17,10 @@ double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage);
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
 
-/* The dense peak of the plan's training dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
+/* The dense peak of the plan's compute dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
+/* The precision the GEMMs run in: the training dtype, but fp32 for the executor (backend cpu or
+ * cuda), whose kernels compute on fp32 working copies of each unit. */
+Dtype opcost_compute_dtype(const Plan *p);
 double opcost_dtype_peak(const Plan *p);
 
 /* Durations of compute ops and collectives, each priced once and then looked up by everything it

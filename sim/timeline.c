@@ -939,7 +939,7 @@ static int check_peaks(const Plan *p, PxError *err)
 	const GpuSpec *g = &p->sc->cluster.gpu;
 	if (opcost_dtype_peak(p) > 0)
 		return 0;
-	Dtype dt = p->sc->ds.dtype;
+	Dtype dt = opcost_compute_dtype(p);
 	const char *key = dt == DT_BF16 ? "tflops_bf16" : dt == DT_FP16 ? "tflops_fp16" : "tflops_fp32";
 	return px_fail(err, PX_ERR_INPUT, "%s: cluster.%s: %s has no %s peak, which the time model "
 		       "needs for %s training; set cluster.%s or train in another precision",

@@ -158,7 +158,27 @@ static void test_memory_claims(void)
 		}
 }
 
+/* The step time predicted from this GPU's calibration (fp32 matrix products: what the executor's
+ * kernels compute in) is within 10% of the measured mean step, on GPT-2 124M at sequence 1024 with
+ * one GPU (scenarios/gpt2-124m-cuda.json); 20 steps, so the first one's set-up weighs little. */
+static void test_step_time(void)
+{
+	char cal[512], hw[600], text[8192], args[1024];
+	snprintf(cal, sizeof(cal), "%s/calibration-fp32.json", px_test_tmpdir());
+	snprintf(args, sizeof(args), "calibrate --dtype fp32 --quick --out '%s'", cal);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, text, sizeof(text)), 0);
+	snprintf(hw, sizeof(hw), "--hw '%s'", cal);
+	cJSON *j = run_json(px_test_path("scenarios/gpt2-124m-cuda.json"), "cuda", 1, 0, 20, hw);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	double pred = num(j, "predicted", "time.step_s"), meas = num(j, "measured", "time.step_s");
+	printf("\n# cuda GPT-2 124M: step %.4f s predicted, %.4f s measured (%+.1f%%)", pred, meas,
+	       100 * (meas - pred) / pred);
+	CU_ASSERT(fabs(meas - pred) <= 0.10 * pred);
+	cJSON_Delete(j);
+}
+
 static const PxTestCase GPU_TESTS[] = {
+	{"step time within 10% of the calibrated prediction", test_step_time},
 	{"cuda losses equal the CPU's, stages 0-3 x 1,2 ranks", test_losses_match_cpu},
 	{"per-rank memory on one GPU, stages 0-3 x 1,2,4 ranks", test_memory_claims},
 };
