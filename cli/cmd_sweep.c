@@ -90,6 +90,7 @@ static void *worker(void *arg)
 {
 	Job *j = arg;
 	Batch *b = calloc(1, sizeof(*b));
+	SweepMemo *memo = sweep_memo_create(); /* NULL: every point priced in full */
 	PxError err;
 	while (b && !interrupted) {
 		long long i = atomic_fetch_add(&j->next, 1);
@@ -97,7 +98,7 @@ static void *worker(void *arg)
 			break;
 		if (i % j->shard_n != j->shard_i || (j->done && (j->done[i / 8] & (1 << (i % 8)))))
 			continue;
-		if (sweep_eval(j->sw, i, &b->r[b->n], &err)) {
+		if (sweep_eval_memo(j->sw, memo, i, &b->r[b->n], &err)) {
 			pthread_mutex_lock(&j->mu);
 			j->failed = 1;
 			j->err = err;
@@ -114,6 +115,7 @@ static void *worker(void *arg)
 		push(j, b);
 	else
 		free(b);
+	sweep_memo_destroy(memo);
 	pthread_mutex_lock(&j->mu);
 	j->workers_left--;
 	pthread_cond_broadcast(&j->cv);
