@@ -2,6 +2,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,11 @@ static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 			if (!(ax->values[i] = cJSON_PrintUnformatted(v)))
 				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		sw->n_points *= ax->n;
+	}
+	long long stride = 1;
+	for (int a = sw->n_axes - 1; a >= 0; a--) {
+		sw->axes[a].stride = stride;
+		stride *= sw->axes[a].n;
 	}
 	return 0;
 }
@@ -286,14 +292,15 @@ typedef struct MemoEntry {
 
 struct SweepMemo {
 	MemoEntry e[MEMO_SLOTS];
-	long long taken; /* results taken instead of priced */
+	uint64_t plain[SWEEP_MAX_AXES]; /* bit i: axis a's value i has read without error, not
+					    "auto", at a stage that does not read it */
+	long long taken;                /* results taken instead of priced */
+	long long unread;               /* of which taken before reading the scenario */
 };
 
 SweepMemo *sweep_memo_create(void)
 {
-	SweepMemo *m = malloc(sizeof(*m));
-	if (m)
-		m->taken = 0;
+	SweepMemo *m = calloc(1, sizeof(*m));
 	for (int i = 0; m && i < MEMO_SLOTS; i++)
 		m->e[i].key = -1;
 	return m;
@@ -304,31 +311,61 @@ void sweep_memo_destroy(SweepMemo *m)
 	free(m);
 }
 
-long long sweep_memo_taken(const SweepMemo *m)
+long long sweep_memo_taken(const SweepMemo *m, long long *unread)
 {
+	if (unread)
+		*unread = m ? m->unread : 0;
 	return m ? m->taken : 0;
 }
 
 /* The slot for a point in m, or NULL when it reads every axis: a point that leaves axes unread
  * shares its result with those whose other axes are the same and which leave the same axes
  * unread (so that each of them reads nothing the others set differently). */
+static MemoEntry *slot_of(SweepMemo *m, long long key)
+{
+	return &m->e[((unsigned long long)key * 0x9E3779B97F4A7C15ull) >> 58]; /* 64 slots */
+}
+
 static MemoEntry *memo_slot(const Sweep *sw, SweepMemo *m, const Scenario *sc, long long idx,
 			    const int *digit, unsigned *unread, long long *key)
 {
-	long long stride = 1;
 	*unread = 0;
 	*key = idx;
-	for (int a = sw->n_axes - 1; a >= 0; a--) {
+	for (int a = 0; a < sw->n_axes; a++) {
 		const SweepAxis *ax = &sw->axes[a];
 		if (sc->ds.zero.stage < ax->unread_below && !(sc->ds.autos & ax->auto_bit)) {
 			*unread |= 1u << a;
-			*key -= digit[a] * stride;
+			*key -= digit[a] * ax->stride;
+			if (m && digit[a] < 64)
+				m->plain[a] |= 1ull << digit[a];
 		}
-		stride *= ax->n;
 	}
 	if (!m || !*unread)
 		return NULL;
-	return &m->e[((unsigned long long)*key * 0x9E3779B97F4A7C15ull) >> 58]; /* 64 slots */
+	return slot_of(m, *key);
+}
+
+/* The kept result a point takes before its scenario is read, or NULL: one kept for a set S of
+ * unread axes, whose point had the same values on every other axis, where this point's values
+ * on S are plain. Then this point reads what that one read: its stage is the same, so S is not
+ * read, and its scenario reads without error and without "auto" (the values off S are the
+ * other point's; those on S are each checked alone, by their key's own type and range). */
+static MemoEntry *memo_find(const Sweep *sw, SweepMemo *m, long long idx, const int *digit)
+{
+	unsigned cand = 0;
+	for (int a = 0; m && a < sw->n_axes; a++)
+		if (sw->axes[a].unread_below && digit[a] < 64 && (m->plain[a] >> digit[a] & 1))
+			cand |= 1u << a;
+	for (unsigned set = cand; set; set = (set - 1) & cand) { /* every non-empty subset */
+		long long key = idx;
+		for (int a = 0; a < sw->n_axes; a++)
+			if (set >> a & 1)
+				key -= digit[a] * sw->axes[a].stride;
+		MemoEntry *e = slot_of(m, key);
+		if (e->key == key && e->unread == set)
+			return e;
+	}
+	return NULL;
 }
 
 /* All of a result but its point's index and configuration. */
@@ -388,6 +425,14 @@ int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r
 	}
 	append(r->config, sizeof(r->config), &at, "}");
 
+	MemoEntry *e = memo_find(sw, m, idx, digit);
+	if (e) {
+		jov_free(&ov);
+		result_take(r, &e->r);
+		m->taken++;
+		m->unread++;
+		return 0;
+	}
 	if (scenario_derive(&sc, &sw->base, &ov, &why)) {
 		jov_free(&ov);
 		if (why.code == PX_ERR_RUNTIME)
@@ -397,7 +442,7 @@ int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r
 		return 0;
 	}
 	jov_free(&ov);
-	MemoEntry *e = memo_slot(sw, m, &sc, idx, digit, &unread, &key);
+	e = memo_slot(sw, m, &sc, idx, digit, &unread, &key);
 	if (e && e->key == key && e->unread == unread) {
 		result_take(r, &e->r);
 		m->taken++;

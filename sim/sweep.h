@@ -18,6 +18,7 @@ typedef struct SweepAxis {
 	char **values;   /* owned; each as --set takes it (JSON text) */
 	int unread_below; /* a ZeRO stage below which the engine never reads this key, else 0 */
 	unsigned auto_bit; /* AUTO_*: with "auto" there, it is read at any stage */
+	long long stride;  /* points between one value and the next (the later axes' product) */
 } SweepAxis;
 
 typedef struct Sweep {
@@ -62,7 +63,9 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err);
 typedef struct SweepMemo SweepMemo;
 SweepMemo *sweep_memo_create(void); /* owned by the caller; NULL when out of memory */
 void sweep_memo_destroy(SweepMemo *m);
-long long sweep_memo_taken(const SweepMemo *m); /* results taken instead of priced */
+/* Results taken instead of priced; *unread (when not NULL): of which taken before the point's
+ * scenario was read. */
+long long sweep_memo_taken(const SweepMemo *m, long long *unread);
 /* sweep_eval, taking and leaving results in m (NULL: price every point in full). */
 int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r, PxError *err);
 
