@@ -131,7 +131,8 @@ run: $(BIN)
 
 # Sweep throughput on one core over the GPT-3 13B / 64 A100 space (1.1M points), and again on a
 # tenth of it: points/s and peak memory side by side show the rate and that memory does not grow
-# with the number of points.
+# with the number of points. The tenth's stride splits the groups of points that share a result
+# (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point.
 bench: $(BIN)
 	@echo "== sweep, 1 thread, 110,592 points (shard 0/10: every tenth point)"
 	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress \

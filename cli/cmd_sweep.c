@@ -42,6 +42,7 @@ static const char USAGE[] =
 	"  --no-progress   no progress bar (it is shown only on a terminal anyway)\n";
 
 #define BATCH 256
+#define CLAIM 64 /* consecutive indices a worker takes at a time */
 
 typedef struct Batch {
 	PointResult r[BATCH];
@@ -90,30 +91,38 @@ static void *worker(void *arg)
 {
 	Job *j = arg;
 	Batch *b = calloc(1, sizeof(*b));
+	SweepMemo *memo = sweep_memo_create(); /* NULL: every point priced in full */
 	PxError err;
 	while (b && !interrupted) {
-		long long i = atomic_fetch_add(&j->next, 1);
-		if (i >= j->sw->n_points)
+		/* runs of consecutive points, so that points sharing a result (sweep.c's memo: they
+		 * differ only in the last axes) meet in one worker */
+		long long first = atomic_fetch_add(&j->next, CLAIM);
+		if (first >= j->sw->n_points)
 			break;
-		if (i % j->shard_n != j->shard_i || (j->done && (j->done[i / 8] & (1 << (i % 8)))))
-			continue;
-		if (sweep_eval(j->sw, i, &b->r[b->n], &err)) {
-			pthread_mutex_lock(&j->mu);
-			j->failed = 1;
-			j->err = err;
-			pthread_mutex_unlock(&j->mu);
-			interrupted = 1;
-			break;
-		}
-		if (++b->n == BATCH) {
-			push(j, b);
-			b = calloc(1, sizeof(*b));
+		for (long long i = first; b && !interrupted && i < first + CLAIM &&
+		     i < j->sw->n_points; i++) {
+			if (i % j->shard_n != j->shard_i ||
+			    (j->done && (j->done[i / 8] & (1 << (i % 8)))))
+				continue;
+			if (sweep_eval_memo(j->sw, memo, i, &b->r[b->n], &err)) {
+				pthread_mutex_lock(&j->mu);
+				j->failed = 1;
+				j->err = err;
+				pthread_mutex_unlock(&j->mu);
+				interrupted = 1;
+				break;
+			}
+			if (++b->n == BATCH) {
+				push(j, b);
+				b = calloc(1, sizeof(*b));
+			}
 		}
 	}
 	if (b && b->n)
 		push(j, b);
 	else
 		free(b);
+	sweep_memo_destroy(memo);
 	pthread_mutex_lock(&j->mu);
 	j->workers_left--;
 	pthread_cond_broadcast(&j->cv);

@@ -81,14 +81,21 @@ typedef struct Op {
 	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, COPY: the one
 			       it copies from (sched_copy_reduced), -1 for none */
 	int32_t nranks;     /* COLL: ranks in the group */
-	int64_t count;      /* LOOP: repetitions */
+	/* One word for the fields no kind reads together, so that an op is 48 bytes, not 64: the
+	 * replays stream a pipelined stage's thousands of ops through memory several times. Each
+	 * is 0 unless its kind writes it (push zeroes the op); read only for those kinds. */
+	union {
+		int64_t count;  /* LOOP: repetitions */
+		int64_t offset; /* COLL, COPY: first element within the buffer it works on */
+		double flops;   /* COMPUTE */
+	};
 	int64_t elems;      /* COLL, COPY of a reduced slice: elements of the whole array; ALLOC:
 			       elements */
-	int64_t offset;     /* COLL, COPY: first element within the buffer it works on */
 	double bytes;       /* ALLOC: size; COLL: payload (nccl-tests "size"); COPY: size;
 			       COMPUTE: memory traffic */
-	double flops;       /* COMPUTE */
 } Op;
+
+_Static_assert(sizeof(Op) == 48, "Op: 48 bytes, the replays' stride");
 
 typedef struct Schedule {
 	Op *ops;          /* owned */

@@ -2,6 +2,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,29 @@ static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
 	return rc;
 }
 
+/* Keys the engine reads only from some ZeRO stage on, so that points differing only there below
+ * it price the same (docs/time_model.md, "Sweep speed"): stage 3's prefetch bucket is read by
+ * stage 3's parameter gathers alone (build.c, gather_with_prefetch), unless "auto", which the
+ * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 2-3's
+ * reductions alone (build.c, unit_grads and alloc_buckets). */
+static const struct {
+	const char *key;
+	int from_stage;
+	unsigned auto_bit; /* AUTO_*: a point holding "auto" there reads it at any stage */
+} UNREAD[] = {
+	{"deepspeed.zero_optimization.stage3_prefetch_bucket_size", 3, AUTO_PREFETCH},
+	{"deepspeed.zero_optimization.contiguous_gradients", 2, 0},
+};
+
+static void mark_unread(SweepAxis *ax)
+{
+	for (size_t i = 0; i < sizeof(UNREAD) / sizeof(UNREAD[0]); i++)
+		if (!strcmp(ax->key, UNREAD[i].key)) {
+			ax->unread_below = UNREAD[i].from_stage;
+			ax->auto_bit = UNREAD[i].auto_bit;
+		}
+}
+
 static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 {
 	char where[512];
@@ -62,6 +86,7 @@ static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 			return px_fail(err, PX_ERR_INPUT, "%s: axes.%s: expected a non-empty array of "
 				       "values", sw->path, a->string);
 		snprintf(ax->key, sizeof(ax->key), "%s", a->string);
+		mark_unread(ax);
 		ax->n = cJSON_GetArraySize(a);
 		ax->values = calloc((size_t)ax->n, sizeof(char *));
 		if (!ax->values)
@@ -72,6 +97,11 @@ static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 			if (!(ax->values[i] = cJSON_PrintUnformatted(v)))
 				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		sw->n_points *= ax->n;
+	}
+	long long stride = 1;
+	for (int a = sw->n_axes - 1; a >= 0; a--) {
+		sw->axes[a].stride = stride;
+		stride *= sw->axes[a].n;
 	}
 	return 0;
 }
@@ -186,7 +216,7 @@ void sweep_free(Sweep *sw)
 	sw->n_axes = 0;
 }
 
-/* ---- one point ---- */
+/* ---- pricing ---- */
 
 static double price_of(const Sweep *sw, const char *gpu)
 {
@@ -210,13 +240,164 @@ static void append(char *buf, size_t n, size_t *at, const char *s)
 	*at += len;
 }
 
+/* Price a point whose scenario sc was derived; r->config is written already. */
+static int price(const Sweep *sw, Scenario *sc, PointResult *r, PxError *err)
+{
+	Prediction pr;
+	PxError why = {0};
+
+	snprintf(r->gpu, sizeof(r->gpu), "%s", sc->cluster.gpu.name);
+	r->world = cluster_world(&sc->cluster);
+	if (predict_fit(sc, &pr, &why)) {
+		if (why.code == PX_ERR_RUNTIME)
+			return px_fail(err, why.code, "%s", why.msg);
+		r->status = PT_INVALID;
+		snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
+		return 0;
+	}
+	r->peak_bytes = pr.stages[pr.worst].mem.place[PLACE_GPU].peak_bytes;
+	r->capacity_bytes = pr.gpu_capacity_bytes;
+	r->status = pr.fits ? PT_OK : PT_OOM; /* what does not fit is not timed */
+	if (pr.fits) {
+		HwProfile hw;
+		hwprofile_default(&sc->cluster.gpu, &hw);
+		if (predict_time(&pr, &hw, "built-in", &why)) {
+			predict_free(&pr);
+			return px_fail(err, why.code, "%s", why.msg);
+		}
+		if (!pr.time_known) {
+			r->status = PT_UNPRICED;
+			snprintf(r->note, sizeof(r->note), "%.255s", pr.time_note);
+		} else {
+			r->step_s = pr.time.step_s;
+			r->tokens_per_s = pr.time.tokens_per_s;
+			r->mfu = pr.time.mfu;
+			double price = price_of(sw, r->gpu);
+			r->cost_per_mtoken = price * (double)r->world / 3600.0 / r->tokens_per_s * 1e6;
+		}
+	}
+	predict_free(&pr);
+	return 0;
+}
+
+/* ---- results shared between points ---- */
+
+#define MEMO_SLOTS 64
+
+typedef struct MemoEntry {
+	long long key;   /* the point's index with its unread axes at their first value; -1: empty */
+	unsigned unread; /* bit a: the point did not read axis a */
+	PointResult r;   /* its result (idx and config are each point's own) */
+} MemoEntry;
+
+struct SweepMemo {
+	MemoEntry e[MEMO_SLOTS];
+	uint64_t plain[SWEEP_MAX_AXES]; /* bit i: axis a's value i has read without error, not
+					    "auto", at a stage that does not read it */
+	long long taken;                /* results taken instead of priced */
+	long long unread;               /* of which taken before reading the scenario */
+};
+
+SweepMemo *sweep_memo_create(void)
+{
+	SweepMemo *m = calloc(1, sizeof(*m));
+	for (int i = 0; m && i < MEMO_SLOTS; i++)
+		m->e[i].key = -1;
+	return m;
+}
+
+void sweep_memo_destroy(SweepMemo *m)
+{
+	free(m);
+}
+
+long long sweep_memo_taken(const SweepMemo *m, long long *unread)
+{
+	if (unread)
+		*unread = m ? m->unread : 0;
+	return m ? m->taken : 0;
+}
+
+/* The slot for a point in m, or NULL when it reads every axis: a point that leaves axes unread
+ * shares its result with those whose other axes are the same and which leave the same axes
+ * unread (so that each of them reads nothing the others set differently). */
+static MemoEntry *slot_of(SweepMemo *m, long long key)
+{
+	return &m->e[((unsigned long long)key * 0x9E3779B97F4A7C15ull) >> 58]; /* 64 slots */
+}
+
+static MemoEntry *memo_slot(const Sweep *sw, SweepMemo *m, const Scenario *sc, long long idx,
+			    const int *digit, unsigned *unread, long long *key)
+{
+	*unread = 0;
+	*key = idx;
+	for (int a = 0; a < sw->n_axes; a++) {
+		const SweepAxis *ax = &sw->axes[a];
+		if (sc->ds.zero.stage < ax->unread_below && !(sc->ds.autos & ax->auto_bit)) {
+			*unread |= 1u << a;
+			*key -= digit[a] * ax->stride;
+			if (m && digit[a] < 64)
+				m->plain[a] |= 1ull << digit[a];
+		}
+	}
+	if (!m || !*unread)
+		return NULL;
+	return slot_of(m, *key);
+}
+
+/* The kept result a point takes before its scenario is read, or NULL: one kept for a set S of
+ * unread axes, whose point had the same values on every other axis, where this point's values
+ * on S are plain. Then this point reads what that one read: its stage is the same, so S is not
+ * read, and its scenario reads without error and without "auto" (the values off S are the
+ * other point's; those on S are each checked alone, by their key's own type and range). */
+static MemoEntry *memo_find(const Sweep *sw, SweepMemo *m, long long idx, const int *digit)
+{
+	unsigned cand = 0;
+	for (int a = 0; m && a < sw->n_axes; a++)
+		if (sw->axes[a].unread_below && digit[a] < 64 && (m->plain[a] >> digit[a] & 1))
+			cand |= 1u << a;
+	for (unsigned set = cand; set; set = (set - 1) & cand) { /* every non-empty subset */
+		long long key = idx;
+		for (int a = 0; a < sw->n_axes; a++)
+			if (set >> a & 1)
+				key -= digit[a] * sw->axes[a].stride;
+		MemoEntry *e = slot_of(m, key);
+		if (e->key == key && e->unread == set)
+			return e;
+	}
+	return NULL;
+}
+
+/* All of a result but its point's index and configuration. */
+static void result_take(PointResult *dst, const PointResult *src)
+{
+	dst->status = src->status;
+	dst->world = src->world;
+	memcpy(dst->gpu, src->gpu, sizeof(dst->gpu));
+	dst->peak_bytes = src->peak_bytes;
+	dst->capacity_bytes = src->capacity_bytes;
+	dst->step_s = src->step_s;
+	dst->tokens_per_s = src->tokens_per_s;
+	dst->mfu = src->mfu;
+	dst->cost_per_mtoken = src->cost_per_mtoken;
+	memcpy(dst->note, src->note, sizeof(dst->note));
+}
+
+/* ---- one point ---- */
+
 int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
+{
+	return sweep_eval_memo(sw, NULL, idx, r, err);
+}
+
+int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r, PxError *err)
 {
 	JsonOverrides ov;
 	Scenario sc;
-	Prediction pr;
 	PxError why = {0};
-	long long rest = idx;
+	long long rest = idx, key;
+	int digit[SWEEP_MAX_AXES];
+	unsigned unread;
 	size_t at = 0;
 
 	memset(r, 0, sizeof(*r));
@@ -224,7 +405,8 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 	jov_init(&ov);
 	for (int a = sw->n_axes - 1; a >= 0; a--) { /* the last axis varies fastest */
 		const SweepAxis *ax = &sw->axes[a];
-		const char *v = ax->values[rest % ax->n];
+		digit[a] = (int)(rest % ax->n);
+		const char *v = ax->values[digit[a]];
 		rest /= ax->n;
 		if (jov_add_kv(&ov, ax->key, v, err)) {
 			jov_free(&ov);
@@ -243,6 +425,14 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 	}
 	append(r->config, sizeof(r->config), &at, "}");
 
+	MemoEntry *e = memo_find(sw, m, idx, digit);
+	if (e) {
+		jov_free(&ov);
+		result_take(r, &e->r);
+		m->taken++;
+		m->unread++;
+		return 0;
+	}
 	if (scenario_derive(&sc, &sw->base, &ov, &why)) {
 		jov_free(&ov);
 		if (why.code == PX_ERR_RUNTIME)
@@ -252,41 +442,21 @@ int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err)
 		return 0;
 	}
 	jov_free(&ov);
-	snprintf(r->gpu, sizeof(r->gpu), "%s", sc.cluster.gpu.name);
-	r->world = cluster_world(&sc.cluster);
-	if (predict_fit(&sc, &pr, &why)) {
+	e = memo_slot(sw, m, &sc, idx, digit, &unread, &key);
+	if (e && e->key == key && e->unread == unread) {
+		result_take(r, &e->r);
+		m->taken++;
 		scenario_free(&sc);
-		if (why.code == PX_ERR_RUNTIME)
-			return px_fail(err, why.code, "%s", why.msg);
-		r->status = PT_INVALID;
-		snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
 		return 0;
 	}
-	r->peak_bytes = pr.stages[pr.worst].mem.place[PLACE_GPU].peak_bytes;
-	r->capacity_bytes = pr.gpu_capacity_bytes;
-	r->status = pr.fits ? PT_OK : PT_OOM; /* what does not fit is not timed */
-	if (pr.fits) {
-		HwProfile hw;
-		hwprofile_default(&sc.cluster.gpu, &hw);
-		if (predict_time(&pr, &hw, "built-in", &why)) {
-			predict_free(&pr);
-			scenario_free(&sc);
-			return px_fail(err, why.code, "%s", why.msg);
-		}
-		if (!pr.time_known) {
-			r->status = PT_UNPRICED;
-			snprintf(r->note, sizeof(r->note), "%.255s", pr.time_note);
-		} else {
-			r->step_s = pr.time.step_s;
-			r->tokens_per_s = pr.time.tokens_per_s;
-			r->mfu = pr.time.mfu;
-			double price = price_of(sw, r->gpu);
-			r->cost_per_mtoken = price * (double)r->world / 3600.0 / r->tokens_per_s * 1e6;
-		}
-	}
-	predict_free(&pr);
+	int rc = price(sw, &sc, r, err);
 	scenario_free(&sc);
-	return 0;
+	if (rc == 0 && e) {
+		e->key = key;
+		e->unread = unread;
+		e->r = *r;
+	}
+	return rc;
 }
 
 double sweep_score(const Sweep *sw, const PointResult *r)

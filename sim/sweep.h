@@ -16,6 +16,9 @@ typedef struct SweepAxis {
 	char key[256];   /* a --set key */
 	int n;
 	char **values;   /* owned; each as --set takes it (JSON text) */
+	int unread_below; /* a ZeRO stage below which the engine never reads this key, else 0 */
+	unsigned auto_bit; /* AUTO_*: with "auto" there, it is read at any stage */
+	long long stride;  /* points between one value and the next (the later axes' product) */
 } SweepAxis;
 
 typedef struct Sweep {
@@ -53,6 +56,18 @@ void sweep_free(Sweep *sw);
 /* Price point idx (0 .. n_points - 1). Never fails for a bad point (status says it); -1 only on
  * running out of memory. */
 int sweep_eval(const Sweep *sw, long long idx, PointResult *r, PxError *err);
+
+/* Recent points' results, by the index of the point with the axes they do not read (a stage-3
+ * bucket below stage 3, say) at their first value: a worker's own, so that a point differing
+ * from one priced before only there takes its result instead of pricing it again. */
+typedef struct SweepMemo SweepMemo;
+SweepMemo *sweep_memo_create(void); /* owned by the caller; NULL when out of memory */
+void sweep_memo_destroy(SweepMemo *m);
+/* Results taken instead of priced; *unread (when not NULL): of which taken before the point's
+ * scenario was read. */
+long long sweep_memo_taken(const SweepMemo *m, long long *unread);
+/* sweep_eval, taking and leaving results in m (NULL: price every point in full). */
+int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r, PxError *err);
 
 /* The objective's value, larger is better (cost and time are negated); -inf unless status OK. */
 double sweep_score(const Sweep *sw, const PointResult *r);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../sim/sweep.h"
 #include "suites.h"
 
 static char dir[256];
@@ -193,10 +194,67 @@ static void test_plan_choice(void)
 	cJSON_Delete(j);
 }
 
+/* Points differing only in axes their ZeRO stage does not read take an earlier point's result
+ * (sweep_eval_memo): every field equal to pricing each in full (sweep_eval). 4 stages x 2 tp x
+ * 3 prefetch buckets (5e7, "auto", 5e8) x contiguous gradients on and off, 48 points, contiguous
+ * gradients fastest. Counted by hand, per tp: at stage 0 and 1 the two contiguous settings
+ * share (3 pairs: 3 taken) and 5e8 shares with 5e7 (1 more: 4 taken), while "auto" is resolved
+ * at any stage and shares only with its own pair; at stage 2 contiguous gradients are read,
+ * 5e8 shares with 5e7 (2 taken); at stage 3 every axis is read. 2 x (4 + 4 + 2) = 20 taken.
+ * Of those, all but two are taken before the point's scenario is read: a value is known to
+ * read plainly once a point has read it unread, and at stage 0, tp 1, (5e7, false) and (5e8,
+ * true) are the first to hold false and 5e8 there. */
+static void test_memo_equals_full(void)
+{
+	char path[512], text[2048];
+	Sweep sw;
+	PxError err = {0};
+	snprintf(path, sizeof(path), "%s/memo.json", px_test_tmpdir());
+	snprintf(text, sizeof(text),
+		 "{\"name\": \"memo\", \"scenario\": \"%s\", \"prices\": \"%s\","
+		 " \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],"
+		 " \"parallelism.tp\": [1, 8],"
+		 " \"deepspeed.zero_optimization.stage3_prefetch_bucket_size\": [5e7, \"auto\", 5e8],"
+		 " \"deepspeed.zero_optimization.contiguous_gradients\": [true, false]}}",
+		 px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"),
+		 px_test_path("scenarios/prices.json"));
+	px_test_write_file(path, text);
+	CU_ASSERT_EQUAL_FATAL(sweep_load(&sw, path, &err), 0);
+	CU_ASSERT_EQUAL(sw.n_points, 48);
+	SweepMemo *m = sweep_memo_create();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	int ok = 0;
+	for (long long i = 0; i < sw.n_points; i++) {
+		PointResult a, b;
+		CU_ASSERT_EQUAL_FATAL(sweep_eval(&sw, i, &a, &err), 0);
+		CU_ASSERT_EQUAL_FATAL(sweep_eval_memo(&sw, m, i, &b, &err), 0);
+		CU_ASSERT(a.idx == b.idx && a.status == b.status && a.world == b.world);
+		CU_ASSERT_STRING_EQUAL(a.gpu, b.gpu);
+		CU_ASSERT_STRING_EQUAL(a.note, b.note);
+		CU_ASSERT_STRING_EQUAL(a.config, b.config);
+		/* bit for bit */
+		CU_ASSERT(!memcmp(&a.peak_bytes, &b.peak_bytes, sizeof(a.peak_bytes)));
+		CU_ASSERT(!memcmp(&a.capacity_bytes, &b.capacity_bytes, sizeof(a.capacity_bytes)));
+		CU_ASSERT(!memcmp(&a.step_s, &b.step_s, sizeof(a.step_s)));
+		CU_ASSERT(!memcmp(&a.tokens_per_s, &b.tokens_per_s, sizeof(a.tokens_per_s)));
+		CU_ASSERT(!memcmp(&a.mfu, &b.mfu, sizeof(a.mfu)));
+		CU_ASSERT(!memcmp(&a.cost_per_mtoken, &b.cost_per_mtoken, sizeof(a.cost_per_mtoken)));
+		ok += a.status == PT_OK;
+	}
+	CU_ASSERT(ok > 0); /* the shared results include timed ones */
+	long long unread;
+	CU_ASSERT_EQUAL(sweep_memo_taken(m, &unread), 20);
+	CU_ASSERT_EQUAL(unread, 18);
+	sweep_memo_destroy(m);
+	sweep_free(&sw);
+}
+
 int test_sweep_register(void)
 {
 	return PX_ADD_SUITE("sweep", {"every point stored once, refusals kept", test_all_points_stored},
 			    {"shards merge into the whole; resume", test_shard_merge_resume},
 			    {"bad sweeps", test_bad_sweeps},
-			    {"plan picks the cheapest within the deadline", test_plan_choice});
+			    {"plan picks the cheapest within the deadline", test_plan_choice},
+			    {"results shared across unread axes equal full pricing",
+			     test_memo_equals_full});
 }
