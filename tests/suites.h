@@ -47,6 +47,20 @@ int px_test_run_cli(const char *args, char *out, size_t n);
  * fail a sanitized one), stopped by timeout(1) after timeout_s seconds (exit 124). */
 int px_test_run_release(const char *args, int timeout_s, char *out, size_t n);
 
+/* The executor suites' GPT-2, small enough for 2 cores: V 128, 2 layers of 64 channels, 4 heads,
+ * 32 tokens, 16 sequences a step in micro-batches of 2, AdamW. The persistence threshold of 100
+ * elements leaves the matrices partitioned at stage 3. A printf format taking the name, "true"
+ * (bf16) or "false" (fp32), and the ZeRO stage (--set can change it later). */
+#define PX_TEST_GPT_SCENARIO                                                                    \
+	"{\"name\": \"%s\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2," \
+	" \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"                           \
+	" \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2,"     \
+	" \"bf16\": {\"enabled\": %s}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3," \
+	" \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d,"                    \
+	" \"stage3_param_persistence_threshold\": 100, \"reduce_bucket_size\": 20000},"        \
+	" \"gradient_clipping\": 1.0},"                                                         \
+	" \"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 32}"
+
 /* A fresh temporary directory for this test (mkdtemp); static buffer. */
 const char *px_test_tmpdir(void);
 

@@ -12,28 +12,16 @@
 
 #include "suites.h"
 
-/* A GPT-2 small enough for 2 cores: V 128, 2 layers of 64 channels, 4 heads, 32 tokens. The
- * persistence threshold of 100 elements leaves the matrices partitioned at stage 3. */
-static const char *SCENARIO =
-	"{\"name\": \"exec-test\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2,"
-	" \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"
-	" \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2,"
-	" \"bf16\": {\"enabled\": %s}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3,"
-	" \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": 0,"
-	" \"stage3_param_persistence_threshold\": 100, \"reduce_bucket_size\": 20000},"
-	" \"gradient_clipping\": 1.0},"
-	" \"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 32}";
-
 static char dir[256];
 
-/* bf16: "true" for bf16 training, "false" for fp32 */
+/* PX_TEST_GPT_SCENARIO (suites.h) at ZeRO-0; bf16: "true" for bf16 training, "false" for fp32 */
 static const char *scenario(const char *bf16)
 {
 	static char path[512];
 	char text[2048];
 	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
 	snprintf(path, sizeof(path), "%s/exec.json", dir);
-	snprintf(text, sizeof(text), SCENARIO, bf16);
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "exec-test", bf16, 0);
 	px_test_write_file(path, text);
 	return path;
 }

@@ -18,23 +18,13 @@
 #include "cuda_fixtures.h"
 #endif
 
-/* The exec suite's model (tests/test_exec.c): V 128, 2 layers of 64 channels, 4 heads, T 32. */
-static const char *SCENARIO =
-	"{\"name\": \"exec-cuda-test\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64,"
-	" \"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"
-	" \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2,"
-	" \"bf16\": {\"enabled\": %s}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3,"
-	" \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": 0,"
-	" \"stage3_param_persistence_threshold\": 100, \"reduce_bucket_size\": 20000},"
-	" \"gradient_clipping\": 1.0},"
-	" \"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 32}";
-
+/* PX_TEST_GPT_SCENARIO (suites.h), the exec suite's model, at ZeRO-0 */
 static const char *scenario(const char *bf16)
 {
 	static char path[512];
 	char text[2048];
 	snprintf(path, sizeof(path), "%s/exec_cuda.json", px_test_tmpdir());
-	snprintf(text, sizeof(text), SCENARIO, bf16);
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "exec-cuda-test", bf16, 0);
 	px_test_write_file(path, text);
 	return path;
 }

@@ -399,15 +399,15 @@ static void test_scaling(void)
 /* ---- compare ---- */
 
 /* The executor test's GPT-2 (tests/test_exec.c), at ZeRO-3 */
-static const char *EXEC_SCENARIO =
-	"{\"name\": \"plot-test\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2,"
-	" \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"
-	" \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2,"
-	" \"bf16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3,"
-	" \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": 3,"
-	" \"stage3_param_persistence_threshold\": 100, \"reduce_bucket_size\": 20000},"
-	" \"gradient_clipping\": 1.0},"
-	" \"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 32}";
+
+
+/* The executor suites' GPT-2 as "plot-test", bf16, ZeRO-3, into path. */
+static void write_gpt_scenario(const char *path)
+{
+	char text[2048];
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "plot-test", "true", 3);
+	px_test_write_file(path, text);
+}
 
 /* Run the release parallax (PX_RUN_BIN: mpirun under a sanitizer leaks) with args. */
 static int run_release(const char *args)
@@ -440,7 +440,7 @@ static void test_compare(void)
 	snprintf(work, sizeof(work), "%s", px_test_tmpdir());
 	snprintf(scn, sizeof(scn), "%s/plot-test.json", work);
 	snprintf(db, sizeof(db), "%s/x.db", work);
-	px_test_write_file(scn, EXEC_SCENARIO);
+	write_gpt_scenario(scn);
 	snprintf(dir, sizeof(dir), "%s/plots", work); /* the plot's files, apart from the inputs */
 	CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0777), 0);
 
@@ -527,7 +527,7 @@ static void test_zero(void)
 	snprintf(work, sizeof(work), "%s", px_test_tmpdir());
 	snprintf(scn, sizeof(scn), "%s/plot-test.json", work);
 	snprintf(db, sizeof(db), "%s/z.db", work);
-	px_test_write_file(scn, EXEC_SCENARIO);
+	write_gpt_scenario(scn);
 	snprintf(dir, sizeof(dir), "%s/plots", work);
 	CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0777), 0);
 	CU_ASSERT_EQUAL_FATAL(run("predict '%s' --db '%s'", scn, db), 0); /* predicted runs only */
