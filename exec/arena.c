@@ -1,29 +1,11 @@
 #include "arena.h"
 
-#include <stdlib.h>
 #include <string.h>
 
-static void *host_alloc(void *ctx, Place place, size_t bytes)
-{
-	(void)ctx, (void)place;
-	return calloc(1, bytes ? bytes : 1);
-}
-
-static void host_release(void *ctx, Place place, void *ptr)
-{
-	(void)ctx, (void)place;
-	free(ptr);
-}
-
-void arena_init(Arena *a)
+void arena_init(Arena *a, void *(*alloc)(void *, Place, size_t),
+		void (*release)(void *, Place, void *), void *ctx)
 {
 	memset(a, 0, sizeof(*a));
-	arena_set_source(a, host_alloc, host_release, NULL);
-}
-
-void arena_set_source(Arena *a, void *(*alloc)(void *, Place, size_t),
-		      void (*release)(void *, Place, void *), void *ctx)
-{
 	a->alloc = alloc;
 	a->release = release;
 	a->ctx = ctx;

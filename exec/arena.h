@@ -11,7 +11,8 @@
 #include "../engine/schedule.h"
 
 typedef struct Arena {
-	/* where the bytes come from: calloc/free unless arena_set_source says otherwise */
+	/* where the bytes come from: a compute backend's memory (device memory for PLACE_GPU on
+	 * CUDA) */
 	void *(*alloc)(void *ctx, Place place, size_t bytes); /* zeroed; NULL when out of memory */
 	void (*release)(void *ctx, Place place, void *ptr);
 	void *ctx;
@@ -25,10 +26,9 @@ typedef struct Arena {
 	long long n_allocs;
 } Arena;
 
-void arena_init(Arena *a);
-/* Take memory from alloc/release (a compute backend's, e.g. device memory for PLACE_GPU). */
-void arena_set_source(Arena *a, void *(*alloc)(void *, Place, size_t),
-		      void (*release)(void *, Place, void *), void *ctx);
+/* An empty arena taking its memory from alloc and release (a compute backend's), with ctx. */
+void arena_init(Arena *a, void *(*alloc)(void *, Place, size_t),
+		void (*release)(void *, Place, void *), void *ctx);
 /* Zeroed memory of bytes (at least one byte), counted under place and cat; NULL when out of
  * memory. Free it with arena_free and the same size. */
 void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes);

@@ -84,9 +84,9 @@ static void cpu_add(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, s
 		put(dst, i, get(dst, i, dd) + get(src, i, sd), dd);
 }
 
-static void cpu_zero(void *ctx, void *ptr, size_t bytes)
+static void cpu_zero(void *ctx, Place place, void *ptr, size_t bytes)
 {
-	(void)ctx;
+	(void)ctx, (void)place;
 	memset(ptr, 0, bytes);
 }
 

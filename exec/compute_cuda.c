@@ -85,16 +85,6 @@ static void cuda_release(void *cx, Place place, void *ptr)
 
 /* ---- storage ---- */
 
-static int on_host(const void *p)
-{
-	struct cudaPointerAttributes a;
-	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-		cudaGetLastError(); /* ordinary host memory: clear the error it leaves */
-		return 1;
-	}
-	return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
-}
-
 static void cuda_convert(void *cx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
 {
 	CudaCompute *c = cx;
@@ -107,10 +97,10 @@ static void cuda_add(void *cx, void *dst, Dtype dd, const void *src, Dtype sd, s
 	cast_cuda_accumulate(c->ctx, dst, cdt(dd), src, cdt(sd), n);
 }
 
-static void cuda_zero(void *cx, void *ptr, size_t bytes)
+static void cuda_zero(void *cx, Place place, void *ptr, size_t bytes)
 {
 	CudaCompute *c = cx;
-	if (on_host(ptr)) {
+	if (place != PLACE_GPU) { /* pinned host memory: the host writes it once queued work is done */
 		cuda_ctx_sync(c->ctx);
 		memset(ptr, 0, bytes);
 	} else {

@@ -436,12 +436,8 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		return 0;
 	}
 	if (op->sub == COPY_D2H && op->unit < 0 && p->stage == 1 && r->offload) {
-		for (int i = 0; i < r->st->n_buckets; i++) {
-			long long cnt = r->st->buckets[i].padded / r->n;
-			long long mine = r->st->buckets[i].flat_off + r->rank * cnt;
-			to_f32(r, (float *)r->buf[r->id_grad32] + r->st->buckets[i].flat_off / r->n,
-			       at(r->buf[r->id_grads], mine, r->gdt), (size_t)cnt, r->gdt);
-		}
+		for (int i = 0; i < r->n_segs; i++) /* this rank's slices of the full gradients */
+			to_f32(r, r->segs[i].grads, r->segs[i].dev_grads, (size_t)r->segs[i].n, r->gdt);
 		return 0;
 	}
 	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
@@ -695,14 +691,8 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 		(p->sc->ds.loss_scale > 0 ? p->sc->ds.loss_scale :
 					    ldexp(1.0, (int)p->sc->ds.initial_scale_power)) : 1.0;
 	r->hysteresis = (int)p->sc->ds.hysteresis;
-	arena_init(&r->arena);
 	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
 		return -1;
-	if (rt) {
-		r->rt = *rt;
-		r->arena.on_peak = rt->on_gpu_peak ? gpu_peak : NULL;
-		r->arena.peak_ctx = r;
-	}
 	r->cb = cb ? cb : &compute_cpu_backend;
 	r->cx = cx;
 	if (!cb) {
@@ -711,7 +701,12 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 			return -1;
 		r->own_cx = 1;
 	}
-	arena_set_source(&r->arena, r->cb->alloc, r->cb->release, r->cx);
+	arena_init(&r->arena, r->cb->alloc, r->cb->release, r->cx);
+	if (rt) {
+		r->rt = *rt;
+		r->arena.on_peak = rt->on_gpu_peak ? gpu_peak : NULL;
+		r->arena.peak_ctx = r;
+	}
 	r->scalar = r->cb->alloc(r->cx, PLACE_GPU, sizeof(float));
 	if (!r->scalar)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");

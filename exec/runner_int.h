@@ -12,6 +12,8 @@ typedef struct Seg {
 	void *params, *grads;
 	Dtype gdt;          /* the gradients' storage: fp32 on the host under optimizer offload */
 	long long part_off, n;
+	void *dev_grads;    /* the device's gradients of the slice (in r->gdt) where grads are the
+			       host's copy of them; NULL otherwise */
 } Seg;
 
 struct Runner {
@@ -73,7 +75,7 @@ static inline void add_into(Runner *r, void *dst, const void *src, Dtype src_d, 
 
 static inline void zero(Runner *r, int id)
 {
-	r->cb->zero(r->cx, r->buf[id], r->size[id]);
+	r->cb->zero(r->cx, r->alloc_of[id]->place, r->buf[id], r->size[id]);
 }
 
 static inline void *at(void *base, long long elems, Dtype d)

@@ -23,7 +23,7 @@ void runner_make_segments(Runner *r)
 	int n = 0;
 	if (p->stage == 0) {
 		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], r->gdt, 0,
-				     st->flat_dense};
+				     st->flat_dense, NULL};
 	} else if (p->stage < 3) {
 		for (int i = 0; i < st->n_buckets; i++) {
 			long long cnt = st->buckets[i].padded / r->n;
@@ -31,21 +31,22 @@ void runner_make_segments(Runner *r)
 			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
 				partition_grads(r, st->buckets[i].flat_off / r->n);
 			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt,
-					     st->buckets[i].flat_off / r->n, cnt};
+					     st->buckets[i].flat_off / r->n, cnt, NULL};
 		}
 	} else {
 		for (int u = 0; u < p->n_units; u++)
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
 						     partition_grads(r, r->unit_part_off[u]), r->gdt,
-						     r->unit_part_off[u], p->units[u].part_dense};
+						     r->unit_part_off[u], p->units[u].part_dense, NULL};
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
 					     partition_grads(r, r->persist_part_off), r->gdt,
-					     r->persist_part_off, r->persist_cnt};
+					     r->persist_part_off, r->persist_cnt, NULL};
 	}
 	r->n_segs = n;
 	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
+		r->segs[i].dev_grads = r->segs[i].grads;
 		r->segs[i].grads = (float *)r->buf[r->id_grad32] + r->segs[i].part_off;
 		r->segs[i].gdt = DT_FP32;
 	}
