@@ -67,18 +67,6 @@ typedef struct Measured {
 	double context_bytes, cublas_bytes; /* < 0: no reading */
 } Measured;
 
-/* b's reading minus a's: this process's (NVML) where both have it, else the device's */
-static double grown(const GpuMemSnap *a, const GpuMemSnap *b)
-{
-	if (a->process_ok && b->process_ok)
-		return (double)(b->process_bytes - a->process_bytes);
-	if (b->process_ok)
-		return (double)b->process_bytes;
-	if (a->device_ok && b->device_ok)
-		return (double)(b->used_bytes - a->used_bytes);
-	return -1;
-}
-
 static int measure(Measured *m, const char *gpu, int quick, PxError *err)
 {
 	char why[GPUMEM_WHY_BYTES];
@@ -90,8 +78,8 @@ static int measure(Measured *m, const char *gpu, int quick, PxError *err)
 	const GpuMemSnap *ctx_snap = gpumem_context(&g);
 	CudaCtx *ctx = cuda_ctx_create(0);
 	const GpuMemSnap *blas_snap = gpumem_snapshot(&g, "cublas");
-	m->context_bytes = ctx_snap ? grown(&g.snaps[0], ctx_snap) : -1;
-	m->cublas_bytes = ctx_snap && blas_snap ? grown(ctx_snap, blas_snap) : -1;
+	m->context_bytes = ctx_snap ? gpumem_grown(&g.snaps[0], ctx_snap) : -1;
+	m->cublas_bytes = ctx_snap && blas_snap ? gpumem_grown(ctx_snap, blas_snap) : -1;
 	snprintf(m->device, sizeof(m->device), "%s", cuda_ctx_device_name(ctx));
 	const char *name = gpu ? gpu : catalog_name(m->device);
 	int rc = 0;

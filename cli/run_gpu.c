@@ -65,16 +65,11 @@ static const GpuMemSnap *find(const RunGpu *g, const char *label)
 	return NULL;
 }
 
-/* b's reading minus a's, this process's where both have one, else the device's; 0 when neither */
+/* b's reading minus a's (gpumem_grown); 0 when a snapshot or its readings are missing */
 static double grown(const GpuMemSnap *a, const GpuMemSnap *b)
 {
-	if (!a || !b)
-		return 0;
-	if (b->process_ok)
-		return (double)(b->process_bytes - (a->process_ok ? a->process_bytes : 0));
-	if (a->device_ok && b->device_ok)
-		return (double)(b->used_bytes - a->used_bytes);
-	return 0;
+	double g = a && b ? gpumem_grown(a, b) : -1;
+	return g == -1 ? 0 : g;
 }
 
 void run_gpu_runtime(const RunGpu *g, RunnerRuntime *rt)

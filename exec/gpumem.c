@@ -291,6 +291,15 @@ const GpuMemSnap *gpumem_context(GpuMem *g)
 	return s;
 }
 
+double gpumem_grown(const GpuMemSnap *a, const GpuMemSnap *b)
+{
+	if (b->process_ok)
+		return (double)(b->process_bytes - (a->process_ok ? a->process_bytes : 0));
+	if (a->device_ok && b->device_ok)
+		return (double)(b->used_bytes - a->used_bytes);
+	return -1;
+}
+
 /* ---- output ---- */
 
 static void print_row(const GpuMemSnap *s, FILE *f)

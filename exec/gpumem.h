@@ -75,6 +75,10 @@ void gpumem_sample(GpuMem *g);
 /* Create the CUDA context on g's device (cudaFree(0)) and snapshot "context". */
 const GpuMemSnap *gpumem_context(GpuMem *g);
 
+/* What memory grew by from snapshot a to b: this process's (NVML) where b has that reading (a's
+ * missing counting as 0), else the device's used memory where both have it; -1 when neither. */
+double gpumem_grown(const GpuMemSnap *a, const GpuMemSnap *b);
+
 /* The snapshots as a table with a header in MiB, and the peak; lines of metadata start with '#'. */
 void gpumem_print(const GpuMem *g, FILE *f);
 
