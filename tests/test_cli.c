@@ -800,6 +800,8 @@ static void test_calibrate_without_gpu(void)
 	ASSERT_HAS(out, "expected --out FILE");
 	ASSERT_RC(run("calibrate --out '%s' --gpu B300", at("cal.json")), 2);
 	ASSERT_HAS(out, "--gpu B300: not a catalog GPU");
+	ASSERT_RC(run("calibrate --out '%s' --dtype fp16", at("cal.json")), 2);
+	ASSERT_HAS(out, "--dtype fp16: expected bf16 or fp32");
 }
 
 int test_cli_register(void)

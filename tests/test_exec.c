@@ -234,8 +234,9 @@ static void test_measured_equals_predicted(void)
 	}
 }
 
-/* Bad input to run: a model the executor does not run (Llama) is refused with the reason, and a
- * scenario that cannot be laid out on the ranks with the simulator's message; exit 2. */
+/* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
+ * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
+ * unknown --backend and NVMe offload with theirs; exit 2. */
 static void test_run_refuses(void)
 {
 	char args[1024], text[8192];
@@ -250,6 +251,9 @@ static void test_run_refuses(void)
 	snprintf(args, sizeof(args), "run '%s' --no-db --steps 0", scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "--steps 0: expected a positive number"));
+	snprintf(args, sizeof(args), "run '%s' --no-db --backend tpu", scenario("true"));
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "--backend tpu: expected cpu or cuda"));
 	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set "
 		 "deepspeed.zero_optimization.stage=3 --set "
 		 "deepspeed.zero_optimization.offload_optimizer.device=nvme --set "
