@@ -615,10 +615,10 @@ static double narayanan_flops(const Scenario *sc)
 }
 
 /* Predict each run with the default profile and print predicted against published with the
- * error; the FLOP count must be the papers' (else the TFLOP/s would not compare), and the error
- * must stay inside the known band documented in docs/time_model.md (|error| <= 35%): a guard
- * against regressions, not the issue's target (10% each, 5% on average), which the printed table
- * shows is not met. */
+ * error; the FLOP count must be the papers' (else the TFLOP/s would not compare), and the errors
+ * must stay inside the known band documented in docs/time_model.md (today worst 29.9%, mean
+ * 13.2%; guarded at 32% each and 14.5% mean): a guard against regressions, not the issue's
+ * target (10% each, 5% on average), which the printed table shows is not met. */
 static void test_published_runs(void)
 {
 	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
@@ -658,7 +658,7 @@ static void test_published_runs(void)
 		double e = predicted / published - 1;
 		sum_abs += fabs(e);
 		max_abs = fmax(max_abs, fabs(e));
-		CU_ASSERT(fabs(e) <= 0.35);
+		CU_ASSERT(fabs(e) <= 0.32);
 		const char *name = strrchr(PUBLISHED[i], '/') + 1;
 		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
 		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
@@ -669,6 +669,7 @@ static void test_published_runs(void)
 	}
 	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
 	       "5%%) ", 100 * sum_abs / n, 100 * max_abs);
+	CU_ASSERT(sum_abs / n <= 0.145);
 }
 
 /* ---- failures ---- */
