@@ -562,6 +562,82 @@ static void run_errors(Comm *world)
 	      "bad root: %s", err.msg);
 }
 
+/* ---- started collectives ----
+ * An in-place all_gather, reduce_scatter and all_reduce in flight at once, waited for in reverse
+ * order, give the bytes of the same blocking calls and the exact sums of the verifiable data
+ * (integers, exact in any order of addition); nothing is counted before the waits, and the
+ * counters after them equal the blocking calls' exactly (each call counted once). */
+static void started_fill(const Case *t, void *g, void *rs, void *ar)
+{
+	fill((char *)g + (size_t)t->r * C * t->esz, t, t->r, 0, C);
+	fill(rs, t, t->r, 0, (size_t)t->n * C);
+	fill(ar, t, t->r, 0, C);
+}
+
+static void run_started(Comm *c, const char *name, CommDtype dt)
+{
+	PxError err = {0};
+	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
+		  .esz = comm_dtype_bytes(dt)};
+	t.m = modulus(dt, t.n);
+	snprintf(t.name, sizeof(t.name), "%s", name);
+	size_t bytes = (size_t)t.n * C * t.esz, mine = (size_t)t.r * C * t.esz;
+	char *blk = calloc(3, bytes), *got = calloc(3, bytes), *want = calloc(3, bytes);
+	if (!blk || !got || !want) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	/* want: every rank's block gathered; the sums s x (k mod m + 1) of the all_reduce and of
+	 * this rank's block of the reduce_scatter */
+	double s = t.n * (t.n + 1) / 2.0;
+	for (int j = 0; j < t.n; j++)
+		fill(want + (size_t)j * C * t.esz, &t, j, 0, C);
+	for (size_t i = 0; i < C; i++) {
+		put(want + bytes, dt, i, s * (double)(i % (size_t)t.m + 1));
+		put(want + 2 * bytes, dt, i, s * (double)(((size_t)t.r * C + i) % (size_t)t.m + 1));
+	}
+	comm_counters_reset(c);
+	started_fill(&t, blk, blk + bytes, blk + 2 * bytes);
+	CALL(comm_all_gather(c, blk + mine, blk, C, dt, &err));
+	CALL(comm_reduce_scatter(c, blk + bytes, blk + bytes + mine, C, dt, COMM_SUM, &err));
+	CALL(comm_all_reduce(c, blk + 2 * bytes, blk + 2 * bytes, C, dt, COMM_SUM, &err));
+	CommCounters once = *comm_counters(c);
+
+	comm_counters_reset(c);
+	started_fill(&t, got, got + bytes, got + 2 * bytes);
+	CommRequest *q[3] = {NULL, NULL, NULL};
+	CALL(comm_all_gather_start(c, got + mine, got, C, dt, &q[0], &err));
+	CALL(comm_reduce_scatter_start(c, got + bytes, got + bytes + mine, C, dt, COMM_SUM, &q[1],
+				       &err));
+	CALL(comm_all_reduce_start(c, got + 2 * bytes, got + 2 * bytes, C, dt, COMM_SUM, &q[2],
+				   &err));
+	CHECK(comm_in_flight(c) == 3, "started %s on %s: %d in flight, expected 3",
+	      comm_dtype_name(dt), name, comm_in_flight(c));
+	CHECK(comm_counters(c)->calls[COLL_ALL_GATHER][comm_tag(c)] == 0,
+	      "started %s on %s: counted before its wait", comm_dtype_name(dt), name);
+	for (int i = 2; i >= 0; i--)
+		CALL(comm_wait(q[i], &err));
+	CALL(comm_sync(c, &err));
+	CHECK(comm_in_flight(c) == 0, "started: %d still in flight", comm_in_flight(c));
+	char what[128];
+	label(what, sizeof(what), &t, "started all_gather");
+	CHECK_BUF(what, got, want, (size_t)t.n * C, dt);
+	CHECK_BUF(what, got, blk, (size_t)t.n * C, dt);
+	label(what, sizeof(what), &t, "started reduce_scatter");
+	CHECK_BUF(what, got + bytes + mine, want + 2 * bytes, C, dt);
+	CHECK_BUF(what, got + bytes + mine, blk + bytes + mine, C, dt);
+	label(what, sizeof(what), &t, "started all_reduce");
+	CHECK_BUF(what, got + 2 * bytes, want + bytes, C, dt);
+	CHECK_BUF(what, got + 2 * bytes, blk + 2 * bytes, C, dt);
+	CHECK(!memcmp(comm_counters(c), &once, sizeof(once)),
+	      "started %s on %s: counters differ from the blocking calls'", comm_dtype_name(dt),
+	      name);
+out:
+	free(blk);
+	free(got);
+	free(want);
+}
+
 /* ---- fault modes: one rank stalls or dies inside a collective, or stalls before finalize ---- */
 
 static int run_fault(const char *mode)
@@ -673,6 +749,9 @@ int main(int argc, char **argv)
 		if (rest)
 			run_case(rest, "pp", dt);
 		run_big(world, dt);
+		run_started(world, "world", dt);
+		if (dp)
+			run_started(dp, "dp", dt);
 	}
 	if (dp)
 		run_rounding(dp);
