@@ -2,7 +2,10 @@
  * kernels for each unit's forward, backward and recompute through a compute backend (CPU or
  * CUDA), the collectives through the communication layer, and the optimizer over this rank's
  * partition. It executes the schedule in its order and nothing else: the simulator prices the same
- * ops. Launching, logging and storing results are cmd_run.c's. */
+ * ops. Collectives the replay puts on a stream of their own (engine/streams.h: stage-3 prefetch,
+ * overlap_comm reductions) are started at their op and waited for where the schedule next needs
+ * their data or buffer (docs/gpu_comm.md). Launching, logging and storing results are
+ * cmd_run.c's. */
 #ifndef PX_EXEC_RUNNER_H
 #define PX_EXEC_RUNNER_H
 

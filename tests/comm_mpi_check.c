@@ -836,8 +836,8 @@ int main(int argc, char **argv)
 	for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
 		if (o == 'r') {
 			scenario = optarg;
-		} else if (o == 'f' && (!strcmp(optarg, "hang") || !strcmp(optarg, "kill") ||
-				 !strcmp(optarg, "finalize"))) {
+		} else if (o == 'f' && (!strcmp(optarg, "hang") || !strcmp(optarg, "hang-started") ||
+					!strcmp(optarg, "kill") || !strcmp(optarg, "finalize"))) {
 			fault = optarg;
 		} else {
 			usage(o == 'h' ? stdout : stderr);
