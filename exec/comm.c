@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -36,12 +37,24 @@ typedef struct CommState {
 	int wd_running;
 	Comm *world;
 	int n_split; /* split communicators not yet destroyed */
+	void *stream;           /* comm_set_stream's */
+	int n_started;          /* started, not yet waited */
+	CommRequest *unsynced;  /* waited on a device, completion not yet seen (comm_sync) */
 } CommState;
 
 struct Comm {
 	CommState *st;
 	void *h; /* the backend's */
 	int rank, size, tag;
+};
+
+struct CommRequest {
+	Comm *c;
+	void *h;            /* the backend's; NULL where the call ran whole at its start */
+	const char *what;
+	int kind;
+	int64_t payload;
+	CommRequest *next;  /* in CommState.unsynced */
 };
 
 /* ---- names ---- */
@@ -463,6 +476,8 @@ int comm_finalize(Comm *world, PxError *err)
 			       "rank %d: comm_finalize: %d split communicators still open; "
 			       "comm_destroy them first",
 			       st->env.rank, st->n_split);
+	if (comm_sync(world, err)) /* device waits still queued */
+		return -1;
 	/* finalize waits for every rank, so a missing one must trip the watchdog here too; the
 	 * backend frees the world's handle on its way out, so abort gets NULL */
 	watchdog_arm(st, "finalize", COMM_TAG_WORLD, NULL);
@@ -586,58 +601,83 @@ static int call_end(Comm *c, const char *what, int kind, int rc, int64_t payload
 	return 0;
 }
 
+/* The checks of the three calls that also have a started form; fill *payload. */
+static int check_all_gather(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			    int64_t *whole, PxError *err)
+{
+	const char *what = "all_gather";
+	if (check_call(c, what, dt, COMM_SUM, count, c ? c->size : 1, whole, err))
+		return -1;
+	size_t part = (size_t)*whole / (size_t)c->size;
+	if (*whole && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	int in_place = (uintptr_t)send == (uintptr_t)recv + (size_t)c->rank * part;
+	if (!in_place && overlap(send, part, recv, (size_t)*whole))
+		return fail_args(c, what, err,
+				 "send overlaps recv other than at recv + rank x count");
+	return 0;
+}
+
+static int check_reduce_scatter(Comm *c, const void *send, void *recv, size_t count,
+				CommDtype dt, CommRedOp op, int64_t *whole, PxError *err)
+{
+	const char *what = "reduce_scatter";
+	if (check_call(c, what, dt, op, count, c ? c->size : 1, whole, err))
+		return -1;
+	size_t part = (size_t)*whole / (size_t)c->size;
+	if (*whole && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	int in_place = (uintptr_t)recv == (uintptr_t)send + (size_t)c->rank * part;
+	if (!in_place && overlap(send, (size_t)*whole, recv, part))
+		return fail_args(c, what, err,
+				 "recv overlaps send other than at send + rank x count");
+	return 0;
+}
+
+static int check_all_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			    CommRedOp op, int64_t *bytes, PxError *err)
+{
+	const char *what = "all_reduce";
+	if (check_call(c, what, dt, op, count, 1, bytes, err))
+		return -1;
+	if (*bytes && (!send || !recv))
+		return fail_args(c, what, err, "send or recv is NULL");
+	if (send != recv && overlap(send, (size_t)*bytes, recv, (size_t)*bytes))
+		return fail_args(c, what, err, "send and recv overlap without being equal");
+	return 0;
+}
+
 int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
 		    PxError *err)
 {
-	const char *what = "all_gather";
 	int64_t whole;
-	if (check_call(c, what, dt, COMM_SUM, count, c ? c->size : 1, &whole, err))
+	if (check_all_gather(c, send, recv, count, dt, &whole, err))
 		return -1;
-	size_t part = (size_t)whole / (size_t)c->size;
-	if (whole && (!send || !recv))
-		return fail_args(c, what, err, "send or recv is NULL");
-	int in_place = (uintptr_t)send == (uintptr_t)recv + (size_t)c->rank * part;
-	if (!in_place && overlap(send, part, recv, (size_t)whole))
-		return fail_args(c, what, err,
-				 "send overlaps recv other than at recv + rank x count");
-	call_begin(c, what);
+	call_begin(c, "all_gather");
 	int rc = c->st->be->all_gather(c->h, send, recv, count, dt, err);
-	return call_end(c, what, COLL_ALL_GATHER, rc, whole, err);
+	return call_end(c, "all_gather", COLL_ALL_GATHER, rc, whole, err);
 }
 
 int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
 			CommRedOp op, PxError *err)
 {
-	const char *what = "reduce_scatter";
 	int64_t whole;
-	if (check_call(c, what, dt, op, count, c ? c->size : 1, &whole, err))
+	if (check_reduce_scatter(c, send, recv, count, dt, op, &whole, err))
 		return -1;
-	size_t part = (size_t)whole / (size_t)c->size;
-	if (whole && (!send || !recv))
-		return fail_args(c, what, err, "send or recv is NULL");
-	int in_place = (uintptr_t)recv == (uintptr_t)send + (size_t)c->rank * part;
-	if (!in_place && overlap(send, (size_t)whole, recv, part))
-		return fail_args(c, what, err,
-				 "recv overlaps send other than at send + rank x count");
-	call_begin(c, what);
+	call_begin(c, "reduce_scatter");
 	int rc = c->st->be->reduce_scatter(c->h, send, recv, count, dt, op, err);
-	return call_end(c, what, COLL_REDUCE_SCATTER, rc, whole, err);
+	return call_end(c, "reduce_scatter", COLL_REDUCE_SCATTER, rc, whole, err);
 }
 
 int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
 		    CommRedOp op, PxError *err)
 {
-	const char *what = "all_reduce";
 	int64_t bytes;
-	if (check_call(c, what, dt, op, count, 1, &bytes, err))
+	if (check_all_reduce(c, send, recv, count, dt, op, &bytes, err))
 		return -1;
-	if (bytes && (!send || !recv))
-		return fail_args(c, what, err, "send or recv is NULL");
-	if (send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
-		return fail_args(c, what, err, "send and recv overlap without being equal");
-	call_begin(c, what);
+	call_begin(c, "all_reduce");
 	int rc = c->st->be->all_reduce(c->h, send, recv, count, dt, op, err);
-	return call_end(c, what, COLL_ALL_REDUCE, rc, bytes, err);
+	return call_end(c, "all_reduce", COLL_ALL_REDUCE, rc, bytes, err);
 }
 
 int comm_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype dt, CommRedOp op,
@@ -728,4 +768,145 @@ int comm_barrier(Comm *c, PxError *err)
 	call_begin(c, what);
 	int rc = c->st->be->barrier(c->h, err);
 	return call_end(c, what, COMM_KIND_BARRIER, rc, 0, err);
+}
+
+/* ---- started collectives ---- */
+
+void comm_set_stream(Comm *c, void *stream)
+{
+	c->st->stream = stream;
+}
+
+int comm_in_flight(const Comm *c)
+{
+	return c->st->n_started;
+}
+
+/* A backend without a started form runs the whole call now. */
+static int run_whole(Comm *c, const CommCall *k, PxError *err)
+{
+	const CommBackend *be = c->st->be;
+	if (k->kind == COLL_ALL_GATHER)
+		return be->all_gather(c->h, k->send, k->recv, k->count, k->dt, err);
+	if (k->kind == COLL_REDUCE_SCATTER)
+		return be->reduce_scatter(c->h, k->send, k->recv, k->count, k->dt, k->op, err);
+	return be->all_reduce(c->h, k->send, k->recv, k->count, k->dt, k->op, err);
+}
+
+/* The start runs under the deadline too: a backend may block in it (a staged copy, an enqueue
+ * NCCL has not finished). */
+static int start_call(Comm *c, const char *what, const CommCall *k, int64_t payload,
+		      CommRequest **out, PxError *err)
+{
+	CommState *st = c->st;
+	CommRequest *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s: out of memory", st->env.rank, what);
+	*q = (CommRequest){.c = c, .what = what, .kind = k->kind, .payload = payload};
+	call_begin(c, what);
+	int rc = st->be->start ? st->be->start(c->h, k, st->stream, &q->h, err)
+			       : run_whole(c, k, err);
+	if (watchdog_disarm(st, err) || (rc && fail_call(st, what, c->tag, err))) {
+		free(q);
+		return -1;
+	}
+	st->n_started++;
+	*out = q;
+	return 0;
+}
+
+int comm_all_gather_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			  CommRequest **req, PxError *err)
+{
+	int64_t whole;
+	*req = NULL;
+	if (check_all_gather(c, send, recv, count, dt, &whole, err))
+		return -1;
+	CommCall k = {COLL_ALL_GATHER, send, recv, count, dt, COMM_SUM};
+	return start_call(c, "all_gather", &k, whole, req, err);
+}
+
+int comm_reduce_scatter_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			      CommRedOp op, CommRequest **req, PxError *err)
+{
+	int64_t whole;
+	*req = NULL;
+	if (check_reduce_scatter(c, send, recv, count, dt, op, &whole, err))
+		return -1;
+	CommCall k = {COLL_REDUCE_SCATTER, send, recv, count, dt, op};
+	return start_call(c, "reduce_scatter", &k, whole, req, err);
+}
+
+int comm_all_reduce_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			  CommRedOp op, CommRequest **req, PxError *err)
+{
+	int64_t bytes;
+	*req = NULL;
+	if (check_all_reduce(c, send, recv, count, dt, op, &bytes, err))
+		return -1;
+	CommCall k = {COLL_ALL_REDUCE, send, recv, count, dt, op};
+	return start_call(c, "all_reduce", &k, bytes, req, err);
+}
+
+int comm_wait(CommRequest *q, PxError *err)
+{
+	if (!q)
+		return 0;
+	Comm *c = q->c;
+	CommState *st = c->st;
+	int done = 1, rc = 0;
+	st->n_started--;
+	if (q->h) {
+		call_begin(c, q->what);
+		rc = st->be->wait(q->h, st->stream, &done, err);
+		if (watchdog_disarm(st, err) || (rc && fail_call(st, q->what, c->tag, err))) {
+			free(q);
+			return -1;
+		}
+	}
+	count_call(c, q->kind, q->payload);
+	if (done) {
+		free(q);
+	} else { /* the device's wait is queued; comm_sync sees it through */
+		q->next = st->unsynced;
+		st->unsynced = q;
+	}
+	return 0;
+}
+
+/* Test every unsynced request once; drop those done. */
+static int sync_pass(CommState *st, PxError *err)
+{
+	for (CommRequest **pq = &st->unsynced; *pq;) {
+		CommRequest *q = *pq;
+		int done = 0;
+		if (st->be->test(q->h, &done, err)) {
+			*pq = q->next;
+			fail_call(st, q->what, q->c->tag, err);
+			free(q);
+			return -1;
+		}
+		if (done) {
+			*pq = q->next;
+			free(q);
+		} else {
+			pq = &q->next;
+		}
+	}
+	return 0;
+}
+
+int comm_sync(Comm *c, PxError *err)
+{
+	CommState *st = c->st;
+	if (!st->unsynced)
+		return 0;
+	call_begin(st->unsynced->c, st->unsynced->what);
+	int rc = 0;
+	while (st->unsynced && !(rc = sync_pass(st, err)))
+		if (st->unsynced)
+			sched_yield();
+	if (watchdog_disarm(st, err))
+		return -1;
+	return rc;
 }

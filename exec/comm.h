@@ -56,6 +56,17 @@ typedef struct CommConfig {
 } CommConfig;
 
 typedef struct Comm Comm; /* one communicator; opaque */
+typedef struct CommRequest CommRequest; /* a started collective (comm_*_start); opaque */
+
+/* A started collective as a backend receives it: the blocking call's arguments. */
+typedef struct CommCall {
+	int kind;         /* COLL_ALL_GATHER, COLL_REDUCE_SCATTER or COLL_ALL_REDUCE */
+	const void *send;
+	void *recv;
+	size_t count;     /* as the blocking call's */
+	CommDtype dt;
+	CommRedOp op;     /* the reductions' */
+} CommCall;
 
 /* A backend: one file fills this table (nccl-tests' struct testColl). Handles are the backend's
  * own communicators. Every function returns 0, or -1 with err naming the backend call and its
@@ -84,6 +95,16 @@ typedef struct CommBackend {
 	int (*send)(void *h, const void *buf, size_t count, CommDtype dt, int peer, PxError *err);
 	int (*recv)(void *h, void *buf, size_t count, CommDtype dt, int peer, PxError *err);
 	int (*barrier)(void *h, PxError *err);
+	/* Started collectives; all three NULL where the backend has none (comm.c then runs the
+	 * blocking call at the start and the wait has nothing to do). stream: comm_set_stream's
+	 * (NULL: none). start issues call and returns its request in *req, ordered after what
+	 * was queued on stream. wait makes whatever comes after it see the results: either it
+	 * blocks until they are there (*done = 1, req freed), or it orders stream after them and
+	 * returns at once (*done = 0: test it until done). test never blocks; it frees req once
+	 * *done = 1. On failure wait and test free req too. */
+	int (*start)(void *h, const CommCall *call, void *stream, void **req, PxError *err);
+	int (*wait)(void *req, void *stream, int *done, PxError *err);
+	int (*test)(void *req, int *done, PxError *err);
 	/* Stop every process of the job now, with exit status code. Called by the watchdog thread
 	 * while the caller's thread is blocked inside another call; world is NULL when that call is
 	 * finalize (the handle may be gone). Returns only where stopping the job is not possible
@@ -174,6 +195,33 @@ int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, CommDty
 int comm_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer, PxError *err);
 int comm_recv(Comm *c, void *buf, size_t count, CommDtype dt, int peer, PxError *err);
 int comm_barrier(Comm *c, PxError *err);
+
+/* ---- started collectives ----
+ * The same calls, arguments and checks, issued without waiting: *req is the caller's until
+ * comm_wait. Until then the call owns its buffers: send must not be written, recv neither read,
+ * written nor freed. Every rank starts and calls collectives on a communicator in the same order,
+ * blocking ones included. Where the backend has no started form the whole call runs at the start.
+ * comm_wait runs under the deadline and counts the call (once); after it, results are in recv for
+ * the host (MPI backends) or for the work queued on the compute stream after it (NCCL with
+ * comm_set_stream: the host is not blocked; comm_sync waits for the transfers themselves). */
+int comm_all_gather_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			  CommRequest **req, PxError *err);
+int comm_reduce_scatter_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			      CommRedOp op, CommRequest **req, PxError *err);
+int comm_all_reduce_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
+			  CommRedOp op, CommRequest **req, PxError *err);
+/* Frees req (NULL is fine); -1 with err as the blocking call's on failure. */
+int comm_wait(CommRequest *req, PxError *err);
+/* Block until every waited request of this comm_init has completed on its device, under the
+ * deadline: before the host synchronises a compute stream that waits for one (so that a hung
+ * peer ends the job instead of a synchronisation that never returns). Nothing to do on MPI. */
+int comm_sync(Comm *c, PxError *err);
+/* Requests of this comm_init started and not yet waited. */
+int comm_in_flight(const Comm *c);
+/* The compute stream (a cudaStream_t, opaque here) that started collectives are ordered against:
+ * a start waits for what was queued on it, and a wait queues its dependency there. NULL: none
+ * (host compute). For every communicator of c's comm_init. */
+void comm_set_stream(Comm *c, void *stream);
 
 /* ---- names ---- */
 

@@ -446,6 +446,103 @@ static int mpi_barrier(void *h, PxError *err)
 	return mpi_check(MPI_Barrier(m->comm), "MPI_Barrier", err);
 }
 
+/* ---- started collectives: MPI-3's non-blocking forms ----
+ * MPI_Iallgather, MPI_Ireduce_scatter_block and MPI_Iallreduce take the blocking calls' arguments
+ * (MPI_IN_PLACE included) plus a request; the buffers belong to MPI until MPI_Wait completes it.
+ * Open MPI progresses them inside MPI calls (MPI_Test, MPI_Wait, any other), so on the host the
+ * overlap is in the order of operations; the bytes and sums are the blocking calls' (the
+ * algorithms may add in another order: fp32 results can differ in the last bits). */
+
+typedef struct MpiReq {
+	MPI_Request r;
+	void *move_to;       /* an in-place reduce-scatter's result goes here once complete */
+	const void *move_from;
+	size_t move_bytes;
+} MpiReq;
+
+static int start_reduce_scatter(const MpiComm *m, const CommCall *k, MpiReq *q, PxError *err)
+{
+	int n = mpi_count(k->count, "MPI_Ireduce_scatter_block", err);
+	if (n < 0)
+		return -1;
+	size_t part = k->count * comm_dtype_bytes(k->dt);
+	const void *send = k->send;
+	void *recv = k->recv;
+	if ((uintptr_t)recv == (uintptr_t)send + (size_t)m->rank * part) {
+		/* in place as mpi_reduce_scatter does it: the result lands at the buffer's start */
+		recv = (void *)(uintptr_t)send;
+		send = MPI_IN_PLACE;
+		q->move_to = k->recv;
+		q->move_from = recv;
+		q->move_bytes = part;
+	}
+	return mpi_check(MPI_Ireduce_scatter_block(send, recv, n, mpi_type(k->dt),
+						   mpi_op(m, k->dt, k->op), m->comm, &q->r),
+			 "MPI_Ireduce_scatter_block", err);
+}
+
+static int start_other(const MpiComm *m, const CommCall *k, MpiReq *q, PxError *err)
+{
+	const char *call = k->kind == COLL_ALL_GATHER ? "MPI_Iallgather" : "MPI_Iallreduce";
+	int n = mpi_count(k->count, call, err);
+	if (n < 0)
+		return -1;
+	const void *send = k->send;
+	if (k->kind == COLL_ALL_REDUCE)
+		return mpi_check(MPI_Iallreduce(send == k->recv ? MPI_IN_PLACE : send, k->recv, n,
+						mpi_type(k->dt), mpi_op(m, k->dt, k->op), m->comm,
+						&q->r),
+				 call, err);
+	size_t part = k->count * comm_dtype_bytes(k->dt);
+	if ((uintptr_t)send == (uintptr_t)k->recv + (size_t)m->rank * part)
+		send = MPI_IN_PLACE;
+	return mpi_check(MPI_Iallgather(send, n, mpi_type(k->dt), k->recv, n, mpi_type(k->dt),
+					m->comm, &q->r),
+			 call, err);
+}
+
+static int mpi_start(void *h, const CommCall *k, void *stream, void **req, PxError *err)
+{
+	const MpiComm *m = h;
+	(void)stream; /* host memory: nothing queued anywhere to wait for */
+	MpiReq *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "mpi backend: out of memory");
+	int rc = k->kind == COLL_REDUCE_SCATTER ? start_reduce_scatter(m, k, q, err)
+						: start_other(m, k, q, err);
+	if (rc) {
+		free(q);
+		return -1;
+	}
+	*req = q;
+	return 0;
+}
+
+static int finish_req(MpiReq *q, int rc, PxError *err)
+{
+	if (!rc && q->move_bytes)
+		memmove(q->move_to, q->move_from, q->move_bytes);
+	free(q);
+	return rc ? mpi_fail(rc, "MPI_Wait", err) : 0;
+}
+
+/* On the host the results are there only once MPI says so: always blocks. */
+static int mpi_wait(void *req, void *stream, int *done, PxError *err)
+{
+	MpiReq *q = req;
+	(void)stream;
+	*done = 1;
+	return finish_req(q, MPI_Wait(&q->r, MPI_STATUS_IGNORE), err);
+}
+
+static int mpi_test(void *req, int *done, PxError *err)
+{
+	MpiReq *q = req;
+	int flag = 0, rc = MPI_Test(&q->r, &flag, MPI_STATUS_IGNORE);
+	*done = rc != MPI_SUCCESS || flag;
+	return *done ? finish_req(q, rc, err) : 0;
+}
+
 const CommBackend comm_mpi_backend = {
 	.name = "mpi",
 	.init = mpi_init,
@@ -461,5 +558,8 @@ const CommBackend comm_mpi_backend = {
 	.send = mpi_send,
 	.recv = mpi_recv,
 	.barrier = mpi_barrier,
+	.start = mpi_start,
+	.wait = mpi_wait,
+	.test = mpi_test,
 	.abort = mpi_abort,
 };

@@ -61,25 +61,33 @@ static int host_get(StagedWorld *w, size_t bytes, PxError *err)
 	return 0;
 }
 
-/* Lay st out in w's host buffer and copy send in. send_dev or recv_dev may be NULL (no bytes). */
-static int stage_in(StagedWorld *w, Stage *st, PxError *err)
+/* Bytes of host memory st needs, and whether its buffers overlap (then laid out together). */
+static size_t stage_span(const Stage *st, int *together)
 {
 	uintptr_t s = (uintptr_t)st->send_dev, r = (uintptr_t)st->recv_dev;
-	int together = st->send_dev && st->recv_dev &&
-		       (s == r || (s < r + st->recv_bytes && r < s + st->send_bytes));
+	*together = st->send_dev && st->recv_dev &&
+		    (s == r || (s < r + st->recv_bytes && r < s + st->send_bytes));
+	if (!*together)
+		return st->send_bytes + st->recv_bytes + 1;
+	uintptr_t lo = s < r ? s : r;
+	uintptr_t hi = s + st->send_bytes > r + st->recv_bytes ? s + st->send_bytes
+							      : r + st->recv_bytes;
+	return hi - lo + 1;
+}
+
+/* Lay st out in host (stage_span's bytes) and copy send in. */
+static int stage_place(Stage *st, char *host, PxError *err)
+{
+	int together;
+	stage_span(st, &together);
 	if (together) {
+		uintptr_t s = (uintptr_t)st->send_dev, r = (uintptr_t)st->recv_dev;
 		uintptr_t lo = s < r ? s : r;
-		uintptr_t hi = s + st->send_bytes > r + st->recv_bytes ? s + st->send_bytes
-								      : r + st->recv_bytes;
-		if (host_get(w, hi - lo + 1, err))
-			return -1;
-		st->send_host = (char *)w->host + (s - lo);
-		st->recv_host = (char *)w->host + (r - lo);
+		st->send_host = host + (s - lo);
+		st->recv_host = host + (r - lo);
 	} else {
-		if (host_get(w, st->send_bytes + st->recv_bytes + 1, err))
-			return -1;
-		st->send_host = st->send_dev ? (char *)w->host : NULL;
-		st->recv_host = st->recv_dev ? (char *)w->host + st->send_bytes : NULL;
+		st->send_host = st->send_dev ? host : NULL;
+		st->recv_host = st->recv_dev ? host + st->send_bytes : NULL;
 	}
 	/* the compute that wrote send may be on any stream: wait for all of it */
 	if (cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err))
@@ -89,6 +97,15 @@ static int stage_in(StagedWorld *w, Stage *st, PxError *err)
 					 "cudaMemcpy (to host)", err))
 		return -1;
 	return 0;
+}
+
+/* Lay st out in w's host buffer and copy send in. send_dev or recv_dev may be NULL (no bytes). */
+static int stage_in(StagedWorld *w, Stage *st, PxError *err)
+{
+	int together;
+	if (host_get(w, stage_span(st, &together), err))
+		return -1;
+	return stage_place(st, w->host, err);
 }
 
 static int stage_out(const Stage *st, int rc, PxError *err)
@@ -283,6 +300,67 @@ static int staged_barrier(void *h, PxError *err)
 	return inner->barrier(c->mpi, err);
 }
 
+/* ---- started collectives: staged in at the start, MPI's non-blocking call on host memory,
+ * staged out at the wait ----
+ * Each request has its own pinned buffer, since several may be in flight. The copies are
+ * synchronous (correctness only, as everything here); the host blocks at the wait. */
+
+typedef struct StagedReq {
+	Stage st;
+	char *host;  /* pinned, stage_span's bytes */
+	void *inner; /* comm_mpi_backend's request */
+} StagedReq;
+
+static void req_free(StagedReq *q)
+{
+	if (q->host)
+		cudaFreeHost(q->host);
+	free(q);
+}
+
+static int staged_start(void *h, const CommCall *k, void *stream, void **req, PxError *err)
+{
+	StagedComm *c = h;
+	StagedReq *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "mpi-staged backend: out of memory");
+	size_t part = k->count * comm_dtype_bytes(k->dt), whole = part * (size_t)c->size;
+	q->st = k->kind == COLL_ALL_GATHER ? stage_of(k->send, part, k->recv, whole) :
+		k->kind == COLL_REDUCE_SCATTER ? stage_of(k->send, whole, k->recv, part) :
+						 stage_of(k->send, part, k->recv, part);
+	int together;
+	CommCall hk = *k;
+	if (cuda_check(cudaMallocHost((void **)&q->host, stage_span(&q->st, &together)),
+		       "cudaMallocHost", err) ||
+	    stage_place(&q->st, q->host, err))
+		goto out_free;
+	hk.send = q->st.send_host;
+	hk.recv = q->st.recv_host;
+	if (inner->start(c->mpi, &hk, stream, &q->inner, err))
+		goto out_free;
+	*req = q;
+	return 0;
+out_free:
+	req_free(q);
+	return -1;
+}
+
+static int staged_wait(void *req, void *stream, int *done, PxError *err)
+{
+	StagedReq *q = req;
+	int rc = inner->wait(q->inner, stream, done, err);
+	rc = stage_out(&q->st, rc, err);
+	*done = 1;
+	req_free(q);
+	return rc;
+}
+
+static int staged_test(void *req, int *done, PxError *err)
+{
+	/* a wait here always blocks until done, so nothing is ever left to test */
+	return staged_wait(req, NULL, done, err);
+}
+
 const CommBackend comm_mpi_staged_backend = {
 	.name = "mpi-staged",
 	.init = staged_init,
@@ -298,5 +376,8 @@ const CommBackend comm_mpi_staged_backend = {
 	.send = staged_send,
 	.recv = staged_recv,
 	.barrier = staged_barrier,
+	.start = staged_start,
+	.wait = staged_wait,
+	.test = staged_test,
 	.abort = staged_abort,
 };

@@ -134,11 +134,9 @@ static int wait_stream(NcclComm *m, const char *call, PxError *err)
 	}
 }
 
-/* The end of every collective. comm.c counts a call as soon as the backend returns and the
- * executor's calls are blocking today, so "completed" must mean the data is in recv: the stream
- * is synchronised here, not left for the caller. An executor that overlaps communication with
- * compute through events on comm_nccl_stream() will want a variant that returns after the
- * enqueue. */
+/* The end of every blocking collective. comm.c counts a call as soon as the backend returns, so
+ * "completed" must mean the data is in recv: the stream is synchronised here, not left for the
+ * caller. The started forms (nccl_start, below) return after the enqueue instead. */
 static int finish(NcclComm *m, ncclResult_t rc, const char *call, PxError *err)
 {
 	if (rc != ncclSuccess && rc != ncclInProgress)
@@ -531,6 +529,119 @@ static int nccl_barrier(void *h, PxError *err)
 	return finish(m, rc, "ncclAllReduce (barrier)", err);
 }
 
+/* ---- started collectives ----
+ * Enqueued on the communication stream after an event recorded on the caller's compute stream
+ * (so the collective reads what the compute before it wrote), with an event recorded after it.
+ * The wait makes the compute stream wait for that event: the host goes on queueing compute, and
+ * comm.c's comm_sync polls the event (and the communicator's errors) under the deadline before
+ * the host synchronises the compute stream. Prefetch gathers and reductions share the one
+ * communication stream, in the order they were started. */
+
+typedef struct NcclReq {
+	NcclComm *m;
+	cudaEvent_t done;
+} NcclReq;
+
+static ncclResult_t enqueue(NcclComm *m, const CommCall *k, const char **call)
+{
+	cudaStream_t s = m->world->stream;
+	if (k->kind == COLL_ALL_GATHER) {
+		*call = "ncclAllGather";
+		return ncclAllGather(k->send, k->recv, k->count, nccl_type(k->dt), m->comm, s);
+	}
+	if (k->kind == COLL_REDUCE_SCATTER) {
+		*call = "ncclReduceScatter";
+		return ncclReduceScatter(k->send, k->recv, k->count, nccl_type(k->dt), nccl_op(k->op),
+					 m->comm, s);
+	}
+	*call = "ncclAllReduce";
+	return ncclAllReduce(k->send, k->recv, k->count, nccl_type(k->dt), nccl_op(k->op), m->comm,
+			     s);
+}
+
+/* The communication stream waits for what was queued on stream so far. */
+static int after_compute(NcclComm *m, cudaStream_t stream, PxError *err)
+{
+	cudaEvent_t ready;
+	if (!stream)
+		return 0;
+	if (cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+		       "cudaEventCreateWithFlags", err))
+		return -1;
+	int rc = cuda_check(cudaEventRecord(ready, stream), "cudaEventRecord", err) ||
+		 cuda_check(cudaStreamWaitEvent(m->world->stream, ready, 0), "cudaStreamWaitEvent",
+			    err);
+	cudaEventDestroy(ready); /* released once the wait it was queued for has happened */
+	return rc ? -1 : 0;
+}
+
+static int nccl_start(void *h, const CommCall *k, void *stream, void **req, PxError *err)
+{
+	NcclComm *m = h;
+	NcclReq *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "nccl backend: out of memory");
+	q->m = m;
+	const char *call = "";
+	if (after_compute(m, stream, err) ||
+	    cuda_check(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming),
+		       "cudaEventCreateWithFlags", err)) {
+		free(q);
+		return -1;
+	}
+	ncclResult_t rc = enqueue(m, k, &call);
+	if ((rc != ncclSuccess && rc != ncclInProgress && nccl_fail(rc, m->comm, call, err)) ||
+	    wait_ready(m->comm, call, err) ||
+	    cuda_check(cudaEventRecord(q->done, m->world->stream), "cudaEventRecord", err)) {
+		cudaEventDestroy(q->done);
+		free(q);
+		return -1;
+	}
+	*req = q;
+	return 0;
+}
+
+static int nccl_test(void *req, int *done, PxError *err)
+{
+	NcclReq *q = req;
+	ncclResult_t state = ncclSuccess;
+	pthread_mutex_lock(&poll_mu);
+	cudaError_t e = cudaEventQuery(q->done);
+	if (e == cudaErrorNotReady && ncclCommGetAsyncError(q->m->comm, &state) != ncclSuccess)
+		state = ncclSuccess; /* no answer: the event's is the one that counts */
+	pthread_mutex_unlock(&poll_mu);
+	*done = e != cudaErrorNotReady || (state != ncclSuccess && state != ncclInProgress);
+	if (!*done)
+		return 0;
+	int rc = e != cudaErrorNotReady ? cuda_check(e, "cudaEventQuery", err)
+					: nccl_fail(state, q->m->comm, "ncclCommGetAsyncError", err);
+	cudaEventDestroy(q->done);
+	free(q);
+	return rc;
+}
+
+/* With a compute stream: queue the dependency there and return. Without one, the host is the
+ * consumer: poll until done. */
+static int nccl_wait(void *req, void *stream, int *done, PxError *err)
+{
+	NcclReq *q = req;
+	if (stream) {
+		*done = 0;
+		if (!cuda_check(cudaStreamWaitEvent(stream, q->done, 0), "cudaStreamWaitEvent", err))
+			return 0;
+		cudaEventDestroy(q->done);
+		free(q);
+		return -1;
+	}
+	for (;;) {
+		if (nccl_test(q, done, err))
+			return -1;
+		if (*done)
+			return 0;
+		sched_yield();
+	}
+}
+
 const CommBackend comm_nccl_backend = {
 	.name = "nccl",
 	.init = nccl_init,
@@ -546,5 +657,8 @@ const CommBackend comm_nccl_backend = {
 	.send = nccl_send,
 	.recv = nccl_recv,
 	.barrier = nccl_barrier,
+	.start = nccl_start,
+	.wait = nccl_wait,
+	.test = nccl_test,
 	.abort = nccl_abort,
 };

@@ -10,8 +10,8 @@
 
 /* The communication stream of this process's NCCL world (one for the world and all its splits),
  * or NULL before comm_init with comm_nccl_backend or after comm_finalize. Owned by the backend.
- * Every call has completed on it by the time it returns (see comm_nccl.c); an executor that
- * overlaps may still record events on it and make compute streams wait for them. */
+ * Every blocking call has completed on it by the time it returns; started ones (comm.h's
+ * comm_*_start) are ordered against the compute stream of comm_set_stream with events. */
 cudaStream_t comm_nccl_stream(void);
 
 /* The CUDA device comm_nccl_backend's init chose for this process: LOCAL_RANK's, or 0 where the

@@ -66,6 +66,9 @@ typedef struct ComputeBackend {
 
 	/* Wait for everything issued; 0, or -1 with the first failure since the last check. */
 	int (*check)(void *ctx, PxError *err);
+	/* The stream compute is queued on (a cudaStream_t), for comm_set_stream to order started
+	 * collectives against with events; NULL (or no function) where compute runs on the host. */
+	void *(*stream)(void *ctx);
 } ComputeBackend;
 
 extern const ComputeBackend compute_cpu_backend;

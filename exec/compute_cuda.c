@@ -219,6 +219,12 @@ static int cuda_check(void *cx, PxError *err)
 	return 0;
 }
 
+static void *cuda_stream(void *cx)
+{
+	CudaCompute *c = cx;
+	return cuda_ctx_stream(c->ctx);
+}
+
 const ComputeBackend compute_cuda_backend = {
 	.name = "cuda",
 	.create = cuda_create,
@@ -242,4 +248,5 @@ const ComputeBackend compute_cuda_backend = {
 	.adamw = cuda_adamw,
 	.sgd = cuda_sgd,
 	.check = cuda_check,
+	.stream = cuda_stream,
 };

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "../engine/build.h"
+#include "../engine/streams.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
 
@@ -369,6 +370,41 @@ static void recycle(Runner *r, int buf)
 		r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
 }
 
+/* This rank's reduced slice of a stage 2-3 reduction, into its gradient partition. */
+static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
+{
+	add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
+		 r->gdt);
+}
+
+/* The collective op stands for: blocking, or started into q when q is not NULL. */
+static int issue(Runner *r, const Op *op, const void *send, void *recv, size_t count, Dtype d,
+		 Pending *q, PxError *err)
+{
+	CommDtype dt = comm_dt(d);
+	if (op->sub == COLL_ALL_GATHER)
+		return q ? comm_all_gather_start(r->dp, send, recv, count, dt, &q->req, err)
+			 : comm_all_gather(r->dp, send, recv, count, dt, err);
+	if (op->sub == COLL_REDUCE_SCATTER)
+		return q ? comm_reduce_scatter_start(r->dp, send, recv, count, dt, COMM_SUM, &q->req,
+						     err)
+			 : comm_reduce_scatter(r->dp, send, recv, count, dt, COMM_SUM, err);
+	return q ? comm_all_reduce_start(r->dp, send, recv, count, dt, COMM_SUM, &q->req, err)
+		 : comm_all_reduce(r->dp, send, recv, count, dt, COMM_SUM, err);
+}
+
+static int pend_push(Runner *r, Pending *q)
+{
+	if (q) {
+		r->n_pend++;
+		r->ov.started++;
+	}
+	return 0;
+}
+
+/* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
+ * completion allows (a stage 2-3 slice into the partition, persistent gradients zeroed) waits
+ * for finish_pending, and the next gradients go to the other bucket now. */
 static int collective(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
@@ -385,28 +421,42 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			r->sumsq = x, r->have_norm = 1;
 		return 0;
 	}
+	SchedCollClass k = sched_coll_class(p, op, r->opt_done);
+	Pending *q = NULL;
+	if (r->dp && sched_coll_overlaps(k) && r->n_pend < r->cap_pend) {
+		q = &r->pend[r->n_pend];
+		*q = (Pending){.op = op, .stream = k, .recycle_buf = -1};
+	}
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
-		return comm_all_reduce(r->dp, a, a, (size_t)op->elems, comm_dt(r->gdt), COMM_SUM, err);
+		return issue(r, op, a, a, (size_t)op->elems, r->gdt, q, err) ? -1 : pend_push(r, q);
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) {
 		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
-		if (comm_reduce_scatter(r->dp, send, mine, cnt, comm_dt(r->gdt), COMM_SUM, err))
+		if (issue(r, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
 		if (p->stage < 2 || r->offload)
-			return 0; /* stage 1 keeps its slice in the full gradients; offload copies it */
-		add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
-			 r->gdt);
-		recycle(r, op->buf);
-		return 0;
+			return pend_push(r, q); /* stage 1 keeps its slice in the full gradients;
+						   offload copies it */
+		if (!q) {
+			consume(r, op, mine, cnt);
+			recycle(r, op->buf);
+			return 0;
+		}
+		q->mine = mine, q->cnt = cnt;
+		if (op->buf == r->id_pgrads)
+			q->recycle_buf = op->buf; /* zeroed once reduced */
+		else
+			recycle(r, op->buf);
+		return pend_push(r, q);
 	}
 	if (op->sub == COLL_ALL_GATHER) {
 		void *recv = at(base, op->offset, r->pdt);
 		const void *send = p->stage == 3 && op->buf != r->id_persist ?
 			at(r->buf[r->id_part], r->unit_part_off[op->unit], r->pdt) :
 			at(recv, r->rank * (long long)cnt, r->pdt);
-		return comm_all_gather(r->dp, send, recv, cnt, comm_dt(r->pdt), err);
+		return issue(r, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
 }
@@ -488,6 +538,111 @@ static int time_slot(const Op *op)
 	return -1;
 }
 
+/* ---- streams: started collectives and the waits the schedule implies ----
+ * docs/gpu_comm.md. A collective that engine/streams.h puts on the prefetch or reduction stream
+ * is started at its op and appended here; each stream completes in start order (as a device
+ * stream would). The waits: a compute waits for the gathers of its unit's buffer; a backward
+ * for the bucket it is about to zero and the gradients it adds into; a free, a blocking
+ * collective or a copy for the collectives on the buffer it names (a unit-less device-to-host
+ * copy for the whole reduction stream); the one-value all-reduces, the optimizer and the step's
+ * end for everything. */
+
+/* Complete q: the call, then what its completion allows. Its time is the collective's. */
+static int finish_pending(Runner *r, Pending *q, PxError *err)
+{
+	double t0 = clock_s();
+	int rc = comm_wait(q->req, err);
+	q->req = NULL;
+	if (!rc && q->mine)
+		consume(r, q->op, q->mine, q->cnt);
+	if (!rc && q->recycle_buf >= 0)
+		recycle(r, q->recycle_buf);
+	double dt = clock_s() - t0;
+	r->op_s[N_COMPS + q->op->sub] += dt;
+	r->wait_s += dt;
+	return rc;
+}
+
+/* Complete pend[k] and everything started before it on its stream; keep the rest in order. */
+static int wait_upto(Runner *r, int k, PxError *err)
+{
+	int stream = r->pend[k].stream, rc = 0, n = 0;
+	for (int i = 0; i <= k && !rc; i++)
+		if (r->pend[i].stream == stream)
+			rc = finish_pending(r, &r->pend[i], err);
+	for (int i = 0; i < r->n_pend; i++)
+		if (r->pend[i].req)
+			r->pend[n++] = r->pend[i];
+	r->n_pend = n;
+	return rc;
+}
+
+/* Until no started collective works on buffer id (-1: none). */
+static int wait_buf(Runner *r, int id, PxError *err)
+{
+	for (int k = r->n_pend - 1; id >= 0 && k >= 0; k--)
+		if (r->pend[k].op->buf == id)
+			return wait_upto(r, k, err);
+	return 0;
+}
+
+static int wait_stream(Runner *r, int stream, PxError *err)
+{
+	for (int k = r->n_pend - 1; k >= 0; k--)
+		if (r->pend[k].stream == stream)
+			return wait_upto(r, k, err);
+	return 0;
+}
+
+static int wait_all(Runner *r, PxError *err)
+{
+	int rc = 0;
+	for (int i = 0; i < r->n_pend && !rc; i++)
+		rc = finish_pending(r, &r->pend[i], err);
+	r->n_pend = rc ? r->n_pend : 0;
+	return rc;
+}
+
+/* What op must wait for before it runs. */
+static int await_for(Runner *r, const Op *op, PxError *err)
+{
+	if (!r->n_pend)
+		return 0;
+	switch (op->kind) {
+	case OP_COMPUTE:
+		if (op->sub == COMP_OPTIMIZER)
+			return wait_all(r, err);
+		if (op->unit >= 0 && wait_buf(r, r->u_gathered[op->unit], err))
+			return -1;
+		if (op->sub != COMP_BWD)
+			return 0;
+		if (r->n_buckets && r->bucket_fresh && wait_buf(r, r->buckets[r->cur_bucket], err))
+			return -1;
+		return wait_buf(r, r->id_pgrads, err) || wait_buf(r, r->id_grads, err) ? -1 : 0;
+	case OP_COLL: {
+		SchedCollClass k = sched_coll_class(r->p, op, r->opt_done);
+		if (k == SCC_BARRIER)
+			return wait_all(r, err);
+		return sched_coll_overlaps(k) ? 0 : wait_buf(r, op->buf, err);
+	}
+	case OP_COPY:
+		if (op->buf >= 0)
+			return wait_buf(r, op->buf, err);
+		return op->sub == COPY_D2H ? wait_stream(r, SCC_REDUCE, err) : 0;
+	case OP_FREE:
+		return wait_buf(r, op->buf, err);
+	default:
+		return 0;
+	}
+}
+
+/* A device's waits queued on the compute stream, seen through under the deadline before the
+ * host synchronises that stream (comm_sync). */
+static int sync_streams(Runner *r, PxError *err)
+{
+	return r->dp ? comm_sync(r->dp, err) : 0;
+}
+
 static int run_op_timed(Runner *r, int i, PxError *err);
 
 static int run_op(Runner *r, int i, PxError *err)
@@ -495,16 +650,19 @@ static int run_op(Runner *r, int i, PxError *err)
 	int slot = time_slot(&r->s->ops[i]);
 	if (slot < 0)
 		return run_op_timed(r, i, err);
-	double t0 = clock_s();
-	/* check waits for an asynchronous backend, so that the op's time is its own */
-	int rc = run_op_timed(r, i, err) || r->cb->check(r->cx, err) ? -1 : 0;
-	r->op_s[slot] += clock_s() - t0;
+	double t0 = clock_s(), w0 = r->wait_s;
+	/* check waits for an asynchronous backend, so that the op's time is its own; waits for
+	 * started collectives inside it are theirs (finish_pending) */
+	int rc = run_op_timed(r, i, err) || sync_streams(r, err) || r->cb->check(r->cx, err) ? -1 : 0;
+	r->op_s[slot] += clock_s() - t0 - (r->wait_s - w0);
 	return rc;
 }
 
 static int run_op_timed(Runner *r, int i, PxError *err)
 {
 	const Op *op = &r->s->ops[i];
+	if (await_for(r, op, err))
+		return -1;
 	switch (op->kind) {
 	case OP_ALLOC:
 		if (do_alloc(r, op, err))
@@ -520,6 +678,8 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		do_free(r, op->buf);
 		return 0;
 	case OP_COMPUTE:
+		r->ov.computes++;
+		r->ov.computes_overlapped += r->n_pend > 0;
 		if (op->sub == COMP_FWD)
 			forward(r, op->unit);
 		else if (op->sub == COMP_RECOMPUTE)
@@ -541,13 +701,17 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	const Schedule *s = r->s;
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
-	r->have_overflow = r->have_norm = r->updated = 0;
+	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
+			/* DeepSpeed synchronises every stream before the step */
+			if (wait_all(r, err) || sync_streams(r, err))
+				return -1;
 			double t0 = clock_s();
 			runner_optimize(r, res);
 			r->op_s[COMP_OPTIMIZER] += clock_s() - t0;
+			r->opt_done = 1;
 			continue;
 		}
 		if (op->kind != OP_LOOP) {
@@ -566,7 +730,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 		}
 		i = end;
 	}
-	if (r->cb->check(r->cx, err))
+	if (wait_all(r, err) || sync_streams(r, err) || r->cb->check(r->cx, err))
 		return -1;
 	float lf = (float)(r->loss_sum / (double)r->p->m);
 	if (r->world && comm_size(r->world) > 1) { /* the mean over ranks, outside the schedule */
@@ -718,7 +882,12 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
 	r->sample = malloc((size_t)(r->T + 1) * sizeof(int));
 	r->segs = calloc((size_t)n + 8, sizeof(Seg));
-	if (!r->buf || !r->size || !r->alloc_of || !ids || !r->inputs || !r->targets || !r->sample ||
+	for (int i = s->step_begin; i < s->n; i++) /* at most every collective of a step in flight */
+		r->cap_pend += s->ops[i].kind == OP_COLL;
+	r->pend = calloc((size_t)r->cap_pend + 1, sizeof(Pending));
+	if (dp && r->cb->stream) /* started collectives order against the compute stream */
+		comm_set_stream(dp, r->cb->stream(r->cx));
+	if (!r->pend || !r->buf || !r->size || !r->alloc_of || !ids || !r->inputs || !r->targets || !r->sample ||
 	    !r->segs || layout(r)) {
 		free(ids);
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -751,6 +920,7 @@ void runner_destroy(Runner *r)
 	free(r->targets);
 	free(r->sample);
 	free(r->segs);
+	free(r->pend);
 	free(r->unit_part_off);
 	free(r->persist_off);
 	if (r->scalar)
@@ -768,4 +938,9 @@ const Arena *runner_arena(const Runner *r)
 const double *runner_op_times(const Runner *r)
 {
 	return r->op_s;
+}
+
+const RunnerOverlap *runner_overlap(const Runner *r)
+{
+	return &r->ov;
 }

@@ -2,7 +2,10 @@
  * kernels for each unit's forward, backward and recompute through a compute backend (CPU or
  * CUDA), the collectives through the communication layer, and the optimizer over this rank's
  * partition. It executes the schedule in its order and nothing else: the simulator prices the same
- * ops. Launching, logging and storing results are cmd_run.c's. */
+ * ops. Collectives the replay puts on a stream of their own (engine/streams.h: stage-3 prefetch,
+ * overlap_comm reductions) are started at their op and waited for where the schedule next needs
+ * their data or buffer (docs/gpu_comm.md). Launching, logging and storing results are
+ * cmd_run.c's. */
 #ifndef PX_EXEC_RUNNER_H
 #define PX_EXEC_RUNNER_H
 
@@ -58,9 +61,22 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 const Arena *runner_arena(const Runner *r);
 
 /* Wall time spent in each kind of schedule op since creation: [CompKind] for computes, then
- * [N_COMPS + CollKind] for collectives, then [N_COMPS + N_COLLS + CopyDir] for copies. */
+ * [N_COMPS + CollKind] for collectives, then [N_COMPS + N_COLLS + CopyDir] for copies. A started
+ * collective's slot has its start and its exposed wait (where an op waited for it, less from the
+ * op's own time), not the time it spent in flight behind compute: the simulator's exposed
+ * communication. */
 #define RUNNER_N_TIMES (N_COMPS + N_COLLS + N_COPIES)
 const double *runner_op_times(const Runner *r);
+
+/* How the schedule's collectives overlapped compute since creation (docs/gpu_comm.md). A
+ * collective on the prefetch or reduction stream (engine/streams.h) is started at its op and waited
+ * for at the first op that needs its data or buffer; the rest block. */
+typedef struct RunnerOverlap {
+	long long started;             /* collectives started on a stream of their own */
+	long long computes;            /* forward, backward and recompute ops run */
+	long long computes_overlapped; /* of those, run while a started collective was in flight */
+} RunnerOverlap;
+const RunnerOverlap *runner_overlap(const Runner *r);
 
 /* This rank's training state (its parameters, partitioned as the plan says, master weights,
  * optimizer states, optimizer step and fp16 loss-scaling state) to or from an open file. Between

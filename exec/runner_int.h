@@ -16,6 +16,18 @@ typedef struct Seg {
 			       host's copy of them; NULL otherwise */
 } Seg;
 
+/* A collective started on a stream of its own (engine/streams.h: prefetch or reduction), waited
+ * for where the schedule next needs its data or its buffer (runner.c, "streams"). */
+typedef struct Pending {
+	CommRequest *req;
+	const Op *op;
+	int stream;        /* SchedCollClass: SCC_PREFETCH or SCC_REDUCE */
+	void *mine;        /* a stage 2-3 reduce-scatter's slice of this rank, added into the
+			      gradient partition at the wait; NULL for none */
+	size_t cnt;        /* its elements */
+	int recycle_buf;   /* a buffer to recycle at the wait (persistent gradients), or -1 */
+} Pending;
+
 struct Runner {
 	const Plan *p;
 	const Schedule *s;
@@ -50,6 +62,11 @@ struct Runner {
 	Seg *segs;
 	int n_segs;
 	double op_s[RUNNER_N_TIMES]; /* wall time per kind of op, summed over the steps */
+	Pending *pend;          /* started collectives in start order; cap_pend of them at most */
+	int n_pend, cap_pend;
+	int opt_done;           /* this step's optimizer ran: later collectives block */
+	double wait_s;          /* time in waits for started collectives, summed (op_s has it too) */
+	RunnerOverlap ov;
 };
 
 /* ---- storage in fp32, fp16 or bf16 ---- */

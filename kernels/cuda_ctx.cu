@@ -63,6 +63,11 @@ void cuda_ctx_sync(CudaCtx *ctx)
 	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
 }
 
+void *cuda_ctx_stream(const CudaCtx *ctx)
+{
+	return ctx->stream;
+}
+
 const char *cuda_ctx_device_name(const CudaCtx *ctx)
 {
 	return ctx->name;

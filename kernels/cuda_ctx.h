@@ -34,6 +34,9 @@ CudaCtx *cuda_ctx_create(int device);
 void cuda_ctx_destroy(CudaCtx *ctx);
 /* Wait for everything queued on the compute stream; fatal on an asynchronous error. */
 void cuda_ctx_sync(CudaCtx *ctx);
+/* The compute stream (a cudaStream_t) for a caller that orders other streams against it with
+ * events (the executor's communication); owned by ctx. */
+void *cuda_ctx_stream(const CudaCtx *ctx);
 /* The device's name ("NVIDIA H100 80GB HBM3"); points into ctx. */
 const char *cuda_ctx_device_name(const CudaCtx *ctx);
 
