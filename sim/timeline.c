@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../engine/build.h"
+#include "../engine/streams.h"
 #include "opcost.h"
 
 #define MAX_LOOP_DEPTH 4
@@ -259,39 +260,6 @@ static void run_copy(Sim *sim, StageSim *ss, const Op *op)
 	}
 }
 
-typedef enum { K_SYNC, K_BARRIER, K_PREFETCH, K_REDUCE, K_SEND, K_RECV, K_RENDEZVOUS } CollClass;
-
-/* Which stream a collective runs on and what it waits for (docs/time_model.md):
- * pipeline sends and receives couple stages; tensor- and expert-parallel collectives block the
- * compute stream (Megatron does not overlap them); stage-3 parameter gathers before the optimizer
- * run on the prefetch stream; gradient reductions before it on the reduction stream when
- * overlap_comm is on, else on the compute stream; the one-value all-reduces (fp16 overflow,
- * gradient norm) need every reduction done first; the rest (parameter all-gathers after the
- * optimizer) block. */
-static CollClass classify(const Plan *p, const StageSim *ss, const Op *op)
-{
-	int g = op->group, kind = op->sub;
-	int zero_group = g == GROUP_DP || g == GROUP_EDP || g == GROUP_HPZ || g == GROUP_NODE ||
-			 g == GROUP_XNODE;
-	if (kind == COLL_P2P)
-		return K_SEND;
-	if (kind == COLL_P2P_RECV)
-		return K_RECV;
-	if (g == GROUP_PP)
-		return K_RENDEZVOUS;
-	if (g == GROUP_TP || g == GROUP_EP)
-		return K_SYNC;
-	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM)
-		return K_BARRIER;
-	if (!zero_group || ss->opt_done)
-		return K_SYNC;
-	if (kind == COLL_ALL_GATHER)
-		return op->unit >= 0 ? K_PREFETCH : K_SYNC;
-	if (kind == COLL_REDUCE_SCATTER || kind == COLL_ALL_REDUCE || kind == COLL_ALL_TO_ALL)
-		return p->sc->ds.zero.overlap_comm ? K_REDUCE : K_SYNC;
-	return K_SYNC;
-}
-
 /* The unit a parameter gather serves: the unit its gathered buffer was allocated for (a tied
  * head also gathers the embedding's partition, whose op names unit 0), else the op's unit. */
 static int gather_target(const StageSim *ss, const Op *op)
@@ -394,23 +362,23 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 {
 	const Plan *p = sim->p;
 	int acc = A_COMM + op->group;
-	CollClass k = classify(p, ss, op);
-	if (k == K_RECV)
+	SchedCollClass k = sched_coll_class(p, op, ss->opt_done);
+	if (k == SCC_RECV)
 		return run_recv(sim, ss, op, err);
-	if (k == K_RENDEZVOUS)
+	if (k == SCC_RENDEZVOUS)
 		return run_rendezvous(sim, ss, op, posted, err);
-	if (k == K_BARRIER)
+	if (k == SCC_BARRIER)
 		wait_streams(ss);
-	int slot = unit_slot(ss, k == K_PREFETCH ? gather_target(ss, op) : op->unit);
+	int slot = unit_slot(ss, k == SCC_PREFETCH ? gather_target(ss, op) : op->unit);
 
 	int fwd = ss->last_comp == COMP_FWD;
 	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, fwd);
-	if (k == K_PREFETCH || k == K_REDUCE) { /* on its own stream, from the moment it is issued */
-		Stream *s = &ss->st[k == K_PREFETCH ? ST_PREFETCH : ST_REDUCE];
+	if (sched_coll_overlaps(k)) { /* on its own stream, from the moment it is issued */
+		Stream *s = &ss->st[k == SCC_PREFETCH ? ST_PREFETCH : ST_REDUCE];
 		double start = fmax(fmax(ss->t, s->free_s), ss->in_ready[slot]);
 		s->free_s = start + dur;
 		s->acc = acc;
-		if (k == K_REDUCE) {
+		if (k == SCC_REDUCE) {
 			ss->last_end = s->free_s;
 		} else if (slot > 0 && s->free_s > ss->gather_ready[slot - 1]) {
 			ss->gather_ready[slot - 1] = s->free_s;
@@ -425,7 +393,7 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 	ss->t += dur;
 	ss->c.acc[acc] += dur;
 	ss->last_end = ss->t;
-	if (k == K_SEND && log_send(&ss->sends[fwd], ss->t, dur))
+	if (k == SCC_SEND && log_send(&ss->sends[fwd], ss->t, dur))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	return RUN_DONE;
 }
