@@ -887,8 +887,8 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	r->pend = calloc((size_t)r->cap_pend + 1, sizeof(Pending));
 	if (dp && r->cb->stream) /* started collectives order against the compute stream */
 		comm_set_stream(dp, r->cb->stream(r->cx));
-	if (!r->pend || !r->buf || !r->size || !r->alloc_of || !ids || !r->inputs || !r->targets || !r->sample ||
-	    !r->segs || layout(r)) {
+	if (!r->pend || !r->buf || !r->size || !r->alloc_of || !ids || !r->inputs || !r->targets ||
+	    !r->sample || !r->segs || layout(r)) {
 		free(ids);
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	}
