@@ -251,6 +251,77 @@ static void run_exchanges(Case *t)
 	CALL(comm_barrier(t->c, &err));
 }
 
+/* ---- started collectives: on the communication stream, ordered against a compute stream ----
+ * The inputs are copied in on the compute stream (cudaMemcpyAsync), so a start that did not wait
+ * for that stream could read the poison before them; the results are copied out on the compute
+ * stream right after the waits, so a wait that did not order that stream after the transfer
+ * could read stale bytes (a race: it may also pass by luck when broken, never fail when right).
+ * An in-place all_gather, reduce_scatter and all_reduce are in flight at once and waited for in
+ * reverse order; nothing is counted before the waits, each call once after them. */
+static void fill_on(const Case *t, cudaStream_t cs, char *dev, size_t n_elems, size_t poison_to,
+		    float (*f)(const Case *, size_t))
+{
+	CUDA(cudaMemsetAsync(dev, 0xff, poison_to * t->esz, cs)); /* NaN until the copy lands */
+	for (size_t k = 0; k < poison_to; k++)
+		put(t->host, t->dt, k, k < n_elems ? f(t, k) : -1.0f);
+	/* pageable source: the call returns once the bytes are staged, so host is free again */
+	CUDA(cudaMemcpyAsync(dev, t->host, poison_to * t->esz, cudaMemcpyHostToDevice, cs));
+}
+
+static void run_started(Case *t, cudaStream_t cs)
+{
+	PxError err = {0};
+	size_t nc = (size_t)t->n * C, part = C * t->esz;
+	char *ar;
+	CUDA(cudaMalloc((void **)&ar, part));
+	comm_set_stream(t->c, cs);
+	fill_on(t, cs, t->dev_a, 0, nc, mine); /* all_gather in place: own block, poison around */
+	fill_on(t, cs, t->dev_a + t->r * part, C, C, mine);
+	fill_on(t, cs, t->dev_b, nc, nc, mine); /* reduce_scatter in place */
+	fill_on(t, cs, ar, C, C, mine);         /* all_reduce in place */
+	comm_counters_reset(t->c);
+	CommRequest *q[3] = {NULL, NULL, NULL};
+	CALL(comm_all_gather_start(t->c, t->dev_a + t->r * part, t->dev_a, C, t->dt, &q[0], &err));
+	CALL(comm_reduce_scatter_start(t->c, t->dev_b, t->dev_b + t->r * part, C, t->dt, COMM_SUM,
+				       &q[1], &err));
+	CALL(comm_all_reduce_start(t->c, ar, ar, C, t->dt, COMM_SUM, &q[2], &err));
+	CHECK(comm_in_flight(t->c) == 3, "started on %s: %d in flight, expected 3", t->group,
+	      comm_in_flight(t->c));
+	CHECK(comm_counters(t->c)->calls[COLL_ALL_GATHER][comm_tag(t->c)] == 0,
+	      "started on %s: counted before its wait", t->group);
+	for (int i = 2; i >= 0; i--)
+		CALL(comm_wait(q[i], &err));
+	/* read back on the compute stream, then let the host see it */
+	char *out = malloc(nc * t->esz + part);
+	if (!out) {
+		CHECK(0, "out of memory");
+		CUDA(cudaFree(ar));
+		return;
+	}
+	CUDA(cudaMemcpyAsync(out, t->dev_a, nc * t->esz, cudaMemcpyDeviceToHost, cs));
+	CUDA(cudaMemcpyAsync(out + nc * t->esz, ar, part, cudaMemcpyDeviceToHost, cs));
+	CUDA(cudaStreamSynchronize(cs));
+	CALL(comm_sync(t->c, &err));
+	CHECK(comm_in_flight(t->c) == 0, "started: %d still in flight", comm_in_flight(t->c));
+	CHECK(comm_counters(t->c)->calls[COLL_ALL_GATHER][comm_tag(t->c)] == 1 &&
+		      comm_counters(t->c)->calls[COLL_REDUCE_SCATTER][comm_tag(t->c)] == 1 &&
+		      comm_counters(t->c)->calls[COLL_ALL_REDUCE][comm_tag(t->c)] == 1,
+	      "started on %s: each call not counted once", t->group);
+	size_t k = 0;
+	while (k < nc && get(out, t->dt, k) == gathered(t, k))
+		k++;
+	CHECK(k == nc, "started all_gather %s on %s: element %zu wrong", comm_dtype_name(t->dt),
+	      t->group, k);
+	for (k = 0; k < C && get(out + nc * t->esz, t->dt, k) == summed(t, k);)
+		k++;
+	CHECK(k == C, "started all_reduce %s on %s: element %zu wrong", comm_dtype_name(t->dt),
+	      t->group, k);
+	free(out);
+	EXPECT(t, "started reduce_scatter", t->dev_b + t->r * part, C, summed_block);
+	comm_set_stream(t->c, NULL);
+	CUDA(cudaFree(ar));
+}
+
 static void run_case(Comm *c, const char *group, CommDtype dt, char *dev_a, char *dev_b,
 		     char *host)
 {
@@ -401,6 +472,20 @@ static int run_all(const CommBackend *be, const CommEnv *env)
 		if (half)
 			run_case(half, "dp", dt, dev_a, dev_b, host);
 	}
+	cudaStream_t cs; /* the compute stream that started collectives order against */
+	CUDA(cudaStreamCreate(&cs));
+	for (CommDtype dt = 0; dt < N_COMM_DTYPES; dt++) {
+		Comm *on[2] = {w, half};
+		for (int i = 0; i < 2 && on[i]; i++) {
+			Case t = {.c = on[i], .group = i ? "dp" : "world", .dt = dt,
+				  .r = comm_rank(on[i]), .n = comm_size(on[i]),
+				  .esz = comm_dtype_bytes(dt), .dev_a = dev_a, .dev_b = dev_b,
+				  .host = host};
+			t.m = modulus(dt, t.n);
+			run_started(&t, cs);
+		}
+	}
+	CUDA(cudaStreamDestroy(cs));
 	run_big(w, &g);
 	gpumem_sample(&g);
 	CUDA(cudaFree(dev_a));
