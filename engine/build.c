@@ -355,16 +355,18 @@ static void moe_colls(Builder *b, int u)
 	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
 }
 
-/* The executor: the kernels run on an fp32, model-layout copy of the unit's parameters (and of
- * their gradients in backward); the head's copy includes the tied token embedding it uses. */
-static double unit_fp32_bytes(const Plan *p, int u)
+/* The executor: the kernels run on a model-layout working copy of the unit's parameters in the
+ * compute dtype (the parameters' own: fp32, or 16-bit under mixed precision), and write their
+ * gradients into an fp32 one in backward; the head's copies include the tied token embedding it
+ * uses. elem_bytes: the copy's element size. */
+static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
 {
 	if (!p->executor)
 		return 0;
 	double n = (double)p->units[u].local_dense;
 	if (u == p->n_units - 1 && p->par.pp == 1)
 		n += (double)ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
-	return 4 * n;
+	return elem_bytes * n;
 }
 
 static void forward_unit(Builder *b, int slot, int u)
@@ -375,7 +377,8 @@ static void forward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, +1);
-	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
+	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u,
+				    unit_work_bytes(p, u, p->param_bytes));
 	if (is_block(p, u) && p->sc->ckpt == CKPT_FULL) {
 		b->ckpt[i] = alloc(b, p->ckpt_place, CAT_ACTIV, BUF_CHECKPOINT, u, up->ckpt_bytes);
 		/* the forward still builds the layer's activations; they go when it ends */
@@ -403,8 +406,9 @@ static void backward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, -1);
-	int fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
-	int fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_FP32, u, unit_fp32_bytes(p, u));
+	int fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u,
+			 unit_work_bytes(p, u, p->param_bytes));
+	int fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_FP32, u, unit_work_bytes(p, u, 4));
 	if (b->ckpt[i] >= 0) { /* full recompute: rebuild the block's activations from its input */
 		if (p->ckpt_place == PLACE_CPU)
 			DO(sched_copy(b->s, COPY_H2D, u, up->ckpt_bytes));
@@ -463,13 +467,14 @@ static void alloc_buckets(Builder *b)
 }
 
 /* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The
- * executor's hidden-state streams (x and its gradient) and its backward scratch (8 bsh floats)
- * live for the micro-batch. */
+ * executor's hidden-state streams (x in the compute dtype, its gradient in fp32) and its backward
+ * scratch (8 bsh floats) live for the micro-batch. */
 static void micro_batch(Builder *b)
 {
 	const Plan *p = b->p;
-	double bsh4 = p->executor ? 4.0 * (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
-	int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, 2 * bsh4);
+	double bsh = p->executor ? (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
+	double bsh4 = 4 * bsh;
+	int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, bsh4 + p->param_bytes * bsh);
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);

@@ -323,7 +323,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;
 	p->shape = (ActivShape){.s = sc->seq, .b = ds->micro_batch, .t = (int)p->par.tp,
 				.sp = p->par.sequence_parallel && p->par.tp > 1,
-				.elem_bytes = sc->backend != BACKEND_GPU ? 4 : p->param_bytes};
+				.elem_bytes = p->param_bytes}; /* the executor's too: it computes in
+								 * the parameters' dtype */
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
 	p->activations_known = m->arch != ARCH_PARAMS_ONLY;

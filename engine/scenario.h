@@ -15,8 +15,10 @@
 enum { SC_DOC_SCENARIO, SC_DOC_MODEL, SC_DOC_DEEPSPEED, SC_DOC_CLUSTER, SC_N_DOCS };
 
 /* Whose implementation a scenario describes: DeepSpeed's on GPUs ("backend": "gpu", the default),
- * or the Parallax executor's (fp32 compute on fp32 working copies, fp32 activations, no dropout)
- * on CPUs ("cpu": no CUDA runtime) or on CUDA GPUs ("cuda": with the CUDA runtime's memory). */
+ * or the Parallax executor's (no dropout; the units compute in the parameters' dtype: working
+ * copies, hidden stream and saved activations in fp32, bf16 or fp16, matrix products accumulated
+ * and norms, softmax and loss computed in fp32, gradients and scratch fp32) on CPUs ("cpu": no
+ * CUDA runtime) or on CUDA GPUs ("cuda": with the CUDA runtime's memory). */
 typedef enum { BACKEND_GPU, BACKEND_CPU, BACKEND_CUDA } Backend;
 
 typedef struct Scenario {

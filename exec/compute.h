@@ -11,6 +11,7 @@
 #include "../engine/err.h"
 #include "../engine/dsconfig.h"
 #include "../engine/schedule.h"
+#include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
 
@@ -19,7 +20,17 @@ typedef struct ComputeShape {
 	GptConfig cfg;
 	int B, T;
 	int device; /* CUDA: the device to take (the launcher's local rank); CPU: ignored */
+	/* The units' compute type, the scenario's dtype: DT_FP32 runs gpt_cpu's units (and their
+	 * CUDA twins); DT_BF16 and DT_FP16 the 16-bit ones (gpt16_cpu.h), whose parameters, hidden
+	 * stream and saved activations are of this type. Gradients are fp32 either way. */
+	Dtype dt;
 } ComputeShape;
+
+/* kernels/precision.h's name for a storage dtype */
+static inline PrecisionType compute_prec(Dtype d)
+{
+	return d == DT_FP32 ? PREC_F32 : d == DT_BF16 ? PREC_BF16 : PREC_F16;
+}
 
 /* A backend: one file fills this table (STYLE.md). ctx is the backend's own state. Pointers are
  * to memory its alloc returned (for the CPU place, ordinary host memory works too). Compute calls
@@ -45,18 +56,19 @@ typedef struct ComputeBackend {
 	void (*to_host)(void *ctx, void *host, const void *src, size_t bytes);
 	void (*from_host)(void *ctx, void *dst, const void *host, size_t bytes);
 
-	/* ---- the model: kernels/gpt_cpu.h's unit calls, on fp32 model-layout parameters ---- */
+	/* ---- the model: kernels/gpt_cpu.h's unit calls (gpt16_cpu.h's when the shape's dt is
+	 * 16-bit) on model-layout parameters, x / y / acts of type dt; grads, dy, dx, scratch fp32 */
 	void (*set_tokens)(void *ctx, const int *inputs, const int *targets); /* (B, T) each */
-	void (*embed_forward)(void *ctx, const float *params, float *y);
-	void (*block_forward)(void *ctx, const float *params, const float *x, float *y, float *acts);
+	void (*embed_forward)(void *ctx, const void *params, void *y);
+	void (*block_forward)(void *ctx, const void *params, const void *x, void *y, void *acts);
 	/* returns the mean loss over the B T targets (a synchronising call) */
-	float (*head_forward)(void *ctx, const float *params, const float *wte, const float *x,
-			      float *acts);
+	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
+			      void *acts);
 	void (*embed_backward)(void *ctx, float *grads, const float *dy);
-	void (*block_backward)(void *ctx, const float *params, float *grads, const float *acts,
+	void (*block_backward)(void *ctx, const void *params, float *grads, const void *acts,
 			       const float *dy, float *dx, float *scratch);
-	void (*head_backward)(void *ctx, const float *params, const float *wte, float *grads,
-			      float *dwte, float *acts, float dloss, float *dx, float *scratch);
+	void (*head_backward)(void *ctx, const void *params, const void *wte, float *grads,
+			      float *dwte, void *acts, float dloss, float *dx, float *scratch);
 
 	/* ---- optimizers: ops_cpu.h's, on fp32 master weights where place keeps them ---- */
 	void (*adamw)(void *ctx, Place place, float *w, float *m, float *v, const float *g,

@@ -16,6 +16,9 @@ typedef struct CpuCtx {
 
 static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 {
+	if (shape->dt != DT_FP32 &&
+	    gpt16_check(&shape->cfg, compute_prec(shape->dt), shape->B, shape->T, err))
+		return -1;
 	CpuCtx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -126,44 +129,63 @@ static void cpu_set_tokens(void *ctx, const int *inputs, const int *targets)
 	c->targets = targets;
 }
 
-static void cpu_embed_forward(void *ctx, const float *params, float *y)
+/* fp32: gpt_cpu's units; 16-bit: gpt16_cpu's */
+#define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
+#define TYPED(c) &(c)->sh.cfg, compute_prec((c)->sh.dt), (c)->sh.B, (c)->sh.T
+
+static void cpu_embed_forward(void *ctx, const void *params, void *y)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_embed_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, c->inputs, y);
+	if (c->sh.dt == DT_FP32)
+		gpt_cpu_embed_forward(SHAPE(c), params, c->inputs, y);
+	else
+		gpt16_embed_forward(TYPED(c), params, c->inputs, y);
 }
 
-static void cpu_block_forward(void *ctx, const float *params, const float *x, float *y, float *acts)
+static void cpu_block_forward(void *ctx, const void *params, const void *x, void *y, void *acts)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_block_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, x, y, acts);
+	if (c->sh.dt == DT_FP32)
+		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
+	else
+		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
 
-static float cpu_head_forward(void *ctx, const float *params, const float *wte, const float *x,
-			      float *acts)
+static float cpu_head_forward(void *ctx, const void *params, const void *wte, const void *x,
+			      void *acts)
 {
 	CpuCtx *c = ctx;
-	return gpt_cpu_head_forward(&c->sh.cfg, c->sh.B, c->sh.T, params, wte, x, c->targets, acts);
+	if (c->sh.dt == DT_FP32)
+		return gpt_cpu_head_forward(SHAPE(c), params, wte, x, c->targets, acts);
+	return gpt16_head_forward(TYPED(c), params, wte, x, c->targets, acts);
 }
 
 static void cpu_embed_backward(void *ctx, float *grads, const float *dy)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_embed_backward(&c->sh.cfg, c->sh.B, c->sh.T, grads, c->inputs, dy);
+	gpt_cpu_embed_backward(SHAPE(c), grads, c->inputs, dy);
 }
 
-static void cpu_block_backward(void *ctx, const float *params, float *grads, const float *acts,
+static void cpu_block_backward(void *ctx, const void *params, float *grads, const void *acts,
 			       const float *dy, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_block_backward(&c->sh.cfg, c->sh.B, c->sh.T, params, grads, acts, dy, dx, scratch);
+	if (c->sh.dt == DT_FP32)
+		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
+	else
+		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
 }
 
-static void cpu_head_backward(void *ctx, const float *params, const float *wte, float *grads,
-			      float *dwte, float *acts, float dloss, float *dx, float *scratch)
+static void cpu_head_backward(void *ctx, const void *params, const void *wte, float *grads,
+			      float *dwte, void *acts, float dloss, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_head_backward(&c->sh.cfg, c->sh.B, c->sh.T, params, wte, grads, dwte, acts,
-			      c->targets, dloss, dx, scratch);
+	if (c->sh.dt == DT_FP32)
+		gpt_cpu_head_backward(SHAPE(c), params, wte, grads, dwte, acts, c->targets, dloss, dx,
+				      scratch);
+	else
+		gpt16_head_backward(TYPED(c), params, wte, grads, dwte, acts, c->targets, dloss, dx,
+				    scratch);
 }
 
 /* ---- optimizers ---- */

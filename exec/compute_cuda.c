@@ -34,6 +34,9 @@ static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
 	if (!cuda_ctx_available(why, sizeof(why)) || cudaGetDeviceCount(&count) != cudaSuccess ||
 	    count < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "backend cuda: no CUDA device: %s", why);
+	if (shape->dt != DT_FP32 &&
+	    gpt16_check(&shape->cfg, compute_prec(shape->dt), shape->B, shape->T, err))
+		return -1;
 	CudaCompute *c = calloc(1, sizeof(*c));
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -145,23 +148,34 @@ static void cuda_set_tokens(void *cx, const int *inputs, const int *targets)
 #define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
 #define TARGETS(c) ((c)->tokens + (size_t)(c)->sh.B * (size_t)(c)->sh.T)
 
-static void cuda_embed_forward(void *cx, const float *params, float *y)
+/* fp32: gpt_cuda's units; 16-bit: the gpt16 ones */
+#define TYPED(c) &(c)->sh.cfg, cdt((c)->sh.dt), (c)->sh.B, (c)->sh.T
+
+static void cuda_embed_forward(void *cx, const void *params, void *y)
 {
 	CudaCompute *c = cx;
-	gpt_cuda_embed_forward(c->ctx, SHAPE(c), params, c->tokens, y);
+	if (c->sh.dt == DT_FP32)
+		gpt_cuda_embed_forward(c->ctx, SHAPE(c), params, c->tokens, y);
+	else
+		gpt16_cuda_embed_forward(c->ctx, TYPED(c), params, c->tokens, y);
 }
 
-static void cuda_block_forward(void *cx, const float *params, const float *x, float *y, float *acts)
+static void cuda_block_forward(void *cx, const void *params, const void *x, void *y, void *acts)
 {
 	CudaCompute *c = cx;
-	gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
+	if (c->sh.dt == DT_FP32)
+		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
+	else
+		gpt16_cuda_block_forward(c->ctx, TYPED(c), params, x, y, acts);
 }
 
-static float cuda_head_forward(void *cx, const float *params, const float *wte, const float *x,
-			       float *acts)
+static float cuda_head_forward(void *cx, const void *params, const void *wte, const void *x,
+			       void *acts)
 {
 	CudaCompute *c = cx;
-	return gpt_cuda_head_forward(c->ctx, SHAPE(c), params, wte, x, TARGETS(c), acts);
+	if (c->sh.dt == DT_FP32)
+		return gpt_cuda_head_forward(c->ctx, SHAPE(c), params, wte, x, TARGETS(c), acts);
+	return gpt16_cuda_head_forward(c->ctx, TYPED(c), params, wte, x, TARGETS(c), acts);
 }
 
 static void cuda_embed_backward(void *cx, float *grads, const float *dy)
@@ -170,19 +184,26 @@ static void cuda_embed_backward(void *cx, float *grads, const float *dy)
 	gpt_cuda_embed_backward(c->ctx, SHAPE(c), grads, c->tokens, dy);
 }
 
-static void cuda_block_backward(void *cx, const float *params, float *grads, const float *acts,
+static void cuda_block_backward(void *cx, const void *params, float *grads, const void *acts,
 				const float *dy, float *dx, float *scratch)
 {
 	CudaCompute *c = cx;
-	gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, dy, dx, scratch);
+	if (c->sh.dt == DT_FP32)
+		gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, dy, dx, scratch);
+	else
+		gpt16_cuda_block_backward(c->ctx, TYPED(c), params, grads, acts, dy, dx, scratch);
 }
 
-static void cuda_head_backward(void *cx, const float *params, const float *wte, float *grads,
-			       float *dwte, float *acts, float dloss, float *dx, float *scratch)
+static void cuda_head_backward(void *cx, const void *params, const void *wte, float *grads,
+			       float *dwte, void *acts, float dloss, float *dx, float *scratch)
 {
 	CudaCompute *c = cx;
-	gpt_cuda_head_backward(c->ctx, SHAPE(c), params, wte, grads, dwte, acts, TARGETS(c), dloss,
-			       dx, scratch);
+	if (c->sh.dt == DT_FP32)
+		gpt_cuda_head_backward(c->ctx, SHAPE(c), params, wte, grads, dwte, acts, TARGETS(c),
+				       dloss, dx, scratch);
+	else
+		gpt16_cuda_head_backward(c->ctx, TYPED(c), params, wte, grads, dwte, acts,
+					 TARGETS(c), dloss, dx, scratch);
 }
 
 /* ---- optimizers: on the GPU, or on the host for an offloaded optimizer ---- */

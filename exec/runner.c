@@ -54,17 +54,20 @@ static size_t unit_fp32_elems(const Runner *r, int u)
 }
 
 /* The executor's own size for a buffer: the kernels' for activations and workspaces, the plan's
- * layout for model states. A difference from op->bytes shows in measured against predicted. */
+ * layout for model states. A difference from op->bytes shows in measured against predicted.
+ * The units compute in the parameters' dtype (compute.h): their working parameters, the hidden
+ * stream x and the saved activations are of that type; gradients and scratch fp32. */
 static size_t needed_bytes(const Runner *r, const Op *op)
 {
-	size_t btc4 = 4 * (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C;
+	size_t btc = (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C, e = dt_bytes(r->pdt);
+	PrecisionType t = compute_prec(r->pdt);
 	switch (op->what) {
-	case BUF_ACTIVATIONS: return gpt_cpu_block_act_bytes(&r->cfg, r->B, r->T);
-	case BUF_ENDS: return op->unit == r->head ? gpt_cpu_head_act_bytes(&r->cfg, r->B, r->T) : 0;
-	case BUF_CHECKPOINT: return btc4;
-	case BUF_HIDDEN: return 2 * btc4;
+	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
+	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
+	case BUF_CHECKPOINT: return e * btc;
+	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
-	case BUF_UNIT_FP32: return 4 * unit_fp32_elems(r, op->unit);
+	case BUF_UNIT_FP32: return (op->cat == CAT_PARAMS ? e : 4) * unit_fp32_elems(r, op->unit);
 	default: return (size_t)op->bytes;
 	}
 }
@@ -151,19 +154,26 @@ static int is_persistent(const Runner *r, long long numel)
 	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
 }
 
-/* Stage 3: copy unit u's tensors (model layout, fp32) from its own flat at `own` (storage) and the
- * persistent buffer, or (grads) the other way, adding into the persistent gradients. Only the
- * first max_t tensors. */
-static void unit3_load(Runner *r, int u, float *dst, const void *own, int max_t)
+/* The working copy is of the storage type: its copies are plain ones (convert of like to like). */
+static void to_work(Runner *r, void *dst, const void *src, size_t n)
+{
+	r->cb->convert(r->cx, dst, r->pdt, src, r->pdt, n);
+}
+
+/* Stage 3: copy unit u's tensors (model layout, compute type) from its own flat at `own`
+ * (storage) and the persistent buffer, or (grads) the other way, adding into the persistent
+ * gradients. Only the first max_t tensors. */
+static void unit3_load(Runner *r, int u, void *dst, const void *own, int max_t)
 {
 	const UnitPlan *up = &r->p->units[u];
 	long long o = 0, q = r->persist_off[u], d = 0;
 	for (int i = 0; i < up->n_tensors && i < max_t; i++) {
 		long long n = up->tensor_local[i];
+		void *to = at(dst, d, r->pdt);
 		if (is_persistent(r, n))
-			to_f32(r, dst + d, at(r->buf[r->id_persist], q, r->pdt), (size_t)n, r->pdt), q += n;
+			to_work(r, to, at(r->buf[r->id_persist], q, r->pdt), (size_t)n), q += n;
 		else
-			to_f32(r, dst + d, at((void *)own, o, r->pdt), (size_t)n, r->pdt), o += n;
+			to_work(r, to, at((void *)own, o, r->pdt), (size_t)n), o += n;
 		d += n;
 	}
 }
@@ -192,25 +202,28 @@ static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int
 	}
 }
 
-/* The unit's fp32 model-layout parameters (the head's followed by the tied token embedding). */
+/* The unit's model-layout parameters in the compute type (the head's followed by the tied token
+ * embedding). */
 static void load_params(Runner *r, int u)
 {
-	float *dst = r->buf[r->u_fp32[u]];
+	void *dst = r->buf[r->u_fp32[u]];
 	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
 	if (r->u_loaded[u])
 		return;
 	r->u_loaded[u] = 1;
 	if (r->p->stage < 3) {
 		void *flat = r->buf[r->id_params];
-		to_f32(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), own, r->pdt);
+		to_work(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), own);
 		if (u == r->head)
-			to_f32(r, dst + own, at(flat, r->p->units[0].flat_off, r->pdt), vc, r->pdt);
+			to_work(r, at(dst, (long long)own, r->pdt),
+				at(flat, r->p->units[0].flat_off, r->pdt), vc);
 		return;
 	}
 	void *g = r->buf[r->u_gathered[u]];
 	unit3_load(r, u, dst, g, MODEL_MAX_TENSORS);
 	if (u == r->head) /* embed.tokens, unit 0's first tensor, gathered after the head's own */
-		unit3_load(r, 0, dst + own, at(g, r->p->units[u].own_gather, r->pdt), 1);
+		unit3_load(r, 0, at(dst, (long long)own, r->pdt),
+			   at(g, r->p->units[u].own_gather, r->pdt), 1);
 }
 
 static void *current_bucket(Runner *r);
@@ -291,18 +304,31 @@ static void head_grads(Runner *r, int tied_id)
 
 /* ---- compute ---- */
 
+/* The hidden buffer: the gradient stream dx (B, T, C) in fp32, then the stream x in the compute
+ * type. */
+static float *hidden_dx(Runner *r)
+{
+	return r->buf[r->id_hidden];
+}
+
+static void *hidden_x(Runner *r)
+{
+	return hidden_dx(r) + (size_t)r->B * r->T * r->cfg.C;
+}
+
 static void forward(Runner *r, int u)
 {
-	float *x = r->buf[r->id_hidden], *params = r->buf[r->u_fp32[u]];
+	void *x = hidden_x(r), *params = r->buf[r->u_fp32[u]];
 	load_params(r, u);
 	if (u == 0) {
 		r->cb->embed_forward(r->cx, params, x);
 	} else if (u == r->head) {
-		size_t own = gpt_cpu_unit_params(&r->cfg, u);
-		r->loss_sum += r->cb->head_forward(r->cx, params, params + own, x, r->buf[r->u_act[u]]);
+		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
+		r->loss_sum += r->cb->head_forward(r->cx, params, at(params, own, r->pdt), x,
+						   r->buf[r->u_act[u]]);
 	} else {
 		if (r->u_ckpt[u] >= 0) /* full recompute keeps the block's input */
-			to_f32(r, r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]] / 4, DT_FP32);
+			to_work(r, r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]] / dt_bytes(r->pdt));
 		r->cb->block_forward(r->cx, params, x, x, r->buf[r->u_act[u]]);
 	}
 }
@@ -310,21 +336,21 @@ static void forward(Runner *r, int u)
 static void recompute(Runner *r, int u)
 {
 	load_params(r, u);
-	float *in = r->buf[r->u_ckpt[u]];
+	void *in = r->buf[r->u_ckpt[u]];
 	r->cb->block_forward(r->cx, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
 }
 
 static void backward(Runner *r, int u)
 {
-	float *dx = (float *)r->buf[r->id_hidden] + (size_t)r->B * r->T * r->cfg.C;
-	float *params = r->buf[r->u_fp32[u]], *grads = r->buf[r->u_fp32g[u]];
+	float *dx = hidden_dx(r), *grads = r->buf[r->u_fp32g[u]];
+	void *params = r->buf[r->u_fp32[u]];
 	float *scratch = r->buf[r->id_scratch];
 	load_params(r, u);
 	if (u == r->head) {
-		size_t own = gpt_cpu_unit_params(&r->cfg, u);
+		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
 		float dloss = (float)(r->loss_scale / (double)r->p->m);
-		r->cb->head_backward(r->cx, params, params + own, grads, grads + own, r->buf[r->u_act[u]],
-				     dloss, dx, scratch);
+		r->cb->head_backward(r->cx, params, at(params, own, r->pdt), grads, grads + own,
+				     r->buf[r->u_act[u]], dloss, dx, scratch);
 	} else if (u == 0) {
 		r->cb->embed_backward(r->cx, grads, dx);
 	} else {
@@ -826,7 +852,8 @@ ComputeShape runner_shape(const Plan *p, int device)
 {
 	const ModelSpec *m = &p->sc->model;
 	GptConfig cfg = {(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
-	return (ComputeShape){cfg, (int)p->sc->ds.micro_batch, (int)p->sc->seq, device};
+	return (ComputeShape){cfg, (int)p->sc->ds.micro_batch, (int)p->sc->seq, device,
+			      p->sc->ds.dtype};
 }
 
 int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,

@@ -13,6 +13,7 @@
 extern "C" {
 #endif
 
+#include "gpt16_cpu.h"
 #include "gpt_cpu.h"
 
 /* Each as the gpt_cpu_* function of the same name, with every pointer (tokens and targets
@@ -35,6 +36,24 @@ float gpt_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 void gpt_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			    const float *wte, float *grads, float *dwte, float *acts,
 			    const int *targets, float dloss, float *dx, float *scratch);
+
+/* gpt16_cpu's units (16-bit compute of type t, CDT_BF16 or CDT_F16) on the device, with
+ * gpt16_cpu's layouts and sizes; check the shape with gpt16_check on the host first. The
+ * embeddings' backward is gpt_cuda_embed_backward (fp32 dy). */
+void gpt16_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			      const void *params, const int *tokens, void *y);
+void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			      const void *params, const void *x, void *y, void *acts);
+void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			       const void *params, float *grads, const void *acts, const float *dy,
+			       float *dx, float *scratch);
+float gpt16_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			      const void *params, const void *wte, const void *x,
+			      const int *targets, void *acts);
+void gpt16_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			      const void *params, const void *wte, float *grads, float *dwte,
+			      void *acts, const int *targets, float dloss, float *dx,
+			      float *scratch);
 
 #ifdef __cplusplus
 }

@@ -143,3 +143,29 @@ int precision_has_nonfinite(const float *x, size_t n)
 			return 1;
 	return 0;
 }
+
+/* ---- element access by type ---- */
+
+float precision_load(const void *p, size_t i, PrecisionType t)
+{
+	if (t == PREC_F32)
+		return ((const float *)p)[i];
+	uint16_t b = ((const uint16_t *)p)[i];
+	return t == PREC_BF16 ? precision_bf16_to_f32(b) : precision_f16_to_f32(b);
+}
+
+void precision_store(void *p, size_t i, float x, PrecisionType t)
+{
+	if (t == PREC_F32)
+		((float *)p)[i] = x;
+	else
+		((uint16_t *)p)[i] = t == PREC_BF16 ? precision_f32_to_bf16(x) : precision_f32_to_f16(x);
+}
+
+float precision_round(float x, PrecisionType t)
+{
+	if (t == PREC_F32)
+		return x;
+	return t == PREC_BF16 ? precision_bf16_to_f32(precision_f32_to_bf16(x)) :
+				precision_f16_to_f32(precision_f32_to_f16(x));
+}

@@ -28,4 +28,19 @@ void precision_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
  * the scale when the (still scaled) gradients overflowed. */
 int precision_has_nonfinite(const float *x, size_t n);
 
+/* ---- element access by type ---- */
+
+/* A tensor's element type, for code that runs one formula over any of the three: the 16-bit
+ * compute path keeps its activations and working parameters in PREC_BF16 or PREC_F16. Same order
+ * as kernels/cuda_ctx.h's CudaDtype. */
+typedef enum PrecisionType { PREC_F32, PREC_BF16, PREC_F16 } PrecisionType;
+
+static inline size_t precision_bytes(PrecisionType t) { return t == PREC_F32 ? 4 : 2; }
+/* Element i of p as fp32 (exact). */
+float precision_load(const void *p, size_t i, PrecisionType t);
+/* Element i of p = x rounded to t (nearest even; fp32 stores x as is). */
+void precision_store(void *p, size_t i, float x, PrecisionType t);
+/* x rounded to t and back: the value a store and a load give. */
+float precision_round(float x, PrecisionType t);
+
 #endif

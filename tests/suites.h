@@ -15,6 +15,7 @@
 	X(time)        \
 	X(sweep)       \
 	X(kernels)     \
+	X(kernels16)   \
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \

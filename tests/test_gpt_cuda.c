@@ -12,8 +12,10 @@
 
 #ifdef PX_HAVE_CUDA
 
+#include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/gpt_cuda.h"
+#include "../kernels/precision.h"
 #include "../kernels/ops_cpu.h"
 #include "../kernels/ops_cuda.h"
 #include "../kernels/optim_cuda.h"
@@ -209,9 +211,154 @@ static void test_scratch_fits(void)
 	}
 }
 
+/* ---- 16-bit units ---- */
+
+/* n t values as fp32 */
+static float *widen16(const uint16_t *x, size_t n, PrecisionType t)
+{
+	float *y = cfx_floats(n);
+	for (size_t i = 0; i < n; i++)
+		y[i] = precision_load(x, i, t);
+	return y;
+}
+
+/* A device t array as fp32 on the host */
+static float *down16(const void *dev, size_t n, PrecisionType t)
+{
+	uint16_t *h = malloc(2 * n + 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+	cuda_ctx_download(cfx_ctx(), h, dev, 2 * n);
+	float *y = widen16(h, n, t);
+	free(h);
+	return y;
+}
+
+/* gpt16_cuda's units against gpt16_cpu's on the same 16-bit parameters and inputs. Both round at
+ * the same points, so they differ only where an fp32 sum, added in another order (within the
+ * per-op tolerances of test_kernels_cuda, 1e-5 relative or better), lands on the other side of a
+ * rounding boundary of t: that value then differs by one ulp of t, 2u relative (u = 2^-8 bf16,
+ * 2^-11 fp16), and an op downstream passes such a flip on at its condition (about 1 for these
+ * normalised, init-scale values). Max-normwise per tensor: 4u for forward values (two flips'
+ * worth on the largest element); 8u for the fp32 gradients, sums of products in which a
+ * flipped rounded gradient (dy, d fc, d qkv) moves terms by 2u each, with cancellation over the
+ * N = 66 rows; the embeddings' forward is one rounding of the same sum of two values: bit for
+ * bit. The loss: an lnf flip moves a logit by at most 2u |w| |lnf| (|w| ~ 0.1 at init, |lnf| <
+ * 4), 2e-3 at bf16, shared by N = 66 rows: 1e-3 absolute bounds it at both types. A wrong offset
+ * or a missed rounding shows as O(1) or as a systematic 2^-8. */
+static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
+{
+	enum { B = 2, T = 33 };
+	const GptConfig *c = &GPU_TINY;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(gpt16_check(c, t, B, T, &err), 0);
+	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
+	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems, vc = (size_t)c->V * c->C;
+	size_t bhead = gpt16_head_act_bytes(c, t, B, T), bscr = gpt_cpu_scratch_bytes(c, B, T);
+	float *p32 = cfx_floats(np);
+	gpt_cpu_init(c, p32, 5);
+	uint16_t *p = cfx_round16(p32, np, ct); /* rounds p32 in place too */
+	int *tok = cfx_tokens((size_t)B * T, c->V, 171), *tgt = cfx_tokens((size_t)B * T, c->V, 172);
+	float *x32 = cfx_random(btc, 1, 173), *dy = cfx_random(btc, 1, 174);
+	uint16_t *x = cfx_round16(x32, btc, ct);
+	size_t blk = gpt_cpu_unit_offset(c, 1), head = gpt_cpu_unit_offset(c, c->L + 1);
+	void *gp = cfx_put(p, 2 * np), *gx = cfx_put(x, 2 * btc), *gy = cfx_put(NULL, 2 * btc);
+	void *gacts = cfx_put(NULL, 2 * nblk), *ghead = cfx_put(NULL, bhead);
+	int *gtok = cfx_put(tok, (size_t)B * T * 4), *gtgt = cfx_put(tgt, (size_t)B * T * 4);
+	float *gg = cfx_up(NULL, np), *gscr = cfx_up(NULL, bscr / 4), *gdx = cfx_up(NULL, btc);
+	uint16_t *y = calloc(btc, 2), *acts = calloc(nblk, 2), *hacts = calloc(bhead, 1);
+	float *g = cfx_floats(np), *dx = cfx_floats(btc), *scr = cfx_floats(bscr / 4);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(y && acts && hacts);
+	char what[96];
+
+	/* embeddings */
+	gpt16_embed_forward(c, t, B, T, p, tok, y);
+	gpt16_cuda_embed_forward(cfx_ctx(), c, ct, B, T, gp, gtok, gy);
+	uint16_t *hy16 = malloc(2 * btc);
+	cuda_ctx_download(cfx_ctx(), hy16, gy, 2 * btc);
+	CU_ASSERT_EQUAL(cfx_same_bits("gpt16 embed forward", hy16, y, btc, 2), 0);
+	free(hy16);
+
+	/* block 1 forward: output and every saved activation */
+	gpt16_block_forward(c, t, B, T, (char *)p + 2 * blk, x, y, acts);
+	gpt16_cuda_block_forward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gx, gy, gacts);
+	float *want = widen16(y, btc, t), *got = down16(gy, btc, t);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 block forward y", got, want, btc, 4 * u), 0);
+	free(want), free(got);
+	float *wacts = widen16(acts, nblk, t), *gacts_h = down16(gacts, nblk, t);
+	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
+	size_t starts[] = {a.x_in, a.ln1, a.qkv, a.atty, a.res2, a.ln2, a.fc, a.gelu, a.att,
+			   a.total_elems};
+	const char *names[] = {"x_in", "ln1", "qkv", "atty", "res2", "ln2", "fc", "gelu", "att"};
+	for (int i = 0; i < 9; i++) {
+		snprintf(what, sizeof(what), "gpt16 block forward acts.%s", names[i]);
+		CU_ASSERT_EQUAL(cfx_close_norm(what, gacts_h + starts[i], wacts + starts[i],
+					       starts[i + 1] - starts[i], 4 * u),
+				0);
+	}
+	free(wacts), free(gacts_h);
+
+	/* block 1 backward from the CPU's activations, in place on the GPU */
+	gpt16_block_backward(c, t, B, T, (char *)p + 2 * blk, g + blk, acts, dy, dx, scr);
+	cuda_ctx_upload(cfx_ctx(), gacts, acts, 2 * nblk);
+	cuda_ctx_upload(cfx_ctx(), gdx, dy, btc * 4);
+	gpt16_cuda_block_backward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gg + blk, gacts, gdx,
+				  gdx, gscr);
+	float *hdx = cfx_down(gdx, btc), *hg = cfx_down(gg, np);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 block backward dx", hdx, dx, btc, 8 * u), 0);
+	GptTensor tn[GPT_CPU_MAX_TENSORS];
+	int nt = gpt_cpu_unit_tensors(c, 1, tn);
+	for (int i = 0, off = (int)blk; i < nt; off += (int)tn[i].numel, i++) {
+		snprintf(what, sizeof(what), "gpt16 block backward d %s", tn[i].name);
+		CU_ASSERT_EQUAL(cfx_close_norm(what, hg + off, g + off, tn[i].numel, 8 * u), 0);
+	}
+	free(hdx), free(hg);
+
+	/* head: loss and probabilities, then backward from the GPU's own forward */
+	float wloss = gpt16_head_forward(c, t, B, T, (char *)p + 2 * head, p, x, tgt, hacts);
+	float gloss = gpt16_cuda_head_forward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * head, gp, gx,
+					      gtgt, ghead);
+	CU_ASSERT(fabsf(gloss - wloss) <= 1e-3f);
+	uint16_t *hh = malloc(bhead);
+	cuda_ctx_download(cfx_ctx(), hh, ghead, bhead);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head probs", gpt16_head_probs(c, t, B, T, hh),
+				       gpt16_head_probs(c, t, B, T, hacts), (size_t)B * T * c->V,
+				       4 * u),
+			0);
+	memcpy(hacts, hh, bhead); /* both backwards from the GPU's forward */
+	gpt16_head_backward(c, t, B, T, (char *)p + 2 * head, p, g + head, g, hacts, tgt, 1.0f, dx,
+			    scr);
+	gpt16_cuda_head_backward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * head, gp, gg + head, gg,
+				 ghead, gtgt, 1.0f, gdx, gscr);
+	hdx = cfx_down(gdx, btc);
+	hg = cfx_down(gg, np);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head backward dx", hdx, dx, btc, 8 * u), 0);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head backward d final_norm", hg + head, g + head,
+				       2 * (size_t)c->C, 8 * u),
+			0);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head backward d wte", hg, g, vc, 8 * u), 0);
+
+	free(p32), free(p), free(tok), free(tgt), free(x32), free(dy), free(x), free(y), free(acts);
+	free(hacts), free(g), free(dx), free(scr), free(hh), free(hdx), free(hg);
+	cuda_ctx_free(gp), cuda_ctx_free(gx), cuda_ctx_free(gy), cuda_ctx_free(gacts);
+	cuda_ctx_free(ghead), cuda_ctx_free(gtok), cuda_ctx_free(gtgt), cuda_ctx_free(gg);
+	cuda_ctx_free(gscr), cuda_ctx_free(gdx);
+}
+
+static void test_gpt16_units_bf16(void)
+{
+	check_gpt16_units(CDT_BF16, PREC_BF16, 0x1p-8);
+}
+
+static void test_gpt16_units_f16(void)
+{
+	check_gpt16_units(CDT_F16, PREC_F16, 0x1p-11);
+}
+
 static const PxTestCase GPU_TESTS[] = {
 	{"gpt units vs gpt_cpu", test_gpt_units},
 	{"gpt training steps vs gpt_cpu", test_gpt_training_steps},
+	{"gpt16 bf16 units vs gpt16_cpu", test_gpt16_units_bf16},
+	{"gpt16 fp16 units vs gpt16_cpu", test_gpt16_units_f16},
 };
 
 static const PxTestCase CPU_TESTS[] = {

@@ -1,0 +1,196 @@
+#include "ops16_cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+
+/* ---- fp32 temporaries ---- */
+
+static float *alloc_f32(size_t n)
+{
+	float *p = malloc((n ? n : 1) * sizeof(float));
+	if (!p) {
+		fprintf(stderr, "ops16_cpu: out of memory for %zu floats of temporaries\n", n);
+		abort();
+	}
+	return p;
+}
+
+/* n values of type t as a new fp32 array (caller frees); NULL for NULL */
+static float *widen(PrecisionType t, const void *x, size_t n)
+{
+	if (!x)
+		return NULL;
+	float *w = alloc_f32(n);
+	for (size_t i = 0; i < n; i++)
+		w[i] = precision_load(x, i, t);
+	return w;
+}
+
+void ops16_round(PrecisionType t, void *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		precision_store(dst, i, src[i], t);
+}
+
+/* ---- linear layers ---- */
+
+/* The products of the widened values are those of the t values: every product of two 16-bit
+ * numbers is exact in fp32, so CBLAS on the widened copies sums the same terms cuBLAS does. */
+void ops16_matmul_forward(PrecisionType t, void *y, const void *x, const void *w, const void *b,
+			  int N, int C_in, int C_out)
+{
+	size_t ny = (size_t)N * C_out;
+	float *xf = widen(t, x, (size_t)N * C_in), *wf = widen(t, w, (size_t)C_in * C_out);
+	float *bf = widen(t, b, (size_t)C_out), *yf = alloc_f32(ny);
+	ops_matmul_forward(yf, xf, wf, bf, N, C_in, C_out);
+	ops16_round(t, y, yf, ny);
+	free(xf), free(wf), free(bf), free(yf);
+}
+
+void ops16_matmul_backward(PrecisionType t, float *dx, float *dw, float *db, const void *dy,
+			   const void *x, const void *w, int N, int C_in, int C_out)
+{
+	float *dyf = widen(t, dy, (size_t)N * C_out);
+	float *xf = dw ? widen(t, x, (size_t)N * C_in) : NULL;
+	float *wf = dx ? widen(t, w, (size_t)C_in * C_out) : NULL;
+	ops_matmul_backward(dx, dw, db, dyf, xf, wf, N, C_in, C_out);
+	free(dyf), free(xf), free(wf);
+}
+
+void ops16_lm_head_forward(PrecisionType t, float *logits, const void *x, const void *wte, int N,
+			   int C, int V)
+{
+	float *xf = widen(t, x, (size_t)N * C), *wf = widen(t, wte, (size_t)V * C);
+	ops_lm_head_forward(logits, xf, wf, N, C, V);
+	free(xf), free(wf);
+}
+
+void ops16_lm_head_backward(PrecisionType t, float *dx, float *dwte, const void *dlogits,
+			    const void *x, const void *wte, int N, int C, int V)
+{
+	float *df = widen(t, dlogits, (size_t)N * V);
+	float *xf = dwte ? widen(t, x, (size_t)N * C) : NULL;
+	float *wf = dx ? widen(t, wte, (size_t)V * C) : NULL;
+	ops_lm_head_backward(dx, dwte, df, xf, wf, N, C, V);
+	free(df), free(xf), free(wf);
+}
+
+/* ---- normalisation, activation, residual, embedding ---- */
+
+void ops16_layernorm_forward(PrecisionType t, void *y, const void *x, const void *w, const void *b,
+			     int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *xf = widen(t, x, n), *wf = widen(t, w, (size_t)C), *bf = widen(t, b, (size_t)C);
+	ops_layernorm_forward(xf, NULL, NULL, xf, wf, bf, N, C); /* in place: y may be x */
+	ops16_round(t, y, xf, n);
+	free(xf), free(wf), free(bf);
+}
+
+void ops16_layernorm_backward(PrecisionType t, float *dx, float *dw, float *db, const float *dy,
+			      const void *x, const void *w, int N, int C)
+{
+	float *xf = widen(t, x, (size_t)N * C), *wf = widen(t, w, (size_t)C);
+	ops_layernorm_backward(dx, dw, db, dy, xf, wf, N, C);
+	free(xf), free(wf);
+}
+
+void ops16_gelu_forward(PrecisionType t, void *y, const void *x, size_t n)
+{
+	float *xf = widen(t, x, n);
+	ops_gelu_forward(xf, xf, n);
+	ops16_round(t, y, xf, n);
+	free(xf);
+}
+
+void ops16_gelu_backward(PrecisionType t, float *dx, const float *dy, const void *x, size_t n)
+{
+	float *xf = widen(t, x, n);
+	ops_gelu_backward(dx, dy, xf, n);
+	free(xf);
+}
+
+void ops16_residual_forward(PrecisionType t, void *y, const void *a, const void *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		precision_store(y, i, precision_load(a, i, t) + precision_load(b, i, t), t);
+}
+
+void ops16_embed_forward(PrecisionType t, void *y, const int *tokens, const void *wte,
+			 const void *wpe, int B, int T, int C)
+{
+	for (size_t row = 0; row < (size_t)B * T; row++) {
+		size_t te = (size_t)tokens[row] * C, pe = (row % (size_t)T) * C;
+		for (int i = 0; i < C; i++)
+			precision_store(y, row * C + i,
+					precision_load(wte, te + i, t) + precision_load(wpe, pe + i, t),
+					t);
+	}
+}
+
+/* ---- attention ---- */
+
+/* One query row of ops16_attention_forward: q, k, v the widened qkv rows of its batch element. */
+static void attention_row(PrecisionType t, void *out, void *att, const float *base, size_t row3,
+			  int C, int T, int tq, size_t hoff, int hs, float scale, size_t att_off,
+			  size_t out_off)
+{
+	const float *q = base + tq * row3 + hoff;
+	float mx = -INFINITY;
+	for (int t2 = 0; t2 <= tq; t2++) {
+		const float *k = base + t2 * row3 + C + hoff;
+		float s = 0.0f;
+		for (int i = 0; i < hs; i++)
+			s += q[i] * k[i];
+		s = precision_round(s * scale, t);
+		precision_store(att, att_off + t2, s, t);
+		mx = s > mx ? s : mx;
+	}
+	double sum = 0.0;
+	for (int t2 = 0; t2 <= tq; t2++) {
+		float e = expf(precision_load(att, att_off + t2, t) - mx);
+		sum += e;
+		precision_store(att, att_off + t2, e, t);
+	}
+	float inv = (float)(1.0 / sum);
+	for (int t2 = 0; t2 <= tq; t2++)
+		precision_store(att, att_off + t2, precision_load(att, att_off + t2, t) * inv, t);
+	for (int t2 = tq + 1; t2 < T; t2++)
+		precision_store(att, att_off + t2, 0.0f, t);
+	for (int i = 0; i < hs; i++) {
+		float o = 0.0f;
+		for (int t2 = 0; t2 <= tq; t2++)
+			o += precision_load(att, att_off + t2, t) * base[t2 * row3 + 2 * (size_t)C + hoff + i];
+		precision_store(out, out_off + i, o, t);
+	}
+}
+
+void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *qkv, int B, int T,
+			     int C, int NH)
+{
+	int hs = C / NH;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t row3 = (size_t)3 * C;
+	float *qf = widen(t, qkv, (size_t)B * T * row3);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++)
+			for (int tq = 0; tq < T; tq++)
+				attention_row(t, out, att, qf + (size_t)b * T * row3, row3, C, T, tq,
+					      (size_t)h * hs, hs, scale,
+					      (((size_t)b * NH + h) * T + tq) * T,
+					      ((size_t)b * T + tq) * C + (size_t)h * hs);
+	free(qf);
+}
+
+void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
+			      const void *att, int B, int T, int C, int NH)
+{
+	float *qf = widen(t, qkv, (size_t)B * T * 3 * C);
+	float *af = widen(t, att, (size_t)B * NH * T * T);
+	ops_attention_backward(dqkv, dout, qf, af, B, T, C, NH);
+	free(qf), free(af);
+}
