@@ -27,7 +27,7 @@ static double over(double bytes, double rate)
 
 Dtype opcost_compute_dtype(const Plan *p)
 {
-	return p->executor ? DT_FP32 : p->sc->ds.dtype;
+	return p->sc->ds.dtype;
 }
 
 double opcost_dtype_peak(const Plan *p)

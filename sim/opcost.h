@@ -18,8 +18,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
 
 /* The dense peak of the plan's compute dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
-/* The precision the GEMMs run in: the training dtype, but fp32 for the executor (backend cpu or
- * cuda), whose kernels compute on fp32 working copies of each unit. */
+/* The precision the GEMMs run in: the training dtype (DeepSpeed's and the executor's alike: the
+ * executor's units compute on working copies in the parameters' dtype). */
 Dtype opcost_compute_dtype(const Plan *p);
 double opcost_dtype_peak(const Plan *p);
 
