@@ -10,8 +10,9 @@
 #      per-rank memory predicted (with the calibration) against measured, ZeRO's ideal beside
 #   5. speed: GPT-2 124M, bf16, sequence 1024, on this executor and in PyTorch eager
 # Run from the repository root, after `. gpu-bundle/env.sh` when the machine lacks Debian's
-# packages (scripts/gpu_bundle.sh), e.g. through the device tool:
-#   . gpu-bundle/env.sh && bash scripts/gpu_session.sh "$OUT"
+# packages (scripts/gpu_bundle.sh makes gpu-bundle.tar.xz here), e.g. through the device tool,
+# carrying gpu-bundle.tar.xz:
+#   tar -xJf gpu-bundle.tar.xz && . gpu-bundle/env.sh && bash scripts/gpu_session.sh "$OUT"
 set -uo pipefail
 OUT=${1:-results/gpu}
 BIN=${PX_GPU_BIN:-build/rel}
