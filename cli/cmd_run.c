@@ -478,6 +478,14 @@ static double now_s(void)
 
 /* Predicted against measured, rank 0. A row's measured figure may have another name: the
  * device's own peak reading (backend cuda) sits beside the predicted peak. */
+/* Rank 0's overlap of compute with started collectives (docs/gpu_comm.md), per step. */
+static void print_overlap(const RunnerOverlap *ov, int steps)
+{
+	printf("# overlap (rank 0, per step): %lld collectives started on the prefetch and reduction "
+	       "streams; %lld of %lld computes ran while one was in flight\n",
+	       ov->started / steps, ov->computes_overlapped / steps, ov->computes / steps);
+}
+
 static void print_compare(const Prediction *pr, const double *meas, int steps)
 {
 	Metric m[METRICS_MAX];
@@ -622,8 +630,10 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	}
 	rc = 0;
 	if (rank == 0) {
-		if (!o->json)
+		if (!o->json) {
 			print_compare(&pr, all, ran);
+			print_overlap(runner_overlap(run), ran);
+		}
 		if (!o->json && o->gpu) {
 			printf("# rank 0's device memory readings (communication: %s)\n",
 			       o->gpu->comm_name);
