@@ -1,7 +1,7 @@
 /* ops_cuda: the layer ops of ops_cpu.h on the GPU, fp32 in and out, one function per ops_cpu
  * function with the same shapes, the same accumulate-into-gradients convention and the same
- * in-place permissions. It owns the kernels; matrix products go through gemm_cuda, optimizer steps
- * and casts are optim_cuda's. Pointers are device pointers (tokens and targets too); everything
+ * in-place permissions. Its kernels are ops_cuda.cu's and, shared with ops16_cuda, ops_dev.cuh's;
+ * matrix products go through gemm_cuda, optimizer steps and casts are optim_cuda's. Pointers are device pointers (tokens and targets too); everything
  * queues on the context's stream, and only functions returning a host value synchronise.
  * Dimension names as in ops_cpu.h. */
 #ifndef PX_OPS_CUDA_H
