@@ -229,8 +229,11 @@ static int parse_opts(int argc, char **argv, CalibOpts *o)
 			USAGE);
 		return 2;
 	}
-	if (o->gpu && !cluster_find_gpu(o->gpu))
-		return usage_error("--gpu", o->gpu, "a catalog GPU (parallax gpus lists them)");
+	if (o->gpu && !cluster_find_gpu(o->gpu)) {
+		fprintf(stderr, "parallax calibrate: --gpu %s: not a catalog GPU (parallax gpus lists "
+			"them)\n", o->gpu);
+		return 2;
+	}
 	int cpu = !strcmp(o->backend, "cpu");
 	if (o->link && !cpu)
 		return usage_error("--link", o->link, "--backend cpu with it (on GPUs the link "
