@@ -181,8 +181,9 @@ out:
  *    reduce_scatter's. At 1 KiB the transfer itself is a small part of the time (1 KiB at 100 GB/s
  *    is 10 ns against microseconds of latency), so this is the per-step latency plus the call's
  *    own overhead, which the simulator must charge per call too. all_reduce is left out of the
- *    latency: NCCL's small all-reduces take a tree or NVLS path, not 2(n-1) ring steps; its
- *    measured small time is printed beside the fit's prediction.
+ *    latency: a library may run small all-reduces with another algorithm than the ring (NCCL's
+ *    tree, LL protocols; MPI's recursive doubling), whose time is not 2(n-1) ring steps; its
+ *    measured small time is printed beside the fit's 2(n-1) alpha_s for comparison.
  *  - efficiency(S): the bus bandwidth of what remains once the latency is taken off, so that the
  *    latency is not counted twice (a raw busBw at a small size already contains it):
  *        efficiency = S x (n-1)/n / (t - (n-1) alpha_s) / peak,
