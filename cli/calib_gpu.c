@@ -233,13 +233,10 @@ int calib_gpu_single(const CalibOpts *o, PxError *err)
 
 /* ---- more than one rank ---- */
 
-/* Rank 0 measures its GPU while the others wait: then every rank learns whether it failed. */
-static int rank0_measure(Measured *m, const CalibOpts *o, RunGpu *g, Comm *world,
-			 const ComputeBackend *cb, void *cx, PxError *err)
+/* Rank 0 measured its GPU (failed: 1 where that failed) while the others waited here: now every
+ * rank learns whether it failed. */
+static int agree(Comm *world, const ComputeBackend *cb, void *cx, float failed, PxError *err)
 {
-	float failed = 0;
-	if (comm_rank(world) == 0 && measure(m, o->gpu, o->quick, g, err))
-		failed = 1;
 	PxError werr = {0};
 	if (collbench_max(world, cb, cx, &failed, 1, &werr))
 		return err->code ? -1 : (*err = werr, -1);
@@ -262,11 +259,14 @@ static int measure_ranks(const CalibOpts *o, RunGpu *g, Comm *world, PxError *er
 	int rc = -1;
 	m.fp32 = o->fp32;
 	m.coll_only = o->coll_only;
-	/* rank 0's products must not share the GPU with the collectives: those wait (up to 10
-	 * minutes) in rank0_measure */
-	if (comm_set_deadline(world, o->deadline > 0 && o->deadline < 600 ? 600 : o->deadline,
-			      err) ||
-	    cb->create(&shape, &cx, err) || rank0_measure(&m, o, g, world, cb, cx, err) ||
+	/* rank 0's products must not share the GPU with the collectives: the others wait (up to
+	 * 10 minutes) in agree() */
+	if (comm_set_deadline(world, o->deadline > 0 && o->deadline < 600 ? 600 : o->deadline, err))
+		goto out;
+	/* rank 0 measures before its compute context exists, so that the cuBLAS reading is its
+	 * own; on failure it still joins agree(), which tells the others */
+	float failed = comm_rank(world) == 0 && measure(&m, o->gpu, o->quick, g, err);
+	if (cb->create(&shape, &cx, err) || agree(world, cb, cx, failed, err) ||
 	    comm_set_deadline(world, o->deadline, err))
 		goto out;
 	calib_maybe_hang(o, comm_rank(world));
