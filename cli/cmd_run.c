@@ -167,13 +167,14 @@ bad:
 }
 
 /* Not under a launcher and more than one rank wanted: become mpirun, running this command again
- * on every rank (root and oversubscription allowed: this is a testbed, often a container). */
-static int relaunch(int ranks, char **argv_run, int argc_run)
+ * on every rank (root and oversubscription allowed: this is a testbed, often a container). Shared
+ * with calibrate (commands.h). */
+int cli_relaunch(const char *cmd, int ranks, char **argv_run, int argc_run)
 {
 	char np[16], self[4096];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
-		return fprintf(stderr, "parallax run: cannot find my own executable\n"), 1;
+		return fprintf(stderr, "parallax %s: cannot find my own executable\n", cmd), 1;
 	self[n] = '\0';
 	snprintf(np, sizeof(np), "%d", ranks);
 	char **args = calloc((size_t)argc_run + 10, sizeof(char *));
@@ -188,7 +189,7 @@ static int relaunch(int ranks, char **argv_run, int argc_run)
 		args[k++] = argv_run[i];
 	fflush(NULL);
 	execvp("mpirun", args);
-	fprintf(stderr, "parallax run: cannot start mpirun (install openmpi-bin): %m\n");
+	fprintf(stderr, "parallax %s: cannot start mpirun (install openmpi-bin): %m\n", cmd);
 	free(args);
 	return 1;
 }
@@ -675,7 +676,7 @@ int cmd_run(int argc, char **argv)
 	if (rc >= 0)
 		goto out;
 	if (!comm_env_probe(&env) && o.ranks > 1) {
-		rc = relaunch(o.ranks, argv, argc);
+		rc = cli_relaunch("run", o.ranks, argv, argc);
 		goto out;
 	}
 	RunGpu gpu;

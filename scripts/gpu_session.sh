@@ -5,7 +5,8 @@
 #   1. the device, the driver and the toolkit (nvidia-smi, nvcc --version)
 #   2. every test suite, the GPU ones included (kernels against the CPU reference, the NCCL and
 #      staged backends, the executor on CUDA)
-#   3. parallax calibrate: this GPU's hardware profile
+#   3. parallax calibrate: this GPU's hardware profile; with 2+ GPUs also the collectives over
+#      NCCL between all of them (the profile's nvlink link)
 #   4. ZeRO's claims on one GPU: stages 0-3 at N = 1, 2, 4, 8 ranks sharing it (MPI staged),
 #      per-rank memory predicted (with the calibration) against measured, ZeRO's ideal beside
 #   5. speed: GPT-2 124M, bf16, sequence 1024, on this executor and in PyTorch eager
@@ -37,6 +38,15 @@ log "3. calibrate"
 "$BIN/parallax" calibrate --dtype bf16 --out "$OUT/calibration.json" 2>&1 | tee "$OUT/calibrate.txt"
 "$BIN/parallax" calibrate --dtype fp32 --out "$OUT/calibration-fp32.json" 2>&1 |
 	tee -a "$OUT/calibrate.txt"
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$NGPU" -ge 2 ]; then
+	# one rank per GPU over NCCL: the bf16 profile again, with the measured nvlink link
+	"$BIN/parallax" calibrate --dtype bf16 --ranks "$NGPU" \
+		--out "$OUT/calibration-${NGPU}gpu.json" 2>&1 | tee -a "$OUT/calibrate.txt"
+else
+	echo "collective calibration needs 2+ GPUs: this machine has $NGPU; the profile's nvlink" \
+		"and network links keep the catalog's figures" | tee -a "$OUT/calibrate.txt"
+fi
 
 log "4. ZeRO on one GPU: stages 0-3 x N ranks"
 for n in 1 2 4 8; do

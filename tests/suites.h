@@ -23,6 +23,7 @@
 	X(exec)        \
 	X(exec_cuda)   \
 	X(cli)         \
+	X(calibrate)   \
 	X(plot)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
