@@ -487,6 +487,20 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 	       ov->started / steps, ov->computes_overlapped / steps, ov->computes / steps);
 }
 
+/* Measured throughput beside the prediction: the same model FLOPs a step (the plan's, counted
+ * as the time model counts them), so MFU scales with the step time. */
+static void print_speed(const Prediction *pr, double step_s)
+{
+	if (!pr->time_known || !(step_s > 0))
+		return;
+	const TimeResult *t = &pr->time;
+	double ratio = t->step_s / step_s; /* measured rate over predicted */
+	printf("# speed: measured %.4f s a step, %.0f tokens/s, %.3g TFLOP/s per GPU of model FLOPs, "
+	       "MFU %.4f; predicted %.4f s, %.0f tokens/s, MFU %.4f\n", step_s,
+	       t->tokens_per_s * ratio, t->tflops_per_gpu * ratio, t->mfu * ratio, t->step_s,
+	       t->tokens_per_s, t->mfu);
+}
+
 static void print_compare(const Prediction *pr, const double *meas, int steps)
 {
 	Metric m[METRICS_MAX];
@@ -634,6 +648,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->json) {
 			print_compare(&pr, all, ran);
 			print_overlap(runner_overlap(run), ran);
+			print_speed(&pr, t_total / ran);
 		}
 		if (!o->json && o->gpu) {
 			printf("# rank 0's device memory readings (communication: %s)\n",
