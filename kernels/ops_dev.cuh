@@ -45,10 +45,6 @@ struct StoreF32 {
 	{
 		return x;
 	}
-	__device__ static inline float rnf(float x)
-	{
-		return x;
-	}
 };
 
 /* bf16 or fp16 (DT = CDT_BF16, CDT_F16), precision.h's bits in a uint16_t */
@@ -66,10 +62,6 @@ template <int DT> struct Store16 {
 	__device__ static inline uint16_t st(float x)
 	{
 		return DT == CDT_BF16 ? castd_f32_to_bf16(x) : castd_f32_to_f16(x);
-	}
-	__device__ static inline float rnf(float x)
-	{
-		return widen(st(x));
 	}
 };
 
