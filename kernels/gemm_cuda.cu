@@ -54,3 +54,29 @@ void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b
 				  cuda_type(ab), lda, &beta, C, cuda_type(c), N, CUBLAS_COMPUTE_32F,
 				  CUBLAS_GEMM_DEFAULT));
 }
+
+/* The same exchange as gemm_cuda's: column-major C_i^T (N, M) = op(B_i)^T op(A_i)^T, where each
+ * row-major matrix with rows ld apart is the column-major transpose with leading dimension ld, so
+ * every operand passes its own ld, stride and flag, B first. cuBLAS wants each leading dimension
+ * at least the rows of the column-major matrix as stored: N for C, the stored row length for A
+ * and B, which a row stride >= its row length satisfies. */
+void gemm_cuda_batched(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, int K, float alpha,
+		       GemmBatch a, GemmBatch b, float beta, GemmBatch c, int batch)
+{
+	CUDA_REQUIRE(gemm_cuda_check_types(ab, ct) == 0,
+		     "gemm_cuda_batched: inputs of type %d with output of type %d are not supported",
+		     (int)ab, (int)ct);
+	CUDA_REQUIRE(M > 0 && N > 0 && K > 0 && batch > 0,
+		     "gemm_cuda_batched: shape %d x %d x %d, batch %d: all must be positive", M, N, K,
+		     batch);
+	CUDA_REQUIRE(a.ld >= (a.trans ? M : K) && b.ld >= (b.trans ? K : N) && c.ld >= N,
+		     "gemm_cuda_batched: row strides %d, %d, %d shorter than the rows", a.ld, b.ld,
+		     c.ld);
+	cublasOperation_t op_a = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+	CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr,
+						cuda_type(ab), b.ld, b.stride, a.ptr, cuda_type(ab),
+						a.ld, a.stride, &beta, (void *)c.ptr, cuda_type(ct),
+						c.ld, c.stride, batch, CUBLAS_COMPUTE_32F,
+						CUBLAS_GEMM_DEFAULT));
+}

@@ -20,6 +20,22 @@ extern "C" {
 void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b, int M, int N,
 	       int K, float alpha, const void *A, const void *B, float beta, void *C);
 
+/* One operand or result of a batch of row-major products: matrix i of the batch starts at
+ * ptr + i stride elements, and its rows are ld elements apart (ld >= the row length, so a matrix
+ * may be a block of columns of a wider one, a head of a (T, 3C) qkv). trans: the operand is stored
+ * transposed, as gemm_cuda's flags (ignored for the result). */
+typedef struct GemmBatch {
+	const void *ptr;
+	int ld;
+	long long stride;
+	int trans;
+} GemmBatch;
+
+/* For i < batch: C_i (M, N) = alpha op(A_i) op(B_i) + beta C_i, shapes, types and accumulation as
+ * gemm_cuda's (cublasGemmStridedBatchedEx); c.ptr is written. batch >= 1. */
+void gemm_cuda_batched(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, int K, float alpha,
+		       GemmBatch a, GemmBatch b, float beta, GemmBatch c, int batch);
+
 /* 0 when the combination of types is one gemm_cuda accepts, else -1: the argument check gemm_cuda
  * makes before calling cuBLAS, exposed so it can be tested without a GPU. */
 int gemm_cuda_check_types(CudaDtype ab, CudaDtype c);

@@ -95,7 +95,8 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
  *   attention: wide_b <- rn(d res2); wide_a[0, BTC) = d atty; wide_b[0, 3BTC) = d qkv;
  *              wide_a <- rn(d qkv); wide_b[0, BTC) = d ln1
  * The CUDA twin puts its layernorm statistics at wide_a + 3 BTC (and the head's at dlnf's end),
- * its attention sums at wide_b + 3 BTC: regions dead at the time. */
+ * its attention's rounded dout and score-gradient tiles at wide_a + BTC (3 BTC floats): regions
+ * dead at the time. */
 void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
 {

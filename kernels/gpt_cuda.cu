@@ -51,8 +51,8 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 
 /* Scratch as gpt_cpu_block_backward's: wide_a and wide_b, (B, T, 4C) each. The GPU ops' own
  * scratch goes where the CPU's has nothing live: the layernorm statistics (2 N floats) into
- * wide_b, dead once its contents have been consumed; attention's per-row sums (B NH T <= B T C
- * floats) into wide_b's last quarter, past the 3 B T C of d qkv. */
+ * wide_b, dead once its contents have been consumed; attention's score-gradient tiles into
+ * wide_a's last three quarters (3 B T C floats), past d atty, dead until d ln1 is zeroed there. */
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			     float *grads, const float *acts, const float *dy, float *dx,
 			     float *scratch)
@@ -82,7 +82,7 @@ void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, con
 				 params + p.proj_w, N, C, C);
 	cuda_ctx_zero(ctx, wide_b, 3 * btc * fsz);
 	ops_cuda_attention_backward(ctx, wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH,
-				    wide_b + 3 * btc);
+				    wide_a + btc, 3 * btc);
 	cuda_ctx_zero(ctx, wide_a, btc * fsz);
 	ops_cuda_matmul_backward(ctx, wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 				 params + p.qkv_w, N, C, 3 * C);
@@ -168,8 +168,9 @@ void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int
 }
 
 /* gpt16_block_backward's scratch plan; the layernorm statistics (2 N floats) at wide_a + 3 BTC,
- * past the rounded d fc (2 BTC floats' worth) or d qkv (1.5 BTC), attention's row sums at
- * wide_b + 3 BTC as in the fp32 unit. */
+ * past the rounded d fc (2 BTC floats' worth) or d qkv (1.5 BTC); attention's rounded dout and
+ * score-gradient tiles in wide_a past d atty (3 BTC floats) as in the fp32 unit: the statistics
+ * there are dead between the two layernorms, and the rounded d qkv overwrites it all after. */
 void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
 			       const void *params, float *grads, const void *acts, const float *dy,
 			       float *dx, float *scratch)
@@ -202,7 +203,7 @@ void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, in
 				    A(atty), P(proj_w), N, C, C);
 	cuda_ctx_zero(ctx, wide_b, 3 * btc * fsz);
 	ops16_cuda_attention_backward(ctx, t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH,
-				      wide_b + 3 * btc);
+				      wide_a + btc, 3 * btc);
 	ops16_cuda_round(ctx, t, wide_a, wide_b, 3 * btc);
 	cuda_ctx_zero(ctx, wide_b, btc * fsz);
 	ops_cuda_matmul_backward_16(ctx, t, wide_b, grads + p.qkv_w, grads + p.qkv_b, wide_a, A(ln1),

@@ -25,8 +25,8 @@ void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, flo
 			     const int *tokens, const float *dy);
 void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			    const float *x, float *y, float *acts);
-/* scratch: gpt_cpu_scratch_bytes, as on the CPU; the extra rows the GPU's layernorm and attention
- * backwards pass between kernels fit in regions of it that are dead at the time. */
+/* scratch: gpt_cpu_scratch_bytes, as on the CPU; the GPU's layernorm statistics and attention's
+ * rounded dout and score-gradient tiles fit in regions of it that are dead at the time. */
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			     float *grads, const float *acts, const float *dy, float *dx,
 			     float *scratch);

@@ -186,11 +186,67 @@ void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *
 	free(qf);
 }
 
+/* One head (b, h) of ops16_attention_backward: qf and g the widened qkv and rounded dout of
+ * batch element b, af its (T, T) probabilities, ds a (T, T) temporary. */
+static void attention_head_backward(PrecisionType t, float *dbase, const float *qf,
+				    const float *g, const float *af, float *ds, int T, int C,
+				    size_t hoff, int hs, float scale)
+{
+	size_t row3 = (size_t)3 * C;
+	for (int tq = 0; tq < T; tq++) {
+		const float *p = af + (size_t)tq * T, *gr = g + (size_t)tq * C + hoff;
+		float *d = ds + (size_t)tq * T;
+		for (int t2 = 0; t2 <= tq; t2++) { /* datt, rounded as the GEMM stores it */
+			const float *v = qf + t2 * row3 + 2 * (size_t)C + hoff;
+			float s = 0.0f;
+			for (int i = 0; i < hs; i++)
+				s += gr[i] * v[i];
+			d[t2] = precision_round(s, t);
+		}
+		float pdp = 0.0f;
+		for (int t2 = 0; t2 <= tq; t2++)
+			pdp += p[t2] * d[t2];
+		for (int t2 = 0; t2 <= tq; t2++)
+			d[t2] = precision_round(p[t2] * (d[t2] - pdp), t);
+		for (int t2 = tq + 1; t2 < T; t2++)
+			d[t2] = 0.0f;
+	}
+	for (int r = 0; r < T; r++)
+		for (int i = 0; i < hs; i++) {
+			/* dq[r] += scale sum_t2 dS[r][t2] k[t2]; dk[r] += scale sum_t dS[t][r] q[t];
+			 * dv[r] += sum_t P[t][r] g[t]: each sum in fp32, then added */
+			float sq = 0.0f, sk = 0.0f, sv = 0.0f;
+			for (int u = 0; u < T; u++) {
+				sq += ds[(size_t)r * T + u] * qf[u * row3 + C + hoff + i];
+				sk += ds[(size_t)u * T + r] * qf[u * row3 + hoff + i];
+				sv += af[(size_t)u * T + r] * g[(size_t)u * C + hoff + i];
+			}
+			dbase[r * row3 + hoff + i] += scale * sq;
+			dbase[r * row3 + C + hoff + i] += scale * sk;
+			dbase[r * row3 + 2 * (size_t)C + hoff + i] += sv;
+		}
+}
+
 void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
 			      const void *att, int B, int T, int C, int NH)
 {
-	float *qf = widen(t, qkv, (size_t)B * T * 3 * C);
-	float *af = widen(t, att, (size_t)B * NH * T * T);
-	ops_attention_backward(dqkv, dout, qf, af, B, T, C, NH);
-	free(qf), free(af);
+	size_t nqkv = (size_t)B * T * 3 * C, btc = (size_t)B * T * C, tt = (size_t)T * T;
+	float *qf = widen(t, qkv, nqkv), *af = widen(t, att, (size_t)B * NH * tt);
+	if (t == PREC_F32) { /* no rounding: fp32's own op, so gpt16_cpu at fp32 is gpt_cpu */
+		ops_attention_backward(dqkv, dout, qf, af, B, T, C, NH);
+		free(qf), free(af);
+		return;
+	}
+	int hs = C / NH;
+	float scale = 1.0f / sqrtf((float)hs);
+	float *g = alloc_f32(btc), *ds = alloc_f32(tt);
+	for (size_t i = 0; i < btc; i++)
+		g[i] = precision_round(dout[i], t);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++)
+			attention_head_backward(t, dqkv + (size_t)b * T * 3 * C,
+						qf + (size_t)b * T * 3 * C, g + (size_t)b * T * C,
+						af + ((size_t)b * NH + h) * tt, ds, T, C,
+						(size_t)h * hs, hs, scale);
+	free(qf), free(af), free(g), free(ds);
 }

@@ -51,13 +51,18 @@ void ops16_embed_forward(PrecisionType t, void *y, const int *tokens, const void
 
 /* ---- attention ---- */
 
-/* ops_attention_forward on qkv of type t. Per query row, rounding where the CUDA kernel stores
- * into att: s = rn(q.k / sqrt(hs)) over the visible keys; m = max s; e = exp(s - m), summed
- * unrounded (in double here) and stored rn(e); att = rn(rn(e) / sum) (multiplied by the rounded
- * reciprocal); out = rn(sum att v), the sum in fp32 from the rounded att. */
+/* ops_attention_forward on qkv of type t. Per query row, rounding where the CUDA twin stores
+ * into att: s = rn(q.k / sqrt(hs)) over the visible keys (the scores GEMM's output); m = max s;
+ * e = exp(s - m), summed unrounded (in double here) and stored rn(e); att = rn(rn(e) / sum)
+ * (multiplied by the rounded reciprocal); out = rn(sum att v), the sum in fp32 from the rounded
+ * att (the output GEMM's). */
 void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *qkv, int B, int T,
 			     int C, int NH);
-/* ops_attention_backward from qkv and att of type t; dout and dqkv fp32. */
+/* The gradients from qkv and att of type t; dout and dqkv fp32, dqkv accumulated. Rounding where
+ * the CUDA twin's GEMMs take 16-bit operands: g = rn(dout); datt = rn(g v^T) (fp32 sum of hs
+ * terms); pdp = sum_{t2 <= t} att datt in fp32; dS = rn(att (datt - pdp)), 0 past the diagonal;
+ * then dq += s (dS k), dk += s (dS^T q), dv += att^T g with s = 1 / sqrt(hs), each product summed
+ * in fp32 before it is scaled and added. PREC_F32 is ops_attention_backward itself. */
 void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
 			      const void *att, int B, int T, int C, int NH);
 

@@ -98,8 +98,8 @@ void ops16_cuda_attention_forward(CudaCtx *ctx, CudaDtype t, void *out, void *at
 
 void ops16_cuda_attention_backward(CudaCtx *ctx, CudaDtype t, float *dqkv, const float *dout,
 				   const void *qkv, const void *att, int B, int T, int C, int NH,
-				   float *scratch)
+				   float *scratch, size_t scratch_elems)
 {
 	CALL16(t, opsd_attention_backward, ctx, dqkv, dout, (const h16 *)qkv, (const h16 *)att, B,
-	       T, C, NH, scratch);
+	       T, C, NH, scratch, scratch_elems);
 }

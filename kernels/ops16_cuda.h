@@ -41,10 +41,11 @@ void ops16_cuda_embed_forward(CudaCtx *ctx, CudaDtype t, void *y, const int *tok
 			      const void *wte, const void *wpe, int B, int T, int C);
 void ops16_cuda_attention_forward(CudaCtx *ctx, CudaDtype t, void *out, void *att,
 				  const void *qkv, int B, int T, int C, int NH);
-/* scratch: OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH) floats */
+/* scratch as ops_cuda_attention_backward's (scratch_elems floats, at least
+ * OPS_CUDA_ATTENTION_SCRATCH_MIN_ELEMS) */
 void ops16_cuda_attention_backward(CudaCtx *ctx, CudaDtype t, float *dqkv, const float *dout,
 				   const void *qkv, const void *att, int B, int T, int C, int NH,
-				   float *scratch);
+				   float *scratch, size_t scratch_elems);
 
 #ifdef __cplusplus
 }

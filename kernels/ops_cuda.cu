@@ -4,13 +4,6 @@
  * loss) and the linear layers on gemm_cuda. */
 #include "ops_dev.cuh"
 
-__device__ static float warp_max(float v)
-{
-	for (int o = WARP / 2; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-	return v;
-}
-
 /* ---- column sums ---- */
 
 /* db[j] += sum_i dy[i][j]: phase y sums rows y, y + COL_Y, ...; the COL_Y partials then add up in
@@ -125,9 +118,11 @@ void ops_cuda_attention_forward(CudaCtx *ctx, float *out, float *att, const floa
 }
 
 void ops_cuda_attention_backward(CudaCtx *ctx, float *dqkv, const float *dout, const float *qkv,
-				 const float *att, int B, int T, int C, int NH, float *scratch)
+				 const float *att, int B, int T, int C, int NH, float *scratch,
+				 size_t scratch_elems)
 {
-	opsd_attention_backward<StoreF32>(ctx, dqkv, dout, qkv, att, B, T, C, NH, scratch);
+	opsd_attention_backward<StoreF32>(ctx, dqkv, dout, qkv, att, B, T, C, NH, scratch,
+					  scratch_elems);
 }
 
 /* ---- residual and embedding ---- */

@@ -49,15 +49,20 @@ void ops_cuda_gelu_backward(CudaCtx *ctx, float *dx, const float *dy, const floa
 
 /* ---- attention ---- */
 
-/* One warp per query row; hs = C / NH at most OPS_CUDA_ATTENTION_MAX_HS (fatal otherwise). */
-#define OPS_CUDA_ATTENTION_MAX_HS 256
+/* Causal attention on cuBLAS batched GEMMs (full T x T products, the masked triangle zeroed by
+ * the softmax kernels; ops_dev.cuh). Forward needs no scratch: the scores go into att, which the
+ * softmax turns into probabilities in place. */
 void ops_cuda_attention_forward(CudaCtx *ctx, float *out, float *att, const float *qkv, int B,
 				int T, int C, int NH);
-/* scratch: B NH T floats (each query row's sum_j P[j] dP[j], computed by the query-row kernel and
- * read by the key-row kernel that accumulates dk and dv without atomics). */
-#define OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH) ((size_t)(B) * (NH) * (T))
+/* scratch: scratch_elems floats, at least OPS_CUDA_ATTENTION_SCRATCH_MIN_ELEMS (room for the
+ * 16-bit twin's rounded dout, B T C 16-bit elements, and one row of T scores): the backward tiles
+ * the score gradients datt / dS, (T, T) a head, into whatever it is given (whole heads when they
+ * fit, else rows of one head), so more scratch means fewer, larger GEMMs. */
+#define OPS_CUDA_ATTENTION_SCRATCH_MIN_ELEMS(B, T, C)                                            \
+	(((size_t)(B) * (T) * (C) + 1) / 2 + (size_t)(T))
 void ops_cuda_attention_backward(CudaCtx *ctx, float *dqkv, const float *dout, const float *qkv,
-				 const float *att, int B, int T, int C, int NH, float *scratch);
+				 const float *att, int B, int T, int C, int NH, float *scratch,
+				 size_t scratch_elems);
 
 /* ---- residual and embedding ---- */
 

@@ -31,11 +31,12 @@ extern "C" {
 
 /* ---- storage policies ---- */
 
-/* S::T is the element as stored; S::ld(p, i) reads p[i] into fp32, S::st(x) is x as stored and
+/* S::T is the element as stored, S::DTYPE its CudaDtype; S::ld(p, i) reads p[i] into fp32, S::st(x) is x as stored and
  * S::rnf(x) is x rounded as a store would round it, kept in fp32. fp32 storage: the identity, so
  * its instantiations do the arithmetic of plain float kernels, in the same order. */
 struct StoreF32 {
 	typedef float T;
+	enum { DTYPE = CDT_F32 };
 	__device__ static inline float ld(const float *p, size_t i)
 	{
 		return p[i];
@@ -44,15 +45,12 @@ struct StoreF32 {
 	{
 		return x;
 	}
-	__device__ static inline float rnf(float x)
-	{
-		return x;
-	}
 };
 
 /* bf16 or fp16 (DT = CDT_BF16, CDT_F16), precision.h's bits in a uint16_t */
 template <int DT> struct Store16 {
 	typedef uint16_t T;
+	enum { DTYPE = DT };
 	__device__ static inline float widen(uint16_t h)
 	{
 		return DT == CDT_BF16 ? castd_bf16_to_f32(h) : castd_f16_to_f32(h);
@@ -64,10 +62,6 @@ template <int DT> struct Store16 {
 	__device__ static inline uint16_t st(float x)
 	{
 		return DT == CDT_BF16 ? castd_f32_to_bf16(x) : castd_f32_to_f16(x);
-	}
-	__device__ static inline float rnf(float x)
-	{
-		return widen(st(x));
 	}
 };
 
@@ -81,6 +75,13 @@ __device__ static inline float warp_sum(float v)
 	for (int o = WARP / 2; o > 0; o >>= 1)
 		v += __shfl_xor_sync(FULL_MASK, v, o);
 	return v; /* every lane holds the sum */
+}
+
+__device__ static inline float warp_max(float v)
+{
+	for (int o = WARP / 2; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+	return v;
 }
 
 static inline unsigned row_blocks(size_t rows)
@@ -368,70 +369,33 @@ static void opsd_embed_forward(CudaCtx *ctx, typename S::T *y, const int *tokens
 
 /* ---- attention ---- */
 
-/* A lane keeps head dimensions lane, lane + 32, ...: at most this many. */
-#define HS_PER_LANE (OPS_CUDA_ATTENTION_MAX_HS / WARP)
+/* Attention's products are cuBLAS batched GEMMs (gemm_cuda_batched), one call per batch element
+ * b over its NH heads: head h of q, k and v is the (T, hs) block of columns h hs (+ C, + 2 C) of
+ * b's (T, 3 C) qkv rows, so consecutive heads are hs elements apart with rows 3 C apart; its
+ * output is columns h hs of b's (T, C) rows; its probabilities the (T, T) matrix (b NH + h) T T
+ * of att. The full T x T products are computed, as PyTorch eager's are: the kernels below zero
+ * the masked upper triangle, so masked terms add exact zeros. The softmax and its backward are
+ * warp-per-row kernels with fp32 math; 16-bit storage rounds where cuBLAS or the kernels store
+ * (ops16_cpu.h lists the points). */
 
-/* a . b over one head, a stored as SA and b as SB; every lane gets the result */
-template <class SA, class SB>
-__device__ static float head_dot(const typename SA::T *a, const typename SB::T *b, int hs,
-				 int lane)
-{
-	float s = 0.0f;
-	for (int i = lane; i < hs; i += WARP)
-		s += SA::ld(a, i) * SB::ld(b, i);
-	return warp_sum(s);
-}
-
-/* The warp's attention row, row = (b NH + h) T + t, as its kernels index it: t is the query's
- * position in the forward and query kernels, the key's in the key kernel. */
-struct AttnRow {
-	size_t row, row3, hoff; /* row3: a qkv row's length 3 C; hoff: the head's offset, h hs */
-	int lane, b, h, t, hs;
-};
-
-/* false for a warp past the last row */
-__device__ static inline bool attn_row(AttnRow *r, int B, int T, int C, int NH)
-{
-	r->row = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP;
-	r->lane = threadIdx.x % WARP;
-	if (r->row >= (size_t)B * NH * T)
-		return false;
-	r->t = (int)(r->row % T);
-	r->h = (int)(r->row / T % NH);
-	r->b = (int)(r->row / ((size_t)T * NH));
-	r->hs = C / NH;
-	r->row3 = (size_t)3 * C;
-	r->hoff = (size_t)r->h * r->hs;
-	return true;
-}
-
-/* One warp per query row (b, h, t). The score of key t2 is written by lane t2 % 32, which is the
- * lane that later exponentiates and normalises it, so those passes need no exchange; the output
- * pass reads the whole row, after a __syncwarp that orders those writes before the reads. With
- * 16-bit att the scores, the exponentials and the probabilities are rounded where they are stored
- * (ops16_attention_forward's points): the max is over the rounded scores, the sum over the
- * unrounded exponentials. */
+/* The causal softmax of one (T, T) row in place, row = (b NH + h) T + t: the scores of keys
+ * 0..t (as stored by the scores GEMM, so their max is over the rounded values) become rn(e) with
+ * e = exp(s - max) summed unrounded, then rn(rn(e) / sum) through the fp32 reciprocal; the keys
+ * past t become 0. Lane l owns keys l, l + 32, ...: each pass reads only what the same lane
+ * wrote, so no exchange is needed beyond the two warp reductions. */
 template <class S>
-__global__ static void attention_forward_kernel(typename S::T *out, typename S::T *att,
-						const typename S::T *qkv, int B, int T, int C,
-						int NH, float scale)
+__global__ static void attention_softmax_kernel(typename S::T *att, size_t rows, int T)
 {
-	AttnRow r;
-	if (!attn_row(&r, B, T, C, NH))
+	size_t row = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= rows)
 		return;
-	int t = r.t, lane = r.lane, hs = r.hs;
-	const typename S::T *base = qkv + (size_t)r.b * T * r.row3;
-	const typename S::T *q = base + t * r.row3 + r.hoff;
-	typename S::T *p = att + r.row * T;
-
+	int t = (int)(row % T);
+	typename S::T *p = att + row * T;
 	float mx = -INFINITY;
-	for (int t2 = 0; t2 <= t; t2++) {
-		const typename S::T *k = base + t2 * r.row3 + C + r.hoff;
-		float s = S::rnf(head_dot<S, S>(q, k, hs, lane) * scale);
-		if (lane == (t2 & (WARP - 1)))
-			p[t2] = S::st(s);
-		mx = fmaxf(mx, s);
-	}
+	for (int t2 = lane; t2 <= t; t2 += WARP)
+		mx = fmaxf(mx, S::ld(p, t2));
+	mx = warp_max(mx);
 	float sum = 0.0f;
 	for (int t2 = lane; t2 <= t; t2 += WARP) {
 		float e = expf(S::ld(p, t2) - mx);
@@ -443,112 +407,54 @@ __global__ static void attention_forward_kernel(typename S::T *out, typename S::
 		p[t2] = S::st(S::ld(p, t2) * inv);
 	for (int t2 = t + 1 + lane; t2 < T; t2 += WARP)
 		p[t2] = S::st(0.0f);
-	__syncwarp();
-
-	float acc[HS_PER_LANE] = {0};
-	for (int t2 = 0; t2 <= t; t2++) {
-		float pv = S::ld(p, t2);
-		const typename S::T *v = base + t2 * r.row3 + 2 * (size_t)C + r.hoff;
-#pragma unroll
-		for (int j = 0; j < HS_PER_LANE; j++)
-			if (lane + j * WARP < hs)
-				acc[j] += pv * S::ld(v, lane + j * WARP);
-	}
-	typename S::T *o = out + ((size_t)r.b * T + t) * C + r.hoff;
-#pragma unroll
-	for (int j = 0; j < HS_PER_LANE; j++)
-		if (lane + j * WARP < hs)
-			o[lane + j * WARP] = S::st(acc[j]);
 }
 
-/* Query rows: pdp = sum_t2 P[t2] dP[t2] with dP[t2] = dout . v[t2], kept in pdp_out for the key
- * kernel; then dq += scale sum_t2 P[t2] (dP[t2] - pdp) k[t2]. dq belongs to this row alone.
- * qkv and att stored as S; dout, dqkv and pdp fp32. */
+/* The softmax backward of a tile of rows in place: d holds nh heads of n query rows t0..t0+n-1,
+ * (n, T) each, of datt = dout v^T as stored; att points at head h0's (T, T) probabilities. Row
+ * r = hh n + i (query t = t0 + i of head h0 + hh): pdp = sum_{t2 <= t} P dP in fp32, then
+ * dS = rn(P (dP - pdp)) for t2 <= t and 0 past it (so a masked dP, however large, adds nothing
+ * to the dq and dk products). Lanes own keys as in the forward. */
 template <class S>
-__global__ static void attention_backward_query_kernel(float *dqkv, float *pdp_out,
-						       const float *dout,
-						       const typename S::T *qkv,
-						       const typename S::T *att, int B, int T,
-						       int C, int NH, float scale)
+__global__ static void attention_softmax_backward_kernel(typename S::T *d,
+							 const typename S::T *att, int nh, int n,
+							 int t0, int T)
 {
-	AttnRow r;
-	if (!attn_row(&r, B, T, C, NH))
+	size_t row = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / WARP;
+	int lane = threadIdx.x % WARP;
+	if (row >= (size_t)nh * n)
 		return;
-	int t = r.t, lane = r.lane, hs = r.hs;
-	const typename S::T *base = qkv + (size_t)r.b * T * r.row3;
-	const typename S::T *p = att + r.row * T;
-	const float *g = dout + ((size_t)r.b * T + t) * C + r.hoff;
-
+	int hh = (int)(row / n), t = t0 + (int)(row % n);
+	const typename S::T *p = att + ((size_t)hh * T + t) * T;
+	typename S::T *dr = d + row * T;
 	float pdp = 0.0f;
-	for (int t2 = 0; t2 <= t; t2++)
-		pdp += S::ld(p, t2) *
-		       head_dot<StoreF32, S>(g, base + t2 * r.row3 + 2 * (size_t)C + r.hoff, hs, lane);
-	float acc[HS_PER_LANE] = {0};
-	for (int t2 = 0; t2 <= t; t2++) {
-		float dp = head_dot<StoreF32, S>(g, base + t2 * r.row3 + 2 * (size_t)C + r.hoff, hs,
-						 lane);
-		float ds = S::ld(p, t2) * (dp - pdp) * scale;
-		const typename S::T *k = base + t2 * r.row3 + C + r.hoff;
-#pragma unroll
-		for (int j = 0; j < HS_PER_LANE; j++)
-			if (lane + j * WARP < hs)
-				acc[j] += ds * S::ld(k, lane + j * WARP);
-	}
-	float *dq = dqkv + (size_t)r.b * T * r.row3 + t * r.row3 + r.hoff;
-#pragma unroll
-	for (int j = 0; j < HS_PER_LANE; j++)
-		if (lane + j * WARP < hs)
-			dq[lane + j * WARP] += acc[j];
-	if (lane == 0)
-		pdp_out[r.row] = pdp;
+	for (int t2 = lane; t2 <= t; t2 += WARP)
+		pdp += S::ld(p, t2) * S::ld(dr, t2);
+	pdp = warp_sum(pdp);
+	for (int t2 = lane; t2 <= t; t2 += WARP)
+		dr[t2] = S::st(S::ld(p, t2) * (S::ld(dr, t2) - pdp));
+	for (int t2 = t + 1 + lane; t2 < T; t2 += WARP)
+		dr[t2] = S::st(0.0f);
 }
 
-/* Key rows (b, h, t2): dv[t2] += sum_{t >= t2} P[t][t2] dout[t];
- * dk[t2] += scale sum_{t >= t2} P[t][t2] (dout[t] . v[t2] - pdp[t]) q[t]. Types as the query
- * kernel's. */
+/* y = rn(x): the 16-bit operand a GEMM takes of an fp32 gradient */
 template <class S>
-__global__ static void attention_backward_key_kernel(float *dqkv, const float *pdp,
-						     const float *dout, const typename S::T *qkv,
-						     const typename S::T *att, int B, int T, int C,
-						     int NH, float scale)
+__global__ static void round_store_kernel(typename S::T *y, const float *x, size_t n)
 {
-	AttnRow r;
-	if (!attn_row(&r, B, T, C, NH))
-		return;
-	int t2 = r.t, lane = r.lane, hs = r.hs;
-	const typename S::T *base = qkv + (size_t)r.b * T * r.row3;
-	const typename S::T *v = base + t2 * r.row3 + 2 * (size_t)C + r.hoff;
-	size_t head_rows = r.row - t2; /* first row of this (b, h) in att and pdp */
-
-	float adk[HS_PER_LANE] = {0}, adv[HS_PER_LANE] = {0};
-	for (int t = t2; t < T; t++) {
-		float pt = S::ld(att, (head_rows + t) * T + t2);
-		const float *g = dout + ((size_t)r.b * T + t) * C + r.hoff;
-		const typename S::T *q = base + t * r.row3 + r.hoff;
-		float dp = head_dot<StoreF32, S>(g, v, hs, lane);
-		float ds = pt * (dp - pdp[head_rows + t]) * scale;
-#pragma unroll
-		for (int j = 0; j < HS_PER_LANE; j++)
-			if (lane + j * WARP < hs) {
-				adv[j] += pt * g[lane + j * WARP];
-				adk[j] += ds * S::ld(q, lane + j * WARP);
-			}
-	}
-	float *dk = dqkv + (size_t)r.b * T * r.row3 + t2 * r.row3 + C + r.hoff;
-	float *dv = dk + C;
-#pragma unroll
-	for (int j = 0; j < HS_PER_LANE; j++)
-		if (lane + j * WARP < hs) {
-			dk[lane + j * WARP] += adk[j];
-			dv[lane + j * WARP] += adv[j];
-		}
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = S::st(x[i]);
 }
 
 static inline void opsd_attention_check(int C, int NH)
 {
-	CUDA_REQUIRE(NH > 0 && C % NH == 0 && C / NH <= OPS_CUDA_ATTENTION_MAX_HS,
-		     "attention: C (%d) must be a multiple of NH (%d) with C / NH <= %d", C, NH,
-		     OPS_CUDA_ATTENTION_MAX_HS);
+	CUDA_REQUIRE(NH > 0 && C > 0 && C % NH == 0,
+		     "attention: C (%d) must be a positive multiple of NH (%d)", C, NH);
+}
+
+/* hs columns of rows ld apart, heads hs apart: one head of qkv, out, dout or dqkv */
+static inline GemmBatch opsd_heads(const void *p, int ld, int hs, int trans)
+{
+	return (GemmBatch){p, ld, (long long)hs, trans};
 }
 
 template <class S>
@@ -556,27 +462,120 @@ static void opsd_attention_forward(CudaCtx *ctx, typename S::T *out, typename S:
 				   const typename S::T *qkv, int B, int T, int C, int NH)
 {
 	opsd_attention_check(C, NH);
-	float scale = 1.0f / sqrtf((float)(C / NH));
-	attention_forward_kernel<S><<<row_blocks((size_t)B * NH * T), ROW_THREADS, 0,
-				      ctx->stream>>>(out, att, qkv, B, T, C, NH, scale);
+	if (B <= 0 || T <= 0)
+		return;
+	int hs = C / NH, C3 = 3 * C;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t tt = (size_t)T * T;
+	for (int b = 0; b < B; b++) {
+		const typename S::T *base = qkv + (size_t)b * T * C3;
+		/* S_h (T, T) = scale q_h (T, hs) k_h^T: k_h stored (T, hs), so transposed; each
+		 * score rounded once from its fp32 sum (alpha applied in fp32) into att */
+		GemmBatch s = {att + (size_t)b * NH * tt, T, (long long)tt, 0};
+		gemm_cuda_batched(ctx, (CudaDtype)S::DTYPE, (CudaDtype)S::DTYPE, T, T, hs, scale,
+				  opsd_heads(base, C3, hs, 0), opsd_heads(base + C, C3, hs, 1), 0.0f,
+				  s, NH);
+	}
+	size_t rows = (size_t)B * NH * T;
+	attention_softmax_kernel<S><<<row_blocks(rows), ROW_THREADS, 0, ctx->stream>>>(att, rows,
+										       T);
 	CUDA_CHECK_LAUNCH();
+	for (int b = 0; b < B; b++) {
+		const typename S::T *base = qkv + (size_t)b * T * C3;
+		/* out_h (T, hs) = P_h (T, T) v_h (T, hs): out_h is columns h hs of b's (T, C) rows */
+		GemmBatch p = {att + (size_t)b * NH * tt, T, (long long)tt, 0};
+		gemm_cuda_batched(ctx, (CudaDtype)S::DTYPE, (CudaDtype)S::DTYPE, T, hs, T, 1.0f, p,
+				  opsd_heads(base + 2 * C, C3, hs, 0), 0.0f,
+				  opsd_heads(out + (size_t)b * T * C, C, hs, 0), NH);
+	}
 }
 
-/* scratch: OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH) floats */
+/* How the backward tiles its (T, T) score gradients into cap elements: whole heads (n = T rows)
+ * as many at a time as fit (nh <= NH), else one head n rows at a time. 0 when not one row fits. */
+static inline int opsd_attention_tile(size_t cap, int T, int NH, int *nh, int *n)
+{
+	size_t tt = (size_t)T * T;
+	if (cap >= tt) {
+		*n = T;
+		*nh = cap / tt < (size_t)NH ? (int)(cap / tt) : NH;
+		return 1;
+	}
+	*nh = 1;
+	*n = (int)(cap / T);
+	return *n > 0;
+}
+
+/* scratch: scratch_elems floats, at least OPS_CUDA_ATTENTION_SCRATCH_MIN_ELEMS; more makes
+ * larger tiles (fewer, bigger GEMMs). 16-bit storage first rounds dout there (g = rn(dout), the
+ * operand of the dv and datt products), the tiles of datt / dS follow. */
 template <class S>
 static void opsd_attention_backward(CudaCtx *ctx, float *dqkv, const float *dout,
 				    const typename S::T *qkv, const typename S::T *att, int B,
-				    int T, int C, int NH, float *scratch)
+				    int T, int C, int NH, float *scratch, size_t scratch_elems)
 {
+	typedef typename S::T E;
 	opsd_attention_check(C, NH);
-	float scale = 1.0f / sqrtf((float)(C / NH));
-	unsigned blocks = row_blocks((size_t)B * NH * T);
-	attention_backward_query_kernel<S><<<blocks, ROW_THREADS, 0, ctx->stream>>>(
-		dqkv, scratch, dout, qkv, att, B, T, C, NH, scale);
-	CUDA_CHECK_LAUNCH();
-	attention_backward_key_kernel<S><<<blocks, ROW_THREADS, 0, ctx->stream>>>(
-		dqkv, scratch, dout, qkv, att, B, T, C, NH, scale);
-	CUDA_CHECK_LAUNCH();
+	if (B <= 0 || T <= 0)
+		return;
+	const CudaDtype dt = (CudaDtype)S::DTYPE;
+	int hs = C / NH, C3 = 3 * C, nh_max, n_max;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t tt = (size_t)T * T, btc = (size_t)B * T * C;
+	size_t cap = scratch_elems * sizeof(float) / sizeof(E); /* in elements of E */
+	const E *g = (const E *)dout; /* fp32: dout itself */
+	E *d = (E *)scratch;
+	if (dt != CDT_F32) {
+		CUDA_REQUIRE(cap >= btc, "attention backward: scratch of %zu floats is too small",
+			     scratch_elems);
+		round_store_kernel<S><<<cuda_blocks_for(btc, EW_THREADS), EW_THREADS, 0,
+					ctx->stream>>>(d, dout, btc);
+		CUDA_CHECK_LAUNCH();
+		g = d;
+		d += btc;
+		cap -= btc;
+	}
+	CUDA_REQUIRE(opsd_attention_tile(cap, T, NH, &nh_max, &n_max),
+		     "attention backward: scratch of %zu floats holds not one row of %d scores",
+		     scratch_elems, T);
+	for (int b = 0; b < B; b++)
+		for (int h0 = 0; h0 < NH; h0 += nh_max)
+			for (int t0 = 0; t0 < T; t0 += n_max) {
+				int nh = NH - h0 < nh_max ? NH - h0 : nh_max;
+				int n = T - t0 < n_max ? T - t0 : n_max;
+				size_t hoff = (size_t)h0 * hs;
+				const E *base = qkv + (size_t)b * T * C3 + hoff; /* q_h0, row 0 */
+				const E *gt = g + ((size_t)b * T + t0) * C + hoff; /* g_h0, row t0 */
+				const E *pt = att + ((size_t)b * NH + h0) * tt + (size_t)t0 * T;
+				float *dbase = dqkv + (size_t)b * T * C3 + hoff;
+				GemmBatch dtile = {d, T, (long long)n * T, 0};
+				/* datt_h (n, T) = g_h (n, hs) v_h^T, v_h stored (T, hs): rounded
+				 * once to E */
+				gemm_cuda_batched(ctx, dt, dt, n, T, hs, 1.0f,
+						  opsd_heads(gt, C, hs, 0),
+						  opsd_heads(base + 2 * C, C3, hs, 1), 0.0f, dtile,
+						  nh);
+				/* dv_h (T, hs) += P_h^T g_h: P_h's rows t0.. stored (n, T), so
+				 * transposed; the result fp32 */
+				GemmBatch p = {pt, T, (long long)tt, 1};
+				gemm_cuda_batched(ctx, dt, CDT_F32, T, hs, n, 1.0f, p,
+						  opsd_heads(gt, C, hs, 0), 1.0f,
+						  opsd_heads(dbase + 2 * C, C3, hs, 0), nh);
+				size_t rows = (size_t)nh * n;
+				attention_softmax_backward_kernel<S>
+					<<<row_blocks(rows), ROW_THREADS, 0, ctx->stream>>>(
+						d, att + ((size_t)b * NH + h0) * tt, nh, n, t0, T);
+				CUDA_CHECK_LAUNCH();
+				/* dq_h (n, hs) += scale dS_h (n, T) k_h (T, hs) */
+				gemm_cuda_batched(ctx, dt, CDT_F32, n, hs, T, scale, dtile,
+						  opsd_heads(base + C, C3, hs, 0), 1.0f,
+						  opsd_heads(dbase + (size_t)t0 * C3, C3, hs, 0), nh);
+				/* dk_h (T, hs) += scale dS_h^T q_h: dS_h stored (n, T), transposed;
+				 * q_h's rows t0.. (n, hs) */
+				GemmBatch ds_t = {d, T, (long long)n * T, 1};
+				gemm_cuda_batched(ctx, dt, CDT_F32, T, hs, n, scale, ds_t,
+						  opsd_heads(base + (size_t)t0 * C3, C3, hs, 0), 1.0f,
+						  opsd_heads(dbase + C, C3, hs, 0), nh);
+			}
 }
 
 #endif

@@ -11,6 +11,7 @@
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops16_cpu.h"
+#include "../kernels/ops_cpu.h"
 #include "../kernels/precision.h"
 #include "../kernels/rng.h"
 #include "suites.h"
@@ -101,6 +102,63 @@ static void test_rounding_points(void)
 	CU_ASSERT_EQUAL(att16[3], 0x3F00);
 	CU_ASSERT_EQUAL(out16[0], 0x3F80);
 	CU_ASSERT_EQUAL(out16[1], 0x3F81);
+}
+
+/* Attention backward on the same two tokens (att = [[1, 0], [1/2, 1/2]], q = 1/2, k = 2,
+ * v = 1 and 1 + 2^-6, scale 1), dout = [3, 1 + 2^-7 + 2^-10]:
+ *   g = rn(dout) = [3, 1 + 2^-7] (2^-10 is under half of bf16's 2^-7 spacing near 1);
+ *   datt = rn(g v): row 0: 3; row 1: 1 + 2^-7 and rn((1 + 2^-7)(1 + 2^-6)) =
+ *     rn(1 + 3 2^-7 + 2^-13) = 1 + 3 2^-7;
+ *   pdp: row 0: 3; row 1: (1 + 2^-7) / 2 + (1 + 3 2^-7) / 2 = 1 + 2^-6;
+ *   dS = rn(att (datt - pdp)): row 0: 0; row 1: -2^-8, 2^-8 (all exact);
+ *   dq = dS k: 0 and (-2^-8 + 2^-8) 2 = 0; dk = dS^T q: -2^-8 / 2 = -2^-9, 2^-8 / 2 = 2^-9;
+ *   dv = att^T g: 3 + (1 + 2^-7) / 2 = 3.5 + 2^-8, (1 + 2^-7) / 2 = 0.5 + 2^-8.
+ * Unrounded, g would add 2^-11 to dv[1], and datt's lost 2^-13 would move dS to -+(2^-8 + 2^-15)
+ * (representable in bf16) and dk to -+(2^-9 + 2^-16). */
+static void test_attention_backward_points(void)
+{
+	const PrecisionType t = PREC_BF16;
+	float qkv[6] = {0.5f, 2.0f, 1.0f, 0.5f, 2.0f, 1.0f + 0x1p-6f};
+	float dout[2] = {3.0f, 1.0f + 0x1p-7f + 0x1p-10f}, dqkv[6] = {0};
+	uint16_t qkv16[6], out16[2], att16[4];
+	ops16_round(t, qkv16, qkv, 6);
+	ops16_attention_forward(t, out16, att16, qkv16, 1, 2, 1, 1);
+	ops16_attention_backward(t, dqkv, dout, qkv16, att16, 1, 2, 1, 1);
+	const float want[6] = {0.0f, -0x1p-9f, 3.5f + 0x1p-8f, 0.0f, 0x1p-9f, 0.5f + 0x1p-8f};
+	for (int i = 0; i < 6; i++)
+		CU_ASSERT_EQUAL(dqkv[i], want[i]);
+	/* accumulates: a second call adds the same again, exactly */
+	ops16_attention_backward(t, dqkv, dout, qkv16, att16, 1, 2, 1, 1);
+	for (int i = 0; i < 6; i++)
+		CU_ASSERT_EQUAL(dqkv[i], 2 * want[i]);
+}
+
+/* The 16-bit attention backward against fp32's ops_attention_backward on the same rounded qkv and
+ * att, normwise per tensor: g, datt and dS each carry one rounding (u); dS = att (datt - pdp)
+ * passes datt's error on amplified by |datt| / |datt - pdp|, which over a row of T = 8 random
+ * terms is a few; dq and dk sum T such terms, dv T terms of rounded g: 8u. */
+static void test_attention_backward_bound(void)
+{
+	enum { AB = 2, AT = 8, AC = 16, ANH = 2 };
+	size_t nqkv = (size_t)AB * AT * 3 * AC, nout = (size_t)AB * AT * AC;
+	size_t natt = (size_t)AB * ANH * AT * AT;
+	for (int k = 0; k < 2; k++) {
+		PrecisionType t = k ? PREC_F16 : PREC_BF16;
+		double u = k ? 0x1p-11 : 0x1p-8;
+		float *qkv = normals(nqkv, 1, 31), *dout = normals(nout, 1, 32);
+		void *q16 = narrow(t, qkv, nqkv), *out16 = zalloc(nout * 2), *att16 = zalloc(natt * 2);
+		ops16_attention_forward(t, out16, att16, q16, AB, AT, AC, ANH);
+		float *qf = widen(t, q16, nqkv), *af = widen(t, att16, natt);
+		float *got = zalloc(nqkv * sizeof(float)), *ref = zalloc(nqkv * sizeof(float));
+		ops16_attention_backward(t, got, dout, q16, att16, AB, AT, AC, ANH);
+		ops_attention_backward(ref, dout, qf, af, AB, AT, AC, ANH);
+		double e = rel_err(got, ref, nqkv);
+		printf("\n  attention backward t %d: %.2f u", (int)t, e / u);
+		CU_ASSERT(e <= 8 * u);
+		CU_ASSERT(e > 0); /* it did round */
+		free(qkv), free(dout), free(q16), free(out16), free(att16), free(qf), free(af);
+		free(got), free(ref);
+	}
 }
 
 /* ---- units ---- */
@@ -262,6 +320,10 @@ static void test_sizes(void)
 int test_kernels16_register(void)
 {
 	return PX_ADD_SUITE("kernels16", {"16-bit rounding points by hand", test_rounding_points},
+			    {"16-bit attention backward rounding points by hand",
+			     test_attention_backward_points},
+			    {"16-bit attention backward against fp32 within u bounds",
+			     test_attention_backward_bound},
 			    {"16-bit units at fp32 are gpt_cpu's", test_f32_matches_gpt_cpu},
 			    {"bf16 units against fp32 within u bounds", test_bf16_units},
 			    {"fp16 units against fp32 within u bounds", test_f16_units},

@@ -27,6 +27,8 @@
 #include "../kernels/cast_cuda.h"
 #include "../kernels/cuda_ctx.h"
 #include "../kernels/gemm_cuda.h"
+#include "../kernels/ops16_cpu.h"
+#include "../kernels/ops16_cuda.h"
 #include "../kernels/ops_cpu.h"
 #include "../kernels/ops_cuda.h"
 #include "../kernels/optim_cuda.h"
@@ -426,13 +428,25 @@ static void test_gelu(void)
 
 /* ---- attention ---- */
 
-/* Two shapes: hs = 24 (fewer dimensions than lanes) and hs = 72 (three per lane for some lanes),
- * T = 37 (past one warp's worth of keys, not a multiple of it). Scores are dot products of hs
- * terms in a different order (gamma_hs of sum |q k|, ~1e-6 here), softmax sums in fp32 against
- * double (gamma_T relative) and expf within 2 ulp: probabilities agree to about 1e-5 relative,
- * outputs (sums of T probability-weighted values) to atol 1e-5 + rtol 1e-5 with qkv ~ N(0, 1).
- * Backward chains three such sums per element (dP, the row sum P.dP, then dq/dk/dv): atol 5e-5,
- * rtol 1e-4. The masked upper triangle must be exactly zero. */
+/* The backward's scratch at three sizes, in floats: enough for 10 query rows of one head (row
+ * tiles, T = 37 and 33 leaving a short last tile), for 2 whole heads (head chunks, NH = 3 leaving
+ * one), and what gpt_cuda gives it (3 B T C: every head at once). The 16-bit path first takes
+ * (B T C + 1) / 2 floats for the rounded dout. */
+static size_t attention_scratch(int size, int B, int T, int C, int is16)
+{
+	size_t btc = (size_t)B * T * C, g = is16 ? (btc + 1) / 2 : 0, e = is16 ? 2 : 1;
+	size_t sizes[3] = {g + (10 * (size_t)T + e - 1) / e, g + (2 * (size_t)T * T + e - 1) / e,
+			   3 * btc};
+	return sizes[size];
+}
+
+/* Shapes: hs = 24 and 72, T = 37 and 33 (not multiples of 8 or of a warp), NH = 3 and 2, B = 2
+ * and 1. fp32: the GEMMs sum the scores' hs terms and the outputs' T terms in another order than
+ * the reference (gamma_hs of sum |q k|, ~1e-6 here; the masked terms add exact zeros), softmax sums
+ * in fp32 against double (gamma_T relative) and expf within 2 ulp: probabilities agree to about
+ * 1e-5 relative, outputs (sums of T probability-weighted values) to atol 1e-5 + rtol 1e-5 with
+ * qkv ~ N(0, 1). Backward chains three such sums per element (dP, the row sum P.dP, then
+ * dq/dk/dv): atol 5e-5, rtol 1e-4. The masked upper triangle must be exactly zero. */
 static void attention_case(int B, int T, int C, int NH, uint64_t seed)
 {
 	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
@@ -443,13 +457,9 @@ static void attention_case(int B, int T, int C, int NH, uint64_t seed)
 	ops_attention_backward(wdqkv, dout, qkv, watt, B, T, C, NH);
 
 	float *gqkv = cfx_up(qkv, nqkv), *gout = cfx_up(NULL, nout), *gatt = cfx_up(NULL, natt);
-	float *gdout = cfx_up(dout, nout), *gdqkv = cfx_up(dqkv0, nqkv);
-	float *scratch = cfx_up(NULL, OPS_CUDA_ATTENTION_SCRATCH_ELEMS(B, T, NH));
+	float *gdout = cfx_up(dout, nout);
 	ops_cuda_attention_forward(cfx_ctx(), gout, gatt, gqkv, B, T, C, NH);
-	ops_cuda_attention_backward(cfx_ctx(), gdqkv, gdout, gqkv, gatt, B, T, C, NH, scratch);
 	float *got = cfx_down(gout, nout), *hatt = cfx_down(gatt, natt);
-	float *hdqkv = cfx_down(gdqkv, nqkv);
-
 	char what[96];
 	snprintf(what, sizeof(what), "attention forward att (hs %d, T %d)", C / NH, T);
 	CU_ASSERT_EQUAL(cfx_close_elem(what, hatt, watt, natt, 1e-6, 1e-5), 0);
@@ -460,19 +470,115 @@ static void attention_case(int B, int T, int C, int NH, uint64_t seed)
 	CU_ASSERT_EQUAL(above, 0);
 	snprintf(what, sizeof(what), "attention forward out (hs %d, T %d)", C / NH, T);
 	CU_ASSERT_EQUAL(cfx_close_elem(what, got, want, nout, 1e-5, 1e-5), 0);
-	snprintf(what, sizeof(what), "attention backward dqkv (hs %d, T %d)", C / NH, T);
-	CU_ASSERT_EQUAL(cfx_close_elem(what, hdqkv, wdqkv, nqkv, 5e-5, 1e-4), 0);
+
+	for (int size = 0; size < 3; size++) {
+		size_t ns = attention_scratch(size, B, T, C, 0);
+		float *gdqkv = cfx_up(dqkv0, nqkv), *scratch = cfx_up(NULL, ns);
+		ops_cuda_attention_backward(cfx_ctx(), gdqkv, gdout, gqkv, gatt, B, T, C, NH, scratch,
+					    ns);
+		float *hdqkv = cfx_down(gdqkv, nqkv);
+		snprintf(what, sizeof(what), "attention backward dqkv (hs %d, T %d, scratch %zu)",
+			 C / NH, T, ns);
+		CU_ASSERT_EQUAL(cfx_close_elem(what, hdqkv, wdqkv, nqkv, 5e-5, 1e-4), 0);
+		free(hdqkv);
+		cuda_ctx_free(gdqkv), cuda_ctx_free(scratch);
+	}
 
 	free(qkv), free(dout), free(dqkv0), free(want), free(watt), free(wdqkv), free(got);
-	free(hatt), free(hdqkv);
+	free(hatt);
 	cuda_ctx_free(gqkv), cuda_ctx_free(gout), cuda_ctx_free(gatt), cuda_ctx_free(gdout);
-	cuda_ctx_free(gdqkv), cuda_ctx_free(scratch);
+}
+
+/* n t values as fp32 */
+static float *widen_bits(const uint16_t *x, size_t n, CudaDtype t)
+{
+	float *y = cfx_floats(n);
+	(t == CDT_BF16 ? precision_bf16_to_f32_n : precision_f16_to_f32_n)(y, x, n);
+	return y;
+}
+
+/* 16-bit: ops16_attention_* on the same rounded qkv, which rounds where the GPU stores (the
+ * scores, exponentials and probabilities in att, the output; g = rn(dout), datt and dS in the
+ * backward). Only the fp32 sums between those points reorder (hs, T terms: their difference,
+ * ~T 2^-24 relative, is far below the 16-bit unit roundoff u), so most stored values agree bit
+ * for bit; one that lies within that difference of a rounding boundary flips by one ulp (2u
+ * relative) and passes it on: a flipped score moves its probability by p (1 - p) 2u |s| <= u |s|
+ * / 2, a flipped probability or exponential by 2u, and the output, a convex combination of the
+ * v, by the same relative amounts of max |v|. With |s| < 4 here: att and out 8u normwise.
+ * Backward, a flipped datt or dS (2u of |datt|, which the subtraction of pdp can make larger
+ * than |dS| itself) enters dq, dk as one of T terms and dv not at all: dqkv 16u normwise. A
+ * missing or extra rounding is off by about u on every element, a wrong offset by O(1). */
+static void attention16_case(CudaDtype t, int B, int T, int C, int NH, uint64_t seed)
+{
+	PrecisionType pt = t == CDT_BF16 ? PREC_BF16 : PREC_F16;
+	double u = t == CDT_BF16 ? 0x1p-8 : 0x1p-11;
+	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+	float *qkv = cfx_random(nqkv, 1, seed), *dout = cfx_random(nout, 1, seed + 1);
+	float *dqkv0 = cfx_random(nqkv, 1, seed + 2);
+	uint16_t *qkv16 = cfx_round16(qkv, nqkv, t);
+	uint16_t *wout16 = malloc(nout * 2), *watt16 = malloc(natt * 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(wout16);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(watt16);
+	float *wdqkv = cfx_copy(dqkv0, nqkv);
+	ops16_attention_forward(pt, wout16, watt16, qkv16, B, T, C, NH);
+	ops16_attention_backward(pt, wdqkv, dout, qkv16, watt16, B, T, C, NH);
+	float *want = widen_bits(wout16, nout, t), *watt = widen_bits(watt16, natt, t);
+
+	void *gqkv = cfx_put(qkv16, nqkv * 2), *gout = cfx_put(NULL, nout * 2);
+	void *gatt = cfx_put(NULL, natt * 2);
+	float *gdout = cfx_up(dout, nout);
+	ops16_cuda_attention_forward(cfx_ctx(), t, gout, gatt, gqkv, B, T, C, NH);
+	uint16_t *hout16 = malloc(nout * 2), *hatt16 = malloc(natt * 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(hout16);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(hatt16);
+	cuda_ctx_download(cfx_ctx(), hout16, gout, nout * 2);
+	cuda_ctx_download(cfx_ctx(), hatt16, gatt, natt * 2);
+	float *got = widen_bits(hout16, nout, t), *hatt = widen_bits(hatt16, natt, t);
+	const char *name = t == CDT_BF16 ? "bf16" : "fp16";
+	char what[112];
+	snprintf(what, sizeof(what), "attention %s att (hs %d, T %d)", name, C / NH, T);
+	CU_ASSERT_EQUAL(cfx_close_norm(what, hatt, watt, natt, 8 * u), 0);
+	size_t above = 0;
+	for (size_t r = 0; r < (size_t)B * NH * T; r++)
+		for (int t2 = (int)(r % T) + 1; t2 < T; t2++)
+			above += hatt16[r * T + t2] != 0;
+	CU_ASSERT_EQUAL(above, 0);
+	snprintf(what, sizeof(what), "attention %s out (hs %d, T %d)", name, C / NH, T);
+	CU_ASSERT_EQUAL(cfx_close_norm(what, got, want, nout, 8 * u), 0);
+
+	/* the backward from the reference's att, so that it is checked on its own */
+	cuda_ctx_upload(cfx_ctx(), gatt, watt16, natt * 2);
+	for (int size = 0; size < 3; size++) {
+		size_t ns = attention_scratch(size, B, T, C, 1);
+		float *gdqkv = cfx_up(dqkv0, nqkv), *scratch = cfx_up(NULL, ns);
+		ops16_cuda_attention_backward(cfx_ctx(), t, gdqkv, gdout, gqkv, gatt, B, T, C, NH,
+					      scratch, ns);
+		float *hdqkv = cfx_down(gdqkv, nqkv);
+		snprintf(what, sizeof(what), "attention %s dqkv (hs %d, T %d, scratch %zu)", name,
+			 C / NH, T, ns);
+		CU_ASSERT_EQUAL(cfx_close_norm(what, hdqkv, wdqkv, nqkv, 16 * u), 0);
+		free(hdqkv);
+		cuda_ctx_free(gdqkv), cuda_ctx_free(scratch);
+	}
+
+	free(qkv), free(dout), free(dqkv0), free(qkv16), free(wout16), free(watt16), free(wdqkv);
+	free(want), free(watt), free(hout16), free(hatt16), free(got), free(hatt);
+	cuda_ctx_free(gqkv), cuda_ctx_free(gout), cuda_ctx_free(gatt), cuda_ctx_free(gdout);
 }
 
 static void test_attention(void)
 {
 	attention_case(2, 37, 72, 3, 61);
 	attention_case(1, 33, 144, 2, 71);
+}
+
+static void test_attention_16(void)
+{
+	for (int k = 0; k < 2; k++) {
+		CudaDtype t = k ? CDT_F16 : CDT_BF16;
+		attention16_case(t, 2, 37, 72, 3, 261);
+		attention16_case(t, 1, 33, 144, 2, 271);
+	}
 }
 
 /* ---- residual, embedding, loss ---- */
@@ -848,6 +954,7 @@ static const PxTestCase GPU_TESTS[] = {
 	{"layernorm forward and backward", test_layernorm},
 	{"gelu forward and backward", test_gelu},
 	{"attention forward and backward", test_attention},
+	{"attention bf16 / fp16 forward and backward", test_attention_16},
 	{"residual and embedding", test_residual_embed},
 	{"cross-entropy forward and backward", test_crossentropy},
 	{"adamw and sgd bit for bit", test_adamw_sgd},
