@@ -1,7 +1,12 @@
 #include "run_gpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef PX_HAVE_CUDA
+#include "../kernels/cuda_ctx.h"
+#endif
 
 /* The NCCL backend where this build has one, else NULL. */
 static const CommBackend *nccl_backend(void)
@@ -28,6 +33,9 @@ int run_gpu_setup(RunGpu *g, const CommEnv *env, const char *comm, PxError *err)
 	if (g->n_devices < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "--backend cuda: no CUDA device (%s)", why);
 	g->device = env->local_rank % g->n_devices;
+	char who[64]; /* a fatal CUDA error names the rank it happened on */
+	snprintf(who, sizeof(who), "rank %d of %d (device %d)", env->rank, env->size, g->device);
+	cuda_set_who(who);
 	int shared = env->local_size > g->n_devices;
 	int nccl = !strcmp(comm, "nccl") || (!strcmp(comm, "auto") && !shared && nccl_backend());
 	if (nccl && !nccl_backend())

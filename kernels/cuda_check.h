@@ -23,14 +23,19 @@ struct CudaCtx {
 /* Device scalars of a context: reductions whose result the host reads. */
 enum { CUDA_SCALAR_SUM = 0, CUDA_SCALAR_FLAG = 1, CUDA_CTX_N_SCALARS = 2 };
 
+/* cuda_set_who's label followed by ": ", or "" when none is set. */
+const char *cuda_who_prefix(void);
+
 /* Fatal: these are programming or hardware errors a run cannot go on from (an executor main or a
- * test would print and exit anyway), so the kernels' API stays free of error plumbing. */
+ * test would print and exit anyway), so the kernels' API stays free of error plumbing. Each
+ * message starts with cuda_set_who's label (the rank), then file:line. */
 #define CUDA_CHECK(expr)                                                                     \
 	do {                                                                                 \
 		cudaError_t e_ = (expr);                                                     \
 		if (e_ != cudaSuccess) {                                                     \
-			fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr,   \
-				cudaGetErrorString(e_), cudaGetErrorName(e_));               \
+			fprintf(stderr, "%s%s:%d: %s: %s (%s)\n", cuda_who_prefix(),         \
+				__FILE__, __LINE__, #expr, cudaGetErrorString(e_),           \
+				cudaGetErrorName(e_));                                       \
 			exit(1);                                                             \
 		}                                                                            \
 	} while (0)
@@ -39,8 +44,8 @@ enum { CUDA_SCALAR_SUM = 0, CUDA_SCALAR_FLAG = 1, CUDA_CTX_N_SCALARS = 2 };
 	do {                                                                                 \
 		cublasStatus_t s_ = (expr);                                                  \
 		if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
-			fprintf(stderr, "%s:%d: %s: cuBLAS %s (%d)\n", __FILE__, __LINE__,   \
-				#expr, cublasGetStatusString(s_), (int)s_);                  \
+			fprintf(stderr, "%s%s:%d: %s: cuBLAS %s (%d)\n", cuda_who_prefix(),  \
+				__FILE__, __LINE__, #expr, cublasGetStatusString(s_), (int)s_); \
 			exit(1);                                                             \
 		}                                                                            \
 	} while (0)
@@ -52,7 +57,7 @@ enum { CUDA_SCALAR_SUM = 0, CUDA_SCALAR_FLAG = 1, CUDA_CTX_N_SCALARS = 2 };
 #define CUDA_REQUIRE(cond, ...)                                                              \
 	do {                                                                                 \
 		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                      \
+			fprintf(stderr, "%s%s:%d: ", cuda_who_prefix(), __FILE__, __LINE__); \
 			fprintf(stderr, __VA_ARGS__);                                        \
 			fputc('\n', stderr);                                                 \
 			exit(1);                                                             \

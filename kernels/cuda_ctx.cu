@@ -3,6 +3,21 @@
 
 #include "cuda_check.h"
 
+static char who_prefix[80]; /* "rank 3 of 8: ", or empty */
+
+void cuda_set_who(const char *who)
+{
+	if (!who || !*who)
+		who_prefix[0] = '\0';
+	else
+		snprintf(who_prefix, sizeof(who_prefix), "%s: ", who);
+}
+
+const char *cuda_who_prefix(void)
+{
+	return who_prefix;
+}
+
 int cuda_ctx_available(char *reason, size_t reason_len)
 {
 	int n = 0;

@@ -26,6 +26,11 @@ typedef enum CudaDtype { CDT_F32, CDT_BF16, CDT_F16 } CudaDtype;
  * call without a GPU or driver: creates no context and leaks nothing. */
 int cuda_ctx_available(char *reason, size_t reason_len);
 
+/* Who this process is in a job ("rank 3 of 8"), printed before every fatal CUDA, cuBLAS or shape
+ * message of kernels/ so that a multi-rank run's log says which rank failed; NULL or "" for none
+ * (the default). The text is copied. */
+void cuda_set_who(const char *who);
+
 /* Select device (0-based, < the device count), create the compute stream, the cuBLAS handle bound
  * to it and its workspace. Fatal (file:line and CUDA's or cuBLAS's message) on any failure: call
  * cuda_ctx_available first. Caller owns the result: cuda_ctx_destroy. */

@@ -23,6 +23,8 @@
 
 #include <cblas.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../kernels/cast_cuda.h"
 #include "../kernels/cuda_ctx.h"
@@ -943,6 +945,41 @@ static void test_checks_without_gpu(void)
 	CU_ASSERT(CUDA_CTX_WORKSPACE_BYTES == 32u << 20);
 }
 
+/* A fatal check's message starts with cuda_set_who's label, so a multi-rank log says which rank
+ * failed. The shape check of gemm_cuda_batched fires before any CUDA call, so a child process
+ * can take the fatal exit without a device; its stderr must read "rank 3 of 8: <file>:<line>:
+ * gemm_cuda_batched: shape 0 x 4 x 4, ..." and it must exit 1. */
+static void test_fatal_names_rank(void)
+{
+	int fd[2];
+	CU_ASSERT_FATAL(pipe(fd) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		dup2(fd[1], 2);
+		close(fd[0]);
+		cuda_set_who("rank 3 of 8");
+		GemmBatch m = {NULL, 4, 16, 0};
+		gemm_cuda_batched(NULL, CDT_F32, CDT_F32, 0, 4, 4, 1.0f, m, m, 0.0f, m, 1);
+		_exit(0); /* not reached when the check works */
+	}
+	close(fd[1]);
+	char msg[512] = "";
+	size_t got = 0;
+	ssize_t r;
+	while (got + 1 < sizeof(msg) && (r = read(fd[0], msg + got, sizeof(msg) - 1 - got)) > 0)
+		got += (size_t)r;
+	msg[got] = '\0';
+	close(fd[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+	CU_ASSERT(strncmp(msg, "rank 3 of 8: ", 13) == 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(msg, "gemm_cuda_batched: shape 0 x 4 x 4"));
+	cuda_set_who(NULL); /* this process: no label */
+}
+
 static const PxTestCase GPU_TESTS[] = {
 	{"context and device memory", test_ctx_memory},
 	{"gemm fp32, every transpose", test_gemm_f32},
@@ -967,6 +1004,7 @@ static const PxTestCase GPU_TESTS[] = {
 static const PxTestCase CPU_TESTS[] = {
 	{"device casts (host build) vs precision.c", test_cast_host_build},
 	{"checks without a GPU", test_checks_without_gpu},
+	{"a fatal check names the rank", test_fatal_names_rank},
 };
 
 int test_kernels_cuda_register(void)
