@@ -430,38 +430,40 @@ static int init_backend(CommState *st, Comm *w, PxError *err)
 
 /* ---- the progress board (progress.h) ---- */
 
-/* The launcher's id for this job, into job: the same on every rank, and no other job's. Returns
- * -1 when the launcher gave none. A value broadcast by rank 0 would do as well, but the NCCL
- * backend's calls take device memory only, and comm.c has none. */
+/* getenv, with "" for unset. */
+static const char *env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+/* The launcher's id for this job, into job: the same on every rank, and no other running job's.
+ * Returns -1 when the launcher gave none. (A value broadcast by rank 0 would do as well, but the
+ * NCCL backend's calls take device memory only, and comm.c has none.) */
 static int board_job(const CommEnv *env, char *job, size_t bytes)
 {
-	static const char *const ids[][4] = {
-		{"mpirun", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"},
-		{"srun", "SLURM_JOB_ID", NULL, NULL}, /* with SLURM_STEP_ID below */
-		{"torchrun", "TORCHELASTIC_RUN_ID", "MASTER_PORT", NULL},
-	};
+	const char *id = "";
 	if (!strcmp(env->launcher, "none")) { /* nobody else on this node */
 		snprintf(job, bytes, "pid%ld", (long)getpid());
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
-		if (strcmp(env->launcher, ids[i][0]))
-			continue;
-		const char *v = NULL;
-		for (int k = 1; k < 4 && (!v || !*v); k++)
-			v = ids[i][k] ? getenv(ids[i][k]) : NULL;
-		if (!v || !*v)
-			return -1;
-		/* a Slurm job runs steps one after another; torchrun restarts its workers, and with
-		 * no run id (rdzv-id) the rendezvous port is what tells jobs apart */
-		const char *more = !strcmp(env->launcher, "srun") ? getenv("SLURM_STEP_ID")
-				   : !strcmp(env->launcher, "torchrun") ? getenv("TORCHELASTIC_RESTART_COUNT")
-				   : NULL;
-		const char *port = !strcmp(env->launcher, "torchrun") ? getenv("MASTER_PORT") : NULL;
-		snprintf(job, bytes, "%s.%s.%s", v, port ? port : "", more ? more : "");
-		return 0;
+	if (!strcmp(env->launcher, "mpirun")) { /* PMIx's namespace, then Open MPI's job id */
+		static const char *const names[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+						    "OMPI_MCA_orte_ess_jobid"};
+		for (int i = 0; i < 3 && !*id; i++)
+			id = env_or_empty(names[i]);
+		snprintf(job, bytes, "%s", id);
+	} else if (!strcmp(env->launcher, "srun")) { /* a job runs its steps one after another */
+		id = env_or_empty("SLURM_JOB_ID");
+		snprintf(job, bytes, "%s.%s", id, env_or_empty("SLURM_STEP_ID"));
+	} else if (!strcmp(env->launcher, "torchrun")) {
+		/* the rendezvous port tells apart jobs started without --rdzv-id; the restart count,
+		 * one incarnation of the workers from the next */
+		id = env_or_empty("MASTER_PORT");
+		snprintf(job, bytes, "%s.%s.%s", env_or_empty("TORCHELASTIC_RUN_ID"), id,
+			 env_or_empty("TORCHELASTIC_RESTART_COUNT"));
 	}
-	return -1;
+	return *id ? 0 : -1;
 }
 
 /* "/px-board-UID-JOB-N": the N-th comm_init of this process (every rank makes the same ones),
