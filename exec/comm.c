@@ -457,8 +457,8 @@ static int board_job(const CommEnv *env, char *job, size_t bytes)
 		id = env_or_empty("SLURM_JOB_ID");
 		snprintf(job, bytes, "%s.%s", id, env_or_empty("SLURM_STEP_ID"));
 	} else if (!strcmp(env->launcher, "torchrun")) {
-		/* the rendezvous port tells apart jobs started without --rdzv-id; the restart count,
-		 * one incarnation of the workers from the next */
+		/* the rendezvous port tells apart jobs started without --rdzv-id; the restart
+		 * count, one incarnation of the workers from the next */
 		id = env_or_empty("MASTER_PORT");
 		snprintf(job, bytes, "%s.%s.%s", env_or_empty("TORCHELASTIC_RUN_ID"), id,
 			 env_or_empty("TORCHELASTIC_RESTART_COUNT"));

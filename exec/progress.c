@@ -231,7 +231,8 @@ int progress_read(const ProgressBoard *b, uint64_t key, uint64_t t_ns, ProgressP
 								      memory_order_relaxed);
 				ProgressPeer *p = &peers[n];
 				p->rank = r;
-				p->rank_in = atomic_load_explicit(&c->rank_in, memory_order_relaxed);
+				p->rank_in = atomic_load_explicit(&c->rank_in,
+								  memory_order_relaxed);
 				p->calls = atomic_load_explicit(&c->calls, memory_order_relaxed);
 				p->doing = atomic_load_explicit(&s->doing, memory_order_relaxed);
 				p->for_s = since < t_ns ? (double)(t_ns - since) * 1e-9 : 0;

@@ -701,10 +701,11 @@ static void test_board_verdict(void)
 	for (int i = 0; i < 8; i++)
 		many[i] = (ProgressPeer){i, i, i == 6 ? 2 : 1, i == 6 ? DOING(PROGRESS_OP_FINALIZE,
 			COMM_TAG_WORLD) : 0, 3.0, 0};
-	CU_ASSERT_STRING_EQUAL(verdict(many, 8, 8, 2, -1), "; not arrived: rank 0 (at call 1, "
-			       "outside comm for 3.0 s), rank 1 (at call 1, outside comm for 3.0 s), "
-			       "rank 2 (at call 1, outside comm for 3.0 s), rank 3 (at call 1, "
-			       "outside comm for 3.0 s), and 3 more");
+	CU_ASSERT_STRING_EQUAL(verdict(many, 8, 8, 2, -1),
+			       "; not arrived: rank 0 (at call 1, outside comm for 3.0 s), "
+			       "rank 1 (at call 1, outside comm for 3.0 s), "
+			       "rank 2 (at call 1, outside comm for 3.0 s), "
+			       "rank 3 (at call 1, outside comm for 3.0 s), and 3 more");
 	/* point to point: the peer is dp rank 0, world rank 3 */
 	CU_ASSERT_STRING_EQUAL(verdict(dp, 2, 2, 0, 0), "; its peer, rank 3, is in barrier on "
 			       "group tp for 2.0 s");
@@ -1038,10 +1039,11 @@ static void test_mpi_check(void)
 #define FAULT_BOUND_S 20
 
 /* The watchdog lines in out: each must come from a waiting rank (0, 2 or 3, never the sleeper)
- * and be exactly "rank R" + head + "; not arrived: rank 1 (at call AT, outside comm for S s)",
- * S between the deadline (less a margin for rounding) and the bound: the board names the
- * sleeper and nobody else. Returns how many lines there were, 0 after CU_FAIL where one is not
- * so. */
+ * and be exactly "rank R" + head + "; not arrived: rank 1 (at call AT, outside comm for S s)":
+ * the board names the sleeper and nobody else. S is about the 2 s deadline, less however much
+ * later than the waiting rank the sleeper left the call before (scheduling on a loaded machine:
+ * a margin of 1 s), and below the bound. Returns how many lines there were, 0 after CU_FAIL
+ * where one is not so. */
 static int lines_name_sleeper(const char *out, const char *head, int at)
 {
 	int n = 0, bad = 0;
@@ -1057,7 +1059,7 @@ static int lines_name_sleeper(const char *out, const char *head, int at)
 			 sscanf(tail, "; not arrived: rank 1 (at call %d, outside comm for %lf s)%n",
 				&got_at, &s, &len) == 2 &&
 			 len > 0 && (tail[len] == '\n' || tail[len] == '\0') && got_at == at &&
-			 s >= 1.9 && s < FAULT_BOUND_S;
+			 s >= 1.0 && s < FAULT_BOUND_S;
 		bad += !ok;
 		n++;
 	}
