@@ -272,6 +272,8 @@ static const char *op_name(unsigned op)
 		return "comm_split";
 	if (op == PROGRESS_OP_FINALIZE)
 		return "finalize";
+	if (op == COLL_P2P || op == COLL_P2P_RECV) /* the calls' names, not the counters' rows */
+		return op == COLL_P2P ? "send" : "recv";
 	return comm_kind_name((int)op);
 }
 

@@ -706,9 +706,12 @@ static void test_board_verdict(void)
 			       "rank 1 (at call 1, outside comm for 3.0 s), "
 			       "rank 2 (at call 1, outside comm for 3.0 s), "
 			       "rank 3 (at call 1, outside comm for 3.0 s), and 3 more");
-	/* point to point: the peer is dp rank 0, world rank 3 */
+	/* point to point: the peer is dp rank 0, world rank 3, itself in a recv */
 	CU_ASSERT_STRING_EQUAL(verdict(dp, 2, 2, 0, 0), "; its peer, rank 3, is in barrier on "
 			       "group tp for 2.0 s");
+	dp[1].doing = DOING(COLL_P2P_RECV, GROUP_PP);
+	CU_ASSERT_STRING_EQUAL(verdict(dp, 2, 2, 0, 0), "; its peer, rank 3, is in recv on "
+			       "group pp for 2.0 s");
 	CU_ASSERT_STRING_EQUAL(verdict(dp, 1, 2, 0, 0), "; its peer is on another node, not "
 			       "visible");
 	/* a short buffer is cut, never overrun */
