@@ -4,11 +4,22 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../sim/traffic.h"
+#include "progress.h"
+
+/* What the watchdog asks the progress board about the call in flight. */
+typedef struct WaitFor {
+	uint64_t key; /* the communicator's on the board; 0: nothing to ask (init) */
+	int size;     /* its ranks */
+	int64_t call; /* the collective waited for, numbered from 1 on it; 0: point to point */
+	int peer;     /* point to point: the other rank, in the communicator */
+} WaitFor;
 
 /* The watchdog: one thread per comm_init that sleeps until the deadline of the call in flight.
  * A thread rather than alarm(): a signal handler may not print or call into MPI, and a thread
@@ -24,7 +35,9 @@ typedef struct Watchdog {
 	int tag;
 	void *abort_h;      /* the world's handle for the backend's abort; NULL during finalize */
 	double limit_s;
+	WaitFor wait;
 	int fired;          /* the deadline passed and the backend's abort returned */
+	char line[640];     /* what it printed when it fired, newline included */
 } Watchdog;
 
 /* What every communicator of one comm_init shares. */
@@ -40,12 +53,18 @@ typedef struct CommState {
 	void *stream;           /* comm_set_stream's */
 	int n_started;          /* started, not yet waited */
 	CommRequest *unsynced;  /* waited on a device, completion not yet seen (comm_sync) */
+	ProgressBoard *board;   /* NULL: none (said at comm_init) */
+	ProgressPeer *peers;    /* [env.size]: the watchdog's reading of the board */
 } CommState;
 
 struct Comm {
 	CommState *st;
 	void *h; /* the backend's */
 	int rank, size, tag;
+	uint64_t key;      /* on the board: the same on every member (split_key) */
+	int board_i;       /* this rank's entry for it on the board; -1: none */
+	int64_t n_coll;    /* collectives entered on it, comm_split and finalize included */
+	uint32_t n_splits; /* comm_split calls on it */
 };
 
 struct CommRequest {
@@ -54,6 +73,7 @@ struct CommRequest {
 	const char *what;
 	int kind;
 	int64_t payload;
+	int64_t call;       /* its number on the board, taken at the start */
 	CommRequest *next;  /* in CommState.unsynced */
 };
 
@@ -188,13 +208,38 @@ static int time_reached(const struct timespec *due)
 	return now.tv_sec > due->tv_sec || (now.tv_sec == due->tv_sec && now.tv_nsec >= due->tv_nsec);
 }
 
+static uint64_t time_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec;
+}
+
+/* The watchdog's line: the waiting rank and its call, then, from the board, who never arrived. */
+static void watchdog_line(CommState *st, char *line, size_t bytes)
+{
+	Watchdog *w = &st->wd;
+	char where[64] = "", verdict[512] = "";
+	if (st->board && w->wait.key) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int n = progress_read(st->board, w->wait.key, time_ns(&now), st->peers,
+				      st->env.size);
+		progress_verdict(st->peers, n, w->wait.size, w->wait.call, w->wait.peer, verdict,
+				 sizeof(verdict));
+		if (w->wait.call > 0)
+			snprintf(where, sizeof(where), " (call %lld on this communicator)",
+				 (long long)w->wait.call);
+	}
+	snprintf(line, bytes, "rank %d: %s on group %s%s did not complete within %g s%s\n",
+		 st->env.rank, w->what, comm_tag_name(w->tag), where, w->limit_s, verdict);
+}
+
 /* Called with the lock held; returns with it held. */
 static void watchdog_fire(CommState *st)
 {
 	Watchdog *w = &st->wd;
-	char line[256];
-	snprintf(line, sizeof(line), "rank %d: %s on group %s did not complete within %g s\n",
-		 st->env.rank, w->what, comm_tag_name(w->tag), w->limit_s);
+	char line[sizeof(w->line)];
+	watchdog_line(st, line, sizeof(line));
+	memcpy(w->line, line, sizeof(line));
 	w->armed = 0;
 	w->fired = 1;
 	pthread_mutex_unlock(&w->mu);
@@ -266,17 +311,24 @@ static void watchdog_stop(CommState *st)
 	st->wd_running = 0;
 }
 
-static void watchdog_arm(CommState *st, const char *what, int tag, void *abort_h)
+/* wait: what to ask the board if the call overruns (NULL: nothing); now: when the call began
+ * (NULL: read the clock). */
+static void watchdog_arm(CommState *st, const char *what, int tag, void *abort_h,
+			 const WaitFor *wait, const struct timespec *now)
 {
 	Watchdog *w = &st->wd;
 	if (!st->wd_running || st->cfg.deadline_s <= 0)
 		return;
 	pthread_mutex_lock(&w->mu);
-	clock_gettime(CLOCK_MONOTONIC, &w->due);
+	if (now)
+		w->due = *now;
+	else
+		clock_gettime(CLOCK_MONOTONIC, &w->due);
 	time_add(&w->due, st->cfg.deadline_s);
 	w->what = what;
 	w->tag = tag;
 	w->abort_h = abort_h;
+	w->wait = wait ? *wait : (WaitFor){.key = 0};
 	w->limit_s = st->cfg.deadline_s;
 	w->armed = 1;
 	w->fired = 0;
@@ -284,24 +336,28 @@ static void watchdog_arm(CommState *st, const char *what, int tag, void *abort_h
 	pthread_mutex_unlock(&w->mu);
 }
 
-/* Returns 1 when the deadline passed during the call (the backend's abort returned) and fills
- * err with the watchdog's line. */
+/* Ends the call on the board too. Returns 1 when the deadline passed during the call (the
+ * backend's abort returned) and fills err with the watchdog's line. */
 static int watchdog_disarm(CommState *st, PxError *err)
 {
 	Watchdog *w = &st->wd;
+	if (st->board) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		progress_leave(st->board, time_ns(&now));
+	}
 	if (!st->wd_running)
 		return 0;
+	char line[sizeof(w->line)];
 	pthread_mutex_lock(&w->mu);
 	int fired = w->fired;
 	w->armed = 0;
 	w->fired = 0;
-	const char *what = w->what;
-	int tag = w->tag;
-	double limit_s = w->limit_s;
+	if (fired)
+		memcpy(line, w->line, sizeof(line));
 	pthread_mutex_unlock(&w->mu);
 	if (fired)
-		px_fail(err, PX_ERR_RUNTIME, "rank %d: %s on group %s did not complete within %g s",
-			st->env.rank, what, comm_tag_name(tag), limit_s);
+		px_fail(err, PX_ERR_RUNTIME, "%.*s", (int)strcspn(line, "\n"), line);
 	return fired;
 }
 
@@ -359,7 +415,7 @@ static int check_launcher(const CommEnv *probe, const CommEnv *got, const char *
 static int init_backend(CommState *st, Comm *w, PxError *err)
 {
 	CommEnv got = st->env; /* the watchdog reads st->env meanwhile */
-	watchdog_arm(st, "init", COMM_TAG_WORLD, NULL);
+	watchdog_arm(st, "init", COMM_TAG_WORLD, NULL, NULL, NULL);
 	int rc = st->be->init(&w->h, &got, err);
 	if (watchdog_disarm(st, err)) {
 		if (!rc)
@@ -370,6 +426,154 @@ static int init_backend(CommState *st, Comm *w, PxError *err)
 		return fail_call(st, "init", COMM_TAG_WORLD, err);
 	st->env = got;
 	return 0;
+}
+
+/* ---- the progress board (progress.h) ---- */
+
+/* getenv, with "" for unset. */
+static const char *env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+/* The launcher's id for this job, into job: the same on every rank, and no other running job's.
+ * Returns -1 when the launcher gave none. (A value broadcast by rank 0 would do as well, but the
+ * NCCL backend's calls take device memory only, and comm.c has none.) */
+static int board_job(const CommEnv *env, char *job, size_t bytes)
+{
+	const char *id = "";
+	if (!strcmp(env->launcher, "none")) { /* nobody else on this node */
+		snprintf(job, bytes, "pid%ld", (long)getpid());
+		return 0;
+	}
+	if (!strcmp(env->launcher, "mpirun")) { /* PMIx's namespace, then Open MPI's job id */
+		static const char *const names[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+						    "OMPI_MCA_orte_ess_jobid"};
+		for (int i = 0; i < 3 && !*id; i++)
+			id = env_or_empty(names[i]);
+		snprintf(job, bytes, "%s", id);
+	} else if (!strcmp(env->launcher, "srun")) { /* a job runs its steps one after another */
+		id = env_or_empty("SLURM_JOB_ID");
+		snprintf(job, bytes, "%s.%s", id, env_or_empty("SLURM_STEP_ID"));
+	} else if (!strcmp(env->launcher, "torchrun")) {
+		/* the rendezvous port tells apart jobs started without --rdzv-id; the restart
+		 * count, one incarnation of the workers from the next */
+		id = env_or_empty("MASTER_PORT");
+		snprintf(job, bytes, "%s.%s.%s", env_or_empty("TORCHELASTIC_RUN_ID"), id,
+			 env_or_empty("TORCHELASTIC_RESTART_COUNT"));
+	}
+	return *id ? 0 : -1;
+}
+
+/* "/px-board-UID-JOB-N": the N-th comm_init of this process (every rank makes the same ones),
+ * characters other than letters, digits, '.', '-' and '_' replaced. */
+static int board_name(const CommEnv *env, char *name, size_t bytes)
+{
+	static atomic_uint seq;
+	char job[128];
+	if (board_job(env, job, sizeof(job)))
+		return -1;
+	snprintf(name, bytes, "/px-board-%u-%s-%u", (unsigned)getuid(), job,
+		 atomic_fetch_add(&seq, 1));
+	for (char *p = name + 1; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+		    !(*p >= '0' && *p <= '9') && *p != '.' && *p != '-' && *p != '_')
+			*p = '_';
+	return 0;
+}
+
+static int board_barrier(CommState *st, Comm *w, PxError *err)
+{
+	watchdog_arm(st, "init", COMM_TAG_WORLD, w->h, NULL, NULL);
+	int rc = st->be->barrier(w->h, err);
+	if (watchdog_disarm(st, err))
+		return -1;
+	return rc ? fail_call(st, "init", COMM_TAG_WORLD, err) : 0;
+}
+
+/* Map the board and put the world on it (key 1: the segment is this comm_init's alone). */
+static int board_map(CommState *st, Comm *w, const char *name, int create, PxError *why)
+{
+	int rc = progress_open(name, st->env.size, st->env.rank, create, &st->board, why);
+	if (rc)
+		return rc;
+	st->peers = calloc((size_t)st->env.size, sizeof(*st->peers));
+	if (!st->peers) {
+		progress_close(st->board);
+		st->board = NULL;
+		px_fail(why, PX_ERR_RUNTIME, "out of memory");
+		return -ENOMEM;
+	}
+	w->board_i = progress_add(st->board, w->key, w->rank);
+	return 0;
+}
+
+/* Every rank of a node maps one segment: the node's first rank creates it, the others open it
+ * after a barrier, and after a second barrier every local rank has its world entry up and the
+ * name can go. The barriers run whether or not this rank's board works (collectives must
+ * match); a board that fails is said once and the job runs without it. Fails only when a
+ * barrier does. */
+static int board_open(CommState *st, Comm *w, PxError *err)
+{
+	char name[256];
+	PxError why = {0};
+	int alone = st->env.size == 1 || !strcmp(st->env.launcher, "none");
+	int creator = alone || st->env.local_rank == 0;
+	int named = !board_name(&st->env, name, sizeof(name));
+	int rc = -ENOENT;
+	w->key = 1;
+	w->board_i = -1;
+	if (named && creator)
+		rc = board_map(st, w, name, 1, &why);
+	if (!alone && board_barrier(st, w, err))
+		goto out_fail;
+	if (named && !creator)
+		rc = board_map(st, w, name, 0, &why);
+	if (!alone && board_barrier(st, w, err))
+		goto out_fail;
+	if (named && creator && st->board)
+		progress_unlink(name);
+	/* where the creator failed, the others find nothing: it alone says so */
+	if (!st->board && (creator || rc != -ENOENT)) {
+		FILE *log = st->cfg.log ? st->cfg.log : stderr;
+		fprintf(log, "rank %d: comm: no progress board (%s): a missed deadline will name "
+			"the waiting rank only\n", st->env.rank,
+			named ? why.msg : "the launcher gave no job id");
+		fflush(log);
+	}
+	return 0;
+out_fail:
+	progress_close(st->board);
+	st->board = NULL;
+	free(st->peers);
+	st->peers = NULL;
+	return -1;
+}
+
+/* A split's key, computed alike by its members without talking: they share the parent, split it
+ * in the same order (collectives on a communicator are ordered) and chose the same color.
+ * splitmix64's finaliser over the three; never 0 (a free entry). */
+static uint64_t split_key(uint64_t parent, uint32_t ordinal, int color)
+{
+	uint64_t z = parent ^ ((uint64_t)ordinal << 32 | (uint32_t)color);
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return z ? z : 1;
+}
+
+/* Tell the board this rank entered a call on c and read the clock into *now; returns what the
+ * watchdog asks the board if the call overruns. call: its number on c (0: point to point);
+ * fresh: this is where it is counted (not the wait of a started one). */
+static WaitFor board_enter(Comm *c, int op, int64_t call, int fresh, int peer,
+			   struct timespec *now)
+{
+	clock_gettime(CLOCK_MONOTONIC, now);
+	progress_enter(c->st->board, fresh ? c->board_i : -1, call,
+		       PROGRESS_DOING(op, c->tag), time_ns(now));
+	return (WaitFor){.key = c->key, .size = c->size, .call = call, .peer = peer};
 }
 
 int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxError *err)
@@ -406,7 +610,7 @@ int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxErro
 	w->size = st->env.size;
 	w->tag = COMM_TAG_WORLD;
 	st->world = w;
-	if (check_launcher(&probe, &st->env, be->name, err))
+	if (check_launcher(&probe, &st->env, be->name, err) || board_open(st, w, err))
 		goto out_backend;
 	*world = w;
 	return 0;
@@ -436,7 +640,10 @@ int comm_split(Comm *parent, int color, int key, int tag, Comm **out, PxError *e
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "rank %d: comm_split: out of memory",
 			       st->env.rank);
-	watchdog_arm(st, "comm_split", parent->tag, st->world->h);
+	uint32_t ordinal = parent->n_splits++;
+	struct timespec now;
+	WaitFor wf = board_enter(parent, PROGRESS_OP_SPLIT, ++parent->n_coll, 1, -1, &now);
+	watchdog_arm(st, "comm_split", parent->tag, st->world->h, &wf, &now);
 	int rc = st->be->split(parent->h, color, key, &c->h, &c->rank, &c->size, err);
 	if (watchdog_disarm(st, err))
 		rc = -1;
@@ -448,6 +655,8 @@ int comm_split(Comm *parent, int color, int key, int tag, Comm **out, PxError *e
 	}
 	c->st = st;
 	c->tag = tag;
+	c->key = split_key(parent->key, ordinal, color);
+	c->board_i = progress_add(st->board, c->key, c->rank);
 	st->n_split++;
 	*out = c;
 	return 0;
@@ -458,6 +667,7 @@ void comm_destroy(Comm *c)
 	if (!c || c == c->st->world)
 		return;
 	c->st->be->comm_free(c->h);
+	progress_remove(c->st->board, c->board_i);
 	c->st->n_split--;
 	free(c);
 }
@@ -480,12 +690,16 @@ int comm_finalize(Comm *world, PxError *err)
 		return -1;
 	/* finalize waits for every rank, so a missing one must trip the watchdog here too; the
 	 * backend frees the world's handle on its way out, so abort gets NULL */
-	watchdog_arm(st, "finalize", COMM_TAG_WORLD, NULL);
+	struct timespec now;
+	WaitFor wf = board_enter(world, PROGRESS_OP_FINALIZE, ++world->n_coll, 1, -1, &now);
+	watchdog_arm(st, "finalize", COMM_TAG_WORLD, NULL, &wf, &now);
 	int rc = st->be->finalize(world->h, err);
 	int fired = watchdog_disarm(st, err);
 	if (rc && !fired)
 		fail_call(st, "finalize", COMM_TAG_WORLD, err);
 	watchdog_stop(st);
+	progress_close(st->board);
+	free(st->peers);
 	free(world);
 	free(st);
 	return rc || fired ? -1 : 0;
@@ -585,10 +799,19 @@ static int check_peer(const Comm *c, const char *what, int peer, PxError *err)
 
 /* ---- calls ---- */
 
-/* Every call arms the watchdog before the backend runs and is counted only once it completed. */
-static void call_begin(Comm *c, const char *what)
+/* Every call arms the watchdog and tells the board before the backend runs, and is counted only
+ * once it completed. op, call, fresh, peer: board_enter's. */
+static void call_begin(Comm *c, const char *what, int op, int64_t call, int fresh, int peer)
 {
-	watchdog_arm(c->st, what, c->tag, c->st->world->h);
+	struct timespec now;
+	WaitFor wf = board_enter(c, op, call, fresh, peer, &now);
+	watchdog_arm(c->st, what, c->tag, c->st->world->h, &wf, &now);
+}
+
+/* A collective's begin: the next number on c. */
+static void coll_begin(Comm *c, const char *what, int kind)
+{
+	call_begin(c, what, kind, ++c->n_coll, 1, -1);
 }
 
 static int call_end(Comm *c, const char *what, int kind, int rc, int64_t payload, PxError *err)
@@ -653,7 +876,7 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, CommDty
 	int64_t whole;
 	if (check_all_gather(c, send, recv, count, dt, &whole, err))
 		return -1;
-	call_begin(c, "all_gather");
+	coll_begin(c, "all_gather", COLL_ALL_GATHER);
 	int rc = c->st->be->all_gather(c->h, send, recv, count, dt, err);
 	return call_end(c, "all_gather", COLL_ALL_GATHER, rc, whole, err);
 }
@@ -664,7 +887,7 @@ int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, Com
 	int64_t whole;
 	if (check_reduce_scatter(c, send, recv, count, dt, op, &whole, err))
 		return -1;
-	call_begin(c, "reduce_scatter");
+	coll_begin(c, "reduce_scatter", COLL_REDUCE_SCATTER);
 	int rc = c->st->be->reduce_scatter(c->h, send, recv, count, dt, op, err);
 	return call_end(c, "reduce_scatter", COLL_REDUCE_SCATTER, rc, whole, err);
 }
@@ -675,7 +898,7 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, CommDty
 	int64_t bytes;
 	if (check_all_reduce(c, send, recv, count, dt, op, &bytes, err))
 		return -1;
-	call_begin(c, "all_reduce");
+	coll_begin(c, "all_reduce", COLL_ALL_REDUCE);
 	int rc = c->st->be->all_reduce(c->h, send, recv, count, dt, op, err);
 	return call_end(c, "all_reduce", COLL_ALL_REDUCE, rc, bytes, err);
 }
@@ -692,7 +915,7 @@ int comm_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype d
 		return fail_args(c, what, err, "send (or recv on the root) is NULL");
 	if (is_root && send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
 		return fail_args(c, what, err, "send and recv overlap without being equal");
-	call_begin(c, what);
+	coll_begin(c, what, COMM_KIND_REDUCE);
 	int rc = c->st->be->reduce(c->h, send, recv, count, dt, op, root, err);
 	return call_end(c, what, COMM_KIND_REDUCE, rc, bytes, err);
 }
@@ -710,7 +933,7 @@ int comm_broadcast(Comm *c, const void *send, void *recv, size_t count, CommDtyp
 		return fail_args(c, what, err, "recv (or send on the root) is NULL");
 	if (is_root && send != recv && overlap(send, (size_t)bytes, recv, (size_t)bytes))
 		return fail_args(c, what, err, "send and recv overlap without being equal");
-	call_begin(c, what);
+	coll_begin(c, what, COLL_BROADCAST);
 	int rc = c->st->be->broadcast(c->h, send, recv, count, dt, root, err);
 	return call_end(c, what, COLL_BROADCAST, rc, bytes, err);
 }
@@ -726,7 +949,7 @@ int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, CommDty
 		return fail_args(c, what, err, "send or recv is NULL");
 	if (send != recv && overlap(send, (size_t)whole, recv, (size_t)whole))
 		return fail_args(c, what, err, "send and recv overlap without being equal");
-	call_begin(c, what);
+	coll_begin(c, what, COLL_ALL_TO_ALL);
 	int rc = c->st->be->all_to_all(c->h, send, recv, count, dt, err);
 	return call_end(c, what, COLL_ALL_TO_ALL, rc, whole, err);
 }
@@ -740,7 +963,7 @@ int comm_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer, Px
 		return -1;
 	if (bytes && !buf)
 		return fail_args(c, what, err, "buf is NULL");
-	call_begin(c, what);
+	call_begin(c, what, COLL_P2P, 0, 0, peer);
 	int rc = c->st->be->send(c->h, buf, count, dt, peer, err);
 	return call_end(c, what, COLL_P2P, rc, bytes, err);
 }
@@ -754,7 +977,7 @@ int comm_recv(Comm *c, void *buf, size_t count, CommDtype dt, int peer, PxError 
 		return -1;
 	if (bytes && !buf)
 		return fail_args(c, what, err, "buf is NULL");
-	call_begin(c, what);
+	call_begin(c, what, COLL_P2P_RECV, 0, 0, peer);
 	int rc = c->st->be->recv(c->h, buf, count, dt, peer, err);
 	return call_end(c, what, COLL_P2P_RECV, rc, bytes, err);
 }
@@ -765,7 +988,7 @@ int comm_barrier(Comm *c, PxError *err)
 	int64_t none;
 	if (check_call(c, what, COMM_FP32, COMM_SUM, 0, 1, &none, err))
 		return -1;
-	call_begin(c, what);
+	coll_begin(c, what, COMM_KIND_BARRIER);
 	int rc = c->st->be->barrier(c->h, err);
 	return call_end(c, what, COMM_KIND_BARRIER, rc, 0, err);
 }
@@ -802,8 +1025,10 @@ static int start_call(Comm *c, const char *what, const CommCall *k, int64_t payl
 	CommRequest *q = calloc(1, sizeof(*q));
 	if (!q)
 		return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s: out of memory", st->env.rank, what);
-	*q = (CommRequest){.c = c, .what = what, .kind = k->kind, .payload = payload};
-	call_begin(c, what);
+	/* a started collective arrives, and is numbered, at its start */
+	*q = (CommRequest){.c = c, .what = what, .kind = k->kind, .payload = payload,
+			   .call = ++c->n_coll};
+	call_begin(c, what, k->kind, q->call, 1, -1);
 	int rc = st->be->start ? st->be->start(c->h, k, st->stream, &q->h, err)
 			       : run_whole(c, k, err);
 	if (watchdog_disarm(st, err) || (rc && fail_call(st, what, c->tag, err))) {
@@ -857,7 +1082,7 @@ int comm_wait(CommRequest *q, PxError *err)
 	int done = 1, rc = 0;
 	st->n_started--;
 	if (q->h) {
-		call_begin(c, q->what);
+		call_begin(c, q->what, q->kind, q->call, 0, -1);
 		rc = st->be->wait(q->h, st->stream, &done, err);
 		if (watchdog_disarm(st, err) || (rc && fail_call(st, q->what, c->tag, err))) {
 			free(q);
@@ -901,7 +1126,8 @@ int comm_sync(Comm *c, PxError *err)
 	CommState *st = c->st;
 	if (!st->unsynced)
 		return 0;
-	call_begin(st->unsynced->c, st->unsynced->what);
+	CommRequest *first = st->unsynced;
+	call_begin(first->c, first->what, first->kind, first->call, 0, -1);
 	int rc = 0;
 	while (st->unsynced && !(rc = sync_pass(st, err)))
 		if (st->unsynced)

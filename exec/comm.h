@@ -46,9 +46,17 @@ typedef struct CommEnv {
 	const char *launcher;       /* "mpirun", "srun", "torchrun" or "none" (a singleton); static */
 } CommEnv;
 
+/* The watchdog's line names this rank, the overdue call and its number on the communicator, and,
+ * from a progress board the ranks of one node share (exec/progress.h), the members that never
+ * reached that call, by world rank, with what they are doing: "rank 0: all_reduce on group dp
+ * (call 9 on this communicator) did not complete within 2 s; not arrived: rank 1 (at call 8,
+ * outside comm for 2.0 s)"; or "all 4 ranks arrived (...)"; ranks on other nodes are counted as
+ * not visible, never named. Without a board (said once at comm_init) the line stops after
+ * "within 2 s". docs/gpu_comm.md, "Errors and hangs", has the wording and the limits. */
 typedef struct CommConfig {
 	double deadline_s; /* longest any blocking call may take before the job is stopped; 0: none */
-	FILE *log;         /* where the watchdog writes its line; NULL: stderr */
+	FILE *log;         /* where the watchdog writes its line (and comm_init a missing board's
+			    * notice); NULL: stderr */
 	/* Called by the watchdog thread with its line, before it stops the job (e.g. to record a
 	 * failed run); the main thread is blocked in the overdue call meanwhile. NULL: none. */
 	void (*on_deadline)(void *ctx, const char *line);

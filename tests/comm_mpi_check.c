@@ -662,20 +662,36 @@ static int run_fault(const char *mode)
 		fprintf(stderr, "comm_mpi_check: fault modes need 2-16 ranks\n");
 		return 2;
 	}
-	if (comm_rank(world) == 1) {
-		if (strcmp(mode, "kill") == 0)
-			raise(SIGKILL);
-		sleep(30);
+	if (comm_rank(world) == 1 && strcmp(mode, "kill") == 0)
+		raise(SIGKILL);
+	/* Calls before the stall, so that the progress board has numbers to compare: every rank
+	 * enters 3 barriers on the world (calls 1-3). hang-started then splits the world into a dp
+	 * group in reverse order (call 4 on the world; world rank 1 is dp rank size - 2, so a line
+	 * naming rank 1 maps the split's ranks back) and enters 2 barriers on it (dp calls 1-2). The
+	 * others' overdue call is world call 4 or dp call 3; rank 1 is at call 3 or 2. */
+	Comm *dp = NULL, *on = world;
+	for (int i = 0; i < 3; i++)
+		if (comm_barrier(world, &err))
+			goto out;
+	if (strcmp(mode, "hang-started") == 0) {
+		if (comm_split(world, 0, comm_size(world) - 1 - comm_rank(world), GROUP_DP, &dp,
+			       &err) ||
+		    comm_barrier(dp, &err) || comm_barrier(dp, &err))
+			goto out;
+		on = dp;
 	}
+	if (comm_rank(world) == 1)
+		sleep(30);
 	CommRequest *q = NULL;
 	if (strcmp(mode, "finalize") == 0)
 		comm_finalize(world, &err);
 	else if (strcmp(mode, "hang-started") == 0) { /* the start returns; the wait must not */
-		if (!comm_all_gather_start(world, x, all, 4, COMM_FP32, &q, &err))
+		if (!comm_all_gather_start(on, x, all, 4, COMM_FP32, &q, &err))
 			comm_wait(q, &err);
 	}
 	else
 		comm_all_gather(world, x, all, 4, COMM_FP32, &err);
+out:
 	fprintf(stderr, "rank %d: comm_mpi_check --fault %s: the job was not stopped (%s)\n",
 		world_rank, mode, err.msg);
 	return 1;

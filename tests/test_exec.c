@@ -339,8 +339,8 @@ static void test_resume_matches(void)
 }
 
 /* A rank that stops answering: the others' collectives overrun --deadline, the job stops with exit
- * status 124 and a line naming the rank and the call, and the database records the run as failed
- * with what rank 0 had measured. */
+ * status 124 and a line naming the waiting rank, the call and the rank that never arrived, and
+ * the database records the run as failed with that line and what rank 0 had measured. */
 static void test_hang_recorded(void)
 {
 	const char *scn = scenario("true");
@@ -349,12 +349,25 @@ static void test_hang_recorded(void)
 	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 6 --deadline 2 --inject-hang 1@3 "
 		 "--db '%s'", scn, db_path);
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 124);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "rank 0: "));
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "did not complete within 2 s"));
+	/* rank 0 waits in some call of step 3 (which one is the schedule's business) and names
+	 * rank 1, at an earlier call of the same communicator, as the one that never arrived */
+	const char *line = strstr(text, "rank 0: ");
+	char what[64] = "", group[16] = "";
+	long long call = 0, at = -1;
+	double s = -1;
+	int len = 0;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(line);
+	CU_ASSERT_EQUAL(sscanf(line, "rank 0: %63s on group %15s (call %lld on this communicator) "
+			       "did not complete within 2 s; not arrived: rank 1 (at call %lld, "
+			       "outside comm for %lf s)%n", what, group, &call, &at, &s, &len), 5);
+	CU_ASSERT(len > 0 && line[len] == '\n' && at >= 0 && at < call && s >= 1.0 && s < 60);
+	if (!len || line[len] != '\n')
+		fprintf(stderr, "\nwanted rank 1 named as the one not arrived:\n%s\n", text);
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
 	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND "
-			      "status = 'failed' AND notes LIKE '%stopped at step 3%'"), 1);
+			      "status = 'failed' AND notes LIKE '%stopped at step 3%' AND "
+			      "notes LIKE '%not arrived: rank 1 (at call %'"), 1);
 	CU_ASSERT(query(db, "SELECT COUNT(*) FROM metrics JOIN runs ON runs.id = run_id WHERE "
 			"status = 'failed'") > 10);
 	sqlite3_close(db);
