@@ -147,6 +147,14 @@ int comm_env_read(CommEnv *env, PxError *err);
  * as a singleton (0); comm_init then refuses them with comm_env_read's message. */
 int comm_env_probe(CommEnv *env);
 
+/* The shared-memory name of this job's progress board on this node (exec/progress.h), into name:
+ * "/px-board-UID-JOB-N", JOB the launcher's job id (PMIx's namespace or Open MPI's job id under
+ * mpirun, SLURM_JOB_ID.SLURM_STEP_ID under srun, torchrun's run id, port and restart count; the
+ * pid without a launcher), N counting this process's calls, so the N-th comm_init of every rank of
+ * the job names the same board; characters other than letters, digits, '.', '-' and '_' are
+ * replaced. -1 when the launcher gave no job id (no board then). */
+int comm_env_board_name(const CommEnv *env, char *name, size_t bytes);
+
 /* Start backend be (NULL: MPI) and return the world communicator (tag COMM_TAG_WORLD) in *world,
  * owned by the caller until comm_finalize. cfg NULL: defaults. The backend's start runs under the
  * deadline. Fails when the launcher's variables are malformed, or when the launcher's world and
