@@ -19,6 +19,7 @@
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \
+	X(comm_mpi)    \
 	X(comm_gpu)    \
 	X(exec)        \
 	X(exec_cuda)   \
