@@ -36,8 +36,10 @@ CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcubl
 GPU_LIBS  = $(if $(HAVE_CUDA),$(CUDA_LIBS))
 LIB_SRC  := $(C_SRC) $(CU_SRC)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
-# tests/*_check.c are standalone programs (their own main), run by the suites under mpirun
-TEST_SRC := $(sort $(filter-out tests/%_check.c,$(wildcard tests/*.c)))
+# tests/*_check.c are standalone programs (their own main), run by the suites under mpirun; they
+# share tests/check_report.c, which px_tests does not link
+CHECK_SHARED := tests/check_report.c
+TEST_SRC := $(sort $(filter-out tests/%_check.c $(CHECK_SHARED),$(wildcard tests/*.c)))
 
 # objects for one flavour: $(call objs,DIR,SOURCES)
 objs = $(patsubst %.cu,$(1)/%.o,$(patsubst %.c,$(1)/%.o,$(2)))
@@ -96,11 +98,11 @@ $(SAN)/px_tests: $(SAN_LIB_OBJS) $(call objs,$(SAN),$(CLI_LIB) $(TEST_SRC))
 
 # the comm suite runs this under mpirun; one release build serves both runs, since OpenMPI's
 # own start-up leaks would fail LeakSanitizer
-$(REL)/comm_mpi_check: $(REL)/tests/comm_mpi_check.o $(call objs,$(REL),$(LIB_SRC))
+$(REL)/comm_mpi_check: $(call objs,$(REL),tests/comm_mpi_check.c $(CHECK_SHARED) $(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 # ...and this one, on device buffers, where there is a GPU; it is built wherever NCCL is
 NCCL_CHECK := $(if $(HAVE_NCCL),$(REL)/comm_nccl_check)
-$(REL)/comm_nccl_check: $(REL)/tests/comm_nccl_check.o $(call objs,$(REL),$(LIB_SRC))
+$(REL)/comm_nccl_check: $(call objs,$(REL),tests/comm_nccl_check.c $(CHECK_SHARED) $(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 test: test-rel test-san test-run

@@ -9,7 +9,6 @@
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,46 +17,13 @@
 #include "../exec/comm.h"
 #include "../exec/runner.h"
 #include "../sim/predict.h"
+#include "check_report.h"
 
 /* C: elements per rank. A multiple of 3 so that ring wire bytes are whole for groups of 1-4
  * (all-reduce sends 2(n-1)/n of the array), and the counters can be compared exactly. */
 enum { C = 1035, BIG = 3 << 18 };
 
-static int world_rank;
-static int n_passed, n_failed;
-
-static void check(int ok, const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void check(int ok, const char *file, int line, const char *fmt, ...)
-{
-	if (ok) {
-		n_passed++;
-		return;
-	}
-	n_failed++;
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank, file, line, msg);
-}
-#define CHECK(ok, ...) check((ok), __FILE__, __LINE__, __VA_ARGS__)
-
-/* A call that must succeed; its message is the failure's. */
-#define CALL(expr) CHECK((expr) == 0, "%s: %s", #expr, err.msg)
-
-/* ---- verifiable data ----
- * Rank r's element k is (r + 1) x (k mod m + 1): every rank can compute any rank's data. m keeps
- * every partial sum of a group (at most n(n+1)/2 x m) an integer the type holds exactly, so sums
- * are exact in any order: bf16 holds integers to 256, fp16 to 2048. */
-
-static int modulus(CommDtype dt, int n)
-{
-	long limit = dt == COMM_BF16 ? 256 : dt == COMM_FP16 ? 2048 : 1L << 24;
-	long m = limit / ((long)n * (n + 1) / 2);
-	return m < 97 ? (int)m : 97;
-}
+/* ---- verifiable data (check_report.h: check_modulus) ---- */
 
 static double val(int r, size_t k, int m)
 {
@@ -75,14 +41,14 @@ static uint32_t encode(CommDtype dt, double v)
 		return b;
 	if (dt == COMM_BF16) {
 		if (b & 0xffff)
-			fprintf(stderr, "rank %d: test bug: %g is not a bf16\n", world_rank, v);
+			fprintf(stderr, "rank %d: test bug: %g is not a bf16\n", check_rank, v);
 		return b >> 16;
 	}
 	uint32_t sign = v < 0 ? 0x8000 : 0, a = (uint32_t)(v < 0 ? -v : v);
 	if (a == 0)
 		return sign;
 	if (a > 2048 || a != (v < 0 ? -v : v))
-		fprintf(stderr, "rank %d: test bug: %g is not an fp16\n", world_rank, v);
+		fprintf(stderr, "rank %d: test bug: %g is not an fp16\n", check_rank, v);
 	int e = 31 - __builtin_clz(a); /* a = 2^e + rest, rest < 2^e: 10 bits hold it for e <= 10 */
 	uint32_t man = e <= 10 ? (a - (1u << e)) << (10 - e) : 0;
 	return sign | (uint32_t)(e + 15) << 10 | man;
@@ -122,8 +88,8 @@ static void check_buf(const char *file, int line, const char *what, const void *
 	size_t i = 0;
 	while (i < count && get_bits(got, dt, i) == get_bits(want, dt, i))
 		i++;
-	check(i == count, file, line, "%s: element %zu is 0x%x, expected 0x%x", what, i,
-	      i < count ? get_bits(got, dt, i) : 0, i < count ? get_bits(want, dt, i) : 0);
+	check_at(i == count, file, line, "%s: element %zu is 0x%x, expected 0x%x", what, i,
+		 i < count ? get_bits(got, dt, i) : 0, i < count ? get_bits(want, dt, i) : 0);
 }
 #define CHECK_BUF(what, got, want, count, dt) \
 	check_buf(__FILE__, __LINE__, what, got, want, count, dt)
@@ -335,7 +301,7 @@ static void run_case(Comm *c, const char *name, CommDtype dt)
 	PxError err = {0};
 	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
 		  .esz = comm_dtype_bytes(dt)};
-	t.m = modulus(dt, t.n);
+	t.m = check_modulus(dt, t.n);
 	snprintf(t.name, sizeof(t.name), "%s", name);
 	size_t bytes = (size_t)t.n * C * t.esz;
 	t.a = malloc(bytes);
@@ -370,7 +336,7 @@ static void run_big(Comm *c, CommDtype dt)
 	PxError err = {0};
 	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
 		  .esz = comm_dtype_bytes(dt)};
-	t.m = modulus(dt, t.n);
+	t.m = check_modulus(dt, t.n);
 	snprintf(t.name, sizeof(t.name), "world");
 	t.a = malloc((size_t)BIG * t.esz);
 	t.want = malloc((size_t)BIG * t.esz);
@@ -583,7 +549,7 @@ static void run_started(Comm *c, const char *name, CommDtype dt)
 	PxError err = {0};
 	Case t = {.c = c, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
 		  .esz = comm_dtype_bytes(dt)};
-	t.m = modulus(dt, t.n);
+	t.m = check_modulus(dt, t.n);
 	snprintf(t.name, sizeof(t.name), "%s", name);
 	size_t bytes = (size_t)t.n * C * t.esz, mine = (size_t)t.r * C * t.esz;
 	char *blk = calloc(3, bytes), *got = calloc(3, bytes), *want = calloc(3, bytes);
@@ -693,7 +659,7 @@ static int run_fault(const char *mode)
 		comm_all_gather(world, x, all, 4, COMM_FP32, &err);
 out:
 	fprintf(stderr, "rank %d: comm_mpi_check --fault %s: the job was not stopped (%s)\n",
-		world_rank, mode, err.msg);
+		check_rank, mode, err.msg);
 	return 1;
 }
 
@@ -770,7 +736,7 @@ static int run_runner(const char *path)
 		fprintf(stderr, "%s\n", err.msg);
 		return 2;
 	}
-	world_rank = comm_rank(world);
+	check_rank = comm_rank(world);
 	/* Per step of the test scenario (tests/suites.h's, 4 ranks): 2 micro-batches, each running
 	 * the forwards of units 0-3 (embedding, two blocks, head) and their backwards in reverse:
 	 * 16 computes. The expected counts, from engine/build.c's order:
@@ -794,7 +760,7 @@ static int run_runner(const char *path)
 		memset(o, 0, sizeof(o));
 		if (runner_once(world, path, stage, 0, &o[0]) || runner_once(world, path, stage, 1, &o[1]))
 			continue;
-		if (world_rank == 0)
+		if (check_rank == 0)
 			printf("# stage %d: overlap_comm off: %lld of %lld computes overlapped (%lld "
 			       "started), loss %.9g; on: %lld of %lld (%lld started), loss %.9g\n",
 			       stage, o[0].ov.computes_overlapped, o[0].ov.computes, o[0].ov.started,
@@ -820,9 +786,9 @@ static int run_runner(const char *path)
 			      "stage 1: device peak %g with overlap_comm, %g without", o[1].gpu_peak,
 			      o[0].gpu_peak);
 	}
-	int mine[2] = {n_passed, n_failed}, sum[2] = {0, 0};
+	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
 	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	if (world_rank == 0)
+	if (check_rank == 0)
 		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
 	comm_finalize(world, NULL);
 	return sum[1] ? 1 : 0;
@@ -862,7 +828,7 @@ int main(int argc, char **argv)
 	}
 	CommEnv env;
 	comm_env_probe(&env);
-	world_rank = env.rank;
+	check_rank = env.rank;
 	if (fault)
 		return run_fault(fault);
 	if (scenario)
@@ -878,7 +844,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int r = comm_rank(world), n = comm_size(world);
-	world_rank = r;
+	check_rank = r;
 	if (n < 2 || n % 2) {
 		if (r == 0)
 			fprintf(stderr, "comm_mpi_check: needs an even number of ranks, got %d\n", n);
@@ -928,7 +894,7 @@ int main(int argc, char **argv)
 	comm_destroy(tp);
 	comm_destroy(rest);
 	/* the summary goes through MPI itself, not the layer under test */
-	int mine[2] = {n_passed, n_failed}, sum[2] = {0, 0};
+	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
 	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (r == 0)
 		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);

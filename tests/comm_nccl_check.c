@@ -8,7 +8,6 @@
  * Each rank prints "comm_nccl_check: rank R ...: P passed, F failed"; exit status 1 on failures. */
 #include <cuda_runtime_api.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,55 +17,24 @@
 #include "../exec/comm.h"
 #include "../exec/comm_nccl.h"
 #include "../exec/gpumem.h"
+#include "check_report.h"
 
 /* C: elements per rank per block; BIG: elements of the one large all-reduce (64 MiB in fp32),
  * large enough for NCCL to split it into many chunks. */
 enum { C = 1035, BIG = 1 << 24 };
-
-static int my_rank;
-static int n_passed, n_failed;
-
-static void check(int ok, const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void check(int ok, const char *file, int line, const char *fmt, ...)
-{
-	if (ok) {
-		n_passed++;
-		return;
-	}
-	n_failed++;
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "rank %d: %s:%d: %s\n", my_rank, file, line, msg);
-}
-#define CHECK(ok, ...) check((ok), __FILE__, __LINE__, __VA_ARGS__)
-#define CALL(expr) CHECK((expr) == 0, "%s: %s", #expr, err.msg)
 
 /* A CUDA call that must work, or the program ends: file:line, the call, CUDA's string, rank. */
 #define CUDA(expr)                                                                          \
 	do {                                                                                \
 		cudaError_t rc_ = (expr);                                                   \
 		if (rc_ != cudaSuccess) {                                                   \
-			fprintf(stderr, "rank %d: %s:%d: %s: %s\n", my_rank, __FILE__,      \
+			fprintf(stderr, "rank %d: %s:%d: %s: %s\n", check_rank, __FILE__,  \
 				__LINE__, #expr, cudaGetErrorString(rc_));                  \
 			exit(2);                                                            \
 		}                                                                           \
 	} while (0)
 
-/* ---- verifiable data ----
- * Rank r's element k is (r + 1) x (k mod m + 1). m keeps every sum over a group of n ranks (at
- * most n(n+1)/2 x m) an integer the type holds exactly, so every order of addition gives the same
- * bits: bf16 holds the integers to 256 exactly, fp16 to 2048, fp32 to 2^24. */
-
-static int modulus(CommDtype dt, int n)
-{
-	long limit = dt == COMM_BF16 ? 256 : dt == COMM_FP16 ? 2048 : 1L << 24;
-	long m = limit / ((long)n * (n + 1) / 2);
-	return m > 97 ? 97 : m < 1 ? 1 : (int)m;
-}
+/* ---- verifiable data (check_report.h: check_modulus) ---- */
 
 static float val(int r, size_t k, int m)
 {
@@ -137,10 +105,11 @@ static void expect(const Case *t, const char *what, const char *dev, size_t n_el
 	size_t k = 0;
 	while (k < n_elems && get(t->host, t->dt, k) == want(t, k))
 		k++;
-	check(k == n_elems, file, line, "%s %s on %s (%d ranks): element %zu is %g, expected %g",
-	      what, comm_dtype_name(t->dt), t->group, t->n, k,
-	      k < n_elems ? (double)get(t->host, t->dt, k) : 0.0,
-	      k < n_elems ? (double)want(t, k) : 0.0);
+	check_at(k == n_elems, file, line,
+		 "%s %s on %s (%d ranks): element %zu is %g, expected %g", what,
+		 comm_dtype_name(t->dt), t->group, t->n, k,
+		 k < n_elems ? (double)get(t->host, t->dt, k) : 0.0,
+		 k < n_elems ? (double)want(t, k) : 0.0);
 }
 #define EXPECT(t, what, dev, n_elems, want) expect(t, what, dev, n_elems, want, __FILE__, __LINE__)
 
@@ -327,7 +296,7 @@ static void run_case(Comm *c, const char *group, CommDtype dt, char *dev_a, char
 {
 	Case t = {.c = c, .group = group, .dt = dt, .r = comm_rank(c), .n = comm_size(c),
 		  .esz = comm_dtype_bytes(dt), .dev_a = dev_a, .dev_b = dev_b, .host = host};
-	t.m = modulus(dt, t.n);
+	t.m = check_modulus(dt, t.n);
 	run_gathers(&t);
 	run_reductions(&t);
 	run_exchanges(&t);
@@ -367,7 +336,7 @@ static void run_big(Comm *w, GpuMem *g)
 {
 	PxError err = {0};
 	float *dev, *host = malloc((size_t)BIG * sizeof(float));
-	int n = comm_size(w), r = comm_rank(w), m = modulus(COMM_FP32, n);
+	int n = comm_size(w), r = comm_rank(w), m = check_modulus(COMM_FP32, n);
 	if (!host) {
 		CHECK(0, "out of memory");
 		return;
@@ -412,7 +381,7 @@ static int run_fault(const CommBackend *be)
 		sleep(30);
 	comm_all_gather(w, dev, dev, 4, COMM_FP32, &err);
 	fprintf(stderr, "rank %d: comm_nccl_check --fault hang: the job was not stopped (%s)\n",
-		my_rank, err.msg);
+		check_rank, err.msg);
 	return 1;
 }
 
@@ -481,7 +450,7 @@ static int run_all(const CommBackend *be, const CommEnv *env)
 				  .r = comm_rank(on[i]), .n = comm_size(on[i]),
 				  .esz = comm_dtype_bytes(dt), .dev_a = dev_a, .dev_b = dev_b,
 				  .host = host};
-			t.m = modulus(dt, t.n);
+			t.m = check_modulus(dt, t.n);
 			run_started(&t, cs);
 		}
 	}
@@ -497,11 +466,11 @@ static int run_all(const CommBackend *be, const CommEnv *env)
 	gpumem_free(&g);
 	if (comm_finalize(w, &err)) {
 		fprintf(stderr, "rank %d: %s\n", r, err.msg);
-		n_failed++;
+		check_failed++;
 	}
 	printf("comm_nccl_check: rank %d (device %d, backend %s): %d passed, %d failed\n", r,
-	       g.device, be->name, n_passed, n_failed);
-	return n_failed ? 1 : 0;
+	       g.device, be->name, check_passed, check_failed);
+	return check_failed ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -528,10 +497,10 @@ int main(int argc, char **argv)
 	}
 	CommEnv env;
 	comm_env_probe(&env);
-	my_rank = env.rank;
+	check_rank = env.rank;
 	char why[GPUMEM_WHY_BYTES];
 	if (gpumem_device_count(why, sizeof(why)) == 0) {
-		if (my_rank == 0)
+		if (check_rank == 0)
 			printf("comm_nccl_check: skipped: no CUDA device (%s)\n", why);
 		return 0;
 	}
