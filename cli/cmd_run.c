@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../db/db.h"
+#include "../engine/clock.h"
 #include "../exec/runner.h"
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
@@ -470,13 +471,6 @@ static void print_json(const Scenario *sc, const Prediction *pr, const double *a
 	free(rows);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Predicted against measured, rank 0. A row's measured figure may have another name: the
  * device's own peak reading (backend cuda) sits beside the predicted peak. */
 /* Rank 0's overlap of compute with started collectives (docs/gpu_comm.md), per step. */
@@ -615,14 +609,14 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		       sc.ds.micro_batch, sc.ds.grad_accum, size, sc.seq);
 	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
-		double t0 = now_s();
+		double t0 = px_now_s();
 		fail_ctx.step = s;
 		if (rank == o->hang_rank && s == o->hang_step) /* fault injection: stop answering */
 			for (;;)
 				sleep(60);
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
-		double dt = now_s() - t0;
+		double dt = px_now_s() - t0;
 		t_total += dt;
 		fail_ctx.t_total = t_total;
 		losses[s - 1] = res.loss;

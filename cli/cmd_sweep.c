@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../db/sweepdb.h"
+#include "../engine/clock.h"
 #include "commands.h"
 
 static const char USAGE[] =
@@ -183,13 +183,6 @@ static void progress(long long done, long long total, double t0, double now)
 		done, total, rate, rate > 0 ? (total - done) / rate : 0);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- the command ---- */
 
 typedef struct SweepOpts {
@@ -279,7 +272,7 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 	pthread_cond_init(&job.cv, NULL);
 	job.done = done;
 	signal(SIGINT, on_sigint);
-	double t0 = now_s(), shown = 0;
+	double t0 = px_now_s(), shown = 0;
 	int bar = !o->no_progress && isatty(2);
 	for (int i = 0; i < o->jobs; i++)
 		pthread_create(&th[i], NULL, worker, &job);
@@ -309,15 +302,15 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 		}
 		stored += b->n;
 		free(b);
-		double t = now_s();
+		double t = px_now_s();
 		if (bar && t - shown > 0.2)
 			progress(stored, todo, t0, t), shown = t;
 	}
 	for (int i = 0; i < o->jobs; i++)
 		pthread_join(th[i], NULL);
-	double dt = now_s() - t0;
+	double dt = px_now_s() - t0;
 	if (bar)
-		progress(stored, todo, t0, now_s()), fputc('\n', stderr);
+		progress(stored, todo, t0, px_now_s()), fputc('\n', stderr);
 	signal(SIGINT, SIG_DFL);
 	if (job.failed) {
 		*err = job.err;

@@ -3,7 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "../engine/clock.h"
 
 const CollKind collbench_kinds[COLLBENCH_KINDS] = {COLL_ALL_REDUCE, COLL_ALL_GATHER,
 						    COLL_REDUCE_SCATTER};
@@ -50,13 +51,6 @@ void collbench_opts_init(CollBenchOpts *o, int quick)
 	o->dt = COMM_FP32;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One call of kind on a size of count elements in all (all_gather and reduce_scatter: count / n
  * per rank), out of place. */
 static int call(Comm *c, CollKind kind, void *send, void *recv, size_t count, CommDtype dt,
@@ -81,11 +75,11 @@ static int time_one(Comm *c, const CollBenchOpts *o, CollKind kind, void *send, 
 			return -1;
 	if (comm_barrier(c, err))
 		return -1;
-	double t0 = now_s();
+	double t0 = px_now_s();
 	for (int i = 0; i < o->iters; i++)
 		if (call(c, kind, send, recv, count, o->dt, err))
 			return -1;
-	*time_s = (now_s() - t0) / o->iters;
+	*time_s = (px_now_s() - t0) / o->iters;
 	return 0;
 }
 

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../engine/clock.h"
+
 /* What a connecting rank says first, in network byte order: who it is and what it expects, so
  * that a stray connection or a rank of another build is told apart from a real one. */
 enum { HELLO_MAGIC = 0x50585256u /* "PXRV" */, HELLO_WORDS = 3 };
@@ -46,13 +48,6 @@ int rendezvous_addr_from_env(char *host, size_t host_bytes, int *port, PxError *
 }
 
 /* ---- time and sockets ---- */
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Both directions of fd give up after s seconds (at least 1 ms: 0 would mean never). */
 static void set_timeouts(int fd, double s)
@@ -168,7 +163,7 @@ static int serve_all(int lfd, int size, const void *blob, size_t bytes, double d
 		return px_fail(err, PX_ERR_RUNTIME, "rendezvous: out of memory");
 	int served = 0, rc = -1;
 	while (served < size - 1) {
-		double left = deadline - now_s();
+		double left = deadline - px_now_s();
 		struct pollfd p = {.fd = lfd, .events = POLLIN};
 		int ready = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
 		if (ready < 0 && errno == EINTR)
@@ -186,7 +181,7 @@ static int serve_all(int lfd, int size, const void *blob, size_t bytes, double d
 		int fd = accept(lfd, NULL, NULL);
 		if (fd < 0)
 			continue;
-		int r = serve_one(fd, size, blob, bytes, deadline - now_s(), err);
+		int r = serve_one(fd, size, blob, bytes, deadline - px_now_s(), err);
 		close(fd);
 		if (r == -2)
 			goto out;
@@ -250,7 +245,7 @@ static int fetch(const char *host, int port, int rank, void *blob, size_t bytes,
 	if (resolve(host, port, &a, err))
 		return -1;
 	for (;;) {
-		double left = deadline - now_s();
+		double left = deadline - px_now_s();
 		if (left <= 0)
 			return px_fail(err, PX_ERR_RUNTIME,
 				       "rendezvous: rank %d found no rank 0 at %s:%d in time: is rank "
@@ -280,7 +275,7 @@ int rendezvous_bcast(const char *host, int port, int rank, int size, void *blob,
 			       RENDEZVOUS_MAX_BYTES, rank, size, bytes, port);
 	if (size == 1)
 		return 0;
-	double deadline = now_s() + timeout_s;
+	double deadline = px_now_s() + timeout_s;
 	if (rank != 0)
 		return fetch(host, port, rank, blob, bytes, deadline, err);
 	int lfd = listen_on(port, err);

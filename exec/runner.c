@@ -3,9 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../engine/build.h"
+#include "../engine/clock.h"
 #include "../engine/streams.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
@@ -545,13 +545,6 @@ static void load_micro_batch(Runner *r, const DataSource *data, long step, int m
 	r->cb->set_tokens(r->cx, r->inputs, r->targets);
 }
 
-static double clock_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Which time counter an op adds to: a compute kind, then a collective kind. */
 static int time_slot(const Op *op)
 {
@@ -576,14 +569,14 @@ static int time_slot(const Op *op)
 /* Complete q: the call, then what its completion allows. Its time is the collective's. */
 static int finish_pending(Runner *r, Pending *q, PxError *err)
 {
-	double t0 = clock_s();
+	double t0 = px_now_s();
 	int rc = comm_wait(q->req, err);
 	q->req = NULL;
 	if (!rc && q->mine)
 		consume(r, q->op, q->mine, q->cnt);
 	if (!rc && q->recycle_buf >= 0)
 		recycle(r, q->recycle_buf);
-	double dt = clock_s() - t0;
+	double dt = px_now_s() - t0;
 	r->op_s[N_COMPS + q->op->sub] += dt;
 	r->wait_s += dt;
 	return rc;
@@ -676,11 +669,11 @@ static int run_op(Runner *r, int i, PxError *err)
 	int slot = time_slot(&r->s->ops[i]);
 	if (slot < 0)
 		return run_op_timed(r, i, err);
-	double t0 = clock_s(), w0 = r->wait_s;
+	double t0 = px_now_s(), w0 = r->wait_s;
 	/* check waits for an asynchronous backend, so that the op's time is its own; waits for
 	 * started collectives inside it are theirs (finish_pending) */
 	int rc = run_op_timed(r, i, err) || sync_streams(r, err) || r->cb->check(r->cx, err) ? -1 : 0;
-	r->op_s[slot] += clock_s() - t0 - (r->wait_s - w0);
+	r->op_s[slot] += px_now_s() - t0 - (r->wait_s - w0);
 	return rc;
 }
 
@@ -734,9 +727,9 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 			/* DeepSpeed synchronises every stream before the step */
 			if (wait_all(r, err) || sync_streams(r, err))
 				return -1;
-			double t0 = clock_s();
+			double t0 = px_now_s();
 			runner_optimize(r, res);
-			r->op_s[COMP_OPTIMIZER] += clock_s() - t0;
+			r->op_s[COMP_OPTIMIZER] += px_now_s() - t0;
 			r->opt_done = 1;
 			continue;
 		}

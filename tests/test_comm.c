@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../engine/clock.h"
 #include "../exec/comm.h"
 #include "../exec/progress.h"
 #include "../sim/traffic.h"
@@ -37,13 +38,6 @@ typedef struct FakeComm {
 	int rank, size;
 } FakeComm;
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void *fake_handle(int size)
 {
 	FakeComm *f = calloc(1, sizeof(*f));
@@ -65,9 +59,9 @@ static int fake_call(PxError *err)
 	}
 	if (fake.hang_next) {
 		fake.hang_next = 0;
-		double give_up = now_s() + 5;
+		double give_up = px_now_s() + 5;
 		pthread_mutex_lock(&fake.mu);
-		while (!fake.aborted && now_s() < give_up) {
+		while (!fake.aborted && px_now_s() < give_up) {
 			pthread_mutex_unlock(&fake.mu);
 			nanosleep(&(struct timespec){0, 10000000}, NULL);
 			pthread_mutex_lock(&fake.mu);
@@ -553,9 +547,9 @@ static void test_watchdog_fires(void)
 	Comm *w = fake_world(4, 2, &cfg);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
 	fake.hang_next = 1;
-	double t0 = now_s();
+	double t0 = px_now_s();
 	int rc = comm_all_gather(w, buf_a, buf_b, 16, COMM_FP32, &err);
-	double took = now_s() - t0;
+	double took = px_now_s() - t0;
 	/* The fake's world of 4 is this process alone: the board sees rank 0 and not the three
 	 * others, as it would see ranks on other nodes. */
 	const char *want = "rank 0: all_gather on group world (call 1 on this communicator) did not "

@@ -8,17 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../engine/clock.h"
 #include "suites.h"
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int on_path(const char *exe)
 {
@@ -58,7 +51,7 @@ static int run_check(const char *args, char *out, size_t n, double *took_s)
 	snprintf(cmd, sizeof(cmd),
 		 "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 4 '%s' %s 2>&1",
 		 prog, args);
-	double t0 = now_s();
+	double t0 = px_now_s();
 	FILE *p = popen(cmd, "r");
 	if (!p) {
 		CU_FAIL("popen");
@@ -70,7 +63,7 @@ static int run_check(const char *args, char *out, size_t n, double *took_s)
 	while (fread(sink, 1, sizeof(sink), p) > 0)
 		;
 	int st = pclose(p);
-	*took_s = now_s() - t0;
+	*took_s = px_now_s() - t0;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

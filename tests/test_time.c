@@ -9,8 +9,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "../engine/clock.h"
 #include "../sim/timeline.h"
 #include "fixtures.h"
 #include "suites.h"
@@ -522,13 +522,6 @@ static void test_pipeline_steady_state_equals_full_replay(void)
 
 /* ---- 1,000-GPU scenarios ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* GPT-3 175B on 1,024 A100 (TP 8, PP 8, 96 micro-batches) and MT-NLG 530B on 2,240 (TP 8,
  * PP 35, 240): the replay completes and accounts for every second of the step; the cost of the
  * replay is printed, not asserted. The first stage's bubble is compared loosely with the equal-
@@ -549,9 +542,9 @@ static void check_large(const char *name, double pp, double m)
 		return;
 	}
 	hwprofile_default(&sc.cluster.gpu, &hw);
-	double t0 = now_s();
+	double t0 = px_now_s();
 	if (run_prediction(&pr, &hw, 0, &r) == 0) {
-		double cost = now_s() - t0, seconds, gpu_hours;
+		double cost = px_now_s() - t0, seconds, gpu_hours;
 		CU_ASSERT(isfinite(r.step_s) && r.step_s > 0);
 		CU_ASSERT_EQUAL(r.n_stages, (int)pp);
 		for (int s = 0; s < r.n_stages; s++)
