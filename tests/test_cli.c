@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "suites.h"
@@ -804,9 +805,29 @@ static void test_calibrate_without_gpu(void)
 	ASSERT_HAS(out, "--dtype fp16: expected bf16 or fp32");
 }
 
+/* The test runner's own input: PX_SUITE naming a suite that does not exist is refused before any
+ * test runs, naming the suite, exit status 2 (this very runner, run again). */
+static void test_px_suite_unknown(void)
+{
+	char cmd[PATH_MAX + 64], exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	CU_ASSERT_FATAL(n > 0);
+	exe[n] = '\0';
+	snprintf(cmd, sizeof(cmd), "PX_SUITE=cli,no-such-suite '%s' 2>&1", exe);
+	FILE *p = popen(cmd, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	size_t got = fread(out, 1, sizeof(out) - 1, p); /* the suite's output buffer */
+	out[got] = '\0';
+	int st = pclose(p);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "PX_SUITE: no suite named 'no-such-suite'"));
+	CU_ASSERT_PTR_NULL(strstr(out, "Run Summary")); /* nothing ran */
+}
+
 int test_cli_register(void)
 {
 	return PX_ADD_SUITE("cli",
+			    {"PX_SUITE naming no suite is refused", test_px_suite_unknown},
 			    {"malformed JSON in the scenario: file:line:col", test_malformed_scenario},
 			    {"malformed JSON in a section file", test_malformed_section_file},
 			    {"stage of the wrong type", test_stage_wrong_type},
