@@ -10,7 +10,9 @@
  *     product I, as autograd keeps them)                             -> 2dI (4dI)
  *                                                              (together 24h)
  *   attention scores, per head a*s: softmax output d, dropout mask m, dropout output d
- *                                                                     -> (2d + m)as  (= 5as) */
+ *                                                                     -> (2d + m)as  (= 5as)
+ *     or, with FlashAttention, the fp32 log-sum-exp of each head's row -> 4a
+ *     (FlashAttention-2 regenerates its dropout mask from the RNG state in backward) */
 typedef struct BlockParts {
 	double attn_repl, attn_split, scores, mlp_repl, mlp_split;
 } BlockParts;
@@ -24,7 +26,8 @@ static BlockParts block_parts(const ModelSpec *m, const ActivShape *x)
 
 	p.attn_repl = sb * (2 * d * h + mask * h);
 	p.attn_split = sb * d * (2 * h + 2 * kv);
-	p.scores = sb * (double)m->a * (double)x->s * (d + mask + (m->dropout ? d : 0));
+	p.scores = x->flash ? sb * (double)m->a * 4 :
+			      sb * (double)m->a * (double)x->s * (d + mask + (m->dropout ? d : 0));
 	p.mlp_repl = sb * (2 * d * h + mask * h);
 	p.mlp_split = sb * d * (m->gated_mlp ? 4 : 2) * I;
 	return p;
@@ -33,7 +36,8 @@ static BlockParts block_parts(const ModelSpec *m, const ActivShape *x)
 static double attention_bytes(const BlockParts *p, const ActivShape *x, CkptMode mode)
 {
 	double t = x->t, repl = x->sp ? p->attn_repl / t : p->attn_repl;
-	return repl + p->attn_split / t + (mode == CKPT_SELECTIVE ? 0 : p->scores / t);
+	int recomputed = mode == CKPT_SELECTIVE && !x->flash;
+	return repl + p->attn_split / t + (recomputed ? 0 : p->scores / t);
 }
 
 double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)

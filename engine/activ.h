@@ -13,11 +13,14 @@ typedef struct ActivShape {
 	long long s, b;  /* sequence length, micro-batch */
 	int t;           /* tensor-parallel degree (1 without tensor parallelism) */
 	int sp;          /* sequence parallelism splits the replicated parts across t */
+	int flash;       /* FlashAttention: no scores kept, only each row's fp32 log-sum-exp */
 	int elem_bytes;  /* 2 for fp16/bf16 activations, 4 for fp32 */
 } ActivShape;
 
 /* Bytes one transformer block keeps for backward when nothing is recomputed (CKPT_NONE) or with
- * selective recompute (the attention scores are recomputed). */
+ * selective recompute (the attention scores are recomputed). With FlashAttention the scores are
+ * never kept whatever the mode: 4 bytes per head and query row (the softmax's log-sum-exp) in
+ * their place. */
 double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode);
 /* Bytes of one block's checkpoint under full recompute: its input, split over t when
  * sequence-parallel or when DeepSpeed partitions activations. */

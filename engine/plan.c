@@ -323,6 +323,7 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;
 	p->shape = (ActivShape){.s = sc->seq, .b = ds->micro_batch, .t = (int)p->par.tp,
 				.sp = p->par.sequence_parallel && p->par.tp > 1,
+				.flash = sc->attention == ATTN_FLASH,
 				.elem_bytes = p->param_bytes}; /* the executor's too: it computes in
 								 * the parameters' dtype */
 	p->executor = sc->backend != BACKEND_GPU;

@@ -87,8 +87,8 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
-					    NULL};
-	const char *name, *ckpt, *backend;
+					    "attention", NULL};
+	const char *name, *ckpt, *backend, *attn;
 	JsonObj ta;
 	int rc;
 
@@ -134,6 +134,17 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 		jobj_where(top, "activation_checkpointing", where, sizeof(where));
 		return px_fail(err, PX_ERR_INPUT, "%s: activation_checkpointing: expected none, full "
 			       "or selective, got \"%s\"", where, ckpt);
+	}
+
+	if (jobj_str(top, "attention", "eager", &attn, err) < 0)
+		return -1;
+	if (!strcmp(attn, "eager") || !strcmp(attn, "flash")) {
+		sc->attention = attn[0] == 'f' ? ATTN_FLASH : ATTN_EAGER;
+	} else {
+		char where[512];
+		jobj_where(top, "attention", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: attention: expected eager or flash, got \"%s\"",
+			       where, attn);
 	}
 
 	return 0;
@@ -386,6 +397,7 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 				ds->zero.persistence_threshold_elems);
 	static const char *const ck[] = {"none", "selective", "full"};
 	cJSON_AddStringToObject(r, "activation_checkpointing", ck[sc->ckpt]);
+	cJSON_AddStringToObject(r, "attention", sc->attention == ATTN_FLASH ? "flash" : "eager");
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	return text;

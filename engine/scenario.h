@@ -21,6 +21,12 @@ enum { SC_DOC_SCENARIO, SC_DOC_MODEL, SC_DOC_DEEPSPEED, SC_DOC_CLUSTER, SC_N_DOC
  * CUDA runtime) or on CUDA GPUs ("cuda": with the CUDA runtime's memory). */
 typedef enum { BACKEND_GPU, BACKEND_CPU, BACKEND_CUDA } Backend;
 
+/* How attention runs: "eager" materialises the scores (softmax output, dropout mask) and keeps
+ * them for backward, as PyTorch's eager attention and Megatron's do; "flash" is FlashAttention
+ * (Dao et al. 2022, 2023): one fused kernel per pass that keeps only each row's softmax
+ * log-sum-exp and recomputes the scores in backward. */
+typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
+
 typedef struct Scenario {
 	char name[128];
 	char path[1024];
@@ -33,6 +39,7 @@ typedef struct Scenario {
 	ParallelSpec par;         /* degrees as written; dp is derived by plan.c */
 	long long seq;            /* sequence length, tokens */
 	CkptMode ckpt;
+	AttnImpl attention;
 	Backend backend;          /* whose implementation the scenario describes */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;

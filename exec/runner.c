@@ -40,6 +40,8 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE)
 		why = "activation_checkpointing none or full";
+	else if (sc->attention != ATTN_EAGER)
+		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)
 		return px_fail(err, PX_ERR_INPUT, "%s: the executor runs %s", sc->path, why);
 	return 0;

@@ -11,11 +11,16 @@
  * the files and compares). In short: GEMM plateaus from the project's H100/H200 measurements
  * (shared/reference/hardware.md) and stas00/ml-engineering's MAMF table (A100), the curve's
  * shape from pytorch/ao PR #2427's sweep; NVLink plateaus from nccl-tests issues #212,
- * #149/#228, #272 and nccl #1161; the network's from nccl-tests #119; the rest are labelled
- * assumptions. */
+ * #149/#228, #272 and nccl #1161; the network's from nccl-tests #119; FlashAttention-2's rates
+ * from its paper and a measurement (A100) and FlashAttention-3's paper (H100); the rest are
+ * labelled assumptions. */
 
 #define GEMM_X {2.15e9, 1.72e10, 1.37e11, 1.1e12}
 #define LINK_X {1048576, 16777216, 268435456}
+
+/* fitted by scripts/fit_sustained.sh on MosaicML's A100 40GB and H100 (under 128 GPUs) tables */
+#define A100_SUSTAINED 0.775
+#define H100_SUSTAINED 0.695
 
 #define NETWORK {5e-6, {3, LINK_X, {0.46, 0.736, 0.92}}, 1}
 
@@ -23,8 +28,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "V100-32GB",
 		.gemm = {4, GEMM_X, {0.24, 0.64, 0.792, 0.8}},
+		.sustained = 1,
 		.hbm_efficiency = 0.9,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0, .flash_bwd = 0,
 		.nvlink = {1e-6, {3, LINK_X, {0.4, 0.64, 0.8}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
@@ -33,8 +40,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "A100-40GB",
 		.gemm = {4, GEMM_X, {0.261, 0.695, 0.86, 0.869}},
+		.sustained = A100_SUSTAINED,
 		.hbm_efficiency = 0.9,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0.6, .flash_bwd = 0.5,
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
@@ -43,8 +52,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "A100-80GB",
 		.gemm = {4, GEMM_X, {0.261, 0.695, 0.86, 0.869}},
+		.sustained = A100_SUSTAINED,
 		.hbm_efficiency = 0.9,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0.6, .flash_bwd = 0.5,
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
@@ -53,8 +64,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "H100-SXM",
 		.gemm = {4, GEMM_X, {0.242, 0.646, 0.799, 0.807}},
+		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.896,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.297},
 		.network = NETWORK,
 		.nvlink_domain = 8,
@@ -63,8 +76,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "H100-PCIe",
 		.gemm = {4, GEMM_X, {0.242, 0.646, 0.799, 0.807}},
+		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.9,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.192, 0.306, 0.383}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 2,
@@ -73,8 +88,10 @@ static const HwProfile DEFAULTS[] = {
 	{
 		.gpu = "H200",
 		.gemm = {4, GEMM_X, {0.238, 0.634, 0.784, 0.792}},
+		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.896,
 		.elementwise_fwd = 2, .elementwise_bwd = 4,
+		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.284},
 		.network = NETWORK,
 		.nvlink_domain = 8,
@@ -134,9 +151,12 @@ typedef struct Field {
 
 static const Field FIELDS[] = {
 	CURVE("compute", "gemm_efficiency", gemm, 1),
+	NUM("compute", "sustained", sustained, 0, 1, 1),
 	NUM("compute", "hbm_efficiency", hbm_efficiency, 0, 1, 1),
 	NUM("compute", "elementwise_forward", elementwise_fwd, 0, 100, 0),
 	NUM("compute", "elementwise_backward", elementwise_bwd, 0, 100, 0),
+	NUM("compute", "flash_forward", flash_fwd, 0, 1, 0),
+	NUM("compute", "flash_backward", flash_bwd, 0, 1, 0),
 	NUM("nvlink", "alpha_s", nvlink.alpha_s, 0, 0.01, 0),
 	CURVE("nvlink", "efficiency", nvlink.efficiency, 1),
 	NUM("nvlink", "allreduce_scale", nvlink.allreduce_scale, 0.25, 4, 0),

@@ -35,9 +35,15 @@ typedef struct HwProfile {
 	char gpu[32];            /* the catalog GPU it describes */
 	/* compute */
 	HwCurve gemm;            /* x: FLOPs of one GEMM; y: fraction of the dtype's dense peak */
+	double sustained;        /* what a training step sustains of the GEMM and FlashAttention
+				    rates above, which are single-kernel benchmarks: clocks under
+				    the power limit, framework overheads (calibrated on published
+				    runs that are not among the held-out ones) */
 	double hbm_efficiency;   /* achieved over the data-sheet HBM bandwidth */
 	double elementwise_fwd;  /* bytes non-GEMM kernels move per byte of a unit's activations, */
 	double elementwise_bwd;  /* forward (and recompute) and backward */
+	double flash_fwd;        /* FlashAttention's kernel, FLOPs it executes over the dtype's */
+	double flash_bwd;        /* dense peak, forward and backward; 0: the GPU has none */
 	/* links */
 	HwLink nvlink, network;
 	long long nvlink_domain; /* GPUs that reach each other over NVLink (8: NVSwitch; 2: bridged

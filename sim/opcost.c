@@ -53,12 +53,12 @@ static int is_block(const Plan *p, int u)
 /* The GEMMs of one micro-batch's forward through dense block `unit` on this rank, M = b s tokens
  * (dimension names as in engine/model.h, t = tensor-parallel degree, e = activation bytes):
  * one per weight matrix (a "weight" tensor longer than h) of n local elements, K x N = n with one
- * side h, so 2 M n FLOPs moving (M (h + n/h) + n) e bytes; and the attention's two products
- * batched over the rank's a/t heads, QK^T and AV, each 2 M s h/t FLOPs moving the b (a/t) s^2
- * scores and two M h/t operands. Returns how many, and in *listed their FLOPs, or 0 when they
- * leave more than 1% of the unit's FLOPs unlisted (MoE experts, a parameter-count-only model),
- * which leaves the op to the averaged pricing. (The plan's count also has 2 M per element of the
- * longer bias vectors: adds, not GEMMs, well under 1%.) */
+ * side h, so 2 M n FLOPs moving (M (h + n/h) + n) e bytes; and, last, the attention's two
+ * products batched over the rank's a/t heads, QK^T and AV, each 2 M s h/t FLOPs moving the
+ * b (a/t) s^2 scores and two M h/t operands. Returns how many, and in *listed their FLOPs, or 0
+ * when they leave more than 1% of the unit's FLOPs unlisted (MoE experts, a parameter-count-only
+ * model), which leaves the op to the averaged pricing. (The plan's count also has 2 M per element
+ * of the longer bias vectors: adds, not GEMMs, well under 1%.) */
 static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, double *listed)
 {
 	const ModelSpec *m = &p->sc->model;
@@ -89,22 +89,41 @@ static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, do
 	return sum <= u->fwd_flops * (1 + 1e-12) && sum >= 0.99 * u->fwd_flops ? n : 0;
 }
 
+/* FlashAttention's fused kernel in place of the two attention products of `nominal` FLOPs (the
+ * full s x s, as FLOP counts take them): a causal mask lets it skip the key blocks wholly above
+ * the diagonal, so with n = s/128 query blocks (FlashAttention-2's tile) it computes (n + 1)/2n
+ * of them; its backward recomputes the scores, five products to the forward's two (Dao 2023,
+ * algorithm 2). Each pass at the profile's rate for that kernel. */
+static double flash_attention_s(const Plan *p, const HwProfile *hw, double nominal, int backward)
+{
+	double blocks = ceil((double)p->shape.s / 128), peak = opcost_dtype_peak(p) * hw->sustained;
+	double executed = p->sc->model.arch == ARCH_BERT ? nominal :
+							   nominal * (blocks + 1) / (2 * blocks);
+	if (backward)
+		return over(2.5 * executed, peak * hw->flash_bwd);
+	return over(executed, peak * hw->flash_fwd);
+}
+
 /* A block's GEMM time, each GEMM at its own size on the efficiency curve (a batched product read
  * at its whole batch's FLOPs) and no faster than its bytes allow (the roofline); a backward runs
- * two GEMMs of each size; FLOPs left unlisted run at the listed ones' average rate. -1 when the
- * block's GEMMs cannot be listed or the op is not one pass over the block. */
+ * two GEMMs of each size; with FlashAttention the attention products are its kernel instead;
+ * FLOPs left unlisted run at the listed ones' average rate. -1 when the block's GEMMs cannot be
+ * listed or the op is not one pass over the block. */
 static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
-	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0;
-	double peak = opcost_dtype_peak(p), hbm = hbm_Bps(p, hw), fwd = p->units[op->unit].fwd_flops;
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0, fwd = p->units[op->unit].fwd_flops;
+	double peak = opcost_dtype_peak(p) * hw->sustained, hbm = hbm_Bps(p, hw);
 	int n = block_gemms(p, op->unit, flops, bytes, &listed);
 	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
 	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
 		return -1;
-	for (int i = 0; i < n; i++)
-		sum += fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
-			    over(bytes[i], hbm));
-	return times * sum * (fwd / listed);
+	int flash = p->sc->attention == ATTN_FLASH, gemms = flash ? n - 2 : n;
+	for (int i = 0; i < gemms; i++)
+		sum += times * fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
+				    over(bytes[i], hbm));
+	if (flash)
+		sum += flash_attention_s(p, hw, flops[n - 2] + flops[n - 1], times > 1.5);
+	return sum * (fwd / listed);
 }
 
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
@@ -124,7 +143,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
 		if (op->sub == COMP_BWD)
 			per *= 2;
-		gemm = over(op->flops, opcost_dtype_peak(p) * hw_curve_eval(&hw->gemm, op->flops / per));
+		gemm = over(op->flops, opcost_dtype_peak(p) * hw->sustained *
+					       hw_curve_eval(&hw->gemm, op->flops / per));
 	}
 	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
 	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)

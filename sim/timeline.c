@@ -907,9 +907,14 @@ static int summarise(const Sim *sim, TimeResult *out, PxError *err)
 	return 0;
 }
 
-static int check_peaks(const Plan *p, PxError *err)
+static int check_peaks(const Plan *p, const HwProfile *hw, PxError *err)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
+	if (p->sc->attention == ATTN_FLASH && (hw->flash_fwd <= 0 || hw->flash_bwd <= 0))
+		return px_fail(err, PX_ERR_INPUT, "%s: attention: \"flash\" cannot be timed on %s: its "
+			       "hardware profile's compute.flash_forward and flash_backward must be above "
+			       "0 (FlashAttention-2 needs an Ampere or newer GPU); use attention "
+			       "\"eager\" or a --hw profile that gives them", p->sc->path, g->name);
 	if (opcost_dtype_peak(p) > 0)
 		return 0;
 	Dtype dt = opcost_compute_dtype(p);
@@ -927,7 +932,7 @@ int timeline_run_opts(const Plan *p, Schedule *const *stages, const HwProfile *h
 	int rc = -1;
 
 	memset(out, 0, sizeof(*out));
-	if (check_peaks(p, err))
+	if (check_peaks(p, hw, err))
 		return -1;
 	if (sim.n < 1)
 		return px_fail(err, PX_ERR_RUNTIME, "timeline: a plan without pipeline stages");

@@ -5,9 +5,11 @@
  * Expected values are derived by hand in each test's comment; the profiles' figures are cited in
  * scenarios/hardware/ and docs/time_model.md, the published runs in their scenarios' "_source". */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../engine/clock.h"
@@ -31,6 +33,7 @@ static void compute_only_profile(HwProfile *hw)
 	const HwCurve flat = {1, {1}, {0.5}}, endless = {1, {1}, {INFINITY}};
 	CU_ASSERT_EQUAL(hwprofile_default(cluster_find_gpu("A100-80GB"), hw), 0);
 	hw->gemm = flat;
+	hw->sustained = 1;
 	hw->elementwise_fwd = hw->elementwise_bwd = 0;
 	hw->nvlink.alpha_s = hw->network.alpha_s = 0;
 	hw->nvlink.efficiency = hw->network.efficiency = endless;
@@ -212,6 +215,7 @@ static void overlap_case(Scenario *sc, Prediction *pr, double tb_over_tc, int ov
 	/* the A100's links, compute at half the peak whatever the size */
 	CU_ASSERT_EQUAL(hwprofile_default(cluster_find_gpu("A100-80GB"), &hw), 0);
 	hw.gemm = (HwCurve){1, {1}, {0.5}};
+	hw.sustained = 1;
 	sched_init(&s, 0);
 	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
 	double tc = opcost_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
@@ -313,12 +317,14 @@ static void test_ring_collectives(void)
 		   30 * 5e-6 + fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
 }
 
-/* One GEMM on the test's curve through (F/60, 0.2) and (10 F/6, 0.6), read in log(x), and no
- * faster than its bytes at 2039 GB/s x 0.9 (the roofline). */
+/* One GEMM on the test's curve through (F/60, 0.2) and (10 F/6, 0.6), read in log(x), of the
+ * A100's 312 TFLOP/s sustained at 0.775 (its profile's "sustained"), and no faster than its
+ * bytes at 2039 GB/s x 0.9 (the roofline). */
+#define A100_BF16_SUSTAINED (312e12 * 0.775)
 static double small_gemm_s(double f, double bytes, double F)
 {
 	double e = 0.2 + 0.4 * log(60 * f / F) / log(100);
-	return fmax(f / (312e12 * e), bytes / (2039e9 * 0.9));
+	return fmax(f / (A100_BF16_SUSTAINED * e), bytes / (2039e9 * 0.9));
 }
 
 /* SMALL_GPT's block (h = 256, a = 8, s = 512, b = 1, bf16) has 2^30 FLOPs of forward GEMMs
@@ -362,6 +368,88 @@ static void test_compute_and_copy_formulas(void)
 	REL_EQ(opcost_copy_s(&pr.plan, &hw, &s.ops[3]), 1e9 / (25e9 / 8 * 0.8));
 	sched_free(&s);
 	fx_free(&sc, &pr);
+}
+
+/* The same block with FlashAttention (Dao 2022, 2023): the four weight GEMMs as above, and the
+ * attention's 2 x 2^27 FLOPs as one fused kernel. GPT-2 is causal and s = 512 is 4 query tiles
+ * of 128, so it computes (4 + 1)/8 of them: 2^28 x 5/8 FLOPs at the A100 profile's flash
+ * forward rate, 0.60 x 312 TFLOP/s; backward recomputes the scores, 2.5 x those FLOPs at
+ * 0.50 x 312. The scores are not kept: per layer the 8 heads x 512 rows keep a 4-byte
+ * log-sum-exp each (16,384 B) instead of the eager 8 x 512 x 512 x (2 + 1 + 2) B of softmax
+ * output, dropout mask and dropout output (10,485,760 B), so the elementwise traffic shrinks
+ * with them. */
+static void test_flash_attention_formulas(void)
+{
+	Scenario sc, eager;
+	Prediction pr, pe;
+	HwProfile hw;
+	Schedule s;
+	const char *fmt = "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			  " \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\","
+			  " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512,"
+			  " \"attention\": \"%s\"}";
+	if (fx_predictf(&sc, &pr, fmt, "flash"))
+		return;
+	if (fx_predictf(&eager, &pe, fmt, "eager")) {
+		fx_free(&sc, &pr);
+		return;
+	}
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	const UnitPlan *u = &pr.plan.units[1];
+	double F = u->fwd_flops, hbm = 2039e9 * 0.9;
+	CU_ASSERT_EQUAL(F, pe.plan.units[1].fwd_flops); /* FLOP counts take the full square */
+	CU_ASSERT_EQUAL(pe.plan.units[1].act_bytes - u->act_bytes, 8 * 512 * 512 * 5 - 8 * 512 * 4);
+	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_FWD, 1, F, 0);
+	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
+	const double M = 512, w[4] = {256 * 768, 256 * 256, 256 * 1024, 1024 * 256};
+	double gemms = 0, attn = 268435456.0 * 5 / 8;
+	for (int i = 0; i < 4; i++)
+		gemms += small_gemm_s(2 * M * w[i], (M * (256 + w[i] / 256) + w[i]) * 2, F);
+	double scale = F / 1073741824.0;
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0),
+	       (gemms + attn / (A100_BF16_SUSTAINED * 0.6)) * scale + 2 * u->act_bytes / hbm);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0),
+	       (2 * gemms + 2.5 * attn / (A100_BF16_SUSTAINED * 0.5)) * scale +
+		       4 * u->act_bytes / hbm);
+	sched_free(&s);
+	fx_free(&eager, &pe);
+	fx_free(&sc, &pr);
+}
+
+/* FlashAttention-2 runs on Ampere and newer: on a V100 (whose profile gives it no rate) a flash
+ * scenario cannot be timed, and the message names the key; an unknown attention is refused when
+ * the scenario is read, naming the key and the two values it takes. */
+static void test_flash_refused(void)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	if (fx_predictf(&sc, &pr,
+			 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			 " \"fp16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"V100-32GB\","
+			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512,"
+			 " \"attention\": \"flash\"}"))
+		return;
+	HwProfile hw;
+	TimeResult r;
+	Schedule *stages[1] = {&pr.stages[0].sched};
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	CU_ASSERT_EQUAL(timeline_run(&pr.plan, stages, &hw, &r, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention: \"flash\" cannot be timed on V100-32GB"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "compute.flash_forward"));
+	fx_free(&sc, &pr);
+
+	char path[512];
+	snprintf(path, sizeof(path), "%s/attention.json", px_test_tmpdir());
+	px_test_write_file(path, "{" SMALL_GPT ", \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
+			   " \"gpus_per_node\": 1},\n \"attention\": \"sdpa\"}");
+	CU_ASSERT_EQUAL(scenario_load(&sc, path, NULL, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention.json:2:"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention: expected eager or flash, got \"sdpa\""));
 }
 
 /* Optimizer offload: a checkpoint copied in (B bytes, c = B / (32 GB/s x 0.8)) before the
@@ -609,9 +697,9 @@ static double narayanan_flops(const Scenario *sc)
 
 /* Predict each run with the default profile and print predicted against published with the
  * error; the FLOP count must be the papers' (else the TFLOP/s would not compare), and the errors
- * must stay inside the known band documented in docs/time_model.md (today worst 29.9%, mean
- * 13.2%; guarded at 32% each and 14.5% mean): a guard against regressions, not the issue's
- * target (10% each, 5% on average), which the printed table shows is not met. */
+ * must stay inside the known band documented in docs/time_model.md (today worst 14.7%, mean
+ * 7.4%; guarded at 16% each and 8% mean): a guard against regressions, not the issue's target
+ * (10% each, 5% on average), which the printed table shows is not met. */
 static void test_published_runs(void)
 {
 	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
@@ -651,7 +739,7 @@ static void test_published_runs(void)
 		double e = predicted / published - 1;
 		sum_abs += fabs(e);
 		max_abs = fmax(max_abs, fabs(e));
-		CU_ASSERT(fabs(e) <= 0.32);
+		CU_ASSERT(fabs(e) <= 0.16);
 		const char *name = strrchr(PUBLISHED[i], '/') + 1;
 		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
 		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
@@ -662,7 +750,129 @@ static void test_published_runs(void)
 	}
 	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
 	       "5%%) ", 100 * sum_abs / n, 100 * max_abs);
-	CU_ASSERT(sum_abs / n <= 0.145);
+	CU_ASSERT(sum_abs / n <= 0.08);
+}
+
+/* MosaicML's llm-foundry FSDP benchmarks (scripts/train/benchmarking/README.md, commit c90b9b3):
+ * MPT models from 125M to 70B parameters, seq 2048, FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP
+ * (ZeRO-2), FlashAttention, on 8 to 512 A100 or H100; one scenario per row at seq 2048, the
+ * published tokens/s per GPU in "_published". Two of the four tables calibrated the profiles'
+ * "sustained" (scripts/fit_sustained.sh): "A100 40GB" for the A100s and "H100 80GB BF16" (8-64
+ * GPUs) for the H100. The other two are held out: "H100 80GB BF16 (Large Scale, >= 128 GPUs)" and
+ * "A100 80GB". */
+/* today 17.3% worst, 8.8% mean */
+#define HELD_MAX 0.19
+#define HELD_MEAN 0.095
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+#define MOSAIC_DIR "scenarios/published/mosaicml"
+
+typedef struct ErrTally {
+	int n;
+	double sum_abs, max_abs, sum_log;
+} ErrTally;
+
+static void tally(ErrTally *t, double predicted, double published)
+{
+	double e = predicted / published - 1;
+	t->n++;
+	t->sum_abs += fabs(e);
+	t->max_abs = fmax(t->max_abs, fabs(e));
+	t->sum_log += log(predicted / published);
+}
+
+/* 1 when the scenario's source table is one of the two held out, 0 when it calibrated. */
+static int mosaic_held_out(const char *source)
+{
+	return strstr(source, "table 'H100 80GB BF16 (Large Scale") != NULL ||
+	       strstr(source, "table 'A100 80GB") != NULL;
+}
+
+/* Predict one MosaicML run: its parameter count must be the table's NumParams (the scenario is
+ * the model that ran), then its tokens/s per GPU are tallied in its set; held-out runs print. */
+static void mosaic_run(const char *path, ErrTally *held, ErrTally *cal)
+{
+	JsonDoc d;
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	if (jdoc_load_file(&d, path, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("cannot read a MosaicML scenario");
+		return;
+	}
+	const cJSON *pub = cJSON_GetObjectItemCaseSensitive(d.root, "_published");
+	const cJSON *src = cJSON_GetObjectItemCaseSensitive(d.root, "_source");
+	const cJSON *tps = cJSON_GetObjectItemCaseSensitive(pub, "tokens_per_s_per_gpu");
+	const cJSON *np = cJSON_GetObjectItemCaseSensitive(pub, "num_params");
+	CU_ASSERT_FATAL(cJSON_IsString(src) && cJSON_IsNumber(tps) && cJSON_IsNumber(np));
+	if (scenario_load(&sc, path, NULL, &err) || predict_run(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s: %s\n", path, err.msg);
+		CU_FAIL("cannot predict a MosaicML scenario");
+		jdoc_free(&d);
+		return;
+	}
+	CU_ASSERT_FATAL(pr.time_known);
+	CU_ASSERT_EQUAL(pr.plan.n_params, (long long)np->valuedouble);
+	CU_ASSERT(pr.fits); /* every run ran */
+	double predicted = pr.time.tokens_per_s / (double)pr.plan.world;
+	int held_out = mosaic_held_out(src->valuestring);
+	tally(held_out ? held : cal, predicted, tps->valuedouble);
+	if (held_out) {
+		const char *name = strrchr(path, '/') + 1;
+		printf("\n# %-40.*s %6lld %-18s %10.0f %10.0f %+7.1f%%", (int)(strlen(name) - 5), name,
+		       pr.plan.world, "tokens/s per GPU", tps->valuedouble, predicted,
+		       100 * (predicted / tps->valuedouble - 1));
+	}
+	predict_free(&pr);
+	scenario_free(&sc);
+	jdoc_free(&d);
+}
+
+/* The held-out MosaicML runs against the default profiles, and the calibration runs' fit: the
+ * geometric mean of predicted over published on the tables that set "sustained" must be 1
+ * within the 3 digits the fit is rounded to (1%), else the profiles and the script disagree.
+ * Guards at today's errors (docs/time_model.md), not the issue's target. */
+static void test_published_fsdp_runs(void)
+{
+	ErrTally held = {0}, cal = {0};
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s", px_test_path(MOSAIC_DIR));
+	DIR *dp = opendir(dir);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+	char **names = NULL;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(dp));) {
+		size_t len = strlen(e->d_name);
+		if (len > 5 && !strcmp(e->d_name + len - 5, ".json")) {
+			names = realloc(names, (size_t)(n + 1) * sizeof(*names));
+			names[n++] = strdup(e->d_name);
+		}
+	}
+	closedir(dp);
+	qsort(names, (size_t)n, sizeof(*names), cmp_str);
+	printf("\n# held-out MosaicML FSDP runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
+	       "scenario", "GPUs", "metric", "published", "predicted", "error");
+	for (int i = 0; i < n; i++) {
+		char path[2048];
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		mosaic_run(path, &held, &cal);
+		free(names[i]);
+	}
+	free(names);
+	CU_ASSERT_EQUAL(held.n, 29);
+	CU_ASSERT_EQUAL(cal.n, 59);
+	printf("\n# held out: %d runs, mean |error| %.1f%%, worst %.1f%%; calibration: %d runs, mean "
+	       "|error| %.1f%%, geometric mean of predicted/published %.4f ", held.n,
+	       100 * held.sum_abs / held.n, 100 * held.max_abs, cal.n, 100 * cal.sum_abs / cal.n,
+	       exp(cal.sum_log / cal.n));
+	CU_ASSERT(fabs(cal.sum_log / cal.n) < 0.01);
+	CU_ASSERT(held.max_abs <= HELD_MAX);
+	CU_ASSERT(held.sum_abs / held.n <= HELD_MEAN);
 }
 
 /* ---- failures ---- */
@@ -786,7 +996,7 @@ static void test_bundled_profiles_equal_defaults(void)
 	CU_ASSERT_STRING_EQUAL(hw.gpu, "B200");
 }
 
-/* Naming a catalog GPU starts from its default: one field given, the other 13 from the base. */
+/* Naming a catalog GPU starts from its default: one field given, the other 16 from the base. */
 static void test_profile_with_base(void)
 {
 	char path[512], what[64] = "";
@@ -797,7 +1007,7 @@ static void test_profile_with_base(void)
 	CU_ASSERT_EQUAL_FATAL(hwprofile_load(path, &hw, &err), 0);
 	hwprofile_default(cluster_find_gpu("H100-SXM"), &base);
 	CU_ASSERT_STRING_EQUAL(hw.gpu, "H100-SXM");
-	CU_ASSERT_EQUAL(hw.from_base, 13);
+	CU_ASSERT_EQUAL(hw.from_base, 16);
 	CU_ASSERT_DOUBLE_EQUAL(hw.pcie_efficiency, 0.5, 0);
 	CU_ASSERT_FALSE(hwprofile_equal(&hw, &base, what, sizeof(what)));
 	CU_ASSERT_STRING_EQUAL(what, "host.pcie_efficiency");
@@ -878,7 +1088,10 @@ int test_time_register(void)
 			    {"1F1B steady state: extrapolation = full replay",
 			     test_pipeline_steady_state_equals_full_replay},
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
+			    {"FlashAttention's kernel and memory", test_flash_attention_formulas},
+			    {"FlashAttention refused where it cannot run", test_flash_refused},
 			    {"held-out published runs: predicted vs published", test_published_runs},
+			    {"MosaicML FSDP runs: held out and calibration", test_published_fsdp_runs},
 			    {"unmatched pipeline receive", test_unmatched_receive},
 			    {"missing dtype peak", test_missing_peak},
 			    {"curve interpolation in log space", test_curve},
