@@ -250,7 +250,7 @@ static void test_measured_equals_predicted(void)
 
 /* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
  * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
- * unknown --backend and NVMe offload with theirs; exit 2. */
+ * unknown --backend, NVMe offload and FlashAttention (its kernels are eager) with theirs; exit 2. */
 static void test_run_refuses(void)
 {
 	char args[1024], text[8192];
@@ -274,6 +274,10 @@ static void test_run_refuses(void)
 		 "deepspeed.zero_optimization.offload_optimizer.nvme_path=/tmp", scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs offload to the CPU only (not to NVMe)"));
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set attention=flash",
+		 scenario("true"));
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs eager attention"));
 }
 
 /* ---- checkpoints ---- */
