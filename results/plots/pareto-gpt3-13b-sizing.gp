@@ -1,10 +1,10 @@
-# made by: parallax plot pareto gpt3-13b-sizing --db /tmp/sz.db --format png --out results/plots/pareto-gpt3-13b-sizing
+# made by: parallax plot pareto gpt3-13b-sizing
 # draw again: cd results/plots && gnuplot pareto-gpt3-13b-sizing.gp (reads pareto-gpt3-13b-sizing.dat; override with -e, e.g.
 #   gnuplot -e "formats='png'; png_out='other.png'" pareto-gpt3-13b-sizing.gp)
 if (!exists("datafile")) datafile = "pareto-gpt3-13b-sizing.dat"
 if (!exists("png_out")) png_out = "pareto-gpt3-13b-sizing.png"
 if (!exists("svg_out")) svg_out = "pareto-gpt3-13b-sizing.svg"
-if (!exists("formats")) formats = "png"
+if (!exists("formats")) formats = "png svg"
 do for [fmt in formats] {
 reset
 if (fmt eq "png") {
@@ -24,9 +24,9 @@ set size 0.5,0.94
 set title "time against cost: the front is the lower-left edge"
 set xlabel "cost, USD per million tokens (log scale)"
 set ylabel "hours per billion tokens (log scale)"
-set xrange [0.36872:9.1536]
-set yrange [0.12396:141.884]
-set xtics ("0.5" 0.5, "1" 1, "2" 2, "5" 5)
+set xrange [0.441153:10.4604]
+set yrange [0.160004:166.61]
+set xtics ("0.5" 0.5, "1" 1, "2" 2, "5" 5, "10" 10)
 set ytics ("0.2" 0.2, "0.5" 0.5, "1" 1, "2" 2, "5" 5, "10" 10, "20" 20, "50" 50, "100" 100)
 plot \
 	datafile index 0 using 5:4 with points pt 7 ps 0.6 lc rgb "#4e79a7" title "A100-40GB", \
@@ -42,7 +42,7 @@ set title "throughput against GPUs: the front is the upper-left edge"
 set xlabel "GPUs (log2 scale)"
 set ylabel "tokens/s (log scale)"
 set xrange [5.33333:384]
-set yrange [2409.57:2.75799e+06]
+set yrange [2051.98:2.13669e+06]
 set xtics auto
 set ytics ("5k" 5000, "10k" 10000, "20k" 20000, "50k" 50000, "100k" 100000, "200k" 200000, "500k" 500000, "1M" 1000000, "2M" 2000000)
 plot \
