@@ -69,9 +69,10 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,
 			z->persistence_threshold_elems, z->max_live_elems,
 			p->stages[0].persist_elems);
-	fprintf(f, "# checkpoint %s%s%s\n", ckpt_name(sc->ckpt),
+	fprintf(f, "# checkpoint %s%s%s; attention %s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
-		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "");
+		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "",
+		sc->attention == ATTN_FLASH ? "flash (FlashAttention-2)" : "eager");
 }
 
 /* ---- step time ---- */
