@@ -663,6 +663,60 @@ static void test_large_scenarios(void)
 
 /* ---- held-out published runs ---- */
 
+/* A published run: its scenario file read as JSON (for "_published" and "_source") and as a
+ * scenario, predicted with the default profile. */
+typedef struct PublishedRun {
+	JsonDoc d;
+	Scenario sc;
+	Prediction pr;
+	const cJSON *pub, *src;
+} PublishedRun;
+
+/* 0 with *r loaded (free with published_free), else -1 with the failure recorded. */
+static int published_load(PublishedRun *r, const char *path)
+{
+	PxError err = {0};
+	if (jdoc_load_file(&r->d, path, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("cannot read a published scenario");
+		return -1;
+	}
+	r->pub = cJSON_GetObjectItemCaseSensitive(r->d.root, "_published");
+	r->src = cJSON_GetObjectItemCaseSensitive(r->d.root, "_source");
+	CU_ASSERT(cJSON_IsString(r->src) && strlen(r->src->valuestring) > 20); /* cited */
+	if (!cJSON_IsString(r->src) || scenario_load(&r->sc, path, NULL, &err) ||
+	    predict_run(&r->sc, &r->pr, &err)) {
+		fprintf(stderr, "\n%s: %s\n", path, err.msg);
+		CU_FAIL("cannot predict a published scenario");
+		jdoc_free(&r->d);
+		return -1;
+	}
+	CU_ASSERT_FATAL(r->pr.time_known);
+	return 0;
+}
+
+static void published_free(PublishedRun *r)
+{
+	predict_free(&r->pr);
+	scenario_free(&r->sc);
+	jdoc_free(&r->d);
+}
+
+typedef struct ErrTally {
+	int n;
+	double sum_abs, max_abs, sum_log;
+} ErrTally;
+
+static double tally(ErrTally *t, double predicted, double published)
+{
+	double e = predicted / published - 1;
+	t->n++;
+	t->sum_abs += fabs(e);
+	t->max_abs = fmax(t->max_abs, fabs(e));
+	t->sum_log += log(predicted / published);
+	return e;
+}
+
 /* Large training runs whose throughput was published, as scenarios that carry the published
  * figure in "_published" and its source in "_source". None of them was used to set a profile:
  * they are held out. Sources: Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, the ten
@@ -703,54 +757,35 @@ static double narayanan_flops(const Scenario *sc)
 static void test_published_runs(void)
 {
 	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
-	double sum_abs = 0, max_abs = 0;
+	ErrTally t = {0};
 	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
 	       "scenario", "GPUs", "metric", "published", "predicted", "error");
 	for (int i = 0; i < n; i++) {
-		JsonDoc d;
-		Scenario sc;
-		Prediction pr;
-		PxError err = {0};
-		if (jdoc_load_file(&d, px_test_path(PUBLISHED[i]), &err)) {
-			fprintf(stderr, "\n%s\n", err.msg);
-			CU_FAIL("cannot read a published scenario");
+		PublishedRun r;
+		if (published_load(&r, px_test_path(PUBLISHED[i])))
 			continue;
-		}
-		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(d.root, "_published");
-		const cJSON *src = cJSON_GetObjectItemCaseSensitive(d.root, "_source");
-		const cJSON *tf = cJSON_GetObjectItemCaseSensitive(pub, "hw_tflops_per_gpu");
-		const cJSON *step = cJSON_GetObjectItemCaseSensitive(pub, "step_s");
-		CU_ASSERT(cJSON_IsString(src) && strlen(src->valuestring) > 20); /* cited */
-		CU_ASSERT(cJSON_IsNumber(tf) || cJSON_IsNumber(step));
-		if (scenario_load(&sc, px_test_path(PUBLISHED[i]), NULL, &err) ||
-		    predict_run(&sc, &pr, &err)) {
-			fprintf(stderr, "\n%s: %s\n", PUBLISHED[i], err.msg);
-			CU_FAIL("cannot predict a published scenario");
-			jdoc_free(&d);
-			continue;
-		}
-		CU_ASSERT_FATAL(pr.time_known);
-		double gpus = (double)pr.plan.world, published, predicted;
-		CU_ASSERT_DOUBLE_EQUAL(pr.time.hw_flops_per_gpu * gpus / narayanan_flops(&sc), 1, 0.02);
+		const cJSON *tf = cJSON_GetObjectItemCaseSensitive(r.pub, "hw_tflops_per_gpu");
+		const cJSON *step = cJSON_GetObjectItemCaseSensitive(r.pub, "step_s");
+		CU_ASSERT_FATAL(cJSON_IsNumber(tf) || cJSON_IsNumber(step));
+		double gpus = (double)r.pr.plan.world, published, predicted;
+		CU_ASSERT_DOUBLE_EQUAL(r.pr.time.hw_flops_per_gpu * gpus / narayanan_flops(&r.sc), 1,
+				       0.02);
 		if (cJSON_IsNumber(tf))
-			published = tf->valuedouble, predicted = pr.time.hw_tflops_per_gpu;
+			published = tf->valuedouble, predicted = r.pr.time.hw_tflops_per_gpu;
 		else
-			published = step->valuedouble, predicted = pr.time.step_s;
-		double e = predicted / published - 1;
-		sum_abs += fabs(e);
-		max_abs = fmax(max_abs, fabs(e));
+			published = step->valuedouble, predicted = r.pr.time.step_s;
+		double e = tally(&t, predicted, published);
 		CU_ASSERT(fabs(e) <= 0.16);
 		const char *name = strrchr(PUBLISHED[i], '/') + 1;
 		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
 		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
 		       100 * e);
-		predict_free(&pr);
-		scenario_free(&sc);
-		jdoc_free(&d);
+		published_free(&r);
 	}
+	CU_ASSERT_EQUAL(t.n, n);
 	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
-	       "5%%) ", 100 * sum_abs / n, 100 * max_abs);
-	CU_ASSERT(sum_abs / n <= 0.08);
+	       "5%%) ", 100 * t.sum_abs / n, 100 * t.max_abs);
+	CU_ASSERT(t.sum_abs / n <= 0.08);
 }
 
 /* MosaicML's llm-foundry FSDP benchmarks (scripts/train/benchmarking/README.md, commit c90b9b3):
@@ -771,20 +806,6 @@ static int cmp_str(const void *a, const void *b)
 
 #define MOSAIC_DIR "scenarios/published/mosaicml"
 
-typedef struct ErrTally {
-	int n;
-	double sum_abs, max_abs, sum_log;
-} ErrTally;
-
-static void tally(ErrTally *t, double predicted, double published)
-{
-	double e = predicted / published - 1;
-	t->n++;
-	t->sum_abs += fabs(e);
-	t->max_abs = fmax(t->max_abs, fabs(e));
-	t->sum_log += log(predicted / published);
-}
-
 /* 1 when the scenario's source table is one of the two held out, 0 when it calibrated. */
 static int mosaic_held_out(const char *source)
 {
@@ -796,41 +817,23 @@ static int mosaic_held_out(const char *source)
  * the model that ran), then its tokens/s per GPU are tallied in its set; held-out runs print. */
 static void mosaic_run(const char *path, ErrTally *held, ErrTally *cal)
 {
-	JsonDoc d;
-	Scenario sc;
-	Prediction pr;
-	PxError err = {0};
-	if (jdoc_load_file(&d, path, &err)) {
-		fprintf(stderr, "\n%s\n", err.msg);
-		CU_FAIL("cannot read a MosaicML scenario");
+	PublishedRun r;
+	if (published_load(&r, path))
 		return;
-	}
-	const cJSON *pub = cJSON_GetObjectItemCaseSensitive(d.root, "_published");
-	const cJSON *src = cJSON_GetObjectItemCaseSensitive(d.root, "_source");
-	const cJSON *tps = cJSON_GetObjectItemCaseSensitive(pub, "tokens_per_s_per_gpu");
-	const cJSON *np = cJSON_GetObjectItemCaseSensitive(pub, "num_params");
-	CU_ASSERT_FATAL(cJSON_IsString(src) && cJSON_IsNumber(tps) && cJSON_IsNumber(np));
-	if (scenario_load(&sc, path, NULL, &err) || predict_run(&sc, &pr, &err)) {
-		fprintf(stderr, "\n%s: %s\n", path, err.msg);
-		CU_FAIL("cannot predict a MosaicML scenario");
-		jdoc_free(&d);
-		return;
-	}
-	CU_ASSERT_FATAL(pr.time_known);
-	CU_ASSERT_EQUAL(pr.plan.n_params, (long long)np->valuedouble);
-	CU_ASSERT(pr.fits); /* every run ran */
-	double predicted = pr.time.tokens_per_s / (double)pr.plan.world;
-	int held_out = mosaic_held_out(src->valuestring);
-	tally(held_out ? held : cal, predicted, tps->valuedouble);
+	const cJSON *tps = cJSON_GetObjectItemCaseSensitive(r.pub, "tokens_per_s_per_gpu");
+	const cJSON *np = cJSON_GetObjectItemCaseSensitive(r.pub, "num_params");
+	CU_ASSERT_FATAL(cJSON_IsNumber(tps) && cJSON_IsNumber(np));
+	CU_ASSERT_EQUAL(r.pr.plan.n_params, (long long)np->valuedouble);
+	CU_ASSERT(r.pr.fits); /* every run ran */
+	double predicted = r.pr.time.tokens_per_s / (double)r.pr.plan.world;
+	int held_out = mosaic_held_out(r.src->valuestring);
+	double e = tally(held_out ? held : cal, predicted, tps->valuedouble);
 	if (held_out) {
 		const char *name = strrchr(path, '/') + 1;
 		printf("\n# %-40.*s %6lld %-18s %10.0f %10.0f %+7.1f%%", (int)(strlen(name) - 5), name,
-		       pr.plan.world, "tokens/s per GPU", tps->valuedouble, predicted,
-		       100 * (predicted / tps->valuedouble - 1));
+		       r.pr.plan.world, "tokens/s per GPU", tps->valuedouble, predicted, 100 * e);
 	}
-	predict_free(&pr);
-	scenario_free(&sc);
-	jdoc_free(&d);
+	published_free(&r);
 }
 
 /* The held-out MosaicML runs against the default profiles, and the calibration runs' fit: the
