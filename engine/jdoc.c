@@ -589,6 +589,26 @@ int jobj_str(const JsonObj *o, const char *key, const char *dflt, const char **o
 	return 1;
 }
 
+int jobj_choice(const JsonObj *o, const char *key, const char *const *names, int dflt, int *out,
+		PxError *err)
+{
+	const char *s;
+	int rc = jobj_str(o, key, NULL, &s, err);
+	*out = dflt;
+	if (rc <= 0)
+		return rc;
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(s, names[i])) {
+			*out = i;
+			return 1;
+		}
+	char list[256] = "one of ";
+	for (int i = 0; names[i]; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+			 names[i]);
+	return fail_expected(o, key, list, member(o, key), err);
+}
+
 int jobj_num_or_auto(const JsonObj *o, const char *key, double lo, double hi, double dflt,
 		     double *out, PxError *err)
 {

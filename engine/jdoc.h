@@ -80,6 +80,10 @@ int jobj_num(const JsonObj *o, const char *key, double lo, double hi, double dfl
 int jobj_bool(const JsonObj *o, const char *key, int dflt, int *out, PxError *err);
 /* *out points into the cJSON tree (valid while the document lives). */
 int jobj_str(const JsonObj *o, const char *key, const char *dflt, const char **out, PxError *err);
+/* One of the NULL-terminated names: *out its index (dflt when absent); a string not among them
+ * reads "WHERE: NAME.KEY: expected one of a, b, c, got "x"". */
+int jobj_choice(const JsonObj *o, const char *key, const char *const *names, int dflt, int *out,
+		PxError *err);
 /* A number in [lo, hi] or the string "auto": returns 2 for "auto" (out untouched). */
 int jobj_num_or_auto(const JsonObj *o, const char *key, double lo, double hi, double dflt,
 		     double *out, PxError *err);

@@ -30,30 +30,6 @@ const char *coll_algo_name(CollAlgo a)
 	return a == ALGO_TREE ? "tree" : a == ALGO_HIERARCHICAL ? "hierarchical" : "ring";
 }
 
-/* One of names[] (NULL-terminated) -> its index; error naming them all otherwise. */
-static int read_choice(const JsonObj *o, const char *key, const char *const *names, int dflt,
-		       int *out, PxError *err)
-{
-	const char *s;
-	int rc = jobj_str(o, key, NULL, &s, err);
-	if (rc <= 0) {
-		*out = dflt;
-		return rc;
-	}
-	for (int i = 0; names[i]; i++)
-		if (!strcmp(s, names[i])) {
-			*out = i;
-			return 1;
-		}
-	char where[512], list[256] = "";
-	for (int i = 0; names[i]; i++)
-		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
-			 names[i]);
-	jobj_where(o, key, where, sizeof(where));
-	return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: expected one of %s, got \"%s\"", where, o->name,
-		       key, list, s);
-}
-
 int parallel_parse(const JsonObj *par, ParallelSpec *p, PxNotes *notes, PxError *err)
 {
 	static const char *const known[] = {"tp", "pp", "ep", "sequence_parallel",
@@ -75,16 +51,16 @@ int parallel_parse(const JsonObj *par, ParallelSpec *p, PxNotes *notes, PxError 
 	    jobj_bool(par, "sequence_parallel", 0, &p->sequence_parallel, err) < 0 ||
 	    jobj_int(par, "virtual_stages", 1, 1 << 20, 1, &p->virtual_stages, err) < 0)
 		return -1;
-	if (read_choice(par, "pipeline_schedule", schedules, PIPE_1F1B, &v, err) < 0)
+	if (jobj_choice(par, "pipeline_schedule", schedules, PIPE_1F1B, &v, err) < 0)
 		return -1;
 	p->schedule = (PipeSchedule)v;
-	if (read_choice(par, "partition_method", parts, p->partition, &v, err) < 0)
+	if (jobj_choice(par, "partition_method", parts, p->partition, &v, err) < 0)
 		return -1;
 	p->partition = (PartitionMethod)v;
-	if (read_choice(par, "rank_order", orders, ORDER_TP_PP_DP, &v, err) < 0)
+	if (jobj_choice(par, "rank_order", orders, ORDER_TP_PP_DP, &v, err) < 0)
 		return -1;
 	p->order = (RankOrder)v;
-	if (read_choice(par, "collective_algorithm", algos, ALGO_RING, &v, err) < 0)
+	if (jobj_choice(par, "collective_algorithm", algos, ALGO_RING, &v, err) < 0)
 		return -1;
 	p->algo = (CollAlgo)v;
 	return 0;

@@ -88,7 +88,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
 					    "attention", NULL};
-	const char *name, *ckpt, *backend, *attn;
+	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
+	const char *name, *ckpt, *backend;
+	int attn;
 	JsonObj ta;
 	int rc;
 
@@ -136,16 +138,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 			       "or selective, got \"%s\"", where, ckpt);
 	}
 
-	if (jobj_str(top, "attention", "eager", &attn, err) < 0)
+	if (jobj_choice(top, "attention", attentions, ATTN_EAGER, &attn, err) < 0)
 		return -1;
-	if (!strcmp(attn, "eager") || !strcmp(attn, "flash")) {
-		sc->attention = attn[0] == 'f' ? ATTN_FLASH : ATTN_EAGER;
-	} else {
-		char where[512];
-		jobj_where(top, "attention", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: attention: expected eager or flash, got \"%s\"",
-			       where, attn);
-	}
+	sc->attention = (AttnImpl)attn;
 
 	return 0;
 }

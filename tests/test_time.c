@@ -420,7 +420,7 @@ static void test_flash_attention_formulas(void)
 
 /* FlashAttention-2 runs on Ampere and newer: on a V100 (whose profile gives it no rate) a flash
  * scenario cannot be timed, and the message names the key; an unknown attention is refused when
- * the scenario is read, naming the key and the two values it takes. */
+ * the scenario is read, naming the key and the two values it takes (jobj_choice's message). */
 static void test_flash_refused(void)
 {
 	Scenario sc;
@@ -449,7 +449,7 @@ static void test_flash_refused(void)
 	CU_ASSERT_EQUAL(scenario_load(&sc, path, NULL, &err), -1);
 	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention.json:2:"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention: expected eager or flash, got \"sdpa\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention: expected one of eager, flash, got \"sdpa\""));
 }
 
 /* Optimizer offload: a checkpoint copied in (B bytes, c = B / (32 GB/s x 0.8)) before the
