@@ -40,6 +40,13 @@ double opcost_dtype_peak(const Plan *p)
 	}
 }
 
+/* The dtype's dense peak as a training step sustains it (the profile's "sustained"): what the
+ * GEMM curve's and FlashAttention's single-kernel fractions apply to. */
+static double sustained_peak(const Plan *p, const HwProfile *hw)
+{
+	return opcost_dtype_peak(p) * hw->sustained;
+}
+
 static double hbm_Bps(const Plan *p, const HwProfile *hw)
 {
 	return p->sc->cluster.gpu.hbm_GBps * GB * hw->hbm_efficiency;
@@ -96,7 +103,7 @@ static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, do
  * algorithm 2). Each pass at the profile's rate for that kernel. */
 static double flash_attention_s(const Plan *p, const HwProfile *hw, double nominal, int backward)
 {
-	double blocks = ceil((double)p->shape.s / 128), peak = opcost_dtype_peak(p) * hw->sustained;
+	double blocks = ceil((double)p->shape.s / 128), peak = sustained_peak(p, hw);
 	double executed = p->sc->model.arch == ARCH_BERT ? nominal :
 							   nominal * (blocks + 1) / (2 * blocks);
 	if (backward)
@@ -112,7 +119,7 @@ static double flash_attention_s(const Plan *p, const HwProfile *hw, double nomin
 static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
 	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0, fwd = p->units[op->unit].fwd_flops;
-	double peak = opcost_dtype_peak(p) * hw->sustained, hbm = hbm_Bps(p, hw);
+	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
 	int n = block_gemms(p, op->unit, flops, bytes, &listed);
 	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
 	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
@@ -143,8 +150,7 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
 		if (op->sub == COMP_BWD)
 			per *= 2;
-		gemm = over(op->flops, opcost_dtype_peak(p) * hw->sustained *
-					       hw_curve_eval(&hw->gemm, op->flops / per));
+		gemm = over(op->flops, sustained_peak(p, hw) * hw_curve_eval(&hw->gemm, op->flops / per));
 	}
 	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
 	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)
