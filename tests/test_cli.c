@@ -508,6 +508,30 @@ static void test_refused_combinations(void)
 	ASSERT_NOTHING_STORED(db_path);
 }
 
+/* The attention key through the binary: a value it does not know is refused where the scenario
+ * is read (the key, both values, what was given; exit 2, nothing stored). FlashAttention on a
+ * V100, whose profile gives it no rate, cannot be timed: as for any step predict cannot price,
+ * the memory is still predicted and stored (exit 0) and the step time is reported as not priced,
+ * with the reason. */
+static void test_attention_refused(void)
+{
+	new_test_dir();
+	write_with_ds("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}}\n");
+	int rc = run("predict --db '%s' '%s' --set attention=sdpa", db_path, at("s.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "--set attention=sdpa: attention: expected one of eager, flash, "
+			     "got \"sdpa\"");
+	ASSERT_NOTHING_STORED(db_path);
+	rc = run("predict --db '%s' '%s' --set attention=flash --set cluster.gpu=V100-32GB", db_path,
+		 at("s.json"));
+	ASSERT_RC(rc, 0);
+	ASSERT_HAS(out, "# step time: not priced: ");
+	ASSERT_HAS(out, "attention: \"flash\" cannot be timed on V100-32GB");
+	ASSERT_HAS(out, "compute.flash_forward and flash_backward must be above 0");
+	CU_ASSERT_EQUAL(db_int(db_path, "SELECT COUNT(*) FROM runs"), 1);
+	CU_ASSERT(isnan(db_double(db_path, "SELECT value FROM metrics WHERE name = 'time.step_s'")));
+}
+
 static void test_auto_bucket_needs_hidden_size(void)
 {
 	new_test_dir();
@@ -840,6 +864,7 @@ int test_cli_register(void)
 			    {"--set errors", test_set_errors},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
+			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},
 			    {"auto bucket size needs hidden_size",
 			     test_auto_bucket_needs_hidden_size},
 			    {"not-modelled keys are listed", test_not_modelled_listed},
