@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fit a hardware profile's compute.sustained (docs/time_model.md, "Sustained rates") on
+# Fit a hardware profile's compute.sustained (docs/time_model.md, "Against published runs") on
 # published runs: the k for which the predicted tokens/s of the given scenarios are right on
 # average (geometric mean of predicted/published = 1), by bisection on [0.3, 1].
 #   scripts/fit_sustained.sh GPU SCENARIO...
