@@ -33,11 +33,25 @@ static BlockParts block_parts(const ModelSpec *m, const ActivShape *x)
 	return p;
 }
 
+/* the scores a block keeps on this rank (with FlashAttention: the log-sum-exps) */
+static double kept_scores(const BlockParts *p, const ActivShape *x, CkptMode mode)
+{
+	int recomputed = mode == CKPT_SELECTIVE && !x->flash;
+	return recomputed ? 0 : p->scores / x->t;
+}
+
 static double attention_bytes(const BlockParts *p, const ActivShape *x, CkptMode mode)
 {
 	double t = x->t, repl = x->sp ? p->attn_repl / t : p->attn_repl;
-	int recomputed = mode == CKPT_SELECTIVE && !x->flash;
-	return repl + p->attn_split / t + (recomputed ? 0 : p->scores / t);
+	return repl + p->attn_split / t + kept_scores(p, x, mode);
+}
+
+double activ_block_scores_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
+{
+	if (m->arch == ARCH_PARAMS_ONLY || x->flash)
+		return 0;
+	BlockParts p = block_parts(m, x);
+	return kept_scores(&p, x, mode);
 }
 
 double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)

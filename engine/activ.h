@@ -22,6 +22,10 @@ typedef struct ActivShape {
  * never kept whatever the mode: 4 bytes per head and query row (the softmax's log-sum-exp) in
  * their place. */
 double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode);
+/* Of activ_block_bytes (and activ_moe_block_bytes), the eager attention's kept scores: softmax
+ * output, dropout mask and dropout output, (2d + m) a s^2 b / t. 0 with FlashAttention or when
+ * selective recompute rebuilds them. */
+double activ_block_scores_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode);
 /* Bytes of one block's checkpoint under full recompute: its input, split over t when
  * sequence-parallel or when DeepSpeed partitions activations. */
 double activ_checkpoint_bytes(const ModelSpec *m, const ActivShape *x, int partitioned);

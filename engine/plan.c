@@ -162,6 +162,7 @@ static void plan_unit(Plan *p, int idx)
 	if (idx >= 1 && idx <= m->L) {
 		u->act_bytes = u->moe ? activ_moe_block_bytes(m, &p->shape, p->sc->ckpt, p->moe_slots) :
 					activ_block_bytes(m, &p->shape, p->sc->ckpt);
+		u->score_bytes = activ_block_scores_bytes(m, &p->shape, p->sc->ckpt);
 		u->ckpt_bytes = activ_checkpoint_bytes(m, &p->shape, p->sc->ds.partition_activations);
 	} else if (idx == 0) {
 		u->act_bytes = activ_embed_bytes(m, &p->shape);

@@ -40,8 +40,11 @@ typedef struct HwProfile {
 				    the power limit, framework overheads (calibrated on published
 				    runs that are not among the held-out ones) */
 	double hbm_efficiency;   /* achieved over the data-sheet HBM bandwidth */
-	double elementwise_fwd;  /* bytes non-GEMM kernels move per byte of a unit's activations, */
-	double elementwise_bwd;  /* forward (and recompute) and backward */
+	double elementwise_fwd;  /* bytes non-GEMM kernels move per byte of a unit's activations */
+	double elementwise_bwd;  /* other than attention scores, forward (and recompute) and
+				    backward (fitted with sustained on published runs) */
+	double scores_fwd;       /* the same per byte of eager attention's kept scores (softmax, */
+	double scores_bwd;       /* dropout), which no calibration run has */
 	double flash_fwd;        /* FlashAttention's kernel, FLOPs it executes over the dtype's */
 	double flash_bwd;        /* dense peak, forward and backward; 0: the GPU has none */
 	/* links */

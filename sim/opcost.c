@@ -153,10 +153,13 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 		gemm = over(op->flops, sustained_peak(p, hw) * hw_curve_eval(&hw->gemm, op->flops / per));
 	}
 	double elementwise = 0; /* layer norms, activations, softmax, dropout: memory-bound */
-	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known)
-		elementwise = over(p->units[op->unit].act_bytes *
-					   (op->sub == COMP_BWD ? hw->elementwise_bwd : hw->elementwise_fwd),
-				   hbm);
+	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known) {
+		const UnitPlan *u = &p->units[op->unit];
+		int bwd = op->sub == COMP_BWD;
+		elementwise = over((u->act_bytes - u->score_bytes) *
+					   (bwd ? hw->elementwise_bwd : hw->elementwise_fwd) +
+				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd), hbm);
+	}
 	return fmax(gemm, over(op->bytes, hbm)) + elementwise;
 }
 
