@@ -26,7 +26,7 @@ for f in $grid; do
 	a=$(fit A100-40GB $a100) || exit 1
 	# shellcheck disable=SC2086
 	h=$(fit H100-SXM $h100) || exit 1
-	echo "$f $a $h" | awk '{ printf "  %-11s %-8s %5.1f%% (%d runs)     %-8s %5.1f%% (%d runs)     %5.1f%%\n",
+	echo "$f $a $h" | awk '{ printf "  %-11s %-8s %5.2f%% (%d runs)    %-8s %5.2f%% (%d runs)    %5.2f%%\n",
 		$1, $3, 100 * $4, $5, $7, 100 * $8, $9, 100 * ($4 * $5 + $8 * $9) / ($5 + $9) }' | tee -a "$tmp"
 done
 sort -k10 -n "$tmp" | head -n 1 | awk '{ printf "# lowest mean |error| over both tables: elementwise_forward %s (backward %s), sustained A100 %s, H100 %s\n", $1, 2 * $1, $2, $6 }'

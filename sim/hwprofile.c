@@ -18,10 +18,10 @@
 #define GEMM_X {2.15e9, 1.72e10, 1.37e11, 1.1e12}
 #define LINK_X {1048576, 16777216, 268435456}
 
-/* fitted with the elementwise traffic (4 and 8 below) by scripts/fit_time_model.sh on MosaicML's
+/* fitted with the elementwise traffic (3.5 and 7 below) by scripts/fit_time_model.sh on MosaicML's
  * A100 40GB and H100 (under 128 GPUs) tables */
-#define A100_SUSTAINED 0.944
-#define H100_SUSTAINED 0.809
+#define A100_SUSTAINED 0.897
+#define H100_SUSTAINED 0.777
 
 #define NETWORK {5e-6, {3, LINK_X, {0.46, 0.736, 0.92}}, 1}
 
@@ -31,7 +31,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.24, 0.64, 0.792, 0.8}},
 		.sustained = 1,
 		.hbm_efficiency = 0.9,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0, .flash_bwd = 0,
 		.nvlink = {1e-6, {3, LINK_X, {0.4, 0.64, 0.8}}, 1},
@@ -44,7 +44,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.261, 0.695, 0.86, 0.869}},
 		.sustained = A100_SUSTAINED,
 		.hbm_efficiency = 0.9,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0.6, .flash_bwd = 0.5,
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
@@ -57,7 +57,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.261, 0.695, 0.86, 0.869}},
 		.sustained = A100_SUSTAINED,
 		.hbm_efficiency = 0.9,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0.6, .flash_bwd = 0.5,
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
@@ -70,7 +70,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.242, 0.646, 0.799, 0.807}},
 		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.896,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.297},
@@ -83,7 +83,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.242, 0.646, 0.799, 0.807}},
 		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.9,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.192, 0.306, 0.383}}, 1},
@@ -96,7 +96,7 @@ static const HwProfile DEFAULTS[] = {
 		.gemm = {4, GEMM_X, {0.238, 0.634, 0.784, 0.792}},
 		.sustained = H100_SUSTAINED,
 		.hbm_efficiency = 0.896,
-		.elementwise_fwd = 4, .elementwise_bwd = 8,
+		.elementwise_fwd = 3.5, .elementwise_bwd = 7,
 		.scores_fwd = 2, .scores_bwd = 4,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.284},
