@@ -24,8 +24,8 @@ set size 0.5,0.94
 set title "time against cost: the front is the lower-left edge"
 set xlabel "cost, USD per million tokens (log scale)"
 set ylabel "hours per billion tokens (log scale)"
-set xrange [0.441153:10.4604]
-set yrange [0.160004:166.61]
+set xrange [0.417612:10.6747]
+set yrange [0.153812:160.411]
 set xtics ("0.5" 0.5, "1" 1, "2" 2, "5" 5, "10" 10)
 set ytics ("0.2" 0.2, "0.5" 0.5, "1" 1, "2" 2, "5" 5, "10" 10, "20" 20, "50" 50, "100" 100)
 plot \
@@ -42,7 +42,7 @@ set title "throughput against GPUs: the front is the upper-left edge"
 set xlabel "GPUs (log2 scale)"
 set ylabel "tokens/s (log scale)"
 set xrange [5.33333:384]
-set yrange [2051.98:2.13669e+06]
+set yrange [2131.28:2.22272e+06]
 set xtics auto
 set ytics ("5k" 5000, "10k" 10000, "20k" 20000, "50k" 50000, "100k" 100000, "200k" 200000, "500k" 500000, "1M" 1000000, "2M" 2000000)
 plot \

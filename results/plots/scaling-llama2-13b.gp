@@ -25,7 +25,7 @@ set xrange [6.15385:332.8]
 set y2range [0:91.5946]
 # the data file is in GiB; u converts to the right axis' unit
 u = 1
-set yrange [14015.9:1.79403e+06]
+set yrange [14209.6:1.81883e+06]
 set ytics ("20k" 20000, "50k" 50000, "100k" 100000, "200k" 200000, "500k" 500000, "1M" 1000000)
 set xtics ("8" 8, "16" 16, "32" 32, "64" 64, "128" 128, "256" 256)
 set ytics nomirror tc rgb "#1f5fa0"
@@ -34,7 +34,7 @@ set grid xtics ytics lc rgb "#dddddd"
 set key outside right top vertical reverse Left samplen 3 spacing 1.3
 set arrow 1 from graph 0, second 79.6475 to graph 1, second 79.6475 nohead lw 2 dt 2 lc rgb "#c00000"
 plot \
-	(x >= 8 && x <= 256 ? 3503.96894*x : NaN) with lines dt 3 lw 1.5 lc rgb "#7f9fbf" title "linear from the first point", \
+	(x >= 8 && x <= 256 ? 3552.39698*x : NaN) with lines dt 3 lw 1.5 lc rgb "#7f9fbf" title "linear from the first point", \
 	datafile using 2:5 with linespoints lw 2 pt 7 ps 1.2 lc rgb "#1f5fa0" title "tokens/s (left axis)", \
 	datafile using 2:(u*$8) axes x1y2 with linespoints lw 2 pt 5 ps 1.2 lc rgb "#b35900" title "memory peak per GPU (right axis)", \
 	NaN with lines lw 2 dt 2 lc rgb "#c00000" title "GPU capacity 79.6 GiB (right axis)"

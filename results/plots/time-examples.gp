@@ -16,7 +16,7 @@ if (fmt eq "png") {
 }
 set title "Where the step time goes: 3 scenarios\nthe slowest pipeline stage's compute stream; exposed comm = communication not hidden behind compute"
 set xlabel "time per optimizer step (s)"
-set xrange [0:56.122]
+set xrange [0:54.43]
 set yrange [-0.6:2.6]
 set ytics scale 0
 set grid xtics lc rgb "#dddddd"
