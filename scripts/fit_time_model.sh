@@ -6,7 +6,7 @@
 #   H100: the 20 runs of its "H100 80GB BF16" table (8-64 GPUs)
 # Prints, per grid point, each GPU's sustained and mean |error|, and the point with the lowest
 # mean |error| over all 59 runs. The other tables and the Megatron, BLOOM and MT-NLG runs stay held
-# out. About 5 minutes.
+# out. About 12 minutes on a 2-core machine.
 #   scripts/fit_time_model.sh [F...]     (default grid: 2 3 3.5 4 4.5 5)
 set -eu
 here=$(dirname "$0")
