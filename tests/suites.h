@@ -25,7 +25,8 @@
 	X(exec_cuda)   \
 	X(cli)         \
 	X(calibrate)   \
-	X(plot)
+	X(plot)        \
+	X(setup)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
@@ -46,6 +47,8 @@ const char *px_test_path(const char *rel);
 /* Run the parallax binary (PX_BIN) with a shell-quoted argument string; capture stdout+stderr into
  * out (NUL-terminated, truncated to n). Returns the exit status, or -1 when it could not run. */
 int px_test_run_cli(const char *args, char *out, size_t n);
+/* Run a shell command line (sh -c), capturing stdout+stderr as px_test_run_cli does. */
+int px_test_run_sh(const char *cmd, char *out, size_t n);
 /* The same with the release binary (PX_RUN_BIN, else PX_BIN: mpirun's own start-up leaks would
  * fail a sanitized one), stopped by timeout(1) after timeout_s seconds (exit 124). */
 int px_test_run_release(const char *args, int timeout_s, char *out, size_t n);

@@ -32,14 +32,11 @@ const char *px_test_path(const char *rel)
 	return buf;
 }
 
-/* bin with args under timeout(1) when timeout_s > 0 */
-static int run_bin(const char *bin, const char *args, int timeout_s, char *out, size_t n)
+int px_test_run_sh(const char *cmd, char *out, size_t n)
 {
-	char cmd[8192], limit[32] = "";
-	if (timeout_s > 0)
-		snprintf(limit, sizeof(limit), "timeout %d ", timeout_s);
-	snprintf(cmd, sizeof(cmd), "%s'%s' %s 2>&1", limit, bin ? bin : "build/rel/parallax", args);
-	FILE *p = popen(cmd, "r");
+	char full[8192];
+	snprintf(full, sizeof(full), "(%s) 2>&1", cmd);
+	FILE *p = popen(full, "r");
 	if (!p)
 		return -1;
 	size_t len = fread(out, 1, n ? n - 1 : 0, p);
@@ -50,6 +47,16 @@ static int run_bin(const char *bin, const char *args, int timeout_s, char *out, 
 		;
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* bin with args under timeout(1) when timeout_s > 0 */
+static int run_bin(const char *bin, const char *args, int timeout_s, char *out, size_t n)
+{
+	char cmd[8192], limit[32] = "";
+	if (timeout_s > 0)
+		snprintf(limit, sizeof(limit), "timeout %d ", timeout_s);
+	snprintf(cmd, sizeof(cmd), "%s'%s' %s", limit, bin ? bin : "build/rel/parallax", args);
+	return px_test_run_sh(cmd, out, n);
 }
 
 int px_test_run_cli(const char *args, char *out, size_t n)
