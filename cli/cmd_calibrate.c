@@ -55,6 +55,7 @@ static const char USAGE[] =
 	"                     --link section (default network) labelled as host MPI\n"
 	"  --deadline S       stop the whole job when a collective takes longer (default 60)\n"
 	"  --inject-hang R    fault injection for testing: rank R stops before the collectives\n"
+	"  -h, --help         this help\n"
 	"Exit status: 0 written, 1 no device or a failure while measuring, 2 bad usage.\n";
 
 /* ---- the file ---- */

@@ -10,7 +10,11 @@ static const char USAGE[] =
 	"\n"
 	"List the built-in GPU catalog: memory, dense peak TFLOP/s per type, memory, NVLink,\n"
 	"network and PCIe bandwidth, and the reference node's host memory and NVMe. Any field can\n"
-	"be overridden in a scenario's cluster object (see README, \"cluster\").\n";
+	"be overridden in a scenario's cluster object (see README, \"cluster\").\n"
+	"\n"
+	"  --json       one JSON object per GPU, in an array\n"
+	"  -h, --help   this help\n"
+	"Exit status: 0 ok, 2 bad usage.\n";
 
 int cmd_gpus(int argc, char **argv)
 {

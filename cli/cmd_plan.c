@@ -2,7 +2,9 @@
  * search the layouts (ZeRO stage, tp, pp, micro-batch, recompute) for the fastest that fits,
  * then price training a token budget on it, and say which choice wins under a deadline or a
  * budget. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +18,35 @@
 static const char USAGE[] =
 	"usage: parallax plan PLAN.json [--json]\n"
 	"\n"
-	"Size a cluster: for every GPU type and node count of the plan, the fastest layout that\n"
-	"fits, its time and cost to train the token budget, and the winner: the cheapest that\n"
-	"meets the deadline, or the fastest within the budget.\n"
-	"  {\"scenario\": \"base.json\", \"tokens\": 3e11, \"deadline_days\": 30,\n"
-	"   \"budget_usd\": 5e6, \"gpus\": [\"A100-80GB\", \"H100-SXM\"], \"nodes\": [4, 8, 16],\n"
-	"   \"gpus_per_node\": 8, \"prices\": \"prices.json\",\n"
-	"   \"search\": {KEY: [VALUES]}}   (default search: ZeRO stage, tp, pp, micro-batch,\n"
-	"                                   activation checkpointing)\n";
+	"Size a cluster: for every GPU type and node count of the plan, search the layouts for\n"
+	"the fastest one that fits, price training the token budget on it, and name the winner:\n"
+	"the cheapest choice within the deadline (and budget), or without a deadline the fastest\n"
+	"within the budget. Nothing is written: neither the database nor beside the plan.\n"
+	"\n"
+	"  --json       one JSON object: every cell (gpu, nodes, gpus, fits, days, cost_usd,\n"
+	"               tokens_per_s, mfu, headroom_bytes, config) and the winner's index\n"
+	"  -h, --help   this help\n"
+	"\n"
+	"PLAN.json keys (paths relative to the plan file):\n"
+	"  scenario       the base scenario (required); its micro-batch and accumulation are\n"
+	"                 kept, so the global batch grows with the data-parallel size\n"
+	"  tokens         the token budget to train (required)\n"
+	"  gpus           GPU types to try, names from `parallax gpus` (required)\n"
+	"  nodes          node counts to try (required)\n"
+	"  gpus_per_node  default 8\n"
+	"  deadline_days  the winner must finish within it (0 or absent: no deadline)\n"
+	"  budget_usd     the winner must cost at most this (0 or absent: no budget)\n"
+	"  prices         {GPU: USD per GPU-hour}, or the path of a price list such as\n"
+	"                 scenarios/prices.json (its per_gpu_hour_usd); without a price the\n"
+	"                 cost is not known and such a cell cannot win on cost\n"
+	"  search         {KEY: [VALUES]} the layouts to search, any --set key (default: ZeRO\n"
+	"                 stage 0-3, tp and pp 1/2/4/8, micro-batch 1/2/4, activation\n"
+	"                 checkpointing none/selective/full)\n"
+	"  e.g. {\"scenario\": \"base.json\", \"tokens\": 3e11, \"deadline_days\": 30,\n"
+	"        \"gpus\": [\"A100-80GB\", \"H100-SXM\"], \"nodes\": [4, 8, 16],\n"
+	"        \"prices\": \"prices.json\"}\n"
+	"Unknown keys are warned about. Time comes from the step-time model (docs/time_model.md).\n"
+	"Exit status: 0 ok (whether or not a choice wins), 1 runtime failure, 2 bad input.\n";
 
 typedef struct Cell {
 	char gpu[32];
@@ -38,22 +61,32 @@ static const char *const DEFAULT_SEARCH =
 	" \"parallelism.pp\": [1, 2, 4, 8], \"deepspeed.train_micro_batch_size_per_gpu\": [1, 2, 4],"
 	" \"activation_checkpointing\": [\"none\", \"selective\", \"full\"]}";
 
-/* Write a sweep file for one cell and load it: the plan's base and search at this GPU and size. */
-static int cell_sweep(const char *plan_path, const cJSON *plan, const char *gpu, long long nodes,
-		      long long gpn, Sweep *sw, PxError *err)
+/* The directory part of path ("." when it has none) in dir. */
+static void dir_of(const char *path, char *dir, size_t n)
 {
-	char path[4096], dir[2048];
-	snprintf(dir, sizeof(dir), "%s", plan_path);
+	snprintf(dir, n, "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (slash)
-		*slash = '\0';
+		*slash = slash == dir ? (slash[1] = '\0', '/') : '\0';
 	else
-		snprintf(dir, sizeof(dir), ".");
-	snprintf(path, sizeof(path), "%s/.plan-cell-%d.json", dir, (int)getpid());
+		snprintf(dir, n, ".");
+}
+
+/* Write a sweep file for one cell and load it: the plan's base and search at this GPU and size.
+ * The file goes to the temporary directory, never beside the plan (which may be read-only, an
+ * installed share/parallax/plans), so the base scenario is named by its absolute path. */
+static int cell_sweep(const char *scenario_abs, const cJSON *plan, const char *gpu,
+		      long long nodes, long long gpn, Sweep *sw, PxError *err)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/parallax-plan-cell-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
 	cJSON *s = cJSON_CreateObject();
 	cJSON_AddStringToObject(s, "name", "plan-cell");
-	cJSON_AddItemToObject(s, "scenario",
-			      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(plan, "scenario"), 1));
+	cJSON_AddStringToObject(s, "scenario", scenario_abs);
 	const cJSON *search = cJSON_GetObjectItemCaseSensitive(plan, "search");
 	cJSON_AddItemToObject(s, "axes", search ? cJSON_Duplicate(search, 1) : cJSON_Parse(DEFAULT_SEARCH));
 	cJSON *set = cJSON_AddObjectToObject(s, "set");
@@ -63,18 +96,72 @@ static int cell_sweep(const char *plan_path, const cJSON *plan, const char *gpu,
 	/* the base gives micro-batch and accumulation: the global batch follows the size */
 	char *text = cJSON_Print(s);
 	cJSON_Delete(s);
-	FILE *f = fopen(path, "w");
-	if (!f || !text || fputs(text, f) < 0) {
-		if (f)
-			fclose(f);
-		cJSON_free(text);
-		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %m", path);
-	}
-	fclose(f);
+	FILE *f = fdopen(fd, "w");
+	int bad = !f || !text || fputs(text, f) < 0;
+	if (f ? fclose(f) != 0 : close(fd) != 0)
+		bad = 1;
 	cJSON_free(text);
+	if (bad) {
+		remove(path);
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+	}
 	int rc = sweep_load(sw, path, err);
 	remove(path);
 	return rc;
+}
+
+/* The plan's lists: gpus names known to the catalog, nodes positive integers. */
+static int check_lists(const JsonObj *o, const cJSON *gpus, const cJSON *nodes, PxError *err)
+{
+	char where[512];
+	for (const cJSON *g = gpus->child; g; g = g->next) {
+		if (!cJSON_IsString(g) || !cluster_find_gpu(g->valuestring)) {
+			jobj_where(o, "gpus", where, sizeof(where));
+			char *v = cJSON_PrintUnformatted(g);
+			px_fail(err, PX_ERR_INPUT, "%s: gpus: expected GPU names from `parallax gpus`, "
+				"got %s", where, v ? v : "?");
+			cJSON_free(v);
+			return -1;
+		}
+	}
+	for (const cJSON *nd = nodes->child; nd; nd = nd->next)
+		if (!cJSON_IsNumber(nd) || nd->valuedouble < 1 || nd->valuedouble > 1e6 ||
+		    nd->valuedouble != floor(nd->valuedouble)) {
+			jobj_where(o, "nodes", where, sizeof(where));
+			return px_fail(err, PX_ERR_INPUT, "%s: nodes: expected node counts (integers from "
+				       "1 to 1000000)", where);
+		}
+	if (!gpus->child || !nodes->child) {
+		jobj_where(o, !gpus->child ? "gpus" : "nodes", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s: expected at least one entry", where,
+			       !gpus->child ? "gpus" : "nodes");
+	}
+	return 0;
+}
+
+/* A layout as a short line, "zero 3 tp 1 pp 1 micro 4 ckpt selective": each searched key by its
+ * usual short name (else its last component) and its value, from a point's config JSON. */
+static void layout_line(const char *config, char *buf, size_t n)
+{
+	static const char *const SHORT[][2] = {
+		{"deepspeed.zero_optimization.stage", "zero"}, {"parallelism.tp", "tp"},
+		{"parallelism.pp", "pp"}, {"parallelism.ep", "ep"},
+		{"deepspeed.train_micro_batch_size_per_gpu", "micro"},
+		{"activation_checkpointing", "ckpt"}, {NULL, NULL}};
+	cJSON *c = cJSON_Parse(config);
+	size_t len = 0;
+	buf[0] = '\0';
+	for (const cJSON *k = c ? c->child : NULL; k && len < n; k = k->next) {
+		const char *name = strrchr(k->string, '.') ? strrchr(k->string, '.') + 1 : k->string;
+		for (int i = 0; SHORT[i][0]; i++)
+			if (!strcmp(k->string, SHORT[i][0]))
+				name = SHORT[i][1];
+		char *v = cJSON_IsString(k) ? NULL : cJSON_PrintUnformatted(k);
+		len += (size_t)snprintf(buf + len, n - len, "%s%s %s", len ? " " : "", name,
+					v ? v : k->valuestring);
+		cJSON_free(v);
+	}
+	cJSON_Delete(c);
 }
 
 static double price_of(const cJSON *prices, const char *gpu)
@@ -109,28 +196,53 @@ int cmd_plan(int argc, char **argv)
 	long long gpn;
 	Cell *cells = NULL;
 	int n = 0;
+	PxNotes notes;
+	px_notes_init(&notes);
+	static const char *const known[] = {"description", "scenario", "tokens", "deadline_days",
+					    "budget_usd", "gpus", "nodes", "gpus_per_node",
+					    "prices", "search", NULL};
+	const char *scenario;
+	char dir[2048], scenario_abs[PATH_MAX];
 	if (jdoc_load_file(&d, path, &err))
 		goto fail;
+	if (!cJSON_IsObject(d.root)) {
+		px_fail(&err, PX_ERR_INPUT, "%s: expected a JSON object with scenario, tokens, gpus "
+			"and nodes", path);
+		goto fail;
+	}
 	jobj_make(&o, &d, d.root, "", "", NULL);
+	jobj_check_keys(&o, known, &notes);
+	for (int i = 0; i < notes.n_warnings; i++)
+		fprintf(stderr, "parallax plan: %s\n", notes.warnings[i]);
 	if (jobj_num(&o, "tokens", 1, 1e16, 0, &tokens, &err) < 0 ||
 	    jobj_num(&o, "deadline_days", 0, 1e6, 0, &deadline, &err) < 0 ||
 	    jobj_num(&o, "budget_usd", 0, 1e15, 0, &budget, &err) < 0 ||
-	    jobj_int(&o, "gpus_per_node", 1, 64, 8, &gpn, &err) < 0)
+	    jobj_int(&o, "gpus_per_node", 1, 64, 8, &gpn, &err) < 0 ||
+	    jobj_str(&o, "scenario", NULL, &scenario, &err) < 0)
 		goto fail;
 	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(d.root, "gpus");
 	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(d.root, "nodes");
-	if (!tokens || !cJSON_IsArray(gpus) || !cJSON_IsArray(nodes) ||
-	    !cJSON_GetObjectItemCaseSensitive(d.root, "scenario")) {
-		px_fail(&err, PX_ERR_INPUT, "%s: expected scenario, tokens, gpus [...] and nodes [...]",
-			path);
+	if (!tokens || !cJSON_IsArray(gpus) || !cJSON_IsArray(nodes) || !scenario) {
+		px_fail(&err, PX_ERR_INPUT, "%s: expected scenario (a path), tokens, gpus [...] and "
+			"nodes [...]", path);
+		goto fail;
+	}
+	if (check_lists(&o, gpus, nodes, &err))
+		goto fail;
+	dir_of(path, dir, sizeof(dir));
+	char rel[4096];
+	snprintf(rel, sizeof(rel), "%s/%s", scenario[0] == '/' ? "" : dir, scenario);
+	if (!realpath(rel, scenario_abs)) {
+		char where[512];
+		jobj_where(&o, "scenario", where, sizeof(where));
+		px_fail(&err, PX_ERR_INPUT, "%s: scenario: cannot open %s: %s", where, rel,
+			strerror(errno));
 		goto fail;
 	}
 	const cJSON *prices = cJSON_GetObjectItemCaseSensitive(d.root, "prices");
 	if (cJSON_IsString(prices)) { /* a price list file beside the plan */
-		char file[4096], dir[2048];
-		snprintf(dir, sizeof(dir), "%s", path);
-		char *slash = strrchr(dir, '/');
-		snprintf(file, sizeof(file), "%s/%s", slash ? (*slash = '\0', dir) : ".",
+		char file[4096];
+		snprintf(file, sizeof(file), "%s/%s", prices->valuestring[0] == '/' ? "" : dir,
 			 prices->valuestring);
 		if (jdoc_load_file(&pd, file, &err))
 			goto fail;
@@ -142,11 +254,11 @@ int cmd_plan(int argc, char **argv)
 		for (const cJSON *nd = nodes->child; nd; nd = nd->next) {
 			Cell *cl = &cells[n++];
 			Sweep sw;
-			snprintf(cl->gpu, sizeof(cl->gpu), "%s", cJSON_IsString(g) ? g->valuestring : "?");
+			snprintf(cl->gpu, sizeof(cl->gpu), "%s", g->valuestring);
 			cl->nodes = (long long)nd->valuedouble;
 			cl->world = cl->nodes * gpn;
 			cl->price = price_of(prices, cl->gpu);
-			if (cell_sweep(path, d.root, cl->gpu, cl->nodes, gpn, &sw, &err))
+			if (cell_sweep(scenario_abs, d.root, cl->gpu, cl->nodes, gpn, &sw, &err))
 				goto fail;
 			for (long long i = 0; i < sw.n_points; i++) {
 				PointResult r;
@@ -215,10 +327,12 @@ int cmd_plan(int argc, char **argv)
 				       cl->world, "-", "-", "-", "-", "-", "nothing fits");
 				continue;
 			}
+			char layout[512];
+			layout_line(cl->best.config, layout, sizeof(layout));
 			printf("%-10s %6lld %6lld %9.2f %12.4g %12.0f %7.3f %9.2f  %s%s\n", cl->gpu,
 			       cl->nodes, cl->world, cl->days, cl->cost_usd, cl->best.tokens_per_s,
 			       cl->best.mfu, (cl->best.capacity_bytes - cl->best.peak_bytes) / 1073741824.0,
-			       cl->best.config, i == win ? "   <- winner" : "");
+			       layout, i == win ? "   <- winner" : "");
 		}
 		if (win >= 0)
 			printf("# winner: %lld x %lld %s, %.2f days, %.4g USD (%s)\n", cells[win].nodes,
@@ -236,6 +350,7 @@ fail:
 	rc = err.code ? err.code : 1;
 out:
 	free(cells);
+	px_notes_free(&notes);
 	jdoc_free(&pd);
 	jdoc_free(&d);
 	return rc;

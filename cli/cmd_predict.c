@@ -13,10 +13,11 @@
 
 static const char USAGE[] =
 	"usage: parallax predict SCENARIO.json... [--set KEY=VALUE]... [--json]\n"
-	"                        [--db FILE | --no-db] [--timeline FILE]\n"
+	"                        [--db FILE | --no-db] [--timeline FILE] [--hw FILE]\n"
 	"\n"
-	"Predict per-GPU memory (by place and category) and communication per optimizer step for\n"
-	"each scenario, print them, and store them as predicted runs in the results database.\n"
+	"Predict per-GPU memory (by place and category), communication per optimizer step and the\n"
+	"step time for each scenario, print them, and store them as predicted runs in the results\n"
+	"database.\n"
 	"\n"
 	"  --set KEY=VALUE  override any scenario key before it is read, e.g.\n"
 	"                   --set deepspeed.zero_optimization.stage=3 --set cluster.nodes=16\n"

@@ -26,7 +26,8 @@
 	X(cli)         \
 	X(calibrate)   \
 	X(plot)        \
-	X(setup)
+	X(setup)       \
+	X(plan)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
