@@ -143,9 +143,12 @@ bench: $(BIN)
 	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress | tail -1
 	@echo "# target (issue 4): 50,000 points/s per core; a widely used Python model: about 220"
 
+# the binary finds share/parallax (bundled scenarios) and share/doc/parallax beside its bin/
 install: $(BIN)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/parallax
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/parallax \
+		$(DESTDIR)$(PREFIX)/share/doc/parallax
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/parallax
+	install -m 644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/parallax/
 	cp -R scenarios $(DESTDIR)$(PREFIX)/share/parallax/
 
 clean:

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "paths.h"
 #include "plot.h"
 
 static const char USAGE[] =
@@ -55,20 +57,29 @@ static const char USAGE[] =
 	"\n"
 	"options:\n"
 	"  --out PREFIX          write PREFIX.png, PREFIX.svg, PREFIX.gp and PREFIX.dat (default\n"
-	"                        results/plots/KIND-NAME, NAME the (first) scenario's name)\n"
+	"                        results/plots/KIND-NAME, NAME the (first) scenario's name;\n"
+	"                        without a ./results folder, ~/.local/share/parallax/plots)\n"
 	"  --format png|svg|both which images to draw (default both)\n"
 	"  --set KEY=VALUE       memory, time, scaling: override a scenario key before it is read,\n"
 	"                        as in parallax predict (VALUE is JSON, or else a string)\n"
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
 	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
-	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB or\n"
-	"                        results/parallax.db); RUN defaults to the latest measured run\n"
+	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB,\n"
+	"                        else results/parallax.db, else ~/.local/share/parallax/);\n"
+	"                        RUN defaults to the latest measured run\n"
 	"  -h, --help            this help\n"
 	"\n"
 	"Needs gnuplot with the pngcairo and svg terminals (Debian: apt-get install gnuplot-nox).\n"
-	"Exit status: 0 ok, 1 runtime failure (gnuplot, files, database), 2 bad input.\n"
-	"More: docs/plots.md\n";
+	"Exit status: 0 ok, 1 runtime failure (gnuplot, files, database), 2 bad input.\n";
+
+/* The usage, and where docs/plots.md is (in the source tree or the installed share/doc). */
+static void usage(FILE *f)
+{
+	char doc[PATH_MAX];
+	fputs(USAGE, f);
+	fprintf(f, "More: %s\n", paths_doc("plots.md", doc, sizeof(doc)));
+}
 
 /* ---- options ---- */
 
@@ -143,7 +154,7 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 		case 'n': o->nodes = optarg; break;
 		case 'd': o->db = optarg; break;
 		case 'w': o->hw = optarg; break;
-		case 'h': fputs(USAGE, stdout); return 0;
+		case 'h': usage(stdout); return 0;
 		default:
 			for (int i = 0; optopt && longs[i].name; i++)
 				if (longs[i].val == optopt)
@@ -417,14 +428,17 @@ static void command_line(PlotBuf *b, int argc, char **argv)
 	}
 }
 
-/* results/plots/KIND-NAME, with the folders made; NAME keeps only characters safe in a file name */
+/* RESULTS/plots/KIND-NAME (RESULTS: paths_results_dir, ./results in a checkout), with the
+ * folder made; NAME keeps only characters safe in a file name */
 static int default_prefix(const char *kind, const char *name, char *buf, size_t n, PxError *err)
 {
-	if ((mkdir("results", 0777) && errno != EEXIST) ||
-	    (mkdir("results/plots", 0777) && errno != EEXIST))
-		return px_fail(err, PX_ERR_RUNTIME, "cannot create results/plots/: %s",
-			       strerror(errno));
-	int len = snprintf(buf, n, "results/plots/%s-", kind);
+	char dir[PATH_MAX], plots[PATH_MAX + 8];
+	if (paths_results_dir(dir, sizeof(dir), 1, err))
+		return -1;
+	snprintf(plots, sizeof(plots), "%s/plots", dir);
+	if (mkdir(plots, 0777) && errno != EEXIST)
+		return px_fail(err, PX_ERR_RUNTIME, "cannot create %s/: %s", plots, strerror(errno));
+	int len = snprintf(buf, n, "%s/%s-", plots, kind);
 	for (const char *c = name; *c && (size_t)len + 1 < n; c++, len++)
 		buf[len] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.+",
 				  *c) ? *c : '_';
@@ -443,9 +457,9 @@ int cmd_plot(int argc, char **argv)
 	int kind = 0, rc;
 
 	if (argc < 2)
-		return fputs(USAGE, stderr), 2;
+		return usage(stderr), 2;
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
-		return fputs(USAGE, stdout), 0;
+		return usage(stdout), 0;
 	jov_init(&o.ov);
 	plot_spec_init(&ps);
 	pb_init(&cmdline);

@@ -1,6 +1,7 @@
 /* parallax predict: scenarios in, memory/communication tables (or JSON) and database rows out. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "../db/db.h"
 #include "commands.h"
+#include "paths.h"
 #include "report.h"
 #include "store.h"
 
@@ -23,8 +25,9 @@ static const char USAGE[] =
 	"                   --set deepspeed.zero_optimization.stage=3 --set cluster.nodes=16\n"
 	"                   --set model.num_parameters=1e12 (VALUE is JSON, or else a string)\n"
 	"  --json           print one JSON object per scenario (an array for several)\n"
-	"  --db FILE        results database to write (default: $PARALLAX_DB or\n"
-	"                   results/parallax.db)\n"
+	"  --db FILE        results database to write (default: $PARALLAX_DB, else\n"
+	"                   results/parallax.db where ./results exists, else\n"
+	"                   ~/.local/share/parallax/parallax.db)\n"
 	"  --no-db          do not write any database\n"
 	"  --timeline FILE  write rank 0's memory after every schedule op as a table\n"
 	"                   (one scenario only)\n"
@@ -33,7 +36,10 @@ static const char USAGE[] =
 	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too\n"
 	"  -h, --help       this help\n"
 	"\n"
-	"With one scenario the full report is printed; with several, one line each.\n"
+	"With one scenario the full report is printed; with several, one line each. A scenario\n"
+	"not found as given is looked for in $PARALLAX_PATH and the bundled scenarios (an\n"
+	"installed binary's share/parallax), so `parallax predict llama2-13b-zero3-h100.json`\n"
+	"works from any folder.\n"
 	"Exit status: 0 ok, 1 runtime failure (database, memory), 2 bad input.\n";
 
 typedef struct PredictOpts {
@@ -84,17 +90,6 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		fprintf(stderr, "parallax predict: --timeline takes one scenario, got %d\n",
 			argc - optind);
 		return 2;
-	}
-	if (!o->db_path && !o->no_db) {
-		o->db_path = getenv("PARALLAX_DB");
-		if (!o->db_path || !*o->db_path) {
-			o->db_path = "results/parallax.db";
-			if (mkdir("results", 0777) && errno != EEXIST) {
-				fprintf(stderr, "parallax predict: cannot create results/: %s\n",
-					strerror(errno));
-				return 1;
-			}
-		}
 	}
 	return -1;
 }
@@ -177,10 +172,18 @@ static void print_all(const PredictOpts *o, Item *items, int n)
 	}
 }
 
+/* The default database is found (and its folder made) only now, when there is something to
+ * store: bad input never makes a folder. */
 static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
 {
 	PxDb *db;
-	if (db_open(o->db_path, &db, err))
+	char dflt[PATH_MAX];
+	const char *path = o->db_path;
+	if (!path && paths_default_db(dflt, sizeof(dflt), 1, err))
+		return -1;
+	if (!path)
+		path = dflt;
+	if (db_open(path, &db, err))
 		return -1;
 	for (int i = 0; i < n; i++) {
 		long long id;
@@ -190,7 +193,7 @@ static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
 		}
 		if (!o->json)
 			printf("# stored %s as predicted run %lld in %s\n", items[i].sc.name, id,
-			       o->db_path);
+			       path);
 	}
 	db_close(db);
 	return 0;
@@ -216,7 +219,9 @@ int cmd_predict(int argc, char **argv)
 	rc = 0;
 	/* everything is read and priced before anything is written */
 	for (int i = 0; i < n && !rc; i++) {
-		if (scenario_load(&items[i].sc, argv[optind + i], &o.ov, &err)) {
+		char found[PATH_MAX];
+		const char *file = paths_find_input(argv[optind + i], found, sizeof(found));
+		if (scenario_load(&items[i].sc, file, &o.ov, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}

@@ -2,10 +2,12 @@
  * extra overrides, and notes under a plot. */
 #include <math.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "paths.h"
 #include "plot.h"
 
 /* ---- text buffers ---- */
@@ -109,7 +111,8 @@ int plot_predict(const char *path, const JsonOverrides *base, const char *const 
 	for (int i = 0; i < n_extra; i++)
 		if (jov_add(&ov, extra[i], err))
 			goto out;
-	if (scenario_load(sc, path, &ov, err))
+	char found[PATH_MAX];
+	if (scenario_load(sc, paths_find_input(path, found, sizeof(found)), &ov, err))
 		goto out;
 	if (predict_run(sc, pr, err)) {
 		scenario_free(sc);

@@ -4,6 +4,7 @@
  * Pareto front, the points no other point beats on both axes, is drawn as a line (of points
  * equal on both, the one the sweep lists first). Points are coloured by GPU type. Only points that fit and were timed (status 'ok') are drawn. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "../db/db.h"
+#include "paths.h"
 #include "plot.h"
 
 #define MAX_GPU_TYPES 16
@@ -417,13 +419,16 @@ static void script(PlotBuf *g, const ParetoSweep *s)
 
 int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err)
 {
-	const char *path = o->db ? o->db : getenv("PARALLAX_DB");
+	char dflt[PATH_MAX];
+	const char *path = o->db;
 	ParetoSweep s;
 	sqlite3 *db = NULL;
 	int rc = -1;
 	memset(&s, 0, sizeof(s));
-	if (!path || !*path)
-		path = "results/parallax.db";
+	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+		return -1;
+	if (!path)
+		path = dflt;
 	if (!(db = db_open_read(path, err)))
 		goto out;
 	if (find_sweep(db, path, o->n_args ? o->args[0] : NULL, &s, err) ||

@@ -2,6 +2,7 @@
  * measured run at each ZeRO stage and data-parallel size, rank 0's peak memory predicted,
  * measured (the device's own reading where the run had one: backend cuda; else the executor's
  * arena) and the ZeRO paper's ideal model states, as clustered bars. */
+#include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "../db/db.h"
+#include "paths.h"
 #include "plot.h"
 
 enum { ZMAX_STAGE = 4, ZMAX_RANKS = 64 };
@@ -138,12 +140,15 @@ static void script(PlotBuf *g, const char *scenario, int any_device)
 
 int plot_zero(const PlotOpts *o, PlotSpec *ps, PxError *err)
 {
-	const char *path = o->db ? o->db : getenv("PARALLAX_DB");
+	char dflt[PATH_MAX];
+	const char *path = o->db;
 	static ZeroCell cells[ZMAX_STAGE][ZMAX_RANKS + 1];
 	char scenario[256];
 	int rc = -1;
-	if (!path || !*path)
-		path = "results/parallax.db";
+	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+		return -1;
+	if (!path)
+		path = dflt;
 	memset(cells, 0, sizeof(cells));
 	sqlite3 *db = db_open_read(path, err);
 	if (!db)

@@ -631,13 +631,18 @@ static void test_no_gnuplot(void)
 	CU_ASSERT_EQUAL(dir_files(&tmps), 0);
 }
 
-/* Without --out the files go to results/plots/KIND-NAME under the current folder. */
+/* Without --out the files go to results/plots/KIND-NAME when the current folder has a results/
+ * folder (a checkout); without one, to $HOME/.local/share/parallax/plots, saying so, and no
+ * ./results is made. */
 static void test_default_prefix(void)
 {
-	char good[PATH_MAX], cwd[PATH_MAX];
+	char good[PATH_MAX], cwd[PATH_MAX], home[PATH_MAX + 16], *old_home = getenv("HOME");
+	char saved_home[PATH_MAX];
+	snprintf(saved_home, sizeof(saved_home), "%s", old_home ? old_home : "");
 	snprintf(good, sizeof(good), "%s", scenario("zero-paper-7.5b-dp64"));
 	CU_ASSERT_PTR_NOT_NULL_FATAL(getcwd(cwd, sizeof(cwd)));
 	new_dir();
+	CU_ASSERT_EQUAL_FATAL(mkdir(at("results"), 0777), 0);
 	CU_ASSERT_EQUAL_FATAL(chdir(dir), 0);
 	int rc = run("plot time '%s' --format png", good);
 	CU_ASSERT_EQUAL(chdir(cwd), 0);
@@ -645,6 +650,24 @@ static void test_default_prefix(void)
 	CU_ASSERT(is_png(at("results/plots/time-zero-paper-7.5b-dp64.png")));
 	CU_ASSERT(file_has(at("results/plots/time-zero-paper-7.5b-dp64.dat"), "zero-paper-7.5b-dp64"));
 	CU_ASSERT(strstr(out, "# wrote results/plots/time-zero-paper-7.5b-dp64.png") != NULL);
+
+	new_dir(); /* no results/ here */
+	snprintf(home, sizeof(home), "%s/home", dir);
+	CU_ASSERT_EQUAL_FATAL(mkdir(home, 0777), 0);
+	setenv("HOME", home, 1);
+	unsetenv("XDG_DATA_HOME");
+	CU_ASSERT_EQUAL_FATAL(chdir(dir), 0);
+	rc = run("plot time '%s' --format png", good);
+	CU_ASSERT_EQUAL(chdir(cwd), 0);
+	if (*saved_home)
+		setenv("HOME", saved_home, 1);
+	else
+		unsetenv("HOME");
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(is_png(at("home/.local/share/parallax/plots/time-zero-paper-7.5b-dp64.png")));
+	CU_ASSERT(strstr(out, "results go to ") != NULL);
+	struct stat st;
+	CU_ASSERT_NOT_EQUAL(stat(at("results"), &st), 0);
 }
 
 static void test_help(void)

@@ -3,6 +3,7 @@
  * script names what it would install and installs nothing. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "suites.h"
@@ -64,6 +65,47 @@ static void test_deps_all_present_links(void)
 	CU_ASSERT_EQUAL(rc, 0);
 }
 
+/* An installed binary (make install's layout: PREFIX/bin/parallax, PREFIX/share/parallax/
+ * scenarios, PREFIX/share/doc/parallax) run from an empty folder finds a bundled scenario by its
+ * name or its path in the source tree, stores into ~/.local/share/parallax saying so, and leaves
+ * no ./results behind; its plot --help points at the installed document. */
+static void test_installed_binary(void)
+{
+	char cmd[4096], scenarios[1024], doc[1024];
+	const char *t = px_test_tmpdir();
+	/* px_test_path's buffer is static: one call per copy */
+	snprintf(scenarios, sizeof(scenarios), "%s", px_test_path("scenarios"));
+	snprintf(doc, sizeof(doc), "%s", px_test_path("docs/plots.md"));
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p '%s/usr/bin' '%s/usr/share/parallax' '%s/usr/share/doc/parallax' "
+		 "'%s/cwd' '%s/home' && cp '%s' '%s/usr/bin/parallax' && "
+		 "cp -R '%s' '%s/usr/share/parallax/' && cp '%s' '%s/usr/share/doc/parallax/'",
+		 t, t, t, t, t, getenv("PX_BIN"), t, scenarios, t, doc, t);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_sh(cmd, out, sizeof(out)), 0);
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s/cwd' && env -u PARALLAX_DB -u XDG_DATA_HOME -u PARALLAX_PATH HOME='%s/home' "
+		 "'%s/usr/bin/parallax' predict llama2-7b-zero2-h100.json "
+		 "scenarios/llama2-13b-zero3-h100.json",
+		 t, t, t);
+	int rc = px_test_run_sh(cmd, out, sizeof(out));
+	if (rc)
+		fprintf(stderr, "\n%s\n", out);
+	CU_ASSERT_EQUAL(rc, 0);
+	char want[1024];
+	snprintf(want, sizeof(want), "results go to %s/home/.local/share/parallax (made now", t);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(want, sizeof(want), "stored llama2-13b-zero3-h100 as predicted run 2 in "
+		 "%s/home/.local/share/parallax/parallax.db", t);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(cmd, sizeof(cmd), "ls -A '%s/cwd'", t);
+	CU_ASSERT_EQUAL(px_test_run_sh(cmd, out, sizeof(out)), 0);
+	CU_ASSERT_STRING_EQUAL(out, ""); /* no ./results, nothing else */
+	snprintf(cmd, sizeof(cmd), "'%s/usr/bin/parallax' plot --help", t);
+	CU_ASSERT_EQUAL(px_test_run_sh(cmd, out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "More: %s/usr/share/doc/parallax/plots.md", t);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+}
+
 int test_setup_register(void)
 {
 	return PX_ADD_SUITE("setup",
@@ -71,5 +113,7 @@ int test_setup_register(void)
 			     test_deps_names_missing_openblas},
 			    {"deps: every missing package is named, in order",
 			     test_deps_names_every_missing_package},
-			    {"deps: all installed, the link probe passes", test_deps_all_present_links});
+			    {"deps: all installed, the link probe passes", test_deps_all_present_links},
+			    {"install: bundled scenarios found from any folder, no ./results",
+			     test_installed_binary});
 }
