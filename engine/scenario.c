@@ -270,6 +270,7 @@ static int finish_load(Scenario *sc, PxError *err)
 	if (parse_top(sc, &top, err) ||
 	    model_parse(&sect[SC_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
+	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		return -1;
