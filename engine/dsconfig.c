@@ -57,7 +57,7 @@ static const DsKey TOP_KEYS[] = {
 	{"sequence_parallel_size", K_NOT}, {"seq_parallel_communication_data_type", K_NOT},
 	{"eigenvalue", K_NOT}, {"quantize_training", K_NOT}, {"progressive_layer_drop", K_NOT},
 	{"sparse_attention", K_NOT}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
-	{"torch_autocast", K_NOT}, {"expert_parallel", K_NOT}, {"compile", K_NOT}, {0},
+	{"torch_autocast", K_NOT}, {"expert_parallel", K_NOT}, {"compile", K_MODEL}, {0},
 };
 
 static const DsKey ZERO_KEYS[] = {
@@ -74,6 +74,12 @@ static const DsKey ZERO_KEYS[] = {
 	{"zero_hpz_partition_size", K_MODEL}, {"zero_quantized_weights", K_MODEL},
 	{"zero_quantized_nontrainable_weights", K_NOT}, {"zero_quantized_gradients", K_MODEL},
 	{"mics_shard_size", K_NOT}, {"mics_hierarchical_params_gather", K_NOT},
+	/* pydantic's populate_by_name: the stage3_ keys may also be written by their field names */
+	{"prefetch_bucket_size", K_MODEL}, {"param_persistence_threshold", K_MODEL},
+	{"max_live_parameters", K_MODEL}, {"max_reuse_distance", K_NOT},
+	{"gather_16bit_weights_on_model_save", K_NONE}, {"model_persistence_threshold", K_NOT},
+	{"module_granularity_threshold", K_TIME}, {"use_all_reduce_for_fetch_params", K_TIME},
+	{"allgather_sequential", K_NOT},
 	{"stage3_model_persistence_threshold", K_NOT}, {"stage3_allgather_sequential", K_NOT},
 	{"zenflow", K_NOT}, {"zeropp_loco_param", K_NOT}, {"leaf_module", K_NOT},
 	{"allgather_partitions", K_NONE}, {"load_from_fp32_weights", K_NONE},
@@ -128,6 +134,18 @@ static const DsKey PIPELINE_KEYS[] = {
 static const DsKey TP_KEYS[] = {
 	{"autotp_size", K_MODEL}, {"tp_size", K_MODEL}, {"tp_overlap_comm", K_TIME},
 	{"partition_config", K_NOT}, {0},
+};
+
+/* compile/config.py CompileConfig (DeepCompile); the older {"disable", "backend"} form was
+ * removed in 2024 and is now an unknown key */
+static const DsKey COMPILE_KEYS[] = {
+	{"deepcompile", K_NOT}, {"free_activation", K_NONE}, {"free_activation_threshold", K_NONE},
+	{"offload_activation", K_NONE}, {"offload_activation_pin_memory", K_NONE},
+	{"offload_opt_states", K_NONE}, {"double_buffer", K_NONE}, {"symmetric_memory", K_NONE},
+	{"debug_log", K_NONE}, {"offload_parameters", K_NONE}, {"sync_before_reduce", K_NONE},
+	{"sync_after_reduce", K_NONE}, {"sync_before_allgather", K_NONE},
+	{"sync_after_allgather", K_NONE}, {"keep_int_input_tensors", K_NONE},
+	{"keep_all_input_tensors", K_NONE}, {"passes", K_NONE}, {0},
 };
 
 static const DsKey OPTIMIZER_KEYS[] = {
@@ -342,6 +360,14 @@ static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsg
 	    jobj_bool(params, "torch_adam", 0, torch_adam, err) < 0 ||
 	    jobj_bool(params, "centered", 0, centered, err) < 0)
 		return -1;
+	if (cJSON_HasObjectItem(params->obj, "max_grad_norm")) {
+		char where[512];
+		jobj_where(params, "max_grad_norm", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.max_grad_norm: DeepSpeed refuses: "
+			       "'max_grad_norm' is not supported as an optimizer parameter, please "
+			       "switch to using the deepspeed parameter 'gradient_clipping'", where,
+			       params->name);
+	}
 	return 0;
 }
 
@@ -458,24 +484,38 @@ static int parse_zero_bool(const JsonObj *root, const cJSON *v, DsZero *z, PxNot
 		       px_fail(err, PX_ERR_RUNTIME, "out of memory") : 0;
 }
 
+/* A stage 3 size written by its alias (stage3_X) or, as pydantic's populate_by_name allows, by
+ * its field name (X: axolotl writes max_live_parameters). The Trainer fills only the alias's
+ * "auto" (flag); any other "auto" drops to the default. */
+static int stage3_num(const JsonObj *zo, const char *alias, unsigned flag, double dflt,
+		      double *out, unsigned *autos, PxError *err)
+{
+	const char *field = alias + strlen("stage3_");
+	if (!cJSON_HasObjectItem(zo->obj, alias) && cJSON_HasObjectItem(zo->obj, field))
+		return dropped_num(zo, field, 0, 1e18, dflt, out, err);
+	if (flag)
+		return num_or_auto(zo, alias, flag, 0, 1e18, dflt, out, autos, err);
+	return dropped_num(zo, alias, 0, 1e18, dflt, out, err);
+}
+
 /* Stage 3's sizes, "auto" included: the three the Trainer fills from hidden_size are resolved
  * later (resolve_autos); the rest drop to their defaults. */
 static int parse_zero_sizes(const JsonObj *zo, DsConfig *ds, PxError *err)
 {
 	DsZero *z = &ds->zero;
+	unsigned *a = &ds->autos;
 	return num_or_auto(zo, "reduce_bucket_size", AUTO_REDUCE_BUCKET, 0, 1e18,
-			   z->reduce_bucket_elems, &z->reduce_bucket_elems, &ds->autos, err) ||
+			   z->reduce_bucket_elems, &z->reduce_bucket_elems, a, err) ||
 	       dropped_num(zo, "allgather_bucket_size", 0, 1e18, z->allgather_bucket_elems,
 			   &z->allgather_bucket_elems, err) ||
-	       num_or_auto(zo, "stage3_prefetch_bucket_size", AUTO_PREFETCH, 0, 1e18,
-			   z->prefetch_bucket_elems, &z->prefetch_bucket_elems, &ds->autos, err) ||
-	       num_or_auto(zo, "stage3_param_persistence_threshold", AUTO_PERSISTENCE, 0, 1e18,
-			   z->persistence_threshold_elems, &z->persistence_threshold_elems,
-			   &ds->autos, err) ||
-	       dropped_num(zo, "stage3_max_live_parameters", 0, 1e18, z->max_live_elems,
-			   &z->max_live_elems, err) ||
-	       dropped_num(zo, "stage3_max_reuse_distance", 0, 1e18, z->max_reuse_elems,
-			   &z->max_reuse_elems, err) ||
+	       stage3_num(zo, "stage3_prefetch_bucket_size", AUTO_PREFETCH, z->prefetch_bucket_elems,
+			  &z->prefetch_bucket_elems, a, err) ||
+	       stage3_num(zo, "stage3_param_persistence_threshold", AUTO_PERSISTENCE,
+			  z->persistence_threshold_elems, &z->persistence_threshold_elems, a, err) ||
+	       stage3_num(zo, "stage3_max_live_parameters", 0, z->max_live_elems, &z->max_live_elems,
+			  a, err) ||
+	       stage3_num(zo, "stage3_max_reuse_distance", 0, z->max_reuse_elems,
+			  &z->max_reuse_elems, a, err) ||
 	       /* 0 makes every parameter its own sub-group (stage3.py _create_fp16_sub_groups);
 		* configs write 1e9 to 1e14 */
 	       dropped_num(zo, "sub_group_size", 0, 1e18, z->sub_group_elems, &z->sub_group_elems,
@@ -537,6 +577,21 @@ static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		z->offload_param.device = DEV_NONE;
 	}
+	/* ZeRO++ is a part of stage3.py; stage 1-2 take none of its settings (OpenRLHF writes
+	 * zero_hpz_partition_size 8 whatever the stage) */
+	if (z->stage < 3 && (z->hpz_partition_size > 1 || z->quantized_weights ||
+			     z->quantized_gradients)) {
+		const char *key = z->hpz_partition_size > 1 ? "zero_hpz_partition_size" :
+				  z->quantized_weights ? "zero_quantized_weights" :
+							 "zero_quantized_gradients";
+		jobj_where(&zo, key, where, sizeof(where));
+		if (px_notes_warn(notes, "%s: warning: %s.%s: ZeRO++ is ignored at ZeRO stage %d, as "
+				  "DeepSpeed ignores it (only stage 3 reads it)", where, zo.name, key,
+				  z->stage))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		z->hpz_partition_size = 1;
+		z->quantized_weights = z->quantized_gradients = 0;
+	}
 	/* the combinations DeepSpeed refuses, with its reasons */
 	if (z->offload_optimizer.device != DEV_NONE && z->stage == 0) {
 		jobj_where(&zo, "offload_optimizer", where, sizeof(where));
@@ -586,6 +641,15 @@ static int parse_parallel_keys(const JsonObj *root, DsConfig *ds, PxNotes *notes
 		jobj_where(&o, "stages", ds->pp_where, sizeof(ds->pp_where));
 	}
 	return 0;
+}
+
+/* Only its keys are checked: DeepCompile itself is listed as not modelled when on (its other
+ * settings act only with it). */
+static int parse_compile(const JsonObj *root, PxNotes *notes, PxError *err)
+{
+	JsonObj o;
+	int rc = jobj_child(root, "compile", &o, err);
+	return rc <= 0 ? rc : check_section(&o, COMPILE_KEYS, notes, err);
 }
 
 static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
@@ -652,7 +716,7 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 			       k->no_zero);
 	if (k->muon && z->stage == 3 && z->reduce_scatter)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon at ZeRO stage 3 with "
-			       "zero_optimization.reduce_scatter on (its default); DeepSpeed refuses: "
+			       "zero_optimization.reduce_scatter on (set it false); DeepSpeed refuses: "
 			       "Muon and reduce scatter cannot be used together", where, opt.name);
 	if (k->muon && z->stage == 3 && z->quantized_gradients)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon with zero_quantized_gradients; "
@@ -705,7 +769,7 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 	if (parse_precision(o, ds, notes, err) || parse_optimizer(o, ds, notes, err) ||
 	    parse_zero(o, ds, notes, err) || check_top_zero(o, ds, err) ||
 	    check_optimizer_zero(o, ds, notes, err) ||
-	    parse_checkpointing(o, ds, notes, err) ||
+	    parse_checkpointing(o, ds, notes, err) || parse_compile(o, notes, err) ||
 	    lrsched_parse(o, ds, notes, err) ||
 	    parse_parallel_keys(o, ds, notes, err))
 		return -1;

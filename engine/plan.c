@@ -47,7 +47,8 @@ static int check_degrees(const Plan *p, PxError *err)
 	if (p->world % (q->tp * q->pp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the world of %lld GPUs does not "
 			       "divide into tp %lld x pp %lld", src, p->world, q->tp, q->pp);
-	if (m->arch != ARCH_PARAMS_ONLY && (m->a % q->tp || m->kv_heads % q->tp))
+	if (m->arch != ARCH_PARAMS_ONLY && !q->tp_uneven_heads &&
+	    (m->a % q->tp || m->kv_heads % q->tp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.tp = %lld does not divide the %lld "
 			       "attention heads and %lld key/value heads", src, q->tp, m->a,
 			       m->kv_heads);

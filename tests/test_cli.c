@@ -521,6 +521,35 @@ static void test_refused_combinations(void)
 	ASSERT_NOTHING_STORED(db_path);
 }
 
+/* --keep-going: a refused scenario among priced ones is reported with its path and reason, the
+ * others are priced all the same, and the status says something was refused (2). Without
+ * --no-db it is a usage error. */
+static void test_keep_going(void)
+{
+	new_test_dir();
+	write_inline("a.json", "{\"train_micro_batch_size_per_gpu\": 1}");
+	write_inline("b.json", "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\":"
+			       " \"OneBitAdam\"}, \"zero_optimization\": {\"stage\": 1}}");
+	write_inline("c.json", "{\"train_micro_batch_size_per_gpu\": 2}");
+	int rc = run("predict --no-db --keep-going '%s' '%s' '%s'", at("a.json"), at("b.json"),
+		     at("c.json"));
+	ASSERT_RC(rc, 2);
+	char want[1100];
+	snprintf(want, sizeof(want), "parallax predict: refused %s: ", at("b.json"));
+	ASSERT_HAS(out, want);
+	ASSERT_HAS(out, "1bit-Adam is not compatible with ZeRO");
+	ASSERT_HAS(out, "\na ");
+	ASSERT_HAS(out, "\nc ");
+	ASSERT_HAS(out, "# 3 scenarios: 2 priced, 1 refused");
+	rc = run("predict --no-db --keep-going '%s' '%s'", at("a.json"), at("c.json"));
+	ASSERT_RC(rc, 0);
+	ASSERT_HAS(out, "# 2 scenarios: 2 priced, 0 refused");
+	rc = run("predict --db '%s' --keep-going '%s'", db_path, at("a.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "--keep-going takes --no-db");
+	ASSERT_NOTHING_STORED(db_path);
+}
+
 /* The attention key through the binary: a value it does not know is refused where the scenario
  * is read (the key, both values, what was given; exit 2, nothing stored). FlashAttention on a
  * V100, whose profile gives it no rate, cannot be timed: as for any step predict cannot price,
@@ -877,6 +906,7 @@ int test_cli_register(void)
 			    {"--set errors", test_set_errors},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
+			    {"predict --keep-going", test_keep_going},
 			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},
 			    {"auto bucket size needs hidden_size",
 			     test_auto_bucket_needs_hidden_size},

@@ -416,6 +416,66 @@ static void test_auto_dropped(void)
 	scenario_free(&sc);
 }
 
+/* pydantic's populate_by_name: DeepSpeed takes the stage-3 keys by their field names too, as
+ * axolotl's zero3.json writes them (max_live_parameters 0, max_reuse_distance 0); ZeRO++'s keys,
+ * read by stage3.py only, are ignored below stage 3 (OpenRLHF writes zero_hpz_partition_size 8
+ * at any stage). */
+static void test_stage3_field_names_and_zeropp(void)
+{
+	Scenario sc;
+	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3,"
+		 " \"max_live_parameters\": 0, \"max_reuse_distance\": 0, \"prefetch_bucket_size\": 2e7,"
+		 " \"param_persistence_threshold\": \"auto\", \"gather_16bit_weights_on_model_save\": true}}",
+		 NULL))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.max_live_elems, 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.max_reuse_elems, 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.prefetch_bucket_elems, 2e7, 0);
+	/* the Trainer fills only stage3_param_persistence_threshold: this "auto" is dropped */
+	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.persistence_threshold_elems, 1e5, 0);
+	CU_ASSERT_FALSE(noted(&sc.notes, "unknown key"));
+	scenario_free(&sc);
+	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2,"
+		 " \"zero_hpz_partition_size\": 8, \"zero_quantized_weights\": false}}", NULL))
+		return;
+	Prediction pr;
+	PxError err = {0};
+	CU_ASSERT_EQUAL(sc.ds.zero.hpz_partition_size, 1);
+	CU_ASSERT(noted(&sc.notes, "ZeRO++ is ignored at ZeRO stage 2"));
+	CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), 0);
+	if (!err.code)
+		predict_free(&pr);
+	scenario_free(&sc);
+}
+
+/* DeepSpeed's AutoTP (tensor_parallel.autotp_size) spreads heads that tp does not divide over the
+ * ranks (module_inject/tp_shard.py gives the first ranks one more); GPT-2 XL's 25 heads over 2 are
+ * priced, noted. Megatron's tp (parallelism.tp) must divide them. */
+static void test_autotp_uneven_heads(void)
+{
+	static const char *const fmt =
+		"{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
+		" \"zero_optimization\": {\"stage\": 2}%s}%s, \"cluster\": {\"gpu\": \"H100-SXM\","
+		" \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 256}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, fmt, fx_model("gpt2-xl"), ", \"tensor_parallel\": {\"autotp_size\": 2}",
+			""))
+		return;
+	CU_ASSERT_EQUAL(pr.plan.par.tp, 2);
+	CU_ASSERT(noted(&sc.notes, "spreads the 25 heads"));
+	fx_free(&sc, &pr);
+	char json[2048], path[512];
+	PxError err = {0};
+	snprintf(json, sizeof(json), fmt, fx_model("gpt2-xl"), "", ", \"parallelism\": {\"tp\": 2}");
+	snprintf(path, sizeof(path), "%s/scenario.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL_FATAL(scenario_load(&sc, path, NULL, &err), 0);
+	CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), -1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "does not divide the 25 attention heads"));
+	scenario_free(&sc);
+}
+
 /* trainer_config_process / trainer_config_finalize: warmup_min_lr = 0, warmup_max_lr =
  * learning_rate, total_num_steps = num_training_steps (max_steps when > 0), warmup_num_steps =
  * get_warmup_steps(total): warmup_steps when >= 1, else ceil(total x fraction), the fraction
@@ -528,6 +588,9 @@ static void test_deepspeed_refusals(void)
 	expect_error("{\"train_batch_size\": 8, \"gradient_allreduce_op\": \"sum\","
 		     " \"zero_optimization\": {\"stage\": 3}}", 8,
 		     "gradient_allreduce_op='sum' is not supported with ZeRO stage 3");
+	expect_error("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\":"
+		     " {\"lr\": 1.5e-4, \"max_grad_norm\": 1.0}}}", 8,
+		     "'max_grad_norm' is not supported as an optimizer parameter");
 	expect_error("{\"train_batch_size\": 8, \"amp\": {\"enabled\": true, \"opt_level\": \"O1\"},"
 		     " \"zero_optimization\": {\"stage\": 1}}", 8,
 		     "Amp and ZeRO are not currently compatible");
@@ -655,6 +718,9 @@ int test_dsconfig_register(void)
 			    {"auto dropped to DeepSpeed's defaults", test_auto_dropped},
 			    {"scheduler auto values from training_args", test_scheduler_autos},
 			    {"disable_allgather and allgather_bucket_size", test_allgather_keys},
+			    {"stage-3 field names, ZeRO++ below stage 3",
+			     test_stage3_field_names_and_zeropp},
+			    {"AutoTP's uneven heads", test_autotp_uneven_heads},
 			    {"DeepSpeed's refusals and what it accepts", test_deepspeed_refusals},
 			    {"1-bit optimizers' memory by hand", test_onebit_memory_by_hand},
 			    {"Muon's memory by hand", test_muon_memory_by_hand});
