@@ -79,10 +79,6 @@ static int check_degrees(const Plan *p, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: the interleaved schedule needs the %lld "
 			       "micro-batches to divide by pp %lld (Megatron's rule)", src, p->m,
 			       q->pp);
-	if ((p->hpz > 1 || p->qwz || p->qgz) && p->stage != 3)
-		return px_fail(err, PX_ERR_INPUT, "%s: ZeRO++ (zero_quantized_weights, "
-			       "zero_hpz_partition_size, zero_quantized_gradients) needs ZeRO stage 3, "
-			       "got %d", src, p->stage);
 	if (p->dp % p->hpz)
 		return px_fail(err, PX_ERR_INPUT, "%s: zero_hpz_partition_size = %lld does not divide "
 			       "the data-parallel size %lld", src, p->hpz, p->dp);
