@@ -52,7 +52,7 @@ DB  := results/parallax.db
 # every bundled scenario; the price list beside them is an input of sweep and plan, not a scenario
 SCENARIOS := $(sort $(filter-out scenarios/prices.json,$(wildcard scenarios/*.json)))
 
-.PHONY: all run test test-rel test-san test-run install clean deps bench
+.PHONY: all run test test-rel test-san test-run test-corpus install clean deps bench
 all: $(BIN)
 
 deps: $(BUILD)/.deps
@@ -105,12 +105,16 @@ NCCL_CHECK := $(if $(HAVE_NCCL),$(REL)/comm_nccl_check)
 $(REL)/comm_nccl_check: $(call objs,$(REL),tests/comm_nccl_check.c $(CHECK_SHARED) $(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-test: test-rel test-san test-run
+test: test-rel test-san test-run test-corpus
 # the main job's own scenario list, priced without a database: `make run` must not break unseen
 test-run: $(BIN)
 	@echo "== make run's scenarios (no database)"
 	@$(BIN) predict --no-db $(SCENARIOS) > /dev/null
 	@echo "all $(words $(SCENARIOS)) bundled scenarios priced"
+# every model config x every DeepSpeed config of the corpus: none refused that DeepSpeed accepts
+test-corpus: $(BIN)
+	@echo "== the model x ds_config corpus (scripts/corpus_check.sh)"
+	@PX_BIN=$(abspath $(BIN)) sh scripts/corpus_check.sh
 test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check $(NCCL_CHECK)
 	@echo "== tests (release build)"
 	PX_BIN=$(abspath $(BIN)) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \

@@ -31,6 +31,10 @@ static const char USAGE[] =
 	"  --no-db          do not write any database\n"
 	"  --timeline FILE  write rank 0's memory after every schedule op as a table\n"
 	"                   (one scenario only)\n"
+	"  --keep-going     with --no-db: price every scenario even when some are refused,\n"
+	"                   printing each line as it is priced (nothing is held) and each\n"
+	"                   refusal as \"parallax predict: refused SCENARIO: reason\" on\n"
+	"                   stderr; exit 2 when any was refused\n"
 	"  --hw FILE        price the step time with this hardware profile (JSON, as in\n"
 	"                   scenarios/hardware/ or written by parallax calibrate) instead of the\n"
 	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too\n"
@@ -44,7 +48,7 @@ static const char USAGE[] =
 
 typedef struct PredictOpts {
 	JsonOverrides ov;
-	int json, no_db;
+	int json, no_db, keep_going;
 	const char *db_path, *timeline, *hw;
 } PredictOpts;
 
@@ -54,7 +58,7 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		{"set", required_argument, 0, 's'}, {"json", no_argument, 0, 'j'},
 		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
 		{"timeline", required_argument, 0, 't'}, {"hw", required_argument, 0, 'w'},
-		{"help", no_argument, 0, 'h'},
+		{"keep-going", no_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -74,6 +78,7 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		case 'n': o->no_db = 1; break;
 		case 't': o->timeline = optarg; break;
 		case 'w': o->hw = optarg; break;
+		case 'k': o->keep_going = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); return 2;
 		}
@@ -84,6 +89,11 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 	}
 	if (o->db_path && o->no_db) {
 		fprintf(stderr, "parallax predict: --db and --no-db exclude each other\n");
+		return 2;
+	}
+	if (o->keep_going && (!o->no_db || o->json || o->timeline)) {
+		fprintf(stderr, "parallax predict: --keep-going takes --no-db, without --json or "
+			"--timeline\n");
 		return 2;
 	}
 	if (o->timeline && argc - optind > 1) {
@@ -199,6 +209,54 @@ static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
 	return 0;
 }
 
+/* --keep-going: each scenario is read, priced, printed and freed in turn; a refusal is reported
+ * and the next one goes on. Only a runtime failure (memory) stops it. */
+static int predict_each(const PredictOpts *o, char **paths, int n)
+{
+	int refused = 0;
+	HwProfile hw;
+	PxError err = {0};
+	if (o->hw && hwprofile_load(o->hw, &hw, &err)) {
+		fprintf(stderr, "parallax predict: %s\n", err.msg);
+		return err.code ? err.code : 1;
+	}
+	report_summary_header(stdout);
+	for (int i = 0; i < n; i++) {
+		Scenario sc;
+		Prediction pr;
+		int loaded = 0, predicted = 0, ok = 0;
+		if (!scenario_load(&sc, paths[i], &o->ov, &err)) {
+			loaded = 1;
+			if (o->hw)
+				hwprofile_apply_memory(&hw, &sc.cluster);
+			predicted = !predict_run(&sc, &pr, &err);
+			ok = predicted && !(o->hw && predict_time(&pr, &hw, o->hw, &err));
+		}
+		if (ok) {
+			report_summary_line(stdout, &sc, &pr);
+			for (int k = 0; k < sc.notes.n_not_modelled; k++)
+				printf("# %s: not modelled: %s\n", sc.name, sc.notes.not_modelled[k]);
+			for (int k = 0; k < sc.notes.n_warnings; k++)
+				printf("# %s\n", sc.notes.warnings[k]);
+		}
+		if (predicted)
+			predict_free(&pr);
+		if (loaded)
+			scenario_free(&sc);
+		if (!ok && err.code != PX_ERR_INPUT) {
+			fprintf(stderr, "parallax predict: %s\n", err.msg);
+			return 1;
+		}
+		if (!ok) {
+			fflush(stdout);
+			fprintf(stderr, "parallax predict: refused %s: %s\n", paths[i], err.msg);
+			refused++;
+		}
+	}
+	printf("# %d scenarios: %d priced, %d refused\n", n, n - refused, refused);
+	return refused ? 2 : 0;
+}
+
 int cmd_predict(int argc, char **argv)
 {
 	PredictOpts o = {0};
@@ -210,6 +268,11 @@ int cmd_predict(int argc, char **argv)
 		return rc;
 	}
 	int n = argc - optind;
+	if (o.keep_going) {
+		rc = predict_each(&o, argv + optind, n);
+		jov_free(&o.ov);
+		return rc;
+	}
 	Item *items = calloc((size_t)n, sizeof(*items));
 	if (!items) {
 		jov_free(&o.ov);

@@ -54,10 +54,12 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			p->qgz ? "on" : "off");
 	fprintf(f, "# batch      train %lld = micro %lld x micro-batches %lld x dp %lld\n",
 		ds->train_batch, ds->micro_batch, ds->grad_accum, p->dp);
+	const OptimKind *k = ds->opt;
 	fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d fp32 "
-		"states)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
+		"states%s%s)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
 		dtype_name(ds->comm_dtype), p->mixed ? ", fp32 master weights" : "", ds->optimizer,
-		ds->optimizer_states);
+		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
+		k && k->error_feedback ? " + 1-bit error feedback" : "");
 	fprintf(f, "# zero       stage %d; offload optimizer %s, params %s; buckets reduce %.3g "
 		"allgather %.3g elements; overlap_comm %s, contiguous_gradients %s\n", z->stage,
 		offload_device_name(z->offload_optimizer.device),

@@ -127,11 +127,17 @@ static void setup(Builder *b)
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, part * p->master_bytes);
-	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, part * p->state_bytes);
-	if (p->opt_place == PLACE_NVME) /* each swap buffer holds one fp32 tensor of a sub-group */
+	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, st->opt_state_bytes);
+	if (st->error_feedback_bytes > 0)
+		alloc(b, p->opt_place, CAT_OPTIM, BUF_ERROR_FEEDBACK, -1, st->error_feedback_bytes);
+	if (p->opt_place == PLACE_NVME) { /* each swap buffer holds one fp32 tensor of a sub-group */
+		/* stage3.py closes a sub-group once it reaches sub_group_size, so the largest is at
+		 * least one parameter's partition (sub_group_size 0: every parameter alone) */
+		long long sub = min_ll(st->part_elems, max_ll((long long)z->sub_group_elems,
+							       st->max_tensor_part));
 		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
-		      (double)z->offload_optimizer.buffer_count *
-			      (double)min_ll((long long)z->sub_group_elems, st->part_elems) * 4);
+		      (double)z->offload_optimizer.buffer_count * (double)sub * 4);
+	}
 }
 
 /* ---- stage 3: gathering units ---- */
@@ -574,7 +580,11 @@ static void optimizer_step(Builder *b)
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
 		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
-	double state = part * (p->master_bytes + p->state_bytes);
+	double state = part * p->master_bytes + st->opt_state_bytes;
+	int step_temp = -1;
+	if (st->opt_step_temp_bytes > 0)
+		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
+				  st->opt_step_temp_bytes);
 	if (p->opt_place == PLACE_NVME)
 		DO(sched_copy(b->s, COPY_NVME_READ, -1, state));
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
@@ -583,6 +593,7 @@ static void optimizer_step(Builder *b)
 	if (p->opt_place == PLACE_NVME)
 		DO(sched_copy(b->s, COPY_NVME_WRITE, -1, state));
 	release(b, &fp32_grads);
+	release(b, &step_temp);
 	if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))
 		DO(sched_copy(b->s, COPY_H2D, -1, part * p->param_bytes));
 
@@ -590,8 +601,9 @@ static void optimizer_step(Builder *b)
 		for (int i = st->n_buckets - 1; i >= 0; i--)
 			coll(b, COLL_ALL_GATHER, GROUP_DP, st->buckets[i].u_lo, st->buckets[i].padded,
 			     p->param_bytes, b->id_params, st->buckets[i].flat_off);
-		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, p->allgather_bucket_elems,
-			p->param_bytes);
+		/* one all_gather_into_tensor per parameter group (runtime/utils.py): the expert
+		 * group's flat whole; allgather_bucket_size splits only the legacy path */
+		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, 0, p->param_bytes);
 	}
 	if (p->stage == 3 && st->persist_elems > 0)
 		coll(b, COLL_ALL_GATHER, GROUP_DP, -1, ceil_div(st->persist_elems, p->dp) * p->dp,

@@ -1,5 +1,7 @@
 #include "dsconfig.h"
 
+#include "lrsched.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,40 +43,63 @@ static const DsKey TOP_KEYS[] = {
 	{"wandb", K_NONE}, {"csv_monitor", K_NONE}, {"comet", K_NONE}, {"comms_logger", K_NONE},
 	{"checkpoint", K_NONE}, {"zero_allow_untested_optimizer", K_NONE},
 	{"zero_force_ds_cpu_optimizer", K_NONE}, {"timers", K_NONE}, {"nebula", K_NONE},
+	{"datastates", K_NONE}, {"vocabulary_size", K_NONE}, {"dataloader_drop_last", K_NONE},
+	{"log_level", K_NONE}, {"graph_harvesting", K_NONE},
+	{"managed_gradient_accumulation", K_NONE}, {"use_data_before_expert_parallelism", K_NONE},
+	/* read by runtime/config.py and used nowhere in DeepSpeed */
+	{"disable_allgather", K_NONE},
+	/* the all-gather bucket of the deprecated boolean "zero_optimization" */
+	{"allgather_size", K_NONE},
+	{"gradient_allreduce_op", K_NONE},
 	{"aio", K_TIME}, {"amp", K_NOT}, {"sparse_gradients", K_NOT}, {"elasticity", K_NOT},
 	{"autotuning", K_NOT}, {"compression_training", K_NOT}, {"data_efficiency", K_NOT},
 	{"curriculum_learning", K_NOT}, {"pipeline", K_MODEL}, {"tensor_parallel", K_MODEL},
 	{"sequence_parallel_size", K_NOT}, {"seq_parallel_communication_data_type", K_NOT},
 	{"eigenvalue", K_NOT}, {"quantize_training", K_NOT}, {"progressive_layer_drop", K_NOT},
 	{"sparse_attention", K_NOT}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
-	{"torch_autocast", K_NOT}, {0},
+	{"torch_autocast", K_NOT}, {"expert_parallel", K_NOT}, {"compile", K_MODEL}, {0},
 };
 
 static const DsKey ZERO_KEYS[] = {
 	{"stage", K_MODEL}, {"reduce_bucket_size", K_MODEL},
-	/* dense parameters are gathered in the reduce buckets (build.c); experts in these */
-	{"allgather_bucket_size", K_NOT},
+	/* DeepSpeed gathers stage 1-2's updated partitions with one all_gather_into_tensor per
+	 * parameter group wherever PyTorch has it (runtime/utils.py all_gather_dp_groups); the
+	 * bucket size only splits the legacy per-shard path, so it changes nothing */
+	{"allgather_bucket_size", K_NONE},
 	{"overlap_comm", K_MODEL}, {"contiguous_gradients", K_MODEL}, {"reduce_scatter", K_MODEL},
 	{"offload_optimizer", K_MODEL}, {"offload_param", K_MODEL}, {"cpu_offload", K_MODEL},
-	{"cpu_offload_params", K_MODEL}, {"stage3_prefetch_bucket_size", K_MODEL},
+	{"cpu_offload_param", K_MODEL}, {"stage3_prefetch_bucket_size", K_MODEL},
 	{"stage3_param_persistence_threshold", K_MODEL}, {"stage3_max_live_parameters", K_MODEL},
 	{"sub_group_size", K_MODEL}, {"stage3_max_reuse_distance", K_NOT},
 	{"zero_hpz_partition_size", K_MODEL}, {"zero_quantized_weights", K_MODEL},
 	{"zero_quantized_nontrainable_weights", K_NOT}, {"zero_quantized_gradients", K_MODEL},
 	{"mics_shard_size", K_NOT}, {"mics_hierarchical_params_gather", K_NOT},
+	/* pydantic's populate_by_name: the stage3_ keys may also be written by their field names */
+	{"prefetch_bucket_size", K_MODEL}, {"param_persistence_threshold", K_MODEL},
+	{"max_live_parameters", K_MODEL}, {"max_reuse_distance", K_NOT},
+	{"gather_16bit_weights_on_model_save", K_NONE}, {"model_persistence_threshold", K_NOT},
+	{"module_granularity_threshold", K_TIME}, {"use_all_reduce_for_fetch_params", K_TIME},
+	{"allgather_sequential", K_NOT},
+	{"stage3_model_persistence_threshold", K_NOT}, {"stage3_allgather_sequential", K_NOT},
+	{"zenflow", K_NOT}, {"zeropp_loco_param", K_NOT}, {"leaf_module", K_NOT},
 	{"allgather_partitions", K_NONE}, {"load_from_fp32_weights", K_NONE},
 	{"elastic_checkpoint", K_NONE}, {"stage3_gather_16bit_weights_on_model_save", K_NONE},
 	{"stage3_gather_fp16_weights_on_model_save", K_NONE}, {"ignore_unused_parameters", K_NONE},
 	{"legacy_stage1", K_NONE}, {"log_trace_cache_warnings", K_NONE},
 	{"memory_efficient_linear", K_NONE}, {"pipeline_loading_checkpoint", K_NONE},
-	{"override_module_apply", K_NONE}, {"round_robin_gradients", K_TIME},
+	{"override_module_apply", K_NONE}, {"enable_sanity_checks", K_NONE},
+	{"save_muon_momentum_buffer_in_memory", K_NONE}, {"round_robin_gradients", K_TIME},
 	{"use_multi_rank_bucket_allreduce", K_TIME}, {"cpu_offload_use_pin_memory", K_TIME},
+	{"stage3_module_granularity_threshold", K_TIME},
+	{"stage3_use_all_reduce_for_fetch_params", K_TIME},
 	{0},
 };
 
 static const DsKey OFFLOAD_OPT_KEYS[] = {
 	{"device", K_MODEL}, {"nvme_path", K_NONE}, {"pin_memory", K_TIME},
-	{"buffer_count", K_MODEL}, {"fast_init", K_NONE}, {"ratio", K_NOT}, {0},
+	{"buffer_count", K_MODEL}, {"fast_init", K_NONE}, {"pipeline_read", K_TIME},
+	{"pipeline_write", K_TIME}, {"cpuadam_cores_perc", K_TIME}, {"ratio", K_NOT},
+	{"super_offload", K_NOT}, {0},
 };
 
 static const DsKey OFFLOAD_PARAM_KEYS[] = {
@@ -91,7 +116,7 @@ static const DsKey FP16_KEYS[] = {
 
 static const DsKey BF16_KEYS[] = {
 	{"enabled", K_MODEL}, {"immediate_grad_update", K_NONE}, {"check_grad_overflow", K_NONE},
-	{0},
+	{"bf16_master_weights_and_grads", K_NOT}, {"bf16_optimizer_states", K_NOT}, {0},
 };
 
 static const DsKey AC_KEYS[] = {
@@ -111,10 +136,26 @@ static const DsKey TP_KEYS[] = {
 	{"partition_config", K_NOT}, {0},
 };
 
-static const DsKey OPTIMIZER_KEYS[] = {{"type", K_MODEL}, {"params", K_MODEL}, {0}};
+/* compile/config.py CompileConfig (DeepCompile); the older {"disable", "backend"} form was
+ * removed in 2024 and is now an unknown key */
+static const DsKey COMPILE_KEYS[] = {
+	{"deepcompile", K_NOT}, {"free_activation", K_NONE}, {"free_activation_threshold", K_NONE},
+	{"offload_activation", K_NONE}, {"offload_activation_pin_memory", K_NONE},
+	{"offload_opt_states", K_NONE}, {"double_buffer", K_NONE}, {"symmetric_memory", K_NONE},
+	{"debug_log", K_NONE}, {"offload_parameters", K_NONE}, {"sync_before_reduce", K_NONE},
+	{"sync_after_reduce", K_NONE}, {"sync_before_allgather", K_NONE},
+	{"sync_after_allgather", K_NONE}, {"keep_int_input_tensors", K_NONE},
+	{"keep_all_input_tensors", K_NONE}, {"passes", K_NONE}, {0},
+};
+
+static const DsKey OPTIMIZER_KEYS[] = {
+	{"type", K_MODEL}, {"params", K_MODEL}, {"legacy_fusion", K_NONE}, {0},
+};
 static const DsKey DATA_TYPES_KEYS[] = {{"grad_accum_dtype", K_MODEL}, {0}};
 
-/* A key counts as set when it is there and not false, null, 0 or "none". */
+/* A key counts as set when it is there and not false, null, 0, "none" or "auto" (an "auto" the
+ * Trainer does not fill is dropped to the default), and a section when its "enabled" (if it has
+ * one) is set. */
 static int is_active(const cJSON *v)
 {
 	if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v))
@@ -122,16 +163,18 @@ static int is_active(const cJSON *v)
 	if (cJSON_IsNumber(v))
 		return v->valuedouble != 0;
 	if (cJSON_IsString(v))
-		return strcasecmp(v->valuestring, "none") != 0;
+		return strcasecmp(v->valuestring, "none") != 0 && strcmp(v->valuestring, "auto") != 0;
+	if (cJSON_IsObject(v) && cJSON_HasObjectItem(v, "enabled"))
+		return is_active(cJSON_GetObjectItemCaseSensitive(v, "enabled"));
 	return 1;
 }
 
 /* Warn about unknown keys and list the set keys that are not modelled. */
 static int check_section(const JsonObj *o, const DsKey *keys, PxNotes *notes, PxError *err)
 {
-	const char *known[64];
+	const char *known[128];
 	int n = 0;
-	for (; keys[n].key && n < 63; n++)
+	for (; keys[n].key && n < 127; n++)
 		known[n] = keys[n].key;
 	known[n] = NULL;
 	if (jobj_check_keys(o, known, notes))
@@ -196,6 +239,38 @@ static int bool_or_auto(const JsonObj *o, const char *key, unsigned flag, int df
 	return jobj_bool(o, key, dflt, out, err) < 0 ? -1 : 0;
 }
 
+/* DeepSpeed's pydantic sections (zero_optimization, its offload objects, fp16, bf16) drop every
+ * "auto" the Trainer has not filled before validating (runtime/config_utils.py
+ * DeepSpeedConfigModel), so such a key reads as absent: its default. */
+static int dropped_num(const JsonObj *o, const char *key, double lo, double hi, double dflt,
+		       double *out, PxError *err)
+{
+	if (is_auto(o, key)) {
+		*out = dflt;
+		return 0;
+	}
+	return jobj_num(o, key, lo, hi, dflt, out, err) < 0 ? -1 : 0;
+}
+
+static int dropped_int(const JsonObj *o, const char *key, long long lo, long long hi,
+		       long long dflt, long long *out, PxError *err)
+{
+	if (is_auto(o, key)) {
+		*out = dflt;
+		return 0;
+	}
+	return jobj_int(o, key, lo, hi, dflt, out, err) < 0 ? -1 : 0;
+}
+
+static int dropped_bool(const JsonObj *o, const char *key, int dflt, int *out, PxError *err)
+{
+	if (is_auto(o, key)) {
+		*out = dflt;
+		return 0;
+	}
+	return jobj_bool(o, key, dflt, out, err) < 0 ? -1 : 0;
+}
+
 static int read_dtype(const JsonObj *o, const char *key, Dtype *out, int *set, PxError *err)
 {
 	const char *s;
@@ -230,12 +305,12 @@ static int parse_precision(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 	if (rc) {
 		if (check_section(&fp16, FP16_KEYS, notes, err) ||
 		    bool_or_auto(&fp16, "enabled", AUTO_FP16, 0, &ds->fp16, &ds->autos, err) ||
-		    jobj_num(&fp16, "loss_scale", 0, 1e30, 0, &ds->loss_scale, err) < 0 ||
-		    jobj_int(&fp16, "initial_scale_power", 0, 64, 16, &ds->initial_scale_power, err) < 0 ||
-		    jobj_int(&fp16, "loss_scale_window", 1, 1LL << 40, 1000, &ds->loss_scale_window,
-			     err) < 0 ||
-		    jobj_int(&fp16, "hysteresis", 1, 1LL << 20, 2, &ds->hysteresis, err) < 0 ||
-		    jobj_num(&fp16, "min_loss_scale", 0, 1e30, 1, &ds->min_loss_scale, err) < 0)
+		    dropped_num(&fp16, "loss_scale", 0, 1e30, 0, &ds->loss_scale, err) ||
+		    dropped_int(&fp16, "initial_scale_power", 0, 64, 16, &ds->initial_scale_power, err) ||
+		    dropped_int(&fp16, "loss_scale_window", 1, 1LL << 40, 1000, &ds->loss_scale_window,
+				err) ||
+		    dropped_int(&fp16, "hysteresis", 1, 1LL << 20, 2, &ds->hysteresis, err) ||
+		    dropped_num(&fp16, "min_loss_scale", 0, 1e30, 1, &ds->min_loss_scale, err))
 			return -1;
 	}
 	/* DeepSpeed reads "bf16" and its older spelling "bfloat16" */
@@ -257,18 +332,8 @@ static int parse_precision(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 	return 0;
 }
 
-typedef struct OptimizerKind {
-	const char *name;
-	int states; /* fp32 tensors per parameter besides the master copy */
-} OptimizerKind;
-
-static const OptimizerKind OPTIMIZERS[] = {
-	{"Adam", 2}, {"AdamW", 2}, {"FusedAdam", 2}, {"CPUAdam", 2}, {"Lamb", 2}, {"OneBitAdam", 2},
-	{"ZeroOneAdam", 2}, {"OneBitLamb", 2}, {"MuAdam", 2}, {"MuAdamW", 2}, {"Adagrad", 1},
-	{"Lion", 1}, {"SGD", 1}, {"MuSGD", 1}, {0},
-};
-
-static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsgrad, PxError *err)
+static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsgrad,
+				  int *torch_adam, int *centered, PxError *err)
 {
 	double betas[2] = {ds->beta1, ds->beta2};
 	const cJSON *b = cJSON_GetObjectItemCaseSensitive(params->obj, "betas");
@@ -291,17 +356,28 @@ static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsg
 	    num_or_auto(params, "weight_decay", AUTO_WD, 0, 1e3, 0, &ds->weight_decay, &ds->autos,
 			err) ||
 	    jobj_num(params, "momentum", 0, 1, 0, &ds->momentum, err) < 0 ||
-	    jobj_bool(params, "amsgrad", 0, amsgrad, err) < 0)
+	    jobj_bool(params, "amsgrad", 0, amsgrad, err) < 0 ||
+	    jobj_bool(params, "torch_adam", 0, torch_adam, err) < 0 ||
+	    jobj_bool(params, "centered", 0, centered, err) < 0)
 		return -1;
+	if (cJSON_HasObjectItem(params->obj, "max_grad_norm")) {
+		char where[512];
+		jobj_where(params, "max_grad_norm", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.max_grad_norm: DeepSpeed refuses: "
+			       "'max_grad_norm' is not supported as an optimizer parameter, please "
+			       "switch to using the deepspeed parameter 'gradient_clipping'", where,
+			       params->name);
+	}
 	return 0;
 }
 
+/* The optimizer's kind and its states per parameter. ZeRO-dependent checks wait for the zero
+ * section (check_optimizer_zero). */
 static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	JsonObj opt, params;
-	const char *type = "AdamW";
-	const OptimizerKind *k;
-	int rc, amsgrad = 0;
+	const char *type = "AdamW", *hint;
+	int rc, amsgrad = 0, torch_adam = 0, centered = 0;
 
 	/* Without an optimizer section DeepSpeed uses the client's; the Trainer's default is AdamW. */
 	ds->beta1 = 0.9, ds->beta2 = 0.999, ds->eps = 1e-8, ds->lr = 1e-3;
@@ -312,24 +388,31 @@ static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 		    jobj_str(&opt, "type", "AdamW", &type, err) < 0)
 			return -1;
 	}
-	for (k = OPTIMIZERS; k->name && strcasecmp(k->name, type); k++)
-		;
-	if (!k->name) {
-		char where[512];
+	const OptimKind *k = optim_find(type, &hint);
+	if (!k) {
+		char where[512], names[512];
 		jobj_where(&opt, "type", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: expected Adam, AdamW, Lamb, "
-			       "OneBitAdam, ZeroOneAdam, OneBitLamb, Adagrad, Lion or SGD, got \"%s\"",
-			       where, opt.name, type);
+		if (hint)
+			return px_fail(err, PX_ERR_INPUT, "%s: %s.type: \"%s\" is not one of DeepSpeed's "
+				       "own optimizers, and torch.optim has no \"%s\" (DeepSpeed takes "
+				       "the other names from torch.optim as written): did you mean \"%s\"?",
+				       where, opt.name, type, type, hint);
+		optim_names(names, sizeof(names));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: expected one of %s, got \"%s\"", where,
+			       opt.name, names, type);
 	}
 	snprintf(ds->optimizer, sizeof(ds->optimizer), "%s", k->name);
-	ds->optimizer_states = k->states;
+	ds->opt = k;
 	if (rc && (rc = jobj_child(&opt, "params", &params, err)) < 0)
 		return -1;
-	if (rc && parse_optimizer_params(&params, ds, &amsgrad, err))
+	if (rc && parse_optimizer_params(&params, ds, &amsgrad, &torch_adam, &centered, err))
 		return -1;
-	if (!strcasecmp(k->name, "SGD") || !strcasecmp(k->name, "MuSGD"))
-		ds->optimizer_states = ds->momentum > 0; /* plain SGD keeps no state */
-	ds->optimizer_states += amsgrad;               /* the running maximum of v */
+	ds->optimizer_states = k->states + (k->momentum_state && ds->momentum > 0) +
+			       (k->centered_state && centered);
+	if (amsgrad && (!strcmp(k->name, "Adam") || !strcmp(k->name, "AdamW"))) {
+		ds->amsgrad = 1;
+		ds->torch_adam = torch_adam;
+	}
 	return 0;
 }
 
@@ -337,17 +420,18 @@ static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys
 			 PxNotes *notes, PxError *err)
 {
 	JsonObj o;
-	const char *dev;
+	const char *dev = "none";
 	int rc = jobj_child(zero, key, &o, err);
 
 	off->buffer_count = !strcmp(key, "offload_param") ? 5 : 4;
 	off->buffer_size = 1e8;
 	if (rc <= 0)
 		return rc;
-	if (check_section(&o, keys, notes, err) || jobj_str(&o, "device", "none", &dev, err) < 0 ||
-	    jobj_bool(&o, "pin_memory", 0, &off->pin_memory, err) < 0 ||
-	    jobj_int(&o, "buffer_count", 1, 1 << 20, off->buffer_count, &off->buffer_count, err) < 0 ||
-	    jobj_num(&o, "buffer_size", 1, 1e13, off->buffer_size, &off->buffer_size, err) < 0)
+	if (check_section(&o, keys, notes, err) ||
+	    (!is_auto(&o, "device") && jobj_str(&o, "device", "none", &dev, err) < 0) ||
+	    dropped_bool(&o, "pin_memory", 0, &off->pin_memory, err) ||
+	    dropped_int(&o, "buffer_count", 0, 1 << 20, off->buffer_count, &off->buffer_count, err) ||
+	    dropped_num(&o, "buffer_size", 0, 1e18, off->buffer_size, &off->buffer_size, err))
 		return -1;
 	if (!strcasecmp(dev, "none"))
 		off->device = DEV_NONE;
@@ -378,6 +462,65 @@ static void zero_defaults(DsZero *z)
 	z->max_reuse_elems = 1e9;
 	z->sub_group_elems = 1e9;
 	z->hpz_partition_size = 1;
+	z->offload_optimizer.buffer_count = 4;
+	z->offload_param.buffer_count = 5;
+	z->offload_optimizer.buffer_size = z->offload_param.buffer_size = 1e8;
+}
+
+/* The deprecated boolean form, runtime/zero/config.py read_zero_config_deprecated: true is stage
+ * 1 with the top-level "allgather_size" as its all-gather bucket, false stage 0. */
+static int parse_zero_bool(const JsonObj *root, const cJSON *v, DsZero *z, PxNotes *notes,
+			   PxError *err)
+{
+	char where[512];
+	z->stage = cJSON_IsTrue(v);
+	if (z->stage && jobj_num(root, "allgather_size", 0, 1e18, z->allgather_bucket_elems,
+				 &z->allgather_bucket_elems, err) < 0)
+		return -1;
+	jobj_where(root, "zero_optimization", where, sizeof(where));
+	return px_notes_warn(notes, "%s: warning: %s.zero_optimization: %s is DeepSpeed's deprecated "
+			     "form; read as {\"stage\": %d}", where, root->name,
+			     z->stage ? "true" : "false", z->stage) ?
+		       px_fail(err, PX_ERR_RUNTIME, "out of memory") : 0;
+}
+
+/* A stage 3 size written by its alias (stage3_X) or, as pydantic's populate_by_name allows, by
+ * its field name (X: axolotl writes max_live_parameters). The Trainer fills only the alias's
+ * "auto" (flag); any other "auto" drops to the default. */
+static int stage3_num(const JsonObj *zo, const char *alias, unsigned flag, double dflt,
+		      double *out, unsigned *autos, PxError *err)
+{
+	const char *field = alias + strlen("stage3_");
+	if (!cJSON_HasObjectItem(zo->obj, alias) && cJSON_HasObjectItem(zo->obj, field))
+		return dropped_num(zo, field, 0, 1e18, dflt, out, err);
+	if (flag)
+		return num_or_auto(zo, alias, flag, 0, 1e18, dflt, out, autos, err);
+	return dropped_num(zo, alias, 0, 1e18, dflt, out, err);
+}
+
+/* Stage 3's sizes, "auto" included: the three the Trainer fills from hidden_size are resolved
+ * later (resolve_autos); the rest drop to their defaults. */
+static int parse_zero_sizes(const JsonObj *zo, DsConfig *ds, PxError *err)
+{
+	DsZero *z = &ds->zero;
+	unsigned *a = &ds->autos;
+	return num_or_auto(zo, "reduce_bucket_size", AUTO_REDUCE_BUCKET, 0, 1e18,
+			   z->reduce_bucket_elems, &z->reduce_bucket_elems, a, err) ||
+	       dropped_num(zo, "allgather_bucket_size", 0, 1e18, z->allgather_bucket_elems,
+			   &z->allgather_bucket_elems, err) ||
+	       stage3_num(zo, "stage3_prefetch_bucket_size", AUTO_PREFETCH, z->prefetch_bucket_elems,
+			  &z->prefetch_bucket_elems, a, err) ||
+	       stage3_num(zo, "stage3_param_persistence_threshold", AUTO_PERSISTENCE,
+			  z->persistence_threshold_elems, &z->persistence_threshold_elems, a, err) ||
+	       stage3_num(zo, "stage3_max_live_parameters", 0, z->max_live_elems, &z->max_live_elems,
+			  a, err) ||
+	       stage3_num(zo, "stage3_max_reuse_distance", 0, z->max_reuse_elems,
+			  &z->max_reuse_elems, a, err) ||
+	       /* 0 makes every parameter its own sub-group (stage3.py _create_fp16_sub_groups);
+		* configs write 1e9 to 1e14 */
+	       dropped_num(zo, "sub_group_size", 0, 1e18, z->sub_group_elems, &z->sub_group_elems,
+			   err) ?
+		       -1 : 0;
 }
 
 static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
@@ -386,36 +529,27 @@ static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError
 	DsZero *z = &ds->zero;
 	long long stage = 0;
 	int rc, legacy_cpu = 0, legacy_params = 0;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root->obj, "zero_optimization");
 
 	zero_defaults(z);
+	if (cJSON_IsBool(v))
+		return parse_zero_bool(root, v, z, notes, err);
 	if ((rc = jobj_child(root, "zero_optimization", &zo, err)) <= 0)
 		return rc;
 	if (check_section(&zo, ZERO_KEYS, notes, err) ||
-	    jobj_int(&zo, "stage", 0, 3, 0, &stage, err) < 0 ||
-	    num_or_auto(&zo, "reduce_bucket_size", AUTO_REDUCE_BUCKET, 1, 1e13, z->reduce_bucket_elems,
-			&z->reduce_bucket_elems, &ds->autos, err) ||
-	    jobj_num(&zo, "allgather_bucket_size", 1, 1e13, z->allgather_bucket_elems,
-		     &z->allgather_bucket_elems, err) < 0 ||
-	    jobj_bool(&zo, "overlap_comm", stage == 3, &z->overlap_comm, err) < 0 ||
-	    jobj_bool(&zo, "contiguous_gradients", 1, &z->contiguous_gradients, err) < 0 ||
-	    jobj_bool(&zo, "reduce_scatter", 1, &z->reduce_scatter, err) < 0 ||
-	    num_or_auto(&zo, "stage3_prefetch_bucket_size", AUTO_PREFETCH, 0, 1e13,
-			z->prefetch_bucket_elems, &z->prefetch_bucket_elems, &ds->autos, err) ||
-	    num_or_auto(&zo, "stage3_param_persistence_threshold", AUTO_PERSISTENCE, 0, 1e13,
-			z->persistence_threshold_elems, &z->persistence_threshold_elems, &ds->autos,
-			err) ||
-	    jobj_num(&zo, "stage3_max_live_parameters", 0, 1e13, z->max_live_elems,
-		     &z->max_live_elems, err) < 0 ||
-	    jobj_num(&zo, "stage3_max_reuse_distance", 0, 1e13, z->max_reuse_elems,
-		     &z->max_reuse_elems, err) < 0 ||
-	    jobj_num(&zo, "sub_group_size", 1, 1e13, z->sub_group_elems, &z->sub_group_elems, err) < 0 ||
-	    jobj_bool(&zo, "zero_quantized_weights", 0, &z->quantized_weights, err) < 0 ||
-	    jobj_bool(&zo, "zero_quantized_gradients", 0, &z->quantized_gradients, err) < 0 ||
-	    jobj_int(&zo, "zero_hpz_partition_size", 1, 1 << 20, 1, &z->hpz_partition_size, err) < 0 ||
-	    jobj_bool(&zo, "cpu_offload", 0, &legacy_cpu, err) < 0 ||
-	    jobj_bool(&zo, "cpu_offload_params", 0, &legacy_params, err) < 0)
+	    dropped_int(&zo, "stage", 0, 3, 0, &stage, err) || parse_zero_sizes(&zo, ds, err) ||
+	    dropped_bool(&zo, "overlap_comm", stage == 3, &z->overlap_comm, err) ||
+	    dropped_bool(&zo, "contiguous_gradients", 1, &z->contiguous_gradients, err) ||
+	    dropped_bool(&zo, "reduce_scatter", 1, &z->reduce_scatter, err) ||
+	    dropped_bool(&zo, "zero_quantized_weights", 0, &z->quantized_weights, err) ||
+	    dropped_bool(&zo, "zero_quantized_gradients", 0, &z->quantized_gradients, err) ||
+	    dropped_int(&zo, "zero_hpz_partition_size", 0, 1 << 20, 1, &z->hpz_partition_size, err) ||
+	    dropped_bool(&zo, "cpu_offload", 0, &legacy_cpu, err) ||
+	    dropped_bool(&zo, "cpu_offload_param", 0, &legacy_params, err))
 		return -1;
 	z->stage = (int)stage;
+	if (z->hpz_partition_size == 0) /* DeepSpeed allows 0 (ge=0) and treats it as 1: no hpZ */
+		z->hpz_partition_size = 1;
 	if (parse_offload(&zo, "offload_optimizer", OFFLOAD_OPT_KEYS, &z->offload_optimizer, notes,
 			  err) < 0 ||
 	    parse_offload(&zo, "offload_param", OFFLOAD_PARAM_KEYS, &z->offload_param, notes, err) < 0)
@@ -427,27 +561,57 @@ static int parse_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError
 	}
 	if (legacy_params && z->offload_param.device == DEV_NONE) {
 		z->offload_param.device = DEV_CPU;
-		px_notes_warn(notes, "%s: %s.cpu_offload_params is deprecated; read as offload_param "
+		px_notes_warn(notes, "%s: %s.cpu_offload_param is deprecated; read as offload_param "
 			      "{\"device\": \"cpu\"}", zo.doc->path, zo.name);
 	}
 
-	/* the combinations DeepSpeed refuses, with its reasons */
 	char where[512];
+	/* only stage 3 reads offload_param (stage3.py); stage 1-2 never look at it */
 	if (z->offload_param.device != DEV_NONE && z->stage != 3) {
-		jobj_where(&zo, "offload_param", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_param: parameter offload needs ZeRO "
-			       "stage 3, got stage %d", where, zo.name, z->stage);
+		jobj_where(&zo, legacy_params ? "cpu_offload_param" : "offload_param", where,
+			   sizeof(where));
+		if (px_notes_warn(notes, "%s: warning: %s.offload_param: device %s is ignored at ZeRO "
+				  "stage %d, as DeepSpeed ignores it (only stage 3 offloads "
+				  "parameters)", where, zo.name,
+				  offload_device_name(z->offload_param.device), z->stage))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		z->offload_param.device = DEV_NONE;
 	}
+	/* ZeRO++ is a part of stage3.py; stage 1-2 take none of its settings (OpenRLHF writes
+	 * zero_hpz_partition_size 8 whatever the stage) */
+	if (z->stage < 3 && (z->hpz_partition_size > 1 || z->quantized_weights ||
+			     z->quantized_gradients)) {
+		const char *key = z->hpz_partition_size > 1 ? "zero_hpz_partition_size" :
+				  z->quantized_weights ? "zero_quantized_weights" :
+							 "zero_quantized_gradients";
+		jobj_where(&zo, key, where, sizeof(where));
+		if (px_notes_warn(notes, "%s: warning: %s.%s: ZeRO++ is ignored at ZeRO stage %d, as "
+				  "DeepSpeed ignores it (only stage 3 reads it)", where, zo.name, key,
+				  z->stage))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		z->hpz_partition_size = 1;
+		z->quantized_weights = z->quantized_gradients = 0;
+	}
+	/* the combinations DeepSpeed refuses, with its reasons */
 	if (z->offload_optimizer.device != DEV_NONE && z->stage == 0) {
 		jobj_where(&zo, "offload_optimizer", where, sizeof(where));
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_optimizer: optimizer offload needs "
-			       "ZeRO stage 1, 2 or 3, got stage 0", where, zo.name);
+			       "ZeRO stage 1, 2 or 3, got stage 0 (DeepSpeed builds DeepSpeedCPUAdam, "
+			       "which refuses parameters on the GPU)", where, zo.name);
 	}
 	if (z->offload_optimizer.device == DEV_NVME && z->stage != 3) {
 		jobj_where(&zo, "offload_optimizer", where, sizeof(where));
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.offload_optimizer.device: NVMe offload "
 			       "(ZeRO-Infinity) needs ZeRO stage 3, got stage %d", where, zo.name,
 			       z->stage);
+	}
+	/* stage_1_and_2.py asserts allgather_bucket_size % nccl_start_alignment_factor (2) == 0 */
+	if ((z->stage == 1 || z->stage == 2) && fmod(z->allgather_bucket_elems, 2) != 0) {
+		jobj_where(&zo, "allgather_bucket_size", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.allgather_bucket_size: %.17g; DeepSpeed "
+			       "refuses: allgather_bucket_size must be a multiple of "
+			       "nccl_start_alignment_factor, 2", where, zo.name,
+			       z->allgather_bucket_elems);
 	}
 	return 0;
 }
@@ -479,71 +643,13 @@ static int parse_parallel_keys(const JsonObj *root, DsConfig *ds, PxNotes *notes
 	return 0;
 }
 
-static int parse_scheduler(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+/* Only its keys are checked: DeepCompile itself is listed as not modelled when on (its other
+ * settings act only with it). */
+static int parse_compile(const JsonObj *root, PxNotes *notes, PxError *err)
 {
-	static const DsKey SCHED_KEYS[] = {{"type", K_MODEL}, {"params", K_MODEL}, {0}};
-	JsonObj o, prm;
-	const char *type, *wt;
-	int rc = jobj_child(root, "scheduler", &o, err);
-	if (rc <= 0)
-		return rc;
-	if (check_section(&o, SCHED_KEYS, notes, err) || jobj_str(&o, "type", "", &type, err) < 0)
-		return -1;
-	if (!strcmp(type, "WarmupLR"))
-		ds->sched = 1;
-	else if (!strcmp(type, "WarmupDecayLR"))
-		ds->sched = 2;
-	else {
-		px_notes_not_modelled(notes, "%s.type \"%s\" (the executor keeps the learning rate "
-				      "constant; memory and traffic do not depend on it)", o.name, type);
-		return 0;
-	}
-	ds->warmup_max_lr = -1; /* the optimizer's lr unless given */
-	ds->warmup_num_steps = 1000;
-	if ((rc = jobj_child(&o, "params", &prm, err)) < 0)
-		return -1;
-	if (!rc)
-		return 0;
-	double steps = 1000, total = 0;
-	if (num_or_auto(&prm, "warmup_min_lr", 0, 0, 1e3, 0, &ds->warmup_min_lr, &ds->autos, err) ||
-	    num_or_auto(&prm, "warmup_max_lr", 0, 0, 1e3, -1, &ds->warmup_max_lr, &ds->autos, err) ||
-	    num_or_auto(&prm, "warmup_num_steps", 0, 0, 1e12, 1000, &steps, &ds->autos, err) ||
-	    num_or_auto(&prm, "total_num_steps", 0, 0, 1e12, 0, &total, &ds->autos, err) ||
-	    jobj_str(&prm, "warmup_type", "log", &wt, err) < 0)
-		return -1;
-	if (is_auto(&prm, "warmup_max_lr"))
-		ds->warmup_max_lr = -1;
-	if (is_auto(&prm, "warmup_num_steps"))
-		steps = 0; /* the Trainer's warmup_steps, 0 by default */
-	ds->warmup_num_steps = (long long)steps;
-	ds->total_num_steps = (long long)total;
-	ds->sched_linear = !strcmp(wt, "linear");
-	if (ds->sched == 2 && (total <= 0 || is_auto(&prm, "total_num_steps"))) {
-		char where[512];
-		jobj_where(&prm, "total_num_steps", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: %s.total_num_steps: WarmupDecayLR needs the "
-			       "number of training steps, expected a positive number", where, prm.name);
-	}
-	return 0;
-}
-
-double dsconfig_lr(const DsConfig *ds, long k)
-{
-	if (!ds->sched)
-		return ds->lr;
-	double max = ds->warmup_max_lr >= 0 ? ds->warmup_max_lr : ds->lr, min = ds->warmup_min_lr;
-	long it = k - 2;
-	if (it < 0)
-		return min;
-	double n = ds->warmup_num_steps > 2 ? (double)ds->warmup_num_steps : 2, gamma;
-	if (it < n)
-		gamma = ds->sched_linear ? (double)it / n : log((double)it + 1) / log(n);
-	else if (ds->sched == 1)
-		gamma = 1;
-	else
-		gamma = fmax(0, ((double)ds->total_num_steps - (double)it) /
-				       fmax(1, (double)ds->total_num_steps - n));
-	return min + (max - min) * gamma;
+	JsonObj o;
+	int rc = jobj_child(root, "compile", &o, err);
+	return rc <= 0 ? rc : check_section(&o, COMPILE_KEYS, notes, err);
 }
 
 static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
@@ -557,6 +663,91 @@ static int parse_checkpointing(const JsonObj *root, DsConfig *ds, PxNotes *notes
 	    jobj_bool(&ac, "partition_activations", 0, &ds->partition_activations, err) < 0 ||
 	    jobj_bool(&ac, "cpu_checkpointing", 0, &ds->cpu_checkpointing, err) < 0)
 		return -1;
+	return 0;
+}
+
+/* Top-level settings DeepSpeed checks against the ZeRO stage (runtime/config.py, engine.py). */
+static int check_top_zero(const JsonObj *root, const DsConfig *ds, PxError *err)
+{
+	char where[512];
+	const char *op;
+	JsonObj amp;
+	int amp_on = 0;
+	if (jobj_str(root, "gradient_allreduce_op", "mean", &op, err) < 0)
+		return -1;
+	jobj_where(root, "gradient_allreduce_op", where, sizeof(where));
+	if (strcasecmp(op, "mean") && strcasecmp(op, "sum"))
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.gradient_allreduce_op: expected mean or sum, "
+			       "got \"%s\"", where, root->name, op);
+	if (!strcasecmp(op, "sum") && ds->zero.stage == 3)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.gradient_allreduce_op: DeepSpeed refuses: "
+			       "gradient_allreduce_op='sum' is not supported with ZeRO stage 3", where,
+			       root->name);
+	if (jobj_child(root, "amp", &amp, err) < 0 ||
+	    (!is_auto(&amp, "enabled") && jobj_bool(&amp, "enabled", 0, &amp_on, err) < 0))
+		return -1;
+	if (amp_on && ds->zero.stage > 0) {
+		jobj_where(&amp, "enabled", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.enabled with ZeRO stage %d; DeepSpeed "
+			       "refuses: Amp and ZeRO are not currently compatible, please use "
+			       "(legacy) fp16 mode which performs similar to amp opt_mode=O2", where,
+			       amp.name, ds->zero.stage);
+	}
+	return 0;
+}
+
+/* What DeepSpeed refuses or warns about for an optimizer once the ZeRO stage is known
+ * (engine.py _configure_basic_optimizer, _do_optimizer_sanity_check; the ZeRO optimizers). */
+static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	const OptimKind *k = ds->opt;
+	const DsZero *z = &ds->zero;
+	char where[512];
+	JsonObj opt;
+	int untested_ok = 0;
+
+	if (jobj_child(root, "optimizer", &opt, err) < 0 ||
+	    jobj_bool(root, "zero_allow_untested_optimizer", 0, &untested_ok, err) < 0)
+		return -1;
+	jobj_where(&opt, "type", where, sizeof(where));
+	if (k->no_zero && z->stage > 0)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: %s with ZeRO stage %d; DeepSpeed "
+			       "refuses: %s (use stage 0)", where, opt.name, k->name, z->stage,
+			       k->no_zero);
+	if (k->muon && z->stage == 3 && z->reduce_scatter)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon at ZeRO stage 3 with "
+			       "zero_optimization.reduce_scatter on (set it false); DeepSpeed refuses: "
+			       "Muon and reduce scatter cannot be used together", where, opt.name);
+	if (k->muon && z->stage == 3 && z->quantized_gradients)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon with zero_quantized_gradients; "
+			       "DeepSpeed refuses: Muon and all2all process group cannot be used "
+			       "together", where, opt.name);
+	if (k->muon && (z->stage == 1 || z->stage == 2) && z->reduce_scatter &&
+	    z->offload_optimizer.device == DEV_CPU)
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon with reduce_scatter and optimizer "
+			       "offload; DeepSpeed refuses: Muon with reduce scatter does not support "
+			       "optimizer offload because offload retains only partition slices; "
+			       "disable reduce scatter or optimizer offload", where, opt.name);
+	if (ds->amsgrad && !ds->torch_adam) {
+		if (z->stage == 0 || z->offload_optimizer.device == DEV_NONE)
+			return px_fail(err, PX_ERR_INPUT, "%s: %s.params.amsgrad: DeepSpeed builds "
+				       "FusedAdam, which refuses: FusedAdam does not support the AMSGrad "
+				       "variant (set params.torch_adam: true for torch.optim's Adam)",
+				       where, opt.name);
+		/* DeepSpeedCPUAdam takes the flag and keeps Adam's two states */
+	} else if (ds->amsgrad) {
+		ds->optimizer_states += 1; /* torch.optim's max_exp_avg_sq */
+	}
+	if (z->stage > 0 && opt.obj && !k->zero_tested && !untested_ok &&
+	    px_notes_warn(notes, "%s: warning: %s.type: %s with ZeRO needs "
+			  "\"zero_allow_untested_optimizer\": true; DeepSpeed stops otherwise: You are "
+			  "using an untested ZeRO Optimizer", where, opt.name, k->name))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (k->error_feedback != EF_NONE &&
+	    px_notes_not_modelled(notes, "%s.type %s (after freeze_step its momentum all-reduce is "
+				  "1-bit compressed: priced as the uncompressed gradient all-reduce; "
+				  "its error-feedback buffers are counted)", opt.name, k->name))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	return 0;
 }
 
@@ -576,8 +767,10 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 			&ds->autos, err))
 		return -1;
 	if (parse_precision(o, ds, notes, err) || parse_optimizer(o, ds, notes, err) ||
-	    parse_zero(o, ds, notes, err) || parse_checkpointing(o, ds, notes, err) ||
-	    parse_scheduler(o, ds, notes, err) ||
+	    parse_zero(o, ds, notes, err) || check_top_zero(o, ds, err) ||
+	    check_optimizer_zero(o, ds, notes, err) ||
+	    parse_checkpointing(o, ds, notes, err) || parse_compile(o, notes, err) ||
+	    lrsched_parse(o, ds, notes, err) ||
 	    parse_parallel_keys(o, ds, notes, err))
 		return -1;
 	return 0;
@@ -589,7 +782,8 @@ void train_args_defaults(TrainArgs *t)
 { /* transformers.TrainingArguments defaults */
 	*t = (TrainArgs){.per_device_train_batch_size = 8, .gradient_accumulation_steps = 1,
 			 .learning_rate = 5e-5, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
-			 .adam_epsilon = 1e-8, .max_grad_norm = 1.0};
+			 .adam_epsilon = 1e-8, .max_grad_norm = 1.0, .max_steps = -1,
+			 .num_train_epochs = 3.0};
 }
 
 int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *err)
@@ -597,7 +791,8 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 	static const char *const known[] = {
 		"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
 		"weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "fp16",
-		"bf16", "gradient_checkpointing", NULL};
+		"bf16", "gradient_checkpointing", "max_steps", "num_train_epochs", "warmup_steps",
+		"warmup_ratio", NULL};
 	train_args_defaults(t);
 	if (jobj_check_keys(o, known, notes))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -612,8 +807,19 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 	    jobj_num(o, "adam_epsilon", 0, 1, t->adam_epsilon, &t->adam_epsilon, err) < 0 ||
 	    jobj_num(o, "max_grad_norm", 0, 1e30, t->max_grad_norm, &t->max_grad_norm, err) < 0 ||
 	    jobj_bool(o, "fp16", 0, &t->fp16, err) < 0 || jobj_bool(o, "bf16", 0, &t->bf16, err) < 0 ||
-	    jobj_bool(o, "gradient_checkpointing", 0, &t->gradient_checkpointing, err) < 0)
+	    jobj_bool(o, "gradient_checkpointing", 0, &t->gradient_checkpointing, err) < 0 ||
+	    jobj_int(o, "max_steps", -1, 1LL << 50, -1, &t->max_steps, err) < 0 ||
+	    jobj_num(o, "num_train_epochs", 0, 1e12, 3.0, &t->num_train_epochs, err) < 0 ||
+	    jobj_num(o, "warmup_steps", 0, 1e15, 0, &t->warmup_steps, err) < 0 ||
+	    jobj_num(o, "warmup_ratio", 0, 1, 0, &t->warmup_ratio, err) < 0)
 		return -1;
+	if (t->warmup_steps >= 1 && t->warmup_steps != floor(t->warmup_steps)) {
+		char where[512];
+		jobj_where(o, "warmup_steps", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.warmup_steps: expected a whole number of "
+			       "steps, or a fraction of the training steps below 1, got %g", where,
+			       o->name, t->warmup_steps);
+	}
 	return 0;
 }
 
@@ -644,9 +850,10 @@ static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, 
 	double h = (double)m->h;
 	if (a & AUTO_REDUCE_BUCKET)
 		ds->zero.reduce_bucket_elems = h * h;
-	if (a & AUTO_PREFETCH)
+	/* filled at stage 3 only; below it DeepSpeed drops the "auto" to its default */
+	if ((a & AUTO_PREFETCH) && ds->zero.stage == 3)
 		ds->zero.prefetch_bucket_elems = floor(0.9 * h * h);
-	if (a & AUTO_PERSISTENCE)
+	if ((a & AUTO_PERSISTENCE) && ds->zero.stage == 3)
 		ds->zero.persistence_threshold_elems = 10 * h;
 	if (a & AUTO_MICRO_BATCH)
 		ds->micro_batch = ta->per_device_train_batch_size;

@@ -7,6 +7,7 @@
 
 #include "jdoc.h"
 #include "model.h"
+#include "optim.h"
 
 typedef enum { DT_FP32, DT_FP16, DT_BF16 } Dtype;
 typedef enum { DEV_NONE, DEV_CPU, DEV_NVME } OffloadDevice;
@@ -37,6 +38,11 @@ typedef struct TrainArgs { /* Hugging Face TrainingArguments that "auto" values 
 	long long per_device_train_batch_size, gradient_accumulation_steps;
 	double learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
 	int fp16, bf16, gradient_checkpointing;
+	/* the Trainer's num_training_steps: max_steps when > 0, else num_train_epochs x the
+	 * dataset's update steps per epoch (which a scenario does not give); warm-up steps:
+	 * warmup_steps when >= 1, a fraction of the total when in (0, 1), else warmup_ratio */
+	long long max_steps;
+	double num_train_epochs, warmup_steps, warmup_ratio;
 } TrainArgs;
 
 /* Which values were written "auto" (resolved by dsconfig_resolve). */
@@ -45,6 +51,8 @@ enum {
 	AUTO_FP16 = 1 << 3, AUTO_BF16 = 1 << 4, AUTO_CLIP = 1 << 5,
 	AUTO_REDUCE_BUCKET = 1 << 6, AUTO_PREFETCH = 1 << 7, AUTO_PERSISTENCE = 1 << 8,
 	AUTO_LR = 1 << 9, AUTO_BETAS = 1 << 10, AUTO_EPS = 1 << 11, AUTO_WD = 1 << 12,
+	AUTO_WARMUP_MIN_LR = 1 << 13, AUTO_WARMUP_MAX_LR = 1 << 14, AUTO_WARMUP_STEPS = 1 << 15,
+	AUTO_TOTAL_STEPS = 1 << 16,
 };
 
 typedef struct DsConfig {
@@ -64,14 +72,20 @@ typedef struct DsConfig {
 	double min_loss_scale;
 	/* optimizer */
 	char optimizer[32];
-	int optimizer_states;        /* fp32 states per parameter: Adam 2, SGD with momentum 1 */
+	const OptimKind *opt;        /* the optimizer's kind (optim.c) */
+	int optimizer_states;        /* fp32 states per parameter: Adam 2, SGD with momentum 1 (Muon:
+					on the parameters outside its hidden matrices) */
 	double lr, beta1, beta2, eps, weight_decay, momentum;
+	int amsgrad, torch_adam;     /* Adam's params.amsgrad, and torch.optim's Adam (torch_adam) */
 	double gradient_clipping;
 	/* scheduler: DeepSpeed's WarmupLR and WarmupDecayLR */
 	int sched;                   /* 0 none (constant lr), 1 WarmupLR, 2 WarmupDecayLR */
 	int sched_linear;            /* warmup_type "linear" (default "log") */
 	double warmup_min_lr, warmup_max_lr;
 	long long warmup_num_steps, total_num_steps;
+	int sched_unresolved;        /* total_num_steps (or warm-up steps derived from it) is "auto"
+					and training_args gives no max_steps: a prediction does
+					not need it, the executor refuses */
 	DsZero zero;
 	/* DeepSpeed's own parallelism keys, 0 when absent (the scenario's "parallelism" agrees or
 	 * wins, see scenario.c) */
@@ -91,12 +105,18 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
  * that would change the prediction but are not modelled yet go into notes->not_modelled. */
 int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err);
 
-/* The learning rate of optimizer update `k` (1-based, skipped fp16 steps not counted), as
+/* The learning rate of optimizer update `k` (lrsched.c; 1-based, skipped fp16 steps not counted), as
  * deepspeed/runtime/lr_schedules.py: the scheduler starts at warmup_min_lr and steps after each
  * update, so update k uses iteration k - 2; during warm-up gamma = log(it + 1) / log(N) (linear:
  * it / N) with N = max(2, warmup_num_steps), then 1 (WarmupLR) or a linear decay to 0 at
  * total_num_steps (WarmupDecayLR); lr = min + (max - min) gamma. Without a scheduler: lr. */
 double dsconfig_lr(const DsConfig *ds, long k);
+
+/* The scheduler's "auto" values (lrsched.c), as the Trainer fills them from training_args: warmup_min_lr 0,
+ * warmup_max_lr learning_rate, total_num_steps max_steps, warmup_num_steps from warmup_steps or
+ * warmup_ratio. What cannot be resolved (no max_steps) is noted and sets sched_unresolved; a
+ * warm-up that resolves to 0 is refused as DeepSpeed refuses it. */
+int dsconfig_resolve_schedule(DsConfig *ds, const TrainArgs *ta, PxNotes *notes, PxError *err);
 
 /* Resolve "auto" values (Hugging Face rules: hidden-size based bucket sizes, TrainingArguments for
  * the rest), then DeepSpeed's batch rules for dp data-parallel ranks. */

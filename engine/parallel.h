@@ -25,6 +25,9 @@ typedef struct MoeSpec {
 
 typedef struct ParallelSpec {
 	long long tp, pp, ep, dp;   /* dp is derived: world / (tp * pp) */
+	int tp_uneven_heads;        /* tp is DeepSpeed's AutoTP, which spreads heads that tp does
+				       not divide unevenly (module_inject/tp_shard.py); Megatron's
+				       tp must divide them */
 	int sequence_parallel;
 	PipeSchedule schedule;
 	long long virtual_stages;   /* model chunks per pipeline stage (interleaved) */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim.h"
 #include "pipeline.h"
 
 static long long ceil_div(long long a, long long b)
@@ -46,7 +47,8 @@ static int check_degrees(const Plan *p, PxError *err)
 	if (p->world % (q->tp * q->pp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the world of %lld GPUs does not "
 			       "divide into tp %lld x pp %lld", src, p->world, q->tp, q->pp);
-	if (m->arch != ARCH_PARAMS_ONLY && (m->a % q->tp || m->kv_heads % q->tp))
+	if (m->arch != ARCH_PARAMS_ONLY && !q->tp_uneven_heads &&
+	    (m->a % q->tp || m->kv_heads % q->tp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.tp = %lld does not divide the %lld "
 			       "attention heads and %lld key/value heads", src, q->tp, m->a,
 			       m->kv_heads);
@@ -77,10 +79,6 @@ static int check_degrees(const Plan *p, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: the interleaved schedule needs the %lld "
 			       "micro-batches to divide by pp %lld (Megatron's rule)", src, p->m,
 			       q->pp);
-	if ((p->hpz > 1 || p->qwz || p->qgz) && p->stage != 3)
-		return px_fail(err, PX_ERR_INPUT, "%s: ZeRO++ (zero_quantized_weights, "
-			       "zero_hpz_partition_size, zero_quantized_gradients) needs ZeRO stage 3, "
-			       "got %d", src, p->stage);
 	if (p->dp % p->hpz)
 		return px_fail(err, PX_ERR_INPUT, "%s: zero_hpz_partition_size = %lld does not divide "
 			       "the data-parallel size %lld", src, p->hpz, p->dp);
@@ -115,6 +113,21 @@ static double unit_fwd_flops(const Plan *p, int unit, const UnitPlan *u)
 	return flops;
 }
 
+/* Muon's split as DeepSpeed's users make it (param.use_muon) after Keller Jordan's: the 2-D weights
+ * inside the transformer blocks; embeddings, the head, norms and biases stay with its Adam. A
+ * block's weight vectors (norms) hold at most h elements, its matrices h times at least a few
+ * columns (per expert); a params-only model's blocks count as matrices. */
+static int is_hidden_matrix(const ModelSpec *m, int unit, const ModelTensor *t)
+{
+	if (unit < 1 || unit > m->L)
+		return 0;
+	if (m->arch == ARCH_PARAMS_ONLY)
+		return 1;
+	size_t len = strlen(t->name);
+	long long per_copy = t->expert && m->experts ? t->numel / m->experts : t->numel;
+	return !(len >= 4 && !strcmp(t->name + len - 4, "bias")) && per_copy > m->h;
+}
+
 static void plan_unit(Plan *p, int idx)
 {
 	const ModelSpec *m = &p->sc->model;
@@ -132,6 +145,10 @@ static void plan_unit(Plan *p, int idx)
 			n /= p->par.ep;
 		u->params += t[i].numel;
 		u->tensor_local[i] = n;
+		if (n > u->max_tensor)
+			u->max_tensor = n;
+		if (is_hidden_matrix(m, idx, &t[i]))
+			u->muon_elems += n;
 		u->tensor_expert[i] = (unsigned char)t[i].expert;
 		if (t[i].expert)
 			u->local_expert += n;
@@ -170,6 +187,55 @@ static void plan_unit(Plan *p, int idx)
 		u->act_bytes = activ_head_bytes(m, &p->shape);
 	}
 	u->fwd_flops = unit_fwd_flops(p, idx, u);
+}
+
+/* ---- optimizer memory ---- */
+
+/* A rank's optimizer state for stage s (see optim.c for each type's buffers). The states are
+ * fp32 per element of the partition. Muon keeps Adam's two on the partition's share of
+ * non-matrix elements and one momentum on its matrices, in the gradient-accumulation dtype at
+ * stage 1-2 (stage_1_and_2.py get_flat_partition), the communication dtype at stage 3
+ * (stage3.py _create_momentum_buffer) and none at stage 0, where MuonWithAuxAdam.step applies
+ * the gradient as is. The 1-bit optimizers (stage 0 only) add a worker error of the padded
+ * compressed buffer and a server error of 1/N of it, N = dp: one buffer per parameter tensor
+ * in fp32 training, one per parameter group in fp16/bf16, where FP16_Optimizer hands the
+ * optimizer one fp32 flat (one group assumed here). 1-bit LAMB compresses one flat of all
+ * momenta (its padding is a dummy momentum) and clones every momentum during the step. */
+static void plan_optimizer(Plan *p, int s)
+{
+	StagePlan *st = &p->stages[s];
+	const DsConfig *ds = &p->sc->ds;
+	const OptimKind *k = ds->opt;
+	double part = (double)st->part_elems;
+	long long local = st->local_dense + st->local_expert, n = p->dp;
+
+	st->opt_state_bytes = part * p->state_bytes;
+	st->error_feedback_bytes = st->opt_step_temp_bytes = 0;
+	if (!k)
+		return;
+	if (k->muon && local > 0) {
+		double muon = part * (double)st->muon_elems / (double)local;
+		int width = p->stage == 0 ? 0 : p->stage == 3 ? p->comm_bytes : p->grad_bytes;
+		st->opt_state_bytes = (part - muon) * p->state_bytes + muon * width;
+	}
+	if (k->error_feedback == EF_NONE)
+		return;
+	long long padded = 0;
+	if (k->error_feedback == EF_FLAT || p->mixed) {
+		padded = optim_onebit_padded_elems(local, n);
+	} else {
+		for (int u = 0; u < p->n_units; u++)
+			for (int i = 0; p->units[u].stage == s && i < p->units[u].n_tensors; i++)
+				if (p->units[u].tensor_local[i] > 0)
+					padded += optim_onebit_padded_elems(
+						p->units[u].tensor_local[i], n);
+	}
+	/* every padded size divides by n, so the server errors sum to padded / n */
+	st->error_feedback_bytes = 4.0 * (double)padded + 4.0 * (double)(padded / n);
+	if (k->error_feedback == EF_FLAT) {
+		st->opt_state_bytes += 4.0 * (double)(padded - local);
+		st->opt_step_temp_bytes = 4.0 * (double)local;
+	}
 }
 
 /* ---- stages ---- */
@@ -251,6 +317,9 @@ static int plan_stages(Plan *p, PxError *err)
 			st->persist_elems += up->persist_elems;
 			st->part_elems += up->part_dense + up->part_expert;
 			st->secondary_elems += up->gather_dense / p->hpz;
+			st->muon_elems += up->muon_elems;
+			if (up->max_tensor > st->max_tensor)
+				st->max_tensor = up->max_tensor;
 		}
 	for (int s = 0; s < pp; s++) {
 		StagePlan *st = &p->stages[s];
@@ -268,6 +337,8 @@ static int plan_stages(Plan *p, PxError *err)
 		for (int u = 0; p->stage == 3 && u < p->n_units; u++)
 			if (p->units[u].stage == s && p->units[u].own_gather > st->max_bucket)
 				st->max_bucket = p->units[u].own_gather;
+		st->max_tensor_part = ceil_div(st->max_tensor, p->dp); /* stage 3's sub-groups */
+		plan_optimizer(p, s);
 	}
 	return 0;
 }

@@ -19,6 +19,8 @@ typedef struct UnitPlan {
 	unsigned char tensor_expert[MODEL_MAX_TENSORS];
 	long long local_dense, local_expert; /* this rank's elements, by ZeRO group */
 	long long persist_elems;   /* stage 3: local elements in tensors under the threshold */
+	long long muon_elems;      /* local elements of its hidden matrices (what Muon updates) */
+	long long max_tensor;      /* its largest local tensor */
 	long long flat_off;        /* stage 0-2: first element in its stage's padded flat buffer */
 	/* stage 3: the unit's other dense tensors form one flat, padded to a multiple of dp, of
 	 * which rank r owns slice r: an all-gather gives the flat back whole */
@@ -46,10 +48,15 @@ typedef struct StagePlan {
 	long long flat_dense, flat_expert;   /* stage 0-2: padded to multiples of dp and edp */
 	long long part_elems;      /* parameters whose optimizer state a rank owns */
 	long long persist_elems;   /* stage 3 */
+	long long muon_elems, max_tensor; /* the units' sums and largest, as in UnitPlan */
 	long long secondary_elems; /* ZeRO++ hpZ: the secondary partition a rank keeps */
 	int n_buckets;
 	BucketPlan *buckets;       /* owned; stage 0-2, forward order */
 	long long max_bucket;      /* largest padded bucket (stage 0-2) or unit flat (stage 3) */
+	long long max_tensor_part; /* a rank's share of the stage's largest tensor */
+	/* optimizer memory of a rank, bytes (plan_optimizer): the states besides the master copy,
+	 * the 1-bit optimizers' error feedback, and what the step itself copies (1-bit LAMB) */
+	double opt_state_bytes, error_feedback_bytes, opt_step_temp_bytes;
 } StagePlan;
 
 typedef struct Plan {

@@ -189,6 +189,15 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 	    merge_degree(&p->pp, sc->ds.pipeline_stages, sc->ds.pp_where, "deepspeed.pipeline.stages",
 			 pp_set, "pp", err))
 		return -1;
+	const ModelSpec *m = &sc->model;
+	if (sc->ds.autotp_size > 1 && !tp_set && m->arch != ARCH_PARAMS_ONLY &&
+	    (m->a % p->tp || m->kv_heads % p->tp)) {
+		p->tp_uneven_heads = 1;
+		if (px_notes_not_modelled(&sc->notes, "deepspeed.tensor_parallel.autotp_size %lld "
+					  "spreads the %lld heads (%lld key/value) unevenly: every rank "
+					  "is priced with an even share", p->tp, m->a, m->kv_heads))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
 
 	/* MoE: the model's own experts first, then the scenario's "moe" object */
 	p->moe.experts = sc->model.experts;
@@ -270,6 +279,7 @@ static int finish_load(Scenario *sc, PxError *err)
 	if (parse_top(sc, &top, err) ||
 	    model_parse(&sect[SC_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
+	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		return -1;

@@ -196,7 +196,8 @@ const char *buf_name(BufWhat w)
 		"param_partition", "persistent_params", "gathered_params", "grads", "grad_partition",
 		"fp32_grad_partition", "unit_grads", "master_params", "optimizer_states",
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
-		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch"};
+		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
+		"error_feedback", "optimizer_step_temp"};
 	return NAME_OF(n, w);
 }
 

@@ -66,6 +66,8 @@ typedef enum {
 	BUF_UNIT_FP32,     /* CPU backend: a unit's fp32 parameters (and gradients in backward) */
 	BUF_HIDDEN,        /* CPU backend: the hidden state flowing between units and its gradient */
 	BUF_SCRATCH,       /* CPU backend: the kernels' backward workspace */
+	BUF_ERROR_FEEDBACK, /* 1-bit optimizers: worker and server compression errors */
+	BUF_OPT_STEP_TEMP, /* what the optimizer step copies while it runs (1-bit LAMB's momenta) */
 	N_BUFS
 } BufWhat;
 

@@ -36,6 +36,9 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD"))
 		why = "the Adam, AdamW or SGD optimizer";
+	else if (ds->sched_unresolved)
+		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
+		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE)

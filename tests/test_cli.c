@@ -477,7 +477,24 @@ static void test_unknown_key_warnings(void)
 static void test_refused_combinations(void)
 {
 	new_test_dir();
-	/* parameter offload is a ZeRO-3 feature; `    "offload_param": {` -> the value at 5:22 */
+	/* 1-bit Adam with ZeRO: engine.py asserts "1bit-Adam is not compatible with ZeRO";
+	 * `  "optimizer": {"type": "OneBitAdam"},` -> the type's value at 3:25 */
+	write_with_ds("{\n"
+		      "  \"train_batch_size\": 8,\n"
+		      "  \"optimizer\": {\"type\": \"OneBitAdam\"},\n"
+		      "  \"zero_optimization\": {\"stage\": 2}\n"
+		      "}\n");
+	int rc = run("predict --db '%s' '%s'", db_path, at("s.json"));
+	ASSERT_RC(rc, 2);
+	char want[1100];
+	snprintf(want, sizeof(want), "%s:3:25: deepspeed.optimizer.type", at("ds.json"));
+	ASSERT_HAS(err_line, want);
+	ASSERT_HAS(err_line, "ZeRO stage 2");
+	ASSERT_HAS(err_line, "1bit-Adam is not compatible with ZeRO");
+	ASSERT_NOTHING_STORED(db_path);
+
+	/* parameter offload below stage 3 is not refused: DeepSpeed ignores it, and so does the
+	 * prediction, with a warning at 5:22 */
 	write_with_ds("{\n"
 		      "  \"train_batch_size\": 8,\n"
 		      "  \"zero_optimization\": {\n"
@@ -485,15 +502,11 @@ static void test_refused_combinations(void)
 		      "    \"offload_param\": {\"device\": \"cpu\"}\n"
 		      "  }\n"
 		      "}\n");
-	int rc = run("predict --db '%s' '%s'", db_path, at("s.json"));
-	ASSERT_RC(rc, 2);
-	char want[1100];
-	snprintf(want, sizeof(want), "%s:5:22: deepspeed.zero_optimization.offload_param",
-		 at("ds.json"));
-	ASSERT_HAS(err_line, want);
-	ASSERT_HAS(err_line, "stage 3");
-	ASSERT_HAS(err_line, "got stage 2");
-	ASSERT_NOTHING_STORED(db_path);
+	rc = run("predict --no-db '%s'", at("s.json"));
+	ASSERT_RC(rc, 0);
+	snprintf(want, sizeof(want), "%s:5:22: warning: deepspeed.zero_optimization.offload_param: "
+		 "device cpu is ignored at ZeRO stage 2", at("ds.json"));
+	ASSERT_HAS(out, want);
 
 	/* DeepSpeed: "bfloat16 and fp16 modes cannot be simultaneously enabled" */
 	write_with_ds("{\n"
@@ -505,6 +518,35 @@ static void test_refused_combinations(void)
 	ASSERT_RC(rc, 2);
 	ASSERT_HAS(err_line, at("ds.json"));
 	ASSERT_HAS(err_line, "fp16 and bf16");
+	ASSERT_NOTHING_STORED(db_path);
+}
+
+/* --keep-going: a refused scenario among priced ones is reported with its path and reason, the
+ * others are priced all the same, and the status says something was refused (2). Without
+ * --no-db it is a usage error. */
+static void test_keep_going(void)
+{
+	new_test_dir();
+	write_inline("a.json", "{\"train_micro_batch_size_per_gpu\": 1}");
+	write_inline("b.json", "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\":"
+			       " \"OneBitAdam\"}, \"zero_optimization\": {\"stage\": 1}}");
+	write_inline("c.json", "{\"train_micro_batch_size_per_gpu\": 2}");
+	int rc = run("predict --no-db --keep-going '%s' '%s' '%s'", at("a.json"), at("b.json"),
+		     at("c.json"));
+	ASSERT_RC(rc, 2);
+	char want[1100];
+	snprintf(want, sizeof(want), "parallax predict: refused %s: ", at("b.json"));
+	ASSERT_HAS(out, want);
+	ASSERT_HAS(out, "1bit-Adam is not compatible with ZeRO");
+	ASSERT_HAS(out, "\na ");
+	ASSERT_HAS(out, "\nc ");
+	ASSERT_HAS(out, "# 3 scenarios: 2 priced, 1 refused");
+	rc = run("predict --no-db --keep-going '%s' '%s'", at("a.json"), at("c.json"));
+	ASSERT_RC(rc, 0);
+	ASSERT_HAS(out, "# 2 scenarios: 2 priced, 0 refused");
+	rc = run("predict --db '%s' --keep-going '%s'", db_path, at("a.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "--keep-going takes --no-db");
 	ASSERT_NOTHING_STORED(db_path);
 }
 
@@ -864,6 +906,7 @@ int test_cli_register(void)
 			    {"--set errors", test_set_errors},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
+			    {"predict --keep-going", test_keep_going},
 			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},
 			    {"auto bucket size needs hidden_size",
 			     test_auto_bucket_needs_hidden_size},

@@ -1,6 +1,7 @@
 /* The fresh-machine set-up (scripts/deps.sh), run against a stand-in dpkg-query so that the
  * verdict does not depend on what this machine happens to have installed. In dry-run mode the
- * script names what it would install and installs nothing. */
+ * script names what it would install and installs nothing. And the corpus check
+ * (scripts/corpus_check.sh), fed pairs that must be refused, so that it can fail. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,67 @@ static void test_installed_binary(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 }
 
+/* ---- the ds_config corpus check ---- */
+
+/* A corpus of one small GPT-2 and two DeepSpeed configs in a fresh directory: "good" (ZeRO-2) and
+ * "onebit-zero2" (1-bit Adam with ZeRO, which DeepSpeed refuses: engine.py asserts "1bit-Adam is
+ * not compatible with ZeRO"); expected is the expected-refusals file's text. Runs the script on it
+ * and returns its exit status, its output in out. */
+static int run_corpus(const char *expected)
+{
+	const char *dir = px_test_tmpdir();
+	char path[1024], cmd[4096];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/models' '%s/ds'", dir, dir);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_sh(cmd, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/models/tiny-gpt2.json", dir);
+	px_test_write_file(path, "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2,"
+			   " \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128}\n");
+	snprintf(path, sizeof(path), "%s/ds/good.json", dir);
+	px_test_write_file(path, "{\"train_micro_batch_size_per_gpu\": \"auto\","
+			   " \"zero_optimization\": {\"stage\": 2}}\n");
+	snprintf(path, sizeof(path), "%s/ds/onebit-zero2.json", dir);
+	px_test_write_file(path, "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\":"
+			   " {\"type\": \"OneBitAdam\"}, \"zero_optimization\": {\"stage\": 2}}\n");
+	snprintf(path, sizeof(path), "%s/expected.txt", dir);
+	px_test_write_file(path, expected);
+	const char *bin = getenv("PX_BIN");
+	snprintf(cmd, sizeof(cmd), "sh '%s' --bin '%s' --models '%s/models' --deepspeed '%s/ds'"
+		 " --expected '%s/expected.txt'", px_test_path("scripts/corpus_check.sh"),
+		 bin ? bin : "build/rel/parallax", dir, dir, dir);
+	return px_test_run_sh(cmd, out, sizeof(out));
+}
+
+static void assert_out_has(const char *needle)
+{
+	if (!strstr(out, needle))
+		fprintf(stderr, "\nexpected \"%s\" in:\n%s\n", needle, out);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, needle));
+}
+
+/* A refusal nobody listed fails the check, naming the pair and DeepSpeed's reason. */
+static void test_corpus_unexpected_refusal_fails(void)
+{
+	CU_ASSERT_EQUAL(run_corpus("# nothing expected\n"), 1);
+	assert_out_has("UNEXPECTED tiny-gpt2 x onebit-zero2:");
+	assert_out_has("1bit-Adam is not compatible with ZeRO");
+	assert_out_has("# 2 scenarios: 1 priced, 1 refused (0 expected, 1 not expected)");
+}
+
+/* Listed, the same refusal passes, with its reason; a listed refusal that no pair produces
+ * fails (the list cannot go stale). */
+static void test_corpus_expected_and_stale(void)
+{
+	CU_ASSERT_EQUAL(run_corpus("onebit-zero2 * 1bit-Adam is not compatible with ZeRO (engine.py)\n"),
+			0);
+	assert_out_has("expected   onebit-zero2 x 1 model(s) matching '*':");
+	assert_out_has("reason: (engine.py)");
+	assert_out_has("(1 expected, 0 not expected); 0 expected refusals that did not happen");
+	CU_ASSERT_EQUAL(run_corpus("onebit-zero2 * 1bit-Adam is not compatible with ZeRO (engine.py)\n"
+				   "good * anything (never happens)\n"), 1);
+	assert_out_has("STALE");
+	assert_out_has("good * anything (never happens): no pair was refused so");
+}
+
 int test_setup_register(void)
 {
 	return PX_ADD_SUITE("setup",
@@ -115,5 +177,9 @@ int test_setup_register(void)
 			     test_deps_names_every_missing_package},
 			    {"deps: all installed, the link probe passes", test_deps_all_present_links},
 			    {"install: bundled scenarios found from any folder, no ./results",
-			     test_installed_binary});
+			     test_installed_binary},
+			    {"corpus check: an unexpected refusal fails it",
+			     test_corpus_unexpected_refusal_fails},
+			    {"corpus check: expected refusals pass, stale ones fail",
+			     test_corpus_expected_and_stale});
 }
