@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -431,6 +432,89 @@ static void test_set_num_parameters(void)
 	CU_ASSERT(cJSON_IsNull(json_at(j, "memory.gpu.activations_bytes")));
 	ASSERT_HAS(out, "the llama architecture is not used");
 	cJSON_Delete(j);
+}
+
+/* Run parallax from dir (paths on its command line are then relative to dir), as run() does. */
+static int run_in(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_in(const char *dir, const char *fmt, ...)
+{
+	char args[4096], cmd[8192];
+	const char *bin = getenv("PX_BIN");
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "cd '%s' && '%s' %s", dir, bin ? bin : "parallax", args);
+	return px_test_run_sh(cmd, out, sizeof(out));
+}
+
+/* The small model's parameter count with L layers (GPT-2, h = 64, V = 1000, 128 positions, tied
+ * head): token and position embeddings 1000 h + 128 h = 72,192, the final LayerNorm 2h = 128, and
+ * per block 12 h^2 + 13 h = 49,984 (LayerNorms 4h, QKV 3h^2 + 3h, attention projection h^2 + h, MLP
+ * 8h^2 + 5h). */
+static double small_model_params(int layers)
+{
+	return 72192 + 128 + 49984.0 * layers;
+}
+
+/* --set model=... replaces the whole section through the binary, from an inline object or from a
+ * file named relative to the current directory (not the scenario's folder), whether the scenario's
+ * own section is inline or a file. The inline case used freed memory before (the sanitizer build
+ * runs this too). */
+static void test_set_whole_section(void)
+{
+	new_test_dir();
+	CU_ASSERT_EQUAL_FATAL(mkdir(at("sc"), 0755), 0);
+	/* sc/m.json (the scenario's own, 2 layers) and m.json in the current directory (4 layers) */
+	write_at("sc/m.json", SMALL_MODEL);
+	write_at("m.json", "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 4, \"n_head\": 4, "
+			   "\"n_positions\": 128, \"vocab_size\": 1000}");
+	static const char *const rest = "\"deepspeed\": {\"train_batch_size\": 8}, \"cluster\": "
+					"{\"gpu\": \"H100-SXM\"}, \"seq_length\": 128}";
+	char text[1024];
+	snprintf(text, sizeof(text), "{\"model\": \"m.json\", %s", rest);
+	write_at("sc/file.json", text);
+	snprintf(text, sizeof(text), "{\"model\": %s, %s", SMALL_MODEL, rest);
+	write_at("sc/inline.json", text);
+
+	static const char *const scenarios[] = {"sc/file.json", "sc/inline.json"};
+	for (int k = 0; k < 2; k++) {
+		int rc = run_in(test_dir, "predict --no-db --json '%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		cJSON *j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(2), 0);
+		cJSON_Delete(j);
+
+		rc = run_in(test_dir, "predict --no-db --json --set model=m.json '%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(4), 0);
+		cJSON_Delete(j);
+
+		/* a key on top of the replaced section */
+		rc = run_in(test_dir, "predict --no-db --json --set model=m.json --set model.n_layer=5 "
+			    "'%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(5), 0);
+		cJSON_Delete(j);
+
+		rc = run_in(test_dir, "predict --no-db --json --set 'model={\"num_parameters\": 7e9}' "
+			    "'%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), 7e9, 0);
+		cJSON_Delete(j);
+
+		/* a file that is not there: exit 2, the argument named, nothing stored */
+		rc = run_in(test_dir, "predict --db '%s' --set model=nope.json '%s'", db_path,
+			    scenarios[k]);
+		ASSERT_RC(rc, 2);
+		ASSERT_HAS(out, "parallax predict: --set model=nope.json: nope.json: cannot open: No "
+				"such file or directory");
+		ASSERT_NOTHING_STORED(db_path);
+	}
 }
 
 /* ---- warnings and refusals ---- */
@@ -862,6 +946,8 @@ int test_cli_register(void)
 			    {"unknown GPU lists the catalog", test_unknown_gpu},
 			    {"--set num_parameters over a config", test_set_num_parameters},
 			    {"--set errors", test_set_errors},
+			    {"--set model= replaces the section, inline or a file",
+			     test_set_whole_section},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
 			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},

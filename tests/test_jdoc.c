@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../engine/jdoc.h"
+#include "../engine/scenario.h"
 #include "suites.h"
 
 /* Compare strings, printing both on a mismatch (CU_ASSERT_STRING_EQUAL shows neither). */
@@ -551,6 +552,204 @@ static void test_where_overrides(void)
 	jdoc_free(&d);
 }
 
+/* ---- whole-section --set (scenario.c applies overrides to its documents) ---- */
+
+/* A GPT-2 of L layers as a model config (n_layer is read back as ModelSpec.L). */
+static void write_model(const char *path, int layers)
+{
+	char text[512];
+	snprintf(text, sizeof(text), "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": %d, "
+		 "\"n_head\": 4, \"n_positions\": 128, \"vocab_size\": 1000}", layers);
+	px_test_write_file(path, text);
+}
+
+/* scenario.json in dir with the model section model_text (an inline object or a quoted path). */
+static const char *write_scenario(const char *dir, const char *model_text)
+{
+	static char path[512];
+	char text[1024];
+	snprintf(path, sizeof(path), "%s/scenario.json", dir);
+	snprintf(text, sizeof(text), "{\"model\": %s, \"deepspeed\": {\"train_batch_size\": 8}, "
+		 "\"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 128}", model_text);
+	px_test_write_file(path, text);
+	return path;
+}
+
+/* Load path with the overrides args (NULL-terminated "KEY=VALUE"); returns scenario_load's rc. */
+static int load_with(Scenario *sc, const char *path, const char *const *args, PxError *err)
+{
+	JsonOverrides ov;
+	jov_init(&ov);
+	for (int i = 0; args[i]; i++)
+		CU_ASSERT_EQUAL_FATAL(jov_add(&ov, args[i], err), 0);
+	int rc = scenario_load(sc, path, &ov, err);
+	jov_free(&ov);
+	return rc;
+}
+
+/* --set model=... replaces the whole section, whether the scenario's is inline or a file, with an
+ * inline object or a file; later --set model.x apply on top of it, earlier ones go with the old
+ * section. The layer counts read back are the ones the test wrote into each source. */
+static void test_set_whole_section(void)
+{
+	char dir[256], m2[512], m4[512], arg[600], inline_model[600];
+	const char *sections[2];
+	PxError err = {0};
+	Scenario sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(m2, sizeof(m2), "%s/m2.json", dir);
+	snprintf(m4, sizeof(m4), "%s/m4.json", dir);
+	write_model(m2, 2);
+	write_model(m4, 4);
+	sections[0] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 3, \"n_head\": 4, "
+		      "\"n_positions\": 128, \"vocab_size\": 1000}";
+	sections[1] = "\"m2.json\""; /* relative to the scenario's folder */
+	snprintf(inline_model, sizeof(inline_model), "model=%s", sections[0]);
+	for (int k = 0; k < 2; k++) {
+		const char *path = write_scenario(dir, sections[k]);
+		int want_own = k == 0 ? 3 : 2;
+
+		/* no override: the scenario's own section */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, want_own);
+		scenario_free(&sc);
+
+		/* an inline object: a bare parameter count */
+		if (load_with(&sc, path, (const char *const[]){"model={\"num_parameters\": 7e9}", NULL},
+			      &err))
+			fprintf(stderr, "\n%s\n", err.msg);
+		CU_ASSERT_EQUAL(sc.model.n_params, 7e9);
+		CU_ASSERT_EQUAL(sc.model.arch, ARCH_PARAMS_ONLY);
+		/* the resolved JSON holds the section that was used */
+		char *json = scenario_resolved_json(&sc, 8, 8);
+		CU_ASSERT_PTR_NOT_NULL(json && strstr(json, "\"model\":{\"num_parameters\":7000000000}"));
+		free(json);
+		scenario_free(&sc);
+
+		/* a file (here by its absolute path), then a key on top of it */
+		snprintf(arg, sizeof(arg), "model=%s", m4);
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 4);
+		scenario_free(&sc);
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, "model.n_layer=6",
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 6);
+		scenario_free(&sc);
+		/* a key set before the section is replaced goes with the old section */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){"model.n_layer=6", arg,
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 4);
+		scenario_free(&sc);
+		/* an inline config replacing a file section, and the last whole-section --set holds */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, inline_model,
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 3);
+		scenario_free(&sc);
+		/* deepspeed and cluster too */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){
+			"deepspeed={\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2}",
+			"cluster={\"gpu\": \"A100-40GB\", \"nodes\": 2}", NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.ds.train_batch, 16);
+		CU_ASSERT_EQUAL(sc.ds.micro_batch, 2);
+		EXPECT_STR(sc.cluster.gpu.name, "A100-40GB");
+		CU_ASSERT_EQUAL(sc.cluster.nodes, 2);
+		scenario_free(&sc);
+	}
+	unlink(m2);
+	unlink(m4);
+}
+
+/* A whole-section override that cannot be used names the argument; what is wrong inside an inline
+ * one is placed in the argument's own text ("--set model:LINE:COL"). */
+static void test_set_whole_section_errors(void)
+{
+	char dir[256], want[1024], arg[600];
+	PxError err = {0};
+	Scenario sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	const char *path = write_scenario(dir, "{\"num_parameters\": 1e9}");
+
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"model=3", NULL}, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	EXPECT_STR(err.msg, "--set model=3: expected an object or the path of a JSON file");
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"cluster=[1, 2]", NULL}, &err),
+			-1);
+	EXPECT_STR(err.msg, "--set cluster=[1, 2]: expected an object or the path of a JSON file");
+
+	snprintf(arg, sizeof(arg), "model=%s/none.json", dir);
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "--set %s: %s/none.json: cannot open: No such file or directory",
+		 arg, dir);
+	EXPECT_STR(err.msg, want);
+
+	/* a file that holds an array, not a section */
+	snprintf(arg, sizeof(arg), "%s/arr.json", dir);
+	px_test_write_file(arg, "[1]");
+	snprintf(arg, sizeof(arg), "deepspeed=%s/arr.json", dir);
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), -1);
+	snprintf(want, sizeof(want), "--set %s: %s/arr.json: expected a JSON object for the "
+		 "deepspeed section", arg, dir);
+	EXPECT_STR(err.msg, want);
+
+	/* malformed inline JSON: '{"n_layer": 2' ends after 13 bytes */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"model={\"n_layer\": 2", NULL},
+				  &err), -1);
+	EXPECT_STR(err.msg, "--set model:1:14: malformed JSON at the end of the file");
+	/* a bad value inside: '{"num_parameters": -1}': -1 at column 20 */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){
+		"model={\"num_parameters\": -1}", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set model:1:20: model.num_parameters: expected a number from 1 to "
+			    "1e+16, got -1");
+	/* a key on top of the replaced section is named as its own argument */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){
+		"model={\"num_parameters\": 1e9}", "model.num_parameters=0", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set model.num_parameters=0: model.num_parameters: expected a number "
+			    "from 1 to 1e+16, got 0");
+}
+
+/* scenario_derive (a sweep's points) applies whole-section overrides too, on a base loaded without
+ * them, and leaves the base as it was. */
+static void test_derive_whole_section(void)
+{
+	char dir[256], m4[512], arg[600];
+	PxError err = {0};
+	JsonOverrides ov;
+	Scenario base, sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(m4, sizeof(m4), "%s/m4.json", dir);
+	write_model(m4, 4);
+	snprintf(arg, sizeof(arg), "%s/m2.json", dir);
+	write_model(arg, 2);
+	const char *path = write_scenario(dir, "\"m2.json\"");
+	CU_ASSERT_EQUAL_FATAL(scenario_load(&base, path, NULL, &err), 0);
+
+	jov_init(&ov);
+	CU_ASSERT_EQUAL(jov_add(&ov, "model={\"num_parameters\": 7e9}", &err), 0);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, &ov, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.n_params, 7e9);
+	scenario_free(&sc);
+	jov_free(&ov);
+
+	snprintf(arg, sizeof(arg), "model=%s", m4);
+	CU_ASSERT_EQUAL(jov_add(&ov, arg, &err), 0);
+	CU_ASSERT_EQUAL(jov_add(&ov, "model.n_layer=5", &err), 0);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, &ov, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.L, 5);
+	scenario_free(&sc);
+	jov_free(&ov);
+
+	/* the base is untouched: a point derived with no overrides is the scenario as written */
+	CU_ASSERT_EQUAL(base.model.L, 2);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, NULL, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.L, 2);
+	scenario_free(&sc);
+	scenario_free(&base);
+}
+
 /* ---- unknown keys ---- */
 
 static void test_check_keys(void)
@@ -645,6 +844,9 @@ int test_jdoc_register(void)
 			    {"number, bool and string getters", test_get_num_bool_str},
 			    {"number-or-auto and child getters", test_get_auto_child},
 			    {"where names overrides and positions", test_where_overrides},
+			    {"--set SECTION= replaces a whole section", test_set_whole_section},
+			    {"--set SECTION= errors name the argument", test_set_whole_section_errors},
+			    {"derive applies whole-section overrides", test_derive_whole_section},
 			    {"unknown keys get suggestions", test_check_keys},
 			    {"edit distance", test_edit_distance});
 }
