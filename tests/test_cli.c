@@ -345,6 +345,23 @@ static void test_missing_files(void)
 	ASSERT_HAS(err_line, "cannot open");
 	ASSERT_NOTHING_STORED(db_path);
 
+	/* a device and a FIFO are refused without reading (a FIFO's open would block: the timeout
+	 * ends the run with 124 if it does), a model section from /dev/zero too */
+	rc = run("predict --db '%s' /dev/zero", db_path);
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "parallax predict: /dev/zero: not a regular file");
+	CU_ASSERT_EQUAL_FATAL(mkfifo(at("fifo.json"), 0600), 0);
+	char args[1024];
+	snprintf(args, sizeof(args), "predict --db '%s' '%s'", db_path, at("fifo.json"));
+	rc = px_test_run_release(args, 20, out, sizeof(out));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "fifo.json: not a regular file");
+	write_inline("good.json", "{\"train_batch_size\": 8}");
+	rc = run("predict --db '%s' --set model=/dev/zero '%s'", db_path, at("good.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "--set model=/dev/zero: /dev/zero: not a regular file");
+	ASSERT_NOTHING_STORED(db_path);
+
 	/* compare reads a database that exists and creates none */
 	rc = run("compare --db '%s'", at("missing.db"));
 	ASSERT_RC(rc, 2);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../engine/jdoc.h"
@@ -201,9 +203,10 @@ static void test_load_errors(void)
 	jdoc_free(&d);
 	unlink(path);
 
-	/* a directory opens but cannot be read */
+	/* a directory is not a file to read */
 	CU_ASSERT_EQUAL(jdoc_load_file(&d, dir, &err), -1);
-	snprintf(want, sizeof(want), "%s: cannot read: Is a directory", dir);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "%s: not a regular file", dir);
 	EXPECT_STR(err.msg, want);
 
 	snprintf(path, sizeof(path), "%s/bad.json", dir);
@@ -212,6 +215,60 @@ static void test_load_errors(void)
 	/* line 2 " 2,,": the second ',' is at column 4 */
 	snprintf(want, sizeof(want), "%s:2:4: malformed JSON near ',  3]'", path);
 	EXPECT_STR(err.msg, want);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Files that are not JSON documents on disk are refused before anything is read: /dev/zero (which
+ * never ends), a FIFO with no writer (whose open and read would block for ever) and a file over
+ * JDOC_MAX_FILE_BYTES (a sparse one: its size is set, no data written). */
+static void test_load_refuses_non_files(void)
+{
+	char dir[256], path[512], want[1024];
+	PxError err = {0};
+	JsonDoc d;
+
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, "/dev/zero", &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	EXPECT_STR(err.msg, "/dev/zero: not a regular file");
+	CU_ASSERT_PTR_NULL(d.root);
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/fifo.json", dir);
+	CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+	/* a guard: were the load to block, the alarm ends the runner (SIGALRM) instead of hanging */
+	alarm(10);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), -1);
+	alarm(0);
+	snprintf(want, sizeof(want), "%s: not a regular file", path);
+	EXPECT_STR(err.msg, want);
+	unlink(path);
+
+	/* one byte over the limit; the limit itself is 16 MiB = 16,777,216 bytes */
+	CU_ASSERT_EQUAL(JDOC_MAX_FILE_BYTES, 16777216);
+	snprintf(path, sizeof(path), "%s/big.json", dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(ftruncate(fd, JDOC_MAX_FILE_BYTES + 1), 0);
+	close(fd);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "%s: 16777217 bytes, over the 16 MiB a JSON input may have",
+		 path);
+	EXPECT_STR(err.msg, want);
+	/* a file of exactly the limit is read: one object followed by blanks */
+	char *text = malloc(JDOC_MAX_FILE_BYTES);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	memset(text, ' ', JDOC_MAX_FILE_BYTES);
+	memcpy(text, "{\"a\": 1}", 8);
+	FILE *f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(fwrite(text, 1, JDOC_MAX_FILE_BYTES, f), (size_t)JDOC_MAX_FILE_BYTES);
+	fclose(f);
+	free(text);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL(cJSON_GetObjectItemCaseSensitive(d.root, "a"));
+	jdoc_free(&d);
 	unlink(path);
 	rmdir(dir);
 }
@@ -837,6 +894,7 @@ int test_jdoc_register(void)
 			    {"locate copes with odd text", test_locate_odd_text},
 			    {"malformed JSON gives line:col", test_malformed},
 			    {"load errors name the file", test_load_errors},
+			    {"load refuses devices, FIFOs and huge files", test_load_refuses_non_files},
 			    {"--set arguments are split and checked", test_jov_add},
 			    {"--set key and value apart = KEY=VALUE", test_jov_add_kv},
 			    {"set_path parses, creates and refuses", test_set_path},
