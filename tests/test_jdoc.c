@@ -180,6 +180,49 @@ static void test_malformed(void)
 	expect_parse_error(" \n\t\n", "s.json:1:1: malformed JSON: the file is empty");
 }
 
+/* Duplicate keys: the first repeat in the order of the text is reported, at its first writing,
+ * and a 100,000-key object is checked whole (a repeat at its very end found, a clean one read). */
+static void test_duplicates(void)
+{
+	/* 'a' repeats (third member) before 'b' does (fourth): 'a', whose first value is at 1:15
+	 * ('{' 1, "b" 2-4, ':' 5, '1' 7, ',' 8, "a" 10-12, ':' 13, '1' 15) */
+	expect_parse_error("{\"b\": 1, \"a\": 1, \"a\": 2, \"b\": 2}",
+			   "s.json:1:15: duplicate key 'a': write each key once");
+	/* a repeat inside an earlier member comes before a later one at the top: "x": {"k": 1,
+	 * "k": 2} opens at 7, "k"'s first value at 13 */
+	expect_parse_error("{\"x\": {\"k\": 1, \"k\": 2}, \"y\": 1, \"y\": 2}",
+			   "s.json:1:13: duplicate key 'x.k': write each key once");
+	/* objects in arrays are checked too; their keys have no dotted path to place them by, so
+	 * the message names the file alone */
+	expect_parse_error("{\"l\": [{\"q\": 1, \"q\": 2}]}",
+			   "s.json: duplicate key 'l.q': write each key once");
+	/* equal names that differ only in case are different keys */
+	JsonDoc d;
+	parse_ok(&d, "s.json", "{\"Stage\": 1, \"stage\": 2}");
+	jdoc_free(&d);
+
+	/* line 1 "{", then line i + 2 holds "  \"key_<i>\": <i>," for i = 0 .. 99,999 */
+	enum { N = 100000 };
+	size_t cap = (size_t)N * 32 + 64, at = 0;
+	char *text = malloc(cap);
+	PxError err = {0};
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	at += (size_t)snprintf(text + at, cap - at, "{\n");
+	for (int i = 0; i < N; i++)
+		at += (size_t)snprintf(text + at, cap - at, "  \"key_%d\": %d%s\n", i, i,
+				       i + 1 < N ? "," : "");
+	snprintf(text + at, cap - at, "}\n");
+	CU_ASSERT_EQUAL(jdoc_parse(&d, "big.json", text, &err), 0);
+	CU_ASSERT_EQUAL(cJSON_GetArraySize(d.root), N);
+	jdoc_free(&d);
+	/* the same with key_54321 written again as the last member: its first writing is on line
+	 * 54,323, "  \"key_54321\": 54321,", the value at column 16 (the key's quotes 3-13, ':' 14) */
+	snprintf(text + at, cap - at, ",\n  \"key_54321\": 0\n}\n");
+	CU_ASSERT_EQUAL(jdoc_parse(&d, "big.json", text, &err), -1);
+	EXPECT_STR(err.msg, "big.json:54323:16: duplicate key 'key_54321': write each key once");
+	free(text);
+}
+
 static void test_load_errors(void)
 {
 	char dir[256], path[512], want[1024];
@@ -893,6 +936,7 @@ int test_jdoc_register(void)
 			    {"locate finds nested keys", test_locate},
 			    {"locate copes with odd text", test_locate_odd_text},
 			    {"malformed JSON gives line:col", test_malformed},
+			    {"duplicate keys: the first repeat, 100,000 keys too", test_duplicates},
 			    {"load errors name the file", test_load_errors},
 			    {"load refuses devices, FIFOs and huge files", test_load_refuses_non_files},
 			    {"--set arguments are split and checked", test_jov_add},
