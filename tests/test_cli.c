@@ -534,6 +534,31 @@ static void test_set_whole_section(void)
 	}
 }
 
+/* A pipelined schedule over the op limit is refused at once, before anything is built: pp 2 with
+ * 3 million micro-batches (the batch arithmetic allows it) took 10 s and 3.4 GB for this 2-layer
+ * model and minutes for a real one. Under timeout(1), so that a regression fails instead of
+ * hanging the suite. */
+static void test_schedule_limit(void)
+{
+	char cmd[4096];
+	const char *bin = getenv("PX_BIN");
+	new_test_dir();
+	write_at("pp2.json", "{\"model\": " SMALL_MODEL ", \"deepspeed\": "
+			     "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": "
+			     "3000000}, \"cluster\": {\"gpu\": \"H100-SXM\", \"gpus_per_node\": 2}, "
+			     "\"parallelism\": {\"pp\": 2}, \"seq_length\": 128}");
+	snprintf(cmd, sizeof(cmd), "timeout 60 '%s' predict --db '%s' '%s'", bin ? bin : "parallax",
+		 db_path, at("pp2.json"));
+	int rc = px_test_run_sh(cmd, out, sizeof(out));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "pp2.json: the pipelined schedule of 3000000 micro-batches (gradient "
+			"accumulation) on 2 stages would hold ");
+	ASSERT_HAS(out, " ops, over the limit of 8000000 (366 MiB of schedule); use fewer "
+			"micro-batches: a larger train_micro_batch_size_per_gpu gives the same batch in "
+			"fewer");
+	ASSERT_NOTHING_STORED(db_path);
+}
+
 /* ---- warnings and refusals ---- */
 
 static void test_unknown_key_warnings(void)
@@ -967,6 +992,7 @@ int test_cli_register(void)
 			     test_set_whole_section},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
+			    {"a schedule over the op limit is refused at once", test_schedule_limit},
 			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},
 			    {"auto bucket size needs hidden_size",
 			     test_auto_bucket_needs_hidden_size},
