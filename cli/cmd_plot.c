@@ -62,6 +62,7 @@ static const char USAGE[] =
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
 	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
+	"                        (warned about when measured on another GPU than the scenario's)\n"
 	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB or\n"
 	"                        results/parallax.db); RUN defaults to the latest measured run\n"
 	"  -h, --help            this help\n"

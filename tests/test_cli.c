@@ -931,6 +931,64 @@ static void test_profile_memory(void)
 	ASSERT_HAS(err_line, "memory.nccl_MiB: expected a number from 0");
 }
 
+/* --hw with another GPU's profile: predict, plot and run warn, naming both GPUs (the profile's own
+ * "gpu" against the scenario's cluster.gpu); the scenario's own GPU's profile, and a custom one
+ * that names no GPU, are used without a word. Predict's warning is in the table, the JSON and the
+ * stored run's notes. */
+static void test_hw_other_gpu(void)
+{
+	static const char *const warn = "warning: --hw profile measured on A100-80GB, but the "
+					"scenario's GPU is H100-SXM";
+	char args[16384], text[8192];
+	new_test_dir();
+	char scn[PATH_MAX], a100[PATH_MAX], h100[PATH_MAX]; /* repo_file's buffer is static */
+	snprintf(scn, sizeof(scn), "%s", repo_file("scenarios/llama2-7b-zero2-h100.json"));
+	snprintf(a100, sizeof(a100), "%s", repo_file("scenarios/hardware/A100-80GB.json"));
+	snprintf(h100, sizeof(h100), "%s", repo_file("scenarios/hardware/H100-SXM.json"));
+
+	int rc = run("predict --db '%s' --hw '%s' '%s'", db_path, a100, scn);
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "# %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+	ASSERT_HAS(out, "mixes the A100-80GB's efficiencies with the H100-SXM's peaks");
+	CU_ASSERT_EQUAL(db_int(db_path, "SELECT COUNT(*) FROM runs WHERE notes LIKE "
+			       "'%measured on A100-80GB, but the scenario''s GPU is H100-SXM%'"), 1);
+	rc = run("predict --no-db --json --hw '%s' '%s'", a100, scn);
+	ASSERT_RC(rc, 0);
+	cJSON *j = cJSON_Parse(out);
+	const cJSON *w = cJSON_GetArrayItem(json_at(j, "notes.warnings"), 0);
+	CU_ASSERT(cJSON_IsString(w) && strstr(w->valuestring, warn));
+	cJSON_Delete(j);
+
+	/* the GPU's own profile, any case of its name, and a custom profile: no warning */
+	rc = run("predict --no-db --hw '%s' '%s'", h100, scn);
+	ASSERT_RC(rc, 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "--hw profile measured on"));
+	write_at("lower.json", "{\"gpu\": \"h100-sxm\"}");
+	rc = run("predict --no-db --hw '%s' '%s'", at("lower.json"), scn);
+	ASSERT_RC(rc, 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "--hw profile measured on"));
+
+	/* plot time: once, on stderr */
+	snprintf(args, sizeof(args), "plot time '%s' --hw '%s' --out '%s'", scn, a100, at("t"));
+	rc = px_test_run_release(args, 120, out, sizeof(out));
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "parallax plot: %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+
+	/* run: rank 0 says it before training (one step of the executor's small GPT on CPUs) */
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "hw-test", "false", 0);
+	write_at("gpt.json", text);
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db --hw '%s'", at("gpt.json"),
+		 a100);
+	rc = px_test_run_release(args, 120, out, sizeof(out));
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "parallax run: %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+	const char *first = strstr(out, text);
+	CU_ASSERT(first && !strstr(first + 1, text)); /* rank 0 only */
+}
+
 /* parallax calibrate needs a GPU: without one (CI) it says why and writes nothing; bad usage is
  * refused before any measurement. */
 static void test_calibrate_without_gpu(void)
@@ -1004,5 +1062,6 @@ int test_cli_register(void)
 			    {"all scenarios checked before any is written",
 			     test_all_checked_before_any_written},
 			    {"a profile's memory section feeds the prediction", test_profile_memory},
+			    {"--hw with another GPU's profile warns", test_hw_other_gpu},
 			    {"calibrate without a GPU writes nothing", test_calibrate_without_gpu});
 }
