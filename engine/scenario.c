@@ -78,7 +78,7 @@ static int replace_section(Scenario *sc, int idx, const JsonOverride *o, PxError
 	} else {
 		/* a quoted path ("m.json", as a sweep's values are written) or one as typed */
 		parsed = cJSON_ParseWithOpts(o->value, NULL, 1);
-		if (parsed && !cJSON_IsString(parsed)) {
+		if ((parsed && !cJSON_IsString(parsed)) || !v[0]) {
 			cJSON_Delete(parsed);
 			return px_fail(err, PX_ERR_INPUT, "--set %s=%s: expected an object or the path of a "
 				       "JSON file", o->key, o->value);

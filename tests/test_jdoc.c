@@ -777,6 +777,8 @@ static void test_set_whole_section_errors(void)
 	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"cluster=[1, 2]", NULL}, &err),
 			-1);
 	EXPECT_STR(err.msg, "--set cluster=[1, 2]: expected an object or the path of a JSON file");
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"deepspeed=", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set deepspeed=: expected an object or the path of a JSON file");
 
 	snprintf(arg, sizeof(arg), "model=%s/none.json", dir);
 	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), -1);
