@@ -22,7 +22,7 @@ int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err);
 /* The most ops the schedules of one prediction may hold together (every stage's, which are held
  * at once): 8 million ops of 48 bytes, 366 MiB. A pipelined schedule unrolls its micro-batches,
  * so its size grows with them; the largest bundled scenario (MT-NLG 530B: pp 35, 240 micro-
- * batches) holds 414 thousand, the bundled sweeps' largest pipelined point 27 thousand. */
+ * batches) holds 414 thousand, the bundled sweeps' largest pipelined point 28 thousand. */
 #define BUILD_MAX_OPS 8000000LL
 
 /* The number of ops stage `stage`'s schedule has, found without building it whole (a schedule of
