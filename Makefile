@@ -138,7 +138,8 @@ run: $(BIN)
 # Sweep throughput on one core over the GPT-3 13B / 64 A100 space (1.1M points), and again on a
 # tenth of it: points/s and peak memory side by side show the rate and that memory does not grow
 # with the number of points. The tenth's stride splits the groups of points that share a result
-# (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point.
+# (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point. Then how
+# fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s).
 bench: $(BIN)
 	@echo "== sweep, 1 thread, 110,592 points (shard 0/10: every tenth point)"
 	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress \
@@ -146,6 +147,8 @@ bench: $(BIN)
 	@echo "== sweep, 1 thread, all 1,105,920 points"
 	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress | tail -1
 	@echo "# target (issue 4): 50,000 points/s per core; a widely used Python model: about 220"
+	@echo "== JSON input: a scenario carrying a 100,000-key object, loaded (parse, duplicate keys)"
+	@PX_BIN=$(BIN) sh scripts/bench_jdoc.sh 100000
 
 # the binary finds share/parallax (bundled scenarios) and share/doc/parallax beside its bin/
 install: $(BIN)

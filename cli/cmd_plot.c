@@ -65,6 +65,7 @@ static const char USAGE[] =
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
 	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
+	"                        (warned about when measured on another GPU than the scenario's)\n"
 	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB,\n"
 	"                        else results/parallax.db, else ~/.local/share/parallax/);\n"
 	"                        RUN defaults to the latest measured run\n"

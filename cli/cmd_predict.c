@@ -37,7 +37,8 @@ static const char USAGE[] =
 	"                   stderr; exit 2 when any was refused\n"
 	"  --hw FILE        price the step time with this hardware profile (JSON, as in\n"
 	"                   scenarios/hardware/ or written by parallax calibrate) instead of the\n"
-	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too\n"
+	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too;\n"
+	"                   a profile of another GPU than the scenario's is warned about\n"
 	"  -h, --help       this help\n"
 	"\n"
 	"With one scenario the full report is printed; with several, one line each. A scenario\n"
@@ -292,6 +293,13 @@ int cmd_predict(int argc, char **argv)
 		HwProfile hw;
 		if (o.hw && hwprofile_load(o.hw, &hw, &err)) {
 			rc = err.code ? err.code : 1;
+			break;
+		}
+		char warn[1024];
+		if (o.hw && hwprofile_gpu_mismatch(&hw, o.hw, &items[i].sc.cluster.gpu, warn,
+						   sizeof(warn)) &&
+		    px_notes_warn(&items[i].sc.notes, "%s", warn)) {
+			rc = px_fail(&err, PX_ERR_RUNTIME, "out of memory");
 			break;
 		}
 		if (o.hw) /* a calibrated profile's CUDA runtime memory */

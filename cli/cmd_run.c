@@ -35,7 +35,8 @@ static const char USAGE[] =
 	"  --backend cuda      the executor on CUDA GPUs, one device per rank (ranks share devices\n"
 	"                      round-robin when there are fewer); the scenario runs as backend cuda\n"
 	"  --hw FILE           predict with this hardware profile (parallax calibrate's): its CUDA\n"
-	"                      runtime memory and its step-time figures\n"
+	"                      runtime memory and its step-time figures (warned about when it\n"
+	"                      was measured on another GPU than the scenario's)\n"
 	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
 	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
 	"                      auto (default: nccl when every rank has its own GPU)\n"
@@ -566,6 +567,10 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	HwProfile hw;
 	if (o->hw && hwprofile_load(o->hw, &hw, err))
 		goto out_scenario;
+	char warn[1024];
+	if (o->hw && rank == 0 && hwprofile_gpu_mismatch(&hw, o->hw, &sc.cluster.gpu, warn,
+							 sizeof(warn)))
+		fprintf(stderr, "parallax run: %s\n", warn);
 	if (o->hw)
 		hwprofile_apply_memory(&hw, &sc.cluster);
 	if (predict_run(&sc, &pr, err))

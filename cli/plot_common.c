@@ -120,11 +120,16 @@ int plot_predict(const char *path, const JsonOverrides *base, const char *const 
 	}
 	if (hw) {
 		HwProfile prof;
+		char warn[1024];
 		if (hwprofile_load(hw, &prof, err) || predict_time(pr, &prof, hw, err)) {
 			predict_free(pr);
 			scenario_free(sc);
 			goto out;
 		}
+		/* once per scenario as given: scaling's points (extra) differ only in node count */
+		if (n_extra == 0 && hwprofile_gpu_mismatch(&prof, hw, &sc->cluster.gpu, warn,
+							   sizeof(warn)))
+			fprintf(stderr, "parallax plot: %s\n", warn);
 	}
 	rc = 0;
 out:

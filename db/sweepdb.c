@@ -83,54 +83,81 @@ static void bind_real(sqlite3_stmt *s, int i, double v, int known)
 		sqlite3_bind_null(s, i);
 }
 
+/* One point's row into the prepared INSERT s. */
+static int insert_point(sqlite3_stmt *s, long long sweep_id, const PointResult *p)
+{
+	int timed = p->status == PT_OK, sized = p->status != PT_INVALID;
+	sqlite3_reset(s);
+	sqlite3_bind_int64(s, 1, sweep_id);
+	sqlite3_bind_int64(s, 2, p->idx);
+	sqlite3_bind_text(s, 3, p->config, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, sweep_status_name(p->status), -1, SQLITE_STATIC);
+	if (sized) {
+		sqlite3_bind_int64(s, 5, p->world);
+		sqlite3_bind_text(s, 6, p->gpu, -1, SQLITE_STATIC);
+	} else {
+		sqlite3_bind_null(s, 5);
+		sqlite3_bind_null(s, 6);
+	}
+	bind_real(s, 7, p->peak_bytes, sized);
+	bind_real(s, 8, p->capacity_bytes, sized);
+	bind_real(s, 9, p->step_s, timed);
+	bind_real(s, 10, p->tokens_per_s, timed);
+	bind_real(s, 11, p->mfu, timed);
+	bind_real(s, 12, p->cost_per_mtoken, timed);
+	if (p->note[0])
+		sqlite3_bind_text(s, 13, p->note, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, 13);
+	return sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
+}
+
+/* A failed batch: "DB: storing N sweep points: STEP: SQLite's message" ("database or disk is full"
+ * on a full disk). */
+static int fail_batch(PxDb *db, int n, const char *step, PxError *err)
+{
+	return px_fail(err, PX_ERR_RUNTIME, "%s: storing %d sweep points: %s: %s", db_path(db), n,
+		       step, sqlite3_errmsg(db_handle(db)));
+}
+
 int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxError *err)
 {
 	sqlite3 *h = db_handle(db);
 	sqlite3_stmt *s = NULL;
+	int rc = -1;
+
 	if (sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-		return fail(db, err, "starting a batch");
+		return fail_batch(db, n, "starting the transaction", err);
 	if (sqlite3_prepare_v2(h, "INSERT OR REPLACE INTO sweep_points (sweep_id, idx, config, status, "
 			       "world, gpu, gpu_peak_bytes, capacity_bytes, step_s, tokens_per_s, mfu, "
 			       "cost_per_mtoken, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-			       "?11, ?12, ?13)", -1, &s, NULL) != SQLITE_OK)
-		goto fail;
-	for (int i = 0; i < n; i++) {
-		const PointResult *p = &r[i];
-		int timed = p->status == PT_OK, sized = p->status != PT_INVALID;
-		sqlite3_reset(s);
-		sqlite3_bind_int64(s, 1, sweep_id);
-		sqlite3_bind_int64(s, 2, p->idx);
-		sqlite3_bind_text(s, 3, p->config, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 4, sweep_status_name(p->status), -1, SQLITE_STATIC);
-		if (sized) {
-			sqlite3_bind_int64(s, 5, p->world);
-			sqlite3_bind_text(s, 6, p->gpu, -1, SQLITE_STATIC);
-		} else {
-			sqlite3_bind_null(s, 5);
-			sqlite3_bind_null(s, 6);
-		}
-		bind_real(s, 7, p->peak_bytes, sized);
-		bind_real(s, 8, p->capacity_bytes, sized);
-		bind_real(s, 9, p->step_s, timed);
-		bind_real(s, 10, p->tokens_per_s, timed);
-		bind_real(s, 11, p->mfu, timed);
-		bind_real(s, 12, p->cost_per_mtoken, timed);
-		if (p->note[0])
-			sqlite3_bind_text(s, 13, p->note, -1, SQLITE_STATIC);
-		else
-			sqlite3_bind_null(s, 13);
-		if (sqlite3_step(s) != SQLITE_DONE)
-			goto fail;
+			       "?11, ?12, ?13)", -1, &s, NULL) != SQLITE_OK) {
+		fail_batch(db, n, "preparing the insert", err);
+		goto out_rollback;
 	}
+	for (int i = 0; i < n; i++)
+		if (insert_point(s, sweep_id, &r[i])) {
+			char step[64];
+			snprintf(step, sizeof(step), "inserting point %lld", r[i].idx);
+			fail_batch(db, n, step, err);
+			goto out_rollback;
+		}
+	/* the statement goes before COMMIT, which a pending statement would hold up; the one
+	 * cleanup path below finalizes what is left (NULL is a no-op) */
 	sqlite3_finalize(s);
-	if (sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-		goto fail;
+	s = NULL;
+	if (sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+		fail_batch(db, n, "committing", err);
+		goto out_rollback;
+	}
 	return 0;
-fail:
-	fail(db, err, "storing sweep points");
+
+out_rollback:
 	sqlite3_finalize(s);
+	/* SQLite may have rolled back already (a failed COMMIT's I/O error does); then this one
+	 * only says there is no transaction, and the connection is ready for the next batch */
 	sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
-	return -1;
+	return rc;
 }
 
 long long sweepdb_merge(PxDb *db, const char *src, PxError *err)

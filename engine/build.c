@@ -19,6 +19,7 @@ typedef struct Bucket {
 typedef struct Builder {
 	const Plan *p;
 	int stage;              /* pipeline stage */
+	long long m;            /* micro-batches it builds: the plan's, or a few to count ops */
 	Schedule *s;
 	int oom;
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
@@ -504,7 +505,7 @@ static void micro_batch(Builder *b)
 static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;
-	long long pp = p->par.pp, v = p->par.virtual_stages, m = p->m;
+	long long pp = p->par.pp, v = p->par.virtual_stages, m = b->m;
 	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
 	int d = p->param_bytes;
 	PipeStep *order = malloc((size_t)(2 * m * v) * sizeof(*order));
@@ -612,13 +613,14 @@ static void optimizer_step(Builder *b)
 
 /* ---- entry ---- */
 
-static int builder_init(Builder *b, const Plan *p, int stage, Schedule *s)
+static int builder_init(Builder *b, const Plan *p, int stage, long long m, Schedule *s)
 {
 	int n = p->n_units;
-	long long slots = p->par.pp > 1 ? p->m : 1;
+	long long slots = p->par.pp > 1 ? m : 1;
 	memset(b, 0, sizeof(*b));
 	b->p = p;
 	b->stage = stage;
+	b->m = m;
 	b->s = s;
 	b->tied_grad = -1;
 	b->dense.group = GROUP_DP;
@@ -668,13 +670,16 @@ static long long stage_units(const Plan *p, int stage)
 	return n;
 }
 
-int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
+/* Stage `stage`'s schedule with m micro-batches (the plan's m, or fewer to count ops);
+ * *pipe_ops (may be NULL) receives the ops of the micro-batches themselves. */
+static int build(const Plan *p, int stage, long long m, Schedule *s, long long *pipe_ops,
+		 PxError *err)
 {
 	Builder bb, *b = &bb;
 	int rc = 0;
 
 	sched_init(s, stage);
-	if (builder_init(b, p, stage, s)) {
+	if (builder_init(b, p, stage, m, s)) {
 		b->oom = 1;
 		goto out;
 	}
@@ -685,7 +690,7 @@ int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
 	 * at once instead of growing the ops by copies (a hint: appending still grows past it,
 	 * and where the room cannot be had, doubling may still find what is needed) */
 	if (p->par.pp > 1)
-		(void)sched_reserve(s, s->n + 16 * p->m * stage_units(p, stage) + 512);
+		(void)sched_reserve(s, s->n + 16 * m * stage_units(p, stage) + 512);
 	if (p->par.pp > 1) {
 		if ((rc = pipelined(b, err)))
 			goto out;
@@ -694,6 +699,8 @@ int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
 		micro_batch(b);
 		DO(sched_end_loop(s));
 	}
+	if (pipe_ops)
+		*pipe_ops = s->n - s->step_begin;
 	optimizer_step(b);
 out:
 	builder_free(b);
@@ -702,4 +709,52 @@ out:
 	if (rc)
 		sched_free(s);
 	return rc;
+}
+
+int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err)
+{
+	return build(p, stage, p->m, s, NULL, err);
+}
+
+/* Without pipelining the micro-batches are one repeat block, whatever their number: the schedule
+ * is built. With it (ZeRO 0-1 only, plan.c refuses 2-3), every micro-batch adds the same ops, a
+ * forward and a backward of each of the stage's chunks; so the schedule of the fewest
+ * micro-batches its order allows (1; the interleaved order needs pp) gives the count of any. */
+int build_count_ops(const Plan *p, int stage, long long *n_ops, PxError *err)
+{
+	long long m = p->par.pp == 1 ? p->m :
+		      p->par.schedule == PIPE_INTERLEAVED ? p->par.pp : 1, per_m = 0;
+	Schedule s;
+
+	if (m > p->m)
+		m = p->m;
+	if (build(p, stage, m, &s, &per_m, err))
+		return -1;
+	*n_ops = s.n;
+	if (p->par.pp > 1)
+		*n_ops += (p->m - m) * (per_m / m);
+	sched_free(&s);
+	return 0;
+}
+
+int build_check_size(const Plan *p, PxError *err)
+{
+	long long total = 0;
+
+	if (p->par.pp == 1) /* one repeat block: the micro-batches add nothing */
+		return 0;
+	for (int s = 0; s < p->par.pp; s++) {
+		long long n;
+		if (build_count_ops(p, s, &n, err))
+			return -1;
+		total += n;
+	}
+	if (total <= BUILD_MAX_OPS)
+		return 0;
+	return px_fail(err, PX_ERR_INPUT, "%s: the pipelined schedule of %lld micro-batches (gradient "
+		       "accumulation) on %lld stages would hold %lld ops, over the limit of %lld (%.0f "
+		       "MiB of schedule); use fewer micro-batches: a larger "
+		       "train_micro_batch_size_per_gpu gives the same batch in fewer",
+		       p->sc->path, p->m, p->par.pp, total, (long long)BUILD_MAX_OPS,
+		       (double)BUILD_MAX_OPS * sizeof(Op) / (1 << 20));
 }

@@ -19,4 +19,18 @@ enum { BUILD_UNIT_OVERFLOW = -2, BUILD_UNIT_GRAD_NORM = -3 };
 /* The schedule of every rank of pipeline stage `stage` (ranks of a stage run the same ops). */
 int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err);
 
+/* The most ops the schedules of one prediction may hold together (every stage's, which are held
+ * at once): 8 million ops of 48 bytes, 366 MiB. A pipelined schedule unrolls its micro-batches,
+ * so its size grows with them; the largest bundled scenario (MT-NLG 530B: pp 35, 240 micro-
+ * batches) holds 414 thousand, the bundled sweeps' largest pipelined point 28 thousand. */
+#define BUILD_MAX_OPS 8000000LL
+
+/* The number of ops stage `stage`'s schedule has, found without building it whole (a schedule of
+ * one micro-batch is built and the rest counted from it). */
+int build_count_ops(const Plan *p, int stage, long long *n_ops, PxError *err);
+
+/* Refuse (PX_ERR_INPUT), before any schedule is built, a plan whose schedules would hold more than
+ * BUILD_MAX_OPS ops, naming the count, the limit and what to change. */
+int build_check_size(const Plan *p, PxError *err);
+
 #endif

@@ -16,8 +16,15 @@ typedef struct JsonDoc {
 	cJSON *root; /* owned */
 } JsonDoc;
 
-/* Read and parse a file. Errors: "PATH: cannot open: <strerror>" and
- * "PATH:LINE:COL: malformed JSON near '<a few chars>'" (PX_ERR_INPUT). */
+/* The largest JSON input read: real configs are a few KiB (a model's config.json, a ds_config) to
+ * a few hundred KiB (a sweep, a hardware profile); 16 MiB leaves room and still bounds the memory
+ * a wrong path (a log, an image, /dev/zero) can take. */
+#define JDOC_MAX_FILE_BYTES (16LL << 20)
+
+/* Read and parse a regular file of at most JDOC_MAX_FILE_BYTES. Errors (PX_ERR_INPUT):
+ * "PATH: cannot open: <strerror>", "PATH: not a regular file" (a directory, a device, a FIFO:
+ * refused without reading or blocking), "PATH: N bytes, over the 16 MiB a JSON input may have"
+ * and "PATH:LINE:COL: malformed JSON near '<a few chars>'". */
 int jdoc_load_file(JsonDoc *d, const char *path, PxError *err);
 /* Parse text held in memory; name stands for the file in messages. */
 int jdoc_parse(JsonDoc *d, const char *name, const char *text, PxError *err);

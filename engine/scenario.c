@@ -9,8 +9,9 @@ static const char *const SECTION_KEYS[SC_N_DOCS] = {"", "model", "deepspeed", "c
 
 /* ---- sections ---- */
 
-/* Load the section named key: an inline object, or a path relative to the scenario's folder. */
-static int load_section(Scenario *sc, int idx, JsonObj *out, PxError *err)
+/* Check the section named key: an inline object, or a path relative to the scenario's folder,
+ * whose file it loads into sc->docs[idx]. */
+static int load_section(Scenario *sc, int idx, PxError *err)
 {
 	const JsonDoc *top = &sc->docs[SC_DOC_SCENARIO];
 	const char *key = SECTION_KEYS[idx];
@@ -25,10 +26,8 @@ static int load_section(Scenario *sc, int idx, JsonObj *out, PxError *err)
 				       "path of a JSON file", top->path, key);
 		}
 	}
-	if (cJSON_IsObject(v)) {
-		jobj_make(out, top, v, key, key, &sc->ov);
+	if (cJSON_IsObject(v))
 		return 0;
-	}
 	if (!cJSON_IsString(v)) {
 		JsonObj root;
 		jobj_make(&root, top, top->root, "", "", &sc->ov);
@@ -48,26 +47,84 @@ static int load_section(Scenario *sc, int idx, JsonObj *out, PxError *err)
 	if (!cJSON_IsObject(sc->docs[idx].root))
 		return px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object for the %s section", file,
 			       key);
-	jobj_make(out, &sc->docs[idx], sc->docs[idx].root, "", key, &sc->ov);
 	return 0;
 }
 
-/* Apply each --set to the section it names, or to the scenario's own keys. */
-static int apply_overrides(Scenario *sc, JsonObj sect[SC_N_DOCS], PxError *err)
+/* The section idx as an object: its own document's root (a file, or a whole-section --set), or
+ * the object inline in the scenario. */
+static cJSON *section_root(Scenario *sc, int idx)
+{
+	if (sc->docs[idx].root)
+		return sc->docs[idx].root;
+	return cJSON_GetObjectItemCaseSensitive(sc->docs[SC_DOC_SCENARIO].root, SECTION_KEYS[idx]);
+}
+
+/* --set SECTION=VALUE: an inline object ("{...}", named "--set SECTION" in messages) or the path of
+ * a JSON file as typed, relative to the current directory like any path on a command line. It
+ * becomes the section's own document, replacing the one read before; the scenario's text is left
+ * as it was, so nothing read from it is freed. */
+static int replace_section(Scenario *sc, int idx, const JsonOverride *o, PxError *err)
+{
+	const char *v = o->value + strspn(o->value, " \t\r\n");
+	cJSON *parsed = NULL;
+	JsonDoc d;
+	char name[300];
+
+	if (v[0] == '{') {
+		/* malformed text is placed in the argument: "--set model:1:14: malformed JSON" */
+		snprintf(name, sizeof(name), "--set %s", o->key);
+		if (jdoc_parse(&d, name, o->value, err))
+			return -1;
+	} else {
+		/* a quoted path ("m.json", as a sweep's values are written) or one as typed */
+		parsed = cJSON_ParseWithOpts(o->value, NULL, 1);
+		if ((parsed && !cJSON_IsString(parsed)) || !v[0]) {
+			cJSON_Delete(parsed);
+			return px_fail(err, PX_ERR_INPUT, "--set %s=%s: expected an object or the path of a "
+				       "JSON file", o->key, o->value);
+		}
+		const char *path = parsed ? parsed->valuestring : o->value;
+		int rc = jdoc_load_file(&d, path, err);
+		if (rc == 0 && !cJSON_IsObject(d.root)) {
+			rc = px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object for the %s section",
+				     path, o->key);
+			jdoc_free(&d);
+		}
+		cJSON_Delete(parsed);
+		if (rc) {
+			char why[sizeof(err->msg)];
+			snprintf(why, sizeof(why), "%s", err->msg);
+			return px_fail(err, err->code, "--set %s=%s: %s", o->key, o->value, why);
+		}
+	}
+	jdoc_free(&sc->docs[idx]);
+	sc->docs[idx] = d;
+	return 0;
+}
+
+/* Apply each --set in order: a whole section (model=..., deepspeed=..., cluster=...) is replaced,
+ * a key inside one is set in the section as it is at that point, and anything else is set in the
+ * scenario's own keys. */
+static int apply_overrides(Scenario *sc, PxError *err)
 {
 	for (int i = 0; i < sc->ov.n; i++) {
 		const char *key = sc->ov.v[i].key;
 		int idx = SC_DOC_SCENARIO;
 		for (int s = SC_DOC_MODEL; s < SC_N_DOCS; s++) {
 			size_t n = strlen(SECTION_KEYS[s]);
-			if (!strncmp(key, SECTION_KEYS[s], n) && key[n] == '.') {
+			if (!strncmp(key, SECTION_KEYS[s], n) && (key[n] == '.' || !key[n])) {
 				idx = s;
-				key += n + 1;
+				key += key[n] ? n + 1 : n;
 				break;
 			}
 		}
-		cJSON *root = (cJSON *)(idx == SC_DOC_SCENARIO ? sc->docs[SC_DOC_SCENARIO].root :
-							       sect[idx].obj);
+		if (idx != SC_DOC_SCENARIO && !key[0]) {
+			if (replace_section(sc, idx, &sc->ov.v[i], err))
+				return -1;
+			continue;
+		}
+		cJSON *root = idx == SC_DOC_SCENARIO ? sc->docs[SC_DOC_SCENARIO].root :
+						       section_root(sc, idx);
 		if (jdoc_set_path(root, key, sc->ov.v[i].value, err)) {
 			/* jdoc names the path inside the section; name the argument as typed */
 			const char *why = strstr(err->msg, ": ");
@@ -253,7 +310,8 @@ static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 	return 0;
 }
 
-/* The sections as objects: a section file's root, or the object inline in the scenario. */
+/* The sections as objects: a section's own document (a file, or a whole-section --set), or the
+ * object inline in the scenario. After the overrides, which may replace a section's document. */
 static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
 {
 	const JsonDoc *top = &sc->docs[SC_DOC_SCENARIO];
@@ -262,8 +320,7 @@ static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
 		if (sc->docs[i].root)
 			jobj_make(&sect[i], &sc->docs[i], sc->docs[i].root, "", key, &sc->ov);
 		else
-			jobj_make(&sect[i], top, cJSON_GetObjectItemCaseSensitive(top->root, key), key,
-				  key, &sc->ov);
+			jobj_make(&sect[i], top, section_root(sc, i), key, key, &sc->ov);
 	}
 }
 
@@ -271,9 +328,9 @@ static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
 static int finish_load(Scenario *sc, PxError *err)
 {
 	JsonObj top, sect[SC_N_DOCS];
-	bind_sections(sc, sect);
-	if (apply_overrides(sc, sect, err))
+	if (apply_overrides(sc, err))
 		return -1;
+	bind_sections(sc, sect);
 	jobj_make(&top, &sc->docs[SC_DOC_SCENARIO], sc->docs[SC_DOC_SCENARIO].root, "", "",
 		  &sc->ov);
 	if (parse_top(sc, &top, err) ||
@@ -309,8 +366,6 @@ static int begin(Scenario *sc, const char *path, const JsonOverrides *ov, PxErro
 
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
 {
-	JsonObj sect[SC_N_DOCS];
-
 	if (begin(sc, path, ov, err))
 		goto fail;
 	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
@@ -321,7 +376,7 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 		goto fail;
 	}
 	for (int i = SC_DOC_MODEL; i < SC_N_DOCS; i++)
-		if (load_section(sc, i, &sect[i], err))
+		if (load_section(sc, i, err))
 			goto fail;
 	if (finish_load(sc, err))
 		goto fail;

@@ -44,13 +44,17 @@ typedef struct Scenario {
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 
-/* Load PATH with the overrides ov (may be NULL). The sections model, deepspeed and cluster are each
- * an object or a path relative to the scenario file. On error the scenario is freed. */
+/* Load PATH with the overrides ov (may be NULL), applied in order. The sections model, deepspeed and
+ * cluster are each an object or a path relative to the scenario file. An override of a whole
+ * section (key "model", "deepspeed" or "cluster") replaces it with an inline object ("{...}") or the
+ * JSON file its value names, relative to the current directory; later overrides of keys inside it
+ * apply on top. On error the scenario is freed. */
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
 void scenario_free(Scenario *sc);
 
-/* A scenario like base (a loaded one, kept as it was read: its documents before overrides) with
- * more overrides ov applied after base's own; no file is read again. For sweeps. */
+/* A scenario like base (a loaded one) with more overrides ov applied after base's own, which are
+ * applied again to copies of base's documents; no file is read again but those a whole-section
+ * override names. For sweeps. */
 int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err);
 
 /* The scenario as one compact JSON text with every section inlined and overrides applied, plus a

@@ -480,6 +480,18 @@ void hwprofile_apply_memory(const HwProfile *hw, ClusterSpec *c)
 
 /* ---- comparing ---- */
 
+int hwprofile_gpu_mismatch(const HwProfile *hw, const char *path, const GpuSpec *gpu, char *msg,
+			   size_t n)
+{
+	const char *want = gpu && gpu->name ? gpu->name : "unknown";
+	if (!strcmp(hw->gpu, "custom") || !strcasecmp(hw->gpu, want))
+		return 0;
+	snprintf(msg, n, "%s: warning: --hw profile measured on %s, but the scenario's GPU is %s: the "
+		 "step time mixes the %s's efficiencies with the %s's peaks (give a profile of the "
+		 "%s, from `parallax calibrate` on one)", path, hw->gpu, want, hw->gpu, want, want);
+	return 1;
+}
+
 static int curve_equal(const HwCurve *a, const HwCurve *b)
 {
 	if (a->n != b->n)

@@ -81,6 +81,13 @@ int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err);
  * that a prediction's memory uses the calibration too. */
 void hwprofile_apply_memory(const HwProfile *hw, ClusterSpec *c);
 
+/* A profile measured on one GPU used for a scenario on another (a file's "gpu" against the
+ * scenario's cluster.gpu, case-insensitively): returns 1 with a warning naming both written to msg,
+ * "PATH: warning: --hw profile measured on H100-SXM, but the scenario's GPU is A100-80GB: ...";
+ * 0 when they agree or the profile names no GPU (a "custom" one, every field given). */
+int hwprofile_gpu_mismatch(const HwProfile *hw, const char *path, const GpuSpec *gpu, char *msg,
+			   size_t n);
+
 /* 1 when every field is equal, else 0 with the first differing field's key written to what. */
 int hwprofile_equal(const HwProfile *a, const HwProfile *b, char *what, size_t n);
 

@@ -53,6 +53,10 @@ static int predict_stages(Scenario *sc, Prediction *pr, int traffic, PxError *er
 		return -1;
 	if (plan_build(&pr->plan, sc, err))
 		return -1;
+	if (build_check_size(&pr->plan, err)) { /* before any schedule is built */
+		plan_free(&pr->plan);
+		return -1;
+	}
 
 	const ClusterSpec *c = &sc->cluster;
 	pr->gpu_capacity_bytes = c->gpu.mem_bytes;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -344,6 +345,23 @@ static void test_missing_files(void)
 	ASSERT_HAS(err_line, "cannot open");
 	ASSERT_NOTHING_STORED(db_path);
 
+	/* a device and a FIFO are refused without reading (a FIFO's open would block: the timeout
+	 * ends the run with 124 if it does), a model section from /dev/zero too */
+	rc = run("predict --db '%s' /dev/zero", db_path);
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "parallax predict: /dev/zero: not a regular file");
+	CU_ASSERT_EQUAL_FATAL(mkfifo(at("fifo.json"), 0600), 0);
+	char args[1024];
+	snprintf(args, sizeof(args), "predict --db '%s' '%s'", db_path, at("fifo.json"));
+	rc = px_test_run_release(args, 20, out, sizeof(out));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "fifo.json: not a regular file");
+	write_inline("good.json", "{\"train_batch_size\": 8}");
+	rc = run("predict --db '%s' --set model=/dev/zero '%s'", db_path, at("good.json"));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(err_line, "--set model=/dev/zero: /dev/zero: not a regular file");
+	ASSERT_NOTHING_STORED(db_path);
+
 	/* compare reads a database that exists and creates none */
 	rc = run("compare --db '%s'", at("missing.db"));
 	ASSERT_RC(rc, 2);
@@ -431,6 +449,114 @@ static void test_set_num_parameters(void)
 	CU_ASSERT(cJSON_IsNull(json_at(j, "memory.gpu.activations_bytes")));
 	ASSERT_HAS(out, "the llama architecture is not used");
 	cJSON_Delete(j);
+}
+
+/* Run parallax from dir (paths on its command line are then relative to dir), as run() does. */
+static int run_in(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_in(const char *dir, const char *fmt, ...)
+{
+	char args[4096], cmd[8192];
+	const char *bin = getenv("PX_BIN");
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "cd '%s' && '%s' %s", dir, bin ? bin : "parallax", args);
+	return px_test_run_sh(cmd, out, sizeof(out));
+}
+
+/* The small model's parameter count with L layers (GPT-2, h = 64, V = 1000, 128 positions, tied
+ * head): token and position embeddings 1000 h + 128 h = 72,192, the final LayerNorm 2h = 128, and
+ * per block 12 h^2 + 13 h = 49,984 (LayerNorms 4h, QKV 3h^2 + 3h, attention projection h^2 + h, MLP
+ * 8h^2 + 5h). */
+static double small_model_params(int layers)
+{
+	return 72192 + 128 + 49984.0 * layers;
+}
+
+/* --set model=... replaces the whole section through the binary, from an inline object or from a
+ * file named relative to the current directory (not the scenario's folder), whether the scenario's
+ * own section is inline or a file. The inline case used freed memory before (the sanitizer build
+ * runs this too). */
+static void test_set_whole_section(void)
+{
+	new_test_dir();
+	CU_ASSERT_EQUAL_FATAL(mkdir(at("sc"), 0755), 0);
+	/* sc/m.json (the scenario's own, 2 layers) and m.json in the current directory (4 layers) */
+	write_at("sc/m.json", SMALL_MODEL);
+	write_at("m.json", "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 4, \"n_head\": 4, "
+			   "\"n_positions\": 128, \"vocab_size\": 1000}");
+	static const char *const rest = "\"deepspeed\": {\"train_batch_size\": 8}, \"cluster\": "
+					"{\"gpu\": \"H100-SXM\"}, \"seq_length\": 128}";
+	char text[1024];
+	snprintf(text, sizeof(text), "{\"model\": \"m.json\", %s", rest);
+	write_at("sc/file.json", text);
+	snprintf(text, sizeof(text), "{\"model\": %s, %s", SMALL_MODEL, rest);
+	write_at("sc/inline.json", text);
+
+	static const char *const scenarios[] = {"sc/file.json", "sc/inline.json"};
+	for (int k = 0; k < 2; k++) {
+		int rc = run_in(test_dir, "predict --no-db --json '%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		cJSON *j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(2), 0);
+		cJSON_Delete(j);
+
+		rc = run_in(test_dir, "predict --no-db --json --set model=m.json '%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(4), 0);
+		cJSON_Delete(j);
+
+		/* a key on top of the replaced section */
+		rc = run_in(test_dir, "predict --no-db --json --set model=m.json --set model.n_layer=5 "
+			    "'%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), small_model_params(5), 0);
+		cJSON_Delete(j);
+
+		rc = run_in(test_dir, "predict --no-db --json --set 'model={\"num_parameters\": 7e9}' "
+			    "'%s'", scenarios[k]);
+		ASSERT_RC(rc, 0);
+		j = cJSON_Parse(out);
+		CU_ASSERT_DOUBLE_EQUAL(json_num(j, "num_parameters"), 7e9, 0);
+		cJSON_Delete(j);
+
+		/* a file that is not there: exit 2, the argument named, nothing stored */
+		rc = run_in(test_dir, "predict --db '%s' --set model=nope.json '%s'", db_path,
+			    scenarios[k]);
+		ASSERT_RC(rc, 2);
+		ASSERT_HAS(out, "parallax predict: --set model=nope.json: nope.json: cannot open: No "
+				"such file or directory");
+		ASSERT_NOTHING_STORED(db_path);
+	}
+}
+
+/* A pipelined schedule over the op limit is refused at once, before anything is built: pp 2 with
+ * 3 million micro-batches (the batch arithmetic allows it) took 10 s and 3.4 GB for this 2-layer
+ * model and minutes for a real one. Under timeout(1), so that a regression fails instead of
+ * hanging the suite. */
+static void test_schedule_limit(void)
+{
+	char cmd[4096];
+	const char *bin = getenv("PX_BIN");
+	new_test_dir();
+	write_at("pp2.json", "{\"model\": " SMALL_MODEL ", \"deepspeed\": "
+			     "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": "
+			     "3000000}, \"cluster\": {\"gpu\": \"H100-SXM\", \"gpus_per_node\": 2}, "
+			     "\"parallelism\": {\"pp\": 2}, \"seq_length\": 128}");
+	snprintf(cmd, sizeof(cmd), "timeout 60 '%s' predict --db '%s' '%s'", bin ? bin : "parallax",
+		 db_path, at("pp2.json"));
+	int rc = px_test_run_sh(cmd, out, sizeof(out));
+	ASSERT_RC(rc, 2);
+	ASSERT_HAS(out, "pp2.json: the pipelined schedule of 3000000 micro-batches (gradient "
+			"accumulation) on 2 stages would hold ");
+	ASSERT_HAS(out, " ops, over the limit of 8000000 (366 MiB of schedule); use fewer "
+			"micro-batches: a larger train_micro_batch_size_per_gpu gives the same batch in "
+			"fewer");
+	ASSERT_NOTHING_STORED(db_path);
 }
 
 /* ---- warnings and refusals ---- */
@@ -847,6 +973,64 @@ static void test_profile_memory(void)
 	ASSERT_HAS(err_line, "memory.nccl_MiB: expected a number from 0");
 }
 
+/* --hw with another GPU's profile: predict, plot and run warn, naming both GPUs (the profile's own
+ * "gpu" against the scenario's cluster.gpu); the scenario's own GPU's profile, and a custom one
+ * that names no GPU, are used without a word. Predict's warning is in the table, the JSON and the
+ * stored run's notes. */
+static void test_hw_other_gpu(void)
+{
+	static const char *const warn = "warning: --hw profile measured on A100-80GB, but the "
+					"scenario's GPU is H100-SXM";
+	char args[16384], text[8192];
+	new_test_dir();
+	char scn[PATH_MAX], a100[PATH_MAX], h100[PATH_MAX]; /* repo_file's buffer is static */
+	snprintf(scn, sizeof(scn), "%s", repo_file("scenarios/llama2-7b-zero2-h100.json"));
+	snprintf(a100, sizeof(a100), "%s", repo_file("scenarios/hardware/A100-80GB.json"));
+	snprintf(h100, sizeof(h100), "%s", repo_file("scenarios/hardware/H100-SXM.json"));
+
+	int rc = run("predict --db '%s' --hw '%s' '%s'", db_path, a100, scn);
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "# %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+	ASSERT_HAS(out, "mixes the A100-80GB's efficiencies with the H100-SXM's peaks");
+	CU_ASSERT_EQUAL(db_int(db_path, "SELECT COUNT(*) FROM runs WHERE notes LIKE "
+			       "'%measured on A100-80GB, but the scenario''s GPU is H100-SXM%'"), 1);
+	rc = run("predict --no-db --json --hw '%s' '%s'", a100, scn);
+	ASSERT_RC(rc, 0);
+	cJSON *j = cJSON_Parse(out);
+	const cJSON *w = cJSON_GetArrayItem(json_at(j, "notes.warnings"), 0);
+	CU_ASSERT(cJSON_IsString(w) && strstr(w->valuestring, warn));
+	cJSON_Delete(j);
+
+	/* the GPU's own profile, any case of its name, and a custom profile: no warning */
+	rc = run("predict --no-db --hw '%s' '%s'", h100, scn);
+	ASSERT_RC(rc, 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "--hw profile measured on"));
+	write_at("lower.json", "{\"gpu\": \"h100-sxm\"}");
+	rc = run("predict --no-db --hw '%s' '%s'", at("lower.json"), scn);
+	ASSERT_RC(rc, 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "--hw profile measured on"));
+
+	/* plot time: once, on stderr */
+	snprintf(args, sizeof(args), "plot time '%s' --hw '%s' --out '%s'", scn, a100, at("t"));
+	rc = px_test_run_release(args, 120, out, sizeof(out));
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "parallax plot: %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+
+	/* run: rank 0 says it before training (one step of the executor's small GPT on CPUs) */
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "hw-test", "false", 0);
+	write_at("gpt.json", text);
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db --hw '%s'", at("gpt.json"),
+		 a100);
+	rc = px_test_run_release(args, 120, out, sizeof(out));
+	ASSERT_RC(rc, 0);
+	snprintf(text, sizeof(text), "parallax run: %s: %s", a100, warn);
+	ASSERT_HAS(out, text);
+	const char *first = strstr(out, text);
+	CU_ASSERT(first && !strstr(first + 1, text)); /* rank 0 only */
+}
+
 /* parallax calibrate needs a GPU: without one (CI) it says why and writes nothing; bad usage is
  * refused before any measurement. */
 static void test_calibrate_without_gpu(void)
@@ -904,9 +1088,12 @@ int test_cli_register(void)
 			    {"unknown GPU lists the catalog", test_unknown_gpu},
 			    {"--set num_parameters over a config", test_set_num_parameters},
 			    {"--set errors", test_set_errors},
+			    {"--set model= replaces the section, inline or a file",
+			     test_set_whole_section},
 			    {"unknown keys warn with a suggestion", test_unknown_key_warnings},
 			    {"combinations DeepSpeed refuses", test_refused_combinations},
 			    {"predict --keep-going", test_keep_going},
+			    {"a schedule over the op limit is refused at once", test_schedule_limit},
 			    {"attention: unknown value refused, flash on V100 unpriced", test_attention_refused},
 			    {"auto bucket size needs hidden_size",
 			     test_auto_bucket_needs_hidden_size},
@@ -918,5 +1105,6 @@ int test_cli_register(void)
 			    {"all scenarios checked before any is written",
 			     test_all_checked_before_any_written},
 			    {"a profile's memory section feeds the prediction", test_profile_memory},
+			    {"--hw with another GPU's profile warns", test_hw_other_gpu},
 			    {"calibrate without a GPU writes nothing", test_calibrate_without_gpu});
 }

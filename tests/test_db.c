@@ -3,15 +3,19 @@
  * SQL cannot hide itself. Each test works in a fresh directory from px_test_tmpdir(). */
 #include <CUnit/CUnit.h>
 #include <float.h>
+#include <signal.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../db/db.h"
+#include "../db/sweepdb.h"
 #include "suites.h"
 #include "version.h"
 
@@ -510,6 +514,154 @@ static void test_not_a_database(void)
 	CU_ASSERT_STRING_EQUAL(back, text);
 }
 
+/* ---- a sweep batch whose COMMIT fails ---- */
+
+enum { SWEEP_BATCH = 1000 };
+
+/* Count the sweep points in the database through a second connection; -1 on error. */
+static long long count_sweep_points(void)
+{
+	sqlite3 *h = peek_open();
+	sqlite3_stmt *s = NULL;
+	long long n = -1;
+	if (sqlite3_prepare_v2(h, "SELECT count(*) FROM sweep_points", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		n = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	sqlite3_close(h);
+	return n;
+}
+
+/* The child's side: begin a sweep, empty the WAL, then cap the size of any file this process
+ * writes at 64 KiB (RLIMIT_FSIZE: the WAL cannot grow, as on a full disk) and store a batch of
+ * SWEEP_BATCH points, about 250 KB, which SQLite keeps in its page cache until COMMIT writes it.
+ * Then lift the cap and store the batch again. Writes "RC1\nMESSAGE\nRC2\n" to fd. */
+static void commit_fails_child(int fd)
+{
+	PxDb *db = NULL;
+	PxError err = {0}, err2 = {0};
+	Sweep sw = {.name = "full", .spec = "{\"full\": 1}", .n_points = SWEEP_BATCH};
+	long long id = 0;
+	char buf[2048];
+	PointResult *r = calloc(SWEEP_BATCH, sizeof(*r));
+
+	if (!r || db_open(test_path, &db, &err) || sweepdb_begin(db, &sw, &id, &err) ||
+	    sqlite3_exec(db_handle(db), "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL))
+		_exit(3);
+	for (int i = 0; i < SWEEP_BATCH; i++) {
+		r[i].idx = i;
+		r[i].status = PT_INVALID;
+		snprintf(r[i].config, sizeof(r[i].config), "{\"point\": %d, \"pad\": \"%0200d\"}", i, i);
+	}
+	signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead of ending the process */
+	struct rlimit lim;
+	getrlimit(RLIMIT_FSIZE, &lim);
+	struct rlimit cap = {64 << 10, lim.rlim_max};
+	setrlimit(RLIMIT_FSIZE, &cap);
+	int rc1 = sweepdb_write(db, id, r, SWEEP_BATCH, &err);
+	setrlimit(RLIMIT_FSIZE, &lim);
+	int rc2 = sweepdb_write(db, id, r, SWEEP_BATCH, &err2);
+	if (rc2)
+		fprintf(stderr, "\nsecond write: %s\n", err2.msg);
+	db_close(db);
+	free(r);
+	int n = snprintf(buf, sizeof(buf), "%d\n%s\n%d\n", rc1, err.msg, rc2);
+	_exit(write(fd, buf, (size_t)n) == n ? 0 : 4);
+}
+
+/* A batch whose COMMIT fails is one clean error naming the database and SQLite's reason, nothing
+ * of it is stored, and the connection goes on to store the batch once the cause is gone. Run in a
+ * child process, so that its file-size cap (and, before the fix, its crash: the statement was
+ * finalized twice) stays there. */
+static void test_sweep_commit_fails(void)
+{
+	char got[4096] = "", want[1024];
+	int fds[2], status = 0;
+
+	new_test_dir();
+	CU_ASSERT_EQUAL_FATAL(pipe(fds), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		commit_fails_child(fds[1]);
+	}
+	close(fds[1]);
+	size_t n = 0;
+	ssize_t k;
+	while (n + 1 < sizeof(got) && (k = read(fds[0], got + n, sizeof(got) - 1 - n)) > 0)
+		n += (size_t)k;
+	got[n] = '\0';
+	close(fds[0]);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		fprintf(stderr, "\nchild: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit status",
+			WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	CU_ASSERT_FATAL(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	/* "-1", the message, "0" */
+	char *msg = strchr(got, '\n'), *rc2 = msg ? strchr(msg + 1, '\n') : NULL;
+	CU_ASSERT_FATAL(msg && rc2);
+	*msg++ = '\0';
+	*rc2++ = '\0';
+	CU_ASSERT_STRING_EQUAL(got, "-1");
+	CU_ASSERT_STRING_EQUAL(rc2, "0\n");
+	/* SQLite's words for the failed write (EFBIG: SQLITE_IOERR_WRITE) */
+	snprintf(want, sizeof(want), "%s: storing %d sweep points: committing: disk I/O error",
+		 test_path, SWEEP_BATCH);
+	if (strcmp(msg, want))
+		fprintf(stderr, "\n got  '%s'\n want '%s'\n", msg, want);
+	CU_ASSERT_STRING_EQUAL(msg, want);
+	/* the second batch alone is there */
+	CU_ASSERT_EQUAL(count_sweep_points(), SWEEP_BATCH);
+}
+
+/* A batch that fills the database while inserting (PRAGMA max_page_count: the file may not grow,
+ * SQLITE_FULL) fails on the point it reached, with SQLite's words; nothing of it is stored. */
+static void test_sweep_insert_full(void)
+{
+	PxDb *db = open_fresh();
+	PxError err = {0};
+	Sweep sw = {.name = "full", .spec = "{\"full\": 2}", .n_points = SWEEP_BATCH};
+	long long id = 0;
+	PointResult *r = calloc(SWEEP_BATCH, sizeof(*r));
+	char want[1024];
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_EQUAL_FATAL(sweepdb_begin(db, &sw, &id, &err), 0);
+	for (int i = 0; i < SWEEP_BATCH; i++) {
+		r[i].idx = i;
+		r[i].status = PT_INVALID;
+		snprintf(r[i].config, sizeof(r[i].config), "{\"point\": %d, \"pad\": \"%0200d\"}", i, i);
+	}
+	/* room for two more pages: the first few points fit, the batch does not */
+	sqlite3_stmt *st = NULL;
+	long long pages = 0;
+	char sql[128];
+	if (sqlite3_prepare_v2(db_handle(db), "PRAGMA page_count", -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		pages = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	CU_ASSERT_FATAL(pages > 0);
+	snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %lld", pages + 2);
+	CU_ASSERT_EQUAL(sqlite3_exec(db_handle(db), sql, NULL, NULL, NULL), SQLITE_OK);
+	CU_ASSERT_EQUAL(sweepdb_write(db, id, r, SWEEP_BATCH, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_RUNTIME);
+	snprintf(want, sizeof(want), "%s: storing %d sweep points: inserting point ", test_path,
+		 SWEEP_BATCH);
+	CU_ASSERT(strncmp(err.msg, want, strlen(want)) == 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, ": database or disk is full"));
+	CU_ASSERT_EQUAL(count_sweep_points(), 0);
+	/* with room again the batch goes in whole */
+	CU_ASSERT_EQUAL(sqlite3_exec(db_handle(db), "PRAGMA max_page_count = 1000000", NULL, NULL,
+				     NULL), SQLITE_OK);
+	CU_ASSERT_EQUAL(sweepdb_write(db, id, r, SWEEP_BATCH, &err), 0);
+	CU_ASSERT_EQUAL(count_sweep_points(), SWEEP_BATCH);
+	db_close(db);
+	free(r);
+}
+
 static void test_close_null(void)
 {
 	db_close(NULL);
@@ -531,5 +683,9 @@ int test_db_register(void)
 			    {"refuses a newer schema_version", test_newer_version},
 			    {"migrates a version-1 file", test_migrates_version_1},
 			    {"refuses a file that is not a database", test_not_a_database},
-			    {"db_close(NULL) is fine", test_close_null});
+			    {"db_close(NULL) is fine", test_close_null},
+			    {"a sweep batch whose COMMIT fails: one error, nothing stored",
+			     test_sweep_commit_fails},
+			    {"a sweep batch that fills the database: the point named",
+			     test_sweep_insert_full});
 }

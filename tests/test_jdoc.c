@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../engine/jdoc.h"
+#include "../engine/scenario.h"
 #include "suites.h"
 
 /* Compare strings, printing both on a mismatch (CU_ASSERT_STRING_EQUAL shows neither). */
@@ -177,6 +180,49 @@ static void test_malformed(void)
 	expect_parse_error(" \n\t\n", "s.json:1:1: malformed JSON: the file is empty");
 }
 
+/* Duplicate keys: the first repeat in the order of the text is reported, at its first writing,
+ * and a 100,000-key object is checked whole (a repeat at its very end found, a clean one read). */
+static void test_duplicates(void)
+{
+	/* 'a' repeats (third member) before 'b' does (fourth): 'a', whose first value is at 1:15
+	 * ('{' 1, "b" 2-4, ':' 5, '1' 7, ',' 8, "a" 10-12, ':' 13, '1' 15) */
+	expect_parse_error("{\"b\": 1, \"a\": 1, \"a\": 2, \"b\": 2}",
+			   "s.json:1:15: duplicate key 'a': write each key once");
+	/* a repeat inside an earlier member comes before a later one at the top: "x": {"k": 1,
+	 * "k": 2} opens at 7, "k"'s first value at 13 */
+	expect_parse_error("{\"x\": {\"k\": 1, \"k\": 2}, \"y\": 1, \"y\": 2}",
+			   "s.json:1:13: duplicate key 'x.k': write each key once");
+	/* objects in arrays are checked too; their keys have no dotted path to place them by, so
+	 * the message names the file alone */
+	expect_parse_error("{\"l\": [{\"q\": 1, \"q\": 2}]}",
+			   "s.json: duplicate key 'l.q': write each key once");
+	/* equal names that differ only in case are different keys */
+	JsonDoc d;
+	parse_ok(&d, "s.json", "{\"Stage\": 1, \"stage\": 2}");
+	jdoc_free(&d);
+
+	/* line 1 "{", then line i + 2 holds "  \"key_<i>\": <i>," for i = 0 .. 99,999 */
+	enum { N = 100000 };
+	size_t cap = (size_t)N * 32 + 64, at = 0;
+	char *text = malloc(cap);
+	PxError err = {0};
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	at += (size_t)snprintf(text + at, cap - at, "{\n");
+	for (int i = 0; i < N; i++)
+		at += (size_t)snprintf(text + at, cap - at, "  \"key_%d\": %d%s\n", i, i,
+				       i + 1 < N ? "," : "");
+	snprintf(text + at, cap - at, "}\n");
+	CU_ASSERT_EQUAL(jdoc_parse(&d, "big.json", text, &err), 0);
+	CU_ASSERT_EQUAL(cJSON_GetArraySize(d.root), N);
+	jdoc_free(&d);
+	/* the same with key_54321 written again as the last member: its first writing is on line
+	 * 54,323, "  \"key_54321\": 54321,", the value at column 16 (the key's quotes 3-13, ':' 14) */
+	snprintf(text + at, cap - at, ",\n  \"key_54321\": 0\n}\n");
+	CU_ASSERT_EQUAL(jdoc_parse(&d, "big.json", text, &err), -1);
+	EXPECT_STR(err.msg, "big.json:54323:16: duplicate key 'key_54321': write each key once");
+	free(text);
+}
+
 static void test_load_errors(void)
 {
 	char dir[256], path[512], want[1024];
@@ -200,9 +246,10 @@ static void test_load_errors(void)
 	jdoc_free(&d);
 	unlink(path);
 
-	/* a directory opens but cannot be read */
+	/* a directory is not a file to read */
 	CU_ASSERT_EQUAL(jdoc_load_file(&d, dir, &err), -1);
-	snprintf(want, sizeof(want), "%s: cannot read: Is a directory", dir);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "%s: not a regular file", dir);
 	EXPECT_STR(err.msg, want);
 
 	snprintf(path, sizeof(path), "%s/bad.json", dir);
@@ -211,6 +258,60 @@ static void test_load_errors(void)
 	/* line 2 " 2,,": the second ',' is at column 4 */
 	snprintf(want, sizeof(want), "%s:2:4: malformed JSON near ',  3]'", path);
 	EXPECT_STR(err.msg, want);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Files that are not JSON documents on disk are refused before anything is read: /dev/zero (which
+ * never ends), a FIFO with no writer (whose open and read would block for ever) and a file over
+ * JDOC_MAX_FILE_BYTES (a sparse one: its size is set, no data written). */
+static void test_load_refuses_non_files(void)
+{
+	char dir[256], path[512], want[1024];
+	PxError err = {0};
+	JsonDoc d;
+
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, "/dev/zero", &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	EXPECT_STR(err.msg, "/dev/zero: not a regular file");
+	CU_ASSERT_PTR_NULL(d.root);
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/fifo.json", dir);
+	CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+	/* a guard: were the load to block, the alarm ends the runner (SIGALRM) instead of hanging */
+	alarm(10);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), -1);
+	alarm(0);
+	snprintf(want, sizeof(want), "%s: not a regular file", path);
+	EXPECT_STR(err.msg, want);
+	unlink(path);
+
+	/* one byte over the limit; the limit itself is 16 MiB = 16,777,216 bytes */
+	CU_ASSERT_EQUAL(JDOC_MAX_FILE_BYTES, 16777216);
+	snprintf(path, sizeof(path), "%s/big.json", dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(ftruncate(fd, JDOC_MAX_FILE_BYTES + 1), 0);
+	close(fd);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "%s: 16777217 bytes, over the 16 MiB a JSON input may have",
+		 path);
+	EXPECT_STR(err.msg, want);
+	/* a file of exactly the limit is read: one object followed by blanks */
+	char *text = malloc(JDOC_MAX_FILE_BYTES);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	memset(text, ' ', JDOC_MAX_FILE_BYTES);
+	memcpy(text, "{\"a\": 1}", 8);
+	FILE *f = fopen(path, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(fwrite(text, 1, JDOC_MAX_FILE_BYTES, f), (size_t)JDOC_MAX_FILE_BYTES);
+	fclose(f);
+	free(text);
+	CU_ASSERT_EQUAL(jdoc_load_file(&d, path, &err), 0);
+	CU_ASSERT_PTR_NOT_NULL(cJSON_GetObjectItemCaseSensitive(d.root, "a"));
+	jdoc_free(&d);
 	unlink(path);
 	rmdir(dir);
 }
@@ -551,6 +652,206 @@ static void test_where_overrides(void)
 	jdoc_free(&d);
 }
 
+/* ---- whole-section --set (scenario.c applies overrides to its documents) ---- */
+
+/* A GPT-2 of L layers as a model config (n_layer is read back as ModelSpec.L). */
+static void write_model(const char *path, int layers)
+{
+	char text[512];
+	snprintf(text, sizeof(text), "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": %d, "
+		 "\"n_head\": 4, \"n_positions\": 128, \"vocab_size\": 1000}", layers);
+	px_test_write_file(path, text);
+}
+
+/* scenario.json in dir with the model section model_text (an inline object or a quoted path). */
+static const char *write_scenario(const char *dir, const char *model_text)
+{
+	static char path[512];
+	char text[1024];
+	snprintf(path, sizeof(path), "%s/scenario.json", dir);
+	snprintf(text, sizeof(text), "{\"model\": %s, \"deepspeed\": {\"train_batch_size\": 8}, "
+		 "\"cluster\": {\"gpu\": \"H100-SXM\"}, \"seq_length\": 128}", model_text);
+	px_test_write_file(path, text);
+	return path;
+}
+
+/* Load path with the overrides args (NULL-terminated "KEY=VALUE"); returns scenario_load's rc. */
+static int load_with(Scenario *sc, const char *path, const char *const *args, PxError *err)
+{
+	JsonOverrides ov;
+	jov_init(&ov);
+	for (int i = 0; args[i]; i++)
+		CU_ASSERT_EQUAL_FATAL(jov_add(&ov, args[i], err), 0);
+	int rc = scenario_load(sc, path, &ov, err);
+	jov_free(&ov);
+	return rc;
+}
+
+/* --set model=... replaces the whole section, whether the scenario's is inline or a file, with an
+ * inline object or a file; later --set model.x apply on top of it, earlier ones go with the old
+ * section. The layer counts read back are the ones the test wrote into each source. */
+static void test_set_whole_section(void)
+{
+	char dir[256], m2[512], m4[512], arg[600], inline_model[600];
+	const char *sections[2];
+	PxError err = {0};
+	Scenario sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(m2, sizeof(m2), "%s/m2.json", dir);
+	snprintf(m4, sizeof(m4), "%s/m4.json", dir);
+	write_model(m2, 2);
+	write_model(m4, 4);
+	sections[0] = "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 3, \"n_head\": 4, "
+		      "\"n_positions\": 128, \"vocab_size\": 1000}";
+	sections[1] = "\"m2.json\""; /* relative to the scenario's folder */
+	snprintf(inline_model, sizeof(inline_model), "model=%s", sections[0]);
+	for (int k = 0; k < 2; k++) {
+		const char *path = write_scenario(dir, sections[k]);
+		int want_own = k == 0 ? 3 : 2;
+
+		/* no override: the scenario's own section */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, want_own);
+		scenario_free(&sc);
+
+		/* an inline object: a bare parameter count */
+		if (load_with(&sc, path, (const char *const[]){"model={\"num_parameters\": 7e9}", NULL},
+			      &err))
+			fprintf(stderr, "\n%s\n", err.msg);
+		CU_ASSERT_EQUAL(sc.model.n_params, 7e9);
+		CU_ASSERT_EQUAL(sc.model.arch, ARCH_PARAMS_ONLY);
+		/* the resolved JSON holds the section that was used */
+		char *json = scenario_resolved_json(&sc, 8, 8);
+		CU_ASSERT_PTR_NOT_NULL(json && strstr(json, "\"model\":{\"num_parameters\":7000000000}"));
+		free(json);
+		scenario_free(&sc);
+
+		/* a file (here by its absolute path), then a key on top of it */
+		snprintf(arg, sizeof(arg), "model=%s", m4);
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 4);
+		scenario_free(&sc);
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, "model.n_layer=6",
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 6);
+		scenario_free(&sc);
+		/* a key set before the section is replaced goes with the old section */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){"model.n_layer=6", arg,
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 4);
+		scenario_free(&sc);
+		/* an inline config replacing a file section, and the last whole-section --set holds */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){arg, inline_model,
+										 NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.model.L, 3);
+		scenario_free(&sc);
+		/* deepspeed and cluster too */
+		CU_ASSERT_EQUAL_FATAL(load_with(&sc, path, (const char *const[]){
+			"deepspeed={\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2}",
+			"cluster={\"gpu\": \"A100-40GB\", \"nodes\": 2}", NULL}, &err), 0);
+		CU_ASSERT_EQUAL(sc.ds.train_batch, 16);
+		CU_ASSERT_EQUAL(sc.ds.micro_batch, 2);
+		EXPECT_STR(sc.cluster.gpu.name, "A100-40GB");
+		CU_ASSERT_EQUAL(sc.cluster.nodes, 2);
+		scenario_free(&sc);
+	}
+	unlink(m2);
+	unlink(m4);
+}
+
+/* A whole-section override that cannot be used names the argument; what is wrong inside an inline
+ * one is placed in the argument's own text ("--set model:LINE:COL"). */
+static void test_set_whole_section_errors(void)
+{
+	char dir[256], want[1024], arg[600];
+	PxError err = {0};
+	Scenario sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	const char *path = write_scenario(dir, "{\"num_parameters\": 1e9}");
+
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"model=3", NULL}, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	EXPECT_STR(err.msg, "--set model=3: expected an object or the path of a JSON file");
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"cluster=[1, 2]", NULL}, &err),
+			-1);
+	EXPECT_STR(err.msg, "--set cluster=[1, 2]: expected an object or the path of a JSON file");
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"deepspeed=", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set deepspeed=: expected an object or the path of a JSON file");
+
+	snprintf(arg, sizeof(arg), "model=%s/none.json", dir);
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	snprintf(want, sizeof(want), "--set %s: %s/none.json: cannot open: No such file or directory",
+		 arg, dir);
+	EXPECT_STR(err.msg, want);
+
+	/* a file that holds an array, not a section */
+	snprintf(arg, sizeof(arg), "%s/arr.json", dir);
+	px_test_write_file(arg, "[1]");
+	snprintf(arg, sizeof(arg), "deepspeed=%s/arr.json", dir);
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){arg, NULL}, &err), -1);
+	snprintf(want, sizeof(want), "--set %s: %s/arr.json: expected a JSON object for the "
+		 "deepspeed section", arg, dir);
+	EXPECT_STR(err.msg, want);
+
+	/* malformed inline JSON: '{"n_layer": 2' ends after 13 bytes */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){"model={\"n_layer\": 2", NULL},
+				  &err), -1);
+	EXPECT_STR(err.msg, "--set model:1:14: malformed JSON at the end of the file");
+	/* a bad value inside: '{"num_parameters": -1}': -1 at column 20 */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){
+		"model={\"num_parameters\": -1}", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set model:1:20: model.num_parameters: expected a number from 1 to "
+			    "1e+16, got -1");
+	/* a key on top of the replaced section is named as its own argument */
+	CU_ASSERT_EQUAL(load_with(&sc, path, (const char *const[]){
+		"model={\"num_parameters\": 1e9}", "model.num_parameters=0", NULL}, &err), -1);
+	EXPECT_STR(err.msg, "--set model.num_parameters=0: model.num_parameters: expected a number "
+			    "from 1 to 1e+16, got 0");
+}
+
+/* scenario_derive (a sweep's points) applies whole-section overrides too, on a base loaded without
+ * them, and leaves the base as it was. */
+static void test_derive_whole_section(void)
+{
+	char dir[256], m4[512], arg[600];
+	PxError err = {0};
+	JsonOverrides ov;
+	Scenario base, sc;
+
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(m4, sizeof(m4), "%s/m4.json", dir);
+	write_model(m4, 4);
+	snprintf(arg, sizeof(arg), "%s/m2.json", dir);
+	write_model(arg, 2);
+	const char *path = write_scenario(dir, "\"m2.json\"");
+	CU_ASSERT_EQUAL_FATAL(scenario_load(&base, path, NULL, &err), 0);
+
+	jov_init(&ov);
+	CU_ASSERT_EQUAL(jov_add(&ov, "model={\"num_parameters\": 7e9}", &err), 0);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, &ov, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.n_params, 7e9);
+	scenario_free(&sc);
+	jov_free(&ov);
+
+	snprintf(arg, sizeof(arg), "model=%s", m4);
+	CU_ASSERT_EQUAL(jov_add(&ov, arg, &err), 0);
+	CU_ASSERT_EQUAL(jov_add(&ov, "model.n_layer=5", &err), 0);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, &ov, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.L, 5);
+	scenario_free(&sc);
+	jov_free(&ov);
+
+	/* the base is untouched: a point derived with no overrides is the scenario as written */
+	CU_ASSERT_EQUAL(base.model.L, 2);
+	CU_ASSERT_EQUAL_FATAL(scenario_derive(&sc, &base, NULL, &err), 0);
+	CU_ASSERT_EQUAL(sc.model.L, 2);
+	scenario_free(&sc);
+	scenario_free(&base);
+}
+
 /* ---- unknown keys ---- */
 
 static void test_check_keys(void)
@@ -637,7 +938,9 @@ int test_jdoc_register(void)
 			    {"locate finds nested keys", test_locate},
 			    {"locate copes with odd text", test_locate_odd_text},
 			    {"malformed JSON gives line:col", test_malformed},
+			    {"duplicate keys: the first repeat, 100,000 keys too", test_duplicates},
 			    {"load errors name the file", test_load_errors},
+			    {"load refuses devices, FIFOs and huge files", test_load_refuses_non_files},
 			    {"--set arguments are split and checked", test_jov_add},
 			    {"--set key and value apart = KEY=VALUE", test_jov_add_kv},
 			    {"set_path parses, creates and refuses", test_set_path},
@@ -645,6 +948,9 @@ int test_jdoc_register(void)
 			    {"number, bool and string getters", test_get_num_bool_str},
 			    {"number-or-auto and child getters", test_get_auto_child},
 			    {"where names overrides and positions", test_where_overrides},
+			    {"--set SECTION= replaces a whole section", test_set_whole_section},
+			    {"--set SECTION= errors name the argument", test_set_whole_section_errors},
+			    {"derive applies whole-section overrides", test_derive_whole_section},
 			    {"unknown keys get suggestions", test_check_keys},
 			    {"edit distance", test_edit_distance});
 }

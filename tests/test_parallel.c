@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../engine/build.h"
 #include "fixtures.h"
 #include "suites.h"
 
@@ -436,6 +437,121 @@ static void test_layers_not_dividing(void)
 	fx_free(&sc, &pr);
 }
 
+/* ---- the size of a pipelined schedule ---- */
+
+/* The small GPT on pp stages with m micro-batches of one sequence, on pp GPUs (dp 1); extra is
+ * more of the scenario's keys (", \"activation_checkpointing\": ...") and par more of parallelism's. */
+static int load_pipelined(Scenario *sc, long long pp, long long m, const char *par, const char *extra)
+{
+	char json[2048];
+	snprintf(json, sizeof(json),
+		 "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+		 " \"gradient_accumulation_steps\": %lld, \"bf16\": {\"enabled\": true}},"
+		 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": %lld},"
+		 " \"seq_length\": 512, \"parallelism\": {\"pp\": %lld%s}%s}", m, pp, pp, par, extra);
+	return fx_load(sc, json);
+}
+
+/* All stages' ops, as built. */
+static long long built_ops(const Prediction *pr)
+{
+	long long n = 0;
+	for (int s = 0; s < pr->n_stages; s++)
+		n += pr->stages[s].sched.n;
+	return n;
+}
+
+/* build_count_ops equals the length of the schedule really built, every micro-batch unrolled, for
+ * each pipeline order and stage, with and without recompute, tensor and sequence parallelism. */
+static void test_count_ops_exact(void)
+{
+	static const struct {
+		long long pp, m;
+		const char *par, *extra;
+	} cases[] = {
+		{2, 6, "", ""},
+		{4, 7, ", \"pipeline_schedule\": \"gpipe\"", ""},
+		{2, 4, ", \"pipeline_schedule\": \"interleaved\", \"virtual_stages\": 2", ""},
+		{4, 8, ", \"pipeline_schedule\": \"interleaved\", \"virtual_stages\": 2",
+		 ", \"activation_checkpointing\": \"full\""},
+		{2, 5, ", \"tp\": 2, \"sequence_parallel\": true", ", \"activation_checkpointing\": \"full\""},
+		{8, 3, "", ", \"activation_checkpointing\": \"selective\""},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		PxError err = {0};
+		long long pp = cases[i].pp * (strstr(cases[i].par, "\"tp\": 2") ? 2 : 1);
+		if (load_pipelined(&sc, cases[i].pp, cases[i].m, cases[i].par, cases[i].extra))
+			continue;
+		sc.cluster.gpus_per_node = pp; /* tp x pp GPUs */
+		if (predict_memory(&sc, &pr, &err)) {
+			fprintf(stderr, "\ncase %zu: %s\n", i, err.msg);
+			CU_FAIL("predict_memory failed");
+			scenario_free(&sc);
+			continue;
+		}
+		for (int s = 0; s < pr.n_stages; s++) {
+			long long n = -1;
+			CU_ASSERT_EQUAL(build_count_ops(&pr.plan, s, &n, &err), 0);
+			if (n != pr.stages[s].sched.n)
+				fprintf(stderr, "\ncase %zu stage %d: counted %lld, built %d\n", i, s, n,
+					pr.stages[s].sched.n);
+			CU_ASSERT_EQUAL(n, pr.stages[s].sched.n);
+		}
+		fx_free(&sc, &pr);
+	}
+}
+
+/* The limit: pp 2 with 3 million micro-batches is refused before anything is built (the count
+ * alone is built: a one-micro-batch schedule per stage); the largest number of micro-batches
+ * whose schedules fit under BUILD_MAX_OPS still prices, and one more is refused. Where the limit
+ * falls is found from two real builds, of 1 and 2 micro-batches: every further micro-batch adds
+ * what the second added. */
+static void test_schedule_limit(void)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	long long n1 = 0, n2 = 0;
+
+	CU_ASSERT_EQUAL_FATAL(load_pipelined(&sc, 2, 3000000, "", ""), 0);
+	CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, ": the pipelined schedule of 3000000 micro-batches "
+				      "(gradient accumulation) on 2 stages would hold "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, " ops, over the limit of 8000000 (366 MiB of "
+				      "schedule); use fewer micro-batches"));
+	scenario_free(&sc);
+
+	for (int m = 1; m <= 2; m++) {
+		CU_ASSERT_EQUAL_FATAL(load_pipelined(&sc, 2, m, "", ""), 0);
+		CU_ASSERT_EQUAL_FATAL(predict_memory(&sc, &pr, &err), 0);
+		*(m == 1 ? &n1 : &n2) = built_ops(&pr);
+		fx_free(&sc, &pr);
+	}
+	long long per_m = n2 - n1, inside = (BUILD_MAX_OPS - n1) / per_m + 1;
+	CU_ASSERT_FATAL(per_m > 0 && n1 + (inside - 1) * per_m <= BUILD_MAX_OPS &&
+			n1 + inside * per_m > BUILD_MAX_OPS);
+	CU_ASSERT_EQUAL_FATAL(load_pipelined(&sc, 2, inside, "", ""), 0);
+	int rc = predict_run(&sc, &pr, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	CU_ASSERT_EQUAL(rc, 0);
+	if (rc == 0) {
+		CU_ASSERT_EQUAL(built_ops(&pr), n1 + (inside - 1) * per_m);
+		CU_ASSERT(pr.time_known);
+		predict_free(&pr);
+	}
+	scenario_free(&sc);
+	CU_ASSERT_EQUAL_FATAL(load_pipelined(&sc, 2, inside + 1, "", ""), 0);
+	CU_ASSERT_EQUAL(predict_memory(&sc, &pr, &err), -1);
+	char want[256];
+	snprintf(want, sizeof(want), "would hold %lld ops, over the limit", n1 + inside * per_m);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+	scenario_free(&sc);
+}
+
 int test_parallel_register(void)
 {
 	return PX_ADD_SUITE("parallel",
@@ -449,5 +565,7 @@ int test_parallel_register(void)
 			    {"ZeRO++ cross-node 3M -> 0.75M", test_zeropp_cross_node},
 			    {"topology split", test_topology_split},
 			    {"refused combinations", test_refusals},
-			    {"layers not dividing", test_layers_not_dividing});
+			    {"layers not dividing", test_layers_not_dividing},
+			    {"pipelined schedule size counted exactly", test_count_ops_exact},
+			    {"pipelined schedules over the op limit refused", test_schedule_limit});
 }
