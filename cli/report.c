@@ -24,7 +24,7 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	const Plan *p = &pr->plan;
 
 	fprintf(f, "# parallax %s predict: %s (%s)\n", PX_VERSION, sc->name, sc->path);
-	if (m->arch == ARCH_PARAMS_ONLY)
+	if (!model_known(m))
 		fprintf(f, "# model      %.4g parameters (no architecture: activations unknown)\n",
 			m->n_params);
 	else

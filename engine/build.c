@@ -335,7 +335,7 @@ static void tp_colls(Builder *b, int u, int forward)
 		}
 	} else if (u == 0 && forward) {
 		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
-	} else if (u == p->n_units - 1 && p->sc->model.has_lm_head) {
+	} else if (u == p->n_units - 1 && p->sc->model.lay.lm_head) {
 		if (forward)
 			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * p->shape.b * p->shape.s, 4, -1, 0);
 		else
