@@ -8,10 +8,10 @@
 #include "traffic.h"
 
 #define GB 1e9
-/* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
- * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
- * gradients) of the same size. Where a block's GEMMs cannot be listed from its weights (MoE
- * blocks), the efficiency curve is read at one GEMM's average share of the op. */
+/* GEMMs in a GPT block's forward: QKV, QK^T, AV, the output projection and the MLP's two
+ * matrices; a backward runs two per forward GEMM (input and weight gradients) of the same size.
+ * Where a block's GEMMs cannot be listed (a model given only its parameter count), the efficiency
+ * curve is read at one GEMM's average share of the op. */
 #define GEMMS_PER_BLOCK 6
 #define MAX_GEMMS MODEL_MAX_GEMMS
 
@@ -61,11 +61,12 @@ static int is_block(const Plan *p, int u)
  * them from the model's composition (the plan's FLOPs come from the same list): first the
  * weights' products, each 2 M K N FLOPs moving (M K + K N + M N) e bytes (e = activation bytes),
  * then the attention's two products per attention, QK^T and AV batched over the rank's a/t heads,
- * moving the b (a/t) s^2 scores and two operands. Returns how many, their FLOPs, bytes and whether
- * each is an attention product under a causal mask (attn 2) or not (attn 1), and in *listed their
- * FLOPs, or 0 when they leave more than 1% of the unit's FLOPs unlisted (MoE blocks, a
- * parameter-count-only model), which leaves the op to the averaged pricing. (The plan's count
- * also has its bias FLOPs: adds, not GEMMs, well under 1%.) */
+ * moving the b (a/t) s^2 scores and two operands; an MoE block's experts' products batched over
+ * the rank's local experts (a grouped GEMM), each over the tokens routed to it. Returns how many,
+ * their FLOPs, bytes and whether each is an attention product under a causal mask (attn 2) or not
+ * (attn 1), and in *listed their FLOPs, or 0 when they leave more than 1% of the unit's FLOPs
+ * unlisted (a parameter-count-only model), which leaves the op to the averaged pricing. (The
+ * plan's count also has its bias FLOPs: adds, not GEMMs, well under 1%.) */
 static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, int *attn,
 		       double *listed)
 {
@@ -74,9 +75,10 @@ static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, in
 	ModelGemm g[MODEL_MAX_GEMMS];
 	double e = (double)p->shape.elem_bytes, sum = 0;
 	GemmShape gs = {.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,
-			.b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep};
+			.b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep,
+			.expert_tokens = (double)p->moe_capacity * (double)p->par.ep};
 	int n = 0;
-	if (u->moe || !model_known(m) || u->fwd_flops <= 0)
+	if (!model_known(m) || u->fwd_flops <= 0)
 		return 0;
 	int ng = model_unit_gemms(m, unit, &gs, g);
 	for (int pass = 0; pass < 2; pass++) /* the weights' products, then the attention's */
@@ -152,7 +154,7 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
 		gemm = block_gemm_s(p, hw, op);
 	if (op->flops > 0 && gemm <= 0) {
-		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.lay.gated : 1;
+		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK : 1;
 		if (op->sub == COMP_BWD)
 			per *= 2;
 		gemm = over(op->flops, sustained_peak(p, hw) * hw_curve_eval(&hw->gemm, op->flops / per));

@@ -10,8 +10,12 @@
 
 #include "../engine/activ.h"
 #include "../engine/family.h"
+#include "../sim/hwprofile.h"
+#include "../sim/opcost.h"
 #include "fixtures.h"
 #include "suites.h"
+
+#define REL_EQ(a, b) CU_ASSERT_DOUBLE_EQUAL((a), (b), 1e-9 * fabs(b) + 1e-15)
 
 /* Parse model text; returns 0 or -1; the notes (warnings) are the caller's to free. */
 static int parse_text(const char *json, ModelSpec *m, PxNotes *notes, PxError *err)
@@ -336,6 +340,218 @@ static void test_unknown_family(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\"gpt5\" is not a model family"));
 }
 
+
+/* ---- what the compositions derive ---- */
+
+/* Activation bytes of one block, bf16, t = 1, eager, nothing recomputed, s = 512, b = 1, by hand
+ * per token (d = 2 bytes; the scores a s d: softmax output, no dropout in these configs):
+ *   Falcon-7B, multi-query, one norm for both branches: the input and the norm's output (2h),
+ *     Q a hd, K and V of one head (2 hd), the attention output a hd, fc and GELU outputs (2I);
+ *   Gemma 2 9B, sandwich: each branch's norm input, its output and the post-norm's input (6h),
+ *     Q and attention output 16 x 256, K and V 8 x 256, the gated MLP's 4I;
+ *   Qwen3-8B: 4h, Q K V and output, and again Q and K (the q/k norms' inputs), 4I;
+ *   DeepSeek-V3's first (dense) block: 4h and the q and kv latents before and after their norms
+ *     (2 x 1536 + 2 x 512), Q and K per head of 192, V and the output per head of 128, 4I;
+ *   GPT-NeoX-20B, parallel with two norms: the input and both norms' outputs (3h), Q K V and
+ *     output (4h), fc and GELU outputs (2I). */
+static void test_block_activations(void)
+{
+	static const struct {
+		const char *name;
+		double per_token;
+	} cases[] = {
+		{"falcon-7b", 2.0 * (2 * 4544 + (4544 + 64 + 64 + 4544) + 2 * 18176) + 71 * 512 * 2},
+		{"gemma-2-9b", 2.0 * (6 * 3584 + (4096 + 2048 + 2048 + 4096) + 4 * 14336) + 16 * 512 * 2},
+		{"qwen3-8b", 2.0 * (4 * 4096 + (4096 + 1024 + 1024 + 4096) + (4096 + 1024) + 4 * 12288) +
+				     32 * 512 * 2},
+		{"deepseek-v3", 2.0 * (4 * 7168 + 2 * 1536 + 2 * 512 + 128 * (192 + 192 + 128 + 128) +
+				       4 * 18432) + 128 * 512 * 2},
+		{"gpt-neox-20b", 2.0 * (3 * 6144 + 4 * 6144 + 2 * 24576) + 64 * 512 * 2},
+	};
+	ActivShape x = {.s = 512, .b = 1, .t = 1, .elem_bytes = 2};
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ModelSpec m;
+		if (load(cases[i].name, &m))
+			continue;
+		double got = activ_unit_bytes(&m, 1, &x, CKPT_NONE, 0);
+		if (got != 512 * cases[i].per_token)
+			fprintf(stderr, "\n%s: %.0f bytes, by hand %.0f\n", cases[i].name, got,
+				512 * cases[i].per_token);
+		CU_ASSERT_EQUAL(got, 512 * cases[i].per_token);
+		/* selective recompute drops exactly the scores */
+		CU_ASSERT_EQUAL(activ_unit_bytes(&m, 1, &x, CKPT_SELECTIVE, 0),
+				512 * (cases[i].per_token - m.a * 512.0 * 2));
+	}
+}
+
+static const char *const T5_SCENARIO =
+	"{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}},"
+	" \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+	" \"seq_length\": 512, \"decoder_seq_length\": 128}";
+
+/* T5-base's first decoder block (unit 13), encoder 512 tokens, decoder 128, bf16, dropout 0.1.
+ * Per decoder token: its self-attention as a decoder-only block's (norm input and q/k/v input,
+ * 2dh and a mask h; Q K V and output 4dh; scores a s_dec (2d + 1)); its attention over the
+ * encoder the same but for K and V, kept per encoder token (2dh each), and scores a s_enc (2d + 1);
+ * its MLP (2dh, a mask h, ReLU's 2dI). FLOPs, M tokens each: self q k v o 2 M_dec 4h^2; cross q
+ * and o 2 M_dec 2h^2, k and v over the encoder's tokens 2 M_enc 2h^2; MLP 2 M_dec 2hI; and the
+ * products 4 M_dec s_dec h (self) and 4 M_dec s_enc h (cross). */
+static void test_t5_decoder_block(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, T5_SCENARIO, fx_model("t5-base")))
+		return;
+	const UnitPlan *u = &pr.plan.units[13];
+	double d = 2, h = 768, a = 12, I = 3072, se = 512, sd = 128;
+	double self = d * 2 * h + h + d * 4 * h + a * sd * (2 * d + 1);
+	double cross = d * 2 * h + h + d * 2 * h + a * se * (2 * d + 1);
+	double mlp = d * 2 * h + h + d * 2 * I;
+	CU_ASSERT_EQUAL(u->act_bytes, sd * (self + cross + mlp) + se * d * 2 * h);
+	double flops = 2 * sd * 4 * h * h + 2 * sd * 2 * h * h + 2 * se * 2 * h * h +
+		       2 * sd * 2 * h * I + 4 * sd * sd * h + 4 * sd * se * h;
+	CU_ASSERT_EQUAL(u->fwd_flops, flops);
+	/* an encoder block sees the encoder's 512 tokens, causal or not, and no cross-attention */
+	const UnitPlan *e = &pr.plan.units[1];
+	CU_ASSERT_EQUAL(e->fwd_flops, 2 * se * (4 * h * h + 2 * h * I) + 4 * se * se * h);
+	CU_ASSERT_EQUAL(pr.plan.n_units, 26);
+	fx_free(&sc, &pr);
+}
+
+/* decoder_seq_length applies to encoder-decoders; elsewhere it is warned about. T5 with tensor
+ * or pipeline parallelism is refused, saying what to use. */
+static void test_t5_scenario_keys(void)
+{
+	Scenario sc;
+	PxError err = {0};
+	char path[512], json[2048];
+	snprintf(json, sizeof(json), T5_SCENARIO, fx_model("gpt2"));
+	if (fx_load(&sc, json) == 0) {
+		int warned = 0;
+		for (int i = 0; i < sc.notes.n_warnings; i++)
+			warned |= strstr(sc.notes.warnings[i], "decoder_seq_length applies to an "
+							       "encoder-decoder model") != NULL;
+		CU_ASSERT(warned);
+		scenario_free(&sc);
+	}
+	snprintf(path, sizeof(path), "%s/t5tp.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), "{%s, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, "
+		 "\"gpus_per_node\": 8}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1}, "
+		 "\"seq_length\": 512, \"parallelism\": {\"tp\": 2}}",
+		 fx_model("flan-t5-base"));
+	px_test_write_file(path, json);
+	Prediction pr;
+	if (scenario_load(&sc, path, NULL, &err) == 0) {
+		CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), -1);
+		CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "tensor and pipeline parallelism of an "
+						  "encoder-decoder (t5) are not modelled"));
+		scenario_free(&sc);
+	}
+}
+
+/* Falcon-7B's block FLOPs, t = 1, M = s = 512: its fused multi-query QKV h x (h + 2 x 64), the
+ * dense h x h, the MLP's two h x 4h, no biases; QK^T and AV 4 M s h (71 heads of 64 = h). */
+static void test_falcon_flops(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+			"\"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\", "
+			"\"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}",
+			fx_model("falcon-7b")))
+		return;
+	double M = 512, h = 4544, I = 4 * h;
+	CU_ASSERT_EQUAL(pr.plan.units[1].fwd_flops,
+			2 * M * (h * (h + 128) + h * h + 2 * h * I) + 4 * M * 512 * h);
+	fx_free(&sc, &pr);
+}
+
+/* DeepSeek-V2-Lite over 8 ranks with ep 8: its first block keeps a dense MLP (no expert
+ * tensors); each other block's 64 routed experts (3 x 2048 x 1408 each) spread over the 8
+ * expert-parallel ranks, 8 a rank, their states over the expert-data-parallel group (8 / 8 = 1),
+ * while the router, the attention and the 2 shared experts (one dense MLP of 2 x 1408) stay dense
+ * on every rank. */
+static void test_deepseek_experts(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+			"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}}, "
+			"\"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8}, "
+			"\"seq_length\": 2048, \"parallelism\": {\"ep\": 8}}",
+			fx_model("deepseek-v2-lite")))
+		return;
+	const UnitPlan *dense = &pr.plan.units[1], *moe = &pr.plan.units[2];
+	double routed = 64.0 * 3 * 2048 * 1408, shared = 3.0 * 2048 * 2816, router = 2048.0 * 64;
+	CU_ASSERT_EQUAL(dense->moe, 0);
+	CU_ASSERT_EQUAL(dense->local_expert, 0);
+	CU_ASSERT_EQUAL(dense->local_dense, dense->params);
+	CU_ASSERT_EQUAL(moe->moe, 1);
+	CU_ASSERT_EQUAL((double)moe->local_expert, routed / 8);
+	CU_ASSERT_EQUAL((double)moe->local_dense, (double)moe->params - routed);
+	CU_ASSERT_EQUAL((double)moe->params - routed - shared - router,
+			(double)dense->params - 3.0 * 2048 * 10944);
+	CU_ASSERT_EQUAL(pr.plan.edp, 1);
+	fx_free(&sc, &pr);
+}
+
+/* An MoE block's GEMMs priced one by one as a dense block's are (each at its own size on the
+ * efficiency curve, no faster than its bytes, bf16): a Mixtral-style block of h 256, 8 heads of
+ * 32 with 2 key/value heads, 4 experts of 512, top-2, s = 512: q and o (256 x 256), k and v
+ * (256 x 64), the router (256 x 4) over M = 512 tokens; QK^T and AV batched over 8 heads; each
+ * expert's gate, up (256 x 512) and down (512 x 256) over its capacity, ceil(1.25 x 2 x 512 / 4)
+ * = 320 tokens, batched over the 4 experts. The elementwise part as for every unit. The curve
+ * runs from 0.2 of the sustained peak at F/60 to 0.6 at 10F/6, flat beyond its ends (the router's
+ * 1 MFLOP product is below it). */
+static double gemm_s(double f, double bytes, double F)
+{
+	double e = fmin(0.6, fmax(0.2, 0.2 + 0.4 * log(60 * f / F) / log(100))); /* the curve's ends */
+	return fmax(f / (312e12 * 0.897 * e), bytes / (2039e9 * 0.9));
+}
+
+static void test_moe_gemms(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	Schedule s;
+	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"mixtral\", \"hidden_size\": 256, "
+			"\"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": "
+			"2, \"intermediate_size\": 512, \"num_local_experts\": 4, "
+			"\"num_experts_per_tok\": 2, \"vocab_size\": 1000, \"max_position_embeddings\": "
+			"512}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": "
+			"{\"enabled\": true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, "
+			"\"gpus_per_node\": 1}, \"seq_length\": 512, \"moe\": {\"capacity_factor\": 1.25}}"))
+		return;
+	const UnitPlan *u = &pr.plan.units[1];
+	double M = 512, h = 256, c = 320;
+	/* M x K x N x batch of each */
+	const double g[][4] = {{M, h, h, 1}, {M, h, 64, 1}, {M, h, 64, 1}, {M, h, h, 1},
+			       {M, h, 4, 1},  {c, h, 512, 4}, {c, h, 512, 4}, {c, 512, h, 4},
+			       {M, 32, M, 8}, {M, M, 32, 8}};
+	double F = 0, t = 0;
+	for (int i = 0; i < 10; i++)
+		F += 2 * g[i][0] * g[i][1] * g[i][2] * g[i][3];
+	CU_ASSERT_EQUAL(u->moe, 1);
+	CU_ASSERT_EQUAL(pr.plan.moe_capacity, 320);
+	CU_ASSERT_EQUAL(u->fwd_flops, F);
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
+	for (int i = 0; i < 10; i++) {
+		double f = 2 * g[i][0] * g[i][1] * g[i][2] * g[i][3];
+		double bytes = (g[i][0] * g[i][1] + g[i][1] * g[i][2] + g[i][0] * g[i][2]) * g[i][3] * 2;
+		t += gemm_s(f, bytes, F);
+	}
+	double elementwise = (hw.elementwise_fwd * (u->act_bytes - u->score_bytes) +
+			      hw.scores_fwd * u->score_bytes) / (2039e9 * 0.9);
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_FWD, 1, F, 0);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), t + elementwise);
+	sched_free(&s);
+	fx_free(&sc, &pr);
+}
+
 int test_family_register(void)
 {
 	return PX_ADD_SUITE("family", {"qwen2 count", test_qwen2},
@@ -349,5 +565,11 @@ int test_family_register(void)
 			    {"t5 counts", test_t5}, {"deepseek counts", test_deepseek},
 			    {"misspelt key warned", test_typo_warns},
 			    {"bundled configs load cleanly", test_bundled_configs},
-			    {"unknown family refused", test_unknown_family});
+			    {"unknown family refused", test_unknown_family},
+			    {"block activations by composition", test_block_activations},
+			    {"t5 decoder block", test_t5_decoder_block},
+			    {"t5 scenario keys", test_t5_scenario_keys},
+			    {"falcon block FLOPs", test_falcon_flops},
+			    {"deepseek experts over ep", test_deepseek_experts},
+			    {"MoE GEMMs priced one by one", test_moe_gemms});
 }
