@@ -552,6 +552,27 @@ static void test_moe_gemms(void)
 	fx_free(&sc, &pr);
 }
 
+/* Which blocks are MoE blocks, as transformers decides: Qwen2-MoE's layer i (from 0) when
+ * (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers; DeepSeek's from
+ * first_k_dense_replace on. */
+static void test_moe_layers(void)
+{
+	ModelSpec m;
+	if (fx_modelf(&m, "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
+		      " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"vocab_size\": 100, "
+		      "\"intermediate_size\": 128, \"moe_intermediate_size\": 32, "
+		      "\"shared_expert_intermediate_size\": 64, \"num_experts\": 4, "
+		      "\"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2, \"mlp_only_layers\": [1]}"))
+		return;
+	static const int qwen[7] = {0, 0, 0, 0, 1, 0, 1}; /* units 1..6: layers 3 and 5 */
+	for (int u = 1; u <= 6; u++)
+		CU_ASSERT_EQUAL(model_unit_is_moe(&m, u), qwen[u]);
+	if (load("deepseek-v3", &m))
+		return;
+	for (int u = 1; u <= 61; u++)
+		CU_ASSERT_EQUAL(model_unit_is_moe(&m, u), u > 3);
+}
+
 int test_family_register(void)
 {
 	return PX_ADD_SUITE("family", {"qwen2 count", test_qwen2},
@@ -571,5 +592,6 @@ int test_family_register(void)
 			    {"t5 scenario keys", test_t5_scenario_keys},
 			    {"falcon block FLOPs", test_falcon_flops},
 			    {"deepseek experts over ep", test_deepseek_experts},
-			    {"MoE GEMMs priced one by one", test_moe_gemms});
+			    {"MoE GEMMs priced one by one", test_moe_gemms},
+			    {"which blocks are MoE", test_moe_layers});
 }
