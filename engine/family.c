@@ -477,8 +477,9 @@ static const char *const BLOOM_K[] = {
 
 static const char *const T5_T[] = {"t5", NULL};
 static const DimKey T5_D[] = {
-	{D_H, "d_model", 512}, {D_HEAD, "d_kv", 64}, {D_I, "d_ff", 2048}, {D_L, "num_layers", 6},
-	{D_L_DEC, "num_decoder_layers", UNSET}, {D_A, "num_heads", 8}, {D_V, "vocab_size", 32128},
+	{D_H, "d_model", 512}, {D_H, "hidden_size", 512}, {D_HEAD, "d_kv", 64}, {D_I, "d_ff", 2048},
+	{D_L, "num_layers", 6}, {D_L, "num_hidden_layers", 6}, {D_L_DEC, "num_decoder_layers", UNSET},
+	{D_A, "num_heads", 8}, {D_A, "num_attention_heads", 8}, {D_V, "vocab_size", 32128},
 	{D_BUCKETS, "relative_attention_num_buckets", 32}, {D_POS, "n_positions", 512},
 	{0, NULL, 0}};
 static const DropKey T5_DROP[] = {{"dropout_rate", 0.1, 0}, {"dropout_rate", 0.1, 1}, {NULL, 0, 0}};

@@ -94,9 +94,7 @@ static int check_degrees(const Plan *p, PxError *err)
 
 /* ---- per-unit split, partition and cost ---- */
 
-/* The sizes a unit's products take on this rank: its tokens, the tensor-parallel split, and the
- * tokens each local expert receives, its capacity from every expert-parallel rank. */
-static GemmShape gemm_shape(const Plan *p)
+GemmShape plan_gemm_shape(const Plan *p)
 {
 	return (GemmShape){.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,
 			   .b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep,
@@ -113,7 +111,7 @@ static double unit_fwd_flops(const Plan *p, int unit, const UnitPlan *u)
 	if (!model_known(m))
 		return 2.0 * (double)(p->shape.s * p->shape.b) * (double)u->local_dense;
 	ModelGemm g[MODEL_MAX_GEMMS];
-	GemmShape gs = gemm_shape(p);
+	GemmShape gs = plan_gemm_shape(p);
 	return model_gemms_flops(g, model_unit_gemms(m, unit, &gs, g));
 }
 

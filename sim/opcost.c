@@ -68,15 +68,13 @@ static int is_block(const Plan *p, int u)
  * unlisted (a parameter-count-only model), which leaves the op to the averaged pricing. (The
  * plan's count also has its bias FLOPs: adds, not GEMMs, well under 1%.) */
 static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, int *attn,
-		       double *listed)
+		       double *rows, double *listed)
 {
 	const ModelSpec *m = &p->sc->model;
 	const UnitPlan *u = &p->units[unit];
 	ModelGemm g[MODEL_MAX_GEMMS];
 	double e = (double)p->shape.elem_bytes, sum = 0;
-	GemmShape gs = {.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,
-			.b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep,
-			.expert_tokens = (double)p->moe_capacity * (double)p->par.ep};
+	GemmShape gs = plan_gemm_shape(p);
 	int n = 0;
 	if (!model_known(m) || u->fwd_flops <= 0)
 		return 0;
@@ -87,6 +85,7 @@ static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, in
 				continue;
 			flops[n] = 2 * g[i].m * g[i].k * g[i].n * g[i].batch;
 			bytes[n] = (g[i].m * g[i].k + g[i].k * g[i].n + g[i].m * g[i].n) * g[i].batch * e;
+			rows[n] = g[i].m;
 			attn[n++] = pass == 0 ? 0 : g[i].causal ? 2 : 1;
 		}
 	for (int i = 0; i < n; i++)
@@ -117,19 +116,17 @@ static double flash_attention_s(const Plan *p, const HwProfile *hw, double nomin
  * cannot be listed or the op is not one pass over the block. */
 static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
-	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0, fwd = p->units[op->unit].fwd_flops;
-	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed, sum = 0;
+	double fwd = p->units[op->unit].fwd_flops, peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
 	int attn[MAX_GEMMS];
-	int n = block_gemms(p, op->unit, flops, bytes, attn, &listed);
+	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
 	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
 	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
 		return -1;
 	int flash = p->sc->attention == ATTN_FLASH;
-	double s_q = (double)(model_unit_is_decoder(&p->sc->model, op->unit) && p->shape.s_dec ?
-				      p->shape.s_dec : p->shape.s);
 	for (int i = 0; i < n; i++) {
-		if (flash && attn[i]) { /* a (scores, context) pair */
-			sum += flash_attention_s(p, hw, flops[i] + flops[i + 1], s_q, attn[i] == 2,
+		if (flash && attn[i]) { /* a (scores, context) pair over rows[i] query rows */
+			sum += flash_attention_s(p, hw, flops[i] + flops[i + 1], rows[i], attn[i] == 2,
 						 times > 1.5);
 			i++;
 			continue;
