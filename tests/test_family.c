@@ -573,6 +573,40 @@ static void test_moe_layers(void)
 		CU_ASSERT_EQUAL(model_unit_is_moe(&m, u), u > 3);
 }
 
+/* The bundled scenarios of new families read as a user would check them: Qwen2-7B under ZeRO-3
+ * on 8 H100 needs at least the ZeRO paper's 16 bytes per parameter over 8 ranks (15.2 GB, far
+ * from fitting in 3 GB); DeepSeek-V3's 16 pipeline stages with experts over 64 ranks hold every
+ * parameter once, 1.34 TB of bf16 weights in all (the dense part whole on each rank of a stage,
+ * the routed experts a 64th each). */
+static void test_new_family_scenarios(void)
+{
+	PxError err = {0};
+	Scenario sc;
+	Prediction pr;
+	if (scenario_load(&sc, px_test_path("scenarios/qwen2-7b-zero3-h100.json"), NULL, &err) ||
+	    predict_run(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("qwen2-7b-zero3-h100");
+	} else {
+		CU_ASSERT(pr.stages[0].mem.place[PLACE_GPU].peak_bytes >= 16.0 * 7615616512 / 8);
+		CU_ASSERT(pr.fits);
+		fx_free(&sc, &pr);
+	}
+	if (scenario_load(&sc, px_test_path("scenarios/deepseek-v3-ep64-pp16-h100.json"), NULL,
+			  &err) || predict_run(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("deepseek-v3-ep64-pp16-h100");
+		return;
+	}
+	double weights = 0;
+	for (int s = 0; s < 16; s++)
+		weights += (double)pr.plan.stages[s].local_dense +
+			   (double)pr.plan.stages[s].local_expert * 64;
+	CU_ASSERT_EQUAL(weights, 671026419200.0);
+	CU_ASSERT(2 * weights > 1.3e12);
+	fx_free(&sc, &pr);
+}
+
 int test_family_register(void)
 {
 	return PX_ADD_SUITE("family", {"qwen2 count", test_qwen2},
@@ -593,5 +627,6 @@ int test_family_register(void)
 			    {"falcon block FLOPs", test_falcon_flops},
 			    {"deepseek experts over ep", test_deepseek_experts},
 			    {"MoE GEMMs priced one by one", test_moe_gemms},
-			    {"which blocks are MoE", test_moe_layers});
+			    {"which blocks are MoE", test_moe_layers},
+			    {"new families' bundled scenarios", test_new_family_scenarios});
 }
