@@ -24,9 +24,13 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	const Plan *p = &pr->plan;
 
 	fprintf(f, "# parallax %s predict: %s (%s)\n", PX_VERSION, sc->name, sc->path);
-	if (m->arch == ARCH_PARAMS_ONLY)
+	if (!model_known(m))
 		fprintf(f, "# model      %.4g parameters (no architecture: activations unknown)\n",
 			m->n_params);
+	else if (m->lay.L_enc)
+		fprintf(f, "# model      %s, %.4g parameters: L=%lld+%lld (encoder+decoder) h=%lld "
+			"heads=%lld I=%lld V=%lld; seq %lld encoder, %lld decoder\n", m->type, m->n_params,
+			m->lay.L_enc, m->L - m->lay.L_enc, m->h, m->a, m->I, m->V, sc->seq, sc->seq_dec);
 	else
 		fprintf(f, "# model      %s, %.4g parameters: L=%lld h=%lld heads=%lld kv=%lld I=%lld "
 			"V=%lld; seq %lld\n", m->type, m->n_params, m->L, m->h, m->a, m->kv_heads, m->I,
@@ -49,6 +53,10 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			m->experts, m->top_k, m->moe_interval, p->moe_capacity,
 			q->moe.capacity_factor, q->moe.min_capacity,
 			q->moe.drop_tokens ? "" : ", no drops", m->experts / q->ep);
+	if (m->experts && (m->moe_I || m->shared_I || m->first_dense))
+		fprintf(f, "# experts    intermediate %lld each; shared experts %lld wide (dense); first "
+			"%lld layer(s) dense\n", m->moe_I ? m->moe_I : m->I, m->shared_I,
+			m->first_dense);
 	if (p->hpz > 1 || p->qwz || p->qgz)
 		fprintf(f, "# zero++     qwZ %s, hpZ %lld, qgZ %s\n", p->qwz ? "on" : "off", p->hpz,
 			p->qgz ? "on" : "off");

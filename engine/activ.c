@@ -1,35 +1,83 @@
 #include "activ.h"
 
-/* Per block, in elements of s*b (d = element bytes, m = 1 byte per dropout mask when dropout is on):
+/* Per block, in elements per token of its sequence (d = element bytes; a dropout mask is 1 byte
+ * an element, kept where the config's dropout is on):
  *   kept whole on every tensor-parallel rank (split by t only with sequence parallelism):
- *     attention: norm1 input h, QKV input h, output dropout mask     -> 2dh + mh
- *     MLP: norm2 input h, MLP input h, output dropout mask            -> 2dh + mh
+ *     attention: norm1's input h and its output, the QKV input, h      -> 2dh (+ mask h)
+ *     MLP: norm2's input h and the MLP input h                          -> 2dh (+ mask h)
  *                                                              (together 10h in 16-bit)
- *   split by t: Q h, K kv, V kv, output-projection input h           -> d(2h + 2kv)
+ *     a sandwich (Gemma 2) also keeps each post-norm's input: 3h a branch; a parallel block
+ *     (GPT-J, Falcon, NeoX) keeps its input and the one norm output both branches read (2h),
+ *     or its two norms' outputs (3h); latent attention (DeepSeek) keeps its q and kv latents
+ *     before and after their norms (2 q_lora + 2 kv_lora)
+ *   split by t: Q a d, K kv d, V kv dv, the output projection's input a dv (2h + 2kv when
+ *     d = h/a; latent attention's K and V are per head, a d and a dv); with query/key norms
+ *     their inputs too (Q and K again)                                  -> d(2h + 2kv)
  *     MLP fc output I and GELU output I (gated MLP: gate I, silu(gate) I, up I and their
  *     product I, as autograd keeps them)                             -> 2dI (4dI)
  *                                                              (together 24h)
  *   attention scores, per head a*s: softmax output d, dropout mask m, dropout output d
  *                                                                     -> (2d + m)as  (= 5as)
  *     or, with FlashAttention, the fp32 log-sum-exp of each head's row -> 4a
- *     (FlashAttention-2 regenerates its dropout mask from the RNG state in backward) */
+ *     (FlashAttention-2 regenerates its dropout mask from the RNG state in backward)
+ * A decoder block of an encoder-decoder adds its attention over the encoder: norm input and q
+ * input (2h), Q and the output projection's input per decoder token, K and V per encoder token,
+ * and a s_enc scores per decoder token. */
 typedef struct BlockParts {
 	double attn_repl, attn_split, scores, mlp_repl, mlp_split;
 } BlockParts;
 
-static BlockParts block_parts(const ModelSpec *m, const ActivShape *x)
+static double dec_seq(const ActivShape *x)
 {
+	return (double)(x->s_dec ? x->s_dec : x->s);
+}
+
+/* the block's own sequence: the decoder's in an encoder-decoder's decoder */
+static double self_seq(const ModelSpec *m, int unit, const ActivShape *x)
+{
+	return model_unit_is_decoder(m, unit) ? dec_seq(x) : (double)x->s;
+}
+
+/* one attention's scores per query row and head */
+static double score_row(const ModelSpec *m, const ActivShape *x, double s_kv)
+{
+	double d = x->elem_bytes, mask = m->attn_dropout ? 1 : 0;
+	return x->flash ? 4 : s_kv * (d + mask + (m->attn_dropout ? d : 0));
+}
+
+static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
+{
+	const ModelLayout *y = &m->lay;
 	double d = x->elem_bytes, mask = m->dropout ? 1 : 0;
-	double h = (double)m->h, kv = (double)(m->kv_heads * (m->h / m->a)), I = (double)m->I;
-	double sb = (double)x->s * (double)x->b;
+	double h = (double)m->h, a = (double)m->a, hd = (double)m->head_dim;
+	double dv = (double)m->v_head_dim, kvh = (double)m->kv_heads;
+	double q = a * hd, o_in = a * dv, k = y->mla ? a * hd : kvh * hd, v = y->mla ? a * dv : kvh * dv;
+	double s = self_seq(m, unit, x), sb = s * (double)x->b, sb_enc = (double)x->s * (double)x->b;
+	double attn_w, mlp_w, split = q + k + v + o_in;
 	BlockParts p;
 
-	p.attn_repl = sb * (2 * d * h + mask * h);
-	p.attn_split = sb * d * (2 * h + 2 * kv);
-	p.scores = x->flash ? sb * (double)m->a * 4 :
-			      sb * (double)m->a * (double)x->s * (d + mask + (m->dropout ? d : 0));
-	p.mlp_repl = sb * (2 * d * h + mask * h);
-	p.mlp_split = sb * d * (m->gated_mlp ? 4 : 2) * I;
+	if (y->parallel) {
+		attn_w = y->parallel == 2 ? 3 * h : 2 * h;
+		mlp_w = 0;
+	} else {
+		attn_w = mlp_w = y->place == NORM_SANDWICH ? 3 * h : 2 * h;
+	}
+	if (y->mla)
+		attn_w += 2 * (double)m->q_lora + 2 * (double)m->kv_lora;
+	if (y->qk_norm != QKNORM_NONE)
+		split += q + kvh * hd;
+	if (y->L_enc && unit == y->L_enc) /* the encoder's final norm, input and output */
+		mlp_w += 2 * h;
+	p.attn_repl = sb * (d * attn_w + mask * h);
+	p.attn_split = sb * d * split;
+	p.scores = sb * a * score_row(m, x, s);
+	if (model_unit_is_decoder(m, unit)) {
+		p.attn_repl += sb * (d * 2 * h + mask * h);
+		p.attn_split += sb * d * (q + o_in) + sb_enc * d * kvh * (hd + dv);
+		p.scores += sb * a * score_row(m, x, (double)x->s);
+	}
+	p.mlp_repl = sb * (d * mlp_w + mask * h);
+	p.mlp_split = sb * d * (y->gated ? 4 : 2) * (double)m->I;
 	return p;
 }
 
@@ -46,19 +94,9 @@ static double attention_bytes(const BlockParts *p, const ActivShape *x, CkptMode
 	return repl + p->attn_split / t + kept_scores(p, x, mode);
 }
 
-double activ_block_scores_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
+static double dense_block(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode)
 {
-	if (m->arch == ARCH_PARAMS_ONLY || x->flash)
-		return 0;
-	BlockParts p = block_parts(m, x);
-	return kept_scores(&p, x, mode);
-}
-
-double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
-{
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 0;
-	BlockParts p = block_parts(m, x);
+	BlockParts p = block_parts(m, unit, x);
 	double t = x->t, mlp_repl = x->sp ? p.mlp_repl / t : p.mlp_repl;
 	return attention_bytes(&p, x, mode) + mlp_repl + p.mlp_split / t;
 }
@@ -66,49 +104,122 @@ double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
 /* An MoE block keeps the attention part as a dense block does; its MLP keeps, on this rank:
  * norm2 input (d per token), the router's fp32 logits and probabilities (8E bytes per token),
  * the dispatched tokens the local experts receive (slots x h) with the experts' intermediates as
- * a dense MLP's (slots x 2I, gated 4I), the combined outputs coming back (slots x h), and the
- * output dropout mask. Experts are not split by tensor parallelism. */
-double activ_moe_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode,
-			     long long slots)
+ * a dense MLP's (slots x 2I, gated 4I, I the experts' own), the combined outputs coming back
+ * (slots x h), and the output dropout mask. Experts are not split by tensor parallelism. Shared
+ * experts are a dense MLP over every token (its input h, its intermediates split by t), with
+ * Qwen2-MoE's gate keeping its output and the experts' output (h + 1). */
+static double moe_block(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode,
+			long long slots)
 {
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 0;
-	BlockParts p = block_parts(m, x);
-	double d = x->elem_bytes, sb = (double)x->s * (double)x->b, n = (double)slots;
-	double h = (double)m->h, I = (double)m->I, mask = m->dropout ? 1 : 0;
-	double mlp = sb * (d * h + 8.0 * (double)m->experts + mask * h) +
-		     n * d * (2 * h + (m->gated_mlp ? 4 : 2) * I);
+	BlockParts p = block_parts(m, unit, x);
+	double d = x->elem_bytes, sb = self_seq(m, unit, x) * (double)x->b, n = (double)slots;
+	double h = (double)m->h, I = (double)(m->moe_I ? m->moe_I : m->I), mask = m->dropout ? 1 : 0;
+	double per = m->lay.gated ? 4 : 2;
+	double mlp = sb * (d * h + 8.0 * (double)m->experts + mask * h) + n * d * (2 * h + per * I);
+	if (m->shared_I)
+		mlp += sb * d * h + sb * d * per * (double)m->shared_I / x->t;
+	if (m->shared_gate)
+		mlp += sb * d * (h + 1);
 	return attention_bytes(&p, x, mode) + mlp;
+}
+
+/* Korthikanti's (sbhL/t)(p/L + δ(p=1)(4/L)(1 + V/h)): the first stage keeps an embedding dropout
+ * mask of sbh per micro-batch in flight (the p/L term; an encoder-decoder's two stacks each drop
+ * their embeddings), and OPT-350m's project_in its input; the last keeps the final norm's input
+ * and output (2d sbh; BERT's pooler its input and output; without a final norm the head's input
+ * only), project_out's output, and the softmax in fp32 (4 sbV): 4sbh + 4sbV in 16-bit. */
+static double embed_bytes(const ModelSpec *m, const ActivShape *x)
+{
+	const ModelLayout *y = &m->lay;
+	double s = (double)x->s + (y->L_enc ? dec_seq(x) : 0), sb = s * (double)x->b;
+	double bytes = sb * (double)m->h * (m->dropout ? 1 : 0);
+	if (y->embed_dim && y->embed_dim != m->h)
+		bytes += sb * (double)y->embed_dim * x->elem_bytes;
+	return bytes / x->t;
+}
+
+static double head_bytes(const ModelSpec *m, const ActivShape *x)
+{
+	const ModelLayout *y = &m->lay;
+	double d = x->elem_bytes, sb = (y->L_enc ? dec_seq(x) : (double)x->s) * (double)x->b;
+	double head = sb * (double)m->h * (y->final_norm || !y->lm_head ? 2 : 1) * d;
+	if (y->embed_dim && y->embed_dim != m->h)
+		head += sb * (double)y->embed_dim * d;
+	if (y->lm_head)
+		head += sb * (double)m->V * 4;
+	return head / x->t;
+}
+
+/* ---- by unit ---- */
+
+static int is_block(const ModelSpec *m, int unit)
+{
+	return unit >= 1 && unit <= m->L;
+}
+
+double activ_unit_bytes(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode,
+			long long slots)
+{
+	if (!model_known(m))
+		return 0;
+	if (unit == 0)
+		return embed_bytes(m, x);
+	if (!is_block(m, unit))
+		return head_bytes(m, x);
+	return model_unit_is_moe(m, unit) ? moe_block(m, unit, x, mode, slots) :
+					    dense_block(m, unit, x, mode);
+}
+
+double activ_unit_scores_bytes(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode)
+{
+	if (!model_known(m) || x->flash || !is_block(m, unit))
+		return 0;
+	BlockParts p = block_parts(m, unit, x);
+	return kept_scores(&p, x, mode);
+}
+
+double activ_unit_checkpoint_bytes(const ModelSpec *m, int unit, const ActivShape *x,
+				   int partitioned)
+{
+	if (!model_known(m) || !is_block(m, unit))
+		return 0;
+	double input = self_seq(m, unit, x) * (double)x->b * (double)m->h * x->elem_bytes;
+	if (m->lay.L_enc && unit == m->lay.L_enc) /* the encoder's output, which decoders read */
+		input += (double)x->s * (double)x->b * (double)m->h * x->elem_bytes;
+	return (x->sp || partitioned) ? input / x->t : input;
+}
+
+/* ---- the first block and the ends ---- */
+
+double activ_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
+{
+	return model_known(m) ? dense_block(m, 1, x, mode) : 0;
+}
+
+double activ_block_scores_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode)
+{
+	return activ_unit_scores_bytes(m, 1, x, mode);
 }
 
 double activ_checkpoint_bytes(const ModelSpec *m, const ActivShape *x, int partitioned)
 {
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 0;
-	double input = (double)x->s * (double)x->b * (double)m->h * x->elem_bytes;
-	return (x->sp || partitioned) ? input / x->t : input;
+	return activ_unit_checkpoint_bytes(m, 1, x, partitioned);
 }
 
-/* Korthikanti's (sbhL/t)(p/L + δ(p=1)(4/L)(1 + V/h)): the first stage keeps an embedding dropout
- * mask of sbh per micro-batch in flight (the p/L term); the last keeps the final norm's input and
- * output (2d sbh) and the softmax in fp32 (4 sbV): 4sbh + 4sbV in 16-bit. */
+double activ_moe_block_bytes(const ModelSpec *m, const ActivShape *x, CkptMode mode,
+			     long long slots)
+{
+	return model_known(m) ? moe_block(m, 1, x, mode, slots) : 0;
+}
+
 double activ_embed_bytes(const ModelSpec *m, const ActivShape *x)
 {
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 0;
-	double sb = (double)x->s * (double)x->b;
-	return sb * (double)m->h * (m->dropout ? 1 : 0) / x->t;
+	return activ_unit_bytes(m, 0, x, CKPT_NONE, 0);
 }
 
 double activ_head_bytes(const ModelSpec *m, const ActivShape *x)
 {
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 0;
-	double d = x->elem_bytes, sb = (double)x->s * (double)x->b;
-	double head = sb * (double)m->h * 2 * d;
-	if (m->has_lm_head)
-		head += sb * (double)m->V * 4;
-	return head / x->t;
+	return activ_unit_bytes(m, (int)m->L + 1, x, CKPT_NONE, 0);
 }
 
 double activ_ends_bytes(const ModelSpec *m, const ActivShape *x)

@@ -319,20 +319,28 @@ static int is_block(const Plan *p, int u)
 	return u >= 1 && u <= p->sc->model.L;
 }
 
-/* Megatron's tensor-parallel collectives around a unit, bsh elements each: per block an
- * all-reduce after attention and after the MLP in forward, and two for the input gradients in
- * backward (with sequence parallelism each becomes an all-gather plus a reduce-scatter); the
- * vocabulary-parallel embedding reduces its output, the head reduces its input gradient, and its
- * cross-entropy reduces 3 fp32 values per token. */
+/* Megatron's tensor-parallel collectives around a unit, one per sublayer of the unit's own
+ * tokens (b s h elements; b s_dec h in an encoder-decoder's decoder): per block an all-reduce
+ * after attention and after the MLP in forward (a decoder also after its attention over the
+ * encoder), and one per sublayer for the input gradients in backward, where a decoder block adds
+ * the gradient of the encoder output its cross-attention's K and V read (b s h); with sequence
+ * parallelism each becomes an all-gather plus a reduce-scatter. The vocabulary-parallel
+ * embedding reduces its output (an encoder-decoder looks up both stacks' tokens), the head
+ * reduces its input gradient, and its cross-entropy reduces 3 fp32 values per token. */
 static void tp_colls(Builder *b, int u, int forward)
 {
 	const Plan *p = b->p;
 	if (p->par.tp <= 1 || !p->activations_known)
 		return;
-	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
+	const ModelSpec *m = &p->sc->model;
+	long long bs = p->shape.b * p->shape.s, h = m->h;
+	long long bs_dec = p->shape.b * (p->shape.s_dec ? p->shape.s_dec : p->shape.s);
+	long long bs_head = m->lay.L_enc ? bs_dec : bs;
 	int d = p->param_bytes, sp = p->shape.sp;
 	if (is_block(p, u)) {
-		for (int i = 0; i < 2; i++) {
+		int dec = model_unit_is_decoder(m, u);
+		long long bsh = (dec ? bs_dec : bs) * h;
+		for (int i = 0; i < 2 + dec; i++) {
 			if (sp) {
 				coll(b, COLL_ALL_GATHER, GROUP_TP, u, bsh, d, -1, 0);
 				coll(b, COLL_REDUCE_SCATTER, GROUP_TP, u, bsh, d, -1, 0);
@@ -340,13 +348,18 @@ static void tp_colls(Builder *b, int u, int forward)
 				coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
 			}
 		}
+		if (dec && !forward) /* sequence parallelism is refused for encoder-decoders */
+			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bs * h, d, -1, 0);
 	} else if (u == 0 && forward) {
-		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
-	} else if (u == p->n_units - 1 && p->sc->model.has_lm_head) {
+		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bs * h, d, -1, 0);
+		if (m->lay.L_enc)
+			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bs_dec * h, d, -1, 0);
+	} else if (u == p->n_units - 1 && m->lay.lm_head) {
 		if (forward)
-			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * p->shape.b * p->shape.s, 4, -1, 0);
+			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * bs_head, 4, -1, 0);
 		else
-			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
+			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bs_head * h, d,
+			     -1, 0);
 	}
 }
 

@@ -841,7 +841,7 @@ static int resolve_autos(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, 
 	unsigned a = ds->autos;
 	unsigned hidden_based = AUTO_REDUCE_BUCKET | AUTO_PREFETCH | AUTO_PERSISTENCE;
 
-	if ((a & hidden_based) && m->arch == ARCH_PARAMS_ONLY)
+	if ((a & hidden_based) && !model_known(m))
 		return px_fail(err, PX_ERR_INPUT,
 			       "%s: deepspeed.zero_optimization: bucket sizes are \"auto\", which the "
 			       "Hugging Face integration fills from the model's hidden_size; the model "

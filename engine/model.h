@@ -1,39 +1,102 @@
-/* model: a transformer described by a Hugging Face config.json (GPT-2, Llama/Mistral, BERT) or by a
- * bare parameter count. Owns the architecture, its tensors per layer unit and its parameter count.
- * It does not know about parallelism or precision (plan.c) or activations (activ.c). */
+/* model: a transformer as its family composes it, or a bare parameter count. Owns what follows from
+ * the composition: the tensors of each layer unit (with their tensor- and expert-parallel split), the
+ * parameter count, and each unit's matrix products (GEMMs) and their FLOPs. Reading a config.json
+ * into a ModelSpec is family.c's; activations are activ.c's; parallel degrees and precision are
+ * plan.c's. */
 #ifndef PX_MODEL_H
 #define PX_MODEL_H
 
 #include "jdoc.h"
 
 /* Dimension names used across the engine:
- * h = hidden size, L = transformer blocks, a = attention heads, kv = key/value width (GQA),
- * I = MLP intermediate size, V = vocabulary, s = sequence length, b = micro-batch. */
+ * h = hidden size, L = transformer blocks, a = attention heads, kv = key/value heads,
+ * d = query/key width per head (h/a unless the config gives head_dim), dv = value width per head,
+ * I = MLP intermediate size, V = vocabulary, s = sequence length, b = micro-batch,
+ * t = tensor-parallel degree, E = routed experts. */
 
-typedef enum { ARCH_GPT2, ARCH_LLAMA, ARCH_BERT, ARCH_PARAMS_ONLY } ModelArch;
+typedef enum { NORM_LAYER, NORM_RMS } NormKind; /* LayerNorm (weight and bias), RMSNorm (weight) */
+/* Where a block's norms sit: before attention and MLP (GPT-2, Llama); after each residual add
+ * (BERT, OPT-350m); before and after each (Gemma 2's sandwich); on each branch's output before
+ * the add (OLMo 2). */
+typedef enum { NORM_PRE, NORM_POST, NORM_SANDWICH, NORM_OUTPUT } NormPlace;
+typedef enum { POS_ROTARY, POS_LEARNED, POS_ALIBI, POS_RELATIVE } PosKind;
+/* Query/key norms: none, one per head of width d (Qwen3, Phi), or over the whole q and k (OLMo 2). */
+typedef enum { QKNORM_NONE, QKNORM_HEAD, QKNORM_WIDTH } QkNorm;
+
+/* How a family composes its blocks and ends: a family's table row (family.c) with the switches
+ * its config sets. Everything model.c and activ.c derive reads this, never the family's name. */
+typedef struct ModelLayout {
+	/* attention */
+	int mla;              /* multi-head latent attention (DeepSeek V2/V3): q and kv through
+				 low-rank latents (q_lora, kv_lora) with a rotary part of rope_dim */
+	int qkv_fused;        /* q, k and v as one matrix (GPT-2's c_attn, NeoX, Falcon, BLOOM, Phi-3) */
+	int qkv_bias, o_bias; /* biases on the q/k/v projections and on the output projection */
+	QkNorm qk_norm;
+	int causal;           /* self-attention under a causal mask (not BERT, not T5's encoder) */
+	/* norms */
+	NormKind norm;
+	NormPlace place;
+	int parallel;         /* attention and MLP side by side on the block input: 1 with one norm
+				 shared (GPT-J, Phi, Falcon-7B), 2 with a norm each (NeoX, Falcon-40B) */
+	/* MLP */
+	int gated;            /* gate and up matrices (SwiGLU, GeGLU) instead of one fc */
+	int gate_up_fused;    /* gate and up as one matrix (Phi-3) */
+	int mlp_bias;         /* biases on the MLP's matrices */
+	/* ends */
+	PosKind pos;
+	long long pos_offset; /* learned positions kept beyond max_pos (OPT's offset of 2) */
+	int embed_norm;       /* a norm on the embeddings (BERT, BLOOM) */
+	long long embed_dim;  /* the embeddings' width when it is not h (OPT-350m's
+				 word_embed_proj_dim, with project_in and project_out); 0 = h */
+	int final_norm;       /* a norm before the head (not in BERT, nor OPT-350m) */
+	int lm_head;          /* a language-model head (BERT's encoder has a pooler instead) */
+	int tied;             /* the head shares the token embedding */
+	int head_bias;        /* the head has a bias (Phi, GPT-J) */
+	long long type_vocab; /* BERT's token types */
+	/* encoder-decoder (T5) */
+	long long L_enc;      /* blocks 1..L_enc are the encoder, the rest the decoder; 0: one stack */
+	long long rel_buckets; /* T5's relative attention bias: buckets per head in each stack's first
+				 block */
+} ModelLayout;
+
+#define MODEL_MAX_DENSE_LIST 64
 
 typedef struct ModelSpec {
-	char type[32];       /* model_type as written ("gpt2", "llama", "mistral", "bert", "params") */
-	ModelArch arch;
-	long long h, L, a, kv_heads, I, V, max_pos, type_vocab;
-	int gated_mlp;       /* SwiGLU: gate, up, down (Llama) instead of fc, proj (GPT-2) */
-	int norm_bias;       /* LayerNorm has a bias; RMSNorm does not */
-	int linear_bias;     /* linear layers carry biases (GPT-2, BERT) */
-	int learned_pos;     /* a position-embedding table (GPT-2, BERT) rather than rotary */
-	int tied;            /* LM head shares the token embedding */
-	int has_lm_head;     /* BERT's encoder has none; a pooler instead */
-	int dropout;         /* dropout masks are kept for backward (GPT-2, BERT configs with p > 0) */
-	long long experts;   /* E experts in each MoE block's MLP; 0 for a dense model */
+	char type[32];       /* model_type as written ("gpt2", "llama", "deepseek_v3", "params") */
+	const struct ModelFamily *family; /* its row of the families table; NULL: a bare count */
+	long long h, L, a, kv_heads, I, V, max_pos;
+	long long head_dim;  /* d, q and k width per head */
+	long long v_head_dim; /* dv */
+	long long q_lora, kv_lora, rope_dim; /* MLA's latents (q_lora 0: a full q projection) and
+						the rotary part of d */
+	int dropout;         /* dropout on the residual branches and embeddings (masks kept) */
+	int attn_dropout;    /* dropout on the attention probabilities */
+	/* MoE */
+	long long experts;   /* E routed experts in each MoE block; 0 for a dense model */
 	long long top_k;     /* experts per token */
-	long long moe_interval; /* every moe_interval-th block is an MoE block */
+	long long moe_interval; /* every moe_interval-th block is an MoE block (1-based) */
+	long long moe_I;     /* each routed expert's intermediate size; 0: I */
+	long long shared_I;  /* the shared experts' intermediate size together (dense); 0: none */
+	int shared_gate;     /* a sigmoid gate on the shared experts' output (Qwen2-MoE) */
+	int router_bias;     /* a routing bias per expert (DeepSeek-V3's e_score_correction_bias) */
+	long long first_dense; /* the first blocks keep a dense MLP (DeepSeek's first_k_dense_replace) */
+	long long moe_freq;  /* of the others, those whose 0-based index divides by moe_freq */
+	int n_dense_list;    /* 0-based blocks listed dense (Qwen2-MoE's mlp_only_layers) */
+	long long dense_list[MODEL_MAX_DENSE_LIST];
+	ModelLayout lay;
 	double n_params;     /* the whole model's parameter count */
 } ModelSpec;
 
-/* Layer units, in forward order: 0 = embeddings, 1..L = transformer blocks, L+1 = head (final norm,
- * untied LM head or BERT pooler). A params-only model is L equal blocks and empty ends. */
+/* Layer units, in forward order: 0 = embeddings, 1..L = transformer blocks (an encoder-decoder's
+ * encoder first), L+1 = head (final norm and LM head, or BERT's pooler). A params-only model is L
+ * equal blocks and empty ends. */
 static inline int model_n_units(const ModelSpec *m) { return (int)m->L + 2; }
+/* Whether the model has an architecture (else only num_parameters). */
+static inline int model_known(const ModelSpec *m) { return m->family != NULL; }
+/* Whether its family is the one named (its model_type, or an alias the table gives it). */
+int model_is_family(const ModelSpec *m, const char *type);
 
-#define MODEL_MAX_TENSORS 24
+#define MODEL_MAX_TENSORS 32
 
 typedef struct ModelTensor {
 	const char *name;  /* "attn.c_attn.weight" */
@@ -47,11 +110,53 @@ int model_unit_tensors(const ModelSpec *m, int unit, ModelTensor out[MODEL_MAX_T
 long long model_unit_params(const ModelSpec *m, int unit);
 /* Whether block unit (1..L) has an MoE MLP. */
 int model_unit_is_moe(const ModelSpec *m, int unit);
-/* Elements the head borrows from the embeddings when the LM head is tied (V*h), else 0. */
+/* Whether block unit is in an encoder-decoder's decoder (its tokens are the decoder's). */
+int model_unit_is_decoder(const ModelSpec *m, int unit);
+/* Elements the head borrows from the embeddings when the LM head is tied (V x embedding width),
+ * else 0. */
 long long model_tied_elems(const ModelSpec *m);
 
-/* Read a model object: a Hugging Face config.json (Mixtral's gives experts), or {"num_parameters": N[, "num_hidden_layers": L]}.
- * Unknown keys are not warned about (config.json files carry many unrelated keys). */
+/* ---- matrix products ---- */
+
+typedef enum { GEMM_WEIGHT, GEMM_SCORES, GEMM_CONTEXT } GemmKind;
+
+/* One kind of product in a unit's forward on one rank: `batch` products of M x K by K x N, so
+ * 2 M K N batch FLOPs moving (M K + K N + M N) batch elements. Weight products take the rank's
+ * slice of the weight (a column-parallel matrix N/t, a row-parallel one K/t); an MoE block's
+ * expert products are batched over the rank's local experts, M their tokens each. The attention's
+ * two products: scores (QK^T, M = query rows, K = d, N = key rows) and context (AV), batched over
+ * the rank's heads and the micro-batch. */
+typedef struct ModelGemm {
+	GemmKind kind;
+	int expert;           /* a routed expert's product */
+	int causal;           /* attention under a causal mask */
+	double m, k, n, batch;
+	double bias_flops;    /* FLOPs the plan has always counted for a bias with this product: 2 per
+				 element and token of an expert's bias, or of a dense bias longer than h
+				 on this rank (under 0.1% of a block) */
+} ModelGemm;
+
+#define MODEL_MAX_GEMMS 40
+
+/* The sizes the products depend on: tokens per micro-batch of the (encoder's) sequence s and the
+ * decoder's s_dec, b sequences, t tensor-parallel ranks, ep expert-parallel ranks and the tokens
+ * each local expert receives per micro-batch. */
+typedef struct GemmShape {
+	long long s, s_dec, b;
+	int t, ep;
+	double expert_tokens;
+} GemmShape;
+
+/* The unit's products in forward order; returns their count (0 for the embeddings' lookups or a
+ * params-only model). */
+int model_unit_gemms(const ModelSpec *m, int unit, const GemmShape *g,
+		     ModelGemm out[MODEL_MAX_GEMMS]);
+/* Their FLOPs, bias FLOPs included. */
+double model_gemms_flops(const ModelGemm *g, int n);
+
+/* Read a model object: a Hugging Face config.json of a family in family.c's table, or
+ * {"num_parameters": N[, "num_hidden_layers": L]}. Keys the family does not know are warned about
+ * with the closest known key; an unknown model_type is refused, listing the known ones. */
 int model_parse(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err);
 
 /* Parameter count from the architecture. */

@@ -47,14 +47,19 @@ static int check_degrees(const Plan *p, PxError *err)
 	if (p->world % (q->tp * q->pp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: the world of %lld GPUs does not "
 			       "divide into tp %lld x pp %lld", src, p->world, q->tp, q->pp);
-	if (m->arch != ARCH_PARAMS_ONLY && !q->tp_uneven_heads &&
-	    (m->a % q->tp || m->kv_heads % q->tp))
+	if (model_known(m) && !q->tp_uneven_heads && (m->a % q->tp || m->kv_heads % q->tp))
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.tp = %lld does not divide the %lld "
 			       "attention heads and %lld key/value heads", src, q->tp, m->a,
 			       m->kv_heads);
-	if (m->arch == ARCH_PARAMS_ONLY && (q->tp > 1 || q->pp > 1))
+	if (!model_known(m) && (q->tp > 1 || q->pp > 1))
 		return px_fail(err, PX_ERR_INPUT, "%s: tensor and pipeline parallelism need a model "
 			       "architecture; the model gives only num_parameters", src);
+	if (m->lay.L_enc && (q->pp > 1 || (q->tp > 1 && q->sequence_parallel)))
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism: pp %lld%s: pipeline and "
+			       "sequence parallelism of an encoder-decoder (%s) are not modelled; "
+			       "use pp 1 without sequence_parallel (tensor parallelism, data "
+			       "parallelism and ZeRO are)", src, q->pp,
+			       q->sequence_parallel ? ", sequence_parallel" : "", m->type);
 	if (q->ep > 1 && !m->experts)
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.ep = %lld but the model has no "
 			       "experts (give moe.num_experts or a Mixtral config)", src, q->ep);
@@ -87,30 +92,25 @@ static int check_degrees(const Plan *p, PxError *err)
 
 /* ---- per-unit split, partition and cost ---- */
 
-/* Forward FLOPs of one micro-batch through a unit on one rank: 2 per multiply-add of every matrix
- * product it holds, the attention products QK^T and AV (4 b s^2 h / t), and for an MoE block its
- * experts' products over the token slots routed to them instead of every token. */
+GemmShape plan_gemm_shape(const Plan *p)
+{
+	return (GemmShape){.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,
+			   .b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep,
+			   .expert_tokens = (double)p->moe_capacity * (double)p->par.ep};
+}
+
+/* Forward FLOPs of one micro-batch through a unit on one rank: 2 per multiply-add of every
+ * product model.c lists for it (its weights', the attention's QK^T and AV over the full square,
+ * an MoE block's experts' over the tokens routed to them); a params-only model's blocks, 2 per
+ * parameter per token. */
 static double unit_fwd_flops(const Plan *p, int unit, const UnitPlan *u)
 {
 	const ModelSpec *m = &p->sc->model;
-	double tokens = (double)(p->shape.s * p->shape.b), t = (double)p->par.tp;
-	if (m->arch == ARCH_PARAMS_ONLY)
-		return 2.0 * tokens * (double)u->local_dense;
-	if (unit == 0)
-		return 0; /* embedding lookups */
-	if (unit > m->L) /* LM head (tied or not), vocabulary-parallel, or BERT's pooler */
-		return m->has_lm_head ? 2.0 * tokens * (double)(m->V * m->h) / t :
-					2.0 * tokens * (double)(m->h * m->h);
-	double dense = 0, expert = 0;
-	for (int i = 0; i < u->n_tensors; i++)
-		if (u->tensor_local[i] > m->h && !u->tensor_expert[i]) /* weights, not vectors */
-			dense += (double)u->tensor_local[i];
-		else if (u->tensor_expert[i])
-			expert += (double)u->tensor_local[i];
-	double flops = 2.0 * tokens * dense + 4.0 * tokens * (double)p->shape.s * (double)m->h / t;
-	if (u->moe) /* local experts each see their capacity from every expert-parallel rank */
-		flops += 2.0 * (double)p->moe_slots * expert / ((double)m->experts / p->par.ep);
-	return flops;
+	if (!model_known(m))
+		return 2.0 * (double)(p->shape.s * p->shape.b) * (double)u->local_dense;
+	ModelGemm g[MODEL_MAX_GEMMS];
+	GemmShape gs = plan_gemm_shape(p);
+	return model_gemms_flops(g, model_unit_gemms(m, unit, &gs, g));
 }
 
 /* Muon's split as DeepSpeed's users make it (param.use_muon) after Keller Jordan's: the 2-D weights
@@ -121,7 +121,7 @@ static int is_hidden_matrix(const ModelSpec *m, int unit, const ModelTensor *t)
 {
 	if (unit < 1 || unit > m->L)
 		return 0;
-	if (m->arch == ARCH_PARAMS_ONLY)
+	if (!model_known(m))
 		return 1;
 	size_t len = strlen(t->name);
 	long long per_copy = t->expert && m->experts ? t->numel / m->experts : t->numel;
@@ -176,16 +176,10 @@ static void plan_unit(Plan *p, int idx)
 	u->gather_dense = u->own_gather;
 	u->gather_expert = u->part_expert * p->edp;
 
-	if (idx >= 1 && idx <= m->L) {
-		u->act_bytes = u->moe ? activ_moe_block_bytes(m, &p->shape, p->sc->ckpt, p->moe_slots) :
-					activ_block_bytes(m, &p->shape, p->sc->ckpt);
-		u->score_bytes = activ_block_scores_bytes(m, &p->shape, p->sc->ckpt);
-		u->ckpt_bytes = activ_checkpoint_bytes(m, &p->shape, p->sc->ds.partition_activations);
-	} else if (idx == 0) {
-		u->act_bytes = activ_embed_bytes(m, &p->shape);
-	} else {
-		u->act_bytes = activ_head_bytes(m, &p->shape);
-	}
+	u->act_bytes = activ_unit_bytes(m, idx, &p->shape, p->sc->ckpt, p->moe_slots);
+	u->score_bytes = activ_unit_scores_bytes(m, idx, &p->shape, p->sc->ckpt);
+	u->ckpt_bytes = activ_unit_checkpoint_bytes(m, idx, &p->shape,
+						    p->sc->ds.partition_activations);
 	u->fwd_flops = unit_fwd_flops(p, idx, u);
 }
 
@@ -393,14 +387,15 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;
-	p->shape = (ActivShape){.s = sc->seq, .b = ds->micro_batch, .t = (int)p->par.tp,
+	p->shape = (ActivShape){.s = sc->seq, .s_dec = sc->seq_dec, .b = ds->micro_batch,
+				.t = (int)p->par.tp,
 				.sp = p->par.sequence_parallel && p->par.tp > 1,
 				.flash = sc->attention == ATTN_FLASH,
 				.elem_bytes = p->param_bytes}; /* the executor's too: it computes in
 								 * the parameters' dtype */
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
-	p->activations_known = m->arch != ARCH_PARAMS_ONLY;
+	p->activations_known = model_known(m);
 
 	if (m->experts) { /* DeepSpeed sharded_moe.py: capacity per expert from this rank's tokens */
 		const MoeSpec *q = &p->par.moe;

@@ -91,6 +91,10 @@ typedef struct Plan {
 } Plan;
 
 int plan_build(Plan *p, const Scenario *sc, PxError *err);
+/* The sizes a unit's products take on this rank (model_unit_gemms): its tokens, the
+ * tensor-parallel split, and the tokens each local expert receives per micro-batch, its capacity
+ * from every expert-parallel rank. */
+GemmShape plan_gemm_shape(const Plan *p);
 void plan_free(Plan *p);
 
 /* The ZeRO paper's accounting of model states per device (bytes), for Ψ parameters over nd ranks:

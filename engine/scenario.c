@@ -144,7 +144,7 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
-					    "attention", NULL};
+					    "attention", "decoder_seq_length", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
 	const char *name, *ckpt, *backend;
 	int attn;
@@ -247,7 +247,7 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 			 pp_set, "pp", err))
 		return -1;
 	const ModelSpec *m = &sc->model;
-	if (sc->ds.autotp_size > 1 && !tp_set && m->arch != ARCH_PARAMS_ONLY &&
+	if (sc->ds.autotp_size > 1 && !tp_set && model_known(m) &&
 	    (m->a % p->tp || m->kv_heads % p->tp)) {
 		p->tp_uneven_heads = 1;
 		if (px_notes_not_modelled(&sc->notes, "deepspeed.tensor_parallel.autotp_size %lld "
@@ -258,8 +258,10 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 
 	/* MoE: the model's own experts first, then the scenario's "moe" object */
 	p->moe.experts = sc->model.experts;
-	if (sc->model.experts)
+	if (sc->model.experts) {
 		p->moe.k = sc->model.top_k;
+		p->moe.interval = sc->model.moe_interval; /* Qwen2-MoE's decoder_sparse_step */
+	}
 	if ((rc = jobj_child(top, "moe", &moe, err)) < 0 ||
 	    parallel_parse_moe(&moe, &p->moe, &sc->notes, err))
 		return -1;
@@ -273,7 +275,7 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 		if (merge_degree(&p->ep, ep_size, where, "moe.ep_size", ep_set, "ep", err))
 			return -1;
 	}
-	if (p->moe.experts && sc->model.arch == ARCH_PARAMS_ONLY)
+	if (p->moe.experts && !model_known(&sc->model))
 		return px_fail(err, PX_ERR_INPUT, "%s: moe needs a model architecture; the model gives "
 			       "only num_parameters", sc->path);
 	sc->model.experts = p->moe.experts;
@@ -284,16 +286,29 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 	return 0;
 }
 
+/* seq_length is the tokens of each sequence (an encoder-decoder's encoder's input);
+ * decoder_seq_length an encoder-decoder's decoder's, seq_length when not given. */
 static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 {
-	long long dflt = sc->model.arch == ARCH_PARAMS_ONLY ? 2048 : sc->model.max_pos;
+	const ModelSpec *m = &sc->model;
+	long long dflt = model_known(m) ? m->max_pos : 2048;
 	int rc = jobj_int(top, "seq_length", 1, 1 << 24, dflt, &sc->seq, err);
 	if (rc < 0)
 		return -1;
-	if (rc == 0 && sc->model.arch != ARCH_PARAMS_ONLY)
+	if (rc == 0 && model_known(m))
 		px_notes_warn(&sc->notes, "%s: seq_length not given: using the model's %lld positions",
 			      sc->path, sc->seq);
-	if (sc->model.learned_pos && sc->seq > sc->model.max_pos) {
+	rc = jobj_int(top, "decoder_seq_length", 1, 1 << 24, sc->seq, &sc->seq_dec, err);
+	if (rc < 0)
+		return -1;
+	if (rc == 1 && !(model_known(m) && m->lay.L_enc)) {
+		char where[512];
+		jobj_where(top, "decoder_seq_length", where, sizeof(where));
+		px_notes_warn(&sc->notes, "%s: warning: decoder_seq_length applies to an "
+			      "encoder-decoder model (t5); the %s model reads seq_length only", where,
+			      m->type);
+	}
+	if (m->lay.pos == POS_LEARNED && model_known(m) && sc->seq > m->max_pos) {
 		char where[512];
 		jobj_where(top, "seq_length", where, sizeof(where));
 		return px_fail(err, PX_ERR_INPUT, "%s: seq_length: %lld is longer than the model's "
@@ -340,8 +355,9 @@ static int finish_load(Scenario *sc, PxError *err)
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
 		return -1;
-	if (sc->backend != BACKEND_GPU && sc->model.dropout) {
-		sc->model.dropout = 0; /* what the kernels do; activations counted without masks */
+	if (sc->backend != BACKEND_GPU && (sc->model.dropout || sc->model.attn_dropout)) {
+		/* what the kernels do; activations counted without masks */
+		sc->model.dropout = sc->model.attn_dropout = 0;
 		px_notes_warn(&sc->notes, "%s: backend %s: the executor's kernels have no dropout; the "
 			      "model's dropout is not applied", sc->path,
 			      sc->backend == BACKEND_CPU ? "cpu" : "cuda");

@@ -37,7 +37,8 @@ typedef struct Scenario {
 	ClusterSpec cluster;
 	TrainArgs train_args;
 	ParallelSpec par;         /* degrees as written; dp is derived by plan.c */
-	long long seq;            /* sequence length, tokens */
+	long long seq;            /* sequence length, tokens (an encoder-decoder's encoder's) */
+	long long seq_dec;        /* an encoder-decoder's decoder's; seq otherwise */
 	CkptMode ckpt;
 	AttnImpl attention;
 	Backend backend;          /* whose implementation the scenario describes */

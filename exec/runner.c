@@ -19,7 +19,7 @@ int runner_supported(const Plan *p, PxError *err)
 	const ModelSpec *m = &sc->model;
 	const DsConfig *ds = &sc->ds;
 	const char *why = NULL;
-	if (m->arch != ARCH_GPT2 || !m->tied || m->experts)
+	if (!model_is_family(m, "gpt2") || !m->lay.tied || m->experts)
 		why = "a GPT-2 model (tied head, no experts)";
 	else if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
 		why = "data parallelism only (tp, pp and ep of 1)";

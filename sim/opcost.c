@@ -8,12 +8,12 @@
 #include "traffic.h"
 
 #define GB 1e9
-/* GEMMs in one transformer block's forward: QKV, QK^T, AV, the output projection and the MLP's
- * two matrices (three when gated); a backward runs two per forward GEMM (input and weight
- * gradients) of the same size. Where a block's GEMMs cannot be listed from its weights (MoE
- * blocks), the efficiency curve is read at one GEMM's average share of the op. */
+/* GEMMs in a GPT block's forward: QKV, QK^T, AV, the output projection and the MLP's two
+ * matrices; a backward runs two per forward GEMM (input and weight gradients) of the same size.
+ * Where a block's GEMMs cannot be listed (a model given only its parameter count), the efficiency
+ * curve is read at one GEMM's average share of the op. */
 #define GEMMS_PER_BLOCK 6
-#define MAX_GEMMS (MODEL_MAX_TENSORS + 2)
+#define MAX_GEMMS MODEL_MAX_GEMMS
 
 /* ---- compute and copies ---- */
 
@@ -57,39 +57,37 @@ static int is_block(const Plan *p, int u)
 	return u >= 1 && u <= p->sc->model.L;
 }
 
-/* The GEMMs of one micro-batch's forward through dense block `unit` on this rank, M = b s tokens
- * (dimension names as in engine/model.h, t = tensor-parallel degree, e = activation bytes):
- * one per weight matrix (a "weight" tensor longer than h) of n local elements, K x N = n with one
- * side h, so 2 M n FLOPs moving (M (h + n/h) + n) e bytes; and, last, the attention's two
- * products batched over the rank's a/t heads, QK^T and AV, each 2 M s h/t FLOPs moving the
- * b (a/t) s^2 scores and two M h/t operands. Returns how many, and in *listed their FLOPs, or 0
- * when they leave more than 1% of the unit's FLOPs unlisted (MoE experts, a parameter-count-only
- * model), which leaves the op to the averaged pricing. (The plan's count also has 2 M per element
- * of the longer bias vectors: adds, not GEMMs, well under 1%.) */
-static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, double *listed)
+/* The GEMMs of one micro-batch's forward through dense block `unit` on this rank, as model.c lists
+ * them from the model's composition (the plan's FLOPs come from the same list): first the
+ * weights' products, each 2 M K N FLOPs moving (M K + K N + M N) e bytes (e = activation bytes),
+ * then the attention's two products per attention, QK^T and AV batched over the rank's a/t heads,
+ * moving the b (a/t) s^2 scores and two operands; an MoE block's experts' products batched over
+ * the rank's local experts (a grouped GEMM), each over the tokens routed to it. Returns how many,
+ * their FLOPs, bytes and whether each is an attention product under a causal mask (attn 2) or not
+ * (attn 1), and in *listed their FLOPs, or 0 when they leave more than 1% of the unit's FLOPs
+ * unlisted (a parameter-count-only model), which leaves the op to the averaged pricing. (The
+ * plan's count also has its bias FLOPs: adds, not GEMMs, well under 1%.) */
+static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, int *attn,
+		       double *rows, double *listed)
 {
 	const ModelSpec *m = &p->sc->model;
 	const UnitPlan *u = &p->units[unit];
-	ModelTensor ts[MODEL_MAX_TENSORS];
-	double M = (double)(p->shape.s * p->shape.b), s = (double)p->shape.s;
-	double h = (double)m->h, t = (double)p->par.tp, e = (double)p->shape.elem_bytes, sum = 0;
+	ModelGemm g[MODEL_MAX_GEMMS];
+	double e = (double)p->shape.elem_bytes, sum = 0;
+	GemmShape gs = plan_gemm_shape(p);
 	int n = 0;
-	if (u->moe || m->arch == ARCH_PARAMS_ONLY || u->fwd_flops <= 0 ||
-	    model_unit_tensors(m, unit, ts) != u->n_tensors)
+	if (!model_known(m) || u->fwd_flops <= 0)
 		return 0;
-	for (int i = 0; i < u->n_tensors; i++) {
-		double w = (double)u->tensor_local[i];
-		size_t len = strlen(ts[i].name);
-		if (u->tensor_expert[i] || w <= h || len < 6 || strcmp(ts[i].name + len - 6, "weight"))
-			continue; /* biases and norms */
-		flops[n] = 2 * M * w;
-		bytes[n++] = (M * (h + w / h) + w) * e;
-	}
-	double scores = (double)p->shape.b * ((double)m->a / t) * s * s;
-	for (int k = 0; k < 2; k++) {
-		flops[n] = 2 * M * s * h / t;
-		bytes[n++] = (scores + 2 * M * h / t) * e;
-	}
+	int ng = model_unit_gemms(m, unit, &gs, g);
+	for (int pass = 0; pass < 2; pass++) /* the weights' products, then the attention's */
+		for (int i = 0; i < ng; i++) {
+			if ((g[i].kind == GEMM_WEIGHT) != (pass == 0))
+				continue;
+			flops[n] = 2 * g[i].m * g[i].k * g[i].n * g[i].batch;
+			bytes[n] = (g[i].m * g[i].k + g[i].k * g[i].n + g[i].m * g[i].n) * g[i].batch * e;
+			rows[n] = g[i].m;
+			attn[n++] = pass == 0 ? 0 : g[i].causal ? 2 : 1;
+		}
 	for (int i = 0; i < n; i++)
 		sum += flops[i];
 	*listed = sum;
@@ -97,15 +95,15 @@ static int block_gemms(const Plan *p, int unit, double *flops, double *bytes, do
 }
 
 /* FlashAttention's fused kernel in place of the two attention products of `nominal` FLOPs (the
- * full s x s, as FLOP counts take them): a causal mask lets it skip the key blocks wholly above
- * the diagonal, so with n = s/128 query blocks (FlashAttention-2's tile) it computes (n + 1)/2n
- * of them; its backward recomputes the scores, five products to the forward's two (Dao 2023,
- * algorithm 2). Each pass at the profile's rate for that kernel. */
-static double flash_attention_s(const Plan *p, const HwProfile *hw, double nominal, int backward)
+ * full s x s, as FLOP counts take them) over s_q query rows: a causal mask lets it skip the key
+ * blocks wholly above the diagonal, so with n = s_q/128 query blocks (FlashAttention-2's tile) it
+ * computes (n + 1)/2n of them; its backward recomputes the scores, five products to the
+ * forward's two (Dao 2023, algorithm 2). Each pass at the profile's rate for that kernel. */
+static double flash_attention_s(const Plan *p, const HwProfile *hw, double nominal, double s_q,
+				int causal, int backward)
 {
-	double blocks = ceil((double)p->shape.s / 128), peak = sustained_peak(p, hw);
-	double executed = p->sc->model.arch == ARCH_BERT ? nominal :
-							   nominal * (blocks + 1) / (2 * blocks);
+	double blocks = ceil(s_q / 128), peak = sustained_peak(p, hw);
+	double executed = causal ? nominal * (blocks + 1) / (2 * blocks) : nominal;
 	if (backward)
 		return over(2.5 * executed, peak * hw->flash_bwd);
 	return over(executed, peak * hw->flash_fwd);
@@ -113,23 +111,29 @@ static double flash_attention_s(const Plan *p, const HwProfile *hw, double nomin
 
 /* A block's GEMM time, each GEMM at its own size on the efficiency curve (a batched product read
  * at its whole batch's FLOPs) and no faster than its bytes allow (the roofline); a backward runs
- * two GEMMs of each size; with FlashAttention the attention products are its kernel instead;
- * FLOPs left unlisted run at the listed ones' average rate. -1 when the block's GEMMs cannot be
- * listed or the op is not one pass over the block. */
+ * two GEMMs of each size; with FlashAttention each attention's two products are its kernel
+ * instead; FLOPs left unlisted run at the listed ones' average rate. -1 when the block's GEMMs
+ * cannot be listed or the op is not one pass over the block. */
 static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
-	double flops[MAX_GEMMS], bytes[MAX_GEMMS], listed, sum = 0, fwd = p->units[op->unit].fwd_flops;
-	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
-	int n = block_gemms(p, op->unit, flops, bytes, &listed);
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed, sum = 0;
+	double fwd = p->units[op->unit].fwd_flops, peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
+	int attn[MAX_GEMMS];
+	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
 	double times = op->flops / fwd; /* 1 forward or recompute, 2 backward */
 	if (n == 0 || (fabs(times - 1) > 1e-9 && fabs(times - 2) > 1e-9))
 		return -1;
-	int flash = p->sc->attention == ATTN_FLASH, gemms = flash ? n - 2 : n;
-	for (int i = 0; i < gemms; i++)
+	int flash = p->sc->attention == ATTN_FLASH;
+	for (int i = 0; i < n; i++) {
+		if (flash && attn[i]) { /* a (scores, context) pair over rows[i] query rows */
+			sum += flash_attention_s(p, hw, flops[i] + flops[i + 1], rows[i], attn[i] == 2,
+						 times > 1.5);
+			i++;
+			continue;
+		}
 		sum += times * fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
 				    over(bytes[i], hbm));
-	if (flash)
-		sum += flash_attention_s(p, hw, flops[n - 2] + flops[n - 1], times > 1.5);
+	}
 	return sum * (fwd / listed);
 }
 
@@ -147,7 +151,7 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
 		gemm = block_gemm_s(p, hw, op);
 	if (op->flops > 0 && gemm <= 0) {
-		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK + p->sc->model.gated_mlp : 1;
+		double per = is_block(p, op->unit) ? GEMMS_PER_BLOCK : 1;
 		if (op->sub == COMP_BWD)
 			per *= 2;
 		gemm = over(op->flops, sustained_peak(p, hw) * hw_curve_eval(&hw->gemm, op->flops / per));

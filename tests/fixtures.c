@@ -61,3 +61,32 @@ const char *fx_model(const char *name)
 	snprintf(out, sizeof(buf[0]), "\"model\": \"%s\"", px_test_path(rel));
 	return out;
 }
+
+int fx_modelf(ModelSpec *m, const char *fmt, ...)
+{
+	char json[4096];
+	JsonDoc d = {0};
+	JsonObj o;
+	PxError err = {0};
+	PxNotes notes;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(json, sizeof(json), fmt, ap);
+	va_end(ap);
+	px_notes_init(&notes);
+	int rc = jdoc_parse(&d, "model.json", json, &err);
+	if (rc == 0) {
+		jobj_make(&o, &d, d.root, "", "model", NULL);
+		rc = model_parse(&o, m, &notes, &err);
+	}
+	if (rc)
+		fprintf(stderr, "\nfixture: %s\n", err.msg);
+	for (int i = 0; i < notes.n_warnings; i++)
+		fprintf(stderr, "\nfixture: %s\n", notes.warnings[i]);
+	if (rc || notes.n_warnings)
+		CU_FAIL("model fixture failed or warned");
+	rc = rc || notes.n_warnings ? -1 : 0;
+	px_notes_free(&notes);
+	jdoc_free(&d);
+	return rc;
+}

@@ -14,6 +14,10 @@ void fx_free(Scenario *sc, Prediction *pr);
 int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* A model read from config.json text (printf-formatted, up to 4 KiB), as a scenario's model
+ * section is; CU_FAIL and return -1 on failure or on any warning. */
+int fx_modelf(ModelSpec *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* A model object from a bundled config file: "\"model\": \"ABS/scenarios/models/NAME.json\"". */
 const char *fx_model(const char *name);
 

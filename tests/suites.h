@@ -10,6 +10,7 @@
 	X(db)        \
 	X(zero)        \
 	X(model)       \
+	X(family)      \
 	X(dsconfig)    \
 	X(parallel)    \
 	X(time)        \

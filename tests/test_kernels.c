@@ -13,6 +13,7 @@
 #include "../engine/model.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
+#include "fixtures.h"
 #include "../kernels/precision.h"
 #include "../kernels/rng.h"
 #include "suites.h"
@@ -611,18 +612,14 @@ static void test_crossentropy_backward(void)
 static const GptConfig TINY = {.V = 64, .max_T = 16, .C = 32, .L = 2, .NH = 4};
 enum { TINY_B = 2, TINY_T = 8 };
 
+/* GPT-2 as the engine reads its config.json, without dropout (the executor has none). */
 static ModelSpec engine_gpt2(const GptConfig *c)
 {
 	ModelSpec m;
-	memset(&m, 0, sizeof(m));
-	m.arch = ARCH_GPT2;
-	m.h = c->C;
-	m.L = c->L;
-	m.a = m.kv_heads = c->NH;
-	m.I = 4LL * c->C;
-	m.V = c->V;
-	m.max_pos = c->max_T;
-	m.norm_bias = m.linear_bias = m.learned_pos = m.tied = m.has_lm_head = 1;
+	if (fx_modelf(&m, "{\"model_type\": \"gpt2\", \"n_embd\": %d, \"n_layer\": %d, "
+		      "\"n_head\": %d, \"vocab_size\": %d, \"n_positions\": %d, \"attn_pdrop\": 0, "
+		      "\"resid_pdrop\": 0, \"embd_pdrop\": 0}", c->C, c->L, c->NH, c->V, c->max_T))
+		memset(&m, 0, sizeof(m));
 	return m;
 }
 

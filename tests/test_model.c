@@ -3,6 +3,7 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../engine/activ.h"
 #include "fixtures.h"
@@ -89,11 +90,14 @@ static void test_units_sum_to_model(void)
 
 /* ---- activations: Korthikanti et al. 2022, Table 2, bytes per layer ---- */
 
-/* A GPT-style layer as the paper assumes: dropout, kv = h, I = 4h, 16-bit activations. */
+/* A GPT-style layer as the paper assumes: dropout (GPT-2's default 0.1 everywhere), kv = h,
+ * I = 4h, 16-bit activations. */
 static ModelSpec paper_layer(long long h, long long a)
 {
-	ModelSpec m = {.arch = ARCH_GPT2, .h = h, .a = a, .kv_heads = a, .I = 4 * h, .V = 51200,
-		       .L = 1, .dropout = 1, .has_lm_head = 1};
+	ModelSpec m;
+	if (fx_modelf(&m, "{\"model_type\": \"gpt2\", \"n_embd\": %lld, \"n_head\": %lld, "
+		      "\"n_layer\": 1, \"vocab_size\": 51200, \"n_positions\": 2048}", h, a))
+		memset(&m, 0, sizeof(m));
 	return m;
 }
 

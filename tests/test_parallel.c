@@ -166,6 +166,41 @@ static void test_megatron_tp_traffic(void)
 		}
 }
 
+/* An encoder-decoder under tensor parallelism (T5 as DeepSpeed's AutoTP or Megatron's T5 split
+ * it), worked by hand per micro-batch: the encoder's blocks are Megatron's (an all-reduce after
+ * attention and after the MLP forward, one per input gradient backward, b s h elements each);
+ * a decoder block has a third sublayer, its attention over the encoder: 3 forward and 3 backward
+ * of b s_dec h, plus in backward the gradient of the encoder output its K and V read, b s h. The
+ * shared embedding reduces both stacks' lookups (b s h + b s_dec h); the head reduces 3 fp32 per
+ * decoder token forward and b s_dec h backward. t5-base: h 768, 12 + 12 blocks, s 512, s_dec 128,
+ * b 2, bf16, t = 4, no recompute, one micro-batch per step. */
+static void test_t5_tp_traffic(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr,
+			 "{%s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
+			 " \"gradient_accumulation_steps\": 1, \"bf16\": {\"enabled\": true}},"
+			 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 4},"
+			 " \"seq_length\": 512, \"decoder_seq_length\": 128, \"parallelism\": {\"tp\": 4}}",
+			 fx_model("t5-base")))
+		return;
+	double b = 2, s = 512, sd = 128, h = 768, L = 12;
+	double enc = L * 4 * b * s * h;                       /* 2 forward + 2 backward per block */
+	double dec = L * (6 * b * sd * h + b * s * h);        /* 3 + 3, plus the encoder output */
+	double ends = b * s * h + b * sd * h + b * sd * h;    /* embedding twice, head backward */
+	double payload = (enc + dec + ends) * 2 + 3 * b * sd * 4; /* bf16; fp32 loss terms */
+	const Schedule *sch = &pr.stages[0].sched;
+	double got = 0;
+	for (int i = sch->step_begin; i < sch->n; i++) {
+		const Op *op = &sch->ops[i];
+		if (op->kind == OP_COLL && op->group == GROUP_TP)
+			got += op->bytes;
+	}
+	CU_ASSERT_DOUBLE_EQUAL(got, payload, 1e-9 * payload);
+	fx_free(&sc, &pr);
+}
+
 /* ---- MoE (deepspeed/moe/sharded_moe.py) ---- */
 
 static void check_capacity(long long b, long long s, long long E, long long k, double cf,
@@ -559,6 +594,7 @@ int test_parallel_register(void)
 			    {"pipeline in-flight micro-batches", test_inflight_counts},
 			    {"1F1B order", test_1f1b_order},
 			    {"Megatron TP traffic 8bsh(t-1)/t", test_megatron_tp_traffic},
+			    {"T5 tensor-parallel traffic by hand", test_t5_tp_traffic},
 			    {"MoE capacity", test_moe_capacity},
 			    {"MoE all-to-all volumes", test_moe_all_to_all},
 			    {"Mixtral parameter count", test_mixtral_count},
