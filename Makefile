@@ -151,6 +151,10 @@ bench: $(BIN)
 	@PX_BIN=$(BIN) sh scripts/bench_jdoc.sh 100000
 
 # the binary finds share/parallax (bundled scenarios) and share/doc/parallax beside its bin/
+# regenerate the README's example outputs from the current binary (the setup suite checks them)
+readme: $(BIN)
+	@sh scripts/readme_examples.sh
+
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/parallax \
 		$(DESTDIR)$(PREFIX)/share/doc/parallax

@@ -168,6 +168,21 @@ static void test_corpus_expected_and_stale(void)
 	assert_out_has("good * anything (never happens): no pair was refused so");
 }
 
+/* The README's quoted outputs are what the current binary prints (scripts/readme_examples.sh
+ * --check reruns each marked command; a stale number fails here, and `make readme` mends it). */
+static void test_readme_examples_current(void)
+{
+	static char big[1 << 16];
+	char cmd[2048];
+	const char *bin = getenv("PX_RUN_BIN") ? getenv("PX_RUN_BIN") : getenv("PX_BIN");
+	snprintf(cmd, sizeof(cmd), "PARALLAX_BIN='%s' sh '%s' --check", bin,
+		 px_test_path("scripts/readme_examples.sh"));
+	int rc = px_test_run_sh(cmd, big, sizeof(big));
+	if (rc)
+		fprintf(stderr, "\n%s\n", big);
+	CU_ASSERT_EQUAL(rc, 0);
+}
+
 int test_setup_register(void)
 {
 	return PX_ADD_SUITE("setup",
@@ -178,6 +193,8 @@ int test_setup_register(void)
 			    {"deps: all installed, the link probe passes", test_deps_all_present_links},
 			    {"install: bundled scenarios found from any folder, no ./results",
 			     test_installed_binary},
+			    {"README: every quoted example output is current",
+			     test_readme_examples_current},
 			    {"corpus check: an unexpected refusal fails it",
 			     test_corpus_unexpected_refusal_fails},
 			    {"corpus check: expected refusals pass, stale ones fail",
