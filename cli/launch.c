@@ -28,11 +28,12 @@ enum { REAP_GRACE_MS = 10000 }; /* how long ranks that outlived mpirun get befor
 const char *launch_signal_name(int sig, char *buf, size_t bytes)
 {
 	static const struct { int sig; const char *name; } names[] = {
-		{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-		{SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-		{SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-		{SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-		{SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+		{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
+		{SIGILL, "SIGILL"},   {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+		{SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
+		{SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+		{SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+		{SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].sig == sig)
@@ -165,7 +166,8 @@ static void exec_mpirun(char **args, const char *dir, pid_t parent, int fd, cons
 	die_with_parent(SIGTERM, parent); /* mpirun stops its ranks on SIGTERM */
 	if (dir) {
 		setenv(COMM_RUN_DIR_ENV, dir, 1);
-		/* Open MPI's shared-memory transport puts its segments there (unless told otherwise) */
+		/* Open MPI's shared-memory transport puts its segments there (unless told
+		 * otherwise) */
 		setenv("OMPI_MCA_btl_vader_backing_directory", dir, 0);
 	}
 	execvp(args[0], args);
@@ -202,7 +204,7 @@ int launch_mpirun(const char *cmd, int ranks, char **argv, int argc)
 		 (long)getpid());
 	if (!mkdir(dir_buf, 0700))
 		dir = dir_buf;
-	else /* no /dev/shm (or full): Open MPI's defaults, which a killed mpirun may leave behind */
+	else /* no /dev/shm (or full): Open MPI's defaults, which a killed mpirun leaves behind */
 		fprintf(stderr, "parallax %s: cannot create %s: %s; going on without it\n", cmd,
 			dir_buf, strerror(errno));
 	prctl(PR_SET_CHILD_SUBREAPER, 1);

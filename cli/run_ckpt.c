@@ -38,7 +38,8 @@ static int check_step(const char *path, PxError *err)
 						    strerror(errno));
 	if (!S_ISDIR(sb.st_mode))
 		return px_fail(err, PX_ERR_RUNTIME, "%s is a %s, not a checkpoint folder parallax "
-			       "wrote: move it away or save elsewhere", path, kind_name(sb.st_mode));
+			       "wrote: move it away or save elsewhere", path,
+			       kind_name(sb.st_mode));
 	DIR *d = opendir(path);
 	if (!d)
 		return px_fail(err, PX_ERR_RUNTIME, "%s: %s", path, strerror(errno));
@@ -95,11 +96,14 @@ static int write_rank(const char *part, const char *file, const Runner *run, PxE
 	}
 	int rc = runner_save(run, f, err);
 	if (!rc && (fflush(f) || fsync(fileno(f))))
-		rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s", strerror(errno));
+		rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s",
+			     strerror(errno));
 	if (fclose(f) && !rc)
-		rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s", strerror(errno));
+		rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s",
+			     strerror(errno));
 	if (!rc && rename(part, file))
-		rc = px_fail(err, PX_ERR_RUNTIME, "cannot rename it to %s: %s", file, strerror(errno));
+		rc = px_fail(err, PX_ERR_RUNTIME, "cannot rename it to %s: %s", file,
+			     strerror(errno));
 	if (rc) {
 		unlink(part);
 		fail_at(err, part);
@@ -193,8 +197,8 @@ long ckpt_load(const char *dir, Runner *run, Comm *world, PxError *err)
 	snprintf(path, sizeof(path), "%s/latest", dir);
 	FILE *l = fopen(path, "r");
 	if (!l)
-		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s (no checkpoint to resume)", path,
-			       strerror(errno));
+		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s (no checkpoint to resume)",
+			       path, strerror(errno));
 	if (fscanf(l, "%ld", &step) != 1 || step < 1) {
 		fclose(l);
 		return px_fail(err, PX_ERR_INPUT, "%s: expected a step number", path);

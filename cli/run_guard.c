@@ -30,8 +30,10 @@ void run_need(const Prediction *pr, int ranks, RunNeed *need)
 	const StagePrediction *sp = &pr->stages[pr->worst];
 	double gpu = sp->mem.place[PLACE_GPU].peak_bytes, cpu = sp->mem.place[PLACE_CPU].peak_bytes;
 	int on_host = pr->plan.sc->backend == BACKEND_CPU; /* the "device" is host memory too */
-	*need = (RunNeed){.rank_bytes = on_host ? gpu + cpu : cpu, .device_bytes = on_host ? 0 : gpu,
-			  .ranks = ranks, .flops_per_step = step_flops(&sp->sched)};
+	*need = (RunNeed){.rank_bytes = on_host ? gpu + cpu : cpu,
+			  .device_bytes = on_host ? 0 : gpu,
+			  .ranks = ranks,
+			  .flops_per_step = step_flops(&sp->sched)};
 	need->total_bytes = need->rank_bytes * ranks;
 }
 
@@ -149,8 +151,8 @@ static const char *time_text(double s, char *buf, size_t n)
 }
 
 int run_guard_report(const char *scenario, const char *backend, const RunNeed *need,
-		     double avail_bytes, const char *avail_source, double est_s, const char *est_how,
-		     FILE *out)
+		     double avail_bytes, const char *avail_source, double est_s,
+		     const char *est_how, FILE *out)
 {
 	char per[32], all[32], avail[32], dev[32], t[32];
 	size_text(need->rank_bytes, per, sizeof(per));
@@ -159,23 +161,23 @@ int run_guard_report(const char *scenario, const char *backend, const RunNeed *n
 	const char *s = need->ranks == 1 ? "" : "s";
 	if (need->total_bytes > avail_bytes) {
 		fprintf(stderr,
-			"parallax run: %s needs %s of memory per rank (the executor's buffers at "
-			"their peak, as predicted for backend %s), %s for %d rank%s, and this machine "
-			"has %s available (%s): nothing was started. The ranks share this machine's "
-			"memory: make the model smaller (--set model.n_layer=N, --set model.n_embd=N), "
-			"the micro-batch or the sequence shorter (--set "
-			"deepspeed.train_micro_batch_size_per_gpu=1, --set seq_length=N), or use fewer "
-			"ranks (--ranks N: each holds its own activations and, below ZeRO-3, a whole "
-			"copy of the parameters; --set deepspeed.zero_optimization.stage=3 partitions "
-			"them)\n",
+			"parallax run: %s needs %s of memory per rank (the executor's buffers "
+			"at their peak, as predicted for backend %s), %s for %d rank%s, and this "
+			"machine has %s available (%s): nothing was started. The ranks share this "
+			"machine's memory: make the model smaller (--set model.n_layer=N, --set "
+			"model.n_embd=N), the micro-batch or the sequence shorter (--set "
+			"deepspeed.train_micro_batch_size_per_gpu=1, --set seq_length=N), or use "
+			"fewer ranks (--ranks N: each holds its own activations and, below ZeRO-3, "
+			"a whole copy of the parameters; --set deepspeed.zero_optimization.stage=3 "
+			"partitions them)\n",
 			scenario, per, backend, all, need->ranks, s, avail, avail_source);
 		return 2;
 	}
 	if (!out)
 		return 0;
 	fprintf(out, "# needs %s of host memory per rank (the executor's buffers at their peak, as "
-		"predicted for backend %s), %s for %d rank%s; %s available (%s)\n", per, backend, all,
-		need->ranks, s, avail, avail_source);
+		"predicted for backend %s), %s for %d rank%s; %s available (%s)\n", per, backend,
+		all, need->ranks, s, avail, avail_source);
 	if (need->device_bytes > 0)
 		fprintf(out, "# needs %s of device memory per rank\n",
 			size_text(need->device_bytes, dev, sizeof(dev)));

@@ -14,7 +14,8 @@ typedef struct RunNeed {
 	double rank_bytes;      /* host memory one rank's buffers take at their peak: with backend
 				   cpu the device place is host memory too; with cuda only the host
 				   place (offload, pinned) */
-	double device_bytes;    /* backend cuda: one rank's device peak (not checked here); else 0 */
+	double device_bytes;    /* backend cuda: one rank's device peak (not checked here);
+				   else 0 */
 	int ranks;              /* ranks on this machine */
 	double total_bytes;     /* rank_bytes x ranks */
 	double flops_per_step;  /* one rank's compute ops in one optimizer step */
@@ -37,9 +38,10 @@ double run_cpu_gemm_flops_per_s(int n, int c_in, int c_out);
 /* Before a run: when need->total_bytes exceeds avail_bytes, print the refusal (what it needs per
  * rank and in all, what is available and from where, what to change) to stderr and return 2;
  * otherwise print the needs and the step-time estimate as '#' lines to out (when out is not
- * NULL) and return 0. est_s: the estimated seconds a step (<= 0: none), est_how: how it was made. */
+ * NULL) and return 0. est_s: the estimated seconds a step (<= 0: none), est_how: how it was
+ * made. */
 int run_guard_report(const char *scenario, const char *backend, const RunNeed *need,
-		     double avail_bytes, const char *avail_source, double est_s, const char *est_how,
-		     FILE *out);
+		     double avail_bytes, const char *avail_source, double est_s,
+		     const char *est_how, FILE *out);
 
 #endif

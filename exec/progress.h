@@ -1,8 +1,9 @@
 /* progress: the board on which the ranks of one node publish how far each has got, so that a rank
  * whose call overran its deadline can name the ranks that never arrived. Owns the shared-memory
  * segment (one per node and per comm_init: a POSIX shm name, or a file in the job's own folder),
- * its layout and the wording of the verdict. It knows nothing of backends, agrees on no name by itself (comm.c does) and sees no
- * rank of another node. docs/gpu_comm.md, "Errors and hangs", explains the design. */
+ * its layout and the wording of the verdict. It knows nothing of backends, agrees on no name by
+ * itself (comm.c does) and sees no rank of another node. docs/gpu_comm.md, "Errors and hangs",
+ * explains the design. */
 #ifndef PX_EXEC_PROGRESS_H
 #define PX_EXEC_PROGRESS_H
 
