@@ -167,8 +167,9 @@ static void exec_mpirun(char **args, const char *dir, pid_t parent, int fd, cons
 	if (dir) {
 		setenv(COMM_RUN_DIR_ENV, dir, 1);
 		/* Open MPI's shared-memory transport puts its segments there (unless told
-		 * otherwise) */
+		 * otherwise): vader in 4.x, renamed sm in 5.x; each ignores the other's name */
 		setenv("OMPI_MCA_btl_vader_backing_directory", dir, 0);
+		setenv("OMPI_MCA_btl_sm_backing_directory", dir, 0);
 	}
 	execvp(args[0], args);
 	int e = errno;
