@@ -18,6 +18,7 @@
 #include "calib_coll.h"
 #include "calib_gpu.h"
 #include "commands.h"
+#include "launch.h"
 
 static const char USAGE[] =
 	"usage: parallax calibrate --out FILE [--gpu NAME] [--dtype bf16|fp32] [--quick]\n"
@@ -261,7 +262,7 @@ int cmd_calibrate(int argc, char **argv)
 		return usage_error(!strcmp(o.backend, "cpu") ? "--backend cpu" : "--collectives-only",
 				   NULL, "2 or more ranks (--ranks N): collectives need them");
 	if (!launched && o.ranks > 1)
-		return cli_relaunch("calibrate", o.ranks, argv, argc);
+		return launch_mpirun("calibrate", o.ranks, argv, argc);
 	if (!strcmp(o.backend, "cpu")) {
 		rc = calibrate_host(&o, &err);
 	} else {

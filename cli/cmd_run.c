@@ -3,11 +3,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../db/db.h"
@@ -16,7 +17,11 @@
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
+#include "launch.h"
+#include "run_ckpt.h"
 #include "run_gpu.h"
+#include "paths.h"
+#include "run_guard.h"
 #include "store.h"
 
 static const char USAGE[] =
@@ -29,6 +34,12 @@ static const char USAGE[] =
 	"parallelism over N ranks, running the schedule the simulator prices. Rank 0 prints\n"
 	"one line per step, then predicted against measured memory and communication, and stores\n"
 	"both runs (linked) in the results database.\n"
+	"\n"
+	"Before anything starts it prints the host memory the run will need (the executor's\n"
+	"buffers at their peak as predicted, per rank and for all ranks) and an estimated step\n"
+	"time; when the memory exceeds what this machine has available (MemAvailable, or the\n"
+	"control group's limit) it refuses with exit status 2, naming both and what to change,\n"
+	"having started and stored nothing.\n"
 	"\n"
 	"  --backend cpu       the executor on CPUs, MPI between ranks (default; the scenario runs\n"
 	"                      as backend cpu)\n"
@@ -48,15 +59,29 @@ static const char USAGE[] =
 	"  --seed N            initialisation seed (default 1234)\n"
 	"  --set KEY=VALUE     override a scenario key, as for predict\n"
 	"  --json              print per-step losses and both sets of metrics as JSON\n"
-	"  --db FILE, --no-db  results database (default $PARALLAX_DB or results/parallax.db)\n"
+	"  --db FILE, --no-db  results database (default $PARALLAX_DB, else results/parallax.db\n"
+	"                      where ./results exists, else ~/.local/share/parallax/)\n"
 	"  --deadline SECONDS  stop the whole job when a collective takes longer (default 60)\n"
 	"  --save DIR          save every rank's state to DIR/step-N (atomically: a crash while\n"
-	"                      saving leaves the previous checkpoint and DIR/latest valid)\n"
+	"                      saving leaves the previous checkpoint and DIR/latest valid). An\n"
+	"                      earlier DIR/step-N is replaced only when it holds nothing but rank\n"
+	"                      files; anything else there (a link, another file) stops the run,\n"
+	"                      named, with nothing removed. A failed write (a full disk) names the\n"
+	"                      file and the reason and leaves no partial file.\n"
 	"  --save-every K      save every K steps (default: only after the last step)\n"
 	"  --resume DIR        continue from DIR/latest, with the same ranks and scenario, up to\n"
 	"                      step --steps (the losses continue as if never stopped)\n"
 	"  --inject-hang R@S   fault injection for testing: rank R stops responding at step S\n"
-	"Exit status: 0 ok, 1 runtime failure, 2 bad input, 124 a rank hung or died.\n";
+	"  --inject-kill R@S   fault injection for testing: rank R is killed (SIGKILL) at step S\n"
+	"\n"
+	"A rank that hangs (a collective overruns --deadline) or is killed by a signal (kill -9,\n"
+	"the OOM killer, a crash) stops the whole job with a line naming the rank and the call or\n"
+	"the signal, and the run is stored as failed with what was measured up to the last\n"
+	"finished step. Killing parallax run or its mpirun stops every rank; the job's shared\n"
+	"memory (in /dev/shm/px-run-UID-PID) is removed, by the next run when this one was\n"
+	"killed outright.\n"
+	"Exit status: 0 ok, 1 runtime failure, 2 bad input or too large for this machine,\n"
+	"124 a rank hung or died, 128+N mpirun was killed by signal N.\n";
 
 typedef struct RunOpts {
 	JsonOverrides ov;
@@ -64,7 +89,7 @@ typedef struct RunOpts {
 	const char *backend, *comm; /* "cpu" or "cuda"; "auto", "nccl" or "mpi" */
 	const char *hw;             /* --hw: a hardware profile, or NULL */
 	RunGpu *gpu;                /* backend cuda: the device side; NULL for cpu */
-	int ranks, steps, json, no_db, save_every, hang_rank, hang_step;
+	int ranks, steps, json, no_db, save_every, hang_rank, hang_step, kill_rank, kill_step;
 	long long seed;
 	double deadline;
 } RunOpts;
@@ -79,6 +104,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"no-db", no_argument, 0, 'n'},         {"deadline", required_argument, 0, 't'},
 		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
 		{"resume", required_argument, 0, 'R'},  {"inject-hang", required_argument, 0, 'H'},
+		{"inject-kill", required_argument, 0, 'K'},
 		{"comm", required_argument, 0, 'c'},     {"hw", required_argument, 0, 'w'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
@@ -88,6 +114,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 	const char *flag = "";
 	int c;
 	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60, o->hang_rank = -1;
+	o->kill_rank = -1;
 	o->backend = "cpu", o->comm = "auto";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -136,6 +163,11 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 			if (sscanf(optarg, "%d@%d", &o->hang_rank, &o->hang_step) != 2 || o->hang_step < 1)
 				goto bad;
 			break;
+		case 'K':
+			flag = "--inject-kill";
+			if (sscanf(optarg, "%d@%d", &o->kill_rank, &o->kill_step) != 2 || o->kill_step < 1)
+				goto bad;
+			break;
 		case 'v': o->save = optarg; break;
 		case 'R': o->resume = optarg; break;
 		case 'd': o->data = optarg; break;
@@ -156,44 +188,21 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		fprintf(stderr, "parallax run: expected one scenario\n%s", USAGE);
 		return 2;
 	}
-	o->scenario = argv[optind];
+	static char found[PATH_MAX];
+	o->scenario = paths_find_input(argv[optind], found, sizeof(found));
 	if (!o->db_path && !o->no_db) {
-		o->db_path = getenv("PARALLAX_DB");
-		if (!o->db_path || !*o->db_path)
-			o->db_path = "results/parallax.db";
+		static char dflt[PATH_MAX];
+		PxError perr;
+		if (paths_default_db(dflt, sizeof(dflt), 1, &perr)) {
+			fprintf(stderr, "parallax run: %s\n", perr.msg);
+			return 1;
+		}
+		o->db_path = dflt;
 	}
 	return -1;
 bad:
 	fprintf(stderr, "parallax run: %s %s: expected a positive number\n", flag, optarg);
 	return 2;
-}
-
-/* Not under a launcher and more than one rank wanted: become mpirun, running this command again
- * on every rank (root and oversubscription allowed: this is a testbed, often a container). Shared
- * with calibrate (commands.h). */
-int cli_relaunch(const char *cmd, int ranks, char **argv_run, int argc_run)
-{
-	char np[16], self[4096];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return fprintf(stderr, "parallax %s: cannot find my own executable\n", cmd), 1;
-	self[n] = '\0';
-	snprintf(np, sizeof(np), "%d", ranks);
-	char **args = calloc((size_t)argc_run + 10, sizeof(char *));
-	int k = 0;
-	args[k++] = "mpirun";
-	args[k++] = "--allow-run-as-root";
-	args[k++] = "--oversubscribe";
-	args[k++] = "-np";
-	args[k++] = np;
-	args[k++] = self;
-	for (int i = 0; i < argc_run; i++)
-		args[k++] = argv_run[i];
-	fflush(NULL);
-	execvp("mpirun", args);
-	fprintf(stderr, "parallax %s: cannot start mpirun (install openmpi-bin): %m\n", cmd);
-	free(args);
-	return 1;
 }
 
 /* ---- measured metrics ---- */
@@ -250,7 +259,9 @@ static void measure(const RunOpts *o, const Runner *run, Comm *world, int steps,
 	v[k++] = 0;
 }
 
-static int measured_rows(const double *all, int world, int steps, DbMetric *rows, char (*names)[64])
+/* The rows of n ranks' measurements, the first of them rank rank0. */
+static int measured_rows(const double *all, int rank0, int world, int steps, DbMetric *rows,
+			 char (*names)[64])
 {
 	int k = 0, n = 0;
 	for (int cat = 0; cat < N_CATS; cat++)
@@ -289,84 +300,9 @@ static int measured_rows(const double *all, int world, int steps, DbMetric *rows
 			size_t len = strlen(names[i]);
 			const char *unit = len > 2 && !strcmp(names[i] + len - 2, "_s") ? "s" :
 					   !strcmp(names[i], "steps") ? "1" : "bytes";
-			rows[n++] = (DbMetric){r, names[i], val, unit};
+			rows[n++] = (DbMetric){rank0 + r, names[i], val, unit};
 		}
 	return n;
-}
-
-/* ---- checkpoints ---- */
-
-static int remove_dir(const char *dir)
-{
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd);
-}
-
-/* Every rank writes DIR/step-N.tmp/rank-R.bin (each file written then renamed); once all have,
- * rank 0 renames the folder to DIR/step-N and points DIR/latest at it (written then renamed). */
-static int save_checkpoint(const char *dir, long step, Runner *run, Comm *world, PxError *err)
-{
-	char tmp[4096], final[4096], file[4200], part[4300], latest[4200];
-	int rank = comm_rank(world);
-	snprintf(tmp, sizeof(tmp), "%s/step-%08ld.tmp", dir, step);
-	snprintf(final, sizeof(final), "%s/step-%08ld", dir, step);
-	if (rank == 0 && ((mkdir(dir, 0777) && errno != EEXIST) || (mkdir(tmp, 0777) && errno != EEXIST)))
-		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
-	if (comm_barrier(world, err))
-		return -1;
-	snprintf(file, sizeof(file), "%s/rank-%05d.bin", tmp, rank);
-	snprintf(part, sizeof(part), "%s.part", file);
-	FILE *f = fopen(part, "wb");
-	if (!f)
-		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %s", part, strerror(errno));
-	int rc = runner_save(run, f, err);
-	if (fflush(f) || fsync(fileno(f)))
-		rc = px_fail(err, PX_ERR_RUNTIME, "%s: write failed: %s", part, strerror(errno));
-	if (fclose(f) && !rc)
-		rc = px_fail(err, PX_ERR_RUNTIME, "%s: write failed", part);
-	if (!rc && rename(part, file))
-		rc = px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename: %s", part, strerror(errno));
-	if (rc || comm_barrier(world, err))
-		return -1;
-	if (rank == 0) {
-		remove_dir(final);
-		snprintf(latest, sizeof(latest), "%s/latest.tmp", dir);
-		FILE *l = fopen(latest, "w");
-		if (rename(tmp, final) || !l || fprintf(l, "%ld\n", step) < 0 || fclose(l)) {
-			if (l)
-				fclose(l);
-			return px_fail(err, PX_ERR_RUNTIME, "%s: cannot finish the checkpoint", final);
-		}
-		snprintf(file, sizeof(file), "%s/latest", dir);
-		if (rename(latest, file))
-			return px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename: %s", file, strerror(errno));
-	}
-	return comm_barrier(world, err);
-}
-
-/* Load this rank's state from DIR/latest's step; returns that step, or -1. */
-static long load_checkpoint(const char *dir, Runner *run, Comm *world, PxError *err)
-{
-	char path[4200];
-	long step = -1;
-	snprintf(path, sizeof(path), "%s/latest", dir);
-	FILE *l = fopen(path, "r");
-	if (!l)
-		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s (no checkpoint to resume)", path,
-			       strerror(errno));
-	if (fscanf(l, "%ld", &step) != 1 || step < 1) {
-		fclose(l);
-		return px_fail(err, PX_ERR_INPUT, "%s: expected a step number", path);
-	}
-	fclose(l);
-	snprintf(path, sizeof(path), "%s/step-%08ld/rank-%05d.bin", dir, step, comm_rank(world));
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return px_fail(err, PX_ERR_INPUT, "%s: cannot open: %s", path, strerror(errno));
-	int rc = runner_load(run, f, path, err);
-	fclose(f);
-	return rc ? -1 : step;
 }
 
 /* ---- a run the watchdog stops ---- */
@@ -382,8 +318,8 @@ static struct FailCtx {
 	double t_total;
 } fail_ctx;
 
-static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int size,
-		      int steps, const char *status, const char *notes, PxError *err);
+static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int rank0,
+		      int size, int steps, const char *status, const char *notes, PxError *err);
 
 /* The watchdog thread of rank 0, the main thread blocked in the overdue collective: store what
  * was measured up to the last finished step as a failed run, with the watchdog's line. */
@@ -399,27 +335,28 @@ static void record_failure(void *ctx, const char *line)
 	measure(f->o, f->run, f->world, (int)done, f->t_total / (double)done, mine);
 	snprintf(notes, sizeof(notes), "parallax run --backend %s stopped at step %ld: %s",
 		 f->o->backend, f->step, line);
-	if (store_runs(f->o, f->sc, f->pr, mine, 1, (int)done, "failed", notes, &err))
+	if (store_runs(f->o, f->sc, f->pr, mine, 0, 1, (int)done, "failed", notes, &err))
 		fprintf(stderr, "parallax run: could not record the failed run: %s\n", err.msg);
 	else
 		fprintf(stderr, "parallax run: recorded the failed run in %s\n", f->o->db_path);
 }
 
-/* The predicted run and the measured one linked to it; size ranks' measurements in all. */
-static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int size,
-		      int steps, const char *status, const char *notes, PxError *err)
+/* The predicted run and the measured one linked to it; size ranks' measurements in all (none:
+ * a run that stopped before its first step ended), the first of them rank rank0. */
+static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int rank0,
+		      int size, int steps, const char *status, const char *notes, PxError *err)
 {
 	PxDb *db = NULL;
 	long long pid, mid;
 	char names[MEAS_N][64];
-	DbMetric *rows = calloc((size_t)size * MEAS_N, sizeof(*rows));
+	DbMetric *rows = calloc((size_t)size * MEAS_N + 1, sizeof(*rows));
 	char *json = scenario_resolved_json(sc, pr->plan.world, pr->plan.dp);
 	int rc = -1;
 	if (!rows || !json) {
 		px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto out;
 	}
-	int n = measured_rows(all, size, steps, rows, names);
+	int n = measured_rows(all, rank0, size, steps, rows, names);
 	DbRun m = {.scenario_name = sc->name, .scenario_json = json, .kind = "measured",
 		   .status = status, .metrics = rows, .n_metrics = (size_t)n, .notes = notes};
 	if (db_open(o->db_path, &db, err) || store_prediction(db, sc, pr, &pid, err))
@@ -452,7 +389,7 @@ static void print_json(const Scenario *sc, const Prediction *pr, const double *a
 	for (int i = 0; i < n; i++)
 		if (m[i].known)
 			cJSON_AddNumberToObject(pj, m[i].name, m[i].value);
-	int k = rows ? measured_rows(all, 1, steps, rows, names) : 0;
+	int k = rows ? measured_rows(all, 0, 1, steps, rows, names) : 0;
 	for (int i = 0; i < k; i++)
 		cJSON_AddNumberToObject(mj, rows[i].name, rows[i].value);
 	for (long s = first; s <= steps; s++)
@@ -515,7 +452,7 @@ static void print_compare(const Prediction *pr, const double *meas, int steps)
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
-	measured_rows(meas, 1, steps, rows, names);
+	measured_rows(meas, 0, 1, steps, rows, names);
 	printf("\n%-38s %14s %14s %9s\n", "metric (rank 0, per step)", "predicted", "measured",
 	       "error");
 	for (size_t i = 0; i < sizeof(rows_shown) / sizeof(rows_shown[0]); i++) {
@@ -543,6 +480,68 @@ static void sample_peak(void *gpumem)
 	gpumem_sample(gpumem);
 }
 
+/* The executor's own scenario, once per process: its backend on one node of size ranks. */
+static int run_overrides(RunOpts *o, int size, PxError *err)
+{
+	char arg[64], backend[32];
+	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
+	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
+	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
+	       jov_add(&o->ov, arg, err) ? -1 : 0;
+}
+
+/* The executor's scenario (run_overrides) loaded and predicted into sc and pr, priced with
+ * --hw's profile when given (warned about, when speak, if it was measured on another GPU). On
+ * success the caller frees both; on failure nothing is left. */
+static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxError *err)
+{
+	if (scenario_load(sc, o->scenario, &o->ov, err))
+		return -1;
+	HwProfile hw;
+	char warn[1024];
+	if (o->hw && hwprofile_load(o->hw, &hw, err))
+		goto out_scenario;
+	if (o->hw && speak && hwprofile_gpu_mismatch(&hw, o->hw, &sc->cluster.gpu, warn,
+						     sizeof(warn)))
+		fprintf(stderr, "parallax run: %s\n", warn);
+	if (o->hw)
+		hwprofile_apply_memory(&hw, &sc->cluster);
+	if (predict_run(sc, pr, err))
+		goto out_scenario;
+	if (o->hw && sc->backend == BACKEND_CUDA && predict_time(pr, &hw, o->hw, err)) {
+		predict_free(pr);
+		goto out_scenario;
+	}
+	return 0;
+out_scenario:
+	scenario_free(sc);
+	return -1;
+}
+
+/* ---- what the guardian learns from its worker ---- */
+
+/* Pages shared with the guardian (launch_shared), written by the worker as it goes, read by the
+ * guardian once the worker was killed: the step it was in and its measurements over the steps it
+ * finished. Two copies, so that a worker killed while writing one leaves the other whole. */
+typedef struct RunBeacon {
+	_Atomic long step;         /* the step in progress; 0 before the first */
+	_Atomic int cur;           /* the copy last written in full */
+	long done[2];              /* steps finished in this run */
+	double meas[2][MEAS_N];    /* measure()'s vector over them */
+} RunBeacon;
+
+static RunBeacon *beacon; /* NULL: no guardian */
+
+static void beacon_put(const RunOpts *o, const Runner *run, Comm *world, long done, double t)
+{
+	if (!beacon)
+		return;
+	int next = !atomic_load(&beacon->cur);
+	measure(o, run, world, (int)done, t / (double)done, beacon->meas[next]);
+	beacon->done[next] = done;
+	atomic_store(&beacon->cur, next);
+}
+
 static int train(RunOpts *o, Comm *world, PxError *err)
 {
 	Scenario sc;
@@ -551,32 +550,16 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Comm *dp = NULL;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
-	char arg[64], backend[32];
 	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
 	const ComputeBackend *cb = compute_backend_find(o->backend);
 	void *cx = NULL;
 
-	/* the executor's own scenario: its backend on one node of `size` ranks */
-	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
-	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
-	if (!losses || jov_add(&o->ov, backend, err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
-	    jov_add(&o->ov, arg, err))
+	if (!losses) {
+		px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto out_free;
-	if (scenario_load(&sc, o->scenario, &o->ov, err))
+	}
+	if (run_predict(o, &sc, &pr, 0, err))
 		goto out_free;
-	HwProfile hw;
-	if (o->hw && hwprofile_load(o->hw, &hw, err))
-		goto out_scenario;
-	char warn[1024];
-	if (o->hw && rank == 0 && hwprofile_gpu_mismatch(&hw, o->hw, &sc.cluster.gpu, warn,
-							 sizeof(warn)))
-		fprintf(stderr, "parallax run: %s\n", warn);
-	if (o->hw)
-		hwprofile_apply_memory(&hw, &sc.cluster);
-	if (predict_run(&sc, &pr, err))
-		goto out_scenario;
-	if (o->hw && sc.backend == BACKEND_CUDA && predict_time(&pr, &hw, o->hw, err))
-		goto out_predict;
 	if (runner_supported(&pr.plan, err) ||
 	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
 		goto out_predict;
@@ -596,7 +579,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		goto out_run;
 	long first = 1;
 	if (o->resume) {
-		long saved = load_checkpoint(o->resume, run, world, err);
+		long saved = ckpt_load(o->resume, run, world, err);
 		if (saved < 0)
 			goto out_run;
 		first = saved + 1;
@@ -616,21 +599,26 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		StepResult res;
 		double t0 = px_now_s();
 		fail_ctx.step = s;
+		if (beacon)
+			atomic_store(&beacon->step, s);
 		if (rank == o->hang_rank && s == o->hang_step) /* fault injection: stop answering */
 			for (;;)
 				sleep(60);
+		if (rank == o->kill_rank && s == o->kill_step) /* fault injection: kill -9 */
+			kill(getpid(), SIGKILL);
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
 		t_total += dt;
 		fail_ctx.t_total = t_total;
 		losses[s - 1] = res.loss;
+		beacon_put(o, run, world, s - first + 1, t_total);
 		if (rank == 0 && !o->json)
 			printf("step %4ld  loss %.4f  lr %.3g  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss,
 			       res.lr, dt * 1e3, (double)(sc.ds.train_batch * sc.seq) / dt,
 			       res.skipped ? "  (skipped, fp16 overflow)" : "");
 		if (o->save && ((o->save_every && s % o->save_every == 0) || s == o->steps) &&
-		    save_checkpoint(o->save, s, run, world, err))
+		    ckpt_save(o->save, s, run, world, err))
 			goto out_run;
 	}
 	int ran = o->steps - (int)first + 1;
@@ -655,7 +643,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			gpumem_print(&o->gpu->mem, stdout);
 		}
 		if (!o->no_db)
-			rc = store_runs(o, &sc, &pr, all, size, ran, "ok", o->gpu ?
+			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", o->gpu ?
 					"parallax run --backend cuda" : "parallax run --backend cpu", err);
 		if (o->json)
 			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
@@ -671,11 +659,110 @@ out_data:
 	data_close(&data);
 out_predict:
 	predict_free(&pr);
-out_scenario:
 	scenario_free(&sc);
 out_free:
 	free(losses);
 	return rc;
+}
+
+/* ---- before the run, and after a killed rank ---- */
+
+/* What the run will need against what this machine has, said before anything starts; the
+ * refusal (2) when it does not fit. ranks_here: the ranks on this machine; speak: this process
+ * prints (rank 0, or the first rank of a node under a launcher). 0 to go on, else the exit
+ * status. */
+static int run_guard(RunOpts *o, int ranks_here, int speak)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	RunNeed need;
+	char source[128], how[1400];
+	double avail, est_s = 0;
+	if (run_predict(o, &sc, &pr, speak, &err)) {
+		if (speak)
+			fprintf(stderr, "parallax run: %s\n", err.msg);
+		return err.code == PX_ERR_INPUT ? 2 : 1;
+	}
+	int rc = 0;
+	if (runner_supported(&pr.plan, &err)) { /* what it cannot run at all comes first */
+		if (speak)
+			fprintf(stderr, "parallax run: %s\n", err.msg);
+		rc = err.code == PX_ERR_INPUT ? 2 : 1;
+		goto out;
+	}
+	run_need(&pr, ranks_here, &need);
+	if (run_mem_available(&avail, source, sizeof(source))) {
+		if (speak)
+			fprintf(stderr, "parallax run: cannot read the memory available (no "
+				"/proc/meminfo): starting without checking that the run fits\n");
+		goto out;
+	}
+	if (need.total_bytes > avail) {
+		rc = run_guard_report(sc.name, o->backend, &need, avail, source, 0, "", NULL);
+		goto out;
+	}
+	if (!speak)
+		goto out;
+	if (sc.backend == BACKEND_CPU) {
+		/* the MLP's first product, the model's largest; the ranks share the machine's
+		 * cores, which the probe had all of */
+		int tokens = (int)(pr.plan.shape.b * pr.plan.shape.s), h = (int)sc.model.h;
+		double rate = run_cpu_gemm_flops_per_s(tokens, h, 4 * h);
+		est_s = rate > 0 ? need.flops_per_step * ranks_here / rate : 0;
+		snprintf(how, sizeof(how), "a lower bound: the FLOPs of %d rank%s at this machine's best "
+			 "rate for the model's matrix products, %.3g GFLOP/s measured just now; the "
+			 "rest of the executor's work comes on top", ranks_here,
+			 ranks_here == 1 ? "" : "s", rate / 1e9);
+	} else if (pr.time_known) {
+		est_s = pr.time.step_s;
+		snprintf(how, sizeof(how), "the time model with the %.256s profile", pr.hw_source);
+	} else {
+		snprintf(how, sizeof(how), "%s", pr.time_note);
+	}
+	run_guard_report(sc.name, o->backend, &need, avail, source, est_s, how,
+			 o->json ? stderr : stdout);
+out:
+	predict_free(&pr);
+	scenario_free(&sc);
+	return rc;
+}
+
+/* The guardian of a worker killed by a signal it did not pass on: say so, record the run as
+ * failed with what the worker had measured over the steps it finished, and end the job as a
+ * rank that died ends it (COMM_DEADLINE_EXIT). */
+static int record_killed(RunOpts *o, int rank, const LaunchDeath *d)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	char name[32], line[256], notes[512];
+	long step = atomic_load(&beacon->step);
+	int cur = atomic_load(&beacon->cur);
+	long done = beacon->done[cur];
+	int n = snprintf(line, sizeof(line), "rank %d (pid %ld) was killed by %s (%s)", rank, d->pid,
+			 launch_signal_name(d->sig, name, sizeof(name)), strsignal(d->sig));
+	if (step > 0)
+		snprintf(line + n, sizeof(line) - (size_t)n, " during step %ld", step);
+	else
+		snprintf(line + n, sizeof(line) - (size_t)n, " before its first step");
+	fprintf(stderr, "parallax run: %s: the job stops (exit %d)\n", line, COMM_DEADLINE_EXIT);
+	if (o->no_db)
+		return COMM_DEADLINE_EXIT;
+	snprintf(notes, sizeof(notes), "parallax run --backend %s stopped at step %ld: %s",
+		 o->backend, step, line);
+	int bad = run_predict(o, &sc, &pr, 0, &err);
+	if (!bad) {
+		bad = store_runs(o, &sc, &pr, beacon->meas[cur], rank, done > 0, (int)done, "failed",
+				 notes, &err);
+		predict_free(&pr);
+		scenario_free(&sc);
+	}
+	if (bad)
+		fprintf(stderr, "parallax run: could not record the failed run: %s\n", err.msg);
+	else
+		fprintf(stderr, "parallax run: recorded the failed run in %s\n", o->db_path);
+	return COMM_DEADLINE_EXIT;
 }
 
 int cmd_run(int argc, char **argv)
@@ -689,9 +776,36 @@ int cmd_run(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &o);
 	if (rc >= 0)
 		goto out;
-	if (!comm_env_probe(&env) && o.ranks > 1) {
-		rc = cli_relaunch("run", o.ranks, argv, argc);
+	/* under a launcher its ranks count; otherwise --ranks, started below */
+	int launched = comm_env_probe(&env), size = launched ? env.size : o.ranks;
+	if (run_overrides(&o, size, &err)) {
+		fprintf(stderr, "parallax run: %s\n", err.msg);
+		rc = 2;
 		goto out;
+	}
+	/* the supervisor checked before starting its ranks; another launcher's ranks check each
+	 * for its node, its first rank speaking */
+	if (!launch_run_dir()) {
+		int here = !launched ? size : env.local_size > 0 ? env.local_size : size;
+		rc = run_guard(&o, here, !launched || env.local_rank == 0);
+		if (rc)
+			goto out;
+	}
+	if (!launched && o.ranks > 1) {
+		rc = launch_mpirun("run", o.ranks, argv, argc);
+		goto out;
+	}
+	LaunchDeath death;
+	beacon = launch_shared(sizeof(*beacon));
+	int guarded = beacon ? launch_guard(launched, &death) : -1;
+	if (guarded == 1) {
+		rc = record_killed(&o, env.rank, &death);
+		goto out;
+	}
+	if (guarded < 0) {
+		fprintf(stderr, "parallax run: rank %d: no guardian (%s): a killed rank will not be "
+			"named or recorded\n", env.rank, strerror(errno));
+		beacon = NULL;
 	}
 	RunGpu gpu;
 	if (!strcmp(o.backend, "cuda")) { /* the device first: NCCL starts on the chosen one */

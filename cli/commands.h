@@ -13,8 +13,4 @@ int cmd_plan(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 
-/* Not under a launcher: exec mpirun -np ranks running this binary with argv (argv[0] the command's
- * name) on every rank. Returns only on failure (1), having said why as "parallax CMD: ...". */
-int cli_relaunch(const char *cmd, int ranks, char **argv, int argc);
-
 #endif

@@ -113,7 +113,8 @@ const char *paths_doc(const char *name, char *buf, size_t n)
 	return buf;
 }
 
-/* mkdir -p for a path of a few levels */
+/* mkdir -p for a path of a few levels: 1 when this call made the last folder, 0 when it was
+ * there (another process may have made it meanwhile), -1 on failure */
 static int make_dirs(char *path)
 {
 	for (char *s = path + 1; *s; s++) {
@@ -125,7 +126,9 @@ static int make_dirs(char *path)
 		if (rc && errno != EEXIST)
 			return -1;
 	}
-	return mkdir(path, 0777) && errno != EEXIST ? -1 : 0;
+	if (mkdir(path, 0777) == 0)
+		return 1;
+	return errno == EEXIST ? 0 : -1;
 }
 
 int paths_results_dir(char *buf, size_t n, int create, PxError *err)
@@ -145,9 +148,11 @@ int paths_results_dir(char *buf, size_t n, int create, PxError *err)
 			       "PARALLAX_DB");
 	if (!create || is_dir(buf))
 		return 0;
-	if (make_dirs(buf))
+	int made = make_dirs(buf);
+	if (made < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot create: %s", buf, strerror(errno));
-	fprintf(stderr, "parallax: no results/ folder here: results go to %s (made now; set "
+	if (made)
+		fprintf(stderr, "parallax: no results/ folder here: results go to %s (made now; set "
 		"PARALLAX_DB or give --db, or make ./results, to choose)\n", buf);
 	return 0;
 }

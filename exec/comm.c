@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +53,9 @@ typedef struct CommState {
 	CommRequest *unsynced;  /* waited on a device, completion not yet seen (comm_sync) */
 	ProgressBoard *board;   /* NULL: none (said at comm_init) */
 	ProgressPeer *peers;    /* [env.size]: the watchdog's reading of the board */
+	char board_name[256];   /* the board this rank created, while its name exists */
+	atomic_int board_linked; /* board_name is still to be unlinked (by board_open, or by the
+				    watchdog before it stops the job) */
 } CommState;
 
 struct Comm {
@@ -157,6 +161,9 @@ static void watchdog_fire(CommState *st)
 	w->armed = 0;
 	w->fired = 1;
 	pthread_mutex_unlock(&w->mu);
+	/* a board still named (the job stops while starting) must not outlive it */
+	if (atomic_exchange(&st->board_linked, 0))
+		progress_unlink(st->board_name);
 	/* one write: the lines of several ranks reach mpirun's stderr whole */
 	FILE *log = st->cfg.log ? st->cfg.log : stderr;
 	fputs(line, log);
@@ -387,13 +394,17 @@ static int board_open(CommState *st, Comm *w, PxError *err)
 	w->board_i = -1;
 	if (named && creator)
 		rc = board_map(st, w, name, 1, &why);
+	if (named && creator && st->board) {
+		memcpy(st->board_name, name, sizeof(st->board_name));
+		atomic_store(&st->board_linked, 1);
+	}
 	if (!alone && board_barrier(st, w, err))
 		goto out_fail;
 	if (named && !creator)
 		rc = board_map(st, w, name, 0, &why);
 	if (!alone && board_barrier(st, w, err))
 		goto out_fail;
-	if (named && creator && st->board)
+	if (atomic_exchange(&st->board_linked, 0))
 		progress_unlink(name);
 	/* where the creator failed, the others find nothing: it alone says so */
 	if (!st->board && (creator || rc != -ENOENT)) {
@@ -405,6 +416,8 @@ static int board_open(CommState *st, Comm *w, PxError *err)
 	}
 	return 0;
 out_fail:
+	if (atomic_exchange(&st->board_linked, 0))
+		progress_unlink(name);
 	progress_close(st->board);
 	st->board = NULL;
 	free(st->peers);

@@ -152,8 +152,14 @@ int comm_env_probe(CommEnv *env);
  * mpirun, SLURM_JOB_ID.SLURM_STEP_ID under srun, torchrun's run id, port and restart count; the
  * pid without a launcher), N counting this process's calls, so the N-th comm_init of every rank of
  * the job names the same board; characters other than letters, digits, '.', '-' and '_' are
- * replaced. -1 when the launcher gave no job id (no board then). */
+ * replaced. Where the job has a folder of its own for shared memory (COMM_RUN_DIR_ENV, set by
+ * parallax's supervisor, which removes it however the job ends), the board is a file there:
+ * "DIR/px-board-UID-JOB-N". -1 when the launcher gave no job id, or the name does not fit (no
+ * board then). */
 int comm_env_board_name(const CommEnv *env, char *name, size_t bytes);
+
+/* The environment variable naming the job's own shared-memory folder (cli/launch.h). */
+#define COMM_RUN_DIR_ENV "PX_RUN_DIR"
 
 /* Start backend be (NULL: MPI) and return the world communicator (tag COMM_TAG_WORLD) in *world,
  * owned by the caller until comm_finalize. cfg NULL: defaults. The backend's start runs under the

@@ -136,9 +136,15 @@ int comm_env_board_name(const CommEnv *env, char *name, size_t bytes)
 	char job[128];
 	if (board_job(env, job, sizeof(job)))
 		return -1;
-	snprintf(name, bytes, "/px-board-%u-%s-%u", (unsigned)getuid(), job,
-		 atomic_fetch_add(&seq, 1));
-	for (char *p = name + 1; *p; p++)
+	const char *dir = getenv(COMM_RUN_DIR_ENV);
+	int n = dir && *dir ? snprintf(name, bytes, "%s", dir) : 0;
+	if (n < 0 || (size_t)n >= bytes)
+		return -1;
+	int k = snprintf(name + n, bytes - (size_t)n, "/px-board-%u-%s-%u", (unsigned)getuid(), job,
+			 atomic_fetch_add(&seq, 1));
+	if (k < 0 || (size_t)k >= bytes - (size_t)n)
+		return -1;
+	for (char *p = name + n + 1; *p; p++) /* the board's own name, not the folder's */
 		if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
 		    !(*p >= '0' && *p <= '9') && *p != '.' && *p != '-' && *p != '_')
 			*p = '_';

@@ -67,6 +67,29 @@ static uint64_t now_ns(void)
 
 /* ---- the segment ---- */
 
+/* A name with a second '/' is a file's path; shm_open would refuse it. */
+static int seg_is_path(const char *name)
+{
+	return name[0] && strchr(name + 1, '/') != NULL;
+}
+
+static int seg_open(const char *name, int flags, mode_t mode)
+{
+	if (seg_is_path(name))
+		return open(name, flags | O_CLOEXEC | O_NOFOLLOW, mode);
+	return shm_open(name, flags, mode);
+}
+
+static int seg_unlink(const char *name)
+{
+	return seg_is_path(name) ? unlink(name) : shm_unlink(name);
+}
+
+static const char *seg_call(const char *name)
+{
+	return seg_is_path(name) ? "open" : "shm_open";
+}
+
 static int sys_fail(PxError *err, int e, const char *call, const char *name)
 {
 	px_fail(err, PX_ERR_RUNTIME, "%s %s: %s", call, name, strerror(e));
@@ -77,15 +100,15 @@ static int sys_fail(PxError *err, int e, const char *call, const char *name)
 static int board_create(const char *name, size_t bytes, PxError *err)
 {
 	/* the name carries the job's id, so what is there is a crashed run's, never a live one's */
-	shm_unlink(name);
-	int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	seg_unlink(name);
+	int fd = seg_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0)
-		return sys_fail(err, errno, "shm_open", name);
+		return sys_fail(err, errno, seg_call(name), name);
 	/* allocated now: a tmpfs that runs out later would raise SIGBUS on a store, not an error */
 	int e = posix_fallocate(fd, 0, (off_t)bytes);
 	if (e) {
 		close(fd);
-		shm_unlink(name);
+		seg_unlink(name);
 		return sys_fail(err, e, "posix_fallocate", name);
 	}
 	return fd;
@@ -93,9 +116,9 @@ static int board_create(const char *name, size_t bytes, PxError *err)
 
 static int board_attach(const char *name, size_t bytes, PxError *err)
 {
-	int fd = shm_open(name, O_RDWR, 0);
+	int fd = seg_open(name, O_RDWR, 0);
 	if (fd < 0)
-		return sys_fail(err, errno, "shm_open", name);
+		return sys_fail(err, errno, seg_call(name), name);
 	struct stat sb;
 	if (fstat(fd, &sb)) {
 		int e = errno;
@@ -128,7 +151,7 @@ int progress_open(const char *name, int size, int rank, int create, ProgressBoar
 	close(fd); /* the mapping keeps the segment */
 	if (map == MAP_FAILED) {
 		if (create)
-			shm_unlink(name);
+			seg_unlink(name);
 		return sys_fail(err, e, "mmap", name);
 	}
 	Header *h = map;
@@ -144,7 +167,7 @@ int progress_open(const char *name, int size, int rank, int create, ProgressBoar
 	if (!b) {
 		munmap(map, bytes);
 		if (create)
-			shm_unlink(name);
+			seg_unlink(name);
 		px_fail(err, PX_ERR_RUNTIME, "progress board: out of memory");
 		return -ENOMEM;
 	}
@@ -159,7 +182,7 @@ int progress_open(const char *name, int size, int rank, int create, ProgressBoar
 
 int progress_unlink(const char *name)
 {
-	return shm_unlink(name) && errno != ENOENT ? -errno : 0;
+	return seg_unlink(name) && errno != ENOENT ? -errno : 0;
 }
 
 void progress_close(ProgressBoard *b)

@@ -1,8 +1,9 @@
 /* progress: the board on which the ranks of one node publish how far each has got, so that a rank
- * whose call overran its deadline can name the ranks that never arrived. Owns the POSIX
- * shared-memory segment (one per node and per comm_init), its layout and the wording of the
- * verdict. It knows nothing of backends, agrees on no name by itself (comm.c does) and sees no
- * rank of another node. docs/gpu_comm.md, "Errors and hangs", explains the design. */
+ * whose call overran its deadline can name the ranks that never arrived. Owns the shared-memory
+ * segment (one per node and per comm_init: a POSIX shm name, or a file in the job's own folder),
+ * its layout and the wording of the verdict. It knows nothing of backends, agrees on no name by
+ * itself (comm.c does) and sees no rank of another node. docs/gpu_comm.md, "Errors and hangs",
+ * explains the design. */
 #ifndef PX_EXEC_PROGRESS_H
 #define PX_EXEC_PROGRESS_H
 
@@ -24,11 +25,12 @@ enum { PROGRESS_OP_SPLIT = N_COMM_KINDS, PROGRESS_OP_FINALIZE, N_PROGRESS_OPS };
 
 typedef struct ProgressBoard ProgressBoard; /* this process's mapping; opaque */
 
-/* Map the segment name (a POSIX shm name, "/..."), laid out for a world of size ranks, and mark
- * this rank's slot as present. create: remove whatever a crashed job left under name, then create
- * it (exclusively: one rank per node creates); otherwise open the creator's, which must have the
- * same size. *out is the caller's until progress_close. Returns 0, or -errno with err naming the
- * call and the file. */
+/* Map the segment name (a POSIX shm name, "/...", or the path of a file in a folder on a tmpfs:
+ * "/dev/shm/px-run-0-77/px-board-..."), laid out for a world of size ranks, and mark this rank's
+ * slot as present. create: remove whatever a crashed job left under name, then create it
+ * (exclusively: one rank per node creates); otherwise open the creator's, which must have the
+ * same size. A path is never opened through a symbolic link. *out is the caller's until
+ * progress_close. Returns 0, or -errno with err naming the call and the file. */
 int progress_open(const char *name, int size, int rank, int create, ProgressBoard **out,
 		  PxError *err);
 /* Remove name once every rank of the node has it mapped: the mappings stay, and a crash can no

@@ -80,8 +80,9 @@ const RunnerOverlap *runner_overlap(const Runner *r);
 
 /* This rank's training state (its parameters, partitioned as the plan says, master weights,
  * optimizer states, optimizer step and fp16 loss-scaling state) to or from an open file. Between
- * steps gradients are zero, so they are not saved. load checks the header written by save and
- * fails naming what differs. */
+ * steps gradients are zero, so they are not saved. save fails with the system's reason for a
+ * failed write (the caller names the file); load checks the header written by save and fails
+ * naming what differs. */
 int runner_save(const Runner *r, FILE *f, PxError *err);
 int runner_load(Runner *r, FILE *f, const char *path, PxError *err);
 

@@ -1,6 +1,7 @@
 /* runner_state: what the runner keeps from step to step: the optimizer over this rank's
  * partition (segments, the global norm's and overflow's local parts, fp16 loss scaling, the update)
  * and checkpoints of that state. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +181,7 @@ int runner_save(const Runner *r, FILE *f, PxError *err)
 	if (!host)
 		return -1;
 	int rc = fwrite(&h, sizeof(h), 1, f) == 1 ? 0 :
-		 px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+		 px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s", strerror(errno));
 	for (int id = 0; !rc && id < r->s->n_bufs; id++) {
 		if (!is_state(r, id))
 			continue;
@@ -190,7 +191,8 @@ int runner_save(const Runner *r, FILE *f, PxError *err)
 			rc = -1;
 		else if (fwrite(meta, sizeof(meta), 1, f) != 1 ||
 			 fwrite(host, 1, r->size[id], f) != r->size[id])
-			rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed");
+			rc = px_fail(err, PX_ERR_RUNTIME, "writing a checkpoint failed: %s",
+				     strerror(errno));
 	}
 	free(host);
 	return rc;

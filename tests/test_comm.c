@@ -4,6 +4,7 @@
  * test_comm_mpi.c's. Expected byte counts are worked by hand from nccl-tests' formulas
  * (doc/PERFORMANCE.md). */
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ static struct {
 	double slow_s;  /* every call takes this long */
 	int aborted, abort_code;
 	int open;       /* handles not yet freed */
+	void (*on_call)(void); /* called as every collective reaches the backend; NULL: none */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 } fake = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -51,6 +53,8 @@ static void *fake_handle(int size)
 static int fake_call(PxError *err)
 {
 	fake.calls++;
+	if (fake.on_call)
+		fake.on_call();
 	if (fake.slow_s > 0)
 		nanosleep(&(struct timespec){0, (long)(fake.slow_s * 1e9)}, NULL);
 	if (fake.fail_next) {
@@ -642,6 +646,103 @@ static void test_watchdog_without_board(void)
 	fclose(cfg.log);
 }
 
+/* ---- the board in the job's folder ---- */
+
+static struct {
+	char dir[256], prefix[128]; /* where this test's boards are, and their names' start */
+	int at_call, at_deadline;   /* boards there at the first barrier, when the watchdog fired */
+} seen;
+
+static int boards(void)
+{
+	DIR *d = opendir(seen.dir);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += !strncmp(e->d_name, seen.prefix, strlen(seen.prefix));
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void count_at_call(void)
+{
+	if (seen.at_call < 0)
+		seen.at_call = boards();
+}
+
+static void count_at_deadline(void *ctx, const char *line)
+{
+	(void)ctx, (void)line;
+	seen.at_deadline = boards();
+}
+
+/* Under parallax's supervisor (PX_RUN_DIR names the job's folder in /dev/shm, which it removes
+ * however the job ends) the board is a file of that folder: there at the first barrier, gone once
+ * both have passed. A job stopped while starting (the other rank never reaches the board's
+ * barrier) loses the board's name before the watchdog stops it, in that folder or, without one,
+ * in /dev/shm: before, only the second barrier's passing removed it, and a job aborted there left
+ * /dev/shm/px-board-... behind. */
+static void test_board_in_run_dir(void)
+{
+	PxError err = {0};
+	CommConfig cfg;
+	char ns[64];
+	comm_config_init(&cfg);
+	cfg.deadline_s = 0.3;
+	cfg.on_deadline = count_at_deadline;
+	cfg.log = tmpfile();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg.log);
+	const char *job_dir = px_test_tmpdir();
+	snprintf(ns, sizeof(ns), "px-test-%ld", (long)getpid());
+	snprintf(seen.prefix, sizeof(seen.prefix), "px-board-%u-%s-", (unsigned)getuid(), ns);
+	const char *saved_ns = getenv("PMIX_NAMESPACE");
+	char *keep_ns = saved_ns ? strdup(saved_ns) : NULL;
+	for (int k = 0; k < 3; k++) { /* in the folder: start, stop; without: stop */
+		int stop = k > 0, in_dir = k < 2;
+		snprintf(seen.dir, sizeof(seen.dir), "%s", in_dir ? job_dir : "/dev/shm");
+		pthread_mutex_lock(&fake.mu);
+		fake.aborted = fake.abort_code = 0;
+		pthread_mutex_unlock(&fake.mu);
+		fake.size = 2;
+		fake.split_size = 2;
+		fake.calls = fake.fail_next = 0;
+		fake.slow_s = 0;
+		fake.hang_next = stop; /* the first barrier waits for a rank that never comes */
+		fake.on_call = count_at_call;
+		seen.at_call = seen.at_deadline = -1;
+		env_clear();
+		setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+		setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+		setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+		setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+		setenv("PMIX_NAMESPACE", ns, 1);
+		if (in_dir)
+			setenv(COMM_RUN_DIR_ENV, job_dir, 1);
+		Comm *w = NULL;
+		int rc = comm_init(&fake_backend, &cfg, &w, &err);
+		fake.on_call = NULL;
+		CU_ASSERT_EQUAL(seen.at_call, 1);
+		CU_ASSERT_EQUAL(boards(), 0);
+		if (stop) {
+			CU_ASSERT_EQUAL(rc, -1);
+			CU_ASSERT_EQUAL(seen.at_deadline, 0);
+			CU_ASSERT_EQUAL(fake.abort_code, COMM_DEADLINE_EXIT);
+		} else {
+			CU_ASSERT_EQUAL_FATAL(rc, 0);
+			CU_ASSERT_EQUAL(comm_finalize(w, &err), 0);
+		}
+		CU_ASSERT_EQUAL(fake.open, 0);
+		unsetenv(COMM_RUN_DIR_ENV);
+		env_restore();
+	}
+	if (keep_ns)
+		setenv("PMIX_NAMESPACE", keep_ns, 1);
+	else
+		unsetenv("PMIX_NAMESPACE");
+	free(keep_ns);
+	fclose(cfg.log);
+}
+
 /* ---- the progress board ---- */
 
 #define DOING(kind, tag) PROGRESS_DOING(kind, tag)
@@ -972,6 +1073,7 @@ int test_comm_register(void)
 			     test_watchdog_without_board},
 			    {"board: who never arrived, by hand", test_board_verdict},
 			    {"board: two ranks on one segment", test_board_shared},
+			    {"board: in the job's folder, never left behind", test_board_in_run_dir},
 			    {"split, destroy, finalize", test_lifecycle},
 			    {"launcher environment", test_environment},
 			    {"launcher environment: torchrun's", test_environment_torchrun});
