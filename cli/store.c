@@ -57,7 +57,8 @@ int store_prediction(PxDb *db, const Scenario *sc, const Prediction *pr, long lo
 						       .value = ms[i].value, .unit = ms[i].unit};
 	}
 	DbRun run = {.scenario_name = sc->name, .scenario_json = json, .kind = "predicted",
-		     .status = "ok", .notes = notes, .metrics = rows, .n_metrics = k};
+		     .status = "ok", .notes = notes, .metrics = rows, .n_metrics = k,
+		     .world_size = world};
 	rc = db_write_run(db, &run, run_id, err);
 out:
 	free(rows);

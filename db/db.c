@@ -37,7 +37,8 @@ static const char schema_sql[] =
 	"  git_commit TEXT NOT NULL,\n"
 	"  host TEXT NOT NULL,\n"
 	"  created_utc TEXT NOT NULL,\n"
-	"  notes TEXT);\n"
+	"  notes TEXT,\n"
+	"  world_size INTEGER);\n"
 
 	"CREATE TABLE IF NOT EXISTS metrics (\n"
 	"  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
@@ -46,6 +47,15 @@ static const char schema_sql[] =
 	"  value REAL NOT NULL,\n"
 	"  unit TEXT NOT NULL,\n"
 	"  PRIMARY KEY (run_id, rank, name)) WITHOUT ROWID;\n"
+
+	/* schema 3: the ranks of a run that share another rank's every metric (a compacted
+	 * prediction: ranks of one pipeline stage run one schedule) have no metrics rows of their
+	 * own, only a row here naming that rank */
+	"CREATE TABLE IF NOT EXISTS rank_classes (\n"
+	"  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+	"  rank INTEGER NOT NULL,\n"
+	"  same_as INTEGER NOT NULL,\n"
+	"  PRIMARY KEY (run_id, rank)) WITHOUT ROWID;\n"
 
 	/* child columns of foreign keys are indexed so that deletes and the view's join do not scan */
 	"CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs(scenario_id);\n"
@@ -71,7 +81,9 @@ static const char schema_sql[] =
 	") WITHOUT ROWID;\n"
 
 	/* the kinds are checked too: predicted_run_id is only a foreign key, it cannot say that the
-	 * twin is a predicted run. SQLite's x / 0 is NULL already; the CASE states it, not relies on it */
+	 * twin is a predicted run. SQLite's x / 0 is NULL already; the CASE states it, not relies on
+	 * it. In a compacted prediction a rank listed in rank_classes reads the metrics of the rank
+	 * it names. */
 	"CREATE VIEW IF NOT EXISTS predicted_vs_measured AS\n"
 	"  SELECT m.id AS measured_run_id, p.id AS predicted_run_id,\n"
 	"    mm.rank AS rank, mm.name AS name, mm.unit AS unit,\n"
@@ -80,8 +92,16 @@ static const char schema_sql[] =
 	"  FROM runs m\n"
 	"  JOIN runs p ON p.id = m.predicted_run_id\n"
 	"  JOIN metrics mm ON mm.run_id = m.id\n"
-	"  JOIN metrics pm ON pm.run_id = p.id AND pm.rank = mm.rank AND pm.name = mm.name\n"
+	"  JOIN metrics pm ON pm.run_id = p.id AND pm.name = mm.name AND pm.rank =\n"
+	"    COALESCE((SELECT c.same_as FROM rank_classes c WHERE c.run_id = p.id\n"
+	"              AND c.rank = mm.rank), mm.rank)\n"
 	"  WHERE m.kind = 'measured' AND p.kind = 'predicted';\n";
+
+/* From schema 2 to 3: the runs' world_size (NULL for older runs) and the view that reads
+ * compacted predictions (rank_classes itself comes with the schema's CREATE IF NOT EXISTS). */
+static const char migrate_3_sql[] =
+	"ALTER TABLE runs ADD COLUMN world_size INTEGER;\n"
+	"DROP VIEW IF EXISTS predicted_vs_measured;\n";
 
 /* ---- prepared statements ---- */
 
@@ -90,6 +110,7 @@ enum {
 	STMT_SCENARIO_ID,
 	STMT_RUN_INSERT,
 	STMT_METRIC_INSERT,
+	STMT_CLASS_INSERT,
 	N_STMT,
 };
 
@@ -98,10 +119,11 @@ static const char *const stmt_sql[N_STMT] = {
 				 " VALUES (?1, ?2, ?3)",
 	[STMT_SCENARIO_ID] = "SELECT id FROM scenarios WHERE json = ?1",
 	[STMT_RUN_INSERT] = "INSERT INTO runs (scenario_id, kind, status, predicted_run_id,"
-			    " tool_version, git_commit, host, created_utc, notes)"
-			    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+			    " tool_version, git_commit, host, created_utc, notes, world_size)"
+			    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 	[STMT_METRIC_INSERT] = "INSERT INTO metrics (run_id, rank, name, value, unit)"
 			       " VALUES (?1, ?2, ?3, ?4, ?5)",
+	[STMT_CLASS_INSERT] = "INSERT INTO rank_classes (run_id, rank, same_as) VALUES (?1, ?2, ?3)",
 };
 
 struct PxDb {
@@ -189,12 +211,14 @@ static int db_check_version(PxDb *db, PxError *err)
 			     "%s: schema_version %lld is newer than this parallax (%d); upgrade parallax",
 			     db->path, version, PX_DB_SCHEMA_VERSION);
 	} else if (version < PX_DB_SCHEMA_VERSION) {
-		/* version 1 lacks only the sweep tables, which the schema's CREATE IF NOT EXISTS
-		 * adds in this same transaction */
+		/* version 1 lacks the sweep tables, which the schema's CREATE IF NOT EXISTS adds in
+		 * this same transaction; versions 1 and 2 lack runs.world_size and the view that
+		 * reads it */
 		char sql[96];
 		snprintf(sql, sizeof(sql), "UPDATE schema_version SET version = %d",
 			 PX_DB_SCHEMA_VERSION);
-		rc = db_exec(db, sql, "migrating schema_version", err);
+		rc = db_exec(db, migrate_3_sql, "migrating runs to schema 3", err) ||
+		     db_exec(db, sql, "migrating schema_version", err) ? -1 : 0;
 	} else {
 		rc = 0;
 	}
@@ -316,9 +340,19 @@ static int db_check_run(const PxDb *db, const DbRun *run, PxError *err)
 	if (run->n_metrics && !run->metrics)
 		return px_fail(err, PX_ERR_INPUT, "%s: %zu metrics announced, none given", db->path,
 			       run->n_metrics);
+	if (run->world_size < 0)
+		return px_fail(err, PX_ERR_INPUT, "%s: world_size must be 0 (every row stored) or the "
+			       "ranks, got %lld", db->path, run->world_size);
 	for (size_t i = 0; i < run->n_metrics; i++) {
 		const DbMetric *m = &run->metrics[i];
 
+		if (run->world_size > 0 && (m->rank < 0 || m->rank >= run->world_size))
+			return px_fail(err, PX_ERR_INPUT, "%s: metric %zu: rank %d outside the run's "
+				       "%lld ranks", db->path, i, m->rank, run->world_size);
+		if (run->world_size > 0 && i && m->rank < run->metrics[i - 1].rank)
+			return px_fail(err, PX_ERR_INPUT, "%s: a compacted run's metrics come grouped "
+				       "by rank, in rank order (metric %zu, rank %d)", db->path, i,
+				       m->rank);
 		if (!m->name || !*m->name)
 			return px_fail(err, PX_ERR_INPUT, "%s: metric %zu (rank %d) has no name",
 				       db->path, i, m->rank);
@@ -401,6 +435,10 @@ static int insert_run(PxDb *db, const DbRun *run, long long scenario_id, const c
 		sqlite3_bind_text(s, 9, run->notes, -1, SQLITE_STATIC);
 	else
 		sqlite3_bind_null(s, 9);
+	if (run->world_size > 0)
+		sqlite3_bind_int64(s, 10, run->world_size);
+	else
+		sqlite3_bind_null(s, 10);
 	if (sqlite3_step(s) != SQLITE_DONE) {
 		if (run->predicted_run_id)
 			db_fail(db, err, "inserting %s run of '%s' (predicted_run_id %lld)", run->kind,
@@ -416,30 +454,87 @@ out_done:
 	return rc;
 }
 
-/* One statement for all the metrics, re-bound per row: a run may carry 100k+ of them. The run id
- * stays bound across sqlite3_reset. */
-static int insert_metrics(PxDb *db, const DbRun *run, long long run_id, PxError *err)
+/* A rank's rows: metrics[first .. first + n). */
+typedef struct RankRows {
+	size_t first, n;
+} RankRows;
+
+static int same_rows(const DbMetric *m, RankRows a, RankRows b)
+{
+	if (a.n != b.n)
+		return 0;
+	for (size_t i = 0; i < a.n; i++) {
+		const DbMetric *x = &m[a.first + i], *y = &m[b.first + i];
+		if (x->value != y->value || strcmp(x->name, y->name) || strcmp(x->unit, y->unit))
+			return 0;
+	}
+	return 1;
+}
+
+static int insert_rows(PxDb *db, const DbMetric *m, RankRows r, PxError *err)
 {
 	sqlite3_stmt *s = db->stmt[STMT_METRIC_INSERT];
-	int rc = -1;
+	for (size_t i = r.first; i < r.first + r.n; i++) {
+		sqlite3_bind_int(s, 2, m[i].rank);
+		sqlite3_bind_text(s, 3, m[i].name, -1, SQLITE_STATIC);
+		sqlite3_bind_double(s, 4, m[i].value);
+		sqlite3_bind_text(s, 5, m[i].unit, -1, SQLITE_STATIC);
+		if (sqlite3_step(s) != SQLITE_DONE)
+			return db_fail(db, err, "inserting metric %zu (rank %d, %s)", i, m[i].rank,
+				       m[i].name);
+		sqlite3_reset(s);
+	}
+	return 0;
+}
+
+/* One statement for all the metrics, re-bound per row: a run may carry 100k+ of them (the run id
+ * stays bound across sqlite3_reset). A compacted run (world_size set; rows grouped by rank,
+ * db_check_run) stores each distinct set of a rank's rows once: a rank whose rows equal an
+ * earlier rank's, names, values and units alike, gets one rank_classes row naming that rank. */
+static int insert_metrics(PxDb *db, const DbRun *run, long long run_id, PxError *err)
+{
+	sqlite3_stmt *s = db->stmt[STMT_METRIC_INSERT], *c = db->stmt[STMT_CLASS_INSERT];
+	const DbMetric *m = run->metrics;
+	RankRows *reps = NULL;
+	int n_reps = 0, rc = -1;
 
 	sqlite3_bind_int64(s, 1, run_id);
-	for (size_t i = 0; i < run->n_metrics; i++) {
-		const DbMetric *m = &run->metrics[i];
-
-		sqlite3_bind_int(s, 2, m->rank);
-		sqlite3_bind_text(s, 3, m->name, -1, SQLITE_STATIC);
-		sqlite3_bind_double(s, 4, m->value);
-		sqlite3_bind_text(s, 5, m->unit, -1, SQLITE_STATIC);
-		if (sqlite3_step(s) != SQLITE_DONE) {
-			db_fail(db, err, "inserting metric %zu (rank %d, %s)", i, m->rank, m->name);
+	sqlite3_bind_int64(c, 1, run_id);
+	if (run->world_size <= 0) {
+		rc = insert_rows(db, m, (RankRows){0, run->n_metrics}, err);
+		goto out_done;
+	}
+	reps = calloc((size_t)run->world_size, sizeof(*reps));
+	if (!reps && run->n_metrics) {
+		px_fail(err, PX_ERR_RUNTIME, "%s: out of memory", db->path);
+		goto out_done;
+	}
+	for (size_t i = 0; i < run->n_metrics;) {
+		RankRows r = {i, 0};
+		while (i < run->n_metrics && m[i].rank == m[r.first].rank)
+			i++, r.n++;
+		int k = 0;
+		while (k < n_reps && !same_rows(m, reps[k], r))
+			k++;
+		if (k == n_reps) {
+			reps[n_reps++] = r;
+			if (insert_rows(db, m, r, err))
+				goto out_done;
+			continue;
+		}
+		sqlite3_bind_int(c, 2, m[r.first].rank);
+		sqlite3_bind_int(c, 3, m[reps[k].first].rank);
+		if (sqlite3_step(c) != SQLITE_DONE) {
+			db_fail(db, err, "inserting the rank class of rank %d", m[r.first].rank);
 			goto out_done;
 		}
-		sqlite3_reset(s);
+		sqlite3_reset(c);
 	}
 	rc = 0;
 out_done:
+	free(reps);
 	stmt_done(s);
+	stmt_done(c);
 	return rc;
 }
 

@@ -8,7 +8,7 @@
 
 #include "../engine/err.h"
 
-#define PX_DB_SCHEMA_VERSION 2 /* 2 added sweeps and sweep_points */
+#define PX_DB_SCHEMA_VERSION 3 /* 2: sweeps, sweep_points; 3: runs.world_size, rank_classes */
 
 typedef struct PxDb PxDb;
 
@@ -28,6 +28,11 @@ typedef struct DbRun {
 	const char *notes;          /* free text (warnings, not-modelled keys), may be NULL */
 	const DbMetric *metrics;
 	size_t n_metrics;
+	/* 0: every row is stored. N > 0 (a prediction, whose ranks mostly repeat each other): the
+	 * run has ranks 0..N-1, its metrics come grouped by rank in rank order, and a rank whose
+	 * rows equal an earlier rank's (names, values, units) is stored as one rank_classes row
+	 * naming that rank instead (the predicted_vs_measured view reads through it). */
+	long long world_size;
 } DbRun;
 
 /* Open or create the database at path (WAL, foreign keys on, schema created when new). Refuses a

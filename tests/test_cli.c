@@ -793,16 +793,19 @@ static void test_end_to_end_json_and_db(void)
 	CU_ASSERT_EQUAL(json_num(j, "comm.all_reduce_bytes"), 8);
 	CU_ASSERT_DOUBLE_EQUAL(json_num(j, "comm.wire_bytes"), (ag + rs) * 7 / 8 + 8 * 2 * 7 / 8, 0.5);
 
-	/* one predicted run, every one of the 8 ranks in metrics, the same peak as printed */
+	/* one predicted run of 8 ranks, all alike (data parallelism): rank 0's metrics stored,
+	 * ranks 1-7 each a rank_classes row naming rank 0; the same peak as printed */
 	CU_ASSERT_EQUAL(db_int(db_path, "SELECT COUNT(*) FROM runs"), 1);
 	long long id = db_int(db_path, "SELECT id FROM runs WHERE kind = 'predicted'");
 	CU_ASSERT(id > 0); /* not fatal: j would leak; the queries below then find nothing */
 	char sql[256];
+	snprintf(sql, sizeof(sql), "SELECT world_size FROM runs WHERE id = %lld", id);
+	CU_ASSERT_EQUAL(db_int(db_path, sql), 8);
 	snprintf(sql, sizeof(sql), "SELECT COUNT(DISTINCT rank) FROM metrics WHERE run_id = %lld", id);
-	CU_ASSERT_EQUAL(db_int(db_path, sql), 8);
-	snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM metrics WHERE run_id = %lld AND "
-		 "name = 'memory.gpu.peak_bytes'", id);
-	CU_ASSERT_EQUAL(db_int(db_path, sql), 8);
+	CU_ASSERT_EQUAL(db_int(db_path, sql), 1);
+	snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM rank_classes WHERE run_id = %lld AND "
+		 "same_as = 0 AND rank BETWEEN 1 AND 7", id);
+	CU_ASSERT_EQUAL(db_int(db_path, sql), 7);
 	double peak = json_num(j, "memory.gpu.peak_bytes");
 	snprintf(sql, sizeof(sql), "SELECT MIN(value) FROM metrics WHERE run_id = %lld AND "
 		 "name = 'memory.gpu.peak_bytes'", id);

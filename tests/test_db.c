@@ -461,30 +461,109 @@ static void test_newer_version(void)
 	char want[1024];
 
 	db_close(db);
-	peek_exec("UPDATE schema_version SET version = 3");
+	peek_exec("UPDATE schema_version SET version = 4");
 	db = (PxDb *)&err; /* any non-NULL value: db_open must set it to NULL */
 	CU_ASSERT_EQUAL(db_open(test_path, &db, &err), -1);
 	CU_ASSERT_PTR_NULL(db);
 	CU_ASSERT_EQUAL(err.code, PX_ERR_RUNTIME);
 	snprintf(want, sizeof(want),
-		 "%s: schema_version 3 is newer than this parallax (2); upgrade parallax", test_path);
+		 "%s: schema_version 4 is newer than this parallax (3); upgrade parallax", test_path);
 	CU_ASSERT_STRING_EQUAL(err.msg, want);
-	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 3);
+	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 4);
 }
 
-/* A version-1 file (no sweep tables) is migrated in place on open: its runs stay, the sweep
- * tables appear, the version becomes 2. */
-static void test_migrates_version_1(void)
+/* Older files are migrated in place on open, their runs kept: version 1 had no sweep tables,
+ * versions 1 and 2 no runs.world_size, no rank_classes and the view that reads them. The schema
+ * of each is made here by undoing what the later versions added. */
+static void make_older(int version)
 {
 	PxDb *db = open_fresh();
+	const DbMetric pred[] = {{0, "time.step_s", 100.0, "s"}, {1, "time.step_s", 200.0, "s"}};
+	const DbMetric meas[] = {{0, "time.step_s", 103.0, "s"}, {1, "time.step_s", 190.0, "s"}};
+	DbRun run = make_run("{}", "predicted", pred, 2);
+	long long pid = write_ok(db, &run);
+	run = make_run("{}", "measured", meas, 2);
+	run.predicted_run_id = pid;
+	write_ok(db, &run);
+	db_close(db);
+	peek_exec("DROP VIEW predicted_vs_measured; DROP TABLE rank_classes;"
+		  "ALTER TABLE runs DROP COLUMN world_size;"
+		  "CREATE VIEW predicted_vs_measured AS SELECT m.id AS measured_run_id,"
+		  " p.id AS predicted_run_id, mm.rank AS rank, mm.name AS name, mm.unit AS unit,"
+		  " pm.value AS predicted, mm.value AS measured, NULL AS error FROM runs m"
+		  " JOIN runs p ON p.id = m.predicted_run_id JOIN metrics mm ON mm.run_id = m.id"
+		  " JOIN metrics pm ON pm.run_id = p.id AND pm.rank = mm.rank AND pm.name = mm.name;"
+		  "UPDATE schema_version SET version = 2");
+	if (version == 1)
+		peek_exec("DROP TABLE sweep_points; DROP TABLE sweeps;"
+			  "UPDATE schema_version SET version = 1");
+}
+
+static void test_migrates_older(void)
+{
+	for (int v = 1; v <= 2; v++) {
+		PxDb *db;
+		PxError err = {0};
+		make_older(v);
+		CU_ASSERT_EQUAL_FATAL(db_open(test_path, &db, &err), 0);
+		db_close(db);
+		CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 3);
+		CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM sqlite_master WHERE name IN "
+					 "('sweeps', 'sweep_points', 'rank_classes')"), 3);
+		CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM runs WHERE world_size IS NULL"), 2);
+		/* the new view: errors computed, (103 - 100) / 100 and (190 - 200) / 200 */
+		CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM predicted_vs_measured WHERE"
+					 " (rank = 0 AND error = 0.03) OR (rank = 1 AND error = -0.05)"),
+				2);
+	}
+}
+
+/* A compacted prediction (world_size 6, as a pipeline of 2 stages laid out 0,1,0,1,0,1 would be)
+ * stores each distinct set of a rank's rows once; the other ranks are rank_classes rows naming
+ * the first rank with the same rows. A rank differing only in a unit, or lacking a name, is its
+ * own class. The view still pairs every measured rank with its prediction. */
+static void test_compacted_prediction(void)
+{
+	const DbMetric pred[] = {
+		{0, "a", 1.0, "s"}, {0, "b", 2.0, "1"},
+		{1, "a", 5.0, "s"}, {1, "b", 6.0, "1"},
+		{2, "a", 1.0, "s"}, {2, "b", 2.0, "1"},
+		{3, "a", 5.0, "s"}, {3, "b", 6.0, "1"},
+		{4, "a", 1.0, "bytes"}, {4, "b", 2.0, "1"}, /* another unit */
+		{5, "a", 1.0, "s"},                         /* b missing */
+	};
+	const DbMetric meas[] = {{2, "a", 1.5, "s"}, {3, "a", 4.0, "s"}, {5, "a", 2.0, "s"}};
+	PxDb *db = open_fresh();
+	DbRun run = make_run("{}", "predicted", pred, 11);
+	run.world_size = 6;
+	long long pid = write_ok(db, &run);
+	run = make_run("{}", "measured", meas, 3);
+	run.predicted_run_id = pid;
+	write_ok(db, &run);
+	db_close(db);
+	/* ranks 0, 1, 4, 5 stored (2 + 2 + 2 + 1 rows); 2 -> 0, 3 -> 1 */
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM metrics WHERE run_id = 1"), 7);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM rank_classes WHERE run_id = 1"), 2);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM rank_classes WHERE"
+				 " (rank = 2 AND same_as = 0) OR (rank = 3 AND same_as = 1)"), 2);
+	CU_ASSERT_EQUAL(peek_int("SELECT world_size FROM runs WHERE id = 1"), 6);
+	/* (1.5 - 1) / 1 = 0.5, (4 - 5) / 5 = -0.2, (2 - 1) / 1 = 1 */
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM predicted_vs_measured WHERE"
+				 " (rank = 2 AND predicted = 1 AND error = 0.5) OR"
+				 " (rank = 3 AND predicted = 5 AND error = -0.2) OR"
+				 " (rank = 5 AND predicted = 1 AND error = 1)"), 3);
+	/* out of order is refused, nothing written */
+	const DbMetric shuffled[] = {{1, "a", 1.0, "s"}, {0, "a", 1.0, "s"}};
 	PxError err = {0};
-	db_close(db);
-	peek_exec("DROP TABLE sweep_points; DROP TABLE sweeps; UPDATE schema_version SET version = 1");
-	CU_ASSERT_EQUAL_FATAL(db_open(test_path, &db, &err), 0);
-	db_close(db);
-	CU_ASSERT_EQUAL(peek_int("SELECT version FROM schema_version"), 2);
-	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM sqlite_master WHERE name IN "
-				 "('sweeps', 'sweep_points')"), 2);
+	PxDb *db2;
+	CU_ASSERT_EQUAL_FATAL(db_open(test_path, &db2, &err), 0);
+	run = make_run("{}", "predicted", shuffled, 2);
+	run.world_size = 2;
+	CU_ASSERT_EQUAL(db_write_run(db2, &run, NULL, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "grouped by rank, in rank order (metric 1, rank 0)"));
+	db_close(db2);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM runs"), 2);
 }
 
 static void test_not_a_database(void)
@@ -681,7 +760,9 @@ int test_db_register(void)
 			    {"enforces predicted_run_id foreign key", test_foreign_key},
 			    {"refuses bad input", test_bad_input},
 			    {"refuses a newer schema_version", test_newer_version},
-			    {"migrates a version-1 file", test_migrates_version_1},
+			    {"migrates version-1 and version-2 files", test_migrates_older},
+			    {"a compacted prediction stores each rank class once",
+			     test_compacted_prediction},
 			    {"refuses a file that is not a database", test_not_a_database},
 			    {"db_close(NULL) is fine", test_close_null},
 			    {"a sweep batch whose COMMIT fails: one error, nothing stored",
