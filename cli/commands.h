@@ -12,5 +12,6 @@ int cmd_merge(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 
 #endif

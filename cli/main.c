@@ -21,6 +21,7 @@ static const char USAGE[] =
 	"  plot KIND ...        charts with gnuplot (PNG + SVG): memory, time, scaling, compare,\n"
 	"                       pareto, zero\n"
 	"  gpus                 the built-in GPU catalog\n"
+	"  prune --keep N       remove old runs from the results database (or --before DATE)\n"
 	"\n"
 	"  parallax COMMAND --help   describes a command and its flags\n"
 	"  parallax --version        prints the version and the git commit it was built from\n";
@@ -58,6 +59,8 @@ int main(int argc, char **argv)
 		return cmd_calibrate(argc - 1, argv + 1);
 	if (!strcmp(cmd, "gpus"))
 		return cmd_gpus(argc - 1, argv + 1);
+	if (!strcmp(cmd, "prune"))
+		return cmd_prune(argc - 1, argv + 1);
 	fprintf(stderr, "parallax: unknown command '%s'\n%s", cmd, USAGE);
 	return 2;
 }

@@ -570,6 +570,67 @@ out_rollback:
 	return -1;
 }
 
+/* ---- pruning ---- */
+
+int db_prune(PxDb *db, long long keep, const char *before, long long *removed, PxError *err)
+{
+	sqlite3_stmt *s = NULL;
+	if (keep < 0 || (!keep && (!before || !*before)))
+		return px_fail(err, PX_ERR_INPUT, "%s: prune needs a number of runs to keep (>= 1) "
+			       "or a date", db->path);
+	if (db_exec(db, "BEGIN IMMEDIATE", "starting the prune transaction", err))
+		return -1;
+	if (db_exec(db, "CREATE TEMP TABLE doomed (id INTEGER PRIMARY KEY)", "pruning", err))
+		goto out_rollback;
+	const char *pick = keep ? "INSERT INTO doomed SELECT id FROM runs WHERE id NOT IN"
+				  " (SELECT id FROM runs ORDER BY id DESC LIMIT ?1)" :
+				  "INSERT INTO doomed SELECT id FROM runs WHERE created_utc < ?1";
+	if (sqlite3_prepare_v2(db->h, pick, -1, &s, NULL) != SQLITE_OK) {
+		db_fail(db, err, "choosing the runs to prune");
+		goto out_rollback;
+	}
+	if (keep)
+		sqlite3_bind_int64(s, 1, keep);
+	else
+		sqlite3_bind_text(s, 1, before, -1, SQLITE_STATIC);
+	if (sqlite3_step(s) != SQLITE_DONE) {
+		db_fail(db, err, "choosing the runs to prune");
+		goto out_rollback;
+	}
+	/* a kept measured run keeps its twin; measured runs go before the predictions they name */
+	static const char *const steps[] = {
+		"DELETE FROM doomed WHERE id IN (SELECT predicted_run_id FROM runs WHERE id NOT IN"
+		" (SELECT id FROM doomed) AND predicted_run_id IS NOT NULL)",
+		"DELETE FROM runs WHERE kind = 'measured' AND id IN (SELECT id FROM doomed)",
+		"DELETE FROM runs WHERE id IN (SELECT id FROM doomed)",
+		"DELETE FROM scenarios WHERE id NOT IN (SELECT scenario_id FROM runs)",
+	};
+	for (size_t i = 0; i < sizeof(steps) / sizeof(*steps); i++)
+		if (db_exec(db, steps[i], "pruning runs", err))
+			goto out_rollback;
+	sqlite3_finalize(s);
+	s = NULL;
+	if (sqlite3_prepare_v2(db->h, "SELECT count(*) FROM doomed", -1, &s, NULL) != SQLITE_OK ||
+	    sqlite3_step(s) != SQLITE_ROW) {
+		db_fail(db, err, "counting the pruned runs");
+		goto out_rollback;
+	}
+	long long n = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	s = NULL;
+	if (db_exec(db, "DROP TABLE doomed", "pruning", err) ||
+	    db_exec(db, "COMMIT", "committing the prune", err))
+		goto out_rollback;
+	if (removed)
+		*removed = n;
+	return 0;
+out_rollback:
+	sqlite3_finalize(s);
+	db_rollback(db);
+	sqlite3_exec(db->h, "DROP TABLE IF EXISTS temp.doomed", NULL, NULL, NULL);
+	return -1;
+}
+
 struct sqlite3 *db_handle(PxDb *db)
 {
 	return db->h;

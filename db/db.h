@@ -45,6 +45,12 @@ void db_close(PxDb *db); /* accepts NULL */
  * run is left in the database. *run_id (may be NULL) receives the new run's id. */
 int db_write_run(PxDb *db, const DbRun *run, long long *run_id, PxError *err);
 
+/* Remove old runs in one transaction: all but the keep newest (keep > 0), or (keep == 0) those
+ * created before `before` (UTC, "YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SSZ"), with their metrics and
+ * rank classes, and the scenarios no run refers to any more. A measured run that stays keeps its
+ * predicted twin. *removed (may be NULL) receives how many runs went. Sweeps are not touched. */
+int db_prune(PxDb *db, long long keep, const char *before, long long *removed, PxError *err);
+
 /* For the modules that own other tables of the same file (sweepdb.c). */
 struct sqlite3;
 struct sqlite3 *db_handle(PxDb *db);

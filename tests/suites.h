@@ -29,7 +29,8 @@
 	X(calibrate)   \
 	X(plot)        \
 	X(setup)       \
-	X(plan)
+	X(plan)        \
+	X(results)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

@@ -566,6 +566,47 @@ static void test_compacted_prediction(void)
 	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM runs"), 2);
 }
 
+/* Pruning: five runs, the 4th measured against the 1st (its twin). Keeping the 2 newest keeps
+ * runs 4 and 5 and, for run 4, run 1; runs 2 and 3 go with their metrics, and the scenario only
+ * run 2 used. By date: the dates are set by hand, runs before the cut go. */
+static void test_prune(void)
+{
+	const DbMetric m[] = {{0, "a", 1.0, "s"}, {1, "a", 2.0, "s"}};
+	PxDb *db = open_fresh();
+	PxError err = {0};
+	long long removed = -1;
+	DbRun run = make_run("{\"s\":1}", "predicted", m, 2);
+	long long p1 = write_ok(db, &run);
+	run = make_run("{\"s\":2}", "predicted", m, 2);
+	write_ok(db, &run);
+	run = make_run("{\"s\":1}", "predicted", m, 2);
+	write_ok(db, &run);
+	run = make_run("{\"s\":1}", "measured", m, 2);
+	run.predicted_run_id = p1;
+	write_ok(db, &run);
+	run = make_run("{\"s\":3}", "predicted", m, 2);
+	write_ok(db, &run);
+	CU_ASSERT_EQUAL(db_prune(db, 2, NULL, &removed, &err), 0);
+	CU_ASSERT_EQUAL(removed, 2);
+	CU_ASSERT_EQUAL(peek_int("SELECT group_concat(id) = '1,4,5' FROM (SELECT id FROM runs"
+				 " ORDER BY id)"), 1);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM metrics"), 6);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM scenarios"), 2); /* {"s":1}, {"s":3} */
+	/* by date: runs 1 and 4 made "yesterday", 5 today; a measured run that goes takes nothing
+	 * with it that stays, and its twin goes with it */
+	peek_exec("UPDATE runs SET created_utc = '2026-01-01T00:00:00Z' WHERE id IN (1, 4)");
+	CU_ASSERT_EQUAL(db_prune(db, 0, "2026-01-02", &removed, &err), 0);
+	CU_ASSERT_EQUAL(removed, 2);
+	CU_ASSERT_EQUAL(peek_int("SELECT group_concat(id) = '5' FROM runs"), 1);
+	CU_ASSERT_EQUAL(peek_int("SELECT count(*) FROM scenarios"), 1);
+	/* nothing to do is not an error; no criterion is */
+	CU_ASSERT_EQUAL(db_prune(db, 10, NULL, &removed, &err), 0);
+	CU_ASSERT_EQUAL(removed, 0);
+	CU_ASSERT_EQUAL(db_prune(db, 0, NULL, &removed, &err), -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	db_close(db);
+}
+
 static void test_not_a_database(void)
 {
 	const char *text = "# step times, one per line\n"
@@ -763,6 +804,7 @@ int test_db_register(void)
 			    {"migrates version-1 and version-2 files", test_migrates_older},
 			    {"a compacted prediction stores each rank class once",
 			     test_compacted_prediction},
+			    {"prune by count and by date, twins kept", test_prune},
 			    {"refuses a file that is not a database", test_not_a_database},
 			    {"db_close(NULL) is fine", test_close_null},
 			    {"a sweep batch whose COMMIT fails: one error, nothing stored",
