@@ -7,17 +7,91 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+#include <limits.h>
+
 #include "../db/db.h"
 #include "commands.h"
+#include "paths.h"
 
 static const char USAGE[] =
 	"usage: parallax compare [RUN] [--db FILE] [--json]\n"
 	"\n"
 	"Print predicted against measured for every metric of measured run RUN (default: the latest\n"
-	"measured run): rank 0's values and the largest relative error over all ranks.\n"
+	"measured run): rank 0's values and the largest relative error over all ranks; memory,\n"
+	"communication and the step time (time.step_s) alike. Then the metrics measured that the\n"
+	"prediction has no value for, with the prediction's reason where it gave one (a CPU\n"
+	"scenario's step time: \"step time not priced: ...\").\n"
 	"\n"
-	"  --db FILE   results database (default $PARALLAX_DB or results/parallax.db)\n"
-	"  --json      one JSON object per metric, in an array\n";
+	"  --db FILE   results database (default $PARALLAX_DB, else results/parallax.db where\n"
+	"              ./results exists, else ~/.local/share/parallax/)\n"
+	"  --json      one JSON object per metric, in an array (a measured-only metric has\n"
+	"              \"predicted\": null and the reason in \"not_predicted\")\n"
+	"  -h, --help  this help\n"
+	"Exit status: 0 ok, 1 runtime failure (database), 2 bad usage, no such run or no\n"
+	"measured run.\n";
+
+/* Rank 0's metrics of the measured run that the view pairs with nothing: measured only. */
+static const char MEASURED_ONLY[] =
+	"SELECT mm.name, mm.unit, mm.value FROM metrics mm WHERE mm.run_id = ?1 AND mm.rank = 0 "
+	"AND NOT EXISTS (SELECT 1 FROM predicted_vs_measured v WHERE v.measured_run_id = ?1 "
+	"AND v.name = mm.name) ORDER BY mm.name";
+
+/* The predicted twin's note on its step time ("step time not priced: ..."), in buf. */
+static void time_note(sqlite3 *db, long long run, char *buf, size_t n)
+{
+	sqlite3_stmt *st = NULL;
+	buf[0] = '\0';
+	if (sqlite3_prepare_v2(db, "SELECT p.notes FROM runs m JOIN runs p ON p.id = "
+			       "m.predicted_run_id WHERE m.id = ?1", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, run);
+		const char *notes = sqlite3_step(st) == SQLITE_ROW ?
+			(const char *)sqlite3_column_text(st, 0) : NULL;
+		const char *t = notes ? strstr(notes, "step time not priced: ") : NULL;
+		if (t) {
+			t += strlen("step time not priced: ");
+			snprintf(buf, n, "%.*s", (int)strcspn(t, "\n"), t);
+		}
+	}
+	sqlite3_finalize(st);
+}
+
+/* The measured-only metrics after the pairs: a table, or more objects of the JSON array. */
+static int measured_only(sqlite3 *db, long long run, int json)
+{
+	sqlite3_stmt *st = NULL;
+	char why[1024];
+	int n = 0;
+	time_note(db, run, why, sizeof(why));
+	if (sqlite3_prepare_v2(db, MEASURED_ONLY, -1, &st, NULL) != SQLITE_OK)
+		return 0;
+	sqlite3_bind_int64(st, 1, run);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		const char *name = (const char *)sqlite3_column_text(st, 0);
+		const char *unit = (const char *)sqlite3_column_text(st, 1);
+		double m = sqlite3_column_double(st, 2);
+		int is_time = !strncmp(name, "time.", 5);
+		if (json) {
+			printf(",\n  {\"metric\": \"%s\", \"unit\": \"%s\", \"predicted\": null, "
+			       "\"measured\": %.17g, \"not_predicted\": ", name, unit, m);
+			cJSON *w = cJSON_CreateString(is_time && why[0] ? why : "no prediction");
+			char *t = cJSON_PrintUnformatted(w);
+			printf("%s}", t ? t : "null");
+			cJSON_free(t);
+			cJSON_Delete(w);
+		} else {
+			if (!n && why[0])
+				printf("# measured, not predicted (the prediction: step time not priced: "
+				       "%s)\n", why);
+			else if (!n)
+				printf("# measured, not predicted\n");
+			printf("%-36s %8s %18s %18.6g %11s\n", name, unit, "-", m, "-");
+		}
+		n++;
+	}
+	sqlite3_finalize(st);
+	return n;
+}
 
 static const char QUERY[] =
 	"SELECT name, unit, "
@@ -31,11 +105,10 @@ int cmd_compare(int argc, char **argv)
 	static const struct option longs[] = {{"db", required_argument, 0, 'd'},
 					       {"json", no_argument, 0, 'j'},
 					       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *path = getenv("PARALLAX_DB");
+	const char *path = NULL;
+	char dflt[PATH_MAX];
 	int json = 0, c, rc = 1;
 	long long run = 0;
-	if (!path || !*path)
-		path = "results/parallax.db";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		if (c == 'd')
@@ -58,6 +131,12 @@ int cmd_compare(int argc, char **argv)
 	sqlite3 *db;
 	sqlite3_stmt *st = NULL;
 	PxError err;
+	if (!path && paths_default_db(dflt, sizeof(dflt), 0, &err)) {
+		fprintf(stderr, "parallax compare: %s\n", err.msg);
+		return 1;
+	}
+	if (!path)
+		path = dflt;
 	if (!(db = db_open_read(path, &err))) {
 		fprintf(stderr, "parallax compare: %s\n", err.msg);
 		return 2;
@@ -102,6 +181,8 @@ int cmd_compare(int argc, char **argv)
 			printf("%-36s %8s %18.6g %18.6g %10.4f%%\n", name, unit, p, m, 100 * e);
 		n++;
 	}
+	if (n)
+		measured_only(db, run, json);
 	if (json)
 		printf("\n]\n");
 	if (n == 0) {

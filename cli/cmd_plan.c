@@ -14,6 +14,8 @@
 
 #include "../sim/sweep.h"
 #include "commands.h"
+#include "paths.h"
+#include "sweep_report.h"
 
 static const char USAGE[] =
 	"usage: parallax plan PLAN.json [--json]\n"
@@ -143,19 +145,13 @@ static int check_lists(const JsonObj *o, const cJSON *gpus, const cJSON *nodes, 
  * usual short name (else its last component) and its value, from a point's config JSON. */
 static void layout_line(const char *config, char *buf, size_t n)
 {
-	static const char *const SHORT[][2] = {
-		{"deepspeed.zero_optimization.stage", "zero"}, {"parallelism.tp", "tp"},
-		{"parallelism.pp", "pp"}, {"parallelism.ep", "ep"},
-		{"deepspeed.train_micro_batch_size_per_gpu", "micro"},
-		{"activation_checkpointing", "ckpt"}, {NULL, NULL}};
 	cJSON *c = cJSON_Parse(config);
 	size_t len = 0;
 	buf[0] = '\0';
 	for (const cJSON *k = c ? c->child : NULL; k && len < n; k = k->next) {
-		const char *name = strrchr(k->string, '.') ? strrchr(k->string, '.') + 1 : k->string;
-		for (int i = 0; SHORT[i][0]; i++)
-			if (!strcmp(k->string, SHORT[i][0]))
-				name = SHORT[i][1];
+		const char *name = sweep_key_short(k->string);
+		if (!name)
+			name = strrchr(k->string, '.') ? strrchr(k->string, '.') + 1 : k->string;
 		char *v = cJSON_IsString(k) ? NULL : cJSON_PrintUnformatted(k);
 		len += (size_t)snprintf(buf + len, n - len, "%s%s %s", len ? " " : "", name,
 					v ? v : k->valuestring);
@@ -188,7 +184,8 @@ int cmd_plan(int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return fprintf(stderr, "parallax plan: expected one plan file\n%s", USAGE), 2;
-	const char *path = argv[optind];
+	char found[PATH_MAX];
+	const char *path = paths_find_input(argv[optind], found, sizeof(found));
 	JsonDoc d = {0}, pd = {0};
 	JsonObj o;
 	PxError err = {0};

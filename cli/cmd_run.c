@@ -73,6 +73,7 @@ static const char USAGE[] =
 	"                      step --steps (the losses continue as if never stopped)\n"
 	"  --inject-hang R@S   fault injection for testing: rank R stops responding at step S\n"
 	"  --inject-kill R@S   fault injection for testing: rank R is killed (SIGKILL) at step S\n"
+	"  -h, --help          this help\n"
 	"\n"
 	"A rank that hangs (a collective overruns --deadline) or is killed by a signal (kill -9,\n"
 	"the OOM killer, a crash) stops the whole job with a line naming the rank and the call or\n"

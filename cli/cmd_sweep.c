@@ -1,6 +1,7 @@
 /* parallax sweep and parallax merge: price every point of a sweep on all cores, stream the points
  * into the results database in batched transactions (resumable, shardable), and rank them. */
 #include <getopt.h>
+#include <limits.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -13,15 +14,19 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <sqlite3.h>
 
 #include "../db/sweepdb.h"
 #include "../engine/clock.h"
 #include "commands.h"
+#include "paths.h"
+#include "sweep_report.h"
 
 static const char USAGE[] =
 	"usage: parallax sweep SWEEP.json [--db FILE | --no-db] [--jobs N] [--shard I/N]\n"
-	"                      [--top K] [--objective throughput|cost|headroom] [--no-progress]\n"
-	"       parallax merge OUT.db IN.db...\n"
+	"                      [--top K] [--objective throughput|cost|headroom] [--json]\n"
+	"                      [--no-progress]\n"
+	"       parallax sweep --show NAME|ID [--db FILE] [--top K] [--objective O] [--json]\n"
 	"\n"
 	"Price every point of a sweep: a base scenario and axes of --set values, e.g.\n"
 	"  {\"name\": \"13b\", \"scenario\": \"base.json\", \"prices\": \"prices.json\",\n"
@@ -29,17 +34,40 @@ static const char USAGE[] =
 	"            \"parallelism.tp\": [1, 2, 4, 8], \"cluster.nodes\": [4, 8]}}\n"
 	"Points DeepSpeed refuses are stored as invalid, those that do not fit as oom (not timed),\n"
 	"the rest with their step time. Points stream into the database in batches; an interrupted\n"
-	"sweep run again resumes where it stopped. Prints the best points by the objective.\n"
+	"sweep run again resumes where it stopped. Then it prints the summary and the best points\n"
+	"of the whole stored sweep (every run, resume and merged shard of it), each best point's\n"
+	"settings in a column per axis that differs among them. An axis or set key that no\n"
+	"scenario reader knows is refused with the closest known key; a section replaced by a\n"
+	"file path (an axis \"model\": [\"a.json\", ...]) is read relative to the sweep file.\n"
 	"\n"
-	"  --db FILE       results database (default $PARALLAX_DB or results/parallax.db)\n"
-	"  --no-db         keep nothing (benchmarks)\n"
+	"  --show NAME|ID  print a stored sweep's summary and best points, pricing nothing\n"
+	"  --db FILE       results database (default $PARALLAX_DB, else results/parallax.db\n"
+	"                  where ./results exists, else ~/.local/share/parallax/)\n"
+	"  --no-db         keep nothing (benchmarks): the summary covers this run only\n"
 	"  --jobs N        worker threads (default: the machine's cores)\n"
 	"  --shard I/N     price only the points with index % N == I (one Slurm array task or\n"
 	"                  MPI rank each; then parallax merge the databases)\n"
 	"  --top K         how many best points to print (default: the sweep's top, or 10)\n"
 	"  --objective O   throughput (tokens/s), cost (USD per million tokens: needs prices) or\n"
 	"                  headroom (free GPU memory); default: the sweep's, or throughput\n"
-	"  --no-progress   no progress bar (it is shown only on a terminal anyway)\n";
+	"  --json          the summary and best points as one JSON object\n"
+	"  --no-progress   no progress bar (it is shown only on a terminal anyway)\n"
+	"  -h, --help      this help\n"
+	"Exit status: 0 ok, 1 runtime failure (database, memory), 2 bad input, 130 interrupted\n"
+	"(run it again to resume).\n";
+
+static const char MERGE_USAGE[] =
+	"usage: parallax merge OUT.db IN.db...\n"
+	"\n"
+	"Copy the sweeps of results databases into OUT.db (made when missing): the databases of a\n"
+	"sweep's shards (parallax sweep --shard I/N) become one sweep, a point already in OUT.db\n"
+	"is kept; then `parallax sweep --show NAME --db OUT.db` lists the whole sweep's best\n"
+	"points. Sweeps only: predicted and measured runs are not copied. All of one IN.db's\n"
+	"points go in one transaction.\n"
+	"\n"
+	"  -h, --help   this help\n"
+	"Exit status: 0 ok, 1 runtime failure (database), 2 bad usage or an IN.db that cannot be\n"
+	"read.\n";
 
 #define BATCH 256
 #define CLAIM 64 /* consecutive indices a worker takes at a time */
@@ -154,21 +182,44 @@ static void top_add(Top *t, const Sweep *sw, const PointResult *p)
 		t->n++;
 }
 
-static void print_top(const Sweep *sw, const Top *t, long long counts[4])
+/* Print (or, with json, write as JSON) the report r. */
+static void emit(const SweepReport *r, int json)
 {
-	static const char *const obj[] = {"tokens/s", "USD per million tokens", "free GiB"};
-	printf("# %s: %lld points: %lld priced, %lld do not fit, %lld refused, %lld unpriced\n",
-	       sw->name, sw->n_points, counts[PT_OK], counts[PT_OOM], counts[PT_INVALID],
-	       counts[PT_UNPRICED]);
-	printf("# best %d by %s\n%4s %8s %-10s %6s %10s %12s %7s %10s %9s  %s\n", t->n,
-	       obj[sw->objective], "rank", "index", "gpu", "world", "step_s", "tokens/s", "mfu",
-	       "USD/Mtok", "free_GiB", "config");
-	for (int i = 0; i < t->n; i++) {
-		const PointResult *p = &t->r[i];
-		printf("%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f  %s\n", i + 1, p->idx,
-		       p->gpu, p->world, p->step_s, p->tokens_per_s, p->mfu, p->cost_per_mtoken,
-		       (p->capacity_bytes - p->peak_bytes) / 1073741824.0, p->config);
+	if (!json) {
+		sweep_report_print(stdout, r);
+		return;
 	}
+	cJSON *j = sweep_report_json(r);
+	char *t = j ? cJSON_Print(j) : NULL;
+	if (t)
+		puts(t);
+	cJSON_free(t);
+	cJSON_Delete(j);
+}
+
+/* The whole stored sweep's summary and k best points by obj, from the database h. */
+static int report_stored(sqlite3 *h, const char *dbpath, long long sweep_id, SweepObjective obj,
+			 int k, int json, PxError *err)
+{
+	StoredSweep st;
+	PointResult *best = calloc((size_t)k, sizeof(*best));
+	int rc = -1;
+	if (!best)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (sweepdb_load(h, dbpath, sweep_id, &st, err))
+		goto out;
+	int n = sweepdb_best(h, dbpath, sweep_id, obj, k, best, err);
+	if (n >= 0) {
+		SweepReport r = {.name = st.name, .n_points = st.n_points, .covered = st.stored,
+				 .scope = "stored", .objective = obj, .best = best, .n_best = n};
+		memcpy(r.counts, st.counts, sizeof(r.counts));
+		emit(&r, json);
+		rc = 0;
+	}
+	sweepdb_stored_free(&st);
+out:
+	free(best);
+	return rc;
 }
 
 static void progress(long long done, long long total, double t0, double now)
@@ -186,9 +237,10 @@ static void progress(long long done, long long total, double t0, double now)
 /* ---- the command ---- */
 
 typedef struct SweepOpts {
-	const char *path, *db_path;
-	int no_db, jobs, top, no_progress, objective;
+	const char *path, *db_path, *show;
+	int no_db, jobs, top, no_progress, objective, json;
 	long long shard_i, shard_n;
+	char db_buf[PATH_MAX], path_buf[PATH_MAX];
 } SweepOpts;
 
 static int parse_opts(int argc, char **argv, SweepOpts *o)
@@ -197,7 +249,8 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 		{"db", required_argument, 0, 'd'}, {"no-db", no_argument, 0, 'n'},
 		{"jobs", required_argument, 0, 'j'}, {"shard", required_argument, 0, 's'},
 		{"top", required_argument, 0, 't'}, {"objective", required_argument, 0, 'o'},
-		{"no-progress", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"no-progress", no_argument, 0, 'p'}, {"show", required_argument, 0, 'S'},
+		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	o->shard_n = 1, o->objective = -1;
 	optind = 1;
@@ -208,6 +261,8 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 		case 'j': o->jobs = atoi(optarg); if (o->jobs < 1) goto bad; break;
 		case 't': o->top = atoi(optarg); if (o->top < 1) goto bad; break;
 		case 'p': o->no_progress = 1; break;
+		case 'S': o->show = optarg; break;
+		case 'J': o->json = 1; break;
 		case 's':
 			if (sscanf(optarg, "%lld/%lld", &o->shard_i, &o->shard_n) != 2 ||
 			    o->shard_n < 1 || o->shard_i < 0 || o->shard_i >= o->shard_n)
@@ -224,15 +279,23 @@ static int parse_opts(int argc, char **argv, SweepOpts *o)
 		default: fputs(USAGE, stderr); return 2;
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr, "parallax sweep: expected one sweep file\n%s", USAGE);
+	if (o->show ? optind != argc : optind != argc - 1) {
+		fprintf(stderr, "parallax sweep: expected %s\n%s",
+			o->show ? "no sweep file with --show" : "one sweep file", USAGE);
 		return 2;
 	}
-	o->path = argv[optind];
+	if (o->show && o->no_db) {
+		fprintf(stderr, "parallax sweep: --show reads the database: not with --no-db\n");
+		return 2;
+	}
+	o->path = o->show ? NULL : paths_find_input(argv[optind], o->path_buf, sizeof(o->path_buf));
 	if (!o->db_path && !o->no_db) {
-		o->db_path = getenv("PARALLAX_DB");
-		if (!o->db_path || !*o->db_path)
-			o->db_path = "results/parallax.db";
+		PxError err;
+		if (paths_default_db(o->db_buf, sizeof(o->db_buf), !o->show, &err)) {
+			fprintf(stderr, "parallax sweep: %s\n", err.msg);
+			return 1;
+		}
+		o->db_path = o->db_buf;
 	}
 	if (!o->jobs)
 		o->jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -316,17 +379,29 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 		*err = job.err;
 		goto out;
 	}
-	print_top(sw, &top, counts);
+	if (db) {
+		if (report_stored(db_handle(db), o->db_path, sweep_id, sw->objective, top.cap,
+				  o->json, err))
+			goto out;
+	} else {
+		SweepReport r = {.name = sw->name, .n_points = sw->n_points, .covered = stored,
+				 .scope = "this run", .objective = sw->objective, .best = top.r,
+				 .n_best = top.n};
+		memcpy(r.counts, counts, sizeof(r.counts));
+		emit(&r, o->json);
+	}
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	/* CPU time too: on a shared machine it is the rate per core that wall time cannot show */
 	double cpu_s = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec;
-	printf("# %lld points priced in %.2f s: %.0f points/s on %d thread(s)%s; %.2f s of user CPU: "
+	fprintf(o->json ? stderr : stdout,
+		"# %lld points priced in %.2f s: %.0f points/s on %d thread(s)%s; %.2f s of user CPU: "
 	       "%.0f points per CPU-second; peak memory %.1f MiB\n", stored, dt,
 	       stored / fmax(dt, 1e-9), o->jobs, db ? "" : " (not stored)", cpu_s,
 	       stored / fmax(cpu_s, 1e-9), ru.ru_maxrss / 1024.0);
 	if (db)
-		printf("# stored in %s as sweep %lld (table sweep_points)\n", o->db_path, sweep_id);
+		fprintf(o->json ? stderr : stdout, "# stored in %s as sweep %lld (table sweep_points)\n",
+			o->db_path, sweep_id);
 	if (interrupted) {
 		fprintf(stderr, "parallax sweep: interrupted after %lld of %lld points; run it again "
 			"to resume\n", stored + already, sw->n_points);
@@ -345,6 +420,49 @@ out:
 	return rc;
 }
 
+/* The stored sweep's own objective and top (its file is the spec's first JSON value), unless the
+ * command line gave them. */
+static void spec_defaults(const char *spec, SweepOpts *o, SweepObjective *obj, int *top)
+{
+	const char *end = NULL;
+	cJSON *j = cJSON_ParseWithOpts(spec, &end, 0);
+	const cJSON *ob = cJSON_GetObjectItemCaseSensitive(j, "objective");
+	const cJSON *tp = cJSON_GetObjectItemCaseSensitive(j, "top");
+	*obj = OBJ_THROUGHPUT;
+	if (cJSON_IsString(ob))
+		*obj = !strcmp(ob->valuestring, "cost") ? OBJ_COST :
+		       !strcmp(ob->valuestring, "headroom") ? OBJ_HEADROOM : OBJ_THROUGHPUT;
+	*top = cJSON_IsNumber(tp) && tp->valuedouble >= 1 ? (int)tp->valuedouble : 10;
+	if (o->objective >= 0)
+		*obj = (SweepObjective)o->objective;
+	if (o->top)
+		*top = o->top;
+	cJSON_Delete(j);
+}
+
+static int show_sweep(SweepOpts *o)
+{
+	PxError err = {0};
+	StoredSweep st = {0};
+	SweepObjective obj;
+	int top, rc = 1;
+	sqlite3 *h = db_open_read(o->db_path, &err);
+	if (!h || sweepdb_find(h, o->db_path, o->show, &st, &err))
+		goto fail;
+	spec_defaults(st.spec, o, &obj, &top);
+	if (report_stored(h, o->db_path, st.id, obj, top, o->json, &err))
+		goto fail;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "parallax sweep: %s\n", err.msg);
+	rc = err.code ? err.code : 1;
+out:
+	sweepdb_stored_free(&st);
+	sqlite3_close(h);
+	return rc;
+}
+
 int cmd_sweep(int argc, char **argv)
 {
 	SweepOpts o = {0};
@@ -353,6 +471,8 @@ int cmd_sweep(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	if (o.show)
+		return show_sweep(&o);
 	if (sweep_load(&sw, o.path, &err)) {
 		fprintf(stderr, "parallax sweep: %s\n", err.msg);
 		return err.code ? err.code : 1;
@@ -383,9 +503,13 @@ int cmd_merge(int argc, char **argv)
 {
 	PxDb *db;
 	PxError err = {0};
-	if (argc < 3 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(USAGE, argc < 3 && !(argc == 2 && !strcmp(argv[1], "--help")) ? stderr : stdout);
-		return argc < 3 && !(argc == 2 && !strcmp(argv[1], "--help")) ? 2 : 0;
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs(MERGE_USAGE, stdout);
+		return 0;
+	}
+	if (argc < 3 || argv[1][0] == '-') {
+		fputs(MERGE_USAGE, stderr);
+		return 2;
 	}
 	if (db_open(argv[1], &db, &err)) {
 		fprintf(stderr, "parallax merge: %s\n", err.msg);

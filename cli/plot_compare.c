@@ -1,7 +1,9 @@
 /* parallax plot compare: a measured run against its predicted twin, from the results database's
  * predicted_vs_measured view: measured against predicted for every memory.* and comm.* metric of
- * every rank (log-log, with y = x), and rank 0's relative error per metric. */
+ * every rank (log-log, with y = x), and rank 0's relative error per metric, the step time
+ * (time.step_s) among them; a step time measured but not predicted is said in the title. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "../db/db.h"
+#include "paths.h"
 #include "plot.h"
 
 typedef struct CmpRow {
@@ -24,12 +27,41 @@ typedef struct CmpRun {
 	char scenario[128], status[16], created[32];
 	CmpRow *rows;             /* owned */
 	int n_rows, ranks;
+	double time_measured_s;   /* rank 0's time.step_s when the prediction has none, else NAN */
+	char time_note[256];      /* the prediction's "step time not priced: ..." reason */
 } CmpRun;
 
 static const char ROWS_SQL[] =
 	"SELECT rank, name, predicted, measured, error FROM predicted_vs_measured "
-	"WHERE measured_run_id = ?1 AND (name LIKE 'memory.%' OR name LIKE 'comm.%') "
-	"ORDER BY name, rank";
+	"WHERE measured_run_id = ?1 AND (name LIKE 'memory.%' OR name LIKE 'comm.%' "
+	"OR name = 'time.step_s') ORDER BY name, rank";
+
+/* A measured step time the view pairs with nothing, and the prediction's reason. */
+static void unpaired_time(sqlite3 *db, CmpRun *r)
+{
+	sqlite3_stmt *st = NULL;
+	r->time_measured_s = NAN;
+	for (int i = 0; i < r->n_rows; i++)
+		if (!strcmp(r->rows[i].name, "time.step_s"))
+			return;
+	if (sqlite3_prepare_v2(db, "SELECT (SELECT value FROM metrics WHERE run_id = ?1 AND rank = 0"
+			       " AND name = 'time.step_s'), (SELECT notes FROM runs WHERE id = ?2)",
+			       -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, r->id);
+		sqlite3_bind_int64(st, 2, r->predicted_id);
+		if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+			r->time_measured_s = sqlite3_column_double(st, 0);
+			const char *n = (const char *)sqlite3_column_text(st, 1);
+			const char *t = n ? strstr(n, "step time not priced: ") : NULL;
+			if (t) {
+				t += strlen("step time not priced: ");
+				snprintf(r->time_note, sizeof(r->time_note), "%.*s",
+					 (int)strcspn(t, "\n"), t);
+			}
+		}
+	}
+	sqlite3_finalize(st);
+}
 
 /* ---- reading the database ---- */
 
@@ -122,9 +154,11 @@ static int read_rows(sqlite3 *db, const char *path, CmpRun *r, PxError *err)
 
 /* ---- the data file: block 0 every rank, block 1 rank 0's errors ---- */
 
-static int is_memory(const CmpRow *w)
+/* The data's kind column: 1 memory (bytes), 0 communication (bytes), 2 time (seconds, not on
+ * the bytes panel) */
+static int kind_of(const CmpRow *w)
 {
-	return !strncmp(w->name, "memory.", 7);
+	return !strncmp(w->name, "memory.", 7) ? 1 : !strncmp(w->name, "time.", 5) ? 2 : 0;
 }
 
 /* Rank 0's relative error in percent, with a word for the cases without one. */
@@ -144,17 +178,21 @@ static void data_table(PlotBuf *d, const CmpRun *r, const char *path)
 		  "run %lld in %s\n", r->id, r->scenario, r->status, r->created, r->predicted_id,
 		  path);
 	pb_printf(d, "# block 0: every memory.* and comm.* metric of every rank (bytes; memory at "
-		  "the peak, communication per optimizer step)\n");
-	pb_printf(d, "# %4s %4s %-36s %16s %16s %12s\n", "rank", "mem", "metric", "predicted",
+		  "the peak, communication per optimizer step) and the step time (s)\n");
+	if (!isnan(r->time_measured_s))
+		pb_printf(d, "# step time measured %.6g s, not predicted: %s\n", r->time_measured_s,
+			  r->time_note[0] ? r->time_note : "no prediction");
+	pb_printf(d, "# %4s %4s %-36s %16s %16s %12s\n", "rank", "kind", "metric", "predicted",
 		  "measured", "error_pct");
 	for (int i = 0; i < r->n_rows; i++) {
 		const CmpRow *w = &r->rows[i];
 		double pct;
 		const char *word = error_pct(w, &pct);
-		pb_printf(d, "  %4d %4d ", w->rank, is_memory(w));
+		pb_printf(d, "  %4d %4d ", w->rank, kind_of(w));
 		pb_dat_string(d, w->name);
-		pb_printf(d, "%*s %16.0f %16.0f ", (int)(strlen(w->name) < 34 ? 34 - strlen(w->name) : 0),
-			  "", w->predicted, w->measured);
+		pb_printf(d, kind_of(w) == 2 ? "%*s %16.6g %16.6g " : "%*s %16.0f %16.0f ",
+			  (int)(strlen(w->name) < 34 ? 34 - strlen(w->name) : 0), "", w->predicted,
+			  w->measured);
 		if (word)
 			pb_printf(d, "%12s\n", "-");
 		else
@@ -193,8 +231,12 @@ static void scatter_panel(PlotBuf *g, const CmpRun *r)
 {
 	double lo = 0, hi = 0;
 	int zeros = 0;
+	int bytes_rows = 0;
 	for (int i = 0; i < r->n_rows; i++) {
 		const CmpRow *w = &r->rows[i];
+		if (kind_of(w) == 2)
+			continue;
+		bytes_rows++;
 		if (w->predicted <= 0 || w->measured <= 0) {
 			zeros++;
 			continue;
@@ -214,7 +256,7 @@ static void scatter_panel(PlotBuf *g, const CmpRun *r)
 		  "set xrange [%.6g:%.6g]\nset yrange [%.6g:%.6g]\nset size ratio -1\n"
 		  "set grid xtics ytics lc rgb \"#dddddd\"\n"
 		  "set key top left box opaque samplen 2\n",
-		  r->ranks ? r->n_rows / r->ranks : 0, r->ranks, lo / 4, hi * 4, lo / 4, hi * 4);
+		  r->ranks ? bytes_rows / r->ranks : 0, r->ranks, lo / 4, hi * 4, lo / 4, hi * 4);
 	if (zeros) {
 		snprintf(text, sizeof(text), "%d values of 0 not shown on log axes", zeros);
 		pb_printf(g, "set label 1 ");
@@ -265,9 +307,13 @@ static void error_panel(PlotBuf *g, const CmpRun *r)
 static void script(PlotBuf *g, const CmpRun *r)
 {
 	char text[512];
-	snprintf(text, sizeof(text), "Predicted against measured: %s, measured run %lld%s (predicted "
-		 "run %lld)", r->scenario, r->id, strcmp(r->status, "ok") ? " (failed)" : "",
-		 r->predicted_id);
+	int len = snprintf(text, sizeof(text), "Predicted against measured: %s, measured run %lld%s "
+			   "(predicted run %lld)", r->scenario, r->id,
+			   strcmp(r->status, "ok") ? " (failed)" : "", r->predicted_id);
+	if (!isnan(r->time_measured_s) && len > 0 && (size_t)len < sizeof(text))
+		snprintf(text + len, sizeof(text) - (size_t)len, "\nstep time measured %.3g s, not "
+			 "predicted (%.*s)", r->time_measured_s, 120,
+			 r->time_note[0] ? r->time_note : "no prediction");
 	pb_printf(g, "set multiplot title ");
 	pb_gp_string(g, text);
 	pb_printf(g, "\n");
@@ -278,13 +324,16 @@ static void script(PlotBuf *g, const CmpRun *r)
 
 int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err)
 {
-	const char *path = o->db ? o->db : getenv("PARALLAX_DB");
+	char dflt[PATH_MAX];
+	const char *path = o->db;
 	long long want = 0;
 	CmpRun r = {0};
 	sqlite3 *db = NULL;
 	int rc = -1;
-	if (!path || !*path)
-		path = "results/parallax.db";
+	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+		return -1;
+	if (!path)
+		path = dflt;
 	if (o->n_args) {
 		char *end;
 		errno = 0;
@@ -297,6 +346,7 @@ int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err)
 		goto out;
 	if (find_run(db, path, want, &r, err) || read_rows(db, path, &r, err))
 		goto out;
+	unpaired_time(db, &r);
 	snprintf(ps->name, sizeof(ps->name), "%s", r.scenario);
 	ps->width_px = 1500;
 	ps->height_px = 760;

@@ -5,10 +5,12 @@
 
 #include "../sim/metrics.h"
 
-/* Notes as one text: "not modelled: ...\nwarning: ...". Caller frees. */
-static char *notes_text(const PxNotes *n)
+/* Notes as one text: "not modelled: ...\nwarning: ...", and why the step time was not priced
+ * when it was not ("step time not priced: ..."; compare shows it beside a measured time).
+ * Caller frees. */
+static char *notes_text(const PxNotes *n, const Prediction *pr)
 {
-	size_t len = 1;
+	size_t len = 1 + (pr->time_known ? 0 : strlen(pr->time_note) + 32);
 	for (int i = 0; i < n->n_not_modelled; i++)
 		len += strlen(n->not_modelled[i]) + 16;
 	for (int i = 0; i < n->n_warnings; i++)
@@ -25,6 +27,11 @@ static char *notes_text(const PxNotes *n)
 		strcat(s, n->warnings[i]);
 		strcat(s, "\n");
 	}
+	if (!pr->time_known) {
+		strcat(s, "step time not priced: ");
+		strcat(s, pr->time_note);
+		strcat(s, "\n");
+	}
 	return s;
 }
 
@@ -35,7 +42,7 @@ int store_prediction(PxDb *db, const Scenario *sc, const Prediction *pr, long lo
 	int rc = -1, n_stages = pr->n_stages;
 	long long world = p->world;
 	char *json = scenario_resolved_json(sc, world, p->dp);
-	char *notes = notes_text(&sc->notes);
+	char *notes = notes_text(&sc->notes, pr);
 	Metric *m = calloc((size_t)n_stages * METRICS_MAX, sizeof(*m));
 	int *n = calloc((size_t)n_stages, sizeof(*n));
 	/* every rank of a pipeline stage runs the same schedule and gets its stage's values */

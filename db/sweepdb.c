@@ -4,6 +4,7 @@
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,4 +202,135 @@ long long sweepdb_merge(PxDb *db, const char *src, PxError *err)
 	sqlite3_finalize(s);
 	sqlite3_exec(h, "DETACH DATABASE src", NULL, NULL, NULL);
 	return after - before;
+}
+
+/* ---- reading ---- */
+
+static int read_fail(sqlite3 *h, const char *dbpath, const char *what, PxError *err)
+{
+	return px_fail(err, PX_ERR_RUNTIME, "%s: %s: %s", dbpath, what, sqlite3_errmsg(h));
+}
+
+void sweepdb_stored_free(StoredSweep *s)
+{
+	if (s) {
+		free(s->spec);
+		s->spec = NULL;
+	}
+}
+
+int sweepdb_load(sqlite3 *h, const char *dbpath, long long id, StoredSweep *out, PxError *err)
+{
+	sqlite3_stmt *s = NULL;
+	memset(out, 0, sizeof(*out));
+	if (sqlite3_prepare_v2(h, "SELECT name, spec, n_points FROM sweeps WHERE id = ?1", -1, &s,
+			       NULL) != SQLITE_OK)
+		return read_fail(h, dbpath, "reading sweeps", err);
+	sqlite3_bind_int64(s, 1, id);
+	if (sqlite3_step(s) != SQLITE_ROW) {
+		sqlite3_finalize(s);
+		return px_fail(err, PX_ERR_INPUT, "%s: no sweep %lld", dbpath, id);
+	}
+	out->id = id;
+	snprintf(out->name, sizeof(out->name), "%s", (const char *)sqlite3_column_text(s, 0));
+	out->spec = strdup((const char *)sqlite3_column_text(s, 1));
+	out->n_points = sqlite3_column_int64(s, 2);
+	sqlite3_finalize(s);
+	if (!out->spec)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (sqlite3_prepare_v2(h, "SELECT status, count(*) FROM sweep_points WHERE sweep_id = ?1"
+			       " GROUP BY status", -1, &s, NULL) != SQLITE_OK) {
+		sweepdb_stored_free(out);
+		return read_fail(h, dbpath, "counting the sweep's points", err);
+	}
+	sqlite3_bind_int64(s, 1, id);
+	while (sqlite3_step(s) == SQLITE_ROW) {
+		const char *st = (const char *)sqlite3_column_text(s, 0);
+		for (int k = 0; k < 4; k++)
+			if (!strcmp(st, sweep_status_name((PointStatus)k))) {
+				out->counts[k] = sqlite3_column_int64(s, 1);
+				out->stored += out->counts[k];
+			}
+	}
+	sqlite3_finalize(s);
+	return 0;
+}
+
+int sweepdb_find(sqlite3 *h, const char *dbpath, const char *name_or_id, StoredSweep *out,
+		 PxError *err)
+{
+	sqlite3_stmt *s = NULL;
+	long long id = -1;
+	int digits = *name_or_id != '\0';
+	for (const char *c = name_or_id; *c; c++)
+		digits &= *c >= '0' && *c <= '9';
+	if (sqlite3_prepare_v2(h, digits ? "SELECT id FROM sweeps WHERE id = ?1" :
+				"SELECT id FROM sweeps WHERE name = ?1 ORDER BY id DESC LIMIT 1",
+			       -1, &s, NULL) != SQLITE_OK)
+		return read_fail(h, dbpath, "reading sweeps", err);
+	if (digits)
+		sqlite3_bind_int64(s, 1, atoll(name_or_id));
+	else
+		sqlite3_bind_text(s, 1, name_or_id, -1, SQLITE_STATIC);
+	if (sqlite3_step(s) == SQLITE_ROW)
+		id = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	if (id >= 0)
+		return sweepdb_load(h, dbpath, id, out, err);
+	/* say what there is */
+	char names[512] = "";
+	size_t len = 0;
+	if (sqlite3_prepare_v2(h, "SELECT DISTINCT name FROM sweeps ORDER BY name", -1, &s,
+			       NULL) == SQLITE_OK)
+		while (sqlite3_step(s) == SQLITE_ROW && len + 64 < sizeof(names))
+			len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+						len ? ", " : "", sqlite3_column_text(s, 0));
+	sqlite3_finalize(s);
+	return px_fail(err, PX_ERR_INPUT, "%s: no sweep named '%s'; stored: %s", dbpath, name_or_id,
+		       len ? names : "none");
+}
+
+static double column_or_nan(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+int sweepdb_best(sqlite3 *h, const char *dbpath, long long sweep_id, SweepObjective obj, int k,
+		 PointResult *out, PxError *err)
+{
+	/* the same order as sweep_score: larger tokens/s, smaller cost, larger headroom */
+	static const char *const order[] = {
+		[OBJ_THROUGHPUT] = "tokens_per_s IS NOT NULL ORDER BY tokens_per_s DESC, idx",
+		[OBJ_COST] = "cost_per_mtoken IS NOT NULL ORDER BY cost_per_mtoken ASC, idx",
+		[OBJ_HEADROOM] = "capacity_bytes IS NOT NULL AND gpu_peak_bytes IS NOT NULL"
+				 " ORDER BY capacity_bytes - gpu_peak_bytes DESC, idx",
+	};
+	char sql[512];
+	sqlite3_stmt *s = NULL;
+	int n = 0;
+	snprintf(sql, sizeof(sql), "SELECT idx, config, world, gpu, gpu_peak_bytes, capacity_bytes,"
+		 " step_s, tokens_per_s, mfu, cost_per_mtoken FROM sweep_points WHERE sweep_id = ?1"
+		 " AND status = 'ok' AND %s LIMIT ?2", order[obj]);
+	if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) != SQLITE_OK)
+		return read_fail(h, dbpath, "reading the best points", err);
+	sqlite3_bind_int64(s, 1, sweep_id);
+	sqlite3_bind_int(s, 2, k);
+	while (n < k && sqlite3_step(s) == SQLITE_ROW) {
+		PointResult *p = &out[n++];
+		memset(p, 0, sizeof(*p));
+		p->status = PT_OK;
+		p->idx = sqlite3_column_int64(s, 0);
+		snprintf(p->config, sizeof(p->config), "%s", (const char *)sqlite3_column_text(s, 1));
+		p->world = sqlite3_column_int64(s, 2);
+		snprintf(p->gpu, sizeof(p->gpu), "%s",
+			 sqlite3_column_text(s, 3) ? (const char *)sqlite3_column_text(s, 3) : "");
+		p->peak_bytes = column_or_nan(s, 4);
+		p->capacity_bytes = column_or_nan(s, 5);
+		p->step_s = column_or_nan(s, 6);
+		p->tokens_per_s = column_or_nan(s, 7);
+		p->mfu = column_or_nan(s, 8);
+		p->cost_per_mtoken = column_or_nan(s, 9);
+	}
+	sqlite3_finalize(s);
+	return n;
 }

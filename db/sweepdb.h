@@ -21,4 +21,29 @@ int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxE
  * spec, gains the points it lacks). Returns the points added, or -1. */
 long long sweepdb_merge(PxDb *db, const char *src, PxError *err);
 
+/* ---- reading a stored sweep (sqlite3 handles from db_handle or db_open_read) ---- */
+
+typedef struct StoredSweep {
+	long long id, n_points;
+	char name[128];
+	char *spec;            /* owned: the sweep file and its base's documents */
+	long long counts[4];   /* stored points by PointStatus */
+	long long stored;      /* their sum */
+} StoredSweep;
+
+/* Find a sweep by id (all digits) or by name (the newest of that name), with its counts; a
+ * PX_ERR_INPUT error names what was asked for and lists the stored sweeps' names when there is
+ * none. Free with sweepdb_stored_free. */
+int sweepdb_find(struct sqlite3 *h, const char *dbpath, const char *name_or_id, StoredSweep *out,
+		 PxError *err);
+/* The same for a known id. */
+int sweepdb_load(struct sqlite3 *h, const char *dbpath, long long id, StoredSweep *out,
+		 PxError *err);
+void sweepdb_stored_free(StoredSweep *s);
+
+/* The k best stored points by the objective (only points priced ok with the objective's value
+ * known; ties by index), best first, into out (k of them); returns how many, or -1. */
+int sweepdb_best(struct sqlite3 *h, const char *dbpath, long long sweep_id, SweepObjective obj,
+		 int k, PointResult *out, PxError *err);
+
 #endif

@@ -68,6 +68,34 @@ static void mark_unread(SweepAxis *ax)
 		}
 }
 
+/* A whole section's value ("model": "llama.json") read relative to the sweep file, as its
+ * scenario is: the JSON text of the path made from the sweep's folder, in place of value (owned,
+ * cJSON_free). Other keys and values are left alone (returns 0 without touching *value). */
+static int section_path_relative(const Sweep *sw, const char *key, char **value, PxError *err)
+{
+	static const char *const sections[] = {"model", "deepspeed", "cluster", NULL};
+	int whole = 0;
+	for (int i = 0; sections[i]; i++)
+		whole |= !strcmp(key, sections[i]);
+	cJSON *v = whole ? cJSON_Parse(*value) : NULL;
+	if (!cJSON_IsString(v) || v->valuestring[0] == '/' || v->valuestring[0] == '{') {
+		cJSON_Delete(v);
+		return 0;
+	}
+	char dir[1024], file[2048];
+	snprintf(dir, sizeof(dir), "%s", sw->path);
+	snprintf(file, sizeof(file), "%s/%s", dirname(dir), v->valuestring);
+	cJSON_Delete(v);
+	cJSON *f = cJSON_CreateString(file);
+	char *text = f ? cJSON_PrintUnformatted(f) : NULL;
+	cJSON_Delete(f);
+	if (!text)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	cJSON_free(*value);
+	*value = text;
+	return 0;
+}
+
 static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 {
 	char where[512];
@@ -93,9 +121,12 @@ static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		sw->n_axes++;
 		int i = 0;
-		for (const cJSON *v = a->child; v; v = v->next, i++)
+		for (const cJSON *v = a->child; v; v = v->next, i++) {
 			if (!(ax->values[i] = cJSON_PrintUnformatted(v)))
 				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+			if (section_path_relative(sw, ax->key, &ax->values[i], err))
+				return -1;
+		}
 		sw->n_points *= ax->n;
 	}
 	long long stride = 1;
@@ -120,6 +151,60 @@ static int make_spec(Sweep *sw, const JsonDoc *file, PxError *err)
 	for (int i = 0; i < SC_N_DOCS; i++)
 		if (sw->base.docs[i].text)
 			strcat(strcat(sw->spec, "\n"), sw->base.docs[i].text);
+	return 0;
+}
+
+/* A key no scenario reader knows (a typo, say) would change nothing: each point would price the
+ * base scenario again. The readers warn "unknown key 'KEY'; did you mean 'CLOSEST'?" about it;
+ * such a warning about one of the keys of `keys` (set, or one axis) refuses the sweep. */
+static int refuse_if_warned(const Sweep *sw, const char *where, const char *key,
+			    const PxNotes *notes, PxError *err)
+{
+	char needle[300];
+	snprintf(needle, sizeof(needle), "unknown key '%s'", key);
+	for (int i = 0; i < notes->n_warnings; i++) {
+		const char *w = strstr(notes->warnings[i], needle);
+		if (!w)
+			continue;
+		const char *hint = strstr(w, "; did you mean");
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: no scenario reader knows this key%s",
+			       sw->path, where, key, hint ? hint : "");
+	}
+	return 0;
+}
+
+static int unknown_key(const Sweep *sw, const char *where, const cJSON *keys,
+		       const PxNotes *notes, PxError *err)
+{
+	for (const cJSON *k = keys ? keys->child : NULL; k; k = k->next)
+		if (refuse_if_warned(sw, where, k->string, notes, err))
+			return -1;
+	return 0;
+}
+
+/* Each axis applied alone to the base with one of its values (the first that loads): a
+ * warning about its key refuses the sweep. */
+static int check_axis_keys(const Sweep *sw, PxError *err)
+{
+	for (int a = 0; a < sw->n_axes; a++) {
+		const SweepAxis *ax = &sw->axes[a];
+		for (int i = 0; i < ax->n; i++) {
+			JsonOverrides ov;
+			Scenario sc;
+			PxError ignored;
+			jov_init(&ov);
+			int loaded = !jov_add_kv(&ov, ax->key, ax->values[i], &ignored) &&
+				     !scenario_derive(&sc, &sw->base, &ov, &ignored);
+			jov_free(&ov);
+			if (!loaded)
+				continue; /* this value is refused: the point says why */
+			int rc = refuse_if_warned(sw, "axes", ax->key, &sc.notes, err);
+			scenario_free(&sc);
+			if (rc)
+				return -1;
+			break;
+		}
+	}
 	return 0;
 }
 
@@ -172,10 +257,15 @@ int sweep_load(Sweep *sw, const char *path, PxError *err)
 	}
 	const cJSON *set = cJSON_GetObjectItemCaseSensitive(d.root, "set");
 	for (const cJSON *s = set ? set->child : NULL; s; s = s->next) {
-		char *v = cJSON_PrintUnformatted(s), arg[1024];
-		snprintf(arg, sizeof(arg), "%s=%s", s->string, v ? v : "");
+		char *v = cJSON_PrintUnformatted(s);
+		if (!v) {
+			px_fail(err, PX_ERR_RUNTIME, "out of memory");
+			goto out;
+		}
+		int bad = section_path_relative(sw, s->string, &v, err) ||
+			  jov_add_kv(&ov, s->string, v, err);
 		cJSON_free(v);
-		if (jov_add(&ov, arg, err))
+		if (bad)
 			goto out;
 	}
 	char dir[1024], file[2048];
@@ -184,7 +274,8 @@ int sweep_load(Sweep *sw, const char *path, PxError *err)
 		 scn);
 	if (scenario_load(&sw->base, file, &ov, err))
 		goto out;
-	if (read_axes(sw, &o, err) || read_prices(sw, &o, err) || make_spec(sw, &d, err))
+	if (unknown_key(sw, "set", set, &sw->base.notes, err) || read_axes(sw, &o, err) ||
+	    check_axis_keys(sw, err) || read_prices(sw, &o, err) || make_spec(sw, &d, err))
 		goto out;
 	if (sw->objective == OBJ_COST && sw->n_prices == 0) {
 		px_fail(err, PX_ERR_INPUT, "%s: objective cost needs prices (USD per GPU-hour per GPU)",

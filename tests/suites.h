@@ -30,7 +30,8 @@
 	X(plot)        \
 	X(setup)       \
 	X(plan)        \
-	X(results)
+	X(results)     \
+	X(help)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
