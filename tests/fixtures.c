@@ -90,3 +90,29 @@ int fx_modelf(ModelSpec *m, const char *fmt, ...)
 	jdoc_free(&d);
 	return rc;
 }
+
+int fx_bundled_model(const char *name, ModelSpec *m)
+{
+	char rel[256];
+	JsonDoc d = {0};
+	JsonObj o;
+	PxError err = {0};
+	PxNotes notes;
+	px_notes_init(&notes);
+	snprintf(rel, sizeof(rel), "scenarios/models/%s.json", name);
+	int rc = jdoc_load_file(&d, px_test_path(rel), &err);
+	if (rc == 0) {
+		jobj_make(&o, &d, d.root, "", "model", NULL);
+		rc = model_parse(&o, m, &notes, &err);
+	}
+	if (rc)
+		fprintf(stderr, "\n%s: %s\n", name, err.msg);
+	for (int i = 0; i < notes.n_warnings; i++)
+		fprintf(stderr, "\n%s\n", notes.warnings[i]);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_EQUAL(notes.n_warnings, 0);
+	rc = rc || notes.n_warnings ? -1 : 0;
+	px_notes_free(&notes);
+	jdoc_free(&d);
+	return rc;
+}

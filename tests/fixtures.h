@@ -18,6 +18,10 @@ int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
  * section is; CU_FAIL and return -1 on failure or on any warning. */
 int fx_modelf(ModelSpec *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Parse the bundled config scenarios/models/NAME.json into m; it must load without a warning
+ * (CU_FAIL and -1 otherwise, with the error or warnings printed). */
+int fx_bundled_model(const char *name, ModelSpec *m);
+
 /* A model object from a bundled config file: "\"model\": \"ABS/scenarios/models/NAME.json\"". */
 const char *fx_model(const char *name);
 

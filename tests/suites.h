@@ -52,6 +52,17 @@ const char *px_test_path(const char *rel);
 /* Run the parallax binary (PX_BIN) with a shell-quoted argument string; capture stdout+stderr into
  * out (NUL-terminated, truncated to n). Returns the exit status, or -1 when it could not run. */
 int px_test_run_cli(const char *args, char *out, size_t n);
+/* px_test_run_cli with printf-style arguments (quote paths with '...'). */
+int px_test_run_clif(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Assert that text contains needle; on failure show both (CUnit shows only the line). */
+#define PX_ASSERT_HAS(text, needle) px_test_assert_has((text), (needle), __FILE__, __LINE__)
+void px_test_assert_has(const char *text, const char *needle, const char *file, unsigned line);
+
+/* The first column of the first row of sql on db as a number; NAN when there is none. */
+struct sqlite3;
+double px_test_query(struct sqlite3 *db, const char *sql);
+
 /* Run a shell command line (sh -c), capturing stdout+stderr as px_test_run_cli does. */
 int px_test_run_sh(const char *cmd, char *out, size_t n);
 /* The same with the release binary (PX_RUN_BIN, else PX_BIN: mpirun's own start-up leaks would

@@ -161,15 +161,6 @@ static void test_sgd(void)
 
 /* ---- measured against predicted ---- */
 
-static double query(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *st;
-	double v = NAN;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_double(st, 0);
-	sqlite3_finalize(st);
-	return v;
-}
 
 /* `parallax run ARGS` into the database db_path, which it opens: the run must succeed (its output
  * is shown when it does not). NULL after a failed assertion. */
@@ -207,12 +198,12 @@ static void test_measured_equals_predicted(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		/* 4 ranks x (12 memory + 8 communication) metrics have a predicted twin */
-		double pairs = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				     "name LIKE 'memory.%' OR name LIKE 'comm.%'");
-		double bad = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				   "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND "
 				   "measured != predicted");
-		double ranks = query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
+		double ranks = px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
 		CU_ASSERT_EQUAL(ranks, 4);
 		CU_ASSERT(pairs >= 4 * 18);
 		if (bad != 0)
@@ -222,19 +213,19 @@ static void test_measured_equals_predicted(void)
 		/* offloaded, the optimizer's states are on the host (12 bytes an element: the fp32
 		 * master and Adam's two moments) and not on the device, and so is the parameter
 		 * partition with parameter offload */
-		double host_opt = query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
+		double host_opt = px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 					"name = 'memory.cpu.optimizer_bytes'");
-		double dev_opt = query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
+		double dev_opt = px_test_query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
 				       "name = 'memory.gpu.optimizer_bytes'");
 		CU_ASSERT(offload ? host_opt > 0 && dev_opt == 0 : host_opt == 0 && dev_opt > 0);
-		CU_ASSERT_EQUAL(query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
+		CU_ASSERT_EQUAL(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 				      "name = 'memory.cpu.params_bytes'") > 0, k == 6);
 		/* units agree between the twins (seconds only for times) */
-		CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				      "name LIKE 'comm.%' AND unit != 'bytes'"), 0);
 		/* and there was traffic to compare where ZeRO needs it */
 		if (stage > 0)
-			CU_ASSERT(query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
+			CU_ASSERT(px_test_query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
 					"name = 'comm.all_gather_bytes'") > 0);
 		sqlite3_close(db);
 		/* parallax compare prints the same pairs, all at zero error */
@@ -369,10 +360,10 @@ static void test_hang_recorded(void)
 		fprintf(stderr, "\nwanted rank 1 named as the one not arrived:\n%s\n", text);
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND "
 			      "status = 'failed' AND notes LIKE '%stopped at step 3%' AND "
 			      "notes LIKE '%not arrived: rank 1 (at call %'"), 1);
-	CU_ASSERT(query(db, "SELECT COUNT(*) FROM metrics JOIN runs ON runs.id = run_id WHERE "
+	CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM metrics JOIN runs ON runs.id = run_id WHERE "
 			"status = 'failed'") > 10);
 	sqlite3_close(db);
 }
@@ -408,16 +399,16 @@ static void test_measured_equals_predicted_by_dtype(void)
 			 runs[k].extra);
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-		double pairs = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				     "name LIKE 'memory.%'");
-		double bad = query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				   "name LIKE 'memory.%' AND measured != predicted");
 		if (bad != 0)
 			fprintf(stderr, "\nrun %zu: %g of %g memory metrics differ\n", k, bad, pairs);
 		CU_ASSERT(pairs >= 2 * 12);
 		CU_ASSERT_EQUAL(bad, 0);
 		/* the activations are there to compare: a non-zero peak on both sides */
-		CU_ASSERT(query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
+		CU_ASSERT(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 				"name = 'memory.gpu.activations_bytes'") > 0);
 		sqlite3_close(db);
 	}
@@ -474,12 +465,12 @@ static void test_overlap_comm(void)
 			 k ? "true" : "false");
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-		CU_ASSERT(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				"name LIKE 'memory.%' OR name LIKE 'comm.%'") >= 4 * 18);
-		CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				      "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND "
 				      "measured != predicted"), 0);
-		bytes[k] = query(db, "SELECT SUM(measured) FROM predicted_vs_measured WHERE "
+		bytes[k] = px_test_query(db, "SELECT SUM(measured) FROM predicted_vs_measured WHERE "
 				 "name LIKE 'comm.%'");
 		sqlite3_close(db);
 	}

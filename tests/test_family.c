@@ -31,36 +31,10 @@ static int parse_text(const char *json, ModelSpec *m, PxNotes *notes, PxError *e
 	return rc;
 }
 
-/* A bundled config, which must load without a warning. */
-static int load(const char *name, ModelSpec *m)
-{
-	char rel[256];
-	JsonDoc d = {0};
-	JsonObj o;
-	PxError err = {0};
-	PxNotes notes;
-	px_notes_init(&notes);
-	snprintf(rel, sizeof(rel), "scenarios/models/%s.json", name);
-	int rc = jdoc_load_file(&d, px_test_path(rel), &err);
-	if (rc == 0) {
-		jobj_make(&o, &d, d.root, "", "model", NULL);
-		rc = model_parse(&o, m, &notes, &err);
-	}
-	if (rc)
-		fprintf(stderr, "\n%s: %s\n", name, err.msg);
-	for (int i = 0; i < notes.n_warnings; i++)
-		fprintf(stderr, "\n%s\n", notes.warnings[i]);
-	CU_ASSERT_EQUAL(rc, 0);
-	CU_ASSERT_EQUAL(notes.n_warnings, 0);
-	px_notes_free(&notes);
-	jdoc_free(&d);
-	return rc;
-}
-
 static void check_count(const char *name, double published)
 {
 	ModelSpec m;
-	if (load(name, &m))
+	if (fx_bundled_model(name, &m))
 		return;
 	if (m.n_params != published)
 		fprintf(stderr, "\n%s: %.0f parameters, published %.0f\n", name, m.n_params, published);
@@ -112,7 +86,7 @@ static void test_gemma(void)
 {
 	ModelSpec m;
 	check_count("gemma-7b", 8537680896.0);
-	if (load("gemma-7b", &m) == 0)
+	if (fx_bundled_model("gemma-7b", &m) == 0)
 		CU_ASSERT_EQUAL(m.n_params - (double)m.V * (double)m.h, 7751248896.0);
 }
 
@@ -148,9 +122,9 @@ static void test_phi(void)
 static void test_falcon(void)
 {
 	ModelSpec m;
-	if (load("falcon-7b", &m) == 0)
+	if (fx_bundled_model("falcon-7b", &m) == 0)
 		CU_ASSERT_EQUAL(m.n_params + 65024.0 * 4544, 7217189760.0);
-	if (load("falcon-40b", &m) == 0)
+	if (fx_bundled_model("falcon-40b", &m) == 0)
 		CU_ASSERT_EQUAL(m.n_params + 65024.0 * 8192, 41835970560.0);
 	if (fx_modelf(&m, "{\"model_type\": \"falcon\", \"hidden_size\": 14848, \"num_attention_heads\":"
 		      " 232, \"num_kv_heads\": 8, \"num_hidden_layers\": 80, \"new_decoder_architecture\":"
@@ -172,7 +146,7 @@ static void test_gpt_neox(void)
 	ModelSpec m;
 	check_count("gpt-neox-20b", 20554567680.0);
 	check_count("pythia-160m", 162322944.0);
-	if (load("pythia-160m", &m) == 0)
+	if (fx_bundled_model("pythia-160m", &m) == 0)
 		CU_ASSERT_EQUAL(m.n_params - 2.0 * 50304 * 768, 85056000.0);
 }
 
@@ -200,7 +174,7 @@ static void test_gpt_bigcode(void)
 static void test_starcoder2(void)
 {
 	ModelSpec m;
-	if (load("starcoder2-7b", &m))
+	if (fx_bundled_model("starcoder2-7b", &m))
 		return;
 	CU_ASSERT_EQUAL(llround(m.n_params / 1e7), 717);
 	double h = 4608, kv = 512, I = 18432;
@@ -258,7 +232,7 @@ static void test_deepseek(void)
 {
 	ModelSpec m;
 	check_count("deepseek-v2-lite", 15706484224.0);
-	if (load("deepseek-v2-lite", &m) == 0)
+	if (fx_bundled_model("deepseek-v2-lite", &m) == 0)
 		CU_ASSERT_EQUAL(m.q_lora, 0);
 	check_count("deepseek-v3", 671026419200.0);
 }
@@ -302,7 +276,7 @@ static void test_bundled_configs(void)
 		if (len < 6 || strcmp(e->d_name + len - 5, ".json"))
 			continue;
 		snprintf(name, sizeof(name), "%.*s", (int)(len - 5), e->d_name);
-		if (load(name, &m))
+		if (fx_bundled_model(name, &m))
 			continue;
 		double sum = 0;
 		for (int u = 0; u < model_n_units(&m); u++)
@@ -371,7 +345,7 @@ static void test_block_activations(void)
 	ActivShape x = {.s = 512, .b = 1, .t = 1, .elem_bytes = 2};
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		ModelSpec m;
-		if (load(cases[i].name, &m))
+		if (fx_bundled_model(cases[i].name, &m))
 			continue;
 		double got = activ_unit_bytes(&m, 1, &x, CKPT_NONE, 0);
 		if (got != 512 * cases[i].per_token)
@@ -567,7 +541,7 @@ static void test_moe_layers(void)
 	static const int qwen[7] = {0, 0, 0, 0, 1, 0, 1}; /* units 1..6: layers 3 and 5 */
 	for (int u = 1; u <= 6; u++)
 		CU_ASSERT_EQUAL(model_unit_is_moe(&m, u), qwen[u]);
-	if (load("deepseek-v3", &m))
+	if (fx_bundled_model("deepseek-v3", &m))
 		return;
 	for (int u = 1; u <= 61; u++)
 		CU_ASSERT_EQUAL(model_unit_is_moe(&m, u), u > 3);

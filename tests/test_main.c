@@ -2,6 +2,9 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <CUnit/Basic.h>
 #include <ftw.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,35 @@ static int run_bin(const char *bin, const char *args, int timeout_s, char *out, 
 int px_test_run_cli(const char *args, char *out, size_t n)
 {
 	return run_bin(getenv("PX_BIN"), args, 0, out, n);
+}
+
+int px_test_run_clif(char *out, size_t n, const char *fmt, ...)
+{
+	char args[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	return px_test_run_cli(args, out, n);
+}
+
+void px_test_assert_has(const char *text, const char *needle, const char *file, unsigned line)
+{
+	int ok = strstr(text, needle) != NULL;
+	if (!ok)
+		fprintf(stderr, "\n%s:%u: expected \"%s\" in:\n%s\n", file, line, needle, text);
+	CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, "PX_ASSERT_HAS(text, needle)", file,
+				"", CU_FALSE);
+}
+
+double px_test_query(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	double v = NAN;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_double(st, 0);
+	sqlite3_finalize(st);
+	return v;
 }
 
 int px_test_run_release(const char *args, int timeout_s, char *out, size_t n)

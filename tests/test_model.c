@@ -9,30 +9,6 @@
 #include "fixtures.h"
 #include "suites.h"
 
-static int load_model(const char *name, ModelSpec *m)
-{
-	char rel[256];
-	JsonDoc d = {0};
-	JsonObj o;
-	PxError err = {0};
-	PxNotes notes;
-	px_notes_init(&notes);
-	snprintf(rel, sizeof(rel), "scenarios/models/%s.json", name);
-	if (jdoc_load_file(&d, px_test_path(rel), &err)) {
-		fprintf(stderr, "\n%s\n", err.msg);
-		CU_FAIL("cannot load model file");
-		return -1;
-	}
-	jobj_make(&o, &d, d.root, "", "model", NULL);
-	int rc = model_parse(&o, m, &notes, &err);
-	if (rc)
-		fprintf(stderr, "\n%s\n", err.msg);
-	CU_ASSERT_EQUAL(rc, 0);
-	CU_ASSERT_EQUAL(notes.n_warnings, 0);
-	px_notes_free(&notes);
-	jdoc_free(&d);
-	return rc;
-}
 
 /* Published counts: Hugging Face's num_parameters() of GPT2LMHeadModel (tied head),
  * LlamaForCausalLM and BertModel (with pooler) for these configs. GPT-3 175B has no published
@@ -53,7 +29,7 @@ static void test_published_counts(void)
 	};
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		ModelSpec m;
-		if (load_model(cases[i].name, &m))
+		if (fx_bundled_model(cases[i].name, &m))
 			continue;
 		double rel = fabs(m.n_params - cases[i].published) / cases[i].published;
 		if (rel > 1e-3)
@@ -62,7 +38,7 @@ static void test_published_counts(void)
 		CU_ASSERT(rel <= 1e-3);
 	}
 	ModelSpec m;
-	if (load_model("gpt3-175b", &m))
+	if (fx_bundled_model("gpt3-175b", &m))
 		return;
 	double l = 96, h = 12288, V = 50257, s = 2048;
 	double narayanan = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
@@ -76,7 +52,7 @@ static void test_units_sum_to_model(void)
 	static const char *const names[] = {"gpt2", "llama-2-70b", "bert-base-uncased"};
 	for (int i = 0; i < 3; i++) {
 		ModelSpec m;
-		if (load_model(names[i], &m))
+		if (fx_bundled_model(names[i], &m))
 			continue;
 		double sum = 0;
 		for (int u = 0; u < model_n_units(&m); u++)
@@ -84,7 +60,7 @@ static void test_units_sum_to_model(void)
 		CU_ASSERT_DOUBLE_EQUAL(sum, m.n_params, 0);
 	}
 	ModelSpec g;
-	if (load_model("gpt2", &g) == 0) /* GPT-2 ties its head to the token embedding */
+	if (fx_bundled_model("gpt2", &g) == 0) /* GPT-2 ties its head to the token embedding */
 		CU_ASSERT_EQUAL(model_tied_elems(&g), 50257LL * 768);
 }
 

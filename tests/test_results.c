@@ -5,7 +5,6 @@
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,27 +16,8 @@
 static char out[1 << 16];
 static char dir[512];
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char args[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	int rc = px_test_run_cli(args, out, sizeof(out));
-	return rc;
-}
-
-#define ASSERT_HAS(needle) assert_has((needle), __LINE__)
-static void assert_has(const char *needle, unsigned line)
-{
-	int ok = strstr(out, needle) != NULL;
-	if (!ok)
-		fprintf(stderr, "\n%s:%u: expected \"%s\" in:\n%s\n", __FILE__, line, needle, out);
-	CU_assertImplementation(ok ? CU_TRUE : CU_FALSE, line, "ASSERT_HAS", __FILE__, "",
-				CU_FALSE);
-}
+#define run(...) px_test_run_clif(out, sizeof(out), __VA_ARGS__)
+#define ASSERT_HAS(needle) PX_ASSERT_HAS(out, (needle))
 
 static long long db_int(const char *path, const char *sql)
 {

@@ -39,15 +39,6 @@ static const char *bin(void)
 	return b ? b : "build/rel/parallax";
 }
 
-static double query(sqlite3 *db, const char *sql)
-{
-	sqlite3_stmt *st;
-	double v = NAN;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_double(st, 0);
-	sqlite3_finalize(st);
-	return v;
-}
 
 /* Live processes (not this one) whose command line holds needle. */
 static int count_procs(const char *needle)
@@ -131,16 +122,16 @@ static void test_killed_rank_recorded(void)
 	CU_ASSERT(sup > 0 && access(run_dir(sup), F_OK) != 0);
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND status = "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND status = "
 			      "'failed' AND notes LIKE 'parallax run --backend cpu stopped at step 3: "
 			      "rank 1 (pid %) was killed by SIGKILL (Killed) during step 3'"), 1);
 	/* what rank 1 had measured: its own rows only, over 2 finished steps, and its memory is
 	 * its prediction, as in a run that ends well */
-	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(DISTINCT rank) FROM metrics JOIN runs ON runs.id = "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM metrics JOIN runs ON runs.id = "
 			      "run_id WHERE status = 'failed'"), 1);
-	CU_ASSERT_EQUAL(query(db, "SELECT value FROM metrics JOIN runs ON runs.id = run_id WHERE "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT value FROM metrics JOIN runs ON runs.id = run_id WHERE "
 			      "status = 'failed' AND name = 'steps' AND rank = 1"), 2);
-	CU_ASSERT_EQUAL(query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE rank = 1 AND "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE rank = 1 AND "
 			      "name = 'memory.gpu.peak_bytes' AND measured = predicted"), 1);
 	sqlite3_close(db);
 }
@@ -158,7 +149,7 @@ static void test_killed_single_rank(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "recorded the failed run in"));
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-	CU_ASSERT_EQUAL(query(db, "SELECT value FROM metrics JOIN runs ON runs.id = run_id WHERE "
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT value FROM metrics JOIN runs ON runs.id = run_id WHERE "
 			      "status = 'failed' AND name = 'steps' AND rank = 0"), 1);
 	sqlite3_close(db);
 	snprintf(args, sizeof(args), "run '%s' --steps 4 --inject-kill 0@1 --no-db", scn);
@@ -512,7 +503,7 @@ static void test_guard_small_runs(void)
 	CU_ASSERT(fabs(mflop * 1e6 - 177284608.0) <= 0.01 * 177284608.0);
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-	double peak = query(db, "SELECT measured FROM predicted_vs_measured WHERE rank = 0 AND "
+	double peak = px_test_query(db, "SELECT measured FROM predicted_vs_measured WHERE rank = 0 AND "
 			    "name = 'memory.gpu.peak_bytes'");
 	sqlite3_close(db);
 	CU_ASSERT_DOUBLE_EQUAL(per, peak / 0x1p20, 0.05);
