@@ -750,11 +750,21 @@ int build_count_ops(const Plan *p, int stage, long long *n_ops, PxError *err)
 	return 0;
 }
 
+long long build_ops_bound(const Plan *p, int stage)
+{
+	long long passes = (p->par.pp == 1 ? 1 : p->m) + 2;
+	return passes * BUILD_OPS_PER_UNIT * stage_units(p, stage) + 1024;
+}
+
 int build_check_size(const Plan *p, PxError *err)
 {
-	long long total = 0;
+	long long total = 0, bound = 0;
 
 	if (p->par.pp == 1) /* one repeat block: the micro-batches add nothing */
+		return 0;
+	for (int s = 0; s < p->par.pp; s++)
+		bound += build_ops_bound(p, s);
+	if (bound <= BUILD_MAX_OPS) /* far inside: nothing to count (a sweep's usual point) */
 		return 0;
 	for (int s = 0; s < p->par.pp; s++) {
 		long long n;

@@ -29,8 +29,17 @@ int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err);
  * one micro-batch is built and the rest counted from it). */
 int build_count_ops(const Plan *p, int stage, long long *n_ops, PxError *err);
 
+/* A bound on the ops of stage `stage`'s schedule, found without building anything: each of the
+ * (micro-batches + 2) passes (the micro-batches, the set-up and the optimizer step) adds at most
+ * BUILD_OPS_PER_UNIT ops per unit of the stage, and the step a few hundred more (the parallel
+ * suite checks the bound against built schedules of every pipeline order, recompute, tensor
+ * and sequence parallelism and MoE). */
+#define BUILD_OPS_PER_UNIT 64
+long long build_ops_bound(const Plan *p, int stage);
+
 /* Refuse (PX_ERR_INPUT), before any schedule is built, a plan whose schedules would hold more than
- * BUILD_MAX_OPS ops, naming the count, the limit and what to change. */
+ * BUILD_MAX_OPS ops, naming the count, the limit and what to change. The count needs a small
+ * schedule per stage; only a plan whose bound exceeds the limit is counted. */
 int build_check_size(const Plan *p, PxError *err);
 
 #endif

@@ -675,8 +675,11 @@ static int check_top_zero(const JsonObj *root, const DsConfig *ds, PxError *err)
 	int amp_on = 0;
 	if (jobj_str(root, "gradient_allreduce_op", "mean", &op, err) < 0)
 		return -1;
-	jobj_where(root, "gradient_allreduce_op", where, sizeof(where));
-	if (strcasecmp(op, "mean") && strcasecmp(op, "sum"))
+	/* where a key sits is found by scanning the text: only for a message */
+	int bad_op = strcasecmp(op, "mean") && strcasecmp(op, "sum");
+	if (bad_op || (!strcasecmp(op, "sum") && ds->zero.stage == 3))
+		jobj_where(root, "gradient_allreduce_op", where, sizeof(where));
+	if (bad_op)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.gradient_allreduce_op: expected mean or sum, "
 			       "got \"%s\"", where, root->name, op);
 	if (!strcasecmp(op, "sum") && ds->zero.stage == 3)
@@ -709,31 +712,32 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 	if (jobj_child(root, "optimizer", &opt, err) < 0 ||
 	    jobj_bool(root, "zero_allow_untested_optimizer", 0, &untested_ok, err) < 0)
 		return -1;
-	jobj_where(&opt, "type", where, sizeof(where));
+	/* the type's place in the text, found (by scanning) only for a message */
+#define AT_TYPE (jobj_where(&opt, "type", where, sizeof(where)), where)
 	if (k->no_zero && z->stage > 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: %s with ZeRO stage %d; DeepSpeed "
-			       "refuses: %s (use stage 0)", where, opt.name, k->name, z->stage,
+			       "refuses: %s (use stage 0)", AT_TYPE, opt.name, k->name, z->stage,
 			       k->no_zero);
 	if (k->muon && z->stage == 3 && z->reduce_scatter)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon at ZeRO stage 3 with "
 			       "zero_optimization.reduce_scatter on (set it false); DeepSpeed refuses: "
-			       "Muon and reduce scatter cannot be used together", where, opt.name);
+			       "Muon and reduce scatter cannot be used together", AT_TYPE, opt.name);
 	if (k->muon && z->stage == 3 && z->quantized_gradients)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon with zero_quantized_gradients; "
 			       "DeepSpeed refuses: Muon and all2all process group cannot be used "
-			       "together", where, opt.name);
+			       "together", AT_TYPE, opt.name);
 	if (k->muon && (z->stage == 1 || z->stage == 2) && z->reduce_scatter &&
 	    z->offload_optimizer.device == DEV_CPU)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.type: Muon with reduce_scatter and optimizer "
 			       "offload; DeepSpeed refuses: Muon with reduce scatter does not support "
 			       "optimizer offload because offload retains only partition slices; "
-			       "disable reduce scatter or optimizer offload", where, opt.name);
+			       "disable reduce scatter or optimizer offload", AT_TYPE, opt.name);
 	if (ds->amsgrad && !ds->torch_adam) {
 		if (z->stage == 0 || z->offload_optimizer.device == DEV_NONE)
 			return px_fail(err, PX_ERR_INPUT, "%s: %s.params.amsgrad: DeepSpeed builds "
 				       "FusedAdam, which refuses: FusedAdam does not support the AMSGrad "
 				       "variant (set params.torch_adam: true for torch.optim's Adam)",
-				       where, opt.name);
+				       AT_TYPE, opt.name);
 		/* DeepSpeedCPUAdam takes the flag and keeps Adam's two states */
 	} else if (ds->amsgrad) {
 		ds->optimizer_states += 1; /* torch.optim's max_exp_avg_sq */
@@ -741,7 +745,7 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 	if (z->stage > 0 && opt.obj && !k->zero_tested && !untested_ok &&
 	    px_notes_warn(notes, "%s: warning: %s.type: %s with ZeRO needs "
 			  "\"zero_allow_untested_optimizer\": true; DeepSpeed stops otherwise: You are "
-			  "using an untested ZeRO Optimizer", where, opt.name, k->name))
+			  "using an untested ZeRO Optimizer", AT_TYPE, opt.name, k->name))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	if (k->error_feedback != EF_NONE &&
 	    px_notes_not_modelled(notes, "%s.type %s (after freeze_step its momentum all-reduce is "
@@ -749,6 +753,7 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 				  "its error-feedback buffers are counted)", opt.name, k->name))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	return 0;
+#undef AT_TYPE
 }
 
 int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)

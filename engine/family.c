@@ -1,5 +1,6 @@
 #include "family.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -761,14 +762,28 @@ static int set_dims(const JsonObj *o, ModelSpec *m, const long long dim[N_DIMS],
 	return 0;
 }
 
+/* Each family's known keys, sorted once for the whole process (a sweep reads a config per
+ * point, on several threads). */
+static JsonKeySet known_sets[N_FAMILIES];
+static int known_sets_failed;
+static pthread_once_t known_sets_once = PTHREAD_ONCE_INIT;
+
+static void sort_known_sets(void)
+{
+	for (int i = 0; i < N_FAMILIES; i++) {
+		const char *known[MAX_KNOWN];
+		known_keys(&FAMILIES[i], known);
+		known_sets_failed |= jkeys_sort(&known_sets[i], known);
+	}
+}
+
 int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *notes,
 		PxError *err)
 {
-	const char *known[MAX_KNOWN];
 	long long dim[N_DIMS];
 
-	known_keys(f, known);
-	if (jobj_check_keys(o, known, notes))
+	pthread_once(&known_sets_once, sort_known_sets);
+	if (known_sets_failed || jobj_check_keyset(o, &known_sets[f - FAMILIES], notes))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	m->family = f;
 	m->lay = f->layout;

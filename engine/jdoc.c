@@ -727,40 +727,90 @@ int jobj_child(const JsonObj *o, const char *key, JsonObj *child, PxError *err)
 
 /* ---- unknown keys ---- */
 
+/* Warn about member m of o, unknown among the n keys known (any order): the closest one by edit
+ * distance, when there is one near enough. */
+static int warn_unknown(const JsonObj *o, const cJSON *m, const char *const *known, int n,
+			PxNotes *notes)
+{
+	const char *dot = o->name[0] ? "." : "", *best = NULL;
+	int best_d = INT_MAX;
+	char where[1024];
+	for (int i = 0; i < n; i++) {
+		int d = jdoc_edit_distance(m->string, known[i]);
+		if (d < best_d) {
+			best_d = d;
+			best = known[i];
+		}
+	}
+	jobj_where(o, m->string, where, sizeof(where));
+	/* a suggestion as far away as the key is long is a rewrite, not a typo */
+	if (best && best_d <= 3 && (size_t)best_d < strlen(m->string))
+		return px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'; did you mean '%s%s%s'?",
+				     where, o->name, dot, m->string, o->name, dot, best);
+	return px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'", where, o->name, dot,
+			     m->string);
+}
+
 int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes)
 {
-	const char *dot = o->name[0] ? "." : "";
 	const cJSON *m;
+	int n = 0;
 
 	if (!cJSON_IsObject(o->obj) || !notes)
 		return 0;
+	while (known[n])
+		n++;
 	cJSON_ArrayForEach(m, o->obj) {
-		const char *best = NULL;
-		int best_d = INT_MAX, is_known = 0, rc;
-		char where[1024];
-
+		int is_known = 0;
 		/* keys starting with '_' are comments (a scenario's _source), as in hardware profiles */
-		for (int i = 0; known[i] && !is_known; i++)
+		for (int i = 0; i < n && !is_known; i++)
 			is_known = strcmp(m->string, known[i]) == 0;
-		if (is_known || m->string[0] == '_')
+		if (!is_known && m->string[0] != '_' && warn_unknown(o, m, known, n, notes))
+			return -1;
+	}
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int jkeys_sort(JsonKeySet *ks, const char *const *known)
+{
+	int n = 0;
+	while (known[n])
+		n++;
+	ks->n = 0;
+	ks->keys = malloc((size_t)(n ? n : 1) * sizeof(*ks->keys));
+	if (!ks->keys)
+		return -1;
+	memcpy(ks->keys, known, (size_t)n * sizeof(*ks->keys));
+	qsort(ks->keys, (size_t)n, sizeof(*ks->keys), by_name);
+	ks->n = n;
+	return 0;
+}
+
+void jkeys_free(JsonKeySet *ks)
+{
+	if (ks) {
+		free(ks->keys);
+		ks->keys = NULL;
+		ks->n = 0;
+	}
+}
+
+int jobj_check_keyset(const JsonObj *o, const JsonKeySet *ks, PxNotes *notes)
+{
+	const cJSON *m;
+	if (!cJSON_IsObject(o->obj) || !notes)
+		return 0;
+	cJSON_ArrayForEach(m, o->obj) {
+		const char *key = m->string;
+		if (key[0] == '_' ||
+		    bsearch(&key, ks->keys, (size_t)ks->n, sizeof(*ks->keys), by_name))
 			continue;
-		for (int i = 0; known[i]; i++) { /* only an unknown key needs the closest one */
-			int d = jdoc_edit_distance(m->string, known[i]);
-			if (d < best_d) {
-				best_d = d;
-				best = known[i];
-			}
-		}
-		jobj_where(o, m->string, where, sizeof(where));
-		/* a suggestion as far away as the key is long is a rewrite, not a typo */
-		if (best && best_d <= 3 && (size_t)best_d < strlen(m->string))
-			rc = px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'; "
-					   "did you mean '%s%s%s'?", where, o->name, dot, m->string,
-					   o->name, dot, best);
-		else
-			rc = px_notes_warn(notes, "%s: warning: unknown key '%s%s%s'", where,
-					   o->name, dot, m->string);
-		if (rc)
+		if (warn_unknown(o, m, ks->keys, ks->n, notes))
 			return -1;
 	}
 	return 0;

@@ -103,6 +103,17 @@ int jobj_child(const JsonObj *o, const char *key, JsonObj *child, PxError *err);
  * with '_' are comments and never warned about. */
 int jobj_check_keys(const JsonObj *o, const char *const *known, PxNotes *notes);
 
+/* The same check against a set of known keys sorted once (jkeys_sort), for the readers that run
+ * on every point of a sweep: a key is looked up by binary search, not by a pass over the list. */
+typedef struct JsonKeySet {
+	const char **keys; /* sorted by strcmp; the strings are the caller's (static) ones */
+	int n;
+} JsonKeySet;
+/* Sort the NULL-terminated known into ks (owned: jkeys_free). -1 when out of memory. */
+int jkeys_sort(JsonKeySet *ks, const char *const *known);
+void jkeys_free(JsonKeySet *ks);
+int jobj_check_keyset(const JsonObj *o, const JsonKeySet *ks, PxNotes *notes);
+
 /* Edit (Levenshtein) distance between two strings. */
 int jdoc_edit_distance(const char *a, const char *b);
 

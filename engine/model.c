@@ -329,6 +329,16 @@ int model_unit_is_moe(const ModelSpec *m, int unit)
 	return 1;
 }
 
+int model_unit_kind(const ModelSpec *m, int unit)
+{
+	if (unit < 1 || unit > m->L)
+		return unit < 1 ? -1 : -2;
+	long long L_enc = m->lay.L_enc;
+	int first = unit == 1 || (L_enc > 0 && unit == L_enc + 1);
+	return model_unit_is_moe(m, unit) | model_unit_is_decoder(m, unit) << 1 | first << 2 |
+	       (L_enc > 0 && unit == L_enc) << 3;
+}
+
 int model_unit_is_decoder(const ModelSpec *m, int unit)
 {
 	return m->lay.L_enc > 0 && unit > m->lay.L_enc && unit <= m->L;

@@ -110,6 +110,10 @@ int model_unit_tensors(const ModelSpec *m, int unit, ModelTensor out[MODEL_MAX_T
 long long model_unit_params(const ModelSpec *m, int unit);
 /* Whether block unit (1..L) has an MoE MLP. */
 int model_unit_is_moe(const ModelSpec *m, int unit);
+/* A block's kind: blocks of one kind have the same tensors, products and activations (whether
+ * it is an MoE block, a decoder block, the first of its stack, the encoder's last); the ends
+ * are kinds of their own (negative). Lets a planner walk one block of each kind. */
+int model_unit_kind(const ModelSpec *m, int unit);
 /* Whether block unit is in an encoder-decoder's decoder (its tokens are the decoder's). */
 int model_unit_is_decoder(const ModelSpec *m, int unit);
 /* Elements the head borrows from the embeddings when the LM head is tied (V x embedding width),

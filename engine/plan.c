@@ -135,6 +135,7 @@ static void plan_unit(Plan *p, int idx)
 	UnitPlan *u = &p->units[idx];
 	ModelTensor t[MODEL_MAX_TENSORS];
 
+	int muon = p->sc->ds.opt && p->sc->ds.opt->muon; /* the split only Muon reads */
 	u->n_tensors = model_unit_tensors(m, idx, t);
 	u->moe = model_unit_is_moe(m, idx);
 	for (int i = 0; i < u->n_tensors; i++) {
@@ -147,7 +148,7 @@ static void plan_unit(Plan *p, int idx)
 		u->tensor_local[i] = n;
 		if (n > u->max_tensor)
 			u->max_tensor = n;
-		if (is_hidden_matrix(m, idx, &t[i]))
+		if (muon && is_hidden_matrix(m, idx, &t[i]))
 			u->muon_elems += n;
 		u->tensor_expert[i] = (unsigned char)t[i].expert;
 		if (t[i].expert)
@@ -412,8 +413,12 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->units = calloc((size_t)p->n_units, sizeof(*p->units));
 	if (!p->units)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-	for (int i = 0; i < p->n_units; i++)
-		plan_unit(p, i);
+	for (int i = 0; i < p->n_units; i++) { /* one walk per kind of block (model.h) */
+		if (i > 1 && i <= m->L && model_unit_kind(m, i) == model_unit_kind(m, i - 1))
+			p->units[i] = p->units[i - 1];
+		else
+			plan_unit(p, i);
+	}
 	if (p->stage == 3 && model_tied_elems(m)) /* the tied head gathers the embedding's flat */
 		p->units[p->n_units - 1].gather_dense += p->units[0].own_gather;
 	if (plan_stages(p, err)) {

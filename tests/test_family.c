@@ -288,6 +288,72 @@ static void test_bundled_configs(void)
 	CU_ASSERT(n >= 40);
 }
 
+/* Two neighbouring blocks of one model_unit_kind own the same tensors and compute the same
+ * products and activations, in every bundled model: the planner walks one block of each kind and
+ * copies it (plan.c), so a kind that misses a per-layer difference would misprice silently. The
+ * shapes probe tensor parallelism, expert parallelism, each recompute mode and FlashAttention. */
+static void same_blocks(const ModelSpec *m, int u, const char *name)
+{
+	ModelTensor a[MODEL_MAX_TENSORS], b[MODEL_MAX_TENSORS];
+	int na = model_unit_tensors(m, u - 1, a), nb = model_unit_tensors(m, u, b);
+	CU_ASSERT_EQUAL(na, nb);
+	for (int i = 0; i < na && i < nb; i++) {
+		CU_ASSERT_STRING_EQUAL(a[i].name, b[i].name);
+		CU_ASSERT_EQUAL(a[i].numel, b[i].numel);
+		CU_ASSERT_EQUAL(a[i].tp_split, b[i].tp_split);
+		CU_ASSERT_EQUAL(a[i].expert, b[i].expert);
+	}
+	GemmShape gs = {.s = 2048, .s_dec = 512, .b = 2, .t = 2, .ep = 2, .expert_tokens = 1000};
+	ModelGemm ga[MODEL_MAX_GEMMS], gb[MODEL_MAX_GEMMS];
+	double fa = model_gemms_flops(ga, model_unit_gemms(m, u - 1, &gs, ga));
+	double fb = model_gemms_flops(gb, model_unit_gemms(m, u, &gs, gb));
+	CU_ASSERT_EQUAL(fa, fb);
+	for (int flash = 0; flash < 2; flash++) {
+		ActivShape x = {.s = 2048, .b = 2, .s_dec = 512, .t = 2, .sp = flash,
+				.flash = flash, .elem_bytes = 2};
+		for (CkptMode c = CKPT_NONE; c <= CKPT_FULL; c++) {
+			CU_ASSERT_EQUAL(activ_unit_bytes(m, u - 1, &x, c, 3000),
+					activ_unit_bytes(m, u, &x, c, 3000));
+			CU_ASSERT_EQUAL(activ_unit_scores_bytes(m, u - 1, &x, c),
+					activ_unit_scores_bytes(m, u, &x, c));
+		}
+		CU_ASSERT_EQUAL(activ_unit_checkpoint_bytes(m, u - 1, &x, flash),
+				activ_unit_checkpoint_bytes(m, u, &x, flash));
+	}
+	if (fa != fb)
+		fprintf(stderr, "%s: blocks %d and %d differ\n", name, u - 1, u);
+}
+
+static void test_block_kinds(void)
+{
+	DIR *dp = opendir(px_test_path("scenarios/models"));
+	int n = 0, pairs = 0, kinds_seen = 0;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+	for (struct dirent *e; (e = readdir(dp));) {
+		size_t len = strlen(e->d_name);
+		char name[256];
+		ModelSpec m;
+		if (len < 6 || strcmp(e->d_name + len - 5, ".json"))
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)(len - 5), e->d_name);
+		if (fx_bundled_model(name, &m))
+			continue;
+		for (int u = 2; u <= m.L; u++) {
+			if (model_unit_kind(&m, u) != model_unit_kind(&m, u - 1)) {
+				kinds_seen++;
+				continue;
+			}
+			same_blocks(&m, u, name);
+			pairs++;
+		}
+		n++;
+	}
+	closedir(dp);
+	CU_ASSERT(n >= 40);
+	CU_ASSERT(pairs > 1000);
+	CU_ASSERT(kinds_seen > 0); /* the encoder-decoders and the dense-first MoE models */
+}
+
 /* An unknown model_type is refused, naming the known families; through the CLI with exit 2. */
 static void test_unknown_family(void)
 {
@@ -602,5 +668,6 @@ int test_family_register(void)
 			    {"deepseek experts over ep", test_deepseek_experts},
 			    {"MoE GEMMs priced one by one", test_moe_gemms},
 			    {"which blocks are MoE", test_moe_layers},
-			    {"new families' bundled scenarios", test_new_family_scenarios});
+			    {"new families' bundled scenarios", test_new_family_scenarios},
+			    {"blocks of one kind alike", test_block_kinds});
 }

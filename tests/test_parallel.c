@@ -497,7 +497,8 @@ static long long built_ops(const Prediction *pr)
 }
 
 /* build_count_ops equals the length of the schedule really built, every micro-batch unrolled, for
- * each pipeline order and stage, with and without recompute, tensor and sequence parallelism. */
+ * each pipeline order and stage, with and without recompute, tensor and sequence parallelism,
+ * and MoE; and build_ops_bound is above it. */
 static void test_count_ops_exact(void)
 {
 	static const struct {
@@ -511,6 +512,9 @@ static void test_count_ops_exact(void)
 		 ", \"activation_checkpointing\": \"full\""},
 		{2, 5, ", \"tp\": 2, \"sequence_parallel\": true", ", \"activation_checkpointing\": \"full\""},
 		{8, 3, "", ", \"activation_checkpointing\": \"selective\""},
+		{2, 4, "", ", \"moe\": {\"num_experts\": 4, \"k\": 2}"},
+		{2, 3, ", \"tp\": 2, \"sequence_parallel\": true",
+		 ", \"moe\": {\"num_experts\": 4}, \"activation_checkpointing\": \"full\""},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		Scenario sc;
@@ -533,6 +537,11 @@ static void test_count_ops_exact(void)
 				fprintf(stderr, "\ncase %zu stage %d: counted %lld, built %d\n", i, s, n,
 					pr.stages[s].sched.n);
 			CU_ASSERT_EQUAL(n, pr.stages[s].sched.n);
+			/* the bound that spares a sweep's points the count holds */
+			if (pr.stages[s].sched.n > build_ops_bound(&pr.plan, s))
+				fprintf(stderr, "\ncase %zu stage %d: built %d, bound %lld\n", i, s,
+					pr.stages[s].sched.n, build_ops_bound(&pr.plan, s));
+			CU_ASSERT(pr.stages[s].sched.n <= build_ops_bound(&pr.plan, s));
 		}
 		fx_free(&sc, &pr);
 	}
