@@ -264,7 +264,8 @@ static void test_typo_warns(void)
 
 /* Every bundled config (the model half of the corpus the ds_config script prices) loads, without
  * a warning, and its units' parameters add up to its count. */
-static void test_bundled_configs(void)
+/* Calls fn on every bundled model config that loads; returns how many. */
+static int each_bundled_model(void (*fn)(const ModelSpec *m, const char *name, void *ctx), void *ctx)
 {
 	DIR *dp = opendir(px_test_path("scenarios/models"));
 	int n = 0;
@@ -278,14 +279,25 @@ static void test_bundled_configs(void)
 		snprintf(name, sizeof(name), "%.*s", (int)(len - 5), e->d_name);
 		if (fx_bundled_model(name, &m))
 			continue;
-		double sum = 0;
-		for (int u = 0; u < model_n_units(&m); u++)
-			sum += (double)model_unit_params(&m, u);
-		CU_ASSERT_EQUAL(sum, m.n_params);
+		fn(&m, name, ctx);
 		n++;
 	}
 	closedir(dp);
-	CU_ASSERT(n >= 40);
+	return n;
+}
+
+static void units_add_up(const ModelSpec *m, const char *name, void *ctx)
+{
+	(void)name, (void)ctx;
+	double sum = 0;
+	for (int u = 0; u < model_n_units(m); u++)
+		sum += (double)model_unit_params(m, u);
+	CU_ASSERT_EQUAL(sum, m->n_params);
+}
+
+static void test_bundled_configs(void)
+{
+	CU_ASSERT(each_bundled_model(units_add_up, NULL) >= 40);
 }
 
 /* Two neighbouring blocks of one model_unit_kind own the same tensors and compute the same
@@ -324,34 +336,29 @@ static void same_blocks(const ModelSpec *m, int u, const char *name)
 		fprintf(stderr, "%s: blocks %d and %d differ\n", name, u - 1, u);
 }
 
+struct kind_counts {
+	int pairs, kinds_seen;
+};
+
+static void kinds_alike(const ModelSpec *m, const char *name, void *ctx)
+{
+	struct kind_counts *c = ctx;
+	for (int u = 2; u <= m->L; u++) {
+		if (model_unit_kind(m, u) != model_unit_kind(m, u - 1)) {
+			c->kinds_seen++;
+			continue;
+		}
+		same_blocks(m, u, name);
+		c->pairs++;
+	}
+}
+
 static void test_block_kinds(void)
 {
-	DIR *dp = opendir(px_test_path("scenarios/models"));
-	int n = 0, pairs = 0, kinds_seen = 0;
-	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
-	for (struct dirent *e; (e = readdir(dp));) {
-		size_t len = strlen(e->d_name);
-		char name[256];
-		ModelSpec m;
-		if (len < 6 || strcmp(e->d_name + len - 5, ".json"))
-			continue;
-		snprintf(name, sizeof(name), "%.*s", (int)(len - 5), e->d_name);
-		if (fx_bundled_model(name, &m))
-			continue;
-		for (int u = 2; u <= m.L; u++) {
-			if (model_unit_kind(&m, u) != model_unit_kind(&m, u - 1)) {
-				kinds_seen++;
-				continue;
-			}
-			same_blocks(&m, u, name);
-			pairs++;
-		}
-		n++;
-	}
-	closedir(dp);
-	CU_ASSERT(n >= 40);
-	CU_ASSERT(pairs > 1000);
-	CU_ASSERT(kinds_seen > 0); /* the encoder-decoders and the dense-first MoE models */
+	struct kind_counts c = {0};
+	CU_ASSERT(each_bundled_model(kinds_alike, &c) >= 40);
+	CU_ASSERT(c.pairs > 1000);
+	CU_ASSERT(c.kinds_seen > 0); /* the encoder-decoders and the dense-first MoE models */
 }
 
 /* An unknown model_type is refused, naming the known families; through the CLI with exit 2. */
