@@ -12,6 +12,9 @@ typedef struct Bucket {
 	CommGroup group;
 	long long elems, offset;
 	int unit;                      /* the unit (stage 3) or bucket's first unit (stage 2) */
+	int plan_bucket;               /* its BucketPlan (stage 2), -1 otherwise */
+	long long part_off;            /* this rank's slice in its partition (SchedSlice), -1: none
+					  stated */
 	int buf;                       /* the buffer the reduction reads, -1 for none */
 	int bufs[MAX_PENDING], n_bufs; /* unit gradients the reduction releases */
 } Bucket;
@@ -30,6 +33,7 @@ typedef struct Builder {
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
+	int id_gradpart;        /* stage 2-3's gradient partition on the device, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
 
@@ -60,28 +64,41 @@ static void release(Builder *b, int *id)
 
 /* A collective over group g; a group of one rank has nothing to exchange. Returns the op, or NULL
  * when none was added. */
-static Op *coll(Builder *b, CollKind kind, CommGroup g, int unit, int64_t elems, int elem_bytes,
-		int buf, int64_t off)
+static Op *coll(Builder *b, CollKind kind, OpRole role, CommGroup g, int unit, int64_t elems,
+		int elem_bytes, int buf, int64_t off)
 {
 	long long n = b->p->spans[g].n;
 	if ((n <= 1 && kind != COLL_P2P && kind != COLL_P2P_RECV) || elems <= 0)
 		return NULL;
-	if (sched_coll(b->s, kind, g, (int)n, unit, elems, elem_bytes, buf, off)) {
+	if (sched_coll(b->s, kind, role, g, (int)n, unit, elems, elem_bytes, buf, off)) {
 		b->oom = 1;
 		return NULL;
 	}
 	return &b->s->ops[b->s->n - 1];
 }
 
+/* State where op's partitioned data lies (SchedSlice); op NULL (nothing was added): nothing. */
+static void slice(Builder *b, const Op *op, int bucket, long long part_off, long long part_elems)
+{
+	if (op && part_off >= 0)
+		DO(sched_set_slice(b->s, bucket, part_off, part_elems));
+}
+
+static void copy(Builder *b, CopyDir dir, OpRole role, int unit, double bytes)
+{
+	DO(sched_copy(b->s, dir, role, unit, bytes));
+}
+
 /* A quantized collective (ZeRO++): elems at elem_bytes (INT8: 1; INT4: elems halved) plus one
  * fp32 scale per ZPP_QUANT_BLOCK elements. */
-static void quantized(Builder *b, CollKind kind, CommGroup g, int unit, long long elems, int bits,
-		      int buf, long long off)
+static Op *quantized(Builder *b, CollKind kind, OpRole role, CommGroup g, int unit, long long elems,
+		     int bits, int buf, long long off)
 {
 	long long stored = bits == 4 ? ceil_div(elems, 2) : elems;
-	Op *op = coll(b, kind, g, unit, stored, 1, buf, off);
+	Op *op = coll(b, kind, role, g, unit, stored, 1, buf, off);
 	if (op)
 		op->bytes += 4.0 * (double)ceil_div(elems, ZPP_QUANT_BLOCK);
+	return op;
 }
 
 /* ---- set-up: what lives for the whole run ---- */
@@ -123,7 +140,8 @@ static void setup(Builder *b)
 				      p->param_bytes);
 	}
 	if (p->stage >= 2 && p->opt_place == PLACE_GPU)
-		alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, -1, part * p->grad_bytes);
+		b->id_gradpart = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, -1,
+				       part * p->grad_bytes);
 	if (p->stage >= 1 && p->opt_place != PLACE_GPU) /* offload accumulates fp32 on the host */
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
@@ -152,27 +170,32 @@ static void gather(Builder *b, int u, int backward)
 		return;
 	double part_bytes = (double)(up->part_dense + up->part_expert) * p->param_bytes;
 	if (p->param_place == PLACE_NVME)
-		DO(sched_copy(b->s, COPY_NVME_READ, u, part_bytes));
+		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, part_bytes);
 	if (p->param_place != PLACE_GPU)
-		DO(sched_copy(b->s, COPY_H2D, u, part_bytes));
+		copy(b, COPY_H2D, ROLE_PREFETCH, u, part_bytes);
 	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
 					(double)whole * p->param_bytes);
 	/* the unit's own flat, then (a tied head) the embedding's flat after it; op->unit names
-	 * whose partition is gathered */
+	 * whose partition is gathered, the slice where this rank's piece of it lies (hpZ's comes
+	 * from the secondary partition instead: none stated) */
 	long long pieces[2][2] = {{u, up->own_gather}, {0, up->gather_dense - up->own_gather}};
 	long long at = 0;
 	for (int k = 0; k < 2; k++) {
 		int src = (int)pieces[k][0];
 		long long n = pieces[k][1];
 		if (backward && p->hpz > 1) /* hpZ: from the secondary partition, inside the node */
-			coll(b, COLL_ALL_GATHER, GROUP_HPZ, src, n, p->param_bytes, id, at);
+			coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n, p->param_bytes, id,
+			     at);
 		else if (p->qwz) /* qwZ: INT8 weights with their scales */
-			quantized(b, COLL_ALL_GATHER, GROUP_DP, src, n, 8, id, at);
+			slice(b, quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n, 8, id,
+					   at), -1, p->units[src].part_off, n / p->dp);
 		else
-			coll(b, COLL_ALL_GATHER, GROUP_DP, src, n, p->param_bytes, id, at);
+			slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n,
+				      p->param_bytes, id, at), -1, p->units[src].part_off, n / p->dp);
 		at += n;
 	}
-	coll(b, COLL_ALL_GATHER, GROUP_EDP, u, up->gather_expert, p->param_bytes, id, at);
+	slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_EDP, u, up->gather_expert,
+		      p->param_bytes, id, at), -1, up->part_off + up->part_dense, up->part_expert);
 	b->live_elems += (double)whole;
 }
 
@@ -216,20 +239,27 @@ static void flush_bucket(Builder *b, Bucket *k)
 	const Plan *p = b->p;
 	if (k->elems == 0)
 		return;
+	long long mine = ceil_div(k->elems, p->spans[k->group].n);
 	if (p->qgz && k->group == GROUP_DP) {
 		/* qgZ: an INT4 all-to-all inside the node, after which each GPU reduces and holds
 		 * 1/g of the bucket; that slice goes across nodes in a second INT4 all-to-all */
 		long long g = p->spans[GROUP_NODE].n;
-		quantized(b, COLL_ALL_TO_ALL, GROUP_NODE, k->unit, k->elems, 4, k->buf, k->offset);
-		quantized(b, COLL_ALL_TO_ALL, GROUP_XNODE, k->unit, ceil_div(k->elems, g), 4, k->buf,
-			  k->offset);
+		quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_NODE, k->unit, k->elems, 4,
+			  k->buf, k->offset);
+		slice(b, quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_XNODE, k->unit,
+				   ceil_div(k->elems, g), 4, k->buf, k->offset),
+		      k->plan_bucket, k->part_off, mine);
 	} else {
 		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
-		coll(b, kind, k->group, k->unit, k->elems, p->comm_bytes, k->buf, k->offset);
+		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
+			      k->buf, k->offset), k->plan_bucket, k->part_off, mine);
 	}
-	if (p->opt_place != PLACE_GPU) /* this rank's reduced slice goes to the host's fp32 grads */
-		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)ceil_div(k->elems,
-				      p->spans[k->group].n) * p->grad_bytes, k->buf, k->offset, k->elems));
+	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
+		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)mine * p->grad_bytes, k->buf,
+				      k->offset, k->elems));
+		if (!b->oom && k->part_off >= 0)
+			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
+	}
 	for (int i = 0; i < k->n_bufs; i++)
 		release(b, &k->bufs[i]);
 	k->n_bufs = 0;
@@ -247,6 +277,11 @@ static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offs
 	k->offset = offset; /* buckets fill backwards through the flat buffer */
 	k->unit = -1;
 	k->buf = -1;
+	k->plan_bucket = -1; /* expert buckets: stage 2's slice follows the dense partition in the
+				expert flat's order; stage 3's experts are partitioned tensor by tensor
+				(none stated) */
+	k->part_off = p->stage == 2 ? b->p->stages[b->stage].flat_dense / p->dp +
+					      offset / p->spans[k->group].n : -1;
 }
 
 static void hold(Bucket *k, int id)
@@ -256,12 +291,16 @@ static void hold(Bucket *k, int id)
 }
 
 /* A dense reduction of gradients held in buffer buf from element offset: a bucket of whole units
- * (stage 2, unit = its first unit) or one unit's flat (stage 3). The contiguous gradient buffers
- * are used in turn, one reduction each. */
-static void reduce_dense(Builder *b, int unit, long long elems, int buf, long long offset)
+ * (stage 2, unit = its first unit, plan_bucket its BucketPlan) or one unit's flat (stage 3),
+ * whose reduced slice lands at part_off in this rank's partition. The contiguous gradient
+ * buffers are used in turn, one reduction each. */
+static void reduce_dense(Builder *b, int unit, int plan_bucket, long long part_off,
+			 long long elems, int buf, long long offset)
 {
 	b->dense.elems = elems;
 	b->dense.unit = unit;
+	b->dense.plan_bucket = plan_bucket;
+	b->dense.part_off = part_off;
 	b->dense.buf = buf;
 	b->dense.offset = offset;
 	flush_bucket(b, &b->dense);
@@ -274,6 +313,32 @@ static int next_bucket(Builder *b)
 	int id = b->buckets[b->cur_bucket];
 	b->cur_bucket = (b->cur_bucket + 1) % b->n_buckets;
 	return id;
+}
+
+/* Where unit u's backward writes its dense gradients (sched_grads_to): stage 0-1 the full
+ * gradients at its place in the flat; stage 2-3 the contiguous buffer the next reduction reads
+ * (the bucket in turn), at its place in the bucket; or, when nothing reduces or copies them (one
+ * rank, the optimizer on the device), straight into the gradient partition. None without
+ * contiguous gradients (each unit's own buffer, allocated after its backward). */
+static void grads_dest(Builder *b, int u, int *buf, long long *off)
+{
+	const Plan *p = b->p;
+	const UnitPlan *up = &p->units[u];
+	*buf = -1, *off = 0;
+	if (p->stage < 2) {
+		*buf = b->id_grads, *off = up->flat_off;
+		return;
+	}
+	int direct = p->spans[GROUP_DP].n <= 1 && p->opt_place == PLACE_GPU;
+	if (direct) {
+		*buf = b->id_gradpart, *off = p->stage == 2 ? up->flat_off : up->part_off;
+		return;
+	}
+	if (b->n_buckets == 0)
+		return;
+	*buf = b->buckets[b->cur_bucket];
+	if (p->stage == 2 && b->bucket_of[u] >= 0)
+		*off = up->flat_off - p->stages[b->stage].buckets[b->bucket_of[u]].flat_off;
 }
 
 static void unit_grads(Builder *b, int u)
@@ -303,13 +368,13 @@ static void unit_grads(Builder *b, int u)
 	}
 	if (p->stage == 3) { /* held gradients (the tied head's) are summed into the reduction */
 		if (up->own_gather > 0)
-			reduce_dense(b, u, up->own_gather, next_bucket(b), 0);
+			reduce_dense(b, u, -1, up->part_off, up->own_gather, next_bucket(b), 0);
 		return;
 	}
 	int i = b->bucket_of[u];
 	const BucketPlan *k = i >= 0 ? &p->stages[b->stage].buckets[i] : NULL;
 	if (k && u == k->u_lo) /* the bucket's last unit to finish backward */
-		reduce_dense(b, k->u_lo, k->padded, next_bucket(b), 0);
+		reduce_dense(b, k->u_lo, i, k->flat_off / p->dp, k->padded, next_bucket(b), 0);
 }
 
 /* ---- one unit, forward and backward ---- */
@@ -327,8 +392,9 @@ static int is_block(const Plan *p, int u)
  * parallelism each becomes an all-gather plus a reduce-scatter. The vocabulary-parallel
  * embedding reduces its output (an encoder-decoder looks up both stacks' tokens), the head
  * reduces its input gradient, and its cross-entropy reduces 3 fp32 values per token. */
-static void tp_colls(Builder *b, int u, int forward)
+static void tp_colls(Builder *b, int u, OpRole role)
 {
+	int forward = role != ROLE_BACKWARD;
 	const Plan *p = b->p;
 	if (p->par.tp <= 1 || !p->activations_known)
 		return;
@@ -342,37 +408,37 @@ static void tp_colls(Builder *b, int u, int forward)
 		long long bsh = (dec ? bs_dec : bs) * h;
 		for (int i = 0; i < 2 + dec; i++) {
 			if (sp) {
-				coll(b, COLL_ALL_GATHER, GROUP_TP, u, bsh, d, -1, 0);
-				coll(b, COLL_REDUCE_SCATTER, GROUP_TP, u, bsh, d, -1, 0);
+				coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, bsh, d, -1, 0);
+				coll(b, COLL_REDUCE_SCATTER, role, GROUP_TP, u, bsh, d, -1, 0);
 			} else {
-				coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bsh, d, -1, 0);
+				coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bsh, d, -1, 0);
 			}
 		}
 		if (dec && !forward) /* sequence parallelism is refused for encoder-decoders */
-			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bs * h, d, -1, 0);
+			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs * h, d, -1, 0);
 	} else if (u == 0 && forward) {
-		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bs * h, d, -1, 0);
+		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, role, GROUP_TP, u, bs * h, d, -1, 0);
 		if (m->lay.L_enc)
-			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, bs_dec * h, d, -1, 0);
+			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs_dec * h, d, -1, 0);
 	} else if (u == p->n_units - 1 && m->lay.lm_head) {
 		if (forward)
-			coll(b, COLL_ALL_REDUCE, GROUP_TP, u, 3 * bs_head, 4, -1, 0);
+			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, 3 * bs_head, 4, -1, 0);
 		else
-			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, GROUP_TP, u, bs_head * h, d,
+			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, role, GROUP_TP, u, bs_head * h, d,
 			     -1, 0);
 	}
 }
 
 /* An MoE block moves its tokens to their experts and back: two all-to-alls forward (dispatch,
  * combine) and two backward, of E x capacity x h elements each. */
-static void moe_colls(Builder *b, int u)
+static void moe_colls(Builder *b, int u, OpRole role)
 {
 	const Plan *p = b->p;
 	if (!p->units[u].moe)
 		return;
 	long long elems = p->moe_slots * p->sc->model.h;
-	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
-	coll(b, COLL_ALL_TO_ALL, GROUP_EP, u, elems, p->param_bytes, -1, 0);
+	coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, elems, p->param_bytes, -1, 0);
+	coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, elems, p->param_bytes, -1, 0);
 }
 
 /* The executor: the kernels run on a model-layout working copy of the unit's parameters in the
@@ -408,12 +474,12 @@ static void forward_unit(Builder *b, int slot, int u)
 				  u, up->act_bytes);
 	}
 	DO(sched_compute(b->s, COMP_FWD, u, up->fwd_flops, 0));
-	tp_colls(b, u, 1);
-	moe_colls(b, u);
+	tp_colls(b, u, ROLE_FORWARD);
+	moe_colls(b, u, ROLE_FORWARD);
 	release(b, &temp);
 	release(b, &fp32);
 	if (b->ckpt[i] >= 0 && p->ckpt_place == PLACE_CPU)
-		DO(sched_copy(b->s, COPY_D2H, u, up->ckpt_bytes));
+		copy(b, COPY_D2H, ROLE_FORWARD, u, up->ckpt_bytes);
 	if (p->stage == 3)
 		ungather(b, u);
 }
@@ -431,15 +497,21 @@ static void backward_unit(Builder *b, int slot, int u)
 	int fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_FP32, u, unit_work_bytes(p, u, 4));
 	if (b->ckpt[i] >= 0) { /* full recompute: rebuild the block's activations from its input */
 		if (p->ckpt_place == PLACE_CPU)
-			DO(sched_copy(b->s, COPY_H2D, u, up->ckpt_bytes));
+			copy(b, COPY_H2D, ROLE_RECOMPUTE, u, up->ckpt_bytes);
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
 		DO(sched_compute(b->s, COMP_RECOMPUTE, u, up->fwd_flops, 0));
-		tp_colls(b, u, 1);
-		moe_colls(b, u);
+		tp_colls(b, u, ROLE_RECOMPUTE);
+		moe_colls(b, u, ROLE_RECOMPUTE);
 	}
 	DO(sched_compute(b->s, COMP_BWD, u, 2 * up->fwd_flops, 0));
-	tp_colls(b, u, 0);
-	moe_colls(b, u);
+	if (!b->oom) {
+		int gbuf;
+		long long goff;
+		grads_dest(b, u, &gbuf, &goff);
+		sched_grads_to(b->s, gbuf, goff);
+	}
+	tp_colls(b, u, ROLE_BACKWARD);
+	moe_colls(b, u, ROLE_BACKWARD);
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
 	unit_grads(b, u);
@@ -505,7 +577,8 @@ static void micro_batch(Builder *b)
 	flush_bucket(b, &b->expert);
 	const StagePlan *st = &p->stages[b->stage];
 	if (p->stage == 3 && st->persist_elems > 0) /* parameters kept whole still reduce-scatter */
-		reduce_dense(b, -1, ceil_div(st->persist_elems, p->dp) * p->dp, b->id_grads, 0);
+		reduce_dense(b, -1, -1, st->persist_part_off, ceil_div(st->persist_elems, p->dp) * p->dp,
+			     b->id_grads, 0);
 	release(b, &scratch);
 	release(b, &b->buckets[0]);
 	release(b, &b->buckets[1]);
@@ -534,18 +607,18 @@ static int pipelined(Builder *b, PxError *err)
 		DO(sched_mark_step(b->s));
 		if (st->forward) {
 			if (!first)
-				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);
+				coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, -1, 0);
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
 			if (!last)
-				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, -1, 0);
+				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, -1, 0);
 		} else {
 			if (!last)
-				coll(b, COLL_P2P_RECV, GROUP_PP, -1, bsh, d, -1, 0);
+				coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, -1, 0);
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
 			if (!first)
-				coll(b, COLL_P2P, GROUP_PP, -1, bsh, d, -1, 0);
+				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, -1, 0);
 		}
 	}
 	free(order);
@@ -554,13 +627,18 @@ static int pipelined(Builder *b, PxError *err)
 
 /* ---- after the micro-batches: reduction, optimizer, parameter gather ---- */
 
-/* A collective over a flat buffer in chunks of at most chunk elements. */
-static void chunked(Builder *b, CollKind kind, CommGroup g, long long total, double chunk,
-		    int elem_bytes)
+/* A collective over a flat buffer (the stage's expert flat, after its dense one) in chunks of at
+ * most chunk elements; part_base: where this rank's slice of the flat starts in its partition
+ * (-1: none stated). */
+static void chunked(Builder *b, CollKind kind, OpRole role, CommGroup g, long long total,
+		    double chunk, int elem_bytes, long long part_base)
 {
-	long long step = (long long)chunk > 0 ? (long long)chunk : total;
-	for (long long off = 0; off < total; off += step)
-		coll(b, kind, g, -1, min_ll(step, total - off), elem_bytes, -1, off);
+	long long step = (long long)chunk > 0 ? (long long)chunk : total, n = b->p->spans[g].n;
+	for (long long off = 0; off < total; off += step) {
+		long long len = min_ll(step, total - off);
+		slice(b, coll(b, kind, role, g, -1, len, elem_bytes, -1, off), -1,
+		      part_base < 0 ? -1 : part_base + off / n, len / n);
+	}
 }
 
 static void optimizer_step(Builder *b)
@@ -572,24 +650,29 @@ static void optimizer_step(Builder *b)
 
 	/* the tied embedding's two copies (first and last stage) sum their gradients */
 	if (p->par.pp > 1 && tied && (b->stage == 0 || b->stage == p->par.pp - 1))
-		DO(sched_coll(b->s, COLL_ALL_REDUCE, GROUP_PP, 2, -1, tied, p->grad_bytes, -1, 0));
+		DO(sched_coll(b->s, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_PP, 2, -1, tied,
+			      p->grad_bytes, -1, 0));
 
-	if (p->stage < 2) {
+	if (p->stage < 2) { /* stage 0's "partition" is the whole flat */
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
+		long long n = p->stage == 0 ? 1 : p->dp;
 		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
-			coll(b, kind, GROUP_DP, st->buckets[i].u_lo, st->buckets[i].padded,
-			     p->comm_bytes, b->id_grads, st->buckets[i].flat_off);
-		chunked(b, kind, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems, p->comm_bytes);
+			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,
+				      st->buckets[i].padded, p->comm_bytes, b->id_grads,
+				      st->buckets[i].flat_off),
+			      i, st->buckets[i].flat_off / n, st->buckets[i].padded / n);
+		chunked(b, kind, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems,
+			p->comm_bytes, p->stage == 0 ? st->flat_dense : st->flat_dense / p->dp);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
-		DO(sched_copy(b->s, COPY_D2H, -1, part * p->grad_bytes));
+		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, -1, part * p->grad_bytes);
 
 	/* DeepSpeed agrees on fp16 overflow and on the global gradient norm with one-value
 	 * all-reduces (a partitioned stage holds only part of the gradients) */
 	if (p->sc->ds.dtype == DT_FP16)
-		coll(b, COLL_ALL_REDUCE, GROUP_DP, BUILD_UNIT_OVERFLOW, 1, 4, -1, 0);
+		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_DP, -1, 1, 4, -1, 0);
 	if (p->sc->ds.gradient_clipping > 0 && p->stage >= 1)
-		coll(b, COLL_ALL_REDUCE, GROUP_DP, BUILD_UNIT_GRAD_NORM, 1, 4, -1, 0);
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
 
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
@@ -600,28 +683,33 @@ static void optimizer_step(Builder *b)
 		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
 				  st->opt_step_temp_bytes);
 	if (p->opt_place == PLACE_NVME)
-		DO(sched_copy(b->s, COPY_NVME_READ, -1, state));
+		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state);
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
 	 * per element */
 	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, 10 * part, 2 * state + part * (4 + p->param_bytes)));
 	if (p->opt_place == PLACE_NVME)
-		DO(sched_copy(b->s, COPY_NVME_WRITE, -1, state));
+		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
 	release(b, &fp32_grads);
 	release(b, &step_temp);
 	if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))
-		DO(sched_copy(b->s, COPY_H2D, -1, part * p->param_bytes));
+		copy(b, COPY_H2D, ROLE_PARAM_UPDATE, -1, part * p->param_bytes);
 
 	if (p->stage == 1 || p->stage == 2) {
 		for (int i = st->n_buckets - 1; i >= 0; i--)
-			coll(b, COLL_ALL_GATHER, GROUP_DP, st->buckets[i].u_lo, st->buckets[i].padded,
-			     p->param_bytes, b->id_params, st->buckets[i].flat_off);
+			slice(b, coll(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_DP,
+				      st->buckets[i].u_lo, st->buckets[i].padded, p->param_bytes,
+				      b->id_params, st->buckets[i].flat_off),
+			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
 		/* one all_gather_into_tensor per parameter group (runtime/utils.py): the expert
 		 * group's flat whole; allgather_bucket_size splits only the legacy path */
-		chunked(b, COLL_ALL_GATHER, GROUP_EDP, st->flat_expert, 0, p->param_bytes);
+		chunked(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, st->flat_expert, 0,
+			p->param_bytes, st->flat_dense / p->dp);
 	}
-	if (p->stage == 3 && st->persist_elems > 0)
-		coll(b, COLL_ALL_GATHER, GROUP_DP, -1, ceil_div(st->persist_elems, p->dp) * p->dp,
-		     p->param_bytes, b->id_persist, 0);
+	if (p->stage == 3 && st->persist_elems > 0) {
+		long long persist = ceil_div(st->persist_elems, p->dp);
+		slice(b, coll(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_DP, -1, persist * p->dp,
+			      p->param_bytes, b->id_persist, 0), -1, st->persist_part_off, persist);
+	}
 }
 
 /* ---- entry ---- */
@@ -638,7 +726,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->tied_grad = -1;
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
-	b->id_params = b->id_grads = b->id_part = b->id_persist = -1;
+	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
 	b->buckets[0] = b->buckets[1] = -1;
 	b->gathered = malloc((size_t)n * sizeof(int));
 	b->act = malloc((size_t)(n * slots) * sizeof(int));

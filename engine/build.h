@@ -10,9 +10,6 @@
 #include "plan.h"
 #include "schedule.h"
 
-/* The one-value fp32 all-reduces before the optimizer carry these as their unit. */
-enum { BUILD_UNIT_OVERFLOW = -2, BUILD_UNIT_GRAD_NORM = -3 };
-
 /* ZeRO++ quantizes in blocks of this many elements, each with an fp32 scale. */
 #define ZPP_QUANT_BLOCK 2048
 

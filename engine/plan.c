@@ -310,6 +310,7 @@ static int plan_stages(Plan *p, PxError *err)
 			st->local_dense += up->local_dense;
 			st->local_expert += up->local_expert;
 			st->persist_elems += up->persist_elems;
+			up->part_off = st->part_elems;
 			st->part_elems += up->part_dense + up->part_expert;
 			st->secondary_elems += up->gather_dense / p->hpz;
 			st->muon_elems += up->muon_elems;
@@ -325,8 +326,10 @@ static int plan_stages(Plan *p, PxError *err)
 			st->part_elems = st->flat_dense + st->flat_expert;
 		else if (p->stage < 3)
 			st->part_elems = st->flat_dense / p->dp + st->flat_expert / p->edp;
-		else /* persistent tensors still have a partition for the optimizer */
+		else { /* persistent tensors still have a partition for the optimizer */
+			st->persist_part_off = st->part_elems;
 			st->part_elems += ceil_div(st->persist_elems, p->dp);
+		}
 		if (p->hpz <= 1)
 			st->secondary_elems = 0;
 		for (int u = 0; p->stage == 3 && u < p->n_units; u++)

@@ -26,6 +26,9 @@ typedef struct UnitPlan {
 	 * which rank r owns slice r: an all-gather gives the flat back whole */
 	long long own_gather;      /* that padded flat */
 	long long part_dense, part_expert; /* this rank's slice, and its share of expert tensors */
+	long long part_off;        /* stage 3: where its dense slice starts in the stage's partition
+				      (its expert share follows it; units in order, then the
+				      persistent parameters' slice at StagePlan.persist_part_off) */
 	long long gather_dense, gather_expert; /* what the unit's gathers bring in: own_gather, plus
 						 the embedding unit's flat for a tied head */
 	double fwd_flops;          /* one micro-batch on this rank */
@@ -48,6 +51,7 @@ typedef struct StagePlan {
 	long long flat_dense, flat_expert;   /* stage 0-2: padded to multiples of dp and edp */
 	long long part_elems;      /* parameters whose optimizer state a rank owns */
 	long long persist_elems;   /* stage 3 */
+	long long persist_part_off; /* stage 3: the persistent parameters' slice in the partition */
 	long long muon_elems, max_tensor; /* the units' sums and largest, as in UnitPlan */
 	long long secondary_elems; /* ZeRO++ hpZ: the secondary partition a rank keeps */
 	int n_buckets;

@@ -16,6 +16,7 @@ void sched_free(Schedule *s)
 		return;
 	free(s->ops);
 	free(s->step_at);
+	free(s->slices);
 	sched_init(s, s->rank);
 }
 
@@ -59,9 +60,11 @@ static Op *push(Schedule *s, OpKind kind)
 	}
 	Op *op = &s->ops[s->n++];
 	memset(op, 0, sizeof(*op));
+	s->valid = 0;
 	op->kind = (uint8_t)kind;
 	op->unit = -1;
 	op->buf = -1;
+	op->slice = -1;
 	return op;
 }
 
@@ -97,19 +100,22 @@ int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double byt
 	if (!op)
 		return -1;
 	op->sub = (uint8_t)kind;
+	op->role = (uint8_t)(kind == COMP_FWD ? ROLE_FORWARD : kind == COMP_BWD ? ROLE_BACKWARD :
+			     kind == COMP_RECOMPUTE ? ROLE_RECOMPUTE : ROLE_OPTIMIZER);
 	op->unit = unit;
 	op->flops = flops;
 	op->bytes = bytes;
 	return 0;
 }
 
-int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
-	       int elem_bytes, int buf, int64_t offset)
+int sched_coll(Schedule *s, CollKind kind, OpRole role, CommGroup group, int nranks, int unit,
+	       int64_t elems, int elem_bytes, int buf, int64_t offset)
 {
 	Op *op = push(s, OP_COLL);
 	if (!op)
 		return -1;
 	op->sub = (uint8_t)kind;
+	op->role = (uint8_t)role;
 	op->group = (uint8_t)group;
 	op->nranks = nranks;
 	op->unit = unit;
@@ -121,12 +127,13 @@ int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit
 	return 0;
 }
 
-int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes)
+int sched_copy(Schedule *s, CopyDir dir, OpRole role, int unit, double bytes)
 {
 	Op *op = push(s, OP_COPY);
 	if (!op)
 		return -1;
 	op->sub = (uint8_t)dir;
+	op->role = (uint8_t)role;
 	op->unit = unit;
 	op->bytes = bytes;
 	op->buf = -1;
@@ -136,13 +143,36 @@ int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes)
 int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf, int64_t offset,
 		       int64_t elems)
 {
-	if (sched_copy(s, dir, unit, bytes))
+	if (sched_copy(s, dir, ROLE_GRAD_REDUCE, unit, bytes))
 		return -1;
 	Op *op = &s->ops[s->n - 1];
 	op->buf = buf;
 	op->offset = offset;
 	op->elems = elems;
 	return 0;
+}
+
+int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems)
+{
+	if (s->n_slices == s->cap_slices) {
+		int cap = s->cap_slices ? 2 * s->cap_slices : 64;
+		SchedSlice *grown = realloc(s->slices, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		s->slices = grown;
+		s->cap_slices = cap;
+	}
+	s->slices[s->n_slices] = (SchedSlice){bucket, part_off, part_elems};
+	s->ops[s->n - 1].slice = s->n_slices++;
+	s->valid = 0;
+	return 0;
+}
+
+void sched_grads_to(Schedule *s, int buf, int64_t off)
+{
+	s->ops[s->n - 1].buf = buf;
+	s->ops[s->n - 1].elems = off;
+	s->valid = 0;
 }
 
 int sched_loop(Schedule *s, int64_t count)
@@ -157,6 +187,162 @@ int sched_loop(Schedule *s, int64_t count)
 int sched_end_loop(Schedule *s)
 {
 	return push(s, OP_END_LOOP) ? 0 : -1;
+}
+
+/* ---- walking ---- */
+
+void sched_walk_init(SchedWalk *w, const Schedule *s, int from)
+{
+	memset(w, 0, sizeof(*w));
+	w->s = s;
+	w->i = from;
+	w->body = w->end = -1;
+}
+
+void sched_walk_seek(SchedWalk *w, int i)
+{
+	sched_walk_init(w, w->s, i);
+}
+
+/* Which field of op (not a block marker) is out of range, for the message. */
+static const char *op_fault(const Schedule *s, const Op *op)
+{
+	if (op->kind > OP_END_LOOP)
+		return "an unknown kind";
+	if (op->role >= N_ROLES)
+		return "an unknown role";
+	if (op->buf < -1 || op->buf >= s->n_bufs || ((op->kind == OP_ALLOC ||
+						     op->kind == OP_FREE) && op->buf < 0))
+		return "a buffer id outside the schedule's buffers";
+	if (op->slice < -1 || op->slice >= s->n_slices)
+		return "a slice outside the schedule's slices";
+	if (op->kind == OP_ALLOC)
+		return op->place >= N_PLACES ? "an unknown place" : op->cat >= N_CATS ?
+		       "an unknown memory category" : op->what >= N_BUFS ? "an unknown buffer kind" :
+		       "a negative size";
+	if (op->kind == OP_COLL)
+		return op->sub >= N_COLLS ? "an unknown collective" : op->group >= N_GROUPS ?
+		       "an unknown group" : op->nranks < 1 ? "a group of no ranks" :
+		       "a negative element count";
+	return op->kind == OP_COMPUTE ? "an unknown compute kind" : "an unknown copy direction";
+}
+
+int sched_walk_check(SchedWalk *w, PxError *err)
+{
+	const Schedule *s = w->s;
+	int i = w->i;
+	w->err = err;
+	if (i >= s->n) {
+		px_fail(err, PX_ERR_RUNTIME, "schedule op %d begins a repeat block that never ends",
+			w->body - 1);
+		return SCHED_WALK_ERROR;
+	}
+	const Op *op = &s->ops[i];
+	if (op->kind == OP_LOOP) {
+		if (w->body == i + 1) /* looked at again before the walk moved on */
+			return i;
+		if (w->body >= 0) {
+			px_fail(err, PX_ERR_RUNTIME, "schedule op %d begins a repeat block inside the "
+				"one op %d begins: blocks do not nest", i, w->body - 1);
+			return SCHED_WALK_ERROR;
+		}
+		if (op->count < 0) {
+			px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a repeat block of %lld "
+				"iterations", i, (long long)op->count);
+			return SCHED_WALK_ERROR;
+		}
+		for (int j = i + 1; j < s->n; j++) {
+			if (s->ops[j].kind == OP_LOOP) {
+				px_fail(err, PX_ERR_RUNTIME, "schedule op %d begins a repeat block inside "
+					"the one op %d begins: blocks do not nest", j, i);
+				return SCHED_WALK_ERROR;
+			}
+			if (s->ops[j].kind == OP_END_LOOP) {
+				w->body = i + 1, w->end = j, w->count = op->count;
+				return i;
+			}
+		}
+		px_fail(err, PX_ERR_RUNTIME, "schedule op %d begins a repeat block that never ends", i);
+		return SCHED_WALK_ERROR;
+	}
+	if (op->kind == OP_END_LOOP) {
+		if (w->end != i) {
+			px_fail(err, PX_ERR_RUNTIME, "schedule op %d ends a repeat block never begun", i);
+			return SCHED_WALK_ERROR;
+		}
+		return i;
+	}
+	if (sched_op_ok(s, op))
+		return i;
+	px_fail(err, PX_ERR_RUNTIME, "schedule op %d (%s) has %s", i, op_kind_name(op->kind),
+		op_fault(s, op));
+	return SCHED_WALK_ERROR;
+}
+
+int sched_bufs_init(SchedBufs *b, const Schedule *s, PxError *err)
+{
+	memset(b, 0, sizeof(*b));
+	b->live = calloc((size_t)s->n_bufs + 1, 1);
+	b->seen = calloc((size_t)s->n_bufs + 1, 1);
+	b->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(*b->alloc_of));
+	if (b->live && b->seen && b->alloc_of)
+		return 0;
+	sched_bufs_free(b);
+	return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+}
+
+void sched_bufs_free(SchedBufs *b)
+{
+	free(b->live);
+	free(b->seen);
+	free(b->alloc_of);
+	memset(b, 0, sizeof(*b));
+}
+
+/* The slow path of sched_bufs_step: the message naming op i. */
+int sched_bufs_fail(const SchedBufs *b, const SchedWalk *w, int i, PxError *err)
+{
+	const Op *op = &w->s->ops[i];
+	if (op->kind == OP_ALLOC)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d allocates buffer %d again", i,
+			       op->buf);
+	if (op->kind == OP_FREE)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d frees buffer %d, which is not "
+			       "live", i, op->buf);
+	if (op->kind == OP_END_LOOP)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d ends a repeat block whose body "
+			       "leaves %d buffer(s) more live than it found", i,
+			       b->n_live - b->live_at_loop);
+	return px_fail(err, PX_ERR_RUNTIME, "schedule op %d (%s) works on buffer %d, which is not "
+		       "live", i, op_kind_name(op->kind), op->buf);
+}
+
+void sched_bufs_renew(SchedBufs *b, const Schedule *s)
+{
+	for (int k = 0; k < s->n_bufs; k++)
+		b->seen[k] = (char)(b->seen[k] && b->live[k]);
+}
+
+int sched_validate(Schedule *s, PxError *err)
+{
+	SchedBufs b;
+	SchedWalk w;
+	const Op *freed;
+	int i;
+	if (sched_bufs_init(&b, s, err))
+		return -1;
+	s->valid = 0; /* check every field, whatever an earlier walk found */
+	sched_walk_init(&w, s, 0);
+	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) { /* op by op: checked */
+		if (s->ops[i].kind == OP_END_LOOP) /* each body once */
+			sched_walk_leave(&w);
+		if (sched_bufs_step(&b, &w, i, &freed, err))
+			goto out;
+	}
+out:
+	sched_bufs_free(&b);
+	s->valid = i == SCHED_WALK_END;
+	return s->valid ? 0 : -1;
 }
 
 /* ---- names ---- */
@@ -205,6 +391,21 @@ const char *comp_name(CompKind k)
 {
 	static const char *const n[] = {"forward", "backward", "recompute", "optimizer"};
 	return NAME_OF(n, k);
+}
+
+const char *op_kind_name(OpKind k)
+{
+	static const char *const n[] = {"alloc", "free", "compute", "collective", "copy", "loop",
+					"end_loop"};
+	return NAME_OF(n, k);
+}
+
+const char *role_name(OpRole r)
+{
+	static const char *const n[] = {"none", "forward", "recompute", "backward", "prefetch",
+					"grad_reduce", "overflow", "grad_norm", "optimizer",
+					"param_update"};
+	return NAME_OF(n, r);
 }
 
 const char *copy_name(CopyDir d)

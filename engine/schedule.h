@@ -71,6 +71,37 @@ typedef enum {
 	N_BUFS
 } BufWhat;
 
+/* What an op is for, so that no reader infers it from unit numbers, counts or order: the stream
+ * a collective runs on (engine/streams.h) and what an executor does with its result follow from
+ * its role. Compute ops take theirs from their CompKind; every collective and copy states one. */
+typedef enum {
+	ROLE_NONE,         /* allocations, frees and repeat-block markers */
+	ROLE_FORWARD,      /* a unit's forward, its tensor/expert-parallel collectives, the pipeline
+			      sends and receives of activations, a checkpoint's copy out */
+	ROLE_RECOMPUTE,    /* full recompute of a block (and its checkpoint's copy back) */
+	ROLE_BACKWARD,     /* a unit's backward and its collectives, the pipeline's gradient sends */
+	ROLE_PREFETCH,     /* stage 3: fetching and gathering a unit's parameters before its compute */
+	ROLE_GRAD_REDUCE,  /* reducing gradients (a bucket, a unit's flat, the persistent or expert
+			      gradients, the tied embedding's two copies) and moving a reduced slice
+			      to the optimizer's place */
+	ROLE_OVERFLOW,     /* the one-value all-reduce (max) of the fp16 overflow flag */
+	ROLE_GRAD_NORM,    /* the one-value all-reduce (sum) of the squared gradient norm */
+	ROLE_OPTIMIZER,    /* the update and its state's swaps */
+	ROLE_PARAM_UPDATE, /* the updated parameters back to where compute reads them: the copy from
+			      the optimizer's place and the all-gathers after the update */
+	N_ROLES
+} OpRole;
+
+/* Where a reduction's or a gather's partitioned data lies, for an executor (the simulator needs
+ * only bytes): this rank's slice of the op's array is `part_elems` elements of its partition
+ * (stage 3's parameter partition, stage 2-3's gradient partition, the optimizer's fp32 one)
+ * starting at `part_off`; `bucket` is the stage's bucket (plan.h's BucketPlan index) the op
+ * reduces or gathers at stage 0-2, -1 otherwise. */
+typedef struct SchedSlice {
+	int32_t bucket;
+	int64_t part_off, part_elems;
+} SchedSlice;
+
 typedef struct Op {
 	uint8_t kind;       /* OpKind */
 	uint8_t sub;        /* CompKind, CollKind or CopyDir */
@@ -79,10 +110,13 @@ typedef struct Op {
 	uint8_t what;       /* BufWhat (ALLOC) */
 	uint8_t group;      /* CommGroup (COLL) */
 	uint8_t elem_bytes; /* COLL: bytes per element on the wire */
+	uint8_t role;       /* OpRole */
 	int32_t unit;       /* layer unit, -1 when none */
 	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, COPY: the one
-			       it copies from (sched_copy_reduced), -1 for none */
+			       it copies from (sched_copy_reduced); COMPUTE (backward): the buffer
+			       its dense gradients go to (sched_grads_to); -1 for none */
 	int32_t nranks;     /* COLL: ranks in the group */
+	int32_t slice;      /* COLL, COPY: its partitioned data (Schedule.slices), -1 for none */
 	/* One word for the fields no kind reads together, so that an op is 48 bytes, not 64: the
 	 * replays stream a pipelined stage's thousands of ops through memory several times. Each
 	 * is 0 unless its kind writes it (push zeroes the op); read only for those kinds. */
@@ -91,8 +125,9 @@ typedef struct Op {
 		int64_t offset; /* COLL, COPY: first element within the buffer it works on */
 		double flops;   /* COMPUTE */
 	};
-	int64_t elems;      /* COLL, COPY of a reduced slice: elements of the whole array; ALLOC:
-			       elements */
+	int64_t elems;      /* COLL, COPY of a reduced slice: elements of the whole array;
+			       COMPUTE (backward, buf set): the first element of its gradients in
+			       buf */
 	double bytes;       /* ALLOC: size; COLL: payload (nccl-tests "size"); COPY: size;
 			       COMPUTE: memory traffic */
 } Op;
@@ -109,6 +144,10 @@ typedef struct Schedule {
 			     ops[step_at[k]]; none elsewhere (the time replay uses it to find the
 			     1F1B steady state, docs/time_model.md) */
 	int n_steps, cap_steps;
+	SchedSlice *slices; /* owned: what Op.slice indexes */
+	int n_slices, cap_slices;
+	int valid;          /* sched_validate passed: a walk need not check each op again (an
+			       appender clears it) */
 } Schedule;
 
 void sched_init(Schedule *s, int rank);
@@ -124,15 +163,199 @@ int sched_alloc(Schedule *s, Place place, MemCat cat, BufWhat what, int unit, do
 		int *buf);
 int sched_free_buf(Schedule *s, int buf);
 int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double bytes);
-int sched_coll(Schedule *s, CollKind kind, CommGroup group, int nranks, int unit, int64_t elems,
-	       int elem_bytes, int buf, int64_t offset);
-int sched_copy(Schedule *s, CopyDir dir, int unit, double bytes);
+int sched_coll(Schedule *s, CollKind kind, OpRole role, CommGroup group, int nranks, int unit,
+	       int64_t elems, int elem_bytes, int buf, int64_t offset);
+int sched_copy(Schedule *s, CopyDir dir, OpRole role, int unit, double bytes);
 /* A copy of a reduced gradient slice: the reduction's unit, buffer, first element and whole
  * array (elems), so that an executor knows what it moves; the simulator needs only bytes. */
 int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf, int64_t offset,
 		       int64_t elems);
+/* State the partitioned data of the last op (a collective or copy): see SchedSlice. */
+int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
+/* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
+void sched_grads_to(Schedule *s, int buf, int64_t off);
 int sched_loop(Schedule *s, int64_t count);
 int sched_end_loop(Schedule *s);
+
+/* ---- walking a schedule: its structure, stated once ----
+ * Ops run in order from the walk's start; a repeat block, OP_LOOP (count) .. OP_END_LOOP, runs
+ * the ops between count times (none when count is 0); blocks do not nest. Each op is checked as
+ * the walk reaches it: its kind, sub-kind, group, role, buffer and slice within range, a
+ * collective's ranks at least 1 and its elements not negative; a block's markers matched and
+ * not nested. A malformed schedule stops the walk with the op's index and why. sched_validate
+ * walks a whole schedule once and also follows its buffers: each allocated once before it is
+ * used, freed once while live, a collective's range inside its buffer's. The memory, traffic and
+ * time replays (sim/) and the executor (exec/runner.c) all walk through this cursor:
+ *
+ *     SchedWalk w;
+ *     sched_walk_init(&w, s, s->step_begin);
+ *     for (int i; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w))
+ *             ... s->ops[i], in iteration w.iter of its block ...
+ *     if (i == SCHED_WALK_ERROR) ... err says which op and why ...
+ *
+ * Both markers are shown to the reader: at OP_LOOP the block is about to start; at OP_END_LOOP
+ * iteration w.iter has ended, and sched_walk_leave there skips the iterations left (a reader
+ * that knows the rest repeats the same). */
+enum { SCHED_WALK_END = -1, SCHED_WALK_ERROR = -2 };
+
+typedef struct SchedWalk {
+	const Schedule *s;
+	int i;            /* the op under the cursor */
+	int body, end;    /* inside a block: its first body op and its OP_END_LOOP; -1 outside */
+	int64_t iter, count; /* the block's iteration (0 outside) and its count */
+	int leave;        /* at OP_END_LOOP: no further iteration */
+	PxError *err;     /* where the last failure was written */
+} SchedWalk;
+
+void sched_walk_init(SchedWalk *w, const Schedule *s, int from);
+/* The reason op i (the cursor's) is malformed, written to err; SCHED_WALK_ERROR. Out of line:
+ * the walk's slow path. */
+int sched_walk_check(SchedWalk *w, PxError *err);
+
+/* Op's fields are in range for its kind (a block marker is not: the walk checks it). */
+static inline int sched_op_ok(const Schedule *s, const Op *op)
+{
+	if (op->kind > OP_COPY || op->role >= N_ROLES || op->buf < -1 || op->buf >= s->n_bufs ||
+	    op->slice < -1 || op->slice >= s->n_slices)
+		return 0;
+	switch (op->kind) {
+	case OP_ALLOC:
+		return op->buf >= 0 && op->place < N_PLACES && op->cat < N_CATS && op->what < N_BUFS &&
+		       op->bytes >= 0;
+	case OP_FREE: return op->buf >= 0;
+	case OP_COMPUTE: return op->sub < N_COMPS;
+	case OP_COLL:
+		return op->sub < N_COLLS && op->group < N_GROUPS && op->nranks >= 1 && op->elems >= 0;
+	default: return op->sub < N_COPIES;
+	}
+}
+
+/* The index of the op under the cursor, SCHED_WALK_END past the last, SCHED_WALK_ERROR (err
+ * set) when it is malformed. Looking again without advancing gives the same op. */
+static inline int sched_walk_op(SchedWalk *w, PxError *err)
+{
+	const Schedule *s = w->s;
+	int i = w->i;
+	if (i >= s->n)
+		return w->body >= 0 ? sched_walk_check(w, err) : SCHED_WALK_END;
+	if (s->ops[i].kind < OP_LOOP && (s->valid || sched_op_ok(s, &s->ops[i])))
+		return i; /* the fast path: a well-formed op, no block marker */
+	return sched_walk_check(w, err);
+}
+
+/* Past the op under the cursor: into a block at its OP_LOOP, back to the body's start or out at
+ * its OP_END_LOOP. */
+static inline void sched_walk_advance(SchedWalk *w)
+{
+	const Op *op = &w->s->ops[w->i];
+	if (op->kind == OP_LOOP) {
+		w->iter = 0;
+		w->leave = 0;
+		w->i = op->count > 0 ? w->body : w->end + 1;
+		if (op->count <= 0)
+			w->body = w->end = -1;
+		return;
+	}
+	if (op->kind == OP_END_LOOP) {
+		if (!w->leave && w->iter + 1 < w->count) {
+			w->iter++;
+			w->i = w->body;
+			return;
+		}
+		w->body = w->end = -1;
+		w->iter = 0;
+	}
+	w->i++;
+}
+
+/* At a block's OP_END_LOOP: the walk goes on after it, the iterations left not run. */
+static inline void sched_walk_leave(SchedWalk *w)
+{
+	w->leave = 1;
+}
+
+/* Move the cursor to op i, outside any block (a reader that knows ops up to i repeat). */
+void sched_walk_seek(SchedWalk *w, int i);
+/* The run of ordinary ops from the cursor's: it ends at a block marker or at the block's or the
+ * schedule's end. Its ops' fields are not checked one by one (the replays' hot path):
+ * build_schedule's appenders write them in range, and sched_validate checks every field of a
+ * schedule from elsewhere (the executor validates what it runs). A reader may take ops[w->i .. stop) in order, then move the cursor
+ * past them with sched_walk_skip_to(w, stop): the fast path for long straight runs. At a block
+ * marker the run is empty (stop == w->i): take the marker and sched_walk_advance. */
+static inline int sched_walk_run(const SchedWalk *w)
+{
+	const Schedule *s = w->s;
+	int i = w->i, end = w->end >= 0 ? w->end : s->n;
+	if (s->ops[i].kind >= OP_LOOP)
+		return i;
+	for (i++; i < end && s->ops[i].kind < OP_LOOP;)
+		i++;
+	return i;
+}
+
+static inline void sched_walk_skip_to(SchedWalk *w, int i)
+{
+	w->i = i;
+}
+
+/* Following the buffers along a walk: each allocated once (again in each iteration of the block
+ * that allocates it), freed once while live, used by a collective or copy only while live; a
+ * block's body leaves as many live as it found. */
+typedef struct SchedBufs {
+	char *live, *seen;
+	const Op **alloc_of;
+	int n_live, live_at_loop;
+} SchedBufs;
+
+int sched_bufs_init(SchedBufs *b, const Schedule *s, PxError *err);
+void sched_bufs_free(SchedBufs *b);
+int sched_bufs_fail(const SchedBufs *b, const SchedWalk *w, int i, PxError *err);
+void sched_bufs_renew(SchedBufs *b, const Schedule *s);
+
+/* Op i of the walk: follows it, or fails naming it; *freed: a FREE's buffer's ALLOC op, else
+ * NULL. At an OP_END_LOOP whose block runs again (the reader has not left it) the body's
+ * buffers may be allocated anew. Inline: the memory replay steps every op through it. */
+__attribute__((always_inline)) static inline int sched_bufs_step(SchedBufs *b, const SchedWalk *w, int i, const Op **freed,
+				  PxError *err)
+{
+	const Op *op = &w->s->ops[i];
+	*freed = NULL;
+	switch (op->kind) {
+	case OP_ALLOC:
+		if (b->seen[op->buf])
+			return sched_bufs_fail(b, w, i, err);
+		b->live[op->buf] = b->seen[op->buf] = 1;
+		b->n_live++;
+		b->alloc_of[op->buf] = op;
+		return 0;
+	case OP_FREE:
+		if (!b->live[op->buf])
+			return sched_bufs_fail(b, w, i, err);
+		b->live[op->buf] = 0;
+		b->n_live--;
+		*freed = b->alloc_of[op->buf];
+		return 0;
+	case OP_COLL:
+	case OP_COPY:
+		return op->buf >= 0 && !b->live[op->buf] ? sched_bufs_fail(b, w, i, err) : 0;
+	case OP_LOOP:
+		b->live_at_loop = b->n_live;
+		return 0;
+	case OP_END_LOOP:
+		if (b->n_live != b->live_at_loop && w->count > 1)
+			return sched_bufs_fail(b, w, i, err);
+		if (!w->leave && w->iter + 1 < w->count) /* allocated anew next time */
+			sched_bufs_renew(b, w->s);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* Walk the whole schedule once, each block's body once, its buffers followed (the memory replay,
+ * sim/memory.c, does the same as it goes); 0 and s->valid set, so that later walks of it need not
+ * check each op again, or -1 with err naming the op. */
+int sched_validate(Schedule *s, PxError *err);
 
 const char *place_name(Place p);
 const char *cat_name(MemCat c);    /* "params", "grads", "optimizer", ... (JSON key stems) */
@@ -141,5 +364,7 @@ const char *group_name(CommGroup g);
 const char *buf_name(BufWhat w);
 const char *comp_name(CompKind k);
 const char *copy_name(CopyDir d);
+const char *role_name(OpRole r);
+const char *op_kind_name(OpKind k);
 
 #endif

@@ -22,17 +22,15 @@ typedef enum {
 	SCC_RENDEZVOUS, /* a pipeline-group collective: starts when every member stage is there */
 } SchedCollClass;
 
-/* The class of collective op in plan p's schedule; after_optimizer: the step's optimizer has
- * already run (later gathers and reductions are not the overlapped ones). Inline: the replay asks
+/* The class of collective op in plan p's schedule, from its kind, group and role. Inline: the replay asks
  * it for every collective of every priced point (a call into another file cost make bench's
  * shard 0/10 about 11%: 16,500 against 18,600 points per CPU-second).
  * Pipeline sends and receives couple stages; tensor- and expert-parallel collectives block the
- * compute stream (Megatron does not overlap them); stage-3 parameter gathers before the optimizer
- * run on the prefetch stream; gradient reductions before it on the reduction stream when
- * overlap_comm is on, else on the compute stream; the one-value all-reduces (fp16 overflow,
- * gradient norm) need every reduction done first; the rest (parameter all-gathers after the
- * optimizer) block. */
-static inline SchedCollClass sched_coll_class(const Plan *p, const Op *op, int after_optimizer)
+ * compute stream (Megatron does not overlap them); stage-3 parameter prefetches run on the
+ * prefetch stream; gradient reductions on the reduction stream when overlap_comm is on, else on
+ * the compute stream; the one-value all-reduces (fp16 overflow, gradient norm) need every
+ * reduction done first; the rest (parameter all-gathers after the update) block. */
+static inline SchedCollClass sched_coll_class(const Plan *p, const Op *op)
 {
 	int g = op->group, kind = op->sub;
 	int zero_group = g == GROUP_DP || g == GROUP_EDP || g == GROUP_HPZ || g == GROUP_NODE ||
@@ -45,13 +43,13 @@ static inline SchedCollClass sched_coll_class(const Plan *p, const Op *op, int a
 		return SCC_RENDEZVOUS;
 	if (g == GROUP_TP || g == GROUP_EP)
 		return SCC_SYNC;
-	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM)
+	if (op->role == ROLE_OVERFLOW || op->role == ROLE_GRAD_NORM)
 		return SCC_BARRIER;
-	if (!zero_group || after_optimizer)
+	if (!zero_group)
 		return SCC_SYNC;
-	if (kind == COLL_ALL_GATHER)
-		return op->unit >= 0 ? SCC_PREFETCH : SCC_SYNC;
-	if (kind == COLL_REDUCE_SCATTER || kind == COLL_ALL_REDUCE || kind == COLL_ALL_TO_ALL)
+	if (op->role == ROLE_PREFETCH)
+		return SCC_PREFETCH;
+	if (op->role == ROLE_GRAD_REDUCE)
 		return p->sc->ds.zero.overlap_comm ? SCC_REDUCE : SCC_SYNC;
 	return SCC_SYNC;
 }

@@ -125,20 +125,16 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 		r->u_gathered[u] = op->buf;
 		if (r->n == 1) { /* one rank: the schedule gathers nothing; the partition is whole */
 			long long own = r->p->units[u].own_gather;
-			r->cb->convert(r->cx, ptr, r->pdt, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
+			r->cb->convert(r->cx, ptr, r->pdt, at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
 				       r->pdt, (size_t)own);
 			if (u == r->head)
 				r->cb->convert(r->cx, at(ptr, own, r->pdt), r->pdt,
-					       at(r->buf[r->id_part], r->unit_part_off[0], r->pdt), r->pdt,
+					       at(r->buf[r->id_part], r->p->units[0].part_off, r->pdt), r->pdt,
 					       (size_t)(r->p->units[u].gather_dense - own));
 		}
 		break;
 	case BUF_REDUCE_BUCKET:
-		if (r->n_buckets == 2 || (r->n_buckets == 1 && !r->buf[r->buckets[0]]))
-			r->n_buckets = 0;
-		r->buckets[r->n_buckets++] = op->buf;
-		r->cur_bucket = 0;
-		r->bucket_fresh = 1;
+		r->zero_first[op->buf] = 0; /* the backend's memory comes zeroed */
 		break;
 	default: break;
 	}
@@ -189,7 +185,7 @@ static void unit3_load(Runner *r, int u, void *dst, const void *own, int max_t)
 static void *persist_grads(Runner *r)
 {
 	return r->n == 1 && !r->offload ?
-		at(r->buf[r->id_gradpart], r->persist_part_off, r->gdt) : r->buf[r->id_pgrads];
+		at(r->buf[r->id_gradpart], r->st->persist_part_off, r->gdt) : r->buf[r->id_pgrads];
 }
 
 static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int max_t)
@@ -231,38 +227,25 @@ static void load_params(Runner *r, int u)
 			   at(g, r->p->units[u].own_gather, r->pdt), 1);
 }
 
-static void *current_bucket(Runner *r);
-
-/* Where unit u's dense gradients go at stage 2-3: the bucket the next reduction (or offload
- * copy) reads, at u's place in it; with one rank and no offload the partition itself (the
- * schedule has nothing to run on them). */
-static void *grad_dest(Runner *r, int u)
+/* Where a backward op's dense gradients go at stage 2-3, as the schedule states it
+ * (sched_grads_to): the contiguous buffer the next reduction (or offload copy) reads, at the
+ * unit's place in it, zeroed first when its last reduction has been consumed; or, with nothing
+ * to reduce them, the partition itself. NULL when the schedule names none. */
+static void *grad_dest(Runner *r, const Op *bwd)
 {
-	const Plan *p = r->p;
-	if (r->n == 1 && !r->offload)
-		return at(r->buf[r->id_gradpart],
-			  p->stage == 2 ? p->units[u].flat_off : r->unit_part_off[u], r->gdt);
-	void *bucket = current_bucket(r);
-	if (p->stage == 3)
-		return bucket;
-	for (int i = 0; i < r->st->n_buckets; i++)
-		if (u >= r->st->buckets[i].u_lo && u <= r->st->buckets[i].u_hi)
-			return at(bucket, p->units[u].flat_off - r->st->buckets[i].flat_off, r->gdt);
-	return bucket;
-}
-
-static void *current_bucket(Runner *r)
-{
-	if (r->bucket_fresh) {
-		zero(r, r->buckets[r->cur_bucket]);
-		r->bucket_fresh = 0;
+	if (bwd->buf < 0)
+		return NULL;
+	if (r->zero_first[bwd->buf]) {
+		zero(r, bwd->buf);
+		r->zero_first[bwd->buf] = 0;
 	}
-	return r->buf[r->buckets[r->cur_bucket]];
+	return at(r->buf[bwd->buf], bwd->elems, r->gdt);
 }
 
-/* After unit u's backward: its fp32 gradients to where the schedule reduces them from. */
-static void move_grads(Runner *r, int u)
+/* After unit u's backward (op): its fp32 gradients to where the schedule reduces them from. */
+static void move_grads(Runner *r, const Op *op)
 {
+	int u = op->unit;
 	const Plan *p = r->p;
 	const float *g = r->buf[r->u_fp32g[u]];
 	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
@@ -277,15 +260,15 @@ static void move_grads(Runner *r, int u)
 	if (u == r->head) { /* its own now; the token embedding's share waits for its buffer
 			       (head_grads) unless that tensor is persistent */
 		if (p->stage == 2)
-			add_into(r, grad_dest(r, u), g, DT_FP32, own, r->gdt);
+			add_into(r, grad_dest(r, op), g, DT_FP32, own, r->gdt);
 		else
-			unit3_store_grads(r, u, g, p->units[u].own_gather > 0 ? grad_dest(r, u) : NULL,
+			unit3_store_grads(r, u, g, p->units[u].own_gather > 0 ? grad_dest(r, op) : NULL,
 					  MODEL_MAX_TENSORS);
 		if (p->stage == 3 && is_persistent(r, (long long)vc))
 			unit3_store_grads(r, 0, g + own, NULL, 1);
 		return;
 	}
-	void *dst = grad_dest(r, u);
+	void *dst = grad_dest(r, op);
 	if (p->stage == 2)
 		add_into(r, dst, g, DT_FP32, own, r->gdt);
 	else
@@ -345,8 +328,9 @@ static void recompute(Runner *r, int u)
 	r->cb->block_forward(r->cx, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
 }
 
-static void backward(Runner *r, int u)
+static void backward(Runner *r, const Op *op)
 {
+	int u = op->unit;
 	float *dx = hidden_dx(r), *grads = r->buf[r->u_fp32g[u]];
 	void *params = r->buf[r->u_fp32[u]];
 	float *scratch = r->buf[r->id_scratch];
@@ -361,7 +345,7 @@ static void backward(Runner *r, int u)
 	} else {
 		r->cb->block_backward(r->cx, params, grads, r->buf[r->u_act[u]], dx, dx, scratch);
 	}
-	move_grads(r, u);
+	move_grads(r, op);
 }
 
 /* ---- collectives ---- */
@@ -377,28 +361,21 @@ static int all_reduce_scalar(Runner *r, Comm *c, float *x, CommRedOp op, PxError
 }
 
 /* Where a stage 2-3 gradient reduction's slice (op: the reduction, or the offload copy naming
- * it) starts in this rank's partition. */
+ * it) starts in this rank's partition: the schedule's slice (build.c states one on every
+ * reduction the executor runs; runner_supported refuses the layouts without). */
 static long long partition_offset(const Runner *r, const Op *op)
 {
-	const Plan *p = r->p;
-	if (op->buf == r->id_pgrads)
-		return r->persist_part_off;
-	if (p->stage == 3)
-		return r->unit_part_off[op->unit];
-	for (int i = 0; i < r->st->n_buckets; i++) /* a bucket is named by its first unit */
-		if (r->st->buckets[i].u_lo == op->unit)
-			return r->st->buckets[i].flat_off / r->n;
-	return p->units[op->unit].flat_off / r->n;
+	return r->s->slices[op->slice].part_off;
 }
 
 /* A reduced buffer was consumed: persistent gradients are whole again for the next micro-batch;
- * the next bucket takes the next gradients. */
+ * a contiguous buffer is zeroed before the next gradients go in. */
 static void recycle(Runner *r, int buf)
 {
 	if (buf == r->id_pgrads)
 		zero(r, r->id_pgrads);
-	else
-		r->cur_bucket = (r->cur_bucket + 1) % r->n_buckets, r->bucket_fresh = 1;
+	else if (buf >= 0)
+		r->zero_first[buf] = 1;
 }
 
 /* This rank's reduced slice of a stage 2-3 reduction, into its gradient partition. */
@@ -408,20 +385,32 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 		 r->gdt);
 }
 
-/* The collective op stands for: blocking, or started into q when q is not NULL. */
-static int issue(Runner *r, const Op *op, const void *send, void *recv, size_t count, Dtype d,
+/* The communicator of op's group (op->group is obeyed): the data-parallel one, which the
+ * expert-data-parallel group equals when every rank holds every expert. The executor has no
+ * other yet (runner_supported refuses the layouts that need one). */
+static Comm *group_comm(Runner *r, const Op *op, PxError *err)
+{
+	if (r->dp && op->nranks == comm_size(r->dp) &&
+	    (op->group == GROUP_DP || (op->group == GROUP_EDP && r->p->edp == r->p->dp)))
+		return r->dp;
+	px_fail(err, PX_ERR_RUNTIME, "a %s over the %s group of %d ranks: the executor has no "
+		"communicator for that group", coll_name(op->sub), group_name(op->group), op->nranks);
+	return NULL;
+}
+
+/* The collective op stands for, over c: blocking, or started into q when q is not NULL. */
+static int issue(Comm *c, const Op *op, const void *send, void *recv, size_t count, Dtype d,
 		 Pending *q, PxError *err)
 {
 	CommDtype dt = comm_dt(d);
 	if (op->sub == COLL_ALL_GATHER)
-		return q ? comm_all_gather_start(r->dp, send, recv, count, dt, &q->req, err)
-			 : comm_all_gather(r->dp, send, recv, count, dt, err);
+		return q ? comm_all_gather_start(c, send, recv, count, dt, &q->req, err)
+			 : comm_all_gather(c, send, recv, count, dt, err);
 	if (op->sub == COLL_REDUCE_SCATTER)
-		return q ? comm_reduce_scatter_start(r->dp, send, recv, count, dt, COMM_SUM, &q->req,
-						     err)
-			 : comm_reduce_scatter(r->dp, send, recv, count, dt, COMM_SUM, err);
-	return q ? comm_all_reduce_start(r->dp, send, recv, count, dt, COMM_SUM, &q->req, err)
-		 : comm_all_reduce(r->dp, send, recv, count, dt, COMM_SUM, err);
+		return q ? comm_reduce_scatter_start(c, send, recv, count, dt, COMM_SUM, &q->req, err)
+			 : comm_reduce_scatter(c, send, recv, count, dt, COMM_SUM, err);
+	return q ? comm_all_reduce_start(c, send, recv, count, dt, COMM_SUM, &q->req, err)
+		 : comm_all_reduce(c, send, recv, count, dt, COMM_SUM, err);
 }
 
 static int pend_push(Runner *r, Pending *q)
@@ -439,33 +428,35 @@ static int pend_push(Runner *r, Pending *q)
 static int collective(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
-	size_t cnt = (size_t)(op->elems / r->n);
-	if (op->unit == BUILD_UNIT_OVERFLOW || op->unit == BUILD_UNIT_GRAD_NORM) {
-		float x = op->unit == BUILD_UNIT_OVERFLOW ? (float)runner_local_overflow(r) :
-							    (float)runner_local_sumsq(r);
-		if (all_reduce_scalar(r, r->dp, &x,
-				      op->unit == BUILD_UNIT_OVERFLOW ? COMM_MAX : COMM_SUM, err))
+	size_t cnt = (size_t)(op->elems / op->nranks);
+	Comm *c = group_comm(r, op, err);
+	if (!c)
+		return -1;
+	if (op->role == ROLE_OVERFLOW || op->role == ROLE_GRAD_NORM) {
+		float x = op->role == ROLE_OVERFLOW ? (float)runner_local_overflow(r) :
+						      (float)runner_local_sumsq(r);
+		if (all_reduce_scalar(r, c, &x, op->role == ROLE_OVERFLOW ? COMM_MAX : COMM_SUM, err))
 			return -1;
-		if (op->unit == BUILD_UNIT_OVERFLOW)
+		if (op->role == ROLE_OVERFLOW)
 			r->overflow = x != 0, r->have_overflow = 1;
 		else
 			r->sumsq = x, r->have_norm = 1;
 		return 0;
 	}
-	SchedCollClass k = sched_coll_class(p, op, r->opt_done);
+	SchedCollClass k = sched_coll_class(p, op);
 	Pending *q = NULL;
-	if (r->dp && sched_coll_overlaps(k) && r->n_pend < r->cap_pend) {
+	if (sched_coll_overlaps(k) && r->n_pend < r->cap_pend) {
 		q = &r->pend[r->n_pend];
 		*q = (Pending){.op = op, .stream = k, .recycle_buf = -1};
 	}
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
-		return issue(r, op, a, a, (size_t)op->elems, r->gdt, q, err) ? -1 : pend_push(r, q);
+		return issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err) ? -1 : pend_push(r, q);
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) {
 		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
-		if (issue(r, op, send, mine, cnt, r->gdt, q, err))
+		if (issue(c, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
 		if (p->stage < 2 || r->offload)
 			return pend_push(r, q); /* stage 1 keeps its slice in the full gradients;
@@ -484,10 +475,12 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->sub == COLL_ALL_GATHER) {
 		void *recv = at(base, op->offset, r->pdt);
+		/* a stage-3 gather sends this rank's slice of the partition (the schedule's slice);
+		 * the others gather in place, each rank's piece already where it belongs */
 		const void *send = p->stage == 3 && op->buf != r->id_persist ?
-			at(r->buf[r->id_part], r->unit_part_off[op->unit], r->pdt) :
+			at(r->buf[r->id_part], partition_offset(r, op), r->pdt) :
 			at(recv, r->rank * (long long)cnt, r->pdt);
-		return issue(r, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
+		return issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
 }
@@ -640,11 +633,11 @@ static int await_for(Runner *r, const Op *op, PxError *err)
 			return -1;
 		if (op->sub != COMP_BWD)
 			return 0;
-		if (r->n_buckets && r->bucket_fresh && wait_buf(r, r->buckets[r->cur_bucket], err))
-			return -1;
+		if (op->buf >= 0 && r->zero_first[op->buf] && wait_buf(r, op->buf, err))
+			return -1; /* the buffer it is about to zero */
 		return wait_buf(r, r->id_pgrads, err) || wait_buf(r, r->id_grads, err) ? -1 : 0;
 	case OP_COLL: {
-		SchedCollClass k = sched_coll_class(r->p, op, r->opt_done);
+		SchedCollClass k = sched_coll_class(r->p, op);
 		if (k == SCC_BARRIER)
 			return wait_all(r, err);
 		return sched_coll_overlaps(k) ? 0 : wait_buf(r, op->buf, err);
@@ -709,7 +702,7 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		else if (op->sub == COMP_RECOMPUTE)
 			recompute(r, op->unit);
 		else if (op->sub == COMP_BWD)
-			backward(r, op->unit);
+			backward(r, op);
 		return 0;
 	case OP_COLL:
 		return collective(r, op, err);
@@ -726,9 +719,17 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
 	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
-	for (int i = s->step_begin; i < s->n; i++) {
+	SchedWalk w; /* the micro-batches are the repeat block's iterations */
+	int i;
+	sched_walk_init(&w, s, s->step_begin);
+	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
-		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
+		if (op->kind == OP_LOOP && op->count > 0) {
+			load_micro_batch(r, data, step, 0);
+		} else if (op->kind == OP_END_LOOP) {
+			if (w.iter + 1 < w.count)
+				load_micro_batch(r, data, step, (int)w.iter + 1);
+		} else if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
 			/* DeepSpeed synchronises every stream before the step */
 			if (wait_all(r, err) || sync_streams(r, err))
 				return -1;
@@ -736,24 +737,12 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 			runner_optimize(r, res);
 			r->op_s[COMP_OPTIMIZER] += px_now_s() - t0;
 			r->opt_done = 1;
-			continue;
+		} else if (run_op(r, i, err)) {
+			return -1;
 		}
-		if (op->kind != OP_LOOP) {
-			if (run_op(r, i, err))
-				return -1;
-			continue;
-		}
-		int end = i + 1;
-		while (s->ops[end].kind != OP_END_LOOP)
-			end++;
-		for (int mb = 0; mb < op->count; mb++) {
-			load_micro_batch(r, data, step, mb);
-			for (int j = i + 1; j < end; j++)
-				if (run_op(r, j, err))
-					return -1;
-		}
-		i = end;
 	}
+	if (i == SCHED_WALK_ERROR)
+		return -1;
 	if (wait_all(r, err) || sync_streams(r, err) || r->cb->check(r->cx, err))
 		return -1;
 	float lf = (float)(r->loss_sum / (double)r->p->m);
@@ -804,7 +793,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 				from_f32(r, at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
 			d += k;
 		}
-		r->cb->convert(r->cx, at(r->buf[r->id_part], r->unit_part_off[u], r->pdt), r->pdt,
+		r->cb->convert(r->cx, at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt), r->pdt,
 			       at(own, r->rank * up->part_dense, r->pdt), r->pdt, (size_t)up->part_dense);
 	}
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, tmp, 4 * largest);
@@ -817,22 +806,36 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	return r->cb->check(r->cx, err);
 }
 
+/* Every partitioned reduction and gather the runner places by the schedule's slice states one
+ * (stage 2-3 reductions, the copies of their slices, stage 3's gathers). */
+static int needs_slices(const Plan *p, const Schedule *s, PxError *err)
+{
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		int partitioned = (op->kind == OP_COLL && p->stage >= 2 &&
+				   (op->role == ROLE_GRAD_REDUCE || op->role == ROLE_PREFETCH)) ||
+				  (op->kind == OP_COPY && op->buf >= 0);
+		if (partitioned && op->slice < 0)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d (%s, %s) states no "
+				       "partition slice; the executor places its data by one", i,
+				       op_kind_name(op->kind), role_name(op->role));
+	}
+	return 0;
+}
+
 static int layout(Runner *r)
 {
 	const Plan *p = r->p;
 	int n = p->n_units;
-	long long part = 0, persist = 0;
-	r->unit_part_off = calloc((size_t)n, sizeof(long long));
+	long long persist = 0;
 	r->persist_off = calloc((size_t)n, sizeof(long long));
-	if (!r->unit_part_off || !r->persist_off)
+	r->zero_first = calloc((size_t)r->s->n_bufs + 1, 1);
+	if (!r->persist_off || !r->zero_first)
 		return -1;
-	for (int u = 0; u < n; u++) {
-		r->unit_part_off[u] = part;
+	for (int u = 0; u < n; u++) { /* the persistent buffer: units' tensors in order */
 		r->persist_off[u] = persist;
-		part += p->units[u].part_dense;
 		persist += p->units[u].persist_elems;
 	}
-	r->persist_part_off = part;
 	r->persist_cnt = (persist + r->n - 1) / r->n;
 	return 0;
 }
@@ -854,7 +857,7 @@ ComputeShape runner_shape(const Plan *p, int device)
 			      p->sc->ds.dtype};
 }
 
-int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t seed,
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err)
 {
@@ -864,6 +867,8 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	if (!r)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	*out = r;
+	if (sched_validate(s, err) || needs_slices(p, s, err)) /* every field, the buffers followed */
+		return -1;
 	r->p = p, r->s = s, r->st = &p->stages[0], r->dp = dp, r->world = world;
 	r->rank = dp ? comm_rank(dp) : 0;
 	r->n = (int)p->dp;
@@ -924,9 +929,13 @@ int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint6
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
 	r->id_hidden = r->id_scratch = r->id_tied = -1;
-	for (int i = 0; i < s->step_begin; i++)
+	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */
+	sched_walk_init(&w, s, 0);
+	for (int i; w.i < s->step_begin && (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w))
 		if (run_op(r, i, err))
 			return -1;
+	if (w.i < s->step_begin)
+		return -1;
 	return init_params(r, seed, err);
 }
 
@@ -946,7 +955,7 @@ void runner_destroy(Runner *r)
 	free(r->sample);
 	free(r->segs);
 	free(r->pend);
-	free(r->unit_part_off);
+	free(r->zero_first);
 	free(r->persist_off);
 	if (r->scalar)
 		r->cb->release(r->cx, PLACE_GPU, r->scalar);

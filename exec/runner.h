@@ -47,7 +47,7 @@ typedef struct RunnerRuntime {
  * cb and cx: a compute backend and its context, created for this plan's shapes (runner_shape)
  * and owned by the caller, who destroys them after the runner; cb NULL: the CPU's, created and
  * destroyed by the runner. rt: NULL when the schedule has no CUDA runtime memory. */
-int runner_create(const Plan *p, const Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t seed,
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err);
 

@@ -49,8 +49,9 @@ struct Runner {
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
 	int id_grad32, id_hidden, id_scratch, id_tied;
 	int *u_fp32, *u_fp32g, *u_act, *u_ckpt, *u_gathered, *u_loaded;
-	int buckets[2], n_buckets, cur_bucket, bucket_fresh;
-	long long *unit_part_off, *persist_off, persist_part_off, persist_cnt;
+	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
+				   contiguous gradient buffer whose reduction has been consumed) */
+	long long *persist_off, persist_cnt;
 	Dtype pdt, gdt;
 	int offload;            /* optimizer offload: fp32 gradients, master and states on the host */
 	int params_by_copy;     /* updated parameters reach the device by a copy after the update */

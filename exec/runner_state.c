@@ -37,13 +37,13 @@ void runner_make_segments(Runner *r)
 	} else {
 		for (int u = 0; u < p->n_units; u++)
 			if (p->units[u].part_dense > 0)
-				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->unit_part_off[u], r->pdt),
-						     partition_grads(r, r->unit_part_off[u]), r->gdt,
-						     r->unit_part_off[u], p->units[u].part_dense, NULL};
+				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
+						     partition_grads(r, r->p->units[u].part_off), r->gdt,
+						     r->p->units[u].part_off, p->units[u].part_dense, NULL};
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
-					     partition_grads(r, r->persist_part_off), r->gdt,
-					     r->persist_part_off, r->persist_cnt, NULL};
+					     partition_grads(r, r->st->persist_part_off), r->gdt,
+					     r->st->persist_part_off, r->persist_cnt, NULL};
 	}
 	r->n_segs = n;
 	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */

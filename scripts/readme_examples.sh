@@ -17,7 +17,8 @@
 #     <!-- example mask='ms|tokens/s|points/s': parallax run ... -->
 #
 # Lines matching the mask (an extended regular expression) are compared with every number in
-# them replaced by '#': --check still sees a line appear, vanish or change its words.
+# them replaced by '#' and runs of spaces by one (a wider number shifts the columns): --check
+# still sees a line appear, vanish or change its words.
 #
 # Usage: scripts/readme_examples.sh [--check] [README]
 #   (no flag)  rewrite README in place (whole or not at all: written to README.tmp, renamed)
@@ -95,7 +96,7 @@ masked() { # masked FILE: the README with each example's masked lines' numbers r
 		function load(i,   f) { f = dir "/mask." i; mask = ""; getline mask < f; close(f) }
 		/^<!-- example.* -->$/ { i++; load(i); print; getline; print; body = 1; next }
 		body && /^```/ { body = 0; print; next }
-		body && mask != "" && $0 ~ mask { gsub(/[0-9]+([.][0-9]+)?(e[-+]?[0-9]+)?/, "#") }
+		body && mask != "" && $0 ~ mask { gsub(/[0-9]+([.][0-9]+)?(e[-+]?[0-9]+)?/, "#"); gsub(/ +/, " ") }
 		{ print }' "$1"
 }
 masked "$readme" > "$work/old.masked"

@@ -23,8 +23,10 @@ typedef void (*MemTimelineFn)(void *ctx, int op_index, int iteration, const Op *
 			      const double live[N_PLACES]);
 
 /* Replay setup and one step. The micro-batch loop is replayed until its body leaves memory as it
- * found it (twice at most for a well-formed schedule). Fails on a malformed schedule (a buffer
- * allocated twice or freed while not live, an unbalanced loop). */
-int sim_memory(const Schedule *s, MemResult *out, MemTimelineFn fn, void *ctx, PxError *err);
+ * found it (twice at most for a well-formed schedule). Fails on a malformed schedule (the walk's
+ * checks, engine/schedule.h: a field out of range, blocks unpaired or nested, a buffer allocated
+ * twice, freed or used while not live, an unbalanced loop), naming the op; on success the
+ * schedule is marked valid (s->valid), so the traffic and time replays walk it unchecked. */
+int sim_memory(Schedule *s, MemResult *out, MemTimelineFn fn, void *ctx, PxError *err);
 
 #endif

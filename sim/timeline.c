@@ -8,7 +8,6 @@
 #include "../engine/streams.h"
 #include "opcost.h"
 
-#define MAX_LOOP_DEPTH 4
 
 /* ---- the replay: state ---- */
 
@@ -60,11 +59,10 @@ typedef struct SendLog { /* a stage's sends in one direction, in order */
 
 typedef struct StageSim {
 	const Schedule *s;
-	int stage, pc, done;
-	int *loop_end;           /* per op: the matching OP_END_LOOP of an OP_LOOP, else -1 */
+	int stage, done;
+	SchedWalk w;             /* the cursor: w.i is the op under it (engine/schedule.h) */
 	unsigned char *loop_cross; /* per OP_LOOP: its body holds a pipeline op */
-	Frame frames[MAX_LOOP_DEPTH];
-	int depth;
+	Frame frame;             /* the repeat block being walked (blocks do not nest) */
 	double t;                /* the compute stream is free from t on */
 	double last_end;         /* when the data of the latest compute or collective is ready */
 	Stream st[N_STREAMS];
@@ -273,7 +271,7 @@ static int gather_target(const StageSim *ss, const Op *op)
  * stage) or a recompute/backward (gradients from the next). -1 when no compute follows. */
 static int recv_forward(const StageSim *ss)
 {
-	for (int i = ss->pc + 1; i < ss->s->n; i++)
+	for (int i = ss->w.i + 1; i < ss->s->n; i++)
 		if (ss->s->ops[i].kind == OP_COMPUTE)
 			return ss->s->ops[i].sub == COMP_FWD;
 	return -1;
@@ -303,7 +301,7 @@ static int run_recv(Sim *sim, StageSim *ss, const Op *op, PxError *err)
 	int fwd = recv_forward(ss);
 	if (fwd < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: a pipeline receive that no "
-			       "compute follows", ss->stage, ss->pc);
+			       "compute follows", ss->stage, ss->w.i);
 	int from = fwd ? (ss->stage + sim->n - 1) % sim->n : (ss->stage + 1) % sim->n;
 	const SendLog *l = &sim->st[from].sends[fwd];
 	long long k = ss->recvs[fwd];
@@ -362,7 +360,7 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 {
 	const Plan *p = sim->p;
 	int acc = A_COMM + op->group;
-	SchedCollClass k = sched_coll_class(p, op, ss->opt_done);
+	SchedCollClass k = sched_coll_class(p, op);
 	if (k == SCC_RECV)
 		return run_recv(sim, ss, op, err);
 	if (k == SCC_RENDEZVOUS)
@@ -400,48 +398,36 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 
 /* ---- the replay: one stage ---- */
 
-static int loop_push(Sim *sim, StageSim *ss, const Op *op, PxError *err)
+/* A repeat block begins: when nothing in it couples stages, remember the state, so that its
+ * steady state can be extrapolated. */
+static int loop_begin(Sim *sim, StageSim *ss, const Op *op, PxError *err)
 {
-	if (op->count <= 0) {
-		ss->pc = ss->loop_end[ss->pc] + 1;
-		return 0;
-	}
-	if (ss->depth == MAX_LOOP_DEPTH)
-		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: repeat blocks nested deeper "
-			       "than %d", ss->stage, ss->pc, MAX_LOOP_DEPTH);
-	Frame *f = &ss->frames[ss->depth++];
-	f->begin = ss->pc + 1;
-	f->left = op->count - 1;
-	f->extrapolate = !sim->full_replay && !ss->loop_cross[ss->pc];
+	Frame *f = &ss->frame;
+	f->extrapolate = op->count > 1 && !sim->full_replay && !ss->loop_cross[ss->w.i];
 	f->have_snap = 0;
 	if (f->extrapolate) {
 		if (snapshot_take(ss, &f->snap))
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		f->have_snap = 1;
 	}
-	ss->pc++;
 	return 0;
 }
 
+/* An iteration (ss->w.iter) ended: when the state repeats the last iteration's start, the
+ * iterations left are copies of it, extrapolated, and the walk leaves the block. */
 static int loop_end(StageSim *ss, double *rel, int *acc, PxError *err)
 {
-	Frame *f = &ss->frames[ss->depth - 1];
+	Frame *f = &ss->frame;
+	f->left = ss->w.count - 1 - ss->w.iter;
 	if (f->left > 0 && f->extrapolate) {
 		if (f->have_snap && snapshot_same(ss, &f->snap, rel, acc)) {
 			extrapolate(ss, f);
-			f->left = 0;
+			sched_walk_leave(&ss->w);
 		} else if (snapshot_take(ss, &f->snap)) {
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		} else {
 			f->have_snap = 1;
 		}
-	}
-	if (f->left == 0) {
-		ss->depth--;
-		ss->pc++;
-	} else {
-		f->left--;
-		ss->pc = f->begin;
 	}
 	return 0;
 }
@@ -452,26 +438,31 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 {
 	int progress = 0;
 	while (!ss->done) {
-		if (sim->rounds && ss->round < sim->rounds && ss->pc == ss->round_at[ss->round]) {
+		if (sim->rounds && ss->round < sim->rounds && ss->w.i == ss->round_at[ss->round]) {
 			ss->at_barrier = 1; /* replay() moves it on when every stage is here */
 			return progress;
 		}
-		if (ss->pc >= ss->s->n) {
+		int i = sched_walk_op(&ss->w, err);
+		if (i == SCHED_WALK_ERROR)
+			return -1;
+		if (i == SCHED_WALK_END) {
 			wait_streams(ss); /* the step ends when every stream is idle */
 			ss->done = 1;
 			return 1;
 		}
-		const Op *op = &ss->s->ops[ss->pc];
+		const Op *op = &ss->s->ops[i];
 		int rc = RUN_DONE, posted = 0;
 		switch (op->kind) {
 		case OP_LOOP:
-			if (loop_push(sim, ss, op, err))
+			if (loop_begin(sim, ss, op, err))
 				return -1;
+			sched_walk_advance(&ss->w);
 			progress = 1;
 			continue;
 		case OP_END_LOOP:
 			if (loop_end(ss, rel, acc, err))
 				return -1;
+			sched_walk_advance(&ss->w);
 			progress = 1;
 			continue;
 		case OP_COMPUTE:
@@ -491,7 +482,7 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 		if (rc == RUN_BLOCKED)
 			return progress || posted;
 		ss->c.ops += op->kind != OP_ALLOC && op->kind != OP_FREE;
-		ss->pc++;
+		sched_walk_advance(&ss->w);
 		progress = 1;
 	}
 	return progress;
@@ -506,23 +497,17 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 static int stage_scan(StageSim *ss, PxError *err)
 {
 	const Schedule *s = ss->s;
-	int stack[MAX_LOOP_DEPTH], depth = 0;
+	int open = -1; /* the repeat block the scan is in (the walk checks that they pair) */
+	(void)err;
 	for (int i = 0; i < s->n; i++) {
 		const Op *op = &s->ops[i];
-		ss->loop_end[i] = -1;
 		if (op->kind == OP_LOOP) {
-			if (depth == MAX_LOOP_DEPTH)
-				return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: repeat blocks "
-					       "nested deeper than %d", ss->stage, i, MAX_LOOP_DEPTH);
-			stack[depth++] = i;
+			open = i;
 		} else if (op->kind == OP_END_LOOP) {
-			if (depth == 0)
-				return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: end of a repeat "
-					       "block that never began", ss->stage, i);
-			ss->loop_end[stack[--depth]] = i;
+			open = -1;
 		} else if (op->kind == OP_COLL && op->group == GROUP_PP) {
-			for (int k = 0; k < depth; k++)
-				ss->loop_cross[stack[k]] = 1;
+			if (open >= 0)
+				ss->loop_cross[open] = 1;
 			if (op->sub != COLL_P2P && op->sub != COLL_P2P_RECV && i >= s->step_begin)
 				ss->rv_member = 1;
 		} else if (op->kind == OP_ALLOC && op->what == BUF_GATHERED && op->buf >= 0 &&
@@ -530,9 +515,6 @@ static int stage_scan(StageSim *ss, PxError *err)
 			ss->buf_unit[op->buf] = op->unit;
 		}
 	}
-	if (depth)
-		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: a repeat block that never ends",
-			       ss->stage, stack[depth - 1]);
 	return 0;
 }
 
@@ -541,19 +523,19 @@ static int stage_init(StageSim *ss, const Plan *p, const Schedule *s, int stage,
 	memset(ss, 0, sizeof(*ss));
 	ss->s = s;
 	ss->stage = stage;
-	ss->pc = s->step_begin; /* the set-up runs once, before any step, and takes no time */
+	sched_walk_init(&ss->w, s, s->step_begin); /* the set-up runs once, before any step, and
+							takes no time */
 	ss->last_comp = COMP_FWD;
 	ss->n_units = p->n_units;
 	ss->nrel = N_STREAMS + 2 * p->n_units + 2;
 	for (int i = 0; i < N_STREAMS; i++)
 		ss->st[i].acc = i < ST_IN ? A_COMM : A_OFFLOAD;
-	ss->loop_end = malloc((size_t)(s->n + 1) * sizeof(int));
 	ss->loop_cross = calloc((size_t)s->n + 1, 1);
 	ss->gather_ready = calloc((size_t)p->n_units + 1, sizeof(double));
 	ss->gather_acc = calloc((size_t)p->n_units + 1, sizeof(int));
 	ss->in_ready = calloc((size_t)p->n_units + 1, sizeof(double));
 	ss->buf_unit = malloc(((size_t)s->n_bufs + 1) * sizeof(int));
-	if (!ss->loop_end || !ss->loop_cross || !ss->gather_ready || !ss->gather_acc ||
+	if (!ss->loop_cross || !ss->gather_ready || !ss->gather_acc ||
 	    !ss->in_ready || !ss->buf_unit)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	for (int u = 0; u < p->n_units; u++)
@@ -565,7 +547,6 @@ static int stage_init(StageSim *ss, const Plan *p, const Schedule *s, int stage,
 
 static void stage_free(StageSim *ss)
 {
-	free(ss->loop_end);
 	free(ss->loop_cross);
 	free(ss->gather_ready);
 	free(ss->gather_acc);
@@ -579,10 +560,8 @@ static void stage_free(StageSim *ss)
 	free(ss->round_at);
 	free(ss->snap.rel);
 	free(ss->snap.acc);
-	for (int i = 0; i < MAX_LOOP_DEPTH; i++) {
-		free(ss->frames[i].snap.rel);
-		free(ss->frames[i].snap.acc);
-	}
+	free(ss->frame.snap.rel);
+	free(ss->frame.snap.acc);
 }
 
 /* ---- the replay: the pipeline's steady state ---- */
@@ -746,7 +725,7 @@ static int steady_skip(Sim *sim, double dt, int end)
 			ss->snap_sends[d] = l->n;
 		}
 		extrapolate(ss, &f);
-		ss->pc = ss->round_at[end];
+		sched_walk_seek(&ss->w, ss->round_at[end]);
 		ss->round = end;
 		ss->have_snap = 0;
 	}
@@ -791,10 +770,10 @@ static int fail_stuck(const Sim *sim, PxError *err)
 		const StageSim *ss = &sim->st[k];
 		if (ss->done)
 			continue;
-		const Op *op = &ss->s->ops[ss->pc];
+		const Op *op = &ss->s->ops[ss->w.i];
 		return px_fail(err, PX_ERR_RUNTIME, "pipeline stages wait on each other forever: "
 			       "stage %d is stuck at op %d (%s over %s) with %lld forward and %lld "
-			       "backward receives done", k, ss->pc, coll_name(op->sub),
+			       "backward receives done", k, ss->w.i, coll_name(op->sub),
 			       group_name(op->group), ss->recvs[1], ss->recvs[0]);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "pipeline stages wait on each other forever");

@@ -92,19 +92,23 @@ int sim_traffic(const Schedule *s, const GroupSpan *spans, CollAlgo algo, long l
 		Traffic *t, PxError *err)
 {
 	double times = 1;
+	SchedWalk w;
+	int i;
 	memset(t, 0, sizeof(*t));
-	for (int i = s->step_begin; i < s->n; i++) {
+	sched_walk_init(&w, s, s->step_begin);
+	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) { /* a body once, times */
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_LOOP) {
-			if (times != 1)
-				return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: nested loop", i);
 			times = (double)op->count;
 		} else if (op->kind == OP_END_LOOP) {
 			times = 1;
+			sched_walk_leave(&w);
 		} else {
 			add(t, op, times, spans, algo);
 		}
 	}
+	if (i == SCHED_WALK_ERROR)
+		return -1;
 	t->node_egress_bytes = t->inter_node_bytes * (double)gpus_per_node;
 	return 0;
 }

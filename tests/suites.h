@@ -31,7 +31,8 @@
 	X(setup)       \
 	X(plan)        \
 	X(results)     \
-	X(help)
+	X(help)        \
+	X(schedule)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

@@ -345,7 +345,8 @@ static Op coll_op(CollKind kind, CommGroup group, int nranks, int64_t elems, int
 {
 	return (Op){.kind = OP_COLL, .sub = (uint8_t)kind, .group = (uint8_t)group,
 		    .elem_bytes = (uint8_t)elem_bytes, .unit = 0, .buf = -1, .nranks = nranks,
-		    .elems = elems, .bytes = (double)elems * elem_bytes};
+		    .slice = -1, .role = ROLE_GRAD_REDUCE, .elems = elems,
+		    .bytes = (double)elems * elem_bytes};
 }
 
 /* What the executor must show: replaying a schedule's collectives through comm gives exactly the

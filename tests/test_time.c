@@ -77,12 +77,13 @@ static void build_pipe(Schedule *s, PipeSchedule kind, int pp, int v, int m, int
 	for (int k = 0; k < n; k++) {
 		int j = order[k].chunk * pp + stage, first = j == 0, last = j == pp * v - 1;
 		int recv = order[k].forward ? !first : !last, send = order[k].forward ? !last : !first;
+		OpRole role = order[k].forward ? ROLE_FORWARD : ROLE_BACKWARD;
 		if (recv)
-			sched_coll(s, COLL_P2P_RECV, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
+			sched_coll(s, COLL_P2P_RECV, role, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
 		sched_compute(s, order[k].forward ? COMP_FWD : COMP_BWD, -1,
 			      order[k].forward ? F : 2 * F, 0);
 		if (send)
-			sched_coll(s, COLL_P2P, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
+			sched_coll(s, COLL_P2P, role, GROUP_PP, pp, -1, 1 << 20, 2, -1, 0);
 	}
 }
 
@@ -217,13 +218,13 @@ static void overlap_case(Scenario *sc, Prediction *pr, double tb_over_tc, int ov
 	hw.gemm = (HwCurve){1, {1}, {0.5}};
 	hw.sustained = 1;
 	sched_init(&s, 0);
-	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
+	sched_coll(&s, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
 	double tc = opcost_coll_s(&pr->plan, &hw, &s.ops[0], 0, 0);
 	double tb = tb_over_tc * tc, F2 = tb * 312e12 * 0.5;
 	sched_free(&s);
 	sched_init(&s, 0);
 	sched_compute(&s, COMP_BWD, -1, F2, 0);
-	sched_coll(&s, COLL_REDUCE_SCATTER, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
+	sched_coll(&s, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, GROUP_DP, 8, -1, 1 << 26, 2, -1, 0);
 	sched_compute(&s, COMP_BWD, -1, F2, 0);
 	sched_compute(&s, COMP_OPTIMIZER, -1, 0, 0);
 
@@ -297,7 +298,7 @@ static void check_coll(const char *gpu, int nodes, CollKind kind, double S, doub
 		return;
 	hwprofile_default(&sc.cluster.gpu, &hw);
 	sched_init(&s, 0);
-	sched_coll(&s, kind, GROUP_DP, n, -1, (int64_t)(S / 2), 2, -1, 0);
+	sched_coll(&s, kind, ROLE_GRAD_REDUCE, GROUP_DP, n, -1, (int64_t)(S / 2), 2, -1, 0);
 	REL_EQ(opcost_coll_s(&pr.plan, &hw, &s.ops[0], 0, 1), expected);
 	sched_free(&s);
 	fx_free(&sc, &pr);
@@ -355,8 +356,8 @@ static void test_compute_and_copy_formulas(void)
 	sched_init(&s, 0);
 	sched_compute(&s, COMP_FWD, 1, F, 0);
 	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
-	sched_copy(&s, COPY_H2D, 1, 1e9);
-	sched_copy(&s, COPY_NVME_READ, 1, 1e9);
+	sched_copy(&s, COPY_H2D, ROLE_PREFETCH, 1, 1e9);
+	sched_copy(&s, COPY_NVME_READ, ROLE_PREFETCH, 1, 1e9);
 	CU_ASSERT(F == 1073741824.0 + 2 * 512 * (768 + 1024) && u->act_bytes > 0);
 	const double M = 512, w[4] = {256 * 768, 256 * 256, 256 * 1024, 1024 * 256};
 	double gemms = 2 * small_gemm_s(2 * M * 512 * 256, (8 * 512 * 512 + 2 * M * 256) * 2, F);
@@ -482,7 +483,7 @@ static void test_offload_stall(void)
 	double B = 4e8, c = B / (32e9 * 0.8), F = 1e12, t = F / (312e12 * 0.5);
 	double P = (double)pr.plan.stages[0].part_elems;
 	sched_init(&s, 0);
-	sched_copy(&s, COPY_H2D, 3, B);
+	sched_copy(&s, COPY_H2D, ROLE_RECOMPUTE, 3, B);
 	sched_compute(&s, COMP_RECOMPUTE, 3, F, 0);
 	sched_compute(&s, COMP_OPTIMIZER, -1, 10 * P, 0);
 	CU_ASSERT_EQUAL_FATAL(timeline_run(&pr.plan, stages, &hw, &r, &err), 0);
@@ -920,7 +921,7 @@ static void test_unmatched_receive(void)
 	sched_init(&s0, 0);
 	sched_compute(&s0, COMP_FWD, -1, 1e9, 0);
 	sched_init(&s1, 1);
-	sched_coll(&s1, COLL_P2P_RECV, GROUP_PP, 2, -1, 1024, 2, -1, 0);
+	sched_coll(&s1, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, 2, -1, 1024, 2, -1, 0);
 	sched_compute(&s1, COMP_FWD, -1, 1e9, 0);
 	CU_ASSERT_EQUAL(timeline_run(&pr.plan, stages, &hw, &r, &err), -1);
 	CU_ASSERT_EQUAL(err.code, PX_ERR_RUNTIME);

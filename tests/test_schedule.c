@@ -1,0 +1,247 @@
+/* The schedule as one statement: the walk's order and its refusals (each naming the op and why,
+ * against schedules written by hand here), and what build.c states on every bundled scenario's
+ * schedules: every collective and copy has a role, the one-value all-reduces are named by theirs,
+ * and the slices of a stage's gradient reductions tile its partition with neither gap nor
+ * overlap (an executor places each reduced slice by them). */
+#include <CUnit/CUnit.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/streams.h"
+#include "fixtures.h"
+#include "suites.h"
+
+/* ---- the walk, on hand-written schedules ---- */
+
+/* The ops a walk visits, as "index.iteration" words, into out. Returns the walk's last code. */
+static int walk_trace(Schedule *s, char *out, size_t len, PxError *err)
+{
+	SchedWalk w;
+	int i;
+	out[0] = 0;
+	sched_walk_init(&w, s, 0);
+	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
+		size_t n = strlen(out);
+		snprintf(out + n, len - n, "%s%d.%lld", n ? " " : "", i, (long long)w.iter);
+	}
+	return i;
+}
+
+/* A compute, a block of 3 (alloc, compute, free) and a compute: by hand, the body's ops 2-4 come
+ * three times with iterations 0, 1, 2, the markers too (the END_LOOP with the iteration that
+ * ended); a block of 0 runs nothing of its body, nor its end. */
+static void test_walk_order(void)
+{
+	Schedule s;
+	PxError err = {0};
+	char trace[512];
+	int b;
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	sched_loop(&s, 3);
+	sched_alloc(&s, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, 1, 8, &b);
+	sched_compute(&s, COMP_FWD, 1, 1, 0);
+	sched_free_buf(&s, b);
+	sched_end_loop(&s);
+	sched_compute(&s, COMP_OPTIMIZER, -1, 1, 0);
+	CU_ASSERT_EQUAL(walk_trace(&s, trace, sizeof(trace), &err), SCHED_WALK_END);
+	CU_ASSERT_STRING_EQUAL(trace, "0.0 1.0 2.0 3.0 4.0 5.0 2.1 3.1 4.1 5.1 2.2 3.2 4.2 5.2 6.0");
+	CU_ASSERT_EQUAL(sched_validate(&s, &err), 0);
+	CU_ASSERT(s.valid);
+	s.ops[1].count = 0;
+	CU_ASSERT_EQUAL(walk_trace(&s, trace, sizeof(trace), &err), SCHED_WALK_END);
+	CU_ASSERT_STRING_EQUAL(trace, "0.0 1.0 6.0");
+	sched_free(&s);
+}
+
+/* A schedule sched_validate must refuse, with want in the message. */
+static void expect_refused(Schedule *s, const char *want)
+{
+	PxError err = {0};
+	CU_ASSERT_EQUAL(sched_validate(s, &err), -1);
+	CU_ASSERT_FALSE(s->valid);
+	if (!strstr(err.msg, want))
+		fprintf(stderr, "\nwanted '%s', got '%s'\n", want, err.msg);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+}
+
+static void test_walk_refusals(void)
+{
+	Schedule s;
+	int b;
+
+	sched_init(&s, 0); /* nested blocks */
+	sched_loop(&s, 2);
+	sched_loop(&s, 2);
+	sched_end_loop(&s);
+	sched_end_loop(&s);
+	expect_refused(&s, "schedule op 1 begins a repeat block inside the one op 0 begins: "
+			   "blocks do not nest");
+	sched_free(&s);
+
+	sched_init(&s, 0); /* an end without a beginning */
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	sched_end_loop(&s);
+	expect_refused(&s, "schedule op 1 ends a repeat block never begun");
+	sched_free(&s);
+
+	sched_init(&s, 0); /* a beginning without an end */
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	sched_loop(&s, 2);
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	expect_refused(&s, "schedule op 1 begins a repeat block that never ends");
+	sched_free(&s);
+
+	sched_init(&s, 0); /* a field out of range: the group */
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	sched_coll(&s, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, 4, -1, 100, 2, -1, 0);
+	s.ops[1].group = 200;
+	expect_refused(&s, "schedule op 1 (collective) has an unknown group");
+	s.ops[1].group = GROUP_DP;
+	s.ops[1].nranks = 0;
+	expect_refused(&s, "schedule op 1 (collective) has a group of no ranks");
+	s.ops[1].nranks = 4;
+	s.ops[1].buf = 7; /* no buffer 7 */
+	expect_refused(&s, "schedule op 1 (collective) has a buffer id outside the schedule's "
+			   "buffers");
+	s.ops[1].buf = -1;
+	s.ops[1].role = N_ROLES;
+	expect_refused(&s, "schedule op 1 (collective) has an unknown role");
+	sched_free(&s);
+
+	sched_init(&s, 0); /* buffers: freed twice, used after its free, allocated again */
+	sched_alloc(&s, PLACE_GPU, CAT_GRADS, BUF_REDUCE_BUCKET, -1, 400, &b);
+	sched_free_buf(&s, b);
+	sched_coll(&s, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, GROUP_DP, 4, -1, 100, 4, b, 0);
+	expect_refused(&s, "schedule op 2 (collective) works on buffer 0, which is not live");
+	s.ops[2] = s.ops[1];
+	expect_refused(&s, "schedule op 2 frees buffer 0, which is not live");
+	s.ops[2] = s.ops[0];
+	expect_refused(&s, "schedule op 2 allocates buffer 0 again");
+	sched_free(&s);
+
+	sched_init(&s, 0); /* a body that keeps what it allocates cannot repeat */
+	sched_loop(&s, 2);
+	sched_alloc(&s, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, 1, 8, &b);
+	sched_end_loop(&s);
+	expect_refused(&s, "schedule op 2 ends a repeat block whose body leaves 1 buffer(s) more "
+			   "live than it found");
+	sched_free(&s);
+}
+
+/* ---- what the builder states, on every bundled scenario ---- */
+
+typedef struct Span {
+	long long off, n;
+} Span;
+
+static int by_off(const void *a, const void *b)
+{
+	const Span *x = a, *y = b;
+	return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Stage st's reductions of dense gradients over the data-parallel group (one pass over the
+ * schedule: each micro-batch's reductions reduce the same slices) tile [0, part) exactly: their
+ * slices, sorted, start where the one before ends, from 0 to the partition's size. */
+static void check_tiling(const Prediction *pr, int st, const char *name)
+{
+	const Schedule *s = &pr->stages[st].sched;
+	const Plan *p = &pr->plan;
+	Span *sp = calloc((size_t)s->n + 1, sizeof(*sp));
+	int n = 0;
+	SchedWalk w;
+	PxError err = {0};
+	CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
+	sched_walk_init(&w, s, s->step_begin);
+	for (int i; (i = sched_walk_op(&w, &err)) >= 0; sched_walk_advance(&w)) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_END_LOOP)
+			sched_walk_leave(&w);
+		/* qgZ reduces in two all-to-alls, the second (across nodes) leaving the slice */
+		if (op->kind != OP_COLL || op->role != ROLE_GRAD_REDUCE ||
+		    (op->group != GROUP_DP && op->group != GROUP_XNODE))
+			continue;
+		CU_ASSERT(op->slice >= 0);
+		if (op->slice < 0)
+			continue;
+		sp[n++] = (Span){s->slices[op->slice].part_off, s->slices[op->slice].part_elems};
+	}
+	qsort(sp, (size_t)n, sizeof(*sp), by_off);
+	long long at = 0;
+	for (int k = 0; k < n; k++) {
+		if (sp[k].off != at)
+			fprintf(stderr, "\n%s stage %d: slice %d starts at %lld, expected %lld\n", name,
+				st, k, sp[k].off, at);
+		CU_ASSERT_EQUAL(sp[k].off, at);
+		at = sp[k].off + sp[k].n;
+	}
+	if (at != p->stages[st].part_elems)
+		fprintf(stderr, "\n%s stage %d: slices end at %lld, the partition at %lld\n", name,
+			st, at, p->stages[st].part_elems);
+	CU_ASSERT_EQUAL(at, p->stages[st].part_elems);
+	free(sp);
+}
+
+static void check_scenario(const char *path, int *tiled)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	if (scenario_load(&sc, path, NULL, &err) || predict_memory(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s: %s\n", path, err.msg);
+		CU_FAIL("bundled scenario does not predict");
+		return;
+	}
+	const Plan *p = &pr.plan;
+	for (int st = 0; st < pr.n_stages; st++) {
+		Schedule *s = &pr.stages[st].sched;
+		int overflow = 0, norm = 0;
+		CU_ASSERT_EQUAL(sched_validate(s, &err), 0);
+		for (int i = 0; i < s->n; i++) {
+			const Op *op = &s->ops[i];
+			if (op->kind == OP_COLL || op->kind == OP_COPY || op->kind == OP_COMPUTE)
+				CU_ASSERT_NOT_EQUAL(op->role, ROLE_NONE);
+			overflow += op->role == ROLE_OVERFLOW;
+			norm += op->role == ROLE_GRAD_NORM;
+		}
+		/* DeepSpeed's one-value all-reduces: the fp16 overflow check, and the gradient
+		 * norm when clipping on a partitioned stage, once a step, on more than one rank */
+		int several = p->dp > 1;
+		CU_ASSERT_EQUAL(overflow, several && sc.ds.dtype == DT_FP16);
+		CU_ASSERT_EQUAL(norm, several && sc.ds.gradient_clipping > 0 && p->stage >= 1);
+		if (p->stage >= 2 && several && p->stages[st].local_expert == 0) {
+			check_tiling(&pr, st, path);
+			(*tiled)++;
+		}
+	}
+	fx_free(&sc, &pr);
+}
+
+static void test_bundled_statements(void)
+{
+	DIR *dp = opendir(px_test_path("scenarios"));
+	int n = 0, tiled = 0;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
+	for (struct dirent *e; (e = readdir(dp));) {
+		size_t len = strlen(e->d_name);
+		char rel[512];
+		if (len < 6 || strcmp(e->d_name + len - 5, ".json") || !strcmp(e->d_name, "prices.json"))
+			continue;
+		snprintf(rel, sizeof(rel), "scenarios/%s", e->d_name);
+		check_scenario(px_test_path(rel), &tiled);
+		n++;
+	}
+	closedir(dp);
+	CU_ASSERT(n >= 20);
+	CU_ASSERT(tiled >= 3); /* stage 2-3 scenarios with dense gradients over several ranks */
+}
+
+int test_schedule_register(void)
+{
+	return PX_ADD_SUITE("schedule", {"walk order and iterations", test_walk_order},
+			    {"malformed schedules refused", test_walk_refusals},
+			    {"bundled schedules state roles and slices", test_bundled_statements});
+}
