@@ -15,7 +15,7 @@
 #include "paths.h"
 
 static const char USAGE[] =
-	"usage: parallax compare [RUN] [--db FILE] [--json]\n"
+	"usage: parallax compare [RUN] [--db FILE] [--json] [--max-error PCT [--only PREFIX]]\n"
 	"\n"
 	"Print predicted against measured for every metric of measured run RUN (default: the latest\n"
 	"measured run): rank 0's values and the largest relative error over all ranks; memory,\n"
@@ -27,9 +27,14 @@ static const char USAGE[] =
 	"              ./results exists, else ~/.local/share/parallax/)\n"
 	"  --json      one JSON object per metric, in an array (a measured-only metric has\n"
 	"              \"predicted\": null and the reason in \"not_predicted\")\n"
+	"  --max-error PCT  a check: fail (exit 3) when a paired metric's largest relative error\n"
+	"              over the ranks exceeds PCT percent, naming each such metric on stderr\n"
+	"  --only PREFIX  with --max-error: check only the metrics whose names begin with PREFIX\n"
+	"              (e.g. memory. or comm.)\n"
 	"  -h, --help  this help\n"
-	"Exit status: 0 ok, 1 runtime failure (database), 2 bad usage, no such run or no\n"
-	"measured run.\n";
+	"Exit status: 0 ok (and every checked metric within --max-error), 1 runtime failure\n"
+	"(database), 2 bad usage, no such run or no measured run, 3 a checked metric's error over\n"
+	"--max-error.\n";
 
 /* Rank 0's metrics of the measured run that the view pairs with nothing: measured only. */
 static const char MEASURED_ONLY[] =
@@ -104,21 +109,38 @@ int cmd_compare(int argc, char **argv)
 {
 	static const struct option longs[] = {{"db", required_argument, 0, 'd'},
 					       {"json", no_argument, 0, 'j'},
+					       {"max-error", required_argument, 0, 'm'},
+					       {"only", required_argument, 0, 'o'},
 					       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *path = NULL;
+	const char *path = NULL, *only = NULL;
 	char dflt[PATH_MAX];
-	int json = 0, c, rc = 1;
+	int json = 0, c, rc = 1, over = 0;
 	long long run = 0;
+	double max_error = -1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-		if (c == 'd')
+		if (c == 'd') {
 			path = optarg;
-		else if (c == 'j')
+		} else if (c == 'j') {
 			json = 1;
-		else if (c == 'h')
+		} else if (c == 'm') {
+			char *end;
+			max_error = strtod(optarg, &end);
+			if (*end || !(max_error >= 0)) {
+				fprintf(stderr, "parallax compare: --max-error: expected a percentage "
+					"(0 or more), got '%s'\n", optarg);
+				return 2;
+			}
+		} else if (c == 'o') {
+			only = optarg;
+		} else if (c == 'h')
 			return fputs(USAGE, stdout), 0;
 		else
 			return fputs(USAGE, stderr), 2;
+	}
+	if (only && max_error < 0) {
+		fprintf(stderr, "parallax compare: --only: goes with --max-error\n");
+		return 2;
 	}
 	if (optind < argc) {
 		char *end;
@@ -179,6 +201,17 @@ int cmd_compare(int argc, char **argv)
 			printf("%-36s %8s %18.6g %18.6g %11s\n", name, unit, p, m, "pred. 0");
 		else
 			printf("%-36s %8s %18.6g %18.6g %10.4f%%\n", name, unit, p, m, 100 * e);
+		if (max_error >= 0 && (!only || !strncmp(name, only, strlen(only))) &&
+		    e * 100 > max_error) {
+			if (e >= 1e300)
+				fprintf(stderr, "parallax compare: %s: predicted 0, measured %.6g: over "
+					"--max-error %g%%\n", name, m, max_error);
+			else
+				fprintf(stderr, "parallax compare: %s: predicted %.6g, measured %.6g (rank "
+					"0): largest error %.2f%%, over --max-error %g%%\n", name, p, m,
+					100 * e, max_error);
+			over++;
+		}
 		n++;
 	}
 	if (n)
@@ -190,7 +223,7 @@ int cmd_compare(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
-	rc = 0;
+	rc = over ? 3 : 0;
 out:
 	sqlite3_finalize(st);
 	sqlite3_close(db);

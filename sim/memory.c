@@ -1,20 +1,28 @@
 #include "memory.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Replay {
 	MemResult *out;
+	int mispredict;       /* a BufWhat whose bytes the replay halves (a test hook), else -1 */
 	double live[N_PLACES];
 	double cat[N_PLACES][N_CATS];
 	MemTimelineFn fn;
 	void *ctx;
 } Replay;
 
+/* The bytes the replay counts for an allocation. */
+static double alloc_bytes(const Replay *r, const Op *a)
+{
+	return a->what == r->mispredict ? a->bytes / 2 : a->bytes;
+}
+
 static void apply(Replay *r, int i, int iteration, const Op *op, const Op *freed)
 {
 	if (op->kind == OP_ALLOC) {
-		r->live[op->place] += op->bytes;
-		r->cat[op->place][op->cat] += op->bytes;
+		r->live[op->place] += alloc_bytes(r, op);
+		r->cat[op->place][op->cat] += alloc_bytes(r, op);
 		MemPlace *mp = &r->out->place[op->place];
 		if (r->cat[op->place][op->cat] > mp->cat_peak[op->cat])
 			mp->cat_peak[op->cat] = r->cat[op->place][op->cat];
@@ -24,8 +32,8 @@ static void apply(Replay *r, int i, int iteration, const Op *op, const Op *freed
 			memcpy(mp->at_peak, r->cat[op->place], sizeof(mp->at_peak));
 		}
 	} else if (freed) {
-		r->live[freed->place] -= freed->bytes;
-		r->cat[freed->place][freed->cat] -= freed->bytes;
+		r->live[freed->place] -= alloc_bytes(r, freed);
+		r->cat[freed->place][freed->cat] -= alloc_bytes(r, freed);
 	}
 	if (r->fn)
 		r->fn(r->ctx, i, iteration, op, r->live);
@@ -36,8 +44,12 @@ static void apply(Replay *r, int i, int iteration, const Op *op, const Op *freed
  * one pass shows its peak unless the caller wants every iteration. */
 int sim_memory(Schedule *s, MemResult *out, MemTimelineFn fn, void *ctx, PxError *err)
 {
-	Replay r = {.out = out, .fn = fn, .ctx = ctx};
+	Replay r = {.out = out, .fn = fn, .ctx = ctx, .mispredict = -1};
 	double before[N_PLACES] = {0};
+	const char *hook = getenv("PARALLAX_TEST_MISPREDICT"); /* docs/testing.md: tests only */
+	for (int w = 0; hook && w < N_BUFS; w++)
+		if (!strcmp(hook, buf_name((BufWhat)w)))
+			r.mispredict = w;
 	SchedBufs b;
 	SchedWalk w;
 	const Op *freed;

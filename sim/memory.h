@@ -26,7 +26,10 @@ typedef void (*MemTimelineFn)(void *ctx, int op_index, int iteration, const Op *
  * found it (twice at most for a well-formed schedule). Fails on a malformed schedule (the walk's
  * checks, engine/schedule.h: a field out of range, blocks unpaired or nested, a buffer allocated
  * twice, freed or used while not live, an unbalanced loop), naming the op; on success the
- * schedule is marked valid (s->valid), so the traffic and time replays walk it unchecked. */
+ * schedule is marked valid (s->valid), so the traffic and time replays walk it unchecked.
+ * A test hook: PARALLAX_TEST_MISPREDICT=NAME (a buf_name, e.g. optimizer_states) halves that
+ * buffer's bytes in this replay only, so that a test can show a wrong prediction failing the
+ * comparison with what the executor measures (tests/test_run.c). */
 int sim_memory(Schedule *s, MemResult *out, MemTimelineFn fn, void *ctx, PxError *err);
 
 #endif

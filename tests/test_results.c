@@ -230,6 +230,27 @@ static void test_compare_time(void)
 	ASSERT_HAS("0.5              0.6           20\n");
 }
 
+/* compare --max-error: a check over the paired metrics. The stored pair's step time is 20% off
+ * ((0.6 - 0.5) / 0.5) and its memory exact: a 25% bound passes, a 10% bound fails with exit 3
+ * naming the step time (and only it), --only memory. checks memory alone and passes; bad
+ * arguments exit 2. */
+static void test_compare_max_error(void)
+{
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	long long id = stored_pair(at("check.db"), 1);
+	CU_ASSERT_EQUAL(run("compare %lld --db '%s' --max-error 25", id, at("check.db")), 0);
+	CU_ASSERT_EQUAL(run("compare %lld --db '%s' --max-error 10", id, at("check.db")), 3);
+	ASSERT_HAS("parallax compare: time.step_s: predicted 0.5, measured 0.6 (rank 0): largest "
+		   "error 20.00%, over --max-error 10%");
+	CU_ASSERT_PTR_NULL(strstr(out, "parallax compare: memory.gpu.peak_bytes"));
+	CU_ASSERT_EQUAL(run("compare %lld --db '%s' --max-error 10 --only memory.", id,
+			    at("check.db")), 0);
+	CU_ASSERT_EQUAL(run("compare %lld --db '%s' --max-error -1", id, at("check.db")), 2);
+	ASSERT_HAS("--max-error: expected a percentage (0 or more), got '-1'");
+	CU_ASSERT_EQUAL(run("compare %lld --db '%s' --only memory.", id, at("check.db")), 2);
+	ASSERT_HAS("--only: goes with --max-error");
+}
+
 int test_results_register(void)
 {
 	return PX_ADD_SUITE("results", {"prune through the binary", test_prune_cli},
@@ -239,5 +260,6 @@ int test_results_register(void)
 			     test_sweep_differing_settings},
 			    {"sweep: typo'd keys refused, section paths beside the sweep",
 			     test_sweep_keys_and_paths},
-			    {"compare and plot compare show the step time", test_compare_time});
+			    {"compare and plot compare show the step time", test_compare_time},
+			    {"compare --max-error: a check with exit 3", test_compare_max_error});
 }

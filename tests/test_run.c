@@ -512,6 +512,27 @@ static void test_guard_small_runs(void)
 	CU_ASSERT(strstr(text, "# needs ") < strstr(text, "# parallax run run-test"));
 }
 
+/* A deliberately wrong prediction fails the comparison with what the executor measured: a
+ * 1-step 2-rank run compares within 2% on memory; the same run with the simulator alone told to
+ * halve the optimizer states (PARALLAX_TEST_MISPREDICT, sim/memory.h) fails compare
+ * --max-error 2 with exit 3, naming the optimizer's metric, measured at the full size. */
+static void test_wrong_prediction_fails(void)
+{
+	char dir[512], cmd[4096], text[1 << 16];
+	const char *sc = scenario(dir, sizeof(dir));
+	const char *hook[2] = {"", "PARALLAX_TEST_MISPREDICT=optimizer_states "};
+	for (int k = 0; k < 2; k++) {
+		snprintf(cmd, sizeof(cmd), "cd '%s' && %s'%s' run '%s' --ranks 2 --steps 1 --db w%d.db "
+			 ">/dev/null 2>&1; echo run=$?; '%s' compare --db w%d.db --max-error 2 --only "
+			 "memory. >/dev/null; echo compare=$?", dir, hook[k], bin(), sc, k, bin(), k);
+		CU_ASSERT_EQUAL(px_test_run_sh(cmd, text, sizeof(text)), 0);
+		PX_ASSERT_HAS(text, "run=0");
+		PX_ASSERT_HAS(text, k ? "compare=3" : "compare=0");
+		if (k)
+			PX_ASSERT_HAS(text, "parallax compare: memory.gpu.optimizer_bytes: predicted");
+	}
+}
+
 int test_run_register(void)
 {
 	return PX_ADD_SUITE("run", {"a killed rank: exit 124, named, recorded", test_killed_rank_recorded},
@@ -523,5 +544,6 @@ int test_run_register(void)
 			    {"--save never follows or removes a link", test_save_symlinks},
 			    {"--save on a full disk: file and reason, no part", test_save_full_disk},
 			    {"gpt2-xl on CPU refused before it starts", test_guard_refuses},
-			    {"the test model runs, its needs said", test_guard_small_runs});
+			    {"the test model runs, its needs said", test_guard_small_runs},
+			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails});
 }
