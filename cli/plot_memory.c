@@ -18,7 +18,7 @@ typedef struct MemBar {
 
 /* The category colours, params first; the time plot uses its own. */
 static const char *const CAT_COLOUR[N_CATS] = {"#4e79a7", "#59a14f", "#f28e2b",
-					       "#76b7b2", "#edc948", "#bab0ac"};
+					       "#76b7b2", "#edc948", "#bab0ac", "#b07aa1"};
 
 static int price_stages(const PlotOpts *o, MemBar bars[4], PxError *err)
 {

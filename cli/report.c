@@ -146,6 +146,8 @@ static void memory_table(FILE *f, const Prediction *pr)
 	fprintf(f, "%-14s %16s %16s %16s\n", "category", "ZeRO-ideal GiB", "GPU GiB", "CPU GiB");
 	for (int c = 0; c < N_CATS; c++) {
 		char gpu[32];
+		if (c == CAT_WORKSPACE && !g->cat_peak[c] && !w->mem.place[PLACE_CPU].cat_peak[c])
+			continue; /* only an executor's scenario has any */
 		if (c == CAT_ACTIV && !pr->plan.activations_known)
 			snprintf(gpu, sizeof(gpu), "unknown");
 		else
@@ -161,6 +163,9 @@ static void memory_table(FILE *f, const Prediction *pr)
 		g->peak_bytes / GiB, w->mem.place[PLACE_CPU].peak_bytes / GiB);
 	fprintf(f, "# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1); "
 		"GPU/CPU: this implementation's buffers at the place's peak\n");
+	if (g->cat_peak[CAT_WORKSPACE] > 0)
+		fprintf(f, "# workspace: the executor's own working buffers (a unit's working copies, "
+			"the hidden state, backward scratch), apart from what DeepSpeed holds\n");
 
 	fprintf(f, "\n%-6s %14s %14s %6s\n", "place", "peak GiB", "capacity GiB", "fits");
 	const double cap[N_PLACES] = {pr->gpu_capacity_bytes, pr->cpu_capacity_bytes,

@@ -463,7 +463,7 @@ static void forward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, +1);
-	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u,
+	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_UNIT_FP32, u,
 				    unit_work_bytes(p, u, p->param_bytes));
 	if (is_block(p, u) && p->sc->ckpt == CKPT_FULL) {
 		b->ckpt[i] = alloc(b, p->ckpt_place, CAT_ACTIV, BUF_CHECKPOINT, u, up->ckpt_bytes);
@@ -492,9 +492,10 @@ static void backward_unit(Builder *b, int slot, int u)
 
 	if (p->stage == 3)
 		gather_with_prefetch(b, u, -1);
-	int fp32 = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_UNIT_FP32, u,
+	int fp32 = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_UNIT_FP32, u,
 			 unit_work_bytes(p, u, p->param_bytes));
-	int fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_FP32, u, unit_work_bytes(p, u, 4));
+	int fp32_grads = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_UNIT_GRAD32, u,
+			       unit_work_bytes(p, u, 4));
 	if (b->ckpt[i] >= 0) { /* full recompute: rebuild the block's activations from its input */
 		if (p->ckpt_place == PLACE_CPU)
 			copy(b, COPY_H2D, ROLE_RECOMPUTE, u, up->ckpt_bytes);
@@ -566,12 +567,12 @@ static void micro_batch(Builder *b)
 	const Plan *p = b->p;
 	double bsh = p->executor ? (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
 	double bsh4 = 4 * bsh;
-	int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, bsh4 + p->param_bytes * bsh);
+	int hidden = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_HIDDEN, -1, bsh4 + p->param_bytes * bsh);
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
 	alloc_buckets(b);
-	int scratch = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_SCRATCH, -1, 8 * bsh4);
+	int scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, 8 * bsh4);
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
 	flush_bucket(b, &b->expert);

@@ -358,7 +358,7 @@ const char *place_name(Place p)
 const char *cat_name(MemCat c)
 {
 	static const char *const n[] = {"params", "grads", "optimizer", "activations", "buffers",
-					"overhead"};
+					"overhead", "workspace"};
 	return NAME_OF(n, c);
 }
 
@@ -383,7 +383,7 @@ const char *buf_name(BufWhat w)
 		"fp32_grad_partition", "unit_grads", "master_params", "optimizer_states",
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
 		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
-		"error_feedback", "optimizer_step_temp"};
+		"error_feedback", "optimizer_step_temp", "unit_fp32_grads"};
 	return NAME_OF(n, w);
 }
 

@@ -10,7 +10,13 @@
 #include "err.h"
 
 typedef enum { PLACE_GPU, PLACE_CPU, PLACE_NVME, N_PLACES } Place;
-typedef enum { CAT_PARAMS, CAT_GRADS, CAT_OPTIM, CAT_ACTIV, CAT_BUFFERS, CAT_OVERHEAD, N_CATS } MemCat;
+/* CAT_WORKSPACE: the executor's own working buffers (a unit's working copy of its parameters and
+ * of their gradients, the hidden state between units, the kernels' backward scratch): what this
+ * implementation holds beyond what DeepSpeed's does, accounted apart from the framework's
+ * categories, predicted and measured alike. Only an executor's scenario has any. */
+typedef enum {
+	CAT_PARAMS, CAT_GRADS, CAT_OPTIM, CAT_ACTIV, CAT_BUFFERS, CAT_OVERHEAD, CAT_WORKSPACE, N_CATS
+} MemCat;
 
 typedef enum {
 	OP_ALLOC,    /* buf, place, cat, what, bytes */
@@ -63,11 +69,12 @@ typedef enum {
 	BUF_SWAP,          /* host staging buffers for NVMe offload */
 	BUF_SECONDARY,     /* ZeRO++ hpZ: the parameters of this rank's secondary partition */
 	BUF_PERSIST_GRADS, /* stage 3: gradients of the parameters kept whole */
-	BUF_UNIT_FP32,     /* CPU backend: a unit's fp32 parameters (and gradients in backward) */
-	BUF_HIDDEN,        /* CPU backend: the hidden state flowing between units and its gradient */
-	BUF_SCRATCH,       /* CPU backend: the kernels' backward workspace */
+	BUF_UNIT_FP32,     /* executor: a unit's working copy of its parameters (compute dtype) */
+	BUF_HIDDEN,        /* executor: the hidden state flowing between units and its gradient */
+	BUF_SCRATCH,       /* executor: the kernels' backward workspace */
 	BUF_ERROR_FEEDBACK, /* 1-bit optimizers: worker and server compression errors */
 	BUF_OPT_STEP_TEMP, /* what the optimizer step copies while it runs (1-bit LAMB's momenta) */
+	BUF_UNIT_GRAD32,   /* executor: a unit's fp32 gradients in backward, before they are moved */
 	N_BUFS
 } BufWhat;
 

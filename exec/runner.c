@@ -72,7 +72,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_CHECKPOINT: return e * btc;
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
-	case BUF_UNIT_FP32: return (op->cat == CAT_PARAMS ? e : 4) * unit_fp32_elems(r, op->unit);
+	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
+	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
 	default: return (size_t)op->bytes;
 	}
 }
@@ -113,12 +114,8 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
-	case BUF_UNIT_FP32:
-		if (op->cat == CAT_PARAMS)
-			r->u_fp32[u] = op->buf, r->u_loaded[u] = 0;
-		else
-			r->u_fp32g[u] = op->buf;
-		break;
+	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
+	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
 	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[u] = op->buf; break;
 	case BUF_CHECKPOINT: r->u_ckpt[u] = op->buf; break;
 	case BUF_GATHERED:
