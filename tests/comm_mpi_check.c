@@ -249,30 +249,68 @@ static void run_send_recv(Case *t)
 	CHECK_BUF(what, t->b, t->want, C, t->dt);
 }
 
-/* The counters after run_case's calls, against nccl-tests' formulas for an n-rank group:
- * payload = count x n x size for gathers and scatters, count x size otherwise; each rank sends
- * (n-1)/n of the payload in all_gather, reduce_scatter and all_to_all, 2(n-1)/n in all_reduce,
- * all of it in broadcast, reduce (a chain) and send, nothing in recv. */
+/* The ring all-reduce's chunk j of count elements over n ranks (exec/comm_mpi_coll.c splits the
+ * array so): count/n, one more for the first count mod n chunks. */
+static size_t ring_chunk(size_t count, int n, int j)
+{
+	return count / (size_t)n + ((size_t)j < count % (size_t)n);
+}
+
+/* Elements rank r of n sends (sent) and receives (got) in one ring all-reduce of count: the
+ * reduce-scatter's n-1 steps send every chunk but r's and receive every chunk but (r-1)'s, the
+ * all-gather's send every chunk but (r+1)'s and receive every chunk but r's (the ring of Patarasuk
+ * and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009,
+ * which NCCL's ring runs too). When n divides count that is 2(n-1)/n of the array each way. */
+static void ring_all_reduce_elems(size_t count, int n, int r, size_t *sent, size_t *got)
+{
+	*sent = *got = 0;
+	if (n < 2)
+		return;
+	*sent = 2 * count - ring_chunk(count, n, r) - ring_chunk(count, n, (r + 1) % n);
+	*got = 2 * count - ring_chunk(count, n, (r + n - 1) % n) - ring_chunk(count, n, r);
+}
+
+/* The counters after run_case's calls, each against the bytes its algorithm moves, worked out by
+ * hand here (the code under test counts message by message, exec/comm_mpi_coll.c). Payload is
+ * nccl-tests' size: count x n x size for gathers and scatters, count x size otherwise. Rank r of
+ * n, C elements a rank:
+ * - all_gather, reduce_scatter, all_to_all: n-1 blocks of C sent, n-1 received;
+ * - all_reduce: ring_all_reduce_elems. C = 1035: on 4 ranks chunks of 259, 259, 259, 258, so
+ *   ranks 0-3 send 1552, 1552, 1553, 1553 elements (2(n-1)/n would be 1552.5) and receive 1553,
+ *   1552, 1552, 1553; on 3 ranks 1380 each way; on 2 ranks 1035;
+ * - broadcast from root 1: a chain root, root+1, ...: all but its last rank (root - 1) send C,
+ *   all but the root receive C;
+ * - reduce to root n-1: the same chain backwards: all but the root send C, all but the chain's
+ *   start (root - 1) receive C;
+ * - send: C sent; recv: C received; barrier: nothing. */
 static void check_counters(const Case *t)
 {
 	const CommCounters *k = comm_counters(t->c);
-	int tag = comm_tag(t->c), n = t->n, p2p = n > 1;
-	double one = (double)C * t->esz, whole = one * n;
+	int tag = comm_tag(t->c), n = t->n, r = t->r, p2p = n > 1;
+	size_t ar_sent, ar_got;
+	ring_all_reduce_elems(C, n, r, &ar_sent, &ar_got);
+	double one = (double)C * t->esz, whole = one * n, e = (double)t->esz;
+	int bcast_root = n > 1 ? 1 : 0, red_root = n - 1, chain_end = (bcast_root + n - 1) % n;
+	int red_start = (red_root + n - 1) % n;
 	struct {
 		int kind;
 		long long calls;
-		double payload, wire;
+		double payload, sent, got;
 	} want[] = {
-		{COLL_ALL_GATHER, 2, whole, one * (n - 1)},
-		{COLL_REDUCE_SCATTER, 2, whole, one * (n - 1)},
-		{COLL_ALL_REDUCE, 3, one, 2.0 * (n - 1) * one / n},
-		{COLL_ALL_TO_ALL, 2, whole, one * (n - 1)},
-		{COLL_BROADCAST, 2, one, n > 1 ? one : 0},
-		{COLL_P2P, p2p, one, one},
-		{COMM_KIND_REDUCE, 2, one, n > 1 ? one : 0},
-		{COLL_P2P_RECV, p2p, one, 0},
-		{COMM_KIND_BARRIER, 1, 0, 0},
+		{COLL_ALL_GATHER, 2, whole, one * (n - 1), one * (n - 1)},
+		{COLL_REDUCE_SCATTER, 2, whole, one * (n - 1), one * (n - 1)},
+		{COLL_ALL_REDUCE, 3, one, (double)ar_sent * e, (double)ar_got * e},
+		{COLL_ALL_TO_ALL, 2, whole, one * (n - 1), one * (n - 1)},
+		{COLL_BROADCAST, 2, one, n > 1 && r != chain_end ? one : 0,
+		 n > 1 && r != bcast_root ? one : 0},
+		{COLL_P2P, p2p, one, one, 0},
+		{COMM_KIND_REDUCE, 2, one, n > 1 && r != red_root ? one : 0,
+		 n > 1 && r != red_start ? one : 0},
+		{COLL_P2P_RECV, p2p, one, 0, one},
+		{COMM_KIND_BARRIER, 1, 0, 0, 0},
 	};
+	CHECK(k->wire_counted, "counters on %s: wire bytes not counted by the MPI backend",
+	      t->name);
 	int seen[N_COMM_KINDS] = {0};
 	for (size_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
 		int kind = want[w].kind;
@@ -280,12 +318,14 @@ static void check_counters(const Case *t)
 		seen[kind] = 1;
 		CHECK(k->calls[kind][tag] == calls &&
 			      k->payload_bytes[kind][tag] == (int64_t)(calls * want[w].payload) &&
-			      k->wire_bytes[kind][tag] == calls * want[w].wire,
-		      "counters %s %s on %s: %lld calls, %lld payload, %.1f wire bytes; expected "
-		      "%lld, %.0f, %.1f",
-		      comm_kind_name(kind), comm_dtype_name(t->dt), t->name, k->calls[kind][tag],
-		      (long long)k->payload_bytes[kind][tag], k->wire_bytes[kind][tag], calls,
-		      calls * want[w].payload, calls * want[w].wire);
+			      k->wire_bytes[kind][tag] == calls * want[w].sent &&
+			      k->recv_bytes[kind][tag] == (int64_t)(calls * want[w].got),
+		      "counters %s %s on %s (rank %d of %d): %lld calls, %lld payload, %.1f sent, "
+		      "%lld received bytes; expected %lld, %.0f, %.0f, %.0f",
+		      comm_kind_name(kind), comm_dtype_name(t->dt), t->name, r, n,
+		      k->calls[kind][tag], (long long)k->payload_bytes[kind][tag],
+		      k->wire_bytes[kind][tag], (long long)k->recv_bytes[kind][tag], calls,
+		      calls * want[w].payload, calls * want[w].sent, calls * want[w].got);
 	}
 	int stray = 0;
 	for (int kind = 0; kind < N_COMM_KINDS; kind++)
