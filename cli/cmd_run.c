@@ -434,7 +434,8 @@ static void print_speed(const Prediction *pr, double step_s)
 	       t->tokens_per_s, t->mfu);
 }
 
-static void print_compare(const Prediction *pr, const double *meas, int steps)
+/* counted: CommCounters.wire_counted (the transport's count, or the ring formula's figure) */
+static void print_compare(const Prediction *pr, const double *meas, int steps, int counted)
 {
 	Metric m[METRICS_MAX];
 	int n = metrics_collect(pr, 0, m);
@@ -473,7 +474,9 @@ static void print_compare(const Prediction *pr, const double *meas, int steps)
 		printf("%-38s %14.0f %14.0f %8.3f%%\n", mk, pv, mv, e);
 	}
 	printf("# memory in bytes at the device (or host) arena's peak; communication per optimizer "
-	       "step\n");
+	       "step, wire bytes %s\n", counted ? "counted message by message by the transport"
+		      : "computed from the ring formula (NCCL keeps no byte count): equal to the "
+			"prediction by construction");
 }
 
 static void sample_peak(void *gpumem)
@@ -634,7 +637,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	rc = 0;
 	if (rank == 0) {
 		if (!o->json) {
-			print_compare(&pr, all, ran);
+			print_compare(&pr, all, ran, comm_counters(world)->wire_counted);
 			print_overlap(runner_overlap(run), ran);
 			print_speed(&pr, t_total / ran);
 		}
@@ -644,8 +647,12 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			gpumem_print(&o->gpu->mem, stdout);
 		}
 		if (!o->no_db)
-			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", o->gpu ?
-					"parallax run --backend cuda" : "parallax run --backend cpu", err);
+			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok",
+					!comm_counters(world)->wire_counted ?
+					"parallax run --backend cuda; comm.wire_bytes computed from the "
+					"ring formula (NCCL keeps no byte count), not counted" :
+					o->gpu ? "parallax run --backend cuda" : "parallax run --backend cpu",
+					err);
 		if (o->json)
 			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
 	}
