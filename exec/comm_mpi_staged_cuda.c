@@ -300,8 +300,8 @@ static int staged_barrier(void *h, PxError *err)
 	return inner->barrier(c->mpi, err);
 }
 
-/* ---- started collectives: staged in at the start, MPI's non-blocking call on host memory,
- * staged out at the wait ----
+/* ---- started collectives: staged in at the start, the MPI backend's started call on host
+ * memory, staged out at the wait ----
  * Each request has its own pinned buffer, since several may be in flight. The copies are
  * synchronous (correctness only, as everything here); the host blocks at the wait. */
 

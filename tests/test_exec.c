@@ -464,7 +464,7 @@ static void test_bf16_follows_fp32(void)
 /* ---- overlap_comm ----
  * With overlap_comm the gradient reductions run started, waited for where the schedule needs
  * them (docs/gpu_comm.md). Stage 2 on 4 ranks: the losses equal the run without it within fp32's
- * reordering bound (1e-4, as above: MPI's non-blocking algorithms may add in another order), the
+ * reordering bound (1e-4, as above, for a backend whose started form adds in another order), the
  * traffic is the same, and every rank's measured memory and communication equal the prediction
  * for the schedule with its second bucket (the wire bytes as check_wire_bytes says). */
 static void test_overlap_comm(void)
