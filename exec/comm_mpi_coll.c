@@ -256,9 +256,10 @@ static int mod(int x, int n)
 	return ((x % n) + n) % n;
 }
 
+/* base + elems elements; NULL stays NULL (an empty call's buffers may be NULL) */
 static char *at(const void *base, size_t elems, size_t esz)
 {
-	return (char *)(uintptr_t)base + elems * esz;
+	return base ? (char *)(uintptr_t)base + elems * esz : NULL;
 }
 
 /* all_reduce's chunk j of the array: count/n elements, the first count mod n one more. */
