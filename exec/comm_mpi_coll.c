@@ -33,10 +33,12 @@
  *   broadcast       chain root, root+1, ... in segments of 256 KiB: the whole array, except the
  *                   chain's last rank, which sends nothing
  *   reduce          the same chain run backwards: the whole array, except the root
- * Against Open MPI's own collectives on this 2-core machine (tuned, 2 and 4 ranks, 4 B to 16 MiB,
- * oversubscribed): within about +-30% above 64 KiB, either way; below it the 4-rank ring's 2(n-1)
- * steps cost up to 2.5x MPI's recursive doubling (11 us against 4 us for one float), which the
- * executor's one-value all-reduces can afford. So MPI's own collectives are not kept. */
+ * Against Open MPI's own collectives (coll/tuned) on the 2-core development machine, 2 and 4 ranks
+ * oversubscribed, under other jobs' load: from 1 MiB up neither wins consistently (either was up
+ * to 2x faster from run to run); below 64 KiB the ring's 2(n-1) latency-bound steps cost 1.5-3x
+ * MPI's recursive doubling (4 ranks, one float: 11 us against 4 us for the bare algorithms). The
+ * executor's small messages are its one-value all-reduces, one or two a step, so MPI's own
+ * collectives, which could not be counted, are not kept. */
 #include "comm_mpi_int.h"
 
 #include <stdlib.h>
