@@ -33,7 +33,8 @@ static const char USAGE[] =
 	"Train the scenario's GPT-2 model for real with the executor: ZeRO stage 0-3 data\n"
 	"parallelism over N ranks, running the schedule the simulator prices. Rank 0 prints\n"
 	"one line per step, then predicted against measured memory and communication, and stores\n"
-	"both runs (linked) in the results database.\n"
+	"both runs (linked) in the results database. The bytes sent are counted message by\n"
+	"message on MPI; on NCCL, which keeps no count, they are the ring formula's, and it says so.\n"
 	"\n"
 	"Before anything starts it prints the host memory the run will need (the executor's\n"
 	"buffers at their peak as predicted, per rank and for all ranks) and an estimated step\n"
@@ -434,7 +435,8 @@ static void print_speed(const Prediction *pr, double step_s)
 	       t->tokens_per_s, t->mfu);
 }
 
-static void print_compare(const Prediction *pr, const double *meas, int steps)
+/* counted: CommCounters.wire_counted (the transport's count, or the ring formula's figure) */
+static void print_compare(const Prediction *pr, const double *meas, int steps, int counted)
 {
 	Metric m[METRICS_MAX];
 	int n = metrics_collect(pr, 0, m);
@@ -473,7 +475,9 @@ static void print_compare(const Prediction *pr, const double *meas, int steps)
 		printf("%-38s %14.0f %14.0f %8.3f%%\n", mk, pv, mv, e);
 	}
 	printf("# memory in bytes at the device (or host) arena's peak; communication per optimizer "
-	       "step\n");
+	       "step, wire bytes %s\n", counted ? "counted message by message by the transport"
+		      : "computed from the ring formula (NCCL keeps no byte count): equal to the "
+			"prediction by construction");
 }
 
 static void sample_peak(void *gpumem)
@@ -634,7 +638,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	rc = 0;
 	if (rank == 0) {
 		if (!o->json) {
-			print_compare(&pr, all, ran);
+			print_compare(&pr, all, ran, comm_counters(world)->wire_counted);
 			print_overlap(runner_overlap(run), ran);
 			print_speed(&pr, t_total / ran);
 		}
@@ -644,8 +648,12 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			gpumem_print(&o->gpu->mem, stdout);
 		}
 		if (!o->no_db)
-			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", o->gpu ?
-					"parallax run --backend cuda" : "parallax run --backend cpu", err);
+			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok",
+					!comm_counters(world)->wire_counted ?
+					"parallax run --backend cuda; comm.wire_bytes computed from the "
+					"ring formula (NCCL keeps no byte count), not counted" :
+					o->gpu ? "parallax run --backend cuda" : "parallax run --backend cpu",
+					err);
 		if (o->json)
 			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
 	}

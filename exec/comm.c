@@ -53,6 +53,8 @@ typedef struct CommState {
 	CommRequest *unsynced;  /* waited on a device, completion not yet seen (comm_sync) */
 	ProgressBoard *board;   /* NULL: none (said at comm_init) */
 	ProgressPeer *peers;    /* [env.size]: the watchdog's reading of the board */
+	int64_t moved0[2];      /* the backend's moved (sent, received) when the call in hand
+				   began: its delta at the end is that call's */
 	char board_name[256];   /* the board this rank created, while its name exists */
 	atomic_int board_linked; /* board_name is still to be unlinked (by board_open, or by the
 				    watchdog before it stops the job) */
@@ -74,6 +76,7 @@ struct CommRequest {
 	const char *what;
 	int kind;
 	int64_t payload;
+	int64_t moved[2];   /* bytes sent and received, as the backend counted them so far */
 	int64_t call;       /* its number on the board, taken at the start */
 	CommRequest *next;  /* in CommState.unsynced */
 };
@@ -467,6 +470,7 @@ int comm_init(const CommBackend *be, const CommConfig *cfg, Comm **world, PxErro
 		goto out_free;
 	}
 	st->be = be;
+	st->counters.wire_counted = be->moved != NULL;
 	if (cfg)
 		st->cfg = *cfg;
 	else
@@ -601,11 +605,31 @@ const CommCounters *comm_counters(const Comm *c)
 
 void comm_counters_reset(Comm *c)
 {
+	int counted = c->st->counters.wire_counted;
 	memset(&c->st->counters, 0, sizeof(c->st->counters));
+	c->st->counters.wire_counted = counted;
 }
 
-/* Wire factors come from sim/traffic so that measured and predicted bytes cannot drift apart. */
-static double wire_bytes(int kind, int64_t payload, int n)
+/* The backend's running count of bytes sent and received (zeros where it keeps none). */
+static void moved_read(const Comm *c, int64_t m[2])
+{
+	m[0] = m[1] = 0;
+	if (c->st->be->moved)
+		c->st->be->moved(c->h, &m[0], &m[1]);
+}
+
+/* What the backend counted since the call in hand began, added to m. */
+static void moved_add(const Comm *c, int64_t m[2])
+{
+	int64_t now[2];
+	moved_read(c, now);
+	m[0] += now[0] - c->st->moved0[0];
+	m[1] += now[1] - c->st->moved0[1];
+}
+
+/* Only for a backend that cannot count (NCCL): sim/traffic's ring formula, labelled computed
+ * (CommCounters.wire_counted = 0). A counting backend's figure never comes from here. */
+static double wire_computed(int kind, int64_t payload, int n)
 {
 	if (kind < N_COLLS)
 		return traffic_ring_wire_bytes((CollKind)kind, (double)payload, n);
@@ -614,12 +638,18 @@ static double wire_bytes(int kind, int64_t payload, int n)
 	return 0; /* barrier: no payload */
 }
 
-static void count_call(Comm *c, int kind, int64_t payload)
+/* moved: the bytes the backend counted for this call (sent, received). */
+static void count_call(Comm *c, int kind, int64_t payload, const int64_t moved[2])
 {
 	CommCounters *k = &c->st->counters;
 	k->calls[kind][c->tag]++;
 	k->payload_bytes[kind][c->tag] += payload;
-	k->wire_bytes[kind][c->tag] += wire_bytes(kind, payload, c->size);
+	if (k->wire_counted) {
+		k->wire_bytes[kind][c->tag] += (double)moved[0];
+		k->recv_bytes[kind][c->tag] += moved[1];
+	} else {
+		k->wire_bytes[kind][c->tag] += wire_computed(kind, payload, c->size);
+	}
 }
 
 /* ---- argument checks ---- */
@@ -673,11 +703,12 @@ static int check_peer(const Comm *c, const char *what, int peer, PxError *err)
 
 /* ---- calls ---- */
 
-/* Every call arms the watchdog and tells the board before the backend runs, and is counted only
- * once it completed. op, call, fresh, peer: board_enter's. */
+/* Every call arms the watchdog, tells the board and notes the backend's byte count before the
+ * backend runs, and is counted only once it completed. op, call, fresh, peer: board_enter's. */
 static void call_begin(Comm *c, const char *what, int op, int64_t call, int fresh, int peer)
 {
 	struct timespec now;
+	moved_read(c, c->st->moved0);
 	WaitFor wf = board_enter(c, op, call, fresh, peer, &now);
 	watchdog_arm(c->st, what, c->tag, c->st->world->h, &wf, &now);
 }
@@ -694,7 +725,9 @@ static int call_end(Comm *c, const char *what, int kind, int rc, int64_t payload
 		return -1;
 	if (rc)
 		return fail_call(c->st, what, c->tag, err);
-	count_call(c, kind, payload);
+	int64_t moved[2] = {0, 0};
+	moved_add(c, moved);
+	count_call(c, kind, payload, moved);
 	return 0;
 }
 
@@ -909,6 +942,7 @@ static int start_call(Comm *c, const char *what, const CommCall *k, int64_t payl
 		free(q);
 		return -1;
 	}
+	moved_add(c, q->moved); /* all of it where the call ran whole; nothing yet on MPI */
 	st->n_started++;
 	*out = q;
 	return 0;
@@ -962,8 +996,9 @@ int comm_wait(CommRequest *q, PxError *err)
 			free(q);
 			return -1;
 		}
+		moved_add(c, q->moved);
 	}
-	count_call(c, q->kind, q->payload);
+	count_call(c, q->kind, q->payload, q->moved);
 	if (done) {
 		free(q);
 	} else { /* the device's wait is queued; comm_sync sees it through */

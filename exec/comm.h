@@ -1,8 +1,8 @@
 /* comm: the executor's collectives, NCCL-shaped and backend-neutral. Owns communicators (world and
  * its splits), argument checks, the deadline every blocking call runs under (a watchdog that stops
- * the whole job) and the per-kind, per-group byte counters that the executor compares with
- * sim/traffic. Moving bytes is a backend's job (comm_mpi.c, comm_nccl.c, comm_mpi_staged_cuda.c);
- * mapping schedule ops to calls is the executor's. */
+ * the whole job) and the per-kind, per-group counters that the executor compares with sim/traffic
+ * (wire bytes as the backend counted them). Moving and counting bytes is a backend's job
+ * (comm_mpi.c, comm_nccl.c, comm_mpi_staged_cuda.c); mapping schedule ops to calls the executor's. */
 #ifndef PX_EXEC_COMM_H
 #define PX_EXEC_COMM_H
 
@@ -32,11 +32,18 @@ enum { COMM_TAG_WORLD = N_GROUPS, N_COMM_TAGS };
 /* comm_split's color for a rank that joins no group (NCCL_SPLIT_NOCOLOR). */
 #define COMM_NO_COLOR (-1)
 
-/* What this rank did, summed over every communicator of one comm_init. Indexed [kind][tag]. */
+/* What this rank did, summed over every communicator of one comm_init. Indexed [kind][tag].
+ * Wire bytes are counted where the backend counts them (wire_counted: the MPI backends, which
+ * report what each point-to-point message of their algorithms carried, exec/comm_mpi_coll.c);
+ * NCCL reports no byte counts, so there they are computed: sim/traffic's ring formula applied to
+ * the payload, equal to the prediction by construction, and said so wherever they are shown. */
 typedef struct CommCounters {
 	long long calls[N_COMM_KINDS][N_COMM_TAGS];
 	int64_t payload_bytes[N_COMM_KINDS][N_COMM_TAGS]; /* nccl-tests "size": the whole array */
-	double wire_bytes[N_COMM_KINDS][N_COMM_TAGS];     /* sent by this rank, ring algorithms */
+	double wire_bytes[N_COMM_KINDS][N_COMM_TAGS];     /* sent by this rank */
+	int64_t recv_bytes[N_COMM_KINDS][N_COMM_TAGS];    /* received, as the transport reported;
+							     0 where not counted */
+	int wire_counted; /* 1: counted by the transport; 0: computed from the formula */
 } CommCounters;
 
 /* Where this process sits in the job. */
@@ -113,6 +120,13 @@ typedef struct CommBackend {
 	int (*start)(void *h, const CommCall *call, void *stream, void **req, PxError *err);
 	int (*wait)(void *req, void *stream, int *done, PxError *err);
 	int (*test)(void *req, int *done, PxError *err);
+	/* Bytes this process has sent and received through the backend's transport, counted
+	 * message by message (never from a formula), for the calls that completed so far: a
+	 * blocking call once it returned, a started one once its wait (or the test that found it
+	 * done) returned, never earlier, so that the difference across one call is that call's.
+	 * h: any handle of the backend. NULL where the backend cannot count (NCCL): the counters
+	 * then hold computed wire bytes (CommCounters.wire_counted = 0). */
+	void (*moved)(void *h, int64_t *sent_bytes, int64_t *recv_bytes);
 	/* Stop every process of the job now, with exit status code. Called by the watchdog thread
 	 * while the caller's thread is blocked inside another call; world is NULL when that call is
 	 * finalize (the handle may be gone). Returns only where stopping the job is not possible
@@ -189,7 +203,7 @@ int comm_set_deadline(Comm *c, double deadline_s, PxError *err);
 /* ---- counters ---- */
 
 const CommCounters *comm_counters(const Comm *c); /* shared by every communicator of one init */
-void comm_counters_reset(Comm *c);
+void comm_counters_reset(Comm *c); /* zero every count; wire_counted stays */
 
 /* ---- collectives: NCCL's argument order and conventions ----
  * count is per rank for all_gather, reduce_scatter and all_to_all (count x nranks elements in the

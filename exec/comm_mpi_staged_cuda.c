@@ -300,8 +300,8 @@ static int staged_barrier(void *h, PxError *err)
 	return inner->barrier(c->mpi, err);
 }
 
-/* ---- started collectives: staged in at the start, MPI's non-blocking call on host memory,
- * staged out at the wait ----
+/* ---- started collectives: staged in at the start, the MPI backend's started call on host
+ * memory, staged out at the wait ----
  * Each request has its own pinned buffer, since several may be in flight. The copies are
  * synchronous (correctness only, as everything here); the host blocks at the wait. */
 
@@ -361,6 +361,13 @@ static int staged_test(void *req, int *done, PxError *err)
 	return staged_wait(req, NULL, done, err);
 }
 
+/* What the MPI backend's messages carried: the staging copies move nothing between ranks. */
+static void staged_moved(void *h, int64_t *sent_bytes, int64_t *recv_bytes)
+{
+	StagedComm *c = h;
+	inner->moved(c->mpi, sent_bytes, recv_bytes);
+}
+
 const CommBackend comm_mpi_staged_backend = {
 	.name = "mpi-staged",
 	.init = staged_init,
@@ -379,5 +386,6 @@ const CommBackend comm_mpi_staged_backend = {
 	.start = staged_start,
 	.wait = staged_wait,
 	.test = staged_test,
+	.moved = staged_moved,
 	.abort = staged_abort,
 };

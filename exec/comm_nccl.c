@@ -660,5 +660,9 @@ const CommBackend comm_nccl_backend = {
 	.start = nccl_start,
 	.wait = nccl_wait,
 	.test = nccl_test,
+	/* .moved: none. NCCL keeps no count of the bytes its kernels moved that a program can read
+	 * (its profiler plugin API reports events, not a byte total we could test without a GPU),
+	 * so comm.c stores the ring formula's figure, marked computed, not counted
+	 * (CommCounters.wire_counted = 0); parallax run says so beside it. */
 	.abort = nccl_abort,
 };

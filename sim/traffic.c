@@ -2,7 +2,14 @@
 
 #include <string.h>
 
-double traffic_ring_wire_bytes(CollKind kind, double payload, int n)
+static double wire_scale = 1; /* traffic_test_set_wire_scale's */
+
+void traffic_test_set_wire_scale(double scale)
+{
+	wire_scale = scale;
+}
+
+static double ring_wire_bytes(CollKind kind, double payload, int n)
 {
 	switch (kind) {
 	case COLL_ALL_REDUCE:
@@ -16,6 +23,11 @@ double traffic_ring_wire_bytes(CollKind kind, double payload, int n)
 	default:
 		return n <= 1 && kind != COLL_P2P ? 0 : payload;
 	}
+}
+
+double traffic_ring_wire_bytes(CollKind kind, double payload, int n)
+{
+	return ring_wire_bytes(kind, payload, n) * wire_scale;
 }
 
 void traffic_split(CollKind kind, double payload, GroupSpan sp, CollAlgo algo, double *intra,

@@ -28,6 +28,11 @@ typedef struct Traffic {
  * point-to-point 1, a receive 0 (nccl-tests doc/PERFORMANCE.md bus-bandwidth factors). */
 double traffic_ring_wire_bytes(CollKind kind, double payload, int n);
 
+/* Test hook: traffic_ring_wire_bytes multiplies what it returns by scale (1, the default: the
+ * formula as stated). A test makes the simulator wrong on purpose with it, to check that measured
+ * figures do not follow (exec/comm.h: counted wire bytes come from the transport). */
+void traffic_test_set_wire_scale(double scale);
+
 /* Split one collective's wire bytes into intra- and inter-node for a group spread as `span`:
  * a ring crosses nodes on span.nodes of its n links; an all-to-all sends (n - per_node)/n of its
  * data off the node; hierarchical and tree all-reduce / all-gather / reduce-scatter run inside

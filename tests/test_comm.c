@@ -32,6 +32,8 @@ static struct {
 	int aborted, abort_code;
 	int open;       /* handles not yet freed */
 	void (*on_call)(void); /* called as every collective reaches the backend; NULL: none */
+	/* the counting fake's transport: what each successful call moves, and the totals */
+	int64_t per_call_sent, per_call_recv, sent, recvd;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 } fake = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -61,6 +63,8 @@ static int fake_call(PxError *err)
 		fake.fail_next = 0;
 		return px_fail(err, PX_ERR_RUNTIME, "fake: injected failure");
 	}
+	fake.sent += fake.per_call_sent;
+	fake.recvd += fake.per_call_recv;
 	if (fake.hang_next) {
 		fake.hang_next = 0;
 		double give_up = px_now_s() + 5;
@@ -188,6 +192,25 @@ static const CommBackend fake_backend = {
 	.abort = fake_abort,
 };
 
+/* The same fake with a transport that counts (as the MPI backend does): fake.per_call_* bytes a
+ * call, whatever the call; comm.c must store these, not a formula's. */
+static void fake_moved(void *h, int64_t *sent_bytes, int64_t *recv_bytes)
+{
+	(void)h;
+	*sent_bytes = fake.sent;
+	*recv_bytes = fake.recvd;
+}
+
+static CommBackend fake_counting_backend;
+
+static const CommBackend *counting_backend(void)
+{
+	fake_counting_backend = fake_backend;
+	fake_counting_backend.name = "fake-counting";
+	fake_counting_backend.moved = fake_moved;
+	return &fake_counting_backend;
+}
+
 /* ---- the launcher's variables: cleared around every test that starts a backend ---- */
 
 static const char *const LAUNCHER_VARS[] = {
@@ -218,8 +241,9 @@ static void env_restore(void)
 	}
 }
 
-/* A fake world of `size` ranks whose splits have split_size; NULL (and CU_FAIL) on failure. */
-static Comm *fake_world(int size, int split_size, const CommConfig *cfg)
+/* A fake world (backend be) of `size` ranks whose splits have split_size; NULL (and CU_FAIL) on
+ * failure. */
+static Comm *fake_world_on(const CommBackend *be, int size, int split_size, const CommConfig *cfg)
 {
 	PxError err = {0};
 	Comm *world = NULL;
@@ -230,12 +254,18 @@ static Comm *fake_world(int size, int split_size, const CommConfig *cfg)
 	fake.split_size = split_size;
 	fake.calls = fake.fail_next = fake.hang_next = 0;
 	fake.slow_s = 0;
+	fake.per_call_sent = fake.per_call_recv = fake.sent = fake.recvd = 0;
 	env_clear();
-	if (comm_init(&fake_backend, cfg, &world, &err)) {
+	if (comm_init(be, cfg, &world, &err)) {
 		fprintf(stderr, "\n%s\n", err.msg);
 		CU_FAIL("comm_init with the fake backend");
 	}
 	return world;
+}
+
+static Comm *fake_world(int size, int split_size, const CommConfig *cfg)
+{
+	return fake_world_on(&fake_backend, size, split_size, cfg);
 }
 
 static void fake_done(Comm *world)
@@ -264,7 +294,8 @@ static Comm *split(Comm *parent, int tag)
 
 static char buf_a[1 << 16], buf_b[1 << 16];
 
-/* Every call once or twice on a world of 4 and a dp group of 2; expected bytes by hand. */
+/* Every call once or twice on a world of 4 and a dp group of 2; expected bytes by hand. The fake
+ * counts nothing (as NCCL), so wire bytes are computed from the ring formula and said to be. */
 static void test_counters_by_hand(void)
 {
 	PxError err = {0};
@@ -292,6 +323,7 @@ static void test_counters_by_hand(void)
 
 	const CommCounters *k = comm_counters(w);
 	CU_ASSERT_PTR_EQUAL(k, comm_counters(dp)); /* one set per comm_init */
+	CU_ASSERT_EQUAL(k->wire_counted, 0);
 	const int W = COMM_TAG_WORLD, D = GROUP_DP;
 	/* all_gather: 1000 x 4 ranks x 4 B = 16000 payload, 3/4 of it = 12000 sent, twice */
 	CU_ASSERT_EQUAL(k->calls[COLL_ALL_GATHER][W], 2);
@@ -336,6 +368,64 @@ static void test_counters_by_hand(void)
 			CU_ASSERT(!k->calls[kind][g] && !k->payload_bytes[kind][g] &&
 				  !k->wire_bytes[kind][g]);
 	comm_destroy(dp);
+	fake_done(w);
+}
+
+/* A backend that counts (the MPI backends): each call is credited with what the transport
+ * reported across it, 1001 bytes sent and 999 received a call here, never the formula's share
+ * (12000 for the first all-gather); a started call at its wait, not its start; a failed call not
+ * at all; and a formula made wrong through sim/traffic's test hook changes the computed figures
+ * of a backend that cannot count (NCCL's) but not the counted ones. */
+static void test_counters_counted(void)
+{
+	PxError err = {0};
+	Comm *w = fake_world_on(counting_backend(), 4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	fake.per_call_sent = 1001;
+	fake.per_call_recv = 999;
+	const int W = COMM_TAG_WORLD;
+	const CommCounters *k = comm_counters(w);
+	CU_ASSERT_EQUAL(k->wire_counted, 1);
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), 0);
+	CU_ASSERT_EQUAL(k->payload_bytes[COLL_ALL_GATHER][W], 16000);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 1001);
+	CU_ASSERT_EQUAL(k->recv_bytes[COLL_ALL_GATHER][W], 999);
+	/* the fake has no started form: the call runs whole at its start, is counted at its wait */
+	CommRequest *q = NULL;
+	CU_ASSERT_EQUAL(comm_all_reduce_start(w, buf_a, buf_a, 100, COMM_FP32, COMM_SUM, &q, &err), 0);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_REDUCE][W], 0);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_REDUCE][W], 0);
+	CU_ASSERT_EQUAL(comm_barrier(w, &err), 0); /* a call in between keeps its own bytes */
+	CU_ASSERT_EQUAL(k->wire_bytes[COMM_KIND_BARRIER][W], 1001);
+	CU_ASSERT_EQUAL(comm_wait(q, &err), 0);
+	CU_ASSERT_EQUAL(k->calls[COLL_ALL_REDUCE][W], 1);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_REDUCE][W], 1001);
+	CU_ASSERT_EQUAL(k->recv_bytes[COLL_ALL_REDUCE][W], 999);
+	/* a failed call moved nothing the counters keep */
+	fake.fail_next = 1;
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), -1);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 1001);
+	/* the simulator's formula halved: counted bytes do not follow */
+	traffic_test_set_wire_scale(0.5);
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), 0);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 2002);
+	traffic_test_set_wire_scale(1);
+	comm_counters_reset(w);
+	CU_ASSERT_EQUAL(k->wire_counted, 1); /* a property of the backend, kept */
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 0);
+	CU_ASSERT_EQUAL(k->recv_bytes[COLL_ALL_GATHER][W], 0);
+	fake_done(w);
+
+	/* computed (a backend without counts): the formula, halved with it */
+	w = fake_world(4, 2, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+	k = comm_counters(w);
+	traffic_test_set_wire_scale(0.5);
+	CU_ASSERT_EQUAL(comm_all_gather(w, buf_a, buf_b, 1000, COMM_FP32, &err), 0);
+	traffic_test_set_wire_scale(1);
+	CU_ASSERT_EQUAL(k->wire_counted, 0);
+	CU_ASSERT_EQUAL(k->wire_bytes[COLL_ALL_GATHER][W], 6000); /* 12000 x 0.5 */
+	CU_ASSERT_EQUAL(k->recv_bytes[COLL_ALL_GATHER][W], 0);
 	fake_done(w);
 }
 
@@ -1064,6 +1154,8 @@ static void test_environment_torchrun(void)
 int test_comm_register(void)
 {
 	return PX_ADD_SUITE("comm", {"counters: every call, by hand", test_counters_by_hand},
+			    {"counters: a counting backend's bytes, never the formula's",
+			     test_counters_counted},
 			    {"counters equal sim/traffic's prediction",
 			     test_counters_match_simulator},
 			    {"bad arguments refused, named, not counted", test_bad_arguments},

@@ -1,7 +1,8 @@
 /* The real Open MPI backend through mpirun (exec/comm_mpi.c, with exec/comm.c's watchdog and
  * progress board): tests/comm_mpi_check.c on 4 ranks (PX_COMM_CHECK, default
  * build/rel/comm_mpi_check), its fault modes (a stalled rank, a stalled started collective, a
- * stall before finalize, a dead rank) and the executor's overlap counted against the schedule.
+ * stall before finalize, a dead rank), the bytes the transport moved on 2 and 4 ranks (--bytes)
+ * and the executor's overlap counted against the schedule.
  * The same layer through a fake backend in this process is test_comm.c's. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
@@ -27,9 +28,9 @@ static int on_path(const char *exe)
 	return 0;
 }
 
-/* Run the check program on 4 ranks with args; output (stdout and stderr) into out. Returns the
+/* Run the check program on np ranks with args; output (stdout and stderr) into out. Returns the
  * exit status, or -1 after CU_FAIL when mpirun or the program is missing. */
-static int run_check(const char *args, char *out, size_t n, double *took_s)
+static int run_check_on(int np, const char *args, char *out, size_t n, double *took_s)
 {
 	const char *env = getenv("PX_COMM_CHECK");
 	char prog[4096], cmd[8192];
@@ -49,8 +50,8 @@ static int run_check(const char *args, char *out, size_t n, double *took_s)
 	}
 	/* timeout(1) bounds a broken run; --oversubscribe: 4 ranks on fewer cores */
 	snprintf(cmd, sizeof(cmd),
-		 "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 4 '%s' %s 2>&1",
-		 prog, args);
+		 "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np %d '%s' %s 2>&1",
+		 np, prog, args);
 	double t0 = px_now_s();
 	FILE *p = popen(cmd, "r");
 	if (!p) {
@@ -67,6 +68,11 @@ static int run_check(const char *args, char *out, size_t n, double *took_s)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static int run_check(const char *args, char *out, size_t n, double *took_s)
+{
+	return run_check_on(4, args, out, n, took_s);
+}
+
 static char mpi_out[1 << 16];
 
 static void test_mpi_check(void)
@@ -79,6 +85,35 @@ static void test_mpi_check(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, " passed, 0 failed"));
 	if (rc != 0 || !strstr(mpi_out, " passed, 0 failed"))
 		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+/* comm_mpi_check --bytes on np ranks: each algorithm's counted bytes, sent and received, equal
+ * its bytes worked by hand there (the ring all-reduce's 2(n-1)/n per rank where n divides the
+ * array, its exact chunks where not), and halving sim/traffic's formula through its test hook
+ * changes the prediction, not the count. */
+static void bytes_on(int np)
+{
+	double took;
+	int rc = run_check_on(np, "--bytes", mpi_out, sizeof(mpi_out), &took);
+	if (rc == -1 && !mpi_out[0])
+		return;
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, " passed, 0 failed"));
+	char line[128];
+	snprintf(line, sizeof(line), "(formula halved): all_to_all     fp32 x  250 on %d ranks", np);
+	CU_ASSERT_PTR_NOT_NULL(strstr(mpi_out, line)); /* the last case ran, hook set */
+	if (rc != 0 || !strstr(mpi_out, " passed, 0 failed") || !strstr(mpi_out, line))
+		fprintf(stderr, "\nexit %d after %.1f s:\n%s\n", rc, took, mpi_out);
+}
+
+static void test_mpi_bytes_2(void)
+{
+	bytes_on(2);
+}
+
+static void test_mpi_bytes_4(void)
+{
+	bytes_on(4);
 }
 
 /* How long a faulted job may take to end. The sleeper of the hang and finalize modes sleeps 30 s,
@@ -208,6 +243,10 @@ static void test_mpi_fault_kill(void)
 int test_comm_mpi_register(void)
 {
 	return PX_ADD_SUITE("comm-mpi", {"Open MPI: comm_mpi_check on 4 ranks", test_mpi_check},
+			    {"Open MPI: bytes counted by the transport, by hand, on 2 ranks",
+			     test_mpi_bytes_2},
+			    {"Open MPI: bytes counted by the transport, by hand, on 4 ranks",
+			     test_mpi_bytes_4},
 			    {"Open MPI: a stalled rank stops the job", test_mpi_fault_hang},
 			    {"Open MPI: a stalled rank stops a started collective's wait",
 			     test_mpi_fault_hang_started},
