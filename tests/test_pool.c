@@ -143,7 +143,10 @@ static void one_step(Pool *p)
 
 /* After the first step the pool holds what every later step needs: 100 more steps map nothing
  * (the mapped bytes, their peak and the commit count stay those of step 1), and so take no page
- * faults: the only first touches were step 1's. The bound allows the C library's heap a few. */
+ * faults: the only first touches were step 1's. A pool that mapped each step's 17 MiB anew would
+ * take over 4,000 faults a step; the bound, under one a step, allows the C library's heap its
+ * few (15 in 100 steps under ASan, whose quarantine hands the pool's block records fresh
+ * memory; none in the release build). */
 static void test_steady_steps_map_nothing(void)
 {
 	Pool *p = pool_create(&POOL_CONFIG_DEFAULT);
@@ -160,9 +163,9 @@ static void test_steady_steps_map_nothing(void)
 	CU_ASSERT_EQUAL(later.mapped_peak_bytes, first.mapped_peak_bytes);
 	CU_ASSERT_EQUAL(later.commits, first.commits);
 	CU_ASSERT_EQUAL(later.reserves, first.reserves);
-	if (faults >= 8)
+	if (faults >= 100)
 		fprintf(stderr, "\n100 steady steps took %lld page faults\n", faults);
-	CU_ASSERT(f0 >= 0 && faults < 8);
+	CU_ASSERT(f0 >= 0 && faults < 100);
 	/* what the steps needed at once is the floor of what must be mapped: 1 MiB + 3000 kept,
 	 * then at most 2 MiB + 4 MiB + 6 MiB live together (b[3], b[4], b[5]) */
 	CU_ASSERT(first.mapped_peak_bytes >= first.asked_peak_bytes);
@@ -251,7 +254,7 @@ static void test_peak_rss_rises(void)
 	char *again = pool_alloc(p, 64 * MiB);
 	CU_ASSERT_PTR_EQUAL(again, m);
 	memset(again, 2, 64 * MiB);
-	CU_ASSERT(procmem_minor_faults() - f1 < 8);
+	CU_ASSERT(procmem_minor_faults() - f1 < 64); /* not the 16384 pages' first touches */
 	pool_free(p, again);
 	pool_trim(p);
 	CU_ASSERT_EQUAL(stats(p).mapped_bytes, 0);
