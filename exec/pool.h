@@ -4,7 +4,8 @@
  * re-allocations of the same sizes map nothing new. Its figures (the bytes mapped now and at
  * their high-water mark) are the executor's measured memory, read from the mappings, never from
  * what a caller asked for. It knows nothing of places, categories or schedules (arena.h labels
- * the bytes). docs/executor_memory.md describes the policy. */
+ * the bytes). One thread at a time uses a pool (the runner's). docs/executor_memory.md describes
+ * the policy. */
 #ifndef PX_EXEC_POOL_H
 #define PX_EXEC_POOL_H
 
