@@ -21,7 +21,10 @@ static const char USAGE[] =
 	"measured run): rank 0's values and the largest relative error over all ranks; memory,\n"
 	"communication and the step time (time.step_s) alike. Then the metrics measured that the\n"
 	"prediction has no value for, with the prediction's reason where it gave one (a CPU\n"
-	"scenario's step time: \"step time not priced: ...\").\n"
+	"scenario's step time: \"step time not priced: ...\"). The last column says what each\n"
+	"measured figure is: the pool's high-water (bytes the CPU backend mapped from the system),\n"
+	"the bytes requested by category (the schedule's labels), the rank's peak resident set\n"
+	"(VmHWM), the device's own reading, or the steady mean step (the first step left out).\n"
 	"\n"
 	"  --db FILE   results database (default $PARALLAX_DB, else results/parallax.db where\n"
 	"              ./results exists, else ~/.local/share/parallax/)\n"
@@ -35,6 +38,58 @@ static const char USAGE[] =
 	"Exit status: 0 ok (and every checked metric within --max-error), 1 runtime failure\n"
 	"(database), 2 bad usage, no such run or no measured run, 3 a checked metric's error over\n"
 	"--max-error.\n";
+
+/* ---- what each measured figure is ---- */
+
+/* A measured metric's source, by name: the first row whose prefix and suffix match (NULL: any);
+ * cuda: the label on the CUDA backend where it differs (whose allocations are each their own
+ * cudaMalloc, so that the bytes requested are the bytes obtained). docs/executor_memory.md. */
+static const struct {
+	const char *prefix, *suffix, *label, *cuda;
+} MEASURED_AS[] = {
+	{"memory.gpu.peak_bytes", NULL, "pool high-water", "requested total"},
+	{"memory.cpu.peak_bytes", NULL, "pool high-water", "requested total"},
+	{"memory.process.pool_peak_bytes", NULL, "pool high-water", NULL},
+	{"memory.process.rss_peak_bytes", NULL, "VmHWM", NULL},
+	{"memory.process.rss_before_setup_bytes", NULL, "VmRSS", NULL},
+	{"memory.process.page_faults", NULL, "getrusage", NULL},
+	{"memory.", "requested_peak_bytes", "requested total", NULL},
+	{"memory.nvme.bytes", NULL, "requested total", NULL},
+	{"memory.gpu.device_peak_bytes", NULL, "device reading", NULL},
+	{"memory.gpu.runtime.", NULL, "device reading", NULL},
+	{"memory.", "_bytes", "requested by cat.", NULL},
+	{"time.first_step_s", NULL, "warm-up step", NULL},
+	{"time.", "_s", "steady steps", NULL},
+};
+
+static const char *measured_as(const char *name, int cuda)
+{
+	size_t n = strlen(name);
+	for (size_t i = 0; i < sizeof(MEASURED_AS) / sizeof(MEASURED_AS[0]); i++) {
+		const char *pre = MEASURED_AS[i].prefix, *suf = MEASURED_AS[i].suffix;
+		size_t k = suf ? strlen(suf) : 0;
+		if (strncmp(name, pre, strlen(pre)) || (suf && (n < k || strcmp(name + n - k, suf))))
+			continue;
+		return cuda && MEASURED_AS[i].cuda ? MEASURED_AS[i].cuda : MEASURED_AS[i].label;
+	}
+	return "-";
+}
+
+/* Whether measured run `run` ran on the CUDA backend (its scenario's backend). */
+static int run_on_cuda(sqlite3 *db, long long run)
+{
+	sqlite3_stmt *st = NULL;
+	int cuda = 0;
+	if (sqlite3_prepare_v2(db, "SELECT json_extract(s.json, '$.backend') FROM runs m JOIN "
+			       "scenarios s ON s.id = m.scenario_id WHERE m.id = ?1", -1, &st,
+			       NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, run);
+		if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+			cuda = !strcmp((const char *)sqlite3_column_text(st, 0), "cuda");
+	}
+	sqlite3_finalize(st);
+	return cuda;
+}
 
 /* Rank 0's metrics of the measured run that the view pairs with nothing: measured only. */
 static const char MEASURED_ONLY[] =
@@ -62,7 +117,7 @@ static void time_note(sqlite3 *db, long long run, char *buf, size_t n)
 }
 
 /* The measured-only metrics after the pairs: a table, or more objects of the JSON array. */
-static int measured_only(sqlite3 *db, long long run, int json)
+static int measured_only(sqlite3 *db, long long run, int json, int cuda)
 {
 	sqlite3_stmt *st = NULL;
 	char why[1024];
@@ -81,7 +136,7 @@ static int measured_only(sqlite3 *db, long long run, int json)
 			       "\"measured\": %.17g, \"not_predicted\": ", name, unit, m);
 			cJSON *w = cJSON_CreateString(is_time && why[0] ? why : "no prediction");
 			char *t = cJSON_PrintUnformatted(w);
-			printf("%s}", t ? t : "null");
+			printf("%s, \"measured_as\": \"%s\"}", t ? t : "null", measured_as(name, cuda));
 			cJSON_free(t);
 			cJSON_Delete(w);
 		} else {
@@ -90,7 +145,8 @@ static int measured_only(sqlite3 *db, long long run, int json)
 				       "%s)\n", why);
 			else if (!n)
 				printf("# measured, not predicted\n");
-			printf("%-36s %8s %18s %18.6g %11s\n", name, unit, "-", m, "-");
+			printf("%-36s %8s %18s %18.6g %11s  %s\n", name, unit, "-", m, "-",
+			       measured_as(name, cuda));
 		}
 		n++;
 	}
@@ -181,26 +237,28 @@ int cmd_compare(int argc, char **argv)
 		goto out;
 	}
 	sqlite3_bind_int64(st, 1, run);
-	int n = 0;
+	int n = 0, cuda = run_on_cuda(db, run);
 	if (json)
 		printf("[");
 	else
-		printf("# measured run %lld against its prediction (%s)\n%-36s %8s %18s %18s %11s\n",
-		       run, path, "metric", "unit", "predicted r0", "measured r0", "max |err|");
+		printf("# measured run %lld against its prediction (%s)\n%-36s %8s %18s %18s %11s  %s\n",
+		       run, path, "metric", "unit", "predicted r0", "measured r0", "max |err|",
+		       "measured as");
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		const char *name = (const char *)sqlite3_column_text(st, 0);
 		const char *unit = (const char *)sqlite3_column_text(st, 1);
 		double p = sqlite3_column_double(st, 2), m = sqlite3_column_double(st, 3);
 		double e = sqlite3_column_double(st, 4);
+		const char *as = measured_as(name, cuda);
 		if (json)
 			printf("%s\n  {\"metric\": \"%s\", \"unit\": \"%s\", \"predicted\": %.17g, "
-			       "\"measured\": %.17g, \"max_abs_rel_error\": %.6g, \"ranks\": %d}",
-			       n ? "," : "", name, unit, p, m, e >= 1e300 ? INFINITY : e,
-			       sqlite3_column_int(st, 5));
+			       "\"measured\": %.17g, \"max_abs_rel_error\": %.6g, \"ranks\": %d, "
+			       "\"measured_as\": \"%s\"}", n ? "," : "", name, unit, p, m,
+			       e >= 1e300 ? INFINITY : e, sqlite3_column_int(st, 5), as);
 		else if (e >= 1e300)
-			printf("%-36s %8s %18.6g %18.6g %11s\n", name, unit, p, m, "pred. 0");
+			printf("%-36s %8s %18.6g %18.6g %11s  %s\n", name, unit, p, m, "pred. 0", as);
 		else
-			printf("%-36s %8s %18.6g %18.6g %10.4f%%\n", name, unit, p, m, 100 * e);
+			printf("%-36s %8s %18.6g %18.6g %10.4f%%  %s\n", name, unit, p, m, 100 * e, as);
 		if (max_error >= 0 && (!only || !strncmp(name, only, strlen(only))) &&
 		    e * 100 > max_error) {
 			if (e >= 1e300)
@@ -215,7 +273,15 @@ int cmd_compare(int argc, char **argv)
 		n++;
 	}
 	if (n)
-		measured_only(db, run, json);
+		measured_only(db, run, json, cuda);
+	if (n && !json)
+		printf("# predicted: the simulator's figure for the rank; measured as:\n"
+		       "#   pool high-water: the bytes the CPU backend's pool mapped from the system, at "
+		       "their highest\n"
+		       "#   requested: the bytes the executor asked for under the schedule's labels "
+		       "(without the pool's rounding and fragmentation)\n"
+		       "#   VmHWM: the rank's peak resident set, as the kernel counts it\n"
+		       "#   steady steps: the mean of steps 2-N; the first is the warm-up\n");
 	if (json)
 		printf("\n]\n");
 	if (n == 0) {

@@ -13,6 +13,7 @@
 
 #include "../db/db.h"
 #include "../engine/clock.h"
+#include "../exec/procmem.h"
 #include "../exec/runner.h"
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
@@ -74,6 +75,9 @@ static const char USAGE[] =
 	"                      step --steps (the losses continue as if never stopped)\n"
 	"  --inject-hang R@S   fault injection for testing: rank R stops responding at step S\n"
 	"  --inject-kill R@S   fault injection for testing: rank R is killed (SIGKILL) at step S\n"
+	"  --inject-alloc R@BYTES  for testing: rank R holds BYTES more of the device place's\n"
+	"                      memory through the steps, outside the schedule (its measured memory\n"
+	"                      rises, the prediction does not)\n"
 	"  -h, --help          this help\n"
 	"\n"
 	"A rank that hangs (a collective overruns --deadline) or is killed by a signal (kill -9,\n"
@@ -92,6 +96,8 @@ typedef struct RunOpts {
 	const char *hw;             /* --hw: a hardware profile, or NULL */
 	RunGpu *gpu;                /* backend cuda: the device side; NULL for cpu */
 	int ranks, steps, json, no_db, save_every, hang_rank, hang_step, kill_rank, kill_step;
+	int alloc_rank;             /* --inject-alloc: this rank holds alloc_bytes more */
+	size_t alloc_bytes;
 	long long seed;
 	double deadline;
 } RunOpts;
@@ -107,6 +113,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"save", required_argument, 0, 'v'},    {"save-every", required_argument, 0, 'e'},
 		{"resume", required_argument, 0, 'R'},  {"inject-hang", required_argument, 0, 'H'},
 		{"inject-kill", required_argument, 0, 'K'},
+		{"inject-alloc", required_argument, 0, 'A'},
 		{"comm", required_argument, 0, 'c'},     {"hw", required_argument, 0, 'w'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
@@ -116,7 +123,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 	const char *flag = "";
 	int c;
 	o->ranks = 1, o->steps = 10, o->seed = 1234, o->deadline = 60, o->hang_rank = -1;
-	o->kill_rank = -1;
+	o->kill_rank = -1, o->alloc_rank = -1;
 	o->backend = "cpu", o->comm = "auto";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -170,6 +177,15 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 			if (sscanf(optarg, "%d@%d", &o->kill_rank, &o->kill_step) != 2 || o->kill_step < 1)
 				goto bad;
 			break;
+		case 'A': {
+			long long bytes;
+			flag = "--inject-alloc";
+			if (sscanf(optarg, "%d@%lld", &o->alloc_rank, &bytes) != 2 || o->alloc_rank < 0 ||
+			    bytes < 1)
+				goto bad;
+			o->alloc_bytes = (size_t)bytes;
+			break;
+		}
 		case 'v': o->save = optarg; break;
 		case 'R': o->resume = optarg; break;
 		case 'd': o->data = optarg; break;
@@ -210,29 +226,72 @@ bad:
 /* ---- measured metrics ---- */
 
 enum {
-	MEAS_MEMORY = 3 * N_CATS + 3,
+	/* the bytes requested by category (the arena's labels), the allocator's high-water per
+	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
+	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
 	MEAS_COMM = 2 * N_COLLS + 1,
 	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
-	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + 2
+	MEAS_TIME = 3, /* the steady step, the first step, whether the steady one is the first */
+	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
 };
 
+/* What a run notes as it goes: its steps' times, the first (the warm-up: its buffers are
+ * mapped, its caches cold) apart from the steady ones after it, the page faults, and the resident
+ * set before the executor's set-up. */
+typedef struct RunMarks {
+	long steps;                      /* finished */
+	double first_s, rest_s;          /* the first one's wall time; the others' summed */
+	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
+	long long faults0, faults1;      /* minor page faults before and after the first */
+	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
+} RunMarks;
+
+/* A step finished in dt seconds. */
+static void clock_step(RunMarks *k, const Runner *run, double dt)
+{
+	if (k->steps++ == 0) {
+		k->first_s = dt;
+		memcpy(k->op_first, runner_op_times(run), sizeof(k->op_first));
+		k->faults1 = procmem_minor_faults();
+	} else {
+		k->rest_s += dt;
+	}
+}
+
+/* The mean steady step: steps 2..N; with one step, the first (warm-up included). */
+static double clock_step_s(const RunMarks *k)
+{
+	return k->steps > 1 ? k->rest_s / (double)(k->steps - 1) : k->first_s;
+}
+
 /* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
- * does not measure (the device's readings on the CPU backend) is NaN. */
-static void measure(const RunOpts *o, const Runner *run, Comm *world, int steps, double step_s,
+ * does not measure (the device's readings on the CPU backend) is NaN. Per step: communication
+ * over all the steps (they move the same bytes); times and page faults over the steady ones. */
+static void measure(const RunOpts *o, const Runner *run, Comm *world, const RunMarks *clk,
 		    double *v)
 {
 	const Arena *a = runner_arena(run);
 	const CommCounters *c = comm_counters(world);
-	int k = 0;
+	int k = 0, steps = clk->steps > 0 ? (int)clk->steps : 1;
+	long steady = clk->steps > 1 ? clk->steps - 1 : 1;
 	for (int cat = 0; cat < N_CATS; cat++)
 		v[k++] = a->at_peak[PLACE_GPU][cat];
 	for (int cat = 0; cat < N_CATS; cat++)
 		v[k++] = a->cat_peak[PLACE_GPU][cat];
 	for (int cat = 0; cat < N_CATS; cat++) /* the host's: optimizer offload's place */
 		v[k++] = a->at_peak[PLACE_CPU][cat];
+	v[k++] = arena_held_peak(a, PLACE_GPU); /* the allocator's, not the requests' */
+	v[k++] = arena_held_peak(a, PLACE_CPU);
+	v[k++] = a->peak[PLACE_NVME];
 	v[k++] = a->peak[PLACE_GPU];
 	v[k++] = a->peak[PLACE_CPU];
-	v[k++] = a->peak[PLACE_NVME];
+	v[k++] = arena_held_peak(a, N_PLACES);
+	v[k++] = procmem_peak_rss_bytes();
+	v[k++] = clk->rss_setup_bytes;
+	long long faults = procmem_minor_faults();
+	v[k++] = faults < 0 || clk->faults0 < 0 || !clk->steps ? NAN :
+		 clk->steps > 1 ? (double)(faults - clk->faults1) / (double)steady :
+		 (double)(clk->faults1 - clk->faults0);
 	double wire = 0;
 	for (int kind = 0; kind < N_COLLS; kind++) { /* the schedule's groups; the loss's mean
 						      travels on the world and is not counted */
@@ -244,9 +303,9 @@ static void measure(const RunOpts *o, const Runner *run, Comm *world, int steps,
 		wire += w / steps;
 	}
 	v[k++] = wire;
-	const double *t = runner_op_times(run); /* each kind of op, per step */
+	const double *t = runner_op_times(run); /* each kind of op, per steady step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
-		v[k++] = t[i] / steps;
+		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
 	RunnerRuntime rt;
 	double peak = NAN;
 	if (o->gpu) {
@@ -257,7 +316,9 @@ static void measure(const RunOpts *o, const Runner *run, Comm *world, int steps,
 	v[k++] = o->gpu ? rt.cuda_context_bytes : NAN;
 	v[k++] = o->gpu ? rt.cublas_workspace_bytes : NAN;
 	v[k++] = o->gpu ? rt.nccl_bytes : NAN;
-	v[k++] = step_s;
+	v[k++] = clock_step_s(clk);
+	v[k++] = clk->steps ? clk->first_s : NAN;
+	v[k++] = clk->steps <= 1;
 	v[k++] = 0;
 }
 
@@ -275,6 +336,12 @@ static int measured_rows(const double *all, int rank0, int world, int steps, DbM
 	snprintf(names[k++], 64, "memory.gpu.peak_bytes");
 	snprintf(names[k++], 64, "memory.cpu.peak_bytes");
 	snprintf(names[k++], 64, "memory.nvme.bytes");
+	snprintf(names[k++], 64, "memory.gpu.requested_peak_bytes");
+	snprintf(names[k++], 64, "memory.cpu.requested_peak_bytes");
+	snprintf(names[k++], 64, "memory.process.pool_peak_bytes");
+	snprintf(names[k++], 64, "memory.process.rss_peak_bytes");
+	snprintf(names[k++], 64, "memory.process.rss_before_setup_bytes");
+	snprintf(names[k++], 64, "memory.process.page_faults_per_step");
 	for (int kind = 0; kind < N_COLLS; kind++) {
 		snprintf(names[k++], 64, "comm.%s_bytes", coll_name(kind));
 		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
@@ -291,6 +358,8 @@ static int measured_rows(const double *all, int rank0, int world, int steps, DbM
 	snprintf(names[k++], 64, "memory.gpu.runtime.cublas_workspace_bytes");
 	snprintf(names[k++], 64, "memory.gpu.runtime.nccl_bytes");
 	snprintf(names[k++], 64, "time.step_s");
+	snprintf(names[k++], 64, "time.first_step_s");
+	snprintf(names[k++], 64, "time.step_includes_warmup");
 	snprintf(names[k++], 64, "steps");
 	for (int r = 0; r < world; r++)
 		for (int i = 0; i < MEAS_N; i++) {
@@ -301,7 +370,8 @@ static int measured_rows(const double *all, int rank0, int world, int steps, DbM
 				continue; /* per-kind wire bytes: printed, not stored (no twin) */
 			size_t len = strlen(names[i]);
 			const char *unit = len > 2 && !strcmp(names[i] + len - 2, "_s") ? "s" :
-					   !strcmp(names[i], "steps") ? "1" : "bytes";
+					   len > 5 && !strcmp(names[i] + len - 5, "bytes") ? "bytes" :
+					   "1"; /* steps, page faults, the warm-up flag */
 			rows[n++] = (DbMetric){rank0 + r, names[i], val, unit};
 		}
 	return n;
@@ -317,7 +387,7 @@ static struct FailCtx {
 	Runner *run;
 	Comm *world;
 	long step;
-	double t_total;
+	const RunMarks *clk;
 } fail_ctx;
 
 static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *all, int rank0,
@@ -333,8 +403,8 @@ static void record_failure(void *ctx, const char *line)
 	PxError err;
 	if (!f->run || comm_rank(f->world) != 0 || f->o->no_db)
 		return;
-	long done = f->step > 1 ? f->step - 1 : 1;
-	measure(f->o, f->run, f->world, (int)done, f->t_total / (double)done, mine);
+	long done = f->clk->steps > 0 ? f->clk->steps : 1;
+	measure(f->o, f->run, f->world, f->clk, mine);
 	snprintf(notes, sizeof(notes), "parallax run --backend %s stopped at step %ld: %s",
 		 f->o->backend, f->step, line);
 	if (store_runs(f->o, f->sc, f->pr, mine, 0, 1, (int)done, "failed", notes, &err))
@@ -423,8 +493,14 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 
 /* Measured throughput beside the prediction: the same model FLOPs a step (the plan's, counted
  * as the time model counts them), so MFU scales with the step time. */
-static void print_speed(const Prediction *pr, double step_s)
+static void print_speed(const Prediction *pr, const RunMarks *clk)
 {
+	double step_s = clock_step_s(clk);
+	if (clk->steps > 1)
+		printf("# step time: %.4f s, the mean of steps 2-%ld (the first, %.4f s, is the "
+		       "warm-up and left out)\n", step_s, clk->steps, clk->first_s);
+	else
+		printf("# step time: %.4f s, one step only: the warm-up is in it\n", step_s);
 	if (!pr->time_known || !(step_s > 0))
 		return;
 	const TimeResult *t = &pr->time;
@@ -440,24 +516,34 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 {
 	Metric m[METRICS_MAX];
 	int n = metrics_collect(pr, 0, m);
-	static const struct { const char *pred, *meas; } rows_shown[] = {
-		{"memory.gpu.params_bytes", NULL}, {"memory.gpu.grads_bytes", NULL},
-		{"memory.gpu.optimizer_bytes", NULL}, {"memory.gpu.activations_bytes", NULL},
-		{"memory.gpu.buffers_bytes", NULL}, {"memory.gpu.overhead_bytes", NULL},
-		{"memory.gpu.runtime.cuda_context_bytes", NULL},
-		{"memory.gpu.runtime.cublas_workspace_bytes", NULL},
-		{"memory.gpu.runtime.nccl_bytes", NULL}, {"memory.gpu.peak_bytes", NULL},
-		{"memory.gpu.peak_bytes", "memory.gpu.device_peak_bytes"},
-		{"memory.cpu.params_bytes", NULL}, {"memory.cpu.grads_bytes", NULL},
-		{"memory.cpu.optimizer_bytes", NULL}, {"memory.cpu.peak_bytes", NULL},
-		{"comm.all_gather_bytes", NULL}, {"comm.reduce_scatter_bytes", NULL},
-		{"comm.all_reduce_bytes", NULL}, {"comm.wire_bytes", NULL},
+	/* the predicted figure, the measured one beside it (NULL: of the same name), and what the
+	 * measured one is */
+	static const struct { const char *pred, *meas, *as; } rows_shown[] = {
+		{"memory.gpu.params_bytes", NULL, "requested"},
+		{"memory.gpu.grads_bytes", NULL, "requested"},
+		{"memory.gpu.optimizer_bytes", NULL, "requested"},
+		{"memory.gpu.activations_bytes", NULL, "requested"},
+		{"memory.gpu.buffers_bytes", NULL, "requested"},
+		{"memory.gpu.overhead_bytes", NULL, "requested"},
+		{"memory.gpu.runtime.cuda_context_bytes", NULL, "device reading"},
+		{"memory.gpu.runtime.cublas_workspace_bytes", NULL, "device reading"},
+		{"memory.gpu.runtime.nccl_bytes", NULL, "device reading"},
+		{"memory.gpu.peak_bytes", "memory.gpu.requested_peak_bytes", "requested"},
+		{"memory.gpu.peak_bytes", NULL, "allocator"},
+		{"memory.gpu.peak_bytes", "memory.gpu.device_peak_bytes", "device reading"},
+		{"memory.cpu.params_bytes", NULL, "requested"},
+		{"memory.cpu.grads_bytes", NULL, "requested"},
+		{"memory.cpu.optimizer_bytes", NULL, "requested"},
+		{"memory.cpu.peak_bytes", "memory.cpu.requested_peak_bytes", "requested"},
+		{"memory.cpu.peak_bytes", NULL, "allocator"},
+		{"comm.all_gather_bytes", NULL, ""}, {"comm.reduce_scatter_bytes", NULL, ""},
+		{"comm.all_reduce_bytes", NULL, ""}, {"comm.wire_bytes", NULL, ""},
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
 	measured_rows(meas, 0, 1, steps, rows, names);
-	printf("\n%-38s %14s %14s %9s\n", "metric (rank 0, per step)", "predicted", "measured",
-	       "error");
+	printf("\n%-38s %14s %14s %9s  %s\n", "metric (rank 0, per step)", "predicted", "measured",
+	       "error", "measured as");
 	for (size_t i = 0; i < sizeof(rows_shown) / sizeof(rows_shown[0]); i++) {
 		const char *pk = rows_shown[i].pred, *mk = rows_shown[i].meas ? rows_shown[i].meas : pk;
 		double pv = NAN, mv = NAN;
@@ -472,12 +558,20 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		if (!strncmp(pk, "memory.cpu.", 11) && pv == 0 && mv == 0)
 			continue; /* host memory: shown when something is offloaded to it */
 		double e = pv != 0 ? (mv - pv) / pv * 100 : (mv == 0 ? 0 : NAN);
-		printf("%-38s %14.0f %14.0f %8.3f%%\n", mk, pv, mv, e);
+		printf("%-38s %14.0f %14.0f %8.3f%%  %s\n", mk, pv, mv, e, rows_shown[i].as);
 	}
-	printf("# memory in bytes at the device (or host) arena's peak; communication per optimizer "
-	       "step, wire bytes %s\n", counted ? "counted message by message by the transport"
-		      : "computed from the ring formula (NCCL keeps no byte count): equal to the "
-			"prediction by construction");
+	double rss = NAN;
+	for (int j = 0; j < MEAS_N; j++)
+		if (!strcmp(names[j], "memory.process.rss_peak_bytes"))
+			rss = meas[j];
+	if (!isnan(rss))
+		printf("%-38s %14s %14.0f %9s  VmHWM\n", "memory.process.rss_peak_bytes", "-", rss, "-");
+	printf("# memory in bytes at its peak, measured as: requested = what the executor asked for "
+	       "under the schedule's\n# labels; allocator = what its allocator held from the system "
+	       "(the CPU backend's pool: mapped\n# segments; CUDA: cudaMalloc'd); VmHWM = the whole "
+	       "process's peak resident set. Communication\n# per optimizer step; wire bytes %s\n",
+	       counted ? "counted message by message by the transport" :
+			 "computed from the ring formula (NCCL keeps no byte count)");
 }
 
 static void sample_peak(void *gpumem)
@@ -537,14 +631,44 @@ typedef struct RunBeacon {
 
 static RunBeacon *beacon; /* NULL: no guardian */
 
-static void beacon_put(const RunOpts *o, const Runner *run, Comm *world, long done, double t)
+static void beacon_put(const RunOpts *o, const Runner *run, Comm *world, const RunMarks *clk)
 {
 	if (!beacon)
 		return;
 	int next = !atomic_load(&beacon->cur);
-	measure(o, run, world, (int)done, t / (double)done, beacon->meas[next]);
-	beacon->done[next] = done;
+	measure(o, run, world, clk, beacon->meas[next]);
+	beacon->done[next] = clk->steps;
 	atomic_store(&beacon->cur, next);
+}
+
+/* --inject-alloc: bytes of the device place's memory held through the steps outside the
+ * schedule, every page touched; NULL with err when it cannot be had. */
+static void *inject_alloc(const ComputeBackend *cb, void *cx, size_t bytes, PxError *err)
+{
+	void *p = cb->alloc(cx, PLACE_GPU, bytes);
+	if (!p) {
+		px_fail(err, PX_ERR_RUNTIME, "--inject-alloc: out of memory for %zu bytes", bytes);
+		return NULL;
+	}
+	char one = 1;
+	for (size_t i = 0; i < bytes; i += 4096) /* resident, not only mapped */
+		cb->from_host(cx, (char *)p + i, &one, 1);
+	return p;
+}
+
+/* The measured run's notes: how it ran, and what its figures cover. */
+static void run_notes(const RunOpts *o, int ran, int rss_reset, int wire_counted, char *out,
+		      size_t n)
+{
+	int k = snprintf(out, n, "parallax run --backend %s%s", o->backend, wire_counted ? "" :
+			 "; comm.wire_bytes computed from the ring formula (NCCL keeps no byte "
+			 "count), not counted");
+	if (ran == 1 && k >= 0 && (size_t)k < n)
+		k += snprintf(out + k, n - (size_t)k, "\ntime.step_s: one step only, the warm-up "
+			      "included (time.step_includes_warmup = 1)");
+	if (rss_reset && k >= 0 && (size_t)k < n)
+		snprintf(out + k, n - (size_t)k, "\nmemory.process.rss_peak_bytes: from the process's "
+			 "start, set-up included (/proc/self/clear_refs: %s)", strerror(-rss_reset));
 }
 
 static int train(RunOpts *o, Comm *world, PxError *err)
@@ -555,9 +679,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Comm *dp = NULL;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
-	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
+	double *losses = calloc((size_t)o->steps, sizeof(double));
 	const ComputeBackend *cb = compute_backend_find(o->backend);
-	void *cx = NULL;
+	void *cx = NULL, *extra = NULL;
+	RunMarks clk = {0};
+	char notes[512];
 
 	if (!losses) {
 		px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -578,6 +704,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		rt.on_gpu_peak = sample_peak;
 		rt.peak_ctx = &o->gpu->mem;
 	}
+	clk.rss_setup_bytes = procmem_rss_bytes();
 	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
 	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
 			  (uint64_t)o->seed, cb, cx, &rt, &run, err))
@@ -595,7 +722,13 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		}
 	}
 	comm_counters_reset(world);
-	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, 0};
+	/* the process's peak resident set from here, as the allocator's high-water (the set-up's
+	 * scratch is given back by then: runner_create) */
+	int rss_reset = procmem_reset_peak();
+	if (rank == o->alloc_rank && !(extra = inject_alloc(cb, cx, o->alloc_bytes, err)))
+		goto out_run;
+	clk.faults0 = procmem_minor_faults();
+	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, &clk};
 	if (rank == 0 && !o->json)
 		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
 		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
@@ -614,10 +747,9 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
-		t_total += dt;
-		fail_ctx.t_total = t_total;
+		clock_step(&clk, run, dt);
 		losses[s - 1] = res.loss;
-		beacon_put(o, run, world, s - first + 1, t_total);
+		beacon_put(o, run, world, &clk);
 		if (rank == 0 && !o->json)
 			printf("step %4ld  loss %.4f  lr %.3g  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss,
 			       res.lr, dt * 1e3, (double)(sc.ds.train_batch * sc.seq) / dt,
@@ -630,7 +762,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	double mine[MEAS_N], *all = calloc((size_t)size * MEAS_N, sizeof(double));
 	if (!all)
 		goto out_run;
-	measure(o, run, world, ran, t_total / ran, mine);
+	measure(o, run, world, &clk, mine);
 	if (run_gpu_gather(world, cb, cx, mine, all, MEAS_N, err)) {
 		free(all);
 		goto out_run;
@@ -640,26 +772,24 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->json) {
 			print_compare(&pr, all, ran, comm_counters(world)->wire_counted);
 			print_overlap(runner_overlap(run), ran);
-			print_speed(&pr, t_total / ran);
+			print_speed(&pr, &clk);
 		}
 		if (!o->json && o->gpu) {
 			printf("# rank 0's device memory readings (communication: %s)\n",
 			       o->gpu->comm_name);
 			gpumem_print(&o->gpu->mem, stdout);
 		}
+		run_notes(o, ran, rss_reset, comm_counters(world)->wire_counted, notes, sizeof(notes));
 		if (!o->no_db)
-			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok",
-					!comm_counters(world)->wire_counted ?
-					"parallax run --backend cuda; comm.wire_bytes computed from the "
-					"ring formula (NCCL keeps no byte count), not counted" :
-					o->gpu ? "parallax run --backend cuda" : "parallax run --backend cpu",
-					err);
+			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", notes, err);
 		if (o->json)
-			print_json(&sc, &pr, all, size, first, o->steps, losses, t_total / ran);
+			print_json(&sc, &pr, all, size, first, o->steps, losses, clock_step_s(&clk));
 	}
 	free(all);
 out_run:
 	fail_ctx.run = NULL;
+	if (extra)
+		cb->release(cx, PLACE_GPU, extra);
 	runner_destroy(run);
 	comm_destroy(dp);
 	if (cx)

@@ -1,5 +1,6 @@
 #include "arena.h"
 
+#include <math.h>
 #include <string.h>
 
 void arena_init(Arena *a, void *(*alloc)(void *, Place, size_t),
@@ -45,9 +46,20 @@ void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes)
 
 void arena_reset_peaks(Arena *a)
 {
+	if (a->settle)
+		a->settle(a->ctx);
 	memcpy(a->peak, a->live, sizeof(a->peak));
 	for (int p = 0; p < N_PLACES; p++) {
 		memcpy(a->at_peak[p], a->cat[p], sizeof(a->at_peak[p]));
 		memcpy(a->cat_peak[p], a->cat[p], sizeof(a->cat_peak[p]));
 	}
+}
+
+double arena_held_peak(const Arena *a, Place place)
+{
+	double now, peak;
+	if (!a->held)
+		return place < N_PLACES ? a->peak[place] : NAN;
+	a->held(a->ctx, place, &now, &peak);
+	return peak;
 }

@@ -1,8 +1,9 @@
-/* arena: the executor's tracking allocator. Every byte the executor holds for training goes
- * through it, labelled with the schedule's place and category, so that current and peak bytes per
- * place and category can be set beside what the simulator predicts. On the CPU backend every place
- * is host memory; the labels say where the implementation would keep it. The memory itself comes
- * from the compute backend (device memory on CUDA). */
+/* arena: the executor's labelled allocator. Every byte the executor holds for training goes
+ * through it, labelled with the schedule's place and category, so that the bytes requested per
+ * place and category (current and peak) can be set beside what the simulator predicts. The
+ * memory itself, and the measured figure of what it takes from the system, come from the compute
+ * backend (the CPU's pool, pool.h; device memory on CUDA): arena_held_peak. On the CPU backend
+ * every place is host memory; the labels say where the implementation would keep it. */
 #ifndef PX_EXEC_ARENA_H
 #define PX_EXEC_ARENA_H
 
@@ -16,9 +17,14 @@ typedef struct Arena {
 	void *(*alloc)(void *ctx, Place place, size_t bytes); /* zeroed; NULL when out of memory */
 	void (*release)(void *ctx, Place place, void *ptr);
 	void *ctx;
+	/* what the source holds from the system for a place, now and at its high-water mark
+	 * (compute.h's held), and its settle; NULL: each alloc is its own request to the system */
+	void (*held)(void *ctx, int place, double *now_bytes, double *peak_bytes);
+	void (*settle)(void *ctx);
 	/* called when a place's peak rises, e.g. to read the device's own figure then; NULL: none */
 	void (*on_peak)(void *ctx, Place place);
 	void *peak_ctx;
+	/* the bytes requested, by place and category: live now, at the place's peak */
 	double live[N_PLACES], peak[N_PLACES];
 	double cat[N_PLACES][N_CATS];
 	double at_peak[N_PLACES][N_CATS]; /* the categories when the place peaked */
@@ -36,7 +42,13 @@ void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes);
 /* Count bytes (negative: release them) under place and cat without allocating: memory someone
  * else allocated, such as the CUDA runtime's. */
 void arena_count(Arena *a, Place place, MemCat cat, double bytes);
-/* Forget the peaks so far (after initialisation, before the first step). */
+/* Forget the peaks so far (after initialisation, before the first step): the source settles
+ * first (gives back what nothing uses), so that its high-water mark starts from what is held. */
 void arena_reset_peaks(Arena *a);
+/* The place's measured peak: the bytes its source held from the system at their highest since
+ * the last reset (the pool's mapped segments); where the source has no such figure (held NULL),
+ * the bytes requested at their peak, which are then what was obtained. N_PLACES: all places'
+ * together at their highest (NAN without a source figure). */
+double arena_held_peak(const Arena *a, Place place);
 
 #endif

@@ -43,6 +43,14 @@ typedef struct ComputeBackend {
 	/* Zeroed memory of bytes (at least one) in place; NULL when out of memory. */
 	void *(*alloc)(void *ctx, Place place, size_t bytes);
 	void (*release)(void *ctx, Place place, void *ptr);
+	/* The bytes the backend's allocator holds from the system for place (N_PLACES: all places
+	 * together), now and at their high-water mark: the CPU's pool segments (pool.h). NULL where
+	 * every alloc is a request of its own to the system (CUDA's cudaMalloc), so that the bytes
+	 * asked for are the bytes obtained. */
+	void (*held)(void *ctx, int place, double *now_bytes, double *peak_bytes);
+	/* Give back to the system what no allocation uses, and start the high-water marks again
+	 * from now (after set-up). NULL: nothing kept. */
+	void (*settle)(void *ctx);
 
 	/* ---- storage ---- */
 	/* dst = src (n elements), converted between fp32, fp16 and bf16 (round to nearest even) */

@@ -1,6 +1,7 @@
-/* compute_cpu: the compute backend on the host: every place is host memory, and the kernels are
- * kernels/'s plain-C reference (matrix products through OpenBLAS). Everything runs synchronously,
- * so check has nothing to report. */
+/* compute_cpu: the compute backend on the host: every place is host memory, taken from a pool of
+ * its own (pool.h: segments mapped from the system and reused), and the kernels are kernels/'s
+ * plain-C reference (matrix products through OpenBLAS). Everything runs synchronously, so check
+ * has nothing to report. */
 #include "compute.h"
 
 #include <math.h>
@@ -8,11 +9,22 @@
 #include <string.h>
 
 #include "../kernels/precision.h"
+#include "pool.h"
 
 typedef struct CpuCtx {
 	ComputeShape sh;
 	const int *inputs, *targets; /* the caller's, valid until the next set_tokens */
+	Pool *pool[N_PLACES];        /* each place's memory, so that each has its own figures */
+	double held_peak_bytes;      /* all places' mapped bytes together, at their highest */
 } CpuCtx;
+
+static void cpu_destroy(void *ctx)
+{
+	CpuCtx *c = ctx;
+	for (int p = 0; c && p < N_PLACES; p++)
+		pool_destroy(c->pool[p]);
+	free(ctx);
+}
 
 static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 {
@@ -23,25 +35,64 @@ static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	c->sh = *shape;
+	for (int p = 0; p < N_PLACES; p++)
+		if (!(c->pool[p] = pool_create(&POOL_CONFIG_DEFAULT))) {
+			cpu_destroy(c);
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		}
 	*ctx = c;
 	return 0;
 }
 
-static void cpu_destroy(void *ctx)
+static double mapped_bytes(const CpuCtx *c)
 {
-	free(ctx);
+	double sum = 0;
+	for (int p = 0; p < N_PLACES; p++) {
+		PoolStats st;
+		pool_stats(c->pool[p], &st);
+		sum += (double)st.mapped_bytes;
+	}
+	return sum;
 }
 
 static void *cpu_alloc(void *ctx, Place place, size_t bytes)
 {
-	(void)ctx, (void)place;
-	return calloc(1, bytes ? bytes : 1);
+	CpuCtx *c = ctx;
+	void *p = pool_alloc(c->pool[place], bytes);
+	double now = mapped_bytes(c);
+	if (now > c->held_peak_bytes)
+		c->held_peak_bytes = now;
+	return p;
 }
 
 static void cpu_release(void *ctx, Place place, void *ptr)
 {
-	(void)ctx, (void)place;
-	free(ptr);
+	CpuCtx *c = ctx;
+	pool_free(c->pool[place], ptr);
+}
+
+static void cpu_held(void *ctx, int place, double *now_bytes, double *peak_bytes)
+{
+	CpuCtx *c = ctx;
+	if (place == N_PLACES) {
+		*now_bytes = mapped_bytes(c);
+		*peak_bytes = c->held_peak_bytes;
+		return;
+	}
+	PoolStats st;
+	pool_stats(c->pool[place], &st);
+	*now_bytes = (double)st.mapped_bytes;
+	*peak_bytes = (double)st.mapped_peak_bytes;
+}
+
+static void cpu_settle(void *ctx)
+{
+	CpuCtx *c = ctx;
+	for (int p = 0; p < N_PLACES; p++) {
+		pool_trim(c->pool[p]);
+		pool_reset_peak(c->pool[p]);
+	}
+	c->held_peak_bytes = mapped_bytes(c);
 }
 
 /* ---- storage ---- */
@@ -216,6 +267,8 @@ const ComputeBackend compute_cpu_backend = {
 	.destroy = cpu_destroy,
 	.alloc = cpu_alloc,
 	.release = cpu_release,
+	.held = cpu_held,
+	.settle = cpu_settle,
 	.convert = cpu_convert,
 	.add = cpu_add,
 	.zero = cpu_zero,

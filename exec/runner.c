@@ -893,6 +893,8 @@ int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t se
 		r->own_cx = 1;
 	}
 	arena_init(&r->arena, r->cb->alloc, r->cb->release, r->cx);
+	r->arena.held = r->cb->held; /* the measured peak: the backend's allocator's */
+	r->arena.settle = r->cb->settle;
 	if (rt) {
 		r->rt = *rt;
 		r->arena.on_peak = rt->on_gpu_peak ? gpu_peak : NULL;

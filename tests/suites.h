@@ -22,6 +22,7 @@
 	X(comm)        \
 	X(comm_mpi)    \
 	X(comm_gpu)    \
+	X(pool)        \
 	X(exec)        \
 	X(run)         \
 	X(exec_cuda)   \

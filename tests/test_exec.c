@@ -47,10 +47,15 @@ static int losses(const char *scn, int ranks, int stage, int steps, const char *
 	cJSON *j = line ? cJSON_Parse(line) : NULL;
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	const cJSON *l = cJSON_GetObjectItem(j, "losses");
-	/* both sets of metrics ride along, keyed alike: rank 0's peak, predicted and measured */
-	const cJSON *pk = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicted"), "memory.gpu.peak_bytes");
-	const cJSON *mk = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "measured"), "memory.gpu.peak_bytes");
-	CU_ASSERT(pk && mk && pk->valuedouble > 0 && pk->valuedouble == mk->valuedouble);
+	/* both sets of metrics ride along: rank 0's peak predicted, the bytes the executor asked
+	 * for at its peak (equal: the simulator models its buffers), and what its pool mapped for
+	 * them (at least as much) */
+	const cJSON *pr = cJSON_GetObjectItem(j, "predicted"), *ms = cJSON_GetObjectItem(j, "measured");
+	const cJSON *pk = cJSON_GetObjectItem(pr, "memory.gpu.peak_bytes");
+	const cJSON *rq = cJSON_GetObjectItem(ms, "memory.gpu.requested_peak_bytes");
+	const cJSON *mk = cJSON_GetObjectItem(ms, "memory.gpu.peak_bytes");
+	CU_ASSERT(pk && rq && mk && pk->valuedouble > 0 && pk->valuedouble == rq->valuedouble &&
+		  mk->valuedouble >= pk->valuedouble);
 	int n = 0;
 	for (const cJSON *e = l ? l->child : NULL; e && n < steps; e = e->next)
 		out[n++] = e->valuedouble;
@@ -201,11 +206,37 @@ static void check_wire_bytes(sqlite3 *db, int stage)
 	}
 }
 
-/* Memory at the device arena's peak, by category, and communication per collective and step,
- * on every rank: the simulator models the executor's own implementation, so they are equal
- * (the wire bytes as check_wire_bytes says).
- * Runs 4-6 offload the optimizer (stages 1-3; 6 also the parameters) to the host, whose
- * categories are then compared too. */
+/* The pairs that must be equal: every memory and communication metric but the peaks, which the
+ * pool measures (check_pool_peaks), and the wire bytes (check_wire_bytes). */
+#define EXACT_PAIRS "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND name NOT IN " \
+	"('memory.gpu.peak_bytes', 'memory.cpu.peak_bytes', 'comm.wire_bytes')"
+
+/* The peaks of every rank: what the executor requested at its peak (the arena's labelled bytes)
+ * is the prediction exactly, as the simulator models the executor's buffers; what the pool mapped
+ * from the system for them is at least that, and at most a quarter more (its 64 KiB commit steps
+ * and the holes best fit leaves: 1.9-3.5% on gpt2-mini-cpu-zero3 at 1-4 ranks; a pool that
+ * stopped reusing memory would map every step's buffers anew). */
+static void check_pool_peaks(sqlite3 *db, int ranks)
+{
+	for (int place = 0; place < 2; place++) {
+		char sql[1024];
+		const char *pl = place ? "cpu" : "gpu";
+		snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM predicted_vs_measured v JOIN metrics r "
+			 "ON r.run_id = v.measured_run_id AND r.rank = v.rank AND r.name = "
+			 "'memory.%s.requested_peak_bytes' WHERE v.name = 'memory.%s.peak_bytes' AND "
+			 "r.value = v.predicted AND v.measured >= v.predicted AND "
+			 "v.measured <= 1.25 * v.predicted", pl, pl);
+		double good = px_test_query(db, sql);
+		if (good != ranks)
+			fprintf(stderr, "\n%s peaks: %g of %d ranks as expected\n", pl, good, ranks);
+		CU_ASSERT_EQUAL(good, ranks);
+	}
+}
+
+/* Memory by category at the device's requested peak, and communication per collective and step,
+ * on every rank: the simulator models the executor's own implementation, so they are equal; the
+ * peaks are check_pool_peaks'. Runs 4-6 offload the optimizer (stages 1-3; 6 also the
+ * parameters) to the host, whose categories are then compared too. */
 static void test_measured_equals_predicted(void)
 {
 	const char *scn = scenario("true");
@@ -219,16 +250,16 @@ static void test_measured_equals_predicted(void)
 			 k == 6 ? " --set deepspeed.zero_optimization.offload_param.device=cpu" : "");
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-		/* 4 ranks x (12 memory + 8 communication) metrics have a predicted twin */
+		/* 4 ranks x (10 memory + 8 communication) metrics have a predicted twin */
 		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     "name LIKE 'memory.%' OR name LIKE 'comm.%'");
+				     EXACT_PAIRS);
 		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND "
-				   "name != 'comm.wire_bytes' AND measured != predicted");
+				   EXACT_PAIRS " AND measured != predicted");
 		check_wire_bytes(db, stage);
 		double ranks = px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
 		CU_ASSERT_EQUAL(ranks, 4);
-		CU_ASSERT(pairs >= 4 * 18);
+		CU_ASSERT(pairs >= 4 * 16);
+		check_pool_peaks(db, 4);
 		if (bad != 0)
 			fprintf(stderr, "\nrun %d, stage %d: %g of %g metrics differ\n", k, stage, bad,
 				pairs);
@@ -251,14 +282,20 @@ static void test_measured_equals_predicted(void)
 			CU_ASSERT(px_test_query(db, "SELECT MAX(measured) FROM predicted_vs_measured WHERE "
 					"name = 'comm.all_gather_bytes'") > 0);
 		sqlite3_close(db);
-		/* parallax compare prints the same pairs, all at zero error */
+		/* parallax compare prints the same pairs, the requested bytes at zero error, and
+		 * says which figure is which */
 		char cargs[1024], out[65536];
 		snprintf(cargs, sizeof(cargs), "compare --db '%s'", db_path);
 		CU_ASSERT_EQUAL(run(cargs, out, sizeof(out)), 0);
 		CU_ASSERT_PTR_NOT_NULL(strstr(out, "comm.reduce_scatter_bytes"));
 		CU_ASSERT_PTR_NULL(strstr(out, "pred. 0"));
-		const char *line = strstr(out, "memory.gpu.peak_bytes ");
-		CU_ASSERT(line && strstr(line, "0.0000%"));
+		const char *line = strstr(out, "\nmemory.gpu.params_bytes ");
+		const char *eol = line ? strchr(line + 1, '\n') : NULL;
+		CU_ASSERT(eol && eol - line > 20 && !strncmp(eol - 26, "0.0000%  requested by cat.", 26));
+		line = strstr(out, "\nmemory.gpu.peak_bytes ");
+		eol = line ? strchr(line + 1, '\n') : NULL;
+		CU_ASSERT(eol && !strncmp(eol - 15, "pool high-water", 15));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out, "\nmemory.process.rss_peak_bytes "));
 	}
 }
 
@@ -423,13 +460,14 @@ static void test_measured_equals_predicted_by_dtype(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     "name LIKE 'memory.%'");
+				     "name LIKE 'memory.%' AND " EXACT_PAIRS);
 		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   "name LIKE 'memory.%' AND measured != predicted");
+				   "name LIKE 'memory.%' AND " EXACT_PAIRS " AND measured != predicted");
 		if (bad != 0)
 			fprintf(stderr, "\nrun %zu: %g of %g memory metrics differ\n", k, bad, pairs);
-		CU_ASSERT(pairs >= 2 * 12);
+		CU_ASSERT(pairs >= 2 * 10);
 		CU_ASSERT_EQUAL(bad, 0);
+		check_pool_peaks(db, 2);
 		/* the activations are there to compare: a non-zero peak on both sides */
 		CU_ASSERT(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 				"name = 'memory.gpu.activations_bytes'") > 0);
@@ -489,16 +527,120 @@ static void test_overlap_comm(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				"name LIKE 'memory.%' OR name LIKE 'comm.%'") >= 4 * 18);
+				EXACT_PAIRS) >= 4 * 16);
 		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				      "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND "
-				      "name != 'comm.wire_bytes' AND measured != predicted"), 0);
+				      EXACT_PAIRS " AND measured != predicted"), 0);
 		check_wire_bytes(db, 2);
+		check_pool_peaks(db, 4);
 		bytes[k] = px_test_query(db, "SELECT SUM(measured) FROM predicted_vs_measured WHERE "
 				 "name LIKE 'comm.%'");
 		sqlite3_close(db);
 	}
 	CU_ASSERT(bytes[0] > 0 && bytes[0] == bytes[1]);
+}
+
+/* ---- measured apart from the schedule ---- */
+
+/* Rank r's value of metric name in the measured run of db; NAN when there is none. */
+static double measured_value(sqlite3 *db, int r, const char *name)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql), "SELECT m.value FROM metrics m JOIN runs u ON u.id = m.run_id "
+		 "WHERE u.kind = 'measured' AND m.rank = %d AND m.name = '%s'", r, name);
+	return px_test_query(db, sql);
+}
+
+/* Two ranks whose memory really differs store different figures, each its own: rank 1 holds
+ * 64 MiB more outside the schedule (--inject-alloc), every page touched. Its pool maps exactly
+ * 64 MiB more: after the set-up the pool's segments end with a live block, so the 64 MiB is a
+ * block of its own at the large segment's front, whole commit steps of 64 KiB, and every later
+ * block lies 64 MiB further on in the same order as on rank 0 (best fit sees the same sizes in
+ * the same order), so the front's rounding is rank 0's. Its peak resident set rises by the
+ * 64 MiB less what the two processes differ by otherwise (8 MiB allowed; measured under 1 MiB).
+ * The bytes requested under the schedule's labels, which the prediction models, are the same. */
+static void test_ranks_measured_apart(void)
+{
+	const char *scn = scenario("true");
+	char args[2048], db_path[512];
+	snprintf(db_path, sizeof(db_path), "%s/apart.db", dir);
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' --inject-alloc "
+		 "1@67108864 --set deepspeed.zero_optimization.stage=3", scn, db_path);
+	sqlite3 *db = run_into_db(args, db_path);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+	static const char *const names[] = {"memory.gpu.peak_bytes",
+					    "memory.process.pool_peak_bytes",
+					    "memory.process.rss_peak_bytes",
+					    "memory.gpu.requested_peak_bytes"};
+	double v[4][2];
+	for (int i = 0; i < 4; i++)
+		for (int r = 0; r < 2; r++)
+			v[i][r] = measured_value(db, r, names[i]);
+	CU_ASSERT_EQUAL(v[0][1] - v[0][0], 67108864.0);
+	CU_ASSERT_EQUAL(v[1][1] - v[1][0], 67108864.0);
+	if (!(v[2][1] - v[2][0] >= 56.0 * (1 << 20)))
+		fprintf(stderr, "\nVmHWM: rank 0 %.0f, rank 1 %.0f\n", v[2][0], v[2][1]);
+	CU_ASSERT(v[2][1] - v[2][0] >= 56.0 * (1 << 20) && v[2][1] - v[2][0] <= 72.0 * (1 << 20));
+	CU_ASSERT(v[3][0] > 0 && v[3][0] == v[3][1]);
+	/* the pool holds what was asked, and more: rank 0's peak measured at or above its request */
+	CU_ASSERT(v[0][0] >= v[3][0]);
+	sqlite3_close(db);
+}
+
+/* "step   2  loss 4.8331  lr 0.003      12.3 ms ..." lines: each step's time in ms, into ms[]
+ * (steps 1..n); returns how many were read. */
+static int step_ms(const char *text, double *ms, int n)
+{
+	int got = 0;
+	for (const char *l = strstr(text, "step "); l; l = strstr(l + 1, "\nstep ")) {
+		if (*l == '\n')
+			l++;
+		long s;
+		double loss, lr, t;
+		if (sscanf(l, "step %ld loss %lf lr %lf %lf ms", &s, &loss, &lr, &t) == 4 && s >= 1 &&
+		    s <= n)
+			ms[s - 1] = t, got++;
+	}
+	return got;
+}
+
+/* The warm-up is left out of the step time: a 3-step run stores time.step_s, the mean of steps
+ * 2 and 3 as its per-step log prints them (to 0.1 ms: each printed time is within 0.05 ms of the
+ * stored one), and time.first_step_s, step 1's; its flag says the warm-up is not in it. A 1-step
+ * run stores that step as both, flagged, and its notes say so. */
+static void test_warmup_left_out(void)
+{
+	const char *scn = scenario("false");
+	char args[2048], db_path[512], text[65536];
+	snprintf(db_path, sizeof(db_path), "%s/warm.db", dir);
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 3 --db '%s'", scn, db_path);
+	CU_ASSERT_EQUAL_FATAL(run(args, text, sizeof(text)), 0);
+	double ms[3];
+	CU_ASSERT_EQUAL_FATAL(step_ms(text, ms, 3), 3);
+	sqlite3 *db;
+	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	double steady = measured_value(db, 0, "time.step_s");
+	double first = measured_value(db, 0, "time.first_step_s");
+	CU_ASSERT_DOUBLE_EQUAL(steady, (ms[1] + ms[2]) / 2 / 1e3, 0.05e-3 + 1e-9);
+	CU_ASSERT_DOUBLE_EQUAL(first, ms[0] / 1e3, 0.05e-3 + 1e-9);
+	CU_ASSERT_EQUAL(measured_value(db, 0, "time.step_includes_warmup"), 0);
+	CU_ASSERT_EQUAL(measured_value(db, 1, "time.step_includes_warmup"), 0);
+	CU_ASSERT_EQUAL(measured_value(db, 0, "steps"), 3);
+	PX_ASSERT_HAS(text, "the mean of steps 2-3 (the first, ");
+	sqlite3_close(db);
+
+	snprintf(db_path, sizeof(db_path), "%s/warm1.db", dir);
+	snprintf(args, sizeof(args), "run '%s' --ranks 1 --steps 1 --db '%s'", scn, db_path);
+	CU_ASSERT_EQUAL_FATAL(run(args, text, sizeof(text)), 0);
+	CU_ASSERT_EQUAL_FATAL(step_ms(text, ms, 1), 1);
+	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	CU_ASSERT_DOUBLE_EQUAL(measured_value(db, 0, "time.step_s"), ms[0] / 1e3, 0.05e-3 + 1e-9);
+	CU_ASSERT_EQUAL(measured_value(db, 0, "time.first_step_s"),
+			measured_value(db, 0, "time.step_s"));
+	CU_ASSERT_EQUAL(measured_value(db, 0, "time.step_includes_warmup"), 1);
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM runs WHERE kind = 'measured' AND "
+			      "notes LIKE '%time.step_s: one step only, the warm-up included%'"), 1);
+	PX_ASSERT_HAS(text, "one step only: the warm-up is in it");
+	sqlite3_close(db);
 }
 
 int test_exec_register(void)
@@ -517,5 +659,8 @@ int test_exec_register(void)
 			     test_measured_equals_predicted_by_dtype},
 			    {"bf16 follows the fp32 trajectory", test_bf16_follows_fp32},
 			    {"overlap_comm: same losses and traffic, measured = predicted",
-			     test_overlap_comm});
+			     test_overlap_comm},
+			    {"two ranks whose memory differs store their own figures",
+			     test_ranks_measured_apart},
+			    {"the step time leaves the warm-up step out", test_warmup_left_out});
 }

@@ -518,8 +518,9 @@ static void test_compare(void)
 }
 
 /* ZeRO's claims plot from measured runs of the CPU executor: stage 0 on 1 rank and stage 3 on 2.
- * Its table holds the database's rank-0 figures (measured equal to predicted, as the executor is
- * modelled exactly), and the ideal follows ZeRO's Table 1: 16 bytes a parameter at stage 0 (bf16
+ * Its table holds the database's rank-0 figures: predicted, measured (the pool's high-water) and
+ * requested (equal to predicted, as the executor's buffers are modelled exactly), each from its
+ * own metric, and the ideal follows ZeRO's Table 1: 16 bytes a parameter at stage 0 (bf16
  * parameters and gradients, 12 bytes of AdamW states), divided by N at stage 3, so Z3 N=2 is half
  * of Z0 N=1. A database without measured runs, and a scenario without any, are refused. */
 static void test_zero(void)
@@ -554,14 +555,18 @@ static void test_zero(void)
 		snprintf(head, sizeof(head), "\"Z%d N=%d\"", 3 * k, k + 1);
 		const char *line = strstr(dat, head);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(line);
-		int stage, ranks;
+		int stage, ranks, device;
 		long long id;
-		double p, m;
-		CU_ASSERT_EQUAL_FATAL(sscanf(line + strlen(head), "%d %d %lld %lf %lf %lf", &stage,
-					     &ranks, &id, &p, &m, &ideal[k]), 6);
+		double p, m, err_pct, req, rise;
+		CU_ASSERT_EQUAL_FATAL(sscanf(line + strlen(head), "%d %d %lld %lf %lf %lf %lf %d %lf %lf",
+					     &stage, &ranks, &id, &p, &m, &ideal[k], &err_pct, &device,
+					     &req, &rise), 10);
 		double want = view_value(db, id, 0, "memory.gpu.peak_bytes", "predicted") / (1 << 30);
+		double pool = view_value(db, id, 0, "memory.gpu.peak_bytes", "measured") / (1 << 30);
 		CU_ASSERT_DOUBLE_EQUAL(p, want, 1e-6);
-		CU_ASSERT_DOUBLE_EQUAL(m, want, 1e-6);
+		CU_ASSERT_DOUBLE_EQUAL(m, pool, 1e-6);
+		CU_ASSERT_DOUBLE_EQUAL(req, want, 1e-6);
+		CU_ASSERT(m >= p && device == 0 && rise > 0);
 	}
 	CU_ASSERT(ideal[0] > 0);
 	CU_ASSERT_DOUBLE_EQUAL(ideal[1], ideal[0] / 2, 2e-6);
