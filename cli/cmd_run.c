@@ -525,6 +525,7 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"memory.gpu.activations_bytes", NULL, "requested"},
 		{"memory.gpu.buffers_bytes", NULL, "requested"},
 		{"memory.gpu.overhead_bytes", NULL, "requested"},
+		{"memory.gpu.workspace_bytes", NULL, "requested"},
 		{"memory.gpu.runtime.cuda_context_bytes", NULL, "device reading"},
 		{"memory.gpu.runtime.cublas_workspace_bytes", NULL, "device reading"},
 		{"memory.gpu.runtime.nccl_bytes", NULL, "device reading"},
@@ -536,8 +537,8 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"memory.cpu.optimizer_bytes", NULL, "requested"},
 		{"memory.cpu.peak_bytes", "memory.cpu.requested_peak_bytes", "requested"},
 		{"memory.cpu.peak_bytes", NULL, "allocator"},
-		{"comm.all_gather_bytes", NULL, ""}, {"comm.reduce_scatter_bytes", NULL, ""},
-		{"comm.all_reduce_bytes", NULL, ""}, {"comm.wire_bytes", NULL, ""},
+		{"comm.all_gather_bytes", NULL, "issued"}, {"comm.reduce_scatter_bytes", NULL, "issued"},
+		{"comm.all_reduce_bytes", NULL, "issued"}, {"comm.wire_bytes", NULL, "sent"},
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
@@ -569,7 +570,8 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 	printf("# memory in bytes at its peak, measured as: requested = what the executor asked for "
 	       "under the schedule's\n# labels; allocator = what its allocator held from the system "
 	       "(the CPU backend's pool: mapped\n# segments; CUDA: cudaMalloc'd); VmHWM = the whole "
-	       "process's peak resident set. Communication\n# per optimizer step; wire bytes %s\n",
+	       "process's peak resident set. Communication\n# per optimizer step: issued = the calls' "
+	       "payloads; sent: wire bytes %s\n",
 	       counted ? "counted message by message by the transport" :
 			 "computed from the ring formula (NCCL keeps no byte count)");
 }
