@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -21,54 +22,68 @@
 
 /* ---- the pool ---- */
 
+/* The job in flight. Chunks are claimed through claim, which holds the job's generation in its
+ * high 32 bits and the next chunk in its low 32: a worker that wakes after its job has finished
+ * (and another has started) fails the compare-and-swap on the generation instead of taking a
+ * chunk of a job it has not read. */
 typedef struct ParJob {
 	ParCpuFn fn;
 	void *ctx;
 	size_t n;
-	int nt; /* threads taking part: the caller and workers 1 .. nt - 1 */
+	uint32_t chunks;
+	uint32_t gen;
+	int nt; /* threads that may take part: the caller and workers 1 .. nt - 1 */
 } ParJob;
 
 static struct {
-	pthread_mutex_t mu; /* guards everything below */
-	pthread_cond_t go;   /* gen moved on: a new job */
-	pthread_cond_t done; /* pending reached 0 */
-	int n_workers;       /* started; worker w (1-based) takes range w */
-	unsigned long gen;   /* bumped once per job */
-	unsigned long start_gen[PAR_CPU_MAX_THREADS]; /* gen when worker w started */
-	ParJob job;
-	int pending; /* workers of the current job not done yet */
-	int busy;    /* a job is in flight: another caller runs alone */
+	pthread_mutex_t mu;  /* guards the fields up to job */
+	pthread_cond_t go;   /* a new job */
+	pthread_cond_t done; /* the last chunk finished */
+	int n_workers;       /* started; worker w is numbered 1 .. n_workers */
+	int busy;            /* a job is in flight: another caller runs alone */
 	unsigned long split_calls;
+	ParJob job;
+	_Atomic uint64_t claim;    /* gen << 32 | next chunk */
+	_Atomic uint32_t finished; /* chunks of the job done */
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
-	    .done = PTHREAD_COND_INITIALIZER};
+	  .done = PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void run_range(const ParJob *j, int i)
+/* Claim and run chunks of j until none is left; 1 when this thread finished the last one. */
+static int run_chunks(const ParJob *j)
 {
-	size_t begin = j->n * (size_t)i / (size_t)j->nt, end = j->n * (size_t)(i + 1) / (size_t)j->nt;
-	if (begin < end)
-		j->fn(j->ctx, begin, end);
+	int last = 0;
+	for (;;) {
+		uint64_t v = atomic_load(&pool.claim);
+		uint32_t c = (uint32_t)v;
+		if ((uint32_t)(v >> 32) != j->gen || c >= j->chunks)
+			return last;
+		if (!atomic_compare_exchange_weak(&pool.claim, &v, v + 1))
+			continue;
+		size_t begin = j->n * c / j->chunks, end = j->n * (c + 1) / j->chunks;
+		if (begin < end)
+			j->fn(j->ctx, begin, end);
+		last = atomic_fetch_add(&pool.finished, 1) + 1 == j->chunks;
+	}
 }
 
 static void *worker_main(void *arg)
 {
 	int w = (int)(intptr_t)arg;
+	uint32_t seen = 0;
 	pthread_mutex_lock(&pool.mu);
-	unsigned long seen = pool.start_gen[w];
 	for (;;) {
-		while (pool.gen == seen)
+		while (!pool.busy || pool.job.gen == seen)
 			pthread_cond_wait(&pool.go, &pool.mu);
-		seen = pool.gen;
-		/* a job posted while this worker slept through an earlier one it had no part in is
-		 * still the current one: the caller waits for every part before posting another */
-		if (w >= pool.job.nt)
-			continue;
 		ParJob j = pool.job;
+		seen = j.gen;
+		if (w >= j.nt) /* more workers than this job's thread count: sit it out */
+			continue;
 		pthread_mutex_unlock(&pool.mu);
-		run_range(&j, w);
+		int last = run_chunks(&j);
 		pthread_mutex_lock(&pool.mu);
-		if (--pool.pending == 0)
+		if (last)
 			pthread_cond_signal(&pool.done);
 	}
 	return NULL;
@@ -83,7 +98,6 @@ static void atfork_child(void)
 	pthread_cond_init(&pool.go, NULL);
 	pthread_cond_init(&pool.done, NULL);
 	pool.n_workers = 0;
-	pool.pending = 0;
 	pool.busy = 0;
 }
 
@@ -97,13 +111,11 @@ static void atfork_register(void)
 static int grow_pool(int want)
 {
 	while (pool.n_workers < want) {
-		int w = pool.n_workers + 1;
 		pthread_t t;
-		pool.start_gen[w] = pool.gen;
-		if (pthread_create(&t, NULL, worker_main, (void *)(intptr_t)w))
+		if (pthread_create(&t, NULL, worker_main, (void *)(intptr_t)(pool.n_workers + 1)))
 			break;
 		pthread_detach(t);
-		pool.n_workers = w;
+		pool.n_workers++;
 	}
 	return pool.n_workers;
 }
@@ -125,9 +137,10 @@ void par_cpu_for(size_t n, size_t min_items, ParCpuFn fn, void *ctx)
 {
 	size_t most = n / (min_items ? min_items : 1);
 	int nt = par_cpu_threads();
-	if ((size_t)nt > most)
-		nt = most > 1 ? (int)most : 1;
-	if (nt <= 1) {
+	size_t chunks = (size_t)PAR_CPU_CHUNKS_PER_THREAD * (size_t)nt;
+	if (chunks > most)
+		chunks = most;
+	if (nt <= 1 || chunks <= 1) {
 		if (n)
 			fn(ctx, 0, n);
 		return;
@@ -140,21 +153,21 @@ void par_cpu_for(size_t n, size_t min_items, ParCpuFn fn, void *ctx)
 		fn(ctx, 0, n);
 		return;
 	}
-	if (pool.n_workers < nt - 1)
-		nt = pool.n_workers + 1;
 	pool.busy = 1;
 	pool.split_calls++;
-	pool.job = (ParJob){fn, ctx, n, nt};
-	pool.pending = nt - 1;
-	pool.gen++;
+	ParJob j = {fn, ctx, n, (uint32_t)chunks, pool.job.gen + 1, nt};
+	if (j.gen == 0) /* 0 is the workers' "seen nothing yet" */
+		j.gen = 1;
+	pool.job = j;
+	atomic_store(&pool.finished, 0);
+	atomic_store(&pool.claim, (uint64_t)j.gen << 32);
 	pthread_cond_broadcast(&pool.go);
-	ParJob mine = pool.job;
 	pthread_mutex_unlock(&pool.mu);
 
-	run_range(&mine, 0);
+	run_chunks(&j);
 
 	pthread_mutex_lock(&pool.mu);
-	while (pool.pending)
+	while (atomic_load(&pool.finished) < j.chunks)
 		pthread_cond_wait(&pool.done, &pool.mu);
 	pool.busy = 0;
 	pthread_mutex_unlock(&pool.mu);

@@ -45,14 +45,16 @@ static float *copy_floats(const float *x, size_t n)
 
 /* ---- the split ---- */
 
-enum { MAX_CALLS = 8 };
+enum { MAX_CALLS = 64 };
 
 typedef struct Calls {
 	pthread_mutex_t mu;
 	int n;
 	size_t begin[MAX_CALLS], end[MAX_CALLS];
 	pthread_t thread[MAX_CALLS];
-	int nested; /* record_nested: call par_cpu_for again from inside */
+	pthread_t caller;   /* hold_caller: the thread that called par_cpu_for */
+	int worker_ran;     /* hold_caller: a chunk ran on another thread */
+	int caller_waited;  /* hold_caller: the caller's chunk gave up waiting for one */
 } Calls;
 
 static void record(void *ctx, size_t begin, size_t end)
@@ -67,13 +69,58 @@ static void record(void *ctx, size_t begin, size_t end)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* the call's range (begin, end) at index i, whichever order the threads recorded them in */
-static int has_range(const Calls *c, size_t begin, size_t end, int *at)
+/* 1 when the recorded calls are exactly the chunks [n i / k, n (i + 1) / k), i < k, each once */
+static int chunks_are(const Calls *c, size_t n, size_t k)
 {
-	for (int i = 0; i < c->n && i < MAX_CALLS; i++)
-		if (c->begin[i] == begin && c->end[i] == end)
-			return *at = i, 1;
-	return 0;
+	if ((size_t)c->n != k || k > MAX_CALLS)
+		return 0;
+	for (size_t i = 0; i < k; i++) {
+		int found = 0;
+		for (int j = 0; j < c->n; j++)
+			found += c->begin[j] == n * i / k && c->end[j] == n * (i + 1) / k;
+		if (found != 1)
+			return 0;
+	}
+	return 1;
+}
+
+/* distinct threads among the recorded calls */
+static int threads_seen(const Calls *c)
+{
+	int distinct = 0;
+	for (int i = 0; i < c->n && i < MAX_CALLS; i++) {
+		int first = 1;
+		for (int j = 0; j < i; j++)
+			first &= !pthread_equal(c->thread[i], c->thread[j]);
+		distinct += first;
+	}
+	return distinct;
+}
+
+/* Records the chunk; on the caller's thread, then waits (10 s at most) until a chunk has run on
+ * another thread: the call can only finish early if a worker takes part. A worker's chunk takes
+ * 2 ms, time enough for every worker woken to claim one. */
+static void hold_caller(void *ctx, size_t begin, size_t end)
+{
+	Calls *c = ctx;
+	record(c, begin, end);
+	int on_caller = pthread_equal(pthread_self(), c->caller);
+	for (int i = 0; on_caller && i < 10000; i++) {
+		pthread_mutex_lock(&c->mu);
+		int ran = c->worker_ran;
+		pthread_mutex_unlock(&c->mu);
+		if (ran)
+			return;
+		usleep(1000);
+	}
+	pthread_mutex_lock(&c->mu);
+	if (on_caller)
+		c->caller_waited = 1;
+	else
+		c->worker_ran = 1;
+	pthread_mutex_unlock(&c->mu);
+	if (!on_caller)
+		usleep(2000);
 }
 
 static void record_nested(void *ctx, size_t begin, size_t end)
@@ -83,74 +130,73 @@ static void record_nested(void *ctx, size_t begin, size_t end)
 	par_cpu_for(10, 1, record, inner);
 }
 
-/* Thread i of nt takes [n i / nt, n (i + 1) / nt) (par_cpu.h): n = 10 over 3 threads gives
- * [0, 3), [3, 6), [6, 10), the first on the caller and the others each on a thread of its own;
- * min_items 4 allows 10 / 4 = 2 ranges, [0, 5) and [5, 10); 3 items with min_items 4 stay whole
- * on the caller; a call from inside a split call runs whole on its own thread. */
+/* par_cpu.h: chunk c of k is [n c / k, n (c + 1) / k), k = min(8 nt, n / min_items). At 3
+ * threads, 100 items make 24 chunks and 10 items 10; min_items 4 allows 10 / 4 = 2 chunks, [0, 5)
+ * and [5, 10); 3 items with min_items 4 make one, run on the caller; a call from inside a split
+ * call runs whole on its own thread. */
 static void test_split_as_documented(void)
 {
 	int before = par_cpu_threads();
 	par_cpu_set_threads(3);
 	CU_ASSERT_EQUAL(par_cpu_threads(), 3);
-	pthread_t self = pthread_self();
-	int at;
-
 	Calls c = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	unsigned long split0 = par_cpu_split_calls();
-	par_cpu_for(10, 1, record, &c);
-	CU_ASSERT_EQUAL(c.n, 3);
-	CU_ASSERT_EQUAL(par_cpu_split_calls(), split0 + 1);
-	CU_ASSERT(has_range(&c, 0, 3, &at) && pthread_equal(c.thread[at], self));
-	pthread_t t1 = self, t2 = self;
-	CU_ASSERT(has_range(&c, 3, 6, &at) && !pthread_equal(t1 = c.thread[at], self));
-	CU_ASSERT(has_range(&c, 6, 10, &at) && !pthread_equal(t2 = c.thread[at], self));
-	CU_ASSERT(!pthread_equal(t1, t2));
 
+	unsigned long split0 = par_cpu_split_calls();
+	par_cpu_for(100, 1, record, &c);
+	CU_ASSERT(chunks_are(&c, 100, 24));
+	CU_ASSERT_EQUAL(par_cpu_split_calls(), split0 + 1);
+	c.n = 0;
+	par_cpu_for(10, 1, record, &c);
+	CU_ASSERT(chunks_are(&c, 10, 10));
 	c.n = 0;
 	par_cpu_for(10, 4, record, &c);
-	CU_ASSERT_EQUAL(c.n, 2);
-	CU_ASSERT(has_range(&c, 0, 5, &at) && has_range(&c, 5, 10, &at));
+	CU_ASSERT(chunks_are(&c, 10, 2));
 
 	c.n = 0;
 	split0 = par_cpu_split_calls();
 	par_cpu_for(3, 4, record, &c);
-	CU_ASSERT_EQUAL(c.n, 1);
-	CU_ASSERT(has_range(&c, 0, 3, &at) && pthread_equal(c.thread[at], self));
+	CU_ASSERT(chunks_are(&c, 3, 1) && pthread_equal(c.thread[0], pthread_self()));
 	CU_ASSERT_EQUAL(par_cpu_split_calls(), split0);
+	c.n = 0;
+	par_cpu_for(0, 1, record, &c); /* nothing to do: no call */
+	CU_ASSERT_EQUAL(c.n, 0);
 
-	/* the outer call on 2 threads, each making an inner call of 10 items: each inner call
-	 * records one whole range [0, 10) */
-	Calls inner = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	/* workers take part, and no more of them than the thread count allows: the pool has two
+	 * workers from the 3-thread calls, and at 2 threads only one may join */
 	par_cpu_set_threads(2);
+	c.n = 0;
+	c.caller = pthread_self();
+	par_cpu_for(16, 1, hold_caller, &c);
+	CU_ASSERT(chunks_are(&c, 16, 16));
+	CU_ASSERT(c.worker_ran && !c.caller_waited);
+	CU_ASSERT_EQUAL(threads_seen(&c), 2);
+
+	/* the outer call's 2 chunks each make an inner call of 10 items, which runs whole */
+	Calls inner = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	par_cpu_for(2, 1, record_nested, &inner);
 	CU_ASSERT_EQUAL(inner.n, 2);
 	CU_ASSERT(inner.begin[0] == 0 && inner.end[0] == 10);
 	CU_ASSERT(inner.begin[1] == 0 && inner.end[1] == 10);
-
-	c.n = 0;
-	par_cpu_for(0, 1, record, &c); /* nothing to do: no call */
-	CU_ASSERT_EQUAL(c.n, 0);
 	par_cpu_set_threads(before);
 }
 
 /* A forked child has none of its parent's worker threads; its first split call must start its
- * own rather than wait for the parent's (GCC's OpenMP runtime hangs there). The child gets 20 s
- * of a call that takes microseconds. */
+ * own rather than wait for the parent's (GCC's OpenMP runtime hangs there), and they must take
+ * part. The child gets 20 s for calls that take milliseconds. */
 static void test_fork_child_splits(void)
 {
 	int before = par_cpu_threads();
 	par_cpu_set_threads(2);
-	Calls c = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	par_cpu_for(10, 1, record, &c); /* the parent's workers exist now */
-	CU_ASSERT_EQUAL_FATAL(c.n, 2);
+	Calls c = {.mu = PTHREAD_MUTEX_INITIALIZER, .caller = pthread_self()};
+	par_cpu_for(16, 1, hold_caller, &c); /* the parent's worker exists and has worked */
+	CU_ASSERT_FATAL(c.worker_ran);
 	fflush(NULL);
 	pid_t pid = fork();
 	CU_ASSERT_FATAL(pid >= 0);
 	if (pid == 0) {
-		Calls k = {.mu = PTHREAD_MUTEX_INITIALIZER};
-		par_cpu_for(10, 1, record, &k);
-		int at;
-		_exit(k.n == 2 && has_range(&k, 0, 5, &at) && has_range(&k, 5, 10, &at) ? 0 : 1);
+		Calls k = {.mu = PTHREAD_MUTEX_INITIALIZER, .caller = pthread_self()};
+		par_cpu_for(16, 1, hold_caller, &k);
+		_exit(chunks_are(&k, 16, 16) && k.worker_ran && !k.caller_waited ? 0 : 1);
 	}
 	int st = 0, done = 0;
 	for (int i = 0; i < 2000 && !done; i++) {
