@@ -1,13 +1,17 @@
 /* compute_cpu: the compute backend on the host: every place is host memory, taken from a pool of
  * its own (pool.h: segments mapped from the system and reused), and the kernels are kernels/'s
  * plain-C reference (matrix products through OpenBLAS). Everything runs synchronously, so check
- * has nothing to report. */
+ * has nothing to report. Loops over whole buffers split over kernels/par_cpu's threads
+ * (OpenBLAS's count), with results that do not depend on how many there are. */
 #include "compute.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/par_cpu.h"
 #include "../kernels/precision.h"
 #include "pool.h"
 
@@ -113,11 +117,38 @@ static void put(void *p, size_t i, float x, Dtype d)
 		((uint16_t *)p)[i] = d == DT_BF16 ? precision_f32_to_bf16(x) : precision_f32_to_f16(x);
 }
 
+/* arguments of the loops below */
+typedef struct BufArgs {
+	void *dst;
+	const void *src;
+	Dtype dd, sd;
+	size_t n;
+	double *chunk_sums; /* sum_squares: one per chunk */
+	atomic_int found;   /* nonfinite */
+} BufArgs;
+
+static void convert_range(void *ctx, size_t i0, size_t i1)
+{
+	BufArgs *a = ctx;
+	for (size_t i = i0; i < i1; i++)
+		put(a->dst, i, get(a->src, i, a->sd), a->dd);
+}
+
+/* [a, a + an) and [b, b + bn) share a byte */
+static int overlap(const void *a, size_t an, const void *b, size_t bn)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return x < y + bn && y < x + an;
+}
+
 static void cpu_convert(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
 {
 	(void)ctx;
-	if (dd == sd)
-		memmove(dst, src, n * (size_t)dtype_bytes(dd));
+	size_t bytes = n * (size_t)dtype_bytes(dd);
+	if (dd == sd && overlap(dst, bytes, src, bytes))
+		memmove(dst, src, bytes);
+	else if (dd == sd)
+		par_cpu_memcpy(dst, src, bytes);
 	else if (sd == DT_FP32 && dd == DT_BF16)
 		precision_f32_to_bf16_n(dst, src, n);
 	else if (sd == DT_FP32 && dd == DT_FP16)
@@ -126,49 +157,104 @@ static void cpu_convert(void *ctx, void *dst, Dtype dd, const void *src, Dtype s
 		precision_bf16_to_f32_n(dst, src, n);
 	else if (dd == DT_FP32 && sd == DT_FP16)
 		precision_f16_to_f32_n(dst, src, n);
-	else
-		for (size_t i = 0; i < n; i++)
-			put(dst, i, get(src, i, sd), dd);
+	else {
+		BufArgs a = {.dst = dst, .src = src, .dd = dd, .sd = sd};
+		par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, convert_range, &a);
+	}
+}
+
+static void add_range(void *ctx, size_t i0, size_t i1)
+{
+	BufArgs *a = ctx;
+	if (a->dd == DT_FP32 && a->sd == DT_FP32) { /* the common case, in a loop that vectorises */
+		float *d = a->dst;
+		const float *s = a->src;
+		for (size_t i = i0; i < i1; i++)
+			d[i] += s[i];
+		return;
+	}
+	for (size_t i = i0; i < i1; i++)
+		put(a->dst, i, get(a->dst, i, a->dd) + get(a->src, i, a->sd), a->dd);
 }
 
 static void cpu_add(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
 {
 	(void)ctx;
-	for (size_t i = 0; i < n; i++)
-		put(dst, i, get(dst, i, dd) + get(src, i, sd), dd);
+	BufArgs a = {.dst = dst, .src = src, .dd = dd, .sd = sd};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, add_range, &a);
 }
 
 static void cpu_zero(void *ctx, Place place, void *ptr, size_t bytes)
 {
 	(void)ctx, (void)place;
-	memset(ptr, 0, bytes);
+	par_cpu_memset(ptr, 0, bytes);
 }
 
-static double cpu_sum_squares(void *ctx, const void *x, Dtype dt, size_t n)
+/* The sum of squares in fixed chunks of SUMSQ_CHUNK elements: each chunk summed in order, then
+ * the chunks' sums in order. The chunks do not depend on the thread count, so neither does the
+ * result (a thread takes whole chunks). */
+#define SUMSQ_CHUNK ((size_t)1 << 16)
+
+static double sumsq_chunk(const BufArgs *a, size_t c)
 {
-	(void)ctx;
+	size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < a->n ? i0 + SUMSQ_CHUNK : a->n;
 	double s = 0;
-	for (size_t i = 0; i < n; i++) {
-		double g = get(x, i, dt);
+	for (size_t i = i0; i < i1; i++) {
+		double g = get(a->src, i, a->sd);
 		s += g * g;
 	}
 	return s;
 }
 
+static void sumsq_chunks(void *ctx, size_t c0, size_t c1)
+{
+	BufArgs *a = ctx;
+	for (size_t c = c0; c < c1; c++)
+		a->chunk_sums[c] = sumsq_chunk(a, c);
+}
+
+static double cpu_sum_squares(void *ctx, const void *x, Dtype dt, size_t n)
+{
+	(void)ctx;
+	size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+	BufArgs a = {.src = x, .sd = dt, .n = n};
+	double s = 0;
+	a.chunk_sums = chunks > 1 ? malloc(chunks * sizeof(double)) : NULL;
+	if (!a.chunk_sums) { /* one chunk, or no memory for their sums: the same order on one thread */
+		for (size_t c = 0; c < chunks; c++)
+			s += sumsq_chunk(&a, c);
+		return s;
+	}
+	par_cpu_for(chunks, 1, sumsq_chunks, &a);
+	for (size_t c = 0; c < chunks; c++)
+		s += a.chunk_sums[c];
+	free(a.chunk_sums);
+	return s;
+}
+
+static void nonfinite_range(void *ctx, size_t i0, size_t i1)
+{
+	BufArgs *a = ctx;
+	for (size_t i = i0; i < i1; i++)
+		if (!isfinite(get(a->src, i, a->sd))) {
+			atomic_store_explicit(&a->found, 1, memory_order_relaxed);
+			return;
+		}
+}
+
 static int cpu_nonfinite(void *ctx, const void *x, Dtype dt, size_t n)
 {
 	(void)ctx;
-	for (size_t i = 0; i < n; i++) {
-		if (!isfinite(get(x, i, dt)))
-			return 1;
-	}
-	return 0;
+	BufArgs a = {.src = x, .sd = dt};
+	atomic_init(&a.found, 0);
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, nonfinite_range, &a);
+	return atomic_load(&a.found);
 }
 
 static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
 {
 	(void)ctx;
-	memcpy(dst, src, bytes);
+	par_cpu_memcpy(dst, src, bytes);
 }
 
 /* ---- the model ---- */

@@ -4,6 +4,7 @@
 
 #include "ops16_cpu.h"
 #include "ops_cpu.h"
+#include "par_cpu.h"
 
 /* element i of a t array */
 static void *el(const void *base, size_t i, PrecisionType t)
@@ -74,7 +75,7 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 #define P(f) el(params, p.f, t)
 #define A(f) el(acts, a.f, t)
 
-	memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
+	par_cpu_memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
 	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
 	ops16_matmul_forward(t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
 	ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
@@ -108,29 +109,29 @@ void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, con
 
 	/* MLP branch */
 	ops16_round(t, wide_b, dy, btc);
-	memset(wide_a, 0, 4 * btc * fsz);
+	par_cpu_memset(wide_a, 0, 4 * btc * fsz);
 	ops16_matmul_backward(t, wide_a, grads + p.down_w, grads + p.down_b, wide_b, A(gelu),
 			      P(down_w), N, 4 * C, C);
-	memset(wide_b, 0, 4 * btc * fsz);
+	par_cpu_memset(wide_b, 0, 4 * btc * fsz);
 	ops16_gelu_backward(t, wide_b, wide_a, A(fc), 4 * btc);
 	ops16_round(t, wide_a, wide_b, 4 * btc);
-	memset(wide_b, 0, btc * fsz);
+	par_cpu_memset(wide_b, 0, btc * fsz);
 	ops16_matmul_backward(t, wide_b, grads + p.fc_w, grads + p.fc_b, wide_a, A(ln2), P(fc_w),
 			      N, C, 4 * C);
 	if (dx != dy)
-		memcpy(dx, dy, btc * fsz); /* the residual path */
+		par_cpu_memcpy(dx, dy, btc * fsz); /* the residual path */
 	ops16_layernorm_backward(t, dx, grads + p.ln2_w, grads + p.ln2_b, wide_b, A(res2), P(ln2_w),
 				 N, C);
 
 	/* attention branch; dx holds d res2 */
 	ops16_round(t, wide_b, dx, btc);
-	memset(wide_a, 0, btc * fsz);
+	par_cpu_memset(wide_a, 0, btc * fsz);
 	ops16_matmul_backward(t, wide_a, grads + p.proj_w, grads + p.proj_b, wide_b, A(atty),
 			      P(proj_w), N, C, C);
-	memset(wide_b, 0, 3 * btc * fsz);
+	par_cpu_memset(wide_b, 0, 3 * btc * fsz);
 	ops16_attention_backward(t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH);
 	ops16_round(t, wide_a, wide_b, 3 * btc);
-	memset(wide_b, 0, btc * fsz);
+	par_cpu_memset(wide_b, 0, btc * fsz);
 	ops16_matmul_backward(t, wide_b, grads + p.qkv_w, grads + p.qkv_b, wide_a, A(ln1), P(qkv_w),
 			      N, C, 3 * C);
 	ops16_layernorm_backward(t, dx, grads + p.ln1_w, grads + p.ln1_b, wide_b, A(x_in), P(ln1_w),
@@ -151,7 +152,7 @@ float gpt16_head_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 	void *x_in = acts, *lnf = el(acts, btc, t);
 	float *probs = gpt16_head_probs(c, t, B, T, acts);
 
-	memcpy(x_in, x, btc * precision_bytes(t));
+	par_cpu_memcpy(x_in, x, btc * precision_bytes(t));
 	ops16_layernorm_forward(t, lnf, x_in, params, el(params, C, t), N, C);
 	ops16_lm_head_forward(t, probs, lnf, wte, N, C, c->V);
 	return ops_crossentropy_forward(probs, probs, targets, N, c->V);
@@ -170,13 +171,13 @@ void gpt16_head_backward(const GptConfig *c, PrecisionType t, int B, int T, cons
 	float *probs = gpt16_head_probs(c, t, B, T, acts), *dlnf = scratch;
 
 	ops_crossentropy_backward(probs, probs, targets, N, V, dloss);
-	memset(dlnf, 0, btc * sizeof(float));
+	par_cpu_memset(dlnf, 0, btc * sizeof(float));
 	for (int r0 = 0; r0 < N; r0 += rows) {
 		int n = N - r0 < rows ? N - r0 : rows;
 		ops16_round(t, d16, probs + (size_t)r0 * V, (size_t)n * V);
 		ops16_lm_head_backward(t, dlnf + (size_t)r0 * C, dwte, d16, el(lnf, (size_t)r0 * C, t),
 				       wte, n, C, V);
 	}
-	memset(dx, 0, btc * sizeof(float));
+	par_cpu_memset(dx, 0, btc * sizeof(float));
 	ops16_layernorm_backward(t, dx, grads, grads + C, dlnf, x_in, params, N, C);
 }

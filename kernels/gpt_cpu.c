@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "par_cpu.h"
 #include "rng.h"
 
 /* ---- checks ---- */
@@ -178,7 +179,7 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
 	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
 
 	/* everything after this copy reads the kept input, which is what lets y be x */
-	memcpy(acts + a.x_in, x, btc * sizeof(float));
+	par_cpu_memcpy(acts + a.x_in, x, btc * sizeof(float));
 	/* attention branch */
 	ops_layernorm_forward(acts + a.ln1, NULL, NULL, acts + a.x_in, params + p.ln1_w,
 			      params + p.ln1_b, N, C);
@@ -212,26 +213,26 @@ void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *param
 	float *wide_a = scratch, *wide_b = scratch + 4 * btc;
 
 	/* MLP branch: y = res2 + down(gelu(fc(ln2(res2)))) */
-	memset(wide_a, 0, 4 * btc * sizeof(float));
+	par_cpu_memset(wide_a, 0, 4 * btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.down_w, grads + p.down_b, dy, acts + a.gelu,
 			    params + p.down_w, N, 4 * C, C);
-	memset(wide_b, 0, 4 * btc * sizeof(float));
+	par_cpu_memset(wide_b, 0, 4 * btc * sizeof(float));
 	ops_gelu_backward(wide_b, wide_a, acts + a.fc, 4 * btc);
-	memset(wide_a, 0, btc * sizeof(float));
+	par_cpu_memset(wide_a, 0, btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.fc_w, grads + p.fc_b, wide_b, acts + a.ln2,
 			    params + p.fc_w, N, C, 4 * C);
 	if (dx != dy)
-		memcpy(dx, dy, btc * sizeof(float)); /* the residual path */
+		par_cpu_memcpy(dx, dy, btc * sizeof(float)); /* the residual path */
 	ops_layernorm_backward(dx, grads + p.ln2_w, grads + p.ln2_b, wide_a, acts + a.res2,
 			       params + p.ln2_w, N, C);
 
 	/* attention branch: res2 = x + o(attention(qkv(ln1(x)))); dx now holds d res2 */
-	memset(wide_a, 0, btc * sizeof(float));
+	par_cpu_memset(wide_a, 0, btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
 			    params + p.proj_w, N, C, C);
-	memset(wide_b, 0, 3 * btc * sizeof(float));
+	par_cpu_memset(wide_b, 0, 3 * btc * sizeof(float));
 	ops_attention_backward(wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH);
-	memset(wide_a, 0, btc * sizeof(float));
+	par_cpu_memset(wide_a, 0, btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 			    params + p.qkv_w, N, C, 3 * C);
 	ops_layernorm_backward(dx, grads + p.ln1_w, grads + p.ln1_b, wide_a, acts + a.x_in,
@@ -249,7 +250,7 @@ float gpt_cpu_head_forward(const GptConfig *c, int B, int T, const float *params
 	size_t btc = (size_t)N * C;
 	float *x_in = acts, *lnf = acts + btc, *probs = acts + 2 * btc;
 
-	memcpy(x_in, x, btc * sizeof(float));
+	par_cpu_memcpy(x_in, x, btc * sizeof(float));
 	ops_layernorm_forward(lnf, NULL, NULL, x_in, params, params + C, N, C);
 	ops_lm_head_forward(probs, lnf, wte, N, C, c->V);
 	return ops_crossentropy_forward(probs, probs, targets, N, c->V);
@@ -270,9 +271,9 @@ void gpt_cpu_head_backward(const GptConfig *c, int B, int T, const float *params
 	float *dlnf = scratch;
 
 	ops_crossentropy_backward(probs, probs, targets, N, c->V, dloss);
-	memset(dlnf, 0, btc * sizeof(float));
+	par_cpu_memset(dlnf, 0, btc * sizeof(float));
 	ops_lm_head_backward(dlnf, dwte, probs, lnf, wte, N, C, c->V);
-	memset(dx, 0, btc * sizeof(float));
+	par_cpu_memset(dx, 0, btc * sizeof(float));
 	ops_layernorm_backward(dx, grads, grads + C, dlnf, x_in, params, N, C);
 }
 

@@ -6,6 +6,10 @@
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "par_cpu.h"
+
+/* Loops split over par_cpu's threads as ops_cpu's are: along elements, rows or (batch, head)
+ * pairs, each value computed whole by one thread in single-threaded order. */
 
 /* ---- fp32 temporaries ---- */
 
@@ -19,21 +23,35 @@ static float *alloc_f32(size_t n)
 	return p;
 }
 
+/* dst (fp32) = n values of type t */
+static void load_f32(PrecisionType t, float *dst, const void *src, size_t n)
+{
+	if (t == PREC_F32)
+		par_cpu_memcpy(dst, src, n * sizeof(float));
+	else if (t == PREC_BF16)
+		precision_bf16_to_f32_n(dst, src, n);
+	else
+		precision_f16_to_f32_n(dst, src, n);
+}
+
 /* n values of type t as a new fp32 array (caller frees); NULL for NULL */
 static float *widen(PrecisionType t, const void *x, size_t n)
 {
 	if (!x)
 		return NULL;
 	float *w = alloc_f32(n);
-	for (size_t i = 0; i < n; i++)
-		w[i] = precision_load(x, i, t);
+	load_f32(t, w, x, n);
 	return w;
 }
 
 void ops16_round(PrecisionType t, void *dst, const float *src, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		precision_store(dst, i, src[i], t);
+	if (t == PREC_F32)
+		par_cpu_memcpy(dst, src, n * sizeof(float));
+	else if (t == PREC_BF16)
+		precision_f32_to_bf16_n(dst, src, n);
+	else
+		precision_f32_to_f16_n(dst, src, n);
 }
 
 /* ---- linear layers ---- */
@@ -114,22 +132,48 @@ void ops16_gelu_backward(PrecisionType t, float *dx, const float *dy, const void
 	free(xf);
 }
 
+typedef struct Elt16Args {
+	PrecisionType t;
+	void *y;
+	const void *a, *b;
+	const int *tokens;
+	int T, C;
+} Elt16Args;
+
+static void residual_range(void *ctx, size_t i0, size_t i1)
+{
+	Elt16Args *e = ctx;
+	for (size_t i = i0; i < i1; i++)
+		precision_store(e->y, i, precision_load(e->a, i, e->t) + precision_load(e->b, i, e->t),
+				e->t);
+}
+
 void ops16_residual_forward(PrecisionType t, void *y, const void *a, const void *b, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		precision_store(y, i, precision_load(a, i, t) + precision_load(b, i, t), t);
+	Elt16Args e = {.t = t, .y = y, .a = a, .b = b};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, residual_range, &e);
+}
+
+static void embed_rows(void *ctx, size_t r0, size_t r1)
+{
+	Elt16Args *e = ctx;
+	PrecisionType t = e->t;
+	int C = e->C;
+	for (size_t row = r0; row < r1; row++) {
+		size_t te = (size_t)e->tokens[row] * C, pe = (row % (size_t)e->T) * C;
+		for (int i = 0; i < C; i++)
+			precision_store(e->y, row * C + i,
+					precision_load(e->a, te + i, t) + precision_load(e->b, pe + i, t),
+					t);
+	}
 }
 
 void ops16_embed_forward(PrecisionType t, void *y, const int *tokens, const void *wte,
 			 const void *wpe, int B, int T, int C)
 {
-	for (size_t row = 0; row < (size_t)B * T; row++) {
-		size_t te = (size_t)tokens[row] * C, pe = (row % (size_t)T) * C;
-		for (int i = 0; i < C; i++)
-			precision_store(y, row * C + i,
-					precision_load(wte, te + i, t) + precision_load(wpe, pe + i, t),
-					t);
-	}
+	Elt16Args e = {.t = t, .y = y, .a = wte, .b = wpe, .tokens = tokens, .T = T, .C = C};
+	size_t grain = PAR_CPU_GRAIN_ELEMS / (size_t)C;
+	par_cpu_for((size_t)B * T, grain ? grain : 1, embed_rows, &e);
 }
 
 /* ---- attention ---- */
@@ -169,20 +213,36 @@ static void attention_row(PrecisionType t, void *out, void *att, const float *ba
 	}
 }
 
+/* attention over the (batch, head) pairs: each writes its own head's columns and att block */
+typedef struct Attn16Args {
+	PrecisionType t;
+	void *out, *att;    /* forward */
+	float *dqkv;        /* backward */
+	const float *qf;    /* the widened qkv (B, T, 3C) */
+	const float *g, *af; /* backward: rounded dout (B, T, C), widened att (B, NH, T, T) */
+	int T, C, NH;
+} Attn16Args;
+
+static void attention_forward_pairs(void *ctx, size_t p0, size_t p1)
+{
+	Attn16Args *a = ctx;
+	int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t row3 = (size_t)3 * C;
+	for (size_t bh = p0; bh < p1; bh++) {
+		size_t b = bh / NH, h = bh % NH;
+		for (int tq = 0; tq < T; tq++)
+			attention_row(a->t, a->out, a->att, a->qf + b * T * row3, row3, C, T, tq, h * hs,
+				      hs, scale, (bh * T + tq) * T, (b * T + tq) * C + h * hs);
+	}
+}
+
 void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *qkv, int B, int T,
 			     int C, int NH)
 {
-	int hs = C / NH;
-	float scale = 1.0f / sqrtf((float)hs);
-	size_t row3 = (size_t)3 * C;
-	float *qf = widen(t, qkv, (size_t)B * T * row3);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++)
-			for (int tq = 0; tq < T; tq++)
-				attention_row(t, out, att, qf + (size_t)b * T * row3, row3, C, T, tq,
-					      (size_t)h * hs, hs, scale,
-					      (((size_t)b * NH + h) * T + tq) * T,
-					      ((size_t)b * T + tq) * C + (size_t)h * hs);
+	float *qf = widen(t, qkv, (size_t)B * T * 3 * C);
+	Attn16Args a = {.t = t, .out = out, .att = att, .qf = qf, .T = T, .C = C, .NH = NH};
+	par_cpu_for((size_t)B * NH, 1, attention_forward_pairs, &a);
 	free(qf);
 }
 
@@ -227,6 +287,33 @@ static void attention_head_backward(PrecisionType t, float *dbase, const float *
 		}
 }
 
+/* y (fp32) = a (fp32) rounded to t and back */
+static void round_f32_range(void *ctx, size_t i0, size_t i1)
+{
+	Elt16Args *e = ctx;
+	float *y = e->y;
+	const float *x = e->a;
+	for (size_t i = i0; i < i1; i++)
+		y[i] = precision_round(x[i], e->t);
+}
+
+/* each range has its own (T, T) temporary */
+static void attention_backward_pairs(void *ctx, size_t p0, size_t p1)
+{
+	Attn16Args *a = ctx;
+	int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+	float scale = 1.0f / sqrtf((float)hs);
+	size_t tt = (size_t)T * T, row3 = (size_t)3 * C;
+	float *ds = alloc_f32(tt);
+	for (size_t bh = p0; bh < p1; bh++) {
+		size_t b = bh / NH, h = bh % NH;
+		attention_head_backward(a->t, a->dqkv + b * T * row3, a->qf + b * T * row3,
+					a->g + b * T * C, a->af + bh * tt, ds, T, C, h * hs, hs,
+					scale);
+	}
+	free(ds);
+}
+
 void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
 			      const void *att, int B, int T, int C, int NH)
 {
@@ -237,16 +324,10 @@ void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, c
 		free(qf), free(af);
 		return;
 	}
-	int hs = C / NH;
-	float scale = 1.0f / sqrtf((float)hs);
-	float *g = alloc_f32(btc), *ds = alloc_f32(tt);
-	for (size_t i = 0; i < btc; i++)
-		g[i] = precision_round(dout[i], t);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++)
-			attention_head_backward(t, dqkv + (size_t)b * T * 3 * C,
-						qf + (size_t)b * T * 3 * C, g + (size_t)b * T * C,
-						af + ((size_t)b * NH + h) * tt, ds, T, C,
-						(size_t)h * hs, hs, scale);
-	free(qf), free(af), free(g), free(ds);
+	float *g = alloc_f32(btc);
+	Elt16Args r = {.t = t, .y = g, .a = dout};
+	par_cpu_for(btc, PAR_CPU_GRAIN_ELEMS, round_f32_range, &r);
+	Attn16Args a = {.t = t, .dqkv = dqkv, .qf = qf, .g = g, .af = af, .T = T, .C = C, .NH = NH};
+	par_cpu_for((size_t)B * NH, 1, attention_backward_pairs, &a);
+	free(qf), free(af), free(g);
 }

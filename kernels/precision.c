@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "par_cpu.h"
+
 /* Layouts, sign | exponent | mantissa:
  *   fp32 1 | 8 (bias 127) | 23;   bf16 1 | 8 (bias 127) | 7;   fp16 1 | 5 (bias 15) | 10.
  * bf16 is the top half of an fp32, so its rounding works on the dropped low 16 bits; fp16 needs the
@@ -111,28 +113,70 @@ float precision_f16_to_f32(uint16_t bits)
 
 /* ---- arrays ---- */
 
+/* The bulk conversions split over par_cpu's threads: each element converts on its own. */
+typedef struct CastArgs {
+	void *dst;
+	const void *src;
+} CastArgs;
+
+static void f32_to_bf16_range(void *ctx, size_t i0, size_t i1)
+{
+	CastArgs *a = ctx;
+	uint16_t *dst = a->dst;
+	const float *src = a->src;
+	for (size_t i = i0; i < i1; i++)
+		dst[i] = precision_f32_to_bf16(src[i]);
+}
+
+static void f32_to_f16_range(void *ctx, size_t i0, size_t i1)
+{
+	CastArgs *a = ctx;
+	uint16_t *dst = a->dst;
+	const float *src = a->src;
+	for (size_t i = i0; i < i1; i++)
+		dst[i] = precision_f32_to_f16(src[i]);
+}
+
+static void bf16_to_f32_range(void *ctx, size_t i0, size_t i1)
+{
+	CastArgs *a = ctx;
+	float *dst = a->dst;
+	const uint16_t *src = a->src;
+	for (size_t i = i0; i < i1; i++)
+		dst[i] = precision_bf16_to_f32(src[i]);
+}
+
+static void f16_to_f32_range(void *ctx, size_t i0, size_t i1)
+{
+	CastArgs *a = ctx;
+	float *dst = a->dst;
+	const uint16_t *src = a->src;
+	for (size_t i = i0; i < i1; i++)
+		dst[i] = precision_f16_to_f32(src[i]);
+}
+
 void precision_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] = precision_f32_to_bf16(src[i]);
+	CastArgs a = {dst, src};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, f32_to_bf16_range, &a);
 }
 
 void precision_f32_to_f16_n(uint16_t *dst, const float *src, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] = precision_f32_to_f16(src[i]);
+	CastArgs a = {dst, src};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, f32_to_f16_range, &a);
 }
 
 void precision_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] = precision_bf16_to_f32(src[i]);
+	CastArgs a = {dst, src};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, bf16_to_f32_range, &a);
 }
 
 void precision_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] = precision_f16_to_f32(src[i]);
+	CastArgs a = {dst, src};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, f16_to_f32_range, &a);
 }
 
 int precision_has_nonfinite(const float *x, size_t n)

@@ -17,6 +17,7 @@
 	X(sweep)       \
 	X(kernels)     \
 	X(kernels16)   \
+	X(kernels_par) \
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \
