@@ -17,6 +17,7 @@
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
+#include "hwload.h"
 #include "launch.h"
 #include "run_ckpt.h"
 #include "run_gpu.h"
@@ -421,13 +422,30 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 }
 
 /* Measured throughput beside the prediction: the same model FLOPs a step (the plan's, counted
- * as the time model counts them), so MFU scales with the step time. */
-static void print_speed(const Prediction *pr, double step_s)
+ * as the time model counts them), so MFU scales with the step time. The measured step is the
+ * mean of the steps after the first (its warm-up: first touches of memory, the BLAS's threads
+ * starting) when there are any; the mean over every step is said beside it. */
+static void print_speed(const Prediction *pr, double all_s, double steady_s, long first,
+			int steps)
 {
-	if (!pr->time_known || !(step_s > 0))
+	char how[96];
+	double step_s = steady_s > 0 ? steady_s : all_s;
+	if (!(step_s > 0))
 		return;
+	if (steady_s > 0)
+		snprintf(how, sizeof(how), "the mean of steps %ld-%d; %.4f s with step %ld", first + 1,
+			 steps, all_s, first);
+	else
+		snprintf(how, sizeof(how), "one step, its warm-up included");
+	if (!pr->time_known) {
+		printf("# step time: measured %.4f s (%s); predicted: not priced: %s\n", step_s, how,
+		       pr->time_note);
+		return;
+	}
 	const TimeResult *t = &pr->time;
 	double ratio = t->step_s / step_s; /* measured rate over predicted */
+	printf("# step time: measured %.4f s (%s), predicted %.4f s (%+.1f%%; profile %s)\n", step_s,
+	       how, t->step_s, (t->step_s - step_s) / step_s * 100, pr->hw_source);
 	printf("# speed: measured %.4f s a step, %.0f tokens/s, %.3g TFLOP/s per GPU of model FLOPs, "
 	       "MFU %.4f; predicted %.4f s, %.0f tokens/s, MFU %.4f\n", step_s,
 	       t->tokens_per_s * ratio, t->tflops_per_gpu * ratio, t->mfu * ratio, t->step_s,
@@ -498,23 +516,42 @@ static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxEr
 {
 	if (scenario_load(sc, o->scenario, &o->ov, err))
 		return -1;
-	HwProfile hw;
+	HwProfile hw = {0};
 	char warn[1024];
 	if (o->hw && hwprofile_load(o->hw, &hw, err))
 		goto out_scenario;
-	if (o->hw && speak && hwprofile_gpu_mismatch(&hw, o->hw, &sc->cluster.gpu, warn,
-						     sizeof(warn)))
+	if (o->hw && speak && (hwprofile_gpu_mismatch(&hw, o->hw, &sc->cluster.gpu, warn,
+						      sizeof(warn)) ||
+			       hwload_cpu_mismatch(&hw, o->hw, warn, sizeof(warn))))
 		fprintf(stderr, "parallax run: %s\n", warn);
 	if (o->hw)
 		hwprofile_apply_memory(&hw, &sc->cluster);
 	if (predict_run(sc, pr, err))
 		goto out_scenario;
-	if (o->hw && sc->backend == BACKEND_CUDA && predict_time(pr, &hw, o->hw, err)) {
+	/* the step time: a CUDA run's with --hw; a CPU run's with a CPU profile, --hw's or this
+	 * machine's (a GPU's profile gives a CPU run its memory figures only) */
+	int cpu = sc->backend == BACKEND_CPU, rc = 0;
+	PxNotes said;
+	px_notes_init(&said);
+	if (o->hw && (!cpu || hw.cpu))
+		rc = predict_time(pr, &hw, o->hw, err);
+	else if (!o->hw && cpu)
+		rc = hwload_cpu_default(pr, &said, err);
+	else if (cpu)
+		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: %.700s is a GPU's "
+			 "profile; the CPU executor's step time needs a CPU profile (`parallax "
+			 "calibrate --backend cpu`)", o->hw);
+	for (int k = 0; speak && k < said.n_warnings; k++)
+		fprintf(stderr, "parallax run: %s\n", said.warnings[k]);
+	px_notes_free(&said);
+	if (rc) {
 		predict_free(pr);
 		goto out_scenario;
 	}
+	hwprofile_free(&hw);
 	return 0;
 out_scenario:
+	hwprofile_free(&hw);
 	scenario_free(sc);
 	return -1;
 }
@@ -551,7 +588,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Comm *dp = NULL;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
-	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
+	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0, t_steady = 0;
 	const ComputeBackend *cb = compute_backend_find(o->backend);
 	void *cx = NULL;
 
@@ -611,6 +648,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			goto out_run;
 		double dt = px_now_s() - t0;
 		t_total += dt;
+		if (s > first)
+			t_steady += dt;
 		fail_ctx.t_total = t_total;
 		losses[s - 1] = res.loss;
 		beacon_put(o, run, world, s - first + 1, t_total);
@@ -636,7 +675,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->json) {
 			print_compare(&pr, all, ran);
 			print_overlap(runner_overlap(run), ran);
-			print_speed(&pr, t_total / ran);
+			print_speed(&pr, t_total / ran, ran > 1 ? t_steady / (ran - 1) : 0, first,
+				    o->steps);
 		}
 		if (!o->json && o->gpu) {
 			printf("# rank 0's device memory readings (communication: %s)\n",
@@ -705,7 +745,10 @@ static int run_guard(RunOpts *o, int ranks_here, int speak)
 	}
 	if (!speak)
 		goto out;
-	if (sc.backend == BACKEND_CPU) {
+	if (pr.time_known) {
+		est_s = pr.time.step_s;
+		snprintf(how, sizeof(how), "the time model with the %.256s profile", pr.hw_source);
+	} else if (sc.backend == BACKEND_CPU) {
 		/* the MLP's first product, the model's largest; the ranks share the machine's
 		 * cores, which the probe had all of */
 		int tokens = (int)(pr.plan.shape.b * pr.plan.shape.s), h = (int)sc.model.h;
@@ -715,9 +758,6 @@ static int run_guard(RunOpts *o, int ranks_here, int speak)
 			 "rate for the model's matrix products, %.3g GFLOP/s measured just now; the "
 			 "rest of the executor's work comes on top", ranks_here,
 			 ranks_here == 1 ? "" : "s", rate / 1e9);
-	} else if (pr.time_known) {
-		est_s = pr.time.step_s;
-		snprintf(how, sizeof(how), "the time model with the %.256s profile", pr.hw_source);
 	} else {
 		snprintf(how, sizeof(how), "%s", pr.time_note);
 	}
