@@ -72,6 +72,8 @@ static const char USAGE[] =
 	"                     host MPI (tests the GPU calibration on CPUs; 2 or more ranks)\n"
 	"  --deadline S       stop the whole job when a collective takes longer (default 60)\n"
 	"  --inject-hang R    fault injection for testing: rank R stops before the collectives\n"
+	"  --part FILE        internal (--backend cpu): the ranks of one level write it there for\n"
+	"                     the calibrate that started them\n"
 	"  -h, --help         this help\n"
 	"Exit status: 0 written, 1 no device or a failure while measuring, 2 bad usage, 124 a\n"
 	"rank hung.\n";
