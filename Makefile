@@ -139,7 +139,9 @@ run: $(BIN)
 # tenth of it: points/s and peak memory side by side show the rate and that memory does not grow
 # with the number of points. The tenth's stride splits the groups of points that share a result
 # (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point. Then how
-# fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s).
+# fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s), and the CPU
+# executor's step time predicted against measured at 1, 2 and 4 ranks (scripts/bench_cpu_time.sh:
+# it calibrates results/cpu-profile.json first when there is none).
 bench: $(BIN)
 	@echo "== sweep, 1 thread, 110,592 points (shard 0/10: every tenth point)"
 	@$(BIN) sweep scenarios/sweeps/gpt3-13b-64xa100.json --no-db --jobs 1 --no-progress \
@@ -149,6 +151,8 @@ bench: $(BIN)
 	@echo "# target (issue 4): 50,000 points/s per core; a widely used Python model: about 220"
 	@echo "== JSON input: a scenario carrying a 100,000-key object, loaded (parse, duplicate keys)"
 	@PX_BIN=$(BIN) sh scripts/bench_jdoc.sh 100000
+	@echo "== the CPU executor's step time, predicted from this machine's CPU profile against measured"
+	@PX_BIN=$(BIN) sh scripts/bench_cpu_time.sh
 
 # the binary finds share/parallax (bundled scenarios) and share/doc/parallax beside its bin/
 # regenerate the README's example outputs from the current binary (the setup suite checks them)

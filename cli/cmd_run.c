@@ -48,7 +48,12 @@ static const char USAGE[] =
 	"                      round-robin when there are fewer); the scenario runs as backend cuda\n"
 	"  --hw FILE           predict with this hardware profile (parallax calibrate's): its CUDA\n"
 	"                      runtime memory and its step-time figures (warned about when it\n"
-	"                      was measured on another GPU than the scenario's)\n"
+	"                      was measured on another GPU than the scenario's). Backend cpu: a\n"
+	"                      CPU profile (parallax calibrate --backend cpu) prices the step,\n"
+	"                      by default this machine's ($PARALLAX_CPU_PROFILE, else\n"
+	"                      results/cpu-profile.json or ~/.local/share/parallax/); with one,\n"
+	"                      the run prints its measured step (the mean of the steps after the\n"
+	"                      first) beside the predicted one\n"
 	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
 	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
 	"                      auto (default: nccl when every rank has its own GPU)\n"
@@ -437,11 +442,8 @@ static void print_speed(const Prediction *pr, double all_s, double steady_s, lon
 			 steps, all_s, first);
 	else
 		snprintf(how, sizeof(how), "one step, its warm-up included");
-	if (!pr->time_known) {
-		printf("# step time: measured %.4f s (%s); predicted: not priced: %s\n", step_s, how,
-		       pr->time_note);
+	if (!pr->time_known) /* the prediction's note is stored with it: compare shows it */
 		return;
-	}
 	const TimeResult *t = &pr->time;
 	double ratio = t->step_s / step_s; /* measured rate over predicted */
 	printf("# step time: measured %.4f s (%s), predicted %.4f s (%+.1f%%; profile %s)\n", step_s,

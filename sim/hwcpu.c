@@ -9,7 +9,8 @@ const char *const hwcpu_form_names[HWCPU_FORMS] = {"nn", "nt", "tn"};
 const char *const hwcpu_kernel_names[HWCPU_KERNELS] = {
 	"embed_forward", "embed_backward", "block_forward", "block_backward", "head_forward",
 	"head_backward"};
-const char *const hwcpu_term_names[HWCPU_TERMS] = {"btc_s", "bttc_s", "btth_s", "btv_s"};
+const char *const hwcpu_term_names[HWCPU_TERMS] = {"btc_s", "bttc_s", "btth_s", "btv_s",
+						   "w_s"};
 const char *const hwcpu_elem_names[HWCPU_ELEM_OPS] = {"convert", "add", "sum_squares",
 						      "nonfinite"};
 const char *const hwcpu_dtype_names[HWCPU_DTYPES] = {"fp32", "bf16", "fp16"};

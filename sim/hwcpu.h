@@ -30,10 +30,11 @@ typedef enum {
 } HwCpuKernel;
 
 /* What a kernel's non-GEMM time is proportional to (B = micro-batch, T = sequence, C =
- * channels, H = heads, V = vocabulary): BTC (norms, activations, residuals, casts), B T^2 C
- * (attention's score and context loops), B T^2 H (its softmax), BTV (the loss over the
- * vocabulary). */
-typedef enum { HWCPU_BTC, HWCPU_BTTC, HWCPU_BTTH, HWCPU_BTV, HWCPU_TERMS } HwCpuTerm;
+ * channels, H = heads, V = vocabulary, W = the unit's working parameters): BTC (norms,
+ * activations, residuals, casts), B T^2 C (attention's score and context loops), B T^2 H (its
+ * softmax), BTV (the loss over the vocabulary), W (the 16-bit kernels widen their weights to fp32
+ * at every call). */
+typedef enum { HWCPU_BTC, HWCPU_BTTC, HWCPU_BTTH, HWCPU_BTV, HWCPU_W, HWCPU_TERMS } HwCpuTerm;
 
 /* The kernels' two flavours: fp32 (kernels/gpt_cpu.c) and 16-bit (gpt16_cpu.c, bf16 and fp16). */
 enum { HWCPU_FP32, HWCPU_16BIT, HWCPU_FLAVOURS };

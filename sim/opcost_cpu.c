@@ -93,24 +93,24 @@ static double unit_gemms_s(const Plan *p, const HwCpuLevel *l, int u, int bwd)
 	return s;
 }
 
+/* Elements of the unit's working parameters: its own, and the tied head's token embedding. */
+static double unit_elems(const Plan *p, int u)
+{
+	double own = (double)p->units[u].params;
+	return unit_kind(p, u) == UNIT_HEAD ? own + (double)model_tied_elems(&p->sc->model) : own;
+}
+
 /* The kernel call's non-GEMM time: its terms (hwcpu.h) at this shape. */
 static double unit_kernel_s(const Plan *p, const HwCpuLevel *l, int u, int bwd)
 {
 	const ModelSpec *m = &p->sc->model;
 	double B = (double)p->sc->ds.micro_batch, T = (double)p->sc->seq, C = (double)m->h;
 	double terms[HWCPU_TERMS] = {B * T * C, B * T * T * C, B * T * T * (double)m->a,
-				     B * T * (double)m->V};
+				     B * T * (double)m->V, unit_elems(p, u)};
 	static const HwCpuKernel kinds[3][2] = {{HWCPU_EMBED_FWD, HWCPU_EMBED_BWD},
 						{HWCPU_BLOCK_FWD, HWCPU_BLOCK_BWD},
 						{HWCPU_HEAD_FWD, HWCPU_HEAD_BWD}};
 	return hwcpu_kernel_s(l, flavour_of(p), kinds[unit_kind(p, u)][bwd], terms);
-}
-
-/* Elements of the unit's working parameters: its own, and the tied head's token embedding. */
-static double unit_elems(const Plan *p, int u)
-{
-	double own = (double)p->units[u].params;
-	return unit_kind(p, u) == UNIT_HEAD ? own + (double)model_tied_elems(&p->sc->model) : own;
 }
 
 /* The runner around a unit's kernel: its working parameters copied in (load_params); after a
