@@ -139,9 +139,11 @@ run: $(BIN)
 # tenth of it: points/s and peak memory side by side show the rate and that memory does not grow
 # with the number of points. The tenth's stride splits the groups of points that share a result
 # (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point. Then how
-# fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s). Last, the CPU
-# executor's tokens/s training GPT-2 124M in fp32 (B 4, T 64) at 1 and 2 threads, beside llm.c's
-# CPU trainer when LLMC names a directory where its train_gpt2 is built (scripts/bench_llmc.sh).
+# fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s); the CPU
+# executor's step time predicted against measured at 1, 2 and 4 ranks (scripts/bench_cpu_time.sh:
+# it calibrates results/cpu-profile.json first when there is none). Last, the CPU executor's
+# tokens/s training GPT-2 124M in fp32 (B 4, T 64) at 1 and 2 threads, beside llm.c's CPU trainer
+# when LLMC names a directory where its train_gpt2 is built (scripts/bench_llmc.sh).
 LLMC ?=
 bench: $(BIN)
 	@echo "== sweep, 1 thread, 110,592 points (shard 0/10: every tenth point)"
@@ -152,6 +154,8 @@ bench: $(BIN)
 	@echo "# target (issue 4): 50,000 points/s per core; a widely used Python model: about 220"
 	@echo "== JSON input: a scenario carrying a 100,000-key object, loaded (parse, duplicate keys)"
 	@PX_BIN=$(BIN) sh scripts/bench_jdoc.sh 100000
+	@echo "== the CPU executor's step time, predicted from this machine's CPU profile against measured"
+	@PX_BIN=$(BIN) sh scripts/bench_cpu_time.sh
 	@echo "== executor: GPT-2 124M fp32 training, B 4 x T 64, tokens/s at 1 and 2 threads"
 	@PX_BIN=$(BIN) sh scripts/bench_llmc.sh $(LLMC)
 

@@ -16,7 +16,9 @@ typedef struct CalibOpts {
 	const char *out, *gpu; /* gpu: a catalog name, or NULL (from the device) */
 	const char *backend;   /* "cuda", "cpu" */
 	const char *comm;      /* "auto", "nccl", "mpi" */
-	const char *link;      /* --link: "nvlink", "network" (cpu only) */
+	const char *link;      /* --link: "nvlink", "network" (cpu with --gpu only) */
+	const char *part;      /* --part FILE: a CPU level's ranks write their level there */
+	int cpu_profile;       /* --backend cpu without --gpu: this machine's CPU profile */
 	int fp32, quick, ranks, coll_only, hang_rank;
 	double deadline;
 } CalibOpts;

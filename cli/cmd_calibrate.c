@@ -16,14 +16,17 @@
 #include "../engine/cluster.h"
 #include "../sim/hwprofile.h"
 #include "calib_coll.h"
+#include "calib_cpu.h"
 #include "calib_gpu.h"
 #include "commands.h"
 #include "launch.h"
+#include "paths.h"
 
 static const char USAGE[] =
 	"usage: parallax calibrate --out FILE [--gpu NAME] [--dtype bf16|fp32] [--quick]\n"
 	"                          [--ranks N] [--comm auto|nccl|mpi] [--collectives-only]\n"
 	"                          [--backend cuda|cpu [--link nvlink|network]] [--deadline S]\n"
+	"       parallax calibrate --backend cpu [--ranks N] [--quick] [--out FILE]\n"
 	"\n"
 	"Measure this machine's first CUDA GPU and write a hardware profile for the simulator:\n"
 	"matrix-product efficiency at 512^3 to 8192^3, device-to-device and pinned\n"
@@ -37,6 +40,18 @@ static const char USAGE[] =
 	"catalog GPU's defaults. Use it with `parallax predict --hw FILE` or `parallax run --hw\n"
 	"FILE`. Rank 0 writes the file, whole or not at all.\n"
 	"\n"
+	"With --backend cpu (and no --gpu): measure this machine for the CPU executor and write\n"
+	"its CPU profile, by default where the CPU scenarios' step time is priced from without\n"
+	"--hw ($PARALLAX_CPU_PROFILE, else results/cpu-profile.json where ./results exists, else\n"
+	"~/.local/share/parallax/cpu-profile.json). For 1, 2, 4, ... up to N ranks (--ranks N;\n"
+	"default 1), that many ranks measure at once: OpenBLAS sgemm over a grid of shapes, the\n"
+	"executor's unit kernels (their time less their products, fitted per element), its\n"
+	"storage and optimizer loops, memmove and memset bandwidth, and the MPI collectives by\n"
+	"size. `parallax predict` and `parallax run --backend cpu` then print the predicted step\n"
+	"time of a CPU scenario on as many ranks as were measured. Calibrate with --ranks as\n"
+	"large as the runs to be predicted; it takes about a minute per level on an idle\n"
+	"machine (--quick: seconds, coarser).\n"
+	"\n"
 	"  --out FILE         the profile to write (JSON)\n"
 	"  --gpu NAME         the catalog GPU it describes (parallax gpus); default: from the\n"
 	"                     device's name (H100 SXM/PCIe, H200, A100 40/80GB, V100)\n"
@@ -45,19 +60,23 @@ static const char USAGE[] =
 	"                     computes in for bf16 scenarios) or fp32 (for fp32 scenarios: the\n"
 	"                     executor computes in the parameters' dtype)\n"
 	"  --quick            matrix products up to 4096^3, collectives up to 4 MiB, fewer\n"
-	"                     repetitions\n"
+	"                     repetitions (--backend cpu: a smaller grid and shorter timings)\n"
 	"  --ranks N          start N ranks with mpirun (default 1); under mpirun or srun the\n"
-	"                     launcher's ranks are used\n"
+	"                     launcher's ranks are used (--backend cpu: they measure one level)\n"
 	"  --comm MODE        between GPUs: nccl (a GPU per rank), mpi (staged through host\n"
 	"                     memory), or auto (default: nccl when every rank has its own GPU)\n"
 	"  --collectives-only measure the collectives only (2 or more ranks)\n"
-	"  --backend cpu      collectives only, MPI between host buffers, no GPU needed: tests the\n"
-	"                     calibration on CPUs; needs --gpu (whose peak divides) and writes the\n"
-	"                     --link section (default network) labelled as host MPI\n"
+	"  --backend cpu      without --gpu: the CPU profile above; with --gpu NAME: collectives\n"
+	"                     only, MPI between host buffers, no GPU needed, written as the\n"
+	"                     --link section (default network) of NAME's profile, labelled as\n"
+	"                     host MPI (tests the GPU calibration on CPUs; 2 or more ranks)\n"
 	"  --deadline S       stop the whole job when a collective takes longer (default 60)\n"
 	"  --inject-hang R    fault injection for testing: rank R stops before the collectives\n"
+	"  --part FILE        internal (--backend cpu): the ranks of one level write it there for\n"
+	"                     the calibrate that started them\n"
 	"  -h, --help         this help\n"
-	"Exit status: 0 written, 1 no device or a failure while measuring, 2 bad usage.\n";
+	"Exit status: 0 written, 1 no device or a failure while measuring, 2 bad usage, 124 a\n"
+	"rank hung.\n";
 
 /* ---- the file ---- */
 
@@ -99,8 +118,10 @@ int calib_write_profile(const char *path, const cJSON *j, PxError *err)
 	}
 	if (hwprofile_load(tmp, &check, err) || rename(tmp, path)) {
 		unlink(tmp);
+		hwprofile_free(&check);
 		return err->code ? -1 : px_fail(err, PX_ERR_RUNTIME, "%s: cannot rename", tmp);
 	}
+	hwprofile_free(&check);
 	return 0;
 }
 
@@ -174,6 +195,7 @@ static int parse_opts(int argc, char **argv, CalibOpts *o)
 		{"backend", required_argument, 0, 'b'}, {"link", required_argument, 0, 'l'},
 		{"deadline", required_argument, 0, 't'}, {"inject-hang", required_argument, 0, 'H'},
 		{"collectives-only", no_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
+		{"part", required_argument, 0, 'P'},
 		{0, 0, 0, 0},
 	};
 	char *end;
@@ -184,6 +206,7 @@ static int parse_opts(int argc, char **argv, CalibOpts *o)
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'o': o->out = optarg; break;
+		case 'P': o->part = optarg; break;
 		case 'g': o->gpu = optarg; break;
 		case 'q': o->quick = 1; break;
 		case 'C': o->coll_only = 1; break;
@@ -226,6 +249,18 @@ static int parse_opts(int argc, char **argv, CalibOpts *o)
 		default: fputs(USAGE, stderr); return 2;
 		}
 	}
+	int cpu = !strcmp(o->backend, "cpu");
+	o->cpu_profile = cpu && !o->gpu;
+	if (o->cpu_profile && !o->out) { /* this machine's profile, where predict looks for it */
+		static char dflt[4096];
+		PxError err;
+		int rc = paths_cpu_profile(dflt, sizeof(dflt), 1, &err);
+		if (rc < 0) {
+			fprintf(stderr, "parallax calibrate: %s\n", err.msg);
+			return 1;
+		}
+		o->out = rc == 0 ? dflt : NULL;
+	}
 	if (!o->out || optind != argc) {
 		fprintf(stderr, "parallax calibrate: expected --out FILE and no other arguments\n%s",
 			USAGE);
@@ -236,14 +271,17 @@ static int parse_opts(int argc, char **argv, CalibOpts *o)
 			"them)\n", o->gpu);
 		return 2;
 	}
-	int cpu = !strcmp(o->backend, "cpu");
 	if (o->link && !cpu)
 		return usage_error("--link", o->link, "--backend cpu with it (on GPUs the link "
 				   "follows the ranks: nvlink on one node, network across nodes)");
-	if (cpu && !o->gpu)
-		return usage_error("--backend cpu", NULL, "--gpu NAME too: the catalog GPU whose "
-				   "link peak the measured bandwidth divides");
-	o->coll_only |= cpu;
+	if (o->link && o->cpu_profile)
+		return usage_error("--link", o->link, "--gpu NAME with it (--backend cpu alone "
+				   "measures this machine's CPU profile, which has no link)");
+	if (o->cpu_profile && (o->coll_only || o->fp32 || strcmp(o->comm, "auto")))
+		return usage_error("--backend cpu", NULL, "no --collectives-only, --dtype or --comm "
+				   "without --gpu (the CPU profile measures both kernel flavours over "
+				   "MPI)");
+	o->coll_only |= cpu && !o->cpu_profile;
 	if (!o->link)
 		o->link = "network";
 	return -1;
@@ -258,6 +296,12 @@ int cmd_calibrate(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	int launched = comm_env_probe(&env);
+	if (o.cpu_profile) {
+		rc = calib_cpu_main(&o, &env, launched, &err);
+		if (rc && err.msg[0])
+			fprintf(stderr, "parallax calibrate: rank %d: %s\n", env.rank, err.msg);
+		return rc < 0 ? (err.code == PX_ERR_INPUT ? 2 : 1) : rc;
+	}
 	if (o.coll_only && (launched ? env.size : o.ranks) < 2)
 		return usage_error(!strcmp(o.backend, "cpu") ? "--backend cpu" : "--collectives-only",
 				   NULL, "2 or more ranks (--ranks N): collectives need them");

@@ -9,6 +9,7 @@
 
 #include "../db/db.h"
 #include "commands.h"
+#include "hwload.h"
 #include "paths.h"
 #include "report.h"
 #include "store.h"
@@ -38,7 +39,12 @@ static const char USAGE[] =
 	"  --hw FILE        price the step time with this hardware profile (JSON, as in\n"
 	"                   scenarios/hardware/ or written by parallax calibrate) instead of the\n"
 	"                   GPU's built-in one; its CUDA runtime memory, where it gives it, too;\n"
-	"                   a profile of another GPU than the scenario's is warned about\n"
+	"                   a profile of another GPU than the scenario's is warned about. A\n"
+	"                   backend \"cpu\" scenario takes a CPU profile (parallax calibrate\n"
+	"                   --backend cpu); without --hw, this machine's: $PARALLAX_CPU_PROFILE,\n"
+	"                   else results/cpu-profile.json where ./results exists, else\n"
+	"                   ~/.local/share/parallax/cpu-profile.json (none there: the step time\n"
+	"                   is not priced, and the note says where it looked)\n"
 	"  -h, --help       this help\n"
 	"\n"
 	"With one scenario the full report is printed; with several, one line each. A scenario\n"
@@ -231,7 +237,8 @@ static int predict_each(const PredictOpts *o, char **paths, int n)
 			if (o->hw)
 				hwprofile_apply_memory(&hw, &sc.cluster);
 			predicted = !predict_run(&sc, &pr, &err);
-			ok = predicted && !(o->hw && predict_time(&pr, &hw, o->hw, &err));
+			ok = predicted && !(o->hw ? predict_time(&pr, &hw, o->hw, &err) :
+					    hwload_cpu_default(&pr, &sc.notes, &err));
 		}
 		if (ok) {
 			report_summary_line(stdout, &sc, &pr);
@@ -246,6 +253,8 @@ static int predict_each(const PredictOpts *o, char **paths, int n)
 			scenario_free(&sc);
 		if (!ok && err.code != PX_ERR_INPUT) {
 			fprintf(stderr, "parallax predict: %s\n", err.msg);
+			if (o->hw)
+				hwprofile_free(&hw);
 			return 1;
 		}
 		if (!ok) {
@@ -255,7 +264,34 @@ static int predict_each(const PredictOpts *o, char **paths, int n)
 		}
 	}
 	printf("# %d scenarios: %d priced, %d refused\n", n, n - refused, refused);
+	if (o->hw)
+		hwprofile_free(&hw);
 	return refused ? 2 : 0;
+}
+
+/* The item's scenario, predicted and priced with the profile at path: its warnings (another GPU's,
+ * another machine's) in the scenario's notes, its CUDA runtime memory in the cluster. 0, or the
+ * exit status with err. */
+static int predict_with_hw(const char *path, Item *it, PxError *err)
+{
+	HwProfile hw;
+	char warn[1024];
+	int rc = 0;
+	if (hwprofile_load(path, &hw, err))
+		return err->code ? err->code : 1;
+	if ((hwprofile_gpu_mismatch(&hw, path, &it->sc.cluster.gpu, warn, sizeof(warn)) ||
+	     hwload_cpu_mismatch(&hw, path, warn, sizeof(warn))) &&
+	    px_notes_warn(&it->sc.notes, "%s", warn))
+		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (!rc) /* a calibrated profile's CUDA runtime memory */
+		hwprofile_apply_memory(&hw, &it->sc.cluster);
+	if (!rc && predict_run(&it->sc, &it->pr, err))
+		rc = -1;
+	it->predicted = !rc;
+	if (!rc && predict_time(&it->pr, &hw, path, err))
+		rc = -1;
+	hwprofile_free(&hw);
+	return rc ? (err->code ? err->code : 1) : 0;
 }
 
 int cmd_predict(int argc, char **argv)
@@ -290,26 +326,19 @@ int cmd_predict(int argc, char **argv)
 			break;
 		}
 		items[i].loaded = 1;
-		HwProfile hw;
-		if (o.hw && hwprofile_load(o.hw, &hw, &err)) {
-			rc = err.code ? err.code : 1;
-			break;
+		if (o.hw) {
+			rc = predict_with_hw(o.hw, &items[i], &err);
+			if (rc)
+				break;
+			continue;
 		}
-		char warn[1024];
-		if (o.hw && hwprofile_gpu_mismatch(&hw, o.hw, &items[i].sc.cluster.gpu, warn,
-						   sizeof(warn)) &&
-		    px_notes_warn(&items[i].sc.notes, "%s", warn)) {
-			rc = px_fail(&err, PX_ERR_RUNTIME, "out of memory");
-			break;
-		}
-		if (o.hw) /* a calibrated profile's CUDA runtime memory */
-			hwprofile_apply_memory(&hw, &items[i].sc.cluster);
 		if (predict_run(&items[i].sc, &items[i].pr, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}
 		items[i].predicted = 1;
-		if (o.hw && predict_time(&items[i].pr, &hw, o.hw, &err)) {
+		/* a CPU scenario: this machine's CPU profile, where calibrate put it */
+		if (hwload_cpu_default(&items[i].pr, &items[i].sc.notes, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}

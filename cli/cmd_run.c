@@ -18,6 +18,7 @@
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
+#include "hwload.h"
 #include "launch.h"
 #include "run_ckpt.h"
 #include "run_gpu.h"
@@ -49,7 +50,12 @@ static const char USAGE[] =
 	"                      round-robin when there are fewer); the scenario runs as backend cuda\n"
 	"  --hw FILE           predict with this hardware profile (parallax calibrate's): its CUDA\n"
 	"                      runtime memory and its step-time figures (warned about when it\n"
-	"                      was measured on another GPU than the scenario's)\n"
+	"                      was measured on another GPU than the scenario's). Backend cpu: a\n"
+	"                      CPU profile (parallax calibrate --backend cpu) prices the step,\n"
+	"                      by default this machine's ($PARALLAX_CPU_PROFILE, else\n"
+	"                      results/cpu-profile.json or ~/.local/share/parallax/); with one,\n"
+	"                      the run prints its measured step (the mean of the steps after the\n"
+	"                      first) beside the predicted one\n"
 	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
 	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
 	"                      auto (default: nccl when every rank has its own GPU)\n"
@@ -492,19 +498,28 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 }
 
 /* Measured throughput beside the prediction: the same model FLOPs a step (the plan's, counted
- * as the time model counts them), so MFU scales with the step time. */
+ * as the time model counts them), so MFU scales with the step time. The measured step is the
+ * mean of the steps after the first (its warm-up: first touches of memory, the BLAS's threads
+ * starting) when there are more than one. */
 static void print_speed(const Prediction *pr, const RunMarks *clk)
 {
+	char how[96];
 	double step_s = clock_step_s(clk);
-	if (clk->steps > 1)
-		printf("# step time: %.4f s, the mean of steps 2-%ld (the first, %.4f s, is the "
-		       "warm-up and left out)\n", step_s, clk->steps, clk->first_s);
-	else
-		printf("# step time: %.4f s, one step only: the warm-up is in it\n", step_s);
-	if (!pr->time_known || !(step_s > 0))
+	if (!(step_s > 0))
 		return;
+	if (clk->steps > 1)
+		snprintf(how, sizeof(how), "the mean of steps 2-%ld; the first, %.4f s, the warm-up, "
+			 "left out", clk->steps, clk->first_s);
+	else
+		snprintf(how, sizeof(how), "one step, its warm-up included");
+	if (!pr->time_known) { /* the prediction's note is stored with it: compare shows it */
+		printf("# step time: %.4f s (%s)\n", step_s, how);
+		return;
+	}
 	const TimeResult *t = &pr->time;
 	double ratio = t->step_s / step_s; /* measured rate over predicted */
+	printf("# step time: measured %.4f s (%s), predicted %.4f s (%+.1f%%; profile %s)\n", step_s,
+	       how, t->step_s, (t->step_s - step_s) / step_s * 100, pr->hw_source);
 	printf("# speed: measured %.4f s a step, %.0f tokens/s, %.3g TFLOP/s per GPU of model FLOPs, "
 	       "MFU %.4f; predicted %.4f s, %.0f tokens/s, MFU %.4f\n", step_s,
 	       t->tokens_per_s * ratio, t->tflops_per_gpu * ratio, t->mfu * ratio, t->step_s,
@@ -598,23 +613,42 @@ static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxEr
 {
 	if (scenario_load(sc, o->scenario, &o->ov, err))
 		return -1;
-	HwProfile hw;
+	HwProfile hw = {0};
 	char warn[1024];
 	if (o->hw && hwprofile_load(o->hw, &hw, err))
 		goto out_scenario;
-	if (o->hw && speak && hwprofile_gpu_mismatch(&hw, o->hw, &sc->cluster.gpu, warn,
-						     sizeof(warn)))
+	if (o->hw && speak && (hwprofile_gpu_mismatch(&hw, o->hw, &sc->cluster.gpu, warn,
+						      sizeof(warn)) ||
+			       hwload_cpu_mismatch(&hw, o->hw, warn, sizeof(warn))))
 		fprintf(stderr, "parallax run: %s\n", warn);
 	if (o->hw)
 		hwprofile_apply_memory(&hw, &sc->cluster);
 	if (predict_run(sc, pr, err))
 		goto out_scenario;
-	if (o->hw && sc->backend == BACKEND_CUDA && predict_time(pr, &hw, o->hw, err)) {
+	/* the step time: a CUDA run's with --hw; a CPU run's with a CPU profile, --hw's or this
+	 * machine's (a GPU's profile gives a CPU run its memory figures only) */
+	int cpu = sc->backend == BACKEND_CPU, rc = 0;
+	PxNotes said;
+	px_notes_init(&said);
+	if (o->hw && (!cpu || hw.cpu))
+		rc = predict_time(pr, &hw, o->hw, err);
+	else if (!o->hw && cpu)
+		rc = hwload_cpu_default(pr, &said, err);
+	else if (cpu)
+		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: %.700s is a GPU's "
+			 "profile; the CPU executor's step time needs a CPU profile (`parallax "
+			 "calibrate --backend cpu`)", o->hw);
+	for (int k = 0; speak && k < said.n_warnings; k++)
+		fprintf(stderr, "parallax run: %s\n", said.warnings[k]);
+	px_notes_free(&said);
+	if (rc) {
 		predict_free(pr);
 		goto out_scenario;
 	}
+	hwprofile_free(&hw);
 	return 0;
 out_scenario:
+	hwprofile_free(&hw);
 	scenario_free(sc);
 	return -1;
 }
@@ -845,7 +879,10 @@ static int run_guard(RunOpts *o, int ranks_here, int speak)
 	}
 	if (!speak)
 		goto out;
-	if (sc.backend == BACKEND_CPU) {
+	if (pr.time_known) {
+		est_s = pr.time.step_s;
+		snprintf(how, sizeof(how), "the time model with the %.256s profile", pr.hw_source);
+	} else if (sc.backend == BACKEND_CPU) {
 		/* the MLP's first product, the model's largest; the ranks share the machine's
 		 * cores, which the probe had all of */
 		int tokens = (int)(pr.plan.shape.b * pr.plan.shape.s), h = (int)sc.model.h;
@@ -855,9 +892,6 @@ static int run_guard(RunOpts *o, int ranks_here, int speak)
 			 "rate for the model's matrix products, %.3g GFLOP/s measured just now; the "
 			 "rest of the executor's work comes on top", ranks_here,
 			 ranks_here == 1 ? "" : "s", rate / 1e9);
-	} else if (pr.time_known) {
-		est_s = pr.time.step_s;
-		snprintf(how, sizeof(how), "the time model with the %.256s profile", pr.hw_source);
 	} else {
 		snprintf(how, sizeof(how), "%s", pr.time_note);
 	}

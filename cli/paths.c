@@ -170,3 +170,18 @@ int paths_default_db(char *buf, size_t n, int create, PxError *err)
 	snprintf(buf, n, "%s/parallax.db", dir);
 	return 0;
 }
+
+int paths_cpu_profile(char *buf, size_t n, int create, PxError *err)
+{
+	const char *env = getenv("PARALLAX_CPU_PROFILE");
+	buf[0] = '\0';
+	if (env) {
+		snprintf(buf, n, "%s", env);
+		return *env ? 0 : 1;
+	}
+	char dir[PATH_MAX];
+	if (paths_results_dir(dir, sizeof(dir), create, err))
+		return -1;
+	snprintf(buf, n, "%s/cpu-profile.json", dir);
+	return 0;
+}

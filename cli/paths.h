@@ -30,4 +30,10 @@ int paths_results_dir(char *buf, size_t n, int create, PxError *err);
  * paths_results_dir()/parallax.db. */
 int paths_default_db(char *buf, size_t n, int create, PxError *err);
 
+/* This machine's CPU hardware profile: where `parallax calibrate --backend cpu` writes it and
+ * where a backend "cpu" scenario's step time is priced from without --hw:
+ * $PARALLAX_CPU_PROFILE, else paths_results_dir()/cpu-profile.json. Returns 0 with the path in
+ * buf, 1 when PARALLAX_CPU_PROFILE is set but empty (no default profile: buf ""), -1 on error. */
+int paths_cpu_profile(char *buf, size_t n, int create, PxError *err);
+
 #endif

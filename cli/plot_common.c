@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hwload.h"
 #include "paths.h"
 #include "plot.h"
 
@@ -122,14 +123,21 @@ int plot_predict(const char *path, const JsonOverrides *base, const char *const 
 		HwProfile prof;
 		char warn[1024];
 		if (hwprofile_load(hw, &prof, err) || predict_time(pr, &prof, hw, err)) {
+			hwprofile_free(&prof);
 			predict_free(pr);
 			scenario_free(sc);
 			goto out;
 		}
 		/* once per scenario as given: scaling's points (extra) differ only in node count */
-		if (n_extra == 0 && hwprofile_gpu_mismatch(&prof, hw, &sc->cluster.gpu, warn,
-							   sizeof(warn)))
+		if (n_extra == 0 && (hwprofile_gpu_mismatch(&prof, hw, &sc->cluster.gpu, warn,
+							    sizeof(warn)) ||
+				     hwload_cpu_mismatch(&prof, hw, warn, sizeof(warn))))
 			fprintf(stderr, "parallax plot: %s\n", warn);
+		hwprofile_free(&prof);
+	} else if (hwload_cpu_default(pr, NULL, err)) { /* a CPU scenario: this machine's */
+		predict_free(pr);
+		scenario_free(sc);
+		goto out;
 	}
 	rc = 0;
 out:

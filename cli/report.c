@@ -115,13 +115,20 @@ static void time_table(FILE *f, const Scenario *sc, const Prediction *pr)
 				100 * b->comm_s[g] / t->step_s);
 		}
 	fprintf(f, "%-26s %12.4f %7.1f%%\n", "step", t->step_s, 100.0);
+	if (sc->backend == BACKEND_CPU) { /* a rank is a process on this machine's cores */
+		fprintf(f, "# %.0f tokens/s; %.2f GFLOP/s per rank of model FLOPs, %.3f of the "
+			"profile's best sgemm rate (%.1f GFLOP/s with the ranks running at once)\n",
+			t->tokens_per_s, t->tflops_per_gpu * 1e3, t->mfu, t->peak_flops_per_gpu / 1e9);
+		fprintf(f, "# the CPU executor's time model, its assumptions and known error: "
+			"docs/time_model.md, \"The CPU executor\"\n");
+		return;
+	}
 	double secs, gpu_h, tokens = 300e9;
 	timeline_train_cost(t, tokens, pr->plan.world, &secs, &gpu_h);
 	fprintf(f, "# %.0f tokens/s; %.1f TFLOP/s per GPU of model FLOPs (%.1f with recompute), MFU "
 		"%.3f; 300B tokens: %.1f days, %.3g GPU-hours\n", t->tokens_per_s, t->tflops_per_gpu,
 		t->hw_tflops_per_gpu, t->mfu, secs / 86400, gpu_h);
 	fprintf(f, "# the time model's assumptions and known error: docs/time_model.md\n");
-	(void)sc;
 }
 
 static void echo_notes(FILE *f, const Scenario *sc)

@@ -11,7 +11,8 @@
 #
 # The command runs with sh from the repository's root, `parallax` being the release binary
 # (PARALLAX_BIN, else build/rel/parallax), with a private results database (PARALLAX_DB) in a
-# temporary folder that is removed afterwards, so examples never touch results/parallax.db.
+# temporary folder that is removed afterwards, so examples never touch results/parallax.db, and
+# no CPU profile (PARALLAX_CPU_PROFILE empty), so a machine's calibration changes none of them.
 # Output that depends on the machine (timings, rates) is named by a mask:
 #
 #     <!-- example mask='ms|tokens/s|points/s': parallax run ... -->
@@ -73,8 +74,9 @@ while IFS= read -r line || [ -n "$line" ]; do
 		exit 1 ;;
 	esac
 	printf '%s\n' "$fence" >> "$new"
+	# no machine's CPU profile (results/cpu-profile.json): the examples are the same everywhere
 	if ! (cd "$root" && PATH="$work/bin:$PATH" PARALLAX_DB="$work/examples.db" \
-		sh -c "$cmd" < /dev/null) > "$work/out.$n" 2> "$work/err.$n"; then
+		PARALLAX_CPU_PROFILE= sh -c "$cmd" < /dev/null) > "$work/out.$n" 2> "$work/err.$n"; then
 		echo "readme_examples: example $n failed: $cmd" >&2
 		sed 's/^/  /' "$work/err.$n" >&2
 		exit 1

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -413,10 +414,43 @@ static int unknown_gpu(const JsonObj *root, const char *name, PxError *err)
 	return fail_at(root, "gpu", -1, NULL, err, "one of %s, got \"%s\"", list, name);
 }
 
+/* A CPU profile: "cpu" and comments only (a machine's executor rates have nothing to take from,
+ * or give to, a GPU's profile). */
+static int parse_cpu(const JsonObj *root, HwProfile *hw, PxError *err)
+{
+	JsonObj cpu;
+	const cJSON *m;
+	cJSON_ArrayForEach(m, root->obj)
+		if (m->string[0] != '_' && strcmp(m->string, "cpu"))
+			return fail_at(root, m->string, -1, NULL, err, "no '%s' beside \"cpu\" (a CPU "
+				       "profile describes a machine's CPU executor, not a GPU)",
+				       m->string);
+	if (jobj_child(root, "cpu", &cpu, err) <= 0)
+		return err->code ? -1 : px_fail(err, PX_ERR_INPUT, "%s: cpu: expected an object",
+						root->doc->path);
+	snprintf(hw->gpu, sizeof(hw->gpu), "cpu");
+	hw->cpu = malloc(sizeof(*hw->cpu));
+	if (!hw->cpu)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (hwcpu_parse(&cpu, hw->cpu, err)) {
+		hwprofile_free(hw);
+		return -1;
+	}
+	return 0;
+}
+
+void hwprofile_free(HwProfile *hw)
+{
+	if (!hw)
+		return;
+	free(hw->cpu);
+	hw->cpu = NULL;
+}
+
 int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err)
 {
 	static const char *const top[] = {"gpu", "compute", "nvlink", "network", "host", "memory",
-					  NULL};
+					  "cpu", NULL};
 	JsonObj root, sec[5];
 	const char *gpu = NULL;
 
@@ -425,7 +459,11 @@ int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object (a hardware profile)",
 			       d->path);
 	jobj_make(&root, d, d->root, "", "", NULL);
-	if (check_keys(&root, top, err) || jobj_str(&root, "gpu", NULL, &gpu, err) < 0)
+	if (check_keys(&root, top, err))
+		return -1;
+	if (cJSON_GetObjectItemCaseSensitive(d->root, "cpu"))
+		return parse_cpu(&root, hw, err);
+	if (jobj_str(&root, "gpu", NULL, &gpu, err) < 0)
 		return -1;
 	if (gpu) {
 		const HwProfile *base = find_default(gpu);
@@ -460,6 +498,7 @@ int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err)
 int hwprofile_load(const char *path, HwProfile *hw, PxError *err)
 {
 	JsonDoc d = {0};
+	memset(hw, 0, sizeof(*hw)); /* hwprofile_free may follow a failure */
 	if (jdoc_load_file(&d, path, err))
 		return -1;
 	int rc = hwprofile_parse(&d, hw, err);
@@ -484,7 +523,7 @@ int hwprofile_gpu_mismatch(const HwProfile *hw, const char *path, const GpuSpec 
 			   size_t n)
 {
 	const char *want = gpu && gpu->name ? gpu->name : "unknown";
-	if (!strcmp(hw->gpu, "custom") || !strcasecmp(hw->gpu, want))
+	if (hw->cpu || !strcmp(hw->gpu, "custom") || !strcasecmp(hw->gpu, want))
 		return 0;
 	snprintf(msg, n, "%s: warning: --hw profile measured on %s, but the scenario's GPU is %s: the "
 		 "step time mixes the %s's efficiencies with the %s's peaks (give a profile of the "
@@ -506,6 +545,10 @@ int hwprofile_equal(const HwProfile *a, const HwProfile *b, char *what, size_t n
 {
 	if (strcmp(a->gpu, b->gpu)) {
 		snprintf(what, n, "gpu");
+		return 0;
+	}
+	if (!a->cpu != !b->cpu || (a->cpu && memcmp(a->cpu, b->cpu, sizeof(*a->cpu)))) {
+		snprintf(what, n, "cpu");
 		return 0;
 	}
 	for (int i = 0; i < N_FIELDS; i++) {

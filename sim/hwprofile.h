@@ -1,8 +1,9 @@
 /* hwprofile: how fast a GPU, its links and its host run in practice, as fractions of the peaks in
  * the cluster's GpuSpec (engine/cluster.h) plus latencies: GEMM efficiency by work size, HBM,
- * NVLink and network efficiency by message size, PCIe, NVMe and CPU Adam throughput. Owns reading
- * a profile from JSON and the built-in defaults, one per catalog GPU, each equal to its bundled
- * file scenarios/hardware/<gpu>.json. Peaks and topology stay in the cluster; timing a schedule is
+ * NVLink and network efficiency by message size, PCIe, NVMe and CPU Adam throughput; or, for the
+ * CPU executor, a machine's own measured rates (a "cpu" section, hwcpu.h). Owns reading a profile
+ * from JSON and the built-in defaults, one per catalog GPU, each equal to its bundled file
+ * scenarios/hardware/<gpu>.json. Peaks and topology stay in the cluster; timing a schedule is
  * timeline.c's. Sources and formulas: docs/time_model.md. */
 #ifndef PX_SIM_HWPROFILE_H
 #define PX_SIM_HWPROFILE_H
@@ -11,6 +12,7 @@
 
 #include "../engine/cluster.h"
 #include "../engine/jdoc.h"
+#include "hwcpu.h"
 
 #define HW_CURVE_MAX 16
 
@@ -60,6 +62,10 @@ typedef struct HwProfile {
 	 * (engine/cluster.c's cuda_context_MiB, cublas_workspace_MiB, nccl_buffers_MiB) */
 	double context_MiB, cublas_MiB, nccl_MiB;
 	int from_base;           /* fields a loaded file left to its "gpu"'s default (0: all given) */
+	/* a CPU profile (a file with a "cpu" section and nothing else; gpu reads "cpu" and the GPU
+	 * fields are 0): this machine's rates for the CPU executor; owned by the profile a load
+	 * filled (hwprofile_free), borrowed by copies of it; NULL for a GPU profile */
+	HwCpu *cpu;
 } HwProfile;
 
 /* y at x on the curve (see HwCurve); 0 for an empty curve. */
@@ -72,10 +78,12 @@ int hwprofile_default(const GpuSpec *gpu, HwProfile *hw);
 
 /* Read a profile. Keys starting with '_' are comments (the bundled files cite a source for each
  * figure in "_<key>"); every other key must be known. With "gpu" naming a catalog GPU, absent
- * fields keep that GPU's default; without it every field is required. Errors (PX_ERR_INPUT) name
- * FILE:LINE:COL, the key and what was expected. */
+ * fields keep that GPU's default; without it every field is required, unless the file is a CPU
+ * profile ("cpu" and nothing else). Errors (PX_ERR_INPUT) name FILE:LINE:COL, the key and what was
+ * expected. A loaded profile is released with hwprofile_free (nothing is held on failure). */
 int hwprofile_load(const char *path, HwProfile *hw, PxError *err);
 int hwprofile_parse(const JsonDoc *d, HwProfile *hw, PxError *err);
+void hwprofile_free(HwProfile *hw); /* its CPU section; accepts a zeroed or freed profile */
 
 /* The profile's measured CUDA runtime memory into the cluster (where the profile gives it), so
  * that a prediction's memory uses the calibration too. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opcost_cpu.h"
 #include "traffic.h"
 
 #define GB 1e9
@@ -142,6 +143,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 	const GpuSpec *g = &p->sc->cluster.gpu;
 	double hbm = hbm_Bps(p, hw);
 
+	if (hw->cpu)
+		return opcost_cpu_compute_s(p, hw, op, stage);
 	if (op->sub == COMP_OPTIMIZER) {
 		if (p->opt_place != PLACE_GPU) /* CPU Adam over this rank's fp32 partition */
 			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
@@ -170,6 +173,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
 	const ClusterSpec *c = &p->sc->cluster;
+	if (hw->cpu)
+		return opcost_cpu_copy_s(p, hw, op);
 	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE) /* the node's drives, shared */
 		return over(op->bytes,
 			    c->gpu.nvme_GBps * GB / (double)c->gpus_per_node * hw->nvme_efficiency);
@@ -240,6 +245,8 @@ double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage
 {
 	if (op->kind != OP_COLL || op->sub == COLL_P2P_RECV)
 		return 0;
+	if (hw->cpu)
+		return opcost_cpu_coll_s(p, hw, op);
 	if (op->sub == COLL_P2P)
 		return p2p_s(p, hw, op, stage, forward);
 	GroupSpan sp = op_span(p, op);

@@ -1,8 +1,8 @@
 /* opcost: how long one op of a schedule takes on a rank: a compute op (its GEMMs against the
  * GPU's peak and the profile's efficiency curve, its memory-bound work against HBM), a collective
  * (latency plus wire bytes over NVLink or the network), a host or NVMe copy; and a cache that
- * prices each distinct op once per replay. When ops run, and what waits for what, is
- * timeline.c's. Formulas and sources: docs/time_model.md. */
+ * prices each distinct op once per replay. A CPU profile's ops are opcost_cpu.c's. When ops run,
+ * and what waits for what, is timeline.c's. Formulas and sources: docs/time_model.md. */
 #ifndef PX_SIM_OPCOST_H
 #define PX_SIM_OPCOST_H
 

@@ -25,9 +25,9 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 {
 	if (predict_memory(sc, pr, err))
 		return -1;
-	if (sc->backend == BACKEND_CPU) { /* the time model prices GPUs, not the CPU executor */
-		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: the time model prices "
-			 "GPUs; the CPU executor's time is measured, not predicted");
+	if (sc->backend == BACKEND_CPU) { /* a machine's CPU profile prices it: predict_time */
+		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: no CPU hardware profile "
+			 "(`parallax calibrate --backend cpu` measures this machine into one)");
 		return 0;
 	}
 	HwProfile hw;
@@ -102,6 +102,7 @@ int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxErro
 		st[s] = &pr->stages[s].sched;
 	timeline_result_free(&pr->time);
 	pr->hw = *hw;
+	pr->hw.cpu = NULL; /* hw's own: the caller's to free (hw_source names the profile) */
 	snprintf(pr->hw_source, sizeof(pr->hw_source), "%s", source);
 	pr->time_known = 0;
 	pr->time_note[0] = '\0';

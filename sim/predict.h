@@ -27,7 +27,8 @@ typedef struct Prediction {
 	int worst;               /* the stage with the highest GPU peak */
 	double gpu_capacity_bytes, cpu_capacity_bytes, nvme_capacity_bytes; /* per rank */
 	int fits;                /* every stage fits */
-	HwProfile hw;            /* the calibration profile the step time was priced with */
+	HwProfile hw;            /* the calibration profile the step time was priced with (without
+				    a CPU profile's section, which stays its owner's) */
 	char hw_source[256];     /* "built-in H100-SXM" or the --hw file */
 	TimeResult time;
 	int time_known;          /* 0 when the profile cannot price this scenario (see time_note) */
@@ -45,9 +46,10 @@ int predict_memory(Scenario *sc, Prediction *pr, PxError *err);
 int predict_fit(Scenario *sc, Prediction *pr, PxError *err);
 void predict_free(Prediction *pr);
 
-/* Price the step time with profile hw (predict_run uses the GPU's built-in default). A scenario
- * the profile cannot price (a dtype the GPU has no peak for) leaves time_known 0 with the reason
- * in time_note; only a runtime failure is an error. */
+/* Price the step time with profile hw (predict_run uses the GPU's built-in default; a backend
+ * "cpu" scenario needs a CPU profile, which the caller finds). A scenario the profile cannot price
+ * (a dtype the GPU has no peak for, a CPU scenario and a GPU profile or a CPU profile without its
+ * ranks) leaves time_known 0 with the reason in time_note; only a runtime failure is an error. */
 int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxError *err);
 
 /* Stage indices ordered by GPU peak, highest first (order has n_stages entries). */

@@ -7,6 +7,7 @@
 #include "../engine/build.h"
 #include "../engine/streams.h"
 #include "opcost.h"
+#include "opcost_cpu.h"
 
 
 /* ---- the replay: state ---- */
@@ -241,12 +242,29 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 		ss->opt_done = 1;
 }
 
+/* The CPU executor's allocations come zeroed: their time is charged to the compute in progress
+ * (forward, backward, ... as the latest compute op). */
+static void run_cpu_alloc(Sim *sim, StageSim *ss, const Op *op)
+{
+	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
+	double dur = opcost_cpu_alloc_s(sim->p, sim->hw, op);
+	ss->t += dur;
+	ss->c.acc[charge[ss->last_comp < N_COMPS ? ss->last_comp : COMP_FWD]] += dur;
+}
+
 /* Copies run on their stream from the moment they are issued; data leaving the GPU (and data a
  * unit-less copy carries, such as updated parameters) waits for the op that produced it. */
 static void run_copy(Sim *sim, StageSim *ss, const Op *op)
 {
 	int in = op->sub == COPY_H2D || op->sub == COPY_NVME_READ;
 	Stream *s = &ss->st[in ? ST_IN : ST_OUT];
+	if (sim->hw->cpu) { /* the CPU executor's copies are conversions on its one thread */
+		double dur = opcost_copy_s(sim->p, sim->hw, op);
+		ss->t += dur;
+		ss->c.acc[A_OFFLOAD] += dur;
+		ss->last_end = ss->t;
+		return;
+	}
 	double start = fmax(ss->t, s->free_s);
 	if (!in || op->unit < 0)
 		start = fmax(start, ss->last_end);
@@ -371,7 +389,9 @@ static int run_coll(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *
 
 	int fwd = ss->last_comp == COMP_FWD;
 	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, fwd);
-	if (sched_coll_overlaps(k)) { /* on its own stream, from the moment it is issued */
+	/* on a stream of its own from the moment it is issued; not on the CPU executor, where MPI
+	 * moves a started collective's bytes only inside MPI calls on the one thread (its wait) */
+	if (sched_coll_overlaps(k) && !sim->hw->cpu) {
 		Stream *s = &ss->st[k == SCC_PREFETCH ? ST_PREFETCH : ST_REDUCE];
 		double start = fmax(fmax(ss->t, s->free_s), ss->in_ready[slot]);
 		s->free_s = start + dur;
@@ -470,6 +490,10 @@ static int stage_advance(Sim *sim, StageSim *ss, double *rel, int *acc, PxError 
 			break;
 		case OP_COPY:
 			run_copy(sim, ss, op);
+			break;
+		case OP_ALLOC:
+			if (sim->hw->cpu)
+				run_cpu_alloc(sim, ss, op);
 			break;
 		case OP_COLL:
 			rc = run_coll(sim, ss, op, &posted, err);
@@ -875,7 +899,7 @@ static int summarise(const Sim *sim, TimeResult *out, PxError *err)
 			       "pcie_GBps or nvme_GBps_per_node) or in the hardware profile",
 			       p->sc->path);
 	out->tokens_per_step = (double)p->sc->ds.train_batch * (double)p->sc->seq;
-	out->peak_flops_per_gpu = opcost_dtype_peak(p);
+	out->peak_flops_per_gpu = sim->hw->cpu ? opcost_cpu_peak(p, sim->hw) : opcost_dtype_peak(p);
 	if (out->step_s > 0) {
 		out->tokens_per_s = out->tokens_per_step / out->step_s;
 		out->tflops_per_gpu = out->model_flops_per_gpu / out->step_s / 1e12;
@@ -889,6 +913,12 @@ static int summarise(const Sim *sim, TimeResult *out, PxError *err)
 static int check_peaks(const Plan *p, const HwProfile *hw, PxError *err)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
+	if (hw->cpu)
+		return opcost_cpu_check(p, hw, err);
+	if (p->sc->backend == BACKEND_CPU)
+		return px_fail(err, PX_ERR_INPUT, "backend cpu: no CPU hardware profile (a GPU's "
+			       "profile cannot time the CPU executor): `parallax calibrate --backend "
+			       "cpu` measures this machine into one");
 	if (p->sc->attention == ATTN_FLASH && (hw->flash_fwd <= 0 || hw->flash_bwd <= 0))
 		return px_fail(err, PX_ERR_INPUT, "%s: attention: \"flash\" cannot be timed on %s: its "
 			       "hardware profile's compute.flash_forward and flash_backward must be above "

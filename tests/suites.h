@@ -14,6 +14,7 @@
 	X(dsconfig)    \
 	X(parallel)    \
 	X(time)        \
+	X(cputime)     \
 	X(sweep)       \
 	X(kernels)     \
 	X(kernels16)   \

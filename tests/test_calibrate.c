@@ -225,7 +225,9 @@ static void test_bad_usage(void)
 	static const struct {
 		const char *args, *says;
 	} bad[] = {
-		{"--backend cpu --ranks 2", "--backend cpu: expected --gpu NAME too"},
+		{"--backend cpu --dtype fp32", "--backend cpu: expected no --collectives-only, --dtype "
+		 "or --comm without --gpu"},
+		{"--backend cpu --link network", "--link network: expected --gpu NAME with it"},
 		{"--backend cpu --gpu H100-SXM", "--backend cpu: expected 2 or more ranks"},
 		{"--collectives-only", "--collectives-only: expected 2 or more ranks"},
 		{"--backend cpu --gpu H100-SXM --ranks 2 --link fibre",

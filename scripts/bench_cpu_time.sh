@@ -1,0 +1,73 @@
+#!/bin/sh
+# The CPU executor's step time, predicted by the time model from this machine's CPU profile
+# against measured, for every bundled backend "cpu" scenario at 1, 2 and 4 ranks (issue 14's
+# target: within 15%). The profile is calibration data only (parallax calibrate --backend cpu's
+# micro-benchmarks); nothing here is fitted to these runs. Measured: the mean of the steady steps,
+# the first (warm-up) left out, read from the run's per-step lines.
+#
+#   PX_BIN=build/rel/parallax sh scripts/bench_cpu_time.sh
+#
+# PX_CPU_PROFILE: the profile to use (default $PARALLAX_CPU_PROFILE, else results/cpu-profile.json);
+# when it does not exist it is measured first (parallax calibrate --backend cpu --ranks 4, a few
+# minutes), and PX_CALIBRATE=1 measures it again anyway. PX_STEPS: steps a run (default 8).
+# PX_RANKS: the rank counts (default "1 2 4"). The machine should be otherwise idle: the load
+# average before and after is printed, and a loaded machine's figures mean little.
+set -eu
+
+bin=${PX_BIN:-build/rel/parallax}
+steps=${PX_STEPS:-8}
+ranks_list=${PX_RANKS:-"1 2 4"}
+profile=${PX_CPU_PROFILE:-${PARALLAX_CPU_PROFILE:-results/cpu-profile.json}}
+max_ranks=1
+for n in $ranks_list; do [ "$n" -gt "$max_ranks" ] && max_ranks=$n; done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ "${PX_CALIBRATE:-0}" = 1 ] || [ ! -f "$profile" ]; then
+	echo "# measuring $profile: $bin calibrate --backend cpu --ranks $max_ranks --out $profile"
+	mkdir -p "$(dirname "$profile")"
+	"$bin" calibrate --backend cpu --ranks "$max_ranks" --out "$profile" > "$tmp/cal.txt"
+	tail -n +2 "$tmp/cal.txt" | grep -v '^# level'
+fi
+
+scenarios=$(grep -l '"backend": *"cpu"' scenarios/*.json || true)
+if [ -z "$scenarios" ]; then
+	echo "no backend \"cpu\" scenario in scenarios/" >&2
+	exit 1
+fi
+
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+printf '%-28s %5s %12s %12s %12s %8s %7s\n' scenario ranks "predicted s" "measured s" \
+	"(w/ step 1)" "error" "<=15%"
+worst=0
+for scn in $scenarios; do
+	name=$(basename "$scn" .json)
+	for n in $ranks_list; do
+		log="$tmp/$name-$n.txt"
+		if ! "$bin" run "$scn" --ranks "$n" --steps "$steps" --no-db --hw "$profile" \
+			> "$log" 2>&1; then
+			echo "$name at $n ranks: parallax run failed:" >&2
+			tail -5 "$log" >&2
+			exit 1
+		fi
+		# "step    2  loss 5.4054  lr 0.002     639.0 ms ...": the 7th field, in ms
+		measured=$(awk '$1 == "step" && $2 > 1 { s += $7; k++ } END { if (k) printf "%.4f", s / k / 1000 }' "$log")
+		all=$(awk '$1 == "step" { s += $7; k++ } END { if (k) printf "%.4f", s / k / 1000 }' "$log")
+		predicted=$(sed -n 's/.*), predicted \([0-9.e+-]*\) s (.*/\1/p' "$log")
+		if [ -z "$predicted" ]; then
+			echo "$name at $n ranks: no predicted step time:" >&2
+			grep 'step time' "$log" >&2 || true
+			exit 1
+		fi
+		err=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%+.1f", (p - m) / m * 100 }')
+		ok=$(awk -v e="$err" 'BEGIN { print (e <= 15 && e >= -15) ? "yes" : "no" }')
+		worst=$(awk -v e="$err" -v w="$worst" 'BEGIN { e = e < 0 ? -e : e + 0; print (e > w ? e : w) }')
+		printf '%-28s %5d %12s %12s %12s %7s%% %7s\n' "$name" "$n" "$predicted" "$measured" \
+			"$all" "$err" "$ok"
+	done
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# measured: the mean of steps 2-$steps (step 1, the warm-up, beside it); predicted: the time"
+echo "# model with $profile ($("$bin" --version 2>/dev/null | head -1 || echo parallax));"
+echo "# worst |error| ${worst}%; target (issue 14): within 15%"

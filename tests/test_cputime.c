@@ -1,0 +1,623 @@
+/* The CPU executor's step time: a CPU profile read (sim/hwcpu.c) and refused with the key and
+ * what was expected, its curves and sgemm grid read between points, a CPU step priced from a
+ * hand-written profile against a hand derivation, collectives on the executor's one thread, the
+ * notes a scenario the profile cannot price keeps, and through the binary: the default profile's
+ * place, calibrate --backend cpu end to end, and run / compare pairing predicted with measured. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../engine/jdoc.h"
+#include "../sim/hwprofile.h"
+#include "../sim/opcost.h"
+#include "../sim/opcost_cpu.h"
+#include "../sim/predict.h"
+#include "fixtures.h"
+#include "suites.h"
+
+/* ---- a hand-written profile ---- */
+
+/* One level; every sgemm at 100 GFLOP/s (a grid of one point), the 16-bit kernels' terms, the
+ * loops the bf16 mini scenario's step runs, memmove and memset at 1e5 GB/s (the parser's most:
+ * the step's copies and zeroed buffers, under 1 GB, then take under 1e-5 s). */
+#define LEVEL_FMT                                                                                 \
+	"{\"ranks\": %d,"                                                                         \
+	" \"sgemm\": {\"nn\": [[256, 256, 256, 100]], \"nt\": [[256, 256, 256, 100]],"            \
+	"   \"tn\": [[256, 256, 256, 100]]},"                                                     \
+	" \"kernels\": {\"16bit\": {"                                                             \
+	"   \"embed_forward\": {\"btc_s\": 1e-9}, \"embed_backward\": {\"btc_s\": 2e-9},"         \
+	"   \"block_forward\": {\"btc_s\": 1e-8, \"bttc_s\": 1e-10, \"btth_s\": 1e-9},"           \
+	"   \"block_backward\": {\"btc_s\": 2e-8, \"bttc_s\": 2e-10, \"btth_s\": 2e-9},"          \
+	"   \"head_forward\": {\"btc_s\": 1e-9, \"btv_s\": 3e-9},"                                \
+	"   \"head_backward\": {\"btc_s\": 2e-9, \"btv_s\": 4e-9}}},"                             \
+	" \"elementwise_s\": {\"add.bf16.fp32\": 2e-9, \"add.bf16.bf16\": 1e-9,"                  \
+	"   \"sum_squares.bf16\": 1e-9, \"convert.fp32.bf16\": 1e-9, \"convert.bf16.fp32\": 2e-9," \
+	"   \"adamw.fp32\": 5e-9},"                                                               \
+	" \"copy_GBps\": [[1, 100000]], \"fill_GBps\": [[1, 100000]]%s}"
+
+/* all_reduce, all_gather, reduce_scatter: 10, 20, 30 us at 1 KiB and 1, 2, 3 ms at 1 MiB */
+#define MPI_2                                                                                     \
+	", \"mpi\": {\"all_reduce\": [[1024, 1e-5], [1048576, 1e-3]],"                            \
+	" \"all_gather\": [[1024, 2e-5], [1048576, 2e-3]],"                                       \
+	" \"reduce_scatter\": [[1024, 3e-5], [1048576, 3e-3]]}"
+
+static char profile_text[8192];
+
+/* The profile with levels 1 and 2 (host "test-host", no OpenBLAS thread count to compare). */
+static const char *profile(void)
+{
+	char l1[3000], l2[3000];
+	snprintf(l1, sizeof(l1), LEVEL_FMT, 1, "");
+	snprintf(l2, sizeof(l2), LEVEL_FMT, 2, MPI_2);
+	snprintf(profile_text, sizeof(profile_text),
+		 "{\"_comment\": \"hand-written for the cputime suite\",\n"
+		 " \"cpu\": {\"host\": \"test-host\", \"model\": \"test cpu\", \"cores\": 2,\n"
+		 "  \"blas_threads\": 0,\n  \"levels\": [\n%s,\n%s]}}\n", l1, l2);
+	return profile_text;
+}
+
+static int parse_profile(const char *text, HwProfile *hw, PxError *err)
+{
+	JsonDoc d = {0};
+	if (jdoc_parse(&d, "cpu.json", text, err))
+		return -1;
+	int rc = hwprofile_parse(&d, hw, err);
+	jdoc_free(&d);
+	return rc;
+}
+
+/* ---- reading ---- */
+
+static void test_parse(void)
+{
+	HwProfile hw;
+	PxError err = {0};
+	int rc = parse_profile(profile(), &hw, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_STRING_EQUAL(hw.gpu, "cpu");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(hw.cpu);
+	const HwCpu *c = hw.cpu;
+	CU_ASSERT_STRING_EQUAL(c->host, "test-host");
+	CU_ASSERT_EQUAL(c->cores, 2);
+	CU_ASSERT_EQUAL(c->n_levels, 2);
+	const HwCpuLevel *l = hwcpu_level(c, 2);
+	CU_ASSERT_PTR_EQUAL(l, &c->level[1]);
+	CU_ASSERT_PTR_NULL(hwcpu_level(c, 4));
+	CU_ASSERT_EQUAL(l->n_m, 1);
+	CU_ASSERT_DOUBLE_EQUAL(l->gemm_flops_per_s[HWCPU_TN][0][0][0], 100e9, 1);
+	CU_ASSERT(l->have_kernels[HWCPU_16BIT] && !l->have_kernels[HWCPU_FP32]);
+	CU_ASSERT_DOUBLE_EQUAL(l->kernel_s[HWCPU_16BIT][HWCPU_BLOCK_BWD][HWCPU_BTTH], 2e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->kernel_s[HWCPU_16BIT][HWCPU_HEAD_FWD][HWCPU_BTV], 3e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->kernel_s[HWCPU_16BIT][HWCPU_HEAD_FWD][HWCPU_BTTC], 0, 0);
+	/* [op][dst][src]: fp32 0, bf16 1, fp16 2 */
+	CU_ASSERT_DOUBLE_EQUAL(l->elem_s[HWCPU_ADD][1][0], 2e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->elem_s[HWCPU_CONVERT][0][1], 1e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->elem_s[HWCPU_SUMSQ][1][1], 1e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->adamw_s, 5e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->copy_Bps.y[0], 1e14, 1);
+	CU_ASSERT_EQUAL(l->coll_s[1].n, 2);
+	CU_ASSERT_DOUBLE_EQUAL(l->coll_s[1].y[1], 2e-3, 1e-15);
+	CU_ASSERT_EQUAL(c->level[0].coll_s[0].n, 0);
+	hwprofile_free(&hw);
+	CU_ASSERT_PTR_NULL(hw.cpu);
+	hwprofile_free(&hw); /* twice, and on a zeroed profile: nothing */
+}
+
+/* Each bad profile (the valid one with one thing changed) is refused naming where, the key and
+ * what was expected; nothing is held after. */
+static void test_parse_refusals(void)
+{
+	static const struct {
+		const char *from, *to, *says;
+	} bad[] = {
+		{"{\"ranks\": 1,", "{\"rank\": 1,", "cpu.levels[0].rank: expected a known key"},
+		{"\"nn\": [[256, 256, 256, 100]]", "\"nn\": [[256, 256, 256, 100], [512, 256, 256, 90]]",
+		 "cpu.levels[0].sgemm.nt: expected every (m, n, k) of the grid the forms span "
+		 "together (2 m x 1 n x 1 k = 2 points), got 1"},
+		{"\"nn\": [[256, 256, 256, 100]]", "\"nn\": [[256, 256, 0, 100]]",
+		 "sgemm.nn: expected point 0 to be [m, n, k, GFLOP/s] with m, n, k at least 1"},
+		{"\"copy_GBps\": [[1, 100000]]", "\"copy_GBps\": [[4, 1], [2, 1]]",
+		 "cpu.levels[0].copy_GBps: expected point 1's bytes above 0 and above the previous "
+		 "point's, got [2,1]"},
+		{", \"mpi\": {\"all_reduce\"", ", \"mpx\": {\"all_reduce\"",
+		 "cpu.levels[1].mpx: expected a known key"},
+		{"\"adamw.fp32\": 5e-9}", "\"adamw.fp32\": 5e-9, \"mul.bf16.fp32\": 1e-9}",
+		 "cpu.levels[0].elementwise_s.mul.bf16.fp32: expected a loop named OP.DST.SRC"},
+		{"\"head_backward\": {\"btc_s\": 2e-9, \"btv_s\": 4e-9}", "\"head_backward\": 4",
+		 "head_backward: expected an object"},
+		{"\"block_backward\": {\"btc_s\": 2e-8, \"bttc_s\": 2e-10, \"btth_s\": 2e-9},", "",
+		 "cpu.levels[0].kernels.16bit.block_backward: expected an object: the key is missing"},
+		{"\"cores\": 2,", "\"cores\": 2, \"gpu\": \"H100-SXM\",",
+		 "cpu.gpu: expected a known key"},
+		{"{\"_comment\"", "{\"gpu\": \"H100-SXM\", \"_comment\"",
+		 "gpu: expected no 'gpu' beside \"cpu\""},
+	};
+	char text[8192];
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *p = profile(), *at = strstr(p, bad[i].from);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+		snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - p), p, bad[i].to,
+			 at + strlen(bad[i].from));
+		HwProfile hw;
+		PxError err = {0};
+		int rc = parse_profile(text, &hw, &err);
+		int ok = rc == -1 && err.code == PX_ERR_INPUT && strstr(err.msg, bad[i].says) &&
+			 !strncmp(err.msg, "cpu.json:", 9);
+		if (!ok)
+			fprintf(stderr, "\ncase %zu: got \"%s\", expected \"%s\"", i, err.msg,
+				bad[i].says);
+		CU_ASSERT(ok);
+		CU_ASSERT_PTR_NULL(hw.cpu);
+	}
+	/* levels: mpi where none can be, none where it must be, out of order */
+	static const struct {
+		const char *levels, *says;
+	} lv[] = {
+		{"[" LEVEL_FMT "]", "cpu.levels[0].mpi: expected no collectives at 1 rank"},
+		{"[" LEVEL_FMT "]", "cpu.levels[0].mpi: expected the collectives' times over 2 ranks: "
+				    "the key is missing"},
+	};
+	for (int i = 0; i < 2; i++) {
+		char one[3000];
+		snprintf(one, sizeof(one), lv[i].levels, i == 0 ? 1 : 2, i == 0 ? MPI_2 : "");
+		snprintf(text, sizeof(text), "{\"cpu\": {\"levels\": %s}}", one);
+		HwProfile hw;
+		PxError err = {0};
+		CU_ASSERT_EQUAL(parse_profile(text, &hw, &err), -1);
+		PX_ASSERT_HAS(err.msg, lv[i].says);
+	}
+	char a[3000], b[3000];
+	snprintf(a, sizeof(a), LEVEL_FMT, 2, MPI_2);
+	snprintf(b, sizeof(b), LEVEL_FMT, 1, "");
+	snprintf(text, sizeof(text), "{\"cpu\": {\"levels\": [%s, %s]}}", a, b);
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL(parse_profile(text, &hw, &err), -1);
+	PX_ASSERT_HAS(err.msg, "cpu.levels: expected levels in increasing ranks: level 1 has 1 "
+			       "after 2");
+}
+
+/* ---- reading between points ---- */
+
+/* A 2 x 2 x 2 grid of rates r(i, j, q) = 10 + i + 2 j + 4 q GFLOP/s at m, n, k of 100 or 400:
+ * halfway in log(m), log(n), log(k) (200, 200, 200) the trilinear reading is the corners' mean,
+ * 10 + 0.5 + 1 + 2 = 13.5; at m = 200, n = 400, k = 100 it is 10 + 0.5 + 2 = 12.5; beyond the
+ * grid the edge's (m 1000 -> 400, n 50 -> 100, k 400: 10 + 1 + 4 = 15). */
+static void test_gemm_grid(void)
+{
+	char pts[3][2048], text[8192];
+	for (int f = 0; f < 3; f++) {
+		int k = 0;
+		for (int i = 0; i < 2; i++)
+			for (int j = 0; j < 2; j++)
+				for (int q = 0; q < 2; q++)
+					k += snprintf(pts[f] + k, sizeof(pts[f]) - (size_t)k,
+						      "%s[%d, %d, %d, %d]", k ? ", " : "",
+						      i ? 400 : 100, j ? 400 : 100, q ? 400 : 100,
+						      10 + i + 2 * j + 4 * q);
+	}
+	const char *p = profile(), *at = strstr(p, "\"sgemm\": {"), *end = strstr(at, "]]}") + 3;
+	snprintf(text, sizeof(text), "%.*s\"sgemm\": {\"nn\": [%s], \"nt\": [%s], \"tn\": [%s]}%s",
+		 (int)(at - p), p, pts[0], pts[1], pts[2], end);
+	HwProfile hw;
+	PxError err = {0};
+	int rc = parse_profile(text, &hw, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	const HwCpuLevel *l = &hw.cpu->level[0];
+	CU_ASSERT_EQUAL(l->n_m * l->n_n * l->n_k, 8);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_gemm_rate(l, HWCPU_NN, 200, 200, 200), 13.5e9, 1e3);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_gemm_rate(l, HWCPU_NT, 200, 400, 100), 12.5e9, 1e3);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_gemm_rate(l, HWCPU_TN, 1000, 50, 400), 15e9, 1e3);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_gemm_s(l, HWCPU_NN, 100, 100, 100), 2e6 / 10e9, 1e-15);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_gemm_peak(l), 17e9, 1e3);
+	hwprofile_free(&hw);
+}
+
+/* Collectives linear in size between the measured points (exact for latency + bytes/bandwidth),
+ * the smallest size's time below them, the last segment's slope beyond: all_gather 20 us at
+ * 1 KiB, 2 ms at 1 MiB, so 2e-5 + (x - 1024) (2e-3 - 2e-5) / (1048576 - 1024). memmove: one
+ * point, so the same bandwidth everywhere; a loop the profile leaves out, its bytes copied. */
+static void test_curves(void)
+{
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	const HwCpuLevel *l = hwcpu_level(hw.cpu, 2);
+	double slope = (2e-3 - 2e-5) / (1048576 - 1024);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_ALL_GATHER, 524800), 2e-5 + 523776 * slope,
+			       1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_ALL_GATHER, 4), 2e-5, 1e-15);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_ALL_GATHER, 2097152),
+			       2e-3 + 1048576 * slope, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_REDUCE_SCATTER, 1024), 3e-5, 1e-15);
+	CU_ASSERT(hwcpu_coll_s(l, COLL_ALL_TO_ALL, 1024) < 0);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_copy_s(l, 1e9), 1e-5, 1e-15);
+	/* nonfinite.bf16 is not in the profile: 1000 elements of 2 bytes read at 1e14 B/s */
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_elem_s(l, HWCPU_NONFINITE, DT_BF16, DT_BF16, 1000), 2e-11,
+			       1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_elem_s(l, HWCPU_ADD, DT_BF16, DT_FP32, 1000), 2e-6, 1e-18);
+	hwprofile_free(&hw);
+}
+
+/* ---- pricing a step ---- */
+
+/* The bundled CPU scenario on `ranks` ranks of one machine, predicted (memory only: no profile). */
+static int mini(int ranks, Scenario *sc, Prediction *pr)
+{
+	JsonOverrides ov;
+	PxError err = {0};
+	char kv[64];
+	jov_init(&ov);
+	snprintf(kv, sizeof(kv), "cluster.gpus_per_node=%d", ranks);
+	int rc = jov_add(&ov, kv, &err) || scenario_load(sc, px_test_path(
+		"scenarios/gpt2-mini-cpu-zero3.json"), &ov, &err);
+	jov_free(&ov);
+	if (!rc && predict_run(sc, pr, &err)) {
+		scenario_free(sc);
+		rc = -1;
+	}
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	return rc;
+}
+
+/* gpt2-mini-cpu-zero3 on 1 rank, by hand: bf16, B = 4, T = 64, C = 128, H = 4, V = 256, L = 4,
+ * N = B T = 256 tokens, 32 / 4 = 8 micro-batches, ZeRO-3 with nothing to gather or reduce. Terms:
+ * BTC = 32768, BTTC = 2097152, BTTH = 65536, BTV = 65536. Products at 1e11 FLOP/s.
+ *   embed forward: 1e-9 BTC = 32.768 us
+ *   block forward: x w of (N, 3C, C), (N, C, C), (N, 4C, C), (N, C, 4C) = 2 N 12 C^2 + 2 N 4 C^2
+ *     = 100663296 FLOPs = 1006.63296 us; 1e-8 BTC + 1e-10 BTTC + 1e-9 BTTH = 327.68 + 209.7152
+ *     + 65.536 = 602.9312 us; 1609.56416 us each, 6438.25664 for the 4
+ *   head forward: x wte^T, 2 N V C = 16777216 FLOPs = 167.77216 us; 1e-9 BTC + 3e-9 BTV =
+ *     229.376 us; 397.14816 us
+ *   forward: 6868.1728 us a micro-batch
+ *   block backward: twice the products, 2013.26592 us; 2e-8 BTC + 2e-10 BTTC + 2e-9 BTTH =
+ *     1205.8624 us; its 12 C^2 + 13 C = 198272 gradients added into bf16 at 2e-9: 396.544 us;
+ *     3615.67232 us each, 14462.68928 for the 4
+ *   head backward: 335.54432 + (2e-9 BTC + 4e-9 BTV = 327.68) + (2 C + V C = 33024 added at
+ *     2e-9: 66.048) = 729.27232 us
+ *   embed backward: 2e-9 BTC = 65.536 us + its (V + 128 positions) C = 49152 gradients at 2e-9,
+ *     98.304 us + the head's share of the tied embedding, V C = 32768 bf16 += bf16 at 1e-9,
+ *     32.768 us: 196.608 us
+ *   backward: 15388.5696 us a micro-batch; with forward 22256.7424 us, 178053.9392 for 8
+ *   optimizer over the 49152 + 4 x 198272 + 256 = 842496 parameters: squares of the bf16
+ *     gradients 1e-9, to fp32 1e-9, AdamW 5e-9, back to bf16 2e-9: 9e-9 x 842496 = 7582.464 us
+ *   step: 185636.4032 us, plus copies and zeroed buffers at 1e5 GB/s (under 1e-5 s). */
+static void test_step_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	if (mini(1, &sc, &pr)) {
+		CU_FAIL("gpt2-mini-cpu-zero3 did not load");
+		hwprofile_free(&hw);
+		return;
+	}
+	CU_ASSERT_EQUAL(pr.time_known, 0); /* predict_run prices no CPU scenario */
+	PX_ASSERT_HAS(pr.time_note, "backend cpu: no CPU hardware profile");
+	CU_ASSERT_EQUAL_FATAL(predict_time(&pr, &hw, "cpu.json", &err), 0);
+	if (!pr.time_known)
+		fprintf(stderr, "\nnot priced: %s\n", pr.time_note);
+	CU_ASSERT_EQUAL_FATAL(pr.time_known, 1);
+	CU_ASSERT_DOUBLE_EQUAL(pr.time.step_s, 0.1856364032, 1e-5);
+	CU_ASSERT(pr.time.step_s >= 0.1856364032);
+	CU_ASSERT_DOUBLE_EQUAL(pr.time.breakdown.fwd_s, 8 * 6868.1728e-6, 1e-5);
+	CU_ASSERT_DOUBLE_EQUAL(pr.time.breakdown.bwd_s, 8 * 15388.5696e-6, 1e-5);
+	CU_ASSERT_DOUBLE_EQUAL(pr.time.breakdown.optimizer_s, 7582.464e-6, 1e-5);
+	CU_ASSERT_DOUBLE_EQUAL(pr.time.peak_flops_per_gpu, 100e9, 1); /* MFU's: the sgemm rate */
+	CU_ASSERT_PTR_NULL(pr.hw.cpu); /* the section stays the profile's */
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+}
+
+/* Every op of one rank's schedule in order, loops run out: the sum of their own durations. */
+static double serial_sum(const Plan *p, const Schedule *s, const HwProfile *hw)
+{
+	double sum = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		double times = 1;
+		if (op->kind == OP_LOOP) {
+			int end = i + 1;
+			while (s->ops[end].kind != OP_END_LOOP)
+				end++;
+			times = (double)op->count;
+			for (int j = i + 1; j < end; j++) {
+				const Op *o = &s->ops[j];
+				sum += times * (o->kind == OP_COMPUTE ? opcost_compute_s(p, hw, o, 0) :
+						o->kind == OP_COLL ? opcost_coll_s(p, hw, o, 0, 1) :
+						o->kind == OP_COPY ? opcost_copy_s(p, hw, o) :
+						o->kind == OP_ALLOC ? opcost_cpu_alloc_s(p, hw, o) : 0);
+			}
+			i = end;
+			continue;
+		}
+		sum += op->kind == OP_COMPUTE ? opcost_compute_s(p, hw, op, 0) :
+		       op->kind == OP_COLL ? opcost_coll_s(p, hw, op, 0, 1) :
+		       op->kind == OP_COPY ? opcost_copy_s(p, hw, op) :
+		       op->kind == OP_ALLOC ? opcost_cpu_alloc_s(p, hw, op) : 0;
+	}
+	return sum;
+}
+
+/* The CPU executor has one thread: MPI moves a started collective's bytes only inside its wait,
+ * so nothing overlaps and the step is the sum of its ops (the same on 1 rank, with no
+ * collectives). A GPU profile's replay overlaps the ZeRO-3 gathers, so its step is shorter than
+ * the same sum. */
+static void test_step_is_serial(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	for (int ranks = 1; ranks <= 2; ranks++) {
+		if (mini(ranks, &sc, &pr)) {
+			CU_FAIL("gpt2-mini-cpu-zero3 did not load");
+			break;
+		}
+		CU_ASSERT_EQUAL(predict_time(&pr, &hw, "cpu.json", &err), 0);
+		CU_ASSERT_EQUAL(pr.time_known, 1);
+		double sum = serial_sum(&pr.plan, &pr.stages[0].sched, &hw);
+		CU_ASSERT_DOUBLE_EQUAL(pr.time.step_s, sum, 1e-9 * sum);
+		if (ranks == 2) /* the collectives are in the step */
+			CU_ASSERT(pr.time.breakdown.comm_s[GROUP_DP] > 0);
+		fx_free(&sc, &pr);
+	}
+	hwprofile_free(&hw);
+}
+
+/* One reduce-scatter of stage 3 on 2 ranks, by hand: 600000 bf16 gradients (1200000 bytes, past
+ * the last measured size) take 3e-3 + (1200000 - 1048576) (3e-3 - 3e-5) / 1047552 s of MPI; the
+ * bucket is zeroed (1200000 bytes at 1e14 B/s) and this rank's 300000 added into its partition
+ * at 1e-9 s each. */
+static void test_reduce_scatter_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	if (mini(2, &sc, &pr)) {
+		CU_FAIL("gpt2-mini-cpu-zero3 did not load");
+		hwprofile_free(&hw);
+		return;
+	}
+	Op op = {.kind = OP_COLL, .sub = COLL_REDUCE_SCATTER, .group = GROUP_DP, .elem_bytes = 2,
+		 .unit = 1, .buf = 0, .nranks = 2, .elems = 600000, .bytes = 1200000};
+	double mpi = 3e-3 + (1200000 - 1048576) * (3e-3 - 3e-5) / (1048576 - 1024);
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
+			       mpi + 1200000 / 1e14 + 300000 * 1e-9, 1e-12);
+	op.sub = COLL_ALL_GATHER; /* nothing around a gather */
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
+			       2e-3 + (1200000 - 1048576) * (2e-3 - 2e-5) / (1048576 - 1024), 1e-12);
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+}
+
+/* What a CPU profile cannot price keeps a note saying what is missing: a GPU's profile for the
+ * CPU executor, a CPU profile for GPUs, ranks the profile did not measure, two machines. */
+static void test_not_priced(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile cpu, gpu;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &cpu, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(hwprofile_default(cluster_find_gpu("H100-SXM"), &gpu), 0);
+	if (mini(4, &sc, &pr)) {
+		CU_FAIL("gpt2-mini-cpu-zero3 did not load");
+		hwprofile_free(&cpu);
+		return;
+	}
+	CU_ASSERT_EQUAL(predict_time(&pr, &gpu, "built-in H100-SXM", &err), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 0);
+	PX_ASSERT_HAS(pr.time_note, "backend cpu: no CPU hardware profile (a GPU's profile cannot "
+				    "time the CPU executor)");
+	CU_ASSERT_EQUAL(predict_time(&pr, &cpu, "cpu.json", &err), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 0);
+	PX_ASSERT_HAS(pr.time_note, "the CPU profile has no measurement with 4 ranks on the machine "
+				    "(it has 1, 2): run `parallax calibrate --backend cpu --ranks 4`");
+	fx_free(&sc, &pr);
+
+	CU_ASSERT_EQUAL_FATAL(fx_predict(&sc, &pr, "{\"model\": {\"model_type\": \"gpt2\", "
+				"\"n_embd\": 128, \"n_layer\": 2, \"n_head\": 4, \"vocab_size\": 256},"
+				" \"deepspeed\": {\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}},"
+				" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
+				"\"gpus_per_node\": 2}, \"seq_length\": 64}"), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 1); /* a GPU scenario: the built-in profile */
+	CU_ASSERT_EQUAL(predict_time(&pr, &cpu, "cpu.json", &err), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 0);
+	PX_ASSERT_HAS(pr.time_note, "a CPU profile prices the CPU executor (backend \"cpu\"); this "
+				    "scenario runs on GPUs");
+	fx_free(&sc, &pr);
+	CU_ASSERT_EQUAL_FATAL(fx_predict(&sc, &pr, "{\"model\": {\"model_type\": \"gpt2\", "
+				"\"n_embd\": 128, \"n_layer\": 2, \"n_head\": 4, \"vocab_size\": 256},"
+				" \"deepspeed\": {\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}},"
+				" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 2, "
+				"\"gpus_per_node\": 1}, \"backend\": \"cpu\", \"seq_length\": 64}"), 0);
+	CU_ASSERT_EQUAL(predict_time(&pr, &cpu, "cpu.json", &err), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 0);
+	PX_ASSERT_HAS(pr.time_note, "cluster.nodes is 2: a CPU profile describes the ranks of one "
+				    "machine");
+	fx_free(&sc, &pr);
+	hwprofile_free(&cpu);
+}
+
+/* ---- through the binary ---- */
+
+static char out[1 << 16];
+
+/* parallax ARGS with PARALLAX_CPU_PROFILE=env (NULL: as the suites run, empty) */
+static int run_env(const char *env, const char *args)
+{
+	char cmd[16384];
+	const char *bin = getenv("PX_BIN");
+	snprintf(cmd, sizeof(cmd), "PARALLAX_CPU_PROFILE='%.1000s' '%.1000s' %.8000s", env ? env : "",
+		 bin ? bin : "build/rel/parallax", args);
+	return px_test_run_sh(cmd, out, sizeof(out));
+}
+
+/* Where predict finds the CPU profile: $PARALLAX_CPU_PROFILE (else results/cpu-profile.json).
+ * There: the step time, with the profile named and a warning that it was measured elsewhere; not
+ * there: the note says where it looked, and plot time, which must have the time, refuses (2); a
+ * GPU's profile or a broken one there: refused (2), naming the file. */
+static void test_default_profile(void)
+{
+	char dir[512], path[600], args[2048], text[8192];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/cpu.json", dir);
+	px_test_write_file(path, profile());
+	const char *scn = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
+	char scn_arg[1100];
+	snprintf(scn_arg, sizeof(scn_arg), "'%s' --set cluster.gpus_per_node=2 --no-db", scn);
+
+	snprintf(args, sizeof(args), "predict %s", scn_arg);
+	CU_ASSERT_EQUAL(run_env(path, args), 0);
+	PX_ASSERT_HAS(out, "step time (pipeline stage 0, the slowest; profile: ");
+	PX_ASSERT_HAS(out, "/cpu.json)");
+	PX_ASSERT_HAS(out, "warning: CPU profile measured on test-host, this machine is ");
+	CU_ASSERT_PTR_NULL(strstr(out, "not priced"));
+	snprintf(args, sizeof(args), "predict %s --json", scn_arg);
+	CU_ASSERT_EQUAL(run_env(path, args), 0);
+	cJSON *j = cJSON_Parse(out);
+	const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "time"), "step_s");
+	CU_ASSERT(cJSON_IsNumber(t) && t->valuedouble > 0.05 && t->valuedouble < 1);
+	cJSON_Delete(j);
+
+	snprintf(text, sizeof(text), "%s/none.json", dir);
+	snprintf(args, sizeof(args), "predict %s", scn_arg);
+	CU_ASSERT_EQUAL(run_env(text, args), 0);
+	PX_ASSERT_HAS(out, "# step time: not priced: backend cpu: no CPU hardware profile at ");
+	PX_ASSERT_HAS(out, "/none.json (`parallax calibrate --backend cpu` measures this machine "
+			   "and writes it there; or give --hw FILE)");
+	CU_ASSERT_EQUAL(run_env(NULL, args), 0);
+	PX_ASSERT_HAS(out, "no CPU hardware profile (PARALLAX_CPU_PROFILE is empty");
+	snprintf(args, sizeof(args), "plot time '%s' --out '%s/t'", scn, dir);
+	CU_ASSERT_EQUAL(run_env(text, args), 2);
+	PX_ASSERT_HAS(out, "the step time is not priced: backend cpu: no CPU hardware profile at ");
+
+	snprintf(args, sizeof(args), "predict %s", scn_arg);
+	CU_ASSERT_EQUAL(run_env(px_test_path("scenarios/hardware/H100-SXM.json"), args), 2);
+	PX_ASSERT_HAS(out, "H100-SXM.json: a GPU's profile where the CPU profile belongs");
+	snprintf(text, sizeof(text), "%s/broken.json", dir);
+	px_test_write_file(text, "{\"cpu\": {\"levels\": []}}");
+	CU_ASSERT_EQUAL(run_env(text, args), 2);
+	PX_ASSERT_HAS(out, "broken.json:1:20: cpu.levels: expected an array of 1 to 8 levels");
+	/* --hw wins over the default */
+	snprintf(args, sizeof(args), "predict %s --hw '%s'", scn_arg, path);
+	CU_ASSERT_EQUAL(run_env(text, args), 0);
+	PX_ASSERT_HAS(out, "/cpu.json)");
+}
+
+/* calibrate --backend cpu --quick on 2 ranks: levels 1 and 2 in one profile that loads, every
+ * sgemm rate and bandwidth above 0, the kernels of both flavours, collectives at 2 ranks only;
+ * predict prices the mini scenario on 1 and 2 ranks with it and says it has no 4. */
+static void test_calibrate_cpu(void)
+{
+	char dir[512], path[600], args[2048];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/cal.json", dir);
+	snprintf(args, sizeof(args), "calibrate --backend cpu --ranks 2 --quick --out '%s'", path);
+	int rc = px_test_run_release(args, 600, out, sizeof(out));
+	if (rc)
+		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, out);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	PX_ASSERT_HAS(out, "# level 2: 2 ranks measuring at once");
+	HwProfile hw;
+	PxError err = {0};
+	rc = hwprofile_load(path, &hw, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	CU_ASSERT_EQUAL_FATAL(hw.cpu->n_levels, 2);
+	for (int i = 0; i < 2; i++) {
+		const HwCpuLevel *l = &hw.cpu->level[i];
+		CU_ASSERT_EQUAL(l->ranks, i + 1);
+		CU_ASSERT_EQUAL(l->n_m * l->n_n * l->n_k, 8); /* --quick: 2 x 2 x 2 */
+		CU_ASSERT(hwcpu_gemm_rate(l, HWCPU_NT, 100, 100, 100) > 0);
+		CU_ASSERT(l->have_kernels[HWCPU_FP32] && l->have_kernels[HWCPU_16BIT]);
+		CU_ASSERT(l->copy_Bps.n == 2 && l->copy_Bps.y[1] > 0 && l->fill_Bps.y[1] > 0);
+		CU_ASSERT(l->adamw_s > 0 && l->elem_s[HWCPU_ADD][1][0] > 0);
+		CU_ASSERT_EQUAL(l->coll_s[1].n, i ? 7 : 0); /* 1 KiB to 4 MiB by 4 */
+	}
+	CU_ASSERT_EQUAL(hw.cpu->cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
+	hwprofile_free(&hw);
+	CU_ASSERT_EQUAL(access(dir, F_OK), 0);
+	const char *scn = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
+	for (int ranks = 1; ranks <= 4; ranks *= 2) {
+		snprintf(args, sizeof(args), "predict --no-db '%s' --hw '%s' --set "
+			 "cluster.gpus_per_node=%d", scn, path, ranks);
+		CU_ASSERT_EQUAL(run_env(NULL, args), 0);
+		if (ranks < 4)
+			PX_ASSERT_HAS(out, "profile: ");
+		else
+			PX_ASSERT_HAS(out, "has no measurement with 4 ranks on the machine (it has "
+					   "1, 2)");
+	}
+}
+
+/* A CPU run with a profile prints its measured step beside the predicted one and stores both:
+ * compare pairs time.step_s (predicted from the profile, measured by the run) instead of
+ * listing it as measured only. */
+static void test_run_pairs_time(void)
+{
+	char dir[512], path[600], scn[600], db[600], args[4096], text[2048];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/cpu.json", dir);
+	snprintf(scn, sizeof(scn), "%s/gpt.json", dir);
+	snprintf(db, sizeof(db), "%s/r.db", dir);
+	px_test_write_file(path, profile());
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "cpu-time", "true", 3);
+	px_test_write_file(scn, text);
+	snprintf(args, sizeof(args), "run '%s' --steps 3 --db '%s' --hw '%s'", scn, db, path);
+	int rc = px_test_run_release(args, 300, out, sizeof(out));
+	if (rc)
+		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, out);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	PX_ASSERT_HAS(out, "# step time: measured ");
+	PX_ASSERT_HAS(out, " s (the mean of steps 2-3; ");
+	PX_ASSERT_HAS(out, "), predicted ");
+	PX_ASSERT_HAS(out, "profile ");
+	snprintf(args, sizeof(args), "compare --db '%s'", db);
+	CU_ASSERT_EQUAL(run_env(NULL, args), 0);
+	const char *row = strstr(out, "time.step_s ");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(row);
+	double p = 0, m = 0;
+	CU_ASSERT_EQUAL(sscanf(row, "time.step_s s %lf %lf", &p, &m), 2);
+	CU_ASSERT(p > 0 && m > 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "not predicted (the prediction: step time not priced"));
+	/* without a profile the same run keeps the note, and compare says why */
+	snprintf(args, sizeof(args), "run '%s' --steps 1 --db '%s'", scn, db);
+	CU_ASSERT_EQUAL(px_test_run_release(args, 300, out, sizeof(out)), 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "# step time: measured"));
+	snprintf(args, sizeof(args), "compare --db '%s'", db);
+	CU_ASSERT_EQUAL(run_env(NULL, args), 0);
+	PX_ASSERT_HAS(out, "# measured, not predicted (the prediction: step time not priced: "
+			   "backend cpu: no CPU hardware profile");
+}
+
+int test_cputime_register(void)
+{
+	return PX_ADD_SUITE("cputime", {"a CPU profile read", test_parse},
+			    {"bad CPU profiles refused naming the key", test_parse_refusals},
+			    {"the sgemm grid read between points", test_gemm_grid},
+			    {"collectives and bandwidths read between points", test_curves},
+			    {"a CPU step priced by hand", test_step_by_hand},
+			    {"the CPU executor overlaps nothing", test_step_is_serial},
+			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
+			    {"what a CPU profile cannot price keeps a note", test_not_priced},
+			    {"the default CPU profile's place", test_default_profile},
+			    {"calibrate --backend cpu end to end", test_calibrate_cpu},
+			    {"run and compare pair the CPU step time", test_run_pairs_time});
+}
