@@ -17,6 +17,7 @@
 	X(sweep)       \
 	X(kernels)     \
 	X(kernels16)   \
+	X(tp_kernels)  \
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \
