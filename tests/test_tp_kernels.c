@@ -33,6 +33,7 @@
 
 #include "../engine/activ.h"
 #include "../engine/model.h"
+#include "../engine/schedule.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/gpt_tp_cpu.h"
 #include "../kernels/rng.h"
@@ -127,7 +128,17 @@ typedef struct SimRank {
 	int r;
 	long calls[N_KINDS];
 	size_t elems[N_KINDS]; /* as the callback is given n */
+	int unit, bwd;         /* what the rank runs now (set by the whole-model test) */
+	size_t payload[8][2];  /* by unit and direction: elements of the whole buffer (t n for a
+				  gather or a scatter), as a schedule's collective states them */
 } SimRank;
+
+static void count(SimRank *s, int kind, size_t n)
+{
+	s->calls[kind]++;
+	s->elems[kind] += n;
+	s->payload[s->unit][s->bwd] += kind == K_GATHER || kind == K_SCATTER ? n * s->g->t : n;
+}
 
 static void sim_all_reduce(void *ctx, float *buf, size_t n, GptTpOp op)
 {
@@ -145,9 +156,7 @@ static void sim_all_reduce(void *ctx, float *buf, size_t n, GptTpOp op)
 	pthread_barrier_wait(&g->bar); /* every rank has read every buf */
 	memcpy(buf, sum, n * sizeof(float));
 	free(sum);
-	int kind = op == GPT_TP_SUM ? K_SUM : K_MAX;
-	s->calls[kind]++;
-	s->elems[kind] += n;
+	count(s, op == GPT_TP_SUM ? K_SUM : K_MAX, n);
 }
 
 static void sim_all_gather(void *ctx, const float *in, float *out, size_t n)
@@ -159,8 +168,7 @@ static void sim_all_gather(void *ctx, const float *in, float *out, size_t n)
 	for (int k = 0; k < g->t; k++)
 		memcpy(out + (size_t)k * n, g->in[k], n * sizeof(float));
 	pthread_barrier_wait(&g->bar);
-	s->calls[K_GATHER]++;
-	s->elems[K_GATHER] += n;
+	count(s, K_GATHER, n);
 }
 
 static void sim_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
@@ -177,8 +185,7 @@ static void sim_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
 		out[i] = v;
 	}
 	pthread_barrier_wait(&g->bar);
-	s->calls[K_SCATTER]++;
-	s->elems[K_SCATTER] += n;
+	count(s, K_SCATTER, n);
 }
 
 typedef struct Group Group;
@@ -718,24 +725,84 @@ static void model_body(Group *grp, const GptTp *tp)
 	float *hacts = rank_alloc(gpt_tp_head_act_bytes(c, tp, B, T));
 	float *scratch = rank_alloc(gpt_tp_scratch_bytes(c, tp, B, T));
 	float *x = rank_alloc(rc * sizeof(float)), *dx = rank_alloc(rc * sizeof(float));
+	SimRank *sim = tp->ctx;
 	gpt_tp_embed_forward(c, tp, B, T, p[0], k->tok, x, scratch);
-	for (int l = 0; l < c->L; l++)
+	for (int l = 0; l < c->L; l++) {
+		sim->unit = l + 1;
 		gpt_tp_block_forward(c, tp, B, T, p[l + 1], x, x, acts + l * na, scratch);
+	}
+	sim->unit = nu - 1;
 	k->loss[r] = gpt_tp_head_forward(c, tp, B, T, p[nu - 1], p[0], x, k->tgt, hacts, scratch);
+	sim->bwd = 1;
 	gpt_tp_head_backward(c, tp, B, T, p[nu - 1], p[0], k->grads[r][nu - 1], k->grads[r][0],
 			     hacts, k->tgt, 1.0f, dx, scratch);
-	for (int l = c->L - 1; l >= 0; l--)
+	for (int l = c->L - 1; l >= 0; l--) {
+		sim->unit = l + 1;
 		gpt_tp_block_backward(c, tp, B, T, p[l + 1], k->grads[r][l + 1], acts + l * na, dx,
 				      dx, scratch);
+	}
+	sim->unit = 0;
 	gpt_tp_embed_backward(c, tp, B, T, k->grads[r][0], k->tok, dx, scratch);
 	for (int u = 0; u < nu; u++)
 		free(p[u]);
 	free(acts), free(hacts), free(scratch), free(x), free(dx);
 }
 
+/* The tensor-parallel collectives engine/build.c's schedule states for this model at the group's
+ * t (one micro-batch of B sequences of T tokens, no recompute), in elements by unit and
+ * direction, against what every rank of grp made. The head's one all-reduce of 3 N values is two
+ * calls here (the max, then the two sums: one op cannot take both). Compared without sequence
+ * parallelism only: under it build.c states one all-gather and one reduce-scatter per branch in a
+ * block's backward, none in the embeddings' backward and none in the head's forward, where
+ * Megatron's (and these kernels') backward gathers dy and again the column-split layer's input
+ * (Korthikanti et al. 2022, section 4.2.2), the head gathers its input forward and backward and
+ * the embeddings gather dy: that is the simulator's to settle, not asserted here either way. */
+static void expect_schedule(const Group *grp)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, "{\"name\": \"tp\", \"model\": {\"model_type\": \"gpt2\", "
+			"\"n_embd\": %d, \"n_layer\": %d, \"n_head\": %d, \"n_positions\": %d, "
+			"\"vocab_size\": %d, \"attn_pdrop\": 0, \"resid_pdrop\": 0, "
+			"\"embd_pdrop\": 0}, \"deepspeed\": {\"train_batch_size\": %d, "
+			"\"train_micro_batch_size_per_gpu\": %d, \"zero_optimization\": "
+			"{\"stage\": 0}}, \"cluster\": {\"gpu\": \"H100-SXM\", "
+			"\"gpus_per_node\": %d, \"nodes\": 1}, \"seq_length\": %d, "
+			"\"parallelism\": {\"tp\": %d}}", CFG.C, CFG.L, CFG.NH, CFG.max_T, CFG.V, B,
+			B, grp->t, T, grp->t))
+		return;
+	size_t want[8][2] = {{0}};
+	const Schedule *s = &pr.stages[0].sched;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		CU_ASSERT(op->kind != OP_LOOP || op->count == 1); /* one micro-batch: each op once */
+		if (op->kind != OP_COLL || op->group != GROUP_TP)
+			continue;
+		CU_ASSERT(op->role == ROLE_FORWARD || op->role == ROLE_BACKWARD);
+		CU_ASSERT_EQUAL(op->sub, COLL_ALL_REDUCE);
+		CU_ASSERT_EQUAL(op->elem_bytes, 4);
+		want[op->unit][op->role == ROLE_BACKWARD] += (size_t)op->elems;
+	}
+	/* by hand: N C = 512 each block all-reduce (2 a direction), the embeddings' N C forward,
+	 * the head's 3 N = 48 forward and N C backward */
+	CU_ASSERT_EQUAL(want[1][0], 2 * N * CFG.C);
+	CU_ASSERT_EQUAL(want[3][0], 3 * N);
+	for (int r = 0; r < grp->t; r++)
+		for (int u = 0; u < gpt_cpu_n_units(&CFG); u++)
+			for (int d = 0; d < 2; d++) {
+				size_t got = grp->ranks[r].sim.payload[u][d];
+				if (got != want[u][d])
+					fprintf(stderr, "\nt = %d rank %d unit %d %s: %zu elements, "
+						"the schedule %zu", grp->t, r, u, d ? "backward" :
+						"forward", got, want[u][d]);
+				CU_ASSERT_EQUAL(got, want[u][d]);
+			}
+	fx_free(&sc, &pr);
+}
+
 /* Two blocks between the embeddings and the tied head, at GPT-2's init plus noise, on t = 2 and 4
  * ranks with and without sp, against gpt_cpu_forward and _backward: the loss and every unit's
- * gradient, reassembled. */
+ * gradient, reassembled; without sp, the collectives against engine/build.c's schedule. */
 static void test_whole_model(void)
 {
 	const GptConfig *c = &CFG;
@@ -785,6 +852,8 @@ static void test_whole_model(void)
 						 TP_TOL);
 				free(g);
 			}
+			if (!sp)
+				expect_schedule(&grp);
 			for (int r = 0; r < t; r++)
 				for (int u = 0; u < nu; u++)
 					free(k.grads[r][u]);
