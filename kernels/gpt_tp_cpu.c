@@ -159,52 +159,54 @@ GptBlockLayout gpt_tp_block_layout(const GptConfig *c, int t)
 				off[6], off[7], off[8], off[9], off[10], off[11]};
 }
 
-/* Copy rank r's part of one tensor between its whole form and its shard (to_shard: whole ->
- * shard). */
-static void copy_part(const Split *s, int t, int r, float *whole, float *shard, int to_shard)
-{
-	size_t n = 0, wstride = 0, sstride = 0, count = 1, woff = 0;
-	if (s->how == REPL) {
-		n = s->rows * s->cols;
-	} else if (s->how == ROWS) {
-		n = s->rows / (size_t)t * s->cols;
-		woff = (size_t)r * n;
-	} else { /* one run of cols / (groups t) per group and row */
-		n = s->cols / ((size_t)s->groups * t);
-		count = s->rows * (size_t)s->groups;
-		wstride = s->cols / (size_t)s->groups;
-		sstride = n;
-		woff = (size_t)r * n;
-	}
-	for (size_t k = 0; k < count; k++) {
-		float *w = whole + woff + k * wstride, *p = shard + k * sstride;
-		memcpy(to_shard ? p : w, to_shard ? w : p, n * sizeof(float));
-	}
-}
+/* Rank r's part of one tensor as count runs of n values: run k at whole[off + k wstride] and
+ * shard[k sstride]. */
+typedef struct Runs {
+	size_t n, count, off, wstride, sstride;
+} Runs;
 
-static void copy_unit(const GptConfig *c, int t, int r, int unit, float *whole, float *shard,
-		      int to_shard)
+static Runs runs_of(const Split *s, int t, int r)
 {
-	GptTensor g[GPT_CPU_MAX_TENSORS];
-	int n = gpt_cpu_unit_tensors(c, unit, g);
-	for (int i = 0; i < n; i++) {
-		Split s = split_of(c, &g[i]);
-		copy_part(&s, t, r, whole, shard, to_shard);
-		whole += g[i].numel;
-		shard += shard_numel(&s, t);
+	if (s->how == REPL)
+		return (Runs){s->rows * s->cols, 1, 0, 0, 0};
+	if (s->how == ROWS) {
+		size_t n = s->rows / (size_t)t * s->cols;
+		return (Runs){n, 1, (size_t)r * n, 0, 0};
 	}
+	size_t group = s->cols / (size_t)s->groups, n = group / (size_t)t; /* per group and row */
+	return (Runs){n, s->rows * (size_t)s->groups, (size_t)r * n, group, n};
 }
 
 void gpt_tp_shard_unit(const GptConfig *c, int t, int r, int unit, const float *whole,
 		       float *shard)
 {
-	copy_unit(c, t, r, unit, (float *)whole, shard, 1); /* read only when to_shard */
+	GptTensor g[GPT_CPU_MAX_TENSORS];
+	int nt = gpt_cpu_unit_tensors(c, unit, g);
+	for (int i = 0; i < nt; i++) {
+		Split s = split_of(c, &g[i]);
+		Runs u = runs_of(&s, t, r);
+		for (size_t k = 0; k < u.count; k++)
+			memcpy(shard + k * u.sstride, whole + u.off + k * u.wstride,
+			       u.n * sizeof(float));
+		whole += g[i].numel;
+		shard += shard_numel(&s, t);
+	}
 }
 
 void gpt_tp_unshard_unit(const GptConfig *c, int t, int r, int unit, const float *shard,
 			 float *whole)
 {
-	copy_unit(c, t, r, unit, whole, (float *)shard, 0); /* read only when !to_shard */
+	GptTensor g[GPT_CPU_MAX_TENSORS];
+	int nt = gpt_cpu_unit_tensors(c, unit, g);
+	for (int i = 0; i < nt; i++) {
+		Split s = split_of(c, &g[i]);
+		Runs u = runs_of(&s, t, r);
+		for (size_t k = 0; k < u.count; k++)
+			memcpy(whole + u.off + k * u.wstride, shard + k * u.sstride,
+			       u.n * sizeof(float));
+		whole += g[i].numel;
+		shard += shard_numel(&s, t);
+	}
 }
 
 /* Where element (i, j) of the whole tensor sits in rank r's shard, or SIZE_MAX when elsewhere. */
@@ -225,7 +227,7 @@ static size_t shard_index(const Split *s, int t, int r, size_t i, size_t j)
 
 /* gpt_cpu_init_unit's rules and streams, value by value in the whole tensor's order, keeping the
  * values of this rank's shard (the values are drawn in sequence, so a rank draws the whole
- * tensor's; it keeps only its own). The kernels suite holds the two to the same bits. */
+ * tensor's; it keeps only its own). The tp_kernels suite holds the two to the same bits. */
 void gpt_tp_init_unit(const GptConfig *c, int t, int r, int unit, float *shard, uint64_t seed)
 {
 	GptTensor g[GPT_CPU_MAX_TENSORS];

@@ -112,7 +112,10 @@ size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
  *                   input gradient (sp: reduce_scatter) */
 
 /* y (R, C) = token embeddings of tokens (B, T) from this rank's vocabulary rows, summed over the
- * group, plus positions. params: unit 0's shard; scratch: gpt_tp_scratch_bytes (used under sp). */
+ * group, plus positions. params: unit 0's shard; scratch: gpt_tp_scratch_bytes (used under sp).
+ * Under sp the sum is reduce-scattered and each rank adds its rows' positions (what
+ * engine/build.c charges; Megatron-LM, with learned positions, all-reduces the token embeddings,
+ * adds the positions and keeps its rows: the same values for t times the traffic). */
 void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
 			  const int *tokens, float *y, float *scratch);
 /* dy (R, C); scratch: gpt_tp_scratch_bytes (used under sp). */
