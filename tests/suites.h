@@ -19,6 +19,7 @@
 	X(kernels)     \
 	X(kernels16)   \
 	X(kernels_par) \
+	X(tp_kernels)  \
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \

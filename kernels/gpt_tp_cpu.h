@@ -1,0 +1,152 @@
+/* gpt_tp_cpu: gpt_cpu's GPT-2 units on one tensor-parallel rank, r of t, split as Megatron-LM
+ * splits them (Shoeybi et al. 2019, section 3; sequence parallelism after Korthikanti et al. 2022,
+ * section 4.2.2) and as engine/model.c marks its tensors tp_split. It owns the shard layouts, the
+ * cutting of shards out of whole tensors (and the drawing of a shard's initial values), the
+ * rank's saved activations and where the collectives go. The collectives are the caller's
+ * (GptTp's callbacks: an MPI or NCCL communicator, or a test's in-process sum); so is the
+ * all-reduce of the replicated parameters' gradients under sequence parallelism. fp32 only. */
+#ifndef PX_GPT_TP_CPU_H
+#define PX_GPT_TP_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_cpu.h"
+
+/* Dimension names as in ops_cpu.h; t the tensor-parallel degree, r this rank (0..t-1). On rank r:
+ *   heads [r NH/t, (r+1) NH/t), so c_attn's q, k and v columns of those heads: (C, 3C/t) stored
+ *     [q_r | k_r | v_r], which is the layout ops_attention takes for C/t channels and NH/t heads;
+ *   mlp.fc's columns [r 4C/t, (r+1) 4C/t): (C, 4C/t), and its bias's;
+ *   attn.o's rows [r C/t, (r+1) C/t): (C/t, C); mlp.down's rows [r 4C/t, (r+1) 4C/t): (4C/t, C);
+ *     their biases whole (a row-split layer adds one bias to the reduced sum);
+ *   embed.tokens's rows [r V/t, (r+1) V/t) (vocabulary-parallel), which the tied head uses too;
+ *   norms and embed.positions whole.
+ * Tensors keep gpt_cpu's order inside a unit (engine/model.c's), each at its shard's size. */
+
+/* ---- the group ---- */
+
+typedef enum { GPT_TP_SUM, GPT_TP_MAX } GptTpOp;
+
+/* One rank's view of its tensor-parallel group. Every rank of the group makes the same calls in
+ * the same order with the same n; each returns when the collective is complete on this rank.
+ * With sequence parallelism (sp), the (N, C) activations between the column- and row-split
+ * layers' regions (norm inputs and outputs, residuals, the blocks' inputs and outputs) are split
+ * by rows: rank r holds rows [r N/t, (r+1) N/t) of the (B T, C) stream, and all_gather /
+ * reduce_scatter take the all-reduces' place. */
+typedef struct GptTp {
+	int r, t;  /* this rank, the group's size */
+	int sp;    /* sequence parallelism */
+	void *ctx; /* the caller's, passed to every callback */
+	/* buf (n) = op over the group's bufs, element by element, on every rank */
+	void (*all_reduce)(void *ctx, float *buf, size_t n, GptTpOp op);
+	/* out (t n) = the ranks' in (n) side by side in rank order; in and out do not overlap */
+	void (*all_gather)(void *ctx, const float *in, float *out, size_t n);
+	/* out (n) = rank r's n-slice of the group's ins (t n) summed; in and out do not overlap */
+	void (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n);
+} GptTp;
+
+/* 0, or -1 with err filled, unless gpt_cpu_check passes, 0 <= r < t, t divides NH (whole heads
+ * a rank) and V (Megatron pads the vocabulary to a multiple of t), t divides B T under sp, and
+ * the callbacks the layout calls are set (all_reduce for t > 1; the other two under sp). */
+int gpt_tp_check(const GptConfig *c, const GptTp *tp, int B, int T, PxError *err);
+
+/* Rows of the (B T, C) stream this rank holds between layers: B T, or B T / t under sp. */
+int gpt_tp_rows(const GptTp *tp, int B, int T);
+
+/* ---- shard layout ---- */
+
+/* The tensors of a unit on one rank (names as gpt_cpu_unit_tensors, numel the shard's); every
+ * rank's shard of a unit has the same size. */
+int gpt_tp_unit_tensors(const GptConfig *c, int t, int unit, GptTensor out[GPT_CPU_MAX_TENSORS]);
+size_t gpt_tp_unit_params(const GptConfig *c, int t, int unit);
+/* Element offsets of a block's tensors in its shard (the sizes in the comment above). */
+GptBlockLayout gpt_tp_block_layout(const GptConfig *c, int t);
+
+/* shard (gpt_tp_unit_params) = rank r's part of whole, one unit in gpt_cpu's layout
+ * (gpt_cpu_unit_params). */
+void gpt_tp_shard_unit(const GptConfig *c, int t, int r, int unit, const float *whole,
+		       float *shard);
+/* The inverse: rank r's part of whole written from shard (the replicated tensors copied whole);
+ * the rest of whole untouched. Each rank's call fills its part, so t calls rebuild a unit. */
+void gpt_tp_unshard_unit(const GptConfig *c, int t, int r, int unit, const float *shard,
+			 float *whole);
+/* gpt_cpu_init_unit's values of rank r's shard, bit for bit, drawn without the whole unit in
+ * memory: the same seed gives the same model whatever t is. */
+void gpt_tp_init_unit(const GptConfig *c, int t, int r, int unit, float *shard, uint64_t seed);
+
+/* ---- saved activations and scratch ---- */
+
+/* A block's saved activations on one rank, gpt_cpu's fields at this rank's sizes (R = the
+ * rows gpt_tp_rows gives):
+ *   x_in, ln1, res2, ln2 (R, C) each;  qkv (N, 3C/t), atty (N, C/t), fc and gelu (N, 4C/t),
+ *   att (B, NH/t, T, T): 4 B T (4 C (R / N) + 12 C / t + NH T / t) bytes, engine/activ.c's
+ *   per-rank figure for fp32 without dropout. Under sp the column-split layers' gathered inputs
+ *   are not kept: backward gathers them again (Korthikanti et al., section 4.2.2). */
+GptBlockActs gpt_tp_block_acts(const GptConfig *c, const GptTp *tp, int B, int T);
+size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
+/* The head keeps its input and final-norm output (R, C) each, and its V/t probabilities (N, V/t):
+ * 4 (2 R C + N V / t) bytes. The embeddings keep nothing. */
+size_t gpt_tp_head_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
+/* Scratch for any one unit's forward or backward on this rank. */
+size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
+
+/* ---- layer units ---- */
+
+/* As gpt_cpu's units: params and grads are the rank's shard of the unit (gpt_tp_unit_tensors),
+ * backwards ACCUMULATE into grads and WRITE dx. Activations x, y, dy, dx are (R, C): whole and
+ * the same on every rank without sp, rank r's rows under sp. Gradients of split tensors are this
+ * rank's, complete. Gradients of replicated tensors (norms, the row-split layers' biases,
+ * embed.positions): without sp complete and equal on every rank; under sp the share of this
+ * rank's rows, which the caller all-reduces over the group before the optimizer (Megatron's
+ * finalize_model_grads). Collectives, in call order (n in elements, N = B T, R as above):
+ *   embed forward   all_reduce N C; sp: reduce_scatter to R C
+ *   embed backward  sp: all_gather of dy, R C each
+ *   block forward   per branch (attention, then MLP): sp: all_gather of the norm's output, R C
+ *                   each; then all_reduce N C of the row-split layer's output (sp: reduce_scatter)
+ *   block backward  per branch (MLP, then attention): sp: all_gather of dy, then of the norm's
+ *                   output again; all_reduce N C of the norm's output gradient (sp:
+ *                   reduce_scatter)
+ *   head forward    sp: all_gather of the final norm's output; all_reduce N (max, GPT_TP_MAX),
+ *                   all_reduce 2N (sum of exponentials and target logit, GPT_TP_SUM)
+ *   head backward   sp: all_gather of the final norm's output again; all_reduce N C of its
+ *                   input gradient (sp: reduce_scatter) */
+
+/* y (R, C) = token embeddings of tokens (B, T) from this rank's vocabulary rows, summed over the
+ * group, plus positions. params: unit 0's shard; scratch: gpt_tp_scratch_bytes (used under sp).
+ * Under sp the sum is reduce-scattered and each rank adds its rows' positions (what
+ * engine/build.c charges; Megatron-LM, with learned positions, all-reduces the token embeddings,
+ * adds the positions and keeps its rows: the same values for t times the traffic). */
+void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
+			  const int *tokens, float *y, float *scratch);
+/* dy (R, C); scratch: gpt_tp_scratch_bytes (used under sp). */
+void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, int B, int T, float *grads,
+			   const int *tokens, const float *dy, float *scratch);
+
+/* y = block(x) on this rank; y may be x. acts: gpt_tp_block_act_bytes; scratch:
+ * gpt_tp_scratch_bytes (used under sp). The row-split layers' bias goes into rank 0's partial
+ * product before the reduction (Megatron adds it after the reduction on every rank: the same sum
+ * rounded in another order); that way t = 1 is gpt_cpu_block_forward bit for bit. */
+void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
+			  const float *x, float *y, float *acts, float *scratch);
+/* dx may be dy. */
+void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
+			   float *grads, const float *acts, const float *dy, float *dx,
+			   float *scratch);
+
+/* Final norm, this rank's V/t logits against the tied embedding's shard (wte: unit 0's first
+ * V C / t elements), and Megatron's vocabulary-parallel cross-entropy: each token's max logit,
+ * sum of exponentials and target logit reduced over the group. Returns the mean loss over the
+ * B T targets, the same on every rank (0 when targets is NULL: probabilities only). */
+float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
+			  const float *wte, const float *x, const int *targets, float *acts,
+			  float *scratch);
+/* This rank's probabilities (B T, V/t) in the head's acts, for columns [r V/t, (r+1) V/t). */
+const float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, int B, int T,
+			       const float *acts);
+/* As gpt_cpu_head_backward: grads (final norm) and dwte (this rank's rows) accumulated, dx (R, C)
+ * written; the probabilities in acts become dlogits. */
+void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
+			  const float *wte, float *grads, float *dwte, float *acts,
+			  const int *targets, float dloss, float *dx, float *scratch);
+
+#endif
