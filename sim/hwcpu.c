@@ -435,20 +435,25 @@ double hwcpu_kernel_s(const HwCpuLevel *l, int flavour, HwCpuKernel k,
 	return s;
 }
 
+double hw_interp_log(int n, const double *x, const double *y, double at)
+{
+	if (n <= 0)
+		return 0;
+	if (n == 1 || at <= x[0])
+		return y[0];
+	if (at >= x[n - 1])
+		return y[n - 1];
+	int i = 1;
+	while (x[i] < at)
+		i++;
+	double f = log(at / x[i - 1]) / log(x[i] / x[i - 1]);
+	return y[i - 1] + f * (y[i] - y[i - 1]);
+}
+
 /* Bandwidth at `bytes`: linear in log(bytes) between points, flat beyond. */
 static double curve_Bps(const HwCpuCurve *c, double bytes)
 {
-	if (c->n <= 0)
-		return 0;
-	if (c->n == 1 || bytes <= c->x[0])
-		return c->y[0];
-	if (bytes >= c->x[c->n - 1])
-		return c->y[c->n - 1];
-	int i = 1;
-	while (c->x[i] < bytes)
-		i++;
-	double f = log(bytes / c->x[i - 1]) / log(c->x[i] / c->x[i - 1]);
-	return c->y[i - 1] + f * (c->y[i] - c->y[i - 1]);
+	return hw_interp_log(c->n, c->x, c->y, bytes);
 }
 
 double hwcpu_copy_s(const HwCpuLevel *l, double bytes)

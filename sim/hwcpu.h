@@ -45,6 +45,10 @@ typedef enum { HWCPU_CONVERT, HWCPU_ADD, HWCPU_SUMSQ, HWCPU_NONFINITE, HWCPU_ELE
 #define HWCPU_DTYPES 3 /* fp32, bf16, fp16 */
 
 /* y at points of increasing x; see hwcpu_curve_* for how each is read between points. */
+/* The value at `at` of the points (x ascending, n of them): linear in log(x) between points,
+ * flat beyond the ends; 0 with none. The GPU profiles' curves use it too. */
+double hw_interp_log(int n, const double *x, const double *y, double at);
+
 typedef struct HwCpuCurve {
 	int n;
 	double x[HWCPU_CURVE_MAX], y[HWCPU_CURVE_MAX];

@@ -110,17 +110,7 @@ static const HwProfile DEFAULTS[] = {
 
 double hw_curve_eval(const HwCurve *c, double x)
 {
-	if (c->n <= 0)
-		return 0;
-	if (c->n == 1 || x <= c->x[0])
-		return c->y[0];
-	if (x >= c->x[c->n - 1])
-		return c->y[c->n - 1];
-	int i = 1;
-	while (c->x[i] < x)
-		i++;
-	double f = log(x / c->x[i - 1]) / log(c->x[i] / c->x[i - 1]);
-	return c->y[i - 1] + f * (c->y[i] - c->y[i - 1]);
+	return hw_interp_log(c->n, c->x, c->y, x);
 }
 
 static const HwProfile *find_default(const char *name)
