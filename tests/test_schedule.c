@@ -198,20 +198,32 @@ static void check_scenario(const char *path, int *tiled)
 	const Plan *p = &pr.plan;
 	for (int st = 0; st < pr.n_stages; st++) {
 		Schedule *s = &pr.stages[st].sched;
-		int overflow = 0, norm = 0;
+		int overflow[2] = {0, 0}, norm[2] = {0, 0}, tied = 0;
 		CU_ASSERT_EQUAL(sched_validate(s, &err), 0);
 		for (int i = 0; i < s->n; i++) {
 			const Op *op = &s->ops[i];
 			if (op->kind == OP_COLL || op->kind == OP_COPY || op->kind == OP_COMPUTE)
 				CU_ASSERT_NOT_EQUAL(op->role, ROLE_NONE);
-			overflow += op->role == ROLE_OVERFLOW;
-			norm += op->role == ROLE_GRAD_NORM;
+			overflow[op->group == GROUP_PP] += op->role == ROLE_OVERFLOW;
+			norm[op->group == GROUP_PP] += op->role == ROLE_GRAD_NORM;
+			if (op->role == ROLE_TIED_GRADS) {
+				tied++;
+				CU_ASSERT(op->group == GROUP_PP && op->nranks == 2 && op->buf >= 0);
+			}
 		}
 		/* DeepSpeed's one-value all-reduces: the fp16 overflow check, and the gradient
-		 * norm when clipping on a partitioned stage, once a step, on more than one rank */
-		int several = p->dp > 1;
-		CU_ASSERT_EQUAL(overflow, several && sc.ds.dtype == DT_FP16);
-		CU_ASSERT_EQUAL(norm, several && sc.ds.gradient_clipping > 0 && p->stage >= 1);
+		 * norm when clipping on a partitioned stage, once a step, on more than one rank of
+		 * the data-parallel group; then both over the pipeline's stages, each of which holds
+		 * only its own layers */
+		int several = p->dp > 1, staged = p->par.pp > 1, fp16 = sc.ds.dtype == DT_FP16;
+		int clip = sc.ds.gradient_clipping > 0;
+		CU_ASSERT_EQUAL(overflow[0], several && fp16);
+		CU_ASSERT_EQUAL(norm[0], several && clip && p->stage >= 1);
+		CU_ASSERT_EQUAL(overflow[1], staged && fp16);
+		CU_ASSERT_EQUAL(norm[1], staged && clip);
+		/* the tied embedding's copies, on the first and the last stage */
+		CU_ASSERT_EQUAL(tied, staged && model_tied_elems(&sc.model) > 0 &&
+				      (st == 0 || st == p->par.pp - 1));
 		if (p->stage >= 2 && several && p->stages[st].local_expert == 0) {
 			check_tiling(&pr, st, path);
 			(*tiled)++;
