@@ -31,9 +31,10 @@ static const char USAGE[] =
 	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
 	"\n"
 	"Train the scenario's GPT-2 model for real with the executor: ZeRO stage 0-3 data\n"
-	"parallelism over N ranks, running the schedule the simulator prices. Rank 0 prints\n"
-	"one line per step, then predicted against measured memory and communication, and stores\n"
-	"both runs (linked) in the results database.\n"
+	"parallelism and pipeline parallelism (GPipe, 1F1B, interleaved 1F1B; with ZeRO 0-1)\n"
+	"over N ranks, every rank running its own stage's schedule, the one the simulator\n"
+	"prices. Rank 0 prints one line per step, then predicted against measured memory and\n"
+	"communication, and stores both runs (linked) in the results database.\n"
 	"\n"
 	"Before anything starts it prints the host memory the run will need (the executor's\n"
 	"buffers at their peak as predicted, per rank and for all ranks) and an estimated step\n"
@@ -543,12 +544,21 @@ static void beacon_put(const RunOpts *o, const Runner *run, Comm *world, long do
 	atomic_store(&beacon->cur, next);
 }
 
+/* "pp 2, 1F1B" (static buffer) */
+static const char *pipe_label(const Plan *p)
+{
+	static char text[64];
+	snprintf(text, sizeof(text), "pp %lld, %s", p->par.pp, pipe_schedule_name(p->par.schedule));
+	return text;
+}
+
 static int train(RunOpts *o, Comm *world, PxError *err)
 {
 	Scenario sc;
 	Prediction pr;
 	Runner *run = NULL;
-	Comm *dp = NULL;
+	RunnerComms comms = {.world = world};
+	int stage = 0;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
 	double *losses = calloc((size_t)o->steps, sizeof(double)), t_total = 0;
@@ -574,9 +584,10 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		rt.on_gpu_peak = sample_peak;
 		rt.peak_ctx = &o->gpu->mem;
 	}
-	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
-	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
-			  (uint64_t)o->seed, cb, cx, &rt, &run, err))
+	/* every rank runs its own pipeline stage's schedule */
+	if (runner_comms_split(world, &pr.plan, &comms, &stage, err) ||
+	    runner_create(&pr.plan, &pr.stages[stage].sched, &comms, (uint64_t)o->seed, cb, cx, &rt,
+			  &run, err))
 		goto out_run;
 	long first = 1;
 	if (o->resume) {
@@ -593,9 +604,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	comm_counters_reset(world);
 	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, 0};
 	if (rank == 0 && !o->json)
-		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
-		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
-		       sc.ds.micro_batch, sc.ds.grad_accum, size, sc.seq);
+		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %lld, "
+		       "seq %lld%s%s\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
+		       sc.ds.micro_batch, sc.ds.grad_accum, pr.plan.dp, sc.seq,
+		       pr.plan.par.pp > 1 ? ", pipeline " : "",
+		       pr.plan.par.pp > 1 ? pipe_label(&pr.plan) : "");
 	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
 		double t0 = px_now_s();
@@ -653,7 +666,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 out_run:
 	fail_ctx.run = NULL;
 	runner_destroy(run);
-	comm_destroy(dp);
+	runner_comms_free(&comms);
 	if (cx)
 		cb->destroy(cx);
 out_data:

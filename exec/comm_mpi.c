@@ -543,6 +543,25 @@ static int mpi_test(void *req, int *done, PxError *err)
 	return *done ? finish_req(q, rc, err) : 0;
 }
 
+static int mpi_send_start(void *h, const void *buf, size_t count, CommDtype dt, int peer,
+			  void **req, PxError *err)
+{
+	const MpiComm *m = h;
+	int n = mpi_count(count, "MPI_Isend", err);
+	if (n < 0)
+		return -1;
+	MpiReq *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "mpi backend: out of memory");
+	if (mpi_check(MPI_Isend(buf, n, mpi_type(dt), peer, P2P_TAG, m->comm, &q->r), "MPI_Isend",
+		      err)) {
+		free(q);
+		return -1;
+	}
+	*req = q;
+	return 0;
+}
+
 const CommBackend comm_mpi_backend = {
 	.name = "mpi",
 	.init = mpi_init,
@@ -561,5 +580,6 @@ const CommBackend comm_mpi_backend = {
 	.start = mpi_start,
 	.wait = mpi_wait,
 	.test = mpi_test,
+	.send_start = mpi_send_start,
 	.abort = mpi_abort,
 };

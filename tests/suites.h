@@ -23,6 +23,7 @@
 	X(comm_mpi)    \
 	X(comm_gpu)    \
 	X(exec)        \
+	X(pipe)        \
 	X(run)         \
 	X(exec_cuda)   \
 	X(cli)         \
