@@ -33,10 +33,12 @@ static const char USAGE[] =
 	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
 	"\n"
 	"Train the scenario's GPT-2 model for real with the executor: ZeRO stage 0-3 data\n"
-	"parallelism over N ranks, running the schedule the simulator prices. Rank 0 prints\n"
-	"one line per step, then predicted against measured memory and communication, and stores\n"
-	"both runs (linked) in the results database. The bytes sent are counted message by\n"
-	"message on MPI; on NCCL, which keeps no count, they are the ring formula's, and it says so.\n"
+	"parallelism and pipeline parallelism (GPipe, 1F1B, interleaved 1F1B; with ZeRO 0-1)\n"
+	"over N ranks, every rank running its own stage's schedule, the one the simulator\n"
+	"prices. Rank 0 prints one line per step, then predicted against measured memory and\n"
+	"communication, and stores both runs (linked) in the results database. The bytes sent\n"
+	"are counted message by message on MPI; on NCCL, which keeps no count, they are the ring\n"
+	"formula's, and it says so.\n"
 	"\n"
 	"Before anything starts it prints the host memory the run will need (the executor's\n"
 	"buffers at their peak as predicted, per rank and for all ranks) and an estimated step\n"
@@ -707,12 +709,21 @@ static void run_notes(const RunOpts *o, int ran, int rss_reset, int wire_counted
 			 "start, set-up included (/proc/self/clear_refs: %s)", strerror(-rss_reset));
 }
 
+/* "pp 2, 1F1B" (static buffer) */
+static const char *pipe_label(const Plan *p)
+{
+	static char text[64];
+	snprintf(text, sizeof(text), "pp %lld, %s", p->par.pp, pipe_schedule_name(p->par.schedule));
+	return text;
+}
+
 static int train(RunOpts *o, Comm *world, PxError *err)
 {
 	Scenario sc;
 	Prediction pr;
 	Runner *run = NULL;
-	Comm *dp = NULL;
+	RunnerComms comms = {.world = world};
+	int stage = 0;
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
 	double *losses = calloc((size_t)o->steps, sizeof(double));
@@ -741,9 +752,10 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		rt.peak_ctx = &o->gpu->mem;
 	}
 	clk.rss_setup_bytes = procmem_rss_bytes();
-	if (comm_split(world, 0, rank, GROUP_DP, &dp, err) ||
-	    runner_create(&pr.plan, &pr.stages[0].sched, size > 1 ? dp : NULL, world,
-			  (uint64_t)o->seed, cb, cx, &rt, &run, err))
+	/* every rank runs its own pipeline stage's schedule */
+	if (runner_comms_split(world, &pr.plan, &comms, &stage, err) ||
+	    runner_create(&pr.plan, &pr.stages[stage].sched, &comms, (uint64_t)o->seed, cb, cx, &rt,
+			  &run, err))
 		goto out_run;
 	long first = 1;
 	if (o->resume) {
@@ -766,9 +778,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	clk.faults0 = procmem_minor_faults();
 	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, &clk};
 	if (rank == 0 && !o->json)
-		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %d, "
-		       "seq %lld\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
-		       sc.ds.micro_batch, sc.ds.grad_accum, size, sc.seq);
+		printf("# parallax run %s: %d rank(s), ZeRO-%d, %s, micro-batch %lld x %lld x dp %lld, "
+		       "seq %lld%s%s\n", sc.name, size, pr.plan.stage, dtype_name(sc.ds.dtype),
+		       sc.ds.micro_batch, sc.ds.grad_accum, pr.plan.dp, sc.seq,
+		       pr.plan.par.pp > 1 ? ", pipeline " : "",
+		       pr.plan.par.pp > 1 ? pipe_label(&pr.plan) : "");
 	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
 		double t0 = px_now_s();
@@ -827,7 +841,7 @@ out_run:
 	if (extra)
 		cb->release(cx, PLACE_GPU, extra);
 	runner_destroy(run);
-	comm_destroy(dp);
+	runner_comms_free(&comms);
 	if (cx)
 		cb->destroy(cx);
 out_data:

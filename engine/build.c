@@ -23,11 +23,15 @@ typedef struct Builder {
 	const Plan *p;
 	int stage;              /* pipeline stage */
 	long long m;            /* micro-batches it builds: the plan's, or a few to count ops */
+	int mb;                 /* the micro-batch the ops being added belong to (Op.mb) */
 	Schedule *s;
 	int oom;
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
 	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
+	int *pipe_in, *pipe_out; /* pipelined, per (micro-batch, local chunk): the received input and
+				    the sent output (BUF_PIPE_INPUT, BUF_PIPE_OUTPUT) */
+	int id_pipe_grad;       /* pipelined: the received gradient's buffer, -1 when none */
 	long long *expert_start; /* each unit's first expert element in the stage's expert flat */
 	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
@@ -52,7 +56,18 @@ static int alloc(Builder *b, Place place, MemCat cat, BufWhat what, int unit, do
 	int id = -1;
 	if (bytes > 0 && sched_alloc(b->s, place, cat, what, unit, bytes, &id))
 		b->oom = 1;
+	else if (id >= 0 && b->mb)
+		sched_set_mb(b->s, b->mb);
 	return id;
+}
+
+/* A unit's compute in the current micro-batch. */
+static void compute(Builder *b, CompKind kind, int unit, double flops)
+{
+	if (sched_compute(b->s, kind, unit, flops, 0))
+		b->oom = 1;
+	else if (b->mb)
+		sched_set_mb(b->s, b->mb);
 }
 
 static void release(Builder *b, int *id)
@@ -157,6 +172,12 @@ static void setup(Builder *b)
 		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
 		      (double)z->offload_optimizer.buffer_count * (double)sub * 4);
 	}
+	/* a stage holding a chunk before the model's last receives gradients from the next stage
+	 * into one buffer, allocated at its first receive and kept (DeepSpeed's grad_layer) */
+	if (p->par.pp > 1 && (b->stage < p->par.pp - 1 || p->par.virtual_stages > 1))
+		b->id_pipe_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_GRAD, -1,
+					(double)(p->shape.b * p->shape.s * p->sc->model.h) *
+						p->param_bytes);
 }
 
 /* ---- stage 3: gathering units ---- */
@@ -473,7 +494,7 @@ static void forward_unit(Builder *b, int slot, int u)
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, is_block(p, u) ? BUF_ACTIVATIONS : BUF_ENDS,
 				  u, up->act_bytes);
 	}
-	DO(sched_compute(b->s, COMP_FWD, u, up->fwd_flops, 0));
+	compute(b, COMP_FWD, u, up->fwd_flops);
 	tp_colls(b, u, ROLE_FORWARD);
 	moe_colls(b, u, ROLE_FORWARD);
 	release(b, &temp);
@@ -500,11 +521,11 @@ static void backward_unit(Builder *b, int slot, int u)
 		if (p->ckpt_place == PLACE_CPU)
 			copy(b, COPY_H2D, ROLE_RECOMPUTE, u, up->ckpt_bytes);
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
-		DO(sched_compute(b->s, COMP_RECOMPUTE, u, up->fwd_flops, 0));
+		compute(b, COMP_RECOMPUTE, u, up->fwd_flops);
 		tp_colls(b, u, ROLE_RECOMPUTE);
 		moe_colls(b, u, ROLE_RECOMPUTE);
 	}
-	DO(sched_compute(b->s, COMP_BWD, u, 2 * up->fwd_flops, 0));
+	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) {
 		int gbuf;
 		long long goff;
@@ -586,14 +607,20 @@ static void micro_batch(Builder *b)
 	release(b, &hidden);
 }
 
-/* With pipelining: the stage's own order of forwards and backwards (pipeline.c). A chunk
- * receives its input from the previous stage and sends its output to the next, bsh elements per
- * micro-batch each way; gradients come back the same way. */
+/* With pipelining: the stage's own order of forwards and backwards (pipeline.c), each step's
+ * ops in the step's micro-batch. A chunk receives its input from the previous stage and sends
+ * its output to the next, bsh elements per micro-batch each way; gradients come back the same
+ * way. The boundary buffers are DeepSpeed's pipe engine's: the received input is kept until the
+ * backward has sent its gradient, the sent output until the backward (its autograd root), the
+ * received gradient lands in the set-up's buffer, and the input's gradient lives until it is
+ * sent. The executor's hidden stream (x in the compute dtype, its gradient in fp32) lives for
+ * each step, its backward scratch (8 bsh floats) for each backward step. */
 static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;
 	long long pp = p->par.pp, v = p->par.virtual_stages, m = b->m;
 	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
+	double exec_bsh = p->executor ? (double)bsh : 0;
 	int d = p->param_bytes;
 	PipeStep *order = malloc((size_t)(2 * m * v) * sizeof(*order));
 	if (!order)
@@ -605,23 +632,40 @@ static int pipelined(Builder *b, PxError *err)
 		int j = st->chunk * (int)pp + b->stage; /* the global model chunk */
 		int first = j == 0, last = j == p->n_chunks - 1;
 		int lo = p->chunk_bounds[j], hi = p->chunk_bounds[j + 1];
+		int *in = &b->pipe_in[st->mb * v + st->chunk], *out = &b->pipe_out[st->mb * v + st->chunk];
 		DO(sched_mark_step(b->s));
+		b->mb = st->mb;
+		int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, (4 + d) * exec_bsh);
 		if (st->forward) {
-			if (!first)
-				coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, -1, 0);
+			if (!first) {
+				*in = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, lo, (double)bsh * d);
+				coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *in, 0);
+			}
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
-			if (!last)
-				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, -1, 0);
+			if (!last) {
+				*out = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_OUTPUT, hi - 1, (double)bsh * d);
+				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *out, 0);
+			}
 		} else {
+			int scratch = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_SCRATCH, -1, 32 * exec_bsh);
 			if (!last)
-				coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, -1, 0);
+				coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, b->id_pipe_grad, 0);
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
-			if (!first)
-				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, -1, 0);
+			release(b, out);
+			if (!first) {
+				int grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_INPUT_GRAD, lo,
+						 (double)bsh * d);
+				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, grad, 0);
+				release(b, &grad);
+				release(b, in);
+			}
+			release(b, &scratch);
 		}
+		release(b, &hidden);
 	}
+	b->mb = 0;
 	free(order);
 	return 0;
 }
@@ -649,10 +693,15 @@ static void optimizer_step(Builder *b)
 	double part = (double)st->part_elems;
 	long long tied = ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
 
-	/* the tied embedding's two copies (first and last stage) sum their gradients */
-	if (p->par.pp > 1 && tied && (b->stage == 0 || b->stage == p->par.pp - 1))
-		DO(sched_coll(b->s, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_PP, 2, -1, tied,
-			      p->grad_bytes, -1, 0));
+	/* the tied embedding's two copies (first and last stage) sum their gradients: unit 0's
+	 * first tensor (embed.tokens) on the first stage, the copy after the head's own tensors on
+	 * the last (plan.c) */
+	if (p->par.pp > 1 && tied && (b->stage == 0 || b->stage == p->par.pp - 1)) {
+		const UnitPlan *at = &p->units[b->stage == 0 ? 0 : p->n_units - 1];
+		long long off = b->stage == 0 ? at->flat_off : at->flat_off + at->local_dense - tied;
+		DO(sched_coll(b->s, COLL_ALL_REDUCE, ROLE_TIED_GRADS, GROUP_PP, 2, -1, tied,
+			      p->grad_bytes, b->id_grads, off));
+	}
 
 	if (p->stage < 2) { /* stage 0's "partition" is the whole flat */
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
@@ -669,11 +718,19 @@ static void optimizer_step(Builder *b)
 		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, -1, part * p->grad_bytes);
 
 	/* DeepSpeed agrees on fp16 overflow and on the global gradient norm with one-value
-	 * all-reduces (a partitioned stage holds only part of the gradients) */
-	if (p->sc->ds.dtype == DT_FP16)
+	 * all-reduces: over the data-parallel group (a partitioned stage holds only part of the
+	 * gradients), then over the pipeline's stages, each of which holds its own layers'
+	 * (stage_1_and_2.py and runtime/utils.py all-reduce over the model-parallel group, of which
+	 * the pipe grid's stages are part; Megatron's clip_grad_norm likewise) */
+	int fp16 = p->sc->ds.dtype == DT_FP16, clip = p->sc->ds.gradient_clipping > 0;
+	if (fp16)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_DP, -1, 1, 4, -1, 0);
-	if (p->sc->ds.gradient_clipping > 0 && p->stage >= 1)
+	if (fp16)
+		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_PP, -1, 1, 4, -1, 0);
+	if (clip && p->stage >= 1)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
+	if (clip)
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
 
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
@@ -728,18 +785,25 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
+	b->id_pipe_grad = -1;
 	b->buckets[0] = b->buckets[1] = -1;
+	long long chunks = slots * p->par.virtual_stages;
 	b->gathered = malloc((size_t)n * sizeof(int));
 	b->act = malloc((size_t)(n * slots) * sizeof(int));
 	b->ckpt = malloc((size_t)(n * slots) * sizeof(int));
+	b->pipe_in = malloc((size_t)chunks * sizeof(int));
+	b->pipe_out = malloc((size_t)chunks * sizeof(int));
 	b->expert_start = malloc((size_t)n * sizeof(long long));
 	b->bucket_of = malloc((size_t)n * sizeof(int));
-	if (!b->gathered || !b->act || !b->ckpt || !b->expert_start || !b->bucket_of)
+	if (!b->gathered || !b->act || !b->ckpt || !b->pipe_in || !b->pipe_out || !b->expert_start ||
+	    !b->bucket_of)
 		return -1;
 	for (int u = 0; u < n; u++)
 		b->gathered[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
 		b->act[i] = b->ckpt[i] = -1;
+	for (long long i = 0; i < chunks; i++)
+		b->pipe_in[i] = b->pipe_out[i] = -1;
 	long long expert = 0; /* the stage's expert flat holds its units in forward order */
 	for (int u = 0; u < n; u++) {
 		b->bucket_of[u] = -1;
@@ -760,6 +824,8 @@ static void builder_free(Builder *b)
 	free(b->gathered);
 	free(b->act);
 	free(b->ckpt);
+	free(b->pipe_in);
+	free(b->pipe_out);
 	free(b->expert_start);
 	free(b->bucket_of);
 }

@@ -128,8 +128,14 @@ GroupSpan parallel_group_span(const ParallelSpec *p, LayoutGroup g, long long gp
 	}
 }
 
-long long parallel_stage_of(const ParallelSpec *p, long long rank)
+RankCoords parallel_rank_coords(const ParallelSpec *p, long long rank)
 {
 	long long pp_stride = p->order == ORDER_TP_PP_DP ? p->tp : p->tp * p->dp;
-	return (rank / pp_stride) % p->pp;
+	long long dp_stride = p->order == ORDER_TP_PP_DP ? p->tp * p->pp : p->tp;
+	return (RankCoords){rank % p->tp, (rank / pp_stride) % p->pp, (rank / dp_stride) % p->dp};
+}
+
+long long parallel_stage_of(const ParallelSpec *p, long long rank)
+{
+	return parallel_rank_coords(p, rank).stage;
 }

@@ -66,4 +66,13 @@ GroupSpan parallel_group_span(const ParallelSpec *p, LayoutGroup g, long long gp
 /* The pipeline stage rank r belongs to. */
 long long parallel_stage_of(const ParallelSpec *p, long long rank);
 
+/* Where rank r sits under p's layout: its index in its tensor-parallel group, its pipeline stage
+ * and its index in its data-parallel group (the strides of parallel_group_span). Ranks with the
+ * same tp index and stage form a data-parallel group, ordered by dp index; ranks with the same
+ * tp and dp index a pipeline, ordered by stage. */
+typedef struct RankCoords {
+	long long tp, stage, dp;
+} RankCoords;
+RankCoords parallel_rank_coords(const ParallelSpec *p, long long rank);
+
 #endif

@@ -175,6 +175,12 @@ void sched_grads_to(Schedule *s, int buf, int64_t off)
 	s->valid = 0;
 }
 
+void sched_set_mb(Schedule *s, int mb)
+{
+	s->ops[s->n - 1].mb = mb;
+	s->valid = 0;
+}
+
 int sched_loop(Schedule *s, int64_t count)
 {
 	Op *op = push(s, OP_LOOP);
@@ -216,6 +222,8 @@ static const char *op_fault(const Schedule *s, const Op *op)
 		return "a buffer id outside the schedule's buffers";
 	if (op->slice < -1 || op->slice >= s->n_slices)
 		return "a slice outside the schedule's slices";
+	if ((op->kind == OP_ALLOC || op->kind == OP_COMPUTE) && op->mb < 0)
+		return "a negative micro-batch";
 	if (op->kind == OP_ALLOC)
 		return op->place >= N_PLACES ? "an unknown place" : op->cat >= N_CATS ?
 		       "an unknown memory category" : op->what >= N_BUFS ? "an unknown buffer kind" :
@@ -383,7 +391,8 @@ const char *buf_name(BufWhat w)
 		"fp32_grad_partition", "unit_grads", "master_params", "optimizer_states",
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
 		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
-		"error_feedback", "optimizer_step_temp", "unit_fp32_grads"};
+		"error_feedback", "optimizer_step_temp", "unit_fp32_grads", "pipe_input",
+		"pipe_output", "pipe_grad", "pipe_input_grad"};
 	return NAME_OF(n, w);
 }
 
@@ -404,7 +413,7 @@ const char *role_name(OpRole r)
 {
 	static const char *const n[] = {"none", "forward", "recompute", "backward", "prefetch",
 					"grad_reduce", "overflow", "grad_norm", "optimizer",
-					"param_update"};
+					"param_update", "tied_grads"};
 	return NAME_OF(n, r);
 }
 

@@ -75,6 +75,16 @@ typedef enum {
 	BUF_ERROR_FEEDBACK, /* 1-bit optimizers: worker and server compression errors */
 	BUF_OPT_STEP_TEMP, /* what the optimizer step copies while it runs (1-bit LAMB's momenta) */
 	BUF_UNIT_GRAD32,   /* executor: a unit's fp32 gradients in backward, before they are moved */
+	/* pipeline parallelism, as DeepSpeed's pipe engine holds them (engine/pipe/engine.py) */
+	BUF_PIPE_INPUT,    /* a micro-batch's activation received from the previous stage, kept
+			      until its backward has sent the input's gradient (pipe_buffers
+			      'inputs') */
+	BUF_PIPE_OUTPUT,   /* a micro-batch's activation sent to the next stage, kept until its
+			      backward (pipe_buffers 'outputs', which autograd starts from) */
+	BUF_PIPE_GRAD,     /* the gradient received from the next stage (grad_layer: allocated
+			      once, reused by every backward) */
+	BUF_PIPE_INPUT_GRAD, /* the input's gradient a backward sends to the previous stage
+				(the received input's .grad, freed with it) */
 	N_BUFS
 } BufWhat;
 
@@ -96,6 +106,10 @@ typedef enum {
 	ROLE_OPTIMIZER,    /* the update and its state's swaps */
 	ROLE_PARAM_UPDATE, /* the updated parameters back to where compute reads them: the copy from
 			      the optimizer's place and the all-gathers after the update */
+	ROLE_TIED_GRADS,   /* the all-reduce summing a tied parameter's gradient over its copies:
+			      the word embedding's on the first and the last pipeline stage, over
+			      the nranks (2) ranks of the pipeline group holding one (Megatron's
+			      embedding group, DeepSpeed's tied_comms) */
 	N_ROLES
 } OpRole;
 
@@ -122,7 +136,17 @@ typedef struct Op {
 	int32_t buf;        /* ALLOC/FREE: buffer id; COLL: the buffer it works on, COPY: the one
 			       it copies from (sched_copy_reduced); COMPUTE (backward): the buffer
 			       its dense gradients go to (sched_grads_to); -1 for none */
-	int32_t nranks;     /* COLL: ranks in the group */
+	/* A collective's group size and the micro-batch of a unit's allocation or compute share a
+	 * word: no kind reads both (see mb below), and Op has no room for another field. */
+	union {
+		int32_t nranks; /* COLL: ranks in the group */
+		int32_t mb;     /* ALLOC, COMPUTE: the micro-batch it belongs to. A pipelined stage
+				   has several in flight (activations, pipeline buffers), each in its
+				   own buffers: 0..m-1. Without pipelining the repeat block's body is
+				   every micro-batch in turn, in the same buffers: 0. Ops outside the
+				   micro-batches (set-up, optimizer step): 0. A send or receive works
+				   on a pipeline buffer, whose allocation states its micro-batch. */
+	};
 	int32_t slice;      /* COLL, COPY: its partitioned data (Schedule.slices), -1 for none */
 	/* One word for the fields no kind reads together, so that an op is 48 bytes, not 64: the
 	 * replays stream a pipelined stage's thousands of ops through memory several times. Each
@@ -181,6 +205,8 @@ int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf
 int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
 /* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
 void sched_grads_to(Schedule *s, int buf, int64_t off);
+/* The last op (an allocation or a compute) belongs to micro-batch mb (Op.mb). */
+void sched_set_mb(Schedule *s, int mb);
 int sched_loop(Schedule *s, int64_t count);
 int sched_end_loop(Schedule *s);
 
@@ -228,9 +254,9 @@ static inline int sched_op_ok(const Schedule *s, const Op *op)
 	switch (op->kind) {
 	case OP_ALLOC:
 		return op->buf >= 0 && op->place < N_PLACES && op->cat < N_CATS && op->what < N_BUFS &&
-		       op->bytes >= 0;
+		       op->bytes >= 0 && op->mb >= 0;
 	case OP_FREE: return op->buf >= 0;
-	case OP_COMPUTE: return op->sub < N_COMPS;
+	case OP_COMPUTE: return op->sub < N_COMPS && op->mb >= 0;
 	case OP_COLL:
 		return op->sub < N_COLLS && op->group < N_GROUPS && op->nranks >= 1 && op->elems >= 0;
 	default: return op->sub < N_COPIES;

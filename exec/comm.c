@@ -981,6 +981,36 @@ int comm_all_reduce_start(Comm *c, const void *send, void *recv, size_t count, C
 	return start_call(c, "all_reduce", &k, bytes, req, err);
 }
 
+int comm_send_start(Comm *c, const void *buf, size_t count, CommDtype dt, int peer,
+		    CommRequest **req, PxError *err)
+{
+	const char *what = "send";
+	int64_t bytes;
+	*req = NULL;
+	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
+	    check_peer(c, what, peer, err))
+		return -1;
+	if (bytes && !buf)
+		return fail_args(c, what, err, "buf is NULL");
+	CommState *st = c->st;
+	if (!st->be->send_start)
+		return fail_args(c, what, err, "this backend has no started send");
+	CommRequest *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "rank %d: %s: out of memory", st->env.rank, what);
+	/* point to point: no number on the communicator (comm_send's) */
+	*q = (CommRequest){.c = c, .what = what, .kind = COLL_P2P, .payload = bytes};
+	call_begin(c, what, COLL_P2P, 0, 0, peer);
+	int rc = st->be->send_start(c->h, buf, count, dt, peer, &q->h, err);
+	if (watchdog_disarm(st, err) || (rc && fail_call(st, what, c->tag, err))) {
+		free(q);
+		return -1;
+	}
+	st->n_started++;
+	*req = q;
+	return 0;
+}
+
 int comm_wait(CommRequest *q, PxError *err)
 {
 	if (!q)

@@ -127,6 +127,10 @@ typedef struct CommBackend {
 	 * h: any handle of the backend. NULL where the backend cannot count (NCCL): the counters
 	 * then hold computed wire bytes (CommCounters.wire_counted = 0). */
 	void (*moved)(void *h, int64_t *sent_bytes, int64_t *recv_bytes);
+	/* A started send (wait and test complete it as a started collective); NULL where the
+	 * backend has none. */
+	int (*send_start)(void *h, const void *buf, size_t count, CommDtype dt, int peer,
+			  void **req, PxError *err);
 	/* Stop every process of the job now, with exit status code. Called by the watchdog thread
 	 * while the caller's thread is blocked inside another call; world is NULL when that call is
 	 * finalize (the handle may be gone). Returns only where stopping the job is not possible
@@ -246,6 +250,12 @@ int comm_reduce_scatter_start(Comm *c, const void *send, void *recv, size_t coun
 			      CommRedOp op, CommRequest **req, PxError *err);
 int comm_all_reduce_start(Comm *c, const void *send, void *recv, size_t count, CommDtype dt,
 			  CommRedOp op, CommRequest **req, PxError *err);
+/* comm_send, started: buf is the call's until comm_wait, which completes once the peer's
+ * receive has matched it (on MPI; sends to one peer match its receives in order). Pipeline
+ * stages send while their peer may still be computing: a blocking send of each to the other at
+ * once would wait for ever. Refused where the backend has no started send (MPI only). */
+int comm_send_start(Comm *c, const void *buf, size_t count, CommDtype dt, int peer,
+		    CommRequest **req, PxError *err);
 /* Frees req (NULL is fine); -1 with err as the blocking call's on failure. */
 int comm_wait(CommRequest *req, PxError *err);
 /* Block until every waited request of this comm_init has completed on its device, under the

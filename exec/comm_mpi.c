@@ -182,8 +182,6 @@ static void mpi_abort(void *world, int code)
  * Counted as the collectives are (comm_mpi_coll.c): a send's bytes once MPI_Send returned, a
  * receive's as its status reports them. */
 
-enum { P2P_TAG = 0 }; /* on this layer's own duplicate of the world, so it clashes with nothing */
-
 static int mpi_send(void *h, const void *buf, size_t count, CommDtype dt, int peer,
 		    PxError *err)
 {
@@ -193,7 +191,7 @@ static int mpi_send(void *h, const void *buf, size_t count, CommDtype dt, int pe
 		return -1;
 	int size = 0;
 	if (mpi_check(MPI_Type_size(mpi_type(dt), &size), "MPI_Type_size", err) ||
-	    mpi_check(MPI_Send(buf, n, mpi_type(dt), peer, P2P_TAG, m->comm), "MPI_Send", err))
+	    mpi_check(MPI_Send(buf, n, mpi_type(dt), peer, MPI_P2P_TAG, m->comm), "MPI_Send", err))
 		return -1;
 	m->world->sent_bytes += (int64_t)n * size;
 	return 0;
@@ -206,7 +204,7 @@ static int mpi_recv(void *h, void *buf, size_t count, CommDtype dt, int peer, Px
 	MPI_Status status;
 	if (n < 0 ||
 	    mpi_check(MPI_Type_size(mpi_type(dt), &size), "MPI_Type_size", err) ||
-	    mpi_check(MPI_Recv(buf, n, mpi_type(dt), peer, P2P_TAG, m->comm, &status), "MPI_Recv",
+	    mpi_check(MPI_Recv(buf, n, mpi_type(dt), peer, MPI_P2P_TAG, m->comm, &status), "MPI_Recv",
 		      err) ||
 	    mpi_check(MPI_Get_count(&status, mpi_type(dt), &got), "MPI_Get_count", err))
 		return -1;
@@ -250,5 +248,6 @@ const CommBackend comm_mpi_backend = {
 	.wait = mpi_wait,
 	.test = mpi_test,
 	.moved = mpi_moved,
+	.send_start = mpi_send_start,
 	.abort = mpi_abort,
 };

@@ -488,6 +488,22 @@ static size_t scratch_two_segs(const MpiColl *q)
 	return n > 1 && q->pos < n - 1 ? 2 * seg * q->esz : 0;
 }
 
+/* A started send (comm_send_start): one step, one message to q->root on comm_send's tag, so that
+ * the peer's comm_recv matches it. */
+static int steps_one(const MpiColl *q)
+{
+	(void)q;
+	return 1;
+}
+
+static void plan_send(const MpiColl *q, int s, Step *st)
+{
+	(void)s;
+	st->send = q->send;
+	st->send_elems = q->count;
+	st->to = q->root;
+}
+
 static const Algo ALGOS[N_COMM_KINDS] = {
 	[COLL_ALL_GATHER] = {"ring all_gather", steps_ring, scratch_none, plan_all_gather},
 	[COLL_REDUCE_SCATTER] = {"ring reduce_scatter", steps_ring, scratch_two_blocks,
@@ -497,6 +513,7 @@ static const Algo ALGOS[N_COMM_KINDS] = {
 			     plan_all_to_all},
 	[COLL_BROADCAST] = {"chain broadcast", steps_chain, scratch_none, plan_broadcast},
 	[COMM_KIND_REDUCE] = {"chain reduce", steps_chain, scratch_two_segs, plan_reduce},
+	[COLL_P2P] = {"send", steps_one, scratch_none, plan_send},
 };
 
 /* The chain algorithms' segment: 256 KiB, long enough for the copy to dwarf a message's
@@ -666,8 +683,12 @@ static int begin(MpiComm *m, MpiColl *q, PxError *err)
 	q->esz = (size_t)size;
 	q->pos = mod(m->rank - q->root, m->size);
 	q->seg_elems = SEG_BYTES / q->esz;
-	m->tag = m->tag % 32766 + 1; /* every rank numbers a communicator's collectives alike */
-	q->tag = m->tag;
+	if (q->kind == COLL_P2P) { /* one rank's message: no number on the communicator */
+		q->tag = MPI_P2P_TAG;
+	} else {
+		m->tag = m->tag % 32766 + 1; /* every rank numbers a communicator's collectives alike */
+		q->tag = m->tag;
+	}
 	q->n_steps = ALGOS[q->kind].steps(q);
 	size_t bytes = ALGOS[q->kind].scratch(q);
 	if (bytes && !(q->scratch = scratch_get(w, bytes, &q->scratch_slot)))
@@ -785,6 +806,21 @@ int mpi_start(void *h, const CommCall *k, void *stream, void **req, PxError *err
 		return px_fail(err, PX_ERR_RUNTIME, "mpi backend: out of memory");
 	*q = (MpiColl){.kind = k->kind, .send = k->send, .recv = k->recv, .count = k->count,
 		       .dt = k->dt, .op = k->op};
+	if (start(h, q, err)) {
+		free(q);
+		return -1;
+	}
+	*req = q;
+	return 0;
+}
+
+int mpi_send_start(void *h, const void *buf, size_t count, CommDtype dt, int peer, void **req,
+		   PxError *err)
+{
+	MpiColl *q = calloc(1, sizeof(*q));
+	if (!q)
+		return px_fail(err, PX_ERR_RUNTIME, "mpi backend: out of memory");
+	*q = (MpiColl){.kind = COLL_P2P, .send = buf, .count = count, .dt = dt, .root = peer};
 	if (start(h, q, err)) {
 		free(q);
 		return -1;

@@ -33,6 +33,10 @@ typedef struct MpiWorld {
 	MpiScratch scratch[MPI_SCRATCH_SLOTS];
 } MpiWorld;
 
+/* comm_send/comm_recv's message tag, on this layer's own duplicate of the world; the collectives
+ * number theirs from 1. */
+enum { MPI_P2P_TAG = 0 };
+
 typedef struct MpiComm {
 	MPI_Comm comm;
 	MpiWorld *world;
@@ -68,6 +72,9 @@ int mpi_all_to_all(void *h, const void *send, void *recv, size_t count, CommDtyp
 int mpi_start(void *h, const CommCall *call, void *stream, void **req, PxError *err);
 int mpi_wait(void *req, void *stream, int *done, PxError *err);
 int mpi_test(void *req, int *done, PxError *err);
+/* A started send to peer, counted as a collective's message is (at its wait). */
+int mpi_send_start(void *h, const void *buf, size_t count, CommDtype dt, int peer, void **req,
+		   PxError *err);
 
 /* Release the scratch buffers (at finalize; none may be busy). */
 void mpi_scratch_release(MpiWorld *w);

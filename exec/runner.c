@@ -21,8 +21,18 @@ int runner_supported(const Plan *p, PxError *err)
 	const char *why = NULL;
 	if (!model_is_family(m, "gpt2") || !m->lay.tied || m->experts)
 		why = "a GPT-2 model (tied head, no experts)";
-	else if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
-		why = "data parallelism only (tp, pp and ep of 1)";
+	else if (p->par.tp > 1 || p->par.ep > 1)
+		why = "data and pipeline parallelism only (tp and ep of 1)";
+	else if (p->par.pp > 1 && sc->backend != BACKEND_CPU)
+		why = "pipeline parallelism on backend \"cpu\" only (its sends are started MPI "
+		      "ones)";
+	else if (p->par.pp > 1 && (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
+		why = "pipeline parallelism without offload";
+	else if (p->par.pp > 1 && p->par.schedule == PIPE_INTERLEAVED)
+		/* a stage frees a sent gradient's buffer once its send completed, which in the
+		 * interleaved order waits for a receive its peer makes only after one of its own
+		 * sends is received: Megatron batches each send with the next receive */
+		why = "the GPipe and 1F1B pipeline orders (not interleaved 1F1B)";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
 	else if (p->ckpt_place != PLACE_GPU)
@@ -71,6 +81,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
 	case BUF_CHECKPOINT: return e * btc;
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
+	case BUF_PIPE_INPUT: case BUF_PIPE_OUTPUT: case BUF_PIPE_GRAD: case BUF_PIPE_INPUT_GRAD:
+		return e * btc; /* the hidden stream in the compute type, as sent */
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
 	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
@@ -94,6 +106,9 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	if (runtime_alloc(r, op))
 		return 0;
 	size_t bytes = needed_bytes(r, op);
+	if (op->mb >= r->slots)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s in micro-batch %d: "
+			       "the plan has %d", buf_name(op->what), op->mb, r->slots);
 	void *ptr = arena_alloc(&r->arena, op->place, op->cat, bytes);
 	if (!ptr)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory allocating %s (%zu bytes)",
@@ -101,7 +116,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	r->buf[op->buf] = ptr;
 	r->size[op->buf] = bytes;
 	r->alloc_of[op->buf] = op;
-	int u = op->unit;
+	int u = op->unit, slot = op->mb * r->p->n_units + u;
 	switch (op->what) {
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
@@ -116,8 +131,8 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
-	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[u] = op->buf; break;
-	case BUF_CHECKPOINT: r->u_ckpt[u] = op->buf; break;
+	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[slot] = op->buf; break;
+	case BUF_CHECKPOINT: r->u_ckpt[slot] = op->buf; break;
 	case BUF_GATHERED:
 		r->u_gathered[u] = op->buf;
 		if (r->n == 1) { /* one rank: the schedule gathers nothing; the partition is whole */
@@ -200,6 +215,16 @@ static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int
 	}
 }
 
+/* Where the head's copy of the token embedding lies in the stage's flat buffers (stage 0-2): the
+ * embedding's own, unit 0's first tensor; pipelined, the last stage's copy after the head's own
+ * tensors (plan.c). */
+static long long tied_off(const Runner *r)
+{
+	const UnitPlan *h = &r->p->units[r->head];
+	return r->n_stages > 1 ? h->flat_off + (long long)gpt_cpu_unit_params(&r->cfg, r->head) :
+				 r->p->units[0].flat_off;
+}
+
 /* The unit's model-layout parameters in the compute type (the head's followed by the tied token
  * embedding). */
 static void load_params(Runner *r, int u)
@@ -213,8 +238,7 @@ static void load_params(Runner *r, int u)
 		void *flat = r->buf[r->id_params];
 		to_work(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), own);
 		if (u == r->head)
-			to_work(r, at(dst, (long long)own, r->pdt),
-				at(flat, r->p->units[0].flat_off, r->pdt), vc);
+			to_work(r, at(dst, (long long)own, r->pdt), at(flat, tied_off(r), r->pdt), vc);
 		return;
 	}
 	void *g = r->buf[r->u_gathered[u]];
@@ -251,7 +275,7 @@ static void move_grads(Runner *r, const Op *op)
 		void *flat = r->buf[r->id_grads];
 		add_into(r, at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
 		if (u == r->head)
-			add_into(r, at(flat, p->units[0].flat_off, r->gdt), g + own, DT_FP32, vc, r->gdt);
+			add_into(r, at(flat, tied_off(r), r->gdt), g + own, DT_FP32, vc, r->gdt);
 		return;
 	}
 	if (u == r->head) { /* its own now; the token embedding's share waits for its buffer
@@ -289,58 +313,53 @@ static void head_grads(Runner *r, int tied_id)
 
 /* ---- compute ---- */
 
-/* The hidden buffer: the gradient stream dx (B, T, C) in fp32, then the stream x in the compute
- * type. */
-static float *hidden_dx(Runner *r)
+/* The activation (or checkpoint) buffer of op's unit in op's micro-batch. */
+static void *unit_buf(Runner *r, const int *ids, const Op *op)
 {
-	return r->buf[r->id_hidden];
+	int id = ids[op->mb * r->p->n_units + op->unit];
+	return id >= 0 ? r->buf[id] : NULL;
 }
 
-static void *hidden_x(Runner *r)
+static void forward(Runner *r, const Op *op)
 {
-	return hidden_dx(r) + (size_t)r->B * r->T * r->cfg.C;
-}
-
-static void forward(Runner *r, int u)
-{
-	void *x = hidden_x(r), *params = r->buf[r->u_fp32[u]];
+	int u = op->unit, ckpt = r->u_ckpt[op->mb * r->p->n_units + u];
+	void *x = hidden_x(r), *params = r->buf[r->u_fp32[u]], *acts = unit_buf(r, r->u_act, op);
 	load_params(r, u);
 	if (u == 0) {
 		r->cb->embed_forward(r->cx, params, x);
 	} else if (u == r->head) {
 		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
-		r->loss_sum += r->cb->head_forward(r->cx, params, at(params, own, r->pdt), x,
-						   r->buf[r->u_act[u]]);
+		r->loss_sum += r->cb->head_forward(r->cx, params, at(params, own, r->pdt), x, acts);
 	} else {
-		if (r->u_ckpt[u] >= 0) /* full recompute keeps the block's input */
-			to_work(r, r->buf[r->u_ckpt[u]], x, r->size[r->u_ckpt[u]] / dt_bytes(r->pdt));
-		r->cb->block_forward(r->cx, params, x, x, r->buf[r->u_act[u]]);
+		if (ckpt >= 0) /* full recompute keeps the block's input */
+			to_work(r, r->buf[ckpt], x, r->size[ckpt] / dt_bytes(r->pdt));
+		r->cb->block_forward(r->cx, params, x, x, acts);
 	}
 }
 
-static void recompute(Runner *r, int u)
+static void recompute(Runner *r, const Op *op)
 {
-	load_params(r, u);
-	void *in = r->buf[r->u_ckpt[u]];
-	r->cb->block_forward(r->cx, r->buf[r->u_fp32[u]], in, in, r->buf[r->u_act[u]]);
+	load_params(r, op->unit);
+	void *in = unit_buf(r, r->u_ckpt, op);
+	r->cb->block_forward(r->cx, r->buf[r->u_fp32[op->unit]], in, in, unit_buf(r, r->u_act, op));
 }
 
 static void backward(Runner *r, const Op *op)
 {
 	int u = op->unit;
 	float *dx = hidden_dx(r), *grads = r->buf[r->u_fp32g[u]];
-	void *params = r->buf[r->u_fp32[u]];
+	void *params = r->buf[r->u_fp32[u]], *acts = unit_buf(r, r->u_act, op);
 	float *scratch = r->buf[r->id_scratch];
 	load_params(r, u);
 	if (u == r->head) {
 		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
 		float dloss = (float)(r->loss_scale / (double)r->p->m);
-		r->cb->head_backward(r->cx, params, at(params, own, r->pdt), grads, grads + own,
-				     r->buf[r->u_act[u]], dloss, dx, scratch);
+		r->cb->head_backward(r->cx, params, at(params, own, r->pdt), grads, grads + own, acts,
+				     dloss, dx, scratch);
 	} else if (u == 0) {
 		r->cb->embed_backward(r->cx, grads, dx);
 	} else {
-		r->cb->block_backward(r->cx, params, grads, r->buf[r->u_act[u]], dx, dx, scratch);
+		r->cb->block_backward(r->cx, params, grads, acts, dx, dx, scratch);
 	}
 	move_grads(r, op);
 }
@@ -383,13 +402,16 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 }
 
 /* The communicator of op's group (op->group is obeyed): the data-parallel one, which the
- * expert-data-parallel group equals when every rank holds every expert. The executor has no
- * other yet (runner_supported refuses the layouts that need one). */
+ * expert-data-parallel group equals when every rank holds every expert, and the pipeline's
+ * (runner_pipe_comm). The executor has no other yet (runner_supported refuses the layouts that
+ * need one). */
 static Comm *group_comm(Runner *r, const Op *op, PxError *err)
 {
 	if (r->dp && op->nranks == comm_size(r->dp) &&
 	    (op->group == GROUP_DP || (op->group == GROUP_EDP && r->p->edp == r->p->dp)))
 		return r->dp;
+	if (op->group == GROUP_PP && runner_pipe_comm(r, op))
+		return runner_pipe_comm(r, op);
 	px_fail(err, PX_ERR_RUNTIME, "a %s over the %s group of %d ranks: the executor has no "
 		"communicator for that group", coll_name(op->sub), group_name(op->group), op->nranks);
 	return NULL;
@@ -426,12 +448,16 @@ static int collective(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
 	size_t cnt = (size_t)(op->elems / op->nranks);
+	if (op->sub == COLL_P2P || op->sub == COLL_P2P_RECV)
+		return runner_pipe_p2p(r, op, &r->pend[r->n_pend], err);
 	Comm *c = group_comm(r, op, err);
 	if (!c)
 		return -1;
 	if (op->role == ROLE_OVERFLOW || op->role == ROLE_GRAD_NORM) {
-		float x = op->role == ROLE_OVERFLOW ? (float)runner_local_overflow(r) :
-						      (float)runner_local_sumsq(r);
+		/* over the data-parallel group, then the pipeline's: each from the last's result */
+		float x = op->role == ROLE_OVERFLOW ?
+			(float)(r->have_overflow ? r->overflow : runner_local_overflow(r)) :
+			(float)(r->have_norm ? r->sumsq : runner_local_sumsq(r));
 		if (all_reduce_scalar(r, c, &x, op->role == ROLE_OVERFLOW ? COMM_MAX : COMM_SUM, err))
 			return -1;
 		if (op->role == ROLE_OVERFLOW)
@@ -538,6 +564,7 @@ static void load_micro_batch(Runner *r, const DataSource *data, long step, int m
 		}
 	}
 	r->cb->set_tokens(r->cx, r->inputs, r->targets);
+	r->tokens_mb = mb;
 }
 
 /* Which time counter an op adds to: a compute kind, then a collective kind. */
@@ -577,12 +604,14 @@ static int finish_pending(Runner *r, Pending *q, PxError *err)
 	return rc;
 }
 
-/* Complete pend[k] and everything started before it on its stream; keep the rest in order. */
+/* Complete pend[k] and everything started before it on its stream; keep the rest in order. A
+ * pipeline send is a stream of its own: it completes when its receive matches it, whatever the
+ * sends started before it to another stage. */
 static int wait_upto(Runner *r, int k, PxError *err)
 {
 	int stream = r->pend[k].stream, rc = 0, n = 0;
 	for (int i = 0; i <= k && !rc; i++)
-		if (r->pend[i].stream == stream)
+		if (r->pend[i].stream == stream && (stream != SCC_SEND || i == k))
 			rc = finish_pending(r, &r->pend[i], err);
 	for (int i = 0; i < r->n_pend; i++)
 		if (r->pend[i].req)
@@ -654,10 +683,20 @@ static int await_for(Runner *r, const Op *op, PxError *err)
  * host synchronises that stream (comm_sync). */
 static int sync_streams(Runner *r, PxError *err)
 {
-	return r->dp ? comm_sync(r->dp, err) : 0;
+	Comm *c = r->dp ? r->dp : r->pp_act;
+	return c ? comm_sync(c, err) : 0;
 }
 
 static int run_op_timed(Runner *r, int i, PxError *err);
+
+/* Started collectives in flight (pipeline sends are not collectives on a stream). */
+static int pending_colls(const Runner *r)
+{
+	int n = 0;
+	for (int i = 0; i < r->n_pend; i++)
+		n += r->pend[i].stream != SCC_SEND;
+	return n;
+}
 
 static int run_op(Runner *r, int i, PxError *err)
 {
@@ -693,11 +732,15 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		return 0;
 	case OP_COMPUTE:
 		r->ov.computes++;
-		r->ov.computes_overlapped += r->n_pend > 0;
+		r->ov.computes_overlapped += pending_colls(r) > 0;
+		/* pipelined, the ends read the tokens of the op's own micro-batch (without, the
+		 * repeat block loads each in turn: runner_step) */
+		if (r->slots > 1 && (op->unit == 0 || op->unit == r->head) && op->mb != r->tokens_mb)
+			load_micro_batch(r, r->data, r->step, op->mb);
 		if (op->sub == COMP_FWD)
-			forward(r, op->unit);
+			forward(r, op);
 		else if (op->sub == COMP_RECOMPUTE)
-			recompute(r, op->unit);
+			recompute(r, op);
 		else if (op->sub == COMP_BWD)
 			backward(r, op);
 		return 0;
@@ -715,6 +758,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	const Schedule *s = r->s;
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
+	r->data = data, r->step = step, r->tokens_mb = -1;
 	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
 	SchedWalk w; /* the micro-batches are the repeat block's iterations */
 	int i;
@@ -742,11 +786,13 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 		return -1;
 	if (wait_all(r, err) || sync_streams(r, err) || r->cb->check(r->cx, err))
 		return -1;
+	/* the mean over the data-parallel ranks of the last stage, which computed the losses (0
+	 * elsewhere), outside the schedule */
 	float lf = (float)(r->loss_sum / (double)r->p->m);
-	if (r->world && comm_size(r->world) > 1) { /* the mean over ranks, outside the schedule */
+	if (r->world && comm_size(r->world) > 1) {
 		if (all_reduce_scalar(r, r->world, &lf, COMM_SUM, err))
 			return -1;
-		lf /= (float)comm_size(r->world);
+		lf /= (float)r->p->dp;
 	}
 	res->loss = lf;
 	return 0;
@@ -771,12 +817,23 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory initialising the model");
 	for (int u = 0; u < p->n_units; u++) {
 		size_t n = gpt_cpu_unit_params(&r->cfg, u);
+		if (p->units[u].stage != r->stage) /* another pipeline stage's */
+			continue;
 		/* the host rewrites tmp and own: the last unit's conversions must be done with them */
 		if (r->cb->check(r->cx, err))
 			return -1;
 		gpt_cpu_init_unit(&r->cfg, u, tmp, seed);
 		if (p->stage < 3) {
 			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
+			if (u != r->head || r->replica_hi <= r->replica_lo)
+				continue;
+			/* the last stage's copy of the token embedding starts as the first's (unit 0's
+			 * first tensor, from the same seed); their summed gradients keep them equal */
+			if (r->cb->check(r->cx, err))
+				return -1;
+			gpt_cpu_init_unit(&r->cfg, 0, tmp, seed);
+			from_f32(r, at(r->buf[r->id_params], r->replica_lo, r->pdt), tmp,
+				 (size_t)(r->replica_hi - r->replica_lo), r->pdt);
 			continue;
 		}
 		const UnitPlan *up = &p->units[u];
@@ -854,7 +911,7 @@ ComputeShape runner_shape(const Plan *p, int device)
 			      p->sc->ds.dtype};
 }
 
-int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t seed,
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err)
 {
@@ -866,11 +923,22 @@ int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t se
 	*out = r;
 	if (sched_validate(s, err) || needs_slices(p, s, err)) /* every field, the buffers followed */
 		return -1;
-	r->p = p, r->s = s, r->st = &p->stages[0], r->dp = dp, r->world = world;
+	Comm *dp = comms ? comms->dp : NULL;
+	r->p = p, r->s = s, r->dp = dp, r->world = comms ? comms->world : NULL;
+	if (comms)
+		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied;
+	r->stage = s->rank, r->n_stages = (int)p->par.pp, r->st = &p->stages[r->stage];
+	r->slots = p->par.pp > 1 ? (int)p->m : 1;
 	r->rank = dp ? comm_rank(dp) : 0;
 	r->n = (int)p->dp;
 	r->cfg = (GptConfig){(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
 	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
+	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
+		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of
+		 * the gradient norm (ds_pipe_replicated) */
+		r->replica_lo = tied_off(r);
+		r->replica_hi = r->replica_lo + (long long)r->cfg.V * r->cfg.C;
+	}
 	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
 	r->offload = p->opt_place != PLACE_GPU;
 	for (int i = s->step_begin, opt = 0; i < s->n; i++) {
@@ -906,7 +974,8 @@ int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t se
 	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
-	int *ids = malloc((size_t)(6 * n) * sizeof(int));
+	size_t n_ids = (size_t)n * (4 + 2 * (size_t)r->slots);
+	int *ids = malloc(n_ids * sizeof(int));
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
 	r->sample = malloc((size_t)(r->T + 1) * sizeof(int));
@@ -921,10 +990,11 @@ int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t se
 		free(ids);
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	}
-	for (int i = 0; i < 6 * n; i++)
+	for (size_t i = 0; i < n_ids; i++)
 		ids[i] = -1;
-	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_act = ids + 2 * n, r->u_ckpt = ids + 3 * n;
-	r->u_gathered = ids + 4 * n, r->u_loaded = ids + 5 * n;
+	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_gathered = ids + 2 * n, r->u_loaded = ids + 3 * n;
+	r->u_act = ids + 4 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
+	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
 	r->id_hidden = r->id_scratch = r->id_tied = -1;

@@ -28,9 +28,28 @@ typedef struct StepResult {
 } StepResult;
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD,
- * optimizer and stage-3 parameter offload to the CPU, contiguous gradients...), else -1 with a
- * message naming what it does not run. */
+ * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
+ * with ZeRO 0-1 on the CPU backend...), else -1 with a message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);
+
+/* The communicators of the groups one rank belongs to, NULL where its group is this rank alone
+ * (or it belongs to none). */
+typedef struct RunnerComms {
+	Comm *world;   /* every rank: the loss's mean, outside the schedule */
+	Comm *dp;      /* the stage's data-parallel ranks, by dp index */
+	/* the pipeline's stages, by stage (pp > 1): activations travel forward on one, gradients
+	 * back on the other, so that a stage's two kinds of message to one peer (the interleaved
+	 * order's wrap-around on 2 stages) never match each other's receives; the one-value
+	 * all-reduces over the stages run on act */
+	Comm *pp_act, *pp_grad;
+	Comm *tied;    /* the first and last stage of this rank's pipeline (a tied embedding) */
+} RunnerComms;
+
+/* Split world into this rank's groups under plan p's layout (engine/parallel.c's
+ * parallel_rank_coords); *stage: the pipeline stage whose schedule it runs. Collective over
+ * world. On failure nothing is left to free. */
+int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, PxError *err);
+void runner_comms_free(RunnerComms *c); /* the splits; world stays the caller's */
 
 /* The memory the CUDA runtime took outside the arena, as measured (gpumem.h) by whoever set it
  * up: the runner counts it where the schedule allocates the context, the cuBLAS workspace and
@@ -43,11 +62,12 @@ typedef struct RunnerRuntime {
 } RunnerRuntime;
 
 /* Run the schedule's set-up (its allocations) and initialise the model from seed, every rank
- * alike. dp: the data-parallel communicator (NULL with one rank); world: for the loss's mean.
+ * alike. s: the schedule of this rank's pipeline stage (its Schedule.rank). comms: this rank's
+ * (runner_comms_split's; used, not owned).
  * cb and cx: a compute backend and its context, created for this plan's shapes (runner_shape)
  * and owned by the caller, who destroys them after the runner; cb NULL: the CPU's, created and
  * destroyed by the runner. rt: NULL when the schedule has no CUDA runtime memory. */
-int runner_create(const Plan *p, Schedule *s, Comm *dp, Comm *world, uint64_t seed,
+int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t seed,
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err);
 

@@ -1,6 +1,7 @@
-/* runner_int: the runner's insides, shared by its two files: runner.c (the schedule interpreter
- * and set-up) and runner_state.c (the optimizer over this rank's partition, and checkpoints of
- * the state it keeps). Not for use outside exec/runner*.c. */
+/* runner_int: the runner's insides, shared by its files: runner.c (the schedule interpreter
+ * and set-up), runner_state.c (the optimizer over this rank's partition, and checkpoints of
+ * the state it keeps) and runner_pipe.c (pipeline parallelism: the groups' communicators, the
+ * sends and receives between stages). Not for use outside exec/runner*.c. */
 #ifndef PX_EXEC_RUNNER_INT_H
 #define PX_EXEC_RUNNER_INT_H
 
@@ -12,6 +13,7 @@ typedef struct Seg {
 	void *params, *grads;
 	Dtype gdt;          /* the gradients' storage: fp32 on the host under optimizer offload */
 	long long part_off, n;
+	long long flat_off; /* stage 0-1: where it starts in the stage's flat buffer */
 	void *dev_grads;    /* the device's gradients of the slice (in r->gdt) where grads are the
 			       host's copy of them; NULL otherwise */
 } Seg;
@@ -31,8 +33,18 @@ typedef struct Pending {
 struct Runner {
 	const Plan *p;
 	const Schedule *s;
-	const StagePlan *st;
+	const StagePlan *st;    /* this rank's pipeline stage's */
 	Comm *dp, *world;
+	Comm *pp_act, *pp_grad, *tied; /* RunnerComms' */
+	int stage, n_stages;    /* pipeline stage (the schedule's rank) and pp */
+	int slots;              /* micro-batches with buffers of their own: m when pipelined, else
+				   1 (Op.mb) */
+	long long replica_lo, replica_hi; /* the flat range of a tied parameter's replica (the
+					     head's copy of the token embedding on the last stage),
+					     left out of the gradient norm; empty when none */
+	const DataSource *data; /* runner_step's, while it runs */
+	long step;
+	int tokens_mb;          /* the micro-batch whose tokens the backend holds, -1: none */
 	const ComputeBackend *cb;
 	void *cx;               /* the backend's context */
 	int own_cx;             /* created (and destroyed) here */
@@ -48,7 +60,8 @@ struct Runner {
 	const Op **alloc_of;
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
 	int id_grad32, id_hidden, id_scratch, id_tied;
-	int *u_fp32, *u_fp32g, *u_act, *u_ckpt, *u_gathered, *u_loaded;
+	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
+	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
 				   contiguous gradient buffer whose reduction has been consumed) */
 	long long *persist_off, persist_cnt;
@@ -106,6 +119,18 @@ static inline CommDtype comm_dt(Dtype d)
 	return d == DT_FP32 ? COMM_FP32 : d == DT_BF16 ? COMM_BF16 : COMM_FP16;
 }
 
+/* The hidden buffer: the gradient stream dx (B, T, C) in fp32, then the stream x in the compute
+ * type. */
+static inline float *hidden_dx(Runner *r)
+{
+	return r->buf[r->id_hidden];
+}
+
+static inline void *hidden_x(Runner *r)
+{
+	return hidden_dx(r) + (size_t)r->B * r->T * r->cfg.C;
+}
+
 /* ---- runner_state.c ---- */
 
 /* The optimizer's slices of this rank's partition (r->segs), once the set-up has allocated it. */
@@ -114,5 +139,14 @@ double runner_local_sumsq(const Runner *r);  /* of this rank's gradients, unscal
 int runner_local_overflow(const Runner *r);  /* any inf or NaN in them */
 /* One update of this rank's partition (or a skipped one on fp16 overflow), then zeroed grads. */
 void runner_optimize(Runner *r, StepResult *res);
+
+/* ---- runner_pipe.c ---- */
+
+/* A pipeline send or receive (op) of the hidden stream: a forward's activation, a backward's
+ * gradient, through the op's buffer; a send is started into q (Pending), waited for where its
+ * buffer is next freed or at the step's end. */
+int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
+/* The communicator of a pipeline-group collective op, NULL when it has none. */
+Comm *runner_pipe_comm(const Runner *r, const Op *op);
 
 #endif

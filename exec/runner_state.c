@@ -24,7 +24,7 @@ void runner_make_segments(Runner *r)
 	int n = 0;
 	if (p->stage == 0) {
 		r->segs[n++] = (Seg){r->buf[r->id_params], r->buf[r->id_grads], r->gdt, 0,
-				     st->flat_dense, NULL};
+				     st->flat_dense, 0, NULL};
 	} else if (p->stage < 3) {
 		for (int i = 0; i < st->n_buckets; i++) {
 			long long cnt = st->buckets[i].padded / r->n;
@@ -32,18 +32,19 @@ void runner_make_segments(Runner *r)
 			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
 				partition_grads(r, st->buckets[i].flat_off / r->n);
 			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt,
-					     st->buckets[i].flat_off / r->n, cnt, NULL};
+					     st->buckets[i].flat_off / r->n, cnt, mine, NULL};
 		}
 	} else {
 		for (int u = 0; u < p->n_units; u++)
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
 						     partition_grads(r, r->p->units[u].part_off), r->gdt,
-						     r->p->units[u].part_off, p->units[u].part_dense, NULL};
+						     r->p->units[u].part_off, p->units[u].part_dense, -1,
+						     NULL};
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
 					     partition_grads(r, r->st->persist_part_off), r->gdt,
-					     r->st->persist_part_off, r->persist_cnt, NULL};
+					     r->st->persist_part_off, r->persist_cnt, -1, NULL};
 	}
 	r->n_segs = n;
 	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
@@ -53,11 +54,27 @@ void runner_make_segments(Runner *r)
 	}
 }
 
+/* Squares of a segment's gradients from element lo to hi of it. */
+static double seg_sumsq(const Runner *r, const Seg *sg, long long lo, long long hi)
+{
+	if (hi <= lo)
+		return 0;
+	return r->cb->sum_squares(r->cx, at(sg->grads, lo, sg->gdt), sg->gdt, (size_t)(hi - lo));
+}
+
+/* A tied parameter's replica (r->replica_lo .. hi of the flat) is left out: its gradient is the
+ * first stage's copy's, counted there. */
 double runner_local_sumsq(const Runner *r)
 {
 	double s = 0;
-	for (int i = 0; i < r->n_segs; i++)
-		s += r->cb->sum_squares(r->cx, r->segs[i].grads, r->segs[i].gdt, (size_t)r->segs[i].n);
+	for (int i = 0; i < r->n_segs; i++) {
+		const Seg *sg = &r->segs[i];
+		long long lo = r->replica_lo - sg->flat_off, hi = r->replica_hi - sg->flat_off;
+		if (sg->flat_off < 0 || hi <= 0 || lo >= sg->n || r->replica_hi <= r->replica_lo)
+			s += seg_sumsq(r, sg, 0, sg->n);
+		else
+			s += seg_sumsq(r, sg, 0, lo) + seg_sumsq(r, sg, hi, sg->n);
+	}
 	return s;
 }
 

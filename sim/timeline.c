@@ -58,6 +58,17 @@ typedef struct SendLog { /* a stage's sends in one direction, in order */
 	long long n, cap;
 } SendLog;
 
+/* A stage's collectives among pipeline stages of one kind (engine/schedule.h's roles): the tied
+ * embedding's gradients between the first and last stage, and the one-value all-reduces over
+ * every stage. Each kind meets its own members, in order. */
+enum { RV_TIED, RV_PIPE, N_RV };
+typedef struct Rendezvous {
+	int member;              /* the stage holds collectives of this kind */
+	long long posted, done;  /* arrived at, and completed */
+	double *arrive;          /* when it arrived at each */
+	long long cap;
+} Rendezvous;
+
 typedef struct StageSim {
 	const Schedule *s;
 	int stage, done;
@@ -78,10 +89,7 @@ typedef struct StageSim {
 	long long ops_extrapolated;
 	SendLog sends[2];        /* [1] forward (to the next stage), [0] backward */
 	long long recvs[2];
-	int rv_member;           /* holds a pipeline-group collective (the tied embedding) */
-	long long rv_posted, rv_done;
-	double *rv_arrive;
-	long long rv_cap;
+	Rendezvous rv[N_RV];     /* its pipeline-group collectives, by kind */
 	int nrel;
 	/* the 1F1B steady state (docs/time_model.md): round k is the k-th (forward, backward)
 	 * pair of steps, from ops[round_at[k]]; the stage stops at the next round's first op until
@@ -337,40 +345,47 @@ static int run_recv(Sim *sim, StageSim *ss, const Op *op, PxError *err)
 	return RUN_DONE;
 }
 
-/* A collective among pipeline stages (the tied embedding's gradients): it starts when every
- * member stage has arrived at it; waiting for the others is bubble. */
+static int rv_kind(const Op *op)
+{
+	return op->role == ROLE_TIED_GRADS ? RV_TIED : RV_PIPE;
+}
+
+/* A collective among pipeline stages (the tied embedding's gradients, a one-value all-reduce):
+ * it starts when every member stage has arrived at it; waiting for the others is bubble. */
 static int run_rendezvous(Sim *sim, StageSim *ss, const Op *op, int *posted, PxError *err)
 {
-	if (ss->rv_posted == ss->rv_done) {
+	int kind = rv_kind(op);
+	Rendezvous *rv = &ss->rv[kind];
+	if (rv->posted == rv->done) {
 		Dep d = {ss->in_ready[0], A_OFFLOAD};
 		wait_for(ss, &d, 1);
-		if (ss->rv_posted == ss->rv_cap) {
-			long long cap = ss->rv_cap ? 2 * ss->rv_cap : 8;
-			double *a = realloc(ss->rv_arrive, (size_t)cap * sizeof(*a));
+		if (rv->posted == rv->cap) {
+			long long cap = rv->cap ? 2 * rv->cap : 8;
+			double *a = realloc(rv->arrive, (size_t)cap * sizeof(*a));
 			if (!a)
 				return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-			ss->rv_arrive = a;
-			ss->rv_cap = cap;
+			rv->arrive = a;
+			rv->cap = cap;
 		}
-		ss->rv_arrive[ss->rv_posted++] = ss->t;
+		rv->arrive[rv->posted++] = ss->t;
 		*posted = 1;
 	}
-	long long k = ss->rv_done;
+	long long k = rv->done;
 	double start = ss->t;
 	for (int q = 0; q < sim->n; q++) {
-		const StageSim *o = &sim->st[q];
-		if (!o->rv_member)
+		const Rendezvous *o = &sim->st[q].rv[kind];
+		if (!o->member)
 			continue;
-		if (o->rv_posted <= k)
+		if (o->posted <= k)
 			return RUN_BLOCKED;
-		start = fmax(start, o->rv_arrive[k]);
+		start = fmax(start, o->arrive[k]);
 	}
 	ss->c.acc[A_BUBBLE] += start - ss->t;
 	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, 1);
 	ss->t = start + dur;
 	ss->c.acc[A_COMM + op->group] += dur;
 	ss->last_end = ss->t;
-	ss->rv_done++;
+	rv->done++;
 	return RUN_DONE;
 }
 
@@ -533,7 +548,7 @@ static int stage_scan(StageSim *ss, PxError *err)
 			if (open >= 0)
 				ss->loop_cross[open] = 1;
 			if (op->sub != COLL_P2P && op->sub != COLL_P2P_RECV && i >= s->step_begin)
-				ss->rv_member = 1;
+				ss->rv[rv_kind(op)].member = 1;
 		} else if (op->kind == OP_ALLOC && op->what == BUF_GATHERED && op->buf >= 0 &&
 			   op->buf < s->n_bufs) {
 			ss->buf_unit[op->buf] = op->unit;
@@ -580,7 +595,8 @@ static void stage_free(StageSim *ss)
 		free(ss->sends[d].end_s);
 		free(ss->sends[d].dur_s);
 	}
-	free(ss->rv_arrive);
+	for (int k = 0; k < N_RV; k++)
+		free(ss->rv[k].arrive);
 	free(ss->round_at);
 	free(ss->snap.rel);
 	free(ss->snap.acc);
@@ -606,8 +622,10 @@ static int op_same_timing(const StageSim *ss, const Op *a, const Op *b)
 		return 0;
 	if (a->kind == OP_COMPUTE && memcmp(&a->flops, &b->flops, sizeof(a->flops)))
 		return 0;
-	return a->sub == b->sub && a->group == b->group && a->unit == b->unit &&
-	       a->nranks == b->nranks && ga == gb &&
+	/* nranks shares a word with a compute's micro-batch, which timing does not read */
+	if (a->kind == OP_COLL && a->nranks != b->nranks)
+		return 0;
+	return a->sub == b->sub && a->group == b->group && a->unit == b->unit && ga == gb &&
 	       !memcmp(&a->bytes, &b->bytes, sizeof(a->bytes));
 }
 

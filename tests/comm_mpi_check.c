@@ -788,6 +788,46 @@ static int run_bytes(void)
 	return sum[1] ? 1 : 0;
 }
 
+/* Every rank sends 4 MiB to the next at once, then receives from the previous: with blocking
+ * sends of a message past MPI's eager limit every rank would wait for a receive no one has
+ * posted (the pipeline's exchange of activations and gradients). Started, each completes once
+ * received; it is counted at its wait (one send of the whole payload), not at its start. */
+static void run_started_send(Comm *c)
+{
+	enum { N_SEND = 1 << 20 };
+	PxError err = {0};
+	int r = comm_rank(c), n = comm_size(c), next = (r + 1) % n, prev = (r + n - 1) % n;
+	float *out = malloc(N_SEND * sizeof(float)), *in = calloc(N_SEND, sizeof(float));
+	CommRequest *q = NULL;
+	if (!out || !in) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < N_SEND; i++)
+		out[i] = (float)(r * N_SEND + i % 1000);
+	comm_counters_reset(c);
+	CALL(comm_send_start(c, out, N_SEND, COMM_FP32, next, &q, &err));
+	CHECK(comm_counters(c)->calls[COLL_P2P][comm_tag(c)] == 0, "started send counted at start");
+	CALL(comm_recv(c, in, N_SEND, COMM_FP32, prev, &err));
+	CALL(comm_wait(q, &err));
+	int bad = 0;
+	for (int i = 0; i < N_SEND; i++)
+		bad += in[i] != (float)(prev * N_SEND + i % 1000);
+	CHECK(bad == 0, "started send: %d of %d elements differ", bad, N_SEND);
+	const CommCounters *k = comm_counters(c);
+	CHECK(k->calls[COLL_P2P][comm_tag(c)] == 1 &&
+		      k->payload_bytes[COLL_P2P][comm_tag(c)] == 4LL * N_SEND &&
+		      k->payload_bytes[COLL_P2P_RECV][comm_tag(c)] == 4LL * N_SEND,
+	      "started send: counted %lld sends, %lld and %lld bytes", k->calls[COLL_P2P][comm_tag(c)],
+	      (long long)k->payload_bytes[COLL_P2P][comm_tag(c)],
+	      (long long)k->payload_bytes[COLL_P2P_RECV][comm_tag(c)]);
+	CHECK(comm_send_start(c, out, N_SEND, COMM_FP32, r, &q, &err) == -1 &&
+		      strstr(err.msg, "must be another rank"), "started send to itself: %s", err.msg);
+out:
+	free(out);
+	free(in);
+}
+
 /* ---- fault modes: one rank stalls or dies inside a collective, or stalls before finalize ---- */
 
 static int run_fault(const char *mode)
@@ -880,8 +920,9 @@ static int runner_once(Comm *world, const char *path, int stage, int overlap, Ru
 		CHECK(0, "%s", err.msg);
 		goto out_sc;
 	}
-	int ok = !runner_create(&pr.plan, &pr.stages[0].sched, world, world, 1, NULL, NULL, NULL,
-				&run, &err);
+	RunnerComms comms = {.world = world, .dp = world};
+	int ok = !runner_create(&pr.plan, &pr.stages[0].sched, &comms, 1, NULL, NULL, NULL, &run,
+				&err);
 	for (long step = 1; ok && step <= RUNNER_STEPS; step++)
 		ok = !runner_step(run, step, &data, &res, &err);
 	if (ok) {
@@ -1072,6 +1113,7 @@ int main(int argc, char **argv)
 		if (dp)
 			run_started(dp, "dp", dt);
 	}
+	run_started_send(world);
 	if (dp)
 		run_rounding(dp);
 	if (dp)

@@ -27,6 +27,7 @@
 	X(comm_gpu)    \
 	X(pool)        \
 	X(exec)        \
+	X(pipe)        \
 	X(run)         \
 	X(exec_cuda)   \
 	X(cli)         \

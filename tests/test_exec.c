@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "run_checks.h"
 #include "suites.h"
 
 static char dir[256];
@@ -206,36 +207,9 @@ static void check_wire_bytes(sqlite3 *db, int stage)
 	}
 }
 
-/* The pairs that must be equal: every memory and communication metric but the peaks, which the
- * pool measures (check_pool_peaks), and the wire bytes (check_wire_bytes). */
-#define EXACT_PAIRS "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND name NOT IN " \
-	"('memory.gpu.peak_bytes', 'memory.cpu.peak_bytes', 'comm.wire_bytes')"
-
-/* The peaks of every rank: what the executor requested at its peak (the arena's labelled bytes)
- * is the prediction exactly, as the simulator models the executor's buffers; what the pool mapped
- * from the system for them is at least that, and at most a quarter more (its 64 KiB commit steps
- * and the holes best fit leaves: 1.9-3.5% on gpt2-mini-cpu-zero3 at 1-4 ranks; a pool that
- * stopped reusing memory would map every step's buffers anew). */
-static void check_pool_peaks(sqlite3 *db, int ranks)
-{
-	for (int place = 0; place < 2; place++) {
-		char sql[1024];
-		const char *pl = place ? "cpu" : "gpu";
-		snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM predicted_vs_measured v JOIN metrics r "
-			 "ON r.run_id = v.measured_run_id AND r.rank = v.rank AND r.name = "
-			 "'memory.%s.requested_peak_bytes' WHERE v.name = 'memory.%s.peak_bytes' AND "
-			 "r.value = v.predicted AND v.measured >= v.predicted AND "
-			 "v.measured <= 1.25 * v.predicted", pl, pl);
-		double good = px_test_query(db, sql);
-		if (good != ranks)
-			fprintf(stderr, "\n%s peaks: %g of %d ranks as expected\n", pl, good, ranks);
-		CU_ASSERT_EQUAL(good, ranks);
-	}
-}
-
 /* Memory by category at the device's requested peak, and communication per collective and step,
  * on every rank: the simulator models the executor's own implementation, so they are equal; the
- * peaks are check_pool_peaks'. Runs 4-6 offload the optimizer (stages 1-3; 6 also the
+ * peaks are px_check_pool_peaks'. Runs 4-6 offload the optimizer (stages 1-3; 6 also the
  * parameters) to the host, whose categories are then compared too. */
 static void test_measured_equals_predicted(void)
 {
@@ -252,14 +226,14 @@ static void test_measured_equals_predicted(void)
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		/* 4 ranks x (10 memory + 8 communication) metrics have a predicted twin */
 		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     EXACT_PAIRS);
+				     PX_EXACT_PAIRS);
 		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   EXACT_PAIRS " AND measured != predicted");
+				   PX_EXACT_PAIRS " AND measured != predicted");
 		check_wire_bytes(db, stage);
 		double ranks = px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
 		CU_ASSERT_EQUAL(ranks, 4);
 		CU_ASSERT(pairs >= 4 * 16);
-		check_pool_peaks(db, 4);
+		px_check_pool_peaks(db, 4);
 		if (bad != 0)
 			fprintf(stderr, "\nrun %d, stage %d: %g of %g metrics differ\n", k, stage, bad,
 				pairs);
@@ -460,14 +434,14 @@ static void test_measured_equals_predicted_by_dtype(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     "name LIKE 'memory.%' AND " EXACT_PAIRS);
+				     "name LIKE 'memory.%' AND " PX_EXACT_PAIRS);
 		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   "name LIKE 'memory.%' AND " EXACT_PAIRS " AND measured != predicted");
+				   "name LIKE 'memory.%' AND " PX_EXACT_PAIRS " AND measured != predicted");
 		if (bad != 0)
 			fprintf(stderr, "\nrun %zu: %g of %g memory metrics differ\n", k, bad, pairs);
 		CU_ASSERT(pairs >= 2 * 10);
 		CU_ASSERT_EQUAL(bad, 0);
-		check_pool_peaks(db, 2);
+		px_check_pool_peaks(db, 2);
 		/* the activations are there to compare: a non-zero peak on both sides */
 		CU_ASSERT(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 				"name = 'memory.gpu.activations_bytes'") > 0);
@@ -527,11 +501,11 @@ static void test_overlap_comm(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 		CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				EXACT_PAIRS) >= 4 * 16);
+				PX_EXACT_PAIRS) >= 4 * 16);
 		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				      EXACT_PAIRS " AND measured != predicted"), 0);
+				      PX_EXACT_PAIRS " AND measured != predicted"), 0);
 		check_wire_bytes(db, 2);
-		check_pool_peaks(db, 4);
+		px_check_pool_peaks(db, 4);
 		bytes[k] = px_test_query(db, "SELECT SUM(measured) FROM predicted_vs_measured WHERE "
 				 "name LIKE 'comm.%'");
 		sqlite3_close(db);

@@ -596,6 +596,40 @@ static void test_schedule_limit(void)
 	scenario_free(&sc);
 }
 
+/* Where a rank sits, by hand for tp 2 x pp 3 x dp 2 = 12 ranks. tp-pp-dp (tp innermost, then
+ * pp): rank = tp + 2 (stage + 3 dp), so rank 7 = 1 + 2 (0 + 3 x 1): tp 1, stage 0, dp 1, and
+ * rank 10 = 0 + 2 (2 + 3 x 1): tp 0, stage 2, dp 1. tp-dp-pp: rank = tp + 2 (dp + 2 stage),
+ * so rank 7 = 1 + 2 (1 + 2 x 1): tp 1, stage 1, dp 1, and rank 10 = 0 + 2 (1 + 2 x 2): tp 0,
+ * stage 2, dp 1. Every (tp, stage, dp) comes from exactly one rank either way. */
+static void test_rank_coords(void)
+{
+	ParallelSpec q;
+	parallel_defaults(&q);
+	q.tp = 2, q.pp = 3, q.dp = 2;
+	static const struct { RankOrder order; int rank, tp, stage, dp; } want[] = {
+		{ORDER_TP_PP_DP, 7, 1, 0, 1}, {ORDER_TP_PP_DP, 10, 0, 2, 1},
+		{ORDER_TP_DP_PP, 7, 1, 1, 1}, {ORDER_TP_DP_PP, 10, 0, 2, 1},
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		q.order = want[i].order;
+		RankCoords c = parallel_rank_coords(&q, want[i].rank);
+		CU_ASSERT(c.tp == want[i].tp && c.stage == want[i].stage && c.dp == want[i].dp);
+		CU_ASSERT_EQUAL(parallel_stage_of(&q, want[i].rank), want[i].stage);
+	}
+	for (int o = 0; o < 2; o++) {
+		int seen[2][3][2] = {{{0}}};
+		q.order = o ? ORDER_TP_DP_PP : ORDER_TP_PP_DP;
+		for (int r = 0; r < 12; r++) {
+			RankCoords c = parallel_rank_coords(&q, r);
+			seen[c.tp][c.stage][c.dp]++;
+		}
+		for (int t = 0; t < 2; t++)
+			for (int st = 0; st < 3; st++)
+				for (int d = 0; d < 2; d++)
+					CU_ASSERT_EQUAL(seen[t][st][d], 1);
+	}
+}
+
 int test_parallel_register(void)
 {
 	return PX_ADD_SUITE("parallel",
@@ -609,6 +643,7 @@ int test_parallel_register(void)
 			    {"Mixtral parameter count", test_mixtral_count},
 			    {"ZeRO++ cross-node 3M -> 0.75M", test_zeropp_cross_node},
 			    {"topology split", test_topology_split},
+			    {"a rank's tp index, stage and dp index", test_rank_coords},
 			    {"refused combinations", test_refusals},
 			    {"layers not dividing", test_layers_not_dividing},
 			    {"pipelined schedule size counted exactly", test_count_ops_exact},

@@ -111,6 +111,16 @@ static void test_walk_refusals(void)
 	expect_refused(&s, "schedule op 1 (collective) has an unknown role");
 	sched_free(&s);
 
+	sched_init(&s, 0); /* a micro-batch below 0, on a compute and on an allocation */
+	sched_compute(&s, COMP_FWD, 0, 1, 0);
+	sched_set_mb(&s, -1);
+	expect_refused(&s, "schedule op 0 (compute) has a negative micro-batch");
+	s.ops[0].mb = 0;
+	sched_alloc(&s, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, 1, 8, &b);
+	sched_set_mb(&s, -2);
+	expect_refused(&s, "schedule op 1 (alloc) has a negative micro-batch");
+	sched_free(&s);
+
 	sched_init(&s, 0); /* buffers: freed twice, used after its free, allocated again */
 	sched_alloc(&s, PLACE_GPU, CAT_GRADS, BUF_REDUCE_BUCKET, -1, 400, &b);
 	sched_free_buf(&s, b);
@@ -198,25 +208,105 @@ static void check_scenario(const char *path, int *tiled)
 	const Plan *p = &pr.plan;
 	for (int st = 0; st < pr.n_stages; st++) {
 		Schedule *s = &pr.stages[st].sched;
-		int overflow = 0, norm = 0;
+		int overflow[2] = {0, 0}, norm[2] = {0, 0}, tied = 0;
 		CU_ASSERT_EQUAL(sched_validate(s, &err), 0);
 		for (int i = 0; i < s->n; i++) {
 			const Op *op = &s->ops[i];
 			if (op->kind == OP_COLL || op->kind == OP_COPY || op->kind == OP_COMPUTE)
 				CU_ASSERT_NOT_EQUAL(op->role, ROLE_NONE);
-			overflow += op->role == ROLE_OVERFLOW;
-			norm += op->role == ROLE_GRAD_NORM;
+			overflow[op->group == GROUP_PP] += op->role == ROLE_OVERFLOW;
+			norm[op->group == GROUP_PP] += op->role == ROLE_GRAD_NORM;
+			if (op->role == ROLE_TIED_GRADS) {
+				tied++;
+				CU_ASSERT(op->group == GROUP_PP && op->nranks == 2 && op->buf >= 0);
+			}
 		}
 		/* DeepSpeed's one-value all-reduces: the fp16 overflow check, and the gradient
-		 * norm when clipping on a partitioned stage, once a step, on more than one rank */
-		int several = p->dp > 1;
-		CU_ASSERT_EQUAL(overflow, several && sc.ds.dtype == DT_FP16);
-		CU_ASSERT_EQUAL(norm, several && sc.ds.gradient_clipping > 0 && p->stage >= 1);
+		 * norm when clipping on a partitioned stage, once a step, on more than one rank of
+		 * the data-parallel group; then both over the pipeline's stages, each of which holds
+		 * only its own layers */
+		int several = p->dp > 1, staged = p->par.pp > 1, fp16 = sc.ds.dtype == DT_FP16;
+		int clip = sc.ds.gradient_clipping > 0;
+		CU_ASSERT_EQUAL(overflow[0], several && fp16);
+		CU_ASSERT_EQUAL(norm[0], several && clip && p->stage >= 1);
+		CU_ASSERT_EQUAL(overflow[1], staged && fp16);
+		CU_ASSERT_EQUAL(norm[1], staged && clip);
+		/* the tied embedding's copies, on the first and the last stage */
+		CU_ASSERT_EQUAL(tied, staged && model_tied_elems(&sc.model) > 0 &&
+				      (st == 0 || st == p->par.pp - 1));
 		if (p->stage >= 2 && several && p->stages[st].local_expert == 0) {
 			check_tiling(&pr, st, path);
 			(*tiled)++;
 		}
 	}
+	fx_free(&sc, &pr);
+}
+
+/* A pipelined stage's statements, on GPT-3 175B's 8 stages of 1F1B over m micro-batches: every
+ * unit forward and backward of the stage's units comes once per micro-batch, with its
+ * micro-batch stated; every send and receive names a pipeline buffer (its received input, sent
+ * output, the received gradient, the input's gradient), whose allocation states the same
+ * micro-batch as the computes around it; the first stage receives no activation and the last
+ * sends none. */
+static void check_pipelined(const Prediction *pr, int st)
+{
+	const Plan *p = &pr->plan;
+	const Schedule *s = &pr->stages[st].sched;
+	int n = p->n_units, m = (int)p->m, mb = -1, bad_mb = 0, bad_buf = 0;
+	int *seen = calloc((size_t)(2 * n * m), sizeof(int));
+	const Op **alloc_of = calloc((size_t)s->n_bufs, sizeof(*alloc_of));
+	long long sends[2] = {0, 0}, recvs[2] = {0, 0};
+	CU_ASSERT_PTR_NOT_NULL_FATAL(seen);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(alloc_of);
+	for (int i = 0; i < s->n; i++) { /* from the set-up: the received gradient's buffer */
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC)
+			alloc_of[op->buf] = op;
+		if (op->kind == OP_COMPUTE && (op->sub == COMP_FWD || op->sub == COMP_BWD)) {
+			CU_ASSERT_FATAL(op->mb >= 0 && op->mb < m && op->unit >= 0 && op->unit < n);
+			seen[(op->sub == COMP_FWD) * n * m + op->mb * n + op->unit]++;
+			mb = op->mb;
+		}
+		if (op->kind != OP_COLL || (op->sub != COLL_P2P && op->sub != COLL_P2P_RECV))
+			continue;
+		const Op *a = op->buf >= 0 ? alloc_of[op->buf] : NULL;
+		int fwd = op->role == ROLE_FORWARD;
+		bad_buf += !a || (a->what != BUF_PIPE_INPUT && a->what != BUF_PIPE_OUTPUT &&
+				  a->what != BUF_PIPE_GRAD && a->what != BUF_PIPE_INPUT_GRAD);
+		/* a receive's buffer states the micro-batch of the computes after it, a send's
+		 * those before it (the received gradient's buffer is the set-up's) */
+		if (a && a->what != BUF_PIPE_GRAD && op->sub == COLL_P2P)
+			bad_mb += a->mb != mb;
+		(op->sub == COLL_P2P ? sends : recvs)[fwd]++;
+	}
+	for (int u = 0; u < n; u++)
+		for (int k = 0; k < m; k++)
+			for (int f = 0; f < 2; f++)
+				CU_ASSERT_EQUAL(seen[f * n * m + k * n + u], p->units[u].stage == st);
+	CU_ASSERT_EQUAL(bad_buf, 0);
+	CU_ASSERT_EQUAL(bad_mb, 0);
+	int first = st == 0, last = st == p->par.pp - 1;
+	CU_ASSERT_EQUAL(sends[1], last ? 0 : m);
+	CU_ASSERT_EQUAL(recvs[1], first ? 0 : m);
+	CU_ASSERT_EQUAL(sends[0], first ? 0 : m);
+	CU_ASSERT_EQUAL(recvs[0], last ? 0 : m);
+	free(seen);
+	free(alloc_of);
+}
+
+static void test_pipelined_statements(void)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	if (scenario_load(&sc, px_test_path("scenarios/gpt3-175b-tp8-pp8-a100.json"), NULL, &err) ||
+	    predict_memory(&sc, &pr, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL_FATAL("the pipelined scenario does not predict");
+	}
+	CU_ASSERT_EQUAL_FATAL(pr.n_stages, 8);
+	for (int st = 0; st < pr.n_stages; st++)
+		check_pipelined(&pr, st);
 	fx_free(&sc, &pr);
 }
 
@@ -243,5 +333,7 @@ int test_schedule_register(void)
 {
 	return PX_ADD_SUITE("schedule", {"walk order and iterations", test_walk_order},
 			    {"malformed schedules refused", test_walk_refusals},
-			    {"bundled schedules state roles and slices", test_bundled_statements});
+			    {"bundled schedules state roles and slices", test_bundled_statements},
+			    {"pipelined schedules state micro-batches and buffers",
+			     test_pipelined_statements});
 }

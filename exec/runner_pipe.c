@@ -1,0 +1,98 @@
+/* runner_pipe: the runner's pipeline parallelism. Which groups a rank belongs to (engine/
+ * parallel.c's layout, split into communicators), and the sends and receives between stages of
+ * the hidden stream: a forward's activation to the next stage, a backward's gradient to the
+ * previous one, through the buffers the schedule names (engine/build.c's pipelined()). The order
+ * of a stage's forwards and backwards is the schedule's; the interpreter is runner.c's. */
+#include <stdlib.h>
+
+#include "../engine/streams.h"
+#include "runner_int.h"
+
+/* ---- communicators ---- */
+
+void runner_comms_free(RunnerComms *c)
+{
+	comm_destroy(c->dp);
+	comm_destroy(c->pp_act);
+	comm_destroy(c->pp_grad);
+	comm_destroy(c->tied);
+	*c = (RunnerComms){.world = c->world};
+}
+
+/* A split whose group is this rank alone is dropped: nothing to exchange with it. */
+static int split(Comm *world, int color, int key, int tag, Comm **out, PxError *err)
+{
+	if (comm_split(world, color, key, tag, out, err))
+		return -1;
+	if (*out && comm_size(*out) == 1) {
+		comm_destroy(*out);
+		*out = NULL;
+	}
+	return 0;
+}
+
+int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, PxError *err)
+{
+	const ParallelSpec *q = &p->par;
+	RankCoords at = parallel_rank_coords(q, comm_rank(world));
+	int dp = (int)at.dp, st = (int)at.stage, last = (int)q->pp - 1;
+	/* every pipeline's first and last stage hold a copy of the tied embedding */
+	int tied = q->pp > 1 && model_tied_elems(&p->sc->model) && (st == 0 || st == last);
+	*c = (RunnerComms){.world = world};
+	*stage = st;
+	/* every rank takes part in every split (comm_split is collective over world), in this
+	 * order; the colors keep tensor-parallel ranks apart */
+	if (split(world, (int)(at.stage * q->tp + at.tp), dp, GROUP_DP, &c->dp, err) ||
+	    split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_act, err) ||
+	    split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_grad, err) ||
+	    split(world, tied ? (int)(at.dp * q->tp + at.tp) : COMM_NO_COLOR, st, GROUP_PP, &c->tied,
+		  err)) {
+		runner_comms_free(c);
+		return -1;
+	}
+	return 0;
+}
+
+Comm *runner_pipe_comm(const Runner *r, const Op *op)
+{
+	Comm *c = op->role == ROLE_TIED_GRADS ? r->tied : r->pp_act;
+	return c && comm_size(c) == op->nranks ? c : NULL;
+}
+
+/* ---- sends and receives ---- */
+
+int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
+{
+	int forward = op->role == ROLE_FORWARD, send = op->sub == COLL_P2P, n = r->n_stages;
+	Comm *c = forward ? r->pp_act : r->pp_grad;
+	size_t cnt = (size_t)op->elems, btc = (size_t)r->B * r->T * r->cfg.C;
+	void *buf = op->buf >= 0 ? r->buf[op->buf] : NULL;
+	if (!c || !buf || cnt != btc || op->elem_bytes != dt_bytes(r->pdt))
+		return px_fail(err, PX_ERR_RUNTIME, "a pipeline %s of %lld elements of %d bytes in "
+			       "buffer %d: the executor moves the hidden stream (%zu elements of "
+			       "%zu bytes) between stages through a buffer", coll_name(op->sub),
+			       (long long)op->elems, op->elem_bytes, op->buf, btc, dt_bytes(r->pdt));
+	/* activations go to the next stage (the last's to the first: the interleaved order's
+	 * next chunk), gradients to the previous */
+	int next = (r->stage + 1) % n, prev = (r->stage + n - 1) % n;
+	if (!send) {
+		if (comm_recv(c, buf, cnt, comm_dt(r->pdt), forward ? prev : next, err))
+			return -1;
+		if (forward)
+			r->cb->convert(r->cx, hidden_x(r), r->pdt, buf, r->pdt, cnt);
+		else
+			to_f32(r, hidden_dx(r), buf, cnt, r->pdt);
+		return 0;
+	}
+	if (forward)
+		r->cb->convert(r->cx, buf, r->pdt, hidden_x(r), r->pdt, cnt);
+	else
+		from_f32(r, buf, hidden_dx(r), cnt, r->pdt);
+	if (r->cb->check(r->cx, err)) /* the buffer is written before MPI reads it */
+		return -1;
+	*q = (Pending){.op = op, .stream = SCC_SEND, .recycle_buf = -1};
+	if (comm_send_start(c, buf, cnt, comm_dt(r->pdt), forward ? next : prev, &q->req, err))
+		return -1;
+	r->n_pend++;
+	return 0;
+}
