@@ -297,15 +297,18 @@ static void unit_call(void *arg)
 	const ComputeBackend *cb = u->cb;
 	size_t e = 0; /* the head's token embedding, past its own parameters */
 	switch (u->kind) {
-	case HWCPU_EMBED_FWD: cb->embed_forward(u->cx, u->params, u->y); break;
+	case HWCPU_EMBED_FWD: cb->embed_forward(u->cx, u->params, u->y, u->scratch); break;
 	case HWCPU_EMBED_BWD: cb->embed_backward(u->cx, u->grads, u->dy); break;
-	case HWCPU_BLOCK_FWD: cb->block_forward(u->cx, u->params, u->x, u->y, u->acts); break;
+	case HWCPU_BLOCK_FWD:
+		cb->block_forward(u->cx, u->params, u->x, u->y, u->acts, u->scratch);
+		break;
 	case HWCPU_BLOCK_BWD:
 		cb->block_backward(u->cx, u->params, u->grads, u->acts, u->dy, u->dx, u->scratch);
 		break;
 	case HWCPU_HEAD_FWD:
 		e = u->own;
-		(void)cb->head_forward(u->cx, u->params, (char *)u->params + e, u->x, u->acts);
+		(void)cb->head_forward(u->cx, u->params, (char *)u->params + e, u->x, u->acts,
+				       u->scratch);
 		break;
 	default:
 		e = u->own;
@@ -390,9 +393,10 @@ static int unit_init(Unit *u, const ComputeBackend *cb, int fl, HwCpuKernel k, c
 	fill_normal(u->dy, btc, 1e-3, 5);
 	/* backward reads what forward keeps */
 	if (k == HWCPU_BLOCK_BWD)
-		cb->block_forward(u->cx, u->params, u->x, u->y, u->acts);
+		cb->block_forward(u->cx, u->params, u->x, u->y, u->acts, u->scratch);
 	if (k == HWCPU_HEAD_BWD)
-		(void)cb->head_forward(u->cx, u->params, (char *)u->params + u->own, u->x, u->acts);
+		(void)cb->head_forward(u->cx, u->params, (char *)u->params + u->own, u->x, u->acts,
+				       u->scratch);
 	return 0;
 }
 

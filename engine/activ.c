@@ -127,7 +127,10 @@ static double moe_block(const ModelSpec *m, int unit, const ActivShape *x, CkptM
  * mask of sbh per micro-batch in flight (the p/L term; an encoder-decoder's two stacks each drop
  * their embeddings), and OPT-350m's project_in its input; the last keeps the final norm's input
  * and output (2d sbh; BERT's pooler its input and output; without a final norm the head's input
- * only), project_out's output, and the softmax in fp32 (4 sbV): 4sbh + 4sbV in 16-bit. */
+ * only), project_out's output, and the softmax in fp32 (4 sbV): 4sbh + 4sbV in 16-bit. Under
+ * tensor parallelism the softmax is vocabulary-parallel (sbV/t each); the norm's tensors are
+ * the stream's, whole on every rank without sequence parallelism (Korthikanti's formula divides
+ * them by t, which holds with it). */
 static double embed_bytes(const ModelSpec *m, const ActivShape *x)
 {
 	const ModelLayout *y = &m->lay;
@@ -135,7 +138,7 @@ static double embed_bytes(const ModelSpec *m, const ActivShape *x)
 	double bytes = sb * (double)m->h * (m->dropout ? 1 : 0);
 	if (y->embed_dim && y->embed_dim != m->h)
 		bytes += sb * (double)y->embed_dim * x->elem_bytes;
-	return bytes / x->t;
+	return x->sp ? bytes / x->t : bytes; /* the stream's: whole on every rank without sp */
 }
 
 static double head_bytes(const ModelSpec *m, const ActivShape *x)
@@ -145,9 +148,10 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	double head = sb * (double)m->h * (y->final_norm || !y->lm_head ? 2 : 1) * d;
 	if (y->embed_dim && y->embed_dim != m->h)
 		head += sb * (double)y->embed_dim * d;
-	if (y->lm_head)
-		head += sb * (double)m->V * 4;
-	return head / x->t;
+	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
+	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,
+	 * split by rows only under sequence parallelism */
+	return x->sp ? (head + logits) / x->t : head + logits / x->t;
 }
 
 /* ---- by unit ---- */

@@ -1,5 +1,6 @@
 #include "build.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -412,7 +413,8 @@ static int is_block(const Plan *p, int u)
  * the gradient of the encoder output its cross-attention's K and V read (b s h); with sequence
  * parallelism each becomes an all-gather plus a reduce-scatter. The vocabulary-parallel
  * embedding reduces its output (an encoder-decoder looks up both stacks' tokens), the head
- * reduces its input gradient, and its cross-entropy reduces 3 fp32 values per token. */
+ * reduces its input gradient, and its cross-entropy reduces 3 fp32 values per token in three
+ * all-reduces (Megatron's vocab_parallel_cross_entropy: max, target logit, sum of exponentials). */
 static void tp_colls(Builder *b, int u, OpRole role)
 {
 	int forward = role != ROLE_BACKWARD;
@@ -442,8 +444,9 @@ static void tp_colls(Builder *b, int u, OpRole role)
 		if (m->lay.L_enc)
 			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs_dec * h, d, -1, 0);
 	} else if (u == p->n_units - 1 && m->lay.lm_head) {
-		if (forward)
-			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, 3 * bs_head, 4, -1, 0);
+		if (forward) /* Megatron's cross-entropy: the max, the target logits, the sums */
+			for (int i = 0; i < 3; i++)
+				coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs_head, 4, -1, 0);
 		else
 			coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, role, GROUP_TP, u, bs_head * h, d,
 			     -1, 0);
@@ -580,20 +583,41 @@ static void alloc_buckets(Builder *b)
 			b->n_buckets = i + 1;
 }
 
+/* The executor's scratch: 8 bsh floats for gpt_cpu's backward; on a tensor-parallel rank what
+ * kernels/gpt_tp_cpu.c's units use (gpt_tp_scratch_bytes): the larger of a block's two widest
+ * activations (b s max(4h/t, h) each) and the head's three per-token values with its (b s, h)
+ * gradient, plus a gathered (b s, h) stream under sequence parallelism. */
+static double exec_scratch_bytes(const Plan *p)
+{
+	if (!p->executor)
+		return 0;
+	double bs = (double)(p->shape.b * p->shape.s), h = (double)p->sc->model.h;
+	double t = (double)p->par.tp, sp = p->shape.sp ? bs * h : 0;
+	if (p->par.tp <= 1)
+		return 4 * 8 * bs * h;
+	double block = 2 * bs * fmax(4 * h / t, h) + sp, head = 3 * bs + bs * h + sp;
+	return 4 * fmax(fmax(block, head), sp);
+}
+
 /* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The
- * executor's hidden-state streams (x in the compute dtype, its gradient in fp32) and its backward
- * scratch (8 bsh floats) live for the micro-batch. */
+ * executor's hidden-state streams (x in the compute dtype, its gradient in fp32) live for the
+ * micro-batch, its scratch for the backward (and the forward too on a tensor-parallel rank, whose
+ * head and gathers use it). */
 static void micro_batch(Builder *b)
 {
 	const Plan *p = b->p;
 	double bsh = p->executor ? (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
 	double bsh4 = 4 * bsh;
 	int hidden = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_HIDDEN, -1, bsh4 + p->param_bytes * bsh);
+	int scratch = -1;
+	if (p->par.tp > 1)
+		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
 	alloc_buckets(b);
-	int scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, 8 * bsh4);
+	if (p->par.tp <= 1)
+		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
 	flush_bucket(b, &b->expert);
@@ -635,7 +659,11 @@ static int pipelined(Builder *b, PxError *err)
 		int *in = &b->pipe_in[st->mb * v + st->chunk], *out = &b->pipe_out[st->mb * v + st->chunk];
 		DO(sched_mark_step(b->s));
 		b->mb = st->mb;
-		int hidden = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_HIDDEN, -1, (4 + d) * exec_bsh);
+		int hidden = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_HIDDEN, -1, (4 + d) * exec_bsh);
+		int scratch = -1; /* backward's, and forward's too on a tensor-parallel rank */
+		if (!st->forward || p->par.tp > 1)
+			scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1,
+					exec_scratch_bytes(p));
 		if (st->forward) {
 			if (!first) {
 				*in = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, lo, (double)bsh * d);
@@ -648,7 +676,6 @@ static int pipelined(Builder *b, PxError *err)
 				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *out, 0);
 			}
 		} else {
-			int scratch = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_SCRATCH, -1, 32 * exec_bsh);
 			if (!last)
 				coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, b->id_pipe_grad, 0);
 			for (int u = hi - 1; u >= lo; u--)
@@ -661,8 +688,8 @@ static int pipelined(Builder *b, PxError *err)
 				release(b, &grad);
 				release(b, in);
 			}
-			release(b, &scratch);
 		}
+		release(b, &scratch);
 		release(b, &hidden);
 	}
 	b->mb = 0;
@@ -721,14 +748,19 @@ static void optimizer_step(Builder *b)
 	 * all-reduces: over the data-parallel group (a partitioned stage holds only part of the
 	 * gradients), then over the pipeline's stages, each of which holds its own layers'
 	 * (stage_1_and_2.py and runtime/utils.py all-reduce over the model-parallel group, of which
-	 * the pipe grid's stages are part; Megatron's clip_grad_norm likewise) */
+	 * the pipe grid's stages are part, as are the tensor-parallel ranks, each of which holds
+	 * its shards; Megatron's clip_grad_norm likewise) */
 	int fp16 = p->sc->ds.dtype == DT_FP16, clip = p->sc->ds.gradient_clipping > 0;
 	if (fp16)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_DP, -1, 1, 4, -1, 0);
 	if (fp16)
+		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_TP, -1, 1, 4, -1, 0);
+	if (fp16)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_PP, -1, 1, 4, -1, 0);
 	if (clip && p->stage >= 1)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
+	if (clip)
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_TP, -1, 1, 4, -1, 0);
 	if (clip)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
 

@@ -13,6 +13,7 @@
 #include "../engine/schedule.h"
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
+#include "../kernels/gpt_tp_cpu.h"
 #include "../kernels/ops_cpu.h"
 
 /* The shapes one backend context serves: B = micro-batch, T = sequence, as kernels/ use them. */
@@ -65,13 +66,19 @@ typedef struct ComputeBackend {
 	void (*from_host)(void *ctx, void *dst, const void *host, size_t bytes);
 
 	/* ---- the model: kernels/gpt_cpu.h's unit calls (gpt16_cpu.h's when the shape's dt is
-	 * 16-bit) on model-layout parameters, x / y / acts of type dt; grads, dy, dx, scratch fp32 */
+	 * 16-bit; gpt_tp_cpu.h's after set_tp) on model-layout parameters (a tensor-parallel rank's
+	 * shard), x / y / acts of type dt; grads, dy, dx, scratch fp32. Forward scratch is used only
+	 * by the tensor-parallel units (NULL is fine otherwise). */
+	/* From now on the units run as rank tp->r of tp->t (kernels/gpt_tp_cpu.h, fp32), their
+	 * collectives through tp's callbacks; NULL where the backend has no tensor-parallel units. */
+	void (*set_tp)(void *ctx, const GptTp *tp);
 	void (*set_tokens)(void *ctx, const int *inputs, const int *targets); /* (B, T) each */
-	void (*embed_forward)(void *ctx, const void *params, void *y);
-	void (*block_forward)(void *ctx, const void *params, const void *x, void *y, void *acts);
+	void (*embed_forward)(void *ctx, const void *params, void *y, float *scratch);
+	void (*block_forward)(void *ctx, const void *params, const void *x, void *y, void *acts,
+			      float *scratch);
 	/* returns the mean loss over the B T targets (a synchronising call) */
 	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
-			      void *acts);
+			      void *acts, float *scratch);
 	void (*embed_backward)(void *ctx, float *grads, const float *dy);
 	void (*block_backward)(void *ctx, const void *params, float *grads, const void *acts,
 			       const float *dy, float *dx, float *scratch);

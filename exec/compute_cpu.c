@@ -18,6 +18,7 @@
 typedef struct CpuCtx {
 	ComputeShape sh;
 	const int *inputs, *targets; /* the caller's, valid until the next set_tokens */
+	GptTp tp;                    /* set_tp's; t > 1: the tensor-parallel units */
 	Pool *pool[N_PLACES];        /* each place's memory, so that each has its own figures */
 	double held_peak_bytes;      /* all places' mapped bytes together, at their highest */
 } CpuCtx;
@@ -266,32 +267,46 @@ static void cpu_set_tokens(void *ctx, const int *inputs, const int *targets)
 	c->targets = targets;
 }
 
-/* fp32: gpt_cpu's units; 16-bit: gpt16_cpu's */
-#define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
-#define TYPED(c) &(c)->sh.cfg, compute_prec((c)->sh.dt), (c)->sh.B, (c)->sh.T
-
-static void cpu_embed_forward(void *ctx, const void *params, void *y)
+static void cpu_set_tp(void *ctx, const GptTp *tp)
 {
 	CpuCtx *c = ctx;
-	if (c->sh.dt == DT_FP32)
+	c->tp = *tp;
+}
+
+/* fp32: gpt_cpu's units (gpt_tp_cpu's on a tensor-parallel rank); 16-bit: gpt16_cpu's */
+#define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
+#define TYPED(c) &(c)->sh.cfg, compute_prec((c)->sh.dt), (c)->sh.B, (c)->sh.T
+#define TP(c) &(c)->sh.cfg, &(c)->tp, (c)->sh.B, (c)->sh.T
+
+static void cpu_embed_forward(void *ctx, const void *params, void *y, float *scratch)
+{
+	CpuCtx *c = ctx;
+	if (c->tp.t > 1)
+		gpt_tp_embed_forward(TP(c), params, c->inputs, y, scratch);
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_embed_forward(SHAPE(c), params, c->inputs, y);
 	else
 		gpt16_embed_forward(TYPED(c), params, c->inputs, y);
 }
 
-static void cpu_block_forward(void *ctx, const void *params, const void *x, void *y, void *acts)
+static void cpu_block_forward(void *ctx, const void *params, const void *x, void *y, void *acts,
+			      float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->sh.dt == DT_FP32)
+	if (c->tp.t > 1)
+		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
 	else
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
 
 static float cpu_head_forward(void *ctx, const void *params, const void *wte, const void *x,
-			      void *acts)
+			      void *acts, float *scratch)
 {
 	CpuCtx *c = ctx;
+	if (c->tp.t > 1)
+		return gpt_tp_head_forward(TP(c), params, wte, x, c->targets, acts, scratch);
 	if (c->sh.dt == DT_FP32)
 		return gpt_cpu_head_forward(SHAPE(c), params, wte, x, c->targets, acts);
 	return gpt16_head_forward(TYPED(c), params, wte, x, c->targets, acts);
@@ -300,14 +315,19 @@ static float cpu_head_forward(void *ctx, const void *params, const void *wte, co
 static void cpu_embed_backward(void *ctx, float *grads, const float *dy)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_embed_backward(SHAPE(c), grads, c->inputs, dy);
+	if (c->tp.t > 1) /* scratch: used under sequence parallelism only, which is refused */
+		gpt_tp_embed_backward(TP(c), grads, c->inputs, dy, NULL);
+	else
+		gpt_cpu_embed_backward(SHAPE(c), grads, c->inputs, dy);
 }
 
 static void cpu_block_backward(void *ctx, const void *params, float *grads, const void *acts,
 			       const float *dy, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->sh.dt == DT_FP32)
+	if (c->tp.t > 1)
+		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
 	else
 		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
@@ -317,7 +337,10 @@ static void cpu_head_backward(void *ctx, const void *params, const void *wte, fl
 			      float *dwte, void *acts, float dloss, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->sh.dt == DT_FP32)
+	if (c->tp.t > 1)
+		gpt_tp_head_backward(TP(c), params, wte, grads, dwte, acts, c->targets, dloss, dx,
+				     scratch);
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_head_backward(SHAPE(c), params, wte, grads, dwte, acts, c->targets, dloss, dx,
 				      scratch);
 	else
@@ -363,6 +386,7 @@ const ComputeBackend compute_cpu_backend = {
 	.to_host = cpu_copy,
 	.from_host = cpu_copy,
 	.set_tokens = cpu_set_tokens,
+	.set_tp = cpu_set_tp,
 	.embed_forward = cpu_embed_forward,
 	.block_forward = cpu_block_forward,
 	.head_forward = cpu_head_forward,

@@ -151,18 +151,21 @@ static void cuda_set_tokens(void *cx, const int *inputs, const int *targets)
 /* fp32: gpt_cuda's units; 16-bit: the gpt16 ones */
 #define TYPED(c) &(c)->sh.cfg, cdt((c)->sh.dt), (c)->sh.B, (c)->sh.T
 
-static void cuda_embed_forward(void *cx, const void *params, void *y)
+static void cuda_embed_forward(void *cx, const void *params, void *y, float *scratch)
 {
 	CudaCompute *c = cx;
+	(void)scratch;
 	if (c->sh.dt == DT_FP32)
 		gpt_cuda_embed_forward(c->ctx, SHAPE(c), params, c->tokens, y);
 	else
 		gpt16_cuda_embed_forward(c->ctx, TYPED(c), params, c->tokens, y);
 }
 
-static void cuda_block_forward(void *cx, const void *params, const void *x, void *y, void *acts)
+static void cuda_block_forward(void *cx, const void *params, const void *x, void *y, void *acts,
+			       float *scratch)
 {
 	CudaCompute *c = cx;
+	(void)scratch;
 	if (c->sh.dt == DT_FP32)
 		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
 	else
@@ -170,9 +173,10 @@ static void cuda_block_forward(void *cx, const void *params, const void *x, void
 }
 
 static float cuda_head_forward(void *cx, const void *params, const void *wte, const void *x,
-			       void *acts)
+			       void *acts, float *scratch)
 {
 	CudaCompute *c = cx;
+	(void)scratch;
 	if (c->sh.dt == DT_FP32)
 		return gpt_cuda_head_forward(c->ctx, SHAPE(c), params, wte, x, TARGETS(c), acts);
 	return gpt16_cuda_head_forward(c->ctx, TYPED(c), params, wte, x, TARGETS(c), acts);

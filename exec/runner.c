@@ -21,8 +21,20 @@ int runner_supported(const Plan *p, PxError *err)
 	const char *why = NULL;
 	if (!model_is_family(m, "gpt2") || !m->lay.tied || m->experts)
 		why = "a GPT-2 model (tied head, no experts)";
-	else if (p->par.tp > 1 || p->par.ep > 1)
-		why = "data and pipeline parallelism only (tp and ep of 1)";
+	else if (p->par.ep > 1)
+		why = "data, tensor and pipeline parallelism only (ep of 1)";
+	else if (p->par.tp > 1 && sc->backend != BACKEND_CPU)
+		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
+	else if (p->par.tp > 1 && sc->ds.dtype != DT_FP32)
+		why = "tensor parallelism in fp32 only (the tensor-parallel units are fp32)";
+	else if (p->par.tp > 1 && p->stage > 1)
+		why = "tensor parallelism with ZeRO stage 0 or 1";
+	else if (p->par.tp > 1 && p->shape.sp)
+		why = "tensor parallelism without sequence parallelism (the schedule does not yet "
+		      "state Megatron's backward re-gathers)";
+	else if (p->par.tp > 1 && (m->V % p->par.tp || m->a % p->par.tp))
+		why = "tensor parallelism whose degree divides the vocabulary and the heads (Megatron "
+		      "pads the vocabulary; the executor does not)";
 	else if (p->par.pp > 1 && sc->backend != BACKEND_CPU)
 		why = "pipeline parallelism on backend \"cpu\" only (its sends are started MPI "
 		      "ones)";
@@ -64,8 +76,8 @@ int runner_supported(const Plan *p, PxError *err)
 
 static size_t unit_fp32_elems(const Runner *r, int u)
 {
-	size_t n = gpt_cpu_unit_params(&r->cfg, u);
-	return u == r->head ? n + (size_t)r->cfg.V * (size_t)r->cfg.C : n;
+	size_t n = unit_params(r, u);
+	return u == r->head ? n + tied_elems(r) : n;
 }
 
 /* The executor's own size for a buffer: the kernels' for activations and workspaces, the plan's
@@ -76,6 +88,15 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 {
 	size_t btc = (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C, e = dt_bytes(r->pdt);
 	PrecisionType t = compute_prec(r->pdt);
+	if (r->gtp.t > 1) /* fp32 (runner_supported) */
+		switch (op->what) {
+		case BUF_ACTIVATIONS: return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, r->B, r->T);
+		case BUF_ENDS:
+			return op->unit == r->head ? gpt_tp_head_act_bytes(&r->cfg, &r->gtp, r->B, r->T)
+						   : 0;
+		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
+		default: break;
+		}
 	switch (op->what) {
 	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
@@ -221,7 +242,7 @@ static void unit3_store_grads(Runner *r, int u, const float *src, void *own, int
 static long long tied_off(const Runner *r)
 {
 	const UnitPlan *h = &r->p->units[r->head];
-	return r->n_stages > 1 ? h->flat_off + (long long)gpt_cpu_unit_params(&r->cfg, r->head) :
+	return r->n_stages > 1 ? h->flat_off + (long long)unit_params(r, r->head) :
 				 r->p->units[0].flat_off;
 }
 
@@ -230,7 +251,7 @@ static long long tied_off(const Runner *r)
 static void load_params(Runner *r, int u)
 {
 	void *dst = r->buf[r->u_fp32[u]];
-	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
+	size_t own = unit_params(r, u), vc = tied_elems(r);
 	if (r->u_loaded[u])
 		return;
 	r->u_loaded[u] = 1;
@@ -269,7 +290,7 @@ static void move_grads(Runner *r, const Op *op)
 	int u = op->unit;
 	const Plan *p = r->p;
 	const float *g = r->buf[r->u_fp32g[u]];
-	size_t own = gpt_cpu_unit_params(&r->cfg, u), vc = (size_t)r->cfg.V * r->cfg.C;
+	size_t own = unit_params(r, u), vc = tied_elems(r);
 
 	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */
 		void *flat = r->buf[r->id_grads];
@@ -304,7 +325,7 @@ static void move_grads(Runner *r, const Op *op)
 static void head_grads(Runner *r, int tied_id)
 {
 	const float *g = r->buf[r->u_fp32g[r->head]];
-	size_t own = gpt_cpu_unit_params(&r->cfg, r->head), vc = (size_t)r->cfg.V * r->cfg.C;
+	size_t own = unit_params(r, r->head), vc = tied_elems(r);
 	if (r->p->stage == 2)
 		from_f32(r, r->buf[tied_id], g + own, vc, r->gdt);
 	else if (!is_persistent(r, (long long)vc))
@@ -320,20 +341,28 @@ static void *unit_buf(Runner *r, const int *ids, const Op *op)
 	return id >= 0 ? r->buf[id] : NULL;
 }
 
+/* The backward scratch, which the tensor-parallel units use forward too (NULL when the schedule
+ * holds none then). */
+static float *scratch_buf(Runner *r)
+{
+	return r->id_scratch >= 0 ? r->buf[r->id_scratch] : NULL;
+}
+
 static void forward(Runner *r, const Op *op)
 {
 	int u = op->unit, ckpt = r->u_ckpt[op->mb * r->p->n_units + u];
 	void *x = hidden_x(r), *params = r->buf[r->u_fp32[u]], *acts = unit_buf(r, r->u_act, op);
 	load_params(r, u);
 	if (u == 0) {
-		r->cb->embed_forward(r->cx, params, x);
+		r->cb->embed_forward(r->cx, params, x, scratch_buf(r));
 	} else if (u == r->head) {
-		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
-		r->loss_sum += r->cb->head_forward(r->cx, params, at(params, own, r->pdt), x, acts);
+		long long own = (long long)unit_params(r, u);
+		r->loss_sum += r->cb->head_forward(r->cx, params, at(params, own, r->pdt), x, acts,
+						   scratch_buf(r));
 	} else {
 		if (ckpt >= 0) /* full recompute keeps the block's input */
 			to_work(r, r->buf[ckpt], x, r->size[ckpt] / dt_bytes(r->pdt));
-		r->cb->block_forward(r->cx, params, x, x, acts);
+		r->cb->block_forward(r->cx, params, x, x, acts, scratch_buf(r));
 	}
 }
 
@@ -341,7 +370,8 @@ static void recompute(Runner *r, const Op *op)
 {
 	load_params(r, op->unit);
 	void *in = unit_buf(r, r->u_ckpt, op);
-	r->cb->block_forward(r->cx, r->buf[r->u_fp32[op->unit]], in, in, unit_buf(r, r->u_act, op));
+	r->cb->block_forward(r->cx, r->buf[r->u_fp32[op->unit]], in, in, unit_buf(r, r->u_act, op),
+			     scratch_buf(r));
 }
 
 static void backward(Runner *r, const Op *op)
@@ -352,7 +382,7 @@ static void backward(Runner *r, const Op *op)
 	float *scratch = r->buf[r->id_scratch];
 	load_params(r, u);
 	if (u == r->head) {
-		long long own = (long long)gpt_cpu_unit_params(&r->cfg, u);
+		long long own = (long long)unit_params(r, u);
 		float dloss = (float)(r->loss_scale / (double)r->p->m);
 		r->cb->head_backward(r->cx, params, at(params, own, r->pdt), grads, grads + own, acts,
 				     dloss, dx, scratch);
@@ -401,12 +431,14 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 		 r->gdt);
 }
 
-/* The communicator of op's group (op->group is obeyed): the data-parallel one, which the
- * expert-data-parallel group equals when every rank holds every expert, and the pipeline's
- * (runner_pipe_comm). The executor has no other yet (runner_supported refuses the layouts that
+/* The communicator of op's group (op->group is obeyed): the tensor-parallel one, the
+ * data-parallel one, which the expert-data-parallel group equals when every rank holds every
+ * expert, and the pipeline's (runner_pipe_comm). The executor has no other yet (runner_supported refuses the layouts that
  * need one). */
 static Comm *group_comm(Runner *r, const Op *op, PxError *err)
 {
+	if (op->group == GROUP_TP && r->tp && op->nranks == comm_size(r->tp))
+		return r->tp;
 	if (r->dp && op->nranks == comm_size(r->dp) &&
 	    (op->group == GROUP_DP || (op->group == GROUP_EDP && r->p->edp == r->p->dp)))
 		return r->dp;
@@ -450,6 +482,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	size_t cnt = (size_t)(op->elems / op->nranks);
 	if (op->sub == COLL_P2P || op->sub == COLL_P2P_RECV)
 		return runner_pipe_p2p(r, op, &r->pend[r->n_pend], err);
+	if (op->group == GROUP_TP && op->role != ROLE_OVERFLOW && op->role != ROLE_GRAD_NORM)
+		return runner_tp_pass(r, (int)(op - r->s->ops), err); /* the kernels ran it */
 	Comm *c = group_comm(r, op, err);
 	if (!c)
 		return -1;
@@ -703,11 +737,12 @@ static int run_op(Runner *r, int i, PxError *err)
 	int slot = time_slot(&r->s->ops[i]);
 	if (slot < 0)
 		return run_op_timed(r, i, err);
-	double t0 = px_now_s(), w0 = r->wait_s;
+	double t0 = px_now_s(), w0 = r->wait_s, p0 = r->tp_s;
 	/* check waits for an asynchronous backend, so that the op's time is its own; waits for
-	 * started collectives inside it are theirs (finish_pending) */
+	 * started collectives inside it are theirs (finish_pending), and so are the tensor-parallel
+	 * collectives inside its kernels (runner_tp.c) */
 	int rc = run_op_timed(r, i, err) || sync_streams(r, err) || r->cb->check(r->cx, err) ? -1 : 0;
-	r->op_s[slot] += px_now_s() - t0 - (r->wait_s - w0);
+	r->op_s[slot] += px_now_s() - t0 - (r->wait_s - w0) - (r->tp_s - p0);
 	return rc;
 }
 
@@ -737,13 +772,14 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		 * repeat block loads each in turn: runner_step) */
 		if (r->slots > 1 && (op->unit == 0 || op->unit == r->head) && op->mb != r->tokens_mb)
 			load_micro_batch(r, r->data, r->step, op->mb);
+		runner_tp_begin(r, i);
 		if (op->sub == COMP_FWD)
 			forward(r, op);
 		else if (op->sub == COMP_RECOMPUTE)
 			recompute(r, op);
 		else if (op->sub == COMP_BWD)
 			backward(r, op);
-		return 0;
+		return runner_tp_end(r, i, err);
 	case OP_COLL:
 		return collective(r, op, err);
 	case OP_COPY:
@@ -787,18 +823,28 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	if (wait_all(r, err) || sync_streams(r, err) || r->cb->check(r->cx, err))
 		return -1;
 	/* the mean over the data-parallel ranks of the last stage, which computed the losses (0
-	 * elsewhere), outside the schedule */
+	 * elsewhere; every rank of a tensor-parallel group the same), outside the schedule */
 	float lf = (float)(r->loss_sum / (double)r->p->m);
 	if (r->world && comm_size(r->world) > 1) {
 		if (all_reduce_scalar(r, r->world, &lf, COMM_SUM, err))
 			return -1;
-		lf /= (float)r->p->dp;
+		lf /= (float)(r->p->dp * r->p->par.tp);
 	}
 	res->loss = lf;
 	return 0;
 }
 
 /* ---- set-up ---- */
+
+/* Unit u's parameters from seed: the whole unit's, or this tensor-parallel rank's shard of the
+ * same values. */
+static void init_unit(Runner *r, int u, float *dst, uint64_t seed)
+{
+	if (r->gtp.t > 1)
+		gpt_tp_init_unit(&r->cfg, r->gtp.t, r->gtp.r, u, dst, seed);
+	else
+		gpt_cpu_init_unit(&r->cfg, u, dst, seed);
+}
 
 /* Every unit's parameters from the seed (each tensor its own stream), into this rank's storage:
  * whole (stage 0-2) or its partition and the persistent tensors (stage 3). Then the fp32 master
@@ -808,7 +854,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	const Plan *p = r->p;
 	size_t largest = 0;
 	for (int u = 0; u < p->n_units; u++)
-		if (gpt_cpu_unit_params(&r->cfg, u) > largest)
+		if (gpt_cpu_unit_params(&r->cfg, u) > largest) /* a shard is no larger */
 			largest = gpt_cpu_unit_params(&r->cfg, u);
 	/* initialisation scratch, freed before the first step; the arena's peaks are reset after */
 	float *tmp = arena_alloc(&r->arena, PLACE_CPU, CAT_OVERHEAD, 4 * largest);
@@ -816,13 +862,13 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	if (!tmp || !own)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory initialising the model");
 	for (int u = 0; u < p->n_units; u++) {
-		size_t n = gpt_cpu_unit_params(&r->cfg, u);
+		size_t n = unit_params(r, u);
 		if (p->units[u].stage != r->stage) /* another pipeline stage's */
 			continue;
 		/* the host rewrites tmp and own: the last unit's conversions must be done with them */
 		if (r->cb->check(r->cx, err))
 			return -1;
-		gpt_cpu_init_unit(&r->cfg, u, tmp, seed);
+		init_unit(r, u, tmp, seed);
 		if (p->stage < 3) {
 			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
 			if (u != r->head || r->replica_hi <= r->replica_lo)
@@ -831,7 +877,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 			 * first tensor, from the same seed); their summed gradients keep them equal */
 			if (r->cb->check(r->cx, err))
 				return -1;
-			gpt_cpu_init_unit(&r->cfg, 0, tmp, seed);
+			init_unit(r, 0, tmp, seed);
 			from_f32(r, at(r->buf[r->id_params], r->replica_lo, r->pdt), tmp,
 				 (size_t)(r->replica_hi - r->replica_lo), r->pdt);
 			continue;
@@ -926,19 +972,14 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	Comm *dp = comms ? comms->dp : NULL;
 	r->p = p, r->s = s, r->dp = dp, r->world = comms ? comms->world : NULL;
 	if (comms)
-		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied;
+		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
+		r->tp = comms->tp;
 	r->stage = s->rank, r->n_stages = (int)p->par.pp, r->st = &p->stages[r->stage];
 	r->slots = p->par.pp > 1 ? (int)p->m : 1;
 	r->rank = dp ? comm_rank(dp) : 0;
 	r->n = (int)p->dp;
 	r->cfg = (GptConfig){(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
 	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
-	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
-		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of
-		 * the gradient norm (ds_pipe_replicated) */
-		r->replica_lo = tied_off(r);
-		r->replica_hi = r->replica_lo + (long long)r->cfg.V * r->cfg.C;
-	}
 	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
 	r->offload = p->opt_place != PLACE_GPU;
 	for (int i = s->step_begin, opt = 0; i < s->n; i++) {
@@ -960,6 +1001,16 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 		r->own_cx = 1;
 	}
+	if (runner_tp_setup(r, err))
+		return -1;
+	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
+		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of
+		 * the gradient norm (ds_pipe_replicated) */
+		r->replica_lo = tied_off(r);
+		r->replica_hi = r->replica_lo + (long long)tied_elems(r);
+	}
+	if (runner_norm_ranges(r))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	arena_init(&r->arena, r->cb->alloc, r->cb->release, r->cx);
 	r->arena.held = r->cb->held; /* the measured peak: the backend's allocator's */
 	r->arena.settle = r->cb->settle;
@@ -1023,6 +1074,7 @@ void runner_destroy(Runner *r)
 	free(r->targets);
 	free(r->sample);
 	free(r->segs);
+	free(r->norm_skip);
 	free(r->pend);
 	free(r->zero_first);
 	free(r->persist_off);

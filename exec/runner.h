@@ -29,7 +29,8 @@ typedef struct StepResult {
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD,
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
- * with ZeRO 0-1 on the CPU backend...), else -1 with a message naming what it does not run. */
+ * and fp32 tensor parallelism without sequence parallelism, with ZeRO 0-1, on the CPU backend...),
+ * else -1 with a message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);
 
 /* The communicators of the groups one rank belongs to, NULL where its group is this rank alone
@@ -43,6 +44,7 @@ typedef struct RunnerComms {
 	 * all-reduces over the stages run on act */
 	Comm *pp_act, *pp_grad;
 	Comm *tied;    /* the first and last stage of this rank's pipeline (a tied embedding) */
+	Comm *tp;      /* the tensor-parallel group, by tp index: the units' own collectives */
 } RunnerComms;
 
 /* Split world into this rank's groups under plan p's layout (engine/parallel.c's

@@ -36,12 +36,24 @@ struct Runner {
 	const StagePlan *st;    /* this rank's pipeline stage's */
 	Comm *dp, *world;
 	Comm *pp_act, *pp_grad, *tied; /* RunnerComms' */
+	Comm *tp;               /* RunnerComms' tensor-parallel group, NULL without */
+	GptTp gtp;              /* this rank in it (t = 1 without): the units' collectives */
+	int tp_unit, tp_next;   /* the unit whose kernels run, the schedule op they take next */
+	int tp_skip;            /* ops after the last compute its kernels took: passed over */
+	int tp_failed;          /* a kernel's collective failed or matched no op: tp_err says */
+	PxError tp_err;
+	double tp_s;            /* time in the kernels' collectives, summed (op_s has it too) */
 	int stage, n_stages;    /* pipeline stage (the schedule's rank) and pp */
 	int slots;              /* micro-batches with buffers of their own: m when pipelined, else
 				   1 (Op.mb) */
-	long long replica_lo, replica_hi; /* the flat range of a tied parameter's replica (the
-					     head's copy of the token embedding on the last stage),
-					     left out of the gradient norm; empty when none */
+	/* Flat ranges left out of this rank's share of the gradient norm, in order: a tied
+	 * parameter's replica (the head's copy of the token embedding on the last stage, counted
+	 * on the first), and on tensor-parallel ranks other than 0 the tensors every rank of the
+	 * group holds whole (counted on rank 0, as Megatron's param_is_not_tensor_parallel_
+	 * duplicate) */
+	struct { long long lo, hi; } *norm_skip;
+	int n_norm_skip;
+	long long replica_lo, replica_hi; /* the replica's range; empty when none */
 	const DataSource *data; /* runner_step's, while it runs */
 	long step;
 	int tokens_mb;          /* the micro-batch whose tokens the backend holds, -1: none */
@@ -131,6 +143,19 @@ static inline void *hidden_x(Runner *r)
 	return hidden_dx(r) + (size_t)r->B * r->T * r->cfg.C;
 }
 
+/* A unit's parameters on this rank: the whole unit's, or its tensor-parallel shard's (the
+ * head's own, without the tied token embedding). */
+static inline size_t unit_params(const Runner *r, int u)
+{
+	return r->gtp.t > 1 ? gpt_tp_unit_params(&r->cfg, r->gtp.t, u) : gpt_cpu_unit_params(&r->cfg, u);
+}
+
+/* The token embedding's elements on this rank: V C, or its V/t vocabulary rows. */
+static inline size_t tied_elems(const Runner *r)
+{
+	return (size_t)(r->cfg.V / (r->gtp.t > 1 ? r->gtp.t : 1)) * (size_t)r->cfg.C;
+}
+
 /* ---- runner_state.c ---- */
 
 /* The optimizer's slices of this rank's partition (r->segs), once the set-up has allocated it. */
@@ -148,5 +173,20 @@ void runner_optimize(Runner *r, StepResult *res);
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
 /* The communicator of a pipeline-group collective op, NULL when it has none. */
 Comm *runner_pipe_comm(const Runner *r, const Op *op);
+
+/* ---- runner_tp.c ---- */
+
+/* This rank's place in its tensor-parallel group (r->gtp), handed to the compute backend;
+ * t = 1 without tensor parallelism. */
+int runner_tp_setup(Runner *r, PxError *err);
+/* r->norm_skip from the replica's range and r->gtp; -1 when out of memory. */
+int runner_norm_ranges(Runner *r);
+/* Around compute op i: its kernels' collectives take the ops after it (begin), which must all
+ * have been taken, and matched, when it returns (end). */
+void runner_tp_begin(Runner *r, int i);
+int runner_tp_end(Runner *r, int i, PxError *err);
+/* A tensor-parallel collective op met by the walk: one the last compute's kernels took (passed
+ * over), else an error naming it. */
+int runner_tp_pass(Runner *r, int i, PxError *err);
 
 #endif

@@ -62,18 +62,25 @@ static double seg_sumsq(const Runner *r, const Seg *sg, long long lo, long long 
 	return r->cb->sum_squares(r->cx, at(sg->grads, lo, sg->gdt), sg->gdt, (size_t)(hi - lo));
 }
 
-/* A tied parameter's replica (r->replica_lo .. hi of the flat) is left out: its gradient is the
- * first stage's copy's, counted there. */
+/* The ranges of r->norm_skip are left out: a tied parameter's replica, counted on the first
+ * stage, and on tensor-parallel ranks but 0 the tensors the group replicates. */
 double runner_local_sumsq(const Runner *r)
 {
 	double s = 0;
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
-		long long lo = r->replica_lo - sg->flat_off, hi = r->replica_hi - sg->flat_off;
-		if (sg->flat_off < 0 || hi <= 0 || lo >= sg->n || r->replica_hi <= r->replica_lo)
-			s += seg_sumsq(r, sg, 0, sg->n);
-		else
-			s += seg_sumsq(r, sg, 0, lo) + seg_sumsq(r, sg, hi, sg->n);
+		long long from = 0; /* the next element of the segment not yet counted or skipped */
+		for (int k = 0; sg->flat_off >= 0 && k < r->n_norm_skip; k++) {
+			long long lo = r->norm_skip[k].lo - sg->flat_off;
+			long long hi = r->norm_skip[k].hi - sg->flat_off;
+			if (hi <= from || lo >= sg->n)
+				continue;
+			if (lo > from)
+				s += seg_sumsq(r, sg, from, lo);
+			from = hi;
+		}
+		if (from < sg->n)
+			s += seg_sumsq(r, sg, from, sg->n);
 	}
 	return s;
 }

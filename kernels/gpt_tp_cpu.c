@@ -520,7 +520,9 @@ float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, con
 		}
 		sum[i] = (float)s;
 	}
-	all_reduce(tp, sum, 2 * (size_t)N, GPT_TP_SUM);
+	/* two sums, as Megatron's three separate all-reduces (max, target logits, sums) */
+	all_reduce(tp, tgt, (size_t)N, GPT_TP_SUM);
+	all_reduce(tp, sum, (size_t)N, GPT_TP_SUM);
 	double loss = 0.0;
 	for (int i = 0; i < N; i++) {
 		float *p = probs + (size_t)i * Vt;

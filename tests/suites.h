@@ -28,6 +28,7 @@
 	X(pool)        \
 	X(exec)        \
 	X(pipe)        \
+	X(tp)          \
 	X(run)         \
 	X(exec_cuda)   \
 	X(cli)         \

@@ -125,14 +125,22 @@ static void test_korthikanti_attention_term(void)
 	CU_ASSERT_DOUBLE_EQUAL((full5 - sel5) / sbh5, 64, 1e-9);
 }
 
-/* Embedding and output layer, one pipeline stage: (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1. */
+/* Embedding and output layer, one pipeline stage: (sbhL/t)(p/L + (4/L)(1 + V/h)) with p = 1, the
+ * paper's figure under tensor and sequence parallelism (section 4.3: the embedding's dropout mask
+ * sbh and the final norm's input and output 4sbh are split by sequence across the t ranks). Without
+ * sequence parallelism those are the stream's, whole on every tensor-parallel rank (Megatron runs
+ * the embedding dropout and the final norm on the full sequence), and only the vocabulary-parallel
+ * softmax 4sbV is split: sbh + 4sbh + 4sbV/t. */
 static void test_korthikanti_ends(void)
 {
 	ModelSpec m = paper_layer(12288, 96);
 	for (int t = 1; t <= 8; t *= 2) {
-		ActivShape x = {.s = 2048, .b = 2, .t = t, .elem_bytes = 2};
-		double L = 96, sbhL = 2048.0 * 2 * 12288 * L;
+		ActivShape x = {.s = 2048, .b = 2, .t = t, .sp = t > 1, .elem_bytes = 2};
+		double L = 96, sbh = 2048.0 * 2 * 12288, sbhL = sbh * L;
 		double expected = sbhL / t * (1 / L + 4 / L * (1 + 51200.0 / 12288));
+		CU_ASSERT_DOUBLE_EQUAL(activ_ends_bytes(&m, &x), expected, 1e-6 * expected);
+		x.sp = 0;
+		expected = sbh + 4 * sbh + 4 * 2048.0 * 2 * 51200 / t;
 		CU_ASSERT_DOUBLE_EQUAL(activ_ends_bytes(&m, &x), expected, 1e-6 * expected);
 	}
 }

@@ -200,7 +200,7 @@ static void test_pipe_measured_equals_predicted(void)
 
 /* What the executor does not run with pipelining is refused before anything starts, naming it,
  * with exit status 2: the interleaved order, offload, ZeRO-2 (the simulator's own refusal),
- * tensor parallelism. */
+ * experts. */
 static void test_pipe_refuses(void)
 {
 	static const struct { int ranks; const char *set, *says; } runs[] = {
@@ -211,8 +211,8 @@ static void test_pipe_refuses(void)
 		 "pipeline parallelism without offload"},
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=2",
 		 "with pipeline parallelism"},
-		{4, "--set parallelism.pp=2 --set parallelism.tp=2",
-		 "data and pipeline parallelism only (tp and ep of 1)"},
+		{4, "--set parallelism.pp=2 --set moe.num_experts=4 --set parallelism.ep=2",
+		 "a GPT-2 model (tied head, no experts)"},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {

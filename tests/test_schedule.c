@@ -208,14 +208,15 @@ static void check_scenario(const char *path, int *tiled)
 	const Plan *p = &pr.plan;
 	for (int st = 0; st < pr.n_stages; st++) {
 		Schedule *s = &pr.stages[st].sched;
-		int overflow[2] = {0, 0}, norm[2] = {0, 0}, tied = 0;
+		int overflow[3] = {0, 0, 0}, norm[3] = {0, 0, 0}, tied = 0; /* dp, tp, pp */
 		CU_ASSERT_EQUAL(sched_validate(s, &err), 0);
 		for (int i = 0; i < s->n; i++) {
 			const Op *op = &s->ops[i];
 			if (op->kind == OP_COLL || op->kind == OP_COPY || op->kind == OP_COMPUTE)
 				CU_ASSERT_NOT_EQUAL(op->role, ROLE_NONE);
-			overflow[op->group == GROUP_PP] += op->role == ROLE_OVERFLOW;
-			norm[op->group == GROUP_PP] += op->role == ROLE_GRAD_NORM;
+			int g = op->group == GROUP_PP ? 2 : op->group == GROUP_TP;
+			overflow[g] += op->role == ROLE_OVERFLOW;
+			norm[g] += op->role == ROLE_GRAD_NORM;
 			if (op->role == ROLE_TIED_GRADS) {
 				tied++;
 				CU_ASSERT(op->group == GROUP_PP && op->nranks == 2 && op->buf >= 0);
@@ -223,14 +224,17 @@ static void check_scenario(const char *path, int *tiled)
 		}
 		/* DeepSpeed's one-value all-reduces: the fp16 overflow check, and the gradient
 		 * norm when clipping on a partitioned stage, once a step, on more than one rank of
-		 * the data-parallel group; then both over the pipeline's stages, each of which holds
-		 * only its own layers */
+		 * the data-parallel group; then both over the tensor-parallel group, each of whose
+		 * ranks holds its shards, and over the pipeline's stages, each of which holds only its
+		 * own layers */
 		int several = p->dp > 1, staged = p->par.pp > 1, fp16 = sc.ds.dtype == DT_FP16;
-		int clip = sc.ds.gradient_clipping > 0;
+		int clip = sc.ds.gradient_clipping > 0, split = p->par.tp > 1;
 		CU_ASSERT_EQUAL(overflow[0], several && fp16);
 		CU_ASSERT_EQUAL(norm[0], several && clip && p->stage >= 1);
-		CU_ASSERT_EQUAL(overflow[1], staged && fp16);
-		CU_ASSERT_EQUAL(norm[1], staged && clip);
+		CU_ASSERT_EQUAL(overflow[1], split && fp16);
+		CU_ASSERT_EQUAL(norm[1], split && clip);
+		CU_ASSERT_EQUAL(overflow[2], staged && fp16);
+		CU_ASSERT_EQUAL(norm[2], staged && clip);
 		/* the tied embedding's copies, on the first and the last stage */
 		CU_ASSERT_EQUAL(tied, staged && model_tied_elems(&sc.model) > 0 &&
 				      (st == 0 || st == p->par.pp - 1));

@@ -688,7 +688,7 @@ static void test_ends(void)
 			assemble(c, t, sp, head_u, k.g_head, g);
 			close_to("final_norm grads", t, sp, g, g_head, nh, TP_TOL);
 			free(g);
-			long calls[N_KINDS] = {sp ? 1 : 3, 1, sp ? 3 : 0, sp ? 2 : 0};
+			long calls[N_KINDS] = {sp ? 2 : 4, 1, sp ? 3 : 0, sp ? 2 : 0};
 			size_t elems[N_KINDS] = {sp ? 2 * N : 2 * nc + 2 * N, N, sp ? 3 * rc : 0,
 						 sp ? 2 * rc : 0};
 			expect_colls(&grp, "embeddings and head", calls, elems);
@@ -750,8 +750,8 @@ static void model_body(Group *grp, const GptTp *tp)
 
 /* The tensor-parallel collectives engine/build.c's schedule states for this model at the group's
  * t (one micro-batch of B sequences of T tokens, no recompute), in elements by unit and
- * direction, against what every rank of grp made. The head's one all-reduce of 3 N values is two
- * calls here (the max, then the two sums: one op cannot take both). Compared without sequence
+ * direction, against what every rank of grp made. The head's three all-reduces of N values are
+ * Megatron's (the max, the target logits, the sums). Compared without sequence
  * parallelism only: under it build.c states one all-gather and one reduce-scatter per branch in a
  * block's backward, none in the embeddings' backward and none in the head's forward, where
  * Megatron's (and these kernels') backward gathers dy and again the column-split layer's input

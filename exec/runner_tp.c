@@ -1,0 +1,178 @@
+/* runner_tp: the runner's tensor parallelism. The units' collectives run inside the kernels
+ * (kernels/gpt_tp_cpu.h calls them back, Megatron's column and row splits); each call takes the
+ * schedule's next op after the unit's compute op, which must be a tensor-parallel collective of
+ * the same kind and size (engine/build.c's tp_colls), and runs on the tensor-parallel
+ * communicator, so that the schedule the simulator prices is the one that ran, op for op. The walk
+ * then passes over the ops the kernels took. Which tensors the group replicates (left out of the
+ * gradient norm but on rank 0) is here too. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/clock.h"
+#include "runner_int.h"
+
+/* ---- the kernels' collectives ---- */
+
+/* The op the kernels' call of kind over total elements takes, or NULL (tp_err says why). */
+static const Op *take(Runner *r, CollKind kind, size_t total)
+{
+	if (r->tp_failed)
+		return NULL;
+	const Schedule *s = r->s;
+	int i = r->tp_next;
+	const Op *op = i < s->n ? &s->ops[i] : NULL;
+	if (!op || op->kind != OP_COLL || op->group != GROUP_TP || op->sub != (int)kind ||
+	    op->unit != r->tp_unit || op->elems != (long long)total) {
+		r->tp_failed = 1;
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a "
+			"tensor-parallel %s of %zu elements, the schedule has %s there", i,
+			r->tp_unit, coll_name(kind), total, op ? op_kind_name(op->kind) : "nothing");
+		return NULL;
+	}
+	r->tp_next++;
+	return op;
+}
+
+/* Time in the call, counted as the collective's and not its compute op's (run_op). */
+static void timed(Runner *r, CollKind kind, double t0)
+{
+	double dt = px_now_s() - t0;
+	r->tp_s += dt;
+	r->op_s[N_COMPS + kind] += dt;
+}
+
+static void tp_all_reduce(void *ctx, float *buf, size_t n, GptTpOp how)
+{
+	Runner *r = ctx;
+	if (!take(r, COLL_ALL_REDUCE, n))
+		return;
+	double t0 = px_now_s();
+	if (comm_all_reduce(r->tp, buf, buf, n, COMM_FP32, how == GPT_TP_MAX ? COMM_MAX : COMM_SUM,
+			    &r->tp_err))
+		r->tp_failed = 1;
+	timed(r, COLL_ALL_REDUCE, t0);
+}
+
+static void tp_all_gather(void *ctx, const float *in, float *out, size_t n)
+{
+	Runner *r = ctx;
+	if (!take(r, COLL_ALL_GATHER, n * (size_t)r->gtp.t))
+		return;
+	double t0 = px_now_s();
+	if (comm_all_gather(r->tp, in, out, n, COMM_FP32, &r->tp_err))
+		r->tp_failed = 1;
+	timed(r, COLL_ALL_GATHER, t0);
+}
+
+static void tp_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+{
+	Runner *r = ctx;
+	if (!take(r, COLL_REDUCE_SCATTER, n * (size_t)r->gtp.t))
+		return;
+	double t0 = px_now_s();
+	if (comm_reduce_scatter(r->tp, in, out, n, COMM_FP32, COMM_SUM, &r->tp_err))
+		r->tp_failed = 1;
+	timed(r, COLL_REDUCE_SCATTER, t0);
+}
+
+void runner_tp_begin(Runner *r, int i)
+{
+	r->tp_unit = r->s->ops[i].unit;
+	r->tp_next = i + 1;
+	r->tp_skip = 0;
+}
+
+int runner_tp_end(Runner *r, int i, PxError *err)
+{
+	if (r->gtp.t <= 1)
+		return 0;
+	if (r->tp_failed) {
+		*err = r->tp_err;
+		return -1;
+	}
+	const Op *left = r->tp_next < r->s->n ? &r->s->ops[r->tp_next] : NULL;
+	if (left && left->kind == OP_COLL && left->group == GROUP_TP && left->unit == r->tp_unit &&
+	    left->role != ROLE_GRAD_NORM && left->role != ROLE_OVERFLOW)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a tensor-parallel %s of %lld "
+			       "elements after unit %d's compute (op %d) that its kernels did not "
+			       "make", r->tp_next, coll_name(left->sub), (long long)left->elems, r->tp_unit, i);
+	r->tp_skip = r->tp_next - (i + 1);
+	return 0;
+}
+
+int runner_tp_pass(Runner *r, int i, PxError *err)
+{
+	if (r->tp_skip > 0) {
+		r->tp_skip--;
+		return 0;
+	}
+	const Op *op = &r->s->ops[i];
+	return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a tensor-parallel %s of %lld elements "
+		       "(%s) that no unit's kernels made", i, coll_name(op->sub), (long long)op->elems,
+		       role_name(op->role));
+}
+
+/* ---- set-up ---- */
+
+static int by_lo(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
+/* The flat ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip): the
+ * replica, and off rank 0 every tensor whose shard is the whole tensor (norms, the row-split
+ * layers' biases, the positions: the group holds them replicated, their gradients equal). */
+int runner_norm_ranges(Runner *r)
+{
+	const Plan *p = r->p;
+	int cap = 1, t = r->gtp.t > 1 ? r->gtp.t : 1;
+	for (int u = 0; u < p->n_units; u++)
+		cap += GPT_CPU_MAX_TENSORS;
+	r->norm_skip = calloc((size_t)cap, sizeof(*r->norm_skip));
+	if (!r->norm_skip)
+		return -1;
+	int n = 0;
+	if (r->replica_hi > r->replica_lo) {
+		r->norm_skip[n].lo = r->replica_lo;
+		r->norm_skip[n++].hi = r->replica_hi;
+	}
+	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
+		if (p->units[u].stage != r->stage)
+			continue;
+		GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
+		int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
+		gpt_tp_unit_tensors(&r->cfg, t, u, shard);
+		long long off = p->units[u].flat_off;
+		for (int j = 0; j < k; j++) {
+			if (shard[j].numel == whole[j].numel) {
+				r->norm_skip[n].lo = off;
+				r->norm_skip[n++].hi = off + (long long)shard[j].numel;
+			}
+			off += (long long)shard[j].numel;
+		}
+	}
+	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
+	r->n_norm_skip = n;
+	return 0;
+}
+
+int runner_tp_setup(Runner *r, PxError *err)
+{
+	r->gtp = (GptTp){.r = 0, .t = 1};
+	if (r->p->par.tp > 1) {
+		if (!r->tp || comm_size(r->tp) != (int)r->p->par.tp)
+			return px_fail(err, PX_ERR_RUNTIME, "tensor parallelism of %lld: the executor "
+				       "has no communicator for that group", r->p->par.tp);
+		if (!r->cb->set_tp)
+			return px_fail(err, PX_ERR_INPUT, "the %s compute backend has no "
+				       "tensor-parallel units", r->cb->name);
+		r->gtp = (GptTp){.r = comm_rank(r->tp), .t = comm_size(r->tp), .sp = r->p->shape.sp,
+				 .ctx = r, .all_reduce = tp_all_reduce, .all_gather = tp_all_gather,
+				 .reduce_scatter = tp_reduce_scatter};
+		if (gpt_tp_check(&r->cfg, &r->gtp, r->B, r->T, err))
+			return -1;
+		r->cb->set_tp(r->cx, &r->gtp);
+	}
+	return 0;
+}

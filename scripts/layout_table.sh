@@ -1,0 +1,64 @@
+#!/bin/sh
+# The executor's layouts measured against predicted, one row per layout, from `parallax compare`
+# on runs of the bundled CPU scenario (README's "Real executor" table; readme_examples.sh runs it).
+# Each run trains 3 steps into a private database; compare gives every metric's largest relative
+# error over the ranks, and a row shows the worst of each kind:
+#   categories  memory by category as requested under the schedule's labels (memory.*.X_bytes)
+#   pool peak   the CPU backend's pool high-water against the predicted peak (memory.*.peak_bytes)
+#   comm        issued bytes per collective kind (comm.*_bytes but the wire)
+#   wire        bytes the transport sent, counted message by message (comm.wire_bytes)
+# A layout the executor refuses shows the refusal instead.
+#
+# Usage: scripts/layout_table.sh   (parallax on PATH, or PARALLAX_BIN)
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${PARALLAX_BIN:-parallax}
+scn=$root/scenarios/gpt2-mini-cpu-zero3.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+printf '%-44s %5s %11s %10s %9s %9s\n' layout ranks categories "pool peak" comm wire
+row() { # NAME RANKS SETTINGS...
+	name=$1 ranks=$2
+	shift 2
+	db=$work/run.db
+	rm -f "$db"
+	if ! "$bin" run "$scn" --ranks "$ranks" --steps 3 --db "$db" "$@" > "$work/out" 2>&1; then
+		why=$(grep -m1 'the executor runs' "$work/out" | sed 's/.*: the executor runs/runs/')
+		printf '%-44s %5s refused: it %s\n' "$name" "$ranks" "${why:-failed}"
+		return
+	fi
+	"$bin" compare --db "$db" | awk -v name="$name" -v ranks="$ranks" '
+		function worse(a, b) { return a > b ? a : b }
+		/^# measured, not predicted/ { done = 1 }
+		done || !/^(memory|comm)[.]/ { next }
+		{ e = $5; sub("%", "", e); e += 0 }
+		/^memory[.].*[.]peak_bytes / { peak = worse(peak, e); next }
+		/^memory[.]/ { cat = worse(cat, e); next }
+		/^comm[.]wire_bytes / { wire = worse(wire, e); next }
+		{ comm = worse(comm, e) }
+		END { printf "%-44s %5s %10.4f%% %9.2f%% %8.4f%% %8.4f%%\n", name, ranks, cat, peak, comm, wire }'
+}
+
+row "dp 4, ZeRO-3, bf16" 4
+row "dp 4, ZeRO-2, bf16, optimizer offload" 4 \
+	--set deepspeed.zero_optimization.stage=2 \
+	--set deepspeed.zero_optimization.offload_optimizer.device=cpu
+row "dp 4, ZeRO-3, bf16, optimizer+param offload" 4 \
+	--set deepspeed.zero_optimization.offload_optimizer.device=cpu \
+	--set deepspeed.zero_optimization.offload_param.device=cpu
+row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
+	--set deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false
+row "tp 4, ZeRO-0, fp32, full recompute" 4 --set parallelism.tp=4 \
+	--set deepspeed.zero_optimization.stage=0 --set deepspeed.bf16.enabled=false \
+	--set activation_checkpointing=full
+row "tp 2 x pp 2 x dp 2, 1F1B, ZeRO-1, fp32" 8 --set parallelism.tp=2 \
+	--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 \
+	--set deepspeed.bf16.enabled=false
+row "pp 2 x dp 2, 1F1B, ZeRO-1, bf16" 4 --set parallelism.pp=2 \
+	--set deepspeed.zero_optimization.stage=1
+row "pp 4, GPipe, ZeRO-0, bf16" 4 --set parallelism.pp=4 \
+	--set parallelism.pipeline_schedule=gpipe --set deepspeed.zero_optimization.stage=0
+row "ep 2 (MoE, 4 experts top-2)" 2 --set moe.num_experts=4 --set moe.k=2 \
+	--set parallelism.ep=2

@@ -1,0 +1,236 @@
+/* Tensor parallelism executed through `parallax run`: Megatron's column and row splits on 2 and 4
+ * ranks (kernels/gpt_tp_cpu.h), alone, beside data parallelism with ZeRO-1 (and optimizer
+ * offload), with full recompute, and beside pipeline parallelism (tp x pp, and tp x pp x dp on 8
+ * ranks); the losses are a single rank's, and each rank's memory per category and its
+ * communication equal the prediction, the tensor-parallel traffic worked out by hand. Runs the
+ * release binary (PX_RUN_BIN), as the exec and pipe suites do. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run_checks.h"
+#include "suites.h"
+
+static char dir[256];
+
+/* The executor suites' GPT-2 (suites.h: V 128, 2 layers of 64 channels, 4 heads, B 2, T 32,
+ * 16 sequences a step) in fp32 at ZeRO stage 0. */
+static const char *scenario(void)
+{
+	static char path[512];
+	char text[2048];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/tp.json", dir);
+	snprintf(text, sizeof(text), PX_TEST_GPT_SCENARIO, "tp-test", "false", 0);
+	px_test_write_file(path, text);
+	return path;
+}
+
+/* The losses of `parallax run SCN --ranks R --steps S --json` with extra settings, into out;
+ * how many. */
+static int losses(const char *scn, int ranks, int steps, const char *extra, double *out)
+{
+	char args[2048], text[65536];
+	snprintf(args, sizeof(args), "run '%s' --ranks %d --steps %d --no-db --json %s", scn, ranks,
+		 steps, extra);
+	int rc = px_test_run_release(args, 120, text, sizeof(text));
+	if (rc != 0)
+		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	const char *line = strstr(text, "{\"scenario\"");
+	cJSON *j = line ? cJSON_Parse(line) : NULL;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	int n = 0;
+	for (const cJSON *e = cJSON_GetObjectItem(j, "losses")->child; e && n < steps; e = e->next)
+		out[n++] = e->valuedouble;
+	cJSON_Delete(j);
+	return n;
+}
+
+static double worst_rel(const double *ref, const double *got, int steps)
+{
+	double worst = 0;
+	for (int s = 0; s < steps; s++)
+		worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
+	return worst;
+}
+
+/* fp32: a tensor-parallel rank computes the single rank's values with three reassociations: a
+ * row-split layer's product is summed over the ranks' C/t (or 4C/t) partial products by the
+ * all-reduce instead of in one dot product, the vocabulary-parallel softmax sums its
+ * exponentials per rank and then across ranks, and the squared gradient norm is summed per rank
+ * and then across them (with dp 2 the gradient sums over ranks run in MPI's order too; with pp 2
+ * the pipe suite's reassociations of the tied embedding's gradient and the norm add theirs). Each
+ * moves a value by a few 2^-24 relatively (kernels/README.md: the tp_kernels suite measures 7e-7
+ * normwise on one step); AdamW's normalised update turns that into weight changes of about
+ * lr x 1e-7, which move a loss near 4.8 by less than fp32's spacing there (6e-7 relative). Over
+ * 8 steps the losses stay within 1e-6 relative (measured: at most 1e-7, one unit in the last
+ * place of one step). Gradient clipping is active here (without it the losses leave the
+ * reference by 1e-3 by step 4), so a norm that missed the other ranks' shards, or counted the
+ * replicated tensors t times, would clip by another factor and fail the bound. */
+static void test_tp_losses_fp32(void)
+{
+	enum { STEPS = 8 };
+	static const struct { int ranks; const char *set; } runs[] = {
+		{2, "--set parallelism.tp=2"},
+		{4, "--set parallelism.tp=4"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=full"},
+		{4, "--set parallelism.tp=2 --set parallelism.pp=2"},
+		{4, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+		    "parallelism.pipeline_schedule=gpipe"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set "
+		    "deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+	};
+	const char *scn = scenario();
+	double ref[STEPS], got[STEPS];
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, STEPS, "", ref), STEPS);
+	CU_ASSERT(ref[STEPS - 1] < 0.95 * ref[0]); /* it learns */
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		CU_ASSERT_EQUAL_FATAL(losses(scn, runs[i].ranks, STEPS, runs[i].set, got), STEPS);
+		double w = worst_rel(ref, got, STEPS);
+		if (w > 1e-6)
+			fprintf(stderr, "\n%d ranks %s: losses differ by %g relative\n", runs[i].ranks,
+				runs[i].set, w);
+		CU_ASSERT(w <= 1e-6);
+		CU_ASSERT_EQUAL(got[0], ref[0]); /* the first forward: the same loss to the bit */
+	}
+	/* the bound can fail: unclipped, the same run leaves the clipped reference */
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, STEPS, "--set parallelism.tp=2 --set "
+				     "deepspeed.gradient_clipping=0", got), STEPS);
+	CU_ASSERT(worst_rel(ref, got, STEPS) > 1e-5);
+}
+
+static double metric(sqlite3 *db, const char *name, const char *side, int rank)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql), "SELECT %s FROM predicted_vs_measured WHERE name = '%s' AND "
+		 "rank = %d", side, name, rank);
+	return px_test_query(db, sql);
+}
+
+/* Each rank's memory per category at its requested peak and its communication per collective,
+ * against the prediction: equal; the peaks are the pool's (px_check_pool_peaks). The all-reduce
+ * bytes by hand (B 2, T 32, C 64: N = 64 tokens, an (N, C) stream 4096 fp32 = 16 KiB): per
+ * micro-batch the embeddings' output, each block's two row-split outputs forward and two input
+ * gradients backward (2 blocks: 8), the head's input gradient, 10 streams in all, and the
+ * cross-entropy's three all-reduces of N fp32 (max, target logit, sum: 768 bytes); full recompute
+ * adds each block's two forward all-reduces again (4 streams). 16 sequences a step in
+ * micro-batches of 2 over dp ranks: 8 / dp micro-batches. Then one float of the gradient norm
+ * over the tensor-parallel group, and over dp at ZeRO-1. The wire: a ring of t ranks sends
+ * 2(t-1)/t of each all-reduce (every one here divides among 2 or 4), but the norm's one float over
+ * 4 ranks rings as 1, 2, 2, 1 floats sent on ranks 0-3 where the formula gives 1.5 (comm_mpi_check
+ * --bytes): measured - predicted -2, +2, +2, -2 bytes. */
+static void test_tp_measured_equals_predicted(void)
+{
+	static const struct {
+		int ranks, tp, pp, dp, zero, recompute;
+		const char *set;
+	} runs[] = {
+		{2, 2, 1, 1, 0, 0, "--set parallelism.tp=2"},
+		{4, 4, 1, 1, 0, 0, "--set parallelism.tp=4"},
+		{4, 2, 1, 2, 1, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
+		{2, 2, 1, 1, 0, 1, "--set parallelism.tp=2 --set activation_checkpointing=full"},
+		{4, 2, 2, 1, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2"},
+		{8, 2, 2, 2, 1, 0, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+				   "deepspeed.zero_optimization.stage=1"},
+		{4, 2, 1, 2, 1, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 "
+				   "--set deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+	};
+	const char *scn = scenario();
+	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/tp%zu.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 --db '%s' %s", scn,
+			 runs[k].ranks, db_path, runs[k].set);
+		int rc = px_test_run_release(args, 120, text, sizeof(text));
+		if (rc)
+			fprintf(stderr, "\n%s\n", text);
+		CU_ASSERT_EQUAL_FATAL(rc, 0);
+		sqlite3 *db;
+		CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				     PX_EXACT_PAIRS);
+		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				   PX_EXACT_PAIRS " AND measured != predicted");
+		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM "
+					    "predicted_vs_measured"), runs[k].ranks);
+		CU_ASSERT(pairs >= runs[k].ranks * 20);
+		if (bad != 0)
+			fprintf(stderr, "\nrun %zu: %g of %g metrics differ\n", k, bad, pairs);
+		CU_ASSERT_EQUAL(bad, 0);
+		px_check_pool_peaks(db, runs[k].ranks);
+		double m = 8.0 / runs[k].dp, stream = 64 * 64 * 4;
+		for (int r = 0; r < runs[k].ranks; r++) {
+			/* with pp 2 (ranks tp fastest, then stages): the embeddings and block 1 on
+			 * stage 0 (5 streams a micro-batch), block 2 and the head on stage 1 (5 and
+			 * the cross-entropy's), both ends summing the tied embedding's gradient (V C / t
+			 * fp32: 16 KiB) and the norm over the stages (4 bytes) */
+			int stage = runs[k].pp > 1 ? r / runs[k].tp % runs[k].pp : -1;
+			double streams = stage < 0 ? 10 + 4 * runs[k].recompute : 5;
+			double per_mb = streams * stream + (stage != 0 ? 3 * 64 * 4 : 0);
+			double want = m * per_mb + 4 + (runs[k].zero >= 1 && runs[k].dp > 1 ? 4 : 0) +
+				      (stage >= 0 ? 4 + 128 * 64 / runs[k].tp * 4 : 0);
+			double got = metric(db, "comm.all_reduce_bytes", "measured", r);
+			if (got != want)
+				fprintf(stderr, "\nrun %zu rank %d: all-reduce %g bytes, by hand %g\n", k, r,
+					got, want);
+			CU_ASSERT_EQUAL(got, want);
+			double wire = metric(db, "comm.wire_bytes", "measured", r) -
+				      metric(db, "comm.wire_bytes", "predicted", r);
+			double off = runs[k].tp == 4 ? (r == 0 || r == 3 ? -2 : 2) : 0;
+			if (wire != off)
+				fprintf(stderr, "\nrun %zu rank %d: wire bytes measured - predicted %g, "
+					"by hand %g\n", k, r, wire, off);
+			CU_ASSERT_EQUAL(wire, off);
+		}
+		/* a rank holds its shards (Megatron's splits, by hand): per block the matrices and
+		 * the column-split biases, 12 C^2 + 7 C, over t, and whole its two norms and the
+		 * row-split layers' biases, 6 C; the token embedding's V C over t; the positions
+		 * (64 x C) and the final norm (2 C) whole. C 64, 2 blocks: 58,688 fp32 at t = 2,
+		 * 31,840 at t = 4 (the whole model: 112,384) */
+		double t = runs[k].tp, C = 64;
+		double params = 2 * ((12 * C * C + 7 * C) / t + 6 * C) + 128 * C / t + 64 * C + 2 * C;
+		for (int r = 0; runs[k].pp == 1 && r < runs[k].ranks; r++)
+			CU_ASSERT_EQUAL(metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
+		sqlite3_close(db);
+	}
+}
+
+/* What the executor does not run with tensor parallelism is refused before anything starts,
+ * naming it, with exit status 2. */
+static void test_tp_refuses(void)
+{
+	static const struct { int ranks; const char *set, *says; } runs[] = {
+		{2, "--set parallelism.tp=2 --set deepspeed.bf16.enabled=true",
+		 "tensor parallelism in fp32 only"},
+		{2, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2",
+		 "tensor parallelism with ZeRO stage 0 or 1"},
+		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
+		 "without sequence parallelism"},
+		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
+		 "whose degree divides the vocabulary and the heads"},
+	};
+	const char *scn = scenario();
+	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+		char args[2048], text[8192];
+		snprintf(args, sizeof(args), "run '%s' --no-db --ranks %d %s", scn, runs[k].ranks,
+			 runs[k].set);
+		CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
+		PX_ASSERT_HAS(text, runs[k].says);
+		CU_ASSERT_PTR_NULL(strstr(text, "step    1"));
+	}
+}
+
+int test_tp_register(void)
+{
+	return PX_ADD_SUITE("tp", {"fp32 losses of tp 2 and 4, with dp, pp, recompute, offload",
+				   test_tp_losses_fp32},
+			    {"measured equals predicted, traffic by hand",
+			     test_tp_measured_equals_predicted},
+			    {"run refuses what it does not split", test_tp_refuses});
+}
