@@ -18,16 +18,22 @@
 #include "sweep_report.h"
 
 static const char USAGE[] =
-	"usage: parallax plan PLAN.json [--json]\n"
+	"usage: parallax plan PLAN.json [--accept-tight] [--json]\n"
 	"\n"
 	"Size a cluster: for every GPU type and node count of the plan, search the layouts for\n"
 	"the fastest one that fits, price training the token budget on it, and name the winner:\n"
 	"the cheapest choice within the deadline (and budget), or without a deadline the fastest\n"
 	"within the budget. Nothing is written: neither the database nor beside the plan.\n"
+	"A layout fits when its GPU peak is below the GPU's usable memory (what PyTorch sees)\n"
+	"by more than the 10% margin; one within the margin is tight (the caching allocator's\n"
+	"fragmentation decides whether it runs) and is not chosen unless --accept-tight says so.\n"
+	"A layout that does not fit is never chosen.\n"
 	"\n"
-	"  --json       one JSON object: every cell (gpu, nodes, gpus, fits, days, cost_usd,\n"
-	"               tokens_per_s, mfu, headroom_bytes, config) and the winner's index\n"
-	"  -h, --help   this help\n"
+	"  --accept-tight  choose tight layouts too (default: only those that fit with margin)\n"
+	"  --json          one JSON object: every cell (gpu, nodes, gpus, fits, verdict, days,\n"
+	"                  cost_usd, tokens_per_s, mfu, headroom_bytes, config), the winner's\n"
+	"                  index and accept_tight\n"
+	"  -h, --help      this help\n"
 	"\n"
 	"PLAN.json keys (paths relative to the plan file):\n"
 	"  scenario       the base scenario (required); its micro-batch and accumulation are\n"
@@ -171,12 +177,15 @@ static double price_of(const cJSON *prices, const char *gpu)
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option longs[] = {{"json", no_argument, 0, 'j'},
+					       {"accept-tight", no_argument, 0, 't'},
 					       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int json = 0, c, rc = 2;
+	int json = 0, accept_tight = 0, c, rc = 2;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		if (c == 'j')
 			json = 1;
+		else if (c == 't')
+			accept_tight = 1;
 		else if (c == 'h')
 			return fputs(USAGE, stdout), 0;
 		else
@@ -263,7 +272,8 @@ int cmd_plan(int argc, char **argv)
 					sweep_free(&sw);
 					goto fail;
 				}
-				if (r.status == PT_OK && (!cl->found || r.tokens_per_s > cl->best.tokens_per_s))
+				if (r.status == PT_OK && (accept_tight || r.verdict == VERDICT_FITS) &&
+				    (!cl->found || r.tokens_per_s > cl->best.tokens_per_s))
 					cl->best = r, cl->found = 1;
 			}
 			sweep_free(&sw);
@@ -293,6 +303,8 @@ int cmd_plan(int argc, char **argv)
 			cJSON_AddNumberToObject(r, "gpus", (double)cells[i].world);
 			cJSON_AddBoolToObject(r, "fits", cells[i].found);
 			if (cells[i].found) {
+				cJSON_AddStringToObject(r, "verdict",
+							predict_verdict_name(cells[i].best.verdict));
 				cJSON_AddNumberToObject(r, "days", cells[i].days);
 				cJSON_AddNumberToObject(r, "cost_usd", cells[i].cost_usd);
 				cJSON_AddNumberToObject(r, "tokens_per_s", cells[i].best.tokens_per_s);
@@ -304,6 +316,7 @@ int cmd_plan(int argc, char **argv)
 			cJSON_AddItemToArray(rows, r);
 		}
 		cJSON_AddNumberToObject(out, "winner", win);
+		cJSON_AddBoolToObject(out, "accept_tight", accept_tight);
 		char *t = cJSON_Print(out);
 		puts(t);
 		cJSON_free(t);
@@ -314,22 +327,26 @@ int cmd_plan(int argc, char **argv)
 			printf(", deadline %.0f days", deadline);
 		if (budget > 0)
 			printf(", budget %.3g USD", budget);
-		printf("\n");
-		printf("%-10s %6s %6s %9s %12s %12s %7s %9s  %s\n", "gpu", "nodes", "gpus", "days",
-		       "cost_USD", "tokens/s", "mfu", "free_GiB", "best layout");
+		printf("\n# layouts: those that fit with the %.0f%% margin of usable GPU memory%s\n",
+		       100 * PREDICT_TIGHT_MARGIN, accept_tight ? ", and tight ones (--accept-tight)" :
+		       "; tight ones left out (--accept-tight takes them)");
+		printf("%-10s %6s %6s %9s %12s %12s %7s %9s %5s  %s\n", "gpu", "nodes", "gpus", "days",
+		       "cost_USD", "tokens/s", "mfu", "free_GiB", "fits", "best layout");
 		for (int i = 0; i < n; i++) {
 			const Cell *cl = &cells[i];
 			if (!cl->found) {
-				printf("%-10s %6lld %6lld %9s %12s %12s %7s %9s  %s\n", cl->gpu, cl->nodes,
-				       cl->world, "-", "-", "-", "-", "-", "nothing fits");
+				printf("%-10s %6lld %6lld %9s %12s %12s %7s %9s %5s  %s\n", cl->gpu,
+				       cl->nodes, cl->world, "-", "-", "-", "-", "-", "-",
+				       accept_tight ? "nothing fits" : "nothing fits with margin");
 				continue;
 			}
 			char layout[512];
 			layout_line(cl->best.config, layout, sizeof(layout));
-			printf("%-10s %6lld %6lld %9.2f %12.4g %12.0f %7.3f %9.2f  %s%s\n", cl->gpu,
+			printf("%-10s %6lld %6lld %9.2f %12.4g %12.0f %7.3f %9.2f %5s  %s%s\n", cl->gpu,
 			       cl->nodes, cl->world, cl->days, cl->cost_usd, cl->best.tokens_per_s,
 			       cl->best.mfu, (cl->best.capacity_bytes - cl->best.peak_bytes) / 1073741824.0,
-			       layout, i == win ? "   <- winner" : "");
+			       cl->best.verdict == VERDICT_TIGHT ? "tight" : "yes", layout,
+			       i == win ? "   <- winner" : "");
 		}
 		if (win >= 0)
 			printf("# winner: %lld x %lld %s, %.2f days, %.4g USD (%s)\n", cells[win].nodes,

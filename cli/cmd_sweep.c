@@ -213,6 +213,7 @@ static int report_stored(sqlite3 *h, const char *dbpath, long long sweep_id, Swe
 		SweepReport r = {.name = st.name, .n_points = st.n_points, .covered = st.stored,
 				 .scope = "stored", .objective = obj, .best = best, .n_best = n};
 		memcpy(r.counts, st.counts, sizeof(r.counts));
+		r.tight = st.tight;
 		emit(&r, json);
 		rc = 0;
 	}
@@ -309,7 +310,7 @@ bad:
 static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 {
 	PxDb *db = NULL;
-	long long sweep_id = 0, counts[4] = {0}, stored = 0, already = 0, todo;
+	long long sweep_id = 0, counts[4] = {0}, tight = 0, stored = 0, already = 0, todo;
 	unsigned char *done = NULL;
 	Top top = {0};
 	int rc = -1;
@@ -361,6 +362,8 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 		}
 		for (int i = 0; i < b->n; i++) {
 			counts[b->r[i].status]++;
+			tight += b->r[i].status != PT_INVALID && b->r[i].status != PT_OOM &&
+				 b->r[i].verdict == VERDICT_TIGHT;
 			top_add(&top, sw, &b->r[i]);
 		}
 		stored += b->n;
@@ -386,7 +389,7 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 	} else {
 		SweepReport r = {.name = sw->name, .n_points = sw->n_points, .covered = stored,
 				 .scope = "this run", .objective = sw->objective, .best = top.r,
-				 .n_best = top.n};
+				 .n_best = top.n, .tight = tight};
 		memcpy(r.counts, counts, sizeof(r.counts));
 		emit(&r, o->json);
 	}

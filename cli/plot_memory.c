@@ -56,7 +56,7 @@ static void data_table(PlotBuf *d, const Scenario *sc, const Prediction *pr, con
 	pb_printf(d, "# per-GPU memory at the GPU peak of the worst pipeline stage, by category, "
 		  "for each ZeRO stage (GiB = 2^30 bytes)\n");
 	pb_printf(d, "# ideal: the ZeRO paper's model states (Rajbhandari et al. 2020), capacity: "
-		  "%.0f bytes per GPU\n", pr->gpu_capacity_bytes);
+		  "%.0f bytes per GPU usable (%s)\n", pr->gpu_capacity_bytes, pr->gpu_capacity_source);
 	if (!pr->plan.activations_known)
 		pb_printf(d, "# activations unknown (the model gives only num_parameters): "
 			  "counted as 0\n");

@@ -15,7 +15,7 @@ typedef struct ScalePoint {
 	long long nodes, gpus, dp, train_batch;
 	int ok, timed;           /* priced at all; step time priced too */
 	double tokens_per_s, step_s, mfu, peak_bytes;
-	int fits;
+	Verdict verdict;
 	char why[1024];
 } ScalePoint;
 
@@ -86,7 +86,7 @@ static int price_point(const PlotOpts *o, const Scenario *base, const Prediction
 	}
 	pt->ok = 1;
 	pt->peak_bytes = pr.stages[pr.worst].mem.place[PLACE_GPU].peak_bytes;
-	pt->fits = pr.fits;
+	pt->verdict = pr.verdict;
 	pt->timed = pr.time_known;
 	if (pr.time_known) {
 		pt->tokens_per_s = pr.time.tokens_per_s;
@@ -110,7 +110,9 @@ static void data_table(PlotBuf *d, const Scenario *sc, const Prediction *bp,
 		  "train_batch_size = micro x accumulation x dp\n", sc->ds.micro_batch,
 		  sc->ds.grad_accum, sc->seq);
 	pb_printf(d, "# peak: per-GPU memory peak of the worst pipeline stage (GiB = 2^30 bytes); "
-		  "capacity %.4f GiB; '-' = not priced\n", bp->gpu_capacity_bytes / PLOT_GiB);
+		  "capacity %.4f GiB usable (%s); fits: yes, tight (within %.0f%% of it) or no; '-' = "
+		  "not priced\n", bp->gpu_capacity_bytes / PLOT_GiB, bp->gpu_capacity_source,
+		  100 * PREDICT_TIGHT_MARGIN);
 	pb_printf(d, "# %6s %7s %7s %11s %14s %10s %8s %10s %5s\n", "nodes", "gpus", "dp",
 		  "train_batch", "tokens_per_s", "step_s", "mfu", "peak_GiB", "fits");
 	for (int i = 0; i < n; i++) {
@@ -124,7 +126,8 @@ static void data_table(PlotBuf *d, const Scenario *sc, const Prediction *bp,
 			pb_printf(d, " %14.1f %10.5f %8.4f", p->tokens_per_s, p->step_s, p->mfu);
 		else
 			pb_printf(d, " %14s %10s %8s", "-", "-", "-");
-		pb_printf(d, " %10.4f %5s\n", p->peak_bytes / PLOT_GiB, p->fits ? "yes" : "no");
+		pb_printf(d, " %10.4f %5s\n", p->peak_bytes / PLOT_GiB,
+			  p->verdict == VERDICT_FITS ? "yes" : p->verdict == VERDICT_TIGHT ? "tight" : "no");
 	}
 }
 

@@ -36,8 +36,9 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			"V=%lld; seq %lld\n", m->type, m->n_params, m->L, m->h, m->a, m->kv_heads, m->I,
 			m->V, sc->seq);
 	const ParallelSpec *q = &p->par;
-	fprintf(f, "# cluster    %lld x %lld %s (%.1f GiB each; node: %s), world %lld: dp %lld tp %lld "
-		"pp %lld ep %lld\n", c->nodes, c->gpus_per_node, c->gpu.name, c->gpu.mem_bytes / GiB,
+	fprintf(f, "# cluster    %lld x %lld %s (%.1f GiB each, %.2f usable; node: %s), world %lld: dp "
+		"%lld tp %lld pp %lld ep %lld\n", c->nodes, c->gpus_per_node, c->gpu.name,
+		c->gpu.mem_bytes / GiB, c->gpu.usable_bytes / GiB,
 		c->gpu.node, p->world, p->dp, q->tp, q->pp, q->ep);
 	if (q->tp > 1 || q->pp > 1 || q->ep > 1)
 		fprintf(f, "# parallel   layout %s, %s collectives; sequence parallel %s; pipeline %s "
@@ -141,6 +142,12 @@ static void echo_notes(FILE *f, const Scenario *sc)
 
 /* ---- tables ---- */
 
+/* A verdict in a table's column: "yes", "tight", "NO". */
+static const char *verdict_word(Verdict v)
+{
+	return v == VERDICT_FITS ? "yes" : v == VERDICT_TIGHT ? "tight" : "NO";
+}
+
 static void memory_table(FILE *f, const Prediction *pr)
 {
 	const StagePrediction *w = &pr->stages[pr->worst];
@@ -174,13 +181,24 @@ static void memory_table(FILE *f, const Prediction *pr)
 		fprintf(f, "# workspace: the executor's own working buffers (a unit's working copies, "
 			"the hidden state, backward scratch), apart from what DeepSpeed holds\n");
 
-	fprintf(f, "\n%-6s %14s %14s %6s\n", "place", "peak GiB", "capacity GiB", "fits");
+	char when[256];
+	moment_describe(&pr->plan, &w->gpu_moment, when, sizeof(when));
+	fprintf(f, "# GPU peak: %s\n", when);
+
+	fprintf(f, "\n%-6s %14s %14s %13s\n", "place", "peak GiB", "capacity GiB", "fits");
 	const double cap[N_PLACES] = {pr->gpu_capacity_bytes, pr->cpu_capacity_bytes,
 				      pr->nvme_capacity_bytes};
 	const int fits[N_PLACES] = {w->fits_gpu, w->fits_cpu, w->fits_nvme};
 	for (int pl = 0; pl < N_PLACES; pl++)
-		fprintf(f, "%-6s %14.3f %14.1f %6s\n", place_name(pl),
-			w->mem.place[pl].peak_bytes / GiB, cap[pl] / GiB, fits[pl] ? "yes" : "NO");
+		fprintf(f, "%-6s %14.3f %14.2f %13s\n", place_name(pl),
+			w->mem.place[pl].peak_bytes / GiB, cap[pl] / GiB,
+			pl == PLACE_GPU ? verdict_word(predict_gpu_verdict(w->mem.place[pl].peak_bytes,
+									  cap[pl])) :
+			fits[pl] ? "yes" : "NO");
+	fprintf(f, "# GPU capacity: usable, %.2f GiB of the listed %.2f GiB (%s); tight: a peak within "
+		"%.0f%% (%.2f GiB) of it, where the caching allocator's fragmentation decides\n",
+		pr->gpu_capacity_bytes / GiB, pr->gpu_memory_bytes / GiB, pr->gpu_capacity_source,
+		100 * PREDICT_TIGHT_MARGIN, pr->gpu_margin_bytes / GiB);
 	fprintf(f, "# CPU and NVMe capacity: the node's share per GPU\n");
 }
 
@@ -215,7 +233,7 @@ static void stage_table(FILE *f, const Prediction *pr)
 		fprintf(f, "%5d %-14.14s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %5s\n", order[i],
 			units, c[CAT_PARAMS] / GiB, c[CAT_GRADS] / GiB, c[CAT_OPTIM] / GiB,
 			c[CAT_ACTIV] / GiB, c[CAT_BUFFERS] / GiB, c[CAT_OVERHEAD] / GiB,
-			sp->mem.place[PLACE_GPU].peak_bytes / GiB, sp->fits ? "yes" : "NO");
+			sp->mem.place[PLACE_GPU].peak_bytes / GiB, verdict_word(sp->verdict));
 	}
 }
 
@@ -264,9 +282,12 @@ void report_table(FILE *f, const Scenario *sc, const Prediction *pr)
 	stage_table(f, pr);
 	comm_table(f, pr);
 	time_table(f, sc, pr);
-	fprintf(f, "\n# %s on %s: peak %.2f GiB of %.2f GiB per GPU: %s\n", sc->name,
-		sc->cluster.gpu.name, pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
-		pr->gpu_capacity_bytes / GiB, pr->fits ? "fits" : "DOES NOT FIT");
+	fprintf(f, "\n# %s on %s: peak %.2f GiB of %.2f GiB usable per GPU (margin %.0f%%, %.2f "
+		"GiB): %s\n", sc->name, sc->cluster.gpu.name,
+		pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
+		pr->gpu_capacity_bytes / GiB, 100 * PREDICT_TIGHT_MARGIN, pr->gpu_margin_bytes / GiB,
+		pr->verdict == VERDICT_FITS ? "fits" : pr->verdict == VERDICT_TIGHT ?
+		"TIGHT (within the margin: the allocator decides)" : "DOES NOT FIT");
 }
 
 void report_summary_header(FILE *f)
@@ -283,7 +304,7 @@ void report_summary_line(FILE *f, const Scenario *sc, const Prediction *pr)
 		sc->cluster.gpu.name, pr->plan.world, pr->plan.stage, sc->model.n_params,
 		pr->stages[pr->worst].ideal.total_bytes / GiB,
 		pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
-		pr->gpu_capacity_bytes / GiB, pr->fits ? "yes" : "NO", payload / GiB,
+		pr->gpu_capacity_bytes / GiB, verdict_word(pr->verdict), payload / GiB,
 		pr->time_known ? pr->time.step_s : NAN, pr->time_known ? pr->time.mfu : NAN);
 }
 
@@ -315,6 +336,34 @@ static cJSON *string_array(char **v, int n)
 	return a;
 }
 
+/* When a stage's GPU peak came, in words (sim/moment.h). */
+static cJSON *moment_json(const Prediction *pr, int stage)
+{
+	const PeakMoment *mo = &pr->stages[stage].gpu_moment;
+	char unit[32], text[256];
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "phase", moment_phase_name(mo->phase));
+	if (mo->unit >= 0)
+		cJSON_AddStringToObject(o, "unit", moment_unit_name(&pr->plan, mo->unit, unit,
+								      sizeof(unit)));
+	else
+		cJSON_AddNullToObject(o, "unit");
+	if (mo->micro_batch > 0)
+		cJSON_AddNumberToObject(o, "micro_batch", mo->micro_batch);
+	else
+		cJSON_AddNullToObject(o, "micro_batch");
+	cJSON_AddNumberToObject(o, "micro_batches", mo->micro_batches);
+	cJSON_AddBoolToObject(o, "later_micro_batches_repeat_it", mo->repeats);
+	if (mo->what >= 0)
+		cJSON_AddStringToObject(o, "allocating", buf_name((BufWhat)mo->what));
+	else
+		cJSON_AddNullToObject(o, "allocating");
+	cJSON_AddNumberToObject(o, "op", mo->op);
+	moment_describe(&pr->plan, mo, text, sizeof(text));
+	cJSON_AddStringToObject(o, "text", text);
+	return o;
+}
+
 /* One stage's metrics as a nested object. */
 static cJSON *metrics_json(const Prediction *pr, int stage)
 {
@@ -325,12 +374,18 @@ static cJSON *metrics_json(const Prediction *pr, int stage)
 		cJSON *v;
 		if (!strcmp(m[i].name, "memory.fits"))
 			v = cJSON_CreateBool(m[i].value != 0);
+		else if (!strcmp(m[i].name, "memory.verdict")) /* its words; the database's 0-2 */
+			v = cJSON_CreateString(predict_verdict_name((Verdict)m[i].value));
+		else if (!strncmp(m[i].name, "memory.gpu.peak_moment.", 23))
+			continue; /* below, in words */
 		else if (!m[i].known)
 			v = cJSON_CreateNull();
 		else
 			v = cJSON_CreateNumber(m[i].value);
 		json_put(j, m[i].name, v);
 	}
+	json_put(j, "memory.gpu_capacity_source", cJSON_CreateString(pr->gpu_capacity_source));
+	json_put(j, "memory.gpu.peak_moment", moment_json(pr, stage));
 	return j;
 }
 
@@ -380,6 +435,7 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "gradient_accumulation_steps", (double)sc->ds.grad_accum);
 	cJSON_AddStringToObject(j, "gpu", sc->cluster.gpu.name);
 	cJSON_AddBoolToObject(j, "fits_all_stages", pr->fits);
+	cJSON_AddStringToObject(j, "verdict", predict_verdict_name(pr->verdict));
 	cJSON_AddItemToObject(j, "parallel", parallel_json(p));
 	cJSON *stages = cJSON_AddArrayToObject(j, "stages");
 	if (pr->n_stages <= 4096) {

@@ -104,8 +104,9 @@ static void print_summary(FILE *f, const SweepReport *r)
 	fprintf(f, "# %s: %lld points", r->name, r->n_points);
 	if (r->covered < r->n_points)
 		fprintf(f, ", %lld %s", r->covered, r->scope);
-	fprintf(f, ": %lld priced, %lld do not fit, %lld refused, %lld unpriced", r->counts[PT_OK],
-		r->counts[PT_OOM], r->counts[PT_INVALID], r->counts[PT_UNPRICED]);
+	fprintf(f, ": %lld priced (%lld of them tight), %lld do not fit, %lld refused, %lld unpriced",
+		r->counts[PT_OK], r->tight, r->counts[PT_OOM], r->counts[PT_INVALID],
+		r->counts[PT_UNPRICED]);
 	if (r->covered < r->n_points && !strcmp(r->scope, "stored"))
 		fprintf(f, "; %lld not priced yet (run it again to resume, or merge the other "
 			"shards' databases)", r->n_points - r->covered);
@@ -120,11 +121,12 @@ void sweep_report_print(FILE *f, const SweepReport *r)
 		fprintf(f, "# out of memory listing the best points\n");
 		return;
 	}
-	fprintf(f, "# best %d by %s%s\n", r->n_best, OBJECTIVE[r->objective],
-		!strcmp(r->scope, "stored") ? " of every stored point" : "");
+	fprintf(f, "# best %d by %s%s; free_GiB: usable memory less the peak; tight: within %.0f%% of "
+		"usable memory, where the allocator decides\n", r->n_best, OBJECTIVE[r->objective],
+		!strcmp(r->scope, "stored") ? " of every stored point" : "", 100 * PREDICT_TIGHT_MARGIN);
 	int width[MAX_KEYS], last = -1;
-	fprintf(f, "%4s %8s %-10s %6s %10s %12s %7s %10s %9s", "rank", "index", "gpu", "world",
-		"step_s", "tokens/s", "mfu", "USD/Mtok", "free_GiB");
+	fprintf(f, "%4s %8s %-10s %6s %10s %12s %7s %10s %9s %5s", "rank", "index", "gpu", "world",
+		"step_s", "tokens/s", "mfu", "USD/Mtok", "free_GiB", "fits");
 	for (int k = 0; k < s.n_keys; k++) {
 		if (!s.differs[k])
 			continue;
@@ -140,9 +142,10 @@ void sweep_report_print(FILE *f, const SweepReport *r)
 	fputc('\n', f);
 	for (int i = 0; i < r->n_best; i++) {
 		const PointResult *p = &r->best[i];
-		fprintf(f, "%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f", i + 1, p->idx,
+		fprintf(f, "%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f %5s", i + 1, p->idx,
 			p->gpu, p->world, p->step_s, p->tokens_per_s, p->mfu, p->cost_per_mtoken,
-			(p->capacity_bytes - p->peak_bytes) / 1073741824.0);
+			(p->capacity_bytes - p->peak_bytes) / 1073741824.0,
+			p->verdict == VERDICT_TIGHT ? "tight" : "yes");
 		for (int k = 0; k <= last; k++)
 			if (s.differs[k])
 				fprintf(f, "  %-*s", k == last ? 0 : width[k], s.val[i][k]);
@@ -179,6 +182,8 @@ cJSON *sweep_report_json(const SweepReport *r)
 	cJSON *c = cJSON_AddObjectToObject(o, "counts");
 	for (int k = 0; k < 4; k++)
 		cJSON_AddNumberToObject(c, status[k], (double)r->counts[k]);
+	cJSON_AddNumberToObject(c, "tight", (double)r->tight); /* of ok and unpriced */
+	cJSON_AddNumberToObject(o, "tight_margin_fraction", PREDICT_TIGHT_MARGIN);
 	cJSON_AddStringToObject(o, "objective", OBJECTIVE[r->objective]);
 	cJSON *best = cJSON_AddArrayToObject(o, "best");
 	for (int i = 0; i < r->n_best; i++) {
@@ -192,6 +197,7 @@ cJSON *sweep_report_json(const SweepReport *r)
 		add_num(b, "mfu", p->mfu);
 		add_num(b, "cost_per_mtoken", p->cost_per_mtoken);
 		add_num(b, "free_bytes", p->capacity_bytes - p->peak_bytes);
+		cJSON_AddStringToObject(b, "verdict", predict_verdict_name(p->verdict));
 		cJSON *cfg = cJSON_Parse(p->config);
 		cJSON_AddItemToObject(b, "config", cfg ? cfg : cJSON_CreateNull());
 		cJSON_AddItemToArray(best, b);

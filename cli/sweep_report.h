@@ -15,6 +15,8 @@ typedef struct SweepReport {
 	long long n_points;          /* in the whole sweep */
 	long long counts[4];         /* by PointStatus, of the points the report covers */
 	long long covered;           /* their sum */
+	long long tight;             /* of those priced or unpriced (sized, fitting), how many are
+					tight: within the margin of usable memory */
 	const char *scope;           /* "stored" (the database) or "this run" */
 	SweepObjective objective;
 	const PointResult *best;     /* best first */

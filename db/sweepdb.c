@@ -253,6 +253,20 @@ int sweepdb_load(sqlite3 *h, const char *dbpath, long long id, StoredSweep *out,
 			}
 	}
 	sqlite3_finalize(s);
+	/* a tight point is stored as priced; its verdict follows from its peak and capacity by
+	 * predict_gpu_verdict's arithmetic */
+	if (sqlite3_prepare_v2(h, "SELECT count(*) FROM sweep_points WHERE sweep_id = ?1 AND status"
+			       " IN ('ok', 'unpriced') AND gpu_peak_bytes <= capacity_bytes AND"
+			       " gpu_peak_bytes > capacity_bytes - capacity_bytes * ?2", -1, &s,
+			       NULL) != SQLITE_OK) {
+		sweepdb_stored_free(out);
+		return read_fail(h, dbpath, "counting the sweep's tight points", err);
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_double(s, 2, PREDICT_TIGHT_MARGIN);
+	if (sqlite3_step(s) == SQLITE_ROW)
+		out->tight = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
 	return 0;
 }
 
@@ -330,6 +344,7 @@ int sweepdb_best(sqlite3 *h, const char *dbpath, long long sweep_id, SweepObject
 		p->tokens_per_s = column_or_nan(s, 7);
 		p->mfu = column_or_nan(s, 8);
 		p->cost_per_mtoken = column_or_nan(s, 9);
+		p->verdict = predict_gpu_verdict(p->peak_bytes, p->capacity_bytes);
 	}
 	sqlite3_finalize(s);
 	return n;

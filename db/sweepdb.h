@@ -29,6 +29,7 @@ typedef struct StoredSweep {
 	char *spec;            /* owned: the sweep file and its base's documents */
 	long long counts[4];   /* stored points by PointStatus */
 	long long stored;      /* their sum */
+	long long tight;       /* of the ok and unpriced ones, those within the margin (sweepdb.c) */
 } StoredSweep;
 
 /* Find a sweep by id (all digits) or by name (the newest of that name), with its counts; a

@@ -8,7 +8,8 @@
 
 typedef struct GpuSpec {
 	const char *name;           /* catalog name, "H100-SXM" */
-	double mem_bytes;           /* device memory as the driver reports it */
+	double mem_bytes;           /* device memory as listed (nvidia-smi's total, or the data
+				       sheet's where the catalog has no nvidia-smi figure) */
 	double tflops_fp32, tflops_tf32, tflops_fp16, tflops_bf16, tflops_fp8; /* dense peaks */
 	double hbm_GBps;            /* device memory bandwidth */
 	double nvlink_GBps;         /* per GPU, both directions together (vendor convention) */
@@ -18,6 +19,10 @@ typedef struct GpuSpec {
 	double nvme_bytes;          /* NVMe capacity per node */
 	double nvme_GBps;           /* NVMe read bandwidth per node */
 	const char *node;           /* the reference system the node figures come from */
+	/* what the framework can use: torch.cuda.get_device_properties(0).total_memory, which is
+	 * cudaMemGetInfo's total, below mem_bytes by what the driver keeps; the fit checks use it */
+	double usable_bytes;
+	const char *usable_source;  /* where usable_bytes comes from, or how it was derived */
 } GpuSpec;
 
 typedef struct ClusterSpec {

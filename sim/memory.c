@@ -29,6 +29,7 @@ static void apply(Replay *r, int i, int iteration, const Op *op, const Op *freed
 		if (r->live[op->place] > mp->peak_bytes) {
 			mp->peak_bytes = r->live[op->place];
 			mp->peak_op = i;
+			mp->peak_iter = iteration;
 			memcpy(mp->at_peak, r->cat[op->place], sizeof(mp->at_peak));
 		}
 	} else if (freed) {

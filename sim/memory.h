@@ -11,6 +11,8 @@ typedef struct MemPlace {
 	double at_peak[N_CATS]; /* bytes per category when the place reached its peak */
 	double cat_peak[N_CATS]; /* each category's own highest, whenever it came */
 	int peak_op;            /* index of the op that reached it */
+	int peak_iter;          /* the repeat block's iteration it came in (0 outside a block):
+				   the first to reach it, as peaks are kept only when higher */
 } MemPlace;
 
 typedef struct MemResult {

@@ -89,6 +89,15 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 	n = put(m, n, "memory.cpu_capacity_bytes", pr->cpu_capacity_bytes, "bytes");
 	n = put(m, n, "memory.nvme_capacity_bytes", pr->nvme_capacity_bytes, "bytes");
 	n = put(m, n, "memory.fits", sp->fits, "1");
+	/* the verdict (0 fits, 1 tight, 2 does not fit), the figures it came from, and the moment
+	 * of the GPU peak (phase: sim/moment.h's PeakPhase; unit -1 and micro-batch 0: none) */
+	n = put(m, n, "memory.verdict", sp->verdict, "1");
+	n = put(m, n, "memory.gpu_memory_bytes", pr->gpu_memory_bytes, "bytes");
+	n = put(m, n, "memory.gpu_margin_bytes", pr->gpu_margin_bytes, "bytes");
+	n = put(m, n, "memory.gpu_margin_fraction", PREDICT_TIGHT_MARGIN, "1");
+	n = put(m, n, "memory.gpu.peak_moment.phase", sp->gpu_moment.phase, "1");
+	n = put(m, n, "memory.gpu.peak_moment.unit", sp->gpu_moment.unit, "1");
+	n = put(m, n, "memory.gpu.peak_moment.micro_batch", sp->gpu_moment.micro_batch, "1");
 
 	for (int k = 0; k < N_COLLS; k++) {
 		snprintf(name, sizeof(name), "comm.%s_bytes", coll_name(k));

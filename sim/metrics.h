@@ -12,7 +12,7 @@ typedef struct Metric {
 	int known;        /* 0: unknown (a params-only model's activations): JSON null, not stored */
 } Metric;
 
-#define METRICS_MAX 128
+#define METRICS_MAX 160
 
 /* Fill out (METRICS_MAX entries) with the metrics of every rank of pipeline stage `stage`;
  * returns their count. */

@@ -14,11 +14,30 @@ static int price_stage(Prediction *pr, int s, int traffic, PxError *err)
 				   &sp->traffic, err))
 		return -1;
 	sp->ideal = plan_stage_ideal(p, s);
+	moment_find(p, &sp->sched, &sp->mem, PLACE_GPU, &sp->gpu_moment);
+	sp->verdict = predict_gpu_verdict(sp->mem.place[PLACE_GPU].peak_bytes,
+					  pr->gpu_capacity_bytes);
 	sp->fits_gpu = sp->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;
 	sp->fits_cpu = sp->mem.place[PLACE_CPU].peak_bytes <= pr->cpu_capacity_bytes;
 	sp->fits_nvme = sp->mem.place[PLACE_NVME].peak_bytes <= pr->nvme_capacity_bytes;
 	sp->fits = sp->fits_gpu && sp->fits_cpu && sp->fits_nvme;
+	if (!sp->fits)
+		sp->verdict = VERDICT_NO_FIT;
 	return 0;
+}
+
+const char *predict_verdict_name(Verdict v)
+{
+	static const char *const names[] = {"fits", "tight", "does not fit"};
+	return v <= VERDICT_NO_FIT ? names[v] : "?";
+}
+
+Verdict predict_gpu_verdict(double peak_bytes, double usable_bytes)
+{
+	if (peak_bytes > usable_bytes)
+		return VERDICT_NO_FIT;
+	return peak_bytes > usable_bytes - usable_bytes * PREDICT_TIGHT_MARGIN ? VERDICT_TIGHT :
+										  VERDICT_FITS;
 }
 
 int predict_run(Scenario *sc, Prediction *pr, PxError *err)
@@ -59,7 +78,10 @@ static int predict_stages(Scenario *sc, Prediction *pr, int traffic, PxError *er
 	}
 
 	const ClusterSpec *c = &sc->cluster;
-	pr->gpu_capacity_bytes = c->gpu.mem_bytes;
+	pr->gpu_capacity_bytes = c->gpu.usable_bytes;
+	pr->gpu_capacity_source = c->gpu.usable_source;
+	pr->gpu_memory_bytes = c->gpu.mem_bytes;
+	pr->gpu_margin_bytes = c->gpu.usable_bytes * PREDICT_TIGHT_MARGIN;
 	pr->cpu_capacity_bytes = c->gpu.cpu_mem_bytes / (double)c->gpus_per_node;
 	pr->nvme_capacity_bytes = c->gpu.nvme_bytes / (double)c->gpus_per_node;
 	pr->n_stages = (int)pr->plan.par.pp;
@@ -69,12 +91,15 @@ static int predict_stages(Scenario *sc, Prediction *pr, int traffic, PxError *er
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	}
 	pr->fits = 1;
+	pr->verdict = VERDICT_FITS;
 	for (int s = 0; s < pr->n_stages; s++) {
 		if (price_stage(pr, s, traffic, err)) {
 			predict_free(pr);
 			return -1;
 		}
 		pr->fits &= pr->stages[s].fits;
+		if (pr->stages[s].verdict > pr->verdict)
+			pr->verdict = pr->stages[s].verdict;
 		if (pr->stages[s].mem.place[PLACE_GPU].peak_bytes >
 		    pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes)
 			pr->worst = s;

@@ -348,7 +348,8 @@ static int price(const Sweep *sw, Scenario *sc, PointResult *r, PxError *err)
 	}
 	r->peak_bytes = pr.stages[pr.worst].mem.place[PLACE_GPU].peak_bytes;
 	r->capacity_bytes = pr.gpu_capacity_bytes;
-	r->status = pr.fits ? PT_OK : PT_OOM; /* what does not fit is not timed */
+	r->verdict = pr.verdict;
+	r->status = pr.fits ? PT_OK : PT_OOM; /* what does not fit is not timed; a tight point is */
 	if (pr.fits) {
 		HwProfile hw;
 		hwprofile_default(&sc->cluster.gpu, &hw);
@@ -467,6 +468,7 @@ static void result_take(PointResult *dst, const PointResult *src)
 	memcpy(dst->gpu, src->gpu, sizeof(dst->gpu));
 	dst->peak_bytes = src->peak_bytes;
 	dst->capacity_bytes = src->capacity_bytes;
+	dst->verdict = src->verdict;
 	dst->step_s = src->step_s;
 	dst->tokens_per_s = src->tokens_per_s;
 	dst->mfu = src->mfu;

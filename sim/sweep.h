@@ -42,6 +42,7 @@ typedef struct PointResult {
 	long long world;
 	char gpu[32];
 	double peak_bytes, capacity_bytes, step_s, tokens_per_s, mfu, cost_per_mtoken;
+	Verdict verdict;          /* of a sized point: a tight one is priced (status ok) */
 	char note[256];           /* why invalid or unpriced */
 	char config[1024];        /* {"key": value, ...} of this point */
 } PointResult;

@@ -38,7 +38,8 @@
 	X(plan)        \
 	X(results)     \
 	X(help)        \
-	X(schedule)
+	X(schedule)    \
+	X(verdict)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

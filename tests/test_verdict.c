@@ -1,0 +1,328 @@
+/* Usable GPU memory and the fit verdicts through the binary: the catalog's usable figures against
+ * their published sources, the fits / tight / does-not-fit boundaries on hand-made cases, the JSON
+ * fields, a sweep counting tight points, plan's choice with and without --accept-tight, and the
+ * moment of the GPU peak on small scenarios derived by hand. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "suites.h"
+
+#define GiB 1073741824.0
+#define MiB 1048576.0
+
+static char out[1 << 17];
+
+/* The small GPT-2 (V 128, 2 layers of 64 channels, 4 heads, 64 positions), bf16 with fp32 master
+ * weights, AdamW, ZeRO-0, one GPU, no CUDA runtime buffers (so that the peak is the model's own).
+ * Parameters, counted by hand from GPT-2's modules: wte 128*64 = 8192, wpe 64*64 = 4096; a block:
+ * 2 layer norms 2*128, c_attn 64*192+192 = 12480, attn c_proj 64*64+64 = 4160, mlp c_fc
+ * 64*256+256 = 16640, mlp c_proj 256*64+64 = 16448: 49984; ln_f 128; the head is tied.
+ * PSI = 8192 + 4096 + 2*49984 + 128 = 112384. */
+#define PSI 112384.0
+static const char BASE[] =
+	"{\"name\": \"verdict\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2,"
+	" \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128}, \"deepspeed\": {"
+	"\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\":"
+	" true}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3}},"
+	" \"zero_optimization\": {\"stage\": 0}}, \"cluster\": {\"gpu\": \"H100-SXM\","
+	" \"gpus_per_node\": 1, \"cuda_context_MiB\": 0, \"cublas_workspace_MiB\": 0},"
+	" \"seq_length\": 32}";
+
+static char dir[512]; /* the test's temporary directory, made by base_path */
+
+/* A fresh directory holding BASE as base.json; returns its path (static buffer). */
+static const char *base_path(void)
+{
+	static char path[1024];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/base.json", dir);
+	px_test_write_file(path, BASE);
+	return path;
+}
+
+static cJSON *at(const cJSON *o, const char *dotted)
+{
+	char name[256];
+	snprintf(name, sizeof(name), "%s", dotted);
+	const cJSON *v = o;
+	for (char *seg = strtok(name, "."); seg && v; seg = strtok(NULL, "."))
+		v = cJSON_GetObjectItemCaseSensitive(v, seg);
+	return (cJSON *)v;
+}
+
+static double num(const cJSON *o, const char *dotted)
+{
+	const cJSON *v = at(o, dotted);
+	return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *str(const cJSON *o, const char *dotted)
+{
+	const cJSON *v = at(o, dotted);
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* predict --json on path with extra arguments; NULL (and a failed assertion) on failure. */
+static cJSON *predict_json(const char *path, const char *extra)
+{
+	int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --json %s", path, extra);
+	CU_ASSERT_EQUAL(rc, 0);
+	if (rc)
+		fprintf(stderr, "\n%s\n", out);
+	return rc ? NULL : cJSON_Parse(out);
+}
+
+/* ---- usable memory ---- */
+
+/* Each catalog GPU's usable memory is the published figure its source names (engine/cluster.c):
+ * torch prints GiB with two decimals, deviceQuery exact bytes. The derived ones are the listed
+ * memory less the H100 SXM's reservation (81559 MiB listed against torch's 79.11 GiB). */
+static void test_usable_against_sources(void)
+{
+	const double h100_keeps = 81559 * MiB - 79.11 * GiB; /* 550.4 MiB */
+	const struct { const char *gpu; double usable, tol; const char *says; } want[] = {
+		{"V100-32GB", 31.75 * GiB, 1e3, "SAM-Med3D/issues/8"},  /* "31.75 GiB total capacity" */
+		{"A100-40GB", 42298834944.0, 0.5, "bottlerocket/pull/3873"}, /* deviceQuery's bytes */
+		{"A100-80GB", 79.25 * GiB, 1e3, "OOTDiffusion/issues/235"}, /* "79.25 GiB total capacity" */
+		{"H100-SXM", 79.11 * GiB, 1e3, "vllm/issues/27508"},     /* "total capacity of 79.11 GiB" */
+		{"H100-PCIe", 81559 * MiB - h100_keeps, 1e3, "no published figure found: derived"},
+		{"H200", 143771 * MiB - h100_keeps, 1e3, "no published figure found: derived"},
+	};
+	int rc = px_test_run_cli("gpus --json", out, sizeof(out));
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	cJSON *a = cJSON_Parse(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_EQUAL(cJSON_GetArraySize(a), 6);
+	for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		const cJSON *g = NULL, *e;
+		cJSON_ArrayForEach(e, a)
+			if (!strcmp(str(e, "gpu"), want[i].gpu))
+				g = e;
+		CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+		/* gpus --json prints GiB to 4 decimals: 0.0001 GiB = 107 KB */
+		CU_ASSERT_DOUBLE_EQUAL(num(g, "gpu_usable_memory_GiB") * GiB, want[i].usable,
+				       want[i].tol + 0.00005 * GiB);
+		PX_ASSERT_HAS(str(g, "gpu_usable_memory_source"), want[i].says);
+		CU_ASSERT(num(g, "gpu_usable_memory_GiB") < num(g, "gpu_memory_GiB"));
+	}
+	cJSON_Delete(a);
+}
+
+/* A usable memory above the GPU's memory is refused: exit 2 naming the key. */
+static void test_usable_above_memory_refused(void)
+{
+	int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --set "
+				  "cluster.gpu_usable_memory_GiB=90", base_path());
+	CU_ASSERT_EQUAL(rc, 2);
+	PX_ASSERT_HAS(out, "cluster.gpu_usable_memory_GiB: expected a positive number at most "
+			   "gpu_memory_GiB (79.65), got 90");
+}
+
+/* ---- verdicts ---- */
+
+/* The peak of micro-batch 1, sequence 8 is the optimizer step's 20 PSI bytes (see
+ * test_moment_optimizer_step): 2,247,680 bytes. With usable memory U and the 10% margin: fits
+ * when peak <= 0.9 U, tight when 0.9 U < peak <= U, does not fit above U. Three U around the
+ * boundaries, each 0.1% from them. */
+static void test_verdict_boundaries(void)
+{
+	const double peak = 20 * PSI;
+	const struct { double usable; const char *verdict, *table, *line; } c[] = {
+		{peak / 0.9 * 1.001, "fits", " yes\n", ": fits\n"},
+		{peak / 0.9 * 0.999, "tight", " tight\n", ": TIGHT (within the margin"},
+		{peak * 1.001, "tight", " tight\n", ": TIGHT (within the margin"},
+		{peak * 0.999, "does not fit", " NO\n", ": DOES NOT FIT\n"},
+	};
+	const char *path = base_path();
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char extra[256];
+		snprintf(extra, sizeof(extra), "--set deepspeed.train_micro_batch_size_per_gpu=1 "
+			 "--set seq_length=8 --set cluster.gpu_usable_memory_GiB=%.12g",
+			 c[i].usable / GiB);
+		cJSON *j = predict_json(path, extra);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu.peak_bytes"), peak, 0.5);
+		CU_ASSERT_STRING_EQUAL(str(j, "verdict"), c[i].verdict);
+		CU_ASSERT_STRING_EQUAL(str(j, "memory.verdict"), c[i].verdict);
+		/* a tight peak still fits its memory; one above it does not */
+		CU_ASSERT_EQUAL(cJSON_IsTrue(at(j, "memory.fits")), strcmp(c[i].verdict, "does not fit") != 0);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_capacity_bytes"), c[i].usable,
+				       c[i].usable * 1e-9);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_margin_bytes"), 0.1 * c[i].usable,
+				       c[i].usable * 1e-9);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_margin_fraction"), 0.1, 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_memory_bytes"), 81559 * MiB, 0.5);
+		PX_ASSERT_HAS(str(j, "memory.gpu_capacity_source"), "gpu_usable_memory_GiB");
+		cJSON_Delete(j);
+		/* the table says the same, and which figure it used */
+		int rc = px_test_run_clif(out, sizeof(out), "predict '%s' %s", path, extra);
+		CU_ASSERT_EQUAL(rc, 0);
+		PX_ASSERT_HAS(out, c[i].line);
+		PX_ASSERT_HAS(out, c[i].table);
+		PX_ASSERT_HAS(out, "# GPU capacity: usable");
+		PX_ASSERT_HAS(out, "the scenario's cluster.gpu_usable_memory_GiB");
+	}
+}
+
+/* Without an override the catalog's usable figure is the capacity, and its source is printed. */
+static void test_verdict_uses_catalog_usable(void)
+{
+	cJSON *j = predict_json(base_path(), "");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_capacity_bytes"), 79.11 * GiB, 1);
+	PX_ASSERT_HAS(str(j, "memory.gpu_capacity_source"), "vllm-project/vllm/issues/27508");
+	CU_ASSERT_STRING_EQUAL(str(j, "verdict"), "fits");
+	cJSON_Delete(j);
+	/* a memory of the user's own is all usable unless they say otherwise */
+	j = predict_json(base_path(), "--set cluster.gpu_memory_GiB=24");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu_capacity_bytes"), 24 * GiB, 1);
+	PX_ASSERT_HAS(str(j, "memory.gpu_capacity_source"), "gpu_memory_GiB, taken as usable");
+	cJSON_Delete(j);
+}
+
+/* ---- the peak's moment ---- */
+
+/* ZeRO-0 without offload, bf16 with fp32 master weights: the set-up holds bf16 parameters and
+ * gradients (2 + 2 PSI), fp32 master weights (4 PSI) and Adam's m and v (8 PSI) for the whole
+ * step; each micro-batch adds its activations and frees them in its backward; the optimizer step
+ * adds the fp32 gradients (4 PSI). So the peak is the step's 20 PSI unless one micro-batch's
+ * activations exceed 4 PSI = 449,536 bytes. Micro-batch 1 of sequence 8: a block keeps
+ * s b h (34 + 5 a s / h) = 8*1*64*(34 + 2.5) = 18,688 bytes (Korthikanti et al. 2022), two blocks
+ * 37,376, and the ends (embedding output, logits of 128 words) a few kB a token times 8 tokens:
+ * far under 4 PSI, so the peak comes in the optimizer step, at 20 PSI exactly. */
+static void test_moment_optimizer_step(void)
+{
+	cJSON *j = predict_json(base_path(), "--set deepspeed.train_micro_batch_size_per_gpu=1 "
+				"--set seq_length=8");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu.peak_bytes"), 20 * PSI, 0.5);
+	CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.phase"), "optimizer step");
+	CU_ASSERT(cJSON_IsNull(at(j, "memory.gpu.peak_moment.unit")));
+	CU_ASSERT(cJSON_IsNull(at(j, "memory.gpu.peak_moment.micro_batch")));
+	CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.allocating"), "fp32_grad_partition");
+	cJSON_Delete(j);
+	int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --set "
+				  "deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8",
+				  base_path());
+	CU_ASSERT_EQUAL(rc, 0);
+	PX_ASSERT_HAS(out, "# GPU peak: optimizer step, allocating fp32_grad_partition\n");
+}
+
+/* The same model with micro-batch 16 of sequence 64 (train batch 64: 4 micro-batches): a block
+ * keeps 64*16*64*(34 + 5*4*64/64) = 3,538,944 bytes, two blocks 7,077,888, far over the step's
+ * 4 PSI. The body only adds activations in forward and frees them in backward, and every
+ * micro-batch starts from the same set-up (ZeRO-0's gradients live from the start), so the peak
+ * is reached at the last forward allocation, the head's, in the first micro-batch, and every
+ * later one repeats it. */
+static void test_moment_last_forward(void)
+{
+	cJSON *j = predict_json(base_path(), "--set deepspeed.train_micro_batch_size_per_gpu=16 "
+				"--set seq_length=64 --set deepspeed.train_batch_size=64");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT(num(j, "memory.gpu.peak_bytes") > 16 * PSI + 7077888);
+	CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.phase"), "forward");
+	CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.unit"), "head");
+	CU_ASSERT_EQUAL(num(j, "memory.gpu.peak_moment.micro_batch"), 1);
+	CU_ASSERT_EQUAL(num(j, "memory.gpu.peak_moment.micro_batches"), 4);
+	CU_ASSERT(cJSON_IsTrue(at(j, "memory.gpu.peak_moment.later_micro_batches_repeat_it")));
+	PX_ASSERT_HAS(str(j, "memory.gpu.peak_moment.text"),
+		      "forward of head, micro-batch 1 of 4 (each later one repeats it)");
+	cJSON_Delete(j);
+}
+
+/* ---- sweep and plan ---- */
+
+/* A sweep over usable memory around the peak of test_verdict_boundaries: one point fits, two are
+ * tight (priced, counted apart), one does not fit. */
+static void test_sweep_counts_tight(void)
+{
+	const double peak = 20 * PSI;
+	char sw[1024], text[2048];
+	base_path();
+	snprintf(sw, sizeof(sw), "%s/sweep.json", dir);
+	snprintf(text, sizeof(text), "{\"name\": \"tight\", \"scenario\": \"base.json\", \"set\": "
+		 "{\"deepspeed.train_micro_batch_size_per_gpu\": 1, \"seq_length\": 8}, \"axes\": "
+		 "{\"cluster.gpu_usable_memory_GiB\": [%.12g, %.12g, %.12g, %.12g]}}",
+		 peak / 0.9 * 1.001 / GiB, peak / 0.9 * 0.999 / GiB, peak * 1.001 / GiB,
+		 peak * 0.999 / GiB);
+	px_test_write_file(sw, text);
+	char db[1024];
+	snprintf(db, sizeof(db), "%s/s.db", dir);
+	for (int stored = 0; stored < 2; stored++) { /* this run's counts, then the database's */
+		int rc = stored ? px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s' --jobs 1",
+						   sw, db) :
+				  px_test_run_clif(out, sizeof(out), "sweep '%s' --no-db --jobs 1", sw);
+		CU_ASSERT_EQUAL(rc, 0);
+		PX_ASSERT_HAS(out, "4 points: 3 priced (2 of them tight), 1 do not fit, 0 refused");
+		PX_ASSERT_HAS(out, " tight  ");
+	}
+	int rc = px_test_run_clif(out, sizeof(out), "sweep '%s' --no-db --jobs 1 --json", sw);
+	CU_ASSERT_EQUAL(rc, 0);
+	cJSON *j = strchr(out, '{') ? cJSON_Parse(strchr(out, '{')) : NULL; /* after any notes */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT_EQUAL(num(j, "counts.tight"), 2);
+	CU_ASSERT_EQUAL(num(j, "counts.ok"), 3);
+	CU_ASSERT_EQUAL(num(j, "counts.oom"), 1);
+	cJSON_Delete(j);
+}
+
+/* plan: micro-batch 16 of sequence 64 is faster than micro-batch 1 but its peak (about 9.7 MB,
+ * test_moment_last_forward's) is tight in a GPU of 1.05 x that; micro-batch 1 of sequence 64
+ * (a block 64*1*64*54 = 221,184 bytes, under 4 PSI: peak 20 PSI = 2.2 MB) fits with margin;
+ * micro-batch 64 (four times micro-batch 16's activations) does not fit. Without --accept-tight
+ * the plan takes micro-batch 1; with it, micro-batch 16; never 64. */
+static void test_plan_tight_choice(void)
+{
+	const char *base = base_path();
+	cJSON *j = predict_json(base, "--set deepspeed.train_micro_batch_size_per_gpu=16 "
+				"--set seq_length=64 --set deepspeed.train_batch_size=64");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	double usable = num(j, "memory.gpu.peak_bytes") * 1.05;
+	cJSON_Delete(j);
+	char scen[1024], plan[1024], text[2048];
+	snprintf(scen, sizeof(scen), "%s/plan-base.json", dir);
+	snprintf(text, sizeof(text), "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, "
+		 "\"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128}, "
+		 "\"deepspeed\": {\"train_micro_batch_size_per_gpu\": 16, "
+		 "\"gradient_accumulation_steps\": 4, \"bf16\": {\"enabled\": true}, \"optimizer\": "
+		 "{\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3}}, \"zero_optimization\": "
+		 "{\"stage\": 0}}, \"cluster\": {\"gpu\": \"H100-SXM\", \"cuda_context_MiB\": 0, "
+		 "\"cublas_workspace_MiB\": 0, \"nccl_buffers_MiB\": 0, \"gpu_usable_memory_GiB\": "
+		 "%.12g}, \"seq_length\": 64}", usable / GiB);
+	px_test_write_file(scen, text);
+	snprintf(plan, sizeof(plan), "%s/plan.json", dir);
+	px_test_write_file(plan, "{\"scenario\": \"plan-base.json\", \"tokens\": 1e9, \"gpus\": "
+			   "[\"H100-SXM\"], \"nodes\": [1], \"gpus_per_node\": 1, \"search\": "
+			   "{\"deepspeed.train_micro_batch_size_per_gpu\": [1, 16, 64]}}");
+	for (int accept = 0; accept < 2; accept++) {
+		int rc = px_test_run_clif(out, sizeof(out), "plan '%s' --json%s", plan,
+					  accept ? " --accept-tight" : "");
+		CU_ASSERT_EQUAL_FATAL(rc, 0);
+		cJSON *p = cJSON_Parse(out);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+		const cJSON *cell = cJSON_GetArrayItem(cJSON_GetObjectItem(p, "cells"), 0);
+		CU_ASSERT_EQUAL(num(p, "winner"), 0);
+		CU_ASSERT_EQUAL(cJSON_IsTrue(at(p, "accept_tight")), accept);
+		CU_ASSERT_STRING_EQUAL(str(cell, "verdict"), accept ? "tight" : "fits");
+		const cJSON *micro = cJSON_GetObjectItem(cJSON_GetObjectItem(cell, "config"),
+							 "deepspeed.train_micro_batch_size_per_gpu");
+		CU_ASSERT_EQUAL(cJSON_IsNumber(micro) ? micro->valuedouble : -1, accept ? 16 : 1);
+		cJSON_Delete(p);
+	}
+}
+
+int test_verdict_register(void)
+{
+	return PX_ADD_SUITE("verdict", {"usable memory against its sources", test_usable_against_sources},
+			    {"usable above memory refused", test_usable_above_memory_refused},
+			    {"verdict boundaries", test_verdict_boundaries},
+			    {"catalog usable by default", test_verdict_uses_catalog_usable},
+			    {"moment: optimizer step", test_moment_optimizer_step},
+			    {"moment: last forward", test_moment_last_forward},
+			    {"sweep counts tight points", test_sweep_counts_tight},
+			    {"plan and --accept-tight", test_plan_tight_choice});
+}
