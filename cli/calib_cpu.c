@@ -298,7 +298,7 @@ static void unit_call(void *arg)
 	size_t e = 0; /* the head's token embedding, past its own parameters */
 	switch (u->kind) {
 	case HWCPU_EMBED_FWD: cb->embed_forward(u->cx, u->params, u->y, u->scratch); break;
-	case HWCPU_EMBED_BWD: cb->embed_backward(u->cx, u->grads, u->dy); break;
+	case HWCPU_EMBED_BWD: cb->embed_backward(u->cx, u->grads, u->dy, u->scratch); break;
 	case HWCPU_BLOCK_FWD:
 		cb->block_forward(u->cx, u->params, u->x, u->y, u->acts, u->scratch);
 		break;

@@ -411,9 +411,13 @@ static int is_block(const Plan *p, int u)
  * after attention and after the MLP in forward (a decoder also after its attention over the
  * encoder), and one per sublayer for the input gradients in backward, where a decoder block adds
  * the gradient of the encoder output its cross-attention's K and V read (b s h); with sequence
- * parallelism each becomes an all-gather plus a reduce-scatter. The vocabulary-parallel
- * embedding reduces its output (an encoder-decoder looks up both stacks' tokens), the head
- * reduces its input gradient, and its cross-entropy reduces 3 fp32 values per token in three
+ * parallelism each becomes an all-gather plus a reduce-scatter, and backward adds the gather of
+ * dy for the row-split layer and the column-split layer's input gathered again (Korthikanti et
+ * al. 2022, section 4.2.2, and Megatron-LM's layers: the gathered input is not kept). The
+ * vocabulary-parallel embedding reduces its output (an encoder-decoder looks up both stacks'
+ * tokens; under sequence parallelism a reduce-scatter, whose backward gathers dy), the head
+ * gathers its input under sequence parallelism (forward and again backward), reduces its input
+ * gradient, and its cross-entropy reduces 3 fp32 values per token in three
  * all-reduces (Megatron's vocab_parallel_cross_entropy: max, target logit, sum of exponentials). */
 static void tp_colls(Builder *b, int u, OpRole role)
 {
@@ -431,6 +435,11 @@ static void tp_colls(Builder *b, int u, OpRole role)
 		long long bsh = (dec ? bs_dec : bs) * h;
 		for (int i = 0; i < 2 + dec; i++) {
 			if (sp) {
+				/* backward gathers dy for the row-split layer, then the column-split
+				 * layer's input again (not kept: Megatron's
+				 * LinearWithGradAccumulationAndAsyncCommunication re-gathers it) */
+				if (!forward)
+					coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, bsh, d, -1, 0);
 				coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, bsh, d, -1, 0);
 				coll(b, COLL_REDUCE_SCATTER, role, GROUP_TP, u, bsh, d, -1, 0);
 			} else {
@@ -443,7 +452,11 @@ static void tp_colls(Builder *b, int u, OpRole role)
 		coll(b, sp ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, role, GROUP_TP, u, bs * h, d, -1, 0);
 		if (m->lay.L_enc)
 			coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs_dec * h, d, -1, 0);
+	} else if (u == 0 && sp) { /* the reduce-scatter's backward: dy gathered */
+		coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, bs * h, d, -1, 0);
 	} else if (u == p->n_units - 1 && m->lay.lm_head) {
+		if (sp) /* the final norm's output gathered for the head, forward and again backward */
+			coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, bs_head * h, d, -1, 0);
 		if (forward) /* Megatron's cross-entropy: the max, the target logits, the sums */
 			for (int i = 0; i < 3; i++)
 				coll(b, COLL_ALL_REDUCE, role, GROUP_TP, u, bs_head, 4, -1, 0);
@@ -719,6 +732,20 @@ static void optimizer_step(Builder *b)
 	const StagePlan *st = &p->stages[b->stage];
 	double part = (double)st->part_elems;
 	long long tied = ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+
+	/* sequence parallelism: each rank's gradients of the replicated tensors (norms, the row-split
+	 * layers' biases, the positions) are its rows' share, summed over the tensor-parallel group
+	 * in one flattened buffer before the data-parallel reduction (Megatron's
+	 * finalize_model_grads: _allreduce_layernorm_grads) */
+	if (p->par.tp > 1 && p->shape.sp) {
+		long long rep = 0;
+		for (int u = 0; u < p->n_units; u++)
+			rep += p->units[u].stage == b->stage ? p->units[u].tp_replicated : 0;
+		int flat = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_SP_GRADS, -1,
+				 (double)rep * p->grad_bytes);
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_TP, -1, rep, p->grad_bytes, flat, 0);
+		release(b, &flat);
+	}
 
 	/* the tied embedding's two copies (first and last stage) sum their gradients: unit 0's
 	 * first tensor (embed.tokens) on the first stage, the copy after the head's own tensors on

@@ -155,6 +155,8 @@ static void plan_unit(Plan *p, int idx)
 			u->local_expert += n;
 		else
 			u->local_dense += n;
+		if (!t[i].expert && !t[i].tp_split)
+			u->tp_replicated += n;
 		if (p->stage == 3 && (double)n <= z->persistence_threshold_elems)
 			u->persist_elems += n;
 		else if (t[i].expert)

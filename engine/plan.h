@@ -18,6 +18,8 @@ typedef struct UnitPlan {
 	long long tensor_local[MODEL_MAX_TENSORS]; /* this rank's elements of each owned tensor */
 	unsigned char tensor_expert[MODEL_MAX_TENSORS];
 	long long local_dense, local_expert; /* this rank's elements, by ZeRO group */
+	long long tp_replicated;   /* of local_dense, those in tensors every tensor-parallel rank
+				      holds whole (norms, row-split biases, positions) */
 	long long persist_elems;   /* stage 3: local elements in tensors under the threshold */
 	long long muon_elems;      /* local elements of its hidden matrices (what Muon updates) */
 	long long max_tensor;      /* its largest local tensor */

@@ -85,6 +85,9 @@ typedef enum {
 			      once, reused by every backward) */
 	BUF_PIPE_INPUT_GRAD, /* the input's gradient a backward sends to the previous stage
 				(the received input's .grad, freed with it) */
+	BUF_SP_GRADS,      /* sequence parallelism: the replicated tensors' gradients flattened for
+			      their all-reduce over the tensor-parallel group (Megatron's
+			      _allreduce_layernorm_grads coalesces them) */
 	N_BUFS
 } BufWhat;
 

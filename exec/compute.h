@@ -79,7 +79,7 @@ typedef struct ComputeBackend {
 	/* returns the mean loss over the B T targets (a synchronising call) */
 	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
 			      void *acts, float *scratch);
-	void (*embed_backward)(void *ctx, float *grads, const float *dy);
+	void (*embed_backward)(void *ctx, float *grads, const float *dy, float *scratch);
 	void (*block_backward)(void *ctx, const void *params, float *grads, const void *acts,
 			       const float *dy, float *dx, float *scratch);
 	void (*head_backward)(void *ctx, const void *params, const void *wte, float *grads,

@@ -312,11 +312,11 @@ static float cpu_head_forward(void *ctx, const void *params, const void *wte, co
 	return gpt16_head_forward(TYPED(c), params, wte, x, c->targets, acts);
 }
 
-static void cpu_embed_backward(void *ctx, float *grads, const float *dy)
+static void cpu_embed_backward(void *ctx, float *grads, const float *dy, float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1) /* scratch: used under sequence parallelism only, which is refused */
-		gpt_tp_embed_backward(TP(c), grads, c->inputs, dy, NULL);
+	if (c->tp.t > 1) /* scratch: used under sequence parallelism */
+		gpt_tp_embed_backward(TP(c), grads, c->inputs, dy, scratch);
 	else
 		gpt_cpu_embed_backward(SHAPE(c), grads, c->inputs, dy);
 }

@@ -182,8 +182,9 @@ static float cuda_head_forward(void *cx, const void *params, const void *wte, co
 	return gpt16_cuda_head_forward(c->ctx, TYPED(c), params, wte, x, TARGETS(c), acts);
 }
 
-static void cuda_embed_backward(void *cx, float *grads, const float *dy)
+static void cuda_embed_backward(void *cx, float *grads, const float *dy, float *scratch)
 {
+	(void)scratch;
 	CudaCompute *c = cx;
 	gpt_cuda_embed_backward(c->ctx, SHAPE(c), grads, c->tokens, dy);
 }

@@ -29,9 +29,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "tensor parallelism in fp32 only (the tensor-parallel units are fp32)";
 	else if (p->par.tp > 1 && p->stage > 1)
 		why = "tensor parallelism with ZeRO stage 0 or 1";
-	else if (p->par.tp > 1 && p->shape.sp)
-		why = "tensor parallelism without sequence parallelism (the schedule does not yet "
-		      "state Megatron's backward re-gathers)";
+	else if (p->par.tp > 1 && p->shape.sp && p->par.pp > 1)
+		why = "sequence parallelism without pipeline parallelism (a stage would send its "
+		      "rows of the stream, which the schedule does not state)";
 	else if (p->par.tp > 1 && (m->V % p->par.tp || m->a % p->par.tp))
 		why = "tensor parallelism whose degree divides the vocabulary and the heads (Megatron "
 		      "pads the vocabulary; the executor does not)";
@@ -100,7 +100,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	switch (op->what) {
 	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
-	case BUF_CHECKPOINT: return e * btc;
+	case BUF_CHECKPOINT: /* the block's input: this rank's rows under sequence parallelism */
+		return e * (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
 	case BUF_PIPE_INPUT: case BUF_PIPE_OUTPUT: case BUF_PIPE_GRAD: case BUF_PIPE_INPUT_GRAD:
 		return e * btc; /* the hidden stream in the compute type, as sent */
@@ -387,7 +388,7 @@ static void backward(Runner *r, const Op *op)
 		r->cb->head_backward(r->cx, params, at(params, own, r->pdt), grads, grads + own, acts,
 				     dloss, dx, scratch);
 	} else if (u == 0) {
-		r->cb->embed_backward(r->cx, grads, dx);
+		r->cb->embed_backward(r->cx, grads, dx, scratch);
 	} else {
 		r->cb->block_backward(r->cx, params, grads, acts, dx, dx, scratch);
 	}
@@ -482,6 +483,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	size_t cnt = (size_t)(op->elems / op->nranks);
 	if (op->sub == COLL_P2P || op->sub == COLL_P2P_RECV)
 		return runner_pipe_p2p(r, op, &r->pend[r->n_pend], err);
+	if (op->group == GROUP_TP && op->role == ROLE_GRAD_REDUCE)
+		return runner_tp_replicated(r, op, err);
 	if (op->group == GROUP_TP && op->role != ROLE_OVERFLOW && op->role != ROLE_GRAD_NORM)
 		return runner_tp_pass(r, (int)(op - r->s->ops), err); /* the kernels ran it */
 	Comm *c = group_comm(r, op, err);
@@ -1075,6 +1078,7 @@ void runner_destroy(Runner *r)
 	free(r->sample);
 	free(r->segs);
 	free(r->norm_skip);
+	free(r->rep);
 	free(r->pend);
 	free(r->zero_first);
 	free(r->persist_off);

@@ -53,6 +53,11 @@ struct Runner {
 	 * duplicate) */
 	struct { long long lo, hi; } *norm_skip;
 	int n_norm_skip;
+	/* The flat ranges of the tensors a tensor-parallel group replicates (on every rank; empty
+	 * without tensor parallelism), in order: under sequence parallelism their gradients are
+	 * summed over the group (runner_tp_replicated) */
+	struct { long long lo, hi; } *rep;
+	int n_rep;
 	long long replica_lo, replica_hi; /* the replica's range; empty when none */
 	const DataSource *data; /* runner_step's, while it runs */
 	long step;
@@ -188,5 +193,8 @@ int runner_tp_end(Runner *r, int i, PxError *err);
 /* A tensor-parallel collective op met by the walk: one the last compute's kernels took (passed
  * over), else an error naming it. */
 int runner_tp_pass(Runner *r, int i, PxError *err);
+/* Sequence parallelism's all-reduce of the replicated tensors' gradients (op: the schedule's,
+ * its buffer the flattened copy): packed from the gradients, summed over the group, put back. */
+int runner_tp_replicated(Runner *r, const Op *op, PxError *err);
 
 #endif

@@ -120,24 +120,16 @@ static int by_lo(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The flat ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip): the
- * replica, and off rank 0 every tensor whose shard is the whole tensor (norms, the row-split
- * layers' biases, the positions: the group holds them replicated, their gradients equal). */
-int runner_norm_ranges(Runner *r)
+/* The flat ranges of this stage's tensors whose shard is the whole tensor (norms, the row-split
+ * layers' biases, the positions: the group holds them replicated), in order, into r->rep. */
+static int replicated_ranges(Runner *r)
 {
 	const Plan *p = r->p;
-	int cap = 1, t = r->gtp.t > 1 ? r->gtp.t : 1;
-	for (int u = 0; u < p->n_units; u++)
-		cap += GPT_CPU_MAX_TENSORS;
-	r->norm_skip = calloc((size_t)cap, sizeof(*r->norm_skip));
-	if (!r->norm_skip)
+	int t = r->gtp.t > 1 ? r->gtp.t : 1, n = 0;
+	r->rep = calloc((size_t)p->n_units * GPT_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
+	if (!r->rep)
 		return -1;
-	int n = 0;
-	if (r->replica_hi > r->replica_lo) {
-		r->norm_skip[n].lo = r->replica_lo;
-		r->norm_skip[n++].hi = r->replica_hi;
-	}
-	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
+	for (int u = 0; t > 1 && u < p->n_units; u++) {
 		if (p->units[u].stage != r->stage)
 			continue;
 		GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
@@ -146,14 +138,65 @@ int runner_norm_ranges(Runner *r)
 		long long off = p->units[u].flat_off;
 		for (int j = 0; j < k; j++) {
 			if (shard[j].numel == whole[j].numel) {
-				r->norm_skip[n].lo = off;
-				r->norm_skip[n++].hi = off + (long long)shard[j].numel;
+				r->rep[n].lo = off;
+				r->rep[n++].hi = off + (long long)shard[j].numel;
 			}
 			off += (long long)shard[j].numel;
 		}
 	}
+	r->n_rep = n;
+	return 0;
+}
+
+/* The flat ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip): the
+ * replica, and off rank 0 the replicated tensors (their gradients are equal on every rank, at
+ * the norm: summed over the group under sequence parallelism, whole without). */
+int runner_norm_ranges(Runner *r)
+{
+	if (replicated_ranges(r))
+		return -1;
+	r->norm_skip = calloc((size_t)r->n_rep + 1, sizeof(*r->norm_skip));
+	if (!r->norm_skip)
+		return -1;
+	int n = 0;
+	if (r->replica_hi > r->replica_lo) {
+		r->norm_skip[n].lo = r->replica_lo;
+		r->norm_skip[n++].hi = r->replica_hi;
+	}
+	for (int k = 0; r->gtp.r > 0 && k < r->n_rep; k++)
+		r->norm_skip[n].lo = r->rep[k].lo, r->norm_skip[n++].hi = r->rep[k].hi;
 	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
 	r->n_norm_skip = n;
+	return 0;
+}
+
+int runner_tp_replicated(Runner *r, const Op *op, PxError *err)
+{
+	long long total = 0;
+	for (int k = 0; k < r->n_rep; k++)
+		total += r->rep[k].hi - r->rep[k].lo;
+	if (!r->tp || op->buf < 0 || total != op->elems || r->p->stage > 1)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-reduce of %lld replicated "
+			       "gradients over the tensor-parallel group; this rank's replicated tensors "
+			       "hold %lld", (int)(op - r->s->ops), (long long)op->elems, total);
+	void *flat = r->buf[r->id_grads], *buf = r->buf[op->buf];
+	size_t e = dt_bytes(r->gdt);
+	long long at_k = 0;
+	for (int k = 0; k < r->n_rep; k++) { /* device memory on CUDA: through the backend */
+		long long n = r->rep[k].hi - r->rep[k].lo;
+		r->cb->convert(r->cx, (char *)buf + at_k * e, r->gdt, (char *)flat + r->rep[k].lo * e,
+			       r->gdt, (size_t)n);
+		at_k += n;
+	}
+	if (comm_all_reduce(r->tp, buf, buf, (size_t)total, comm_dt(r->gdt), COMM_SUM, err))
+		return -1;
+	at_k = 0;
+	for (int k = 0; k < r->n_rep; k++) {
+		long long n = r->rep[k].hi - r->rep[k].lo;
+		r->cb->convert(r->cx, (char *)flat + r->rep[k].lo * e, r->gdt, (char *)buf + at_k * e,
+			       r->gdt, (size_t)n);
+		at_k += n;
+	}
 	return 0;
 }
 

@@ -50,6 +50,9 @@ row "dp 4, ZeRO-3, bf16, optimizer+param offload" 4 \
 	--set deepspeed.zero_optimization.offload_param.device=cpu
 row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 	--set deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false
+row "tp 2 x dp 2, sequence parallel, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
+	--set parallelism.sequence_parallel=true --set deepspeed.zero_optimization.stage=1 \
+	--set deepspeed.bf16.enabled=false
 row "tp 4, ZeRO-0, fp32, full recompute" 4 --set parallelism.tp=4 \
 	--set deepspeed.zero_optimization.stage=0 --set deepspeed.bf16.enabled=false \
 	--set activation_checkpointing=full

@@ -85,6 +85,10 @@ static void test_tp_losses_fp32(void)
 		    "parallelism.pipeline_schedule=gpipe"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set "
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
+		{4, "--set parallelism.tp=4 --set parallelism.sequence_parallel=true"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set parallelism.sequence_parallel=true"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=full --set parallelism.sequence_parallel=true"},
 	};
 	const char *scn = scenario();
 	double ref[STEPS], got[STEPS];
@@ -128,18 +132,24 @@ static double metric(sqlite3 *db, const char *name, const char *side, int rank)
 static void test_tp_measured_equals_predicted(void)
 {
 	static const struct {
-		int ranks, tp, pp, dp, zero, recompute;
+		int ranks, tp, pp, dp, zero, recompute, sp;
 		const char *set;
 	} runs[] = {
-		{2, 2, 1, 1, 0, 0, "--set parallelism.tp=2"},
-		{4, 4, 1, 1, 0, 0, "--set parallelism.tp=4"},
-		{4, 2, 1, 2, 1, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
-		{2, 2, 1, 1, 0, 1, "--set parallelism.tp=2 --set activation_checkpointing=full"},
-		{4, 2, 2, 1, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2"},
-		{8, 2, 2, 2, 1, 0, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
-				   "deepspeed.zero_optimization.stage=1"},
-		{4, 2, 1, 2, 1, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 "
-				   "--set deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{2, 2, 1, 1, 0, 0, 0, "--set parallelism.tp=2"},
+		{4, 4, 1, 1, 0, 0, 0, "--set parallelism.tp=4"},
+		{4, 2, 1, 2, 1, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
+		{2, 2, 1, 1, 0, 1, 0, "--set parallelism.tp=2 --set activation_checkpointing=full"},
+		{4, 2, 2, 1, 0, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2"},
+		{8, 2, 2, 2, 1, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+				      "deepspeed.zero_optimization.stage=1"},
+		{4, 2, 1, 2, 1, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 "
+				      "--set deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{2, 2, 1, 1, 0, 0, 1, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
+		{4, 4, 1, 1, 0, 0, 1, "--set parallelism.tp=4 --set parallelism.sequence_parallel=true"},
+		{4, 2, 1, 2, 1, 0, 1, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"
+				      " --set parallelism.sequence_parallel=true"},
+		{2, 2, 1, 1, 0, 1, 1, "--set parallelism.tp=2 --set activation_checkpointing=full"
+				      " --set parallelism.sequence_parallel=true"},
 	};
 	const char *scn = scenario();
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -165,7 +175,32 @@ static void test_tp_measured_equals_predicted(void)
 		CU_ASSERT_EQUAL(bad, 0);
 		px_check_pool_peaks(db, runs[k].ranks);
 		double m = 8.0 / runs[k].dp, stream = 64 * 64 * 4;
-		for (int r = 0; r < runs[k].ranks; r++) {
+		/* a rank holds its shards (Megatron's splits, by hand): per block the matrices and
+		 * the column-split biases, 12 C^2 + 7 C, over t, and whole its two norms and the
+		 * row-split layers' biases, 6 C; the token embedding's V C over t; the positions
+		 * (64 x C) and the final norm (2 C) whole. C 64, 2 blocks: 58,688 fp32 at t = 2,
+		 * 31,840 at t = 4 (the whole model: 112,384); replicated: 2 x 6 C + 64 C + 2 C = 4,992 */
+		double t = runs[k].tp, C = 64, rep = 2 * 6 * C + 64 * C + 2 * C;
+		double params = 2 * ((12 * C * C + 7 * C) / t + 6 * C) + 128 * C / t + 64 * C + 2 * C;
+		int zero_dp = runs[k].zero >= 1 && runs[k].dp > 1;
+		for (int r = 0; runs[k].sp && r < runs[k].ranks; r++) {
+			/* sequence parallelism, per micro-batch: all-gathers of 15 streams (each
+			 * block's two norm outputs forward; backward per branch dy and the norm output
+			 * again: 4 a block; the embeddings' dy; the head's input forward and backward)
+			 * and reduce-scatters of 10 (the embeddings' output, each block's two row-split
+			 * outputs and two input gradients, the head's input gradient), full recompute
+			 * adding each block's forward pair again; the all-reduces are the
+			 * cross-entropy's three of N fp32 and, once a step, the replicated tensors'
+			 * gradients (4,992 fp32) and the norm; ZeRO-1 over dp 2 adds its gradient
+			 * reduce-scatter and parameter all-gather of the whole flat (4 params bytes) */
+			double ag = m * (15 + 4 * runs[k].recompute) * stream + zero_dp * 4 * params;
+			double rs = m * (10 + 4 * runs[k].recompute) * stream + zero_dp * 4 * params;
+			double ar = m * 3 * 64 * 4 + 4 * rep + 4 + zero_dp * 4;
+			CU_ASSERT_EQUAL(metric(db, "comm.all_gather_bytes", "measured", r), ag);
+			CU_ASSERT_EQUAL(metric(db, "comm.reduce_scatter_bytes", "measured", r), rs);
+			CU_ASSERT_EQUAL(metric(db, "comm.all_reduce_bytes", "measured", r), ar);
+		}
+		for (int r = 0; !runs[k].sp && r < runs[k].ranks; r++) {
 			/* with pp 2 (ranks tp fastest, then stages): the embeddings and block 1 on
 			 * stage 0 (5 streams a micro-batch), block 2 and the head on stage 1 (5 and
 			 * the cross-entropy's), both ends summing the tied embedding's gradient (V C / t
@@ -173,13 +208,15 @@ static void test_tp_measured_equals_predicted(void)
 			int stage = runs[k].pp > 1 ? r / runs[k].tp % runs[k].pp : -1;
 			double streams = stage < 0 ? 10 + 4 * runs[k].recompute : 5;
 			double per_mb = streams * stream + (stage != 0 ? 3 * 64 * 4 : 0);
-			double want = m * per_mb + 4 + (runs[k].zero >= 1 && runs[k].dp > 1 ? 4 : 0) +
+			double want = m * per_mb + 4 + zero_dp * 4 +
 				      (stage >= 0 ? 4 + 128 * 64 / runs[k].tp * 4 : 0);
 			double got = metric(db, "comm.all_reduce_bytes", "measured", r);
 			if (got != want)
 				fprintf(stderr, "\nrun %zu rank %d: all-reduce %g bytes, by hand %g\n", k, r,
 					got, want);
 			CU_ASSERT_EQUAL(got, want);
+		}
+		for (int r = 0; r < runs[k].ranks; r++) {
 			double wire = metric(db, "comm.wire_bytes", "measured", r) -
 				      metric(db, "comm.wire_bytes", "predicted", r);
 			double off = runs[k].tp == 4 ? (r == 0 || r == 3 ? -2 : 2) : 0;
@@ -188,13 +225,6 @@ static void test_tp_measured_equals_predicted(void)
 					"by hand %g\n", k, r, wire, off);
 			CU_ASSERT_EQUAL(wire, off);
 		}
-		/* a rank holds its shards (Megatron's splits, by hand): per block the matrices and
-		 * the column-split biases, 12 C^2 + 7 C, over t, and whole its two norms and the
-		 * row-split layers' biases, 6 C; the token embedding's V C over t; the positions
-		 * (64 x C) and the final norm (2 C) whole. C 64, 2 blocks: 58,688 fp32 at t = 2,
-		 * 31,840 at t = 4 (the whole model: 112,384) */
-		double t = runs[k].tp, C = 64;
-		double params = 2 * ((12 * C * C + 7 * C) / t + 6 * C) + 128 * C / t + 64 * C + 2 * C;
 		for (int r = 0; runs[k].pp == 1 && r < runs[k].ranks; r++)
 			CU_ASSERT_EQUAL(metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
 		sqlite3_close(db);
@@ -210,8 +240,8 @@ static void test_tp_refuses(void)
 		 "tensor parallelism in fp32 only"},
 		{2, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2",
 		 "tensor parallelism with ZeRO stage 0 or 1"},
-		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
-		 "without sequence parallelism"},
+		{4, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true --set "
+		    "parallelism.pp=2", "sequence parallelism without pipeline parallelism"},
 		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
 		 "whose degree divides the vocabulary and the heads"},
 	};

@@ -751,12 +751,9 @@ static void model_body(Group *grp, const GptTp *tp)
 /* The tensor-parallel collectives engine/build.c's schedule states for this model at the group's
  * t (one micro-batch of B sequences of T tokens, no recompute), in elements by unit and
  * direction, against what every rank of grp made. The head's three all-reduces of N values are
- * Megatron's (the max, the target logits, the sums). Compared without sequence
- * parallelism only: under it build.c states one all-gather and one reduce-scatter per branch in a
- * block's backward, none in the embeddings' backward and none in the head's forward, where
- * Megatron's (and these kernels') backward gathers dy and again the column-split layer's input
- * (Korthikanti et al. 2022, section 4.2.2), the head gathers its input forward and backward and
- * the embeddings gather dy: that is the simulator's to settle, not asserted here either way. */
+ * Megatron's (the max, the target logits, the sums). Compared without sequence parallelism
+ * here; under it the executor matches every kernel call to the schedule's op, kind and size, or
+ * stops (exec/runner_tp.c), which the tp suite runs at t = 2 and 4. */
 static void expect_schedule(const Group *grp)
 {
 	Scenario sc;
