@@ -27,8 +27,13 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
 	else if (p->par.tp > 1 && sc->ds.dtype != DT_FP32)
 		why = "tensor parallelism in fp32 only (the tensor-parallel units are fp32)";
-	else if (p->par.tp > 1 && p->stage > 1)
-		why = "tensor parallelism with ZeRO stage 0 or 1";
+	else if (p->par.tp > 1 && p->stage > 2)
+		/* stage 3's partitions are per unit, outside the flat whose replicated ranges the
+		 * gradient norm leaves out on tp ranks but 0 */
+		why = "tensor parallelism with ZeRO stage 0-2";
+	else if (p->par.tp > 1 && p->shape.sp && p->stage > 1)
+		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
+		      "in the whole gradient flat, which stage 2 does not keep)";
 	else if (p->par.tp > 1 && p->shape.sp && p->par.pp > 1)
 		why = "sequence parallelism without pipeline parallelism (a stage would send its "
 		      "rows of the stream, which the schedule does not state)";

@@ -85,6 +85,7 @@ static void test_tp_losses_fp32(void)
 		    "parallelism.pipeline_schedule=gpipe"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set "
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
 		{4, "--set parallelism.tp=4 --set parallelism.sequence_parallel=true"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set parallelism.sequence_parallel=true"},
@@ -144,6 +145,7 @@ static void test_tp_measured_equals_predicted(void)
 				      "deepspeed.zero_optimization.stage=1"},
 		{4, 2, 1, 2, 1, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 "
 				      "--set deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{4, 2, 1, 2, 2, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2"},
 		{2, 2, 1, 1, 0, 0, 1, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
 		{4, 4, 1, 1, 0, 0, 1, "--set parallelism.tp=4 --set parallelism.sequence_parallel=true"},
 		{4, 2, 1, 2, 1, 0, 1, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"
@@ -238,8 +240,10 @@ static void test_tp_refuses(void)
 	static const struct { int ranks; const char *set, *says; } runs[] = {
 		{2, "--set parallelism.tp=2 --set deepspeed.bf16.enabled=true",
 		 "tensor parallelism in fp32 only"},
-		{2, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2",
-		 "tensor parallelism with ZeRO stage 0 or 1"},
+		{2, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=3",
+		 "tensor parallelism with ZeRO stage 0-2"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2 --set "
+		    "parallelism.sequence_parallel=true", "sequence parallelism with ZeRO stage 0 or 1"},
 		{4, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true --set "
 		    "parallelism.pp=2", "sequence parallelism without pipeline parallelism"},
 		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
