@@ -85,8 +85,48 @@ static size_t unit_fp32_elems(const Runner *r, int u)
 	return u == r->head ? n + tied_elems(r) : n;
 }
 
-/* The executor's own size for a buffer: the kernels' for activations and workspaces, the plan's
- * layout for model states. A difference from op->bytes shows in measured against predicted.
+/* The stage's flat of parameters at ZeRO 0-2 as this executor counts it: each of the plan's
+ * buckets (whole units in backward order up to reduce_bucket_size: DeepSpeed's grouping) holds
+ * its units' parameters as the kernels count them (kernels/gpt_cpu.c, gpt_tp_cpu.c: this rank's
+ * shards; the last stage's copy of the tied embedding after the head's own), padded to a multiple
+ * of dp; never the plan's element counts, so that a simulator that miscounted a model's
+ * parameters would show it in measured against predicted. */
+static long long own_flat_elems(const Runner *r)
+{
+	long long flat = 0, n = r->n;
+	for (int i = 0; i < r->st->n_buckets; i++) {
+		long long e = 0;
+		for (int u = r->st->buckets[i].u_lo; u <= r->st->buckets[i].u_hi; u++)
+			e += (long long)unit_params(r, u) +
+			     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+		flat += (e + n - 1) / n * n;
+	}
+	return flat;
+}
+
+/* Model states at ZeRO 0-2 from own_flat: the parameters and gradients whole, the optimizer's
+ * partition (stage 0: the whole flat; else its 1/dp) for the fp32 master weights (mixed
+ * precision), Adam's two fp32 moments or SGD's momentum, the gradient partition (stage 2) and
+ * its fp32 copy under offload. -1 for anything else. */
+static double own_state_bytes(const Runner *r, const Op *op)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	double flat = (double)r->own_flat, part = r->p->stage == 0 ? flat : flat / r->n;
+	int sgd = !strcasecmp(ds->optimizer, "SGD");
+	switch (op->what) {
+	case BUF_PARAMS: return flat * (double)dt_bytes(r->pdt);
+	case BUF_GRADS: return flat * (double)dt_bytes(r->gdt);
+	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
+	case BUF_GRAD_FP32: return part * 4;
+	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
+	case BUF_OPT_STATES: return part * (sgd ? (ds->momentum != 0 ? 4 : 0) : 8);
+	default: return -1;
+	}
+}
+
+/* The executor's own size for a buffer: the kernels' for activations and workspaces, its own
+ * count for the model states at ZeRO 0-2 (own_state_bytes), the plan's layout for the rest (stage
+ * 3's partitions, buckets). A difference from op->bytes shows in measured against predicted.
  * The units compute in the parameters' dtype (compute.h): their working parameters, the hidden
  * stream x and the saved activations are of that type; gradients and scratch fp32. */
 static size_t needed_bytes(const Runner *r, const Op *op)
@@ -102,6 +142,9 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;
 		}
+	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
+	if (own >= 0)
+		return (size_t)own;
 	switch (op->what) {
 	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
@@ -1019,6 +1062,11 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	}
 	if (runner_norm_ranges(r))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	r->own_flat = p->stage < 3 ? own_flat_elems(r) : -1;
+	if (r->own_flat >= 0 && r->own_flat < r->st->flat_dense) /* placed by the plan's offsets */
+		return px_fail(err, PX_ERR_RUNTIME, "the plan lays out a flat of %lld parameters on "
+			       "this rank; the kernels count %lld: the simulator's parameter count "
+			       "disagrees with the executor's", r->st->flat_dense, r->own_flat);
 	arena_init(&r->arena, r->cb->alloc, r->cb->release, r->cx);
 	r->arena.held = r->cb->held; /* the measured peak: the backend's allocator's */
 	r->arena.settle = r->cb->settle;

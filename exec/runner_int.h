@@ -69,6 +69,8 @@ struct Runner {
 				   device memory); outside the arena, as the schedule has no buffer */
 	RunnerRuntime rt;
 	int rank, n;            /* data-parallel rank and size */
+	long long own_flat;     /* stage 0-2: the stage's flat as this executor counts it
+				   (own_flat_elems), -1 at stage 3 */
 	GptConfig cfg;
 	int B, T, head;
 	Arena arena;
