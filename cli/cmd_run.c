@@ -33,7 +33,7 @@ static const char USAGE[] =
 	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
 	"\n"
 	"Train the scenario's GPT-2 model for real with the executor: ZeRO stage 0-3 data\n"
-	"parallelism, tensor parallelism (fp32, ZeRO 0-2) and pipeline parallelism (GPipe and\n"
+	"parallelism, tensor parallelism (fp32, ZeRO 0-3) and pipeline parallelism (GPipe and\n"
 	"1F1B, ZeRO 0-1), alone or together, over N ranks, every rank running its own stage's schedule, the one the simulator\n"
 	"prices. Rank 0 prints one line per step, then predicted against measured memory and\n"
 	"communication, and stores both runs (linked) in the results database. The bytes sent\n"

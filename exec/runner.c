@@ -27,10 +27,6 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
 	else if (p->par.tp > 1 && sc->ds.dtype != DT_FP32)
 		why = "tensor parallelism in fp32 only (the tensor-parallel units are fp32)";
-	else if (p->par.tp > 1 && p->stage > 2)
-		/* stage 3's partitions are per unit, outside the flat whose replicated ranges the
-		 * gradient norm leaves out on tp ranks but 0 */
-		why = "tensor parallelism with ZeRO stage 0-2";
 	else if (p->par.tp > 1 && p->shape.sp && p->stage > 1)
 		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
 		      "in the whole gradient flat, which stage 2 does not keep)";
@@ -1060,8 +1056,6 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		r->replica_lo = tied_off(r);
 		r->replica_hi = r->replica_lo + (long long)tied_elems(r);
 	}
-	if (runner_norm_ranges(r))
-		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->own_flat = p->stage < 3 ? own_flat_elems(r) : -1;
 	if (r->own_flat >= 0 && r->own_flat < r->st->flat_dense) /* placed by the plan's offsets */
 		return px_fail(err, PX_ERR_RUNTIME, "the plan lays out a flat of %lld parameters on "
@@ -1099,6 +1093,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	}
 	for (size_t i = 0; i < n_ids; i++)
 		ids[i] = -1;
+	if (runner_norm_ranges(r)) /* after layout(): stage 3's persistent offsets */
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_gathered = ids + 2 * n, r->u_loaded = ids + 3 * n;
 	r->u_act = ids + 4 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
 	r->tokens_mb = -1;

@@ -29,7 +29,7 @@ typedef struct StepResult {
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD,
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
- * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-2 (sequence parallelism 0-1),
+ * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3 (sequence parallelism 0-1),
  * on the CPU backend...),
  * else -1 with a message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);

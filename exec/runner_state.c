@@ -63,16 +63,18 @@ static double seg_sumsq(const Runner *r, const Seg *sg, long long lo, long long 
 }
 
 /* The ranges of r->norm_skip are left out: a tied parameter's replica, counted on the first
- * stage, and on tensor-parallel ranks but 0 the tensors the group replicates. */
+ * stage, and on tensor-parallel ranks but 0 the tensors the group replicates; in flat
+ * coordinates at ZeRO 0-2 (Seg.flat_off), partition ones at 3 (Seg.part_off). */
 double runner_local_sumsq(const Runner *r)
 {
 	double s = 0;
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
 		long long from = 0; /* the next element of the segment not yet counted or skipped */
-		for (int k = 0; sg->flat_off >= 0 && k < r->n_norm_skip; k++) {
-			long long lo = r->norm_skip[k].lo - sg->flat_off;
-			long long hi = r->norm_skip[k].hi - sg->flat_off;
+		long long base = sg->flat_off >= 0 ? sg->flat_off : sg->part_off; /* norm_skip's */
+		for (int k = 0; k < r->n_norm_skip; k++) {
+			long long lo = r->norm_skip[k].lo - base;
+			long long hi = r->norm_skip[k].hi - base;
 			if (hi <= from || lo >= sg->n)
 				continue;
 			if (lo > from)

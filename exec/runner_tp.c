@@ -148,13 +148,66 @@ static int replicated_ranges(Runner *r)
 	return 0;
 }
 
-/* The flat ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip): the
+/* Add to norm_skip at *n the part of [lo, hi) of a flat that this rank's slice [from, from + len)
+ * of it holds, in partition coordinates (the slice starts at part_off there). */
+static void skip_slice(Runner *r, int *n, long long lo, long long hi, long long from,
+		       long long len, long long part_off)
+{
+	long long a = lo > from ? lo : from, z = hi < from + len ? hi : from + len;
+	if (z > a) {
+		r->norm_skip[*n].lo = part_off + a - from;
+		r->norm_skip[(*n)++].hi = part_off + z - from;
+	}
+}
+
+/* ZeRO-3: the replicated tensors' pieces in this rank's partition (units' own flats and the
+ * persistent parameters' flat, each split over dp), in partition coordinates, as the optimizer's
+ * segments run (runner_make_segments). */
+static int stage3_ranges(Runner *r)
+{
+	const Plan *p = r->p;
+	int t = r->gtp.t, n = 0;
+	r->norm_skip = calloc((size_t)p->n_units * 2 * GPT_CPU_MAX_TENSORS + 1, sizeof(*r->norm_skip));
+	if (!r->norm_skip)
+		return -1;
+	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
+		const UnitPlan *up = &p->units[u];
+		GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
+		int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
+		gpt_tp_unit_tensors(&r->cfg, t, u, shard);
+		long long o = 0, q = r->persist_off[u];
+		for (int j = 0; j < k && j < up->n_tensors; j++) {
+			long long len = up->tensor_local[j];
+			int persistent = (double)len <= p->sc->ds.zero.persistence_threshold_elems;
+			if (shard[j].numel == whole[j].numel) {
+				if (persistent)
+					skip_slice(r, &n, q, q + len, r->rank * r->persist_cnt,
+						   r->persist_cnt, r->st->persist_part_off);
+				else
+					skip_slice(r, &n, o, o + len, r->rank * up->part_dense,
+						   up->part_dense, up->part_off);
+			}
+			if (persistent)
+				q += len;
+			else
+				o += len;
+		}
+	}
+	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
+	r->n_norm_skip = n;
+	return 0;
+}
+
+/* The ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip), in the
+ * coordinates of the optimizer's segments (the flat at ZeRO 0-2, the partition at 3): the
  * replica, and off rank 0 the replicated tensors (their gradients are equal on every rank, at
  * the norm: summed over the group under sequence parallelism, whole without). */
 int runner_norm_ranges(Runner *r)
 {
 	if (replicated_ranges(r))
 		return -1;
+	if (r->p->stage == 3)
+		return stage3_ranges(r);
 	r->norm_skip = calloc((size_t)r->n_rep + 1, sizeof(*r->norm_skip));
 	if (!r->norm_skip)
 		return -1;

@@ -18,7 +18,7 @@ scn=$root/scenarios/gpt2-mini-cpu-zero3.json
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
 
-printf '%-44s %5s %11s %10s %9s %9s\n' layout ranks categories "pool peak" comm wire
+printf '%-50s %5s %11s %10s %9s %9s\n' layout ranks categories "pool peak" comm wire
 row() { # NAME RANKS SETTINGS...
 	name=$1 ranks=$2
 	shift 2
@@ -26,7 +26,7 @@ row() { # NAME RANKS SETTINGS...
 	rm -f "$db"
 	if ! "$bin" run "$scn" --ranks "$ranks" --steps 3 --db "$db" "$@" > "$work/out" 2>&1; then
 		why=$(grep -m1 'the executor runs' "$work/out" | sed 's/.*: the executor runs/runs/')
-		printf '%-44s %5s refused: it %s\n' "$name" "$ranks" "${why:-failed}"
+		printf '%-50s %5s refused: it %s\n' "$name" "$ranks" "${why:-failed}"
 		return
 	fi
 	"$bin" compare --db "$db" | awk -v name="$name" -v ranks="$ranks" '
@@ -38,7 +38,7 @@ row() { # NAME RANKS SETTINGS...
 		/^memory[.]/ { cat = worse(cat, e); next }
 		/^comm[.]wire_bytes / { wire = worse(wire, e); next }
 		{ comm = worse(comm, e) }
-		END { printf "%-44s %5s %10.4f%% %9.2f%% %8.4f%% %8.4f%%\n", name, ranks, cat, peak, comm, wire }'
+		END { printf "%-50s %5s %10.4f%% %9.2f%% %8.4f%% %8.4f%%\n", name, ranks, cat, peak, comm, wire }'
 }
 
 row "dp 4, ZeRO-3, bf16" 4
@@ -53,6 +53,10 @@ row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 row "tp 2 x dp 2, sequence parallel, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 	--set parallelism.sequence_parallel=true --set deepspeed.zero_optimization.stage=1 \
 	--set deepspeed.bf16.enabled=false
+row "tp 2 x dp 2, ZeRO-3, fp32, optimizer+param offload" 4 --set parallelism.tp=2 \
+	--set deepspeed.bf16.enabled=false \
+	--set deepspeed.zero_optimization.offload_optimizer.device=cpu \
+	--set deepspeed.zero_optimization.offload_param.device=cpu
 row "tp 4, ZeRO-0, fp32, full recompute" 4 --set parallelism.tp=4 \
 	--set deepspeed.zero_optimization.stage=0 --set deepspeed.bf16.enabled=false \
 	--set activation_checkpointing=full
