@@ -117,6 +117,15 @@ static Op *quantized(Builder *b, CollKind kind, OpRole role, CommGroup g, int un
 	return op;
 }
 
+/* Elements of the stream a pipeline stage sends per micro-batch (and its boundary buffers hold):
+ * b s h, or under sequence parallelism this tensor-parallel rank's rows of it, b s h / t (Megatron
+ * sends each rank's sequence shard to the same rank of the next stage: nothing to gather). */
+static long long pipe_elems(const Plan *p)
+{
+	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
+	return p->shape.sp ? ceil_div(bsh, p->par.tp) : bsh;
+}
+
 /* ---- set-up: what lives for the whole run ---- */
 
 static void setup(Builder *b)
@@ -177,8 +186,7 @@ static void setup(Builder *b)
 	 * into one buffer, allocated at its first receive and kept (DeepSpeed's grad_layer) */
 	if (p->par.pp > 1 && (b->stage < p->par.pp - 1 || p->par.virtual_stages > 1))
 		b->id_pipe_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_GRAD, -1,
-					(double)(p->shape.b * p->shape.s * p->sc->model.h) *
-						p->param_bytes);
+					(double)pipe_elems(p) * p->param_bytes);
 }
 
 /* ---- stage 3: gathering units ---- */
@@ -656,8 +664,8 @@ static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;
 	long long pp = p->par.pp, v = p->par.virtual_stages, m = b->m;
-	long long bsh = p->shape.b * p->shape.s * p->sc->model.h;
-	double exec_bsh = p->executor ? (double)bsh : 0;
+	long long bsh = pipe_elems(p), whole = p->shape.b * p->shape.s * p->sc->model.h;
+	double exec_bsh = p->executor ? (double)whole : 0;
 	int d = p->param_bytes;
 	PipeStep *order = malloc((size_t)(2 * m * v) * sizeof(*order));
 	if (!order)

@@ -30,9 +30,6 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->par.tp > 1 && p->shape.sp && p->stage > 1)
 		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
 		      "in the whole gradient flat, which stage 2 does not keep)";
-	else if (p->par.tp > 1 && p->shape.sp && p->par.pp > 1)
-		why = "sequence parallelism without pipeline parallelism (a stage would send its "
-		      "rows of the stream, which the schedule does not state)";
 	else if (p->par.tp > 1 && (m->V % p->par.tp || m->a % p->par.tp))
 		why = "tensor parallelism whose degree divides the vocabulary and the heads (Megatron "
 		      "pads the vocabulary; the executor does not)";
@@ -148,7 +145,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return e * (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
 	case BUF_PIPE_INPUT: case BUF_PIPE_OUTPUT: case BUF_PIPE_GRAD: case BUF_PIPE_INPUT_GRAD:
-		return e * btc; /* the hidden stream in the compute type, as sent */
+		/* the hidden stream in the compute type, as sent: this rank's rows under sp */
+		return e * (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
 	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);

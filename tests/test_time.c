@@ -596,7 +596,7 @@ static void test_pipeline_steady_state_equals_full_replay(void)
 		 "activation_checkpointing=\"full\"", NULL},
 		{"parallelism.pp=8", "parallelism.tp=2", "deepspeed.gradient_accumulation_steps=32",
 		 "deepspeed.train_micro_batch_size_per_gpu=2", "cluster.gpu=\"A100-40GB\"", NULL},
-		{"parallelism.pp=8", "parallelism.tp=8", "deepspeed.gradient_accumulation_steps=16",
+		{"parallelism.pp=8", "parallelism.tp=8", "deepspeed.gradient_accumulation_steps=32",
 		 "activation_checkpointing=\"selective\"", "parallelism.sequence_parallel=true",
 		 "deepspeed.zero_optimization.overlap_comm=false", NULL},
 		{"parallelism.pp=4", "parallelism.tp=4", "deepspeed.gradient_accumulation_steps=32",

@@ -87,6 +87,8 @@ static void test_tp_losses_fp32(void)
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2"},
 		{4, "--set parallelism.tp=4 --set deepspeed.zero_optimization.stage=3"},
+		{4, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+		    "parallelism.sequence_parallel=true"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=3 --set "
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu --set "
 		    "deepspeed.zero_optimization.offload_param.device=cpu"},
@@ -238,6 +240,38 @@ static void test_tp_measured_equals_predicted(void)
 	}
 }
 
+/* All three at once with sequence parallelism: tp 2 x pp 2 x dp 2 at ZeRO-1 on 8 ranks, on the
+ * bundled CPU scenario in fp32 (C 128, 4 layers, B 4, T 64: large enough that the pool's 64 KiB
+ * steps stay within px_check_pool_peaks' bound, which the suite's smaller model is not at 8 ranks).
+ * Every category and collective equals the prediction; a stage sends its tensor-parallel rank's
+ * rows of the stream, B T C / t = 128 x 128 fp32 (64 KiB) per micro-batch, 32 / (4 x 2) = 4
+ * micro-batches a step, activations forward from stage 0 and gradients back from stage 1. */
+static void test_tp_sp_pipeline(void)
+{
+	char args[2048], db_path[512], text[65536];
+	snprintf(db_path, sizeof(db_path), "%s/tp-sp-pp.db", px_test_tmpdir());
+	snprintf(args, sizeof(args), "run '%s' --ranks 8 --steps 2 --db '%s' --set parallelism.tp=2 "
+		 "--set parallelism.pp=2 --set parallelism.sequence_parallel=true --set "
+		 "deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false",
+		 px_test_path("scenarios/gpt2-mini-cpu-zero3.json"), db_path);
+	int rc = px_test_run_release(args, 180, text, sizeof(text));
+	if (rc)
+		fprintf(stderr, "\n%s\n", text);
+	CU_ASSERT_EQUAL_FATAL(rc, 0);
+	sqlite3 *db;
+	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				PX_EXACT_PAIRS) >= 8 * 20);
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				      PX_EXACT_PAIRS " AND measured != predicted"), 0);
+	px_check_pool_peaks(db, 8);
+	for (int r = 0; r < 8; r++) {
+		CU_ASSERT_EQUAL(metric(db, "comm.p2p_bytes", "measured", r), 4 * 128 * 128 * 4);
+		CU_ASSERT_EQUAL(metric(db, "comm.p2p_recv_bytes", "measured", r), 4 * 128 * 128 * 4);
+	}
+	sqlite3_close(db);
+}
+
 /* What the executor does not run with tensor parallelism is refused before anything starts,
  * naming it, with exit status 2. */
 static void test_tp_refuses(void)
@@ -247,8 +281,6 @@ static void test_tp_refuses(void)
 		 "tensor parallelism in fp32 only"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2 --set "
 		    "parallelism.sequence_parallel=true", "sequence parallelism with ZeRO stage 0 or 1"},
-		{4, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true --set "
-		    "parallelism.pp=2", "sequence parallelism without pipeline parallelism"},
 		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
 		 "whose degree divides the vocabulary and the heads"},
 	};
@@ -269,5 +301,6 @@ int test_tp_register(void)
 				   test_tp_losses_fp32},
 			    {"measured equals predicted, traffic by hand",
 			     test_tp_measured_equals_predicted},
+			    {"tp x pp x dp with sequence parallelism", test_tp_sp_pipeline},
 			    {"run refuses what it does not split", test_tp_refuses});
 }
