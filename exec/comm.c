@@ -861,15 +861,25 @@ int comm_all_to_all(Comm *c, const void *send, void *recv, size_t count, CommDty
 	return call_end(c, what, COLL_ALL_TO_ALL, rc, whole, err);
 }
 
+/* A send's arguments (blocking or started): its payload into *bytes, or -1 naming what is wrong. */
+static int check_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer,
+		      int64_t *bytes, PxError *err)
+{
+	const char *what = "send";
+	if (check_call(c, what, dt, COMM_SUM, count, 1, bytes, err) ||
+	    check_peer(c, what, peer, err))
+		return -1;
+	if (*bytes && !buf)
+		return fail_args(c, what, err, "buf is NULL");
+	return 0;
+}
+
 int comm_send(Comm *c, const void *buf, size_t count, CommDtype dt, int peer, PxError *err)
 {
 	const char *what = "send";
 	int64_t bytes;
-	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
-	    check_peer(c, what, peer, err))
+	if (check_send(c, buf, count, dt, peer, &bytes, err))
 		return -1;
-	if (bytes && !buf)
-		return fail_args(c, what, err, "buf is NULL");
 	call_begin(c, what, COLL_P2P, 0, 0, peer);
 	int rc = c->st->be->send(c->h, buf, count, dt, peer, err);
 	return call_end(c, what, COLL_P2P, rc, bytes, err);
@@ -987,11 +997,8 @@ int comm_send_start(Comm *c, const void *buf, size_t count, CommDtype dt, int pe
 	const char *what = "send";
 	int64_t bytes;
 	*req = NULL;
-	if (check_call(c, what, dt, COMM_SUM, count, 1, &bytes, err) ||
-	    check_peer(c, what, peer, err))
+	if (check_send(c, buf, count, dt, peer, &bytes, err))
 		return -1;
-	if (bytes && !buf)
-		return fail_args(c, what, err, "buf is NULL");
 	CommState *st = c->st;
 	if (!st->be->send_start)
 		return fail_args(c, what, err, "this backend has no started send");

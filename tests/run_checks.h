@@ -4,6 +4,7 @@
 #define PX_TESTS_RUN_CHECKS_H
 
 struct sqlite3;
+struct cJSON;
 
 /* The pairs that must be equal: every memory and communication metric but the peaks, which the
  * pool measures (px_check_pool_peaks), and the wire bytes, which the transport counts and a ring
@@ -17,5 +18,37 @@ struct sqlite3;
  * and the holes best fit leaves: 1.9-3.5% on gpt2-mini-cpu-zero3 at 1-4 ranks; a pool that
  * stopped reusing memory would map every step's buffers anew). */
 void px_check_pool_peaks(struct sqlite3 *db, int ranks);
+
+/* `parallax ARGS` (the release binary; ARGS includes --json) must exit 0 (else the test stops,
+ * printing its output); its JSON line, parsed (the caller deletes it). */
+struct cJSON *px_run_json(const char *args);
+/* The first `max` losses of a run's JSON into out; how many. */
+int px_json_losses(const struct cJSON *j, double *out, int max);
+/* `parallax ARGS --db DB` (ARGS: "run ... --ranks R ...") must exit 0; then every rank's memory
+ * by category and communication per collective (PX_EXACT_PAIRS, at least 20 a rank) must equal
+ * the prediction and the pool peaks be px_check_pool_peaks'. The open database (the caller
+ * closes it); DB is a fresh file in a temporary folder. */
+struct sqlite3 *px_run_measured(const char *args, int ranks);
+
+/* The losses of `parallax BASE --ranks R --steps S EXTRA` (BASE: "run 'SCN' --no-db --json ..."),
+ * into out; how many. */
+int px_run_losses(const char *base, int ranks, int steps, const char *extra, double *out);
+
+/* A run to compare with a single rank: its ranks and its --set options. */
+typedef struct PxRunCase {
+	int ranks;
+	const char *set;
+} PxRunCase;
+enum { PX_LOSS_STEPS = 8 };
+/* Each case's PX_LOSS_STEPS losses within bound (relative) of BASE's on one rank, which must
+ * learn (its last loss under 0.95 of its first); first_exact: the first loss too, to the bit.
+ * The single rank's losses into ref. */
+void px_check_losses(const char *base, const PxRunCase *cases, int n, double bound,
+		     int first_exact, double ref[PX_LOSS_STEPS]);
+
+/* The largest |got - ref| / |ref| over n values. */
+double px_worst_rel(const double *ref, const double *got, int n);
+/* One rank's figure for a metric in predicted_vs_measured, side "predicted" or "measured". */
+double px_run_metric(struct sqlite3 *db, const char *name, const char *side, int rank);
 
 #endif

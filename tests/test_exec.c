@@ -37,17 +37,10 @@ static int run(const char *args, char *out, size_t n)
  * arguments ("" for none). */
 static int losses(const char *scn, int ranks, int stage, int steps, const char *extra, double *out)
 {
-	char args[2048], text[65536];
+	char args[2048];
 	snprintf(args, sizeof(args), "run '%s' --ranks %d --steps %d --no-db --json "
 		 "--set deepspeed.zero_optimization.stage=%d %s", scn, ranks, steps, stage, extra);
-	int rc = run(args, text, sizeof(text));
-	if (rc != 0)
-		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
-	CU_ASSERT_EQUAL_FATAL(rc, 0);
-	const char *line = strstr(text, "{\"scenario\"");
-	cJSON *j = line ? cJSON_Parse(line) : NULL;
-	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
-	const cJSON *l = cJSON_GetObjectItem(j, "losses");
+	cJSON *j = px_run_json(args);
 	/* both sets of metrics ride along: rank 0's peak predicted, the bytes the executor asked
 	 * for at its peak (equal: the simulator models its buffers), and what its pool mapped for
 	 * them (at least as much) */
@@ -57,9 +50,7 @@ static int losses(const char *scn, int ranks, int stage, int steps, const char *
 	const cJSON *mk = cJSON_GetObjectItem(ms, "memory.gpu.peak_bytes");
 	CU_ASSERT(pk && rq && mk && pk->valuedouble > 0 && pk->valuedouble == rq->valuedouble &&
 		  mk->valuedouble >= pk->valuedouble);
-	int n = 0;
-	for (const cJSON *e = l ? l->child : NULL; e && n < steps; e = e->next)
-		out[n++] = e->valuedouble;
+	int n = px_json_losses(j, out, steps);
 	cJSON_Delete(j);
 	return n;
 }

@@ -3,7 +3,6 @@
  * rank's, and each rank's measured memory per category and communication equal the prediction
  * for its stage. Runs the release binary (PX_RUN_BIN), as the exec suite does. */
 #include <CUnit/CUnit.h>
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -30,34 +29,12 @@ static const char *scenario(const char *bf16)
 
 #define LAYERS "--set model.n_layer=4"
 
-/* The losses of `parallax run SCN --ranks R --steps S --json` with extra settings, into out;
- * how many. */
-static int losses(const char *scn, int ranks, int steps, const char *extra, double *out)
+/* `run SCN --no-db --json` with 4 layers, for px_run_losses (static buffer). */
+static const char *run_base(const char *bf16)
 {
-	char args[2048], text[65536];
-	snprintf(args, sizeof(args), "run '%s' --ranks %d --steps %d --no-db --json " LAYERS " %s",
-		 scn, ranks, steps, extra);
-	int rc = px_test_run_release(args, 120, text, sizeof(text));
-	if (rc != 0)
-		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
-	CU_ASSERT_EQUAL_FATAL(rc, 0);
-	const char *line = strstr(text, "{\"scenario\"");
-	cJSON *j = line ? cJSON_Parse(line) : NULL;
-	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
-	int n = 0;
-	for (const cJSON *e = cJSON_GetObjectItem(j, "losses")->child; e && n < steps; e = e->next)
-		out[n++] = e->valuedouble;
-	cJSON_Delete(j);
-	return n;
-}
-
-/* The largest difference from ref over steps, relative to ref. */
-static double worst_rel(const double *ref, const double *got, int steps)
-{
-	double worst = 0;
-	for (int s = 0; s < steps; s++)
-		worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
-	return worst;
+	static char base[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json " LAYERS, scenario(bf16));
+	return base;
 }
 
 /* fp32: a pipeline runs the single rank's operations in the single rank's order on each
@@ -74,8 +51,7 @@ static double worst_rel(const double *ref, const double *got, int steps)
  * stage clipping by its own layers' norm alone would fail. */
 static void test_pipe_losses_fp32(void)
 {
-	enum { STEPS = 8 };
-	static const struct { int ranks; const char *set; } runs[] = {
+	static const PxRunCase runs[] = {
 		{2, "--set parallelism.pp=2"},
 		{2, "--set parallelism.pp=2 --set parallelism.pipeline_schedule=gpipe"},
 		{4, "--set parallelism.pp=4"},
@@ -83,21 +59,12 @@ static void test_pipe_losses_fp32(void)
 		{4, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1"},
 		{4, "--set parallelism.pp=2 --set parallelism.rank_order=tp-dp-pp"},
 	};
-	const char *scn = scenario("false");
-	double ref[STEPS], got[STEPS];
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, STEPS, "", ref), STEPS);
-	CU_ASSERT(ref[STEPS - 1] < 0.95 * ref[0]); /* it learns */
-	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-		CU_ASSERT_EQUAL_FATAL(losses(scn, runs[i].ranks, STEPS, runs[i].set, got), STEPS);
-		double w = worst_rel(ref, got, STEPS);
-		if (w > 1e-6)
-			fprintf(stderr, "\n%d ranks %s: losses differ by %g relative\n", runs[i].ranks,
-				runs[i].set, w);
-		CU_ASSERT(w <= 1e-6);
-	}
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, STEPS, "--set parallelism.pp=2 --set "
-				     "deepspeed.gradient_clipping=0", got), STEPS);
-	CU_ASSERT(worst_rel(ref, got, STEPS) > 1e-5);
+	const char *base = run_base("false");
+	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
+	px_check_losses(base, runs, (int)(sizeof(runs) / sizeof(runs[0])), 1e-6, 0, ref);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set parallelism.pp=2 --set "
+					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
 }
 
 /* bf16: the activations cross a boundary in bf16, as a single rank holds them, but the gradient
@@ -108,25 +75,16 @@ static void test_pipe_losses_fp32(void)
 static void test_pipe_losses_bf16(void)
 {
 	enum { STEPS = 8 };
-	const char *scn = scenario("true");
+	const char *base = run_base("true");
 	double ref[STEPS], got[STEPS], worst = 0;
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, STEPS, "", ref), STEPS);
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, STEPS, "--set parallelism.pp=2", got), STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, STEPS, "", ref), STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, STEPS, "--set parallelism.pp=2", got), STEPS);
 	for (int s = 0; s < STEPS; s++)
 		worst = fmax(worst, fabs(got[s] - ref[s]));
 	if (worst > 5e-3)
 		fprintf(stderr, "\nbf16 pp 2: losses differ by %g\n", worst);
 	CU_ASSERT(worst <= 5e-3);
 	CU_ASSERT_EQUAL(got[0], ref[0]); /* the first forward is the single rank's exactly */
-}
-
-/* One rank's figure for a metric, on one side ("predicted" or "measured"). */
-static double metric(sqlite3 *db, const char *name, const char *side, int rank)
-{
-	char sql[512];
-	snprintf(sql, sizeof(sql), "SELECT %s FROM predicted_vs_measured WHERE name = '%s' AND "
-		 "rank = %d", side, name, rank);
-	return px_test_query(db, sql);
 }
 
 /* Each rank's memory per category at its arena's peak and its communication per collective,
@@ -148,41 +106,24 @@ static void test_pipe_measured_equals_predicted(void)
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-		char args[2048], db_path[512], text[65536];
-		snprintf(db_path, sizeof(db_path), "%s/pipe%zu.db", dir, k);
-		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 --db '%s' " LAYERS " %s",
-			 scn, runs[k].ranks, db_path, runs[k].set);
-		int rc = px_test_run_release(args, 120, text, sizeof(text));
-		if (rc)
-			fprintf(stderr, "\n%s\n", text);
-		CU_ASSERT_EQUAL_FATAL(rc, 0);
-		sqlite3 *db;
-		CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     PX_EXACT_PAIRS);
-		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   PX_EXACT_PAIRS " AND measured != predicted");
-		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM "
-					    "predicted_vs_measured"), runs[k].ranks);
-		CU_ASSERT(pairs >= runs[k].ranks * 20);
-		if (bad != 0)
-			fprintf(stderr, "\nrun %zu: %g of %g metrics differ\n", k, bad, pairs);
-		CU_ASSERT_EQUAL(bad, 0);
-		px_check_pool_peaks(db, runs[k].ranks);
+		char args[2048];
+		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 " LAYERS " %s", scn,
+			 runs[k].ranks, runs[k].set);
+		sqlite3 *db = px_run_measured(args, runs[k].ranks);
 		long long m = 16 / (2 * runs[k].dp), bsh = 2 * 32 * 64;
 		for (int r = 0; r < runs[k].ranks; r++) {
 			int stage = r % runs[k].pp; /* tp-pp-dp: a pipeline's stages are consecutive */
 			int ends = stage == 0 || stage == runs[k].pp - 1;
 			double sends = m * ((stage < runs[k].pp - 1) + (stage > 0));
 			double reduce = (ends ? 128 * 64 * 4 : 0) + 4 + (runs[k].dp > 1 ? 4 : 0);
-			CU_ASSERT_EQUAL(metric(db, "comm.p2p_bytes", "measured", r), sends * bsh * 4);
-			CU_ASSERT_EQUAL(metric(db, "comm.p2p_recv_bytes", "measured", r), sends * bsh * 4);
-			CU_ASSERT_EQUAL(metric(db, "comm.all_reduce_bytes", "measured", r), reduce);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_bytes", "measured", r), sends * bsh * 4);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_recv_bytes", "measured", r), sends * bsh * 4);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r), reduce);
 			/* the wire: the norm's one float over 4 stages rings as 1, 2, 2, 1 floats
 			 * sent on stages 0-3 where the formula's 2(n-1)/n gives 1.5 (comm_mpi_check
 			 * --bytes); every other all-reduce here divides among its group */
-			double wire = metric(db, "comm.wire_bytes", "measured", r) -
-				      metric(db, "comm.wire_bytes", "predicted", r);
+			double wire = px_run_metric(db, "comm.wire_bytes", "measured", r) -
+				      px_run_metric(db, "comm.wire_bytes", "predicted", r);
 			double off = runs[k].pp == 4 ? (ends ? -2 : 2) : 0;
 			if (wire != off)
 				fprintf(stderr, "\nrun %zu rank %d: wire bytes measured - predicted %g, "
@@ -191,8 +132,8 @@ static void test_pipe_measured_equals_predicted(void)
 			/* the stage's own layers: the first stage's parameters include the
 			 * embeddings, more than a middle stage's one block */
 			if (stage == 0 && runs[k].pp == 4)
-				CU_ASSERT(metric(db, "memory.gpu.params_bytes", "measured", r) >
-					  metric(db, "memory.gpu.params_bytes", "measured", r + 1));
+				CU_ASSERT(px_run_metric(db, "memory.gpu.params_bytes", "measured", r) >
+					  px_run_metric(db, "memory.gpu.params_bytes", "measured", r + 1));
 		}
 		sqlite3_close(db);
 	}

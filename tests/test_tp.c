@@ -5,8 +5,6 @@
  * communication equal the prediction, the tensor-parallel traffic worked out by hand. Runs the
  * release binary (PX_RUN_BIN), as the exec and pipe suites do. */
 #include <CUnit/CUnit.h>
-#include <cjson/cJSON.h>
-#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,35 +28,6 @@ static const char *scenario(void)
 	return path;
 }
 
-/* The losses of `parallax run SCN --ranks R --steps S --json` with extra settings, into out;
- * how many. */
-static int losses(const char *scn, int ranks, int steps, const char *extra, double *out)
-{
-	char args[2048], text[65536];
-	snprintf(args, sizeof(args), "run '%s' --ranks %d --steps %d --no-db --json %s", scn, ranks,
-		 steps, extra);
-	int rc = px_test_run_release(args, 120, text, sizeof(text));
-	if (rc != 0)
-		fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, text);
-	CU_ASSERT_EQUAL_FATAL(rc, 0);
-	const char *line = strstr(text, "{\"scenario\"");
-	cJSON *j = line ? cJSON_Parse(line) : NULL;
-	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
-	int n = 0;
-	for (const cJSON *e = cJSON_GetObjectItem(j, "losses")->child; e && n < steps; e = e->next)
-		out[n++] = e->valuedouble;
-	cJSON_Delete(j);
-	return n;
-}
-
-static double worst_rel(const double *ref, const double *got, int steps)
-{
-	double worst = 0;
-	for (int s = 0; s < steps; s++)
-		worst = fmax(worst, fabs(got[s] - ref[s]) / fabs(ref[s]));
-	return worst;
-}
-
 /* fp32: a tensor-parallel rank computes the single rank's values with three reassociations: a
  * row-split layer's product is summed over the ranks' C/t (or 4C/t) partial products by the
  * all-reduce instead of in one dot product, the vocabulary-parallel softmax sums its
@@ -74,8 +43,7 @@ static double worst_rel(const double *ref, const double *got, int steps)
  * replicated tensors t times, would clip by another factor and fail the bound. */
 static void test_tp_losses_fp32(void)
 {
-	enum { STEPS = 8 };
-	static const struct { int ranks; const char *set; } runs[] = {
+	static const PxRunCase runs[] = {
 		{2, "--set parallelism.tp=2"},
 		{4, "--set parallelism.tp=4"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
@@ -94,34 +62,20 @@ static void test_tp_losses_fp32(void)
 		    "deepspeed.zero_optimization.offload_param.device=cpu"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
 		{4, "--set parallelism.tp=4 --set parallelism.sequence_parallel=true"},
-		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set parallelism.sequence_parallel=true"},
-		{2, "--set parallelism.tp=2 --set activation_checkpointing=full --set parallelism.sequence_parallel=true"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set "
+		    "parallelism.sequence_parallel=true"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=full --set "
+		    "parallelism.sequence_parallel=true"},
 	};
-	const char *scn = scenario();
-	double ref[STEPS], got[STEPS];
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 1, STEPS, "", ref), STEPS);
-	CU_ASSERT(ref[STEPS - 1] < 0.95 * ref[0]); /* it learns */
-	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-		CU_ASSERT_EQUAL_FATAL(losses(scn, runs[i].ranks, STEPS, runs[i].set, got), STEPS);
-		double w = worst_rel(ref, got, STEPS);
-		if (w > 1e-6)
-			fprintf(stderr, "\n%d ranks %s: losses differ by %g relative\n", runs[i].ranks,
-				runs[i].set, w);
-		CU_ASSERT(w <= 1e-6);
-		CU_ASSERT_EQUAL(got[0], ref[0]); /* the first forward: the same loss to the bit */
-	}
+	char base[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json", scenario());
+	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
+	/* the first forward: the same loss to the bit */
+	px_check_losses(base, runs, (int)(sizeof(runs) / sizeof(runs[0])), 1e-6, 1, ref);
 	/* the bound can fail: unclipped, the same run leaves the clipped reference */
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, STEPS, "--set parallelism.tp=2 --set "
-				     "deepspeed.gradient_clipping=0", got), STEPS);
-	CU_ASSERT(worst_rel(ref, got, STEPS) > 1e-5);
-}
-
-static double metric(sqlite3 *db, const char *name, const char *side, int rank)
-{
-	char sql[512];
-	snprintf(sql, sizeof(sql), "SELECT %s FROM predicted_vs_measured WHERE name = '%s' AND "
-		 "rank = %d", side, name, rank);
-	return px_test_query(db, sql);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set parallelism.tp=2 --set "
+					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
 }
 
 /* Each rank's memory per category at its requested peak and its communication per collective,
@@ -162,27 +116,10 @@ static void test_tp_measured_equals_predicted(void)
 	};
 	const char *scn = scenario();
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-		char args[2048], db_path[512], text[65536];
-		snprintf(db_path, sizeof(db_path), "%s/tp%zu.db", dir, k);
-		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 --db '%s' %s", scn,
-			 runs[k].ranks, db_path, runs[k].set);
-		int rc = px_test_run_release(args, 120, text, sizeof(text));
-		if (rc)
-			fprintf(stderr, "\n%s\n", text);
-		CU_ASSERT_EQUAL_FATAL(rc, 0);
-		sqlite3 *db;
-		CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-		double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				     PX_EXACT_PAIRS);
-		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   PX_EXACT_PAIRS " AND measured != predicted");
-		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM "
-					    "predicted_vs_measured"), runs[k].ranks);
-		CU_ASSERT(pairs >= runs[k].ranks * 20);
-		if (bad != 0)
-			fprintf(stderr, "\nrun %zu: %g of %g metrics differ\n", k, bad, pairs);
-		CU_ASSERT_EQUAL(bad, 0);
-		px_check_pool_peaks(db, runs[k].ranks);
+		char args[2048];
+		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 %s", scn, runs[k].ranks,
+			 runs[k].set);
+		sqlite3 *db = px_run_measured(args, runs[k].ranks);
 		double m = 8.0 / runs[k].dp, stream = 64 * 64 * 4;
 		/* a rank holds its shards (Megatron's splits, by hand): per block the matrices and
 		 * the column-split biases, 12 C^2 + 7 C, over t, and whole its two norms and the
@@ -205,9 +142,9 @@ static void test_tp_measured_equals_predicted(void)
 			double ag = m * (15 + 4 * runs[k].recompute) * stream + zero_dp * 4 * params;
 			double rs = m * (10 + 4 * runs[k].recompute) * stream + zero_dp * 4 * params;
 			double ar = m * 3 * 64 * 4 + 4 * rep + 4 + zero_dp * 4;
-			CU_ASSERT_EQUAL(metric(db, "comm.all_gather_bytes", "measured", r), ag);
-			CU_ASSERT_EQUAL(metric(db, "comm.reduce_scatter_bytes", "measured", r), rs);
-			CU_ASSERT_EQUAL(metric(db, "comm.all_reduce_bytes", "measured", r), ar);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_gather_bytes", "measured", r), ag);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r), rs);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r), ar);
 		}
 		for (int r = 0; !runs[k].sp && r < runs[k].ranks; r++) {
 			/* with pp 2 (ranks tp fastest, then stages): the embeddings and block 1 on
@@ -219,15 +156,15 @@ static void test_tp_measured_equals_predicted(void)
 			double per_mb = streams * stream + (stage != 0 ? 3 * 64 * 4 : 0);
 			double want = m * per_mb + 4 + zero_dp * 4 +
 				      (stage >= 0 ? 4 + 128 * 64 / runs[k].tp * 4 : 0);
-			double got = metric(db, "comm.all_reduce_bytes", "measured", r);
+			double got = px_run_metric(db, "comm.all_reduce_bytes", "measured", r);
 			if (got != want)
 				fprintf(stderr, "\nrun %zu rank %d: all-reduce %g bytes, by hand %g\n", k, r,
 					got, want);
 			CU_ASSERT_EQUAL(got, want);
 		}
 		for (int r = 0; r < runs[k].ranks; r++) {
-			double wire = metric(db, "comm.wire_bytes", "measured", r) -
-				      metric(db, "comm.wire_bytes", "predicted", r);
+			double wire = px_run_metric(db, "comm.wire_bytes", "measured", r) -
+				      px_run_metric(db, "comm.wire_bytes", "predicted", r);
 			double off = runs[k].tp == 4 ? (r == 0 || r == 3 ? -2 : 2) : 0;
 			if (wire != off)
 				fprintf(stderr, "\nrun %zu rank %d: wire bytes measured - predicted %g, "
@@ -235,7 +172,7 @@ static void test_tp_measured_equals_predicted(void)
 			CU_ASSERT_EQUAL(wire, off);
 		}
 		for (int r = 0; runs[k].pp == 1 && runs[k].zero < 3 && r < runs[k].ranks; r++)
-			CU_ASSERT_EQUAL(metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
+			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
 		sqlite3_close(db);
 	}
 }
@@ -248,26 +185,15 @@ static void test_tp_measured_equals_predicted(void)
  * micro-batches a step, activations forward from stage 0 and gradients back from stage 1. */
 static void test_tp_sp_pipeline(void)
 {
-	char args[2048], db_path[512], text[65536];
-	snprintf(db_path, sizeof(db_path), "%s/tp-sp-pp.db", px_test_tmpdir());
-	snprintf(args, sizeof(args), "run '%s' --ranks 8 --steps 2 --db '%s' --set parallelism.tp=2 "
+	char args[2048];
+	snprintf(args, sizeof(args), "run '%s' --ranks 8 --steps 2 --set parallelism.tp=2 "
 		 "--set parallelism.pp=2 --set parallelism.sequence_parallel=true --set "
 		 "deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false",
-		 px_test_path("scenarios/gpt2-mini-cpu-zero3.json"), db_path);
-	int rc = px_test_run_release(args, 180, text, sizeof(text));
-	if (rc)
-		fprintf(stderr, "\n%s\n", text);
-	CU_ASSERT_EQUAL_FATAL(rc, 0);
-	sqlite3 *db;
-	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
-	CU_ASSERT(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				PX_EXACT_PAIRS) >= 8 * 20);
-	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				      PX_EXACT_PAIRS " AND measured != predicted"), 0);
-	px_check_pool_peaks(db, 8);
+		 px_test_path("scenarios/gpt2-mini-cpu-zero3.json"));
+	sqlite3 *db = px_run_measured(args, 8);
 	for (int r = 0; r < 8; r++) {
-		CU_ASSERT_EQUAL(metric(db, "comm.p2p_bytes", "measured", r), 4 * 128 * 128 * 4);
-		CU_ASSERT_EQUAL(metric(db, "comm.p2p_recv_bytes", "measured", r), 4 * 128 * 128 * 4);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_bytes", "measured", r), 4 * 128 * 128 * 4);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_recv_bytes", "measured", r), 4 * 128 * 128 * 4);
 	}
 	sqlite3_close(db);
 }
