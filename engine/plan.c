@@ -178,7 +178,7 @@ static void plan_unit(Plan *p, int idx)
 	u->gather_expert = u->part_expert * p->edp;
 
 	u->act_bytes = activ_unit_bytes(m, idx, &p->shape, p->sc->ckpt, p->moe_slots);
-	u->score_bytes = activ_unit_scores_bytes(m, idx, &p->shape, p->sc->ckpt);
+	u->score_bytes = activ_unit_scores_bytes(m, idx, &p->shape, CKPT_NONE); /* built, kept or not */
 	u->ckpt_bytes = activ_unit_checkpoint_bytes(m, idx, &p->shape,
 						    p->sc->ds.partition_activations);
 	u->fwd_flops = unit_fwd_flops(p, idx, u);
