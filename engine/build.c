@@ -514,22 +514,10 @@ static void forward_unit(Builder *b, int slot, int u)
 		ungather(b, u);
 }
 
-/* FLOPs of block u's attention products on this rank for one micro-batch: QK^T and softmax x V
- * over its a/t heads (4 b s^2 h / t for multi-head self-attention; model.c lists them). */
-static double attention_core_flops(const Plan *p, int u)
-{
-	ModelGemm g[MODEL_MAX_GEMMS], core[MODEL_MAX_GEMMS];
-	GemmShape gs = plan_gemm_shape(p);
-	int n = model_unit_gemms(&p->sc->model, u, &gs, g), k = 0;
-	for (int i = 0; i < n; i++)
-		if (g[i].kind != GEMM_WEIGHT)
-			core[k++] = g[i];
-	return model_gemms_flops(core, k);
-}
-
 /* Selective recompute (Korthikanti et al. 2022, section 5): forward kept everything but the
  * attention core's scores; before the block's backward, QK^T, softmax, dropout and softmax x V
- * run again, rebuilding the scores (their bytes are the op's traffic), which live until the
+ * run again (the attention products' FLOPs on this rank: 4 b s^2 h / t for multi-head
+ * attention), rebuilding the scores (their bytes are the op's traffic), which live until the
  * backward is done. Eager attention only: FlashAttention keeps no scores (score_bytes 0) and its
  * backward kernel recomputes them itself. Returns the scores' buffer, -1 when nothing runs. */
 static int recompute_attention_core(Builder *b, int u)
@@ -539,7 +527,7 @@ static int recompute_attention_core(Builder *b, int u)
 	if (p->sc->ckpt != CKPT_SELECTIVE || !is_block(p, u) || scores <= 0)
 		return -1;
 	int id = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_SCORES, u, scores);
-	compute_moving(b, COMP_RECOMPUTE, u, attention_core_flops(p, u), scores);
+	compute_moving(b, COMP_RECOMPUTE, u, p->units[u].attn_flops, scores);
 	return id;
 }
 
