@@ -62,13 +62,19 @@ static int alloc(Builder *b, Place place, MemCat cat, BufWhat what, int unit, do
 	return id;
 }
 
-/* A unit's compute in the current micro-batch. */
-static void compute(Builder *b, CompKind kind, int unit, double flops)
+/* A unit's compute in the current micro-batch, moving `bytes` through memory beyond what its
+ * unit's activations say (sim/opcost.c). */
+static void compute_moving(Builder *b, CompKind kind, int unit, double flops, double bytes)
 {
-	if (sched_compute(b->s, kind, unit, flops, 0))
+	if (sched_compute(b->s, kind, unit, flops, bytes))
 		b->oom = 1;
 	else if (b->mb)
 		sched_set_mb(b->s, b->mb);
+}
+
+static void compute(Builder *b, CompKind kind, int unit, double flops)
+{
+	compute_moving(b, kind, unit, flops, 0);
 }
 
 static void release(Builder *b, int *id)
@@ -529,6 +535,23 @@ static void forward_unit(Builder *b, int slot, int u)
 		ungather(b, u);
 }
 
+/* Selective recompute (Korthikanti et al. 2022, section 5): forward kept everything but the
+ * attention core's scores; before the block's backward, QK^T, softmax, dropout and softmax x V
+ * run again (the attention products' FLOPs on this rank: 4 b s^2 h / t for multi-head
+ * attention), rebuilding the scores (their bytes are the op's traffic), which live until the
+ * backward is done. Eager attention only: FlashAttention keeps no scores (score_bytes 0) and its
+ * backward kernel recomputes them itself. Returns the scores' buffer, -1 when nothing runs. */
+static int recompute_attention_core(Builder *b, int u)
+{
+	const Plan *p = b->p;
+	double scores = p->units[u].score_bytes;
+	if (p->sc->ckpt != CKPT_SELECTIVE || !is_block(p, u) || scores <= 0)
+		return -1;
+	int id = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_SCORES, u, scores);
+	compute_moving(b, COMP_RECOMPUTE, u, p->units[u].attn_flops, scores);
+	return id;
+}
+
 static void backward_unit(Builder *b, int slot, int u)
 {
 	const Plan *p = b->p;
@@ -549,6 +572,7 @@ static void backward_unit(Builder *b, int slot, int u)
 		tp_colls(b, u, ROLE_RECOMPUTE);
 		moe_colls(b, u, ROLE_RECOMPUTE);
 	}
+	int scores = recompute_attention_core(b, u);
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) {
 		int gbuf;
@@ -560,6 +584,7 @@ static void backward_unit(Builder *b, int slot, int u)
 	moe_colls(b, u, ROLE_BACKWARD);
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
+	release(b, &scores);
 	unit_grads(b, u);
 	release(b, &fp32_grads);
 	release(b, &fp32);

@@ -103,14 +103,19 @@ GemmShape plan_gemm_shape(const Plan *p)
  * product model.c lists for it (its weights', the attention's QK^T and AV over the full square,
  * an MoE block's experts' over the tokens routed to them); a params-only model's blocks, 2 per
  * parameter per token. */
-static double unit_fwd_flops(const Plan *p, int unit, const UnitPlan *u)
+static double unit_fwd_flops(const Plan *p, int unit, UnitPlan *u)
 {
 	const ModelSpec *m = &p->sc->model;
+	u->attn_flops = 0;
 	if (!model_known(m))
 		return 2.0 * (double)(p->shape.s * p->shape.b) * (double)u->local_dense;
 	ModelGemm g[MODEL_MAX_GEMMS];
 	GemmShape gs = plan_gemm_shape(p);
-	return model_gemms_flops(g, model_unit_gemms(m, unit, &gs, g));
+	int n = model_unit_gemms(m, unit, &gs, g);
+	for (int i = 0; i < n; i++) /* the attention's products: no bias */
+		if (g[i].kind != GEMM_WEIGHT)
+			u->attn_flops += 2 * g[i].m * g[i].k * g[i].n * g[i].batch;
+	return model_gemms_flops(g, n);
 }
 
 /* Muon's split as DeepSpeed's users make it (param.use_muon) after Keller Jordan's: the 2-D weights
@@ -180,7 +185,7 @@ static void plan_unit(Plan *p, int idx)
 	u->gather_expert = u->part_expert * p->edp;
 
 	u->act_bytes = activ_unit_bytes(m, idx, &p->shape, p->sc->ckpt, p->moe_slots);
-	u->score_bytes = activ_unit_scores_bytes(m, idx, &p->shape, p->sc->ckpt);
+	u->score_bytes = activ_unit_scores_bytes(m, idx, &p->shape, CKPT_NONE); /* built, kept or not */
 	u->ckpt_bytes = activ_unit_checkpoint_bytes(m, idx, &p->shape,
 						    p->sc->ds.partition_activations);
 	u->fwd_flops = unit_fwd_flops(p, idx, u);

@@ -34,8 +34,11 @@ typedef struct UnitPlan {
 	long long gather_dense, gather_expert; /* what the unit's gathers bring in: own_gather, plus
 						 the embedding unit's flat for a tied head */
 	double fwd_flops;          /* one micro-batch on this rank */
+	double attn_flops;         /* of those, the attention's QK^T and AV products (blocks) */
 	double act_bytes;          /* kept for backward (or rebuilt by recompute) */
-	double score_bytes;        /* of those, eager attention's scores (blocks only) */
+	double score_bytes;        /* eager attention's scores (blocks only): part of act_bytes,
+				      except under selective recompute, which rebuilds them before
+				      the block's backward (build.c) */
 	double ckpt_bytes;         /* kept for backward under full recompute */
 } UnitPlan;
 

@@ -392,7 +392,7 @@ const char *buf_name(BufWhat w)
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
 		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
 		"error_feedback", "optimizer_step_temp", "unit_fp32_grads", "pipe_input",
-		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads"};
+		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores"};
 	return NAME_OF(n, w);
 }
 

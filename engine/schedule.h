@@ -88,6 +88,8 @@ typedef enum {
 	BUF_SP_GRADS,      /* sequence parallelism: the replicated tensors' gradients flattened for
 			      their all-reduce over the tensor-parallel group (Megatron's
 			      _allreduce_layernorm_grads coalesces them) */
+	BUF_SCORES,        /* selective recompute: a block's attention scores rebuilt before its
+			      backward, freed after it */
 	N_BUFS
 } BufWhat;
 
@@ -98,7 +100,8 @@ typedef enum {
 	ROLE_NONE,         /* allocations, frees and repeat-block markers */
 	ROLE_FORWARD,      /* a unit's forward, its tensor/expert-parallel collectives, the pipeline
 			      sends and receives of activations, a checkpoint's copy out */
-	ROLE_RECOMPUTE,    /* full recompute of a block (and its checkpoint's copy back) */
+	ROLE_RECOMPUTE,    /* full recompute of a block (and its checkpoint's copy back), or
+			      selective recompute of its attention core */
 	ROLE_BACKWARD,     /* a unit's backward and its collectives, the pipeline's gradient sends */
 	ROLE_PREFETCH,     /* stage 3: fetching and gathering a unit's parameters before its compute */
 	ROLE_GRAD_REDUCE,  /* reducing gradients (a bucket, a unit's flat, the persistent or expert

@@ -138,6 +138,25 @@ static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 	return sum * (fwd / listed);
 }
 
+/* Selective recompute's op (build.c): the block's attention products once more, each priced as
+ * the eager forward prices it (its own size on the GEMM curve, no faster than its bytes), then
+ * softmax and dropout over the rebuilt scores (op->bytes) at the forward's traffic per byte of
+ * scores. A model whose products cannot be listed keeps no scores, so never has this op. */
+static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op *op)
+{
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed, sum = 0;
+	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
+	int attn[MAX_GEMMS];
+	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
+	for (int i = 0; i < n; i++)
+		if (attn[i])
+			sum += fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
+				    over(bytes[i], hbm));
+	if (n == 0 && op->flops > 0)
+		sum = over(op->flops, peak * hw_curve_eval(&hw->gemm, op->flops / 2));
+	return sum + over(op->bytes * hw->scores_fwd, hbm);
+}
+
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
 {
 	const GpuSpec *g = &p->sc->cluster.gpu;
@@ -150,6 +169,9 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
 		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
 	}
+	if (op->sub == COMP_RECOMPUTE && p->sc->ckpt == CKPT_SELECTIVE && is_block(p, op->unit) &&
+	    p->n_units > op->unit)
+		return attention_recompute_s(p, hw, op);
 	double gemm = 0;
 	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
 		gemm = block_gemm_s(p, hw, op);
@@ -163,7 +185,10 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 	if (op->unit >= 0 && op->unit < p->n_units && p->activations_known) {
 		const UnitPlan *u = &p->units[op->unit];
 		int bwd = op->sub == COMP_BWD;
-		elementwise = over((u->act_bytes - u->score_bytes) *
+		/* softmax and dropout run over the scores whether they are kept or (selective
+		 * recompute) rebuilt for the backward, which then runs theirs */
+		double kept = p->sc->ckpt == CKPT_SELECTIVE ? 0 : u->score_bytes;
+		elementwise = over((u->act_bytes - kept) *
 					   (bwd ? hw->elementwise_bwd : hw->elementwise_fwd) +
 				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd), hbm);
 	}

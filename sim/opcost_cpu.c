@@ -35,6 +35,10 @@ int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: tensor, pipeline or expert parallelism: a CPU "
 			       "profile times data parallelism's collectives only (all_reduce, "
 			       "all_gather, reduce_scatter)", sc->path);
+	if (sc->ckpt == CKPT_SELECTIVE)
+		return px_fail(err, PX_ERR_INPUT, "%s: activation_checkpointing is \"selective\": a "
+			       "CPU profile times the CPU executor's kernels, which recompute whole "
+			       "blocks or nothing (use \"none\" or \"full\")", sc->path);
 	hwcpu_levels_text(hw->cpu, have, sizeof(have));
 	const HwCpuLevel *l = level_of(p, hw);
 	if (!l)

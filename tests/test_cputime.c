@@ -451,6 +451,19 @@ static void test_not_priced(void)
 	PX_ASSERT_HAS(pr.time_note, "cluster.nodes is 2: a CPU profile describes the ranks of one "
 				    "machine");
 	fx_free(&sc, &pr);
+	/* selective recompute: the executor has no attention-only recompute to have measured */
+	CU_ASSERT_EQUAL_FATAL(fx_predict(&sc, &pr, "{\"model\": {\"model_type\": \"gpt2\", "
+				"\"n_embd\": 128, \"n_layer\": 2, \"n_head\": 4, \"vocab_size\": 256},"
+				" \"deepspeed\": {\"train_batch_size\": 8, \"bf16\": {\"enabled\": true}},"
+				" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
+				"\"gpus_per_node\": 1}, \"backend\": \"cpu\", \"seq_length\": 64,"
+				" \"activation_checkpointing\": \"selective\"}"), 0);
+	CU_ASSERT_EQUAL(predict_time(&pr, &cpu, "cpu.json", &err), 0);
+	CU_ASSERT_EQUAL(pr.time_known, 0);
+	PX_ASSERT_HAS(pr.time_note, "activation_checkpointing is \"selective\": a CPU profile times "
+				    "the CPU executor's kernels, which recompute whole blocks or "
+				    "nothing (use \"none\" or \"full\")");
+	fx_free(&sc, &pr);
 	hwprofile_free(&cpu);
 }
 

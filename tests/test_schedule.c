@@ -333,11 +333,97 @@ static void test_bundled_statements(void)
 	CU_ASSERT(tiled >= 3); /* stage 2-3 scenarios with dense gradients over several ranks */
 }
 
+/* ---- selective recompute ---- */
+
+/* GPT-2-like blocks, h = 256, 8 heads, 4 layers, 2 sequences of 512 per micro-batch, on t
+ * tensor-parallel GPUs, with `ckpt` and `attention`. */
+static int small_tp(Scenario *sc, Prediction *pr, int t, const char *ckpt, const char *attention)
+{
+	return fx_predictf(sc, pr,
+			   "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8,"
+			   " \"n_layer\": 4, \"n_positions\": 512, \"vocab_size\": 1024},"
+			   " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2,"
+			   " \"gradient_accumulation_steps\": 2, \"bf16\": {\"enabled\": true}},"
+			   " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": %d},"
+			   " \"parallelism\": {\"tp\": %d}, \"seq_length\": 512,"
+			   " \"activation_checkpointing\": \"%s\", \"attention\": \"%s\"}",
+			   t, t, ckpt, attention);
+}
+
+/* Korthikanti et al. 2022, section 5: selective recompute keeps everything of a block but its
+ * attention core's scores and recomputes QK^T, softmax, dropout and softmax x V before the
+ * block's backward. On each of t ranks (a/t heads) that is 4 b s^2 h / t FLOPs (two products of
+ * 2 b s^2 h over all heads) and 5 a s^2 b / t bytes of scores (softmax output and dropout output
+ * in 16 bits, the dropout mask in 1 byte: Korthikanti's 5as^2b), here b = 2, s = 512, h = 256,
+ * a = 8: 2^29 / t FLOPs, 20,971,520 / t bytes. In the schedule's micro-batch body each block 4..1
+ * has: the scores allocated (GPU, activations), the recompute, the block's backward, the scores
+ * freed before the next compute; no collective recomputes (Q, K and V are kept on the rank). No
+ * such op without recompute, under full recompute (which recomputes the whole block, its forward
+ * FLOPs) or with FlashAttention (no scores kept; its backward kernel recomputes them). */
+static void check_selective(int t, const char *ckpt, const char *attention, int expect)
+{
+	Scenario sc;
+	Prediction pr;
+	if (small_tp(&sc, &pr, t, ckpt, attention))
+		return;
+	const Schedule *s = &pr.stages[0].sched;
+	const double flops = 536870912.0 / t, bytes = 20971520.0 / t;
+	int found = 0, next_unit = 4, scores_buf = -1, freed = 1, pending_bwd = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC && op->what == BUF_SCORES) {
+			CU_ASSERT(expect && freed);
+			CU_ASSERT_EQUAL(op->place, PLACE_GPU);
+			CU_ASSERT_EQUAL(op->cat, CAT_ACTIV);
+			CU_ASSERT_EQUAL(op->bytes, bytes);
+			CU_ASSERT(i + 1 < s->n && s->ops[i + 1].kind == OP_COMPUTE &&
+				  s->ops[i + 1].sub == COMP_RECOMPUTE && s->ops[i + 1].unit == op->unit);
+			scores_buf = op->buf, freed = 0;
+		} else if (op->kind == OP_FREE && op->buf == scores_buf) {
+			CU_ASSERT_FALSE(pending_bwd); /* after the block's backward */
+			freed = 1;
+		} else if (op->kind == OP_COMPUTE && op->sub == COMP_RECOMPUTE) {
+			if (!strcmp(ckpt, "full")) {
+				CU_ASSERT_EQUAL(op->flops, pr.plan.units[op->unit].fwd_flops);
+				continue;
+			}
+			CU_ASSERT_EQUAL(op->unit, next_unit);
+			CU_ASSERT_EQUAL(op->flops, flops);
+			CU_ASSERT_EQUAL(op->bytes, bytes);
+			CU_ASSERT_EQUAL(op->role, ROLE_RECOMPUTE);
+			next_unit--, found++, pending_bwd = 1;
+		} else if (op->kind == OP_COMPUTE) {
+			CU_ASSERT(freed || pending_bwd); /* the scores live only through the backward */
+			if (pending_bwd) {
+				CU_ASSERT_EQUAL(op->sub, COMP_BWD);
+				CU_ASSERT_EQUAL(op->unit, next_unit + 1);
+			}
+			pending_bwd = 0;
+		} else if (op->kind == OP_COLL) {
+			CU_ASSERT(op->role != ROLE_RECOMPUTE || !strcmp(ckpt, "full"));
+		}
+	}
+	CU_ASSERT_EQUAL(found, expect ? 4 : 0); /* once in the repeated micro-batch body */
+	CU_ASSERT(freed);
+	fx_free(&sc, &pr);
+}
+
+static void test_selective_recompute_ops(void)
+{
+	check_selective(1, "selective", "eager", 1);
+	check_selective(2, "selective", "eager", 1);
+	check_selective(2, "none", "eager", 0);
+	check_selective(2, "full", "eager", 0);
+	check_selective(2, "selective", "flash", 0);
+}
+
 int test_schedule_register(void)
 {
 	return PX_ADD_SUITE("schedule", {"walk order and iterations", test_walk_order},
 			    {"malformed schedules refused", test_walk_refusals},
 			    {"bundled schedules state roles and slices", test_bundled_statements},
 			    {"pipelined schedules state micro-batches and buffers",
-			     test_pipelined_statements});
+			     test_pipelined_statements},
+			    {"selective recompute: the attention core before each backward",
+			     test_selective_recompute_ops});
 }

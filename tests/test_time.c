@@ -459,6 +459,85 @@ static void test_flash_refused(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "attention: expected one of eager, flash, got \"sdpa\""));
 }
 
+/* Selective recompute (Korthikanti et al. 2022, section 5, "selective activation recomputation":
+ * only the attention core, QK^T, softmax, dropout and softmax x V, is recomputed) on SMALL_GPT,
+ * one GPU, 2 micro-batches of 1 sequence. Before each block's backward one recompute op runs the
+ * two attention products again, 2 x 2 s^2 h = 4 b s^2 h = 2^28 FLOPs, and rebuilds the scores,
+ * 5 a s^2 b = 10,485,760 bytes (its traffic). Priced as the eager forward prices them: each
+ * product at its own size on the test's curve and no faster than its bytes, (8 x 512^2 + 2 x 512
+ * x 256) x 2, then softmax and dropout at 2 x the scores' bytes over 2039 GB/s x 0.9:
+ *   t_rc = 2 small_gemm_s(2^27, (8 x 512^2 + 2 x 512 x 256) x 2) + 2 x 10,485,760 / (2039e9 x 0.9).
+ * Forward and backward cost what they cost without recompute: the same GEMMs, 3.5 and 7 x the
+ * activation bytes other than the scores and 2 and 4 x the scores (built forward, their gradient
+ * backward), kept or not. So the step is exactly 2 micro-batches x 8 layers x t_rc longer than
+ * without recompute, and shorter than full recompute's, which repeats every block's forward. */
+static void test_selective_recompute_formulas(void)
+{
+	Scenario sc[3];
+	Prediction pr[3];
+	static const char *const modes[3] = {"none", "selective", "full"};
+	const char *fmt = "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+			  " \"gradient_accumulation_steps\": 2, \"bf16\": {\"enabled\": true}},"
+			  " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+			  " \"seq_length\": 512, \"activation_checkpointing\": \"%s\"}";
+	int n = 0;
+	for (; n < 3; n++)
+		if (fx_predictf(&sc[n], &pr[n], fmt, modes[n]))
+			goto out;
+	HwProfile hw;
+	hwprofile_default(&sc[0].cluster.gpu, &hw);
+	const UnitPlan *none = &pr[0].plan.units[1], *sel = &pr[1].plan.units[1];
+	double F = none->fwd_flops, hbm = 2039e9 * 0.9, scores = 8 * 512 * 512 * 5.0;
+	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
+	CU_ASSERT_EQUAL(hw.scores_fwd, 2);
+	CU_ASSERT_EQUAL(sel->score_bytes, scores);
+	CU_ASSERT_EQUAL(none->act_bytes - sel->act_bytes, scores); /* not kept */
+
+	/* the recompute op of block 1, as build.c scheduled it */
+	const Schedule *s = &pr[1].stages[0].sched;
+	const Op *rc = NULL;
+	for (int i = 0; i < s->n && !rc; i++)
+		if (s->ops[i].kind == OP_COMPUTE && s->ops[i].sub == COMP_RECOMPUTE &&
+		    s->ops[i].unit == 1)
+			rc = &s->ops[i];
+	CU_ASSERT_PTR_NOT_NULL_FATAL(rc);
+	CU_ASSERT_EQUAL(rc->flops, 4.0 * 512 * 512 * 256);
+	CU_ASSERT_EQUAL(rc->bytes, scores);
+	CU_ASSERT_EQUAL(rc->role, ROLE_RECOMPUTE);
+	double t_rc = 2 * small_gemm_s(134217728.0, (8 * 512 * 512 + 2 * 512 * 256) * 2.0, F) +
+		      2 * scores / hbm;
+	REL_EQ(opcost_compute_s(&pr[1].plan, &hw, rc, 0), t_rc);
+
+	/* forward and backward as without recompute */
+	Schedule fb;
+	sched_init(&fb, 0);
+	sched_compute(&fb, COMP_FWD, 1, F, 0);
+	sched_compute(&fb, COMP_BWD, 1, 2 * F, 0);
+	for (int k = 0; k < 2; k++)
+		REL_EQ(opcost_compute_s(&pr[1].plan, &hw, &fb.ops[k], 0),
+		       opcost_compute_s(&pr[0].plan, &hw, &fb.ops[k], 0));
+	sched_free(&fb);
+
+	TimeResult r[3];
+	int ok = 0;
+	for (; ok < 3; ok++)
+		if (run_prediction(&pr[ok], &hw, 1, &r[ok]))
+			break;
+	if (ok == 3) {
+		REL_EQ(r[1].step_s - r[0].step_s, 2 * 8 * t_rc);
+		REL_EQ(r[1].breakdown.recompute_s, 2 * 8 * t_rc);
+		CU_ASSERT(r[2].step_s > r[1].step_s);
+		/* hardware FLOPs count the recompute, model FLOPs do not */
+		REL_EQ(r[1].hw_flops_per_gpu - r[0].hw_flops_per_gpu, 2 * 8 * 4.0 * 512 * 512 * 256);
+		REL_EQ(r[1].model_flops_per_gpu, r[0].model_flops_per_gpu);
+	}
+	while (ok-- > 0)
+		timeline_result_free(&r[ok]);
+out:
+	while (n-- > 0)
+		fx_free(&sc[n], &pr[n]);
+}
+
 /* Optimizer offload: a checkpoint copied in (B bytes, c = B / (32 GB/s x 0.8)) before the
  * recompute that needs it, the recompute (t), then CPU Adam over this rank's partition (P
  * elements at 6.8e8 per second on the A100 host). The compute stream waits the whole copy:
@@ -1116,6 +1195,8 @@ int test_time_register(void)
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
 			    {"FlashAttention's kernel and memory", test_flash_attention_formulas},
 			    {"FlashAttention refused where it cannot run", test_flash_refused},
+			    {"selective recompute: the attention core, by hand",
+			     test_selective_recompute_formulas},
 			    {"held-out published runs (first table, MosaicML) and the mean target",
 			     test_published_runs},
 			    {"unmatched pipeline receive", test_unmatched_receive},
