@@ -45,8 +45,8 @@ typedef struct HwProfile {
 	double elementwise_fwd;  /* bytes non-GEMM kernels move per byte of a unit's activations */
 	double elementwise_bwd;  /* other than attention scores, forward (and recompute) and
 				    backward (fitted with sustained on published runs) */
-	double scores_fwd;       /* the same per byte of eager attention's scores, kept or rebuilt (softmax, */
-	double scores_bwd;       /* dropout), which no calibration run has */
+	double scores_fwd;       /* the same per byte of eager attention's scores, kept or */
+	double scores_bwd;       /* rebuilt (softmax, dropout), which no calibration run has */
 	double flash_fwd;        /* FlashAttention's kernel, FLOPs it executes over the dtype's */
 	double flash_bwd;        /* dense peak, forward and backward; 0: the GPU has none */
 	/* links */
