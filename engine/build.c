@@ -684,7 +684,8 @@ static void micro_batch(Builder *b)
  * backward has sent its gradient, the sent output until the backward (its autograd root), the
  * received gradient lands in the set-up's buffer, and the input's gradient lives until it is
  * sent. The executor's hidden stream (x in the compute dtype, its gradient in fp32) lives for
- * each step, its backward scratch (8 bsh floats) for each backward step. */
+ * each step, its scratch (exec_scratch_bytes) for each backward step and, on a tensor-parallel
+ * rank, each forward step too. */
 static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;

@@ -142,11 +142,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
 	case BUF_CHECKPOINT: /* the block's input: this rank's rows under sequence parallelism */
-		return e * (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
+		return e * stream_elems(r);
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
 	case BUF_PIPE_INPUT: case BUF_PIPE_OUTPUT: case BUF_PIPE_GRAD: case BUF_PIPE_INPUT_GRAD:
-		/* the hidden stream in the compute type, as sent: this rank's rows under sp */
-		return e * (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
+		return e * stream_elems(r); /* the hidden stream in the compute type, as sent */
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
 	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
@@ -226,10 +225,6 @@ static void do_free(Runner *r, int id)
 
 /* ---- unit parameters and gradients ---- */
 
-static int is_persistent(const Runner *r, long long numel)
-{
-	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
-}
 
 /* The working copy is of the storage type: its copies are plain ones (convert of like to like). */
 static void to_work(Runner *r, void *dst, const void *src, size_t n)

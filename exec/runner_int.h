@@ -18,6 +18,11 @@ typedef struct Seg {
 			       host's copy of them; NULL otherwise */
 } Seg;
 
+/* Elements lo .. hi - 1 of a buffer. */
+typedef struct ElemRange {
+	long long lo, hi;
+} ElemRange;
+
 /* A collective started on a stream of its own (engine/streams.h: prefetch or reduction), waited
  * for where the schedule next needs its data or its buffer (runner.c, "streams"). */
 typedef struct Pending {
@@ -51,12 +56,12 @@ struct Runner {
 	 * on the first), and on tensor-parallel ranks other than 0 the tensors every rank of the
 	 * group holds whole (counted on rank 0, as Megatron's param_is_not_tensor_parallel_
 	 * duplicate) */
-	struct { long long lo, hi; } *norm_skip;
+	ElemRange *norm_skip;
 	int n_norm_skip;
 	/* The flat ranges of the tensors a tensor-parallel group replicates (on every rank; empty
 	 * without tensor parallelism), in order: under sequence parallelism their gradients are
 	 * summed over the group (runner_tp_replicated) */
-	struct { long long lo, hi; } *rep;
+	ElemRange *rep;
 	int n_rep;
 	long long replica_lo, replica_hi; /* the replica's range; empty when none */
 	const DataSource *data; /* runner_step's, while it runs */
@@ -148,6 +153,20 @@ static inline float *hidden_dx(Runner *r)
 static inline void *hidden_x(Runner *r)
 {
 	return hidden_dx(r) + (size_t)r->B * r->T * r->cfg.C;
+}
+
+/* Elements of the hidden stream this rank holds between units: B T C, or its B T / t rows under
+ * sequence parallelism. */
+static inline size_t stream_elems(const Runner *r)
+{
+	return (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
+}
+
+/* ZeRO-3 keeps a tensor of numel elements whole on every rank (stage3_param_persistence_
+ * threshold). */
+static inline int is_persistent(const Runner *r, long long numel)
+{
+	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
 }
 
 /* A unit's parameters on this rank: the whole unit's, or its tensor-parallel shard's (the

@@ -67,8 +67,7 @@ int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 {
 	int forward = op->role == ROLE_FORWARD, send = op->sub == COLL_P2P, n = r->n_stages;
 	Comm *c = forward ? r->pp_act : r->pp_grad;
-	/* this rank's rows of the stream under sequence parallelism */
-	size_t cnt = (size_t)op->elems, btc = (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * r->cfg.C;
+	size_t cnt = (size_t)op->elems, btc = stream_elems(r);
 	void *buf = op->buf >= 0 ? r->buf[op->buf] : NULL;
 	if (!c || !buf || cnt != btc || op->elem_bytes != dt_bytes(r->pdt))
 		return px_fail(err, PX_ERR_RUNTIME, "a pipeline %s of %lld elements of %d bytes in "

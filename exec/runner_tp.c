@@ -91,11 +91,11 @@ int runner_tp_end(Runner *r, int i, PxError *err)
 		return -1;
 	}
 	const Op *left = r->tp_next < r->s->n ? &r->s->ops[r->tp_next] : NULL;
-	if (left && left->kind == OP_COLL && left->group == GROUP_TP && left->unit == r->tp_unit &&
-	    left->role != ROLE_GRAD_NORM && left->role != ROLE_OVERFLOW)
+	if (left && left->kind == OP_COLL && left->group == GROUP_TP && left->unit == r->tp_unit)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a tensor-parallel %s of %lld "
 			       "elements after unit %d's compute (op %d) that its kernels did not "
-			       "make", r->tp_next, coll_name(left->sub), (long long)left->elems, r->tp_unit, i);
+			       "make", r->tp_next, coll_name(left->sub), (long long)left->elems,
+			       r->tp_unit, i);
 	r->tp_skip = r->tp_next - (i + 1);
 	return 0;
 }
@@ -116,32 +116,42 @@ int runner_tp_pass(Runner *r, int i, PxError *err)
 
 static int by_lo(const void *a, const void *b)
 {
-	long long x = *(const long long *)a, y = *(const long long *)b;
+	long long x = ((const ElemRange *)a)->lo, y = ((const ElemRange *)b)->lo;
 	return (x > y) - (x < y);
 }
 
-/* The flat ranges of this stage's tensors whose shard is the whole tensor (norms, the row-split
- * layers' biases, the positions: the group holds them replicated), in order, into r->rep. */
+/* Which of unit u's tensors (in its storage order) every rank of the tensor-parallel group holds
+ * whole: those whose shard is the whole tensor (norms, the row-split layers' biases, the
+ * positions). Their count. */
+static int replicated_tensors(const Runner *r, int u, int rep[GPT_CPU_MAX_TENSORS])
+{
+	GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
+	int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
+	gpt_tp_unit_tensors(&r->cfg, r->gtp.t, u, shard);
+	for (int j = 0; j < k; j++)
+		rep[j] = shard[j].numel == whole[j].numel;
+	return k;
+}
+
+/* The flat ranges of this stage's replicated tensors (replicated_tensors), in order, into
+ * r->rep. */
 static int replicated_ranges(Runner *r)
 {
 	const Plan *p = r->p;
-	int t = r->gtp.t > 1 ? r->gtp.t : 1, n = 0;
+	int n = 0;
 	r->rep = calloc((size_t)p->n_units * GPT_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
 	if (!r->rep)
 		return -1;
-	for (int u = 0; t > 1 && u < p->n_units; u++) {
+	for (int u = 0; r->gtp.t > 1 && u < p->n_units; u++) {
 		if (p->units[u].stage != r->stage)
 			continue;
-		GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
-		int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
-		gpt_tp_unit_tensors(&r->cfg, t, u, shard);
+		int rep[GPT_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
 		long long off = p->units[u].flat_off;
-		for (int j = 0; j < k; j++) {
-			if (shard[j].numel == whole[j].numel) {
-				r->rep[n].lo = off;
-				r->rep[n++].hi = off + (long long)shard[j].numel;
-			}
-			off += (long long)shard[j].numel;
+		for (int j = 0; j < k && j < p->units[u].n_tensors; j++) {
+			long long len = p->units[u].tensor_local[j];
+			if (rep[j])
+				r->rep[n++] = (ElemRange){off, off + len};
+			off += len;
 		}
 	}
 	r->n_rep = n;
@@ -154,10 +164,8 @@ static void skip_slice(Runner *r, int *n, long long lo, long long hi, long long 
 		       long long len, long long part_off)
 {
 	long long a = lo > from ? lo : from, z = hi < from + len ? hi : from + len;
-	if (z > a) {
-		r->norm_skip[*n].lo = part_off + a - from;
-		r->norm_skip[(*n)++].hi = part_off + z - from;
-	}
+	if (z > a)
+		r->norm_skip[(*n)++] = (ElemRange){part_off + a - from, part_off + z - from};
 }
 
 /* ZeRO-3: the replicated tensors' pieces in this rank's partition (units' own flats and the
@@ -172,14 +180,12 @@ static int stage3_ranges(Runner *r)
 		return -1;
 	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
 		const UnitPlan *up = &p->units[u];
-		GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
-		int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
-		gpt_tp_unit_tensors(&r->cfg, t, u, shard);
+		int rep[GPT_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
 		long long o = 0, q = r->persist_off[u];
 		for (int j = 0; j < k && j < up->n_tensors; j++) {
 			long long len = up->tensor_local[j];
-			int persistent = (double)len <= p->sc->ds.zero.persistence_threshold_elems;
-			if (shard[j].numel == whole[j].numel) {
+			int persistent = is_persistent(r, len);
+			if (rep[j]) {
 				if (persistent)
 					skip_slice(r, &n, q, q + len, r->rank * r->persist_cnt,
 						   r->persist_cnt, r->st->persist_part_off);
@@ -212,12 +218,10 @@ int runner_norm_ranges(Runner *r)
 	if (!r->norm_skip)
 		return -1;
 	int n = 0;
-	if (r->replica_hi > r->replica_lo) {
-		r->norm_skip[n].lo = r->replica_lo;
-		r->norm_skip[n++].hi = r->replica_hi;
-	}
+	if (r->replica_hi > r->replica_lo)
+		r->norm_skip[n++] = (ElemRange){r->replica_lo, r->replica_hi};
 	for (int k = 0; r->gtp.r > 0 && k < r->n_rep; k++)
-		r->norm_skip[n].lo = r->rep[k].lo, r->norm_skip[n++].hi = r->rep[k].hi;
+		r->norm_skip[n++] = r->rep[k];
 	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
 	r->n_norm_skip = n;
 	return 0;
