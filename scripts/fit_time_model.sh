@@ -1,19 +1,26 @@
 #!/bin/sh
-# Fit the time model's two calibrated figures on the calibration tables only (docs/time_model.md,
-# "Against published runs"): compute.elementwise_forward (one figure for every GPU, backward twice
-# it) by grid, and for each grid point compute.sustained per GPU by scripts/fit_sustained.sh on
-#   A100: the 39 runs of MosaicML's "A100 40GB" table (scenarios/published/mosaicml/*-a100-40gb-*)
-#   H100: the 20 runs of its "H100 80GB BF16" table (8-64 GPUs)
+# Fit the time model's two calibrated figures on the calibration runs only (docs/time_model.md,
+# "Against published runs"; the split is scenarios/published/manifest.json's):
+# compute.elementwise_forward (one figure for every GPU, backward twice it) by grid, and for each
+# grid point compute.sustained per GPU by scripts/fit_sustained.sh on
+#   A100: the 39 runs of MosaicML's "A100 40GB" table (source mosaicml-a100-40gb)
+#   H100: the 20 runs of its "H100 80GB BF16" table, 8-64 GPUs (source mosaicml-h100)
 # Prints, per grid point, each GPU's sustained and mean |error|, and the point with the lowest
 # mean |error| over all 59 runs. The other tables and the Megatron, BLOOM and MT-NLG runs stay held
 # out. About 12 minutes on a 2-core machine.
 #   scripts/fit_time_model.sh [F...]     (default grid: 2 3 3.5 4 4.5 5)
 set -eu
 here=$(dirname "$0")
-dir=$here/../scenarios/published/mosaicml
-a100=$(ls "$dir"/*-a100-40gb-*.json)
-h100=$(grep -l "table 'H100 80GB BF16'," "$dir"/*.json)
-[ -n "$a100" ] && [ -n "$h100" ] || { echo "$0: calibration runs not found under $dir" >&2; exit 2; }
+root=$here/..
+manifest=$root/scenarios/published/manifest.json
+# the calibration runs of one source in the manifest (one run per line), as paths
+calibration() {
+	grep "\"source\": \"$1\", \"split\": \"calibration\"" "$manifest" |
+		sed -n "s|.*\"scenario\": \"\([^\"]*\)\".*|$root/\1|p"
+}
+a100=$(calibration mosaicml-a100-40gb)
+h100=$(calibration mosaicml-h100)
+[ -n "$a100" ] && [ -n "$h100" ] || { echo "$0: calibration runs not found in $manifest" >&2; exit 2; }
 grid=${*:-2 3 3.5 4 4.5 5}
 tmp=$(mktemp); out=$(mktemp); trap 'rm -f "$tmp" "$out"' EXIT
 printf '# %-11s %-26s %-26s %s\n' elementwise "A100-40GB sustained, error" "H100-SXM sustained, error" "all runs"

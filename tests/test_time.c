@@ -5,7 +5,6 @@
  * Expected values are derived by hand in each test's comment; the profiles' figures are cited in
  * scenarios/hardware/ and docs/time_model.md, the published runs in their scenarios' "_source". */
 #include <CUnit/CUnit.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -803,28 +802,19 @@ static double tally(ErrTally *t, double predicted, double published)
 	return e;
 }
 
-/* Large training runs whose throughput was published, as scenarios that carry the published
- * figure in "_published" and its source in "_source". None of them was used to set a profile:
- * they are held out. Sources: Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, the ten
+/* The published runs and their split come from one manifest (scenarios/published/manifest.json):
+ * every run there with a time metric is predicted with the default profiles and tallied by source
+ * and split. Sources: Narayanan et al. 2021 (SC'21, arXiv:2104.04473) Table 1, the ten
  * weak-scaling runs from 1.7B on 32 A100 to 1T on 3,072, and its section 5.1 estimate for GPT-3
  * 175B on 1,024 (140 TFLOP/s); Smith et al. 2022 (arXiv:2201.11990) section 2.4, MT-NLG 530B on
  * 280 DGX A100, 60.1 s per step; BigScience's BLOOM 176B on 384 A100, about 150 TFLOP/s (BLOOM
- * model page; arXiv:2211.05100 for the cluster). Throughputs count recompute, as the papers do. */
-static const char *const PUBLISHED[] = {
-	"scenarios/published/narayanan2021-gpt-1.7b.json",
-	"scenarios/published/narayanan2021-gpt-3.6b.json",
-	"scenarios/published/narayanan2021-gpt-7.5b.json",
-	"scenarios/published/narayanan2021-gpt-18.4b.json",
-	"scenarios/published/narayanan2021-gpt-39.1b.json",
-	"scenarios/published/narayanan2021-gpt-76.1b.json",
-	"scenarios/published/narayanan2021-gpt-145.6b.json",
-	"scenarios/published/narayanan2021-gpt-310.1b.json",
-	"scenarios/published/narayanan2021-gpt-529.6b.json",
-	"scenarios/published/narayanan2021-gpt-1008b.json",
-	"scenarios/gpt3-175b-tp8-pp8-a100.json",
-	"scenarios/mtnlg-530b-tp8-pp35-a100.json",
-	"scenarios/published/bloom-176b-tp4-pp12-a100.json",
-};
+ * model page; arXiv:2211.05100 for the cluster); MosaicML's llm-foundry FSDP benchmarks
+ * (scripts/train/benchmarking/README.md, commit c90b9b3): MPT models from 125M to 70B, seq 2048,
+ * FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP (ZeRO-2), FlashAttention, on 8 to 512 A100 or H100, one
+ * scenario per row. Two of MosaicML's four tables calibrated the profiles' "sustained" and the
+ * elementwise traffic (scripts/fit_time_model.sh): "A100 40GB" and "H100 80GB BF16" (8-64 GPUs).
+ * Everything else is held out. Throughputs count recompute, as the papers do. */
+#define MANIFEST "scenarios/published/manifest.json"
 
 /* The papers' hardware FLOPs per step with full recompute (Narayanan et al. 2021, section 5.1):
  * 96 B s l h^2 (1 + s/6h + V/16lh), B the batch in sequences. */
@@ -835,149 +825,144 @@ static double narayanan_flops(const Scenario *sc)
 	return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-/* Predict each run with the default profile, print it and tally predicted against published;
- * the FLOP count must be the papers' (else the TFLOP/s would not compare). Guards at today's
- * errors (docs/time_model.md: worst 21.0%, MT-NLG; mean 6.1%): 22% each and 7% mean, against
- * regressions. Three of the thirteen are outside the issue's 10% (the table shows which). */
-static void first_table_runs(ErrTally *t)
+/* The predicted figure for a run's published metric, after the checks that make the two
+ * comparable: for the papers' TFLOP/s and step times, the FLOP count must be the papers'; for
+ * MosaicML's tokens/s, the parameter count must be the table's NumParams (the scenario is the
+ * model that ran) and the run must fit (it ran). NAN for a metric this suite does not judge. */
+static double published_predicted(const PublishedRun *r, const char *metric)
 {
-	int n = (int)(sizeof(PUBLISHED) / sizeof(PUBLISHED[0]));
-	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
-	       "scenario", "GPUs", "metric", "published", "predicted", "error");
-	for (int i = 0; i < n; i++) {
-		PublishedRun r;
-		if (published_load(&r, px_test_path(PUBLISHED[i])))
-			continue;
-		const cJSON *tf = cJSON_GetObjectItemCaseSensitive(r.pub, "hw_tflops_per_gpu");
-		const cJSON *step = cJSON_GetObjectItemCaseSensitive(r.pub, "step_s");
-		CU_ASSERT_FATAL(cJSON_IsNumber(tf) || cJSON_IsNumber(step));
-		double gpus = (double)r.pr.plan.world, published, predicted;
-		CU_ASSERT_DOUBLE_EQUAL(r.pr.time.hw_flops_per_gpu * gpus / narayanan_flops(&r.sc), 1,
-				       0.02);
-		if (cJSON_IsNumber(tf))
-			published = tf->valuedouble, predicted = r.pr.time.hw_tflops_per_gpu;
-		else
-			published = step->valuedouble, predicted = r.pr.time.step_s;
-		double e = tally(t, predicted, published);
-		CU_ASSERT(fabs(e) <= 0.22);
-		const char *name = strrchr(PUBLISHED[i], '/') + 1;
-		printf("\n# %-40.*s %6.0f %-18s %10.1f %10.1f %+7.1f%%", (int)(strlen(name) - 5), name,
-		       gpus, cJSON_IsNumber(tf) ? "TFLOP/s per GPU" : "step s", published, predicted,
-		       100 * e);
-		published_free(&r);
+	const Prediction *pr = &r->pr;
+	if (!strcmp(metric, "hw_tflops_per_gpu") || !strcmp(metric, "step_s")) {
+		CU_ASSERT_DOUBLE_EQUAL(pr->time.hw_flops_per_gpu * (double)pr->plan.world /
+					       narayanan_flops(&r->sc), 1, 0.02);
+		return metric[0] == 'h' ? pr->time.hw_tflops_per_gpu : pr->time.step_s;
 	}
-	CU_ASSERT_EQUAL(t->n, n);
-	printf("\n# mean |error| %.1f%%, worst %.1f%% (target: every case under 10%%, mean under "
-	       "5%%) ", 100 * t->sum_abs / t->n, 100 * t->max_abs);
-	CU_ASSERT(t->sum_abs / t->n <= 0.07);
-}
-
-/* MosaicML's llm-foundry FSDP benchmarks (scripts/train/benchmarking/README.md, commit c90b9b3):
- * MPT models from 125M to 70B parameters, seq 2048, FULL_SHARD (ZeRO-3) or SHARD_GRAD_OP
- * (ZeRO-2), FlashAttention, on 8 to 512 A100 or H100; one scenario per row at seq 2048, the
- * published tokens/s per GPU in "_published". Two of the four tables calibrated the profiles'
- * "sustained" and the elementwise traffic (scripts/fit_time_model.sh): "A100 40GB" for the A100s
- * and "H100 80GB BF16" (8-64 GPUs) for the H100. The other two are held out: "H100 80GB BF16 (Large Scale, >= 128 GPUs)" and
- * "A100 80GB". */
-/* today 10.9% worst, 4.4% mean */
-#define HELD_MAX 0.12
-#define HELD_MEAN 0.05
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-#define MOSAIC_DIR "scenarios/published/mosaicml"
-
-/* 1 when the scenario's source table is one of the two held out, 0 when it calibrated. */
-static int mosaic_held_out(const char *source)
-{
-	return strstr(source, "table 'H100 80GB BF16 (Large Scale") != NULL ||
-	       strstr(source, "table 'A100 80GB") != NULL;
-}
-
-/* Predict one MosaicML run: its parameter count must be the table's NumParams (the scenario is
- * the model that ran), then its tokens/s per GPU are tallied in its set; held-out runs print. */
-static void mosaic_run(const char *path, ErrTally *held, ErrTally *cal)
-{
-	PublishedRun r;
-	if (published_load(&r, path))
-		return;
-	const cJSON *tps = cJSON_GetObjectItemCaseSensitive(r.pub, "tokens_per_s_per_gpu");
-	const cJSON *np = cJSON_GetObjectItemCaseSensitive(r.pub, "num_params");
-	CU_ASSERT_FATAL(cJSON_IsNumber(tps) && cJSON_IsNumber(np));
-	CU_ASSERT_EQUAL(r.pr.plan.n_params, (long long)np->valuedouble);
-	CU_ASSERT(r.pr.fits); /* every run ran */
-	double predicted = r.pr.time.tokens_per_s / (double)r.pr.plan.world;
-	int held_out = mosaic_held_out(r.src->valuestring);
-	double e = tally(held_out ? held : cal, predicted, tps->valuedouble);
-	if (held_out) {
-		const char *name = strrchr(path, '/') + 1;
-		printf("\n# %-40.*s %6lld %-18s %10.0f %10.0f %+7.1f%%", (int)(strlen(name) - 5), name,
-		       r.pr.plan.world, "tokens/s per GPU", tps->valuedouble, predicted, 100 * e);
+	if (!strcmp(metric, "tokens_per_s_per_gpu")) {
+		const cJSON *np = cJSON_GetObjectItemCaseSensitive(r->pub, "num_params");
+		CU_ASSERT_FATAL(cJSON_IsNumber(np));
+		CU_ASSERT_EQUAL(pr->plan.n_params, (long long)np->valuedouble);
+		CU_ASSERT(pr->fits);
+		return pr->time.tokens_per_s / (double)pr->plan.world;
 	}
-	published_free(&r);
+	return NAN;
 }
 
-/* Every MosaicML run, in name order, into the held-out or the calibration tally, the held-out
- * ones printed against the default profiles; then the calibration runs' fit: the geometric mean
- * of predicted over published on the tables that set "sustained" must be 1 within the 3 digits
- * the fit is rounded to (1%), else the profiles and the script disagree. Guards at today's
- * errors (docs/time_model.md). */
-static void mosaic_runs(ErrTally *held)
+/* One source's runs of one split (0 calibration, 1 held out, 2 held out but a near-copy of a
+ * calibration source: same chip, model family and scale). */
+typedef struct SourceTally {
+	char source[48];
+	int held_out;
+	ErrTally t;
+} SourceTally;
+
+static const char *const SPLIT_NAMES[] = {"calibration", "held-out", "near-copy"};
+
+static ErrTally *source_tally(SourceTally *st, int *n, int max, const char *source, int held_out)
 {
-	ErrTally cal = {0};
-	char dir[1024];
-	snprintf(dir, sizeof(dir), "%s", px_test_path(MOSAIC_DIR));
-	DIR *dp = opendir(dir);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(dp);
-	char **names = NULL;
-	int n = 0;
-	for (struct dirent *e; (e = readdir(dp));) {
-		size_t len = strlen(e->d_name);
-		if (len > 5 && !strcmp(e->d_name + len - 5, ".json")) {
-			names = realloc(names, (size_t)(n + 1) * sizeof(*names));
-			names[n++] = strdup(e->d_name);
-		}
-	}
-	closedir(dp);
-	qsort(names, (size_t)n, sizeof(*names), cmp_str);
-	printf("\n# held-out MosaicML FSDP runs (default profiles)\n# %-40s %6s %-18s %10s %10s %8s",
-	       "scenario", "GPUs", "metric", "published", "predicted", "error");
-	for (int i = 0; i < n; i++) {
-		char path[2048];
-		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-		mosaic_run(path, held, &cal);
-		free(names[i]);
-	}
-	free(names);
-	CU_ASSERT_EQUAL(held->n, 29);
-	CU_ASSERT_EQUAL(cal.n, 59);
-	printf("\n# held out: %d runs, mean |error| %.1f%%, worst %.1f%%; calibration: %d runs, mean "
-	       "|error| %.1f%%, geometric mean of predicted/published %.4f ", held->n,
-	       100 * held->sum_abs / held->n, 100 * held->max_abs, cal.n, 100 * cal.sum_abs / cal.n,
-	       exp(cal.sum_log / cal.n));
-	CU_ASSERT(fabs(cal.sum_log / cal.n) < 0.01);
-	CU_ASSERT(held->max_abs <= HELD_MAX);
-	CU_ASSERT(held->sum_abs / held->n <= HELD_MEAN);
+	for (int i = 0; i < *n; i++)
+		if (!strcmp(st[i].source, source) && st[i].held_out == held_out)
+			return &st[i].t;
+	CU_ASSERT_FATAL(*n < max);
+	SourceTally *s = &st[(*n)++];
+	memset(s, 0, sizeof(*s));
+	snprintf(s->source, sizeof(s->source), "%s", source);
+	s->held_out = held_out;
+	return &s->t;
 }
 
-/* Both held-out sets, each printed and guarded, then the issue's mean target over every
- * held-out run: the first table's 13 and MosaicML's 29 (its "A100 80GB" and large-scale H100
- * tables), under 5% on average. (Its other target, every run under 10%, is not met: three of the
- * first table's runs and one of MosaicML's are outside it.) */
+/* Guards against regressions at the errors of the time model when these runs were first judged
+ * (docs/time_model.md), not the targets, which are not met: the papers' runs 22% each and 7% mean
+ * (three of the thirteen are outside the issue's 10%: MT-NLG, the 1T and the 1.7B runs),
+ * MosaicML's held-out tables 12% each and 5% mean (one run is outside 10%), and the mean over
+ * every held-out run that is not a near-copy 6.5% (6.0% when the manifest first marked MosaicML's
+ * "A100 80GB" table a near-copy of its "A100 40GB" one; the issue's target is 5%). */
+#define PAPERS_MAX 0.22
+#define PAPERS_MEAN 0.07
+#define MOSAIC_HELD_MAX 0.12
+#define MOSAIC_HELD_MEAN 0.05
+#define HELD_MEAN_GUARD 0.065
+
+/* Every time run of the manifest predicted, printed and tallied by source and split; then the
+ * guards and the calibration fit (the geometric mean of predicted over published on the
+ * calibration tables must be 1 within the 3 digits the fit is rounded to, 1%, else the profiles
+ * and the script disagree). The issue's targets, every held-out run under 10% and their mean
+ * under 5%, are not met; the table shows which runs miss them. */
 static void test_published_runs(void)
 {
-	ErrTally first = {0}, held = {0};
-	first_table_runs(&first);
-	mosaic_runs(&held);
-	int n = first.n + held.n;
-	double mean = (first.sum_abs + held.sum_abs) / n;
-	printf("\n# all %d held-out runs: mean |error| %.2f%%, worst %.1f%% ", n, 100 * mean,
-	       100 * fmax(first.max_abs, held.max_abs));
-	CU_ASSERT_EQUAL(n, 42);
-	CU_ASSERT(mean < 0.05);
+	JsonDoc man;
+	PxError err = {0};
+	CU_ASSERT_FATAL(jdoc_load_file(&man, px_test_path(MANIFEST), &err) == 0);
+	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(man.root, "runs");
+	const cJSON *sources = cJSON_GetObjectItemCaseSensitive(man.root, "sources");
+	CU_ASSERT_FATAL(cJSON_IsArray(runs) && cJSON_IsObject(sources));
+	SourceTally st[16];
+	int n_src = 0;
+	ErrTally held = {0}, cal = {0}, near = {0}, papers = {0}, mosaic_held = {0};
+	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-20s %10s %10s %8s",
+	       "scenario", "GPUs", "metric", "published", "predicted", "error");
+	const cJSON *run;
+	cJSON_ArrayForEach(run, runs) {
+		const cJSON *path = cJSON_GetObjectItemCaseSensitive(run, "scenario");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(run, "source");
+		const cJSON *split = cJSON_GetObjectItemCaseSensitive(run, "split");
+		const cJSON *metric = cJSON_GetObjectItemCaseSensitive(run, "metric");
+		CU_ASSERT_FATAL(cJSON_IsString(path) && cJSON_IsString(src) && cJSON_IsString(split) &&
+				cJSON_IsString(metric));
+		CU_ASSERT(cJSON_HasObjectItem(sources, src->valuestring)); /* every source cited */
+		int held_out = !strcmp(split->valuestring, "held-out");
+		CU_ASSERT(held_out || !strcmp(split->valuestring, "calibration"));
+		const cJSON *copy = cJSON_GetObjectItemCaseSensitive(run, "near_copy_of");
+		if (copy) { /* of a calibration source the manifest names */
+			CU_ASSERT(held_out && cJSON_IsString(copy) &&
+				  cJSON_HasObjectItem(sources, copy->valuestring));
+			held_out = 2;
+		}
+		PublishedRun r;
+		if (published_load(&r, px_test_path(path->valuestring)))
+			continue;
+		double predicted = published_predicted(&r, metric->valuestring);
+		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(r.pub, metric->valuestring);
+		if (isnan(predicted)) { /* another suite's metric (inference) */
+			published_free(&r);
+			continue;
+		}
+		CU_ASSERT_FATAL(cJSON_IsNumber(pub));
+		ErrTally *split_t[] = {&cal, &held, &near};
+		double e = tally(split_t[held_out], predicted, pub->valuedouble);
+		tally(source_tally(st, &n_src, 16, src->valuestring, held_out), predicted,
+		      pub->valuedouble);
+		int mosaic = !strncmp(src->valuestring, "mosaicml", 8);
+		if (held_out) {
+			tally(mosaic ? &mosaic_held : &papers, predicted, pub->valuedouble);
+			CU_ASSERT(fabs(e) <= (mosaic ? MOSAIC_HELD_MAX : PAPERS_MAX));
+			const char *name = strrchr(path->valuestring, '/') + 1;
+			printf("\n# %-40.*s %6lld %-20s %10.1f %10.1f %+7.1f%%",
+			       (int)(strlen(name) - 5), name, r.pr.plan.world, metric->valuestring,
+			       pub->valuedouble, predicted, 100 * e);
+		}
+		published_free(&r);
+	}
+	printf("\n# by source:\n# %-22s %-12s %5s %12s %8s", "source", "split", "runs",
+	       "mean |error|", "worst");
+	for (int i = 0; i < n_src; i++)
+		printf("\n# %-22s %-12s %5d %11.1f%% %7.1f%%", st[i].source,
+		       SPLIT_NAMES[st[i].held_out], st[i].t.n,
+		       100 * st[i].t.sum_abs / st[i].t.n, 100 * st[i].t.max_abs);
+	printf("\n# all %d held-out runs: mean |error| %.2f%%, worst %.1f%% (target: each under 10%%, "
+	       "mean under 5%%); %d near-copies apart: mean %.1f%%; calibration: %d runs, mean "
+	       "|error| %.1f%%, geometric mean of predicted/published %.4f ", held.n,
+	       100 * held.sum_abs / held.n, 100 * held.max_abs, near.n, 100 * near.sum_abs / near.n,
+	       cal.n, 100 * cal.sum_abs / cal.n, exp(cal.sum_log / cal.n));
+	CU_ASSERT_EQUAL(held.n, 31);
+	CU_ASSERT_EQUAL(near.n, 11);
+	CU_ASSERT_EQUAL(papers.n, 13);
+	CU_ASSERT_EQUAL(mosaic_held.n, 29);
+	CU_ASSERT_EQUAL(cal.n, 59);
+	CU_ASSERT(papers.sum_abs / papers.n <= PAPERS_MEAN);
+	CU_ASSERT(mosaic_held.sum_abs / mosaic_held.n <= MOSAIC_HELD_MEAN);
+	CU_ASSERT(fabs(cal.sum_log / cal.n) < 0.01);
+	CU_ASSERT(held.sum_abs / held.n <= HELD_MEAN_GUARD);
+	jdoc_free(&man);
 }
 
 /* ---- failures ---- */
