@@ -677,15 +677,47 @@ static void micro_batch(Builder *b)
 	release(b, &hidden);
 }
 
+/* The receive step st starts from, if any (its micro-batch's ops): a forward's input from the
+ * previous stage, into a buffer kept until its backward; a backward's gradient from the next,
+ * into the set-up's buffer. */
+static void pipe_recv(Builder *b, const PipeStep *st, long long bsh)
+{
+	const Plan *p = b->p;
+	int j = st->chunk * (int)p->par.pp + b->stage, d = p->param_bytes;
+	b->mb = st->mb;
+	if (st->forward && j > 0) {
+		int *in = &b->pipe_in[st->mb * p->par.virtual_stages + st->chunk];
+		*in = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, p->chunk_bounds[j], (double)bsh * d);
+		coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *in, 0);
+	} else if (!st->forward && j < p->n_chunks - 1) {
+		coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, b->id_pipe_grad, 0);
+	}
+}
+
+/* Megatron's interleaved batches (schedules.py, forward_backward_pipelining_with_interleaving):
+ * in its steady state each iteration runs a forward and a backward and then exchanges, in one
+ * batch, both outputs and both inputs of the next iteration; warming up, a forward's batch
+ * receives the next forward's input, and the last warm-up batch the first backward's gradient
+ * too; cooling down, a backward's batch receives the next backward's. In this order's terms:
+ * the receives of step k, and of step k + 1 too when k is a forward that a backward follows,
+ * posted at the end of the step before k (a backward, or a forward another forward follows). */
+static void pipe_batch_recvs(Builder *b, const PipeStep *order, int n, int k, long long bsh)
+{
+	pipe_recv(b, &order[k], bsh);
+	if (order[k].forward && k + 1 < n && !order[k + 1].forward)
+		pipe_recv(b, &order[k + 1], bsh);
+}
+
 /* With pipelining: the stage's own order of forwards and backwards (pipeline.c), each step's
  * ops in the step's micro-batch. A chunk receives its input from the previous stage and sends
  * its output to the next, bsh elements per micro-batch each way; gradients come back the same
  * way. The boundary buffers are DeepSpeed's pipe engine's: the received input is kept until the
  * backward has sent its gradient, the sent output until the backward (its autograd root), the
  * received gradient lands in the set-up's buffer, and the input's gradient lives until it is
- * sent. The executor's hidden stream (x in the compute dtype, its gradient in fp32) lives for
- * each step, its scratch (exec_scratch_bytes) for each backward step and, on a tensor-parallel
- * rank, each forward step too. */
+ * sent (in the interleaved order, until the end of its step: below). The executor's hidden
+ * stream (x in the compute dtype, its gradient in fp32) lives for each step, its scratch
+ * (exec_scratch_bytes) for each backward step and, on a tensor-parallel rank, each forward step
+ * too. */
 static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;
@@ -697,6 +729,11 @@ static int pipelined(Builder *b, PxError *err)
 	if (!order)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	int n = pipe_order(p->par.schedule, pp, v, m, b->stage, order);
+	/* Megatron's interleaved order batches the sends of a forward-backward pair with the
+	 * receives of the next pair and waits for them all (batch_isend_irecv): the receives come
+	 * at the end of the step before (pipe_batch_recvs), and the sent input gradient lives until
+	 * then */
+	int batched = p->par.schedule == PIPE_INTERLEAVED, sent_grad = -1;
 
 	for (int k = 0; k < n; k++) {
 		const PipeStep *st = &order[k];
@@ -711,11 +748,11 @@ static int pipelined(Builder *b, PxError *err)
 		if (!st->forward || p->par.tp > 1)
 			scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1,
 					exec_scratch_bytes(p));
+		if (!batched)
+			pipe_recv(b, st, bsh);
+		else if (k == 0)
+			pipe_batch_recvs(b, order, n, 0, bsh);
 		if (st->forward) {
-			if (!first) {
-				*in = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, lo, (double)bsh * d);
-				coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *in, 0);
-			}
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
 			if (!last) {
@@ -723,19 +760,22 @@ static int pipelined(Builder *b, PxError *err)
 				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *out, 0);
 			}
 		} else {
-			if (!last)
-				coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, b->id_pipe_grad, 0);
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
 			release(b, out);
 			if (!first) {
-				int grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_INPUT_GRAD, lo,
-						 (double)bsh * d);
-				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, grad, 0);
-				release(b, &grad);
+				sent_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_INPUT_GRAD, lo,
+						  (double)bsh * d);
+				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, sent_grad, 0);
+				if (!batched)
+					release(b, &sent_grad);
 				release(b, in);
 			}
 		}
+		if (batched && k + 1 < n && (st->forward ? order[k + 1].forward : 1))
+			pipe_batch_recvs(b, order, n, k + 1, bsh);
+		release(b, &sent_grad);
+		b->mb = st->mb;
 		release(b, &scratch);
 		release(b, &hidden);
 	}

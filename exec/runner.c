@@ -38,11 +38,6 @@ int runner_supported(const Plan *p, PxError *err)
 		      "ones)";
 	else if (p->par.pp > 1 && (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
 		why = "pipeline parallelism without offload";
-	else if (p->par.pp > 1 && p->par.schedule == PIPE_INTERLEAVED)
-		/* a stage frees a sent gradient's buffer once its send completed, which in the
-		 * interleaved order waits for a receive its peer makes only after one of its own
-		 * sends is received: Megatron batches each send with the next receive */
-		why = "the GPipe and 1F1B pipeline orders (not interleaved 1F1B)";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
 	else if (p->ckpt_place != PLACE_GPU)
@@ -812,6 +807,7 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		 * repeat block loads each in turn: runner_step) */
 		if (r->slots > 1 && (op->unit == 0 || op->unit == r->head) && op->mb != r->tokens_mb)
 			load_micro_batch(r, r->data, r->step, op->mb);
+		runner_pipe_take(r, op);
 		runner_tp_begin(r, i);
 		if (op->sub == COMP_FWD)
 			forward(r, op);

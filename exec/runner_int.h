@@ -49,6 +49,8 @@ struct Runner {
 	PxError tp_err;
 	double tp_s;            /* time in the kernels' collectives, summed (op_s has it too) */
 	int stage, n_stages;    /* pipeline stage (the schedule's rank) and pp */
+	const Op *pipe_recvd[2]; /* received, for the next backward [0] and forward [1] to take
+				    into the hidden stream (runner_pipe_take); NULL: none waits */
 	int slots;              /* micro-batches with buffers of their own: m when pipelined, else
 				   1 (Op.mb) */
 	/* Flat ranges left out of this rank's share of the gradient norm, in order: a tied
@@ -197,6 +199,11 @@ void runner_optimize(Runner *r, StepResult *res);
  * gradient, through the op's buffer; a send is started into q (Pending), waited for where its
  * buffer is next freed or at the step's end. */
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
+/* Before a compute op: the received activation (before a forward) or gradient (before a
+ * recompute or backward) into the hidden stream, if one waits (a receive may come a step before
+ * its compute: Megatron's interleaved order batches it with the previous step's sends, before
+ * that step's hidden stream is released). */
+void runner_pipe_take(Runner *r, const Op *compute);
 /* The communicator of a pipeline-group collective op, NULL when it has none. */
 Comm *runner_pipe_comm(const Runner *r, const Op *op);
 

@@ -80,10 +80,7 @@ int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 	if (!send) {
 		if (comm_recv(c, buf, cnt, comm_dt(r->pdt), forward ? prev : next, err))
 			return -1;
-		if (forward)
-			r->cb->convert(r->cx, hidden_x(r), r->pdt, buf, r->pdt, cnt);
-		else
-			to_f32(r, hidden_dx(r), buf, cnt, r->pdt);
+		r->pipe_recvd[forward] = op;
 		return 0;
 	}
 	if (forward)
@@ -97,4 +94,19 @@ int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 		return -1;
 	r->n_pend++;
 	return 0;
+}
+
+void runner_pipe_take(Runner *r, const Op *compute)
+{
+	int forward = compute->sub == COMP_FWD;
+	const Op *op = r->pipe_recvd[forward];
+	if (!op)
+		return;
+	void *buf = r->buf[op->buf];
+	size_t cnt = (size_t)op->elems;
+	if (forward)
+		r->cb->convert(r->cx, hidden_x(r), r->pdt, buf, r->pdt, cnt);
+	else
+		to_f32(r, hidden_dx(r), buf, cnt, r->pdt);
+	r->pipe_recvd[forward] = NULL;
 }

@@ -293,14 +293,13 @@ static int gather_target(const StageSim *ss, const Op *op)
 	return op->unit;
 }
 
-/* Direction of a receive: the compute it feeds is a forward (activations from the previous
- * stage) or a recompute/backward (gradients from the next). -1 when no compute follows. */
-static int recv_forward(const StageSim *ss)
+/* A receive that no compute follows: a schedule error. */
+static int recv_fed(const StageSim *ss)
 {
 	for (int i = ss->w.i + 1; i < ss->s->n; i++)
 		if (ss->s->ops[i].kind == OP_COMPUTE)
-			return ss->s->ops[i].sub == COMP_FWD;
-	return -1;
+			return 1;
+	return 0;
 }
 
 static int log_send(SendLog *l, double end, double dur)
@@ -324,8 +323,9 @@ static int log_send(SendLog *l, double end, double dur)
 
 static int run_recv(Sim *sim, StageSim *ss, const Op *op, PxError *err)
 {
-	int fwd = recv_forward(ss);
-	if (fwd < 0)
+	int fwd = op->role == ROLE_FORWARD; /* activations from the previous stage, else gradients
+					       from the next */
+	if (!recv_fed(ss))
 		return px_fail(err, PX_ERR_RUNTIME, "stage %d, op %d: a pipeline receive that no "
 			       "compute follows", ss->stage, ss->w.i);
 	int from = fwd ? (ss->stage + sim->n - 1) % sim->n : (ss->stage + 1) % sim->n;

@@ -1,5 +1,6 @@
 /* Pipeline parallelism executed through `parallax run`: every rank runs its own stage's schedule
- * (GPipe and 1F1B over 2 and 4 stages, with data parallelism beside), the losses are a single
+ * (GPipe and 1F1B over 2 and 4 stages, Megatron's interleaved 1F1B over 2, with data parallelism
+ * beside), the losses are a single
  * rank's, and each rank's measured memory per category and communication equal the prediction
  * for its stage. Runs the release binary (PX_RUN_BIN), as the exec suite does. */
 #include <CUnit/CUnit.h>
@@ -28,6 +29,8 @@ static const char *scenario(const char *bf16)
 }
 
 #define LAYERS "--set model.n_layer=4"
+/* Megatron's interleaved 1F1B with two model chunks a stage: four chunks of one layer on pp 2 */
+#define INTERLEAVED "--set parallelism.pipeline_schedule=interleaved --set parallelism.virtual_stages=2"
 
 /* `run SCN --no-db --json` with 4 layers, for px_run_losses (static buffer). */
 static const char *run_base(const char *bf16)
@@ -58,6 +61,8 @@ static void test_pipe_losses_fp32(void)
 		{4, "--set parallelism.pp=4 --set parallelism.pipeline_schedule=gpipe"},
 		{4, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1"},
 		{4, "--set parallelism.pp=2 --set parallelism.rank_order=tp-dp-pp"},
+		{2, "--set parallelism.pp=2 " INTERLEAVED},
+		{4, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 " INTERLEAVED},
 	};
 	const char *base = run_base("false");
 	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
@@ -97,12 +102,13 @@ static void test_pipe_losses_bf16(void)
 static void test_pipe_measured_equals_predicted(void)
 {
 	static const struct {
-		int ranks, pp, dp, zero;
+		int ranks, pp, dp, zero, v;
 		const char *set;
 	} runs[] = {
-		{2, 2, 1, 0, "--set parallelism.pp=2"},
-		{4, 2, 2, 1, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1"},
-		{4, 4, 1, 0, "--set parallelism.pp=4 --set parallelism.pipeline_schedule=gpipe"},
+		{2, 2, 1, 0, 1, "--set parallelism.pp=2"},
+		{4, 2, 2, 1, 1, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1"},
+		{4, 4, 1, 0, 1, "--set parallelism.pp=4 --set parallelism.pipeline_schedule=gpipe"},
+		{2, 2, 1, 0, 2, "--set parallelism.pp=2 " INTERLEAVED},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -114,7 +120,10 @@ static void test_pipe_measured_equals_predicted(void)
 		for (int r = 0; r < runs[k].ranks; r++) {
 			int stage = r % runs[k].pp; /* tp-pp-dp: a pipeline's stages are consecutive */
 			int ends = stage == 0 || stage == runs[k].pp - 1;
-			double sends = m * ((stage < runs[k].pp - 1) + (stage > 0));
+			/* each of the stage's v chunks sends its activations unless it is the
+			 * model's last, its gradients unless it is the first (interleaved: the
+			 * first stage holds the first chunk, the last stage the last) */
+			double sends = m * (2 * runs[k].v - (stage == 0) - (stage == runs[k].pp - 1));
 			double reduce = (ends ? 128 * 64 * 4 : 0) + 4 + (runs[k].dp > 1 ? 4 : 0);
 			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_bytes", "measured", r), sends * bsh * 4);
 			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_recv_bytes", "measured", r), sends * bsh * 4);
@@ -140,13 +149,10 @@ static void test_pipe_measured_equals_predicted(void)
 }
 
 /* What the executor does not run with pipelining is refused before anything starts, naming it,
- * with exit status 2: the interleaved order, offload, ZeRO-2 (the simulator's own refusal),
- * experts. */
+ * with exit status 2: offload, ZeRO-2 (the simulator's own refusal), experts. */
 static void test_pipe_refuses(void)
 {
 	static const struct { int ranks; const char *set, *says; } runs[] = {
-		{2, "--set parallelism.pp=2 --set parallelism.pipeline_schedule=interleaved "
-		    "--set parallelism.virtual_stages=2", "the GPipe and 1F1B pipeline orders"},
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 --set "
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu",
 		 "pipeline parallelism without offload"},
@@ -168,7 +174,7 @@ static void test_pipe_refuses(void)
 
 int test_pipe_register(void)
 {
-	return PX_ADD_SUITE("pipe", {"fp32 losses of pp 2 and 4, GPipe and 1F1B, with dp 2",
+	return PX_ADD_SUITE("pipe", {"fp32 losses of pp 2 and 4, GPipe, 1F1B and interleaved, with dp 2",
 				     test_pipe_losses_fp32},
 			    {"bf16 losses of pp 2", test_pipe_losses_bf16},
 			    {"measured equals predicted, traffic by hand",
