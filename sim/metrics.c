@@ -85,6 +85,12 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 			"bytes");
 		n = put(m, n, "memory.gpu.runtime.nccl_bytes", c->nccl_buffers_bytes, "bytes");
 	}
+	if (sp->alloc_known) { /* PyTorch's caching allocator, modelled (sim/allocator.h) */
+		n = put(m, n, "memory.gpu.torch.max_allocated_bytes", sp->alloc.allocated_bytes,
+			"bytes");
+		n = put(m, n, "memory.gpu.torch.max_reserved_bytes", sp->alloc.reserved_bytes, "bytes");
+		n = put(m, n, "memory.gpu.smi_peak_bytes", sp->alloc.smi_bytes, "bytes");
+	}
 	n = put(m, n, "memory.gpu_capacity_bytes", pr->gpu_capacity_bytes, "bytes");
 	n = put(m, n, "memory.cpu_capacity_bytes", pr->cpu_capacity_bytes, "bytes");
 	n = put(m, n, "memory.nvme_capacity_bytes", pr->nvme_capacity_bytes, "bytes");

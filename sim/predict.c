@@ -13,6 +13,11 @@ static int price_stage(Prediction *pr, int s, int traffic, PxError *err)
 	if (traffic && sim_traffic(&sp->sched, p->spans, p->par.algo, p->sc->cluster.gpus_per_node,
 				   &sp->traffic, err))
 		return -1;
+	if (traffic && p->sc->backend == BACKEND_GPU) {
+		if (alloc_replay(&sp->sched, &sp->alloc, err))
+			return -1;
+		sp->alloc_known = 1;
+	}
 	sp->ideal = plan_stage_ideal(p, s);
 	moment_find(p, &sp->sched, &sp->mem, PLACE_GPU, &sp->gpu_moment);
 	sp->verdict = predict_gpu_verdict(sp->mem.place[PLACE_GPU].peak_bytes,

@@ -7,6 +7,7 @@
 
 #include "../engine/build.h"
 #include "../engine/plan.h"
+#include "allocator.h"
 #include "hwprofile.h"
 #include "memory.h"
 #include "moment.h"
@@ -34,6 +35,9 @@ typedef struct StagePrediction {
 	int fits_gpu, fits_cpu, fits_nvme, fits; /* within capacity (a tight GPU fits) */
 	Verdict verdict;
 	PeakMoment gpu_moment; /* when the GPU peak came */
+	AllocPeaks alloc;   /* the GPU's allocations through PyTorch's caching allocator (model) */
+	int alloc_known;    /* 1 when alloc holds them: a DeepSpeed (backend "gpu") scenario,
+			       predicted whole (not a sweep's fit-only point) */
 } StagePrediction;
 
 typedef struct Prediction {

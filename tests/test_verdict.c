@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../engine/schedule.h"
+#include "../sim/allocator.h"
 #include "suites.h"
 
 #define GiB 1073741824.0
@@ -315,6 +317,73 @@ static void test_plan_tight_choice(void)
 	}
 }
 
+/* PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): sizes rounded up to 512 bytes
+ * (round_size); a request of at most 1 MiB from the small pool's 2 MiB segments, one of up to
+ * 10 MiB from a 20 MiB segment, a larger one from a segment of its size rounded up to 2 MiB
+ * (get_allocation_size). */
+static void test_allocator_sizes(void)
+{
+	CU_ASSERT_EQUAL(alloc_round_bytes(0), 512);
+	CU_ASSERT_EQUAL(alloc_round_bytes(100), 512);
+	CU_ASSERT_EQUAL(alloc_round_bytes(512), 512);
+	CU_ASSERT_EQUAL(alloc_round_bytes(513), 1024);
+	CU_ASSERT_EQUAL(alloc_segment_bytes(512), 2 << 20);
+	CU_ASSERT_EQUAL(alloc_segment_bytes(1 << 20), 2 << 20);
+	CU_ASSERT_EQUAL(alloc_segment_bytes((1 << 20) + 512), 20 << 20);
+	CU_ASSERT_EQUAL(alloc_segment_bytes((10 << 20) - 512), 20 << 20);
+	CU_ASSERT_EQUAL(alloc_segment_bytes(10 << 20), 10 << 20);
+	CU_ASSERT_EQUAL(alloc_segment_bytes((10 << 20) + 512), 12 << 20);
+}
+
+static int gpu_alloc(Schedule *s, BufWhat what, double bytes)
+{
+	int id = -1;
+	CU_ASSERT_EQUAL(sched_alloc(s, PLACE_GPU, CAT_ACTIV, what, -1, bytes, &id), 0);
+	return id;
+}
+
+/* A sequence worked by hand with the allocator's rules (best fit, a large block split when more
+ * than 1 MiB is left, a small one when at least 512 bytes are, free neighbours merged):
+ *   context 500 MiB: outside the allocator (the driver's)
+ *   a 3 MiB: no cached block: a 20 MiB segment, split: a [0, 3), free [3, 20)
+ *   b 3 MiB: from the free 17 MiB, split: b [3, 6), free [6, 20)
+ *   free a; c 1.5 MiB: best fit is a's 3 MiB block (not the 14 MiB one), split: c [0, 1.5)
+ *   d 100 bytes: 512, from a new 2 MiB small segment
+ *   e 30 MiB + 1 byte: 30 MiB + 512, from a new 32 MiB segment, split (2 MiB - 512 left)
+ *     allocated b 3 + c 1.5 + e 30 MiB + 1024 bytes (d's and e's 512 each);
+ *     reserved 20 + 2 + 32 = 54 MiB in 3 segments; nvidia-smi 54 + 500 MiB
+ *   free c, free b: c's block merges with [1.5, 3), then b's with both sides: [0, 20) free
+ *   f 18 MiB: fits the merged 20 MiB block, split (2 MiB left): no new segment (without merging
+ *     it would map an 18 MiB one, reserving 72 MiB); allocated d + e + f = 48 MiB + 1024, the
+ *     peak. */
+static void test_allocator_replay(void)
+{
+	Schedule s;
+	sched_init(&s, 0);
+	int ctx = gpu_alloc(&s, BUF_CUDA_CONTEXT, 500 * MiB);
+	int a = gpu_alloc(&s, BUF_ACTIVATIONS, 3 * MiB);
+	int b = gpu_alloc(&s, BUF_ACTIVATIONS, 3 * MiB);
+	CU_ASSERT_EQUAL(sched_free_buf(&s, a), 0);
+	int c = gpu_alloc(&s, BUF_ACTIVATIONS, 1.5 * MiB);
+	int d = gpu_alloc(&s, BUF_ACTIVATIONS, 100);
+	int e = gpu_alloc(&s, BUF_ACTIVATIONS, 30 * MiB + 1);
+	CU_ASSERT_EQUAL(sched_free_buf(&s, c), 0);
+	CU_ASSERT_EQUAL(sched_free_buf(&s, b), 0);
+	int f = gpu_alloc(&s, BUF_ACTIVATIONS, 18 * MiB);
+	int ids[] = {f, e, d, ctx};
+	for (int i = 0; i < 4; i++)
+		CU_ASSERT_EQUAL(sched_free_buf(&s, ids[i]), 0);
+	AllocPeaks pk;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(alloc_replay(&s, &pk, &err), 0);
+	CU_ASSERT_EQUAL(pk.allocated_bytes, 48 * MiB + 1024);
+	CU_ASSERT_EQUAL(pk.reserved_bytes, 54 * MiB);
+	CU_ASSERT_EQUAL(pk.segments, 3);
+	CU_ASSERT_EQUAL(pk.outside_bytes, 500 * MiB);
+	CU_ASSERT_EQUAL(pk.smi_bytes, 554 * MiB);
+	sched_free(&s);
+}
+
 int test_verdict_register(void)
 {
 	return PX_ADD_SUITE("verdict", {"usable memory against its sources", test_usable_against_sources},
@@ -324,5 +393,7 @@ int test_verdict_register(void)
 			    {"moment: optimizer step", test_moment_optimizer_step},
 			    {"moment: last forward", test_moment_last_forward},
 			    {"sweep counts tight points", test_sweep_counts_tight},
-			    {"plan and --accept-tight", test_plan_tight_choice});
+			    {"plan and --accept-tight", test_plan_tight_choice},
+			    {"caching allocator: sizes", test_allocator_sizes},
+			    {"caching allocator: a replay by hand", test_allocator_replay});
 }
