@@ -524,7 +524,12 @@ static void forward_unit(Builder *b, int slot, int u)
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, is_block(p, u) ? BUF_ACTIVATIONS : BUF_ENDS,
 				  u, up->act_bytes);
 	}
+	/* selective recompute: the attention core still computes its scores forward, and
+	 * drops them once its output is made (Megatron runs it under checkpoint) */
+	int scores = is_block(p, u) && p->sc->ckpt == CKPT_SELECTIVE && up->score_bytes > 0 ?
+			     alloc(b, PLACE_GPU, CAT_ACTIV, BUF_SCORES, u, up->score_bytes) : -1;
 	compute(b, COMP_FWD, u, up->fwd_flops);
+	release(b, &scores);
 	tp_colls(b, u, ROLE_FORWARD);
 	moe_colls(b, u, ROLE_FORWARD);
 	release(b, &temp);

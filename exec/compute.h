@@ -76,6 +76,12 @@ typedef struct ComputeBackend {
 	void (*embed_forward)(void *ctx, const void *params, void *y, float *scratch);
 	void (*block_forward)(void *ctx, const void *params, const void *x, void *y, void *acts,
 			      float *scratch);
+	/* Selective recompute: from now on (until set again, NULL: inside acts) the blocks keep
+	 * their attention probabilities in att (B, NH, T, T), and acts holds only what precedes
+	 * them; block_scores rebuilds att from a block's kept q, k, v before its backward. NULL
+	 * where the backend has no such units (fp32 without tensor parallelism on the CPU only). */
+	void (*set_scores)(void *ctx, void *att);
+	void (*block_scores)(void *ctx, void *acts);
 	/* returns the mean loss over the B T targets (a synchronising call) */
 	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
 			      void *acts, float *scratch);

@@ -19,6 +19,7 @@ typedef struct CpuCtx {
 	ComputeShape sh;
 	const int *inputs, *targets; /* the caller's, valid until the next set_tokens */
 	GptTp tp;                    /* set_tp's; t > 1: the tensor-parallel units */
+	float *att;                  /* set_scores': the blocks' attention probabilities, apart */
 	Pool *pool[N_PLACES];        /* each place's memory, so that each has its own figures */
 	double held_peak_bytes;      /* all places' mapped bytes together, at their highest */
 } CpuCtx;
@@ -295,10 +296,24 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 	CpuCtx *c = ctx;
 	if (c->tp.t > 1)
 		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
+	else if (c->sh.dt == DT_FP32 && c->att)
+		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
 	else
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
+}
+
+/* fp32 units without tensor parallelism only (runner_supported) */
+static void cpu_set_scores(void *ctx, void *att)
+{
+	((CpuCtx *)ctx)->att = att;
+}
+
+static void cpu_block_scores(void *ctx, void *acts)
+{
+	CpuCtx *c = ctx;
+	gpt_cpu_block_scores(SHAPE(c), acts, c->att);
 }
 
 static float cpu_head_forward(void *ctx, const void *params, const void *wte, const void *x,
@@ -327,6 +342,8 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 	CpuCtx *c = ctx;
 	if (c->tp.t > 1)
 		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
+	else if (c->sh.dt == DT_FP32 && c->att)
+		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
 	else
@@ -389,6 +406,8 @@ const ComputeBackend compute_cpu_backend = {
 	.set_tp = cpu_set_tp,
 	.embed_forward = cpu_embed_forward,
 	.block_forward = cpu_block_forward,
+	.set_scores = cpu_set_scores,
+	.block_scores = cpu_block_scores,
 	.head_forward = cpu_head_forward,
 	.embed_backward = cpu_embed_backward,
 	.block_backward = cpu_block_backward,

@@ -56,8 +56,10 @@ int runner_supported(const Plan *p, PxError *err)
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
-	else if (sc->ckpt == CKPT_SELECTIVE)
-		why = "activation_checkpointing none or full";
+	else if (sc->ckpt == CKPT_SELECTIVE &&
+		 (sc->backend != BACKEND_CPU || ds->dtype != DT_FP32 || p->par.tp > 1))
+		why = "selective recompute in fp32 on backend \"cpu\" without tensor parallelism "
+		      "(the other units keep their scores inside their activations)";
 	else if (sc->attention != ATTN_EAGER)
 		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)
@@ -134,7 +136,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	if (own >= 0)
 		return (size_t)own;
 	switch (op->what) {
-	case BUF_ACTIVATIONS: return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
+	case BUF_ACTIVATIONS:
+		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* fp32: the scores apart (BUF_SCORES) */
+			return 4 * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
+		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
+	case BUF_SCORES: return 4 * (size_t)r->B * r->cfg.NH * r->T * r->T;
 	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
 	case BUF_CHECKPOINT: /* the block's input: this rank's rows under sequence parallelism */
 		return e * stream_elems(r);
@@ -187,6 +193,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
+	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
 	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[slot] = op->buf; break;
@@ -214,6 +221,10 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 static void do_free(Runner *r, int id)
 {
 	const Op *a = r->alloc_of[id];
+	if (id == r->id_scores) {
+		r->cb->set_scores(r->cx, NULL);
+		r->id_scores = -1;
+	}
 	arena_free(&r->arena, a->place, a->cat, r->buf[id], r->size[id]);
 	r->buf[id] = NULL;
 }
@@ -401,6 +412,10 @@ static void forward(Runner *r, const Op *op)
 
 static void recompute(Runner *r, const Op *op)
 {
+	if (r->id_scores >= 0) { /* selective: the attention core's scores */
+		r->cb->block_scores(r->cx, unit_buf(r, r->u_act, op));
+		return;
+	}
 	load_params(r, op->unit);
 	void *in = unit_buf(r, r->u_ckpt, op);
 	r->cb->block_forward(r->cx, r->buf[r->u_fp32[op->unit]], in, in, unit_buf(r, r->u_act, op),
@@ -1089,7 +1104,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
-	r->id_hidden = r->id_scratch = r->id_tied = -1;
+	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = -1;
 	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */
 	sched_walk_init(&w, s, 0);
 	for (int i; w.i < s->step_begin && (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w))

@@ -86,6 +86,7 @@ struct Runner {
 	const Op **alloc_of;
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
 	int id_grad32, id_hidden, id_scratch, id_tied;
+	int id_scores;          /* selective recompute: a block's scores while they live, else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a

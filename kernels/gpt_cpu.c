@@ -173,6 +173,13 @@ void gpt_cpu_embed_backward(const GptConfig *c, int B, int T, float *grads, cons
 void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params, const float *x,
 			   float *y, float *acts)
 {
+	gpt_cpu_block_forward_att(c, B, T, params, x, y, acts,
+				  acts + gpt_cpu_block_acts(c, B, T).att);
+}
+
+void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
+			       const float *x, float *y, float *acts, float *att)
+{
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
 	GptBlockLayout p = gpt_cpu_block_layout(c);
@@ -185,7 +192,7 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
 			      params + p.ln1_b, N, C);
 	ops_matmul_forward(acts + a.qkv, acts + a.ln1, params + p.qkv_w, params + p.qkv_b, N, C,
 			   3 * C);
-	ops_attention_forward(acts + a.atty, acts + a.att, acts + a.qkv, B, T, C, c->NH);
+	ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, C, c->NH);
 	ops_matmul_forward(acts + a.res2, acts + a.atty, params + p.proj_w, params + p.proj_b, N, C,
 			   C);
 	ops_residual_forward(acts + a.res2, acts + a.res2, acts + a.x_in, btc);
@@ -205,6 +212,22 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
  * no buffer of its own: once dx starts changing, dy is never read again. */
 void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *params, float *grads,
 			    const float *acts, const float *dy, float *dx, float *scratch)
+{
+	gpt_cpu_block_backward_att(c, B, T, params, grads, acts, acts + gpt_cpu_block_acts(c, B, T).att,
+				   dy, dx, scratch);
+}
+
+void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att)
+{
+	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
+	/* the same arithmetic as the forward's on the same kept q, k, v: the same bits, the
+	 * attention output rewritten with what it already holds */
+	ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
+}
+
+void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
+				float *grads, const float *acts, const float *att, const float *dy,
+				float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -231,7 +254,7 @@ void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *param
 	ops_matmul_backward(wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
 			    params + p.proj_w, N, C, C);
 	par_cpu_memset(wide_b, 0, 3 * btc * sizeof(float));
-	ops_attention_backward(wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH);
+	ops_attention_backward(wide_b, wide_a, acts + a.qkv, att, B, T, C, c->NH);
 	par_cpu_memset(wide_a, 0, btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 			    params + p.qkv_w, N, C, 3 * C);

@@ -110,6 +110,16 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
  * grads accumulated. scratch: gpt_cpu_scratch_bytes. */
 void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *params, float *grads,
 			    const float *acts, const float *dy, float *dx, float *scratch);
+/* Selective recompute (Korthikanti et al. 2022): the same block with the attention
+ * probabilities att (B, NH, T, T) apart from acts, which then needs only the elements before
+ * gpt_cpu_block_acts' att offset; and their rebuilding before the backward from the kept q, k, v
+ * (QK^T, softmax, softmax x V), bit for bit the forward's. */
+void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
+			       const float *x, float *y, float *acts, float *att);
+void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att);
+void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
+				float *grads, const float *acts, const float *att, const float *dy,
+				float *dx, float *scratch);
 
 /* Final norm, logits = ln_f(x) wte^T, softmax and the mean cross-entropy over the B T targets
  * (each in [0, V): gpt_cpu_check_tokens), which it returns. params: the head unit (final_norm
