@@ -51,6 +51,9 @@ DB  := results/parallax.db
 
 # every bundled scenario; the price list beside them is an input of sweep and plan, not a scenario
 SCENARIOS := $(sort $(filter-out scenarios/prices.json,$(wildcard scenarios/*.json)))
+# inference scenarios (an "inference" object) are predicted apart: predict takes one kind at a time
+INFER_SCENARIOS := $(sort $(wildcard scenarios/*-infer-*.json))
+SCENARIOS := $(filter-out $(INFER_SCENARIOS),$(SCENARIOS))
 
 .PHONY: all run test test-rel test-san test-run test-corpus install clean deps bench
 all: $(BIN)
@@ -110,7 +113,8 @@ test: test-rel test-san test-run test-corpus
 test-run: $(BIN)
 	@echo "== make run's scenarios (no database)"
 	@$(BIN) predict --no-db $(SCENARIOS) > /dev/null
-	@echo "all $(words $(SCENARIOS)) bundled scenarios priced"
+	@$(BIN) predict --no-db $(INFER_SCENARIOS) > /dev/null
+	@echo "all $(words $(SCENARIOS)) bundled training and $(words $(INFER_SCENARIOS)) inference scenarios priced"
 # every model config x every DeepSpeed config of the corpus: none refused that DeepSpeed accepts
 test-corpus: $(BIN)
 	@echo "== the model x ds_config corpus (scripts/corpus_check.sh)"
@@ -134,6 +138,7 @@ test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(NCCL_CHECK) $(
 run: $(BIN)
 	@mkdir -p results
 	$(BIN) predict --db $(DB) $(SCENARIOS)
+	$(BIN) predict --db $(DB) $(INFER_SCENARIOS)
 
 # Sweep throughput on one core over the GPT-3 13B / 64 A100 space (1.1M points), and again on a
 # tenth of it: points/s and peak memory side by side show the rate and that memory does not grow

@@ -10,6 +10,7 @@
 #include "../db/db.h"
 #include "commands.h"
 #include "hwload.h"
+#include "infer_report.h"
 #include "paths.h"
 #include "report.h"
 #include "store.h"
@@ -51,6 +52,11 @@ static const char USAGE[] =
 	"not found as given is looked for in $PARALLAX_PATH and the bundled scenarios (an\n"
 	"installed binary's share/parallax), so `parallax predict llama2-13b-zero3-h100.json`\n"
 	"works from any folder.\n"
+	"An inference scenario (one with an \"inference\" object: DeepSpeed-Inference's keys, a\n"
+	"workload of batch, prompt and output tokens) is predicted as serving: memory per GPU,\n"
+	"the largest batch and context that fit, time to first token, time per output token,\n"
+	"latency and tokens/s (docs/inference.md); all the scenarios given must then be\n"
+	"inference ones, and --timeline and --keep-going do not apply.\n"
 	"Exit status: 0 ok, 1 runtime failure (database, memory), 2 bad input.\n";
 
 typedef struct PredictOpts {
@@ -305,6 +311,20 @@ int cmd_predict(int argc, char **argv)
 		return rc;
 	}
 	int n = argc - optind;
+	char first[PATH_MAX];
+	int infer = infer_scenario_is(paths_find_input(argv[optind], first, sizeof(first)), &err);
+	if (infer > 0) { /* serving: its own flow (cli/infer_report.c) */
+		InferPredictOpts io = {&o.ov, o.json, o.no_db, o.db_path, o.hw};
+		if (o.keep_going || o.timeline) {
+			fprintf(stderr, "parallax predict: --keep-going and --timeline are for training "
+				"scenarios; %s is an inference one\n", argv[optind]);
+			rc = 2;
+		} else {
+			rc = infer_predict_command(&io, argv + optind, n);
+		}
+		jov_free(&o.ov);
+		return rc;
+	}
 	if (o.keep_going) {
 		rc = predict_each(&o, argv + optind, n);
 		jov_free(&o.ov);

@@ -175,6 +175,12 @@ void sched_grads_to(Schedule *s, int buf, int64_t off)
 	s->valid = 0;
 }
 
+void sched_set_role(Schedule *s, OpRole role)
+{
+	s->ops[s->n - 1].role = (uint8_t)role;
+	s->valid = 0;
+}
+
 void sched_set_mb(Schedule *s, int mb)
 {
 	s->ops[s->n - 1].mb = mb;
@@ -392,7 +398,8 @@ const char *buf_name(BufWhat w)
 		"reduce_bucket", "activations", "checkpoint", "ends_activations", "swap_buffers",
 		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
 		"error_feedback", "optimizer_step_temp", "unit_fp32_grads", "pipe_input",
-		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores"};
+		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores",
+		"kv_cache", "quant_scales", "dequant_weight", "load_staging"};
 	return NAME_OF(n, w);
 }
 
@@ -413,7 +420,8 @@ const char *role_name(OpRole r)
 {
 	static const char *const n[] = {"none", "forward", "recompute", "backward", "prefetch",
 					"grad_reduce", "overflow", "grad_norm", "optimizer",
-					"param_update", "tied_grads"};
+					"param_update", "tied_grads", "weight_load", "prefill",
+					"decode"};
 	return NAME_OF(n, r);
 }
 

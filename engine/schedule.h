@@ -90,6 +90,12 @@ typedef enum {
 			      _allreduce_layernorm_grads coalesces them) */
 	BUF_SCORES,        /* selective recompute: a block's attention scores rebuilt before its
 			      backward, freed after it */
+	/* inference (engine/infer_build.c) */
+	BUF_KV_CACHE,      /* a unit's keys and values of every cached token, for every sequence */
+	BUF_QUANT_SCALES,  /* a unit's quantization scales (and minimums) of its quantized weights */
+	BUF_DEQUANT,       /* the compute-dtype copy a quantized linear's weight is dequantized
+			      into before its GEMM (DeepSpeed's unfused weight quantization) */
+	BUF_LOAD_STAGING,  /* a unit's weights in the checkpoint's dtype while they are quantized */
 	N_BUFS
 } BufWhat;
 
@@ -116,6 +122,10 @@ typedef enum {
 			      the word embedding's on the first and the last pipeline stage, over
 			      the nranks (2) ranks of the pipeline group holding one (Megatron's
 			      embedding group, DeepSpeed's tied_comms) */
+	/* inference (engine/infer_build.c) */
+	ROLE_WEIGHT_LOAD,  /* a unit's weights copied in from the host at start-up */
+	ROLE_PREFILL,      /* a unit's forward over the prompt, and its tensor-parallel collectives */
+	ROLE_DECODE,       /* a unit's forward for one generated token, and its collectives */
 	N_ROLES
 } OpRole;
 
@@ -211,6 +221,8 @@ int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf
 int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
 /* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
 void sched_grads_to(Schedule *s, int buf, int64_t off);
+/* The last op (a compute) has role instead of its CompKind's (inference's prefill and decode). */
+void sched_set_role(Schedule *s, OpRole role);
 /* The last op (an allocation or a compute) belongs to micro-batch mb (Op.mb). */
 void sched_set_mb(Schedule *s, int mb);
 int sched_loop(Schedule *s, int64_t count);

@@ -11,6 +11,7 @@
 
 #include "../engine/streams.h"
 #include "fixtures.h"
+#include "../engine/infer_scenario.h"
 #include "suites.h"
 
 /* ---- the walk, on hand-written schedules ---- */
@@ -325,6 +326,8 @@ static void test_bundled_statements(void)
 		if (len < 6 || strcmp(e->d_name + len - 5, ".json") || !strcmp(e->d_name, "prices.json"))
 			continue;
 		snprintf(rel, sizeof(rel), "scenarios/%s", e->d_name);
+		if (infer_scenario_is(px_test_path(rel), NULL) == 1)
+			continue; /* serving, not a training step (the infer suite's) */
 		check_scenario(px_test_path(rel), &tiled);
 		n++;
 	}

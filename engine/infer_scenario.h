@@ -1,0 +1,73 @@
+/* infer_scenario: one inference scenario = model x DeepSpeed-Inference config x cluster x workload.
+ * Owns reading the scenario file (its "model" and "cluster" sections as a training scenario has
+ * them, an "inference" object in deepspeed.init_inference's own keys, a "workload"), checking
+ * every key and refusing what is not modelled yet. It does not build the schedule
+ * (infer_build.c) nor price it (sim/infer_sim.c). Keys and defaults: docs/inference.md. */
+#ifndef PX_INFER_SCENARIO_H
+#define PX_INFER_SCENARIO_H
+
+#include "cluster.h"
+#include "jdoc.h"
+#include "model.h"
+
+/* The weights' dtype as deepspeed/inference/config.py's DtypeEnum names it; int8 is its
+ * int8-kernel path (kernel injection, MoQ): int8 weights, fp16 compute and KV cache. */
+typedef enum { IDT_FP32, IDT_FP16, IDT_BF16, IDT_INT8 } InferDtype;
+
+/* How the weights are quantized: not at all; DeepSpeed's int8 kernels (dtype int8: symmetric,
+ * q_groups scales per matrix, dequantized inside the GEMM); or its post-training weight
+ * quantization (quant.weight.quantized_initialization: 4 or 8 bits, asymmetric, a scale and a
+ * minimum in the compute dtype per group of group_size elements, each linear's weight
+ * dequantized into a temporary copy before its GEMM, deepspeed/inference/quantization/utils.py). */
+typedef enum { IQ_NONE, IQ_INT8_KERNEL, IQ_GROUPWISE } InferQuant;
+
+typedef struct InferConfig {
+	long long tp;             /* tensor_parallel.tp_size, or the deprecated mp_size */
+	InferDtype dtype;
+	int kernel_inject;        /* replace_with_kernel_inject */
+	InferQuant quant;
+	int quant_bits;           /* 8 or 4; 0 without quantization */
+	long long q_groups;       /* IQ_INT8_KERNEL: scale groups per weight matrix */
+	long long group_elems;    /* IQ_GROUPWISE: elements per group */
+	long long max_out_tokens; /* prompt and generated tokens the kernels reserve (default 1024) */
+} InferConfig;
+
+/* A fixed batch: batch sequences, each a prompt of prompt_tokens and output_tokens generated
+ * (the first by prefill, the rest by one decode step each). */
+typedef struct InferWorkload {
+	long long batch, prompt_tokens, output_tokens;
+} InferWorkload;
+
+enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };
+
+typedef struct InferScenario {
+	char name[128];
+	char path[1024];
+	JsonDoc docs[IS_N_DOCS];
+	JsonOverrides ov;         /* a copy of the --set list */
+	ModelSpec model;
+	ClusterSpec cluster;
+	InferConfig inf;
+	InferWorkload wl;
+	PxNotes notes;
+} InferScenario;
+
+/* Whether the JSON file at path is an inference scenario (an object with an "inference" key):
+ * 1 or 0; -1 with err when it cannot be read or parsed. */
+int infer_scenario_is(const char *path, PxError *err);
+
+/* Load path with the overrides ov (keys of the scenario, "model.KEY", "cluster.KEY",
+ * "inference.KEY", "workload.KEY"); errors (PX_ERR_INPUT) name file:line:col, the key and what
+ * was expected. On error the scenario is freed. */
+int infer_scenario_load(InferScenario *sc, const char *path, const JsonOverrides *ov,
+			PxError *err);
+void infer_scenario_free(InferScenario *sc);
+
+const char *infer_dtype_name(InferDtype d);
+/* Bytes of one element of the compute dtype (activations, KV cache): int8 computes in fp16. */
+int infer_compute_bytes(InferDtype d);
+
+/* The scenario as compact JSON with sections inlined and a "resolved" object; caller frees. */
+char *infer_scenario_resolved_json(const InferScenario *sc);
+
+#endif

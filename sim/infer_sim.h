@@ -1,0 +1,61 @@
+/* infer_sim: prices an inference schedule (engine/infer_build.h). Owns the memory per GPU (the
+ * memory replay of the schedule, the fit verdict, the largest batch at the workload's context
+ * and the longest context at its batch) and the time: each op's roofline (FLOPs against the
+ * dtype's peak and the profile's GEMM curve, bytes against HBM, collectives over NVLink), time
+ * to first token, time per output token, latency and tokens/s, with the resource that bounds
+ * each phase. Printing and storing are the CLI's. Formulas and calibration: docs/inference.md. */
+#ifndef PX_SIM_INFER_SIM_H
+#define PX_SIM_INFER_SIM_H
+
+#include "../engine/infer_build.h"
+#include "hwprofile.h"
+#include "memory.h"
+#include "predict.h"
+
+/* What bounds an op, and a phase (the resource with the largest share of its time): compute,
+ * HBM bandwidth, the tensor-parallel collectives, or the fixed per-unit time of launching a
+ * forward's kernels. */
+typedef enum { BOUND_COMPUTE, BOUND_MEMORY, BOUND_COMM, BOUND_LAUNCH, N_BOUNDS } InferBound;
+
+/* The two figures chosen on the calibration runs of scenarios/published/manifest.json (source
+ * nemo-llama2-inference, split calibration) and nowhere else; docs/inference.md shows the fit.
+ * HBM_FRACTION: what inference's kernels stream of the profile's HBM rate; UNIT_LAUNCH_S: the
+ * fixed time of each unit's forward (its kernels' launches and synchronisation). */
+#define INFER_HBM_FRACTION 1.05
+#define INFER_UNIT_LAUNCH_S 100e-6
+
+typedef struct InferPhase {
+	double s;                  /* one prefill, or one decode step */
+	double bound_s[N_BOUNDS];  /* of s: the ops each resource bounds, collectives, launches */
+	double flops, bytes, comm_bytes; /* this rank's */
+	InferBound bound;
+} InferPhase;
+
+typedef struct InferPrediction {
+	InferPlan plan;
+	Schedule sched;            /* rank 0's: every rank of every replica runs the same */
+	MemResult mem;
+	double gpu_capacity_bytes; /* GpuSpec.usable_bytes */
+	double peak_bytes, load_peak_bytes; /* the replay's: all of it, and before the step */
+	Verdict verdict;
+	long long max_batch;       /* sequences at the workload's context that fit (0: none) */
+	long long max_ctx;         /* tokens per sequence at the workload's batch that fit */
+	InferPhase prefill, decode;
+	double ttft_s, tpot_s, latency_s;
+	double tokens_per_s_replica, tokens_per_s_gpu, tokens_per_s_node; /* generated tokens */
+	char hw_source[256];
+} InferPrediction;
+
+/* Plan, build and price sc with the profile hw (NULL: the GPU's built-in one; source names it).
+ * 0, or -1 with err. Free with infer_predict_free (also after a failure). */
+int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *source,
+		  InferPrediction *pr, PxError *err);
+void infer_predict_free(InferPrediction *pr);
+
+const char *infer_bound_name(InferBound b);
+
+/* The time of one collective of `bytes` over n ranks of one node (ring; an all-reduce inside an
+ * NVLink domain at the profile's allreduce_scale), as sim/opcost.c prices a training one. */
+double infer_coll_s(const HwProfile *hw, const GpuSpec *gpu, CollKind kind, int n, double bytes);
+
+#endif
