@@ -358,9 +358,11 @@ static int small_tp(Scenario *sc, Prediction *pr, int t, const char *ckpt, const
  * block's backward. On each of t ranks (a/t heads) that is 4 b s^2 h / t FLOPs (two products of
  * 2 b s^2 h over all heads) and 5 a s^2 b / t bytes of scores (softmax output and dropout output
  * in 16 bits, the dropout mask in 1 byte: Korthikanti's 5as^2b), here b = 2, s = 512, h = 256,
- * a = 8: 2^29 / t FLOPs, 20,971,520 / t bytes. In the schedule's micro-batch body each block 4..1
- * has: the scores allocated (GPU, activations), the recompute, the block's backward, the scores
- * freed before the next compute; no collective recomputes (Q, K and V are kept on the rank). No
+ * a = 8: 2^29 / t FLOPs, 20,971,520 / t bytes. In the schedule's micro-batch body each block 1..4
+ * forward holds its scores only while its compute runs (Megatron computes them under checkpoint
+ * and drops them); each block 4..1 backward has: the scores allocated (GPU, activations), the
+ * recompute, the block's backward, the scores freed before the next compute; no collective
+ * recomputes (Q, K and V are kept on the rank). No
  * such op without recompute, under full recompute (which recomputes the whole block, its forward
  * FLOPs) or with FlashAttention (no scores kept; its backward kernel recomputes them). */
 static void check_selective(int t, const char *ckpt, const char *attention, int expect)
@@ -371,7 +373,7 @@ static void check_selective(int t, const char *ckpt, const char *attention, int 
 		return;
 	const Schedule *s = &pr.stages[0].sched;
 	const double flops = 536870912.0 / t, bytes = 20971520.0 / t;
-	int found = 0, next_unit = 4, scores_buf = -1, freed = 1, pending_bwd = 0;
+	int found = 0, forwards = 0, next_unit = 4, scores_buf = -1, freed = 1, pending_bwd = 0;
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_ALLOC && op->what == BUF_SCORES) {
@@ -379,8 +381,15 @@ static void check_selective(int t, const char *ckpt, const char *attention, int 
 			CU_ASSERT_EQUAL(op->place, PLACE_GPU);
 			CU_ASSERT_EQUAL(op->cat, CAT_ACTIV);
 			CU_ASSERT_EQUAL(op->bytes, bytes);
-			CU_ASSERT(i + 1 < s->n && s->ops[i + 1].kind == OP_COMPUTE &&
-				  s->ops[i + 1].sub == COMP_RECOMPUTE && s->ops[i + 1].unit == op->unit);
+			const Op *next = i + 2 < s->n ? &s->ops[i + 1] : NULL;
+			CU_ASSERT_FATAL(next && next->kind == OP_COMPUTE && next->unit == op->unit);
+			if (next->sub == COMP_FWD) { /* the forward's, freed right after it */
+				CU_ASSERT(s->ops[i + 2].kind == OP_FREE && s->ops[i + 2].buf == op->buf);
+				forwards++;
+				i += 2;
+				continue;
+			}
+			CU_ASSERT_EQUAL(next->sub, COMP_RECOMPUTE);
 			scores_buf = op->buf, freed = 0;
 		} else if (op->kind == OP_FREE && op->buf == scores_buf) {
 			CU_ASSERT_FALSE(pending_bwd); /* after the block's backward */
@@ -407,6 +416,7 @@ static void check_selective(int t, const char *ckpt, const char *attention, int 
 		}
 	}
 	CU_ASSERT_EQUAL(found, expect ? 4 : 0); /* once in the repeated micro-batch body */
+	CU_ASSERT_EQUAL(forwards, expect ? 4 : 0);
 	CU_ASSERT(freed);
 	fx_free(&sc, &pr);
 }
