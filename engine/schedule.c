@@ -413,7 +413,8 @@ const char *role_name(OpRole r)
 {
 	static const char *const n[] = {"none", "forward", "recompute", "backward", "prefetch",
 					"grad_reduce", "overflow", "grad_norm", "optimizer",
-					"param_update", "tied_grads"};
+					"param_update", "tied_grads", "onebit_signs", "onebit_scales",
+					"onebit_server_signs", "onebit_server_scales"};
 	return NAME_OF(n, r);
 }
 

@@ -116,6 +116,14 @@ typedef enum {
 			      the word embedding's on the first and the last pipeline stage, over
 			      the nranks (2) ranks of the pipeline group holding one (Megatron's
 			      embedding group, DeepSpeed's tied_comms) */
+	/* the 1-bit optimizers' compressed all-reduce (engine/onebit.h), four collectives over the
+	 * data-parallel group working on one tensor's (or flat's) worker and server errors: */
+	ROLE_ONEBIT_SIGNS,        /* phase 1: each rank's packed sign bits, chunk j to rank j
+				     (all-to-all; elems are bytes) */
+	ROLE_ONEBIT_SCALES,       /* phase 1: each rank's one fp32 scale (all-gather) */
+	ROLE_ONEBIT_SERVER_SIGNS, /* phase 2: each chunk owner's recompressed signs (all-gather;
+				     elems are bytes) */
+	ROLE_ONEBIT_SERVER_SCALES, /* phase 2: each chunk owner's fp32 scale (all-gather) */
 	N_ROLES
 } OpRole;
 
