@@ -257,7 +257,8 @@ static void test_paper_reduction(void)
 	fx_free(&sc, &pr);
 }
 
-/* parallax predict: the table's section and the JSON twin; a bad freeze_step exits 2 naming it. */
+/* parallax predict: the table's section and the JSON twin; a bad freeze_step exits 2 naming it;
+ * parallax run refuses the 1-bit optimizers. */
 static void test_cli(void)
 {
 	static char out[1 << 17];
@@ -272,6 +273,11 @@ static void test_cli(void)
 	PX_ASSERT_HAS(out, "\"onebit\":");
 	PX_ASSERT_HAS(out, "\"dp_volume_reduction\":");
 	PX_ASSERT_HAS(out, "\"steps_from\":\t\"training_args.max_steps\"");
+
+	/* the executor refuses the 1-bit optimizers by name (exit 2): it does not run them yet */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
+					 path), 2);
+	PX_ASSERT_HAS(out, "the executor runs no 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb)");
 
 	char *at = strstr(json, "\"freeze_step\": 10");
 	CU_ASSERT_FATAL(at != NULL);
