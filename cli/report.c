@@ -287,6 +287,7 @@ void report_table(FILE *f, const Scenario *sc, const Prediction *pr)
 	memory_table(f, pr);
 	stage_table(f, pr);
 	comm_table(f, pr);
+	report_onebit_table(f, pr);
 	time_table(f, sc, pr);
 	fprintf(f, "\n# %s on %s: peak %.2f GiB of %.2f GiB usable per GPU (margin %.0f%%, %.2f "
 		"GiB): %s\n", sc->name, sc->cluster.gpu.name,
@@ -454,6 +455,9 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 			cJSON_AddItemToArray(stages, o);
 		}
 	}
+	cJSON *onebit = report_onebit_json(pr);
+	if (onebit)
+		cJSON_AddItemToObject(j, "onebit", onebit);
 	cJSON *notes = cJSON_AddObjectToObject(j, "notes");
 	cJSON_AddItemToObject(notes, "not_modelled",
 			      string_array(sc->notes.not_modelled, sc->notes.n_not_modelled));

@@ -15,5 +15,9 @@ void report_summary_header(FILE *f);
 void report_summary_line(FILE *f, const Scenario *sc, const Prediction *pr);
 /* The JSON twin; caller frees with cJSON_Delete. */
 cJSON *report_json(const Scenario *sc, const Prediction *pr);
+/* The 1-bit optimizers' kinds of step and run average (report_onebit.c): nothing, or NULL, when
+ * the prediction has none. */
+void report_onebit_table(FILE *f, const Prediction *pr);
+cJSON *report_onebit_json(const Prediction *pr);
 
 #endif

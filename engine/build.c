@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "onebit.h"
+#include "optim.h"
 #include "pipeline.h"
 
 #define MAX_PENDING 64
@@ -39,6 +41,7 @@ typedef struct Builder {
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
 	int id_gradpart;        /* stage 2-3's gradient partition on the device, -1 when none */
+	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
 
@@ -179,7 +182,8 @@ static void setup(Builder *b)
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, part * p->master_bytes);
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, st->opt_state_bytes);
 	if (st->error_feedback_bytes > 0)
-		alloc(b, p->opt_place, CAT_OPTIM, BUF_ERROR_FEEDBACK, -1, st->error_feedback_bytes);
+		b->id_ef = alloc(b, p->opt_place, CAT_OPTIM, BUF_ERROR_FEEDBACK, -1,
+				 st->error_feedback_bytes);
 	if (p->opt_place == PLACE_NVME) { /* each swap buffer holds one fp32 tensor of a sub-group */
 		/* stage3.py closes a sub-group once it reaches sub_group_size, so the largest is at
 		 * least one parameter's partition (sub_group_size 0: every parameter alone) */
@@ -805,6 +809,54 @@ static void chunked(Builder *b, CollKind kind, OpRole role, CommGroup g, long lo
 	}
 }
 
+/* ---- the 1-bit optimizers' compressed all-reduce ---- */
+
+/* One compressed all-reduce (onebit.h) of elems elements whose worker error starts at element
+ * w_off of the error buffer and server error at s_off. */
+static void onebit_allreduce(Builder *b, long long elems, long long w_off, long long s_off)
+{
+	OneBitVolume v = onebit_volume(elems, b->p->dp);
+	if (v.padded_elems == 0)
+		return;
+	coll(b, COLL_ALL_TO_ALL, ROLE_ONEBIT_SIGNS, GROUP_DP, -1, v.sign_bytes, 1, b->id_ef, w_off);
+	coll(b, COLL_ALL_GATHER, ROLE_ONEBIT_SCALES, GROUP_DP, -1, b->p->dp, 4, -1, 0);
+	coll(b, COLL_ALL_GATHER, ROLE_ONEBIT_SERVER_SIGNS, GROUP_DP, -1, v.sign_bytes, 1, b->id_ef,
+	     s_off);
+	coll(b, COLL_ALL_GATHER, ROLE_ONEBIT_SERVER_SCALES, GROUP_DP, -1, b->p->dp, 4, -1, 0);
+}
+
+/* The compressed step's exchange: one compressed all-reduce per parameter tensor in forward order
+ * (OnebitAdam, ZeroOneAdam in fp32: each tensor's state), or one of the flat (OnebitLamb's fused
+ * momentum; FP16_Optimizer's one fp32 flat per group). The error buffer holds the worker errors
+ * one after another, then the server errors in the same order (plan.c sized it). */
+static void onebit_exchange(Builder *b)
+{
+	const Plan *p = b->p;
+	const StagePlan *st = &p->stages[b->stage];
+	long long local = st->local_dense + st->local_expert, n = p->dp;
+	if (p->sc->ds.opt->error_feedback == EF_FLAT || p->mixed) {
+		long long padded = optim_onebit_padded_elems(local, n);
+		onebit_allreduce(b, local, 0, padded);
+		return;
+	}
+	long long total = 0, w_off = 0, s_off;
+	for (int u = 0; u < p->n_units; u++)
+		for (int i = 0; p->units[u].stage == b->stage && i < p->units[u].n_tensors; i++)
+			if (p->units[u].tensor_local[i] > 0)
+				total += optim_onebit_padded_elems(p->units[u].tensor_local[i], n);
+	s_off = total;
+	for (int u = 0; u < p->n_units; u++)
+		for (int i = 0; p->units[u].stage == b->stage && i < p->units[u].n_tensors; i++) {
+			long long e = p->units[u].tensor_local[i];
+			if (e <= 0)
+				continue;
+			long long padded = optim_onebit_padded_elems(e, n);
+			onebit_allreduce(b, e, w_off, s_off);
+			w_off += padded;
+			s_off += padded / n;
+		}
+}
+
 static void optimizer_step(Builder *b)
 {
 	const Plan *p = b->p;
@@ -836,7 +888,11 @@ static void optimizer_step(Builder *b)
 			      p->grad_bytes, b->id_grads, off));
 	}
 
-	if (p->stage < 2) { /* stage 0's "partition" is the whole flat */
+	/* a 1-bit optimizer's compressed and local steps turn the gradient all-reduce off
+	 * (enable_backward_allreduce = False): the compressed exchange replaces it */
+	const OptimKind *ok = p->sc->ds.opt;
+	int onebit = ok && ok->error_feedback != EF_NONE && p->onebit_step != ONEBIT_FULL;
+	if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
 		long long n = p->stage == 0 ? 1 : p->dp;
 		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
@@ -869,6 +925,9 @@ static void optimizer_step(Builder *b)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_TP, -1, 1, 4, -1, 0);
 	if (clip)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
+
+	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
+		onebit_exchange(b);
 
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
@@ -923,6 +982,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
+	b->id_ef = -1;
 	b->id_pipe_grad = -1;
 	b->buckets[0] = b->buckets[1] = -1;
 	long long chunks = slots * p->par.virtual_stages;

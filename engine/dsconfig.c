@@ -371,6 +371,23 @@ static int parse_optimizer_params(const JsonObj *params, DsConfig *ds, int *amsg
 	return 0;
 }
 
+/* The 1-bit optimizers' schedule params (onebit.h); the other types ignore them, as DeepSpeed's
+ * constructors do not take them. */
+static int parse_onebit_params(const JsonObj *params, OneBitParams *o, PxError *err)
+{
+	if (jobj_int(params, "freeze_step", 0, 1LL << 40, o->freeze_step, &o->freeze_step, err) < 0 ||
+	    jobj_int(params, "var_freeze_step", 0, 1LL << 40, o->var_freeze_step,
+		     &o->var_freeze_step, err) < 0 ||
+	    jobj_int(params, "var_update_scaler", 1, 1LL << 40, o->var_update_scaler,
+		     &o->var_update_scaler, err) < 0 ||
+	    jobj_int(params, "local_step_scaler", 1, 1LL << 40, o->local_step_scaler,
+		     &o->local_step_scaler, err) < 0 ||
+	    jobj_int(params, "local_step_clipper", 1, 1LL << 40, o->local_step_clipper,
+		     &o->local_step_clipper, err) < 0)
+		return -1;
+	return 0;
+}
+
 /* The optimizer's kind and its states per parameter. ZeRO-dependent checks wait for the zero
  * section (check_optimizer_zero). */
 static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
@@ -406,6 +423,9 @@ static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 	if (rc && (rc = jobj_child(&opt, "params", &params, err)) < 0)
 		return -1;
 	if (rc && parse_optimizer_params(&params, ds, &amsgrad, &torch_adam, &centered, err))
+		return -1;
+	onebit_params_default(&ds->onebit);
+	if (rc && k->error_feedback != EF_NONE && parse_onebit_params(&params, &ds->onebit, err))
 		return -1;
 	ds->optimizer_states = k->states + (k->momentum_state && ds->momentum > 0) +
 			       (k->centered_state && centered);
@@ -747,10 +767,12 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 			  "\"zero_allow_untested_optimizer\": true; DeepSpeed stops otherwise: You are "
 			  "using an untested ZeRO Optimizer", AT_TYPE, opt.name, k->name))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	/* the compressed phase is scheduled and priced (onebit.h, sim/onebit.c); what is not: */
 	if (k->error_feedback != EF_NONE &&
-	    px_notes_not_modelled(notes, "%s.type %s (after freeze_step its momentum all-reduce is "
-				  "1-bit compressed: priced as the uncompressed gradient all-reduce; "
-				  "its error-feedback buffers are counted)", opt.name, k->name))
+	    px_notes_not_modelled(notes, "%s.type %s (the compressed all-reduce's compression and "
+				  "decompression kernels are not timed, only its messages; "
+				  "params.comm_backend_name \"mpi\"'s gathers are priced as NCCL's "
+				  "all-to-all and all-gathers)", opt.name, k->name))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	return 0;
 #undef AT_TYPE

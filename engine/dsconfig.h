@@ -7,6 +7,7 @@
 
 #include "jdoc.h"
 #include "model.h"
+#include "onebit.h"
 #include "optim.h"
 
 typedef enum { DT_FP32, DT_FP16, DT_BF16 } Dtype;
@@ -77,6 +78,7 @@ typedef struct DsConfig {
 					on the parameters outside its hidden matrices) */
 	double lr, beta1, beta2, eps, weight_decay, momentum;
 	int amsgrad, torch_adam;     /* Adam's params.amsgrad, and torch.optim's Adam (torch_adam) */
+	OneBitParams onebit;         /* the 1-bit optimizers' freeze and local-step params */
 	double gradient_clipping;
 	/* scheduler: DeepSpeed's WarmupLR and WarmupDecayLR */
 	int sched;                   /* 0 none (constant lr), 1 WarmupLR, 2 WarmupDecayLR */

@@ -93,6 +93,10 @@ typedef struct Plan {
 	/* ZeRO++ */
 	long long hpz;             /* secondary partition group (1: off) */
 	int qwz, qgz;              /* quantized weights (INT8) and gradients (INT4) */
+	/* 1-bit optimizers: the kind of step (OneBitStep) the schedules are built for; plan_build
+	 * sets ONEBIT_FULL (the warm-up's), a caller pricing the other kinds sets it and builds
+	 * again (sim/onebit.c) */
+	int onebit_step;
 	/* MoE, per micro-batch on one rank */
 	long long moe_capacity;    /* tokens per expert */
 	long long moe_slots;       /* E x capacity: tokens an all-to-all moves */

@@ -421,7 +421,8 @@ const char *role_name(OpRole r)
 	static const char *const n[] = {"none", "forward", "recompute", "backward", "prefetch",
 					"grad_reduce", "overflow", "grad_norm", "optimizer",
 					"param_update", "tied_grads", "weight_load", "prefill",
-					"decode"};
+					"decode", "onebit_signs", "onebit_scales",
+					"onebit_server_signs", "onebit_server_scales"};
 	return NAME_OF(n, r);
 }
 

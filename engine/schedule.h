@@ -126,6 +126,14 @@ typedef enum {
 	ROLE_WEIGHT_LOAD,  /* a unit's weights copied in from the host at start-up */
 	ROLE_PREFILL,      /* a unit's forward over the prompt, and its tensor-parallel collectives */
 	ROLE_DECODE,       /* a unit's forward for one generated token, and its collectives */
+	/* the 1-bit optimizers' compressed all-reduce (engine/onebit.h), four collectives over the
+	 * data-parallel group working on one tensor's (or flat's) worker and server errors: */
+	ROLE_ONEBIT_SIGNS,        /* phase 1: each rank's packed sign bits, chunk j to rank j
+				     (all-to-all; elems are bytes) */
+	ROLE_ONEBIT_SCALES,       /* phase 1: each rank's one fp32 scale (all-gather) */
+	ROLE_ONEBIT_SERVER_SIGNS, /* phase 2: each chunk owner's recompressed signs (all-gather;
+				     elems are bytes) */
+	ROLE_ONEBIT_SERVER_SCALES, /* phase 2: each chunk owner's fp32 scale (all-gather) */
 	N_ROLES
 } OpRole;
 

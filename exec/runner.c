@@ -48,6 +48,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "no ZeRO++";
 	else if (ds->comm_dtype != ds->grad_dtype)
 		why = "communication_data_type equal to the gradients' type";
+	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
+		why = "no 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb): their compressed "
+		      "all-reduce is predicted (parallax predict), not run yet; use Adam or AdamW";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD"))
 		why = "the Adam, AdamW or SGD optimizer";

@@ -52,6 +52,10 @@ int predict_run(Scenario *sc, Prediction *pr, PxError *err)
 	if (sc->backend == BACKEND_CPU) { /* a machine's CPU profile prices it: predict_time */
 		snprintf(pr->time_note, sizeof(pr->time_note), "backend cpu: no CPU hardware profile "
 			 "(`parallax calibrate --backend cpu` measures this machine into one)");
+		if (sim_onebit_price(pr, NULL, err)) {
+			predict_free(pr);
+			return -1;
+		}
 		return 0;
 	}
 	HwProfile hw;
@@ -140,10 +144,10 @@ int predict_time(Prediction *pr, const HwProfile *hw, const char *source, PxErro
 		if (why.code == PX_ERR_RUNTIME)
 			return px_fail(err, why.code, "%s", why.msg);
 		snprintf(pr->time_note, sizeof(pr->time_note), "%s", why.msg);
-		return 0;
+		return sim_onebit_price(pr, NULL, err);
 	}
 	pr->time_known = 1;
-	return 0;
+	return sim_onebit_price(pr, hw, err);
 }
 
 void predict_free(Prediction *pr)

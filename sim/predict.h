@@ -11,6 +11,7 @@
 #include "hwprofile.h"
 #include "memory.h"
 #include "moment.h"
+#include "onebit.h"
 #include "timeline.h"
 #include "traffic.h"
 
@@ -58,6 +59,8 @@ typedef struct Prediction {
 	TimeResult time;
 	int time_known;          /* 0 when the profile cannot price this scenario (see time_note) */
 	char time_note[1024];
+	OneBitRun onebit;        /* a 1-bit optimizer's kinds of step and the run's average (the
+				    stages above are its warm-up step's) */
 } Prediction;
 
 /* Resolve the scenario's batch rules against its data-parallel size, then plan, build and price.

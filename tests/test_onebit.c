@@ -1,0 +1,300 @@
+/* The 1-bit optimizers' communication (engine/onebit, build.c's compressed step, sim/onebit):
+ * one compressed all-reduce's bytes worked by hand, the kinds of step of a run traced by hand from
+ * deepspeed/runtime/fp16/onebit/{adam,zoadam}.py, the schedule's compressed ops on a GPT whose
+ * tensors are counted by hand, and the 1-bit Adam paper's volume reduction (Tang et al. 2021,
+ * arXiv:2102.02888) reproduced on the schedule. */
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../engine/build.h"
+#include "../engine/onebit.h"
+#include "fixtures.h"
+#include "suites.h"
+
+/* onebit/adam.py: divider = lcm(n, 8), the buffer padded to a multiple of n x divider, chunks of
+ * padded / n; nccl.py: the signs packed 8 to a byte (all_to_all_single, then all_gather of the
+ * server's), one fp32 scale per rank in each phase (all_gather). By hand, 1,000 elements:
+ *   n 2: lcm 8, unit 16: 1,008 padded (63 x 16), chunk 504, signs 126 B, scales 2 x 4 = 8 B;
+ *        sent (n-1)/n of each of the four payloads: 1/2 x 2 x (126 + 8) = 134 B;
+ *        errors 4 x (1,008 + 504) = 6,048 B
+ *   n 3: lcm 24, unit 72: 1,008 (14 x 72), chunk 336, signs 126 B, scales 12 B;
+ *        sent 2/3 x 2 x 138 = 184 B; errors 4 x (1,008 + 336) = 5,376 B
+ *   n 4: lcm 8, unit 32: 1,024 (32 x 32), chunk 256, signs 128 B, scales 16 B;
+ *        sent 3/4 x 2 x 144 = 216 B; errors 4 x (1,024 + 256) = 5,120 B */
+static void test_volume_by_hand(void)
+{
+	static const struct {
+		long long n, padded, chunk, signs, scales;
+		double sent, errors;
+	} cases[] = {{2, 1008, 504, 126, 8, 134, 6048},
+		     {3, 1008, 336, 126, 12, 184, 5376},
+		     {4, 1024, 256, 128, 16, 216, 5120}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		OneBitVolume v = onebit_volume(1000, cases[i].n);
+		CU_ASSERT_EQUAL(v.padded_elems, cases[i].padded);
+		CU_ASSERT_EQUAL(v.chunk_elems, cases[i].chunk);
+		CU_ASSERT_EQUAL(v.sign_bytes, cases[i].signs);
+		CU_ASSERT_EQUAL(v.scale_bytes, cases[i].scales);
+		CU_ASSERT_DOUBLE_EQUAL(v.wire_bytes, cases[i].sent, 1e-9);
+		CU_ASSERT_DOUBLE_EQUAL(v.error_bytes, cases[i].errors, 1e-9);
+	}
+	/* one rank has nothing to exchange */
+	CU_ASSERT_EQUAL(onebit_volume(1000, 1).padded_elems, 0);
+}
+
+/* 1-bit Adam (adam.py): steps 1..freeze_step all-reduce the gradients (the switch is made after
+ * the step whose count reaches freeze_step), then every step is compressed; freeze_step 0 still
+ * runs step 1 (the initialisation step) in full. */
+static void test_onebit_adam_steps(void)
+{
+	OneBitParams o;
+	long long c[N_ONEBIT_STEPS];
+	onebit_params_default(&o);
+	CU_ASSERT_EQUAL(o.freeze_step, 100000);
+	o.freeze_step = 3;
+	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 3), ONEBIT_FULL);
+	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 4), ONEBIT_COMPRESSED);
+	onebit_count_steps(&o, 0, 10, c);
+	CU_ASSERT(c[ONEBIT_FULL] == 3 && c[ONEBIT_COMPRESSED] == 7 && c[ONEBIT_LOCAL] == 0);
+	o.freeze_step = 0;
+	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_FULL);
+	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 2), ONEBIT_COMPRESSED);
+	onebit_count_steps(&o, 0, 2, c);
+	CU_ASSERT(c[ONEBIT_FULL] == 1 && c[ONEBIT_COMPRESSED] == 1);
+}
+
+/* 0/1 Adam (zoadam.py) with var_update_scaler 2, var_freeze_step 8, local_step_scaler 2,
+ * local_step_clipper 4, traced by hand (F full, C compressed, L local):
+ *   step 1: the initialisation step, backward all-reduce on: F; no counter moves.
+ *   2: F (var_interval 1: 2 % 1 == 0, var_counter 1); 3: F (counter 2 = scaler: interval 2);
+ *      the next step's all-reduce is on when (step + 1) % interval == 0:
+ *   4: F (counter 1; 5 % 2 != 0: off); 5: C (6 % 2 == 0: on); 6: F (counter 2: interval 4;
+ *      7 % 4: off); 7: C (8 % 4 == 0: on); 8: F (counter 1; 9 % 4: off); 9: C, and 9 > 8 freezes.
+ *   frozen, local interval 1, doubling every 2 steps up to 4: 10: C (counter 1); 11: C
+ *      (counter 2: interval 2); 12: C (12 % 2 == 0); 13: L (interval 4); 14: L; 15: L
+ *      (interval min(4, 8) = 4); 16: C; 17-19: L; 20: C.
+ *   So F F F F C F C F C C C C L L L C L L L C: 6 full, 8 compressed, 6 local over 20. */
+static void test_zero_one_adam_steps(void)
+{
+	static const char trace[] = "FFFFCFCFCCCCLLLCLLLC";
+	OneBitParams o;
+	long long c[N_ONEBIT_STEPS];
+	onebit_params_default(&o);
+	CU_ASSERT(o.var_freeze_step == 100000 && o.var_update_scaler == 16 &&
+		  o.local_step_scaler == 32678 && o.local_step_clipper == 16);
+	o.var_update_scaler = 2, o.var_freeze_step = 8, o.local_step_scaler = 2,
+	o.local_step_clipper = 4;
+	for (int s = 1; s <= 20; s++) {
+		OneBitStep k = onebit_step_kind(&o, 1, s);
+		char got = k == ONEBIT_FULL ? 'F' : k == ONEBIT_COMPRESSED ? 'C' : 'L';
+		if (got != trace[s - 1])
+			fprintf(stderr, "\nstep %d: %c, by hand %c\n", s, got, trace[s - 1]);
+		CU_ASSERT_EQUAL(got, trace[s - 1]);
+	}
+	onebit_count_steps(&o, 1, 20, c);
+	CU_ASSERT(c[ONEBIT_FULL] == 6 && c[ONEBIT_COMPRESSED] == 8 && c[ONEBIT_LOCAL] == 6);
+}
+
+/* The test GPT: V 128, P 64, h 64, 2 layers, tied head. Its tensors, counted by hand: wte
+ * 128 x 64 = 8,192, wpe 64 x 64 = 4,096, per layer ln_1 64 + 64, c_attn 64 x 192 + 192 = 12,480,
+ * attn c_proj 64 x 64 + 64 = 4,160, ln_2 128, c_fc 64 x 256 + 256 = 16,640, mlp c_proj
+ * 256 x 64 + 64 = 16,448 (49,984 a layer), ln_f 128: 8,192 + 4,096 + 2 x 49,984 + 128 =
+ * 112,384 elements. Every tensor's size is a multiple of 32, so over 4 ranks (unit 4 x lcm(4,
+ * 8) = 32) no tensor is padded. */
+#define GPT_ELEMS 112384LL
+
+static const char GPT[] =
+	"{\"name\": \"onebit-gpt\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64,"
+	" \"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"
+	" \"deepspeed\": {\"train_batch_size\": %d, \"train_micro_batch_size_per_gpu\": 2,"
+	" \"bf16\": {\"enabled\": %s}, \"optimizer\": {\"type\": \"%s\", \"params\": {\"lr\": 1e-3,"
+	" \"freeze_step\": 10}}}, \"training_args\": {\"max_steps\": 40},"
+	" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": %d},"
+	" \"seq_length\": 32}";
+
+typedef struct Tally {
+	long long ops[N_ROLES], bytes[N_ROLES], dp_grad_reduces;
+} Tally;
+
+static void tally(const Schedule *s, Tally *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind != OP_COLL)
+			continue;
+		t->ops[op->role]++;
+		t->bytes[op->role] += (long long)op->bytes;
+		t->dp_grad_reduces += op->role == ROLE_GRAD_REDUCE && op->group == GROUP_DP;
+	}
+}
+
+/* fp32 OneBitAdam over 4 ranks: one compressed all-reduce per tensor, signs 112,384 / 8 =
+ * 14,048 B in each phase, 4 x 4 = 16 B of scales per tensor in each; the warm-up step has the
+ * gradient all-reduce and none of these; the error buffer 4 x (112,384 + 28,096) B. */
+static void test_schedule_fp32_per_tensor(void)
+{
+	Scenario sc;
+	Prediction pr;
+	PxError err = {0};
+	Schedule s;
+	Tally t;
+	if (fx_predictf(&sc, &pr, GPT, 8, "false", "OneBitAdam", 4))
+		return;
+	tally(&pr.stages[0].sched, &t);
+	CU_ASSERT(t.dp_grad_reduces > 0);
+	CU_ASSERT_EQUAL(t.ops[ROLE_ONEBIT_SIGNS] + t.ops[ROLE_ONEBIT_SCALES], 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.stages[0].error_feedback_bytes, 4.0 * (GPT_ELEMS + GPT_ELEMS / 4),
+			       1e-6);
+	pr.plan.onebit_step = ONEBIT_COMPRESSED;
+	CU_ASSERT_EQUAL_FATAL(build_schedule(&pr.plan, 0, &s, &err), 0);
+	pr.plan.onebit_step = ONEBIT_FULL;
+	CU_ASSERT_EQUAL(sched_validate(&s, &err), 0);
+	tally(&s, &t);
+	CU_ASSERT_EQUAL(t.dp_grad_reduces, 0);
+	long long tensors = t.ops[ROLE_ONEBIT_SIGNS];
+	CU_ASSERT(tensors >= 16); /* at least wte, wpe, ln_f and a layer's tensors */
+	CU_ASSERT_EQUAL(t.ops[ROLE_ONEBIT_SCALES], tensors);
+	CU_ASSERT_EQUAL(t.ops[ROLE_ONEBIT_SERVER_SIGNS], tensors);
+	CU_ASSERT_EQUAL(t.ops[ROLE_ONEBIT_SERVER_SCALES], tensors);
+	CU_ASSERT_EQUAL(t.bytes[ROLE_ONEBIT_SIGNS], GPT_ELEMS / 8);
+	CU_ASSERT_EQUAL(t.bytes[ROLE_ONEBIT_SERVER_SIGNS], GPT_ELEMS / 8);
+	CU_ASSERT_EQUAL(t.bytes[ROLE_ONEBIT_SCALES], 16 * tensors);
+	CU_ASSERT_EQUAL(t.bytes[ROLE_ONEBIT_SERVER_SCALES], 16 * tensors);
+	/* sent by one rank: 3/4 of each payload */
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED],
+			       0.75 * (2.0 * GPT_ELEMS / 8 + 32.0 * tensors), 1e-6);
+	sched_free(&s);
+	fx_free(&sc, &pr);
+}
+
+/* bf16 over 3 ranks: FP16_Optimizer hands the optimizer one fp32 flat, so one compressed
+ * all-reduce of 112,384 elements: unit 3 x lcm(3, 8) = 72, padded 1,561 x 72 = 112,392, signs
+ * 14,049 B, scales 12 B; sent 2/3 x 2 x (14,049 + 12) = 18,748 B (bf16 has no loss scaling: no
+ * overflow all-reduce). The warm-up all-reduces the 2-byte gradients in one bucket padded to a
+ * multiple of dp, 112,386 elements: 2/3 x 2 x 2 x 112,386 = 299,696 B sent over dp. */
+static void test_schedule_bf16_flat(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, GPT, 12, "true", "OneBitAdam", 3))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED], 18748.0, 1e-6);
+	CU_ASSERT_EQUAL(pr.onebit.n_colls[ONEBIT_COMPRESSED], 4);
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_FULL], 299696.0,
+			       1e-3);
+	/* worker 112,392 + server 37,464 elements of fp32 */
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.error_bytes, 4.0 * (112392 + 37464), 1e-6);
+	/* the run: training_args.max_steps 40, freeze_step 10: 10 full and 30 compressed */
+	CU_ASSERT_EQUAL(pr.onebit.n_steps, 40);
+	CU_ASSERT_STRING_EQUAL(pr.onebit.steps_source, "training_args.max_steps");
+	CU_ASSERT(pr.onebit.counts[ONEBIT_FULL] == 10 && pr.onebit.counts[ONEBIT_COMPRESSED] == 30);
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.avg_dp_wire_bytes,
+			       (10 * 299696.0 + 30 * 18748.0) / 40, 1e-3);
+	fx_free(&sc, &pr);
+}
+
+/* 1-bit LAMB compresses one flat of every momentum, in fp32 too: one exchange of 4 ops; 0/1 Adam
+ * has local steps, which exchange nothing over the data-parallel group. */
+static void test_lamb_and_zero_one(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, GPT, 8, "false", "OneBitLamb", 4))
+		return;
+	CU_ASSERT_EQUAL(pr.onebit.n_colls[ONEBIT_COMPRESSED], 4);
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED],
+			       0.75 * 2 * (GPT_ELEMS / 8 + 16), 1e-6);
+	fx_free(&sc, &pr);
+	if (fx_predictf(&sc, &pr, GPT, 8, "false", "ZeroOneAdam", 4))
+		return;
+	CU_ASSERT(pr.onebit.zero_one);
+	CU_ASSERT_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_LOCAL], 0);
+	CU_ASSERT(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED] > 0);
+	fx_free(&sc, &pr);
+}
+
+/* Tang et al. 2021 (arXiv:2102.02888), abstract and section 1: 1-bit Adam "reduces the
+ * communication volume by up to 5x"; the compressed phase sends 1 bit for each 32-bit element
+ * (about 32x less in fp32, 16x for fp16 gradients), and DeepSpeed's tutorial (docs/_tutorials/
+ * onebit-adam.md) sets freeze_step to "15-25% of the total training steps". With the shortest
+ * warm-up, 15%, and BERT's fp16 gradients the run averages 0.15 + 0.85 / 16 of the full volume:
+ * 1 / 0.203125 = 4.92x, the paper's "up to 5x". Here GPT-2 XL on 4 nodes of 8 A100s (dp 32). */
+static void test_paper_reduction(void)
+{
+	static const char XL[] =
+		"{\"name\": \"onebit-xl\", %s, \"deepspeed\": {\"train_batch_size\": 512,"
+		" \"train_micro_batch_size_per_gpu\": 4, \"fp16\": {\"enabled\": %s},"
+		" \"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"freeze_step\": 15000}}},"
+		" \"training_args\": {\"max_steps\": 100000},"
+		" \"cluster\": \"%s\", \"seq_length\": 1024, \"activation_checkpointing\": \"full\"}";
+	char cluster[1024];
+	snprintf(cluster, sizeof(cluster), "%s", px_test_path("scenarios/clusters/dgx-a100-40gb-4nodes.json"));
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, XL, fx_model("gpt2-xl"), "false", cluster))
+		return;
+	/* fp32: 32x less, less a little for each tensor's scales and padding */
+	double r = pr.onebit.compressed_reduction;
+	if (!(r > 31.0 && r <= 32.0))
+		fprintf(stderr, "\nfp32 compressed reduction %.3f, expected about 32\n", r);
+	CU_ASSERT(r > 31.0 && r <= 32.0);
+	fx_free(&sc, &pr);
+	if (fx_predictf(&sc, &pr, XL, fx_model("gpt2-xl"), "true", cluster))
+		return;
+	r = pr.onebit.compressed_reduction;
+	CU_ASSERT(r > 15.9 && r <= 16.0);
+	double run = pr.onebit.dp_volume_reduction, paper = 1 / (0.15 + 0.85 / 16);
+	if (fabs(run - paper) > 0.02 * paper)
+		fprintf(stderr, "\nrun reduction %.3f, paper %.3f\n", run, paper);
+	CU_ASSERT(fabs(run - paper) <= 0.02 * paper);
+	CU_ASSERT(run > 4.5 && run < 5.5);
+	/* the compressed step is not slower than the warm-up step */
+	CU_ASSERT(pr.onebit.time_known && pr.onebit.step_s[ONEBIT_COMPRESSED] <=
+						   pr.onebit.step_s[ONEBIT_FULL]);
+	fx_free(&sc, &pr);
+}
+
+/* parallax predict: the table's section and the JSON twin; a bad freeze_step exits 2 naming it;
+ * parallax run refuses the 1-bit optimizers. */
+static void test_cli(void)
+{
+	static char out[1 << 17];
+	char path[512], json[4096];
+	snprintf(path, sizeof(path), "%s/onebit.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), GPT, 8, "false", "OneBitAdam", 4);
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 0);
+	PX_ASSERT_HAS(out, "1-bit OneBitAdam: communication per rank per optimizer step");
+	PX_ASSERT_HAS(out, "over the run's 40 steps (training_args.max_steps)");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json", path), 0);
+	PX_ASSERT_HAS(out, "\"onebit\":");
+	PX_ASSERT_HAS(out, "\"dp_volume_reduction\":");
+	PX_ASSERT_HAS(out, "\"steps_from\":\t\"training_args.max_steps\"");
+
+	/* the executor refuses the 1-bit optimizers by name (exit 2): it does not run them yet */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
+					 path), 2);
+	PX_ASSERT_HAS(out, "the executor runs no 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb)");
+
+	char *at = strstr(json, "\"freeze_step\": 10");
+	CU_ASSERT_FATAL(at != NULL);
+	memcpy(at, "\"freeze_step\": -1", 17);
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "freeze_step");
+}
+
+int test_onebit_register(void)
+{
+	return PX_ADD_SUITE("onebit", {"one compressed all-reduce's bytes by hand", test_volume_by_hand},
+			    {"1-bit Adam's steps", test_onebit_adam_steps},
+			    {"0/1 Adam's steps traced by hand", test_zero_one_adam_steps},
+			    {"fp32 schedule: one exchange per tensor", test_schedule_fp32_per_tensor},
+			    {"bf16 schedule: one flat, the run averaged", test_schedule_bf16_flat},
+			    {"1-bit LAMB's flat, 0/1 Adam's local steps", test_lamb_and_zero_one},
+			    {"the paper's 32x and 5x on the schedule", test_paper_reduction},
+			    {"parallax predict's section and bad input", test_cli});
+}
