@@ -423,6 +423,7 @@ static const char *const MEM_HELD_MET[] = {
 	"fsdp-blog-gpt2-xl-ddp-1gpu.json",      /* out of memory: "does not fit" */
 	"fsdp-blog-gpt2-xl-ddp-2gpu.json",      /* out of memory: "does not fit" */
 	"fsdp-blog-gpt2-xl-ddp-fp16-1gpu.json", /* out of memory: "does not fit" */
+	"megatron-gpt-7b-tp4-h100.json",       /* max_memory_allocated -3.0% */
 	NULL,
 };
 
@@ -583,9 +584,9 @@ static void test_published_memory(void)
 	printf("\n# targets on held-out runs: within 10%% of the measured figure, no \"fits\" for a run "
 	       "that ran out of memory; %d of %d held-out runs met them when first judged (asserted)\n",
 	       n_met, n_held);
-	/* the manifest's memory runs: 8 calibration, 8 held out (scenarios/published/manifest.json) */
-	CU_ASSERT_EQUAL(n_runs, 16);
-	CU_ASSERT_EQUAL(n_held, 8);
+	/* the manifest's memory runs: 8 calibration, 9 held out (scenarios/published/manifest.json) */
+	CU_ASSERT_EQUAL(n_runs, 17);
+	CU_ASSERT_EQUAL(n_held, 9);
 	mem_held_met("", &n_listed);
 	CU_ASSERT_EQUAL(n_met, n_listed); /* every listed run was found in the manifest */
 	jdoc_free(&man);
