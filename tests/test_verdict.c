@@ -537,13 +537,12 @@ static void test_published_memory(void)
 			CU_ASSERT(met); /* it met the target when first judged */
 			n_met++;
 		}
-		if (k->predicted)
+		if (k->predicted) {
 			printf("\n# %-34.*s %-11s %-10s %10.2f %10.2f %+7.1f%% %8.2f %8.2f %-12s %s",
 			       (int)(strlen(name) - 5), name, split->valuestring, k->kind, measured / GiB,
 			       predicted / GiB, 100 * e, peak / GiB, capacity / GiB, verdict,
 			       !held_out ? "-" : met ? "met" : "MISSED");
-		else /* torch's message: allocated when it failed plus the request, a lower bound */
-		{
+		} else { /* torch's message: allocated when it failed plus the request, a lower bound */
 			char need[32];
 			snprintf(need, sizeof(need), ">%.2f", (num(pub, "allocated_at_oom_bytes") +
 							      num(pub, "request_bytes")) / GiB);
