@@ -1,13 +1,15 @@
 /* Usable GPU memory and the fit verdicts through the binary: the catalog's usable figures against
  * their published sources, the fits / tight / does-not-fit boundaries on hand-made cases, the JSON
  * fields, a sweep counting tight points, plan's choice with and without --accept-tight, and the
- * moment of the GPU peak on small scenarios derived by hand. */
+ * moment of the GPU peak on small scenarios derived by hand, and the published memory measurements
+ * of scenarios/published/manifest.json against what predict says. */
 #include <CUnit/CUnit.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../engine/jdoc.h"
 #include "../engine/schedule.h"
 #include "../sim/allocator.h"
 #include "suites.h"
@@ -384,6 +386,211 @@ static void test_allocator_replay(void)
 	sched_free(&s);
 }
 
+/* ---- published memory measurements ---- */
+
+/* The manifest's memory runs (scenarios/published/manifest.json, split before any was predicted:
+ * its _memory_split says how) and, per kind of published figure, the predicted figure it is set
+ * against: torch.cuda.max_memory_allocated against the allocator model's max_allocated, and so on.
+ * A figure whose kind the source does not state (Qwen's README: "memory (GB)") is set against
+ * what nvidia-smi would show, the largest of the three; an out-of-memory run against the verdict. */
+#define MANIFEST "scenarios/published/manifest.json"
+static const struct MemKind {
+	const char *metric, *kind, *predicted;
+} MEM_KINDS[] = {
+	{"max_memory_allocated_bytes", "allocated", "memory.gpu.torch.max_allocated_bytes"},
+	{"max_memory_reserved_bytes", "reserved", "memory.gpu.torch.max_reserved_bytes"},
+	{"nvidia_smi_bytes", "nvidia-smi", "memory.gpu.smi_peak_bytes"},
+	{"gpu_memory_bytes", "unstated", "memory.gpu.smi_peak_bytes"},
+	{"oom", "oom", NULL},
+};
+
+static const struct MemKind *mem_kind(const char *metric)
+{
+	for (unsigned i = 0; i < sizeof(MEM_KINDS) / sizeof(MEM_KINDS[0]); i++)
+		if (!strcmp(MEM_KINDS[i].metric, metric))
+			return &MEM_KINDS[i];
+	return NULL;
+}
+
+/* The held-out runs that met the issue's targets when they were first judged (peak within 10% of
+ * the measured figure of the same kind; no "fits" for a run that ran out of memory): asserted,
+ * so that a change that breaks one fails. The other held-out runs miss a target; they are printed
+ * and listed in docs/models.md ("Against published measurements") as the gap, and nothing is
+ * asserted about them. */
+static const char *const MEM_HELD_MET[] = {
+	"qwen-7b-full-zero2-s1024.json",        /* nvidia-smi figure +2.6% (but "does not fit": it ran) */
+	"alpaca-llama-13b-fsdp-2xa100.json",    /* out of memory: "does not fit" */
+	"fsdp-blog-gpt2-xl-ddp-1gpu.json",      /* out of memory: "does not fit" */
+	"fsdp-blog-gpt2-xl-ddp-2gpu.json",      /* out of memory: "does not fit" */
+	"fsdp-blog-gpt2-xl-ddp-fp16-1gpu.json", /* out of memory: "does not fit" */
+	"megatron-gpt-7b-tp4-h100.json",       /* max_memory_allocated -3.0% */
+	NULL,
+};
+
+/* 1 when name is one of MEM_HELD_MET; *count gets their number */
+static int mem_held_met(const char *name, int *count)
+{
+	int found = 0;
+	*count = 0;
+	for (const char *const *m = MEM_HELD_MET; *m; m++, (*count)++)
+		found |= !strcmp(*m, name);
+	return found;
+}
+
+/* One source's tally of one split: the runs with a figure (mean and worst |error|) and the
+ * out-of-memory runs (how many were said to fit). */
+typedef struct MemTally {
+	char source[48];
+	int held_out, n, n_oom, false_fits, ran_said_no;
+	double sum_abs, max_abs;
+} MemTally;
+
+static MemTally *mem_tally(MemTally *t, int *n, int max, const char *source, int held_out)
+{
+	for (int i = 0; i < *n; i++)
+		if (!strcmp(t[i].source, source) && t[i].held_out == held_out)
+			return &t[i];
+	CU_ASSERT_FATAL(*n < max);
+	MemTally *m = &t[(*n)++];
+	memset(m, 0, sizeof(*m));
+	snprintf(m->source, sizeof(m->source), "%s", source);
+	m->held_out = held_out;
+	return m;
+}
+
+/* Every memory run of the manifest: its _published figure has a known kind and is cited; predict
+ * runs on it; the measured and the predicted figure of the same kind are printed with the
+ * schedule's peak beside, and the error tallied per source and split. On the held-out runs the
+ * targets are asserted where they were met (MEM_HELD_MET). The calibration runs are printed for
+ * whoever fits a figure later; nothing is asserted on them. A held-out run on the same GPU as a
+ * calibration run with a parameter count within 1.5x of it (same family, scale and setup) must be
+ * marked near_copy_of; none is. */
+static void test_published_memory(void)
+{
+	JsonDoc man;
+	PxError err = {0};
+	CU_ASSERT_FATAL(jdoc_load_file(&man, px_test_path(MANIFEST), &err) == 0);
+	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(man.root, "runs");
+	const cJSON *sources = cJSON_GetObjectItemCaseSensitive(man.root, "sources");
+	CU_ASSERT_FATAL(cJSON_IsArray(runs) && cJSON_IsObject(sources));
+	MemTally st[16];
+	int n_src = 0, n_runs = 0, n_held = 0, n_met = 0, n_listed = 0;
+	struct { char gpu[32]; double params; int held_out, near; } seen[32];
+	printf("\n# published memory runs (GiB per GPU; predicted: the figure of the measured kind, for "
+	       "a run out of memory max_allocated; peak: the schedule's; capacity: usable)\n"
+	       "# %-34s %-11s %-10s %10s %10s %8s %8s %8s %-12s %s", "scenario", "split", "kind",
+	       "measured", "predicted", "error", "peak", "capacity", "verdict", "target");
+	const cJSON *run;
+	cJSON_ArrayForEach(run, runs) {
+		const cJSON *path = cJSON_GetObjectItemCaseSensitive(run, "scenario");
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(run, "source");
+		const cJSON *split = cJSON_GetObjectItemCaseSensitive(run, "split");
+		const cJSON *metric = cJSON_GetObjectItemCaseSensitive(run, "metric");
+		CU_ASSERT_FATAL(cJSON_IsString(path) && cJSON_IsString(src) && cJSON_IsString(split) &&
+				cJSON_IsString(metric));
+		const struct MemKind *k = mem_kind(metric->valuestring);
+		if (!k) /* another suite's run (time, inference) */
+			continue;
+		CU_ASSERT(cJSON_HasObjectItem(sources, src->valuestring));
+		int held_out = !strcmp(split->valuestring, "held-out");
+		CU_ASSERT(held_out || !strcmp(split->valuestring, "calibration"));
+		int near = cJSON_HasObjectItem(run, "near_copy_of");
+		JsonDoc sc;
+		CU_ASSERT_FATAL(jdoc_load_file(&sc, px_test_path(path->valuestring), &err) == 0);
+		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(sc.root, "_published");
+		const cJSON *cite = cJSON_GetObjectItemCaseSensitive(sc.root, "_source");
+		CU_ASSERT(cJSON_IsString(cite) && strlen(cite->valuestring) > 100); /* quoted, with its URL */
+		CU_ASSERT_STRING_EQUAL(str(pub, "kind"), k->kind);
+		double measured = k->predicted ? num(pub, k->metric) : NAN;
+		CU_ASSERT(k->predicted ? measured > 0 : cJSON_IsTrue(at(pub, "oom")));
+		int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --json --no-db",
+					  px_test_path(path->valuestring));
+		CU_ASSERT_EQUAL(rc, 0);
+		cJSON *j = rc ? NULL : cJSON_Parse(strchr(out, '{') ? strchr(out, '{') : out);
+		CU_ASSERT_PTR_NOT_NULL(j);
+		const char *name = strrchr(path->valuestring, '/') + 1;
+		if (!j) {
+			fprintf(stderr, "\n%s: %s\n", name, out);
+			jdoc_free(&sc);
+			continue;
+		}
+		n_runs++;
+		n_held += held_out;
+		const char *verdict = str(j, "verdict");
+		double peak = num(j, "memory.gpu.peak_bytes");
+		double capacity = num(j, "memory.gpu_capacity_bytes");
+		double predicted = k->predicted ? num(j, k->predicted) : NAN;
+		double e = predicted / measured - 1;
+		MemTally *t = mem_tally(st, &n_src, 16, src->valuestring, held_out);
+		int met;
+		if (k->predicted) {
+			met = fabs(e) <= 0.10;
+			t->n++;
+			t->sum_abs += fabs(e);
+			t->max_abs = fmax(t->max_abs, fabs(e));
+		} else {
+			met = strcmp(verdict, "fits") != 0;
+			t->n_oom++;
+			t->false_fits += !met;
+		}
+		if (held_out && mem_held_met(name, &n_listed)) {
+			CU_ASSERT(met); /* it met the target when first judged */
+			n_met++;
+		}
+		if (k->predicted) {
+			printf("\n# %-34.*s %-11s %-10s %10.2f %10.2f %+7.1f%% %8.2f %8.2f %-12s %s",
+			       (int)(strlen(name) - 5), name, split->valuestring, k->kind, measured / GiB,
+			       predicted / GiB, 100 * e, peak / GiB, capacity / GiB, verdict,
+			       !held_out ? "-" : met ? "met" : "MISSED");
+		} else { /* torch's message: allocated when it failed plus the request, a lower bound */
+			char need[32];
+			snprintf(need, sizeof(need), ">%.2f", (num(pub, "allocated_at_oom_bytes") +
+							      num(pub, "request_bytes")) / GiB);
+			printf("\n# %-34.*s %-11s %-10s %10s %10.2f %8s %8.2f %8.2f %-12s %s",
+			       (int)(strlen(name) - 5), name, split->valuestring, "oom: alloc", need,
+			       num(j, "memory.gpu.torch.max_allocated_bytes") / GiB, "", peak / GiB,
+			       capacity / GiB, verdict, !held_out ? "-" : met ? "met" : "MISSED");
+		}
+		if (k->predicted && !strcmp(verdict, "does not fit")) { /* it ran */
+			t->ran_said_no++;
+			printf(" (it ran)");
+		}
+		/* near-copies: same GPU and a parameter count within 1.5x */
+		CU_ASSERT_FATAL(n_runs <= 32);
+		snprintf(seen[n_runs - 1].gpu, sizeof(seen[0].gpu), "%s", str(j, "gpu"));
+		seen[n_runs - 1].params = num(j, "num_parameters");
+		seen[n_runs - 1].held_out = held_out;
+		seen[n_runs - 1].near = near;
+		cJSON_Delete(j);
+		jdoc_free(&sc);
+	}
+	for (int a = 0; a < n_runs; a++)
+		for (int b = 0; b < n_runs; b++)
+			if (seen[a].held_out && !seen[b].held_out && !strcmp(seen[a].gpu, seen[b].gpu) &&
+			    fmax(seen[a].params, seen[b].params) < 1.5 * fmin(seen[a].params, seen[b].params))
+				CU_ASSERT(seen[a].near);
+	printf("\n# by source:\n# %-24s %-12s %5s %12s %8s %12s %6s %10s", "source", "split",
+	       "runs", "mean |error|", "worst", "ran, said NO", "OOM", "said fits");
+	for (int i = 0; i < n_src; i++) {
+		printf("\n# %-24s %-12s %5d ", st[i].source, st[i].held_out ? "held-out" : "calibration",
+		       st[i].n);
+		if (st[i].n)
+			printf("%11.1f%% %7.1f%% ", 100 * st[i].sum_abs / st[i].n, 100 * st[i].max_abs);
+		else
+			printf("%12s %8s ", "-", "-");
+		printf("%12d %6d %10d", st[i].ran_said_no, st[i].n_oom, st[i].false_fits);
+	}
+	printf("\n# targets on held-out runs: within 10%% of the measured figure, no \"fits\" for a run "
+	       "that ran out of memory; %d of %d held-out runs met them when first judged (asserted)\n",
+	       n_met, n_held);
+	/* the manifest's memory runs: 8 calibration, 9 held out (scenarios/published/manifest.json) */
+	CU_ASSERT_EQUAL(n_runs, 17);
+	CU_ASSERT_EQUAL(n_held, 9);
+	mem_held_met("", &n_listed);
+	CU_ASSERT_EQUAL(n_met, n_listed); /* every listed run was found in the manifest */
+	jdoc_free(&man);
+}
+
 int test_verdict_register(void)
 {
 	return PX_ADD_SUITE("verdict", {"usable memory against its sources", test_usable_against_sources},
@@ -395,5 +602,6 @@ int test_verdict_register(void)
 			    {"sweep counts tight points", test_sweep_counts_tight},
 			    {"plan and --accept-tight", test_plan_tight_choice},
 			    {"caching allocator: sizes", test_allocator_sizes},
-			    {"caching allocator: a replay by hand", test_allocator_replay});
+			    {"caching allocator: a replay by hand", test_allocator_replay},
+			    {"published memory measurements", test_published_memory});
 }
