@@ -317,6 +317,48 @@ static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 	return 0;
 }
 
+/* deepspeed.sparse_attention against the rest of the scenario: a decoder-only or encoder-only
+ * model with heads, DeepSpeed's own attention (not the executor's, not FlashAttention), a
+ * sequence its layout fits; then the layout's blocks per head. */
+static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
+{
+	const SparseAttn *sa = &sc->ds.sparse;
+	const ModelSpec *m = &sc->model;
+	JsonObj o;
+	const char *key = "mode", *what = NULL;
+	char why[256], where[512];
+	if (sa->mode == SPARSE_OFF)
+		return 0;
+	if (jobj_child(ds, "sparse_attention", &o, err) < 0)
+		return -1;
+	if (!model_known(m))
+		what = "needs a model architecture (heads, sequence); the model gives only "
+		       "num_parameters";
+	else if (m->lay.L_enc)
+		what = "applies to a decoder-only or encoder-only model; the encoder-decoder's "
+		       "cross-attention is not modelled with it";
+	else if (sc->backend != BACKEND_GPU)
+		what = "is DeepSpeed's kernel (backend gpu): the executor's units compute dense "
+		       "attention";
+	else if (sc->attention == ATTN_FLASH)
+		what = "replaces the attention kernel: remove \"attention\": \"flash\" from the "
+		       "scenario";
+	if (what) {
+		jobj_where(ds, "sparse_attention", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.sparse_attention %s", where, ds->name, what);
+	}
+	if (sparse_attn_check_seq(sa, sc->seq, &key, why, sizeof(why))) {
+		jobj_where(&o, key, where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: %s (seq_length %lld)", where, o.name,
+			       key, why, sc->seq);
+	}
+	double blocks;
+	if (sparse_layout_count(sa, m->a, sc->seq, &blocks, err))
+		return -1;
+	sc->sparse_blocks = blocks / (double)m->a;
+	return 0;
+}
+
 static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 {
 	for (int i = 0; ov && i < ov->n; i++)
@@ -353,7 +395,8 @@ static int finish_load(Scenario *sc, PxError *err)
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
 	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
-	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
+	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err) ||
+	    parse_sparse(sc, &sect[SC_DOC_DEEPSPEED], err))
 		return -1;
 	if (sc->backend != BACKEND_GPU && (sc->model.dropout || sc->model.attn_dropout)) {
 		/* what the kernels do; activations counted without masks */

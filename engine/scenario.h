@@ -41,6 +41,8 @@ typedef struct Scenario {
 	long long seq_dec;        /* an encoder-decoder's decoder's; seq otherwise */
 	CkptMode ckpt;
 	AttnImpl attention;
+	double sparse_blocks;     /* deepspeed.sparse_attention's layout: non-zero blocks per head
+				     (mean over heads) at seq; 0 without the section */
 	Backend backend;          /* whose implementation the scenario describes */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
