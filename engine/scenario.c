@@ -317,9 +317,9 @@ static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 	return 0;
 }
 
-/* deepspeed.sparse_attention against the rest of the scenario: a decoder-only or encoder-only
- * model with heads, DeepSpeed's own attention (not the executor's, not FlashAttention), a
- * sequence its layout fits; then the layout's blocks per head. */
+/* deepspeed.sparse_attention against the rest of the scenario: DeepSpeed's own attention (not the
+ * executor's, not FlashAttention) and a sequence its layout fits; then the layout's blocks per
+ * head. A model without heads or an encoder-decoder is priced dense, with a note. */
 static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
 {
 	const SparseAttn *sa = &sc->ds.sparse;
@@ -331,13 +331,17 @@ static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
 		return 0;
 	if (jobj_child(ds, "sparse_attention", &o, err) < 0)
 		return -1;
-	if (!model_known(m))
-		what = "needs a model architecture (heads, sequence); the model gives only "
-		       "num_parameters";
-	else if (m->lay.L_enc)
-		what = "applies to a decoder-only or encoder-only model; the encoder-decoder's "
-		       "cross-attention is not modelled with it";
-	else if (sc->backend != BACKEND_GPU)
+	if (!model_known(m) || m->lay.L_enc) {
+		/* DeepSpeed applies the section only where the model's code builds its
+		 * SparseSelfAttention from it; these are priced with dense attention, and say so */
+		sc->ds.sparse.mode = SPARSE_OFF;
+		if (px_notes_not_modelled(&sc->notes, "deepspeed.sparse_attention (on %s: attention "
+					  "priced dense)", !model_known(m) ? "a model given only "
+					  "num_parameters" : "an encoder-decoder"))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		return 0;
+	}
+	if (sc->backend != BACKEND_GPU)
 		what = "is DeepSpeed's kernel (backend gpu): the executor's units compute dense "
 		       "attention";
 	else if (sc->attention == ATTN_FLASH)

@@ -39,7 +39,8 @@
 	X(results)     \
 	X(help)        \
 	X(schedule)    \
-	X(verdict)
+	X(verdict)     \
+	X(sparse)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
