@@ -9,6 +9,7 @@
 
 #include "../db/db.h"
 #include "commands.h"
+#include "dslaunch.h"
 #include "hwload.h"
 #include "paths.h"
 #include "report.h"
@@ -17,6 +18,9 @@
 static const char USAGE[] =
 	"usage: parallax predict SCENARIO.json... [--set KEY=VALUE]... [--json]\n"
 	"                        [--db FILE | --no-db] [--timeline FILE] [--hw FILE]\n"
+	"       parallax predict --model CONFIG --deepspeed_config FILE --gpu NAME\n"
+	"                        [--num_nodes N] [--num_gpus G | --hostfile FILE\n"
+	"                        [--include SPEC | --exclude SPEC]] [options above]\n"
 	"\n"
 	"Predict per-GPU memory (by place and category), communication per optimizer step and the\n"
 	"step time for each scenario, print them, and store them as predicted runs in the results\n"
@@ -47,6 +51,23 @@ static const char USAGE[] =
 	"                   is not priced, and the note says where it looked)\n"
 	"  -h, --help       this help\n"
 	"\n"
+	"DeepSpeed's launcher flags, instead of a scenario file (or, beside one, in place of\n"
+	"its model, deepspeed and cluster sections):\n"
+	"  --model CONFIG   a Hugging Face config.json, or a folder holding one\n"
+	"  --deepspeed_config FILE  the ds_config.json (default: DeepSpeed's defaults)\n"
+	"  --gpu NAME       the GPU (parallax gpus lists them), e.g. H100-SXM\n"
+	"  --num_nodes N    nodes (default 1; with --hostfile: its first N hosts)\n"
+	"  --num_gpus G     GPUs per node (with --hostfile: the first G slots of each host)\n"
+	"  --hostfile FILE  DeepSpeed's hostfile: one 'HOST slots=N' a line, '#' comments and\n"
+	"                   blank lines allowed; a bad line is refused by its line number;\n"
+	"                   every host must end up with the same number of GPUs\n"
+	"  --include SPEC, --exclude SPEC  hosts and slots of the hostfile to use or leave out,\n"
+	"                   DeepSpeed's syntax: worker-0@worker-1:0,2\n"
+	"  --master_addr A, --master_port P  accepted for DeepSpeed's command lines; a\n"
+	"                   prediction does not use them\n"
+	"The scenario they make is named MODEL-DSCONFIG; --set applies to it (e.g.\n"
+	"--set seq_length=8192).\n"
+	"\n"
 	"With one scenario the full report is printed; with several, one line each. A scenario\n"
 	"not found as given is looked for in $PARALLAX_PATH and the bundled scenarios (an\n"
 	"installed binary's share/parallax), so `parallax predict llama2-13b-zero3-h100.json`\n"
@@ -55,9 +76,13 @@ static const char USAGE[] =
 
 typedef struct PredictOpts {
 	JsonOverrides ov;
+	DsLaunch launch;      /* DeepSpeed's launcher flags */
+	char *launch_text;    /* the scenario they make when no scenario file is given (owned) */
 	int json, no_db, keep_going;
 	const char *db_path, *timeline, *hw;
 } PredictOpts;
+
+static int launch_flags(PredictOpts *o, int have_files);
 
 static int parse_opts(int argc, char **argv, PredictOpts *o)
 {
@@ -66,6 +91,11 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
 		{"timeline", required_argument, 0, 't'}, {"hw", required_argument, 0, 'w'},
 		{"keep-going", no_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
+		{"model", required_argument, 0, 'M'}, {"deepspeed_config", required_argument, 0, 'C'},
+		{"gpu", required_argument, 0, 'G'}, {"num_nodes", required_argument, 0, 'N'},
+		{"num_gpus", required_argument, 0, 'g'}, {"hostfile", required_argument, 0, 'H'},
+		{"include", required_argument, 0, 'i'}, {"exclude", required_argument, 0, 'x'},
+		{"master_addr", required_argument, 0, 'a'}, {"master_port", required_argument, 0, 'p'},
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -86,11 +116,32 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		case 't': o->timeline = optarg; break;
 		case 'w': o->hw = optarg; break;
 		case 'k': o->keep_going = 1; break;
+		case 'M': o->launch.model = optarg; break;
+		case 'C': o->launch.deepspeed_config = optarg; break;
+		case 'G': o->launch.gpu = optarg; break;
+		case 'H': o->launch.hostfile = optarg; break;
+		case 'i': o->launch.include = optarg; break;
+		case 'x': o->launch.exclude = optarg; break;
+		case 'a': o->launch.master_addr = optarg; break;
+		case 'N': case 'g': case 'p': {
+			long long *dst = c == 'N' ? &o->launch.num_nodes :
+					 c == 'g' ? &o->launch.num_gpus : &o->launch.master_port;
+			char *end;
+			errno = 0;
+			*dst = strtoll(optarg, &end, 10);
+			if (errno || *end || end == optarg || *dst < 1 || *dst > (c == 'p' ? 65535 : 1 << 20)) {
+				fprintf(stderr, "parallax predict: --%s: expected a positive integer%s, "
+					"got '%s'\n", c == 'N' ? "num_nodes" : c == 'g' ? "num_gpus" :
+					"master_port", c == 'p' ? " up to 65535" : "", optarg);
+				return 2;
+			}
+			break;
+		}
 		case 'h': fputs(USAGE, stdout); return 0;
 		default: fputs(USAGE, stderr); return 2;
 		}
 	}
-	if (optind >= argc) {
+	if (optind >= argc && !dslaunch_any(&o->launch)) {
 		fprintf(stderr, "parallax predict: no scenario given\n%s", USAGE);
 		return 2;
 	}
@@ -103,12 +154,54 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 			"--timeline\n");
 		return 2;
 	}
+	if (dslaunch_any(&o->launch) && launch_flags(o, optind < argc))
+		return 2;
 	if (o->timeline && argc - optind > 1) {
 		fprintf(stderr, "parallax predict: --timeline takes one scenario, got %d\n",
 			argc - optind);
 		return 2;
 	}
 	return -1;
+}
+
+/* ---- DeepSpeed's launcher flags ---- */
+
+/* what the flags' scenario is called in messages; its folder, ".", is what relative paths in it
+ * are relative to: the current directory, as typed */
+#define LAUNCH_PATH "./(launcher flags)"
+
+/* The flags as the scenario they describe (o->launch_text) or, beside scenario files, as
+ * overrides of their sections, after the user's --set. 0, or 1 with the message printed. */
+static int launch_flags(PredictOpts *o, int have_files)
+{
+	PxError err = {0};
+	long long nodes = 0, per = 0;
+	char num[32];
+	DsLaunch *l = &o->launch;
+	int rc = 0;
+	int cluster = l->hostfile || l->num_nodes >= 0 || l->num_gpus >= 0;
+	if ((cluster || !have_files) && dslaunch_resolve(l, 0, &nodes, &per, &err))
+		rc = -1;
+	else if (!have_files && !(o->launch_text = dslaunch_scenario_text(l, nodes, per, &err)))
+		rc = -1;
+	else if (have_files) {
+		if (l->model && jov_add_kv(&o->ov, "model", l->model, &err))
+			rc = -1;
+		if (!rc && l->deepspeed_config && jov_add_kv(&o->ov, "deepspeed", l->deepspeed_config,
+							      &err))
+			rc = -1;
+		if (!rc && l->gpu && jov_add_kv(&o->ov, "cluster.gpu", l->gpu, &err))
+			rc = -1;
+		snprintf(num, sizeof(num), "%lld", nodes);
+		if (!rc && cluster && jov_add_kv(&o->ov, "cluster.nodes", num, &err))
+			rc = -1;
+		snprintf(num, sizeof(num), "%lld", per);
+		if (!rc && cluster && jov_add_kv(&o->ov, "cluster.gpus_per_node", num, &err))
+			rc = -1;
+	}
+	if (rc)
+		fprintf(stderr, "parallax predict: %s\n", err.msg);
+	return rc ? 1 : 0;
 }
 
 /* ---- timeline ---- */
@@ -299,29 +392,29 @@ int cmd_predict(int argc, char **argv)
 	PredictOpts o = {0};
 	PxError err = {0};
 	jov_init(&o.ov);
+	dslaunch_init(&o.launch);
 	int rc = parse_opts(argc, argv, &o);
-	if (rc >= 0) {
-		jov_free(&o.ov);
-		return rc;
-	}
-	int n = argc - optind;
-	if (o.keep_going) {
+	if (rc >= 0)
+		goto out;
+	int n = o.launch_text ? 1 : argc - optind;
+	if (o.keep_going && !o.launch_text) {
 		rc = predict_each(&o, argv + optind, n);
-		jov_free(&o.ov);
-		return rc;
+		goto out;
 	}
 	Item *items = calloc((size_t)n, sizeof(*items));
 	if (!items) {
-		jov_free(&o.ov);
 		fprintf(stderr, "parallax predict: out of memory\n");
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	rc = 0;
 	/* everything is read and priced before anything is written */
 	for (int i = 0; i < n && !rc; i++) {
 		char found[PATH_MAX];
-		const char *file = paths_find_input(argv[optind + i], found, sizeof(found));
-		if (scenario_load(&items[i].sc, file, &o.ov, &err)) {
+		const char *file = o.launch_text ? LAUNCH_PATH :
+				   paths_find_input(argv[optind + i], found, sizeof(found));
+		if (o.launch_text ? scenario_load_text(&items[i].sc, file, o.launch_text, &o.ov, &err) :
+				    scenario_load(&items[i].sc, file, &o.ov, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}
@@ -359,6 +452,9 @@ int cmd_predict(int argc, char **argv)
 			scenario_free(&items[i].sc);
 	}
 	free(items);
+out:
 	jov_free(&o.ov);
+	dslaunch_free(&o.launch);
+	free(o.launch_text);
 	return rc;
 }

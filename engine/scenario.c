@@ -427,11 +427,14 @@ static int begin(Scenario *sc, const char *path, const JsonOverrides *ov, PxErro
 	return copy_overrides(sc, ov, err);
 }
 
-int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+/* The scenario document from the file path, or from text (named path) when text is given. */
+static int load_top(Scenario *sc, const char *path, const char *text, const JsonOverrides *ov,
+		    PxError *err)
 {
 	if (begin(sc, path, ov, err))
 		goto fail;
-	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
+	if (text ? jdoc_parse(&sc->docs[SC_DOC_SCENARIO], path, text, err) :
+		   jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
 		goto fail;
 	if (!cJSON_IsObject(sc->docs[SC_DOC_SCENARIO].root)) {
 		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with name, model, deepspeed, "
@@ -447,6 +450,17 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 fail:
 	scenario_free(sc);
 	return -1;
+}
+
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+{
+	return load_top(sc, path, NULL, ov, err);
+}
+
+int scenario_load_text(Scenario *sc, const char *path, const char *text, const JsonOverrides *ov,
+		       PxError *err)
+{
+	return load_top(sc, path, text, ov, err);
 }
 
 int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err)

@@ -40,7 +40,8 @@
 	X(help)        \
 	X(schedule)    \
 	X(verdict)     \
-	X(sparse)
+	X(sparse)      \
+	X(dslaunch)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
