@@ -91,11 +91,7 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
 		{"timeline", required_argument, 0, 't'}, {"hw", required_argument, 0, 'w'},
 		{"keep-going", no_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
-		{"model", required_argument, 0, 'M'}, {"deepspeed_config", required_argument, 0, 'C'},
-		{"gpu", required_argument, 0, 'G'}, {"num_nodes", required_argument, 0, 'N'},
-		{"num_gpus", required_argument, 0, 'g'}, {"hostfile", required_argument, 0, 'H'},
-		{"include", required_argument, 0, 'i'}, {"exclude", required_argument, 0, 'x'},
-		{"master_addr", required_argument, 0, 'a'}, {"master_port", required_argument, 0, 'p'},
+		DSL_LONG_OPTIONS,
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -116,29 +112,13 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		case 't': o->timeline = optarg; break;
 		case 'w': o->hw = optarg; break;
 		case 'k': o->keep_going = 1; break;
-		case 'M': o->launch.model = optarg; break;
-		case 'C': o->launch.deepspeed_config = optarg; break;
-		case 'G': o->launch.gpu = optarg; break;
-		case 'H': o->launch.hostfile = optarg; break;
-		case 'i': o->launch.include = optarg; break;
-		case 'x': o->launch.exclude = optarg; break;
-		case 'a': o->launch.master_addr = optarg; break;
-		case 'N': case 'g': case 'p': {
-			long long *dst = c == 'N' ? &o->launch.num_nodes :
-					 c == 'g' ? &o->launch.num_gpus : &o->launch.master_port;
-			char *end;
-			errno = 0;
-			*dst = strtoll(optarg, &end, 10);
-			if (errno || *end || end == optarg || *dst < 1 || *dst > (c == 'p' ? 65535 : 1 << 20)) {
-				fprintf(stderr, "parallax predict: --%s: expected a positive integer%s, "
-					"got '%s'\n", c == 'N' ? "num_nodes" : c == 'g' ? "num_gpus" :
-					"master_port", c == 'p' ? " up to 65535" : "", optarg);
-				return 2;
-			}
-			break;
-		}
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return 2;
+		default:
+			switch (dslaunch_option(&o->launch, c, optarg, "predict")) {
+			case 1: break;
+			case 0: fputs(USAGE, stderr); return 2;
+			default: return 2;
+			}
 		}
 	}
 	if (optind >= argc && !dslaunch_any(&o->launch)) {
@@ -179,7 +159,7 @@ static int launch_flags(PredictOpts *o, int have_files)
 	char num[32];
 	DsLaunch *l = &o->launch;
 	int rc = 0;
-	int cluster = l->hostfile || l->num_nodes >= 0 || l->num_gpus >= 0;
+	int cluster = dslaunch_cluster_given(l);
 	if ((cluster || !have_files) && dslaunch_resolve(l, 0, &nodes, &per, &err))
 		rc = -1;
 	else if (!have_files && !(o->launch_text = dslaunch_scenario_text(l, nodes, per, &err)))

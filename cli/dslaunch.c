@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void dslaunch_init(DsLaunch *l)
 {
@@ -30,6 +31,57 @@ int dslaunch_any(const DsLaunch *l)
 	return l->hostfile || l->include || l->exclude || l->model || l->deepspeed_config ||
 	       l->gpu || l->master_addr || l->num_nodes >= 0 || l->num_gpus >= 0 ||
 	       l->master_port >= 0;
+}
+
+int dslaunch_cluster_given(const DsLaunch *l)
+{
+	return l->hostfile || l->include || l->exclude || l->num_nodes >= 0 || l->num_gpus >= 0;
+}
+
+int dslaunch_option(DsLaunch *l, int c, const char *arg, const char *cmd)
+{
+	static const char *const numbers[] = {"num_nodes", "num_gpus", "master_port"};
+	const char **strs[] = {&l->model, &l->deepspeed_config, &l->gpu, &l->hostfile, &l->include,
+			       &l->exclude, &l->master_addr};
+	long long *nums[] = {&l->num_nodes, &l->num_gpus, &l->master_port};
+	int i = c - DSL_OPT;
+	if (i < 0 || i > 9)
+		return 0;
+	if (i < 7) {
+		*strs[i] = arg;
+		return 1;
+	}
+	char *end;
+	long long hi = i == 9 ? 65535 : 1 << 20;
+	errno = 0;
+	long long v = strtoll(arg, &end, 10);
+	if (errno || *end || end == arg || v < 1 || v > hi) {
+		fprintf(stderr, "parallax %s: --%s: expected an integer from 1 to %lld, got '%s'\n",
+			cmd, numbers[i - 7], hi, arg);
+		return -1;
+	}
+	*nums[i - 7] = v;
+	return 1;
+}
+
+int dslaunch_write_mpi_hostfile(const DsLaunch *l, char *buf, size_t n, PxError *err)
+{
+	snprintf(buf, n, "%s/px-hostfile-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	int fd = mkstemp(buf);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		return px_fail(err, PX_ERR_RUNTIME, "%s: cannot write: %s", buf, strerror(errno));
+	}
+	for (int i = 0; i < l->n_hosts; i++)
+		fprintf(f, "%s slots=%d\n", l->hosts[i].name,
+			__builtin_popcountll(l->hosts[i].active));
+	if (fclose(f)) {
+		remove(buf);
+		return px_fail(err, PX_ERR_RUNTIME, "%s: write failed", buf);
+	}
+	return 0;
 }
 
 static uint64_t all_slots(int n)

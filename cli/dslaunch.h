@@ -6,6 +6,8 @@
 #ifndef PX_CLI_DSLAUNCH_H
 #define PX_CLI_DSLAUNCH_H
 
+#include <getopt.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../engine/err.h"
@@ -27,6 +29,29 @@ typedef struct DsLaunch {
 	DsHost *hosts; /* owned: the hostfile's hosts, filtered (dslaunch_free) */
 	int n_hosts;
 } DsLaunch;
+
+/* getopt_long's entries for the flags (values from DSL_OPT, clear of any command's own), to put
+ * in a command's table: { ..., DSL_LONG_OPTIONS, {0, 0, 0, 0} } */
+#define DSL_OPT 1000
+#define DSL_LONG_OPTIONS                                                                          \
+	{"model", required_argument, 0, DSL_OPT + 0},                                             \
+	{"deepspeed_config", required_argument, 0, DSL_OPT + 1},                                  \
+	{"gpu", required_argument, 0, DSL_OPT + 2}, {"hostfile", required_argument, 0, DSL_OPT + 3}, \
+	{"include", required_argument, 0, DSL_OPT + 4},                                           \
+	{"exclude", required_argument, 0, DSL_OPT + 5},                                           \
+	{"master_addr", required_argument, 0, DSL_OPT + 6},                                       \
+	{"num_nodes", required_argument, 0, DSL_OPT + 7},                                         \
+	{"num_gpus", required_argument, 0, DSL_OPT + 8},                                          \
+	{"master_port", required_argument, 0, DSL_OPT + 9}
+/* Take getopt_long's option c with its argument: 1 when it is one of the flags (stored), 0 when
+ * it is not, -1 on a bad number (the message printed as "parallax CMD: ..."). */
+int dslaunch_option(DsLaunch *l, int c, const char *arg, const char *cmd);
+/* The cluster flags (--hostfile, --num_nodes, --num_gpus, --include, --exclude) given. */
+int dslaunch_cluster_given(const DsLaunch *l);
+/* An Open MPI hostfile of the resolved hosts ("HOST slots=K", K the slots in use) in a new
+ * temporary file, for mpirun --hostfile; its path in buf (the caller removes it). Open MPI places
+ * ranks by count, so --include's slot numbers choose how many, not which GPUs. */
+int dslaunch_write_mpi_hostfile(const DsLaunch *l, char *buf, size_t n, PxError *err);
 
 void dslaunch_init(DsLaunch *l);
 void dslaunch_free(DsLaunch *l);

@@ -2,7 +2,8 @@
  * _parse_hostfile reads it (each kind of bad line refused by file and line number), --include /
  * --exclude as its parse_resource_filter applies them, and parallax predict with --model,
  * --deepspeed_config, --num_nodes, --num_gpus, --hostfile and --gpu giving the same prediction,
- * bit for bit, as a scenario file with the same model, ds_config and cluster. */
+ * bit for bit, as a scenario file with the same model, ds_config and cluster; parallax run with
+ * a hostfile starting its ranks through mpirun --hostfile. */
 #include <CUnit/CUnit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,11 +207,47 @@ static void test_flags_refused(void)
 	rc = px_test_run_clif(out1, sizeof(out1), "predict --no-db --model '%s/llama' --gpu H100-SXM "
 			      "--num_gpus 0", dir);
 	CU_ASSERT_EQUAL(rc, 2);
-	PX_ASSERT_HAS(out1, "--num_gpus: expected a positive integer, got '0'");
+	PX_ASSERT_HAS(out1, "--num_gpus: expected an integer from 1 to 1048576, got '0'");
 	rc = px_test_run_clif(out1, sizeof(out1), "predict --no-db --model '%s/llama' --gpu "
 			      "H100-SXM", dir);
 	CU_ASSERT_EQUAL(rc, 2);
 	PX_ASSERT_HAS(out1, "--num_gpus N (GPUs per node) or --hostfile FILE is needed");
+}
+
+/* ---- parallax run with the flags ---- */
+
+/* A hostfile drives mpirun: "localhost slots=2" starts 2 ranks through mpirun --hostfile (on one
+ * machine: a hostfile of several hosts needs those hosts, which a test machine does not have). */
+static void test_run_hostfile(void)
+{
+	char hosts[1024], args[2048];
+	write_inputs();
+	snprintf(hosts, sizeof(hosts), "%s/local", dir);
+	px_test_write_file(hosts, "# this machine\nlocalhost slots=2\n");
+	snprintf(args, sizeof(args), "run '%s' --hostfile '%s' --steps 2 --no-db",
+		 px_test_path("scenarios/gpt2-mini-cpu-zero3.json"), hosts);
+	CU_ASSERT_EQUAL(px_test_run_release(args, 300, out1, sizeof(out1)), 0);
+	PX_ASSERT_HAS(out1, "# parallax run gpt2-mini-cpu-zero3: 2 rank(s)");
+}
+
+static void test_run_flags_refused(void)
+{
+	char hosts[1024];
+	const char *scen = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
+	write_inputs();
+	snprintf(hosts, sizeof(hosts), "%s/twice", dir);
+	px_test_write_file(hosts, "localhost slots=2\nlocalhost slots=2\n");
+	CU_ASSERT_EQUAL(px_test_run_clif(out1, sizeof(out1), "run '%s' --hostfile '%s' --no-db", scen,
+					 hosts), 2);
+	PX_ASSERT_HAS(out1, "twice:2: host localhost is already defined on line 1");
+	scen = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
+	CU_ASSERT_EQUAL(px_test_run_clif(out1, sizeof(out1), "run '%s' --num_gpus 2 --num_nodes 2 "
+					 "--no-db", scen), 2);
+	PX_ASSERT_HAS(out1, "--num_nodes 2 needs --hostfile");
+	scen = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
+	CU_ASSERT_EQUAL(px_test_run_clif(out1, sizeof(out1), "run '%s' --num_gpus 2 --ranks 2 --no-db",
+					 scen), 2);
+	PX_ASSERT_HAS(out1, "--ranks and --num_gpus/--num_nodes/--hostfile exclude each other");
 }
 
 static void test_help_names_flags(void)
@@ -219,6 +256,9 @@ static void test_help_names_flags(void)
 	PX_ASSERT_HAS(out1, "--deepspeed_config FILE");
 	PX_ASSERT_HAS(out1, "--hostfile FILE  DeepSpeed's hostfile");
 	PX_ASSERT_HAS(out1, "worker-0@worker-1:0,2");
+	CU_ASSERT_EQUAL(px_test_run_clif(out1, sizeof(out1), "run --help"), 0);
+	PX_ASSERT_HAS(out1, "--num_gpus G, --num_nodes N, --hostfile FILE");
+	PX_ASSERT_HAS(out1, "started by mpirun --hostfile");
 }
 
 int test_dslaunch_register(void)
@@ -229,5 +269,7 @@ int test_dslaunch_register(void)
 			    {"predict: flags equal a scenario file, bit for bit",
 			     test_flags_equal_scenario_file},
 			    {"predict: bad flags refused", test_flags_refused},
-			    {"predict --help names the flags", test_help_names_flags});
+			    {"predict --help names the flags", test_help_names_flags},
+			    {"run: a hostfile drives mpirun (one machine)", test_run_hostfile},
+			    {"run: bad flags refused", test_run_flags_refused});
 }
