@@ -534,7 +534,10 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 				ds->zero.persistence_threshold_elems);
 	static const char *const ck[] = {"none", "selective", "full"};
 	cJSON_AddStringToObject(r, "activation_checkpointing", ck[sc->ckpt]);
-	cJSON_AddStringToObject(r, "attention", sc->attention == ATTN_FLASH ? "flash" : "eager");
+	cJSON_AddStringToObject(r, "attention", sc->ds.sparse.mode != SPARSE_OFF ? "sparse" :
+						sc->attention == ATTN_FLASH ? "flash" : "eager");
+	if (sc->ds.sparse.mode != SPARSE_OFF) /* the layout's non-zero blocks per head */
+		cJSON_AddNumberToObject(r, "sparse_blocks_per_head", sc->sparse_blocks);
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	return text;

@@ -454,6 +454,18 @@ static void test_unread_key_warned(void)
 			   "\"bigbird\"");
 }
 
+/* The report names the layout and its share of the scores: fixed, unidirectional, block 16 at
+ * seq 256 keeps 64 of 16 x 16 blocks a head (test_fixed_counts), 0.25. */
+static void test_report_header(void)
+{
+	int rc = px_test_run_clif(cli_out, sizeof(cli_out), "predict --no-db '%s'",
+				  write_scenario(FIXED_UNI, ""));
+	CU_ASSERT_EQUAL(rc, 0);
+	PX_ASSERT_HAS(cli_out, "attention block-sparse (DeepSpeed's sparse_attention)");
+	PX_ASSERT_HAS(cli_out, "# sparse     fixed, unidirectional, block 16: 64 of 256 blocks per "
+			       "head kept (0.25 of the s^2 scores)");
+}
+
 /* On an encoder-decoder (DeepSpeed applies the section where a model's code builds its
  * SparseSelfAttention; T5's does not) the section is listed as not modelled and attention is
  * priced dense: the same prediction as without it. */
@@ -527,6 +539,7 @@ int test_sparse_register(void)
 		{"bad sparse_attention refused (exit 2, file, key)", test_refusals},
 		{"a key the mode does not read is warned about", test_unread_key_warned},
 		{"an encoder-decoder: noted, priced dense", test_encoder_decoder_noted},
+		{"the report names the layout", test_report_header},
 	};
 #ifdef PX_HAVE_CUDA
 	static const PxTestCase gpu[] = {
