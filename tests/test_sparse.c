@@ -264,8 +264,9 @@ static int close_norm(const char *what, const float *got, const double *want, si
 }
 
 /* fp32 against double: each output is a softmax-weighted sum over at most 64 keys of 8-term dot
- * products; 2e-6 of the largest value is a few fp32 roundings (2^-24 = 6e-8) per term. */
-#define KERNEL_REL 2e-6
+ * products, a few fp32 roundings (2^-24 = 6e-8) per term; the worst seen is 4e-7 of the largest
+ * value (dk, dv), so 1e-6 relative. */
+#define KERNEL_REL 1e-6
 
 static void check_kernels(const SparseAttn *sa, int causal)
 {
