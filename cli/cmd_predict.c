@@ -9,6 +9,7 @@
 
 #include "../db/db.h"
 #include "commands.h"
+#include "dslaunch.h"
 #include "hwload.h"
 #include "infer_report.h"
 #include "paths.h"
@@ -18,6 +19,9 @@
 static const char USAGE[] =
 	"usage: parallax predict SCENARIO.json... [--set KEY=VALUE]... [--json]\n"
 	"                        [--db FILE | --no-db] [--timeline FILE] [--hw FILE]\n"
+	"       parallax predict --model CONFIG --deepspeed_config FILE --gpu NAME\n"
+	"                        [--num_nodes N] [--num_gpus G | --hostfile FILE\n"
+	"                        [--include SPEC | --exclude SPEC]] [options above]\n"
 	"\n"
 	"Predict per-GPU memory (by place and category), communication per optimizer step and the\n"
 	"step time for each scenario, print them, and store them as predicted runs in the results\n"
@@ -48,6 +52,23 @@ static const char USAGE[] =
 	"                   is not priced, and the note says where it looked)\n"
 	"  -h, --help       this help\n"
 	"\n"
+	"DeepSpeed's launcher flags, instead of a scenario file (or, beside one, in place of\n"
+	"its model, deepspeed and cluster sections):\n"
+	"  --model CONFIG   a Hugging Face config.json, or a folder holding one\n"
+	"  --deepspeed_config FILE  the ds_config.json (default: DeepSpeed's defaults)\n"
+	"  --gpu NAME       the GPU (parallax gpus lists them), e.g. H100-SXM\n"
+	"  --num_nodes N    nodes (default 1; with --hostfile: its first N hosts)\n"
+	"  --num_gpus G     GPUs per node (with --hostfile: the first G slots of each host)\n"
+	"  --hostfile FILE  DeepSpeed's hostfile: one 'HOST slots=N' a line, '#' comments and\n"
+	"                   blank lines allowed; a bad line is refused by its line number;\n"
+	"                   every host must end up with the same number of GPUs\n"
+	"  --include SPEC, --exclude SPEC  hosts and slots of the hostfile to use or leave out,\n"
+	"                   DeepSpeed's syntax: worker-0@worker-1:0,2\n"
+	"  --master_addr A, --master_port P  accepted for DeepSpeed's command lines; a\n"
+	"                   prediction does not use them\n"
+	"The scenario they make is named MODEL-DSCONFIG; --set applies to it (e.g.\n"
+	"--set seq_length=8192).\n"
+	"\n"
 	"With one scenario the full report is printed; with several, one line each. A scenario\n"
 	"not found as given is looked for in $PARALLAX_PATH and the bundled scenarios (an\n"
 	"installed binary's share/parallax), so `parallax predict llama2-13b-zero3-h100.json`\n"
@@ -61,9 +82,13 @@ static const char USAGE[] =
 
 typedef struct PredictOpts {
 	JsonOverrides ov;
+	DsLaunch launch;      /* DeepSpeed's launcher flags */
+	char *launch_text;    /* the scenario they make when no scenario file is given (owned) */
 	int json, no_db, keep_going;
 	const char *db_path, *timeline, *hw;
 } PredictOpts;
+
+static int launch_flags(PredictOpts *o, int have_files);
 
 static int parse_opts(int argc, char **argv, PredictOpts *o)
 {
@@ -72,6 +97,7 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		{"db", required_argument, 0, 'd'},  {"no-db", no_argument, 0, 'n'},
 		{"timeline", required_argument, 0, 't'}, {"hw", required_argument, 0, 'w'},
 		{"keep-going", no_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
+		DSL_LONG_OPTIONS,
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -93,10 +119,15 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 		case 'w': o->hw = optarg; break;
 		case 'k': o->keep_going = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return 2;
+		default:
+			switch (dslaunch_option(&o->launch, c, optarg, "predict")) {
+			case 1: break;
+			case 0: fputs(USAGE, stderr); return 2;
+			default: return 2;
+			}
 		}
 	}
-	if (optind >= argc) {
+	if (optind >= argc && !dslaunch_any(&o->launch)) {
 		fprintf(stderr, "parallax predict: no scenario given\n%s", USAGE);
 		return 2;
 	}
@@ -109,12 +140,54 @@ static int parse_opts(int argc, char **argv, PredictOpts *o)
 			"--timeline\n");
 		return 2;
 	}
+	if (dslaunch_any(&o->launch) && launch_flags(o, optind < argc))
+		return 2;
 	if (o->timeline && argc - optind > 1) {
 		fprintf(stderr, "parallax predict: --timeline takes one scenario, got %d\n",
 			argc - optind);
 		return 2;
 	}
 	return -1;
+}
+
+/* ---- DeepSpeed's launcher flags ---- */
+
+/* what the flags' scenario is called in messages; its folder, ".", is what relative paths in it
+ * are relative to: the current directory, as typed */
+#define LAUNCH_PATH "./(launcher flags)"
+
+/* The flags as the scenario they describe (o->launch_text) or, beside scenario files, as
+ * overrides of their sections, after the user's --set. 0, or 1 with the message printed. */
+static int launch_flags(PredictOpts *o, int have_files)
+{
+	PxError err = {0};
+	long long nodes = 0, per = 0;
+	char num[32];
+	DsLaunch *l = &o->launch;
+	int rc = 0;
+	int cluster = dslaunch_cluster_given(l);
+	if ((cluster || !have_files) && dslaunch_resolve(l, 0, &nodes, &per, &err))
+		rc = -1;
+	else if (!have_files && !(o->launch_text = dslaunch_scenario_text(l, nodes, per, &err)))
+		rc = -1;
+	else if (have_files) {
+		if (l->model && jov_add_kv(&o->ov, "model", l->model, &err))
+			rc = -1;
+		if (!rc && l->deepspeed_config && jov_add_kv(&o->ov, "deepspeed", l->deepspeed_config,
+							      &err))
+			rc = -1;
+		if (!rc && l->gpu && jov_add_kv(&o->ov, "cluster.gpu", l->gpu, &err))
+			rc = -1;
+		snprintf(num, sizeof(num), "%lld", nodes);
+		if (!rc && cluster && jov_add_kv(&o->ov, "cluster.nodes", num, &err))
+			rc = -1;
+		snprintf(num, sizeof(num), "%lld", per);
+		if (!rc && cluster && jov_add_kv(&o->ov, "cluster.gpus_per_node", num, &err))
+			rc = -1;
+	}
+	if (rc)
+		fprintf(stderr, "parallax predict: %s\n", err.msg);
+	return rc ? 1 : 0;
 }
 
 /* ---- timeline ---- */
@@ -305,43 +378,45 @@ int cmd_predict(int argc, char **argv)
 	PredictOpts o = {0};
 	PxError err = {0};
 	jov_init(&o.ov);
+	dslaunch_init(&o.launch);
 	int rc = parse_opts(argc, argv, &o);
-	if (rc >= 0) {
-		jov_free(&o.ov);
-		return rc;
-	}
-	int n = argc - optind;
-	char first[PATH_MAX];
-	int infer = infer_scenario_is(paths_find_input(argv[optind], first, sizeof(first)), &err);
-	if (infer > 0) { /* serving: its own flow (cli/infer_report.c) */
-		InferPredictOpts io = {&o.ov, o.json, o.no_db, o.db_path, o.hw};
-		if (o.keep_going || o.timeline) {
-			fprintf(stderr, "parallax predict: --keep-going and --timeline are for training "
-				"scenarios; %s is an inference one\n", argv[optind]);
-			rc = 2;
-		} else {
-			rc = infer_predict_command(&io, argv + optind, n);
+	if (rc >= 0)
+		goto out;
+	int n = o.launch_text ? 1 : argc - optind;
+	if (!o.launch_text) {
+		char first[PATH_MAX];
+		int infer = infer_scenario_is(paths_find_input(argv[optind], first, sizeof(first)),
+					      &err);
+		if (infer > 0) { /* serving: its own flow (cli/infer_report.c) */
+			InferPredictOpts io = {&o.ov, o.json, o.no_db, o.db_path, o.hw};
+			if (o.keep_going || o.timeline) {
+				fprintf(stderr, "parallax predict: --keep-going and --timeline are for "
+					"training scenarios; %s is an inference one\n", argv[optind]);
+				rc = 2;
+			} else {
+				rc = infer_predict_command(&io, argv + optind, n);
+			}
+			goto out;
 		}
-		jov_free(&o.ov);
-		return rc;
 	}
-	if (o.keep_going) {
+	if (o.keep_going && !o.launch_text) {
 		rc = predict_each(&o, argv + optind, n);
-		jov_free(&o.ov);
-		return rc;
+		goto out;
 	}
 	Item *items = calloc((size_t)n, sizeof(*items));
 	if (!items) {
-		jov_free(&o.ov);
 		fprintf(stderr, "parallax predict: out of memory\n");
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	rc = 0;
 	/* everything is read and priced before anything is written */
 	for (int i = 0; i < n && !rc; i++) {
 		char found[PATH_MAX];
-		const char *file = paths_find_input(argv[optind + i], found, sizeof(found));
-		if (scenario_load(&items[i].sc, file, &o.ov, &err)) {
+		const char *file = o.launch_text ? LAUNCH_PATH :
+				   paths_find_input(argv[optind + i], found, sizeof(found));
+		if (o.launch_text ? scenario_load_text(&items[i].sc, file, o.launch_text, &o.ov, &err) :
+				    scenario_load(&items[i].sc, file, &o.ov, &err)) {
 			rc = err.code ? err.code : 1;
 			break;
 		}
@@ -379,6 +454,9 @@ int cmd_predict(int argc, char **argv)
 			scenario_free(&items[i].sc);
 	}
 	free(items);
+out:
 	jov_free(&o.ov);
+	dslaunch_free(&o.launch);
+	free(o.launch_text);
 	return rc;
 }

@@ -18,6 +18,7 @@
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
+#include "dslaunch.h"
 #include "hwload.h"
 #include "launch.h"
 #include "run_ckpt.h"
@@ -28,7 +29,8 @@
 
 static const char USAGE[] =
 	"usage: parallax run SCENARIO.json [--backend cpu|cuda] [--comm auto|nccl|mpi]\n"
-	"                    [--ranks N] [--steps S]\n"
+	"                    [--ranks N | --num_gpus G [--num_nodes N] | --hostfile FILE\n"
+	"                    [--include SPEC | --exclude SPEC]] [--steps S]\n"
 	"                    [--data FILE] [--seed N] [--set KEY=VALUE]... [--json]\n"
 	"                    [--db FILE | --no-db] [--deadline SECONDS]\n"
 	"\n"
@@ -63,6 +65,16 @@ static const char USAGE[] =
 	"                      auto (default: nccl when every rank has its own GPU)\n"
 	"  --ranks N           start N ranks with mpirun (default 1); under mpirun or srun the\n"
 	"                      launcher's ranks are used. The cluster becomes 1 node x N ranks.\n"
+	"  --num_gpus G, --num_nodes N, --hostfile FILE, --include SPEC, --exclude SPEC\n"
+	"                      DeepSpeed's launcher flags, in place of --ranks: G ranks on this\n"
+	"                      machine, or the hostfile's hosts ('HOST slots=N' lines, as\n"
+	"                      parallax predict --help describes) started by mpirun --hostfile\n"
+	"                      (a filtered copy: Open MPI places ranks by count, so --include's\n"
+	"                      slot numbers choose how many, not which); --num_nodes N > 1 needs\n"
+	"                      a hostfile; the cluster becomes the hosts x their GPUs\n"
+	"  --model CONFIG --deepspeed_config FILE --gpu NAME  the scenario from these instead of\n"
+	"                      a file, as for parallax predict; --master_addr/--master_port are\n"
+	"                      accepted and unused (mpirun wires the ranks)\n"
 	"  --steps S           optimizer steps (default 10)\n"
 	"  --data FILE         train on FILE's bytes as tokens (vocabulary >= 256); default: a\n"
 	"                      built-in generator of learnable sequences\n"
@@ -99,6 +111,10 @@ static const char USAGE[] =
 
 typedef struct RunOpts {
 	JsonOverrides ov;
+	DsLaunch launch;            /* DeepSpeed's launcher flags */
+	char *launch_text;          /* the scenario --model etc. make (owned), or NULL */
+	long long nodes, per_node;  /* the cluster the launcher flags give (0: 1 x ranks) */
+	int ranks_set;
 	const char *scenario, *data, *db_path, *save, *resume;
 	const char *backend, *comm; /* "cpu" or "cuda"; "auto", "nccl" or "mpi" */
 	const char *hw;             /* --hw: a hardware profile, or NULL */
@@ -123,7 +139,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		{"inject-kill", required_argument, 0, 'K'},
 		{"inject-alloc", required_argument, 0, 'A'},
 		{"comm", required_argument, 0, 'c'},     {"hw", required_argument, 0, 'w'},
-		{"help", no_argument, 0, 'h'},
+		{"help", no_argument, 0, 'h'}, DSL_LONG_OPTIONS,
 		{0, 0, 0, 0},
 	};
 	PxError err;
@@ -151,7 +167,7 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		case 'c': o->comm = optarg; break;
 		case 'w': o->hw = optarg; break;
 		case 'r':
-			flag = "--ranks", o->ranks = (int)strtol(optarg, &end, 10);
+			flag = "--ranks", o->ranks = (int)strtol(optarg, &end, 10), o->ranks_set = 1;
 			if (*end || o->ranks < 1)
 				goto bad;
 			break;
@@ -207,15 +223,23 @@ static int parse_opts(int argc, char **argv, RunOpts *o)
 		case 'D': o->db_path = optarg; break;
 		case 'n': o->no_db = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
-		default: fputs(USAGE, stderr); return 2;
+		default:
+			switch (dslaunch_option(&o->launch, c, optarg, "run")) {
+			case 1: break;
+			case 0: fputs(USAGE, stderr); return 2;
+			default: return 2;
+			}
 		}
 	}
-	if (optind != argc - 1) {
+	if (optind == argc && o->launch.model) {
+		o->scenario = "./(launcher flags)"; /* scenario_load_text's name; its folder is "." */
+	} else if (optind != argc - 1) {
 		fprintf(stderr, "parallax run: expected one scenario\n%s", USAGE);
 		return 2;
 	}
 	static char found[PATH_MAX];
-	o->scenario = paths_find_input(argv[optind], found, sizeof(found));
+	if (!o->scenario)
+		o->scenario = paths_find_input(argv[optind], found, sizeof(found));
 	if (!o->db_path && !o->no_db) {
 		static char dflt[PATH_MAX];
 		PxError perr;
@@ -601,10 +625,11 @@ static void sample_peak(void *gpumem)
 /* The executor's own scenario, once per process: its backend on one node of size ranks. */
 static int run_overrides(RunOpts *o, int size, PxError *err)
 {
-	char arg[64], backend[32];
-	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
+	char arg[64], nodes[64], backend[32];
+	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%lld", o->nodes ? o->per_node : size);
+	snprintf(nodes, sizeof(nodes), "cluster.nodes=%lld", o->nodes ? o->nodes : 1);
 	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
-	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
+	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, nodes, err) ||
 	       jov_add(&o->ov, arg, err) ? -1 : 0;
 }
 
@@ -613,7 +638,8 @@ static int run_overrides(RunOpts *o, int size, PxError *err)
  * success the caller frees both; on failure nothing is left. */
 static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxError *err)
 {
-	if (scenario_load(sc, o->scenario, &o->ov, err))
+	if (o->launch_text ? scenario_load_text(sc, o->scenario, o->launch_text, &o->ov, err) :
+			     scenario_load(sc, o->scenario, &o->ov, err))
 		return -1;
 	HwProfile hw = {0};
 	char warn[1024];
@@ -954,6 +980,44 @@ static int record_killed(RunOpts *o, int rank, const LaunchDeath *d)
 	return COMM_DEADLINE_EXIT;
 }
 
+/* DeepSpeed's launcher flags: the ranks and the cluster (nodes x GPUs per node) from --num_gpus,
+ * --num_nodes or the hostfile, as the supervisor resolves them; a rank under mpirun takes its
+ * launcher's (every rank of a node, local_size, on each of size / local_size nodes); the scenario
+ * from --model etc. when no file is given. 0, or the exit status with the message printed. */
+static int run_launch_flags(RunOpts *o, int launched, const CommEnv *env)
+{
+	PxError err = {0};
+	if (dslaunch_cluster_given(&o->launch)) {
+		if (o->ranks_set) {
+			fprintf(stderr, "parallax run: --ranks and --num_gpus/--num_nodes/--hostfile "
+				"exclude each other\n");
+			return 2;
+		}
+		if (launched) {
+			o->per_node = env->local_size > 0 ? env->local_size : env->size;
+			o->nodes = env->size % o->per_node ? 1 : env->size / o->per_node;
+			if (o->nodes == 1)
+				o->per_node = env->size;
+		} else if (dslaunch_resolve(&o->launch, 1, &o->nodes, &o->per_node, &err)) {
+			fprintf(stderr, "parallax run: %s\n", err.msg);
+			return err.code ? err.code : 1;
+		}
+		if (o->nodes * o->per_node > 1 << 20) {
+			fprintf(stderr, "parallax run: %lld ranks: too many\n", o->nodes * o->per_node);
+			return 2;
+		}
+		o->ranks = (int)(o->nodes * o->per_node);
+	}
+	if (o->launch_text || !o->launch.model || strcmp(o->scenario, "./(launcher flags)"))
+		return 0;
+	if (!(o->launch_text = dslaunch_scenario_text(&o->launch, o->nodes ? o->nodes : 1,
+						      o->nodes ? o->per_node : o->ranks, &err))) {
+		fprintf(stderr, "parallax run: %s\n", err.msg);
+		return err.code ? err.code : 1;
+	}
+	return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
 	RunOpts o = {0};
@@ -962,11 +1026,15 @@ int cmd_run(int argc, char **argv)
 	CommConfig cfg;
 	Comm *world = NULL;
 	jov_init(&o.ov);
+	dslaunch_init(&o.launch);
 	int rc = parse_opts(argc, argv, &o);
 	if (rc >= 0)
 		goto out;
-	/* under a launcher its ranks count; otherwise --ranks, started below */
-	int launched = comm_env_probe(&env), size = launched ? env.size : o.ranks;
+	/* under a launcher its ranks count; otherwise --ranks or the launcher flags', started below */
+	int launched = comm_env_probe(&env);
+	if (dslaunch_any(&o.launch) && (rc = run_launch_flags(&o, launched, &env)) != 0)
+		goto out;
+	int size = launched ? env.size : o.ranks;
 	if (run_overrides(&o, size, &err)) {
 		fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = 2;
@@ -981,7 +1049,16 @@ int cmd_run(int argc, char **argv)
 			goto out;
 	}
 	if (!launched && o.ranks > 1) {
-		rc = launch_mpirun("run", o.ranks, argv, argc);
+		char hosts[PATH_MAX];
+		if (o.launch.hostfile &&
+		    dslaunch_write_mpi_hostfile(&o.launch, hosts, sizeof(hosts), &err)) {
+			fprintf(stderr, "parallax run: %s\n", err.msg);
+			rc = 1;
+			goto out;
+		}
+		rc = launch_mpirun_hosts("run", o.ranks, o.launch.hostfile ? hosts : NULL, argv, argc);
+		if (o.launch.hostfile)
+			remove(hosts);
 		goto out;
 	}
 	LaunchDeath death;
@@ -1025,5 +1102,7 @@ int cmd_run(int argc, char **argv)
 out:
 	run_gpu_free(o.gpu);
 	jov_free(&o.ov);
+	dslaunch_free(&o.launch);
+	free(o.launch_text);
 	return rc;
 }

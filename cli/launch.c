@@ -180,6 +180,11 @@ static void exec_mpirun(char **args, const char *dir, pid_t parent, int fd, cons
 
 int launch_mpirun(const char *cmd, int ranks, char **argv, int argc)
 {
+	return launch_mpirun_hosts(cmd, ranks, NULL, argv, argc);
+}
+
+int launch_mpirun_hosts(const char *cmd, int ranks, const char *hostfile, char **argv, int argc)
+{
 	char np[16], self[4096], dir_buf[256];
 	const char *dir = NULL;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -187,13 +192,17 @@ int launch_mpirun(const char *cmd, int ranks, char **argv, int argc)
 		return fprintf(stderr, "parallax %s: cannot find my own executable\n", cmd), 1;
 	self[n] = '\0';
 	snprintf(np, sizeof(np), "%d", ranks);
-	char **args = calloc((size_t)argc + 10, sizeof(char *));
+	char **args = calloc((size_t)argc + 12, sizeof(char *));
 	if (!args)
 		return fprintf(stderr, "parallax %s: out of memory\n", cmd), 1;
 	int k = 0;
 	args[k++] = "mpirun";
 	args[k++] = "--allow-run-as-root";
 	args[k++] = "--oversubscribe";
+	if (hostfile) {
+		args[k++] = "--hostfile";
+		args[k++] = (char *)hostfile;
+	}
 	args[k++] = "-np";
 	args[k++] = np;
 	args[k++] = self;

@@ -21,6 +21,9 @@
  * stderr), or 1 when mpirun could not start (said). A signal this process received ends it by the
  * same signal once all that is done. cmd names the command in messages. */
 int launch_mpirun(const char *cmd, int ranks, char **argv, int argc);
+/* The same with mpirun --hostfile HOSTFILE (Open MPI's "HOST slots=N" lines) placing the ranks
+ * on its hosts, when hostfile is not NULL. */
+int launch_mpirun_hosts(const char *cmd, int ranks, const char *hostfile, char **argv, int argc);
 
 /* The supervisor's folder as its ranks see it (PX_RUN_DIR), or NULL outside one. */
 const char *launch_run_dir(void);

@@ -83,7 +83,16 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	fprintf(f, "# checkpoint %s%s%s; attention %s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
 		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "",
+		ds->sparse.mode != SPARSE_OFF ? "block-sparse (DeepSpeed's sparse_attention)" :
 		sc->attention == ATTN_FLASH ? "flash (FlashAttention-2)" : "eager");
+	if (ds->sparse.mode != SPARSE_OFF) {
+		const SparseAttn *a = &ds->sparse;
+		double nb = (double)sparse_layout_blocks(a, sc->seq);
+		fprintf(f, "# sparse     %s, %s, block %lld: %.4g of %.0f blocks per head kept "
+			"(%.3g of the s^2 scores)\n", sparse_mode_name(a->mode),
+			a->unidirectional ? "unidirectional" : "bidirectional", a->block,
+			sc->sparse_blocks, nb * nb, sc->sparse_blocks / (nb * nb));
+	}
 }
 
 /* ---- step time ---- */

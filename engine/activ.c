@@ -70,7 +70,10 @@ static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 		mlp_w += 2 * h;
 	p.attn_repl = sb * (d * attn_w + mask * h);
 	p.attn_split = sb * d * split;
-	p.scores = sb * a * score_row(m, x, s);
+	/* a block-sparse layout keeps n block^2 of each head's s^2 scores: n block^2 / s a row */
+	double s_kept = x->attn_block > 0 ? x->attn_blocks * (double)(x->attn_block * x->attn_block) / s
+					  : s;
+	p.scores = sb * a * score_row(m, x, s_kept);
 	if (model_unit_is_decoder(m, unit)) {
 		p.attn_repl += sb * (d * 2 * h + mask * h);
 		p.attn_split += sb * d * (q + o_in) + sb_enc * d * kvh * (hd + dv);

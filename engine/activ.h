@@ -17,6 +17,8 @@ typedef struct ActivShape {
 	int t;           /* tensor-parallel degree (1 without tensor parallelism) */
 	int sp;          /* sequence parallelism splits the replicated parts across t */
 	int flash;       /* FlashAttention: no scores kept, only each row's fp32 log-sum-exp */
+	long long attn_block; /* block-sparse self-attention's block side (0: dense attention) */
+	double attn_blocks;   /* its layout's non-zero blocks per head (mean over heads) */
 	int elem_bytes;  /* 2 for fp16/bf16 activations, 4 for fp32 */
 } ActivShape;
 
@@ -28,7 +30,8 @@ typedef struct ActivShape {
 double activ_unit_bytes(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode,
 			long long slots);
 /* Of those, the eager attention's kept scores: softmax output, dropout mask and dropout output,
- * (2d + m) a s^2 b / t. 0 with FlashAttention, when selective recompute rebuilds them, or for the
+ * (2d + m) a s^2 b / t; under a block-sparse layout the layout's scores in place of the s^2,
+ * (2d + m) a n block^2 b / t with n its non-zero blocks per head. 0 with FlashAttention, when selective recompute rebuilds them, or for the
  * ends. */
 double activ_unit_scores_bytes(const ModelSpec *m, int unit, const ActivShape *x, CkptMode mode);
 /* Bytes of a block's checkpoint under full recompute: its input, split over t when

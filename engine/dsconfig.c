@@ -56,7 +56,7 @@ static const DsKey TOP_KEYS[] = {
 	{"curriculum_learning", K_NOT}, {"pipeline", K_MODEL}, {"tensor_parallel", K_MODEL},
 	{"sequence_parallel_size", K_NOT}, {"seq_parallel_communication_data_type", K_NOT},
 	{"eigenvalue", K_NOT}, {"quantize_training", K_NOT}, {"progressive_layer_drop", K_NOT},
-	{"sparse_attention", K_NOT}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
+	{"sparse_attention", K_MODEL}, {"hybrid_engine", K_NOT}, {"weight_quantization", K_NOT},
 	{"torch_autocast", K_NOT}, {"expert_parallel", K_NOT}, {"compile", K_MODEL}, {0},
 };
 
@@ -778,6 +778,16 @@ static int check_optimizer_zero(const JsonObj *root, DsConfig *ds, PxNotes *note
 #undef AT_TYPE
 }
 
+/* sparse_attention: its settings and checks are sparse_layout.c's; the sequence's, scenario.c's */
+static int parse_sparse(const JsonObj *root, DsConfig *ds, PxNotes *notes, PxError *err)
+{
+	JsonObj sa;
+	int rc = jobj_child(root, "sparse_attention", &sa, err);
+	if (rc <= 0)
+		return rc;
+	return sparse_attn_parse(&sa, &ds->sparse, notes, err);
+}
+
 int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 {
 	memset(ds, 0, sizeof(*ds));
@@ -798,7 +808,7 @@ int dsconfig_parse(const JsonObj *o, DsConfig *ds, PxNotes *notes, PxError *err)
 	    check_optimizer_zero(o, ds, notes, err) ||
 	    parse_checkpointing(o, ds, notes, err) || parse_compile(o, notes, err) ||
 	    lrsched_parse(o, ds, notes, err) ||
-	    parse_parallel_keys(o, ds, notes, err))
+	    parse_parallel_keys(o, ds, notes, err) || parse_sparse(o, ds, notes, err))
 		return -1;
 	return 0;
 }

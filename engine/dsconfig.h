@@ -9,6 +9,7 @@
 #include "model.h"
 #include "onebit.h"
 #include "optim.h"
+#include "sparse_layout.h"
 
 typedef enum { DT_FP32, DT_FP16, DT_BF16 } Dtype;
 typedef enum { DEV_NONE, DEV_CPU, DEV_NVME } OffloadDevice;
@@ -96,6 +97,7 @@ typedef struct DsConfig {
 	char tp_where[512], pp_where[512];
 	/* activation checkpointing section */
 	int ac_present, partition_activations, cpu_checkpointing;
+	SparseAttn sparse;           /* sparse_attention (mode SPARSE_OFF when absent) */
 	unsigned autos;              /* AUTO_* */
 } DsConfig;
 

@@ -75,13 +75,20 @@ static void norm(Walk *w, const char *wname, const char *bname, long long width)
 		tensor(w, bname, width, REPL);
 }
 
-/* QK^T and AV over the rank's heads: s_q query rows against s_kv key rows. */
+/* QK^T and AV over the rank's heads: s_q query rows against s_kv key rows; self-attention under
+ * a block-sparse layout over its blocks only. */
 static void attention_products(Walk *w, long long dqk, long long dv, double s_q, double s_kv,
-			       int causal)
+			       int causal, int self)
 {
 	if (!w->g)
 		return;
 	double batch = (double)w->shape->b * (double)w->m->a / w->shape->t;
+	long long blk = w->shape->attn_block;
+	if (blk > 0 && self) { /* block-sparse self-attention: the layout's blocks only */
+		batch *= w->shape->attn_blocks;
+		s_q = s_kv = (double)blk;
+		causal = 0; /* the layout says which blocks; each is computed whole */
+	}
 	gemm(w, (ModelGemm){GEMM_SCORES, 0, causal, s_q, (double)dqk, s_kv, batch, 0});
 	gemm(w, (ModelGemm){GEMM_CONTEXT, 0, causal, s_q, s_kv, (double)dv, batch, 0});
 }
@@ -148,7 +155,7 @@ static void attention(Walk *w, int cross, int first_of_stack, int causal)
 	}
 	if (first_of_stack && y->rel_buckets && !cross)
 		tensor(w, "attn.rel_bias", y->rel_buckets * m->a, REPL);
-	attention_products(w, d, dv, w->s_self, cross ? s_enc : w->s_self, causal && !cross);
+	attention_products(w, d, dv, w->s_self, cross ? s_enc : w->s_self, causal && !cross, !cross);
 	linear(w, nm->o, nm->ob, m->a * dv, h, y->o_bias, ROW, w->tok);
 }
 

@@ -149,6 +149,11 @@ typedef struct GemmShape {
 	long long s, s_dec, b;
 	int t, ep;
 	double expert_tokens;
+	/* block-sparse self-attention (sparse_layout.h): the block side, 0 for dense attention, and
+	 * the layout's non-zero blocks per head (its mean over heads); the two products then run
+	 * over those blocks, each block x block, as DeepSpeed's block-sparse matmuls do */
+	long long attn_block;
+	double attn_blocks;
 } GemmShape;
 
 /* The unit's products in forward order; returns their count (0 for the embeddings' lookups or a

@@ -96,7 +96,8 @@ GemmShape plan_gemm_shape(const Plan *p)
 {
 	return (GemmShape){.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,
 			   .b = p->shape.b, .t = (int)p->par.tp, .ep = (int)p->par.ep,
-			   .expert_tokens = (double)p->moe_capacity * (double)p->par.ep};
+			   .expert_tokens = (double)p->moe_capacity * (double)p->par.ep,
+			   .attn_block = p->shape.attn_block, .attn_blocks = p->shape.attn_blocks};
 }
 
 /* Forward FLOPs of one micro-batch through a unit on one rank: 2 per multiply-add of every
@@ -402,6 +403,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 				.t = (int)p->par.tp,
 				.sp = p->par.sequence_parallel && p->par.tp > 1,
 				.flash = sc->attention == ATTN_FLASH,
+				.attn_block = ds->sparse.mode != SPARSE_OFF ? ds->sparse.block : 0,
+				.attn_blocks = sc->sparse_blocks,
 				.elem_bytes = p->param_bytes}; /* the executor's too: it computes in
 								 * the parameters' dtype */
 	p->executor = sc->backend != BACKEND_GPU;

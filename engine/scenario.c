@@ -317,6 +317,52 @@ static int parse_seq(Scenario *sc, const JsonObj *top, PxError *err)
 	return 0;
 }
 
+/* deepspeed.sparse_attention against the rest of the scenario: DeepSpeed's own attention (not the
+ * executor's, not FlashAttention) and a sequence its layout fits; then the layout's blocks per
+ * head. A model without heads or an encoder-decoder is priced dense, with a note. */
+static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
+{
+	const SparseAttn *sa = &sc->ds.sparse;
+	const ModelSpec *m = &sc->model;
+	JsonObj o;
+	const char *key = "mode", *what = NULL;
+	char why[256], where[512];
+	if (sa->mode == SPARSE_OFF)
+		return 0;
+	if (jobj_child(ds, "sparse_attention", &o, err) < 0)
+		return -1;
+	if (!model_known(m) || m->lay.L_enc) {
+		/* DeepSpeed applies the section only where the model's code builds its
+		 * SparseSelfAttention from it; these are priced with dense attention, and say so */
+		sc->ds.sparse.mode = SPARSE_OFF;
+		if (px_notes_not_modelled(&sc->notes, "deepspeed.sparse_attention (on %s: attention "
+					  "priced dense)", !model_known(m) ? "a model given only "
+					  "num_parameters" : "an encoder-decoder"))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		return 0;
+	}
+	if (sc->backend != BACKEND_GPU)
+		what = "is DeepSpeed's kernel (backend gpu): the executor's units compute dense "
+		       "attention";
+	else if (sc->attention == ATTN_FLASH)
+		what = "replaces the attention kernel: remove \"attention\": \"flash\" from the "
+		       "scenario";
+	if (what) {
+		jobj_where(ds, "sparse_attention", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.sparse_attention %s", where, ds->name, what);
+	}
+	if (sparse_attn_check_seq(sa, sc->seq, &key, why, sizeof(why))) {
+		jobj_where(&o, key, where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: %s (seq_length %lld)", where, o.name,
+			       key, why, sc->seq);
+	}
+	double blocks;
+	if (sparse_layout_count(sa, m->a, sc->seq, &blocks, err))
+		return -1;
+	sc->sparse_blocks = blocks / (double)m->a;
+	return 0;
+}
+
 static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 {
 	for (int i = 0; ov && i < ov->n; i++)
@@ -353,7 +399,8 @@ static int finish_load(Scenario *sc, PxError *err)
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
 	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
-	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err))
+	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err) ||
+	    parse_sparse(sc, &sect[SC_DOC_DEEPSPEED], err))
 		return -1;
 	if (sc->backend != BACKEND_GPU && (sc->model.dropout || sc->model.attn_dropout)) {
 		/* what the kernels do; activations counted without masks */
@@ -380,11 +427,14 @@ static int begin(Scenario *sc, const char *path, const JsonOverrides *ov, PxErro
 	return copy_overrides(sc, ov, err);
 }
 
-int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+/* The scenario document from the file path, or from text (named path) when text is given. */
+static int load_top(Scenario *sc, const char *path, const char *text, const JsonOverrides *ov,
+		    PxError *err)
 {
 	if (begin(sc, path, ov, err))
 		goto fail;
-	if (jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
+	if (text ? jdoc_parse(&sc->docs[SC_DOC_SCENARIO], path, text, err) :
+		   jdoc_load_file(&sc->docs[SC_DOC_SCENARIO], path, err))
 		goto fail;
 	if (!cJSON_IsObject(sc->docs[SC_DOC_SCENARIO].root)) {
 		px_fail(err, PX_ERR_INPUT, "%s: expected a JSON object with name, model, deepspeed, "
@@ -400,6 +450,17 @@ int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxErr
 fail:
 	scenario_free(sc);
 	return -1;
+}
+
+int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err)
+{
+	return load_top(sc, path, NULL, ov, err);
+}
+
+int scenario_load_text(Scenario *sc, const char *path, const char *text, const JsonOverrides *ov,
+		       PxError *err)
+{
+	return load_top(sc, path, text, ov, err);
 }
 
 int scenario_derive(Scenario *sc, const Scenario *base, const JsonOverrides *ov, PxError *err)
@@ -473,7 +534,10 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 				ds->zero.persistence_threshold_elems);
 	static const char *const ck[] = {"none", "selective", "full"};
 	cJSON_AddStringToObject(r, "activation_checkpointing", ck[sc->ckpt]);
-	cJSON_AddStringToObject(r, "attention", sc->attention == ATTN_FLASH ? "flash" : "eager");
+	cJSON_AddStringToObject(r, "attention", sc->ds.sparse.mode != SPARSE_OFF ? "sparse" :
+						sc->attention == ATTN_FLASH ? "flash" : "eager");
+	if (sc->ds.sparse.mode != SPARSE_OFF) /* the layout's non-zero blocks per head */
+		cJSON_AddNumberToObject(r, "sparse_blocks_per_head", sc->sparse_blocks);
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	return text;

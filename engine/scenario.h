@@ -41,6 +41,8 @@ typedef struct Scenario {
 	long long seq_dec;        /* an encoder-decoder's decoder's; seq otherwise */
 	CkptMode ckpt;
 	AttnImpl attention;
+	double sparse_blocks;     /* deepspeed.sparse_attention's layout: non-zero blocks per head
+				     (mean over heads) at seq; 0 without the section */
 	Backend backend;          /* whose implementation the scenario describes */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
@@ -51,6 +53,11 @@ typedef struct Scenario {
  * JSON file its value names, relative to the current directory; later overrides of keys inside it
  * apply on top. On error the scenario is freed. */
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
+/* The same with the scenario's own document given as text (the launcher flags' scenario,
+ * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its
+ * folder. */
+int scenario_load_text(Scenario *sc, const char *path, const char *text, const JsonOverrides *ov,
+		       PxError *err);
 void scenario_free(Scenario *sc);
 
 /* A scenario like base (a loaded one) with more overrides ov applied after base's own, which are

@@ -57,6 +57,9 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
+	else if (ds->sparse.mode != SPARSE_OFF)
+		why = "dense attention (no deepspeed.sparse_attention: kernels/sparse_attn_cpu computes "
+		      "block-sparse attention, but the GPT units do not call it)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE &&

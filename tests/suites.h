@@ -41,7 +41,9 @@
 	X(schedule)    \
 	X(verdict)     \
 	X(infer)       \
-	X(onebit)
+	X(onebit)      \
+	X(sparse)      \
+	X(dslaunch)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
