@@ -598,13 +598,26 @@ static void sample_peak(void *gpumem)
 	gpumem_sample(gpumem);
 }
 
-/* The executor's own scenario, once per process: its backend on one node of size ranks. */
+/* The executor's own scenario, once per process: its backend on one node of size ranks, or,
+ * with ZeRO++'s hpZ or qgZ (whose groups are a node's: exec/runner_zpp.c), on nodes of the
+ * scenario's gpus_per_node ranks where that divides size. */
 static int run_overrides(RunOpts *o, int size, PxError *err)
 {
-	char arg[64], backend[32];
-	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", size);
+	char arg[64], nodes[64], backend[32];
+	Scenario sc;
+	int gpn = size;
+	if (scenario_load(&sc, o->scenario, &o->ov, err))
+		return -1;
+	const DsZero *z = &sc.ds.zero;
+	long long g = sc.cluster.gpus_per_node;
+	if (z->stage == 3 && (z->hpz_partition_size > 1 || z->quantized_gradients) && g > 0 &&
+	    g < size && size % g == 0)
+		gpn = (int)g;
+	scenario_free(&sc);
+	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", gpn);
+	snprintf(nodes, sizeof(nodes), "cluster.nodes=%d", size / gpn);
 	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
-	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, "cluster.nodes=1", err) ||
+	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, nodes, err) ||
 	       jov_add(&o->ov, arg, err) ? -1 : 0;
 }
 
