@@ -28,6 +28,9 @@ typedef struct Builder {
 	Schedule *s;
 	int oom;
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
+	int secondary_held;     /* hpZ: this step's first forward has kept the secondary partition
+				   (DeepSpeed's ds_secondary_tensor, dropped only after the optimizer
+				   step): later forwards gather from it too */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
 	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
 	int *pipe_in, *pipe_out; /* pipelined, per (micro-batch, local chunk): the received input and
@@ -240,9 +243,10 @@ static void gather(Builder *b, int u, int backward)
 		int src = (int)pieces[k][0];
 		long long n = pieces[k][1];
 		long long h = p->hpz;
-		if (backward && h > 1) /* hpZ: from the secondary partition, inside the node; qwZ
-					  quantizes it too (DeepSpeed's all_gather_coalesced takes
-					  the same quantize flag for either partition) */
+		if ((backward || b->secondary_held) && h > 1)
+			/* hpZ: from the secondary partition, inside the node; qwZ quantizes it too
+			 * (DeepSpeed's all_gather_coalesced takes the same quantize flag for either
+			 * partition) */
 			slice(b, p->qwz ? quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n,
 						    8, qwz_scales(n, h), id, at)
 					: coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n,
@@ -985,6 +989,17 @@ static int build(const Plan *p, int stage, long long m, Schedule *s, long long *
 	if (p->par.pp > 1) {
 		if ((rc = pipelined(b, err)))
 			goto out;
+	} else if (p->stage == 3 && p->hpz > 1 && p->m > 1) {
+		/* hpZ: the first micro-batch's forward gathers over dp and keeps the secondary
+		 * partition; the others' forwards gather from it, inside the node (stage3.py drops
+		 * it after the step: invalidate_secondary_tensor) */
+		DO(sched_loop(s, 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
+		b->secondary_held = 1;
+		DO(sched_loop(s, p->m - 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
 	} else {
 		DO(sched_loop(s, p->m));
 		micro_batch(b);

@@ -875,16 +875,17 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	r->loss_sum = 0;
 	r->data = data, r->step = step, r->tokens_mb = -1;
 	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
-	SchedWalk w; /* the micro-batches are the repeat block's iterations */
-	int i;
+	SchedWalk w; /* the micro-batches are the repeat blocks' iterations, block after block */
+	int i, mb = 0;
 	sched_walk_init(&w, s, s->step_begin);
 	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_LOOP && op->count > 0) {
-			load_micro_batch(r, data, step, 0);
+			load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_END_LOOP) {
+			mb++;
 			if (w.iter + 1 < w.count)
-				load_micro_batch(r, data, step, (int)w.iter + 1);
+				load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
 			/* DeepSpeed synchronises every stream before the step */
 			if (wait_all(r, err) || sync_streams(r, err))
