@@ -622,12 +622,30 @@ static void sample_peak(void *gpumem)
 	gpumem_sample(gpumem);
 }
 
-/* The executor's own scenario, once per process: its backend on one node of size ranks. */
+/* The executor's own scenario, once per process: its backend on a hostfile's nodes, else on one
+ * node of size ranks, or, with ZeRO++'s hpZ or qgZ (whose groups are a node's:
+ * exec/runner_zpp.c), on nodes of the scenario's gpus_per_node ranks where that divides size. */
 static int run_overrides(RunOpts *o, int size, PxError *err)
 {
 	char arg[64], nodes[64], backend[32];
-	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%lld", o->nodes ? o->per_node : size);
-	snprintf(nodes, sizeof(nodes), "cluster.nodes=%lld", o->nodes ? o->nodes : 1);
+	int gpn = size, n_nodes = 1;
+	if (o->nodes) { /* a hostfile's: its nodes and slots */
+		gpn = (int)o->per_node, n_nodes = (int)o->nodes;
+	} else {
+		Scenario sc;
+		if (o->launch_text ? scenario_load_text(&sc, o->scenario, o->launch_text, &o->ov, err) :
+				     scenario_load(&sc, o->scenario, &o->ov, err))
+			return -1;
+		const DsZero *z = &sc.ds.zero;
+		long long g = sc.cluster.gpus_per_node;
+		if (z->stage == 3 && (z->hpz_partition_size > 1 || z->quantized_gradients) && g > 0 &&
+		    g < size && size % g == 0)
+			gpn = (int)g;
+		scenario_free(&sc);
+		n_nodes = size / gpn;
+	}
+	snprintf(arg, sizeof(arg), "cluster.gpus_per_node=%d", gpn);
+	snprintf(nodes, sizeof(nodes), "cluster.nodes=%d", n_nodes);
 	snprintf(backend, sizeof(backend), "backend=%s", o->backend);
 	return jov_add(&o->ov, backend, err) || jov_add(&o->ov, nodes, err) ||
 	       jov_add(&o->ov, arg, err) ? -1 : 0;

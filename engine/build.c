@@ -30,6 +30,9 @@ typedef struct Builder {
 	Schedule *s;
 	int oom;
 	int *gathered;          /* stage 3: buffer id per unit, -1 when not gathered */
+	int secondary_held;     /* hpZ: this step's first forward has kept the secondary partition
+				   (DeepSpeed's ds_secondary_tensor, dropped only after the optimizer
+				   step): later forwards gather from it too */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
 	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
 	int *pipe_in, *pipe_out; /* pipelined, per (micro-batch, local chunk): the received input and
@@ -114,16 +117,36 @@ static void copy(Builder *b, CopyDir dir, OpRole role, int unit, double bytes)
 	DO(sched_copy(b->s, dir, role, unit, bytes));
 }
 
-/* A quantized collective (ZeRO++): elems at elem_bytes (INT8: 1; INT4: elems halved) plus one
- * fp32 scale per ZPP_QUANT_BLOCK elements. */
+long long build_qwz_groups(long long elems)
+{
+	if (elems <= 0)
+		return -1;
+	long long g = ceil_div(elems, BUILD_QWZ_TARGET_GROUP);
+	while (g < elems && elems % (8 * g))
+		g++;
+	while (elems % (16 * g) == 0 && elems / g > BUILD_QWZ_TARGET_GROUP)
+		g *= 2;
+	return elems % (8 * g) == 0 && elems > g ? g : -1;
+}
+
+/* A quantized collective (ZeRO++) over group g: elems at 1 byte (INT8) or half a byte (INT4, two
+ * a byte), plus `scales` fp32 scales (the groups of every rank's piece together). */
 static Op *quantized(Builder *b, CollKind kind, OpRole role, CommGroup g, int unit, long long elems,
-		     int bits, int buf, long long off)
+		     int bits, long long scales, int buf, long long off)
 {
 	long long stored = bits == 4 ? ceil_div(elems, 2) : elems;
 	Op *op = coll(b, kind, role, g, unit, stored, 1, buf, off);
 	if (op)
-		op->bytes += 4.0 * (double)ceil_div(elems, ZPP_QUANT_BLOCK);
+		op->bytes += 4.0 * (double)scales;
 	return op;
+}
+
+/* qwZ's scales for a gather of n elements over k ranks: each rank's n / k in its groups (a piece
+ * DeepSpeed cannot group is counted in groups of the target size: the executor refuses it). */
+static long long qwz_scales(long long n, long long k)
+{
+	long long g = build_qwz_groups(n / k);
+	return k * (g > 0 ? g : ceil_div(n / k, BUILD_QWZ_TARGET_GROUP));
 }
 
 /* Elements of the stream a pipeline stage sends per micro-batch (and its boundary buffers hold):
@@ -216,19 +239,27 @@ static void gather(Builder *b, int u, int backward)
 	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
 					(double)whole * p->param_bytes);
 	/* the unit's own flat, then (a tied head) the embedding's flat after it; op->unit names
-	 * whose partition is gathered, the slice where this rank's piece of it lies (hpZ's comes
-	 * from the secondary partition instead: none stated) */
+	 * whose partition is gathered, the slice where this rank's piece of it lies (hpZ's: in the
+	 * secondary partition) */
 	long long pieces[2][2] = {{u, up->own_gather}, {0, up->gather_dense - up->own_gather}};
 	long long at = 0;
 	for (int k = 0; k < 2; k++) {
 		int src = (int)pieces[k][0];
 		long long n = pieces[k][1];
-		if (backward && p->hpz > 1) /* hpZ: from the secondary partition, inside the node */
-			coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n, p->param_bytes, id,
-			     at);
+		long long h = p->hpz;
+		if ((backward || b->secondary_held) && h > 1)
+			/* hpZ: from the secondary partition, inside the node; qwZ quantizes it too
+			 * (DeepSpeed's all_gather_coalesced takes the same quantize flag for either
+			 * partition) */
+			slice(b, p->qwz ? quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n,
+						    8, qwz_scales(n, h), id, at)
+					: coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_HPZ, src, n,
+					       p->param_bytes, id, at),
+			      -1, p->units[src].secondary_off, n / h);
 		else if (p->qwz) /* qwZ: INT8 weights with their scales */
-			slice(b, quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n, 8, id,
-					   at), -1, p->units[src].part_off, n / p->dp);
+			slice(b, quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n, 8,
+					   qwz_scales(n, p->dp), id, at),
+			      -1, p->units[src].part_off, n / p->dp);
 		else
 			slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n,
 				      p->param_bytes, id, at), -1, p->units[src].part_off, n / p->dp);
@@ -280,14 +311,17 @@ static void flush_bucket(Builder *b, Bucket *k)
 	if (k->elems == 0)
 		return;
 	long long mine = ceil_div(k->elems, p->spans[k->group].n);
-	if (p->qgz && k->group == GROUP_DP) {
-		/* qgZ: an INT4 all-to-all inside the node, after which each GPU reduces and holds
-		 * 1/g of the bucket; that slice goes across nodes in a second INT4 all-to-all */
-		long long g = p->spans[GROUP_NODE].n;
+	if (p->qgz && k->group == GROUP_DP && p->spans[GROUP_XNODE].n > 1) {
+		/* qgZ (DeepSpeed runs it only across nodes, else the reduce-scatter): an INT4
+		 * all-to-all inside the node, after which each GPU reduces and holds 1/g of the
+		 * bucket (every node's slice of its own share); that goes across nodes in a second
+		 * INT4 all-to-all. Each of the dp slices is quantized in groups from its start. */
+		long long g = p->spans[GROUP_NODE].n, nodes = p->spans[GROUP_XNODE].n;
+		long long per_slice = ceil_div(mine, BUILD_QGZ_GROUP_ELEMS(p));
 		quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_NODE, k->unit, k->elems, 4,
-			  k->buf, k->offset);
+			  p->spans[GROUP_DP].n * per_slice, k->buf, k->offset);
 		slice(b, quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_XNODE, k->unit,
-				   ceil_div(k->elems, g), 4, k->buf, k->offset),
+				   ceil_div(k->elems, g), 4, nodes * per_slice, k->buf, k->offset),
 		      k->plan_bucket, k->part_off, mine);
 	} else {
 		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
@@ -1060,6 +1094,17 @@ static int build(const Plan *p, int stage, long long m, Schedule *s, long long *
 	if (p->par.pp > 1) {
 		if ((rc = pipelined(b, err)))
 			goto out;
+	} else if (p->stage == 3 && p->hpz > 1 && p->m > 1) {
+		/* hpZ: the first micro-batch's forward gathers over dp and keeps the secondary
+		 * partition; the others' forwards gather from it, inside the node (stage3.py drops
+		 * it after the step: invalidate_secondary_tensor) */
+		DO(sched_loop(s, 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
+		b->secondary_held = 1;
+		DO(sched_loop(s, p->m - 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
 	} else {
 		DO(sched_loop(s, p->m));
 		micro_batch(b);

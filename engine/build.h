@@ -10,8 +10,20 @@
 #include "plan.h"
 #include "schedule.h"
 
-/* ZeRO++ quantizes in blocks of this many elements, each with an fp32 scale. */
-#define ZPP_QUANT_BLOCK 2048
+/* ZeRO++'s quantization groups, each with one fp32 scale (DeepSpeed, v0.16):
+ * - qwZ (and hpZ's secondary gathers under it) quantizes the piece of elems each rank sends in
+ *   build_qwz_groups(elems) equal groups: CUDAQuantizer.quantize in runtime/zero/
+ *   partition_parameters.py starts from ceil(elems / 8000), takes the first count from there
+ *   that 8 x count divides elems, then doubles it while 16 x count divides elems and the groups
+ *   stay above 8000 elements. -1 where no count fits (elems not a multiple of 8: DeepSpeed
+ *   fails an assertion).
+ * - qgZ quantizes a 2-D gradient of r x c in max(r, c, world) groups (all_to_all_quant_reduce in
+ *   runtime/comm/coalesced_collectives.py): a transformer's h x kh weights in groups of h
+ *   elements, BUILD_QGZ_GROUP_ELEMS(p); the schedule takes each rank's slice of a reduction in
+ *   groups of that size from its start (the last one shorter). */
+#define BUILD_QWZ_TARGET_GROUP 8000
+long long build_qwz_groups(long long elems);
+#define BUILD_QGZ_GROUP_ELEMS(p) ((p)->sc->model.h)
 
 /* The schedule of every rank of pipeline stage `stage` (ranks of a stage run the same ops). */
 int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err);

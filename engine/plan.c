@@ -320,7 +320,9 @@ static int plan_stages(Plan *p, PxError *err)
 			st->persist_elems += up->persist_elems;
 			up->part_off = st->part_elems;
 			st->part_elems += up->part_dense + up->part_expert;
-			st->secondary_elems += up->gather_dense / p->hpz;
+			/* a tied head's gather of the embedding reads the embedding's own */
+			up->secondary_off = st->secondary_elems;
+			st->secondary_elems += up->own_gather / p->hpz;
 			st->muon_elems += up->muon_elems;
 			if (up->max_tensor > st->max_tensor)
 				st->max_tensor = up->max_tensor;

@@ -33,6 +33,8 @@ typedef struct UnitPlan {
 				      persistent parameters' slice at StagePlan.persist_part_off) */
 	long long gather_dense, gather_expert; /* what the unit's gathers bring in: own_gather, plus
 						 the embedding unit's flat for a tied head */
+	long long secondary_off;   /* ZeRO++ hpZ: where this rank's secondary piece of the unit
+				      (own_gather / hpz) starts in the stage's secondary partition */
 	double fwd_flops;          /* one micro-batch on this rank */
 	double attn_flops;         /* of those, the attention's QK^T and AV products (blocks) */
 	double act_bytes;          /* kept for backward (or rebuilt by recompute) */

@@ -85,12 +85,12 @@ struct CommRequest {
 
 size_t comm_dtype_bytes(CommDtype dt)
 {
-	return dt == COMM_FP32 ? 4 : (dt == COMM_FP16 || dt == COMM_BF16) ? 2 : 0;
+	return dt == COMM_FP32 ? 4 : (dt == COMM_FP16 || dt == COMM_BF16) ? 2 : dt == COMM_INT8 ? 1 : 0;
 }
 
 const char *comm_dtype_name(CommDtype dt)
 {
-	static const char *const n[] = {"fp32", "fp16", "bf16"};
+	static const char *const n[] = {"fp32", "fp16", "bf16", "int8"};
 	return (unsigned)dt < N_COMM_DTYPES ? n[dt] : "?";
 }
 
@@ -678,6 +678,12 @@ static int check_call(const Comm *c, const char *what, CommDtype dt, CommRedOp o
 	return 0;
 }
 
+/* INT8 (ZeRO++'s quantized bytes) is moved, never summed. */
+static int check_reducible(const Comm *c, const char *what, CommDtype dt, PxError *err)
+{
+	return dt == COMM_INT8 ? fail_args(c, what, err, "int8 values are moved, never reduced") : 0;
+}
+
 static int overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
 {
 	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -752,7 +758,8 @@ static int check_reduce_scatter(Comm *c, const void *send, void *recv, size_t co
 				CommDtype dt, CommRedOp op, int64_t *whole, PxError *err)
 {
 	const char *what = "reduce_scatter";
-	if (check_call(c, what, dt, op, count, c ? c->size : 1, whole, err))
+	if (check_call(c, what, dt, op, count, c ? c->size : 1, whole, err) ||
+	    check_reducible(c, what, dt, err))
 		return -1;
 	size_t part = (size_t)*whole / (size_t)c->size;
 	if (*whole && (!send || !recv))
@@ -768,7 +775,7 @@ static int check_all_reduce(Comm *c, const void *send, void *recv, size_t count,
 			    CommRedOp op, int64_t *bytes, PxError *err)
 {
 	const char *what = "all_reduce";
-	if (check_call(c, what, dt, op, count, 1, bytes, err))
+	if (check_call(c, what, dt, op, count, 1, bytes, err) || check_reducible(c, what, dt, err))
 		return -1;
 	if (*bytes && (!send || !recv))
 		return fail_args(c, what, err, "send or recv is NULL");
@@ -815,7 +822,8 @@ int comm_reduce(Comm *c, const void *send, void *recv, size_t count, CommDtype d
 {
 	const char *what = "reduce";
 	int64_t bytes;
-	if (check_call(c, what, dt, op, count, 1, &bytes, err) || check_root(c, what, root, err))
+	if (check_call(c, what, dt, op, count, 1, &bytes, err) || check_reducible(c, what, dt, err) ||
+	    check_root(c, what, root, err))
 		return -1;
 	int is_root = c->rank == root;
 	if (bytes && (!send || (is_root && !recv)))

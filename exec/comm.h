@@ -13,7 +13,8 @@
 #include "../engine/err.h"
 #include "../engine/schedule.h"
 
-typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, N_COMM_DTYPES } CommDtype;
+/* COMM_INT8: bytes moved as they are (ZeRO++'s quantized values); never reduced. */
+typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, COMM_INT8, N_COMM_DTYPES } CommDtype;
 typedef enum { COMM_SUM, COMM_MAX, N_COMM_REDOPS } CommRedOp;
 
 /* Counter rows. Rows 0..N_COLLS-1 are the schedule's CollKind in its order, so row k is compared
@@ -272,7 +273,7 @@ void comm_set_stream(Comm *c, void *stream);
 /* ---- names ---- */
 
 size_t comm_dtype_bytes(CommDtype dt);
-const char *comm_dtype_name(CommDtype dt); /* "fp32", "fp16", "bf16" */
+const char *comm_dtype_name(CommDtype dt); /* "fp32", "fp16", "bf16", "int8" */
 const char *comm_kind_name(int kind);      /* coll_name's, then "reduce", "barrier" */
 const char *comm_tag_name(int tag);        /* group_name's, then "world" */
 

@@ -13,6 +13,25 @@
 
 /* ---- support ---- */
 
+/* What a unit's ZeRO++ pieces need: qwZ's (over dp, and over hpz for hpZ's gathers) a
+ * multiple of 8 elements, which DeepSpeed's quantizer groups (engine/build.h); qgZ's slices an
+ * even number (two INT4 values a byte). NULL when every unit has them. */
+static const char *zpp_unsupported(const Plan *p)
+{
+	for (int u = 0; u < p->n_units; u++) {
+		long long n = p->units[u].own_gather;
+		if (n == 0)
+			continue;
+		if (p->qwz && (build_qwz_groups(n / p->dp) < 0 ||
+			       (p->hpz > 1 && build_qwz_groups(n / p->hpz) < 0)))
+			return "qwZ on units whose pieces are a multiple of 8 elements (DeepSpeed's "
+			       "quantizer groups no other)";
+		if (p->qgz && (n / p->dp) % 2)
+			return "qgZ on units whose slices are an even number of elements";
+	}
+	return NULL;
+}
+
 int runner_supported(const Plan *p, PxError *err)
 {
 	const Scenario *sc = p->sc;
@@ -44,8 +63,14 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "activation checkpoints on the device (no cpu_checkpointing)";
 	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
 		why = "contiguous_gradients and reduce_scatter on";
-	else if (p->hpz > 1 || p->qwz || p->qgz)
-		why = "no ZeRO++";
+	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.tp > 1 || p->par.pp > 1 ||
+						      p->par.ep > 1 || sc->backend != BACKEND_CPU))
+		why = "ZeRO++ with data parallelism alone on backend \"cpu\"";
+	else if ((p->hpz > 1 || p->qwz || p->qgz) &&
+		 (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
+		why = "ZeRO++ without offload";
+	else if ((why = zpp_unsupported(p)))
+		;
 	else if (ds->comm_dtype != ds->grad_dtype)
 		why = "communication_data_type equal to the gradients' type";
 	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
@@ -193,6 +218,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_PARAM_PART: r->id_part = op->buf; break;
 	case BUF_PERSISTENT: r->id_persist = op->buf; break;
 	case BUF_PERSIST_GRADS: r->id_pgrads = op->buf; break;
+	case BUF_SECONDARY: r->id_secondary = op->buf; break;
 	case BUF_GRAD_PART: r->id_gradpart = op->buf; break;
 	case BUF_MASTER: r->id_master = op->buf; break;
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
@@ -498,6 +524,10 @@ static Comm *group_comm(Runner *r, const Op *op, PxError *err)
 		return r->dp;
 	if (op->group == GROUP_PP && runner_pipe_comm(r, op))
 		return runner_pipe_comm(r, op);
+	Comm *zpp = op->group == GROUP_HPZ ? r->hpz : op->group == GROUP_NODE ? r->node :
+		    op->group == GROUP_XNODE ? r->xnode : NULL;
+	if (zpp && op->nranks == comm_size(zpp))
+		return zpp;
 	px_fail(err, PX_ERR_RUNTIME, "a %s over the %s group of %d ranks: the executor has no "
 		"communicator for that group", coll_name(op->sub), group_name(op->group), op->nranks);
 	return NULL;
@@ -554,6 +584,15 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			r->overflow = x != 0, r->have_overflow = 1;
 		else
 			r->sumsq = x, r->have_norm = 1;
+		return 0;
+	}
+	if (runner_zpp_is_gather(r, op))
+		return runner_zpp_gather(r, op, c, err);
+	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */
+		if (runner_zpp_reduce(r, op, err))
+			return -1;
+		if (op->group == GROUP_XNODE)
+			recycle(r, op->buf);
 		return 0;
 	}
 	SchedCollClass k = sched_coll_class(p, op);
@@ -853,16 +892,17 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	r->loss_sum = 0;
 	r->data = data, r->step = step, r->tokens_mb = -1;
 	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
-	SchedWalk w; /* the micro-batches are the repeat block's iterations */
-	int i;
+	SchedWalk w; /* the micro-batches are the repeat blocks' iterations, block after block */
+	int i, mb = 0;
 	sched_walk_init(&w, s, s->step_begin);
 	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_LOOP && op->count > 0) {
-			load_micro_batch(r, data, step, 0);
+			load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_END_LOOP) {
+			mb++;
 			if (w.iter + 1 < w.count)
-				load_micro_batch(r, data, step, (int)w.iter + 1);
+				load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
 			/* DeepSpeed synchronises every stream before the step */
 			if (wait_all(r, err) || sync_streams(r, err))
@@ -972,7 +1012,8 @@ static int needs_slices(const Plan *p, const Schedule *s, PxError *err)
 		int partitioned = (op->kind == OP_COLL && p->stage >= 2 &&
 				   (op->role == ROLE_GRAD_REDUCE || op->role == ROLE_PREFETCH)) ||
 				  (op->kind == OP_COPY && op->buf >= 0);
-		if (partitioned && op->slice < 0)
+		/* qgZ's all-to-all inside the node leaves no slice: the one across nodes does */
+		if (partitioned && op->slice < 0 && op->group != GROUP_NODE)
 			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d (%s, %s) states no "
 				       "partition slice; the executor places its data by one", i,
 				       op_kind_name(op->kind), role_name(op->role));
@@ -1030,7 +1071,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->p = p, r->s = s, r->dp = dp, r->world = comms ? comms->world : NULL;
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
-		r->tp = comms->tp;
+		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode;
 	r->stage = s->rank, r->n_stages = (int)p->par.pp, r->st = &p->stages[r->stage];
 	r->slots = p->par.pp > 1 ? (int)p->m : 1;
 	r->rank = dp ? comm_rank(dp) : 0;
@@ -1110,7 +1151,9 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
-	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = -1;
+	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
+	if (runner_zpp_create(r, err))
+		return -1;
 	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */
 	sched_walk_init(&w, s, 0);
 	for (int i; w.i < s->step_begin && (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w))
@@ -1141,6 +1184,7 @@ void runner_destroy(Runner *r)
 	free(r->pend);
 	free(r->zero_first);
 	free(r->persist_off);
+	runner_zpp_destroy(r);
 	if (r->scalar)
 		r->cb->release(r->cx, PLACE_GPU, r->scalar);
 	if (r->own_cx)

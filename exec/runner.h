@@ -30,7 +30,7 @@ typedef struct StepResult {
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD,
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
  * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3 (sequence parallelism 0-1),
- * on the CPU backend...),
+ * ZeRO++'s qwZ, hpZ and qgZ with data parallelism alone, on the CPU backend...),
  * else -1 with a message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);
 
@@ -46,6 +46,9 @@ typedef struct RunnerComms {
 	Comm *pp_act, *pp_grad;
 	Comm *tied;    /* the first and last stage of this rank's pipeline (a tied embedding) */
 	Comm *tp;      /* the tensor-parallel group, by tp index: the units' own collectives */
+	/* ZeRO++ (runner_zpp.c): hpZ's secondary-partition group, and qgZ's two all-to-all groups,
+	 * the ranks of one node and one rank of each node */
+	Comm *hpz, *node, *xnode;
 } RunnerComms;
 
 /* Split world into this rank's groups under plan p's layout (engine/parallel.c's

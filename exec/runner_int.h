@@ -1,7 +1,8 @@
 /* runner_int: the runner's insides, shared by its files: runner.c (the schedule interpreter
  * and set-up), runner_state.c (the optimizer over this rank's partition, and checkpoints of
- * the state it keeps) and runner_pipe.c (pipeline parallelism: the groups' communicators, the
- * sends and receives between stages). Not for use outside exec/runner*.c. */
+ * the state it keeps), runner_pipe.c (pipeline parallelism: the groups' communicators, the
+ * sends and receives between stages) and runner_zpp.c (ZeRO++). Not for use outside
+ * exec/runner*.c. */
 #ifndef PX_EXEC_RUNNER_INT_H
 #define PX_EXEC_RUNNER_INT_H
 
@@ -35,6 +36,8 @@ typedef struct Pending {
 	int recycle_buf;   /* a buffer to recycle at the wait (persistent gradients), or -1 */
 } Pending;
 
+typedef struct RunnerZpp RunnerZpp; /* runner_zpp.c's */
+
 struct Runner {
 	const Plan *p;
 	const Schedule *s;
@@ -42,6 +45,9 @@ struct Runner {
 	Comm *dp, *world;
 	Comm *pp_act, *pp_grad, *tied; /* RunnerComms' */
 	Comm *tp;               /* RunnerComms' tensor-parallel group, NULL without */
+	Comm *hpz, *node, *xnode; /* RunnerComms' ZeRO++ groups, NULL without */
+	RunnerZpp *zpp;         /* ZeRO++'s scratch, NULL without */
+	int id_secondary;       /* hpZ's secondary partition, -1 without */
 	GptTp gtp;              /* this rank in it (t = 1 without): the units' collectives */
 	int tp_unit, tp_next;   /* the unit whose kernels run, the schedule op they take next */
 	int tp_skip;            /* ops after the last compute its kernels took: passed over */
@@ -225,5 +231,20 @@ int runner_tp_pass(Runner *r, int i, PxError *err);
 /* Sequence parallelism's all-reduce of the replicated tensors' gradients (op: the schedule's,
  * its buffer the flattened copy): packed from the gradients, summed over the group, put back. */
 int runner_tp_replicated(Runner *r, const Op *op, PxError *err);
+
+/* ---- runner_zpp.c ---- */
+
+/* ZeRO++'s communicators into c (those of a group of one rank stay NULL); collective over
+ * world. */
+int runner_zpp_comms_split(Comm *world, const Plan *p, RunnerComms *c, PxError *err);
+int runner_zpp_create(Runner *r, PxError *err); /* its scratch, when the plan has ZeRO++ */
+void runner_zpp_destroy(Runner *r);
+/* A stage-3 gather runner_zpp_gather runs: qwZ's (1-byte elements), hpZ's (over GROUP_HPZ), and
+ * under hpZ the forward's, which keeps the secondary partition. */
+int runner_zpp_is_gather(const Runner *r, const Op *op);
+int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err);
+/* A qgZ all-to-all (GROUP_NODE, then GROUP_XNODE, which adds this rank's summed slice into the
+ * gradient partition at the op's slice). */
+int runner_zpp_reduce(Runner *r, const Op *op, PxError *err);
 
 #endif

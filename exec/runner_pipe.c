@@ -17,6 +17,9 @@ void runner_comms_free(RunnerComms *c)
 	comm_destroy(c->pp_grad);
 	comm_destroy(c->tied);
 	comm_destroy(c->tp);
+	comm_destroy(c->hpz);
+	comm_destroy(c->node);
+	comm_destroy(c->xnode);
 	*c = (RunnerComms){.world = c->world};
 }
 
@@ -48,7 +51,8 @@ int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, P
 	    split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_grad, err) ||
 	    split(world, tied ? (int)(at.dp * q->tp + at.tp) : COMM_NO_COLOR, st, GROUP_PP, &c->tied,
 		  err) ||
-	    split(world, (int)(at.stage * p->dp + at.dp), (int)at.tp, GROUP_TP, &c->tp, err)) {
+	    split(world, (int)(at.stage * p->dp + at.dp), (int)at.tp, GROUP_TP, &c->tp, err) ||
+	    runner_zpp_comms_split(world, p, c, err)) {
 		runner_comms_free(c);
 		return -1;
 	}

@@ -29,6 +29,7 @@
 	X(exec)        \
 	X(pipe)        \
 	X(tp)          \
+	X(zpp)         \
 	X(run)         \
 	X(exec_cuda)   \
 	X(cli)         \

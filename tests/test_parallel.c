@@ -327,17 +327,26 @@ static void check_zeropp(long long nodes)
 	if (zpp_predict(1, nodes, &pr, &sc))
 		return;
 	double zpp = pr.stages[0].traffic.node_egress_bytes;
-	/* INT8 gathers with one fp32 scale per 2048 elements, in a ring over n */
+	/* INT8 gathers with one fp32 scale per group of each rank's piece (DeepSpeed's grouping,
+	 * build_qwz_groups, hand-checked in test_zpp.c; a piece it cannot group, as a block's
+	 * 2049 elements on 512 ranks, in groups of its 8000-element target), in a ring over n
+	 * (untied: one piece a unit) */
 	double gathers = 0;
-	for (int u = 0; u < pr.plan.n_units; u++)
-		gathers += pr.plan.units[u].gather_dense + 4.0 * ceil(pr.plan.units[u].gather_dense / 2048.0);
+	for (int u = 0; u < pr.plan.n_units; u++) {
+		long long g = pr.plan.units[u].gather_dense, k = g / (long long)n;
+		long long groups = build_qwz_groups(k) > 0 ? build_qwz_groups(k) : (k + 7999) / 8000;
+		if (g > 0)
+			gathers += (double)g + 4.0 * n * (double)groups;
+	}
 	/* each unit's gradient flat: every one of the node's 8 GPUs sends its INT4 eighth to the
-	 * other nodes, (N-1)/N of it leaving the node */
+	 * other nodes, (N-1)/N of it leaving the node, with one fp32 scale per 256 elements (h) of
+	 * each of the N slices of n it holds */
 	double grads = 0;
 	for (int u = 0; u < pr.plan.n_units; u++) {
 		double slice = ceil((double)pr.plan.units[u].own_gather / 8);
+		double part = (double)pr.plan.units[u].own_gather / n;
 		if (slice > 0)
-			grads += 8 * (ceil(slice / 2) + 4 * ceil(slice / 2048)) * (N - 1) / N;
+			grads += 8 * (ceil(slice / 2) + 4 * N * ceil(part / 256)) * (N - 1) / N;
 	}
 	CU_ASSERT_DOUBLE_EQUAL(zpp, gathers * (n - 1) / n + grads, 1e-9 * M);
 	/* hpZ keeps a secondary partition of the parameters over 8 GPUs */
