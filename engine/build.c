@@ -741,14 +741,21 @@ static void pipe_recv(Builder *b, const PipeStep *st, long long bsh)
  * in its steady state each iteration runs a forward and a backward and then exchanges, in one
  * batch, both outputs and both inputs of the next iteration; warming up, a forward's batch
  * receives the next forward's input, and the last warm-up batch the first backward's gradient
- * too; cooling down, a backward's batch receives the next backward's. In this order's terms:
- * the receives of step k, and of step k + 1 too when k is a forward that a backward follows,
- * posted at the end of the step before k (a backward, or a forward another forward follows). */
-static void pipe_batch_recvs(Builder *b, const PipeStep *order, int n, int k, long long bsh)
+ * too, unless every forward is a warm-up one (then the first backward receives its own);
+ * cooling down, a backward's batch receives the next backward's. In this order's terms: posted
+ * at the end of step k, the receives of step k + 1, and of step k + 2 too when k + 1 is a
+ * forward that a backward follows and some backward comes before the stage's last forward;
+ * *posted: the last step whose receives are posted. */
+static void pipe_batch_recvs(Builder *b, const PipeStep *order, int n, int k, int all_warmup,
+			     int *posted, long long bsh)
 {
-	pipe_recv(b, &order[k], bsh);
-	if (order[k].forward && k + 1 < n && !order[k + 1].forward)
-		pipe_recv(b, &order[k + 1], bsh);
+	int upto = k + 1;
+	if (k + 2 < n && order[k + 1].forward && !order[k + 2].forward && !all_warmup)
+		upto = k + 2;
+	for (int j = *posted + 1; j <= upto && j < n; j++)
+		pipe_recv(b, &order[j], bsh);
+	if (upto > *posted)
+		*posted = upto;
 }
 
 /* With pipelining: the stage's own order of forwards and backwards (pipeline.c), each step's
@@ -776,7 +783,11 @@ static int pipelined(Builder *b, PxError *err)
 	 * receives of the next pair and waits for them all (batch_isend_irecv): the receives come
 	 * at the end of the step before (pipe_batch_recvs), and the sent input gradient lives until
 	 * then */
-	int batched = p->par.schedule == PIPE_INTERLEAVED, sent_grad = -1;
+	int batched = p->par.schedule == PIPE_INTERLEAVED, sent_grad = -1, posted = -1;
+	int first_bwd = 0; /* every forward before any backward: all of them warm-up ones */
+	while (first_bwd < n && order[first_bwd].forward)
+		first_bwd++;
+	int all_warmup = first_bwd == n / 2;
 
 	for (int k = 0; k < n; k++) {
 		const PipeStep *st = &order[k];
@@ -794,7 +805,7 @@ static int pipelined(Builder *b, PxError *err)
 		if (!batched)
 			pipe_recv(b, st, bsh);
 		else if (k == 0)
-			pipe_batch_recvs(b, order, n, 0, bsh);
+			pipe_batch_recvs(b, order, n, -1, all_warmup, &posted, bsh);
 		if (st->forward) {
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
@@ -815,8 +826,8 @@ static int pipelined(Builder *b, PxError *err)
 				release(b, in);
 			}
 		}
-		if (batched && k + 1 < n && (st->forward ? order[k + 1].forward : 1))
-			pipe_batch_recvs(b, order, n, k + 1, bsh);
+		if (batched && k + 1 < n)
+			pipe_batch_recvs(b, order, n, k, all_warmup, &posted, bsh);
 		release(b, &sent_grad);
 		b->mb = st->mb;
 		release(b, &scratch);

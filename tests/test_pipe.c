@@ -72,6 +72,24 @@ static void test_pipe_losses_fp32(void)
 	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
 }
 
+/* Interleaved with as many micro-batches as stages (m = pp = 2, v = 2): every forward of stage 0
+ * is a warm-up one, and Megatron's last warm-up batch then receives no gradient (the next stage's
+ * first backward needs this stage's last forward first); posted there, as it once was, stage 0
+ * waited for a gradient stage 1 could not send (the replay said the stages wait forever). The
+ * losses equal a single rank's at the same batch, bit for bit as the other fp32 pipelines. */
+static void test_pipe_interleaved_all_warmup(void)
+{
+	enum { STEPS = 3 };
+	const char *base = run_base("false");
+	const char *batch = "--set deepspeed.train_batch_size=4";
+	char extra[512];
+	double ref[STEPS], got[STEPS];
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, STEPS, batch, ref), STEPS);
+	snprintf(extra, sizeof(extra), "%s --set parallelism.pp=2 " INTERLEAVED, batch);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, STEPS, extra, got), STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, STEPS) <= 1e-6);
+}
+
 /* bf16: the activations cross a boundary in bf16, as a single rank holds them, but the gradient
  * that comes back is rounded to bf16 for the wire (DeepSpeed sends it in the activations' type)
  * where a single rank keeps it in fp32: a rounding of u = 2^-8 relative on each boundary's
@@ -177,6 +195,7 @@ int test_pipe_register(void)
 	return PX_ADD_SUITE("pipe", {"fp32 losses of pp 2 and 4, GPipe, 1F1B and interleaved, with dp 2",
 				     test_pipe_losses_fp32},
 			    {"bf16 losses of pp 2", test_pipe_losses_bf16},
+			    {"interleaved, every forward a warm-up one", test_pipe_interleaved_all_warmup},
 			    {"measured equals predicted, traffic by hand",
 			     test_pipe_measured_equals_predicted},
 			    {"run refuses what it does not pipeline", test_pipe_refuses});
