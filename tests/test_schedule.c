@@ -155,8 +155,9 @@ static int by_off(const void *a, const void *b)
 }
 
 /* Stage st's reductions of dense gradients over the data-parallel group (one pass over the
- * schedule: each micro-batch's reductions reduce the same slices) tile [0, part) exactly: their
- * slices, sorted, start where the one before ends, from 0 to the partition's size. */
+ * schedule: each micro-batch's reductions reduce the same slices, so of micro-batches split into
+ * blocks, as hpZ's first one apart, the first block's) tile [0, part) exactly: their slices,
+ * sorted, start where the one before ends, from 0 to the partition's size. */
 static void check_tiling(const Prediction *pr, int st, const char *name)
 {
 	const Schedule *s = &pr->stages[st].sched;
@@ -166,11 +167,16 @@ static void check_tiling(const Prediction *pr, int st, const char *name)
 	SchedWalk w;
 	PxError err = {0};
 	CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
+	int block = -1, inside = 0;
 	sched_walk_init(&w, s, s->step_begin);
 	for (int i; (i = sched_walk_op(&w, &err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
+		if (op->kind == OP_LOOP)
+			block++, inside = 1;
 		if (op->kind == OP_END_LOOP)
-			sched_walk_leave(&w);
+			sched_walk_leave(&w), inside = 0;
+		if (inside && block > 0)
+			continue;
 		/* qgZ reduces in two all-to-alls, the second (across nodes) leaving the slice */
 		if (op->kind != OP_COLL || op->role != ROLE_GRAD_REDUCE ||
 		    (op->group != GROUP_DP && op->group != GROUP_XNODE))
