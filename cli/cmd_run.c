@@ -555,7 +555,8 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"memory.cpu.peak_bytes", "memory.cpu.requested_peak_bytes", "requested"},
 		{"memory.cpu.peak_bytes", NULL, "allocator"},
 		{"comm.all_gather_bytes", NULL, "issued"}, {"comm.reduce_scatter_bytes", NULL, "issued"},
-		{"comm.all_reduce_bytes", NULL, "issued"}, {"comm.wire_bytes", NULL, "sent"},
+		{"comm.all_reduce_bytes", NULL, "issued"}, {"comm.all_to_all_bytes", NULL, "issued"},
+		{"comm.wire_bytes", NULL, "sent"},
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
@@ -575,6 +576,8 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 			continue; /* a figure this backend does not measure or predict */
 		if (!strncmp(pk, "memory.cpu.", 11) && pv == 0 && mv == 0)
 			continue; /* host memory: shown when something is offloaded to it */
+		if (!strcmp(pk, "comm.all_to_all_bytes") && pv == 0 && mv == 0)
+			continue; /* an MoE model's: shown when it has experts */
 		double e = pv != 0 ? (mv - pv) / pv * 100 : (mv == 0 ? 0 : NAN);
 		printf("%-38s %14.0f %14.0f %8.3f%%  %s\n", mk, pv, mv, e, rows_shown[i].as);
 	}

@@ -46,6 +46,10 @@ typedef struct RunnerComms {
 	Comm *pp_act, *pp_grad;
 	Comm *tied;    /* the first and last stage of this rank's pipeline (a tied embedding) */
 	Comm *tp;      /* the tensor-parallel group, by tp index: the units' own collectives */
+	/* an MoE model's expert-parallel group (consecutive data-parallel ranks, by ep index: the
+	 * all-to-alls) and expert-data-parallel group (the data-parallel ranks holding the same
+	 * experts: the experts' reductions), as DeepSpeed's groups.py forms them */
+	Comm *ep, *edp;
 } RunnerComms;
 
 /* Split world into this rank's groups under plan p's layout (engine/parallel.c's
