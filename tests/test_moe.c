@@ -2,7 +2,10 @@
  * the parameter layout against engine/model.c and the saved activations against engine/activ.c,
  * the block's forward against a per-token second computation, its backward against central
  * differences, and an expert-parallel pair of ranks (threads exchanging through an in-process
- * all-to-all) against one rank holding every expert, bit for bit.
+ * all-to-all) against one rank holding every expert, bit for bit. Then MoE executed through
+ * `parallax run` (exec/runner_moe.c, the release binary as the exec and tp suites run it): losses
+ * against one rank, every rank's memory and communication against the prediction, the
+ * all-to-all bytes by hand, and the layouts it refuses.
  *
  * Why bit for bit at ep 2: DeepSpeed gates each rank's own tokens, so the reference is one rank
  * running the two ranks' micro-batches one after the other (gradient accumulation), which gates
@@ -14,6 +17,7 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,7 @@
 #include "../kernels/ops_cpu.h"
 #include "../kernels/rng.h"
 #include "fixtures.h"
+#include "run_checks.h"
 #include "suites.h"
 
 /* V = 32, C = 16, NH = 2; B = 2 sequences of T = 8 tokens: S = 16 tokens a micro-batch; E = 4
@@ -467,6 +472,133 @@ static void test_expert_parallel(void)
 	}
 }
 
+/* ---- executed: parallax run ---- */
+
+/* A GPT-2 of V 128, 2 blocks of 64 channels (4 heads), the second an MoE block of 4 experts
+ * (expert_interval 2), top-1 with capacity factor 1 and min_capacity 4; 16 sequences of 32 tokens
+ * a step in micro-batches of 2 (64 tokens: capacity 16 a rank), AdamW, ZeRO-1, clipping at 1.0,
+ * ep 1: the single rank the others are compared with. */
+static const char *moe_scenario(void)
+{
+	static char path[512];
+	snprintf(path, sizeof(path), "%s/moe.json", px_test_tmpdir());
+	px_test_write_file(path,
+		"{\"name\": \"moe-test\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, "
+		"\"n_layer\": 2, \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128}, \"moe\": "
+		"{\"num_experts\": 4, \"k\": 1, \"capacity_factor\": 1.0, \"min_capacity\": 4, "
+		"\"expert_interval\": 2, \"use_rts\": false, \"ep_size\": 1}, \"deepspeed\": "
+		"{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2, \"optimizer\": "
+		"{\"type\": \"AdamW\", \"params\": {\"lr\": 3e-3, \"weight_decay\": 0.01}}, "
+		"\"zero_optimization\": {\"stage\": 1, \"reduce_bucket_size\": 20000}, "
+		"\"gradient_clipping\": 1.0}, \"cluster\": {\"gpu\": \"H100-SXM\"}, \"backend\": "
+		"\"cpu\", \"seq_length\": 32}");
+	return path;
+}
+
+/* DeepSpeed gates each rank's own micro-batch; the single rank, accumulating gradients over the
+ * same 16 sequences in micro-batches of 2, gates each of them alone with the same capacity (the
+ * runner gives micro-batch j of rank r the sequences the single rank takes as its micro-batch
+ * j dp + r), so it routes every token as the ranks do. Every forward and backward product is then
+ * the same GEMM on the same rows (the ep suite above: bit for bit); what is reassociated is the
+ * sum of gradients over ranks (MPI's reduction order against the single rank's accumulation over
+ * micro-batches) and the squared norm, summed per rank then over ranks: a few 2^-24 relative in a
+ * gradient, which AdamW's normalised update turns into weight changes near lr x 1e-7, below
+ * fp32's spacing at a loss near 4.8 (6e-7 relative) over these 8 steps; held to 1e-6 as the tp
+ * suite's. Clipping is active (the first steps' norms exceed 1.0), so a norm that counted an
+ * expert twice or missed another rank's experts would clip by another factor; the gradients are
+ * the mean over all 16 sequences (the executor divides every gradient by dp; DeepSpeed divides
+ * the experts' by edp only, which Adam's update all but ignores and clipping does not). */
+static void test_run_losses(void)
+{
+	static const PxRunCase top1[] = {
+		{2, "--set moe.ep_size=2"},                               /* ep 2, edp 1 */
+		{4, "--set moe.ep_size=2"},                               /* ep 2, edp 2 */
+		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
+		{4, "--set moe.ep_size=4 --set deepspeed.zero_optimization.stage=2"},
+		{2, "--set moe.ep_size=1"},                               /* experts over dp */
+	};
+	static const PxRunCase top2[] = {
+		{2, "--set moe.k=2 --set moe.ep_size=2"},
+		{4, "--set moe.k=2 --set moe.ep_size=2"},
+	};
+	static const PxRunCase stage0[] = {
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=0 --set "
+		    "deepspeed.gradient_clipping=0"},
+	};
+	char base[1024];
+	double ref[PX_LOSS_STEPS];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json", moe_scenario());
+	px_check_losses(base, top1, (int)(sizeof(top1) / sizeof(top1[0])), 1e-6, 1, ref);
+	/* the bound can fail: unclipped, the same run leaves the clipped reference */
+	double got[PX_LOSS_STEPS];
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
+					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.k=2", moe_scenario());
+	px_check_losses(base, top2, (int)(sizeof(top2) / sizeof(top2[0])), 1e-6, 1, ref);
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set deepspeed.zero_optimization."
+		 "stage=0 --set deepspeed.gradient_clipping=0", moe_scenario());
+	px_check_losses(base, stage0, 1, 1e-6, 1, ref);
+}
+
+/* Every rank's memory by category and communication per collective equal the prediction; the
+ * all-to-all bytes by hand: one MoE block, 4 all-to-alls (dispatch and combine, forward and
+ * backward) per micro-batch, each of E x capacity x C fp32 = 4 x 16 x 64 x 4 = 16384 bytes
+ * (capacity ceil(64 / 4 x 1.0) = 16), over the 16 / (2 x 2) = 4 micro-batches of a rank at dp
+ * 2 (2 at dp 4): 262144 and 131072 bytes a step; top-2 doubles the capacity (ceil(2 x 64 / 4) =
+ * 32): 262144 at dp 4. */
+static void test_run_measured(void)
+{
+	static const struct {
+		int ranks;
+		const char *set;
+		double a2a_bytes;
+	} runs[] = {
+		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2", 4 * 4 * 16384.0},
+		{4, "--set moe.ep_size=2", 4 * 2 * 16384.0},
+		{4, "--set moe.ep_size=2 --set moe.k=2", 4 * 2 * 32768.0},
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		char args[1024];
+		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 %s", moe_scenario(),
+			 runs[i].ranks, runs[i].set);
+		sqlite3 *db = px_run_measured(args, runs[i].ranks);
+		for (int r = 0; r < runs[i].ranks; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "measured", r),
+					runs[i].a2a_bytes);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "predicted", r),
+					runs[i].a2a_bytes);
+		}
+		sqlite3_close(db);
+	}
+}
+
+/* What the executor does not run yet is refused before anything starts, exit 2, naming it. */
+static void test_run_refusals(void)
+{
+	static const struct {
+		int ranks;
+		const char *set, *why;
+	} bad[] = {
+		{2, "--set deepspeed.zero_optimization.stage=3", "ZeRO stage 0-2"},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
+		 "ep equal to the data-parallel size"},
+		{2, "--set moe.use_rts=true", "without random token selection"},
+		{2, "--set deepspeed.zero_optimization.stage=0", "without gradient_clipping"},
+		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
+		{2, "--set deepspeed.bf16.enabled=true", "in fp32 only"},
+		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char out[8192];
+		char args[1024];
+		snprintf(args, sizeof(args), "run '%s' --no-db --ranks %d --steps 1 %s",
+			 moe_scenario(), bad[i].ranks, bad[i].set);
+		CU_ASSERT_EQUAL(px_test_run_release(args, 120, out, sizeof(out)), 2);
+		PX_ASSERT_HAS(out, bad[i].why);
+	}
+}
+
 int test_moe_register(void)
 {
 	return PX_ADD_SUITE("moe", {"gating by hand (sharded_moe.py)", test_gating_by_hand},
@@ -475,5 +607,8 @@ int test_moe_register(void)
 			    {"layouts against engine/model.c and activ.c", test_layouts},
 			    {"forward against a per-token computation", test_forward_per_token},
 			    {"backward against central differences", test_backward_differences},
-			    {"ep 2 against one rank, bit for bit", test_expert_parallel});
+			    {"ep 2 against one rank, bit for bit", test_expert_parallel},
+			    {"run: losses against one rank", test_run_losses},
+			    {"run: memory and traffic against the prediction", test_run_measured},
+			    {"run: refusals", test_run_refusals});
 }
