@@ -588,6 +588,7 @@ static void test_run_refusals(void)
 		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
 		{2, "--set deepspeed.bf16.enabled=true", "in fp32 only"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
+		{2, "--set deepspeed.zero_optimization.offload_optimizer.device=cpu", "without offload"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char out[8192];
