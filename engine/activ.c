@@ -105,7 +105,9 @@ static double dense_block(const ModelSpec *m, int unit, const ActivShape *x, Ckp
 }
 
 /* An MoE block keeps the attention part as a dense block does; its MLP keeps, on this rank:
- * norm2 input (d per token), the router's fp32 logits and probabilities (8E bytes per token),
+ * norm2's input and output (2d per token: the output is the router's and the dispatch's input,
+ * which the router's backward reads), the router's fp32 logits and probabilities (8E bytes per
+ * token),
  * the dispatched tokens the local experts receive (slots x h) with the experts' intermediates as
  * a dense MLP's (slots x 2I, gated 4I, I the experts' own), the combined outputs coming back
  * (slots x h), and the output dropout mask. Experts are not split by tensor parallelism. Shared
@@ -118,7 +120,8 @@ static double moe_block(const ModelSpec *m, int unit, const ActivShape *x, CkptM
 	double d = x->elem_bytes, sb = self_seq(m, unit, x) * (double)x->b, n = (double)slots;
 	double h = (double)m->h, I = (double)(m->moe_I ? m->moe_I : m->I), mask = m->dropout ? 1 : 0;
 	double per = m->lay.gated ? 4 : 2;
-	double mlp = sb * (d * h + 8.0 * (double)m->experts + mask * h) + n * d * (2 * h + per * I);
+	double mlp = sb * (d * 2 * h + 8.0 * (double)m->experts + mask * h) +
+		     n * d * (2 * h + per * I);
 	if (m->shared_I)
 		mlp += sb * d * h + sb * d * per * (double)m->shared_I / x->t;
 	if (m->shared_gate)

@@ -533,12 +533,12 @@ static void moe_colls(Builder *b, int u, OpRole role)
 /* The executor: the kernels run on a model-layout working copy of the unit's parameters in the
  * compute dtype (the parameters' own: fp32, or 16-bit under mixed precision), and write their
  * gradients into an fp32 one in backward; the head's copies include the tied token embedding it
- * uses. elem_bytes: the copy's element size. */
+ * uses, an MoE block's its local experts. elem_bytes: the copy's element size. */
 static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
 {
 	if (!p->executor)
 		return 0;
-	double n = (double)p->units[u].local_dense;
+	double n = (double)(p->units[u].local_dense + p->units[u].local_expert);
 	if (u == p->n_units - 1 && p->par.pp == 1)
 		n += (double)ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
 	return elem_bytes * n;
@@ -682,6 +682,13 @@ static double exec_scratch_bytes(const Plan *p)
 		return 0;
 	double bs = (double)(p->shape.b * p->shape.s), h = (double)p->sc->model.h;
 	double t = (double)p->par.tp, sp = p->shape.sp ? bs * h : 0;
+	const ModelSpec *m = &p->sc->model;
+	if (m->experts && p->par.tp <= 1) { /* kernels/moe_cpu.c's moe_cpu_scratch_bytes */
+		double slots = (double)p->moe_slots, cap = (double)p->moe_capacity;
+		double I = (double)(m->moe_I ? m->moe_I : m->I), E = (double)m->experts;
+		double mlp = 2 * slots * h + 2 * cap * I + bs * h + 2 * bs * E;
+		return 4 * (fmax(8 * bs * h, mlp) + 3 * bs * (double)m->top_k);
+	}
 	if (p->par.tp <= 1)
 		return 4 * 8 * bs * h;
 	double block = 2 * bs * fmax(4 * h / t, h) + sp, head = 3 * bs + bs * h + sp;
@@ -691,21 +698,21 @@ static double exec_scratch_bytes(const Plan *p)
 /* Without pipelining: every unit forward, then backward, repeated for each micro-batch. The
  * executor's hidden-state streams (x in the compute dtype, its gradient in fp32) live for the
  * micro-batch, its scratch for the backward (and the forward too on a tensor-parallel rank, whose
- * head and gathers use it). */
+ * head and gathers use it, and in an MoE model, whose blocks dispatch through it). */
 static void micro_batch(Builder *b)
 {
 	const Plan *p = b->p;
 	double bsh = p->executor ? (double)(p->shape.b * p->shape.s * p->sc->model.h) : 0;
 	double bsh4 = 4 * bsh;
 	int hidden = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_HIDDEN, -1, bsh4 + p->param_bytes * bsh);
-	int scratch = -1;
-	if (p->par.tp > 1)
+	int scratch = -1, early = p->par.tp > 1 || p->sc->model.experts > 0;
+	if (early)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
 	alloc_buckets(b);
-	if (p->par.tp <= 1)
+	if (!early)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
@@ -945,8 +952,12 @@ static void optimizer_step(Builder *b)
 				      st->buckets[i].padded, p->comm_bytes, b->id_grads,
 				      st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / n, st->buckets[i].padded / n);
-		chunked(b, kind, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert, p->reduce_bucket_elems,
-			p->comm_bytes, p->stage == 0 ? st->flat_dense : st->flat_dense / p->dp);
+		/* stage 1: one reduce-scatter of the expert flat, whose slices are the contiguous
+		 * partition the parameter update gathers whole (below); chunks of it would leave
+		 * each rank a piece of every chunk, not the slice it updates and sends */
+		chunked(b, kind, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert,
+			p->stage == 0 ? p->reduce_bucket_elems : 0, p->comm_bytes,
+			p->stage == 0 ? st->flat_dense : st->flat_dense / p->dp);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
 		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, -1, part * p->grad_bytes);

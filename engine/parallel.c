@@ -18,6 +18,7 @@ void parallel_defaults(ParallelSpec *p)
 	p->moe.interval = 1;
 	p->moe.imbalance = 1.0;
 	p->moe.drop_tokens = 1;
+	p->moe.use_rts = 1; /* MoE(use_rts=True) in deepspeed/moe/layer.py */
 }
 
 const char *pipe_schedule_name(PipeSchedule s)
@@ -82,6 +83,7 @@ int parallel_parse_moe(const JsonObj *moe, MoeSpec *m, PxNotes *notes, PxError *
 		     err) < 0 ||
 	    jobj_int(moe, "min_capacity", 0, 1LL << 40, m->min_capacity, &m->min_capacity, err) < 0 ||
 	    jobj_bool(moe, "drop_tokens", m->drop_tokens, &m->drop_tokens, err) < 0 ||
+	    jobj_bool(moe, "use_rts", m->use_rts, &m->use_rts, err) < 0 ||
 	    jobj_int(moe, "expert_interval", 1, 1 << 20, m->interval, &m->interval, err) < 0 ||
 	    jobj_num(moe, "imbalance", 1, 1e6, m->imbalance, &m->imbalance, err) < 0)
 		return -1;

@@ -21,6 +21,8 @@ typedef struct MoeSpec {
 	long long interval;      /* every interval-th block has an MoE MLP (1 = all) */
 	double imbalance;        /* tokens of the busiest expert over the average, >= 1 */
 	int drop_tokens;
+	int use_rts;             /* top-1's random token selection (DeepSpeed's default on): which
+				    tokens over capacity are dropped; the sizes are the same */
 } MoeSpec;
 
 typedef struct ParallelSpec {

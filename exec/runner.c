@@ -38,10 +38,10 @@ int runner_supported(const Plan *p, PxError *err)
 	const ModelSpec *m = &sc->model;
 	const DsConfig *ds = &sc->ds;
 	const char *why = NULL;
-	if (!model_is_family(m, "gpt2") || !m->lay.tied || m->experts)
-		why = "a GPT-2 model (tied head, no experts)";
-	else if (p->par.ep > 1)
-		why = "data, tensor and pipeline parallelism only (ep of 1)";
+	if (!model_is_family(m, "gpt2") || !m->lay.tied)
+		why = "a GPT-2 model (tied head)";
+	else if (m->experts && (why = runner_moe_supported(p)))
+		;
 	else if (p->par.tp > 1 && sc->backend != BACKEND_CPU)
 		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
 	else if (p->par.tp > 1 && sc->ds.dtype != DT_FP32)
@@ -118,11 +118,11 @@ static long long own_flat_elems(const Runner *r)
 	for (int i = 0; i < r->st->n_buckets; i++) {
 		long long e = 0;
 		for (int u = r->st->buckets[i].u_lo; u <= r->st->buckets[i].u_hi; u++)
-			e += (long long)unit_params(r, u) +
+			e += (long long)unit_dense(r, u) +
 			     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
 		flat += (e + n - 1) / n * n;
 	}
-	return flat;
+	return flat + r->own_expert; /* the experts after the dense buckets (runner_moe.c) */
 }
 
 /* Model states at ZeRO 0-2 from own_flat: the parameters and gradients whole, the optimizer's
@@ -132,7 +132,8 @@ static long long own_flat_elems(const Runner *r)
 static double own_state_bytes(const Runner *r, const Op *op)
 {
 	const DsConfig *ds = &r->p->sc->ds;
-	double flat = (double)r->own_flat, part = r->p->stage == 0 ? flat : flat / r->n;
+	double flat = (double)r->own_flat, experts = (double)r->own_expert;
+	double part = r->p->stage == 0 ? flat : (flat - experts) / r->n + experts / r->n_edp;
 	int sgd = !strcasecmp(ds->optimizer, "SGD");
 	switch (op->what) {
 	case BUF_PARAMS: return flat * (double)dt_bytes(r->pdt);
@@ -166,6 +167,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
+	if (r->moe_on && op->what == BUF_SCRATCH) /* fp32 (runner_moe_supported) */
+		return moe_cpu_scratch_bytes(&r->cfg, &r->moe, r->B, r->T);
+	if (r->moe_on && op->what == BUF_ACTIVATIONS && op->unit >= 0 && r->p->units[op->unit].moe)
+		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	switch (op->what) {
 	case BUF_ACTIVATIONS:
 		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* fp32: the scores apart (BUF_SCORES) */
@@ -333,7 +338,11 @@ static void load_params(Runner *r, int u)
 	r->u_loaded[u] = 1;
 	if (r->p->stage < 3) {
 		void *flat = r->buf[r->id_params];
-		to_work(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), own);
+		size_t dense = unit_dense(r, u); /* an MoE block's experts lie in the expert flat */
+		to_work(r, dst, at(flat, r->p->units[u].flat_off, r->pdt), dense);
+		if (dense < own)
+			to_work(r, at(dst, (long long)dense, r->pdt), at(flat, r->expert_off[u], r->pdt),
+				own - dense);
 		if (u == r->head)
 			to_work(r, at(dst, (long long)own, r->pdt), at(flat, tied_off(r), r->pdt), vc);
 		return;
@@ -366,8 +375,16 @@ static void move_grads(Runner *r, const Op *op)
 	int u = op->unit;
 	const Plan *p = r->p;
 	const float *g = r->buf[r->u_fp32g[u]];
-	size_t own = unit_params(r, u), vc = tied_elems(r);
+	size_t own = unit_dense(r, u), vc = tied_elems(r), experts = unit_params(r, u) - own;
 
+	if (experts > 0) { /* an MoE block's experts: into the expert flat's gradients (stage 0-1),
+			      or straight into the partition at stage 2 (edp 1: nothing reduces
+			      them; runner_moe_supported) */
+		void *dst = p->stage < 2 ? at(r->buf[r->id_grads], r->expert_off[u], r->gdt) :
+			at(r->buf[r->id_gradpart], p->stages[r->stage].flat_dense / r->n +
+			   r->expert_off[u] - p->stages[r->stage].flat_dense, r->gdt);
+		add_into(r, dst, g + own, DT_FP32, experts, r->gdt);
+	}
 	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */
 		void *flat = r->buf[r->id_grads];
 		add_into(r, at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
@@ -438,7 +455,10 @@ static void forward(Runner *r, const Op *op)
 	} else {
 		if (ckpt >= 0) /* full recompute keeps the block's input */
 			to_work(r, r->buf[ckpt], x, r->size[ckpt] / dt_bytes(r->pdt));
-		r->cb->block_forward(r->cx, params, x, x, acts, scratch_buf(r));
+		if (r->moe_on && r->p->units[u].moe)
+			runner_moe_forward(r, params, x, x, acts);
+		else
+			r->cb->block_forward(r->cx, params, x, x, acts, scratch_buf(r));
 	}
 }
 
@@ -468,6 +488,8 @@ static void backward(Runner *r, const Op *op)
 				     dloss, dx, scratch);
 	} else if (u == 0) {
 		r->cb->embed_backward(r->cx, grads, dx, scratch);
+	} else if (r->moe_on && r->p->units[u].moe) {
+		runner_moe_backward(r, params, grads, acts, dx);
 	} else {
 		r->cb->block_backward(r->cx, params, grads, acts, dx, dx, scratch);
 	}
@@ -568,8 +590,11 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		return runner_pipe_p2p(r, op, &r->pend[r->n_pend], err);
 	if (op->group == GROUP_TP && op->role == ROLE_GRAD_REDUCE)
 		return runner_tp_replicated(r, op, err);
-	if (op->group == GROUP_TP && op->role != ROLE_OVERFLOW && op->role != ROLE_GRAD_NORM)
+	if ((op->group == GROUP_TP || op->group == GROUP_EP) && op->role != ROLE_OVERFLOW &&
+	    op->role != ROLE_GRAD_NORM)
 		return runner_tp_pass(r, (int)(op - r->s->ops), err); /* the kernels ran it */
+	if (op->group == GROUP_EDP && op->buf < 0) /* the expert flat's, named by offset */
+		return runner_moe_flat_coll(r, op, err);
 	Comm *c = group_comm(r, op, err);
 	if (!c)
 		return -1;
@@ -937,7 +962,9 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
  * same values. */
 static void init_unit(Runner *r, int u, float *dst, uint64_t seed)
 {
-	if (r->gtp.t > 1)
+	if (r->moe_on && r->p->units[u].moe)
+		moe_cpu_init_unit(&r->cfg, &r->moe, u, dst, seed);
+	else if (r->gtp.t > 1)
 		gpt_tp_init_unit(&r->cfg, r->gtp.t, r->gtp.r, u, dst, seed);
 	else
 		gpt_cpu_init_unit(&r->cfg, u, dst, seed);
@@ -950,9 +977,12 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 {
 	const Plan *p = r->p;
 	size_t largest = 0;
-	for (int u = 0; u < p->n_units; u++)
+	for (int u = 0; u < p->n_units; u++) {
 		if (gpt_cpu_unit_params(&r->cfg, u) > largest) /* a shard is no larger */
 			largest = gpt_cpu_unit_params(&r->cfg, u);
+		if (unit_params(r, u) > largest) /* an MoE block's local experts may be */
+			largest = unit_params(r, u);
+	}
 	/* initialisation scratch, freed before the first step; the arena's peaks are reset after */
 	float *tmp = arena_alloc(&r->arena, PLACE_CPU, CAT_OVERHEAD, 4 * largest);
 	void *own = arena_alloc(&r->arena, PLACE_CPU, CAT_OVERHEAD, 4 * largest + 4 * (size_t)r->n);
@@ -967,7 +997,12 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 			return -1;
 		init_unit(r, u, tmp, seed);
 		if (p->stage < 3) {
-			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, n, r->pdt);
+			size_t dense = unit_dense(r, u);
+			from_f32(r, at(r->buf[r->id_params], p->units[u].flat_off, r->pdt), tmp, dense,
+				 r->pdt);
+			if (dense < n) /* an MoE block's experts */
+				from_f32(r, at(r->buf[r->id_params], r->expert_off[u], r->pdt),
+					 tmp + dense, n - dense, r->pdt);
 			if (u != r->head || r->replica_hi <= r->replica_lo)
 				continue;
 			/* the last stage's copy of the token embedding starts as the first's (unit 0's
@@ -1072,6 +1107,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
 		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode;
+		r->ep = comms->ep, r->edp = comms->edp;
 	r->stage = s->rank, r->n_stages = (int)p->par.pp, r->st = &p->stages[r->stage];
 	r->slots = p->par.pp > 1 ? (int)p->m : 1;
 	r->rank = dp ? comm_rank(dp) : 0;
@@ -1099,7 +1135,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 		r->own_cx = 1;
 	}
-	if (runner_tp_setup(r, err))
+	if (runner_tp_setup(r, err) || runner_moe_setup(r, err))
 		return -1;
 	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
 		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of
@@ -1185,6 +1221,7 @@ void runner_destroy(Runner *r)
 	free(r->zero_first);
 	free(r->persist_off);
 	runner_zpp_destroy(r);
+	free(r->expert_off);
 	if (r->scalar)
 		r->cb->release(r->cx, PLACE_GPU, r->scalar);
 	if (r->own_cx)

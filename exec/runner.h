@@ -49,6 +49,10 @@ typedef struct RunnerComms {
 	/* ZeRO++ (runner_zpp.c): hpZ's secondary-partition group, and qgZ's two all-to-all groups,
 	 * the ranks of one node and one rank of each node */
 	Comm *hpz, *node, *xnode;
+	/* an MoE model's expert-parallel group (consecutive data-parallel ranks, by ep index: the
+	 * all-to-alls) and expert-data-parallel group (the data-parallel ranks holding the same
+	 * experts: the experts' reductions), as DeepSpeed's groups.py forms them */
+	Comm *ep, *edp;
 } RunnerComms;
 
 /* Split world into this rank's groups under plan p's layout (engine/parallel.c's

@@ -1,11 +1,13 @@
 /* runner_int: the runner's insides, shared by its files: runner.c (the schedule interpreter
  * and set-up), runner_state.c (the optimizer over this rank's partition, and checkpoints of
  * the state it keeps), runner_pipe.c (pipeline parallelism: the groups' communicators, the
- * sends and receives between stages) and runner_zpp.c (ZeRO++). Not for use outside
+ * sends and receives between stages), runner_tp.c (tensor parallelism), runner_moe.c
+ * (Mixture-of-Experts blocks and their groups) and runner_zpp.c (ZeRO++). Not for use outside
  * exec/runner*.c. */
 #ifndef PX_EXEC_RUNNER_INT_H
 #define PX_EXEC_RUNNER_INT_H
 
+#include "../kernels/moe_cpu.h"
 #include "runner.h"
 
 /* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
@@ -54,6 +56,14 @@ struct Runner {
 	int tp_failed;          /* a kernel's collective failed or matched no op: tp_err says */
 	PxError tp_err;
 	double tp_s;            /* time in the kernels' collectives, summed (op_s has it too) */
+	Comm *ep, *edp;         /* RunnerComms' expert-parallel and expert-data-parallel groups */
+	int moe_on;             /* the model has MoE blocks (runner_moe.c) */
+	MoeCpu moe;             /* this rank in its expert-parallel group: the MoE blocks' kernels */
+	int edp_rank, n_edp;    /* this rank in its expert-data-parallel group, and its size */
+	long long *expert_off;  /* stage 0-2, by unit: where its expert tensors start in the flat
+				   (after the dense buckets, flat_dense on; units in forward order) */
+	long long own_expert;   /* of own_flat, the expert part (padded to a multiple of edp) */
+	size_t moe_dense;       /* an MoE block's tensors before its experts (norm1 .. router) */
 	int stage, n_stages;    /* pipeline stage (the schedule's rank) and pp */
 	const Op *pipe_recvd[2]; /* received, for the next backward [0] and forward [1] to take
 				    into the hidden stream (runner_pipe_take); NULL: none waits */
@@ -182,7 +192,16 @@ static inline int is_persistent(const Runner *r, long long numel)
  * head's own, without the tied token embedding). */
 static inline size_t unit_params(const Runner *r, int u)
 {
+	if (r->moe_on && r->p->units[u].moe)
+		return moe_cpu_unit_params(&r->cfg, &r->moe);
 	return r->gtp.t > 1 ? gpt_tp_unit_params(&r->cfg, r->gtp.t, u) : gpt_cpu_unit_params(&r->cfg, u);
+}
+
+/* Of unit_params, those in the dense flat: all but an MoE block's local experts, which lie in the
+ * expert flat after it (runner_moe.c). */
+static inline size_t unit_dense(const Runner *r, int u)
+{
+	return r->moe_on && r->p->units[u].moe ? r->moe_dense : unit_params(r, u);
 }
 
 /* The token embedding's elements on this rank: V C, or its V/t vocabulary rows. */
@@ -246,5 +265,23 @@ int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err);
 /* A qgZ all-to-all (GROUP_NODE, then GROUP_XNODE, which adds this rank's summed slice into the
  * gradient partition at the op's slice). */
 int runner_zpp_reduce(Runner *r, const Op *op, PxError *err);
+/* ---- runner_moe.c ---- */
+
+/* NULL when the executor runs plan p's MoE layout, else what it runs instead (runner_supported's
+ * message). */
+const char *runner_moe_supported(const Plan *p);
+/* The MoE blocks' kernels (r->moe) and where their experts lie (r->expert_off, r->own_expert),
+ * after the tensor-parallel set-up; nothing for a dense model. */
+int runner_moe_setup(Runner *r, PxError *err);
+/* An MoE block's forward and backward on the CPU kernels; their all-to-alls take the schedule's
+ * next expert-parallel ops after the compute op (runner_tp_begin / runner_tp_end). */
+void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts);
+void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts,
+			 float *dx);
+/* A collective over the expert-data-parallel group that names no buffer (the expert flat's
+ * reductions and gathers, engine/build.c's chunked): on the expert part of the flat. */
+int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);
+/* The optimizer's slice of the expert flat (Seg), 0 when the stage has no experts. */
+int runner_moe_segment(const Runner *r, Seg *out);
 
 #endif

@@ -20,6 +20,8 @@ void runner_comms_free(RunnerComms *c)
 	comm_destroy(c->hpz);
 	comm_destroy(c->node);
 	comm_destroy(c->xnode);
+	comm_destroy(c->ep);
+	comm_destroy(c->edp);
 	*c = (RunnerComms){.world = c->world};
 }
 
@@ -53,6 +55,18 @@ int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, P
 		  err) ||
 	    split(world, (int)(at.stage * p->dp + at.dp), (int)at.tp, GROUP_TP, &c->tp, err) ||
 	    runner_zpp_comms_split(world, p, c, err)) {
+		runner_comms_free(c);
+		return -1;
+	}
+	/* an MoE model's: inside the data-parallel group, ep consecutive ranks hold the E experts
+	 * between them (an expert-parallel group), and the ranks at the same place in each hold
+	 * the same experts (an expert-data-parallel group) */
+	long long ep = q->ep, dp_group = at.stage * q->tp + at.tp;
+	if (p->sc->model.experts > 0 &&
+	    (split(world, (int)(dp_group * (p->dp / ep) + at.dp / ep), (int)(at.dp % ep), GROUP_EP,
+		   &c->ep, err) ||
+	     split(world, (int)(dp_group * ep + at.dp % ep), (int)(at.dp / ep), GROUP_EDP, &c->edp,
+		   err))) {
 		runner_comms_free(c);
 		return -1;
 	}

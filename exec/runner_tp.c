@@ -84,17 +84,18 @@ void runner_tp_begin(Runner *r, int i)
 
 int runner_tp_end(Runner *r, int i, PxError *err)
 {
-	if (r->gtp.t <= 1)
+	if (r->gtp.t <= 1 && !r->moe_on)
 		return 0;
 	if (r->tp_failed) {
 		*err = r->tp_err;
 		return -1;
 	}
 	const Op *left = r->tp_next < r->s->n ? &r->s->ops[r->tp_next] : NULL;
-	if (left && left->kind == OP_COLL && left->group == GROUP_TP && left->unit == r->tp_unit)
-		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a tensor-parallel %s of %lld "
-			       "elements after unit %d's compute (op %d) that its kernels did not "
-			       "make", r->tp_next, coll_name(left->sub), (long long)left->elems,
+	if (left && left->kind == OP_COLL && (left->group == GROUP_TP || left->group == GROUP_EP) &&
+	    left->unit == r->tp_unit)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a %s %s of %lld elements after "
+			       "unit %d's compute (op %d) that its kernels did not make", r->tp_next,
+			       group_name(left->group), coll_name(left->sub), (long long)left->elems,
 			       r->tp_unit, i);
 	r->tp_skip = r->tp_next - (i + 1);
 	return 0;
@@ -107,9 +108,9 @@ int runner_tp_pass(Runner *r, int i, PxError *err)
 		return 0;
 	}
 	const Op *op = &r->s->ops[i];
-	return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a tensor-parallel %s of %lld elements "
-		       "(%s) that no unit's kernels made", i, coll_name(op->sub), (long long)op->elems,
-		       role_name(op->role));
+	return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a %s %s of %lld elements (%s) that no "
+		       "unit's kernels made", i, group_name(op->group), coll_name(op->sub),
+		       (long long)op->elems, role_name(op->role));
 }
 
 /* ---- set-up ---- */

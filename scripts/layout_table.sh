@@ -67,5 +67,11 @@ row "pp 2 x dp 2, 1F1B, ZeRO-1, bf16" 4 --set parallelism.pp=2 \
 	--set deepspeed.zero_optimization.stage=1
 row "pp 4, GPipe, ZeRO-0, bf16" 4 --set parallelism.pp=4 \
 	--set parallelism.pipeline_schedule=gpipe --set deepspeed.zero_optimization.stage=0
-row "ep 2 (MoE, 4 experts top-2)" 2 --set moe.num_experts=4 --set moe.k=2 \
+row "ep 2 (MoE, 4 experts top-2), ZeRO-2, fp32" 2 --set moe.num_experts=4 --set moe.k=2 \
+	--set parallelism.ep=2 --set deepspeed.zero_optimization.stage=2 \
+	--set deepspeed.bf16.enabled=false
+row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-1, fp32" 4 --set moe.num_experts=4 \
+	--set moe.use_rts=false --set parallelism.ep=2 --set deepspeed.zero_optimization.stage=1 \
+	--set deepspeed.bf16.enabled=false
+row "ep 2 (MoE, 4 experts top-2), ZeRO-3, bf16" 2 --set moe.num_experts=4 --set moe.k=2 \
 	--set parallelism.ep=2

@@ -20,6 +20,7 @@
 	X(kernels16)   \
 	X(kernels_par) \
 	X(tp_kernels)  \
+	X(moe)         \
 	X(kernels_cuda) \
 	X(gpt_cuda)     \
 	X(comm)        \

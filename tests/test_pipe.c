@@ -177,7 +177,7 @@ static void test_pipe_refuses(void)
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=2",
 		 "with pipeline parallelism"},
 		{4, "--set parallelism.pp=2 --set moe.num_experts=4 --set parallelism.ep=2",
-		 "a GPT-2 model (tied head, no experts)"},
+		 "not with tensor or pipeline parallelism"},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {

@@ -1,0 +1,181 @@
+/* runner_moe: the runner's Mixture-of-Experts blocks with expert parallelism. The blocks run on
+ * kernels/moe_cpu (DeepSpeed's gating, dispatch and combine, the local experts); each of their
+ * all-to-alls takes the schedule's next op after the block's compute op, which must be an
+ * expert-parallel all-to-all of the same size (engine/build.c's moe_colls), and runs on the
+ * expert-parallel communicator, as runner_tp.c does for tensor parallelism. The experts' share
+ * of the flat (after the dense buckets, ZeRO 0-2), its reductions and gathers over the
+ * expert-data-parallel group and the optimizer's slice of it are here too. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/clock.h"
+#include "runner_int.h"
+
+/* ---- what runs ---- */
+
+const char *runner_moe_supported(const Plan *p)
+{
+	const Scenario *sc = p->sc;
+	const ModelSpec *m = &sc->model;
+	const MoeSpec *q = &p->par.moe;
+	if (sc->backend != BACKEND_CPU || sc->ds.dtype != DT_FP32)
+		return "MoE blocks on backend \"cpu\" in fp32 only (kernels/moe_cpu)";
+	if (p->par.tp > 1 || p->par.pp > 1)
+		return "MoE blocks with expert and data parallelism only (not with tensor or pipeline "
+		       "parallelism)";
+	if (p->stage > 2)
+		return "MoE blocks with ZeRO stage 0-2 (not 3)";
+	if (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU)
+		return "MoE blocks without offload (the experts' gradients are not copied to the host)";
+	if (p->stage == 2 && p->edp > 1)
+		return "MoE blocks at ZeRO stage 2 with ep equal to the data-parallel size (the "
+		       "schedule's expert reduce-scatters over edp > 1 name no buffer)";
+	if (p->stage == 0 && sc->ds.gradient_clipping > 0)
+		return "MoE blocks at ZeRO stage 0 without gradient_clipping (DeepSpeed averages each "
+		       "rank's norm over the data-parallel group, runtime/utils.py clip_grad_norm_; "
+		       "the schedule has no such all-reduce)";
+	if (m->top_k > 2 || m->experts > 64)
+		return "top-1 or top-2 gating of at most 64 experts";
+	if (!q->drop_tokens)
+		return "MoE blocks with moe.drop_tokens (a capacity the schedule states)";
+	if (m->top_k == 1 && q->use_rts)
+		return "top-1 gating without random token selection (set moe.use_rts false: tokens "
+		       "over capacity are dropped in order)";
+	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
+		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
+	if (sc->ckpt != CKPT_NONE)
+		return "MoE blocks with activation_checkpointing none";
+	return NULL;
+}
+
+/* ---- the kernels' all-to-alls ---- */
+
+static void moe_all_to_all(void *ctx, const float *in, float *out, size_t n)
+{
+	Runner *r = ctx;
+	if (r->tp_failed)
+		return;
+	size_t total = n * (size_t)r->moe.ep;
+	int i = r->tp_next;
+	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
+	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_TO_ALL ||
+	    op->unit != r->tp_unit || op->elems != (long long)total) {
+		r->tp_failed = 1;
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's MoE kernels make an "
+			"expert-parallel all_to_all of %zu elements, the schedule has %s there", i,
+			r->tp_unit, total, op ? (op->kind == OP_COLL ? coll_name(op->sub) :
+						 op_kind_name(op->kind)) : "nothing");
+		return;
+	}
+	r->tp_next++;
+	double t0 = px_now_s();
+	if (comm_all_to_all(r->ep, in, out, n, COMM_FP32, &r->tp_err))
+		r->tp_failed = 1;
+	double dt = px_now_s() - t0;
+	r->tp_s += dt;
+	r->op_s[N_COMPS + COLL_ALL_TO_ALL] += dt;
+}
+
+void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts)
+{
+	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts,
+			      r->buf[r->id_scratch]);
+}
+
+void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts, float *dx)
+{
+	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, dx, dx,
+			       r->buf[r->id_scratch]);
+}
+
+/* ---- the expert flat ---- */
+
+int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err)
+{
+	const Plan *p = r->p;
+	long long n = op->nranks, cnt = op->elems / n, base = r->st->flat_dense + op->offset;
+	Comm *c = r->edp;
+	if (!c || comm_size(c) != op->nranks || op->elems % n || p->stage > 1 + (op->sub ==
+									    COLL_ALL_GATHER))
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a %s of %lld expert elements "
+			       "over the expert-data-parallel group of %d ranks: the executor has no "
+			       "communicator for it or no such reduction at ZeRO stage %d",
+			       (int)(op - r->s->ops), coll_name(op->sub), (long long)op->elems,
+			       op->nranks, p->stage);
+	CommDtype gdt = comm_dt(r->gdt);
+	if (op->sub == COLL_ALL_REDUCE) { /* stage 0: the expert flat's gradients, in place */
+		void *a = at(r->buf[r->id_grads], base, r->gdt);
+		return comm_all_reduce(c, a, a, (size_t)op->elems, gdt, COMM_SUM, err);
+	}
+	if (op->sub == COLL_REDUCE_SCATTER) { /* stage 1: this rank's slice, in place */
+		void *send = at(r->buf[r->id_grads], base, r->gdt);
+		return comm_reduce_scatter(c, send, at(send, r->edp_rank * cnt, r->gdt), (size_t)cnt,
+					   gdt, COMM_SUM, err);
+	}
+	if (op->sub == COLL_ALL_GATHER) { /* stage 1-2: the updated slices, in place */
+		void *recv = at(r->buf[r->id_params], base, r->pdt);
+		return comm_all_gather(c, at(recv, r->edp_rank * cnt, r->pdt), recv, (size_t)cnt,
+				       comm_dt(r->pdt), err);
+	}
+	return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: the executor does not run a %s over "
+		       "the expert flat", (int)(op - r->s->ops), coll_name(op->sub));
+}
+
+int runner_moe_segment(const Runner *r, Seg *out)
+{
+	const Plan *p = r->p;
+	long long fd = r->st->flat_dense, fe = r->st->flat_expert;
+	if (!r->moe_on || fe == 0)
+		return 0;
+	if (p->stage == 0) {
+		*out = (Seg){at(r->buf[r->id_params], fd, r->pdt), at(r->buf[r->id_grads], fd, r->gdt),
+			     r->gdt, fd, fe, fd, NULL};
+		return 1;
+	}
+	long long cnt = fe / r->n_edp, mine = fd + r->edp_rank * cnt, part = fd / r->n;
+	void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
+				      at(r->buf[r->id_gradpart], part, r->gdt);
+	*out = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt, part, cnt, mine, NULL};
+	return 1;
+}
+
+/* ---- set-up ---- */
+
+int runner_moe_setup(Runner *r, PxError *err)
+{
+	const Plan *p = r->p;
+	const ModelSpec *m = &p->sc->model;
+	r->moe_on = m->experts > 0;
+	r->n_edp = 1;
+	if (!r->moe_on)
+		return 0;
+	if (p->par.ep > 1 && (!r->ep || comm_size(r->ep) != (int)p->par.ep))
+		return px_fail(err, PX_ERR_RUNTIME, "expert parallelism of %lld: the executor has no "
+			       "communicator for that group", p->par.ep);
+	if (p->edp > 1 && (!r->edp || comm_size(r->edp) != (int)p->edp))
+		return px_fail(err, PX_ERR_RUNTIME, "an expert-data-parallel group of %lld: the "
+			       "executor has no communicator for it", p->edp);
+	r->n_edp = (int)p->edp;
+	r->edp_rank = r->edp ? comm_rank(r->edp) : 0;
+	r->moe = (MoeCpu){.E = (int)m->experts, .k = (int)m->top_k, .cap = (int)p->moe_capacity,
+			  .I = (int)(m->moe_I ? m->moe_I : m->I), .ep = (int)p->par.ep,
+			  .r = r->ep ? comm_rank(r->ep) : 0, .ctx = r, .all_to_all = moe_all_to_all};
+	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
+		return -1;
+	GptTensor t[MOE_CPU_MAX_TENSORS];
+	moe_cpu_unit_tensors(&r->cfg, &r->moe, t);
+	r->moe_dense = 0;
+	for (int i = 0; i < 9; i++) /* norm1 .. the router */
+		r->moe_dense += t[i].numel;
+	r->expert_off = calloc((size_t)p->n_units, sizeof(long long));
+	if (!r->expert_off)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	long long off = 0; /* the stage's experts in forward order, as build.c's expert flat */
+	for (int u = 0; u < p->n_units; u++) {
+		r->expert_off[u] = r->st->flat_dense + off;
+		if (p->units[u].stage == r->stage && p->units[u].moe)
+			off += (long long)(unit_params(r, u) - r->moe_dense);
+	}
+	r->own_expert = (off + r->n_edp - 1) / r->n_edp * r->n_edp;
+	return 0;
+}

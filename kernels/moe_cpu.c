@@ -1,0 +1,476 @@
+#include "moe_cpu.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+#include "par_cpu.h"
+#include "rng.h"
+
+/* ---- gating ---- */
+
+long long moe_cpu_capacity(long long S, long long E, int k, double capacity_factor,
+			   long long min_capacity)
+{
+	long long cap = (long long)ceil((double)S / (double)E * (capacity_factor * k));
+	return cap < min_capacity ? min_capacity : cap;
+}
+
+static int argmax_except(const float *x, int E, int skip)
+{
+	int best = -1;
+	for (int e = 0; e < E; e++)
+		if (e != skip && (best < 0 || x[e] > x[best]))
+			best = e;
+	return best;
+}
+
+double moe_cpu_route(const float *logits, const float *probs, int S, int E, int k, int cap,
+		     MoeRoute *rt)
+{
+	int count1[64], count2[64]; /* first and second choices per expert so far */
+	double me[64] = {0}, ce[64] = {0};
+	int E_n = E < 64 ? E : 64;  /* moe_cpu_check bounds E */
+	memset(count1, 0, sizeof(count1));
+	memset(count2, 0, sizeof(count2));
+	for (int s = 0; s < S; s++) {
+		int e1 = argmax_except(probs + (size_t)s * E, E, -1);
+		rt->expert[(size_t)s * k] = e1;
+		rt->slot[(size_t)s * k] = count1[e1]++;
+		ce[e1] += 1;
+		for (int e = 0; e < E_n; e++)
+			me[e] += probs[(size_t)s * E + e];
+		if (k == 2) {
+			int e2 = argmax_except(logits + (size_t)s * E, E, e1);
+			rt->expert[(size_t)s * k + 1] = e2;
+			rt->slot[(size_t)s * k + 1] = count2[e2]++;
+		}
+	}
+	double l_aux = 0;
+	for (int e = 0; e < E_n; e++)
+		l_aux += (me[e] / S) * (ce[e] / S);
+	for (int s = 0; s < S; s++) {
+		float g[2] = {0, 0};
+		for (int j = 0; j < k; j++) {
+			size_t i = (size_t)s * k + j;
+			int e = rt->expert[i];
+			if (j == 1) /* after every first choice of its expert */
+				rt->slot[i] += count1[e];
+			if (rt->slot[i] >= cap)
+				rt->slot[i] = -1;
+			g[j] = rt->slot[i] >= 0 ? probs[(size_t)s * E + e] : 0.0f;
+		}
+		if (k == 1) {
+			rt->weight[s] = g[0];
+			continue;
+		}
+		float denom = g[0] + g[1];
+		if (denom < FLT_EPSILON)
+			denom = FLT_EPSILON;
+		rt->weight[(size_t)s * 2] = g[0] / denom;
+		rt->weight[(size_t)s * 2 + 1] = g[1] / denom;
+	}
+	return l_aux * E;
+}
+
+int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err)
+{
+	if (gpt_cpu_check(c, B, T, err))
+		return -1;
+	if (m->k < 1 || m->k > 2 || m->k > m->E || m->E > 64)
+		return px_fail(err, PX_ERR_INPUT, "moe: top-%d of %d experts: the CPU kernels gate "
+			       "top-1 or top-2 of 1-64 experts", m->k, m->E);
+	if (m->ep < 1 || m->E % m->ep || m->r < 0 || m->r >= m->ep)
+		return px_fail(err, PX_ERR_INPUT, "moe: rank %d of an expert-parallel group of %d "
+			       "over %d experts: ep must divide E", m->r, m->ep, m->E);
+	if (m->cap < 1 || m->I != 4 * c->C)
+		return px_fail(err, PX_ERR_INPUT, "moe: capacity %d must be positive and the experts' "
+			       "intermediate size %d GPT-2's 4 x %d channels", m->cap, m->I, c->C);
+	if (m->ep > 1 && !m->all_to_all)
+		return px_fail(err, PX_ERR_INPUT, "moe: expert parallelism of %d without an "
+			       "all-to-all", m->ep);
+	return 0;
+}
+
+/* ---- parameter layout ---- */
+
+static int add(GptTensor *t, int n, const char *name, size_t numel)
+{
+	t[n].name = name;
+	t[n].numel = numel;
+	return n + 1;
+}
+
+int moe_cpu_unit_tensors(const GptConfig *c, const MoeCpu *m, GptTensor out[MOE_CPU_MAX_TENSORS])
+{
+	GptTensor dense[GPT_CPU_MAX_TENSORS];
+	size_t C = (size_t)c->C, I = (size_t)m->I, El = (size_t)(m->E / m->ep);
+	gpt_cpu_unit_tensors(c, 1, dense);
+	int n = 0;
+	for (; n < 8; n++) /* norm1 .. norm2 */
+		out[n] = dense[n];
+	n = add(out, n, "mlp.router.weight", C * (size_t)m->E);
+	n = add(out, n, "mlp.fc.weight", El * C * I);
+	n = add(out, n, "mlp.fc.bias", El * I);
+	n = add(out, n, "mlp.down.weight", El * I * C);
+	return add(out, n, "mlp.down.bias", El * C);
+}
+
+size_t moe_cpu_unit_params(const GptConfig *c, const MoeCpu *m)
+{
+	GptTensor t[MOE_CPU_MAX_TENSORS];
+	size_t sum = 0;
+	int n = moe_cpu_unit_tensors(c, m, t);
+	for (int i = 0; i < n; i++)
+		sum += t[i].numel;
+	return sum;
+}
+
+/* Offsets of the tensors of moe_cpu_unit_tensors, in its order. */
+typedef struct MoeLayout {
+	GptBlockLayout d; /* the shared part's (its fc and down fields unused) */
+	size_t router, fc_w, fc_b, down_w, down_b;
+} MoeLayout;
+
+static MoeLayout moe_layout(const GptConfig *c, const MoeCpu *m)
+{
+	GptTensor t[MOE_CPU_MAX_TENSORS];
+	size_t off[MOE_CPU_MAX_TENSORS], sum = 0;
+	int n = moe_cpu_unit_tensors(c, m, t);
+	for (int i = 0; i < n; i++) {
+		off[i] = sum;
+		sum += t[i].numel;
+	}
+	MoeLayout L = {.router = off[8], .fc_w = off[9], .fc_b = off[10], .down_w = off[11],
+		       .down_b = off[12]};
+	L.d = (GptBlockLayout){off[0], off[1], off[2], off[3], off[4], off[5], off[6], off[7],
+			       0, 0, 0, 0};
+	return L;
+}
+
+static void fill_normal(float *x, size_t n, float std, uint64_t seed, uint64_t stream)
+{
+	PxRng r;
+	rng_init(&r, seed, stream);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(std * rng_normal(&r));
+}
+
+/* The streams of the router and the experts' tensors: apart from gpt_cpu's (unit x 12 + tensor
+ * + 1, below 2^32 for any model here), one per (unit, tensor, global expert). */
+static uint64_t moe_stream(int unit, int tensor, int expert)
+{
+	return (1ull << 40) + ((uint64_t)unit * MOE_CPU_MAX_TENSORS + (uint64_t)tensor) * 65536u +
+	       (uint64_t)expert;
+}
+
+void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *params,
+		       uint64_t seed)
+{
+	size_t C = (size_t)c->C, I = (size_t)m->I;
+	int El = m->E / m->ep;
+	MoeLayout L = moe_layout(c, m);
+	float resid_std = GPT_CPU_INIT_STD / sqrtf(2.0f * (float)c->L);
+	/* the shared tensors: a dense block's first eight, at the same offsets, from the same
+	 * streams; its MLP tensors land where the router and experts go and are drawn over (an MoE
+	 * unit of one local expert already outsizes a dense block: 12 C^2 + 13 C + C E) */
+	gpt_cpu_init_unit(c, unit, params, seed);
+	fill_normal(params + L.router, C * (size_t)m->E, GPT_CPU_INIT_STD, seed,
+		    moe_stream(unit, 8, 0));
+	for (int j = 0; j < El; j++) {
+		int e = m->r * El + j;
+		fill_normal(params + L.fc_w + (size_t)j * C * I, C * I, GPT_CPU_INIT_STD, seed,
+			    moe_stream(unit, 9, e));
+		memset(params + L.fc_b + (size_t)j * I, 0, I * sizeof(float));
+		fill_normal(params + L.down_w + (size_t)j * I * C, I * C, resid_std, seed,
+			    moe_stream(unit, 11, e));
+		memset(params + L.down_b + (size_t)j * C, 0, C * sizeof(float));
+	}
+}
+
+/* ---- saved activations and scratch ---- */
+
+MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T)
+{
+	size_t N = (size_t)B * T, C = (size_t)c->C, btc = N * C;
+	size_t slots = (size_t)m->E * m->cap, I = (size_t)m->I;
+	MoeBlockActs a;
+	a.x_in = 0;
+	a.ln1 = btc;
+	a.qkv = 2 * btc;
+	a.atty = 5 * btc;
+	a.res2 = 6 * btc;
+	a.att = 7 * btc;
+	a.ln2 = a.att + (size_t)B * c->NH * T * T;
+	a.logits = a.ln2 + btc;
+	a.probs = a.logits + N * m->E;
+	a.disp = a.probs + N * m->E;
+	a.fc = a.disp + slots * C;
+	a.gelu = a.fc + slots * I;
+	a.eout = a.gelu + slots * I;
+	a.total_elems = a.eout + slots * C;
+	return a;
+}
+
+size_t moe_cpu_block_act_bytes(const GptConfig *c, const MoeCpu *m, int B, int T)
+{
+	return moe_cpu_block_acts(c, m, B, T).total_elems * sizeof(float);
+}
+
+static size_t route_elems(const MoeCpu *m, int B, int T)
+{
+	return 3 * (size_t)B * T * m->k;
+}
+
+/* The MLP's backward scratch (floats), before the route. */
+static size_t mlp_scratch_elems(const GptConfig *c, const MoeCpu *m, int B, int T)
+{
+	size_t N = (size_t)B * T, C = (size_t)c->C, slots = (size_t)m->E * m->cap;
+	return 2 * slots * C + 2 * (size_t)m->cap * m->I + N * C + 2 * N * m->E;
+}
+
+size_t moe_cpu_scratch_bytes(const GptConfig *c, const MoeCpu *m, int B, int T)
+{
+	size_t dense = 8 * (size_t)B * T * c->C, mlp = mlp_scratch_elems(c, m, B, T);
+	return ((dense > mlp ? dense : mlp) + route_elems(m, B, T)) * sizeof(float);
+}
+
+/* The route's arrays at the scratch's end, past what either pass uses otherwise. */
+static MoeRoute route_in(const GptConfig *c, const MoeCpu *m, int B, int T, float *scratch)
+{
+	size_t S = (size_t)B * T * m->k;
+	float *at = scratch + moe_cpu_scratch_bytes(c, m, B, T) / sizeof(float) - 3 * S;
+	return (MoeRoute){(int *)at, (int *)(at + S), at + 2 * S};
+}
+
+static void exchange(const MoeCpu *m, const float *in, float *out, size_t total)
+{
+	if (m->ep == 1)
+		par_cpu_memcpy(out, in, total * sizeof(float));
+	else
+		m->all_to_all(m->ctx, in, out, total / (size_t)m->ep);
+}
+
+/* ---- the block ---- */
+
+/* The attention branch: res2 = x + o(attention(qkv(ln1(x)))), as gpt_cpu_block_forward's. */
+static void attention_forward(const GptConfig *c, const GptBlockLayout *p, int B, int T,
+			      const float *params, float *acts, const MoeBlockActs *a)
+{
+	int N = B * T, C = c->C;
+	ops_layernorm_forward(acts + a->ln1, NULL, NULL, acts + a->x_in, params + p->ln1_w,
+			      params + p->ln1_b, N, C);
+	ops_matmul_forward(acts + a->qkv, acts + a->ln1, params + p->qkv_w, params + p->qkv_b, N, C,
+			   3 * C);
+	ops_attention_forward(acts + a->atty, acts + a->att, acts + a->qkv, B, T, C, c->NH);
+	ops_matmul_forward(acts + a->res2, acts + a->atty, params + p->proj_w, params + p->proj_b,
+			   N, C, C);
+	ops_residual_forward(acts + a->res2, acts + a->res2, acts + a->x_in, (size_t)N * C);
+}
+
+/* probs (N, E) = softmax of each row of logits, summed in double and rounded once. */
+static void softmax_rows(float *probs, const float *logits, int N, int E)
+{
+	for (int s = 0; s < N; s++) {
+		const float *l = logits + (size_t)s * E;
+		float *q = probs + (size_t)s * E;
+		float mx = l[0];
+		for (int e = 1; e < E; e++)
+			mx = l[e] > mx ? l[e] : mx;
+		double sum = 0;
+		for (int e = 0; e < E; e++)
+			sum += exp((double)l[e] - mx);
+		for (int e = 0; e < E; e++)
+			q[e] = (float)(exp((double)l[e] - mx) / sum);
+	}
+}
+
+void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const float *params,
+			   const float *x, float *y, float *acts, float *scratch)
+{
+	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep;
+	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C;
+	MoeLayout L = moe_layout(c, m);
+	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	MoeRoute rt = route_in(c, m, B, T, scratch);
+	float *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back */
+
+	par_cpu_memcpy(acts + a.x_in, x, btc * sizeof(float));
+	attention_forward(c, &L.d, B, T, params, acts, &a);
+	ops_layernorm_forward(acts + a.ln2, NULL, NULL, acts + a.res2, params + L.d.ln2_w,
+			      params + L.d.ln2_b, N, C);
+	ops_matmul_forward(acts + a.logits, acts + a.ln2, params + L.router, NULL, N, C, E);
+	softmax_rows(acts + a.probs, acts + a.logits, N, E);
+	moe_cpu_route(acts + a.logits, acts + a.probs, N, E, m->k, cap, &rt);
+
+	/* dispatch: each kept choice's ln2 row to its expert's slot; empty slots stay 0 */
+	par_cpu_memset(send, 0, slots_c * sizeof(float));
+	for (int s = 0; s < N; s++)
+		for (int j = 0; j < m->k; j++) {
+			size_t i = (size_t)s * m->k + j;
+			if (rt.slot[i] >= 0)
+				memcpy(send + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C,
+				       acts + a.ln2 + (size_t)s * C, (size_t)C * sizeof(float));
+		}
+	exchange(m, send, acts + a.disp, slots_c);
+
+	/* the local experts over what each source rank sent them, every slot (DeepSpeed's experts
+	 * run on the whole capacity buffer, empty slots included) */
+	for (int q = 0; q < m->ep; q++)
+		for (int j = 0; j < El; j++) {
+			size_t blk = (size_t)q * El + j;
+			const float *in = acts + a.disp + blk * cap * C;
+			float *fc = acts + a.fc + blk * cap * I, *ge = acts + a.gelu + blk * cap * I;
+			ops_matmul_forward(fc, in, params + L.fc_w + (size_t)j * C * I,
+					   params + L.fc_b + (size_t)j * I, cap, C, I);
+			ops_gelu_forward(ge, fc, (size_t)cap * I);
+			ops_matmul_forward(send + blk * cap * C, ge,
+					   params + L.down_w + (size_t)j * I * C,
+					   params + L.down_b + (size_t)j * C, cap, I, C);
+		}
+	exchange(m, send, acts + a.eout, slots_c);
+
+	/* combine: y = res2 + the kept choices' outputs, weighted */
+	par_cpu_memcpy(y, acts + a.res2, btc * sizeof(float));
+	for (int s = 0; s < N; s++)
+		for (int j = 0; j < m->k; j++) {
+			size_t i = (size_t)s * m->k + j;
+			if (rt.slot[i] < 0)
+				continue;
+			const float *o = acts + a.eout + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
+			float w = rt.weight[i], *ys = y + (size_t)s * C;
+			for (int ch = 0; ch < C; ch++)
+				ys[ch] += w * o[ch];
+		}
+}
+
+/* d probs from the combine weights' gradients dw (N k), through top-1's w = p[e1] or top-2's
+ * normalisation w_j = g_j / max(g_1 + g_2, eps), g_j = p[e_j] when kept, else 0. */
+static void weights_backward(const MoeCpu *m, int N, const float *probs, const MoeRoute *rt,
+			     const float *dw, float *dprobs)
+{
+	int E = m->E, k = m->k;
+	par_cpu_memset(dprobs, 0, (size_t)N * E * sizeof(float));
+	for (int s = 0; s < N; s++) {
+		size_t i = (size_t)s * k;
+		if (k == 1) {
+			if (rt->slot[i] >= 0)
+				dprobs[(size_t)s * E + rt->expert[i]] += dw[i];
+			continue;
+		}
+		float g[2], sum = 0;
+		for (int j = 0; j < 2; j++) {
+			g[j] = rt->slot[i + j] >= 0 ? probs[(size_t)s * E + rt->expert[i + j]] : 0.0f;
+			sum += g[j];
+		}
+		float dot = dw[i] * rt->weight[i] + dw[i + 1] * rt->weight[i + 1];
+		for (int j = 0; j < 2; j++) {
+			if (rt->slot[i + j] < 0)
+				continue; /* g_j = 0 whatever the probability */
+			float dg = sum < FLT_EPSILON ? dw[i + j] / FLT_EPSILON : (dw[i + j] - dot) / sum;
+			dprobs[(size_t)s * E + rt->expert[i + j]] += dg;
+		}
+	}
+}
+
+void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
+			    const float *params, float *grads, const float *acts, const float *dy,
+			    float *dx, float *scratch)
+{
+	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep, k = m->k;
+	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C;
+	MoeLayout L = moe_layout(c, m);
+	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	MoeRoute rt = route_in(c, m, B, T, scratch);
+	float *buf_a = scratch, *buf_b = scratch + slots_c;           /* slots C each */
+	float *dge = buf_b + slots_c, *dfc = dge + (size_t)cap * I;   /* cap I each */
+	float *dln2 = dfc + (size_t)cap * I, *dlogits = dln2 + btc;   /* (N, C), (N, E) */
+	float *dprobs = dlogits + (size_t)N * E;                      /* (N, E) */
+	float *dw = dlogits; /* the weights' gradients (N k <= N E) until the router's backward */
+
+	moe_cpu_route(acts + a.logits, acts + a.probs, N, E, k, cap, &rt);
+	/* combine: d eout = w dy at each kept choice's slot; d w = dy . eout there */
+	par_cpu_memset(buf_a, 0, slots_c * sizeof(float));
+	for (int s = 0; s < N; s++) {
+		const float *d = dy + (size_t)s * C;
+		for (int j = 0; j < k; j++) {
+			size_t i = (size_t)s * k + j;
+			dw[i] = 0;
+			if (rt.slot[i] < 0)
+				continue;
+			size_t at = ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
+			const float *o = acts + a.eout + at;
+			double dot = 0;
+			for (int ch = 0; ch < C; ch++) {
+				buf_a[at + ch] += rt.weight[i] * d[ch];
+				dot += (double)d[ch] * o[ch];
+			}
+			dw[i] = (float)dot;
+		}
+	}
+	weights_backward(m, N, acts + a.probs, &rt, dw, dprobs);
+
+	/* the combine's gradient back to the experts, their backward, the dispatch's back */
+	exchange(m, buf_a, buf_b, slots_c);
+	par_cpu_memset(buf_a, 0, slots_c * sizeof(float));
+	for (int q = 0; q < m->ep; q++)
+		for (int j = 0; j < El; j++) {
+			size_t blk = (size_t)q * El + j;
+			const float *dout = buf_b + blk * cap * C;
+			par_cpu_memset(dge, 0, (size_t)cap * I * sizeof(float));
+			ops_matmul_backward(dge, grads + L.down_w + (size_t)j * I * C,
+					    grads + L.down_b + (size_t)j * C, dout,
+					    acts + a.gelu + blk * cap * I,
+					    params + L.down_w + (size_t)j * I * C, cap, I, C);
+			par_cpu_memset(dfc, 0, (size_t)cap * I * sizeof(float));
+			ops_gelu_backward(dfc, dge, acts + a.fc + blk * cap * I, (size_t)cap * I);
+			ops_matmul_backward(buf_a + blk * cap * C, grads + L.fc_w + (size_t)j * C * I,
+					    grads + L.fc_b + (size_t)j * I, dfc,
+					    acts + a.disp + blk * cap * C,
+					    params + L.fc_w + (size_t)j * C * I, cap, C, I);
+		}
+	exchange(m, buf_a, buf_b, slots_c);
+	par_cpu_memset(dln2, 0, btc * sizeof(float));
+	for (int s = 0; s < N; s++)
+		for (int j = 0; j < k; j++) {
+			size_t i = (size_t)s * k + j;
+			if (rt.slot[i] < 0)
+				continue;
+			const float *g = buf_b + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
+			float *d = dln2 + (size_t)s * C;
+			for (int ch = 0; ch < C; ch++)
+				d[ch] += g[ch];
+		}
+
+	/* the router: softmax's backward, then logits = ln2 wg */
+	for (int s = 0; s < N; s++) {
+		const float *p = acts + a.probs + (size_t)s * E;
+		const float *dp = dprobs + (size_t)s * E;
+		double dot = 0;
+		for (int e = 0; e < E; e++)
+			dot += (double)p[e] * dp[e];
+		for (int e = 0; e < E; e++)
+			dlogits[(size_t)s * E + e] = (float)(p[e] * (dp[e] - dot));
+	}
+	ops_matmul_backward(dln2, grads + L.router, NULL, dlogits, acts + a.ln2, params + L.router,
+			    N, C, E);
+
+	/* norm2, then the attention branch, as gpt_cpu_block_backward; the route's arrays sit at
+	 * the scratch's end, which the attention's 4 N C do not reach */
+	if (dx != dy)
+		par_cpu_memcpy(dx, dy, btc * sizeof(float));
+	ops_layernorm_backward(dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, acts + a.res2,
+			       params + L.d.ln2_w, N, C);
+	float *wide_a = scratch, *wide_b = scratch + btc;
+	par_cpu_memset(wide_a, 0, btc * sizeof(float));
+	ops_matmul_backward(wide_a, grads + L.d.proj_w, grads + L.d.proj_b, dx, acts + a.atty,
+			    params + L.d.proj_w, N, C, C);
+	par_cpu_memset(wide_b, 0, 3 * btc * sizeof(float));
+	ops_attention_backward(wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH);
+	par_cpu_memset(wide_a, 0, btc * sizeof(float));
+	ops_matmul_backward(wide_a, grads + L.d.qkv_w, grads + L.d.qkv_b, wide_b, acts + a.ln1,
+			    params + L.d.qkv_w, N, C, 3 * C);
+	ops_layernorm_backward(dx, grads + L.d.ln1_w, grads + L.d.ln1_b, wide_a, acts + a.x_in,
+			       params + L.d.ln1_w, N, C);
+}

@@ -1,0 +1,123 @@
+/* moe_cpu: a GPT-2 block whose MLP is a Mixture-of-Experts layer as DeepSpeed's
+ * deepspeed/moe/sharded_moe.py computes it (TopKGate with k = 1 or 2, MOELayer's dispatch and
+ * combine), on one expert-parallel rank, fp32. It owns the gating (softmax router, top-k, the
+ * capacity and which tokens are dropped, the combine weights), the (E, capacity, C) dispatch
+ * layout, the local experts' MLPs forward and backward, the block's parameter and saved-activation
+ * layouts and its deterministic init. The all-to-alls are the caller's (MoeCpu's callback: an MPI
+ * communicator or a test's in-process exchange); which op runs when is the executor's. */
+#ifndef PX_MOE_CPU_H
+#define PX_MOE_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_cpu.h"
+
+/* Dimension names as in ops_cpu.h (B, T, C, N = B T); S = N tokens this rank gates, E experts,
+ * E_l = E / ep local experts, k experts per token, cap = the capacity (tokens per expert),
+ * slots = E cap, I = the experts' intermediate size (GPT-2's 4 C).
+ *
+ * Gating, per micro-batch on each rank (sharded_moe.py top1gating / top2gating with
+ * drop_tokens, use_rts off, no noisy gate, top2_2nd_expert_sampling off; the gate in fp32):
+ *   logits (S, E) = ln2(x) wg, wg (C, E) without bias; probs = softmax(logits) per token;
+ *   e1 = argmax probs (the first on ties, as torch.argmax); top-2: e2 = argmax of the logits
+ *   without e1;
+ *   location of a token at expert e = the tokens before it (in token order) sent to e as their
+ *   first choice; a second choice comes after every first choice of its expert (top2gating adds
+ *   the first choices' count);
+ *   a choice is kept when its location < cap (tokens over capacity dropped in order);
+ *   top-1's combine weight is probs[e1]; top-2's are probs[e] of the kept choices over their sum
+ *   (the sum clamped below at fp32's epsilon, so a token with both dropped gets 0 and 0);
+ *   a dropped token's MLP output is 0: the block passes its residual on.
+ * DeepSpeed's default use_rts (random token selection for top-1) and top-2's Gumbel sampling of
+ * the second expert draw random numbers; the executor runs the deterministic variants. */
+
+/* cap = max(ceil(k S / E x capacity_factor), min_capacity): _capacity(gates, capacity_factor x
+ * k, min_capacity), S the tokens a rank gates. */
+long long moe_cpu_capacity(long long S, long long E, int k, double capacity_factor,
+			   long long min_capacity);
+
+/* Where each token's choices go: per token s and choice j < k (index s k + j), the expert, the
+ * slot in that expert's capacity (-1: dropped) and the combine weight (0 when dropped). */
+typedef struct MoeRoute {
+	int *expert, *slot;
+	float *weight;
+} MoeRoute;
+
+/* The gating above from logits and their softmax probs (S, E); route's arrays hold S k each.
+ * Returns DeepSpeed's auxiliary load-balancing loss, E sum_e mean_s(probs[s, e]) x (fraction of
+ * tokens whose first choice is e) (both gatings' l_aux; the simulator does not price it and the
+ * executor does not add it to the loss). */
+double moe_cpu_route(const float *logits, const float *probs, int S, int E, int k, int cap,
+		     MoeRoute *route);
+
+/* One rank's view of its MoE layers: every rank of an expert-parallel group makes the same
+ * calls in the same order. */
+typedef struct MoeCpu {
+	int E, k, cap, I;
+	int ep, r;   /* the expert-parallel group's size and this rank in it: experts
+			[r E/ep, (r+1) E/ep) are local */
+	void *ctx;   /* the caller's, passed to all_to_all */
+	/* out (ep n) = from each rank q of the group, in rank order, the n elements at q's in +
+	 * r n; in and out do not overlap. NULL for ep 1 (a copy). */
+	void (*all_to_all)(void *ctx, const float *in, float *out, size_t n);
+} MoeCpu;
+
+/* 0, or -1 with err filled, unless gpt_cpu_check passes, 1 <= k <= 2, k <= E, ep divides E,
+ * 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and all_to_all is set for ep > 1. */
+int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
+
+/* ---- parameter layout ---- */
+
+#define MOE_CPU_MAX_TENSORS 13
+
+/* An MoE block's tensors on this rank, engine/model.c's names and order: gpt_cpu's first eight
+ * (norm1 .. norm2), then mlp.router.weight (C, E), and the local experts' mlp.fc.weight
+ * (E_l, C, I), mlp.fc.bias (E_l, I), mlp.down.weight (E_l, I, C), mlp.down.bias (E_l, C), each
+ * expert's slice contiguous, local expert 0 first. Returns their count. */
+int moe_cpu_unit_tensors(const GptConfig *c, const MoeCpu *m, GptTensor out[MOE_CPU_MAX_TENSORS]);
+size_t moe_cpu_unit_params(const GptConfig *c, const MoeCpu *m);
+
+/* gpt_cpu_init_unit's values for the shared tensors (the same stream per tensor), the router
+ * normal(0, GPT_CPU_INIT_STD) and each expert's tensors as a dense MLP's (weights normal, down
+ * scaled by 1 / sqrt(2 L), biases 0), each expert drawn from a stream of its own: a rank draws
+ * only its local experts, and any ep gives the same model. */
+void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *params,
+		       uint64_t seed);
+
+/* ---- saved activations and scratch ---- */
+
+/* Element offsets in an MoE block's saved activations: gpt_cpu's attention part, then the MoE
+ * MLP's (shapes in floats). */
+typedef struct MoeBlockActs {
+	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C) (N, C) (N, C) */
+	size_t att;    /* (B, NH, T, T) */
+	size_t ln2;    /* (N, C) the router's and the dispatch's input */
+	size_t logits, probs; /* (N, E) each */
+	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
+	size_t fc, gelu; /* (ep, E_l, cap, I) each */
+	size_t eout;   /* (E, cap, C) the experts' outputs for this rank's tokens, come back */
+	size_t total_elems; /* N (8 C + NH T + 2 E) + slots (2 C + 2 I) */
+} MoeBlockActs;
+MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T);
+/* 4 total_elems: engine/activ.c's MoE block for 4-byte activations, no dropout, no recompute. */
+size_t moe_cpu_block_act_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
+/* Scratch of an MoE block's forward or backward: the larger of gpt_cpu's 8 N C and the MoE
+ * MLP's backward (two slots x C exchange buffers, two cap x I expert temporaries, the (N, C)
+ * gradient of ln2, two (N, E) gate gradients), plus the route (3 N k): floats, x 4 bytes. */
+size_t moe_cpu_scratch_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
+
+/* ---- the block ---- */
+
+/* y (N, C) = x + attn(ln1(x)), then + moe(ln2(.)); y may be x. Two all-to-alls of E_l cap C
+ * elements per rank (dispatch, then combine). */
+void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const float *params,
+			   const float *x, float *y, float *acts, float *scratch);
+/* gpt_cpu_block_backward's contract: grads ACCUMULATED (router and local experts included), dx
+ * WRITTEN, dx may be dy. Two all-to-alls as forward's (the combine's gradient to the experts,
+ * the dispatch's back). */
+void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
+			    const float *params, float *grads, const float *acts, const float *dy,
+			    float *dx, float *scratch);
+
+#endif
