@@ -1106,7 +1106,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->p = p, r->s = s, r->dp = dp, r->world = comms ? comms->world : NULL;
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
-		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode;
+		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode,
 		r->ep = comms->ep, r->edp = comms->edp;
 	r->stage = s->rank, r->n_stages = (int)p->par.pp, r->st = &p->stages[r->stage];
 	r->slots = p->par.pp > 1 ? (int)p->m : 1;
