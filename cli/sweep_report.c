@@ -37,7 +37,9 @@ const char *sweep_key_short(const char *key)
 		{"deepspeed.train_micro_batch_size_per_gpu", "micro"},
 		{"deepspeed.gradient_accumulation_steps", "accum"},
 		{"activation_checkpointing", "ckpt"}, {"cluster.gpu", "gpu"},
-		{"cluster.nodes", "nodes"}, {NULL, NULL}};
+		{"cluster.nodes", "nodes"}, {"inference.tensor_parallel.tp_size", "tp"},
+		{"inference.dtype", "dtype"}, {"workload.batch_size", "batch"},
+		{"workload.request_rate", "rate"}, {NULL, NULL}};
 	for (int i = 0; SHORT[i][0]; i++)
 		if (!strcmp(key, SHORT[i][0]))
 			return SHORT[i][1];
