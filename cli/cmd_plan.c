@@ -1,7 +1,8 @@
 /* parallax plan: size a cluster before buying it. For each candidate GPU type and node count,
  * search the layouts (ZeRO stage, tp, pp, micro-batch, recompute) for the fastest that fits,
  * then price training a token budget on it, and say which choice wins under a deadline or a
- * budget. */
+ * budget. A plan over an inference scenario sizes serving instead: the cheapest cluster whose
+ * best layout serves a tokens/s or requests/s target within latency bounds. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -67,6 +68,7 @@ static const char USAGE[] =
 	"  min_requests_per_s  requests/s (tokens/s over the workload's output tokens); with\n"
 	"                      continuous batching, each cell is priced at this request rate\n"
 	"  max_ttft_s, max_tpot_ms, max_latency_s   the latency bounds a layout must meet\n"
+	"          (of equal tokens/s, as under continuous batching, the lower latency wins)\n"
 	"  search  default: inference.tensor_parallel.tp_size 1/2/4/8 and, for a static batch,\n"
 	"          workload.batch_size 1 to 256 in powers of two\n"
 	"  gpus, nodes, gpus_per_node, prices as above; tokens, deadline_days and budget_usd are\n"
@@ -247,6 +249,15 @@ static int within_bounds(const ServeOpts *so, const PointResult *r)
 	return (!so->v[SV_MAX_TTFT] || r->ttft_s <= so->v[SV_MAX_TTFT]) &&
 	       (!so->v[SV_MAX_TPOT] || r->tpot_s * 1e3 <= so->v[SV_MAX_TPOT]) &&
 	       (!so->v[SV_MAX_LAT] || r->latency_s <= so->v[SV_MAX_LAT]);
+}
+
+/* More tokens/s; at equal tokens/s (continuous batching serves its request rate whatever the
+ * layout) the lower latency. */
+static int serve_layout_better(const PointResult *a, const PointResult *b)
+{
+	if (fabs(a->tokens_per_s - b->tokens_per_s) > 1e-9 * b->tokens_per_s)
+		return a->tokens_per_s > b->tokens_per_s;
+	return a->latency_s < b->latency_s;
 }
 
 static int serves_target(const ServeOpts *so, const PointResult *r)
@@ -448,8 +459,8 @@ static int plan_serving(const char *path, const JsonDoc *d, const JsonObj *o, co
 					goto out;
 				}
 				if (r.status == PT_OK && (so->accept_tight || r.verdict == VERDICT_FITS) &&
-				    within_bounds(so, &r) &&
-				    (!cl->found || r.tokens_per_s > cl->best.tokens_per_s))
+				    within_bounds(so, &r) && (!cl->found || serve_layout_better(&r,
+											&cl->best)))
 					cl->best = r, cl->found = 1;
 			}
 			sweep_free(&sw);

@@ -117,7 +117,7 @@ out:
 static int price_point(const char *path, const PlotOpts *o, const char *key, const Series *s,
 		       const HwProfile *hw, ServePoint *pt, PxError *err)
 {
-	char kv[2][300];
+	char kv[2][400]; /* key (256) = value (128) */
 	const char *pairs[2] = {kv[0], kv[1]};
 	int n = 0;
 	snprintf(kv[n++], sizeof(kv[0]), "workload.batch_size=%lld", pt->batch);

@@ -1,6 +1,7 @@
 /* sweepdb: a sweep's rows in the results database: the sweep (by its spec) and one row per point
  * it priced, written in batches of one transaction each, and which points are already there (to
- * resume). The points are computed by sim/sweep.c. */
+ * resume); an inference sweep's figures in sweep_infer_points beside them. The points are
+ * computed by sim/sweep.c. */
 #ifndef PX_SWEEPDB_H
 #define PX_SWEEPDB_H
 

@@ -3,7 +3,8 @@
  * and the longest context at its batch) and the time: each op's roofline (FLOPs against the
  * dtype's peak and the profile's GEMM curve, bytes against HBM, collectives over NVLink), time
  * to first token, time per output token, latency and tokens/s, with the resource that bounds
- * each phase. Printing and storing are the CLI's. Formulas and calibration: docs/inference.md. */
+ * each phase; and continuous batching's steady state (concurrency by Little's law over the
+ * schedule's decode steps). Printing and storing are the CLI's. Formulas and calibration: docs/inference.md. */
 #ifndef PX_SIM_INFER_SIM_H
 #define PX_SIM_INFER_SIM_H
 
