@@ -98,6 +98,27 @@ static void test_sweep_point_equals_predict(void)
 		CU_ASSERT_DOUBLE_EQUAL(got, want, 1e-9 * fabs(want));
 	}
 	double tps_gpu = metric(out, "infer.tokens_per_s_per_gpu");
+	/* two shards merged hold every point and its inference row; --show lists them again */
+	char shard[2][1024], merged[1024];
+	snprintf(merged, sizeof(merged), "%s/serve-merged.db", px_test_tmpdir());
+	remove(merged);
+	for (int i = 0; i < 2; i++) {
+		snprintf(shard[i], sizeof(shard[i]), "%s/serve-shard%d.db", px_test_tmpdir(), i);
+		remove(shard[i]);
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s' --shard %d/2 "
+						 "--jobs 1", sw, shard[i], i), 0);
+	}
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "merge '%s' '%s' '%s'", merged, shard[0],
+					 shard[1]), 0);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweep_infer_points"), 6);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweep_infer_points a JOIN sweep_points p "
+			  "USING (sweep_id, idx) WHERE a.ttft_s IS NOT NULL AND p.status = 'ok'"), 4);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep --show serve --db '%s'", merged),
+			0);
+	PX_ASSERT_HAS(out, "ttft_s   tpot_ms latency_s  tok/s/GPU");
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json "
+					       "--set inference.dtype=fp16 "
+					       "--set workload.batch_size=8", scenario), 0);
 	CU_ASSERT_DOUBLE_EQUAL(q(db, "SELECT tokens_per_s FROM sweep_points WHERE idx = 1"),
 			       tps_gpu * 4, 1e-9 * tps_gpu);
 	CU_ASSERT_DOUBLE_EQUAL(q(db, "SELECT cost_per_mtoken FROM sweep_points WHERE idx = 1"),
