@@ -1,7 +1,8 @@
 /* parallax plan: size a cluster before buying it. For each candidate GPU type and node count,
  * search the layouts (ZeRO stage, tp, pp, micro-batch, recompute) for the fastest that fits,
  * then price training a token budget on it, and say which choice wins under a deadline or a
- * budget. */
+ * budget. A plan over an inference scenario sizes serving instead: the cheapest cluster whose
+ * best layout serves a tokens/s or requests/s target within latency bounds. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -12,6 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "../sim/infer_sim.h"
 #include "../sim/sweep.h"
 #include "commands.h"
 #include "paths.h"
@@ -19,6 +21,9 @@
 
 static const char USAGE[] =
 	"usage: parallax plan PLAN.json [--accept-tight] [--json]\n"
+	"       parallax plan SERVING_PLAN.json [--min-tokens-per-s X] [--min-requests-per-s R]\n"
+	"                     [--max-ttft-s S] [--max-tpot-ms M] [--max-latency-s S]\n"
+	"                     [--accept-tight] [--json]\n"
 	"\n"
 	"Size a cluster: for every GPU type and node count of the plan, search the layouts for\n"
 	"the fastest one that fits, price training the token budget on it, and name the winner:\n"
@@ -54,6 +59,20 @@ static const char USAGE[] =
 	"        \"gpus\": [\"A100-80GB\", \"H100-SXM\"], \"nodes\": [4, 8, 16],\n"
 	"        \"prices\": \"prices.json\"}\n"
 	"Unknown keys are warned about. Time comes from the step-time model (docs/time_model.md).\n"
+	"\n"
+	"Serving (the scenario is an inference one, docs/inference.md): for every GPU type and\n"
+	"node count, search the layouts for the one with the most generated tokens/s within the\n"
+	"latency bounds, and name the winner: the cheapest cluster per hour whose best layout\n"
+	"serves the target. Keys (or the flags, which override them):\n"
+	"  min_tokens_per_s    generated tokens/s the whole cluster must serve\n"
+	"  min_requests_per_s  requests/s (tokens/s over the workload's output tokens); with\n"
+	"                      continuous batching, each cell is priced at this request rate\n"
+	"  max_ttft_s, max_tpot_ms, max_latency_s   the latency bounds a layout must meet\n"
+	"          (of equal tokens/s, as under continuous batching, the lower latency wins)\n"
+	"  search  default: inference.tensor_parallel.tp_size 1/2/4/8 and, for a static batch,\n"
+	"          workload.batch_size 1 to 256 in powers of two\n"
+	"  gpus, nodes, gpus_per_node, prices as above; tokens, deadline_days and budget_usd are\n"
+	"  training's and are refused, as are the serving flags on a training plan.\n"
 	"Exit status: 0 ok (whether or not a choice wins), 1 runtime failure, 2 bad input.\n";
 
 typedef struct Cell {
@@ -84,7 +103,7 @@ static void dir_of(const char *path, char *dir, size_t n)
  * The file goes to the temporary directory, never beside the plan (which may be read-only, an
  * installed share/parallax/plans), so the base scenario is named by its absolute path. */
 static int cell_sweep(const char *scenario_abs, const cJSON *plan, const char *gpu,
-		      long long nodes, long long gpn, Sweep *sw, PxError *err)
+		      long long nodes, long long gpn, double request_rate, Sweep *sw, PxError *err)
 {
 	const char *tmp = getenv("TMPDIR");
 	char path[4096];
@@ -101,6 +120,8 @@ static int cell_sweep(const char *scenario_abs, const cJSON *plan, const char *g
 	cJSON_AddStringToObject(set, "cluster.gpu", gpu);
 	cJSON_AddNumberToObject(set, "cluster.nodes", (double)nodes);
 	cJSON_AddNumberToObject(set, "cluster.gpus_per_node", (double)gpn);
+	if (request_rate > 0) /* a serving plan's continuous batching at its target rate */
+		cJSON_AddNumberToObject(set, "workload.request_rate", request_rate);
 	/* the base gives micro-batch and accumulation: the global batch follows the size */
 	char *text = cJSON_Print(s);
 	cJSON_Delete(s);
@@ -174,15 +195,329 @@ static double price_of(const cJSON *prices, const char *gpu)
 	return NAN;
 }
 
+/* ---- serving plans ---- */
+
+/* The serving targets and bounds: plan keys, and the flags of the same names that override them
+ * (0: none). */
+enum { SV_MIN_TPS, SV_MIN_RPS, SV_MAX_TTFT, SV_MAX_TPOT, SV_MAX_LAT, N_SV };
+static const struct {
+	const char *key, *flag;
+} SERVE_KEYS[N_SV] = {
+	{"min_tokens_per_s", "min-tokens-per-s"}, {"min_requests_per_s", "min-requests-per-s"},
+	{"max_ttft_s", "max-ttft-s"}, {"max_tpot_ms", "max-tpot-ms"},
+	{"max_latency_s", "max-latency-s"},
+};
+
+typedef struct ServeOpts {
+	double v[N_SV];
+	int given[N_SV];          /* on the command line */
+	int json, accept_tight;
+} ServeOpts;
+
+static const char *const DEFAULT_SERVE_SEARCH =
+	"{\"inference.tensor_parallel.tp_size\": [1, 2, 4, 8],"
+	" \"workload.batch_size\": [1, 2, 4, 8, 16, 32, 64, 128, 256]}";
+
+typedef struct ServeCell {
+	char gpu[32];
+	long long nodes, world;
+	int found, serves;
+	PointResult best;         /* the most tokens/s within the bounds */
+	double price, usd_per_h;
+} ServeCell;
+
+/* Whether the plan's scenario is an inference one: 1, 0 (also when it cannot be found: the
+ * training path says why), -1 with err. */
+static int plan_is_serving(const JsonObj *o, const char *path, char *abs, size_t n, PxError *err)
+{
+	const char *scenario;
+	char dir[2048], rel[4096];
+	if (jobj_str(o, "scenario", NULL, &scenario, err) < 0)
+		return -1;
+	if (!scenario || n < PATH_MAX)
+		return 0;
+	dir_of(path, dir, sizeof(dir));
+	snprintf(rel, sizeof(rel), "%s/%s", scenario[0] == '/' ? "" : dir, scenario);
+	if (!realpath(rel, abs))
+		return 0;
+	return infer_scenario_is(abs, err);
+}
+
+/* A point meets the bounds (unset bounds are met). */
+static int within_bounds(const ServeOpts *so, const PointResult *r)
+{
+	return (!so->v[SV_MAX_TTFT] || r->ttft_s <= so->v[SV_MAX_TTFT]) &&
+	       (!so->v[SV_MAX_TPOT] || r->tpot_s * 1e3 <= so->v[SV_MAX_TPOT]) &&
+	       (!so->v[SV_MAX_LAT] || r->latency_s <= so->v[SV_MAX_LAT]);
+}
+
+/* More tokens/s; at equal tokens/s (continuous batching serves its request rate whatever the
+ * layout) the lower latency. */
+static int serve_layout_better(const PointResult *a, const PointResult *b)
+{
+	if (fabs(a->tokens_per_s - b->tokens_per_s) > 1e-9 * b->tokens_per_s)
+		return a->tokens_per_s > b->tokens_per_s;
+	return a->latency_s < b->latency_s;
+}
+
+static int serves_target(const ServeOpts *so, const PointResult *r)
+{
+	return r->tokens_per_s >= so->v[SV_MIN_TPS] &&
+	       r->tokens_per_s / (double)r->output_tokens >= so->v[SV_MIN_RPS] * (1 - 1e-12);
+}
+
+/* Cheaper per hour wins; a cell without a price after every priced one, by fewer GPUs; ties by
+ * more tokens/s. */
+static int serve_better(const ServeCell *a, const ServeCell *b)
+{
+	if (isnan(a->usd_per_h) != isnan(b->usd_per_h))
+		return !isnan(a->usd_per_h);
+	if (!isnan(a->usd_per_h) && a->usd_per_h != b->usd_per_h)
+		return a->usd_per_h < b->usd_per_h;
+	if (isnan(a->usd_per_h) && a->world != b->world)
+		return a->world < b->world;
+	return a->best.tokens_per_s > b->best.tokens_per_s;
+}
+
+static void serve_print(const char *path, const ServeOpts *so, const ServeCell *cells, int n,
+			int win, int runner, long long gpn)
+{
+	printf("# serving plan %s:", path);
+	for (int k = 0; k < N_SV; k++)
+		if (so->v[k])
+			printf(" %s %.4g", SERVE_KEYS[k].key, so->v[k]);
+	printf("\n# each cell's layout: the most generated tokens/s within the latency bounds, "
+	       "fitting with the %.0f%% margin%s\n", 100 * PREDICT_TIGHT_MARGIN,
+	       so->accept_tight ? " or tight (--accept-tight)" : "");
+	printf("%-10s %5s %5s %9s %11s %10s %9s %9s %9s %5s %6s  %s\n", "gpu", "nodes", "gpus",
+	       "USD/h", "tokens/s", "tok/s/GPU", "ttft_s", "tpot_ms", "latency_s", "fits",
+	       "serves", "best layout");
+	for (int i = 0; i < n; i++) {
+		const ServeCell *cl = &cells[i];
+		if (!cl->found) {
+			printf("%-10s %5lld %5lld %9.4g %11s %10s %9s %9s %9s %5s %6s  %s\n", cl->gpu,
+			       cl->nodes, cl->world, cl->usd_per_h, "-", "-", "-", "-", "-", "-", "no",
+			       "no layout fits within the bounds");
+			continue;
+		}
+		char layout[512];
+		layout_line(cl->best.config, layout, sizeof(layout));
+		printf("%-10s %5lld %5lld %9.4g %11.1f %10.1f %9.4g %9.4g %9.4g %5s %6s  %s%s\n",
+		       cl->gpu, cl->nodes, cl->world, cl->usd_per_h, cl->best.tokens_per_s,
+		       cl->best.tokens_per_s_gpu, cl->best.ttft_s, cl->best.tpot_s * 1e3,
+		       cl->best.latency_s, cl->best.verdict == VERDICT_TIGHT ? "tight" : "yes",
+		       cl->serves ? "yes" : "no", layout, i == win ? "   <- winner" : "");
+	}
+	if (win < 0) {
+		printf("# no cell serves the target within the bounds\n");
+	} else {
+		const ServeCell *w = &cells[win];
+		char layout[512];
+		layout_line(w->best.config, layout, sizeof(layout));
+		printf("# winner: %lld x %lld %s at %.4g USD/h, %.4g USD per million tokens: the "
+		       "cheapest per hour of the cells whose best layout serves the target", w->nodes,
+		       gpn, w->gpu, w->usd_per_h, w->best.cost_per_mtoken);
+		if (runner >= 0)
+			printf(" (next: %lld x %lld %s at %.4g USD/h)", cells[runner].nodes, gpn,
+			       cells[runner].gpu, cells[runner].usd_per_h);
+		printf("\n# its layout %s: %.1f tokens/s (%.1f a GPU), TTFT %.4g s, TPOT %.4g ms, "
+		       "a decode step bound by %s\n", layout, w->best.tokens_per_s,
+		       w->best.tokens_per_s_gpu, w->best.ttft_s, w->best.tpot_s * 1e3,
+		       infer_bound_name((InferBound)w->best.decode_bound));
+	}
+	printf("# prices: USD per GPU-hour; time: the inference model (docs/inference.md)\n");
+}
+
+static void serve_json(const ServeCell *cells, int n, int win, int accept_tight)
+{
+	cJSON *out = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(out, "cells");
+	cJSON_AddStringToObject(out, "kind", "inference");
+	for (int i = 0; i < n; i++) {
+		const ServeCell *cl = &cells[i];
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddStringToObject(r, "gpu", cl->gpu);
+		cJSON_AddNumberToObject(r, "nodes", (double)cl->nodes);
+		cJSON_AddNumberToObject(r, "gpus", (double)cl->world);
+		if (isnan(cl->usd_per_h))
+			cJSON_AddNullToObject(r, "usd_per_hour");
+		else
+			cJSON_AddNumberToObject(r, "usd_per_hour", cl->usd_per_h);
+		cJSON_AddBoolToObject(r, "fits", cl->found);
+		cJSON_AddBoolToObject(r, "serves", cl->serves);
+		if (cl->found) {
+			cJSON_AddStringToObject(r, "verdict", predict_verdict_name(cl->best.verdict));
+			cJSON_AddNumberToObject(r, "tokens_per_s", cl->best.tokens_per_s);
+			cJSON_AddNumberToObject(r, "tokens_per_s_per_gpu", cl->best.tokens_per_s_gpu);
+			cJSON_AddNumberToObject(r, "ttft_s", cl->best.ttft_s);
+			cJSON_AddNumberToObject(r, "tpot_s", cl->best.tpot_s);
+			cJSON_AddNumberToObject(r, "latency_s", cl->best.latency_s);
+			cJSON_AddStringToObject(r, "decode_bound",
+						infer_bound_name((InferBound)cl->best.decode_bound));
+			cJSON_AddItemToObject(r, "config", cJSON_Parse(cl->best.config));
+		}
+		cJSON_AddItemToArray(rows, r);
+	}
+	cJSON_AddNumberToObject(out, "winner", win);
+	cJSON_AddBoolToObject(out, "accept_tight", accept_tight);
+	char *t = cJSON_Print(out);
+	puts(t);
+	cJSON_free(t);
+	cJSON_Delete(out);
+}
+
+/* A serving plan: its keys read and checked, every cell searched, the winner printed. */
+static int plan_serving(const char *path, const JsonDoc *d, const JsonObj *o, const char *abs,
+			ServeOpts *so, PxError *err)
+{
+	static const char *const known[] = {"description", "scenario", "gpus", "nodes",
+					    "gpus_per_node", "prices", "search", "min_tokens_per_s",
+					    "min_requests_per_s", "max_ttft_s", "max_tpot_ms",
+					    "max_latency_s", "tokens", "deadline_days", "budget_usd",
+					    NULL};
+	static const char *const training_only[] = {"tokens", "deadline_days", "budget_usd", NULL};
+	char where[512], dir[2048];
+	JsonDoc pd = {0};
+	PxNotes notes;
+	long long gpn;
+	ServeCell *cells = NULL;
+	int n = 0, rc = -1, continuous = 0;
+	px_notes_init(&notes);
+	jobj_check_keys(o, known, &notes);
+	for (int i = 0; i < notes.n_warnings; i++)
+		fprintf(stderr, "parallax plan: %s\n", notes.warnings[i]);
+	for (int i = 0; training_only[i]; i++)
+		if (cJSON_HasObjectItem(d->root, training_only[i])) {
+			jobj_where(o, training_only[i], where, sizeof(where));
+			px_fail(err, PX_ERR_INPUT, "%s: %s: a training plan's key, but the scenario %s "
+				"is an inference one; a serving plan takes min_tokens_per_s, "
+				"min_requests_per_s, max_ttft_s, max_tpot_ms, max_latency_s", where,
+				training_only[i], abs);
+			goto out;
+		}
+	for (int k = 0; k < N_SV; k++) {
+		double v;
+		if (jobj_num(o, SERVE_KEYS[k].key, 0, 1e15, 0, &v, err) < 0)
+			goto out;
+		if (!so->given[k])
+			so->v[k] = v;
+	}
+	if (jobj_int(o, "gpus_per_node", 1, 64, 8, &gpn, err) < 0)
+		goto out;
+	const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(d->root, "gpus");
+	const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(d->root, "nodes");
+	if (!cJSON_IsArray(gpus) || !cJSON_IsArray(nodes)) {
+		px_fail(err, PX_ERR_INPUT, "%s: expected scenario (a path), gpus [...] and nodes [...]",
+			path);
+		goto out;
+	}
+	if (check_lists(o, gpus, nodes, err))
+		goto out;
+	{
+		InferScenario isc;
+		if (infer_scenario_load(&isc, abs, NULL, err))
+			goto out;
+		continuous = isc.wl.continuous;
+		infer_scenario_free(&isc);
+	}
+	dir_of(path, dir, sizeof(dir));
+	const cJSON *prices = cJSON_GetObjectItemCaseSensitive(d->root, "prices");
+	if (cJSON_IsString(prices)) {
+		char file[4096];
+		snprintf(file, sizeof(file), "%s/%s", prices->valuestring[0] == '/' ? "" : dir,
+			 prices->valuestring);
+		if (jdoc_load_file(&pd, file, err))
+			goto out;
+		prices = cJSON_GetObjectItemCaseSensitive(pd.root, "per_gpu_hour_usd");
+	}
+	/* the search: the plan's, else tp (and a static batch's size); continuous batching at the
+	 * target request rate */
+	cJSON *plan = cJSON_Duplicate(d->root, 1);
+	if (!cJSON_HasObjectItem(plan, "search"))
+		cJSON_AddItemToObject(plan, "search", cJSON_Parse(continuous ?
+			"{\"inference.tensor_parallel.tp_size\": [1, 2, 4, 8]}" : DEFAULT_SERVE_SEARCH));
+	cells = calloc((size_t)(cJSON_GetArraySize(gpus) * cJSON_GetArraySize(nodes)) + 1,
+		       sizeof(*cells));
+	for (const cJSON *g = gpus->child; cells && g; g = g->next)
+		for (const cJSON *nd = nodes->child; nd; nd = nd->next) {
+			ServeCell *cl = &cells[n++];
+			Sweep sw;
+			snprintf(cl->gpu, sizeof(cl->gpu), "%s", g->valuestring);
+			cl->nodes = (long long)nd->valuedouble;
+			cl->world = cl->nodes * gpn;
+			cl->price = price_of(prices, cl->gpu);
+			cl->usd_per_h = cl->price * (double)cl->world;
+			if (cell_sweep(abs, plan, cl->gpu, cl->nodes, gpn,
+				       continuous ? so->v[SV_MIN_RPS] : 0, &sw, err)) {
+				cJSON_Delete(plan);
+				goto out;
+			}
+			for (long long i = 0; i < sw.n_points; i++) {
+				PointResult r;
+				if (sweep_eval(&sw, i, &r, err)) {
+					sweep_free(&sw);
+					cJSON_Delete(plan);
+					goto out;
+				}
+				if (r.status == PT_OK && (so->accept_tight || r.verdict == VERDICT_FITS) &&
+				    within_bounds(so, &r) && (!cl->found || serve_layout_better(&r,
+											&cl->best)))
+					cl->best = r, cl->found = 1;
+			}
+			sweep_free(&sw);
+			cl->serves = cl->found && serves_target(so, &cl->best);
+			if (cl->found) /* the cell sweep had no prices: the plan's */
+				cl->best.cost_per_mtoken = cl->usd_per_h / 3600 /
+							   cl->best.tokens_per_s * 1e6;
+		}
+	cJSON_Delete(plan);
+	if (!cells) {
+		px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		goto out;
+	}
+	int win = -1, runner = -1;
+	for (int i = 0; i < n; i++) {
+		if (!cells[i].serves)
+			continue;
+		if (win < 0 || serve_better(&cells[i], &cells[win]))
+			runner = win, win = i;
+		else if (runner < 0 || serve_better(&cells[i], &cells[runner]))
+			runner = i;
+	}
+	if (so->json)
+		serve_json(cells, n, win, so->accept_tight);
+	else
+		serve_print(path, so, cells, n, win, runner, gpn);
+	rc = 0;
+out:
+	free(cells);
+	jdoc_free(&pd);
+	px_notes_free(&notes);
+	return rc;
+}
+
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option longs[] = {{"json", no_argument, 0, 'j'},
 					       {"accept-tight", no_argument, 0, 't'},
+					       {"min-tokens-per-s", required_argument, 0, 0},
+					       {"min-requests-per-s", required_argument, 0, 1},
+					       {"max-ttft-s", required_argument, 0, 2},
+					       {"max-tpot-ms", required_argument, 0, 3},
+					       {"max-latency-s", required_argument, 0, 4},
 					       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int json = 0, accept_tight = 0, c, rc = 2;
+	int json = 0, accept_tight = 0, c, rc = 2, any_serve = -1;
+	ServeOpts so = {0};
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-		if (c == 'j')
+		if (c >= 0 && c < N_SV) {
+			char *end;
+			so.v[c] = strtod(optarg, &end);
+			if (end == optarg || *end || !(so.v[c] > 0) || !isfinite(so.v[c]))
+				return fprintf(stderr, "parallax plan: --%s %s: expected a positive "
+					       "number\n%s", SERVE_KEYS[c].flag, optarg, USAGE), 2;
+			so.given[c] = 1;
+			any_serve = c;
+		} else if (c == 'j')
 			json = 1;
 		else if (c == 't')
 			accept_tight = 1;
@@ -191,6 +526,8 @@ int cmd_plan(int argc, char **argv)
 		else
 			return fputs(USAGE, stderr), 2;
 	}
+	so.json = json;
+	so.accept_tight = accept_tight;
 	if (optind != argc - 1)
 		return fprintf(stderr, "parallax plan: expected one plan file\n%s", USAGE), 2;
 	char found[PATH_MAX];
@@ -217,6 +554,18 @@ int cmd_plan(int argc, char **argv)
 		goto fail;
 	}
 	jobj_make(&o, &d, d.root, "", "", NULL);
+	int serving = plan_is_serving(&o, path, scenario_abs, sizeof(scenario_abs), &err);
+	if (serving < 0 || (serving && plan_serving(path, &d, &o, scenario_abs, &so, &err)))
+		goto fail;
+	if (serving) {
+		rc = 0;
+		goto out;
+	}
+	if (any_serve >= 0) {
+		px_fail(&err, PX_ERR_INPUT, "%s: --%s: a serving plan's flag, but its scenario is a "
+			"training one (no \"inference\" key)", path, SERVE_KEYS[any_serve].flag);
+		goto fail;
+	}
 	jobj_check_keys(&o, known, &notes);
 	for (int i = 0; i < notes.n_warnings; i++)
 		fprintf(stderr, "parallax plan: %s\n", notes.warnings[i]);
@@ -264,7 +613,7 @@ int cmd_plan(int argc, char **argv)
 			cl->nodes = (long long)nd->valuedouble;
 			cl->world = cl->nodes * gpn;
 			cl->price = price_of(prices, cl->gpu);
-			if (cell_sweep(scenario_abs, d.root, cl->gpu, cl->nodes, gpn, &sw, &err))
+			if (cell_sweep(scenario_abs, d.root, cl->gpu, cl->nodes, gpn, 0, &sw, &err))
 				goto fail;
 			for (long long i = 0; i < sw.n_points; i++) {
 				PointResult r;

@@ -24,6 +24,8 @@ static const char USAGE[] =
 	"       parallax plot compare [RUN] [--db FILE] [OPTIONS]\n"
 	"       parallax plot pareto [SWEEP] [--db FILE] [OPTIONS]\n"
 	"       parallax plot zero [SCENARIO_NAME] [--db FILE] [OPTIONS]\n"
+	"       parallax plot serving INFERENCE_SCENARIO [--batches N,N,...] [--series KEY=V,V,...]\n"
+	"                             [--set KEY=VALUE]... [--hw FILE] [OPTIONS]\n"
 	"\n"
 	"Draw a chart with gnuplot and write PREFIX.png and PREFIX.svg, with the data it plots\n"
 	"(PREFIX.dat) and the script that plots it (PREFIX.gp) beside them, so that\n"
@@ -54,6 +56,10 @@ static const char USAGE[] =
 	"           newest measured run), rank 0's peak memory predicted, measured (the device's\n"
 	"           own reading on backend cuda, else the executor's arena) and the ZeRO paper's\n"
 	"           ideal, for the newest run of each ZeRO stage and data-parallel size\n"
+	"  serving  an inference scenario's latency against throughput: time per output token\n"
+	"           against generated tokens/s per GPU over batch sizes, one line per value of\n"
+	"           --series (a dtype, a tp), with what bounds a decode step labelled where it\n"
+	"           changes; batches that do not fit are left out and named\n"
 	"\n"
 	"options:\n"
 	"  --out PREFIX          write PREFIX.png, PREFIX.svg, PREFIX.gp and PREFIX.dat (default\n"
@@ -64,7 +70,10 @@ static const char USAGE[] =
 	"                        as in parallax predict (VALUE is JSON, or else a string)\n"
 	"  --nodes N,N,...       scaling: the node counts (cluster.nodes) to plot (default\n"
 	"                        1,2,4,8,16,32,64)\n"
-	"  --hw FILE             time, scaling: price the step time with this hardware profile\n"
+	"  --batches N,N,...     serving: the batch sizes (default 1,2,4,...,512)\n"
+	"  --series KEY=V,V,...  serving: one line per value of KEY, e.g. inference.dtype=fp16,int8\n"
+	"                        or inference.tensor_parallel.tp_size=2,4,8 (default: one line)\n"
+	"  --hw FILE             time, scaling, serving: price with this hardware profile\n"
 	"                        (warned about when measured on another GPU than the scenario's)\n"
 	"  --db FILE             compare, pareto, zero: the results database (default $PARALLAX_DB,\n"
 	"                        else results/parallax.db, else ~/.local/share/parallax/);\n"
@@ -96,6 +105,7 @@ static const struct {
 	{"compare", plot_compare, 0, 1, "at most one run id"},
 	{"pareto", plot_pareto, 0, 1, "at most one sweep"},
 	{"zero", plot_zero, 0, 1, "at most one scenario name"},
+	{"serving", plot_serving, 1, 1, "one inference scenario"},
 };
 #define N_KINDS ((int)(sizeof(KINDS) / sizeof(KINDS[0])))
 
@@ -118,6 +128,7 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 		{"out", required_argument, 0, 'o'},   {"format", required_argument, 0, 'f'},
 		{"set", required_argument, 0, 's'},   {"nodes", required_argument, 0, 'n'},
 		{"db", required_argument, 0, 'd'},    {"hw", required_argument, 0, 'w'},
+		{"batches", required_argument, 0, 'b'}, {"series", required_argument, 0, 'S'},
 		{"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
 	};
 	PxError err;
@@ -126,8 +137,8 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 	for (k = 0; k < N_KINDS && strcmp(argv[0], KINDS[k].name); k++)
 		;
 	if (k == N_KINDS)
-		return usage_error("unknown plot '%s'; expected memory, time, scaling, compare, pareto "
-				   "or zero",
+		return usage_error("unknown plot '%s'; expected memory, time, scaling, compare, pareto, "
+				   "zero or serving",
 				   argv[0]);
 	*kind = k;
 	o->kind = KINDS[k].name;
@@ -155,6 +166,8 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 		case 'n': o->nodes = optarg; break;
 		case 'd': o->db = optarg; break;
 		case 'w': o->hw = optarg; break;
+		case 'b': o->batches = optarg; break;
+		case 'S': o->series = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default:
 			for (int i = 0; optopt && longs[i].name; i++)
@@ -175,8 +188,11 @@ static int parse_opts(int argc, char **argv, PlotOpts *o, int *kind)
 		return usage_error("%s: --nodes applies to scaling only", kn);
 	if (o->db && strcmp(kn, "compare") && strcmp(kn, "pareto") && strcmp(kn, "zero"))
 		return usage_error("%s: --db applies to compare, pareto and zero only", kn);
-	if (o->hw && strcmp(kn, "time") && strcmp(kn, "scaling"))
-		return usage_error("%s: --hw applies to time and scaling only", kn);
+	if (o->hw && strcmp(kn, "time") && strcmp(kn, "scaling") && strcmp(kn, "serving"))
+		return usage_error("%s: --hw applies to time, scaling and serving only", kn);
+	if ((o->batches || o->series) && strcmp(kn, "serving"))
+		return usage_error("%s: --%s applies to serving only", kn,
+				   o->batches ? "batches" : "series");
 	if (o->ov.n && (!strcmp(kn, "compare") || !strcmp(kn, "pareto") || !strcmp(kn, "zero")))
 		return usage_error("%s: --set does not apply to stored results", kn);
 	return -1;

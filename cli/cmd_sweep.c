@@ -33,7 +33,11 @@ static const char USAGE[] =
 	"   \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],\n"
 	"            \"parallelism.tp\": [1, 2, 4, 8], \"cluster.nodes\": [4, 8]}}\n"
 	"Points DeepSpeed refuses are stored as invalid, those that do not fit as oom (not timed),\n"
-	"the rest with their step time. Points stream into the database in batches; an interrupted\n"
+	"the rest with their step time. Over an inference scenario (an \"inference\" object) the\n"
+	"axes are its keys (inference.tensor_parallel.tp_size, inference.dtype,\n"
+	"workload.batch_size, workload.prompt_tokens, workload.request_rate, cluster.gpu, ...)\n"
+	"and each point stores TTFT, TPOT, latency, tokens/s per GPU and whether it fits; a\n"
+	"training key there is refused. Points stream into the database in batches; an interrupted\n"
 	"sweep run again resumes where it stopped. Then it prints the summary and the best points\n"
 	"of the whole stored sweep (every run, resume and merged shard of it), each best point's\n"
 	"settings in a column per axis that differs among them. An axis or set key that no\n"
@@ -211,7 +215,8 @@ static int report_stored(sqlite3 *h, const char *dbpath, long long sweep_id, Swe
 	int n = sweepdb_best(h, dbpath, sweep_id, obj, k, best, err);
 	if (n >= 0) {
 		SweepReport r = {.name = st.name, .n_points = st.n_points, .covered = st.stored,
-				 .scope = "stored", .objective = obj, .best = best, .n_best = n};
+				 .scope = "stored", .objective = obj, .best = best, .n_best = n,
+				 .infer = st.infer};
 		memcpy(r.counts, st.counts, sizeof(r.counts));
 		r.tight = st.tight;
 		emit(&r, json);
@@ -356,7 +361,7 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 		pthread_mutex_unlock(&job.mu);
 		if (finished)
 			break;
-		if (db && sweepdb_write(db, sweep_id, b->r, b->n, err)) {
+		if (db && sweepdb_write_infer(db, sweep_id, b->r, b->n, sw->infer, err)) {
 			interrupted = 1;
 			job.failed = 1, job.err = *err;
 		}
@@ -389,7 +394,7 @@ static int run_sweep(SweepOpts *o, Sweep *sw, PxError *err)
 	} else {
 		SweepReport r = {.name = sw->name, .n_points = sw->n_points, .covered = stored,
 				 .scope = "this run", .objective = sw->objective, .best = top.r,
-				 .n_best = top.n, .tight = tight};
+				 .n_best = top.n, .tight = tight, .infer = sw->infer};
 		memcpy(r.counts, counts, sizeof(r.counts));
 		emit(&r, o->json);
 	}

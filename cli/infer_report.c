@@ -40,9 +40,14 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 		"max_out_tokens %lld\n", quant_text(&sc->inf, q, sizeof(q)),
 		sc->inf.dtype == IDT_FP32 ? "fp32" : sc->inf.dtype == IDT_BF16 ? "bf16" : "fp16",
 		sc->inf.kernel_inject ? "on" : "off", sc->inf.max_out_tokens);
-	fprintf(f, "# workload   batch %lld per replica, prompt %lld tokens, output %lld tokens; KV "
-		"cache held for %lld tokens a sequence\n", w->batch, w->prompt_tokens,
-		w->output_tokens, p->ctx_tokens);
+	if (w->continuous)
+		fprintf(f, "# workload   continuous batching: %.4g requests/s (%.4g per replica), "
+			"prompt %lld tokens, output %lld tokens on average; KV cache paged\n",
+			w->request_rate, pr->cb.rate_replica, w->prompt_tokens, w->output_tokens);
+	else
+		fprintf(f, "# workload   batch %lld per replica, prompt %lld tokens, output %lld tokens; "
+			"KV cache held for %lld tokens a sequence\n", w->batch, w->prompt_tokens,
+			w->output_tokens, p->ctx_tokens);
 
 	fprintf(f, "\nmemory per GPU (GiB = 2^30 bytes)\n");
 	fprintf(f, "%-34s %10s\n", "part", "GiB");
@@ -64,6 +69,29 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 		"sequence at batch %lld\n", pr->max_batch, w->prompt_tokens + w->output_tokens,
 		pr->max_ctx, w->batch);
 
+	if (w->continuous) {
+		const InferContinuous *cb = &pr->cb;
+		fprintf(f, "\ncontinuous batching, steady state per replica (memory above: %lld "
+			"sequences of %.0f tokens, the mean occupancy rounded up)\n",
+			p->batch, cb->mean_ctx_tokens);
+		fprintf(f, "%-40s %14s\n", "quantity", "value");
+		fprintf(f, "%-40s %14.4g\n", "requests/s", cb->rate_replica);
+		fprintf(f, "%-40s %14.4f\n", "prefill share of time (rho)", cb->prefill_util);
+		fprintf(f, "%-40s %14lld\n", "most concurrent sequences (memory)", cb->max_concurrency);
+		if (!cb->stable) {
+			fprintf(f, "# not served: %s\n", cb->why);
+		} else {
+			fprintf(f, "%-40s %14.3f\n", "sequences decoding (N)", cb->concurrency);
+			fprintf(f, "%-40s %14.3f\n", "requests in the system (Little)", cb->in_system);
+			fprintf(f, "%-40s %14.3f\n", "KV cache at that occupancy, GiB", cb->kv_bytes / GiB);
+			fprintf(f, "%-40s %14.5f\n", "decode step at N, s", cb->decode_step_s);
+		}
+		fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's default "
+			"scheduler); Dynamic SplitFuse's prompt chunking is not modelled: "
+			"docs/inference.md\n");
+		if (!cb->stable)
+			return;
+	}
 	fprintf(f, "\ntime (profile: %s)\n", pr->hw_source);
 	fprintf(f, "%-26s %12s  %s\n", "phase", "seconds", "bound by");
 	fprintf(f, "%-26s %12.5f  %s\n", "time to first token", pr->ttft_s,
@@ -127,7 +155,16 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 	n = put(out, n, "infer.decode.flops", pr->decode.flops, "flops");
 	n = put(out, n, "infer.decode.bytes", pr->decode.bytes, "bytes");
 	n = put(out, n, "infer.decode.bound", pr->decode.bound, "1");
-	(void)sc;
+	if (sc->wl.continuous) {
+		const InferContinuous *c = &pr->cb;
+		n = put(out, n, "infer.continuous.served", c->stable, "1");
+		n = put(out, n, "infer.continuous.requests_per_s_per_replica", c->rate_replica, "1/s");
+		n = put(out, n, "infer.continuous.prefill_utilization", c->prefill_util, "1");
+		n = put(out, n, "infer.continuous.concurrency", c->concurrency, "1");
+		n = put(out, n, "infer.continuous.requests_in_system", c->in_system, "1");
+		n = put(out, n, "infer.continuous.kv_cache_bytes", c->kv_bytes, "bytes");
+		n = put(out, n, "infer.continuous.max_concurrency", (double)c->max_concurrency, "1");
+	}
 	return n;
 }
 

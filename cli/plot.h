@@ -1,5 +1,5 @@
 /* plot: the inside of `parallax plot`. Each plot kind (plot_memory.c, plot_time.c,
- * plot_scaling.c, plot_compare.c, plot_pareto.c) computes its numbers and writes, into memory, a
+ * plot_scaling.c, plot_compare.c, plot_pareto.c, plot_infer.c) computes its numbers and writes, into memory, a
  * gnuplot data table and the script that draws it; cmd_plot.c owns the options, the output files
  * (written as NAME.tmp and renamed only once gnuplot has succeeded) and running gnuplot;
  * plot_common.c the helpers below. Nothing here prices a scenario: sim/predict.h does. */
@@ -39,7 +39,9 @@ typedef struct PlotOpts {
 	int png, svg;             /* --format */
 	const char *nodes;        /* scaling: --nodes 1,2,4 */
 	const char *db;           /* compare, pareto: --db FILE */
-	const char *hw;           /* time, scaling: --hw FILE */
+	const char *hw;           /* time, scaling, serving: --hw FILE */
+	const char *batches;      /* serving: --batches 1,2,4 */
+	const char *series;       /* serving: --series KEY=V1,V2 */
 } PlotOpts;
 
 /* What a plot kind hands back to be written. */
@@ -61,6 +63,7 @@ int plot_scaling(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err);
 int plot_zero(const PlotOpts *o, PlotSpec *ps, PxError *err);
+int plot_serving(const PlotOpts *o, PlotSpec *ps, PxError *err); /* plot_infer.c */
 
 /* The Pareto front of n points that minimise a and maximise b: front[i] = 1 for each point that
  * no other beats (as good on both and better on one); of points equal on both, the first. Returns

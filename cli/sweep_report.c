@@ -1,5 +1,7 @@
 #include "sweep_report.h"
 
+#include "../sim/infer_sim.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +37,9 @@ const char *sweep_key_short(const char *key)
 		{"deepspeed.train_micro_batch_size_per_gpu", "micro"},
 		{"deepspeed.gradient_accumulation_steps", "accum"},
 		{"activation_checkpointing", "ckpt"}, {"cluster.gpu", "gpu"},
-		{"cluster.nodes", "nodes"}, {NULL, NULL}};
+		{"cluster.nodes", "nodes"}, {"inference.tensor_parallel.tp_size", "tp"},
+		{"inference.dtype", "dtype"}, {"workload.batch_size", "batch"},
+		{"workload.request_rate", "rate"}, {NULL, NULL}};
 	for (int i = 0; SHORT[i][0]; i++)
 		if (!strcmp(key, SHORT[i][0]))
 			return SHORT[i][1];
@@ -125,8 +129,15 @@ void sweep_report_print(FILE *f, const SweepReport *r)
 		"usable memory, where the allocator decides\n", r->n_best, OBJECTIVE[r->objective],
 		!strcmp(r->scope, "stored") ? " of every stored point" : "", 100 * PREDICT_TIGHT_MARGIN);
 	int width[MAX_KEYS], last = -1;
-	fprintf(f, "%4s %8s %-10s %6s %10s %12s %7s %10s %9s %5s", "rank", "index", "gpu", "world",
-		"step_s", "tokens/s", "mfu", "USD/Mtok", "free_GiB", "fits");
+	if (r->infer)
+		fprintf(f, "# inference: tokens/s = generated tokens/s of the whole cluster; TTFT, TPOT "
+			"(ms), latency of a request; bound: what bounds a decode step\n"
+			"%4s %8s %-10s %6s %9s %9s %9s %10s %12s %10s %9s %5s %-16s", "rank", "index",
+			"gpu", "world", "ttft_s", "tpot_ms", "latency_s", "tok/s/GPU", "tokens/s",
+			"USD/Mtok", "free_GiB", "fits", "bound");
+	else
+		fprintf(f, "%4s %8s %-10s %6s %10s %12s %7s %10s %9s %5s", "rank", "index", "gpu",
+			"world", "step_s", "tokens/s", "mfu", "USD/Mtok", "free_GiB", "fits");
 	for (int k = 0; k < s.n_keys; k++) {
 		if (!s.differs[k])
 			continue;
@@ -142,10 +153,18 @@ void sweep_report_print(FILE *f, const SweepReport *r)
 	fputc('\n', f);
 	for (int i = 0; i < r->n_best; i++) {
 		const PointResult *p = &r->best[i];
-		fprintf(f, "%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f %5s", i + 1, p->idx,
-			p->gpu, p->world, p->step_s, p->tokens_per_s, p->mfu, p->cost_per_mtoken,
-			(p->capacity_bytes - p->peak_bytes) / 1073741824.0,
-			p->verdict == VERDICT_TIGHT ? "tight" : "yes");
+		if (r->infer)
+			fprintf(f, "%4d %8lld %-10s %6lld %9.4g %9.4g %9.4g %10.1f %12.0f %10.4g %9.2f "
+				"%5s %-16s", i + 1, p->idx, p->gpu, p->world, p->ttft_s,
+				p->tpot_s * 1e3, p->latency_s, p->tokens_per_s_gpu, p->tokens_per_s,
+				p->cost_per_mtoken, (p->capacity_bytes - p->peak_bytes) / 1073741824.0,
+				p->verdict == VERDICT_TIGHT ? "tight" : "yes",
+				infer_bound_name((InferBound)p->decode_bound));
+		else
+			fprintf(f, "%4d %8lld %-10s %6lld %10.4g %12.0f %7.3f %10.4g %9.2f %5s", i + 1,
+				p->idx, p->gpu, p->world, p->step_s, p->tokens_per_s, p->mfu,
+				p->cost_per_mtoken, (p->capacity_bytes - p->peak_bytes) / 1073741824.0,
+				p->verdict == VERDICT_TIGHT ? "tight" : "yes");
 		for (int k = 0; k <= last; k++)
 			if (s.differs[k])
 				fprintf(f, "  %-*s", k == last ? 0 : width[k], s.val[i][k]);
@@ -178,6 +197,7 @@ cJSON *sweep_report_json(const SweepReport *r)
 	cJSON_AddStringToObject(o, "name", r->name);
 	cJSON_AddNumberToObject(o, "n_points", (double)r->n_points);
 	cJSON_AddStringToObject(o, "scope", r->scope);
+	cJSON_AddStringToObject(o, "kind", r->infer ? "inference" : "training");
 	cJSON_AddNumberToObject(o, "covered", (double)r->covered);
 	cJSON *c = cJSON_AddObjectToObject(o, "counts");
 	for (int k = 0; k < 4; k++)
@@ -197,6 +217,14 @@ cJSON *sweep_report_json(const SweepReport *r)
 		add_num(b, "mfu", p->mfu);
 		add_num(b, "cost_per_mtoken", p->cost_per_mtoken);
 		add_num(b, "free_bytes", p->capacity_bytes - p->peak_bytes);
+		if (r->infer) {
+			add_num(b, "ttft_s", p->ttft_s);
+			add_num(b, "tpot_s", p->tpot_s);
+			add_num(b, "latency_s", p->latency_s);
+			add_num(b, "tokens_per_s_per_gpu", p->tokens_per_s_gpu);
+			cJSON_AddStringToObject(b, "decode_bound",
+						infer_bound_name((InferBound)p->decode_bound));
+		}
 		cJSON_AddStringToObject(b, "verdict", predict_verdict_name(p->verdict));
 		cJSON *cfg = cJSON_Parse(p->config);
 		cJSON_AddItemToObject(b, "config", cfg ? cfg : cJSON_CreateNull());

@@ -21,6 +21,7 @@ typedef struct SweepReport {
 	SweepObjective objective;
 	const PointResult *best;     /* best first */
 	int n_best;
+	int infer;                   /* an inference sweep: TTFT, TPOT, latency, tokens/s per GPU */
 } SweepReport;
 
 void sweep_report_print(FILE *f, const SweepReport *r);

@@ -1,5 +1,7 @@
 #include "sweepdb.h"
 
+#include "../sim/infer_sim.h"
+
 #include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -23,6 +25,31 @@ static void utc_now(char *buf, size_t n)
 	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* An inference sweep's figures beside its points (schema.md): made by the first inference
+ * sweep a database stores, so that a database of training sweeps keeps its schema. */
+static const char INFER_TABLE_SQL[] =
+	"CREATE TABLE IF NOT EXISTS sweep_infer_points (\n"
+	"  sweep_id INTEGER NOT NULL, idx INTEGER NOT NULL,\n"
+	"  ttft_s REAL, tpot_s REAL, latency_s REAL, tokens_per_s_per_gpu REAL,\n"
+	"  max_batch INTEGER, output_tokens INTEGER, decode_bound TEXT, concurrency REAL,\n"
+	"  PRIMARY KEY (sweep_id, idx),\n"
+	"  FOREIGN KEY (sweep_id, idx) REFERENCES sweep_points(sweep_id, idx) ON DELETE CASCADE\n"
+	") WITHOUT ROWID;\n";
+
+/* Whether the database (schema name, "main" or "src") holds the inference table: 1, 0. */
+static int has_infer_table(sqlite3 *h, const char *schema)
+{
+	char sql[160];
+	sqlite3_stmt *s = NULL;
+	int has = 0;
+	snprintf(sql, sizeof(sql), "SELECT 1 FROM %s.sqlite_master WHERE type = 'table' AND "
+		 "name = 'sweep_infer_points'", schema);
+	if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK)
+		has = sqlite3_step(s) == SQLITE_ROW;
+	sqlite3_finalize(s);
+	return has;
+}
+
 int sweepdb_begin(PxDb *db, const Sweep *sw, long long *sweep_id, PxError *err)
 {
 	sqlite3 *h = db_handle(db);
@@ -30,6 +57,8 @@ int sweepdb_begin(PxDb *db, const Sweep *sw, long long *sweep_id, PxError *err)
 	char now[32];
 	int rc = -1;
 	utc_now(now, sizeof(now));
+	if (sw->infer && sqlite3_exec(h, INFER_TABLE_SQL, NULL, NULL, NULL) != SQLITE_OK)
+		return fail(db, err, "creating sweep_infer_points");
 	if (sqlite3_prepare_v2(h, "INSERT OR IGNORE INTO sweeps (name, spec, n_points, created_utc) "
 			       "VALUES (?1, ?2, ?3, ?4)", -1, &s, NULL) != SQLITE_OK)
 		return fail(db, err, "preparing the sweep");
@@ -113,6 +142,33 @@ static int insert_point(sqlite3_stmt *s, long long sweep_id, const PointResult *
 	return sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
 }
 
+/* An inference point's figures into the prepared INSERT s (priced points only). */
+static int insert_infer(sqlite3_stmt *s, long long sweep_id, const PointResult *p)
+{
+	int timed = p->status == PT_OK, sized = p->status != PT_INVALID;
+	sqlite3_reset(s);
+	sqlite3_bind_int64(s, 1, sweep_id);
+	sqlite3_bind_int64(s, 2, p->idx);
+	bind_real(s, 3, p->ttft_s, timed);
+	bind_real(s, 4, p->tpot_s, timed);
+	bind_real(s, 5, p->latency_s, timed);
+	bind_real(s, 6, p->tokens_per_s_gpu, timed);
+	if (sized) {
+		sqlite3_bind_int64(s, 7, p->max_batch);
+		sqlite3_bind_int64(s, 8, p->output_tokens);
+	} else {
+		sqlite3_bind_null(s, 7);
+		sqlite3_bind_null(s, 8);
+	}
+	if (timed)
+		sqlite3_bind_text(s, 9, infer_bound_name((InferBound)p->decode_bound), -1,
+				  SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, 9);
+	bind_real(s, 10, p->concurrency, timed);
+	return sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
+}
+
 /* A failed batch: "DB: storing N sweep points: STEP: SQLite's message" ("database or disk is full"
  * on a full disk). */
 static int fail_batch(PxDb *db, int n, const char *step, PxError *err)
@@ -123,8 +179,14 @@ static int fail_batch(PxDb *db, int n, const char *step, PxError *err)
 
 int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxError *err)
 {
+	return sweepdb_write_infer(db, sweep_id, r, n, 0, err);
+}
+
+int sweepdb_write_infer(PxDb *db, long long sweep_id, const PointResult *r, int n, int infer,
+			PxError *err)
+{
 	sqlite3 *h = db_handle(db);
-	sqlite3_stmt *s = NULL;
+	sqlite3_stmt *s = NULL, *si = NULL;
 	int rc = -1;
 
 	if (sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
@@ -136,17 +198,26 @@ int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxE
 		fail_batch(db, n, "preparing the insert", err);
 		goto out_rollback;
 	}
+	if (infer && sqlite3_prepare_v2(h, "INSERT OR REPLACE INTO sweep_infer_points (sweep_id, "
+					"idx, ttft_s, tpot_s, latency_s, tokens_per_s_per_gpu, "
+					"max_batch, output_tokens, decode_bound, concurrency) VALUES "
+					"(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)", -1, &si,
+					NULL) != SQLITE_OK) {
+		fail_batch(db, n, "preparing the inference insert", err);
+		goto out_rollback;
+	}
 	for (int i = 0; i < n; i++)
-		if (insert_point(s, sweep_id, &r[i])) {
+		if (insert_point(s, sweep_id, &r[i]) || (si && insert_infer(si, sweep_id, &r[i]))) {
 			char step[64];
 			snprintf(step, sizeof(step), "inserting point %lld", r[i].idx);
 			fail_batch(db, n, step, err);
 			goto out_rollback;
 		}
-	/* the statement goes before COMMIT, which a pending statement would hold up; the one
+	/* the statements go before COMMIT, which a pending statement would hold up; the one
 	 * cleanup path below finalizes what is left (NULL is a no-op) */
 	sqlite3_finalize(s);
-	s = NULL;
+	sqlite3_finalize(si);
+	s = si = NULL;
 	if (sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
 		fail_batch(db, n, "committing", err);
 		goto out_rollback;
@@ -155,6 +226,7 @@ int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxE
 
 out_rollback:
 	sqlite3_finalize(s);
+	sqlite3_finalize(si);
 	/* SQLite may have rolled back already (a failed COMMIT's I/O error does); then this one
 	 * only says there is no transaction, and the connection is ready for the next batch */
 	sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
@@ -190,7 +262,18 @@ long long sweepdb_merge(PxDb *db, const char *src, PxError *err)
 		"  FROM src.sweep_points p JOIN src.sweeps s ON s.id = p.sweep_id"
 		"  JOIN main.sweeps m ON m.spec = s.spec;"
 		"COMMIT;";
-	if (sqlite3_exec(h, copy, NULL, NULL, NULL) != SQLITE_OK) {
+	int infer = has_infer_table(h, "src");
+	const char *copy_infer =
+		"BEGIN IMMEDIATE;"
+		"INSERT OR IGNORE INTO main.sweep_infer_points"
+		"  SELECT m.id, p.idx, p.ttft_s, p.tpot_s, p.latency_s, p.tokens_per_s_per_gpu,"
+		"    p.max_batch, p.output_tokens, p.decode_bound, p.concurrency"
+		"  FROM src.sweep_infer_points p JOIN src.sweeps s ON s.id = p.sweep_id"
+		"  JOIN main.sweeps m ON m.spec = s.spec;"
+		"COMMIT;";
+	if (sqlite3_exec(h, copy, NULL, NULL, NULL) != SQLITE_OK ||
+	    (infer && (sqlite3_exec(h, INFER_TABLE_SQL, NULL, NULL, NULL) != SQLITE_OK ||
+		       sqlite3_exec(h, copy_infer, NULL, NULL, NULL) != SQLITE_OK))) {
 		px_fail(err, PX_ERR_INPUT, "%s: merging its sweeps: %s", src, sqlite3_errmsg(h));
 		sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
 		sqlite3_exec(h, "DETACH DATABASE src", NULL, NULL, NULL);
@@ -267,6 +350,13 @@ int sweepdb_load(sqlite3 *h, const char *dbpath, long long id, StoredSweep *out,
 	if (sqlite3_step(s) == SQLITE_ROW)
 		out->tight = sqlite3_column_int64(s, 0);
 	sqlite3_finalize(s);
+	if (has_infer_table(h, "main") &&
+	    sqlite3_prepare_v2(h, "SELECT 1 FROM sweep_infer_points WHERE sweep_id = ?1 LIMIT 1", -1,
+			       &s, NULL) == SQLITE_OK) {
+		sqlite3_bind_int64(s, 1, id);
+		out->infer = sqlite3_step(s) == SQLITE_ROW;
+		sqlite3_finalize(s);
+	}
 	return 0;
 }
 
@@ -319,12 +409,15 @@ int sweepdb_best(sqlite3 *h, const char *dbpath, long long sweep_id, SweepObject
 		[OBJ_HEADROOM] = "capacity_bytes IS NOT NULL AND gpu_peak_bytes IS NOT NULL"
 				 " ORDER BY capacity_bytes - gpu_peak_bytes DESC, idx",
 	};
-	char sql[512];
+	char sql[1024];
 	sqlite3_stmt *s = NULL;
-	int n = 0;
+	int n = 0, infer = has_infer_table(h, "main");
 	snprintf(sql, sizeof(sql), "SELECT idx, config, world, gpu, gpu_peak_bytes, capacity_bytes,"
-		 " step_s, tokens_per_s, mfu, cost_per_mtoken FROM sweep_points WHERE sweep_id = ?1"
-		 " AND status = 'ok' AND %s LIMIT ?2", order[obj]);
+		 " step_s, tokens_per_s, mfu, cost_per_mtoken%s FROM sweep_points%s WHERE"
+		 " sweep_id = ?1 AND status = 'ok' AND %s LIMIT ?2",
+		 infer ? ", i.ttft_s, i.tpot_s, i.latency_s, i.tokens_per_s_per_gpu, i.max_batch,"
+			 " i.output_tokens, i.decode_bound, i.concurrency" : "",
+		 infer ? " LEFT JOIN sweep_infer_points i USING (sweep_id, idx)" : "", order[obj]);
 	if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) != SQLITE_OK)
 		return read_fail(h, dbpath, "reading the best points", err);
 	sqlite3_bind_int64(s, 1, sweep_id);
@@ -345,6 +438,19 @@ int sweepdb_best(sqlite3 *h, const char *dbpath, long long sweep_id, SweepObject
 		p->mfu = column_or_nan(s, 8);
 		p->cost_per_mtoken = column_or_nan(s, 9);
 		p->verdict = predict_gpu_verdict(p->peak_bytes, p->capacity_bytes);
+		if (infer) {
+			p->ttft_s = column_or_nan(s, 10);
+			p->tpot_s = column_or_nan(s, 11);
+			p->latency_s = column_or_nan(s, 12);
+			p->tokens_per_s_gpu = column_or_nan(s, 13);
+			p->max_batch = sqlite3_column_int64(s, 14);
+			p->output_tokens = sqlite3_column_int64(s, 15);
+			const char *b = (const char *)sqlite3_column_text(s, 16);
+			for (int bd = 0; b && bd < N_BOUNDS; bd++)
+				if (!strcmp(b, infer_bound_name((InferBound)bd)))
+					p->decode_bound = bd;
+			p->concurrency = column_or_nan(s, 17);
+		}
 	}
 	sqlite3_finalize(s);
 	return n;

@@ -1,6 +1,7 @@
 /* sweepdb: a sweep's rows in the results database: the sweep (by its spec) and one row per point
  * it priced, written in batches of one transaction each, and which points are already there (to
- * resume). The points are computed by sim/sweep.c. */
+ * resume); an inference sweep's figures in sweep_infer_points beside them. The points are
+ * computed by sim/sweep.c. */
 #ifndef PX_SWEEPDB_H
 #define PX_SWEEPDB_H
 
@@ -16,6 +17,10 @@ long long sweepdb_done(PxDb *db, long long sweep_id, unsigned char *done, long l
  * "DB: storing N sweep points: STEP: <SQLite's message>", with nothing of the batch stored and the
  * connection ready for the next one. */
 int sweepdb_write(PxDb *db, long long sweep_id, const PointResult *r, int n, PxError *err);
+/* The same; infer: an inference sweep's points, whose figures (TTFT, TPOT, latency, tokens/s per
+ * GPU...) go into sweep_infer_points in the same transaction (made by sweepdb_begin). */
+int sweepdb_write_infer(PxDb *db, long long sweep_id, const PointResult *r, int n, int infer,
+			PxError *err);
 
 /* Copy every sweep and its points from the database at src into db (a sweep already there, by
  * spec, gains the points it lacks). Returns the points added, or -1. */
@@ -30,6 +35,7 @@ typedef struct StoredSweep {
 	long long counts[4];   /* stored points by PointStatus */
 	long long stored;      /* their sum */
 	long long tight;       /* of the ok and unpriced ones, those within the margin (sweepdb.c) */
+	int infer;             /* an inference sweep (its points have sweep_infer_points rows) */
 } StoredSweep;
 
 /* Find a sweep by id (all digits) or by name (the newest of that name), with its counts; a

@@ -322,12 +322,34 @@ static int parse_inference(const JsonObj *o, InferConfig *c, PxNotes *notes, PxE
 
 static int parse_workload(const JsonObj *o, InferWorkload *w, PxNotes *notes, PxError *err)
 {
-	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens", NULL};
+	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens",
+					    "batching", "request_rate", NULL};
+	const char *batching;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-	if (jobj_int(o, "batch_size", 1, 1 << 24, 1, &w->batch, err) < 0)
+	int rc = jobj_int(o, "batch_size", 1, 1 << 24, 1, &w->batch, err);
+	if (rc < 0)
 		return -1;
-	int rc = jobj_int(o, "prompt_tokens", 1, 1 << 24, 0, &w->prompt_tokens, err);
+	w->batch_given = rc > 0;
+	if (jobj_str(o, "batching", "static", &batching, err) < 0)
+		return -1;
+	if (strcmp(batching, "static") && strcmp(batching, "continuous")) {
+		char what[200];
+		snprintf(what, sizeof(what), "expected \"static\" (one batch start to end) or "
+			 "\"continuous\" (requests join as they arrive), got \"%s\"", batching);
+		return fail_at(o, "batching", err, what);
+	}
+	w->continuous = !strcmp(batching, "continuous");
+	rc = jobj_num(o, "request_rate", 1e-9, 1e12, 0, &w->request_rate, err);
+	if (rc < 0)
+		return -1;
+	if (w->continuous && rc == 0)
+		return fail_at(o, "request_rate", err, "missing; continuous batching needs the "
+			       "requests per second the cluster receives");
+	if (!w->continuous && rc > 0)
+		return fail_at(o, "request_rate", err, "applies to \"batching\": \"continuous\" "
+			       "only; a static batch is batch_size sequences at once");
+	rc = jobj_int(o, "prompt_tokens", 1, 1 << 24, 0, &w->prompt_tokens, err);
 	if (rc == 0)
 		return fail_at(o, "prompt_tokens", err, "missing; expected the prompt's tokens per "
 			       "sequence");
@@ -519,6 +541,9 @@ char *infer_scenario_resolved_json(const InferScenario *sc)
 	cJSON_AddNumberToObject(r, "batch_size", (double)sc->wl.batch);
 	cJSON_AddNumberToObject(r, "prompt_tokens", (double)sc->wl.prompt_tokens);
 	cJSON_AddNumberToObject(r, "output_tokens", (double)sc->wl.output_tokens);
+	cJSON_AddStringToObject(r, "batching", sc->wl.continuous ? "continuous" : "static");
+	if (sc->wl.continuous)
+		cJSON_AddNumberToObject(r, "request_rate", sc->wl.request_rate);
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	return text;

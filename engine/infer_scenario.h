@@ -33,9 +33,16 @@ typedef struct InferConfig {
 } InferConfig;
 
 /* A fixed batch: batch sequences, each a prompt of prompt_tokens and output_tokens generated
- * (the first by prefill, the rest by one decode step each). */
+ * (the first by prefill, the rest by one decode step each). Or continuous batching ("batching":
+ * "continuous"): requests arrive at request_rate a second (the whole cluster's, spread evenly
+ * over its replicas), each of prompt_tokens and output_tokens on average, and join the running
+ * batch as they come; batch then caps the concurrent sequences (vLLM's max_num_seqs) when
+ * given, else memory does (sim/infer_sim.c, docs/inference.md). */
 typedef struct InferWorkload {
 	long long batch, prompt_tokens, output_tokens;
+	int continuous;
+	int batch_given;          /* continuous: batch_size was given (a cap) */
+	double request_rate;      /* continuous: requests/s to the cluster */
 } InferWorkload;
 
 enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };

@@ -68,25 +68,35 @@ static void phase_bound(InferPhase *ph)
 }
 
 /* The step's ops by role: prefill's once, the decode block's first iteration (all alike). */
-static int price_time(const InferScenario *sc, const HwProfile *hw, InferPrediction *pr,
-		      PxError *err)
+static int price_phases(const InferScenario *sc, const HwProfile *hw, const Schedule *sched,
+			InferPhase *prefill, InferPhase *decode, PxError *err)
 {
 	SchedWalk w;
 	int i;
-	sched_walk_init(&w, &pr->sched, pr->sched.step_begin);
+	memset(prefill, 0, sizeof(*prefill));
+	memset(decode, 0, sizeof(*decode));
+	sched_walk_init(&w, sched, sched->step_begin);
 	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
-		const Op *op = &pr->sched.ops[i];
+		const Op *op = &sched->ops[i];
 		if (op->kind == OP_END_LOOP)
 			sched_walk_leave(&w);
 		if (op->role == ROLE_PREFILL)
-			price_op(sc, hw, op, &pr->prefill);
+			price_op(sc, hw, op, prefill);
 		else if (op->role == ROLE_DECODE)
-			price_op(sc, hw, op, &pr->decode);
+			price_op(sc, hw, op, decode);
 	}
 	if (i == SCHED_WALK_ERROR)
 		return -1;
-	phase_bound(&pr->prefill);
-	phase_bound(&pr->decode);
+	phase_bound(prefill);
+	phase_bound(decode);
+	return 0;
+}
+
+static int price_time(const InferScenario *sc, const HwProfile *hw, InferPrediction *pr,
+		      PxError *err)
+{
+	if (price_phases(sc, hw, &pr->sched, &pr->prefill, &pr->decode, err))
+		return -1;
 	const InferWorkload *wl = &sc->wl;
 	/* prefill yields the first token; each decode step one more */
 	pr->ttft_s = pr->prefill.s;
@@ -96,6 +106,23 @@ static int price_time(const InferScenario *sc, const HwProfile *hw, InferPredict
 	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
 	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
 	return 0;
+}
+
+/* The phases of a batch of b sequences (the workload's lengths), built and priced apart. */
+static int price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
+		       InferPhase *prefill, InferPhase *decode, PxError *err)
+{
+	InferPlan p;
+	Schedule s;
+	sched_init(&s, 0);
+	int rc = infer_plan_make(sc, b, 0, &p, err);
+	if (!rc) {
+		rc = infer_build_schedule(&p, &s, err) ||
+		     price_phases(sc, hw, &s, prefill, decode, err) ? -1 : 0;
+		infer_plan_free(&p);
+	}
+	sched_free(&s);
+	return rc;
 }
 
 /* ---- memory ---- */
@@ -129,6 +156,141 @@ static long long largest_fit(const InferScenario *sc, double cap, long long fixe
 	return lo;
 }
 
+/* ---- continuous batching ---- */
+
+/* Decode steps' time at n sequences; -1 on error. */
+static double decode_s(const InferScenario *sc, const HwProfile *hw, long long n, PxError *err)
+{
+	InferPhase pf, dec;
+	return price_batch(sc, hw, n, &pf, &dec, err) ? -1 : dec.s;
+}
+
+/* g(n) = n (1 - rho) - lambda (so - 1) T_d(n): decode's capacity over its demand, in sequences;
+ * it grows with n while a step's time grows more slowly than its batch. */
+static int excess(const InferScenario *sc, const HwProfile *hw, const InferContinuous *c,
+		  long long n, double *g, double *td, PxError *err)
+{
+	if ((*td = decode_s(sc, hw, n, err)) < 0)
+		return -1;
+	*g = (double)n * (1 - c->prefill_util) -
+	     c->rate_replica * (double)(sc->wl.output_tokens - 1) * *td;
+	return 0;
+}
+
+/* The steady state (docs/inference.md): rho = lambda T_pf; the smallest N with
+ * N (1 - rho) = lambda (so - 1) T_d(N), T_d linear between whole batches (Little's law for the
+ * decode phase: N sequences, each (so - 1) steps of T_d / (1 - rho)). Fills pr->cb and the
+ * time figures; pr->cb.stable 0 when the replica cannot keep up. */
+static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferPrediction *pr,
+			    PxError *err)
+{
+	InferContinuous *c = &pr->cb;
+	const InferWorkload *wl = &sc->wl;
+	double so = (double)wl->output_tokens;
+	InferPhase dec_hi;
+	c->rate_replica = wl->request_rate / (double)pr->plan.replicas;
+	c->mean_ctx_tokens = (double)wl->prompt_tokens + so / 2;
+	if (price_batch(sc, hw, 1, &pr->prefill, &dec_hi, err))
+		return -1;
+	c->prefill_s = pr->prefill.s;
+	c->prefill_util = c->rate_replica * c->prefill_s;
+	if (c->max_concurrency < 1) {
+		snprintf(c->why, sizeof(c->why), "not one sequence of %.0f tokens fits beside the "
+			 "weights", c->mean_ctx_tokens);
+		return 0;
+	}
+	if (c->prefill_util >= 1) {
+		snprintf(c->why, sizeof(c->why), "overloaded: the prefills alone need %.3g of the "
+			 "time (%.4g requests/s x %.4g s each per replica)", c->prefill_util,
+			 c->rate_replica, c->prefill_s);
+		return 0;
+	}
+	/* the smallest whole n with g(n) >= 0, by bisection over [1, max] */
+	long long lo = 1, hi = c->max_concurrency;
+	double g_hi, td_hi, g_lo, td_lo;
+	if (excess(sc, hw, c, hi, &g_hi, &td_hi, err))
+		return -1;
+	if (g_hi < 0) {
+		snprintf(c->why, sizeof(c->why), "overloaded: %lld concurrent sequences (memory's or "
+			 "batch_size's limit) decode %.4g tokens/s per replica, %.4g needed",
+			 hi, (double)hi * (1 - c->prefill_util) / td_hi,
+			 c->rate_replica * (so - 1));
+		return 0;
+	}
+	while (lo < hi) {
+		long long mid = lo + (hi - lo) / 2;
+		double g, td;
+		if (excess(sc, hw, c, mid, &g, &td, err))
+			return -1;
+		if (g >= 0)
+			hi = mid, g_hi = g, td_hi = td;
+		else
+			lo = mid + 1;
+	}
+	if (lo == 1) { /* fewer than one sequence on average: a step costs batch 1's */
+		if (excess(sc, hw, c, 1, &g_hi, &td_hi, err))
+			return -1;
+		c->decode_step_s = td_hi;
+		c->concurrency = c->rate_replica * (so - 1) * td_hi / (1 - c->prefill_util);
+	} else { /* g is linear between lo - 1 and lo: its root */
+		if (excess(sc, hw, c, lo - 1, &g_lo, &td_lo, err))
+			return -1;
+		double f = -g_lo / (g_hi - g_lo);
+		c->concurrency = (double)(lo - 1) + f;
+		c->decode_step_s = td_lo + f * (td_hi - td_lo);
+	}
+	c->stable = 1;
+	/* a prompt waits for the prefills ahead of it: M/D/1's mean wait rho T / (2 (1 - rho))
+	 * (Pollaczek-Khinchine, deterministic service) */
+	pr->ttft_s = c->prefill_s * (1 + c->prefill_util / (2 * (1 - c->prefill_util)));
+	pr->tpot_s = c->decode_step_s / (1 - c->prefill_util);
+	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
+	c->in_system = c->rate_replica * pr->latency_s;
+	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
+	pr->tokens_per_s_replica = c->rate_replica * so;
+	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
+	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
+	return 0;
+}
+
+/* Continuous batching: memory's limit at the mean context, the steady state, then the plan,
+ * schedule and memory replay at its concurrency (rounded up) for the report. */
+static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, InferPrediction *pr,
+			      PxError *err)
+{
+	pr->paged = *sc0;
+	pr->paged.inf.kernel_inject = 0;
+	const InferScenario *sc = &pr->paged;
+	const InferWorkload *wl = &sc->wl;
+	long long ctx = wl->prompt_tokens + (wl->output_tokens + 1) / 2;
+	double cap = sc->cluster.gpu.usable_bytes;
+	long long most = largest_fit(sc, cap, ctx, 1LL << 24, 1, err);
+	if (most < 0)
+		return -1;
+	pr->cb.max_concurrency = wl->batch_given && wl->batch < most ? wl->batch : most;
+	/* the replicas: a plan at batch 1 says them */
+	if (infer_plan_make(sc, 1, ctx, &pr->plan, err))
+		return -1;
+	if (price_continuous(sc, hw, pr, err))
+		return -1;
+	long long b = pr->cb.stable ? (long long)ceil(pr->cb.concurrency - 1e-9) : 1;
+	if (b < 1)
+		b = 1;
+	infer_plan_free(&pr->plan);
+	InferPhase pf;
+	if (infer_plan_make(sc, b, ctx, &pr->plan, err) ||
+	    infer_build_schedule(&pr->plan, &pr->sched, err) ||
+	    sim_memory(&pr->sched, &pr->mem, NULL, NULL, err) ||
+	    (pr->cb.stable && price_batch(sc, hw, b, &pf, &pr->decode, err)))
+		return -1;
+	pr->peak_bytes = pr->mem.place[PLACE_GPU].peak_bytes;
+	pr->load_peak_bytes = infer_plan_load_peak_bytes(&pr->plan);
+	pr->gpu_capacity_bytes = cap;
+	pr->verdict = predict_gpu_verdict(pr->peak_bytes, cap);
+	pr->max_batch = most;
+	return (pr->max_ctx = largest_fit(sc, cap, b, 1LL << 24, 0, err)) < 0 ? -1 : 0;
+}
+
 int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *source,
 		  InferPrediction *pr, PxError *err)
 {
@@ -143,6 +305,8 @@ int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *sour
 	} else {
 		snprintf(pr->hw_source, sizeof(pr->hw_source), "%s", source ? source : "--hw");
 	}
+	if (sc->wl.continuous)
+		return predict_continuous(sc, hw, pr, err);
 	if (infer_plan_make(sc, sc->wl.batch, 0, &pr->plan, err) ||
 	    infer_build_schedule(&pr->plan, &pr->sched, err) ||
 	    sim_memory(&pr->sched, &pr->mem, NULL, NULL, err))

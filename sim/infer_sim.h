@@ -3,7 +3,8 @@
  * and the longest context at its batch) and the time: each op's roofline (FLOPs against the
  * dtype's peak and the profile's GEMM curve, bytes against HBM, collectives over NVLink), time
  * to first token, time per output token, latency and tokens/s, with the resource that bounds
- * each phase. Printing and storing are the CLI's. Formulas and calibration: docs/inference.md. */
+ * each phase; and continuous batching's steady state (concurrency by Little's law over the
+ * schedule's decode steps). Printing and storing are the CLI's. Formulas and calibration: docs/inference.md. */
 #ifndef PX_SIM_INFER_SIM_H
 #define PX_SIM_INFER_SIM_H
 
@@ -31,6 +32,24 @@ typedef struct InferPhase {
 	InferBound bound;
 } InferPhase;
 
+/* Continuous batching's steady state (docs/inference.md, "Continuous batching"): requests
+ * arrive at rate lambda on each replica; prefills (one prompt each, batch 1) take priority and
+ * decode steps of the N running sequences fill the rest of the time. */
+typedef struct InferContinuous {
+	int stable;                /* the replica keeps up with its requests */
+	char why[256];             /* when not */
+	double rate_replica;       /* lambda: requests/s one replica receives */
+	double prefill_s;          /* one prompt's prefill at batch 1 */
+	double prefill_util;       /* rho = lambda x prefill_s: the share of time prefilling */
+	double concurrency;        /* N: sequences decoding, lambda x (output - 1) x TPOT */
+	double decode_step_s;      /* a decode step at batch N (between the integers, linear) */
+	double in_system;          /* requests in the replica, lambda x latency (Little's law) */
+	double mean_ctx_tokens;    /* a decoding sequence's mean context: prompt + output / 2 */
+	double kv_bytes;           /* the KV cache at that occupancy, N x mean context, per GPU */
+	long long max_concurrency; /* sequences at the mean context that memory (or batch_size)
+				      allows */
+} InferContinuous;
+
 typedef struct InferPrediction {
 	InferPlan plan;
 	Schedule sched;            /* rank 0's: every rank of every replica runs the same */
@@ -44,6 +63,10 @@ typedef struct InferPrediction {
 	double ttft_s, tpot_s, latency_s;
 	double tokens_per_s_replica, tokens_per_s_gpu, tokens_per_s_node; /* generated tokens */
 	char hw_source[256];
+	InferContinuous cb;        /* workload.batching continuous only */
+	InferScenario paged;       /* continuous: a shallow copy of the scenario without kernel
+				      injection's reservation (the KV cache paged, as FastGen's and
+				      vLLM's are); the plan borrows it. Not to be freed. */
 } InferPrediction;
 
 /* Plan, build and price sc with the profile hw (NULL: the GPU's built-in one; source names it).

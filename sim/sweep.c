@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "infer_sim.h"
+
 const char *sweep_status_name(PointStatus s)
 {
 	static const char *const n[] = {"ok", "oom", "invalid", "unpriced"};
@@ -141,22 +143,37 @@ static int read_axes(Sweep *sw, const JsonObj *o, PxError *err)
  * same one and a changed one is new. */
 static int make_spec(Sweep *sw, const JsonDoc *file, PxError *err)
 {
+	const JsonDoc *docs = sw->infer ? sw->ibase.docs : sw->base.docs;
+	int n_docs = sw->infer ? IS_N_DOCS : SC_N_DOCS;
 	size_t len = strlen(file->text) + 1;
-	for (int i = 0; i < SC_N_DOCS; i++)
-		if (sw->base.docs[i].text)
-			len += strlen(sw->base.docs[i].text) + 1;
+	for (int i = 0; i < n_docs; i++)
+		if (docs[i].text)
+			len += strlen(docs[i].text) + 1;
 	if (!(sw->spec = malloc(len)))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	strcpy(sw->spec, file->text);
-	for (int i = 0; i < SC_N_DOCS; i++)
-		if (sw->base.docs[i].text)
-			strcat(strcat(sw->spec, "\n"), sw->base.docs[i].text);
+	for (int i = 0; i < n_docs; i++)
+		if (docs[i].text)
+			strcat(strcat(sw->spec, "\n"), docs[i].text);
 	return 0;
 }
 
 /* A key no scenario reader knows (a typo, say) would change nothing: each point would price the
  * base scenario again. The readers warn "unknown key 'KEY'; did you mean 'CLOSEST'?" about it;
  * such a warning about one of the keys of `keys` (set, or one axis) refuses the sweep. */
+/* Whether the key a warning names (up to its closing quote, at w) is key, a dotted prefix of it
+ * (the override made an unknown section) or a dotted suffix (the reader names it from its own
+ * object down): the inference reader names them so. */
+static int warned_key_matches(const char *w, const char *key)
+{
+	size_t n = strcspn(w, "'"), kn = strlen(key);
+	if (n == kn)
+		return !strncmp(w, key, n);
+	if (n < kn && !strncmp(w, key, n) && key[n] == '.')
+		return 1;
+	return n < kn && !strncmp(w, key + kn - n, n) && key[kn - n - 1] == '.';
+}
+
 static int refuse_if_warned(const Sweep *sw, const char *where, const char *key,
 			    const PxNotes *notes, PxError *err)
 {
@@ -164,6 +181,9 @@ static int refuse_if_warned(const Sweep *sw, const char *where, const char *key,
 	snprintf(needle, sizeof(needle), "unknown key '%s'", key);
 	for (int i = 0; i < notes->n_warnings; i++) {
 		const char *w = strstr(notes->warnings[i], needle);
+		if (!w && sw->infer && (w = strstr(notes->warnings[i], "unknown key '")) &&
+		    !warned_key_matches(w + strlen("unknown key '"), key))
+			w = NULL;
 		if (!w)
 			continue;
 		const char *hint = strstr(w, "; did you mean");
@@ -182,11 +202,80 @@ static int unknown_key(const Sweep *sw, const char *where, const cJSON *keys,
 	return 0;
 }
 
+/* ---- inference sweeps ---- */
+
+/* The inference base loaded again with the sweep's "set" (ibase.ov) and n more keys and values
+ * (a point's axes). As infer_scenario_load: on error nothing is left to free. */
+static int infer_point_load(const Sweep *sw, InferScenario *sc, const char *const *keys,
+			    const char *const *values, int n, PxError *err)
+{
+	JsonOverrides ov;
+	int rc = -1;
+	jov_init(&ov);
+	for (int i = 0; i < sw->ibase.ov.n; i++)
+		if (jov_add_kv(&ov, sw->ibase.ov.v[i].key, sw->ibase.ov.v[i].value, err))
+			goto out;
+	for (int i = 0; i < n; i++)
+		if (jov_add_kv(&ov, keys[i], values[i], err))
+			goto out;
+	rc = infer_scenario_load(sc, sw->ibase.path, &ov, err);
+out:
+	jov_free(&ov);
+	return rc;
+}
+
+/* An inference scenario's keys lie under these; anything else (deepspeed., parallelism.,
+ * activation_checkpointing) is a training scenario's and would change nothing here. */
+static int infer_key_check(const char *base, const JsonObj *o, const char *key, PxError *err)
+{
+	static const char *const sections[] = {"model", "cluster", "inference", "workload", NULL};
+	for (int i = 0; sections[i]; i++) {
+		size_t n = strlen(sections[i]);
+		if (!strncmp(key, sections[i], n) && (key[n] == '.' || key[n] == '\0'))
+			return 0;
+	}
+	char where[512];
+	jobj_where(o, key, where, sizeof(where));
+	return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: not a key of an inference scenario (%s is "
+		       "one): expected a key under inference., workload., model. or cluster.%s",
+		       where, o->name, key, base,
+		       strchr(key, '.') ? "; a training scenario's keys do not apply" : "");
+}
+
+static int infer_keys_check(const char *base, const JsonDoc *d, PxError *err)
+{
+	static const char *const objs[] = {"set", "axes"};
+	for (int i = 0; i < 2; i++) {
+		const cJSON *obj = cJSON_GetObjectItemCaseSensitive(d->root, objs[i]);
+		JsonObj o;
+		jobj_make(&o, d, obj, objs[i], objs[i], NULL);
+		for (const cJSON *k = obj ? obj->child : NULL; k; k = k->next)
+			if (infer_key_check(base, &o, k->string, err))
+				return -1;
+	}
+	return 0;
+}
+
 /* Each axis applied alone to the base with one of its values (the first that loads): a
  * warning about its key refuses the sweep. */
 static int check_axis_keys(const Sweep *sw, PxError *err)
 {
-	for (int a = 0; a < sw->n_axes; a++) {
+	for (int a = 0; sw->infer && a < sw->n_axes; a++) {
+		const SweepAxis *ax = &sw->axes[a];
+		for (int i = 0; i < ax->n; i++) {
+			InferScenario sc;
+			PxError ignored;
+			if (infer_point_load(sw, &sc, (const char *const[]){ax->key},
+					     (const char *const[]){ax->values[i]}, 1, &ignored))
+				continue; /* this value is refused: the point says why */
+			int rc = refuse_if_warned(sw, "axes", ax->key, &sc.notes, err);
+			infer_scenario_free(&sc);
+			if (rc)
+				return -1;
+			break;
+		}
+	}
+	for (int a = 0; !sw->infer && a < sw->n_axes; a++) {
 		const SweepAxis *ax = &sw->axes[a];
 		for (int i = 0; i < ax->n; i++) {
 			JsonOverrides ov;
@@ -272,9 +361,15 @@ int sweep_load(Sweep *sw, const char *path, PxError *err)
 	snprintf(dir, sizeof(dir), "%s", path);
 	snprintf(file, sizeof(file), scn[0] == '/' ? "%s%s" : "%s/%s", scn[0] == '/' ? "" : dirname(dir),
 		 scn);
-	if (scenario_load(&sw->base, file, &ov, err))
+	int is = infer_scenario_is(file, err);
+	if (is < 0)
 		goto out;
-	if (unknown_key(sw, "set", set, &sw->base.notes, err) || read_axes(sw, &o, err) ||
+	sw->infer = is;
+	if (is ? infer_keys_check(file, &d, err) || infer_scenario_load(&sw->ibase, file, &ov, err) :
+		 scenario_load(&sw->base, file, &ov, err))
+		goto out;
+	if (unknown_key(sw, "set", set, is ? &sw->ibase.notes : &sw->base.notes, err) ||
+	    read_axes(sw, &o, err) ||
 	    check_axis_keys(sw, err) || read_prices(sw, &o, err) || make_spec(sw, &d, err))
 		goto out;
 	if (sw->objective == OBJ_COST && sw->n_prices == 0) {
@@ -302,6 +397,7 @@ void sweep_free(Sweep *sw)
 		free(sw->axes[a].values);
 	}
 	scenario_free(&sw->base);
+	infer_scenario_free(&sw->ibase);
 	free(sw->spec);
 	sw->spec = NULL;
 	sw->n_axes = 0;
@@ -369,6 +465,48 @@ static int price(const Sweep *sw, Scenario *sc, PointResult *r, PxError *err)
 		}
 	}
 	predict_free(&pr);
+	return 0;
+}
+
+/* Price an inference point (its scenario loaded): what does not fit is not timed; continuous
+ * batching that cannot keep up with its request rate is unpriced, saying why. */
+static int price_infer(const Sweep *sw, const InferScenario *sc, PointResult *r, PxError *err)
+{
+	InferPrediction pr;
+	PxError why = {0};
+	snprintf(r->gpu, sizeof(r->gpu), "%s", sc->cluster.gpu.name);
+	r->world = cluster_world(&sc->cluster);
+	r->mfu = NAN;
+	if (infer_predict(sc, NULL, NULL, &pr, &why)) {
+		infer_predict_free(&pr);
+		if (why.code == PX_ERR_RUNTIME)
+			return px_fail(err, why.code, "%s", why.msg);
+		r->status = PT_INVALID;
+		snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
+		return 0;
+	}
+	r->peak_bytes = pr.peak_bytes;
+	r->capacity_bytes = pr.gpu_capacity_bytes;
+	r->verdict = pr.verdict;
+	r->max_batch = pr.max_batch;
+	r->output_tokens = sc->wl.output_tokens;
+	r->status = pr.verdict == VERDICT_NO_FIT ? PT_OOM : PT_OK;
+	if (r->status == PT_OK && sc->wl.continuous && !pr.cb.stable) {
+		r->status = PT_UNPRICED;
+		snprintf(r->note, sizeof(r->note), "%.255s", pr.cb.why);
+	} else if (r->status == PT_OK) {
+		r->ttft_s = pr.ttft_s;
+		r->tpot_s = pr.tpot_s;
+		r->latency_s = pr.latency_s;
+		r->step_s = pr.latency_s;
+		r->tokens_per_s_gpu = pr.tokens_per_s_gpu;
+		r->tokens_per_s = pr.tokens_per_s_gpu * (double)r->world;
+		r->decode_bound = pr.decode.bound;
+		r->concurrency = sc->wl.continuous ? pr.cb.concurrency : (double)sc->wl.batch;
+		r->cost_per_mtoken = price_of(sw, r->gpu) * (double)r->world / 3600.0 /
+				     r->tokens_per_s * 1e6;
+	}
+	infer_predict_free(&pr);
 	return 0;
 }
 
@@ -473,6 +611,14 @@ static void result_take(PointResult *dst, const PointResult *src)
 	dst->tokens_per_s = src->tokens_per_s;
 	dst->mfu = src->mfu;
 	dst->cost_per_mtoken = src->cost_per_mtoken;
+	dst->ttft_s = src->ttft_s;
+	dst->tpot_s = src->tpot_s;
+	dst->latency_s = src->latency_s;
+	dst->tokens_per_s_gpu = src->tokens_per_s_gpu;
+	dst->max_batch = src->max_batch;
+	dst->output_tokens = src->output_tokens;
+	dst->decode_bound = src->decode_bound;
+	dst->concurrency = src->concurrency;
 	memcpy(dst->note, src->note, sizeof(dst->note));
 }
 
@@ -518,6 +664,24 @@ int sweep_eval_memo(const Sweep *sw, SweepMemo *m, long long idx, PointResult *r
 	}
 	append(r->config, sizeof(r->config), &at, "}");
 
+	if (sw->infer) { /* each point loads its file again: no memo */
+		const char *keys[SWEEP_MAX_AXES], *vals[SWEEP_MAX_AXES];
+		InferScenario isc;
+		for (int a = 0; a < ov.n; a++)
+			keys[a] = ov.v[a].key, vals[a] = ov.v[a].value;
+		int rc = infer_point_load(sw, &isc, keys, vals, ov.n, &why);
+		jov_free(&ov);
+		if (rc) {
+			if (why.code == PX_ERR_RUNTIME)
+				return px_fail(err, why.code, "%s", why.msg);
+			r->status = PT_INVALID;
+			snprintf(r->note, sizeof(r->note), "%.255s", why.msg);
+			return 0;
+		}
+		rc = price_infer(sw, &isc, r, err);
+		infer_scenario_free(&isc);
+		return rc;
+	}
 	MemoEntry *e = memo_find(sw, m, idx, digit);
 	if (e) {
 		jov_free(&ov);

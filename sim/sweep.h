@@ -1,10 +1,12 @@
 /* sweep: a space of scenarios, a base scenario and axes of --set values, and the pricing of one
  * point of it. Owns reading the sweep file, numbering the points (mixed radix, the last axis
- * fastest), and evaluating a point: memory first, the step time only for what fits. Running
- * points in parallel, storing and ranking them is cmd_sweep.c's. */
+ * fastest), and evaluating a point: memory first, the step time only for what fits; over an
+ * inference scenario (docs/inference.md) each point is an inference prediction (TTFT, TPOT,
+ * latency, tokens/s). Running points in parallel, storing and ranking them is cmd_sweep.c's. */
 #ifndef PX_SIM_SWEEP_H
 #define PX_SIM_SWEEP_H
 
+#include "../engine/infer_scenario.h"
 #include "predict.h"
 
 #define SWEEP_MAX_AXES 24
@@ -24,7 +26,10 @@ typedef struct SweepAxis {
 typedef struct Sweep {
 	char name[128];
 	char path[1024];
-	Scenario base;            /* the base scenario, with the sweep's "set" applied */
+	Scenario base;            /* the base scenario, with the sweep's "set" applied (training) */
+	int infer;                /* the base is an inference scenario: base is unused, ibase holds
+				     it (and the "set" overrides, ibase.ov), each point loads it */
+	InferScenario ibase;
 	int n_axes;
 	SweepAxis axes[SWEEP_MAX_AXES];
 	long long n_points;       /* the product of the axes' lengths */
@@ -43,6 +48,12 @@ typedef struct PointResult {
 	char gpu[32];
 	double peak_bytes, capacity_bytes, step_s, tokens_per_s, mfu, cost_per_mtoken;
 	Verdict verdict;          /* of a sized point: a tight one is priced (status ok) */
+	/* inference points (Sweep.infer): step_s is the batch's end-to-end latency, tokens_per_s
+	 * the cluster's generated tokens/s, mfu NAN */
+	double ttft_s, tpot_s, latency_s, tokens_per_s_gpu;
+	long long max_batch, output_tokens;
+	int decode_bound;         /* InferBound of a decode step */
+	double concurrency;       /* continuous batching: steady-state sequences decoding */
 	char note[256];           /* why invalid or unpriced */
 	char config[1024];        /* {"key": value, ...} of this point */
 } PointResult;

@@ -45,7 +45,8 @@
 	X(infer)       \
 	X(onebit)      \
 	X(sparse)      \
-	X(dslaunch)
+	X(dslaunch)    \
+	X(serve)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

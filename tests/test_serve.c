@@ -1,0 +1,414 @@
+/* Serving through sweep, plan and plot, and continuous batching: a sweep over an inference
+ * scenario stores each point as `parallax predict` prices it, a serving plan picks the cluster a
+ * hand comparison of prices picks, the serving plot writes one data block per series, continuous
+ * batching's steady state obeys Little's law against fixed-batch predictions of the same
+ * scenario, and bad input (a training key on an inference scenario, an unknown key, a serving
+ * flag on a training plan) exits 2 naming the file and the key. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../sim/infer_sim.h"
+#include "suites.h"
+
+static char out[1 << 17];
+
+static double q(const char *db_path, const char *sql)
+{
+	sqlite3 *db;
+	double v = NAN;
+	if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK)
+		v = px_test_query(db, sql);
+	sqlite3_close(db);
+	return v;
+}
+
+/* A number from a `predict --json` object's metrics. */
+static double metric(const char *json, const char *name)
+{
+	cJSON *j = cJSON_Parse(json);
+	const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "metrics"), name);
+	double v = cJSON_IsNumber(m) ? m->valuedouble : NAN;
+	cJSON_Delete(j);
+	return v;
+}
+
+/* dir/NAME holding text; its path in a static buffer (one at a time). */
+static const char *write_tmp(const char *name, const char *text)
+{
+	static char path[1024];
+	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
+	px_test_write_file(path, text);
+	return path;
+}
+
+/* ---- sweep ---- */
+
+/* 2 dtypes x 3 batches = 6 points of Llama-2 70B on 4 H100s (tensor parallel 4). Batch 512 does
+ * not fit in either dtype: its KV cache alone is 512 sequences x 4096 tokens (max_out_tokens,
+ * reserved by kernel injection) x 327,680 bytes a token / 4 GPUs = 171.8 GB a GPU, above the
+ * H100's 80 GB. Point (fp16, batch 8), index 1, equals `parallax predict` of the scenario with
+ * those two keys set, and its cost is the price list's 12.29 USD per GPU-hour x 4 GPUs over its
+ * tokens/s. */
+static void test_sweep_point_equals_predict(void)
+{
+	char text[2048], db[1024], sw[1024], scenario[1024];
+	snprintf(db, sizeof(db), "%s/serve.db", px_test_tmpdir());
+	remove(db);
+	/* px_test_path's buffer is static: one at a time */
+	snprintf(scenario, sizeof(scenario), "%s",
+		 px_test_path("scenarios/llama2-70b-infer-tp4-h100.json"));
+	snprintf(text, sizeof(text),
+		 "{\"name\": \"serve\", \"scenario\": \"%s\", \"prices\": \"%s\",\n"
+		 " \"axes\": {\"inference.dtype\": [\"fp16\", \"int8\"],"
+		 " \"workload.batch_size\": [1, 8, 512]}}", scenario,
+		 px_test_path("scenarios/prices.json"));
+	snprintf(sw, sizeof(sw), "%s", write_tmp("serve-sweep.json", text));
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s' --jobs 1",
+					       sw, db), 0);
+	PX_ASSERT_HAS(out, "6 points: 4 priced");
+	PX_ASSERT_HAS(out, "2 do not fit");
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points"), 6);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_points WHERE status = 'oom' AND config "
+			  "LIKE '%\"workload.batch_size\": 512}'"), 2);
+	CU_ASSERT_EQUAL(q(db, "SELECT count(*) FROM sweep_infer_points WHERE ttft_s IS NOT NULL"), 4);
+
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json "
+					       "--set inference.dtype=fp16 "
+					       "--set workload.batch_size=8",
+					       px_test_path("scenarios/llama2-70b-infer-tp4-h100.json")),
+			      0);
+	const struct {
+		const char *col, *metric;
+	} same[] = {{"i.ttft_s", "infer.ttft_s"}, {"i.tpot_s", "infer.tpot_s"},
+		    {"i.latency_s", "infer.latency_s"},
+		    {"i.tokens_per_s_per_gpu", "infer.tokens_per_s_per_gpu"},
+		    {"p.gpu_peak_bytes", "infer.memory.gpu.peak_bytes"},
+		    {"i.max_batch", "infer.max_batch"}};
+	for (size_t k = 0; k < sizeof(same) / sizeof(same[0]); k++) {
+		char sql[512];
+		snprintf(sql, sizeof(sql), "SELECT %s FROM sweep_points p JOIN sweep_infer_points i "
+			 "USING (sweep_id, idx) WHERE idx = 1", same[k].col);
+		double want = metric(out, same[k].metric), got = q(db, sql);
+		CU_ASSERT_DOUBLE_EQUAL(got, want, 1e-9 * fabs(want));
+	}
+	double tps_gpu = metric(out, "infer.tokens_per_s_per_gpu");
+	/* two shards merged hold every point and its inference row; --show lists them again */
+	char shard[2][1024], merged[1024];
+	snprintf(merged, sizeof(merged), "%s/serve-merged.db", px_test_tmpdir());
+	remove(merged);
+	for (int i = 0; i < 2; i++) {
+		snprintf(shard[i], sizeof(shard[i]), "%s/serve-shard%d.db", px_test_tmpdir(), i);
+		remove(shard[i]);
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s' --shard %d/2 "
+						 "--jobs 1", sw, shard[i], i), 0);
+	}
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "merge '%s' '%s' '%s'", merged, shard[0],
+					 shard[1]), 0);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweep_infer_points"), 6);
+	CU_ASSERT_EQUAL(q(merged, "SELECT count(*) FROM sweep_infer_points a JOIN sweep_points p "
+			  "USING (sweep_id, idx) WHERE a.ttft_s IS NOT NULL AND p.status = 'ok'"), 4);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep --show serve --db '%s'", merged),
+			0);
+	PX_ASSERT_HAS(out, "ttft_s   tpot_ms latency_s  tok/s/GPU");
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json "
+					       "--set inference.dtype=fp16 "
+					       "--set workload.batch_size=8", scenario), 0);
+	CU_ASSERT_DOUBLE_EQUAL(q(db, "SELECT tokens_per_s FROM sweep_points WHERE idx = 1"),
+			       tps_gpu * 4, 1e-9 * tps_gpu);
+	CU_ASSERT_DOUBLE_EQUAL(q(db, "SELECT cost_per_mtoken FROM sweep_points WHERE idx = 1"),
+			       12.29 * 4 / 3600 / (tps_gpu * 4) * 1e6, 1e-6);
+}
+
+/* A training key, and a misspelt inference key, on an inference base: exit 2 naming the sweep
+ * file and the key, and no database made. */
+static void test_sweep_refuses_bad_keys(void)
+{
+	char text[2048], db[1024];
+	snprintf(db, sizeof(db), "%s/never.db", px_test_tmpdir());
+	remove(db);
+	snprintf(text, sizeof(text),
+		 "{\"name\": \"bad\", \"scenario\": \"%s\",\n"
+		 " \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 3]}}",
+		 px_test_path("scenarios/llama2-70b-infer-tp4-h100.json"));
+	const char *sw = write_tmp("bad-sweep.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s'", sw, db), 2);
+	PX_ASSERT_HAS(out, "bad-sweep.json:2:");
+	PX_ASSERT_HAS(out, "axes.deepspeed.zero_optimization.stage: not a key of an inference "
+		      "scenario");
+	CU_ASSERT_NOT_EQUAL(access(db, F_OK), 0);
+
+	snprintf(text, sizeof(text),
+		 "{\"name\": \"bad\", \"scenario\": \"%s\",\n"
+		 " \"axes\": {\"workload.batchsize\": [1, 2]}}",
+		 px_test_path("scenarios/llama2-70b-infer-tp4-h100.json"));
+	sw = write_tmp("bad-sweep.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "sweep '%s' --db '%s'", sw, db), 2);
+	PX_ASSERT_HAS(out, "bad-sweep.json: axes.workload.batchsize: no scenario reader knows this "
+		      "key; did you mean 'workload.batch_size'?");
+	CU_ASSERT_NOT_EQUAL(access(db, F_OK), 0);
+}
+
+/* ---- plan ---- */
+
+/* Two GPU types, 1 or 2 nodes of 8, one layout (tp 8, batch 16): a node is one replica, so two
+ * nodes serve exactly twice one node's tokens/s (each replica serves its own batch). The target
+ * is 1.5 x one A100 node's tokens/s (from `predict` of that layout): one A100 node falls short,
+ * two serve it. With the price list's 5.12 (A100-80GB) and 12.29 (H100-SXM) USD per GPU-hour,
+ * two A100 nodes cost 16 x 5.12 = 81.92 USD/h, below one H100 node's 8 x 12.29 = 98.32 and two's
+ * 196.64, so two A100 nodes win whether or not H100 nodes serve too. */
+static void test_plan_serving_choice(void)
+{
+	const char *scn = px_test_path("scenarios/llama2-70b-infer-tp4-h100.json");
+	char scenario[1024], text[4096];
+	snprintf(scenario, sizeof(scenario), "%s", scn);
+	double tps[2];
+	const char *gpu[2] = {"A100-80GB", "H100-SXM"};
+	for (int g = 0; g < 2; g++) {
+		CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json "
+						       "--set cluster.gpu=%s --set "
+						       "cluster.gpus_per_node=8 --set "
+						       "inference.tensor_parallel.tp_size=8 --set "
+						       "workload.batch_size=16", scenario, gpu[g]), 0);
+		tps[g] = metric(out, "infer.tokens_per_s_per_node");
+	}
+	double target = 1.5 * tps[0];
+	snprintf(text, sizeof(text),
+		 "{\"scenario\": \"%s\", \"gpus\": [\"A100-80GB\", \"H100-SXM\"], \"nodes\": [1, 2],\n"
+		 " \"gpus_per_node\": 8, \"prices\": \"%s\", \"min_tokens_per_s\": %.9g,\n"
+		 " \"search\": {\"inference.tensor_parallel.tp_size\": [8],"
+		 " \"workload.batch_size\": [16]}}", scenario,
+		 px_test_path("scenarios/prices.json"), target);
+	const char *plan = write_tmp("serve-plan.json", text);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "plan '%s' --json", plan), 0);
+	cJSON *j = cJSON_Parse(out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	const cJSON *cells = cJSON_GetObjectItem(j, "cells");
+	CU_ASSERT_EQUAL(cJSON_GetArraySize(cells), 4);
+	int i = 0;
+	for (const cJSON *c = cells ? cells->child : NULL; c; c = c->next, i++) {
+		int g = i / 2, nodes = i % 2 + 1;
+		double got = cJSON_GetObjectItem(c, "tokens_per_s")->valuedouble;
+		CU_ASSERT_DOUBLE_EQUAL(got, tps[g] * nodes, 1e-9 * got);
+		CU_ASSERT_DOUBLE_EQUAL(cJSON_GetObjectItem(c, "usd_per_hour")->valuedouble,
+				       (g ? 12.29 : 5.12) * 8 * nodes, 1e-9);
+		CU_ASSERT_EQUAL(cJSON_IsTrue(cJSON_GetObjectItem(c, "serves")),
+				tps[g] * nodes >= target);
+	}
+	CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "winner")->valuedouble, 1); /* A100, 2 nodes */
+	cJSON_Delete(j);
+	/* the table names it and why */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "plan '%s'", plan), 0);
+	PX_ASSERT_HAS(out, "# winner: 2 x 8 A100-80GB at 81.92 USD/h");
+	/* a bound no layout meets: no winner, still exit 0 */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "plan '%s' --max-tpot-ms 0.001", plan), 0);
+	PX_ASSERT_HAS(out, "# no cell serves the target within the bounds");
+}
+
+/* A training plan's key in a serving plan, and a serving flag on a training plan: exit 2. */
+static void test_plan_refuses_other_kind(void)
+{
+	char text[2048];
+	snprintf(text, sizeof(text),
+		 "{\"scenario\": \"%s\", \"gpus\": [\"H100-SXM\"], \"nodes\": [1],\n"
+		 " \"tokens\": 1e9}", px_test_path("scenarios/llama2-70b-infer-tp4-h100.json"));
+	const char *plan = write_tmp("serve-plan.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "plan '%s'", plan), 2);
+	PX_ASSERT_HAS(out, "serve-plan.json:2:12: tokens: a training plan's key");
+	snprintf(text, sizeof(text),
+		 "{\"scenario\": \"%s\", \"tokens\": 1e9, \"gpus\": [\"H100-SXM\"], \"nodes\": [1]}",
+		 px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"));
+	plan = write_tmp("train-plan.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "plan '%s' --max-tpot-ms 50", plan), 2);
+	PX_ASSERT_HAS(out, "train-plan.json: --max-tpot-ms: a serving plan's flag");
+}
+
+/* ---- plot ---- */
+
+/* Two series (fp16, int8) over batches 1, 8 and 512: two data blocks, batch 512 left out of
+ * each as not fitting (see the sweep test), batch 8 fp16's tokens/s per GPU and TPOT those of
+ * `predict`; a training scenario is refused. */
+static void test_plot_serving(void)
+{
+	char prefix[1024], dat[1100];
+	const char *scn = px_test_path("scenarios/llama2-70b-infer-tp4-h100.json");
+	char scenario[1024];
+	snprintf(scenario, sizeof(scenario), "%s", scn);
+	snprintf(prefix, sizeof(prefix), "%s/serving", px_test_tmpdir());
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "plot serving '%s' --batches 8,1,512 "
+					       "--series inference.dtype=fp16,int8 --out '%s' "
+					       "--format png", scenario, prefix), 0);
+	snprintf(dat, sizeof(dat), "%s.png", prefix);
+	CU_ASSERT_EQUAL(access(dat, F_OK), 0);
+	snprintf(dat, sizeof(dat), "%s.dat", prefix);
+	FILE *f = fopen(dat, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	static char text[1 << 16];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = '\0';
+	fclose(f);
+	PX_ASSERT_HAS(text, "# series 0: dtype fp16\n");
+	PX_ASSERT_HAS(text, "# series 1: dtype int8\n");
+	const char *s1 = strstr(text, "# series 1");
+	PX_ASSERT_HAS(text, "# batch 512 left out: does not fit");
+	CU_ASSERT_PTR_NOT_NULL(s1 && strstr(s1, "# batch 512 left out: does not fit"));
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json "
+					       "--set workload.batch_size=8", scenario), 0);
+	char want[128];
+	snprintf(want, sizeof(want), "       8 %16.3f %10.4f ",
+		 metric(out, "infer.tokens_per_s_per_gpu"), metric(out, "infer.tpot_s") * 1e3);
+	PX_ASSERT_HAS(text, want);
+	CU_ASSERT(strstr(text, want) < s1); /* in the fp16 block */
+	/* rows by batch, ascending: 1 before 8 */
+	CU_ASSERT(strstr(text, "\n       1 ") < strstr(text, "\n       8 "));
+
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "plot serving '%s' --out '%s/x'",
+					 px_test_path("scenarios/llama2-7b-zero2-h100.json"),
+					 px_test_tmpdir()), 2);
+	PX_ASSERT_HAS(out, "llama2-7b-zero2-h100.json: not an inference scenario");
+}
+
+/* ---- continuous batching ---- */
+
+/* Llama-2 7B on one H100, kernel injection off, prompt 512 and output 128 tokens. */
+static const char CB[] =
+	"{\"model\": \"%s\", \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\":"
+	" 1}, \"inference\": {\"dtype\": \"fp16\"},\n"
+	" \"workload\": {%s \"prompt_tokens\": 512, \"output_tokens\": 128}}";
+
+static int predict_cb(const char *workload, InferScenario *sc, InferPrediction *pr)
+{
+	char text[2048];
+	snprintf(text, sizeof(text), CB, px_test_path("scenarios/models/llama-2-7b.json"), workload);
+	const char *path = write_tmp("cb.json", text);
+	PxError err = {0};
+	if (infer_scenario_load(sc, path, NULL, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		return -1;
+	}
+	int rc = infer_predict(sc, NULL, NULL, pr, &err);
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	return rc;
+}
+
+/* TTFT and TPOT of a static batch of b: a prefill of b prompts, a decode step of b. */
+static void static_times(long long b, double *prefill_s, double *decode_s)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	char wl[64];
+	snprintf(wl, sizeof(wl), "\"batch_size\": %lld,", b);
+	CU_ASSERT_EQUAL_FATAL(predict_cb(wl, &sc, &pr), 0);
+	*prefill_s = pr.ttft_s;
+	*decode_s = pr.tpot_s;
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* Hand-worked steady state. Prefills (batch 1, T_pf) come first and take rho = lambda T_pf of
+ * the time; decode steps of the N running sequences fill the rest, so a sequence's TPOT is
+ * T_d(N) / (1 - rho) and, by Little's law over its so - 1 decode steps,
+ * N = lambda (so - 1) T_d(N) / (1 - rho). T_pf and T_d come from static-batch predictions here,
+ * not from the continuous code. At 0.05 requests/s N is below one: T_d = T_d(1). At 3 requests/s
+ * N lies between whole batches n and n + 1, where T_d is linear: solving
+ * N (1 - rho) = lambda (so - 1) (T_d(n) + (N - n) dT) gives
+ * N = lambda (so - 1) (T_d(n) - n dT) / (1 - rho - lambda (so - 1) dT). Also: every request is
+ * served (tokens/s = lambda x so), requests in the system = lambda x latency, TTFT = T_pf plus
+ * M/D/1's wait rho T_pf / (2 (1 - rho)), and a rate whose prefills alone exceed the time is not
+ * served. */
+static void test_continuous_little(void)
+{
+	const double so = 128, rates[2] = {0.05, 3};
+	double t_pf, t_d1, unused;
+	static_times(1, &t_pf, &t_d1);
+	for (int r = 0; r < 2; r++) {
+		InferScenario sc;
+		InferPrediction pr;
+		char wl[128];
+		double lambda = rates[r], rho = lambda * t_pf;
+		snprintf(wl, sizeof(wl), "\"batching\": \"continuous\", \"request_rate\": %g,", lambda);
+		CU_ASSERT_EQUAL_FATAL(predict_cb(wl, &sc, &pr), 0);
+		const InferContinuous *c = &pr.cb;
+		CU_ASSERT_FATAL(c->stable);
+		CU_ASSERT_DOUBLE_EQUAL(c->prefill_util, rho, 1e-12);
+		double n_want;
+		if (r == 0) {
+			n_want = lambda * (so - 1) * t_d1 / (1 - rho);
+			CU_ASSERT(n_want < 1);
+		} else {
+			long long n = (long long)floor(c->concurrency);
+			double td_n, td_n1;
+			CU_ASSERT_FATAL(n >= 1);
+			static_times(n, &unused, &td_n);
+			static_times(n + 1, &unused, &td_n1);
+			double dt = td_n1 - td_n, a = lambda * (so - 1);
+			n_want = a * (td_n - (double)n * dt) / (1 - rho - a * dt);
+			CU_ASSERT(n_want > 1);
+		}
+		CU_ASSERT_DOUBLE_EQUAL(c->concurrency, n_want, 1e-9 * n_want);
+		CU_ASSERT_DOUBLE_EQUAL(pr.tpot_s, c->concurrency / (lambda * (so - 1)),
+				       1e-9 * pr.tpot_s);
+		CU_ASSERT_DOUBLE_EQUAL(pr.ttft_s, t_pf + rho * t_pf / (2 * (1 - rho)), 1e-12);
+		CU_ASSERT_DOUBLE_EQUAL(pr.tokens_per_s_gpu, lambda * so, 1e-9);
+		CU_ASSERT_DOUBLE_EQUAL(c->in_system, lambda * pr.latency_s, 1e-9);
+		/* the KV cache at that occupancy: N sequences of 512 + 64 tokens, 32 layers x 32
+		 * heads x 128 x 2 (K, V) x 2 bytes = 524,288 bytes a token (Llama-2 7B, no GQA) */
+		CU_ASSERT_DOUBLE_EQUAL(c->kv_bytes, c->concurrency * 576 * 524288.0, 1e-3);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+	InferScenario sc;
+	InferPrediction pr;
+	char wl[128];
+	snprintf(wl, sizeof(wl), "\"batching\": \"continuous\", \"request_rate\": %g,", 1.01 / t_pf);
+	CU_ASSERT_EQUAL_FATAL(predict_cb(wl, &sc, &pr), 0);
+	CU_ASSERT_FALSE(pr.cb.stable);
+	CU_ASSERT_PTR_NOT_NULL(strstr(pr.cb.why, "overloaded: the prefills alone"));
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* A request rate on a static batch, and an unknown batching, exit 2 naming file:line:col. */
+static void test_continuous_bad_input(void)
+{
+	char text[2048];
+	snprintf(text, sizeof(text), CB, px_test_path("scenarios/models/llama-2-7b.json"),
+		 "\"request_rate\": 2,");
+	const char *path = write_tmp("cb.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "cb.json:2:31: workload.request_rate: applies to \"batching\": "
+		      "\"continuous\" only");
+	snprintf(text, sizeof(text), CB, px_test_path("scenarios/models/llama-2-7b.json"),
+		 "\"batching\": \"dynamic\",");
+	path = write_tmp("cb.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "workload.batching: expected \"static\"");
+	snprintf(text, sizeof(text), CB, px_test_path("scenarios/models/llama-2-7b.json"),
+		 "\"batching\": \"continuous\",");
+	path = write_tmp("cb.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "workload.request_rate: missing");
+}
+
+int test_serve_register(void)
+{
+	return PX_ADD_SUITE("serve",
+			    {"sweep: a point equals predict of its scenario",
+			     test_sweep_point_equals_predict},
+			    {"sweep: training and unknown keys refused", test_sweep_refuses_bad_keys},
+			    {"plan: the cheaper cluster that serves the target",
+			     test_plan_serving_choice},
+			    {"plan: the other kind's keys and flags refused",
+			     test_plan_refuses_other_kind},
+			    {"plot serving: series, left-out batches, predict's figures",
+			     test_plot_serving},
+			    {"continuous batching: Little's law against static batches",
+			     test_continuous_little},
+			    {"continuous batching: bad input", test_continuous_bad_input});
+}
