@@ -209,12 +209,10 @@ int cmd_compare(int argc, char **argv)
 	sqlite3 *db;
 	sqlite3_stmt *st = NULL;
 	PxError err;
-	if (!path && paths_default_db(dflt, sizeof(dflt), 0, &err)) {
+	if (!(path = paths_db(path, dflt, sizeof(dflt), 0, &err))) {
 		fprintf(stderr, "parallax compare: %s\n", err.msg);
 		return 1;
 	}
-	if (!path)
-		path = dflt;
 	if (!(db = db_open_read(path, &err))) {
 		fprintf(stderr, "parallax compare: %s\n", err.msg);
 		return 2;

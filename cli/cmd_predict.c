@@ -275,10 +275,8 @@ static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
 	PxDb *db;
 	char dflt[PATH_MAX];
 	const char *path = o->db_path;
-	if (!path && paths_default_db(dflt, sizeof(dflt), 1, err))
+	if (!(path = paths_db(path, dflt, sizeof(dflt), 1, err)))
 		return -1;
-	if (!path)
-		path = dflt;
 	if (db_open(path, &db, err))
 		return -1;
 	for (int i = 0; i < n; i++) {

@@ -83,10 +83,8 @@ int cmd_prune(int argc, char **argv)
 	PxError err = {0};
 	PxDb *db = NULL;
 	long long removed = 0;
-	if (!db_path && paths_default_db(dflt, sizeof(dflt), 0, &err))
+	if (!(db_path = paths_db(db_path, dflt, sizeof(dflt), 0, &err)))
 		goto fail;
-	if (!db_path)
-		db_path = dflt;
 	/* an existing database only: pruning must not create one */
 	sqlite3 *probe = db_open_read(db_path, &err);
 	if (!probe)

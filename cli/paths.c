@@ -171,6 +171,13 @@ int paths_default_db(char *buf, size_t n, int create, PxError *err)
 	return 0;
 }
 
+const char *paths_db(const char *given, char *buf, size_t n, int create, PxError *err)
+{
+	if (given)
+		return given;
+	return paths_default_db(buf, n, create, err) ? NULL : buf;
+}
+
 int paths_cpu_profile(char *buf, size_t n, int create, PxError *err)
 {
 	const char *env = getenv("PARALLAX_CPU_PROFILE");

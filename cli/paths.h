@@ -29,6 +29,9 @@ int paths_results_dir(char *buf, size_t n, int create, PxError *err);
 /* The results database when neither --db nor --no-db is given: $PARALLAX_DB, else
  * paths_results_dir()/parallax.db. */
 int paths_default_db(char *buf, size_t n, int create, PxError *err);
+/* The database to use: given (--db) when not NULL, else the default, written into buf; NULL on
+ * error. */
+const char *paths_db(const char *given, char *buf, size_t n, int create, PxError *err);
 
 /* This machine's CPU hardware profile: where `parallax calibrate --backend cpu` writes it and
  * where a backend "cpu" scenario's step time is priced from without --hw:

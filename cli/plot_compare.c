@@ -330,10 +330,8 @@ int plot_compare(const PlotOpts *o, PlotSpec *ps, PxError *err)
 	CmpRun r = {0};
 	sqlite3 *db = NULL;
 	int rc = -1;
-	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+	if (!(path = paths_db(path, dflt, sizeof(dflt), 0, err)))
 		return -1;
-	if (!path)
-		path = dflt;
 	if (o->n_args) {
 		char *end;
 		errno = 0;

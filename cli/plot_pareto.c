@@ -425,10 +425,8 @@ int plot_pareto(const PlotOpts *o, PlotSpec *ps, PxError *err)
 	sqlite3 *db = NULL;
 	int rc = -1;
 	memset(&s, 0, sizeof(s));
-	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+	if (!(path = paths_db(path, dflt, sizeof(dflt), 0, err)))
 		return -1;
-	if (!path)
-		path = dflt;
 	if (!(db = db_open_read(path, err)))
 		goto out;
 	if (find_sweep(db, path, o->n_args ? o->args[0] : NULL, &s, err) ||

@@ -170,10 +170,8 @@ int plot_zero(const PlotOpts *o, PlotSpec *ps, PxError *err)
 	static ZeroCell cells[ZMAX_STAGE][ZMAX_RANKS + 1];
 	char scenario[256];
 	int rc = -1;
-	if (!path && paths_default_db(dflt, sizeof(dflt), 0, err))
+	if (!(path = paths_db(path, dflt, sizeof(dflt), 0, err)))
 		return -1;
-	if (!path)
-		path = dflt;
 	memset(cells, 0, sizeof(cells));
 	sqlite3 *db = db_open_read(path, err);
 	if (!db)
