@@ -13,12 +13,14 @@
 
 #include "../db/db.h"
 #include "../engine/clock.h"
+#include "../engine/infer_scenario.h"
 #include "../exec/procmem.h"
 #include "../exec/runner.h"
 #include "../sim/hwprofile.h"
 #include "../sim/metrics.h"
 #include "commands.h"
 #include "hwload.h"
+#include "infer_run.h"
 #include "launch.h"
 #include "run_ckpt.h"
 #include "run_gpu.h"
@@ -970,6 +972,17 @@ int cmd_run(int argc, char **argv)
 	if (run_overrides(&o, size, &err)) {
 		fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = 2;
+		goto out;
+	}
+	/* an inference scenario is served, not trained (cli/infer_run.c) */
+	if (infer_scenario_is(o.scenario, &err) == 1) {
+		const char *only = o.save ? "--save" : o.resume ? "--resume" : o.data ? "--data" :
+				   o.hw ? "--hw" : o.hang_rank >= 0 ? "--inject-hang" :
+				   o.kill_rank >= 0 ? "--inject-kill" :
+				   o.alloc_rank >= 0 ? "--inject-alloc" : NULL;
+		InferRunOpts io = {&o.ov, o.scenario, o.db_path, size, o.json, o.no_db, o.seed,
+				   o.deadline, only};
+		rc = infer_run(&io, launched, argv, argc);
 		goto out;
 	}
 	/* the supervisor checked before starting its ranks; another launcher's ranks check each
