@@ -201,8 +201,9 @@ static void print_table(const InferScenario *sc, const double *pred, const doubl
 }
 
 static void print_json(const InferScenario *sc, const double *pred, const double *meas,
-		       const int *prompt, const int *tokens, int world)
+		       const int *prompt, const InferRunner *run, int world)
 {
+	const int *tokens = infer_runner_tokens(run);
 	char names[F_N][64];
 	cJSON *j = cJSON_CreateObject(), *pj = cJSON_CreateObject(), *mj = cJSON_CreateObject();
 	cJSON *tk = cJSON_CreateArray(), *pr = cJSON_CreateArray();
@@ -220,6 +221,14 @@ static void print_json(const InferScenario *sc, const double *pred, const double
 	}
 	cJSON_AddItemToObject(j, "prompt", pr);
 	cJSON_AddItemToObject(j, "tokens", tk);
+	static const char *const lname[2] = {"logits_prefill", "logits_last"};
+	for (int k = 0; k < 2; k++) { /* rank 0's, every sequence's (B, V) */
+		cJSON *l = cJSON_CreateArray();
+		const float *v = infer_runner_logits(run, k);
+		for (long long i = 0; i < sc->wl.batch * sc->model.V; i++)
+			cJSON_AddItemToArray(l, cJSON_CreateNumber(v[i]));
+		cJSON_AddItemToObject(j, lname[k], l);
+	}
 	for (int i = 0; i < F_N; i++) {
 		if (!isnan(pred[i]))
 			cJSON_AddNumberToObject(pj, names[i], pred[i]);
@@ -294,7 +303,7 @@ static int serve(const InferRunOpts *o, const InferScenario *sc, const InferPred
 	if (rank != 0)
 		goto out;
 	if (o->json)
-		print_json(sc, pred, all, prompt, infer_runner_tokens(run), size);
+		print_json(sc, pred, all, prompt, run, size);
 	else
 		print_table(sc, pred, all, infer_runner_tokens(run), size);
 	long long ids[2];

@@ -57,6 +57,7 @@ struct InferRunner {
 	int ws;                     /* the phase's activation buffer */
 	int *prompt, *tokens;       /* (B, sp); (B, so) generated */
 	int *cur;                   /* (B) the tokens a decode step feeds */
+	float *logits[2];           /* (B, V) each: prefill's and the last step's, for checking */
 	float *host;                /* the checkpoint on the host: one unit's fp32 values */
 	Issued pending[MAX_PENDING];
 	int n_pending, n_matched;
@@ -389,7 +390,12 @@ static int head_forward(InferRunner *r, int u, int Tn, int step, const WsLayout 
 			 Vr);
 	if (r->t > 1 && issue(r, COLL_ALL_GATHER, lg, all, (size_t)r->B * Vr, err))
 		return -1;
-	for (int b = 0; b < r->B; b++) { /* gathered: rank j's (B, Vr) block j */
+	float *keep = r->logits[step > 0];
+	for (int j = 0; j < r->t; j++) /* gathered: rank j's (B, Vr) block j */
+		for (int b = 0; b < r->B; b++)
+			memcpy(keep + (size_t)b * V + (size_t)j * Vr, all + ((size_t)j * r->B + b) * Vr,
+			       (size_t)Vr * sizeof(float));
+	for (int b = 0; b < r->B; b++) {
 		int best = -1;
 		float bv = 0;
 		for (int j = 0; j < r->t; j++) {
@@ -401,7 +407,6 @@ static int head_forward(InferRunner *r, int u, int Tn, int step, const WsLayout 
 		r->tokens[(size_t)b * r->so + step] = best;
 		r->cur[b] = best;
 	}
-	(void)V;
 	return 0;
 }
 
@@ -574,7 +579,9 @@ int infer_runner_create(const InferScenario *sc, const Schedule *s, Comm *tp, co
 	r->prompt = malloc((size_t)r->B * r->sp * sizeof(int));
 	r->tokens = calloc((size_t)r->B * r->so, sizeof(int));
 	r->cur = calloc((size_t)r->B, sizeof(int));
-	if (!r->pool || !r->lay || !r->buf || !r->size || !r->alloc_of || !r->params || !r->scales ||
+	r->logits[0] = calloc((size_t)r->B * r->cfg.V, sizeof(float));
+	r->logits[1] = calloc((size_t)r->B * r->cfg.V, sizeof(float));
+	if (!r->logits[0] || !r->logits[1] || !r->pool || !r->lay || !r->buf || !r->size || !r->alloc_of || !r->params || !r->scales ||
 	    !r->staging || !r->kv || !r->prompt || !r->tokens || !r->cur) {
 		px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto fail;
@@ -618,6 +625,8 @@ void infer_runner_destroy(InferRunner *r)
 	free(r->prompt);
 	free(r->tokens);
 	free(r->cur);
+	free(r->logits[0]);
+	free(r->logits[1]);
 	pool_destroy(r->pool); /* every buffer the walk left live goes with it */
 	free(r);
 }
@@ -625,6 +634,11 @@ void infer_runner_destroy(InferRunner *r)
 const int *infer_runner_tokens(const InferRunner *r)
 {
 	return r->tokens;
+}
+
+const float *infer_runner_logits(const InferRunner *r, int last)
+{
+	return r->logits[last != 0];
 }
 
 const Arena *infer_runner_arena(const InferRunner *r)

@@ -36,6 +36,9 @@ int infer_runner_run(InferRunner *r, PxError *err);
 
 /* The generated tokens, (B, output_tokens): each sequence's, the first from prefill. */
 const int *infer_runner_tokens(const InferRunner *r);
+/* The logits, (B, V) fp32 in vocabulary order (gathered), of prefill's last position (last 0)
+ * or of the last decode step (1): host copies, for checking against another forward. */
+const float *infer_runner_logits(const InferRunner *r, int last);
 const Arena *infer_runner_arena(const InferRunner *r);
 
 /* Wall-clock seconds: prefill to its first token (time to first token), and the decode steps

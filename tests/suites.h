@@ -41,6 +41,7 @@
 	X(schedule)    \
 	X(verdict)     \
 	X(infer)       \
+	X(infer_exec)  \
 	X(onebit)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
