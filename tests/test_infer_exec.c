@@ -84,7 +84,7 @@ static void test_attention_cached(void)
 
 /* The group quantizer: one group worked by hand, [0.5, -1.27, 0.01, 1.0]: max |w| 1.27, scale
  * 0.01, q = round(w / 0.01) = [50, -127, 1, 100]; then GPT-2's initial weights of a block (the
- * executor's, 12 groups per matrix), each dequantized value within its group's max |w| / 127 / 2
+ * executor's, 8 groups per matrix), each dequantized value within its group's max |w| / 127 / 2
  * of the fp32 one (round to nearest: half a step), the largest of each group exact to fp32's
  * rounding. */
 static void test_quantize_bound(void)
@@ -105,7 +105,7 @@ static void test_quantize_bound(void)
 	gpt_cpu_init_unit(&cfg, 1, p, SEED);
 	const size_t off[4] = {lay.qkv_w, lay.proj_w, lay.fc_w, lay.down_w};
 	const size_t len[4] = {(size_t)C * 3 * C, (size_t)C * C, (size_t)C * 4 * C, (size_t)4 * C * C};
-	int bad = 0, groups = 12;
+	int bad = 0, groups = 8;
 	for (int m = 0; m < 4; m++) {
 		size_t g = len[m] / (size_t)groups;
 		infer_cpu_quantize(p + off[m], PREC_F32, len[m], g, qq, scales);
