@@ -13,6 +13,7 @@
 
 #include "../db/db.h"
 #include "../engine/clock.h"
+#include "../engine/infer_scenario.h"
 #include "../exec/procmem.h"
 #include "../exec/runner.h"
 #include "../sim/hwprofile.h"
@@ -20,6 +21,7 @@
 #include "commands.h"
 #include "dslaunch.h"
 #include "hwload.h"
+#include "infer_run.h"
 #include "launch.h"
 #include "run_ckpt.h"
 #include "run_gpu.h"
@@ -43,7 +45,15 @@ static const char USAGE[] =
 	"are counted message by message on MPI; on NCCL, which keeps no count, they are the ring\n"
 	"formula's, and it says so.\n"
 	"\n"
-	"Before anything starts it prints the host memory the run will need (the executor's\n"
+	"An inference scenario (an \"inference\" object, docs/inference.md) of backend cpu is\n"
+	"served instead: its GPT-2 prefills the prompt and decodes greedily with a KV cache, tensor\n"
+	"parallel over tensor_parallel.tp_size ranks (each group of them a replica), in fp32, bf16,\n"
+	"fp16 or int8 weights; rank 0 prints the tokens, memory and communication against the\n"
+	"prediction, time to first token, time per output token and tokens/s (--json adds the\n"
+	"prompt, every sequence's tokens and the first and last logits). --steps, --comm and\n"
+	"--backend cuda do not apply; --save, --resume, --data, --hw and --inject-* are refused.\n"
+	"\n"
+	"Before a training run starts it prints the host memory the run will need (the executor's\n"
 	"buffers at their peak as predicted, per rank and for all ranks) and an estimated step\n"
 	"time; when the memory exceeds what this machine has available (MemAvailable, or the\n"
 	"control group's limit) it refuses with exit status 2, naming both and what to change,\n"
@@ -1060,6 +1070,17 @@ int cmd_run(int argc, char **argv)
 	if (run_overrides(&o, size, &err)) {
 		fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = 2;
+		goto out;
+	}
+	/* an inference scenario is served, not trained (cli/infer_run.c) */
+	if (infer_scenario_is(o.scenario, &err) == 1) {
+		const char *only = o.save ? "--save" : o.resume ? "--resume" : o.data ? "--data" :
+				   o.hw ? "--hw" : o.hang_rank >= 0 ? "--inject-hang" :
+				   o.kill_rank >= 0 ? "--inject-kill" :
+				   o.alloc_rank >= 0 ? "--inject-alloc" : NULL;
+		InferRunOpts io = {&o.ov, o.scenario, o.db_path, size, o.json, o.no_db, o.seed,
+				   o.deadline, only};
+		rc = infer_run(&io, launched, argv, argc);
 		goto out;
 	}
 	/* the supervisor checked before starting its ranks; another launcher's ranks check each

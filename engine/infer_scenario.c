@@ -440,7 +440,7 @@ static int check_layout(const InferScenario *sc, const JsonObj *inf, const JsonO
 static int parse_all(InferScenario *sc, PxError *err)
 {
 	static const char *const known[] = {"name", "description", "model", "cluster", "inference",
-					    "workload", NULL};
+					    "workload", "backend", NULL};
 	JsonObj top, sect[IS_N_DOCS], inf, wl;
 	const char *name;
 	const JsonDoc *d = &sc->docs[IS_DOC_SCENARIO];
@@ -459,9 +459,16 @@ static int parse_all(InferScenario *sc, PxError *err)
 	char *base = basename(stem), *dot = strrchr(base, '.');
 	if (dot)
 		*dot = '\0';
-	if (jobj_str(&top, "name", base, &name, err) < 0)
+	const char *backend;
+	if (jobj_str(&top, "name", base, &name, err) < 0 ||
+	    jobj_str(&top, "backend", "gpu", &backend, err) < 0)
 		return -1;
 	snprintf(sc->name, sizeof(sc->name), "%s", name);
+	if (!strcmp(backend, "gpu") || !strcmp(backend, "cpu"))
+		sc->backend = backend[0] == 'g' ? BACKEND_GPU : BACKEND_CPU;
+	else
+		return fail_at(&top, "backend", err, "expected gpu (DeepSpeed's) or cpu (the Parallax "
+			       "executor on host ranks; its CUDA inference is not written yet)");
 	if (jobj_child(&top, "inference", &inf, err) <= 0)
 		return inf.obj ? -1 : fail_at(&top, "inference", err, "expected an object of "
 					       "deepspeed.init_inference's keys");
@@ -478,6 +485,10 @@ static int parse_all(InferScenario *sc, PxError *err)
 	/* a tensor-parallel group's NCCL buffers; cluster.c counts them for any world above 1 */
 	if (sc->inf.tp == 1)
 		sc->cluster.nccl_buffers_bytes = 0;
+	/* the executor on host ranks holds no CUDA context, cuBLAS workspace or NCCL buffers */
+	if (sc->backend == BACKEND_CPU)
+		sc->cluster.cuda_context_bytes = sc->cluster.cublas_workspace_bytes =
+			sc->cluster.nccl_buffers_bytes = 0;
 	return 0;
 }
 
@@ -532,6 +543,7 @@ char *infer_scenario_resolved_json(const InferScenario *sc)
 	cJSON_AddStringToObject(r, "kind", "inference");
 	cJSON_AddStringToObject(r, "name", sc->name);
 	cJSON_AddStringToObject(r, "gpu", sc->cluster.gpu.name);
+	cJSON_AddStringToObject(r, "backend", sc->backend == BACKEND_CPU ? "cpu" : "gpu");
 	cJSON_AddNumberToObject(r, "world_size", (double)cluster_world(&sc->cluster));
 	cJSON_AddNumberToObject(r, "tp", (double)sc->inf.tp);
 	cJSON_AddNumberToObject(r, "num_parameters", sc->model.n_params);

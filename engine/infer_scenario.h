@@ -9,6 +9,7 @@
 #include "cluster.h"
 #include "jdoc.h"
 #include "model.h"
+#include "scenario.h"
 
 /* The weights' dtype as deepspeed/inference/config.py's DtypeEnum names it; int8 is its
  * int8-kernel path (kernel injection, MoQ): int8 weights, fp16 compute and KV cache. */
@@ -56,6 +57,8 @@ typedef struct InferScenario {
 	ClusterSpec cluster;
 	InferConfig inf;
 	InferWorkload wl;
+	Backend backend;          /* "backend": gpu (DeepSpeed's, the default), or cpu: the Parallax
+				     executor on host ranks (parallax run), with no CUDA runtime */
 	PxNotes notes;
 } InferScenario;
 

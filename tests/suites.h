@@ -46,7 +46,8 @@
 	X(onebit)      \
 	X(sparse)      \
 	X(dslaunch)    \
-	X(serve)
+	X(serve)       \
+	X(infer_exec)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
