@@ -5,12 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-OneBitCounts onebit_comm_counts(size_t padded_elems, int n)
-{
-	size_t chunk_elems = n > 0 ? padded_elems / (size_t)n : 0;
-	return (OneBitCounts){chunk_elems / 8, 1, chunk_elems / 8, 1};
-}
-
 /* ||x||_2 / sqrt(n), the scale torch.norm(x) / np.sqrt(numel) gives (summed in double here). */
 static float rms(const float *x, size_t n)
 {

@@ -11,18 +11,6 @@
 
 #include "comm.h"
 
-/* What one call sends, per rank and collective, in the transport's counts (elements of the
- * collective's dtype per rank: all_to_all's count to each rank, all_gather's from each). */
-typedef struct OneBitCounts {
-	size_t sign_bytes;        /* the all-to-all of the worker's packed signs (COMM_INT8) */
-	size_t scale_elems;       /* the all-gather of the worker's scale (COMM_FP32): 1 */
-	size_t server_sign_bytes; /* the all-gather of the chunk's packed server signs (COMM_INT8) */
-	size_t server_scale_elems; /* the all-gather of the chunk's server scale (COMM_FP32): 1 */
-} OneBitCounts;
-
-/* The counts of one call over n ranks on padded_elems (a multiple of 8 n). */
-OneBitCounts onebit_comm_counts(size_t padded_elems, int n);
-
 /* The sign DeepSpeed gives x: sign(x).add_(1).bool() mapped to +-1, so +1 for x >= 0 (zero
  * included, and NaN, whose bool is true) and -1 for x < 0. */
 static inline float onebit_sign(float x)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine/onebit.h"
 #include "../exec/onebit_comm.h"
 #include "check_onebit.h"
 #include "check_report.h"
@@ -58,8 +59,19 @@ static void hand_four(Comm *c)
 	double want[32];
 	for (int k = 0; k < 32; k++)
 		m[k] = (float)((r + 1) * (r % 2 ? -1 : 1)), want[k] = -0.5;
+	comm_counters_reset(c);
 	CALL(onebit_comm_allreduce(c, m, 32, 32, we, se, &err));
 	expect(m, want, 32, "4 ranks, hand");
+	/* the bytes this rank sent, as the transport counted them, against the schedule's
+	 * (engine/onebit.c onebit_volume: 2 x 3/4 x (4 sign bytes + 16 scale bytes) = 30 B) */
+	const CommCounters *k = comm_counters(c);
+	double sent = 0;
+	for (int i = 0; i < N_COMM_KINDS; i++)
+		for (int t = 0; t < N_COMM_TAGS; t++)
+			sent += k->wire_bytes[i][t];
+	CHECK(k->wire_counted && sent == onebit_volume(32, 4).wire_bytes && sent == 30,
+	      "4 ranks: sent %.0f B (counted %d), onebit_volume says %.0f", sent, k->wire_counted,
+	      onebit_volume(32, 4).wire_bytes);
 }
 
 /* Rank r's element k of the padded case: away from zero, of mixed signs and sizes. */
