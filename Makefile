@@ -38,7 +38,7 @@ LIB_SRC  := $(C_SRC) $(CU_SRC)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 # tests/*_check.c are standalone programs (their own main), run by the suites under mpirun; they
 # share tests/check_report.c, which px_tests does not link
-CHECK_SHARED := tests/check_report.c
+CHECK_SHARED := tests/check_report.c tests/check_onebit.c
 TEST_SRC := $(sort $(filter-out tests/%_check.c $(CHECK_SHARED),$(wildcard tests/*.c)))
 
 # objects for one flavour: $(call objs,DIR,SOURCES)

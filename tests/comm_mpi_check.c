@@ -20,6 +20,7 @@
 #include "../exec/runner.h"
 #include "../sim/predict.h"
 #include "../sim/traffic.h"
+#include "check_onebit.h"
 #include "check_report.h"
 
 /* C: elements per rank. A multiple of 3 so that ring wire bytes are whole for groups of 1-4
@@ -1046,17 +1047,42 @@ static int run_runner(const char *path)
 	return sum[1] ? 1 : 0;
 }
 
+/* ---- the 1-bit compressed all-reduce (check_onebit.c) ---- */
+
+static int run_onebit(void)
+{
+	PxError err = {0};
+	Comm *world;
+	CommConfig cfg;
+	comm_config_init(&cfg);
+	cfg.deadline_s = 30;
+	if (comm_init(NULL, &cfg, &world, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 2;
+	}
+	check_rank = comm_rank(world);
+	check_onebit(world);
+	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
+	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (check_rank == 0)
+		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
+	comm_finalize(world, NULL);
+	return sum[1] ? 1 : 0;
+}
+
 /* ---- main ---- */
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: mpirun -np 4 comm_mpi_check [--fault hang|hang-started|kill|finalize]\n"
 		   "                                      [--runner SCENARIO] [--bytes]\n"
+		   "                                      [--onebit]\n"
 		   "  checks every collective of exec/comm.h; --fault makes rank 1 stall past a 2 s\n"
 		   "  deadline (hang; hang-started: the others wait for a started all_gather) or die\n"
 		   "  (kill) before an all_gather, or stall before finalize; --runner checks how the\n"
 		   "  executor overlaps collectives with compute on SCENARIO (the test GPT-2); --bytes\n"
-		   "  (2 or 4 ranks) checks the bytes counted against each algorithm's by hand\n");
+		   "  (2 or 4 ranks) checks the bytes counted against each algorithm's by hand; --onebit (2 or 4\n"
+		   "  ranks) checks the 1-bit compressed all-reduce against its definition\n");
 }
 
 int main(int argc, char **argv)
@@ -1065,14 +1091,17 @@ int main(int argc, char **argv)
 		{"fault", required_argument, NULL, 'f'},
 		{"runner", required_argument, NULL, 'r'},
 		{"bytes", no_argument, NULL, 'b'},
+		{"onebit", no_argument, NULL, 'o'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *fault = NULL, *scenario = NULL;
-	int bytes = 0;
+	int bytes = 0, onebit = 0;
 	for (int o; (o = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
 		if (o == 'b') {
 			bytes = 1;
+		} else if (o == 'o') {
+			onebit = 1;
 		} else if (o == 'r') {
 			scenario = optarg;
 		} else if (o == 'f' && (!strcmp(optarg, "hang") || !strcmp(optarg, "hang-started") ||
@@ -1092,6 +1121,8 @@ int main(int argc, char **argv)
 		return run_runner(scenario);
 	if (bytes)
 		return run_bytes();
+	if (onebit)
+		return run_onebit();
 
 	PxError err = {0};
 	Comm *world, *dp = NULL, *tp = NULL, *rest = NULL;

@@ -6,7 +6,10 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../engine/build.h"
 #include "../engine/onebit.h"
@@ -287,6 +290,43 @@ static void test_cli(void)
 	PX_ASSERT_HAS(out, "freeze_step");
 }
 
+/* exec/onebit_comm.c's compressed all-reduce over Open MPI on np ranks: comm_mpi_check --onebit
+ * (tests/check_onebit.c: hand-worked results and worker errors on 2 ranks over two calls, a hand
+ * case and a padded case against a second computation in double on 4). */
+static void onebit_mpi_on(int np)
+{
+	const char *env = getenv("PX_COMM_CHECK");
+	char prog[4096], cmd[8192], out[1 << 14];
+	snprintf(prog, sizeof(prog), "%s", env && *env ? env : px_test_path("build/rel/comm_mpi_check"));
+	if (access(prog, X_OK) != 0 || system("command -v mpirun > /dev/null 2>&1") != 0) {
+		fprintf(stderr, "\n%s or mpirun missing: build it (make build/rel/comm_mpi_check), "
+			"install openmpi-bin\n", prog);
+		CU_FAIL("comm_mpi_check or mpirun missing");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe "
+		 "-np %d '%s' --onebit 2>&1", np, prog);
+	FILE *p = popen(cmd, "r");
+	CU_ASSERT_FATAL(p != NULL);
+	size_t len = fread(out, 1, sizeof(out) - 1, p);
+	out[len] = '\0';
+	int st = pclose(p);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	PX_ASSERT_HAS(out, " passed, 0 failed");
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fprintf(stderr, "\n%s\n", out);
+}
+
+static void test_allreduce_2(void)
+{
+	onebit_mpi_on(2);
+}
+
+static void test_allreduce_4(void)
+{
+	onebit_mpi_on(4);
+}
+
 int test_onebit_register(void)
 {
 	return PX_ADD_SUITE("onebit", {"one compressed all-reduce's bytes by hand", test_volume_by_hand},
@@ -296,5 +336,7 @@ int test_onebit_register(void)
 			    {"bf16 schedule: one flat, the run averaged", test_schedule_bf16_flat},
 			    {"1-bit LAMB's flat, 0/1 Adam's local steps", test_lamb_and_zero_one},
 			    {"the paper's 32x and 5x on the schedule", test_paper_reduction},
-			    {"parallax predict's section and bad input", test_cli});
+			    {"parallax predict's section and bad input", test_cli},
+			    {"compressed all-reduce on 2 ranks, by hand", test_allreduce_2},
+			    {"compressed all-reduce on 4 ranks", test_allreduce_4});
 }
