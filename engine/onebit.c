@@ -50,11 +50,18 @@ static void zero_one_init(ZeroOne *z)
 	*z = (ZeroOne){.var_interval = 1, .local_interval = 1, .backward_allreduce = 1};
 }
 
+/* 1-bit Adam's and LAMB's full steps (adam.py's step()): the first call is the initialisation
+ * step, which returns before the switch is tested; every later step tests, after its update,
+ * whether its count reached freeze_step. So steps 1..max(freeze_step, 2) all-reduce in full. */
+static long long onebit_full_steps(const OneBitParams *o)
+{
+	return o->freeze_step > 2 ? o->freeze_step : 2;
+}
+
 OneBitStep onebit_step_kind(const OneBitParams *o, int zero_one, long long step)
 {
-	if (!zero_one) /* the switch comes after the step whose count reaches freeze_step (>= 1) */
-		return step <= (o->freeze_step > 1 ? o->freeze_step : 1) ? ONEBIT_FULL :
-									   ONEBIT_COMPRESSED;
+	if (!zero_one)
+		return step <= onebit_full_steps(o) ? ONEBIT_FULL : ONEBIT_COMPRESSED;
 	ZeroOne z;
 	OneBitStep kind = ONEBIT_FULL;
 	zero_one_init(&z);
@@ -71,7 +78,7 @@ void onebit_count_steps(const OneBitParams *o, int zero_one, long long n_steps,
 	if (n_steps <= 0)
 		return;
 	if (!zero_one) {
-		long long full = o->freeze_step > 1 ? o->freeze_step : 1;
+		long long full = onebit_full_steps(o);
 		counts[ONEBIT_FULL] = full < n_steps ? full : n_steps;
 		counts[ONEBIT_COMPRESSED] = n_steps - counts[ONEBIT_FULL];
 		return;

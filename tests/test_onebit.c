@@ -48,8 +48,10 @@ static void test_volume_by_hand(void)
 }
 
 /* 1-bit Adam (adam.py): steps 1..freeze_step all-reduce the gradients (the switch is made after
- * the step whose count reaches freeze_step), then every step is compressed; freeze_step 0 still
- * runs step 1 (the initialisation step) in full. */
+ * the step whose count reaches freeze_step), then every step is compressed; with freeze_step 0
+ * or 1 steps 1 and 2 run in full: step 1 is the initialisation step, which returns before the
+ * switch is tested (`if not self.initialize: ... return loss`), and the test after step 2 makes
+ * step 3 the first compressed one. */
 static void test_onebit_adam_steps(void)
 {
 	OneBitParams o;
@@ -61,11 +63,13 @@ static void test_onebit_adam_steps(void)
 	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 4), ONEBIT_COMPRESSED);
 	onebit_count_steps(&o, 0, 10, c);
 	CU_ASSERT(c[ONEBIT_FULL] == 3 && c[ONEBIT_COMPRESSED] == 7 && c[ONEBIT_LOCAL] == 0);
-	o.freeze_step = 0;
-	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_FULL);
-	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 2), ONEBIT_COMPRESSED);
-	onebit_count_steps(&o, 0, 2, c);
-	CU_ASSERT(c[ONEBIT_FULL] == 1 && c[ONEBIT_COMPRESSED] == 1);
+	for (o.freeze_step = 0; o.freeze_step <= 2; o.freeze_step++) {
+		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_FULL);
+		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 2), ONEBIT_FULL);
+		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 3), ONEBIT_COMPRESSED);
+		onebit_count_steps(&o, 0, 3, c);
+		CU_ASSERT(c[ONEBIT_FULL] == 2 && c[ONEBIT_COMPRESSED] == 1);
+	}
 }
 
 /* 0/1 Adam (zoadam.py) with var_update_scaler 2, var_freeze_step 8, local_step_scaler 2,
