@@ -31,7 +31,8 @@ if [ "${PX_CALIBRATE:-0}" = 1 ] || [ ! -f "$profile" ]; then
 	tail -n +2 "$tmp/cal.txt" | grep -v '^# level'
 fi
 
-scenarios=$(grep -l '"backend": *"cpu"' scenarios/*.json || true)
+# the training scenarios (an inference one has no training steps to time)
+scenarios=$(grep -l '"backend": *"cpu"' scenarios/*.json | xargs grep -L '"inference"' || true)
 if [ -z "$scenarios" ]; then
 	echo "no backend \"cpu\" scenario in scenarios/" >&2
 	exit 1
@@ -45,8 +46,14 @@ for scn in $scenarios; do
 	name=$(basename "$scn" .json)
 	for n in $ranks_list; do
 		log="$tmp/$name-$n.txt"
-		if ! "$bin" run "$scn" --ranks "$n" --steps "$steps" --no-db --hw "$profile" \
-			> "$log" 2>&1; then
+		rc=0
+		"$bin" run "$scn" --ranks "$n" --steps "$steps" --no-db --hw "$profile" \
+			> "$log" 2>&1 || rc=$?
+		if [ "$rc" = 2 ]; then # a layout this rank count cannot hold (e.g. ep 2 on 1 rank)
+			printf '%-28s %5d  refused: %s\n' "$name" "$n" \
+				"$(grep -m 1 'parallax run' "$log" | cut -c1-90)"
+			continue
+		elif [ "$rc" != 0 ]; then
 			echo "$name at $n ranks: parallax run failed:" >&2
 			tail -5 "$log" >&2
 			exit 1
@@ -55,10 +62,10 @@ for scn in $scenarios; do
 		measured=$(awk '$1 == "step" && $2 > 1 { s += $7; k++ } END { if (k) printf "%.4f", s / k / 1000 }' "$log")
 		all=$(awk '$1 == "step" { s += $7; k++ } END { if (k) printf "%.4f", s / k / 1000 }' "$log")
 		predicted=$(sed -n 's/.*), predicted \([0-9.e+-]*\) s (.*/\1/p' "$log")
-		if [ -z "$predicted" ]; then
-			echo "$name at $n ranks: no predicted step time:" >&2
-			grep 'step time' "$log" >&2 || true
-			exit 1
+		if [ -z "$predicted" ]; then # a layout the CPU profile cannot price: say why
+			printf '%-28s %5d  measured %s s; not priced by the CPU profile (`parallax predict --hw` says why)\n' \
+				"$name" "$n" "$measured"
+			continue
 		fi
 		err=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%+.1f", (p - m) / m * 100 }')
 		ok=$(awk -v e="$err" 'BEGIN { print (e <= 15 && e >= -15) ? "yes" : "no" }')
