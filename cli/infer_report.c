@@ -115,55 +115,44 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 
 /* ---- metrics: one naming for JSON and the database ---- */
 
-static int put(Metric *out, int n, const char *name, double v, const char *unit)
-{
-	if (n >= METRICS_MAX)
-		return n;
-	snprintf(out[n].name, sizeof(out[n].name), "%s", name);
-	out[n].value = v;
-	out[n].unit = unit;
-	out[n].known = 1;
-	return n + 1;
-}
-
 int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Metric *out)
 {
 	const InferPlan *p = &pr->plan;
 	int n = 0;
-	n = put(out, n, "infer.memory.gpu.peak_bytes", pr->peak_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.load_peak_bytes", pr->load_peak_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.weights_bytes", p->weight_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.scales_bytes", p->scale_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.kv_cache_bytes", p->kv_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.workspace_bytes",
+	n = metrics_put(out, n, "infer.memory.gpu.peak_bytes", pr->peak_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.load_peak_bytes", pr->load_peak_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.weights_bytes", p->weight_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.scales_bytes", p->scale_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.kv_cache_bytes", p->kv_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.workspace_bytes",
 		fmax(p->prefill_workspace_bytes, p->decode_workspace_bytes) + p->dequant_bytes,
 		"bytes");
-	n = put(out, n, "infer.memory.gpu.runtime_bytes", p->runtime_bytes, "bytes");
-	n = put(out, n, "infer.memory.gpu.capacity_bytes", pr->gpu_capacity_bytes, "bytes");
-	n = put(out, n, "infer.fits", pr->verdict != VERDICT_NO_FIT, "1");
-	n = put(out, n, "infer.kv_cache.bytes_per_token", p->kv_bytes_per_token, "bytes");
-	n = put(out, n, "infer.max_batch", (double)pr->max_batch, "1");
-	n = put(out, n, "infer.max_context_tokens", (double)pr->max_ctx, "1");
-	n = put(out, n, "infer.ttft_s", pr->ttft_s, "s");
-	n = put(out, n, "infer.tpot_s", pr->tpot_s, "s");
-	n = put(out, n, "infer.latency_s", pr->latency_s, "s");
-	n = put(out, n, "infer.tokens_per_s_per_gpu", pr->tokens_per_s_gpu, "1/s");
-	n = put(out, n, "infer.tokens_per_s_per_node", pr->tokens_per_s_node, "1/s");
-	n = put(out, n, "infer.prefill.flops", pr->prefill.flops, "flops");
-	n = put(out, n, "infer.prefill.bytes", pr->prefill.bytes, "bytes");
-	n = put(out, n, "infer.prefill.bound", pr->prefill.bound, "1");
-	n = put(out, n, "infer.decode.flops", pr->decode.flops, "flops");
-	n = put(out, n, "infer.decode.bytes", pr->decode.bytes, "bytes");
-	n = put(out, n, "infer.decode.bound", pr->decode.bound, "1");
+	n = metrics_put(out, n, "infer.memory.gpu.runtime_bytes", p->runtime_bytes, "bytes");
+	n = metrics_put(out, n, "infer.memory.gpu.capacity_bytes", pr->gpu_capacity_bytes, "bytes");
+	n = metrics_put(out, n, "infer.fits", pr->verdict != VERDICT_NO_FIT, "1");
+	n = metrics_put(out, n, "infer.kv_cache.bytes_per_token", p->kv_bytes_per_token, "bytes");
+	n = metrics_put(out, n, "infer.max_batch", (double)pr->max_batch, "1");
+	n = metrics_put(out, n, "infer.max_context_tokens", (double)pr->max_ctx, "1");
+	n = metrics_put(out, n, "infer.ttft_s", pr->ttft_s, "s");
+	n = metrics_put(out, n, "infer.tpot_s", pr->tpot_s, "s");
+	n = metrics_put(out, n, "infer.latency_s", pr->latency_s, "s");
+	n = metrics_put(out, n, "infer.tokens_per_s_per_gpu", pr->tokens_per_s_gpu, "1/s");
+	n = metrics_put(out, n, "infer.tokens_per_s_per_node", pr->tokens_per_s_node, "1/s");
+	n = metrics_put(out, n, "infer.prefill.flops", pr->prefill.flops, "flops");
+	n = metrics_put(out, n, "infer.prefill.bytes", pr->prefill.bytes, "bytes");
+	n = metrics_put(out, n, "infer.prefill.bound", pr->prefill.bound, "1");
+	n = metrics_put(out, n, "infer.decode.flops", pr->decode.flops, "flops");
+	n = metrics_put(out, n, "infer.decode.bytes", pr->decode.bytes, "bytes");
+	n = metrics_put(out, n, "infer.decode.bound", pr->decode.bound, "1");
 	if (sc->wl.continuous) {
 		const InferContinuous *c = &pr->cb;
-		n = put(out, n, "infer.continuous.served", c->stable, "1");
-		n = put(out, n, "infer.continuous.requests_per_s_per_replica", c->rate_replica, "1/s");
-		n = put(out, n, "infer.continuous.prefill_utilization", c->prefill_util, "1");
-		n = put(out, n, "infer.continuous.concurrency", c->concurrency, "1");
-		n = put(out, n, "infer.continuous.requests_in_system", c->in_system, "1");
-		n = put(out, n, "infer.continuous.kv_cache_bytes", c->kv_bytes, "bytes");
-		n = put(out, n, "infer.continuous.max_concurrency", (double)c->max_concurrency, "1");
+		n = metrics_put(out, n, "infer.continuous.served", c->stable, "1");
+		n = metrics_put(out, n, "infer.continuous.requests_per_s_per_replica", c->rate_replica, "1/s");
+		n = metrics_put(out, n, "infer.continuous.prefill_utilization", c->prefill_util, "1");
+		n = metrics_put(out, n, "infer.continuous.concurrency", c->concurrency, "1");
+		n = metrics_put(out, n, "infer.continuous.requests_in_system", c->in_system, "1");
+		n = metrics_put(out, n, "infer.continuous.kv_cache_bytes", c->kv_bytes, "bytes");
+		n = metrics_put(out, n, "infer.continuous.max_concurrency", (double)c->max_concurrency, "1");
 	}
 	return n;
 }

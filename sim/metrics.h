@@ -14,6 +14,10 @@ typedef struct Metric {
 
 #define METRICS_MAX 160
 
+/* m[n] = a known value named name (at most METRICS_MAX entries: beyond, nothing is added);
+ * returns the new count. */
+int metrics_put(Metric *m, int n, const char *name, double value, const char *unit);
+
 /* Fill out (METRICS_MAX entries) with the metrics of every rank of pipeline stage `stage`;
  * returns their count. */
 int metrics_collect(const Prediction *pr, int stage, Metric *out);

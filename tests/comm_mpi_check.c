@@ -741,19 +741,42 @@ static void bytes_call(Comm *world, const BytesCase *b, char *buf, char *out_buf
 	*payload = k->payload_bytes[b->kind][W];
 }
 
-static int run_bytes(void)
+/* The world communicator under a watchdog of deadline_s, check_rank set; NULL (said why) when
+ * it cannot start. */
+static Comm *world_open(double deadline_s)
 {
 	PxError err = {0};
 	Comm *world;
 	CommConfig cfg;
 	comm_config_init(&cfg);
-	cfg.deadline_s = 30;
+	cfg.deadline_s = deadline_s;
 	if (comm_init(NULL, &cfg, &world, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
-		return 2;
+		return NULL;
 	}
+	check_rank = comm_rank(world);
+	return world;
+}
+
+/* Every rank's passed and failed checks summed through MPI itself (not the layer under test)
+ * and printed on rank 0; the world finalized; the exit status. */
+static int world_close(Comm *world)
+{
+	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
+	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (check_rank == 0)
+		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
+	comm_finalize(world, NULL);
+	return sum[1] ? 1 : 0;
+}
+
+static int run_bytes(void)
+{
+	PxError err = {0};
+	Comm *world = world_open(30);
+	if (!world)
+		return 2;
 	int r = comm_rank(world), n = comm_size(world), big = n == 4;
-	check_rank = r;
 	if (n != 2 && n != 4) {
 		if (r == 0)
 			fprintf(stderr, "comm_mpi_check --bytes: needs 2 or 4 ranks, got %d\n", n);
@@ -810,12 +833,7 @@ static int run_bytes(void)
 	CHECK(buf && out_buf, "out of memory");
 	free(buf);
 	free(out_buf);
-	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
-	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	if (r == 0)
-		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
-	comm_finalize(world, NULL);
-	return sum[1] ? 1 : 0;
+	return world_close(world);
 }
 
 /* Every rank sends 4 MiB to the next at once, then receives from the previous: with blocking
@@ -978,16 +996,9 @@ out_ov:
 
 static int run_runner(const char *path)
 {
-	PxError err = {0};
-	Comm *world;
-	CommConfig cfg;
-	comm_config_init(&cfg);
-	cfg.deadline_s = 60;
-	if (comm_init(NULL, &cfg, &world, &err)) {
-		fprintf(stderr, "%s\n", err.msg);
+	Comm *world = world_open(60);
+	if (!world)
 		return 2;
-	}
-	check_rank = comm_rank(world);
 	/* Per step of the test scenario (tests/suites.h's, 4 ranks): 2 micro-batches, each running
 	 * the forwards of units 0-3 (embedding, two blocks, head) and their backwards in reverse:
 	 * 16 computes. The expected counts, from engine/build.c's order:
@@ -1039,35 +1050,18 @@ static int run_runner(const char *path)
 			      "stage 1: device peak %g with overlap_comm, %g without", o[1].gpu_peak,
 			      o[0].gpu_peak);
 	}
-	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
-	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	if (check_rank == 0)
-		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
-	comm_finalize(world, NULL);
-	return sum[1] ? 1 : 0;
+	return world_close(world);
 }
 
 /* ---- the 1-bit compressed all-reduce (check_onebit.c) ---- */
 
 static int run_onebit(void)
 {
-	PxError err = {0};
-	Comm *world;
-	CommConfig cfg;
-	comm_config_init(&cfg);
-	cfg.deadline_s = 30;
-	if (comm_init(NULL, &cfg, &world, &err)) {
-		fprintf(stderr, "%s\n", err.msg);
+	Comm *world = world_open(30);
+	if (!world)
 		return 2;
-	}
-	check_rank = comm_rank(world);
 	check_onebit(world);
-	int mine[2] = {check_passed, check_failed}, sum[2] = {0, 0};
-	MPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	if (check_rank == 0)
-		printf("comm_mpi_check: %d passed, %d failed\n", sum[0], sum[1]);
-	comm_finalize(world, NULL);
-	return sum[1] ? 1 : 0;
+	return world_close(world);
 }
 
 /* ---- main ---- */
