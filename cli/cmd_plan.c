@@ -328,6 +328,18 @@ static void serve_print(const char *path, const ServeOpts *so, const ServeCell *
 	printf("# prices: USD per GPU-hour; time: the inference model (docs/inference.md)\n");
 }
 
+/* A plan's JSON (training's or serving's cells in out) with the winner's index and the tight
+ * choice, printed and deleted. */
+static void plan_json_print(cJSON *out, int win, int accept_tight)
+{
+	cJSON_AddNumberToObject(out, "winner", win);
+	cJSON_AddBoolToObject(out, "accept_tight", accept_tight);
+	char *t = cJSON_Print(out);
+	puts(t);
+	cJSON_free(t);
+	cJSON_Delete(out);
+}
+
 static void serve_json(const ServeCell *cells, int n, int win, int accept_tight)
 {
 	cJSON *out = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(out, "cells");
@@ -357,12 +369,7 @@ static void serve_json(const ServeCell *cells, int n, int win, int accept_tight)
 		}
 		cJSON_AddItemToArray(rows, r);
 	}
-	cJSON_AddNumberToObject(out, "winner", win);
-	cJSON_AddBoolToObject(out, "accept_tight", accept_tight);
-	char *t = cJSON_Print(out);
-	puts(t);
-	cJSON_free(t);
-	cJSON_Delete(out);
+	plan_json_print(out, win, accept_tight);
 }
 
 /* A serving plan: its keys read and checked, every cell searched, the winner printed. */
@@ -664,12 +671,7 @@ int cmd_plan(int argc, char **argv)
 			}
 			cJSON_AddItemToArray(rows, r);
 		}
-		cJSON_AddNumberToObject(out, "winner", win);
-		cJSON_AddBoolToObject(out, "accept_tight", accept_tight);
-		char *t = cJSON_Print(out);
-		puts(t);
-		cJSON_free(t);
-		cJSON_Delete(out);
+		plan_json_print(out, win, accept_tight);
 	} else {
 		printf("# plan %s: %.3g tokens", path, tokens);
 		if (deadline > 0)
