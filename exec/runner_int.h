@@ -225,6 +225,9 @@ void runner_optimize(Runner *r, StepResult *res);
  * gradient, through the op's buffer; a send is started into q (Pending), waited for where its
  * buffer is next freed or at the step's end. */
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
+/* comm_split into *out, collective over world; a group of this rank alone is dropped (*out
+ * NULL): nothing to exchange with it. */
+int runner_comm_split(Comm *world, int color, int key, int tag, Comm **out, PxError *err);
 /* Before a compute op: the received activation (before a forward) or gradient (before a
  * recompute or backward) into the hidden stream, if one waits (a receive may come a step before
  * its compute: Megatron's interleaved order batches it with the previous step's sends, before

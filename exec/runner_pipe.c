@@ -25,8 +25,7 @@ void runner_comms_free(RunnerComms *c)
 	*c = (RunnerComms){.world = c->world};
 }
 
-/* A split whose group is this rank alone is dropped: nothing to exchange with it. */
-static int split(Comm *world, int color, int key, int tag, Comm **out, PxError *err)
+int runner_comm_split(Comm *world, int color, int key, int tag, Comm **out, PxError *err)
 {
 	if (comm_split(world, color, key, tag, out, err))
 		return -1;
@@ -48,12 +47,12 @@ int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, P
 	*stage = st;
 	/* every rank takes part in every split (comm_split is collective over world), in this
 	 * order; the colors keep tensor-parallel ranks apart */
-	if (split(world, (int)(at.stage * q->tp + at.tp), dp, GROUP_DP, &c->dp, err) ||
-	    split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_act, err) ||
-	    split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_grad, err) ||
-	    split(world, tied ? (int)(at.dp * q->tp + at.tp) : COMM_NO_COLOR, st, GROUP_PP, &c->tied,
+	if (runner_comm_split(world, (int)(at.stage * q->tp + at.tp), dp, GROUP_DP, &c->dp, err) ||
+	    runner_comm_split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_act, err) ||
+	    runner_comm_split(world, (int)(at.dp * q->tp + at.tp), st, GROUP_PP, &c->pp_grad, err) ||
+	    runner_comm_split(world, tied ? (int)(at.dp * q->tp + at.tp) : COMM_NO_COLOR, st, GROUP_PP, &c->tied,
 		  err) ||
-	    split(world, (int)(at.stage * p->dp + at.dp), (int)at.tp, GROUP_TP, &c->tp, err) ||
+	    runner_comm_split(world, (int)(at.stage * p->dp + at.dp), (int)at.tp, GROUP_TP, &c->tp, err) ||
 	    runner_zpp_comms_split(world, p, c, err)) {
 		runner_comms_free(c);
 		return -1;
@@ -63,9 +62,9 @@ int runner_comms_split(Comm *world, const Plan *p, RunnerComms *c, int *stage, P
 	 * the same experts (an expert-data-parallel group) */
 	long long ep = q->ep, dp_group = at.stage * q->tp + at.tp;
 	if (p->sc->model.experts > 0 &&
-	    (split(world, (int)(dp_group * (p->dp / ep) + at.dp / ep), (int)(at.dp % ep), GROUP_EP,
+	    (runner_comm_split(world, (int)(dp_group * (p->dp / ep) + at.dp / ep), (int)(at.dp % ep), GROUP_EP,
 		   &c->ep, err) ||
-	     split(world, (int)(dp_group * ep + at.dp % ep), (int)(at.dp / ep), GROUP_EDP, &c->edp,
+	     runner_comm_split(world, (int)(dp_group * ep + at.dp % ep), (int)(at.dp / ep), GROUP_EDP, &c->edp,
 		   err))) {
 		runner_comms_free(c);
 		return -1;

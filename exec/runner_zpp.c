@@ -27,17 +27,6 @@ struct RunnerZpp {
 
 /* ---- communicators ---- */
 
-static int zsplit(Comm *world, int color, int key, int tag, Comm **out, PxError *err)
-{
-	if (comm_split(world, color, key, tag, out, err))
-		return -1;
-	if (*out && comm_size(*out) == 1) {
-		comm_destroy(*out);
-		*out = NULL;
-	}
-	return 0;
-}
-
 /* DeepSpeed's groups, data-parallel ranks being consecutive (runner_supported: no tensor or
  * pipeline parallelism with ZeRO++): hpz, consecutive blocks of hpz ranks
  * (_create_zero_param_parallel_group); node, the ranks of one node (the cluster's
@@ -49,9 +38,9 @@ int runner_zpp_comms_split(Comm *world, const Plan *p, RunnerComms *c, PxError *
 		return 0;
 	int d = comm_rank(world);
 	long long h = p->hpz, l = p->spans[GROUP_NODE].n;
-	return zsplit(world, (int)(d / h), (int)(d % h), GROUP_HPZ, &c->hpz, err) ||
-	       zsplit(world, (int)(d / l), (int)(d % l), GROUP_NODE, &c->node, err) ||
-	       zsplit(world, (int)(d % l), (int)(d / l), GROUP_XNODE, &c->xnode, err) ? -1 : 0;
+	return runner_comm_split(world, (int)(d / h), (int)(d % h), GROUP_HPZ, &c->hpz, err) ||
+	       runner_comm_split(world, (int)(d / l), (int)(d % l), GROUP_NODE, &c->node, err) ||
+	       runner_comm_split(world, (int)(d % l), (int)(d / l), GROUP_XNODE, &c->xnode, err) ? -1 : 0;
 }
 
 /* ---- scratch ---- */
