@@ -772,7 +772,6 @@ static int world_close(Comm *world)
 
 static int run_bytes(void)
 {
-	PxError err = {0};
 	Comm *world = world_open(30);
 	if (!world)
 		return 2;
