@@ -122,15 +122,24 @@ static int grow_pool(int want)
 
 /* ---- the interface ---- */
 
+static _Atomic int loop_threads; /* par_cpu_set_loop_threads', 0: OpenBLAS's count */
+
 int par_cpu_threads(void)
 {
-	int n = openblas_get_num_threads();
+	int n = atomic_load(&loop_threads);
+	if (n < 1)
+		n = openblas_get_num_threads();
 	return n < 1 ? 1 : n > PAR_CPU_MAX_THREADS ? PAR_CPU_MAX_THREADS : n;
 }
 
 void par_cpu_set_threads(int n)
 {
 	openblas_set_num_threads(n < 1 ? 1 : n);
+}
+
+void par_cpu_set_loop_threads(int n)
+{
+	atomic_store(&loop_threads, n < 0 ? 0 : n);
 }
 
 void par_cpu_for(size_t n, size_t min_items, ParCpuFn fn, void *ctx)

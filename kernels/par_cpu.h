@@ -2,8 +2,11 @@
  * worker threads and the rule every caller follows: a loop over [0, n) is cut into contiguous
  * chunks that the threads claim as they come free, and no value depends on where the cuts fall
  * or who takes a chunk (each output element is computed whole within one chunk, in the order a
- * single thread would), so results are bit for bit the same at any thread count. It does not
- * decide what runs in parallel: the kernels do.
+ * single thread would), so these loops give bit for bit the same results at any thread count.
+ * It does not decide what runs in parallel: the kernels do. The matrix products are OpenBLAS's,
+ * threaded by OpenBLAS, and their last bits may depend on its thread count: they do with the
+ * Haswell kernels of OpenBLAS 0.3.21 (chosen on AVX2 machines and on AMD Zen 4), whose sgemm
+ * rounds a row differently by where the rows a thread covers begin; its SkylakeX kernels do not.
  *
  * The count is OpenBLAS's (openblas_get_num_threads: OPENBLAS_NUM_THREADS, else the cores this
  * process may run on), which is how the executor's thread count was chosen before this module
@@ -21,6 +24,10 @@ int par_cpu_threads(void);
 /* Sets both OpenBLAS's thread count and, through it, the kernels' (n >= 1; larger than
  * PAR_CPU_MAX_THREADS means that many). For tests and benchmarks that compare thread counts. */
 void par_cpu_set_threads(int n);
+/* Test hook: the loops' count apart from OpenBLAS's. n >= 1 splits them over n threads (at most
+ * PAR_CPU_MAX_THREADS) whatever OpenBLAS uses for its products; 0, the default, follows
+ * OpenBLAS's count again. */
+void par_cpu_set_loop_threads(int n);
 
 /* fn(ctx, begin, end) over [0, n) in chunks: with nt = par_cpu_threads(), chunk c of k is
  * [n c / k, n (c + 1) / k), k = min(PAR_CPU_CHUNKS_PER_THREAD nt, n / min_items) (at least 1), so

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "suites.h"
@@ -67,9 +68,18 @@ double px_run_metric(sqlite3 *db, const char *name, const char *side, int rank)
 
 int px_run_losses(const char *base, int ranks, int steps, const char *extra, double *out)
 {
-	char args[2048];
+	char args[2048], *was = getenv("OPENBLAS_NUM_THREADS");
+	was = was ? strdup(was) : NULL;
 	snprintf(args, sizeof(args), "%s --ranks %d --steps %d %s", base, ranks, steps, extra);
+	/* OpenBLAS on one thread in every rank: its products' last bits may depend on its thread
+	 * count (kernels/par_cpu.h), which follows the cores a rank may use, and so the layout */
+	setenv("OPENBLAS_NUM_THREADS", "1", 1);
 	cJSON *j = px_run_json(args);
+	if (was)
+		setenv("OPENBLAS_NUM_THREADS", was, 1);
+	else
+		unsetenv("OPENBLAS_NUM_THREADS");
+	free(was);
 	int n = px_json_losses(j, out, steps);
 	cJSON_Delete(j);
 	return n;

@@ -31,7 +31,8 @@ int px_json_losses(const struct cJSON *j, double *out, int max);
 struct sqlite3 *px_run_measured(const char *args, int ranks);
 
 /* The losses of `parallax BASE --ranks R --steps S EXTRA` (BASE: "run 'SCN' --no-db --json ..."),
- * into out; how many. */
+ * into out; how many. OpenBLAS runs on one thread in every rank, so that runs of different
+ * layouts compute their products alike. */
 int px_run_losses(const char *base, int ranks, int steps, const char *extra, double *out);
 
 /* A run to compare with a single rank: its ranks and its --set options. */
