@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../db/db.h"
+#include "../engine/build.h"
 #include "../engine/clock.h"
 #include "../engine/infer_scenario.h"
 #include "../exec/procmem.h"
@@ -272,7 +273,7 @@ enum {
 	/* the bytes requested by category (the arena's labels), the allocator's high-water per
 	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
 	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
-	MEAS_COMM = 2 * N_COLLS + 1,
+	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1, /* then the 1-bit compressed steps' */
 	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
 	MEAS_TIME = 3, /* the steady step, the first step, whether the steady one is the first */
 	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
@@ -287,7 +288,32 @@ typedef struct RunMarks {
 	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
 	long long faults0, faults1;      /* minor page faults before and after the first */
 	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
+	/* a 1-bit optimizer's compressed steps (StepResult.compressed): how many, and what they
+	 * issued and sent per collective kind (the counters' gain over each such step) */
+	long compressed;
+	double comp_payload[N_COLLS], comp_wire[N_COLLS];
 } RunMarks;
+
+/* What the counters hold per collective kind, summed over the groups. */
+static void comm_totals(Comm *world, double pay[N_COLLS], double wire[N_COLLS])
+{
+	const CommCounters *c = comm_counters(world);
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		pay[kind] = wire[kind] = 0;
+		for (int g = 0; g < N_GROUPS; g++)
+			pay[kind] += (double)c->payload_bytes[kind][g], wire[kind] += c->wire_bytes[kind][g];
+	}
+}
+
+/* A compressed step ended: what the counters gained since pay0 and wire0 (before it) is its. */
+static void clock_compressed(RunMarks *k, Comm *world, const double *pay0, const double *wire0)
+{
+	double pay[N_COLLS], wire[N_COLLS];
+	comm_totals(world, pay, wire);
+	k->compressed++;
+	for (int kind = 0; kind < N_COLLS; kind++)
+		k->comp_payload[kind] += pay[kind] - pay0[kind], k->comp_wire[kind] += wire[kind] - wire0[kind];
+}
 
 /* A step finished in dt seconds. */
 static void clock_step(RunMarks *k, const Runner *run, double dt)
@@ -309,13 +335,14 @@ static double clock_step_s(const RunMarks *k)
 
 /* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
  * does not measure (the device's readings on the CPU backend) is NaN. Per step: communication
- * over all the steps (they move the same bytes); times and page faults over the steady ones. */
+ * over all the steps (they move the same bytes), but a 1-bit optimizer's, whose full-precision
+ * steps and compressed ones are counted apart (comm.onebit_compressed.*, NaN for a kind no step
+ * was of); times and page faults over the steady ones. */
 static void measure(const RunOpts *o, const Runner *run, Comm *world, const RunMarks *clk,
 		    double *v)
 {
 	const Arena *a = runner_arena(run);
-	const CommCounters *c = comm_counters(world);
-	int k = 0, steps = clk->steps > 0 ? (int)clk->steps : 1;
+	int k = 0;
 	long steady = clk->steps > 1 ? clk->steps - 1 : 1;
 	for (int cat = 0; cat < N_CATS; cat++)
 		v[k++] = a->at_peak[PLACE_GPU][cat];
@@ -335,17 +362,23 @@ static void measure(const RunOpts *o, const Runner *run, Comm *world, const RunM
 	v[k++] = faults < 0 || clk->faults0 < 0 || !clk->steps ? NAN :
 		 clk->steps > 1 ? (double)(faults - clk->faults1) / (double)steady :
 		 (double)(clk->faults1 - clk->faults0);
-	double wire = 0;
-	for (int kind = 0; kind < N_COLLS; kind++) { /* the schedule's groups; the loss's mean
-						      travels on the world and is not counted */
-		double pay = 0, w = 0;
-		for (int g = 0; g < N_GROUPS; g++)
-			pay += (double)c->payload_bytes[kind][g], w += c->wire_bytes[kind][g];
-		v[k++] = pay / steps;
-		v[k++] = w / steps;
-		wire += w / steps;
+	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
+	/* the schedule's groups; the loss's mean travels on the world and is not counted */
+	comm_totals(world, pay, w);
+	long full = clk->steps - clk->compressed; /* none finished: the partial one's, as one */
+	double per = clk->steps == 0 ? 1.0 : full > 0 ? (double)full : NAN;
+	double per_comp = clk->compressed > 0 ? (double)clk->compressed : NAN;
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		v[k++] = (pay[kind] - clk->comp_payload[kind]) / per;
+		v[k++] = (w[kind] - clk->comp_wire[kind]) / per;
+		wire += (w[kind] - clk->comp_wire[kind]) / per;
 	}
 	v[k++] = wire;
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		v[k++] = clk->comp_payload[kind] / per_comp;
+		cwire += clk->comp_wire[kind] / per_comp;
+	}
+	v[k++] = cwire;
 	const double *t = runner_op_times(run); /* each kind of op, per steady step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
 		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
@@ -390,6 +423,9 @@ static int measured_rows(const double *all, int rank0, int world, int steps, DbM
 		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
 	}
 	snprintf(names[k++], 64, "comm.wire_bytes");
+	for (int kind = 0; kind < N_COLLS; kind++)
+		snprintf(names[k++], 64, "comm.onebit_compressed.%s_bytes", coll_name(kind));
+	snprintf(names[k++], 64, "comm.onebit_compressed.wire_bytes");
 	for (int i = 0; i < N_COMPS; i++)
 		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
 	for (int i = 0; i < N_COLLS; i++)
@@ -592,6 +628,9 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"comm.all_gather_bytes", NULL, "issued"}, {"comm.reduce_scatter_bytes", NULL, "issued"},
 		{"comm.all_reduce_bytes", NULL, "issued"}, {"comm.all_to_all_bytes", NULL, "issued"},
 		{"comm.wire_bytes", NULL, "sent"},
+		{"comm.onebit_compressed.all_to_all_bytes", NULL, "issued"},
+		{"comm.onebit_compressed.all_gather_bytes", NULL, "issued"},
+		{"comm.onebit_compressed.wire_bytes", NULL, "sent"},
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
@@ -622,6 +661,10 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 			rss = meas[j];
 	if (!isnan(rss))
 		printf("%-38s %14s %14.0f %9s  VmHWM\n", "memory.process.rss_peak_bytes", "-", rss, "-");
+	if (pr->onebit.active)
+		printf("# 1-bit %s: comm.* are the full-precision steps' (warm-up), "
+		       "comm.onebit_compressed.* the compressed steps', each per step of its kind\n",
+		       pr->plan.sc->ds.optimizer);
 	printf("# memory in bytes at its peak, measured as: requested = what the executor asked for "
 	       "under the schedule's\n# labels; allocator = what its allocator held from the system "
 	       "(the CPU backend's pool: mapped\n# segments; CUDA: cudaMalloc'd); VmHWM = the whole "
@@ -780,6 +823,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Scenario sc;
 	Prediction pr;
 	Runner *run = NULL;
+	Schedule compressed = {0}; /* a 1-bit optimizer's compressed steps' */
 	RunnerComms comms = {.world = world};
 	int stage = 0;
 	DataSource data = {0};
@@ -815,6 +859,13 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	    runner_create(&pr.plan, &pr.stages[stage].sched, &comms, (uint64_t)o->seed, cb, cx, &rt,
 			  &run, err))
 		goto out_run;
+	if (pr.plan.sc->ds.opt && pr.plan.sc->ds.opt->error_feedback != EF_NONE) {
+		pr.plan.onebit_step = ONEBIT_COMPRESSED;
+		int bad = build_schedule(&pr.plan, stage, &compressed, err);
+		pr.plan.onebit_step = ONEBIT_FULL;
+		if (bad || runner_set_compressed(run, &compressed, err))
+			goto out_run;
+	}
 	long first = 1;
 	if (o->resume) {
 		long saved = ckpt_load(o->resume, run, world, err);
@@ -852,9 +903,13 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 				sleep(60);
 		if (rank == o->kill_rank && s == o->kill_step) /* fault injection: kill -9 */
 			kill(getpid(), SIGKILL);
+		double pay0[N_COLLS], wire0[N_COLLS];
+		comm_totals(world, pay0, wire0);
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
+		if (res.compressed)
+			clock_compressed(&clk, world, pay0, wire0);
 		clock_step(&clk, run, dt);
 		losses[s - 1] = res.loss;
 		beacon_put(o, run, world, &clk);
@@ -899,6 +954,7 @@ out_run:
 	if (extra)
 		cb->release(cx, PLACE_GPU, extra);
 	runner_destroy(run);
+	sched_free(&compressed);
 	runner_comms_free(&comms);
 	if (cx)
 		cb->destroy(cx);

@@ -863,14 +863,17 @@ static void chunked(Builder *b, CollKind kind, OpRole role, CommGroup g, long lo
 
 /* ---- the 1-bit optimizers' compressed all-reduce ---- */
 
-/* One compressed all-reduce (onebit.h) of elems elements whose worker error starts at element
- * w_off of the error buffer and server error at s_off. */
-static void onebit_allreduce(Builder *b, long long elems, long long w_off, long long s_off)
+/* One compressed all-reduce (onebit.h) of the elems elements of the optimizer partition from
+ * part_off (-1: where they lie is not stated), whose worker error starts at element w_off of the
+ * error buffer and server error at s_off. */
+static void onebit_allreduce(Builder *b, long long elems, long long part_off, long long w_off,
+			     long long s_off)
 {
 	OneBitVolume v = onebit_volume(elems, b->p->dp);
 	if (v.padded_elems == 0)
 		return;
-	coll(b, COLL_ALL_TO_ALL, ROLE_ONEBIT_SIGNS, GROUP_DP, -1, v.sign_bytes, 1, b->id_ef, w_off);
+	slice(b, coll(b, COLL_ALL_TO_ALL, ROLE_ONEBIT_SIGNS, GROUP_DP, -1, v.sign_bytes, 1, b->id_ef,
+		      w_off), -1, part_off, elems);
 	coll(b, COLL_ALL_GATHER, ROLE_ONEBIT_SCALES, GROUP_DP, -1, b->p->dp, 4, -1, 0);
 	coll(b, COLL_ALL_GATHER, ROLE_ONEBIT_SERVER_SIGNS, GROUP_DP, -1, v.sign_bytes, 1, b->id_ef,
 	     s_off);
@@ -880,7 +883,9 @@ static void onebit_allreduce(Builder *b, long long elems, long long w_off, long 
 /* The compressed step's exchange: one compressed all-reduce per parameter tensor in forward order
  * (OnebitAdam, ZeroOneAdam in fp32: each tensor's state), or one of the flat (OnebitLamb's fused
  * momentum; FP16_Optimizer's one fp32 flat per group). The error buffer holds the worker errors
- * one after another, then the server errors in the same order (plan.c sized it). */
+ * one after another, then the server errors in the same order (plan.c sized it). A tensor's
+ * place in the partition (stage 0's: the stage's flat) is its unit's flat offset and the tensors
+ * before it; an MoE block's is not stated (its experts lie after the dense flat). */
 static void onebit_exchange(Builder *b)
 {
 	const Plan *p = b->p;
@@ -888,7 +893,7 @@ static void onebit_exchange(Builder *b)
 	long long local = st->local_dense + st->local_expert, n = p->dp;
 	if (p->sc->ds.opt->error_feedback == EF_FLAT || p->mixed) {
 		long long padded = optim_onebit_padded_elems(local, n);
-		onebit_allreduce(b, local, 0, padded);
+		onebit_allreduce(b, local, 0, 0, padded);
 		return;
 	}
 	long long total = 0, w_off = 0, s_off;
@@ -897,16 +902,20 @@ static void onebit_exchange(Builder *b)
 			if (p->units[u].tensor_local[i] > 0)
 				total += optim_onebit_padded_elems(p->units[u].tensor_local[i], n);
 	s_off = total;
-	for (int u = 0; u < p->n_units; u++)
-		for (int i = 0; p->units[u].stage == b->stage && i < p->units[u].n_tensors; i++) {
-			long long e = p->units[u].tensor_local[i];
+	for (int u = 0; u < p->n_units; u++) {
+		const UnitPlan *up = &p->units[u];
+		long long at = up->flat_off;
+		for (int i = 0; up->stage == b->stage && i < up->n_tensors; i++) {
+			long long e = up->tensor_local[i];
 			if (e <= 0)
 				continue;
 			long long padded = optim_onebit_padded_elems(e, n);
-			onebit_allreduce(b, e, w_off, s_off);
+			onebit_allreduce(b, e, up->moe ? -1 : at, w_off, s_off);
+			at += e;
 			w_off += padded;
 			s_off += padded / n;
 		}
+	}
 }
 
 static void optimizer_step(Builder *b)

@@ -129,10 +129,13 @@ typedef enum {
 	/* the 1-bit optimizers' compressed all-reduce (engine/onebit.h), four collectives over the
 	 * data-parallel group working on one tensor's (or flat's) worker and server errors: */
 	ROLE_ONEBIT_SIGNS,        /* phase 1: each rank's packed sign bits, chunk j to rank j
-				     (all-to-all; elems are bytes) */
+				     (all-to-all; elems are bytes). Its buffer and offset: the
+				     worker error; its slice: the part_elems elements of the
+				     optimizer partition from part_off whose momentum it
+				     exchanges (before the padding) */
 	ROLE_ONEBIT_SCALES,       /* phase 1: each rank's one fp32 scale (all-gather) */
 	ROLE_ONEBIT_SERVER_SIGNS, /* phase 2: each chunk owner's recompressed signs (all-gather;
-				     elems are bytes) */
+				     elems are bytes); its buffer and offset: the server error */
 	ROLE_ONEBIT_SERVER_SCALES, /* phase 2: each chunk owner's fp32 scale (all-gather) */
 	N_ROLES
 } OpRole;

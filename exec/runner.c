@@ -6,6 +6,7 @@
 
 #include "../engine/build.h"
 #include "../engine/clock.h"
+#include "../engine/onebit.h"
 #include "../engine/streams.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
@@ -73,12 +74,11 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if (ds->comm_dtype != ds->grad_dtype)
 		why = "communication_data_type equal to the gradients' type";
-	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
-		why = "no 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb): their compressed "
-		      "all-reduce is predicted (parallax predict), not run yet; use Adam or AdamW";
+	else if ((why = runner_onebit_supported(p)))
+		;
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
-		 strcasecmp(ds->optimizer, "SGD"))
-		why = "the Adam, AdamW or SGD optimizer";
+		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam"))
+		why = "the Adam, AdamW, SGD or OneBitAdam optimizer";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
@@ -142,6 +142,7 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
 	case BUF_OPT_STATES: return part * (sgd ? (ds->momentum != 0 ? 4 : 0) : 8);
+	case BUF_ERROR_FEEDBACK: return r->onebit ? runner_onebit_error_bytes(r) : -1;
 	default: return -1;
 	}
 }
@@ -588,6 +589,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	size_t cnt = (size_t)(op->elems / op->nranks);
 	if (op->sub == COLL_P2P || op->sub == COLL_P2P_RECV)
 		return runner_pipe_p2p(r, op, &r->pend[r->n_pend], err);
+	if (op->role >= ROLE_ONEBIT_SIGNS && op->role <= ROLE_ONEBIT_SERVER_SCALES)
+		return runner_onebit_coll(r, op, err);
 	if (op->group == GROUP_TP && op->role == ROLE_GRAD_REDUCE)
 		return runner_tp_replicated(r, op, err);
 	if ((op->group == GROUP_TP || op->group == GROUP_EP) && op->role != ROLE_OVERFLOW &&
@@ -912,11 +915,14 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 
 int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, PxError *err)
 {
-	const Schedule *s = r->s;
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
 	r->data = data, r->step = step, r->tokens_mb = -1;
-	r->have_overflow = r->have_norm = r->updated = r->opt_done = 0;
+	r->have_overflow = r->have_norm = r->have_factor = r->updated = r->opt_done = 0;
+	if (runner_onebit_begin_step(r, err))
+		return -1;
+	const Schedule *s = r->s;
+	res->compressed = r->onebit && r->step_kind == ONEBIT_COMPRESSED;
 	SchedWalk w; /* the micro-batches are the repeat blocks' iterations, block after block */
 	int i, mb = 0;
 	sched_walk_init(&w, s, s->step_begin);
@@ -1103,7 +1109,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (sched_validate(s, err) || needs_slices(p, s, err)) /* every field, the buffers followed */
 		return -1;
 	Comm *dp = comms ? comms->dp : NULL;
-	r->p = p, r->s = s, r->dp = dp, r->world = comms ? comms->world : NULL;
+	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;
+	r->onebit = p->sc->ds.opt && p->sc->ds.opt->error_feedback != EF_NONE;
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
 		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode,

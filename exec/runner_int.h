@@ -8,6 +8,7 @@
 #define PX_EXEC_RUNNER_INT_H
 
 #include "../kernels/moe_cpu.h"
+#include "../kernels/ops_cpu.h"
 #include "runner.h"
 
 /* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
@@ -124,6 +125,15 @@ struct Runner {
 	int opt_done;           /* this step's optimizer ran: later collectives block */
 	double wait_s;          /* time in waits for started collectives, summed (op_s has it too) */
 	RunnerOverlap ov;
+	/* OneBitAdam (runner_onebit.c): the warm-up's schedule (runner_create's) and the
+	 * compressed steps' (runner_set_compressed's, NULL until then); r->s is the step's */
+	int onebit;
+	const Schedule *s_warm, *s_compressed;
+	int step_kind;          /* this step's OneBitStep */
+	int exchanged;          /* this step's momenta went through the compressed all-reduce */
+	int have_factor;        /* factor and gnorm hold this step's (runner_grad_factor) */
+	float factor;
+	double gnorm;
 };
 
 /* ---- storage in fp32, fp16 or bf16 ---- */
@@ -218,6 +228,30 @@ double runner_local_sumsq(const Runner *r);  /* of this rank's gradients, unscal
 int runner_local_overflow(const Runner *r);  /* any inf or NaN in them */
 /* One update of this rank's partition (or a skipped one on fp16 overflow), then zeroed grads. */
 void runner_optimize(Runner *r, StepResult *res);
+/* This step's factor on the gradients (1 / loss scale, 1 / dp for gradients summed over the
+ * data-parallel ranks, the clipping coefficient) and, in *norm, their global norm before
+ * clipping; computed once a step, from the gradients as they are at the first call. */
+float runner_grad_factor(Runner *r, double *norm);
+
+/* ---- runner_onebit.c ---- */
+
+/* NULL when the executor runs plan p's 1-bit optimizer (or it has none), else what it runs
+ * instead (runner_supported's message). */
+const char *runner_onebit_supported(const Plan *p);
+/* The error-feedback buffer's bytes as this executor counts them: a worker error per parameter
+ * tensor (the kernels' tensors, each padded as DeepSpeed pads it) and its server error (1/dp). */
+double runner_onebit_error_bytes(const Runner *r);
+/* Before a step: r->s becomes the schedule of its kind (r->step_kind); -1 with err when that
+ * is a compressed step and no compressed schedule was given. */
+int runner_onebit_begin_step(Runner *r, PxError *err);
+/* The four collectives of one compressed all-reduce (ROLE_ONEBIT_*): the signs' op runs it all
+ * (the momentum's update from this rank's gradients, then onebit_comm_allreduce); the other three
+ * were run with it. */
+int runner_onebit_coll(Runner *r, const Op *op, PxError *err);
+/* OneBitAdam's update of one segment (w, m, v at its place in the partition; g its fp32
+ * gradients, scaled by factor). */
+void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
+			  const OpsAdamw *h, float factor);
 
 /* ---- runner_pipe.c ---- */
 

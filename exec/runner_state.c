@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine/onebit.h"
 #include "runner_int.h"
 
 /* ---- the optimizer over this rank's partition ---- */
@@ -123,14 +124,30 @@ static void update_scale(Runner *r, int overflow)
 	}
 }
 
+float runner_grad_factor(Runner *r, double *norm)
+{
+	if (!r->have_factor) {
+		/* a 1-bit compressed step's gradients were not summed over the ranks (DeepSpeed's
+		 * enable_backward_allreduce off): this rank's own, clipped by their own norm */
+		int summed = !(r->onebit && r->step_kind != ONEBIT_FULL);
+		double sumsq = r->have_norm ? r->sumsq : runner_local_sumsq(r);
+		double unscale = 1.0 / (r->loss_scale * (summed ? (double)r->n : 1.0));
+		r->gnorm = sqrt(sumsq) * unscale;
+		r->factor = (float)(ops_clip_coef(r->gnorm, (float)r->p->sc->ds.gradient_clipping) *
+				    unscale);
+		r->have_factor = 1;
+	}
+	if (norm)
+		*norm = r->gnorm;
+	return r->factor;
+}
+
 void runner_optimize(Runner *r, StepResult *res)
 {
 	const Plan *p = r->p;
 	const DsConfig *ds = &p->sc->ds;
 	int overflow = ds->dtype == DT_FP16 ? (r->have_overflow ? r->overflow : runner_local_overflow(r)) : 0;
-	double sumsq = r->have_norm ? r->sumsq : runner_local_sumsq(r);
-	double unscale = 1.0 / (r->loss_scale * (double)r->n);
-	res->grad_norm = sqrt(sumsq) * unscale;
+	float factor = runner_grad_factor(r, &res->grad_norm);
 	res->skipped = overflow;
 	res->loss_scale = r->loss_scale;
 	update_scale(r, overflow);
@@ -138,12 +155,17 @@ void runner_optimize(Runner *r, StepResult *res)
 		zero_grads(r);
 		return;
 	}
-	float clip = ops_clip_coef(res->grad_norm, (float)ds->gradient_clipping);
 	long long part = r->st->part_elems;
 	float *m = r->id_states >= 0 ? r->buf[r->id_states] : NULL, *v = m ? m + part : NULL;
 	int sgd = !strcasecmp(ds->optimizer, "SGD");
 	r->opt_steps++;
 	res->lr = dsconfig_lr(ds, r->opt_steps);
+	if (r->onebit && r->opt_steps == 1) {
+		/* OnebitAdam's first step sets up its buffers and updates neither its moments nor the
+		 * weights (adam.py: `if not self.initialize`) */
+		zero_grads(r);
+		return;
+	}
 	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
@@ -151,13 +173,15 @@ void runner_optimize(Runner *r, StepResult *res)
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
 		if (sg->gdt != DT_FP32)
 			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
-		if (sgd) /* the momentum buffer is the one state, when momentum is on */
+		if (r->onebit)
+			runner_onebit_update(r, sg, w, m + sg->part_off, v + sg->part_off, g32, &h,
+					     factor);
+		else if (sgd) /* the momentum buffer is the one state, when momentum is on */
 			r->cb->sgd(r->cx, p->opt_place, w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n,
-				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay,
-				   (float)(clip * unscale));
+				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay, factor);
 		else
 			r->cb->adamw(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off, g32,
-				     (size_t)sg->n, &h, r->opt_steps, (float)(clip * unscale));
+				     (size_t)sg->n, &h, r->opt_steps, factor);
 		if (p->mixed && !r->params_by_copy)
 			from_f32(r, sg->params, w, (size_t)sg->n, r->pdt);
 	}

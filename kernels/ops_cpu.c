@@ -595,6 +595,52 @@ void ops_adamw_step(float *param, float *m, float *v, const float *grad, size_t 
 	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, adamw_range, &a);
 }
 
+typedef struct OnebitArgs {
+	OptArgs o;
+	OpsOnebitMoments moments;
+} OnebitArgs;
+
+static void onebit_adam_range(void *ctx, size_t i0, size_t i1)
+{
+	const OnebitArgs *a = ctx;
+	float *param = a->o.param, *m = a->o.m, *v = a->o.v;
+	for (size_t i = i0; i < i1; i++) {
+		if (a->moments != OPS_ONEBIT_NONE) {
+			float g = a->o.grad[i] * a->o.grad_scale;
+			m[i] = a->o.b1 * m[i] + a->o.one_b1 * g;
+			if (a->moments == OPS_ONEBIT_BOTH)
+				v[i] = a->o.b2 * v[i] + a->o.one_b2 * g * g;
+		}
+		param[i] -= a->o.step_size * m[i] / (sqrtf(v[i]) + a->o.eps) + a->o.decay * param[i];
+	}
+}
+
+void ops_onebit_adam_step(float *param, float *m, float *v, const float *grad, size_t n,
+			  const OpsAdamw *h, OpsOnebitMoments moments, float grad_scale)
+{
+	OnebitArgs a = {{.param = param, .m = m, .v = v, .grad = grad, .grad_scale = grad_scale},
+			moments};
+	a.o.b1 = (float)h->beta1, a.o.b2 = (float)h->beta2;
+	a.o.one_b1 = (float)(1.0 - h->beta1), a.o.one_b2 = (float)(1.0 - h->beta2);
+	a.o.step_size = (float)h->lr, a.o.eps = (float)h->eps;
+	a.o.decay = (float)(h->lr * h->weight_decay);
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, onebit_adam_range, &a);
+}
+
+static void momentum_range(void *ctx, size_t i0, size_t i1)
+{
+	const OptArgs *a = ctx;
+	for (size_t i = i0; i < i1; i++)
+		a->m[i] = a->b1 * a->m[i] + a->one_b1 * (a->grad[i] * a->grad_scale);
+}
+
+void ops_momentum_update(float *m, const float *grad, size_t n, double beta1, float grad_scale)
+{
+	OptArgs a = {.m = m, .grad = grad, .grad_scale = grad_scale, .b1 = (float)beta1,
+		     .one_b1 = (float)(1.0 - beta1)};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, momentum_range, &a);
+}
+
 static void sgd_range(void *ctx, size_t i0, size_t i1)
 {
 	const OptArgs *a = ctx;

@@ -109,6 +109,19 @@ typedef struct OpsAdamw {
 void ops_adamw_step(float *param, float *m, float *v, const float *grad, size_t n,
 		    const OpsAdamw *h, long step, float grad_scale);
 
+/* 1-bit Adam's update (DeepSpeed's OnebitAdam, runtime/fp16/onebit/adam.py): AdamW's without
+ * bias correction, p -= lr (m / (sqrt(v) + eps) + weight_decay p), after its moments are updated
+ * from g = grad * grad_scale as `moments` says: OPS_ONEBIT_BOTH m and v (the warm-up),
+ * OPS_ONEBIT_MOMENTUM m alone (the compressed phase, v frozen, with no exchange: one rank),
+ * OPS_ONEBIT_NONE neither (m already updated and averaged by the compressed all-reduce; grad is
+ * not read and may be NULL). */
+typedef enum { OPS_ONEBIT_NONE, OPS_ONEBIT_MOMENTUM, OPS_ONEBIT_BOTH } OpsOnebitMoments;
+void ops_onebit_adam_step(float *param, float *m, float *v, const float *grad, size_t n,
+			  const OpsAdamw *h, OpsOnebitMoments moments, float grad_scale);
+/* m = beta1 m + (1 - beta1) grad * grad_scale: the compressed phase's momentum before its
+ * compressed all-reduce. */
+void ops_momentum_update(float *m, const float *grad, size_t n, double beta1, float grad_scale);
+
 /* SGD with momentum as torch.optim.SGD (no dampening, no Nesterov):
  * g = grad * grad_scale + weight_decay * p; buf = momentum * buf + g; p -= lr * buf.
  * With momentum 0, buf may be NULL and no state is kept. buf starts at zero, which makes the first

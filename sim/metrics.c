@@ -119,6 +119,15 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 		snprintf(name, sizeof(name), "comm.group_wire.%s_bytes", group_name(g));
 		n = metrics_put(m, n, name, t->group_wire_bytes[g], "bytes");
 	}
+	/* a 1-bit optimizer's compressed steps (stage 0's rank, sim/onebit.h): the figures above
+	 * are the warm-up's steps' */
+	for (int k = 0; pr->onebit.active && stage == 0 && k < N_COLLS; k++) {
+		snprintf(name, sizeof(name), "comm.onebit_compressed.%s_bytes", coll_name(k));
+		n = metrics_put(m, n, name, pr->onebit.payload_bytes[ONEBIT_COMPRESSED][k], "bytes");
+	}
+	if (pr->onebit.active && stage == 0)
+		n = metrics_put(m, n, "comm.onebit_compressed.wire_bytes",
+				pr->onebit.wire_bytes[ONEBIT_COMPRESSED], "bytes");
 	for (int d = 0; d < N_COPIES; d++) {
 		snprintf(name, sizeof(name), "copy.%s_bytes", copy_name(d));
 		n = metrics_put(m, n, name, t->copy_bytes[d], "bytes");

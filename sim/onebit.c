@@ -32,7 +32,7 @@ static int price_kind(Prediction *pr, OneBitStep k, const HwProfile *hw, PxError
 		o->dp_wire_bytes[k] = t.group_wire_bytes[GROUP_DP];
 		o->n_colls[k] = 0;
 		for (int c = 0; c < N_COLLS; c++)
-			o->n_colls[k] += t.n_colls[c];
+			o->n_colls[k] += t.n_colls[c], o->payload_bytes[k][c] = t.payload_bytes[c];
 	}
 	if (!rc && hw && o->time_known) {
 		TimeResult tr;

@@ -24,6 +24,7 @@ typedef struct OneBitRun {
 	 * bytes it sends, of them over the data-parallel group, and its collectives */
 	double wire_bytes[N_ONEBIT_STEPS], dp_wire_bytes[N_ONEBIT_STEPS];
 	long long n_colls[N_ONEBIT_STEPS];
+	double payload_bytes[N_ONEBIT_STEPS][N_COLLS]; /* issued per collective kind */
 	int time_known;     /* step_s priced (the prediction's step time was) */
 	double step_s[N_ONEBIT_STEPS];
 	/* over the run (n_steps > 0): the averages per step, and the full-precision step's

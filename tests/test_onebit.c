@@ -2,9 +2,12 @@
  * one compressed all-reduce's bytes worked by hand, the kinds of step of a run traced by hand from
  * deepspeed/runtime/fp16/onebit/{adam,zoadam}.py, the schedule's compressed ops on a GPT whose
  * tensors are counted by hand, and the 1-bit Adam paper's volume reduction (Tang et al. 2021,
- * arXiv:2102.02888) reproduced on the schedule. */
+ * arXiv:2102.02888) reproduced on the schedule; and the executor training a GPT with 1-bit Adam
+ * (exec/runner_onebit.c): its losses against Adam's, its bytes against the prediction and a
+ * count by hand. */
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include "../engine/build.h"
 #include "../engine/onebit.h"
 #include "fixtures.h"
+#include "run_checks.h"
 #include "suites.h"
 
 /* onebit/adam.py: divider = lcm(n, 8), the buffer padded to a multiple of n x divider, chunks of
@@ -281,10 +285,19 @@ static void test_cli(void)
 	PX_ASSERT_HAS(out, "\"dp_volume_reduction\":");
 	PX_ASSERT_HAS(out, "\"steps_from\":\t\"training_args.max_steps\"");
 
-	/* the executor refuses the 1-bit optimizers by name (exit 2): it does not run them yet */
+	/* the executor runs OneBitAdam in fp32 and refuses the others by name (exit 2) */
+	char other[512], ojson[4096];
+	snprintf(other, sizeof(other), "%s/zoadam.json", px_test_tmpdir());
+	snprintf(ojson, sizeof(ojson), GPT, 8, "false", "ZeroOneAdam", 4);
+	px_test_write_file(other, ojson);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
-					 path), 2);
-	PX_ASSERT_HAS(out, "the executor runs no 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb)");
+					 other), 2);
+	PX_ASSERT_HAS(out, "the executor runs OneBitAdam among the 1-bit optimizers");
+	snprintf(ojson, sizeof(ojson), GPT, 8, "true", "OneBitAdam", 4);
+	px_test_write_file(other, ojson);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
+					 other), 2);
+	PX_ASSERT_HAS(out, "the executor runs 1-bit Adam in fp32");
 
 	char *at = strstr(json, "\"freeze_step\": 10");
 	CU_ASSERT_FATAL(at != NULL);
@@ -331,6 +344,82 @@ static void test_allreduce_4(void)
 	onebit_mpi_on(4);
 }
 
+/* ---- the executor: parallax run with 1-bit Adam (scenarios/gpt2-mini-cpu-onebit.json) ---- */
+
+static const char *onebit_base(void)
+{
+	static char base[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json",
+		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"));
+	return base;
+}
+
+/* freeze_step 8: steps 1-8 are the warm-up's (adam.py switches after the step whose count
+ * reaches freeze_step) and the loss of step 9 is the last taken before a compressed update.
+ * Against the same run that never leaves the warm-up (freeze_step 1000): steps 1-9 to the bit
+ * (the same schedule and update until then), the last loss not (the compressed steps ran).
+ * Against AdamW on the same data, from step 10 on: every loss at most 5% above AdamW's (1-bit
+ * Adam converges as Adam does: Tang et al. 2021, section 5), and the last under 0.7 of the first.
+ * A compressed step that averaged wrongly or dropped the update stalls above AdamW's losses. On
+ * one rank (no exchange: the momentum updated locally, the variance frozen) it learns too, with
+ * freeze_step 4: after fewer warm-up steps the frozen variance of a token embedding row no batch
+ * has touched yet is 0, and its first gradient moves it by m / eps (DeepSpeed's too: why it
+ * wants a long warm-up). */
+static void test_run_losses(void)
+{
+	enum { S = 24, F = 8, S1 = 12 };
+	double onebit[S], warm[S], adamw[S], one[S1];
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S, "", onebit), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S,
+					    "--set deepspeed.optimizer.params.freeze_step=1000", warm), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S,
+					    "--set deepspeed.optimizer.type=AdamW", adamw), S);
+	for (int s = 0; s <= F; s++)
+		CU_ASSERT_EQUAL(onebit[s], warm[s]);
+	CU_ASSERT(onebit[S - 1] != warm[S - 1]);
+	int worse = 0;
+	for (int s = F + 1; s < S; s++)
+		worse += onebit[s] > 1.05 * adamw[s];
+	if (worse)
+		for (int s = 0; s < S; s++)
+			fprintf(stderr, "\nstep %d: 1-bit %.4f, warm-up only %.4f, AdamW %.4f", s + 1,
+				onebit[s], warm[s], adamw[s]);
+	CU_ASSERT_EQUAL(worse, 0);
+	CU_ASSERT(onebit[S - 1] < 0.7 * onebit[0]);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 1, S1,
+					    "--set deepspeed.optimizer.params.freeze_step=4", one), S1);
+	CU_ASSERT(one[S1 - 1] < 0.9 * one[0]);
+}
+
+/* The compressed step's bytes by hand. The GPT (n_embd 128, 4 layers, vocab 256, 128 positions):
+ * wte 256 x 128 = 32,768 and wpe 128 x 128 = 16,384; per layer 12 x 128^2 + 13 x 128 = 198,272
+ * in 12 tensors; ln_f 2 x 128: 842,496 elements in 52 tensors, each a multiple of 128, so none
+ * padded over 4 ranks (to a multiple of 4 lcm(4, 8) = 32). Per compressed step a rank issues the
+ * signs once in each phase, 842,496 / 8 = 105,312 B (an all-to-all, then an all-gather), and two
+ * all-gathers of 4 x 4 B of scales per tensor: 105,312 + 52 x 2 x 16 = 106,976 B of all-gathers.
+ * The warm-up steps all-reduce the fp32 gradients, 4 x 842,496 = 3,369,984 B. The optimizer's
+ * memory: Adam's two fp32 moments and the errors, 4 x (842,496 + 842,496 / 4): 10,952,448 B.
+ * freeze_step 1: steps 1-2 full, 3-4 compressed; every memory and communication pair of every
+ * rank equal to the prediction (px_run_measured) and to this count. */
+static void test_run_bytes(void)
+{
+	char args[2048];
+	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 4 --set "
+		 "deepspeed.optimizer.params.freeze_step=1",
+		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"));
+	sqlite3 *db = px_run_measured(args, 4);
+	for (int r = 0; r < 4; r++) {
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_to_all_bytes",
+					      "measured", r), 105312);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_gather_bytes",
+					      "measured", r), 106976);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r), 3369984);
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r),
+				8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
+	}
+	sqlite3_close(db);
+}
+
 int test_onebit_register(void)
 {
 	return PX_ADD_SUITE("onebit", {"one compressed all-reduce's bytes by hand", test_volume_by_hand},
@@ -342,5 +431,7 @@ int test_onebit_register(void)
 			    {"the paper's 32x and 5x on the schedule", test_paper_reduction},
 			    {"parallax predict's section and bad input", test_cli},
 			    {"compressed all-reduce on 2 ranks, by hand", test_allreduce_2},
-			    {"compressed all-reduce on 4 ranks", test_allreduce_4});
+			    {"compressed all-reduce on 4 ranks", test_allreduce_4},
+			    {"run: losses against the warm-up's and AdamW's", test_run_losses},
+			    {"run: bytes measured equal predicted and by hand", test_run_bytes});
 }
