@@ -82,6 +82,10 @@ typedef struct ComputeBackend {
 	 * where the backend has no such units (fp32 without tensor parallelism on the CPU only). */
 	void (*set_scores)(void *ctx, void *att);
 	void (*block_scores)(void *ctx, void *acts);
+	/* Block-sparse attention (deepspeed.sparse_attention): from now on the blocks attend over
+	 * ix's kept blocks (used, not owned), their acts gpt_cpu_block_sparse_act_bytes. NULL where
+	 * the backend has no such units (fp32 without tensor parallelism on the CPU only). */
+	void (*set_sparse)(void *ctx, const SparseIndex *ix);
 	/* returns the mean loss over the B T targets (a synchronising call) */
 	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
 			      void *acts, float *scratch);

@@ -20,6 +20,7 @@ typedef struct CpuCtx {
 	const int *inputs, *targets; /* the caller's, valid until the next set_tokens */
 	GptTp tp;                    /* set_tp's; t > 1: the tensor-parallel units */
 	float *att;                  /* set_scores': the blocks' attention probabilities, apart */
+	const SparseIndex *ix;       /* set_sparse's: block-sparse attention's kept blocks */
 	Pool *pool[N_PLACES];        /* each place's memory, so that each has its own figures */
 	double held_peak_bytes;      /* all places' mapped bytes together, at their highest */
 } CpuCtx;
@@ -296,6 +297,8 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 	CpuCtx *c = ctx;
 	if (c->tp.t > 1)
 		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
+	else if (c->sh.dt == DT_FP32 && c->ix)
+		gpt_cpu_block_forward_sparse(SHAPE(c), params, x, y, acts, c->ix);
 	else if (c->sh.dt == DT_FP32 && c->att)
 		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att);
 	else if (c->sh.dt == DT_FP32)
@@ -308,6 +311,11 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 static void cpu_set_scores(void *ctx, void *att)
 {
 	((CpuCtx *)ctx)->att = att;
+}
+
+static void cpu_set_sparse(void *ctx, const SparseIndex *ix)
+{
+	((CpuCtx *)ctx)->ix = ix;
 }
 
 static void cpu_block_scores(void *ctx, void *acts)
@@ -342,6 +350,8 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 	CpuCtx *c = ctx;
 	if (c->tp.t > 1)
 		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
+	else if (c->sh.dt == DT_FP32 && c->ix)
+		gpt_cpu_block_backward_sparse(SHAPE(c), params, grads, acts, c->ix, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32 && c->att)
 		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32)
@@ -408,6 +418,7 @@ const ComputeBackend compute_cpu_backend = {
 	.block_forward = cpu_block_forward,
 	.set_scores = cpu_set_scores,
 	.block_scores = cpu_block_scores,
+	.set_sparse = cpu_set_sparse,
 	.head_forward = cpu_head_forward,
 	.embed_backward = cpu_embed_backward,
 	.block_backward = cpu_block_backward,

@@ -7,6 +7,7 @@
 #include "../engine/build.h"
 #include "../engine/clock.h"
 #include "../engine/onebit.h"
+#include "../engine/sparse_layout.h"
 #include "../engine/streams.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops_cpu.h"
@@ -82,9 +83,12 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
-	else if (ds->sparse.mode != SPARSE_OFF)
-		why = "dense attention (no deepspeed.sparse_attention: kernels/sparse_attn_cpu computes "
-		      "block-sparse attention, but the GPT units do not call it)";
+	else if (ds->sparse.mode != SPARSE_OFF &&
+		 (sc->backend != BACKEND_CPU || ds->dtype != DT_FP32 || p->par.tp > 1 ||
+		  m->experts || sc->ckpt == CKPT_SELECTIVE))
+		why = "deepspeed.sparse_attention in fp32 on backend \"cpu\" without tensor "
+		      "parallelism, experts or selective recompute (the block-sparse units are "
+		      "gpt_cpu's fp32 ones)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE &&
@@ -174,6 +178,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	switch (op->what) {
 	case BUF_ACTIVATIONS:
+		if (r->sparse) /* fp32: the kept blocks' probabilities for the scores */
+			return gpt_cpu_block_sparse_act_bytes(&r->cfg, r->B, r->T, &r->ix);
 		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* fp32: the scores apart (BUF_SCORES) */
 			return 4 * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
@@ -1046,6 +1052,24 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 
 /* Every partitioned reduction and gather the runner places by the schedule's slice states one
  * (stage 2-3 reductions, the copies of their slices, stage 3's gathers). */
+/* deepspeed.sparse_attention: the layout's kept blocks (engine/sparse_layout.c, DeepSpeed's
+ * layouts), the blocks' attention from then on. */
+static int sparse_setup(Runner *r, PxError *err)
+{
+	const SparseAttn *sa = &r->p->sc->ds.sparse;
+	if (sa->mode == SPARSE_OFF)
+		return 0;
+	long long nb = sparse_layout_blocks(sa, r->T);
+	unsigned char *layout = sparse_layout_create(sa, r->cfg.NH, nb);
+	int rc = layout ? sparse_index_build(&r->ix, layout, r->cfg.NH, (int)nb, (int)sa->block) : -1;
+	free(layout);
+	if (rc)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory for the sparse attention layout");
+	r->sparse = 1;
+	r->cb->set_sparse(r->cx, &r->ix);
+	return 0;
+}
+
 static int needs_slices(const Plan *p, const Schedule *s, PxError *err)
 {
 	for (int i = 0; i < s->n; i++) {
@@ -1142,7 +1166,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 		r->own_cx = 1;
 	}
-	if (runner_tp_setup(r, err) || runner_moe_setup(r, err))
+	if (runner_tp_setup(r, err) || runner_moe_setup(r, err) || sparse_setup(r, err))
 		return -1;
 	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
 		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of
@@ -1228,6 +1252,9 @@ void runner_destroy(Runner *r)
 	free(r->zero_first);
 	free(r->persist_off);
 	runner_zpp_destroy(r);
+	if (r->sparse)
+		r->cb->set_sparse(r->cx, NULL);
+	sparse_index_free(&r->ix);
 	free(r->expert_off);
 	if (r->scalar)
 		r->cb->release(r->cx, PLACE_GPU, r->scalar);

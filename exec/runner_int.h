@@ -134,6 +134,8 @@ struct Runner {
 	int have_factor;        /* factor and gnorm hold this step's (runner_grad_factor) */
 	float factor;
 	double gnorm;
+	int sparse;             /* deepspeed.sparse_attention: the blocks attend over ix */
+	SparseIndex ix;
 };
 
 /* ---- storage in fp32, fp16 or bf16 ---- */

@@ -177,8 +177,9 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
 				  acts + gpt_cpu_block_acts(c, B, T).att);
 }
 
-void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
-			       const float *x, float *y, float *acts, float *att)
+/* The block with its probabilities in att: dense (ix NULL) or block-sparse over ix's blocks. */
+static void block_forward(const GptConfig *c, int B, int T, const float *params, const float *x,
+			  float *y, float *acts, float *att, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -192,7 +193,10 @@ void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *pa
 			      params + p.ln1_b, N, C);
 	ops_matmul_forward(acts + a.qkv, acts + a.ln1, params + p.qkv_w, params + p.qkv_b, N, C,
 			   3 * C);
-	ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, C, c->NH);
+	if (ix)
+		sparse_eager_forward(acts + a.atty, att, acts + a.qkv, ix, B, T, C);
+	else
+		ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, C, c->NH);
 	ops_matmul_forward(acts + a.res2, acts + a.atty, params + p.proj_w, params + p.proj_b, N, C,
 			   C);
 	ops_residual_forward(acts + a.res2, acts + a.res2, acts + a.x_in, btc);
@@ -203,6 +207,18 @@ void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *pa
 	ops_gelu_forward(acts + a.gelu, acts + a.fc, 4 * btc);
 	ops_matmul_forward(y, acts + a.gelu, params + p.down_w, params + p.down_b, N, 4 * C, C);
 	ops_residual_forward(y, y, acts + a.res2, btc);
+}
+
+void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
+			       const float *x, float *y, float *acts, float *att)
+{
+	block_forward(c, B, T, params, x, y, acts, att, NULL);
+}
+
+void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float *params,
+				  const float *x, float *y, float *acts, const SparseIndex *ix)
+{
+	block_forward(c, B, T, params, x, y, acts, acts + gpt_cpu_block_acts(c, B, T).att, ix);
 }
 
 /* Scratch is two (B, T, 4C) regions, wide_a and wide_b, reused stage by stage:
@@ -225,9 +241,9 @@ void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *
 	ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
 }
 
-void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
-				float *grads, const float *acts, const float *att, const float *dy,
-				float *dx, float *scratch)
+static void block_backward(const GptConfig *c, int B, int T, const float *params, float *grads,
+			   const float *acts, const float *att, const SparseIndex *ix,
+			   const float *dy, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -254,12 +270,35 @@ void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *p
 	ops_matmul_backward(wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
 			    params + p.proj_w, N, C, C);
 	par_cpu_memset(wide_b, 0, 3 * btc * sizeof(float));
-	ops_attention_backward(wide_b, wide_a, acts + a.qkv, att, B, T, C, c->NH);
+	if (ix)
+		sparse_eager_backward(wide_b, wide_a, acts + a.qkv, att, ix, B, T, C);
+	else
+		ops_attention_backward(wide_b, wide_a, acts + a.qkv, att, B, T, C, c->NH);
 	par_cpu_memset(wide_a, 0, btc * sizeof(float));
 	ops_matmul_backward(wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 			    params + p.qkv_w, N, C, 3 * C);
 	ops_layernorm_backward(dx, grads + p.ln1_w, grads + p.ln1_b, wide_a, acts + a.x_in,
 			       params + p.ln1_w, N, C);
+}
+
+void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
+				float *grads, const float *acts, const float *att, const float *dy,
+				float *dx, float *scratch)
+{
+	block_backward(c, B, T, params, grads, acts, att, NULL, dy, dx, scratch);
+}
+
+void gpt_cpu_block_backward_sparse(const GptConfig *c, int B, int T, const float *params,
+				   float *grads, const float *acts, const SparseIndex *ix,
+				   const float *dy, float *dx, float *scratch)
+{
+	block_backward(c, B, T, params, grads, acts, acts + gpt_cpu_block_acts(c, B, T).att, ix, dy,
+		       dx, scratch);
+}
+
+size_t gpt_cpu_block_sparse_act_bytes(const GptConfig *c, int B, int T, const SparseIndex *ix)
+{
+	return 4 * (gpt_cpu_block_acts(c, B, T).att + sparse_eager_probs_elems(ix, B));
 }
 
 /* ---- head ---- */

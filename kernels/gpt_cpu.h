@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "../engine/err.h"
+#include "sparse_eager_cpu.h"
 
 /* Dimension names as in ops_cpu.h (B, T, C, V, NH, hs = C / NH, N = B * T). */
 typedef struct GptConfig {
@@ -120,6 +121,19 @@ void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *
 void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
 				float *grads, const float *acts, const float *att, const float *dy,
 				float *dx, float *scratch);
+
+/* Block-sparse attention (deepspeed.sparse_attention; kernels/sparse_eager_cpu.h): the same
+ * block with its attention over ix's kept blocks, their probabilities kept at the end of acts in
+ * place of the dense (B, NH, T, T), gpt_cpu_block_sparse_act_bytes in all. Full recompute is the
+ * forward again. */
+void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float *params,
+				  const float *x, float *y, float *acts, const SparseIndex *ix);
+void gpt_cpu_block_backward_sparse(const GptConfig *c, int B, int T, const float *params,
+				   float *grads, const float *acts, const SparseIndex *ix,
+				   const float *dy, float *dx, float *scratch);
+/* 4 (B T 16 C + B n_kept bs^2): the dense block's activations with the kept blocks'
+ * probabilities for the scores. */
+size_t gpt_cpu_block_sparse_act_bytes(const GptConfig *c, int B, int T, const SparseIndex *ix);
 
 /* Final norm, logits = ln_f(x) wte^T, softmax and the mean cross-entropy over the B T targets
  * (each in [0, V): gpt_cpu_check_tokens), which it returns. params: the head unit (final_norm

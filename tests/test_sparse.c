@@ -3,17 +3,24 @@
  * set_*_layout), the CPU kernels (kernels/sparse_attn_cpu) against dense attention with the same
  * mask computed independently in double, the pricing of a small case by hand, and every refusal
  * of a bad sparse_attention section (exit 2, the file, the key and what was expected). The CUDA
- * twin against the CPU kernels where there is a GPU. */
+ * twin against the CPU kernels where there is a GPU. The GPT units' eager block-sparse attention
+ * (kernels/sparse_eager_cpu) against the same reference, and the executor training with it:
+ * memory against the prediction and a count by hand, and a layout of every block training as
+ * dense attention does, to the bit. */
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../engine/sparse_layout.h"
+#include "../kernels/ops_cpu.h"
 #include "../kernels/sparse_attn_cpu.h"
+#include "../kernels/sparse_eager_cpu.h"
 #include "fixtures.h"
+#include "run_checks.h"
 #include "suites.h"
 
 #ifdef PX_HAVE_CUDA
@@ -310,6 +317,149 @@ static void test_kernels_match_masked_dense(void)
 	check_kernels(&sa, 0);
 }
 
+/* The element of a (B, NH, T, hs) array in the units' fused (B, T, 3C) q, k, v (part 0, 1, 2). */
+static size_t fused_at(int part, size_t bhtc)
+{
+	size_t c = bhtc % KHS, t = bhtc / KHS % KT, h = bhtc / KHS / KT % KNH;
+	size_t b = bhtc / KHS / KT / KNH, C = (size_t)KNH * KHS;
+	return (b * KT + t) * 3 * C + (size_t)part * C + h * KHS + c;
+}
+
+/* The units' eager kernel (causal) on the fused layout against the masked dense reference:
+ * out, and dq, dk, dv out of dqkv; its probabilities hold each kept block's. */
+static void check_eager(const SparseAttn *sa)
+{
+	size_t n = (size_t)KB * KNH * KT * KHS, C = (size_t)KNH * KHS;
+	uint64_t st = 77 + (uint64_t)sa->mode;
+	unsigned char *lay = sparse_layout_create(sa, KNH, KNB);
+	float *q = randoms(n, &st), *k = randoms(n, &st), *v = randoms(n, &st);
+	float *dout = randoms(n, &st);
+	float *qkv = malloc(3 * n * 4), *gout = malloc(n * 4), *dqkv = calloc(3 * n, 4);
+	float *out = calloc(n, 4), *got = malloc(3 * n * 4);
+	double *rout = malloc(n * 8), *rdq = malloc(n * 8), *rdk = malloc(n * 8), *rdv = malloc(n * 8);
+	SparseIndex ix;
+	CU_ASSERT_FATAL(lay && qkv && gout && dqkv && out && got && rout && rdq && rdk && rdv);
+	CU_ASSERT_EQUAL_FATAL(sparse_index_build(&ix, lay, KNH, KNB, KBS), 0);
+	float *probs = calloc(sparse_eager_probs_elems(&ix, KB), 4);
+	for (size_t i = 0; i < n; i++) {
+		qkv[fused_at(0, i)] = q[i], qkv[fused_at(1, i)] = k[i], qkv[fused_at(2, i)] = v[i];
+		size_t t = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
+		gout[(b * KT + t) * C + h * KHS + i % KHS] = dout[i];
+	}
+	sparse_eager_forward(out, probs, qkv, &ix, KB, KT, (int)C);
+	sparse_eager_backward(dqkv, gout, qkv, probs, &ix, KB, KT, (int)C);
+	dense_reference(rout, rdq, rdk, rdv, q, k, v, dout, lay, 1);
+	for (size_t i = 0; i < n; i++) {
+		size_t t = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
+		got[i] = out[(b * KT + t) * C + h * KHS + i % KHS];
+		got[n + i] = dqkv[fused_at(0, i)], got[2 * n + i] = dqkv[fused_at(1, i)];
+	}
+	CU_ASSERT_TRUE(close_norm("eager out", got, rout, n, KERNEL_REL));
+	CU_ASSERT_TRUE(close_norm("eager dq", got + n, rdq, n, KERNEL_REL));
+	CU_ASSERT_TRUE(close_norm("eager dk", got + 2 * n, rdk, n, KERNEL_REL));
+	for (size_t i = 0; i < n; i++)
+		got[i] = dqkv[fused_at(2, i)];
+	CU_ASSERT_TRUE(close_norm("eager dv", got, rdv, n, KERNEL_REL));
+	sparse_index_free(&ix);
+	free(lay), free(q), free(k), free(v), free(dout), free(qkv), free(gout), free(dqkv);
+	free(out), free(got), free(probs), free(rout), free(rdq), free(rdk), free(rdv);
+}
+
+static void test_eager_matches_masked_dense(void)
+{
+	SparseAttn sa;
+	sparse_attn_defaults(&sa, SPARSE_FIXED);
+	sa.unidirectional = 1;
+	check_eager(&sa);
+	sparse_attn_defaults(&sa, SPARSE_BIGBIRD); /* blocks above the diagonal: all masked */
+	sa.num_random_blocks = 2;
+	sa.different_layout_per_head = 1;
+	check_eager(&sa);
+	sparse_attn_defaults(&sa, SPARSE_BSLONGFORMER);
+	check_eager(&sa);
+}
+
+/* Every block kept: the dense units' op, ops_attention_forward / backward, to the bit (the same
+ * keys in the same order), its T x T probabilities the kept blocks' laid out by rows. */
+static void test_eager_dense_layout_is_dense(void)
+{
+	enum { C = KNH * KHS };
+	size_t n = (size_t)KB * KT * C;
+	uint64_t st = 5;
+	unsigned char *lay = malloc((size_t)KNH * KNB * KNB);
+	float *qkv = randoms(3 * n, &st), *dout = randoms(n, &st);
+	float *o1 = calloc(n, 4), *o2 = calloc(n, 4), *d1 = calloc(3 * n, 4), *d2 = calloc(3 * n, 4);
+	float *att = calloc((size_t)KB * KNH * KT * KT, 4);
+	SparseIndex ix;
+	CU_ASSERT_FATAL(lay && o1 && o2 && d1 && d2 && att);
+	memset(lay, 1, (size_t)KNH * KNB * KNB);
+	CU_ASSERT_EQUAL_FATAL(sparse_index_build(&ix, lay, KNH, KNB, KBS), 0);
+	CU_ASSERT_EQUAL(ix.n_kept, KNH * KNB * KNB);
+	float *probs = calloc(sparse_eager_probs_elems(&ix, KB), 4);
+	ops_attention_forward(o1, att, qkv, KB, KT, C, KNH);
+	ops_attention_backward(d1, dout, qkv, att, KB, KT, C, KNH);
+	sparse_eager_forward(o2, probs, qkv, &ix, KB, KT, C);
+	sparse_eager_backward(d2, dout, qkv, probs, &ix, KB, KT, C);
+	CU_ASSERT(memcmp(o1, o2, n * 4) == 0);
+	CU_ASSERT(memcmp(d1, d2, 3 * n * 4) == 0);
+	/* probability (b, h, i, j) sits in kept block (h, i / bs, j / bs), row i % bs */
+	int same = 1;
+	for (int b = 0; b < KB; b++)
+		for (int h = 0; h < KNH; h++)
+			for (int i = 0; i < KT; i++)
+				for (int j = 0; j < KT; j++) {
+					size_t blk = ((size_t)h * KNB + i / KBS) * KNB + j / KBS;
+					size_t at = (((size_t)b * ix.n_kept + blk) * KBS + i % KBS) * KBS + j % KBS;
+					same &= probs[at] == att[(((size_t)b * KNH + h) * KT + i) * KT + j];
+				}
+	CU_ASSERT(same);
+	sparse_index_free(&ix);
+	free(lay), free(qkv), free(dout), free(o1), free(o2), free(d1), free(d2), free(att), free(probs);
+}
+
+/* ---- the executor (scenarios/gpt2-mini-cpu-sparse.json) ---- */
+
+/* Its fixed layout (16-token blocks over 128 tokens: nb 8, windows of 4, one global block,
+ * unidirectional), by sparsity_config.py's FixedSparsityConfig: each window's rows keep the
+ * window's blocks up to the diagonal, 1 + 2 + 3 + 4 = 10, and the second window's four rows also
+ * the first window's last block, global: 10 + 10 + 4 = 24 blocks a head, 96 over 4 heads. A block
+ * keeps 4 B T (16 C) bytes of activations and its probabilities, 4 B 96 x 16^2 (B 4, T 128, C
+ * 128): 4 x (1,048,576 + 98,304) = 4,587,520 B; 4 blocks 18,350,080 B, against 20,971,520 with
+ * dense scores. Measured equal to the prediction (every memory and communication pair, 2 ranks)
+ * and to this count. */
+static void test_run_memory(void)
+{
+	char args[2048];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 3",
+		 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"));
+	sqlite3 *db = px_run_measured(args, 2);
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.activations_bytes", "measured", r),
+				18350080);
+	sqlite3_close(db);
+}
+
+/* Mode "dense" keeps every block: the run's losses are those of the same run without
+ * sparse_attention, to the bit (the units' arithmetic is the dense op's); the fixed layout's run
+ * learns (its last loss under 0.9 of its first). */
+static void test_run_losses(void)
+{
+	enum { S = 6 };
+	char base[1024];
+	double dense[S], all[S], fixed[S];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json",
+		 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"));
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, "--set deepspeed.sparse_attention.mode=dense",
+					    all), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, "--set deepspeed.sparse_attention=null", dense),
+			      S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, "", fixed), S);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_EQUAL(all[s], dense[s]);
+	CU_ASSERT(fixed[S - 1] < 0.9 * fixed[0]);
+	CU_ASSERT(fixed[S - 1] != dense[S - 1]);
+}
+
 /* The backward accumulates (+=): run twice into the same gradients, get twice the gradients. */
 static void test_kernel_backward_accumulates(void)
 {
@@ -440,8 +590,9 @@ static void test_refusals(void)
 		       "num_sliding_window_blocks: must be at most the 16 blocks of a row, got 17");
 	expect_refusal(SA("\"mode\": \"fixed\""), ", \"attention\": \"flash\"",
 		       "deepspeed.sparse_attention replaces the attention kernel");
-	expect_refusal(SA("\"mode\": \"fixed\""), ", \"backend\": \"cpu\"",
-		       "deepspeed.sparse_attention is DeepSpeed's kernel (backend gpu)");
+	expect_refusal(SA("\"mode\": \"fixed\""), ", \"backend\": \"cuda\"",
+		       "deepspeed.sparse_attention runs on backend \"gpu\" (DeepSpeed's kernel) or "
+		       "\"cpu\"");
 }
 
 /* A key the mode does not read is warned about, as DeepSpeed ignores it, and the prediction runs. */
@@ -536,6 +687,10 @@ int test_sparse_register(void)
 		{"variable and dense counts by hand", test_variable_dense_counts},
 		{"kernels equal masked dense attention, fwd and bwd", test_kernels_match_masked_dense},
 		{"kernel backward accumulates", test_kernel_backward_accumulates},
+		{"units' eager kernel equals masked dense, fwd and bwd", test_eager_matches_masked_dense},
+		{"units' eager kernel, every block kept: the dense op", test_eager_dense_layout_is_dense},
+		{"run: activations measured equal predicted and by hand", test_run_memory},
+		{"run: a layout of every block trains as dense", test_run_losses},
 		{"FLOPs and kept scores of a small case by hand", test_pricing_by_hand},
 		{"bad sparse_attention refused (exit 2, file, key)", test_refusals},
 		{"a key the mode does not read is warned about", test_unread_key_warned},
