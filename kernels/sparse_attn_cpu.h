@@ -2,7 +2,7 @@
  * blocks a layout (engine/sparse_layout.h: heads x nb x nb bytes, 1 = computed) keeps, as
  * DeepSpeed's block-sparse kernels do; causal additionally masks keys after the query inside the
  * kept blocks. The reference sparse_attn_cuda is tested against. It knows shapes and layouts, not
- * models: the GPT units do not call it (exec/runner.c refuses sparse attention).
+ * models: the GPT units run sparse_eager_cpu.h's eager variant, which this one is the reference of.
  * Dimensions: B = batch, NH = heads, T = sequence (a multiple of bs), hs = head size, bs = block
  * side, nb = T / bs. q, k, v, out and their gradients are (B, NH, T, hs); lse is (B, NH, T). */
 #ifndef PX_SPARSE_ATTN_CPU_H
