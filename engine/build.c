@@ -991,12 +991,13 @@ static void optimizer_step(Builder *b)
 	if (clip)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
 
-	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
-		onebit_exchange(b);
-
+	/* the fp32 gradients the optimizer reads (FP16_Optimizer's flat of them), made before a
+	 * 1-bit optimizer's step, which exchanges the momentum they update */
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
 		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
+	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
+		onebit_exchange(b);
 	double state = part * p->master_bytes + st->opt_state_bytes;
 	int step_temp = -1;
 	if (st->opt_step_temp_bytes > 0)

@@ -4,9 +4,12 @@
  * where the gradients stay this rank's own, each tensor's momentum is updated from them and
  * averaged by the 1-bit compressed all-reduce with error feedback (exec/onebit_comm.c), and the
  * variance stays frozen. Each kind has its schedule (build.c builds the compressed one with
- * plan.onebit_step); the runner runs the one of each step's kind. What the schedule states is
- * checked against what the kernels count: each compressed all-reduce must name a tensor's place
- * as gpt_cpu lays it out, and the error buffers are sized from the kernels' tensors. */
+ * plan.onebit_step); the runner runs the one of each step's kind. In fp32 each tensor is
+ * exchanged on its own; in fp16 DeepSpeed wraps the optimizer in FP16_Optimizer, whose one fp32
+ * flat of all parameters is exchanged whole, its gradients unscaled into fp32 first. What the
+ * schedule states is checked against what the kernels count: each compressed all-reduce must name
+ * a tensor's place (fp16: the whole flat's) as gpt_cpu lays it out, and the error buffers are
+ * sized from the kernels' tensors. */
 #include <string.h>
 #include <strings.h>
 
@@ -24,9 +27,9 @@ const char *runner_onebit_supported(const Plan *p)
 	if (strcasecmp(k->name, "OneBitAdam"))
 		return "OneBitAdam among the 1-bit optimizers (ZeroOneAdam's and OneBitLamb's steps "
 		       "are predicted, not run)";
-	if (sc->ds.dtype != DT_FP32)
-		return "1-bit Adam in fp32 (with fp16 DeepSpeed wraps it in FP16_Optimizer, whose "
-		       "one fp32 flat the executor does not build)";
+	if (sc->ds.dtype == DT_BF16)
+		return "1-bit Adam in fp32 or fp16 (DeepSpeed's 1-bit optimizers run under "
+		       "FP16_Optimizer, not bf16's)";
 	if (sc->backend != BACKEND_CPU)
 		return "1-bit Adam on backend \"cpu\" (its compressed all-reduce works on host "
 		       "arrays)";
@@ -35,11 +38,22 @@ const char *runner_onebit_supported(const Plan *p)
 	return NULL;
 }
 
+/* The model's parameters as the kernels count them. */
+static long long kernel_params(const Runner *r)
+{
+	long long all = 0;
+	for (int u = 0; u < r->p->n_units; u++)
+		all += (long long)gpt_cpu_unit_params(&r->cfg, u);
+	return all;
+}
+
 double runner_onebit_error_bytes(const Runner *r)
 {
 	long long padded = 0, n = r->n;
 	GptTensor t[GPT_CPU_MAX_TENSORS];
-	for (int u = 0; u < r->p->n_units; u++)
+	if (r->p->mixed) /* FP16_Optimizer's flat: one pair */
+		padded = optim_onebit_padded_elems(kernel_params(r), n);
+	for (int u = 0; !r->p->mixed && u < r->p->n_units; u++)
 		for (int i = 0, k = gpt_cpu_unit_tensors(&r->cfg, u, t); i < k; i++)
 			padded += optim_onebit_padded_elems((long long)t[i].numel, n);
 	/* every padded size divides by n: the server errors, one chunk of each, sum to padded / n */
@@ -95,6 +109,15 @@ int runner_set_compressed(Runner *r, Schedule *c, PxError *err)
 	GptTensor t[GPT_CPU_MAX_TENSORS];
 	int u = 0, k = 0, nt = 0;
 	long long at = 0, covered = 0;
+	if (p->mixed) { /* the flat, whole, unpadded between its buckets */
+		t[0] = (GptTensor){"the flat of all parameters", (size_t)kernel_params(r)};
+		u = p->n_units, nt = 1;
+		if (r->own_flat != (long long)t[0].numel)
+			return px_fail(err, PX_ERR_RUNTIME, "1-bit Adam in fp16 exchanges the flat of "
+				       "all parameters whole; this rank's flat of %lld has padding "
+				       "between its buckets (%lld parameters)", r->own_flat,
+				       (long long)t[0].numel);
+	}
 	for (int i = c->step_begin; i < c->n; i++) {
 		if (c->ops[i].kind != OP_COLL || c->ops[i].role != ROLE_ONEBIT_SIGNS)
 			continue;
@@ -141,8 +164,16 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 	const Op *server = op + 2;
 	const Seg *sg = &r->segs[0]; /* stage 0: the whole flat (runner_onebit_supported) */
 	float *m = (float *)r->buf[r->id_states] + sl->part_off, *ef = r->buf[op->buf];
-	ops_momentum_update(m, (const float *)sg->grads + (sl->part_off - sg->part_off),
-			    (size_t)sl->part_elems, r->p->sc->ds.beta1, runner_grad_factor(r, NULL));
+	const void *g = at(sg->grads, sl->part_off - sg->part_off, sg->gdt);
+	if (r->have_overflow && r->overflow)
+		return 0; /* fp16 overflow: DeepSpeed skips the optimizer's step, exchange and all */
+	if (sg->gdt != DT_FP32) { /* FP16_Optimizer's fp32 gradients, which the update reads */
+		float *g32 = (float *)r->buf[r->id_grad32] + sl->part_off;
+		to_f32(r, g32, g, (size_t)sl->part_elems, sg->gdt);
+		g = g32;
+	}
+	ops_momentum_update(m, g, (size_t)sl->part_elems, r->p->sc->ds.beta1,
+			    runner_grad_factor(r, NULL));
 	if (onebit_comm_allreduce(r->dp, m, (size_t)sl->part_elems, (size_t)op->elems * 8,
 				  ef + op->offset, ef + server->offset, err))
 		return -1;
