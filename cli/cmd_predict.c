@@ -268,29 +268,12 @@ static void print_all(const PredictOpts *o, Item *items, int n)
 	}
 }
 
-/* The default database is found (and its folder made) only now, when there is something to
- * store: bad input never makes a folder. */
-static int store_all(const PredictOpts *o, Item *items, int n, PxError *err)
+static int store_item(PxDb *db, void *items, int i, const char **name, long long *id,
+		      PxError *err)
 {
-	PxDb *db;
-	char dflt[PATH_MAX];
-	const char *path = o->db_path;
-	if (!(path = paths_db(path, dflt, sizeof(dflt), 1, err)))
-		return -1;
-	if (db_open(path, &db, err))
-		return -1;
-	for (int i = 0; i < n; i++) {
-		long long id;
-		if (store_prediction(db, &items[i].sc, &items[i].pr, &id, err)) {
-			db_close(db);
-			return -1;
-		}
-		if (!o->json)
-			printf("# stored %s as predicted run %lld in %s\n", items[i].sc.name, id,
-			       path);
-	}
-	db_close(db);
-	return 0;
+	Item *it = (Item *)items + i;
+	*name = it->sc.name;
+	return store_prediction(db, &it->sc, &it->pr, id, err);
 }
 
 /* --keep-going: each scenario is read, priced, printed and freed in turn; a refusal is reported
@@ -438,7 +421,7 @@ int cmd_predict(int argc, char **argv)
 	}
 	if (!rc) {
 		print_all(&o, items, n);
-		if (!o.no_db && store_all(&o, items, n, &err))
+		if (!o.no_db && store_each(o.db_path, o.json, items, n, store_item, &err))
 			rc = err.code ? err.code : 1;
 	}
 	if (!rc && o.timeline && write_timeline(o.timeline, &items[0].pr, &err))

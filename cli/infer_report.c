@@ -7,6 +7,7 @@
 
 #include "version.h"
 #include "paths.h"
+#include "store.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
@@ -235,26 +236,12 @@ typedef struct InferItem {
 	int loaded;
 } InferItem;
 
-static int store_all(const InferPredictOpts *o, InferItem *items, int n, PxError *err)
+static int store_item(PxDb *db, void *items, int i, const char **name, long long *id,
+		      PxError *err)
 {
-	PxDb *db;
-	char dflt[PATH_MAX];
-	const char *path = o->db_path;
-	if (!(path = paths_db(path, dflt, sizeof(dflt), 1, err)))
-		return -1;
-	if (db_open(path, &db, err))
-		return -1;
-	for (int i = 0; i < n; i++) {
-		long long id;
-		if (infer_store(db, &items[i].sc, &items[i].pr, &id, err)) {
-			db_close(db);
-			return -1;
-		}
-		if (!o->json)
-			printf("# stored %s as predicted run %lld in %s\n", items[i].sc.name, id, path);
-	}
-	db_close(db);
-	return 0;
+	InferItem *it = (InferItem *)items + i;
+	*name = it->sc.name;
+	return infer_store(db, &it->sc, &it->pr, id, err);
 }
 
 static void print_all(const InferPredictOpts *o, InferItem *items, int n)
@@ -317,7 +304,7 @@ int infer_predict_command(const InferPredictOpts *o, char **paths, int n)
 	}
 	if (!rc) {
 		print_all(o, items, n);
-		if (!o->no_db && store_all(o, items, n, &err))
+		if (!o->no_db && store_each(o->db_path, o->json, items, n, store_item, &err))
 			rc = err.code ? err.code : 1;
 	}
 	if (rc)

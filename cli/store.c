@@ -1,9 +1,12 @@
 #include "store.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../sim/metrics.h"
+#include "paths.h"
 
 /* Notes as one text: "not modelled: ...\nwarning: ...", and why the step time was not priced
  * when it was not ("step time not priced: ..."; compare shows it beside a measured time).
@@ -74,4 +77,25 @@ out:
 	free(notes);
 	cJSON_free(json);
 	return rc;
+}
+
+int store_each(const char *db_path, int quiet, void *items, int n, StoreItem store, PxError *err)
+{
+	PxDb *db;
+	char dflt[PATH_MAX];
+	const char *path = paths_db(db_path, dflt, sizeof(dflt), 1, err);
+	if (!path || db_open(path, &db, err))
+		return -1;
+	for (int i = 0; i < n; i++) {
+		long long id;
+		const char *name;
+		if (store(db, items, i, &name, &id, err)) {
+			db_close(db);
+			return -1;
+		}
+		if (!quiet)
+			printf("# stored %s as predicted run %lld in %s\n", name, id, path);
+	}
+	db_close(db);
+	return 0;
 }

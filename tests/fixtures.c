@@ -116,3 +116,35 @@ int fx_bundled_model(const char *name, ModelSpec *m)
 	jdoc_free(&d);
 	return rc;
 }
+
+const cJSON *px_manifest_runs(JsonDoc *man)
+{
+	PxError err = {0};
+	CU_ASSERT_FATAL(jdoc_load_file(man, px_test_path("scenarios/published/manifest.json"),
+				       &err) == 0);
+	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(man->root, "runs");
+	CU_ASSERT_FATAL(cJSON_IsArray(runs) &&
+			cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(man->root, "sources")));
+	return runs;
+}
+
+PxPublishedRun px_manifest_run(const JsonDoc *man, const cJSON *run)
+{
+	const cJSON *sources = cJSON_GetObjectItemCaseSensitive(man->root, "sources");
+	const cJSON *f[4], *copy = cJSON_GetObjectItemCaseSensitive(run, "near_copy_of");
+	static const char *const keys[4] = {"scenario", "source", "split", "metric"};
+	for (int i = 0; i < 4; i++) {
+		f[i] = cJSON_GetObjectItemCaseSensitive(run, keys[i]);
+		CU_ASSERT_FATAL(cJSON_IsString(f[i]));
+	}
+	PxPublishedRun r = {f[0]->valuestring, f[1]->valuestring, f[2]->valuestring,
+			    f[3]->valuestring, NULL, !strcmp(f[2]->valuestring, "held-out")};
+	CU_ASSERT(cJSON_HasObjectItem(sources, r.source)); /* every source cited */
+	CU_ASSERT(r.held_out || !strcmp(r.split, "calibration"));
+	if (copy) { /* of a calibration source the manifest names */
+		CU_ASSERT(r.held_out && cJSON_IsString(copy) &&
+			  cJSON_HasObjectItem(sources, copy->valuestring));
+		r.near_copy_of = cJSON_IsString(copy) ? copy->valuestring : "";
+	}
+	return r;
+}

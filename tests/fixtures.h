@@ -25,4 +25,15 @@ int fx_bundled_model(const char *name, ModelSpec *m);
 /* A model object from a bundled config file: "\"model\": \"ABS/scenarios/models/NAME.json\"". */
 const char *fx_model(const char *name);
 
+/* A run of scenarios/published/manifest.json: its fields, each asserted a string (fatal otherwise),
+ * its source asserted cited among the manifest's sources and its split calibration or held-out
+ * (held_out 1), its near_copy_of (NULL without) asserted a cited source of a held-out run. */
+typedef struct PxPublishedRun {
+	const char *scenario, *source, *split, *metric, *near_copy_of;
+	int held_out;
+} PxPublishedRun;
+/* The manifest loaded into man (asserted; the caller frees it with jdoc_free) and its runs. */
+const cJSON *px_manifest_runs(JsonDoc *man);
+PxPublishedRun px_manifest_run(const JsonDoc *man, const cJSON *run);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "../engine/infer_build.h"
 #include "../sim/infer_sim.h"
+#include "fixtures.h"
 #include "suites.h"
 
 static char out[1 << 16];
@@ -253,17 +254,16 @@ static void test_published_heldout(void)
 {
 	PxError err;
 	JsonDoc d;
-	CU_ASSERT_FATAL(jdoc_load_file(&d, px_test_path("scenarios/published/manifest.json"), &err) == 0);
-	const cJSON *runs = cJSON_GetObjectItem(d.root, "runs"), *r;
+	const cJSON *runs = px_manifest_runs(&d), *r;
 	double sum[2] = {0, 0}, worst[2] = {0, 0};
 	int n[2] = {0, 0};
 	printf("\n  inference runs (source nemo-llama2-inference, metric latency_s):\n");
 	cJSON_ArrayForEach(r, runs) {
-		const char *src = cJSON_GetObjectItem(r, "source")->valuestring;
-		if (strcmp(src, "nemo-llama2-inference"))
+		PxPublishedRun mr = px_manifest_run(&d, r);
+		if (strcmp(mr.source, "nemo-llama2-inference"))
 			continue;
-		const char *rel = cJSON_GetObjectItem(r, "scenario")->valuestring;
-		int held = !strcmp(cJSON_GetObjectItem(r, "split")->valuestring, "held-out");
+		const char *rel = mr.scenario;
+		int held = mr.held_out;
 		InferScenario sc;
 		InferPrediction pr;
 		CU_ASSERT_FATAL(load_file(&sc, rel, NULL) == 0);

@@ -814,7 +814,6 @@ static double tally(ErrTally *t, double predicted, double published)
  * scenario per row. Two of MosaicML's four tables calibrated the profiles' "sustained" and the
  * elementwise traffic (scripts/fit_time_model.sh): "A100 40GB" and "H100 80GB BF16" (8-64 GPUs).
  * Everything else is held out. Throughputs count recompute, as the papers do. */
-#define MANIFEST "scenarios/published/manifest.json"
 
 /* The papers' hardware FLOPs per step with full recompute (Narayanan et al. 2021, section 5.1):
  * 96 B s l h^2 (1 + s/6h + V/16lh), B the batch in sequences. */
@@ -895,11 +894,7 @@ static ErrTally *source_tally(SourceTally *st, int *n, int max, const char *sour
 static void test_published_runs(void)
 {
 	JsonDoc man;
-	PxError err = {0};
-	CU_ASSERT_FATAL(jdoc_load_file(&man, px_test_path(MANIFEST), &err) == 0);
-	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(man.root, "runs");
-	const cJSON *sources = cJSON_GetObjectItemCaseSensitive(man.root, "sources");
-	CU_ASSERT_FATAL(cJSON_IsArray(runs) && cJSON_IsObject(sources));
+	const cJSON *runs = px_manifest_runs(&man);
 	SourceTally st[16];
 	int n_src = 0;
 	ErrTally held = {0}, cal = {0}, near = {0}, papers = {0}, mosaic_held = {0};
@@ -907,40 +902,27 @@ static void test_published_runs(void)
 	       "scenario", "GPUs", "metric", "published", "predicted", "error");
 	const cJSON *run;
 	cJSON_ArrayForEach(run, runs) {
-		const cJSON *path = cJSON_GetObjectItemCaseSensitive(run, "scenario");
-		const cJSON *src = cJSON_GetObjectItemCaseSensitive(run, "source");
-		const cJSON *split = cJSON_GetObjectItemCaseSensitive(run, "split");
-		const cJSON *metric = cJSON_GetObjectItemCaseSensitive(run, "metric");
-		CU_ASSERT_FATAL(cJSON_IsString(path) && cJSON_IsString(src) && cJSON_IsString(split) &&
-				cJSON_IsString(metric));
-		CU_ASSERT(cJSON_HasObjectItem(sources, src->valuestring)); /* every source cited */
-		int held_out = !strcmp(split->valuestring, "held-out");
-		CU_ASSERT(held_out || !strcmp(split->valuestring, "calibration"));
-		const cJSON *copy = cJSON_GetObjectItemCaseSensitive(run, "near_copy_of");
-		if (copy) { /* of a calibration source the manifest names */
-			CU_ASSERT(held_out && cJSON_IsString(copy) &&
-				  cJSON_HasObjectItem(sources, copy->valuestring));
-			held_out = 2;
-		}
-		if (!is_time_metric(metric->valuestring)) /* another suite's (inference, memory) */
+		PxPublishedRun mr = px_manifest_run(&man, run);
+		int held_out = mr.near_copy_of ? 2 : mr.held_out;
+		if (!is_time_metric(mr.metric)) /* another suite's (inference, memory) */
 			continue;
 		PublishedRun r;
-		if (published_load(&r, px_test_path(path->valuestring)))
+		if (published_load(&r, px_test_path(mr.scenario)))
 			continue;
-		double predicted = published_predicted(&r, metric->valuestring);
-		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(r.pub, metric->valuestring);
+		double predicted = published_predicted(&r, mr.metric);
+		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(r.pub, mr.metric);
 		CU_ASSERT_FATAL(cJSON_IsNumber(pub));
 		ErrTally *split_t[] = {&cal, &held, &near};
 		double e = tally(split_t[held_out], predicted, pub->valuedouble);
-		tally(source_tally(st, &n_src, 16, src->valuestring, held_out), predicted,
+		tally(source_tally(st, &n_src, 16, mr.source, held_out), predicted,
 		      pub->valuedouble);
-		int mosaic = !strncmp(src->valuestring, "mosaicml", 8);
+		int mosaic = !strncmp(mr.source, "mosaicml", 8);
 		if (held_out) {
 			tally(mosaic ? &mosaic_held : &papers, predicted, pub->valuedouble);
 			CU_ASSERT(fabs(e) <= (mosaic ? MOSAIC_HELD_MAX : PAPERS_MAX));
-			const char *name = strrchr(path->valuestring, '/') + 1;
+			const char *name = strrchr(mr.scenario, '/') + 1;
 			printf("\n# %-40.*s %6lld %-20s %10.1f %10.1f %+7.1f%%",
-			       (int)(strlen(name) - 5), name, r.pr.plan.world, metric->valuestring,
+			       (int)(strlen(name) - 5), name, r.pr.plan.world, mr.metric,
 			       pub->valuedouble, predicted, 100 * e);
 		}
 		published_free(&r);

@@ -12,6 +12,7 @@
 #include "../engine/jdoc.h"
 #include "../engine/schedule.h"
 #include "../sim/allocator.h"
+#include "fixtures.h"
 #include "suites.h"
 
 #define GiB 1073741824.0
@@ -393,7 +394,6 @@ static void test_allocator_replay(void)
  * against: torch.cuda.max_memory_allocated against the allocator model's max_allocated, and so on.
  * A figure whose kind the source does not state (Qwen's README: "memory (GB)") is set against
  * what nvidia-smi would show, the largest of the three; an out-of-memory run against the verdict. */
-#define MANIFEST "scenarios/published/manifest.json"
 static const struct MemKind {
 	const char *metric, *kind, *predicted;
 } MEM_KINDS[] = {
@@ -469,10 +469,7 @@ static void test_published_memory(void)
 {
 	JsonDoc man;
 	PxError err = {0};
-	CU_ASSERT_FATAL(jdoc_load_file(&man, px_test_path(MANIFEST), &err) == 0);
-	const cJSON *runs = cJSON_GetObjectItemCaseSensitive(man.root, "runs");
-	const cJSON *sources = cJSON_GetObjectItemCaseSensitive(man.root, "sources");
-	CU_ASSERT_FATAL(cJSON_IsArray(runs) && cJSON_IsObject(sources));
+	const cJSON *runs = px_manifest_runs(&man);
 	MemTally st[16];
 	int n_src = 0, n_runs = 0, n_held = 0, n_met = 0, n_listed = 0;
 	struct { char gpu[32]; double params; int held_out, near; } seen[32];
@@ -482,21 +479,13 @@ static void test_published_memory(void)
 	       "measured", "predicted", "error", "peak", "capacity", "verdict", "target");
 	const cJSON *run;
 	cJSON_ArrayForEach(run, runs) {
-		const cJSON *path = cJSON_GetObjectItemCaseSensitive(run, "scenario");
-		const cJSON *src = cJSON_GetObjectItemCaseSensitive(run, "source");
-		const cJSON *split = cJSON_GetObjectItemCaseSensitive(run, "split");
-		const cJSON *metric = cJSON_GetObjectItemCaseSensitive(run, "metric");
-		CU_ASSERT_FATAL(cJSON_IsString(path) && cJSON_IsString(src) && cJSON_IsString(split) &&
-				cJSON_IsString(metric));
-		const struct MemKind *k = mem_kind(metric->valuestring);
+		PxPublishedRun mr = px_manifest_run(&man, run);
+		const struct MemKind *k = mem_kind(mr.metric);
 		if (!k) /* another suite's run (time, inference) */
 			continue;
-		CU_ASSERT(cJSON_HasObjectItem(sources, src->valuestring));
-		int held_out = !strcmp(split->valuestring, "held-out");
-		CU_ASSERT(held_out || !strcmp(split->valuestring, "calibration"));
-		int near = cJSON_HasObjectItem(run, "near_copy_of");
+		int held_out = mr.held_out, near = mr.near_copy_of != NULL;
 		JsonDoc sc;
-		CU_ASSERT_FATAL(jdoc_load_file(&sc, px_test_path(path->valuestring), &err) == 0);
+		CU_ASSERT_FATAL(jdoc_load_file(&sc, px_test_path(mr.scenario), &err) == 0);
 		const cJSON *pub = cJSON_GetObjectItemCaseSensitive(sc.root, "_published");
 		const cJSON *cite = cJSON_GetObjectItemCaseSensitive(sc.root, "_source");
 		CU_ASSERT(cJSON_IsString(cite) && strlen(cite->valuestring) > 100); /* quoted, with its URL */
@@ -504,11 +493,11 @@ static void test_published_memory(void)
 		double measured = k->predicted ? num(pub, k->metric) : NAN;
 		CU_ASSERT(k->predicted ? measured > 0 : cJSON_IsTrue(at(pub, "oom")));
 		int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --json --no-db",
-					  px_test_path(path->valuestring));
+					  px_test_path(mr.scenario));
 		CU_ASSERT_EQUAL(rc, 0);
 		cJSON *j = rc ? NULL : cJSON_Parse(strchr(out, '{') ? strchr(out, '{') : out);
 		CU_ASSERT_PTR_NOT_NULL(j);
-		const char *name = strrchr(path->valuestring, '/') + 1;
+		const char *name = strrchr(mr.scenario, '/') + 1;
 		if (!j) {
 			fprintf(stderr, "\n%s: %s\n", name, out);
 			jdoc_free(&sc);
@@ -521,7 +510,7 @@ static void test_published_memory(void)
 		double capacity = num(j, "memory.gpu_capacity_bytes");
 		double predicted = k->predicted ? num(j, k->predicted) : NAN;
 		double e = predicted / measured - 1;
-		MemTally *t = mem_tally(st, &n_src, 16, src->valuestring, held_out);
+		MemTally *t = mem_tally(st, &n_src, 16, mr.source, held_out);
 		int met;
 		if (k->predicted) {
 			met = fabs(e) <= 0.10;
@@ -539,7 +528,7 @@ static void test_published_memory(void)
 		}
 		if (k->predicted) {
 			printf("\n# %-34.*s %-11s %-10s %10.2f %10.2f %+7.1f%% %8.2f %8.2f %-12s %s",
-			       (int)(strlen(name) - 5), name, split->valuestring, k->kind, measured / GiB,
+			       (int)(strlen(name) - 5), name, mr.split, k->kind, measured / GiB,
 			       predicted / GiB, 100 * e, peak / GiB, capacity / GiB, verdict,
 			       !held_out ? "-" : met ? "met" : "MISSED");
 		} else { /* torch's message: allocated when it failed plus the request, a lower bound */
@@ -547,7 +536,7 @@ static void test_published_memory(void)
 			snprintf(need, sizeof(need), ">%.2f", (num(pub, "allocated_at_oom_bytes") +
 							      num(pub, "request_bytes")) / GiB);
 			printf("\n# %-34.*s %-11s %-10s %10s %10.2f %8s %8.2f %8.2f %-12s %s",
-			       (int)(strlen(name) - 5), name, split->valuestring, "oom: alloc", need,
+			       (int)(strlen(name) - 5), name, mr.split, "oom: alloc", need,
 			       num(j, "memory.gpu.torch.max_allocated_bytes") / GiB, "", peak / GiB,
 			       capacity / GiB, verdict, !held_out ? "-" : met ? "met" : "MISSED");
 		}
