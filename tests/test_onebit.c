@@ -391,6 +391,29 @@ static void test_run_losses(void)
 	CU_ASSERT(one[S1 - 1] < 0.9 * one[0]);
 }
 
+/* `parallax run` on scenarios/gpt2-mini-cpu-onebit.json with extra (ranks, steps, --set) stored;
+ * every rank's measured figures (one compressed step's all-to-all and all-gathers, one warm-up
+ * step's all-reduce, the optimizer's memory) those given, and every pair equal to the prediction
+ * (px_run_measured). */
+static void run_bytes(int ranks, const char *extra, double all_to_all, double all_gather,
+		      double all_reduce, double optimizer)
+{
+	char args[2048];
+	snprintf(args, sizeof(args), "run '%s' --ranks %d %s",
+		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), ranks, extra);
+	sqlite3 *db = px_run_measured(args, ranks);
+	for (int r = 0; r < ranks; r++) {
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_to_all_bytes",
+					      "measured", r), all_to_all);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_gather_bytes",
+					      "measured", r), all_gather);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r), all_reduce);
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r),
+				optimizer);
+	}
+	sqlite3_close(db);
+}
+
 /* The compressed step's bytes by hand. The GPT (n_embd 128, 4 layers, vocab 256, 128 positions):
  * wte 256 x 128 = 32,768 and wpe 128 x 128 = 16,384; per layer 12 x 128^2 + 13 x 128 = 198,272
  * in 12 tensors; ln_f 2 x 128: 842,496 elements in 52 tensors, each a multiple of 128, so none
@@ -403,21 +426,8 @@ static void test_run_losses(void)
  * rank equal to the prediction (px_run_measured) and to this count. */
 static void test_run_bytes(void)
 {
-	char args[2048];
-	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 4 --set "
-		 "deepspeed.optimizer.params.freeze_step=1",
-		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"));
-	sqlite3 *db = px_run_measured(args, 4);
-	for (int r = 0; r < 4; r++) {
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_to_all_bytes",
-					      "measured", r), 105312);
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_gather_bytes",
-					      "measured", r), 106976);
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r), 3369984);
-		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r),
-				8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
-	}
-	sqlite3_close(db);
+	run_bytes(4, "--steps 4 --set deepspeed.optimizer.params.freeze_step=1", 105312, 106976,
+		  3369984, 8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
 }
 
 /* fp16: DeepSpeed runs the 1-bit optimizers under FP16_Optimizer, whose one fp32 flat of all
@@ -436,25 +446,12 @@ static void test_run_bytes(void)
 static void test_run_fp16(void)
 {
 	enum { S = 12, F = 8 };
-	char args[2048];
 	const char *fp16 = "--set deepspeed.fp16.enabled=true --set deepspeed.fp16.loss_scale=1024";
-	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 6 %s --set "
-		 "deepspeed.optimizer.params.freeze_step=4",
-		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), fp16);
-	sqlite3 *db = px_run_measured(args, 2);
-	for (int r = 0; r < 2; r++) {
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_to_all_bytes",
-					      "measured", r), 105312);
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_gather_bytes",
-					      "measured", r), 105328);
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r),
-				1684992 + 4);
-		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r),
-				15164928);
-	}
-	sqlite3_close(db);
-	double onebit[S], warm[S];
 	char extra[512];
+	snprintf(extra, sizeof(extra), "--steps 6 %s --set deepspeed.optimizer.params.freeze_step=4",
+		 fp16);
+	run_bytes(2, extra, 105312, 105328, 1684992 + 4, 15164928);
+	double onebit[S], warm[S];
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S, fp16, onebit), S);
 	snprintf(extra, sizeof(extra), "%s --set deepspeed.optimizer.params.freeze_step=1000", fp16);
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S, extra, warm), S);
