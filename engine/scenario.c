@@ -356,10 +356,11 @@ static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
 		return px_fail(err, PX_ERR_INPUT, "%s: %s.%s: %s (seq_length %lld)", where, o.name,
 			       key, why, sc->seq);
 	}
-	double blocks;
-	if (sparse_layout_count(sa, m->a, sc->seq, &blocks, err))
+	double blocks, pairs;
+	if (sparse_layout_count(sa, m->a, sc->seq, &blocks, &pairs, err))
 		return -1;
 	sc->sparse_blocks = blocks / (double)m->a;
+	sc->sparse_causal_pairs = pairs / (double)m->a;
 	return 0;
 }
 

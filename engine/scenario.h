@@ -43,6 +43,8 @@ typedef struct Scenario {
 	AttnImpl attention;
 	double sparse_blocks;     /* deepspeed.sparse_attention's layout: non-zero blocks per head
 				     (mean over heads) at seq; 0 without the section */
+	double sparse_causal_pairs; /* of those, the (query, key) pairs a causal kernel visits per
+				       head (mean; sparse_layout_count) */
 	Backend backend;          /* whose implementation the scenario describes */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;

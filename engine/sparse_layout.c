@@ -300,20 +300,42 @@ static long long distinct_heads(const SparseAttn *sa, long long heads)
 	return 1;
 }
 
-int sparse_layout_count(const SparseAttn *sa, long long heads, long long seq, double *blocks,
-			PxError *err)
+/* The causal pairs of row r's kept blocks (bits): block^2 for each left of the diagonal, block
+ * (block + 1) / 2 for the diagonal one; counted a word at a time. */
+static double causal_row_pairs(const uint64_t *bits, long long r, long long bs)
 {
-	long long nb = sparse_layout_blocks(sa, seq), dh = distinct_heads(sa, heads);
+	long long left = 0;
+	for (long long w = 0; w <= r / 64; w++) {
+		uint64_t word = bits[w];
+		if (w == r / 64) /* the blocks before r in its word */
+			word &= r % 64 ? (~0ULL >> (64 - r % 64)) : 0;
+		left += __builtin_popcountll(word);
+	}
+	int diag = (int)(bits[r / 64] >> (r % 64) & 1);
+	return (double)left * (double)(bs * bs) + (diag ? (double)(bs * (bs + 1) / 2) : 0);
+}
+
+int sparse_layout_count(const SparseAttn *sa, long long heads, long long seq, double *blocks,
+			double *causal_pairs, PxError *err)
+{
+	long long nb = sparse_layout_blocks(sa, seq), dh = distinct_heads(sa, heads), bs = sa->block;
 	uint64_t *bits = calloc((size_t)((nb + 63) / 64 + 1), sizeof(*bits));
 	if (!bits)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	*blocks = 0;
+	if (causal_pairs)
+		*causal_pairs = 0;
 	for (long long h = 0; h < dh; h++) {
 		/* head h's layout serves the heads h, h + dh, h + 2 dh, ... below `heads` */
-		double uses = (double)((heads - 1 - h) / dh + 1), n = 0;
-		for (long long r = 0; r < nb; r++)
+		double uses = (double)((heads - 1 - h) / dh + 1), n = 0, pairs = 0;
+		for (long long r = 0; r < nb; r++) {
 			n += (double)sparse_layout_row(sa, h, nb, r, bits);
+			if (causal_pairs)
+				pairs += causal_row_pairs(bits, r, bs);
+		}
 		*blocks += uses * n;
+		if (causal_pairs)
+			*causal_pairs += uses * pairs;
 	}
 	free(bits);
 	return 0;

@@ -73,9 +73,12 @@ long long sparse_layout_blocks(const SparseAttn *sa, long long seq);
 long long sparse_layout_row(const SparseAttn *sa, long long h, long long nb, long long r,
 			    uint64_t *bits);
 /* Non-zero blocks over all heads of a layout for seq tokens (a heads): the blocks the sparse
- * kernels compute, each block x block scores. 0, or -1 (out of memory) with err. */
+ * kernels compute, each block x block scores; and, when causal_pairs is not NULL, the (query,
+ * key) pairs a causal model's kernel visits among them (keys at or before the query: a block
+ * left of the diagonal block^2, the diagonal block block (block + 1) / 2, one right of it none).
+ * 0, or -1 (out of memory) with err. */
 int sparse_layout_count(const SparseAttn *sa, long long heads, long long seq, double *blocks,
-			PxError *err);
+			double *causal_pairs, PxError *err);
 /* The whole layout, heads x nb x nb bytes of 0/1, for the kernels and tests; caller frees; NULL
  * when out of memory. */
 unsigned char *sparse_layout_create(const SparseAttn *sa, long long heads, long long nb);

@@ -104,12 +104,18 @@ static double unit_elems(const Plan *p, int u)
 	return unit_kind(p, u) == UNIT_HEAD ? own + (double)model_tied_elems(&p->sc->model) : own;
 }
 
-/* The kernel call's non-GEMM time: its terms (hwcpu.h) at this shape. */
+/* The kernel call's non-GEMM time: its terms (hwcpu.h) at this shape. The attention terms are
+ * measured on the dense causal kernel, which visits T (T + 1) / 2 (query, key) pairs a head;
+ * under a block-sparse layout the units' kernel visits the layout's causal pairs
+ * (kernels/sparse_eager_cpu.c), and T^2 is scaled by their ratio. */
 static double unit_kernel_s(const Plan *p, const HwCpuLevel *l, int u, int bwd)
 {
-	const ModelSpec *m = &p->sc->model;
-	double B = (double)p->sc->ds.micro_batch, T = (double)p->sc->seq, C = (double)m->h;
-	double terms[HWCPU_TERMS] = {B * T * C, B * T * T * C, B * T * T * (double)m->a,
+	const Scenario *sc = p->sc;
+	const ModelSpec *m = &sc->model;
+	double B = (double)sc->ds.micro_batch, T = (double)sc->seq, C = (double)m->h, TT = T * T;
+	if (sc->ds.sparse.mode != SPARSE_OFF && unit_kind(p, u) == UNIT_BLOCK)
+		TT *= sc->sparse_causal_pairs / (T * (T + 1) / 2);
+	double terms[HWCPU_TERMS] = {B * T * C, B * TT * C, B * TT * (double)m->a,
 				     B * T * (double)m->V, unit_elems(p, u)};
 	static const HwCpuKernel kinds[3][2] = {{HWCPU_EMBED_FWD, HWCPU_EMBED_BWD},
 						{HWCPU_BLOCK_FWD, HWCPU_BLOCK_BWD},

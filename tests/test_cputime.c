@@ -320,6 +320,59 @@ static void test_step_by_hand(void)
 	hwprofile_free(&hw);
 }
 
+/* scenarios/gpt2-mini-cpu-sparse.json on its 2 ranks with the overrides sets (each "key=value"),
+ * predicted; its first block forward op priced with the hand profile into *s. 0, or -1. */
+static int sparse_block_forward_s(const char *const *sets, int n, const HwProfile *hw, double *s)
+{
+	Scenario sc;
+	Prediction pr;
+	JsonOverrides ov;
+	PxError err = {0};
+	jov_init(&ov);
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = jov_add(&ov, sets[i], &err);
+	rc = rc || scenario_load(&sc, px_test_path("scenarios/gpt2-mini-cpu-sparse.json"), &ov, &err);
+	jov_free(&ov);
+	if (rc || predict_run(&sc, &pr, &err)) {
+		if (!rc)
+			scenario_free(&sc);
+		fprintf(stderr, "\n%s\n", err.msg);
+		return -1;
+	}
+	const Schedule *sch = &pr.stages[0].sched;
+	*s = -1;
+	for (int i = sch->step_begin; i < sch->n && *s < 0; i++)
+		if (sch->ops[i].kind == OP_COMPUTE && sch->ops[i].sub == COMP_FWD &&
+		    sch->ops[i].unit == 1)
+			*s = opcost_compute_s(&pr.plan, hw, &sch->ops[i], 0);
+	fx_free(&sc, &pr);
+	return *s < 0 ? -1 : 0;
+}
+
+/* Block-sparse attention on the CPU executor (kernels/sparse_eager_cpu.c visits only the causal
+ * pairs of the kept blocks). scenarios/gpt2-mini-cpu-sparse.json, in bf16 for the hand profile's
+ * 16-bit kernels: B 4, T 128, C 128, NH 4; its fixed layout (nb 8, windows of 4, one global
+ * block) keeps per head 16 blocks left of the diagonal and the 8 diagonal ones: 16 x 16^2 +
+ * 8 x (16 x 17 / 2) = 5,184 causal pairs, against the dense kernel's 128 x 129 / 2 = 8,256. A
+ * block forward's attention terms, 1e-10 s x B T^2 C + 1e-9 s x B T^2 NH = 8.388608e-4 +
+ * 2.62144e-4 = 1.1010048e-3 s dense, scale by 5,184 / 8,256: 4.0968e-4 s less than the same block
+ * with dense attention (everything else alike). */
+static void test_sparse_attention_terms(void)
+{
+	HwProfile hw;
+	PxError err = {0};
+	double sparse, dense;
+	static const char *const bf16[] = {"deepspeed.bf16.enabled=true"};
+	static const char *const none[] = {"deepspeed.bf16.enabled=true",
+					   "deepspeed.sparse_attention=null"};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(sparse_block_forward_s(bf16, 1, &hw, &sparse), 0);
+	CU_ASSERT_EQUAL_FATAL(sparse_block_forward_s(none, 2, &hw, &dense), 0);
+	CU_ASSERT_DOUBLE_EQUAL(dense - sparse, 1.1010048e-3 * (1 - 5184.0 / 8256.0), 1e-9);
+	hwprofile_free(&hw);
+}
+
 /* Every op of one rank's schedule in order, loops run out: the sum of their own durations. */
 static double serial_sum(const Plan *p, const Schedule *s, const HwProfile *hw)
 {
@@ -629,6 +682,7 @@ int test_cputime_register(void)
 			    {"a CPU step priced by hand", test_step_by_hand},
 			    {"the CPU executor overlaps nothing", test_step_is_serial},
 			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
+			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
 			    {"calibrate --backend cpu end to end", test_calibrate_cpu},

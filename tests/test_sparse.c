@@ -101,7 +101,7 @@ static void test_fixed_patterns(void)
 	CU_ASSERT_EQUAL(row_blocks(&sa, 0, 18, 16), 5); /* 16 and the four globals before it */
 	/* 8 heads of one layout at seq 256, block 16: 8 x 64 */
 	double n = 0;
-	CU_ASSERT_EQUAL(sparse_layout_count(&sa, 8, 256, &n, NULL), 0);
+	CU_ASSERT_EQUAL(sparse_layout_count(&sa, 8, 256, &n, NULL, NULL), 0);
 	CU_ASSERT_EQUAL(n, 512);
 }
 
