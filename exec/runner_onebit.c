@@ -38,21 +38,12 @@ const char *runner_onebit_supported(const Plan *p)
 	return NULL;
 }
 
-/* The model's parameters as the kernels count them. */
-static long long kernel_params(const Runner *r)
-{
-	long long all = 0;
-	for (int u = 0; u < r->p->n_units; u++)
-		all += (long long)gpt_cpu_unit_params(&r->cfg, u);
-	return all;
-}
-
 double runner_onebit_error_bytes(const Runner *r)
 {
 	long long padded = 0, n = r->n;
 	GptTensor t[GPT_CPU_MAX_TENSORS];
 	if (r->p->mixed) /* FP16_Optimizer's flat: one pair */
-		padded = optim_onebit_padded_elems(kernel_params(r), n);
+		padded = optim_onebit_padded_elems((long long)gpt_cpu_n_params(&r->cfg), n);
 	for (int u = 0; !r->p->mixed && u < r->p->n_units; u++)
 		for (int i = 0, k = gpt_cpu_unit_tensors(&r->cfg, u, t); i < k; i++)
 			padded += optim_onebit_padded_elems((long long)t[i].numel, n);
@@ -110,7 +101,7 @@ int runner_set_compressed(Runner *r, Schedule *c, PxError *err)
 	int u = 0, k = 0, nt = 0;
 	long long at = 0, covered = 0;
 	if (p->mixed) { /* the flat, whole, unpadded between its buckets */
-		t[0] = (GptTensor){"the flat of all parameters", (size_t)kernel_params(r)};
+		t[0] = (GptTensor){"the flat of all parameters", gpt_cpu_n_params(&r->cfg)};
 		u = p->n_units, nt = 1;
 		if (r->own_flat != (long long)t[0].numel)
 			return px_fail(err, PX_ERR_RUNTIME, "1-bit Adam in fp16 exchanges the flat of "
