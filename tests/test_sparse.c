@@ -460,6 +460,18 @@ static void test_run_losses(void)
 	CU_ASSERT(fixed[S - 1] != dense[S - 1]);
 }
 
+/* What the executor does not run with sparse attention is refused before it starts (exit 2),
+ * naming what it runs: bf16 here (the block-sparse units are gpt_cpu's fp32 ones). */
+static void test_run_refuses(void)
+{
+	char out[8192];
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --set "
+					 "deepspeed.bf16.enabled=true",
+					 px_test_path("scenarios/gpt2-mini-cpu-sparse.json")), 2);
+	PX_ASSERT_HAS(out, "gpt2-mini-cpu-sparse.json: the executor runs deepspeed.sparse_attention "
+		      "in fp32 on backend \"cpu\"");
+}
+
 /* The backward accumulates (+=): run twice into the same gradients, get twice the gradients. */
 static void test_kernel_backward_accumulates(void)
 {
@@ -691,6 +703,7 @@ int test_sparse_register(void)
 		{"units' eager kernel, every block kept: the dense op", test_eager_dense_layout_is_dense},
 		{"run: activations measured equal predicted and by hand", test_run_memory},
 		{"run: a layout of every block trains as dense", test_run_losses},
+		{"run: what the executor does not run refused", test_run_refuses},
 		{"FLOPs and kept scores of a small case by hand", test_pricing_by_hand},
 		{"bad sparse_attention refused (exit 2, file, key)", test_refusals},
 		{"a key the mode does not read is warned about", test_unread_key_warned},
