@@ -126,10 +126,12 @@ test-rel: $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check $(NCCL_CHECK)
 		PX_NCCL_CHECK=$(abspath $(REL)/comm_nccl_check) $(REL)/px_tests
 # protect_shadow_gap=0: with the gap protected, the CUDA driver cannot map device memory into the
 # sanitized process and every CUDA call fails (harmless where there is no GPU); the suppressions
-# cover NVIDIA's libraries' process-lifetime allocations, not ours
+# cover NVIDIA's libraries' process-lifetime allocations, not ours. PX_RELEASE_RUNS=skip leaves
+# inactive the tests whose work is the release binary's (they ran in test-rel; tests/suites.h)
 test-san: $(SAN)/px_tests $(SAN)/parallax $(REL)/comm_mpi_check $(NCCL_CHECK) $(BIN)
 	@echo "== tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
-	ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	PX_RELEASE_RUNS=skip ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 \
+		UBSAN_OPTIONS=print_stacktrace=1 \
 		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_cuda.supp \
 		PX_BIN=$(abspath $(SAN)/parallax) PX_RUN_BIN=$(abspath $(BIN)) PX_ROOT=$(CURDIR) \
 		PX_COMM_CHECK=$(abspath $(REL)/comm_mpi_check) \

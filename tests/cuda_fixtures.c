@@ -201,7 +201,7 @@ int cfx_register(const char *name, const char *file, const PxTestCase *cpu, int 
 	if (!s)
 		return -1;
 	for (int i = 0; i < n_cpu; i++)
-		if (!CU_add_test(s, cpu[i].name, cpu[i].fn))
+		if (!px_add_case(s, &cpu[i]))
 			return -1;
 	char reason[256];
 	int avail = cuda_ctx_available(reason, sizeof(reason));

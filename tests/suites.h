@@ -52,12 +52,22 @@
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)
 
-/* Add a suite of tests: PX_ADD_SUITE("name", {"test a", fn_a}, {"test b", fn_b}). */
+/* Add a suite of tests: PX_ADD_SUITE("name", {"test a", fn_a}, {"test b", fn_b, PX_RELEASE_RUN}).
+ * PX_RELEASE_RUN marks a test whose work is the release binary's (PX_RUN_BIN, comm_mpi_check):
+ * its product code runs unsanitized in every pass. A pass run with PX_RELEASE_RUNS=skip (`make
+ * test-san`, after `make test-rel` ran them) registers such tests inactive, counts them in
+ * CUnit's summary and names how many at the start, rather than run the same commands twice. */
+enum { PX_RELEASE_RUN = 1 };
+/* a case written {"name", fn} leaves its flags 0, as C says; -Wextra would call that an error */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 typedef struct PxTestCase {
 	const char *name;
 	CU_TestFunc fn;
+	int flags; /* 0 or PX_RELEASE_RUN */
 } PxTestCase;
 int px_add_suite(const char *name, const PxTestCase *cases, int n);
+/* Add one case to suite s (inactive when PX_RELEASE_RUNS=skip skips it); NULL on error. */
+CU_pTest px_add_case(CU_pSuite s, const PxTestCase *c);
 #define PX_ADD_SUITE(name, ...)                                                        \
 	px_add_suite(name, (const PxTestCase[]){__VA_ARGS__},                          \
 		     (int)(sizeof((const PxTestCase[]){__VA_ARGS__}) / sizeof(PxTestCase)))

@@ -242,17 +242,18 @@ static void test_mpi_fault_kill(void)
 
 int test_comm_mpi_register(void)
 {
-	return PX_ADD_SUITE("comm-mpi", {"Open MPI: comm_mpi_check on 4 ranks", test_mpi_check},
+	return PX_ADD_SUITE("comm-mpi",
+			    {"Open MPI: comm_mpi_check on 4 ranks", test_mpi_check, PX_RELEASE_RUN},
 			    {"Open MPI: bytes counted by the transport, by hand, on 2 ranks",
-			     test_mpi_bytes_2},
+			     test_mpi_bytes_2, PX_RELEASE_RUN},
 			    {"Open MPI: bytes counted by the transport, by hand, on 4 ranks",
-			     test_mpi_bytes_4},
-			    {"Open MPI: a stalled rank stops the job", test_mpi_fault_hang},
+			     test_mpi_bytes_4, PX_RELEASE_RUN},
+			    {"Open MPI: a stalled rank stops the job", test_mpi_fault_hang, PX_RELEASE_RUN},
 			    {"Open MPI: a stalled rank stops a started collective's wait",
-			     test_mpi_fault_hang_started},
+			     test_mpi_fault_hang_started, PX_RELEASE_RUN},
 			    {"Open MPI: the executor overlaps collectives as the schedule says",
-			     test_mpi_runner_overlap},
+			     test_mpi_runner_overlap, PX_RELEASE_RUN},
 			    {"Open MPI: a stall before finalize stops the job",
-			     test_mpi_fault_finalize},
-			    {"Open MPI: a dead rank stops the job", test_mpi_fault_kill});
+			     test_mpi_fault_finalize, PX_RELEASE_RUN},
+			    {"Open MPI: a dead rank stops the job", test_mpi_fault_kill, PX_RELEASE_RUN});
 }

@@ -686,5 +686,5 @@ int test_cputime_register(void)
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
 			    {"calibrate --backend cpu end to end", test_calibrate_cpu},
-			    {"run and compare pair the CPU step time", test_run_pairs_time});
+			    {"run and compare pair the CPU step time", test_run_pairs_time, PX_RELEASE_RUN});
 }

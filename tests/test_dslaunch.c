@@ -270,6 +270,6 @@ int test_dslaunch_register(void)
 			     test_flags_equal_scenario_file},
 			    {"predict: bad flags refused", test_flags_refused},
 			    {"predict --help names the flags", test_help_names_flags},
-			    {"run: a hostfile drives mpirun (one machine)", test_run_hostfile},
+			    {"run: a hostfile drives mpirun (one machine)", test_run_hostfile, PX_RELEASE_RUN},
 			    {"run: bad flags refused", test_run_flags_refused});
 }

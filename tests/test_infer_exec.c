@@ -409,9 +409,9 @@ int test_infer_exec_register(void)
 			    {"attention over a KV cache equals the full one", test_attention_cached},
 			    {"int8 groups within max|w|/254", test_quantize_bound},
 			    {"cached decode = uncached forward (fp32)", test_cached_equals_uncached},
-			    {"tp 2 and 4 generate one rank's tokens", test_tp_same_tokens},
-			    {"bf16 and int8 tokens against fp32's", test_low_precision_agreement},
-			    {"measured memory and comm = predicted", test_measured_equals_predicted},
+			    {"tp 2 and 4 generate one rank's tokens", test_tp_same_tokens, PX_RELEASE_RUN},
+			    {"bf16 and int8 tokens against fp32's", test_low_precision_agreement, PX_RELEASE_RUN},
+			    {"measured memory and comm = predicted", test_measured_equals_predicted, PX_RELEASE_RUN},
 			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails},
 			    {"what it does not run: exit 2", test_refusals});
 }

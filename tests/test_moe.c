@@ -609,7 +609,7 @@ int test_moe_register(void)
 			    {"forward against a per-token computation", test_forward_per_token},
 			    {"backward against central differences", test_backward_differences},
 			    {"ep 2 against one rank, bit for bit", test_expert_parallel},
-			    {"run: losses against one rank", test_run_losses},
-			    {"run: memory and traffic against the prediction", test_run_measured},
-			    {"run: refusals", test_run_refusals});
+			    {"run: losses against one rank", test_run_losses, PX_RELEASE_RUN},
+			    {"run: memory and traffic against the prediction", test_run_measured, PX_RELEASE_RUN},
+			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN});
 }

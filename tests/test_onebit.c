@@ -471,9 +471,9 @@ int test_onebit_register(void)
 			    {"1-bit LAMB's flat, 0/1 Adam's local steps", test_lamb_and_zero_one},
 			    {"the paper's 32x and 5x on the schedule", test_paper_reduction},
 			    {"parallax predict's section and bad input", test_cli},
-			    {"compressed all-reduce on 2 ranks, by hand", test_allreduce_2},
-			    {"compressed all-reduce on 4 ranks", test_allreduce_4},
-			    {"run: losses against the warm-up's and AdamW's", test_run_losses},
-			    {"run: bytes measured equal predicted and by hand", test_run_bytes},
-			    {"run: fp16, FP16_Optimizer's flat exchanged whole", test_run_fp16});
+			    {"compressed all-reduce on 2 ranks, by hand", test_allreduce_2, PX_RELEASE_RUN},
+			    {"compressed all-reduce on 4 ranks", test_allreduce_4, PX_RELEASE_RUN},
+			    {"run: losses against the warm-up's and AdamW's", test_run_losses, PX_RELEASE_RUN},
+			    {"run: bytes measured equal predicted and by hand", test_run_bytes, PX_RELEASE_RUN},
+			    {"run: fp16, FP16_Optimizer's flat exchanged whole", test_run_fp16, PX_RELEASE_RUN});
 }

@@ -193,10 +193,11 @@ static void test_pipe_refuses(void)
 int test_pipe_register(void)
 {
 	return PX_ADD_SUITE("pipe", {"fp32 losses of pp 2 and 4, GPipe, 1F1B and interleaved, with dp 2",
-				     test_pipe_losses_fp32},
-			    {"bf16 losses of pp 2", test_pipe_losses_bf16},
-			    {"interleaved, every forward a warm-up one", test_pipe_interleaved_all_warmup},
+				     test_pipe_losses_fp32, PX_RELEASE_RUN},
+			    {"bf16 losses of pp 2", test_pipe_losses_bf16, PX_RELEASE_RUN},
+			    {"interleaved, every forward a warm-up one", test_pipe_interleaved_all_warmup,
+			     PX_RELEASE_RUN},
 			    {"measured equals predicted, traffic by hand",
-			     test_pipe_measured_equals_predicted},
-			    {"run refuses what it does not pipeline", test_pipe_refuses});
+			     test_pipe_measured_equals_predicted, PX_RELEASE_RUN},
+			    {"run refuses what it does not pipeline", test_pipe_refuses, PX_RELEASE_RUN});
 }

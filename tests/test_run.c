@@ -538,15 +538,17 @@ static void test_wrong_prediction_fails(void)
 
 int test_run_register(void)
 {
-	return PX_ADD_SUITE("run", {"a killed rank: exit 124, named, recorded", test_killed_rank_recorded},
-			    {"a killed single rank: exit 124, recorded", test_killed_single_rank},
-			    {"mpirun killed: no rank left, no shared memory", test_mpirun_killed},
-			    {"parallax run terminated: no rank left", test_run_terminated},
-			    {"parallax run killed: no rank left, folder swept", test_run_killed},
-			    {"--save DIR with a quote runs no command", test_save_dir_quoted},
-			    {"--save never follows or removes a link", test_save_symlinks},
-			    {"--save on a full disk: file and reason, no part", test_save_full_disk},
+	return PX_ADD_SUITE("run",
+			    {"a killed rank: exit 124, named, recorded", test_killed_rank_recorded,
+			     PX_RELEASE_RUN},
+			    {"a killed single rank: exit 124, recorded", test_killed_single_rank, PX_RELEASE_RUN},
+			    {"mpirun killed: no rank left, no shared memory", test_mpirun_killed, PX_RELEASE_RUN},
+			    {"parallax run terminated: no rank left", test_run_terminated, PX_RELEASE_RUN},
+			    {"parallax run killed: no rank left, folder swept", test_run_killed, PX_RELEASE_RUN},
+			    {"--save DIR with a quote runs no command", test_save_dir_quoted, PX_RELEASE_RUN},
+			    {"--save never follows or removes a link", test_save_symlinks, PX_RELEASE_RUN},
+			    {"--save on a full disk: file and reason, no part", test_save_full_disk, PX_RELEASE_RUN},
 			    {"gpt2-xl on CPU refused before it starts", test_guard_refuses},
-			    {"the test model runs, its needs said", test_guard_small_runs},
-			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails});
+			    {"the test model runs, its needs said", test_guard_small_runs, PX_RELEASE_RUN},
+			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails, PX_RELEASE_RUN});
 }

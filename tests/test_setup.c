@@ -194,7 +194,7 @@ int test_setup_register(void)
 			    {"install: bundled scenarios found from any folder, no ./results",
 			     test_installed_binary},
 			    {"README: every quoted example output is current",
-			     test_readme_examples_current},
+			     test_readme_examples_current, PX_RELEASE_RUN},
 			    {"corpus check: an unexpected refusal fails it",
 			     test_corpus_unexpected_refusal_fails},
 			    {"corpus check: expected refusals pass, stale ones fail",

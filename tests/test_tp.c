@@ -224,9 +224,9 @@ static void test_tp_refuses(void)
 int test_tp_register(void)
 {
 	return PX_ADD_SUITE("tp", {"fp32 losses of tp 2 and 4, with dp, pp, recompute, offload",
-				   test_tp_losses_fp32},
+				   test_tp_losses_fp32, PX_RELEASE_RUN},
 			    {"measured equals predicted, traffic by hand",
-			     test_tp_measured_equals_predicted},
-			    {"tp x pp x dp with sequence parallelism", test_tp_sp_pipeline},
-			    {"run refuses what it does not split", test_tp_refuses});
+			     test_tp_measured_equals_predicted, PX_RELEASE_RUN},
+			    {"tp x pp x dp with sequence parallelism", test_tp_sp_pipeline, PX_RELEASE_RUN},
+			    {"run refuses what it does not split", test_tp_refuses, PX_RELEASE_RUN});
 }
