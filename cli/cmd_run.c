@@ -273,7 +273,8 @@ enum {
 	/* the bytes requested by category (the arena's labels), the allocator's high-water per
 	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
 	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
-	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1, /* then the 1-bit compressed steps' */
+	/* then the 1-bit compressed steps' by kind, and 0/1 Adam's local steps' wire bytes */
+	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1,
 	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
 	MEAS_TIME = 3, /* the steady step, the first step, whether the steady one is the first */
 	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
@@ -288,10 +289,11 @@ typedef struct RunMarks {
 	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
 	long long faults0, faults1;      /* minor page faults before and after the first */
 	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
-	/* a 1-bit optimizer's compressed steps (StepResult.compressed): how many, and what they
-	 * issued and sent per collective kind (the counters' gain over each such step) */
-	long compressed;
-	double comp_payload[N_COLLS], comp_wire[N_COLLS];
+	/* a 1-bit optimizer's steps other than full ones (StepResult.onebit_step: compressed, and
+	 * 0/1 Adam's local), by kind: how many, and what they issued and sent per collective kind
+	 * (the counters' gain over each such step) */
+	long kind_steps[N_ONEBIT_STEPS];
+	double kind_payload[N_ONEBIT_STEPS][N_COLLS], kind_wire[N_ONEBIT_STEPS][N_COLLS];
 } RunMarks;
 
 /* What the counters hold per collective kind, summed over the groups. */
@@ -305,14 +307,17 @@ static void comm_totals(Comm *world, double pay[N_COLLS], double wire[N_COLLS])
 	}
 }
 
-/* A compressed step ended: what the counters gained since pay0 and wire0 (before it) is its. */
-static void clock_compressed(RunMarks *k, Comm *world, const double *pay0, const double *wire0)
+/* A 1-bit step of kind `step` ended: what the counters gained since pay0 and wire0 (before it)
+ * is its. */
+static void clock_onebit(RunMarks *k, int step, Comm *world, const double *pay0,
+			 const double *wire0)
 {
 	double pay[N_COLLS], wire[N_COLLS];
 	comm_totals(world, pay, wire);
-	k->compressed++;
+	k->kind_steps[step]++;
 	for (int kind = 0; kind < N_COLLS; kind++)
-		k->comp_payload[kind] += pay[kind] - pay0[kind], k->comp_wire[kind] += wire[kind] - wire0[kind];
+		k->kind_payload[step][kind] += pay[kind] - pay0[kind],
+			k->kind_wire[step][kind] += wire[kind] - wire0[kind];
 }
 
 /* A step finished in dt seconds. */
@@ -365,20 +370,27 @@ static void measure(const RunOpts *o, const Runner *run, Comm *world, const RunM
 	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
 	/* the schedule's groups; the loss's mean travels on the world and is not counted */
 	comm_totals(world, pay, w);
-	long full = clk->steps - clk->compressed; /* none finished: the partial one's, as one */
+	const int C = ONEBIT_COMPRESSED, L = ONEBIT_LOCAL;
+	long full = clk->steps - clk->kind_steps[C] - clk->kind_steps[L]; /* none finished: the
+									   partial one's, as one */
 	double per = clk->steps == 0 ? 1.0 : full > 0 ? (double)full : NAN;
-	double per_comp = clk->compressed > 0 ? (double)clk->compressed : NAN;
+	double per_comp = clk->kind_steps[C] > 0 ? (double)clk->kind_steps[C] : NAN;
+	double per_local = clk->kind_steps[L] > 0 ? (double)clk->kind_steps[L] : NAN, lwire = 0;
 	for (int kind = 0; kind < N_COLLS; kind++) {
-		v[k++] = (pay[kind] - clk->comp_payload[kind]) / per;
-		v[k++] = (w[kind] - clk->comp_wire[kind]) / per;
-		wire += (w[kind] - clk->comp_wire[kind]) / per;
+		double p = pay[kind] - clk->kind_payload[C][kind] - clk->kind_payload[L][kind];
+		double wk = w[kind] - clk->kind_wire[C][kind] - clk->kind_wire[L][kind];
+		v[k++] = p / per;
+		v[k++] = wk / per;
+		wire += wk / per;
 	}
 	v[k++] = wire;
 	for (int kind = 0; kind < N_COLLS; kind++) {
-		v[k++] = clk->comp_payload[kind] / per_comp;
-		cwire += clk->comp_wire[kind] / per_comp;
+		v[k++] = clk->kind_payload[C][kind] / per_comp;
+		cwire += clk->kind_wire[C][kind] / per_comp;
+		lwire += clk->kind_wire[L][kind] / per_local;
 	}
 	v[k++] = cwire;
+	v[k++] = lwire;
 	const double *t = runner_op_times(run); /* each kind of op, per steady step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
 		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
@@ -426,6 +438,7 @@ static int measured_rows(const double *all, int rank0, int world, int steps, DbM
 	for (int kind = 0; kind < N_COLLS; kind++)
 		snprintf(names[k++], 64, "comm.onebit_compressed.%s_bytes", coll_name(kind));
 	snprintf(names[k++], 64, "comm.onebit_compressed.wire_bytes");
+	snprintf(names[k++], 64, "comm.onebit_local.wire_bytes");
 	for (int i = 0; i < N_COMPS; i++)
 		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
 	for (int i = 0; i < N_COLLS; i++)
@@ -631,6 +644,7 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"comm.onebit_compressed.all_to_all_bytes", NULL, "issued"},
 		{"comm.onebit_compressed.all_gather_bytes", NULL, "issued"},
 		{"comm.onebit_compressed.wire_bytes", NULL, "sent"},
+		{"comm.onebit_local.wire_bytes", NULL, "sent"},
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
@@ -663,8 +677,9 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		printf("%-38s %14s %14.0f %9s  VmHWM\n", "memory.process.rss_peak_bytes", "-", rss, "-");
 	if (pr->onebit.active)
 		printf("# 1-bit %s: comm.* are the full-precision steps' (warm-up), "
-		       "comm.onebit_compressed.* the compressed steps', each per step of its kind\n",
-		       pr->plan.sc->ds.optimizer);
+		       "comm.onebit_compressed.* the compressed steps'%s, each per step of its kind\n",
+		       pr->plan.sc->ds.optimizer,
+		       pr->onebit.zero_one ? ", comm.onebit_local.* the local steps'" : "");
 	printf("# memory in bytes at its peak, measured as: requested = what the executor asked for "
 	       "under the schedule's\n# labels; allocator = what its allocator held from the system "
 	       "(the CPU backend's pool: mapped\n# segments; CUDA: cudaMalloc'd); VmHWM = the whole "
@@ -823,7 +838,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	Scenario sc;
 	Prediction pr;
 	Runner *run = NULL;
-	Schedule compressed = {0}; /* a 1-bit optimizer's compressed steps' */
+	Schedule kind_sched[N_ONEBIT_STEPS] = {{0}}; /* a 1-bit optimizer's other step kinds' */
 	RunnerComms comms = {.world = world};
 	int stage = 0;
 	DataSource data = {0};
@@ -859,11 +874,14 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	    runner_create(&pr.plan, &pr.stages[stage].sched, &comms, (uint64_t)o->seed, cb, cx, &rt,
 			  &run, err))
 		goto out_run;
-	if (pr.plan.sc->ds.opt && pr.plan.sc->ds.opt->error_feedback != EF_NONE) {
-		pr.plan.onebit_step = ONEBIT_COMPRESSED;
-		int bad = build_schedule(&pr.plan, stage, &compressed, err);
+	const OptimKind *ok = pr.plan.sc->ds.opt;
+	int last_kind = !ok || ok->error_feedback == EF_NONE ? ONEBIT_FULL :
+			optim_zero_one(ok) ? ONEBIT_LOCAL : ONEBIT_COMPRESSED;
+	for (int kind = ONEBIT_COMPRESSED; kind <= last_kind; kind++) {
+		pr.plan.onebit_step = kind;
+		int bad = build_schedule(&pr.plan, stage, &kind_sched[kind], err);
 		pr.plan.onebit_step = ONEBIT_FULL;
-		if (bad || runner_set_compressed(run, &compressed, err))
+		if (bad || runner_set_onebit(run, kind, &kind_sched[kind], err))
 			goto out_run;
 	}
 	long first = 1;
@@ -908,8 +926,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
-		if (res.compressed)
-			clock_compressed(&clk, world, pay0, wire0);
+		if (res.onebit_step != ONEBIT_FULL)
+			clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
 		clock_step(&clk, run, dt);
 		losses[s - 1] = res.loss;
 		beacon_put(o, run, world, &clk);
@@ -954,7 +972,8 @@ out_run:
 	if (extra)
 		cb->release(cx, PLACE_GPU, extra);
 	runner_destroy(run);
-	sched_free(&compressed);
+	for (int i = 0; i < N_ONEBIT_STEPS; i++)
+		sched_free(&kind_sched[i]);
 	runner_comms_free(&comms);
 	if (cx)
 		cb->destroy(cx);

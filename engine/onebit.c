@@ -14,8 +14,12 @@ void onebit_params_default(OneBitParams *o)
 typedef struct ZeroOne {
 	long long var_interval, var_counter, local_interval, local_counter;
 	int backward_allreduce; /* the engine's enable_backward_allreduce for the next step */
-	int frozen;
 } ZeroOne;
+
+int onebit_zero_one_frozen(const OneBitParams *o, long long step)
+{
+	return step >= 2 && step - 1 > o->var_freeze_step;
+}
 
 /* Step `step`'s kind, then the counters moved past it. Step 1 is the constructor's initialisation
  * step: the gradients are all-reduced (the engine's default) and no counter moves. */
@@ -24,7 +28,7 @@ static OneBitStep zero_one_next(ZeroOne *z, const OneBitParams *o, long long ste
 	OneBitStep kind;
 	if (step == 1) {
 		kind = ONEBIT_FULL;
-	} else if (!z->frozen) {
+	} else if (!onebit_zero_one_frozen(o, step)) {
 		kind = z->backward_allreduce ? ONEBIT_FULL : ONEBIT_COMPRESSED;
 		if (step % z->var_interval == 0 && ++z->var_counter == o->var_update_scaler) {
 			z->var_counter = 0;
@@ -40,8 +44,6 @@ static OneBitStep zero_one_next(ZeroOne *z, const OneBitParams *o, long long ste
 				z->local_interval = o->local_step_clipper;
 		}
 	}
-	if (step > o->var_freeze_step) /* checked after the step's update */
-		z->frozen = 1;
 	return kind;
 }
 

@@ -38,6 +38,12 @@ void onebit_params_default(OneBitParams *o);
  * momentum and the others are local. zero_one: the optimizer is 0/1 Adam. */
 OneBitStep onebit_step_kind(const OneBitParams *o, int zero_one, long long step);
 
+/* Whether step `step` (1-based) of 0/1 Adam runs with its variance frozen: zoadam.py sets
+ * freeze_key after the update of the first step whose count passed var_freeze_step, so from step
+ * var_freeze_step + 2 on (and never step 1, the initialisation step). Its steps are then local or
+ * synchronising (onebit_step_kind), and its error buffers were zeroed after the step before. */
+int onebit_zero_one_frozen(const OneBitParams *o, long long step);
+
 /* How many of steps 1..n_steps are of each kind (counts[N_ONEBIT_STEPS]), by walking the rules
  * of onebit_step_kind with their counters. */
 void onebit_count_steps(const OneBitParams *o, int zero_one, long long n_steps,

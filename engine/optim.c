@@ -53,6 +53,11 @@ const OptimKind *optim_find(const char *type, const char **hint)
 	return NULL;
 }
 
+int optim_zero_one(const OptimKind *k)
+{
+	return k && !strcmp(k->name, "ZeroOneAdam");
+}
+
 void optim_names(char *buf, size_t size)
 {
 	size_t n = 0;

@@ -32,6 +32,8 @@ typedef struct OptimKind {
 /* The kind named type, or NULL. A torch.optim name written in another case ("sgd") is not found,
  * as in DeepSpeed; *hint then names the right spelling (else NULL). */
 const OptimKind *optim_find(const char *type, const char **hint);
+/* Whether k is DeepSpeed's ZeroOneAdam (0/1 Adam: local steps, a momentum accumulator). */
+int optim_zero_one(const OptimKind *k);
 /* "Adam, AdamW, ..." for messages, into buf. */
 void optim_names(char *buf, size_t size);
 

@@ -78,8 +78,9 @@ int runner_supported(const Plan *p, PxError *err)
 	else if ((why = runner_onebit_supported(p)))
 		;
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
-		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam"))
-		why = "the Adam, AdamW, SGD or OneBitAdam optimizer";
+		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
+		 strcasecmp(ds->optimizer, "ZeroOneAdam"))
+		why = "the Adam, AdamW, SGD, OneBitAdam or ZeroOneAdam optimizer";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
@@ -145,7 +146,8 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
-	case BUF_OPT_STATES: return part * (sgd ? (ds->momentum != 0 ? 4 : 0) : 8);
+	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too */
+		return part * (sgd ? (ds->momentum != 0 ? 4 : 0) : r->zero_one ? 12 : 8);
 	case BUF_ERROR_FEEDBACK: return r->onebit ? runner_onebit_error_bytes(r) : -1;
 	default: return -1;
 	}
@@ -234,6 +236,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_GRAD_PART: r->id_gradpart = op->buf; break;
 	case BUF_MASTER: r->id_master = op->buf; break;
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
+	case BUF_ERROR_FEEDBACK: r->id_errors = op->buf; break;
 	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
@@ -928,7 +931,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	if (runner_onebit_begin_step(r, err))
 		return -1;
 	const Schedule *s = r->s;
-	res->compressed = r->onebit && r->step_kind == ONEBIT_COMPRESSED;
+	res->onebit_step = r->onebit ? r->step_kind : ONEBIT_FULL;
 	SchedWalk w; /* the micro-batches are the repeat blocks' iterations, block after block */
 	int i, mb = 0;
 	sched_walk_init(&w, s, s->step_begin);
@@ -1135,6 +1138,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	Comm *dp = comms ? comms->dp : NULL;
 	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;
 	r->onebit = p->sc->ds.opt && p->sc->ds.opt->error_feedback != EF_NONE;
+	r->zero_one = optim_zero_one(p->sc->ds.opt);
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
 		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode,
@@ -1217,7 +1221,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->u_act = ids + 4 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
-	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = -1;
+	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
 	if (runner_zpp_create(r, err))
 		return -1;

@@ -25,11 +25,12 @@ typedef struct StepResult {
 	double loss_scale; /* the loss scale this step used (1 without fp16) */
 	double grad_norm;  /* global gradient norm before clipping */
 	double lr;         /* the learning rate the update used (0 when skipped) */
-	int compressed;    /* a 1-bit optimizer's compressed step (engine/onebit.h) */
+	int onebit_step;   /* a 1-bit optimizer's step's OneBitStep (engine/onebit.h), else
+			      ONEBIT_FULL */
 } StepResult;
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD and
- * OneBitAdam in fp32 or fp16 (at stage 0, data parallelism alone),
+ * OneBitAdam and ZeroOneAdam in fp32 or fp16 (at stage 0, data parallelism alone),
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
  * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3 (sequence parallelism 0-1),
  * ZeRO++'s qwZ, hpZ and qgZ with data parallelism alone, on the CPU backend...),
@@ -83,13 +84,14 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err);
 
-/* A 1-bit optimizer's compressed steps (OneBitAdam; runner_supported says which layouts): their
- * schedule, built from the same plan with plan.onebit_step ONEBIT_COMPRESSED for the same stage
- * (used, not owned: it outlives the runner). From then on each step runs the schedule of its kind
- * (engine/onebit.h onebit_step_kind): runner_create's (the warm-up's) or this one. The two must
+/* A 1-bit optimizer's steps of kind `kind` other than the warm-up's (OneBitAdam and ZeroOneAdam;
+ * runner_supported says which layouts): ONEBIT_COMPRESSED, or 0/1 Adam's ONEBIT_LOCAL. Their
+ * schedule is built from the same plan with plan.onebit_step `kind` for the same stage (used, not
+ * owned: it outlives the runner). From then on each step runs the schedule of its kind
+ * (engine/onebit.h onebit_step_kind): runner_create's (the warm-up's) or one of these. They must
  * share their set-up; each compressed all-reduce must name the place of a tensor as the kernels
- * lay it out. 0, or -1 with err. */
-int runner_set_compressed(Runner *r, Schedule *compressed, PxError *err);
+ * lay it out, and a local step's schedule has none. 0, or -1 with err. */
+int runner_set_onebit(Runner *r, int kind, Schedule *s, PxError *err);
 
 /* The shapes a compute backend context must serve for plan p. */
 ComputeShape runner_shape(const Plan *p, int device);

@@ -125,12 +125,17 @@ struct Runner {
 	int opt_done;           /* this step's optimizer ran: later collectives block */
 	double wait_s;          /* time in waits for started collectives, summed (op_s has it too) */
 	RunnerOverlap ov;
-	/* OneBitAdam (runner_onebit.c): the warm-up's schedule (runner_create's) and the
-	 * compressed steps' (runner_set_compressed's, NULL until then); r->s is the step's */
-	int onebit;
-	const Schedule *s_warm, *s_compressed;
+	/* OneBitAdam and ZeroOneAdam (runner_onebit.c): the warm-up's schedule (runner_create's),
+	 * the compressed steps' and 0/1 Adam's local steps' (runner_set_onebit's, NULL until
+	 * then); r->s is the step's */
+	int onebit, zero_one;
+	const Schedule *s_warm, *s_compressed, *s_local;
 	int step_kind;          /* this step's OneBitStep */
-	int exchanged;          /* this step's momenta went through the compressed all-reduce */
+	int frozen;             /* 0/1 Adam: this step's variance is frozen */
+	int exchanged;          /* this step's compressed all-reduces ran */
+	double lrs;             /* 0/1 Adam: the learning rates summed since the last
+				   synchronisation (zoadam.py state['lrs']) */
+	int id_errors;          /* the error-feedback buffer */
 	int have_factor;        /* factor and gnorm hold this step's (runner_grad_factor) */
 	float factor;
 	double gnorm;
@@ -250,10 +255,13 @@ int runner_onebit_begin_step(Runner *r, PxError *err);
  * (the momentum's update from this rank's gradients, then onebit_comm_allreduce); the other three
  * were run with it. */
 int runner_onebit_coll(Runner *r, const Op *op, PxError *err);
-/* OneBitAdam's update of one segment (w, m, v at its place in the partition; g its fp32
- * gradients, scaled by factor). */
+/* The optimizer's update of one segment (w, m, v and 0/1 Adam's accumulator after them at their
+ * place in the partition; g its fp32 gradients, scaled by factor). */
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
 			  const OpsAdamw *h, float factor);
+/* After a step's update (not a skipped one) at learning rate lr: 0/1 Adam's sum of learning rates
+ * moves on, and its error buffers are zeroed where its variance freezes. */
+void runner_onebit_step_done(Runner *r, double lr);
 
 /* ---- runner_pipe.c ---- */
 

@@ -1,15 +1,24 @@
-/* runner_onebit: DeepSpeed's OnebitAdam (runtime/fp16/onebit/adam.py) in the runner. A run is
- * made of two kinds of step (engine/onebit.h): the warm-up's, whose gradients are all-reduced in
- * full precision and whose update is Adam's without bias correction, and the compressed ones,
- * where the gradients stay this rank's own, each tensor's momentum is updated from them and
- * averaged by the 1-bit compressed all-reduce with error feedback (exec/onebit_comm.c), and the
- * variance stays frozen. Each kind has its schedule (build.c builds the compressed one with
- * plan.onebit_step); the runner runs the one of each step's kind. In fp32 each tensor is
- * exchanged on its own; in fp16 DeepSpeed wraps the optimizer in FP16_Optimizer, whose one fp32
- * flat of all parameters is exchanged whole, its gradients unscaled into fp32 first. What the
- * schedule states is checked against what the kernels count: each compressed all-reduce must name
- * a tensor's place (fp16: the whole flat's) as gpt_cpu lays it out, and the error buffers are
- * sized from the kernels' tensors. */
+/* runner_onebit: DeepSpeed's OnebitAdam (runtime/fp16/onebit/adam.py) and ZeroOneAdam
+ * (zoadam.py) in the runner. A run is made of kinds of step (engine/onebit.h), each with its
+ * schedule (build.c builds them with plan.onebit_step); the runner runs the one of each step's
+ * kind.
+ * - 1-bit Adam: the warm-up's steps all-reduce the gradients in full precision and update as Adam
+ *   without bias correction; the compressed ones keep each rank's own gradients, update each
+ *   tensor's momentum from them, average it by the 1-bit compressed all-reduce with error
+ *   feedback (exec/onebit_comm.c), and leave the variance frozen.
+ * - 0/1 Adam: until var_freeze_step, a step either all-reduces the gradients in full and updates
+ *   both moments, or averages this rank's gradients through the compressed all-reduce (into the
+ *   momentum accumulator, idle then) and updates the momentum alone. After it, with the variance
+ *   frozen, each step updates the weights from this rank's gradients and adds the update to the
+ *   accumulator; every local_step_interval-th step synchronises: the weights go back to the last
+ *   synchronisation's, the accumulator (times sqrt(v) + eps) is averaged through the compressed
+ *   all-reduce, and the momentum and weights are set from it (kernels/ops_cpu.h
+ *   ops_zero_one_step). The error buffers are zeroed where the variance freezes.
+ * In fp32 each tensor is exchanged on its own; in fp16 DeepSpeed wraps the optimizer in
+ * FP16_Optimizer, whose one fp32 flat of all parameters is exchanged whole, its gradients unscaled
+ * into fp32 first. What the schedule states is checked against what the kernels count: each
+ * compressed all-reduce must name a tensor's place (fp16: the whole flat's) as gpt_cpu lays it
+ * out, and the error buffers are sized from the kernels' tensors. */
 #include <string.h>
 #include <strings.h>
 
@@ -24,17 +33,17 @@ const char *runner_onebit_supported(const Plan *p)
 	const OptimKind *k = sc->ds.opt;
 	if (!k || k->error_feedback == EF_NONE)
 		return NULL;
-	if (strcasecmp(k->name, "OneBitAdam"))
-		return "OneBitAdam among the 1-bit optimizers (ZeroOneAdam's and OneBitLamb's steps "
-		       "are predicted, not run)";
+	if (strcasecmp(k->name, "OneBitAdam") && strcasecmp(k->name, "ZeroOneAdam"))
+		return "OneBitAdam and ZeroOneAdam among the 1-bit optimizers (OneBitLamb's steps are "
+		       "predicted, not run)";
 	if (sc->ds.dtype == DT_BF16)
-		return "1-bit Adam in fp32 or fp16 (DeepSpeed's 1-bit optimizers run under "
+		return "the 1-bit optimizers in fp32 or fp16 (DeepSpeed runs them under "
 		       "FP16_Optimizer, not bf16's)";
 	if (sc->backend != BACKEND_CPU)
-		return "1-bit Adam on backend \"cpu\" (its compressed all-reduce works on host "
-		       "arrays)";
+		return "the 1-bit optimizers on backend \"cpu\" (their compressed all-reduce works on "
+		       "host arrays)";
 	if (p->par.tp > 1 || p->par.pp > 1 || sc->model.experts)
-		return "1-bit Adam with data parallelism alone";
+		return "the 1-bit optimizers with data parallelism alone";
 	return NULL;
 }
 
@@ -84,19 +93,24 @@ static int check_exchange(const Runner *r, const Schedule *s, int i, long long a
 	return 0;
 }
 
-int runner_set_compressed(Runner *r, Schedule *c, PxError *err)
+/* Schedule c of a step kind shares the warm-up's set-up (its allocations). */
+static int shares_setup(const Runner *r, Schedule *c, PxError *err)
 {
 	const Schedule *w = r->s_warm;
-	const Plan *p = r->p;
-	if (!r->onebit)
-		return px_fail(err, PX_ERR_RUNTIME, "a compressed schedule for a plan without a 1-bit "
-			       "optimizer");
 	if (sched_validate(c, err))
 		return -1;
 	if (c->rank != w->rank || c->n_bufs != w->n_bufs || c->step_begin != w->step_begin ||
 	    memcmp(c->ops, w->ops, (size_t)w->step_begin * sizeof(Op)))
-		return px_fail(err, PX_ERR_RUNTIME, "the compressed steps' schedule does not share the "
-			       "warm-up's set-up (its allocations)");
+		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit optimizer's step kind's schedule does not "
+			       "share the warm-up's set-up (its allocations)");
+	return 0;
+}
+
+/* Each compressed all-reduce of c names the next of the kernels' tensors (fp16: the flat), and
+ * they cover them all (or c has none: one rank). */
+static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
+{
+	const Plan *p = r->p;
 	GptTensor t[GPT_CPU_MAX_TENSORS];
 	int u = 0, k = 0, nt = 0;
 	long long at = 0, covered = 0;
@@ -104,8 +118,8 @@ int runner_set_compressed(Runner *r, Schedule *c, PxError *err)
 		t[0] = (GptTensor){"the flat of all parameters", gpt_cpu_n_params(&r->cfg)};
 		u = p->n_units, nt = 1;
 		if (r->own_flat != (long long)t[0].numel)
-			return px_fail(err, PX_ERR_RUNTIME, "1-bit Adam in fp16 exchanges the flat of "
-				       "all parameters whole; this rank's flat of %lld has padding "
+			return px_fail(err, PX_ERR_RUNTIME, "1-bit optimizers in fp16 exchange the flat "
+				       "of all parameters whole; this rank's flat of %lld has padding "
 				       "between its buckets (%lld parameters)", r->own_flat,
 				       (long long)t[0].numel);
 	}
@@ -128,6 +142,31 @@ int runner_set_compressed(Runner *r, Schedule *c, PxError *err)
 	if (covered && (k != nt || u != p->n_units))
 		return px_fail(err, PX_ERR_RUNTIME, "the compressed step exchanges %lld tensors' "
 			       "momenta and leaves the kernels' others out", covered);
+	return 0;
+}
+
+int runner_set_onebit(Runner *r, int kind, Schedule *c, PxError *err)
+{
+	if (!r->onebit)
+		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit step kind's schedule for a plan without a "
+			       "1-bit optimizer");
+	if (kind != ONEBIT_COMPRESSED && !(kind == ONEBIT_LOCAL && r->zero_one))
+		return px_fail(err, PX_ERR_RUNTIME, "a schedule for 1-bit step kind %d, which %s does "
+			       "not take", kind, r->p->sc->ds.opt->name);
+	if (shares_setup(r, c, err))
+		return -1;
+	if (kind == ONEBIT_LOCAL) {
+		for (int i = c->step_begin; i < c->n; i++) /* fp16's overflow flag still travels */
+			if (c->ops[i].kind == OP_COLL && (c->ops[i].role == ROLE_GRAD_REDUCE ||
+							  c->ops[i].role == ROLE_ONEBIT_SIGNS))
+				return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a local step of "
+					       "0/1 Adam exchanges gradients or momenta (%s)", i,
+					       coll_name(c->ops[i].sub));
+		r->s_local = c;
+		return 0;
+	}
+	if (check_compressed(r, c, err))
+		return -1;
 	r->s_compressed = c;
 	return 0;
 }
@@ -137,45 +176,112 @@ int runner_onebit_begin_step(Runner *r, PxError *err)
 	r->exchanged = 0;
 	if (!r->onebit)
 		return 0;
-	r->step_kind = onebit_step_kind(&r->p->sc->ds.onebit, 0, r->opt_steps + 1);
-	if (r->step_kind == ONEBIT_COMPRESSED && !r->s_compressed)
-		return px_fail(err, PX_ERR_RUNTIME, "step %ld of 1-bit Adam is a compressed one and "
-			       "the runner has no compressed schedule (runner_set_compressed)",
-			       r->opt_steps + 1);
-	r->s = r->step_kind == ONEBIT_COMPRESSED ? r->s_compressed : r->s_warm;
+	long long step = r->opt_steps + 1;
+	const OneBitParams *o = &r->p->sc->ds.onebit;
+	r->step_kind = onebit_step_kind(o, r->zero_one, step);
+	r->frozen = r->zero_one && onebit_zero_one_frozen(o, step);
+	const Schedule *s = r->step_kind == ONEBIT_COMPRESSED ? r->s_compressed :
+			    r->step_kind == ONEBIT_LOCAL ? r->s_local : r->s_warm;
+	if (!s)
+		return px_fail(err, PX_ERR_RUNTIME, "step %lld of %s is a %s one and the runner has no "
+			       "schedule for it (runner_set_onebit)", step, r->p->sc->ds.opt->name,
+			       r->step_kind == ONEBIT_LOCAL ? "local" : "compressed");
+	r->s = s;
 	return 0;
+}
+
+/* Where a slice of the partition lies: its fp32 gradients (fp16: unscaled into the fp32 copy
+ * first) and the weights the update moves (fp16: the fp32 master's). */
+static const float *slice_grads(Runner *r, const SchedSlice *sl)
+{
+	const Seg *sg = &r->segs[0]; /* stage 0: the whole flat (runner_onebit_supported) */
+	const void *g = at(sg->grads, sl->part_off - sg->part_off, sg->gdt);
+	if (sg->gdt == DT_FP32)
+		return g;
+	float *g32 = (float *)r->buf[r->id_grad32] + sl->part_off;
+	to_f32(r, g32, g, (size_t)sl->part_elems, sg->gdt);
+	return g32;
+}
+
+static float *slice_weights(Runner *r, const SchedSlice *sl)
+{
+	const Seg *sg = &r->segs[0];
+	return r->p->mixed ? (float *)r->buf[r->id_master] + sl->part_off :
+			     (float *)sg->params + (sl->part_off - sg->part_off);
 }
 
 int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 {
 	if (op->role != ROLE_ONEBIT_SIGNS)
 		return 0; /* run with the signs' op */
-	const Schedule *s = r->s;
-	const SchedSlice *sl = &s->slices[op->slice]; /* runner_set_compressed checked them */
-	const Op *server = op + 2;
-	const Seg *sg = &r->segs[0]; /* stage 0: the whole flat (runner_onebit_supported) */
-	float *m = (float *)r->buf[r->id_states] + sl->part_off, *ef = r->buf[op->buf];
-	const void *g = at(sg->grads, sl->part_off - sg->part_off, sg->gdt);
 	if (r->have_overflow && r->overflow)
 		return 0; /* fp16 overflow: DeepSpeed skips the optimizer's step, exchange and all */
-	if (sg->gdt != DT_FP32) { /* FP16_Optimizer's fp32 gradients, which the update reads */
-		float *g32 = (float *)r->buf[r->id_grad32] + sl->part_off;
-		to_f32(r, g32, g, (size_t)sl->part_elems, sg->gdt);
-		g = g32;
-	}
-	ops_momentum_update(m, g, (size_t)sl->part_elems, r->p->sc->ds.beta1,
-			    runner_grad_factor(r, NULL));
-	if (onebit_comm_allreduce(r->dp, m, (size_t)sl->part_elems, (size_t)op->elems * 8,
-				  ef + op->offset, ef + server->offset, err))
-		return -1;
+	const Schedule *s = r->s;
+	const SchedSlice *sl = &s->slices[op->slice]; /* runner_set_onebit checked them */
+	const Op *server = op + 2;
+	const DsConfig *ds = &r->p->sc->ds;
+	size_t n = (size_t)sl->part_elems, padded = (size_t)op->elems * 8;
+	long long part = r->st->part_elems;
+	float *m = (float *)r->buf[r->id_states] + sl->part_off, *v = m + part, *u = v + part;
+	float *ef = r->buf[op->buf], *we = ef + op->offset, *se = ef + server->offset;
+	const float *g = slice_grads(r, sl);
+	float factor = runner_grad_factor(r, NULL);
 	r->exchanged = 1;
+	if (!r->zero_one) { /* 1-bit Adam: the momentum, updated here, averaged */
+		ops_momentum_update(m, g, n, ds->beta1, factor);
+		return onebit_comm_allreduce(r->dp, m, n, padded, we, se, err);
+	}
+	if (!r->frozen) { /* this rank's gradients averaged through the idle accumulator */
+		for (size_t k = 0; k < n; k++)
+			u[k] = g[k] * factor;
+		if (onebit_comm_allreduce(r->dp, u, n, padded, we, se, err))
+			return -1;
+		ops_momentum_update(m, u, n, ds->beta1, 1.0f);
+		memset(u, 0, n * sizeof(float));
+		return 0;
+	}
+	/* a synchronising step: the local update, then the accumulator averaged */
+	double lr = dsconfig_lr(ds, r->opt_steps + 1);
+	OpsAdamw h = {lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
+	float *w = slice_weights(r, sl);
+	ops_zero_one_step(w, m, v, u, g, n, &h, OPS_ZO_LOCAL, factor, 0);
+	ops_zero_one_step(w, m, v, u, NULL, n, &h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
+	if (onebit_comm_allreduce(r->dp, u, n, padded, we, se, err))
+		return -1;
+	ops_zero_one_step(w, m, v, u, NULL, n, &h, OPS_ZO_SYNC_END, 1.0f, r->lrs + lr);
 	return 0;
 }
 
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
 			  const OpsAdamw *h, float factor)
 {
+	size_t n = (size_t)sg->n;
+	float *u = v + r->st->part_elems;
+	if (r->zero_one && r->frozen) {
+		if (r->exchanged)
+			return; /* a synchronising step: updated with its exchange */
+		ops_zero_one_step(w, m, v, u, g, n, h, OPS_ZO_LOCAL, factor, 0);
+		if (r->step_kind == ONEBIT_COMPRESSED) { /* one rank synchronises with itself */
+			ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
+			ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_END, 1.0f, r->lrs + h->lr);
+		}
+		return;
+	}
+	/* a compressed step's moments were updated with its exchange; on one rank 1-bit Adam
+	 * updates its momentum from the gradients and 0/1 Adam neither moment (zoadam.py compresses
+	 * and updates under `if self.size > 1`) */
 	OpsOnebitMoments k = r->step_kind == ONEBIT_FULL ? OPS_ONEBIT_BOTH :
-			     r->exchanged ? OPS_ONEBIT_NONE : OPS_ONEBIT_MOMENTUM;
-	ops_onebit_adam_step(w, m, v, g, (size_t)sg->n, h, k, factor);
+			     r->exchanged || r->zero_one ? OPS_ONEBIT_NONE : OPS_ONEBIT_MOMENTUM;
+	ops_onebit_adam_step(w, m, v, g, n, h, k, factor);
+}
+
+void runner_onebit_step_done(Runner *r, double lr)
+{
+	if (!r->zero_one)
+		return;
+	if (r->frozen)
+		r->lrs = r->step_kind == ONEBIT_COMPRESSED ? 0 : r->lrs + lr;
+	const OneBitParams *o = &r->p->sc->ds.onebit;
+	if (!r->frozen && onebit_zero_one_frozen(o, r->opt_steps + 1) && r->id_errors >= 0)
+		zero(r, r->id_errors); /* zoadam.py: reinitial_error_buffer */
 }

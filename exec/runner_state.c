@@ -161,8 +161,8 @@ void runner_optimize(Runner *r, StepResult *res)
 	r->opt_steps++;
 	res->lr = dsconfig_lr(ds, r->opt_steps);
 	if (r->onebit && r->opt_steps == 1) {
-		/* OnebitAdam's first step sets up its buffers and updates neither its moments nor the
-		 * weights (adam.py: `if not self.initialize`) */
+		/* a 1-bit optimizer's first step sets up its buffers and updates neither its moments
+		 * nor the weights (adam.py, zoadam.py: `if not self.initialize`) */
 		zero_grads(r);
 		return;
 	}
@@ -185,6 +185,8 @@ void runner_optimize(Runner *r, StepResult *res)
 		if (p->mixed && !r->params_by_copy)
 			from_f32(r, sg->params, w, (size_t)sg->n, r->pdt);
 	}
+	if (r->onebit)
+		runner_onebit_step_done(r, res->lr);
 	r->updated = 1;
 	zero_grads(r);
 }

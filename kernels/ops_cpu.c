@@ -641,6 +641,54 @@ void ops_momentum_update(float *m, const float *grad, size_t n, double beta1, fl
 	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, momentum_range, &a);
 }
 
+typedef struct ZeroOneArgs {
+	OptArgs o;
+	float *u;
+	OpsZeroOnePhase phase;
+	float lrs;
+} ZeroOneArgs;
+
+static void zero_one_range(void *ctx, size_t i0, size_t i1)
+{
+	const ZeroOneArgs *a = ctx;
+	float *p = a->o.param, *m = a->o.m, *u = a->u;
+	const float *v = a->o.v;
+	for (size_t i = i0; i < i1; i++) {
+		float den = sqrtf(v[i]) + a->o.eps;
+		switch (a->phase) {
+		case OPS_ZO_LOCAL: {
+			m[i] = a->o.b1 * m[i] + a->o.one_b1 * (a->o.grad[i] * a->o.grad_scale);
+			float d = a->o.step_size * (m[i] / den + a->o.weight_decay * p[i]);
+			p[i] -= d;
+			u[i] -= d;
+			break;
+		}
+		case OPS_ZO_SYNC_BEGIN:
+			p[i] -= u[i];
+			u[i] *= den;
+			break;
+		case OPS_ZO_SYNC_END:
+			m[i] = -(u[i] / a->lrs);
+			p[i] += u[i] / den;
+			u[i] = 0.0f;
+			break;
+		}
+	}
+}
+
+void ops_zero_one_step(float *param, float *m, const float *v, float *u, const float *grad,
+		       size_t n, const OpsAdamw *h, OpsZeroOnePhase phase, float grad_scale,
+		       double lrs)
+{
+	ZeroOneArgs a = {{.param = param, .m = m, .v = (float *)v, .grad = grad,
+			  .grad_scale = grad_scale},
+			 u, phase, (float)lrs};
+	a.o.b1 = (float)h->beta1, a.o.one_b1 = (float)(1.0 - h->beta1);
+	a.o.step_size = (float)h->lr, a.o.eps = (float)h->eps;
+	a.o.weight_decay = (float)h->weight_decay;
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, zero_one_range, &a);
+}
+
 static void sgd_range(void *ctx, size_t i0, size_t i1)
 {
 	const OptArgs *a = ctx;

@@ -122,6 +122,19 @@ void ops_onebit_adam_step(float *param, float *m, float *v, const float *grad, s
  * compressed all-reduce. */
 void ops_momentum_update(float *m, const float *grad, size_t n, double beta1, float grad_scale);
 
+/* 0/1 Adam's steps with its variance v frozen (DeepSpeed's ZeroOneAdam, runtime/fp16/onebit/
+ * zoadam.py), u its momentum accumulator, lrs the learning rates summed since the last
+ * synchronisation, this step's included. A local step (OPS_ZO_LOCAL): m = b1 m + (1 - b1) g with
+ * g = grad * grad_scale; d = lr (m / (sqrt(v) + eps) + weight_decay p); p -= d; u -= d. A
+ * synchronising step is that, then OPS_ZO_SYNC_BEGIN: p -= u (back where the last
+ * synchronisation left it), u *= sqrt(v) + eps; the caller averages u over the ranks (the
+ * compressed all-reduce); then OPS_ZO_SYNC_END: m = -u / lrs,
+ * p += u / (sqrt(v) + eps), u = 0. grad is read by OPS_ZO_LOCAL only. */
+typedef enum { OPS_ZO_LOCAL, OPS_ZO_SYNC_BEGIN, OPS_ZO_SYNC_END } OpsZeroOnePhase;
+void ops_zero_one_step(float *param, float *m, const float *v, float *u, const float *grad,
+		       size_t n, const OpsAdamw *h, OpsZeroOnePhase phase, float grad_scale,
+		       double lrs);
+
 /* SGD with momentum as torch.optim.SGD (no dampening, no Nesterov):
  * g = grad * grad_scale + weight_decay * p; buf = momentum * buf + g; p -= lr * buf.
  * With momentum 0, buf may be NULL and no state is kept. buf starts at zero, which makes the first

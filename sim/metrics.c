@@ -128,6 +128,9 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 	if (pr->onebit.active && stage == 0)
 		n = metrics_put(m, n, "comm.onebit_compressed.wire_bytes",
 				pr->onebit.wire_bytes[ONEBIT_COMPRESSED], "bytes");
+	if (pr->onebit.active && pr->onebit.zero_one && stage == 0) /* 0/1 Adam's local steps */
+		n = metrics_put(m, n, "comm.onebit_local.wire_bytes",
+				pr->onebit.wire_bytes[ONEBIT_LOCAL], "bytes");
 	for (int d = 0; d < N_COPIES; d++) {
 		snprintf(name, sizeof(name), "copy.%s_bytes", copy_name(d));
 		n = metrics_put(m, n, name, t->copy_bytes[d], "bytes");

@@ -63,7 +63,7 @@ int sim_onebit_price(Prediction *pr, const HwProfile *hw, PxError *err)
 	if (!k || k->error_feedback == EF_NONE || pr->plan.dp < 2)
 		return 0;
 	o->active = 1;
-	o->zero_one = k->error_feedback == EF_PER_TENSOR && k->states == 3;
+	o->zero_one = optim_zero_one(k);
 	o->error_bytes = pr->plan.stages[0].error_feedback_bytes;
 	o->time_known = hw && pr->time_known;
 	for (OneBitStep s = 0; s < N_ONEBIT_STEPS; s++) {

@@ -3,8 +3,8 @@
  * deepspeed/runtime/fp16/onebit/{adam,zoadam}.py, the schedule's compressed ops on a GPT whose
  * tensors are counted by hand, and the 1-bit Adam paper's volume reduction (Tang et al. 2021,
  * arXiv:2102.02888) reproduced on the schedule; and the executor training a GPT with 1-bit Adam
- * (exec/runner_onebit.c): its losses against Adam's, its bytes against the prediction and a
- * count by hand. */
+ * and 0/1 Adam (exec/runner_onebit.c): its losses against Adam's, its bytes against the
+ * prediction and a count by hand, 0/1 Adam's frozen-variance update by hand. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -16,6 +16,7 @@
 
 #include "../engine/build.h"
 #include "../engine/onebit.h"
+#include "../kernels/ops_cpu.h"
 #include "fixtures.h"
 #include "run_checks.h"
 #include "suites.h"
@@ -285,19 +286,20 @@ static void test_cli(void)
 	PX_ASSERT_HAS(out, "\"dp_volume_reduction\":");
 	PX_ASSERT_HAS(out, "\"steps_from\":\t\"training_args.max_steps\"");
 
-	/* the executor runs OneBitAdam in fp32 and refuses the others by name (exit 2) */
+	/* the executor runs OneBitAdam and ZeroOneAdam in fp32 and fp16 and refuses the others by
+	 * name (exit 2) */
 	char other[512], ojson[4096];
-	snprintf(other, sizeof(other), "%s/zoadam.json", px_test_tmpdir());
-	snprintf(ojson, sizeof(ojson), GPT, 8, "false", "ZeroOneAdam", 4);
+	snprintf(other, sizeof(other), "%s/lamb.json", px_test_tmpdir());
+	snprintf(ojson, sizeof(ojson), GPT, 8, "false", "OneBitLamb", 4);
 	px_test_write_file(other, ojson);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
 					 other), 2);
-	PX_ASSERT_HAS(out, "the executor runs OneBitAdam among the 1-bit optimizers");
-	snprintf(ojson, sizeof(ojson), GPT, 8, "true", "OneBitAdam", 4);
+	PX_ASSERT_HAS(out, "the executor runs OneBitAdam and ZeroOneAdam among the 1-bit optimizers");
+	snprintf(ojson, sizeof(ojson), GPT, 8, "true", "ZeroOneAdam", 4);
 	px_test_write_file(other, ojson);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
 					 other), 2);
-	PX_ASSERT_HAS(out, "the executor runs 1-bit Adam in fp32 or fp16");
+	PX_ASSERT_HAS(out, "the executor runs the 1-bit optimizers in fp32 or fp16");
 
 	char *at = strstr(json, "\"freeze_step\": 10");
 	CU_ASSERT_FATAL(at != NULL);
@@ -395,12 +397,12 @@ static void test_run_losses(void)
  * every rank's measured figures (one compressed step's all-to-all and all-gathers, one warm-up
  * step's all-reduce, the optimizer's memory) those given, and every pair equal to the prediction
  * (px_run_measured). */
-static void run_bytes(int ranks, const char *extra, double all_to_all, double all_gather,
-		      double all_reduce, double optimizer)
+static sqlite3 *run_bytes_of(const char *scenario, int ranks, const char *extra,
+			     double all_to_all, double all_gather, double all_reduce,
+			     double optimizer)
 {
 	char args[2048];
-	snprintf(args, sizeof(args), "run '%s' --ranks %d %s",
-		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), ranks, extra);
+	snprintf(args, sizeof(args), "run '%s' --ranks %d %s", px_test_path(scenario), ranks, extra);
 	sqlite3 *db = px_run_measured(args, ranks);
 	for (int r = 0; r < ranks; r++) {
 		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_compressed.all_to_all_bytes",
@@ -411,7 +413,14 @@ static void run_bytes(int ranks, const char *extra, double all_to_all, double al
 		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r),
 				optimizer);
 	}
-	sqlite3_close(db);
+	return db;
+}
+
+static void run_bytes(int ranks, const char *extra, double all_to_all, double all_gather,
+		      double all_reduce, double optimizer)
+{
+	sqlite3_close(run_bytes_of("scenarios/gpt2-mini-cpu-onebit.json", ranks, extra, all_to_all,
+				   all_gather, all_reduce, optimizer));
 }
 
 /* The compressed step's bytes by hand. The GPT (n_embd 128, 4 layers, vocab 256, 128 positions):
@@ -461,6 +470,121 @@ static void test_run_fp16(void)
 	CU_ASSERT(onebit[S - 1] < 0.9 * onebit[0]);
 }
 
+/* ---- the executor: parallax run with 0/1 Adam (scenarios/gpt2-mini-cpu-zeroone.json) ---- */
+
+/* kernels/ops_cpu's 0/1 Adam steps with the variance frozen, one weight by hand (zoadam.py's
+ * update): p 1, m 0.5, v 0.04 (sqrt 0.2), u 0; lr 0.1, beta1 0.9, eps 0, no weight decay.
+ *   local, g 1:   m = 0.45 + 0.1 = 0.55; d = 0.1 x 0.55 / 0.2 = 0.275; p 0.725, u -0.275
+ *   local, g -1:  m = 0.495 - 0.1 = 0.395; d = 0.1975; p 0.5275, u -0.4725
+ *   sync begin:   p -= u: 1 (the last synchronisation's weight); u *= 0.2: -0.0945
+ *   (one rank: the average is u itself)
+ *   sync end, lrs 0.2 (two steps of lr 0.1): m = -u / lrs = 0.4725; p += u / 0.2: 0.5275; u 0
+ * and a weight decay of 0.5 adds lr x 0.5 x p to the first local step's d: 0.275 + 0.05. */
+static void test_zero_one_kernel(void)
+{
+	float p = 1.0f, m = 0.5f, v = 0.04f, u = 0.0f, g = 1.0f;
+	OpsAdamw h = {0.1, 0.9, 0.95, 0.0, 0.0};
+	ops_zero_one_step(&p, &m, &v, &u, &g, 1, &h, OPS_ZO_LOCAL, 1.0f, 0);
+	CU_ASSERT_DOUBLE_EQUAL(m, 0.55, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(p, 0.725, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(u, -0.275, 1e-6);
+	g = -2.0f; /* grad_scale 0.5 makes it -1 */
+	ops_zero_one_step(&p, &m, &v, &u, &g, 1, &h, OPS_ZO_LOCAL, 0.5f, 0);
+	CU_ASSERT_DOUBLE_EQUAL(m, 0.395, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(p, 0.5275, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(u, -0.4725, 1e-6);
+	ops_zero_one_step(&p, &m, &v, &u, NULL, 1, &h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
+	CU_ASSERT_DOUBLE_EQUAL(p, 1.0, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(u, -0.0945, 1e-6);
+	ops_zero_one_step(&p, &m, &v, &u, NULL, 1, &h, OPS_ZO_SYNC_END, 1.0f, 0.2);
+	CU_ASSERT_DOUBLE_EQUAL(m, 0.4725, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(p, 0.5275, 1e-6);
+	CU_ASSERT_EQUAL(u, 0.0f);
+	p = 1.0f, m = 0.5f, u = 0.0f, g = 1.0f, h.weight_decay = 0.5;
+	ops_zero_one_step(&p, &m, &v, &u, &g, 1, &h, OPS_ZO_LOCAL, 1.0f, 0);
+	CU_ASSERT_DOUBLE_EQUAL(p, 1.0 - 0.325, 1e-6);
+	CU_ASSERT_DOUBLE_EQUAL(u, -0.325, 1e-6);
+}
+
+static const char *zero_one_base(void)
+{
+	static char base[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json",
+		 px_test_path("scenarios/gpt2-mini-cpu-zeroone.json"));
+	return base;
+}
+
+/* The scenario's var_update_scaler 2, var_freeze_step 12, local_step_scaler 3, local_step_clipper
+ * 4 make steps 1-4 full (step 1 the initialisation's), step 5 compressed, then full at the
+ * variance interval (2, then 4 after two more updates) with compressed gradients between;
+ * from step 14 the variance is frozen: steps 14-16 synchronise (interval 1), 17 is local, 18
+ * synchronises, ... (engine/onebit.c, traced by hand in test_zero_one_adam_steps).
+ * - The same run with var_freeze_step and var_update_scaler 1000 never compresses: all its steps
+ *   full, it is Adam without bias correction whose first step updates nothing, which is
+ *   OneBitAdam's warm-up too: the two optimizers' runs equal to the bit.
+ * - 0/1 Adam's losses 1-5 equal that run's to the bit (the loss of step 5 is taken before its
+ *   compressed update), the last one not; from step 6 on each is at most 5% above the
+ *   uncompressed run's (0/1 Adam converges as Adam does: Lu et al. 2022, arXiv:2202.06009, section
+ *   6), and the last under 0.7 of the first. A synchronisation that averaged wrongly or lost
+ *   the accumulated update would leave the losses above the bound.
+ * - On one rank (no exchange) it learns too. */
+static void test_run_zero_one_losses(void)
+{
+	enum { S = 24, C = 5 };
+	double zo[S], plain[S], onebit[S], one[S];
+	const char *never = "--set deepspeed.optimizer.params.var_freeze_step=1000 "
+			    "--set deepspeed.optimizer.params.var_update_scaler=1000";
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(zero_one_base(), 2, S, "", zo), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(zero_one_base(), 2, S, never, plain), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S,
+					    "--set deepspeed.optimizer.params.freeze_step=1000",
+					    onebit), S);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_EQUAL(plain[s], onebit[s]);
+	for (int s = 0; s < C; s++)
+		CU_ASSERT_EQUAL(zo[s], plain[s]);
+	CU_ASSERT(zo[S - 1] != plain[S - 1]);
+	int worse = 0;
+	for (int s = C; s < S; s++)
+		worse += zo[s] > 1.05 * plain[s];
+	if (worse)
+		for (int s = 0; s < S; s++)
+			fprintf(stderr, "\nstep %d: 0/1 Adam %.4f, never compressed %.4f", s + 1, zo[s],
+				plain[s]);
+	CU_ASSERT_EQUAL(worse, 0);
+	CU_ASSERT(zo[S - 1] < 0.7 * zo[0]);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(zero_one_base(), 1, S, "", one), S);
+	CU_ASSERT(one[S - 1] < 0.7 * one[0]);
+}
+
+/* Bytes of 0/1 Adam's three kinds of step on 2 ranks, each per step of its kind and equal to the
+ * prediction (px_run_measured). The GPT's 842,496 parameters in 52 tensors (test_run_bytes), none
+ * padded over 2 ranks (to a multiple of 2 lcm(2, 8) = 16): a full step all-reduces the fp32
+ * gradients, 4 x 842,496 = 3,369,984 B; a compressed one the signs once in each phase, 842,496 /
+ * 8 = 105,312 B (all-to-all, then all-gather) and two all-gathers of 2 x 4 B of scales per tensor:
+ * 105,312 + 52 x 16 = 106,144 B of all-gathers; a local step nothing. The optimizer's memory:
+ * three fp32 states (exp_avg, exp_avg_sq, momentum_accumulator) and the errors, 4 x (3 x 842,496
+ * + 842,496 + 421,248) = 15,164,928 B. fp16 with var_freeze_step 2: steps 1-3 full, 4-6
+ * synchronise, 7 is local, 8 synchronises; FP16_Optimizer's flat exchanged whole: one pair of
+ * scale all-gathers, 105,312 + 2 x 8 = 105,328 B; the full steps' fp16 gradients 2 x 842,496 B
+ * and the overflow flag's 4 B, which a local step sends too; the master weights added to the
+ * optimizer's memory, 4 x 842,496 + 15,164,928 = 18,534,912 B. */
+static void test_run_zero_one_bytes(void)
+{
+	sqlite3 *db = run_bytes_of("scenarios/gpt2-mini-cpu-zeroone.json", 2, "--steps 24", 105312,
+				   106144, 3369984, 15164928);
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_local.wire_bytes", "measured", r), 0);
+	sqlite3_close(db);
+	db = run_bytes_of("scenarios/gpt2-mini-cpu-zeroone.json", 2,
+			  "--steps 8 --set deepspeed.fp16.enabled=true --set deepspeed.fp16.loss_scale=1024 "
+			  "--set deepspeed.optimizer.params.var_freeze_step=2",
+			  105312, 105328, 1684992 + 4, 18534912);
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_local.wire_bytes", "measured", r), 4);
+	sqlite3_close(db);
+}
+
 int test_onebit_register(void)
 {
 	return PX_ADD_SUITE("onebit", {"one compressed all-reduce's bytes by hand", test_volume_by_hand},
@@ -475,5 +599,10 @@ int test_onebit_register(void)
 			    {"compressed all-reduce on 4 ranks", test_allreduce_4, PX_RELEASE_RUN},
 			    {"run: losses against the warm-up's and AdamW's", test_run_losses, PX_RELEASE_RUN},
 			    {"run: bytes measured equal predicted and by hand", test_run_bytes, PX_RELEASE_RUN},
-			    {"run: fp16, FP16_Optimizer's flat exchanged whole", test_run_fp16, PX_RELEASE_RUN});
+			    {"run: fp16, FP16_Optimizer's flat exchanged whole", test_run_fp16, PX_RELEASE_RUN},
+			    {"0/1 Adam's frozen-variance steps by hand", test_zero_one_kernel},
+			    {"run: 0/1 Adam's losses against the never-compressed run's",
+			     test_run_zero_one_losses, PX_RELEASE_RUN},
+			    {"run: 0/1 Adam's bytes by kind of step, measured equal predicted and by hand",
+			     test_run_zero_one_bytes, PX_RELEASE_RUN});
 }
