@@ -996,13 +996,15 @@ static void optimizer_step(Builder *b)
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
 		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
-	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
-		onebit_exchange(b);
-	double state = part * p->master_bytes + st->opt_state_bytes;
+	/* 1-bit LAMB's copy of its momenta (lamb.py exp_avg_last_step), taken before the exchange
+	 * that averages them (held in every step here; DeepSpeed's warm-up steps take none) */
 	int step_temp = -1;
 	if (st->opt_step_temp_bytes > 0)
 		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
 				  st->opt_step_temp_bytes);
+	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
+		onebit_exchange(b);
+	double state = part * p->master_bytes + st->opt_state_bytes;
 	if (p->opt_place == PLACE_NVME)
 		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state);
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs

@@ -383,7 +383,14 @@ static int parse_onebit_params(const JsonObj *params, OneBitParams *o, PxError *
 	    jobj_int(params, "local_step_scaler", 1, 1LL << 40, o->local_step_scaler,
 		     &o->local_step_scaler, err) < 0 ||
 	    jobj_int(params, "local_step_clipper", 1, 1LL << 40, o->local_step_clipper,
-		     &o->local_step_clipper, err) < 0)
+		     &o->local_step_clipper, err) < 0 ||
+	    jobj_num(params, "max_coeff", 0, 1e6, o->max_coeff, &o->max_coeff, err) < 0 ||
+	    jobj_num(params, "min_coeff", 0, 1e6, o->min_coeff, &o->min_coeff, err) < 0 ||
+	    jobj_num(params, "coeff_beta", 0, 1, o->coeff_beta, &o->coeff_beta, err) < 0 ||
+	    jobj_num(params, "factor_max", 0, 1e6, o->factor_max, &o->factor_max, err) < 0 ||
+	    jobj_num(params, "factor_min", 0, 1e6, o->factor_min, &o->factor_min, err) < 0 ||
+	    jobj_num(params, "factor_threshold", 0, 1e6, o->factor_threshold,
+		     &o->factor_threshold, err) < 0)
 		return -1;
 	return 0;
 }

@@ -6,7 +6,9 @@ void onebit_params_default(OneBitParams *o)
 { /* the constructors' defaults: onebit/adam.py, zoadam.py, lamb.py */
 	*o = (OneBitParams){.freeze_step = 100000, .var_freeze_step = 100000,
 			    .var_update_scaler = 16, .local_step_scaler = 32678,
-			    .local_step_clipper = 16};
+			    .local_step_clipper = 16, .max_coeff = 10.0, .min_coeff = 0.01,
+			    .coeff_beta = 0.9, .factor_max = 4.0, .factor_min = 0.5,
+			    .factor_threshold = 0.1};
 }
 
 /* 0/1 Adam's counters as zoadam.py keeps them (state of the first parameter: every parameter's

@@ -25,6 +25,10 @@ typedef struct OneBitParams {
 	long long var_update_scaler;  /* ZeroOneAdam: variance updates per interval doubling (16) */
 	long long local_step_scaler;  /* ZeroOneAdam: steps per local-interval doubling (32678) */
 	long long local_step_clipper; /* ZeroOneAdam: the longest local interval (16) */
+	/* OnebitLamb's coefficients: the LAMB coefficient's bounds (10, 0.01), its running
+	 * average's beta (0.9), the compressed stage's factor bounds (4, 0.5) and its largest change
+	 * from one step to the next (0.1) */
+	double max_coeff, min_coeff, coeff_beta, factor_max, factor_min, factor_threshold;
 } OneBitParams;
 
 void onebit_params_default(OneBitParams *o);

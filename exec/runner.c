@@ -79,8 +79,8 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
-		 strcasecmp(ds->optimizer, "ZeroOneAdam"))
-		why = "the Adam, AdamW, SGD, OneBitAdam or ZeroOneAdam optimizer";
+		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
+		why = "the Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb optimizer";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
@@ -146,7 +146,11 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
-	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too */
+	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too, 1-bit LAMB its
+			       fresh variance and its fused momenta's padding */
+		if (r->lamb)
+			return part * 12 + 4.0 * (double)(optim_onebit_padded_elems((long long)part,
+										    r->n) - (long long)part);
 		return part * (sgd ? (ds->momentum != 0 ? 4 : 0) : r->zero_one ? 12 : 8);
 	case BUF_ERROR_FEEDBACK: return r->onebit ? runner_onebit_error_bytes(r) : -1;
 	default: return -1;
@@ -237,6 +241,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_MASTER: r->id_master = op->buf; break;
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
 	case BUF_ERROR_FEEDBACK: r->id_errors = op->buf; break;
+	case BUF_OPT_STEP_TEMP: r->id_step_temp = op->buf; break;
 	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
@@ -1139,6 +1144,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;
 	r->onebit = p->sc->ds.opt && p->sc->ds.opt->error_feedback != EF_NONE;
 	r->zero_one = optim_zero_one(p->sc->ds.opt);
+	r->lamb = r->onebit && p->sc->ds.opt->error_feedback == EF_FLAT;
 	if (comms)
 		r->pp_act = comms->pp_act, r->pp_grad = comms->pp_grad, r->tied = comms->tied,
 		r->tp = comms->tp, r->hpz = comms->hpz, r->node = comms->node, r->xnode = comms->xnode,
@@ -1222,6 +1228,9 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;
+	r->id_step_temp = -1;
+	if (r->lamb && runner_lamb_create(r, err))
+		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
 	if (runner_zpp_create(r, err))
 		return -1;
@@ -1251,6 +1260,7 @@ void runner_destroy(Runner *r)
 	free(r->sample);
 	free(r->segs);
 	free(r->norm_skip);
+	runner_lamb_free(r);
 	free(r->rep);
 	free(r->pend);
 	free(r->zero_first);

@@ -30,7 +30,7 @@ typedef struct StepResult {
 } StepResult;
 
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD and
- * OneBitAdam and ZeroOneAdam in fp32 or fp16 (at stage 0, data parallelism alone),
+ * OneBitAdam, ZeroOneAdam and OneBitLamb in fp32 or fp16 (at stage 0, data parallelism alone),
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
  * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3 (sequence parallelism 0-1),
  * ZeRO++'s qwZ, hpZ and qgZ with data parallelism alone, on the CPU backend...),
@@ -84,8 +84,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		  const ComputeBackend *cb, void *cx, const RunnerRuntime *rt, Runner **out,
 		  PxError *err);
 
-/* A 1-bit optimizer's steps of kind `kind` other than the warm-up's (OneBitAdam and ZeroOneAdam;
- * runner_supported says which layouts): ONEBIT_COMPRESSED, or 0/1 Adam's ONEBIT_LOCAL. Their
+/* A 1-bit optimizer's steps of kind `kind` other than the warm-up's (OneBitAdam, ZeroOneAdam,
+ * OneBitLamb; runner_supported says which layouts): ONEBIT_COMPRESSED, or 0/1 Adam's ONEBIT_LOCAL. Their
  * schedule is built from the same plan with plan.onebit_step `kind` for the same stage (used, not
  * owned: it outlives the runner). From then on each step runs the schedule of its kind
  * (engine/onebit.h onebit_step_kind): runner_create's (the warm-up's) or one of these. They must

@@ -136,6 +136,15 @@ struct Runner {
 	double lrs;             /* 0/1 Adam: the learning rates summed since the last
 				   synchronisation (zoadam.py state['lrs']) */
 	int id_errors;          /* the error-feedback buffer */
+	/* OnebitLamb: per kernel tensor, its scaling coefficient (set at the first compressed
+	 * step), the frozen LAMB coefficient's running average and the last factor (lamb.py's
+	 * scaling_coeff, lamb_coeff_freeze, last_factor); the step's copy of the momenta */
+	int lamb, n_lamb, have_scaling;
+	float *lamb_scaling;
+	double *lamb_coeff, *lamb_last;
+	long long *lamb_off;    /* each tensor's place in the flat and its size */
+	size_t *lamb_n;
+	int id_step_temp;
 	int have_factor;        /* factor and gnorm hold this step's (runner_grad_factor) */
 	float factor;
 	double gnorm;
@@ -259,6 +268,18 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err);
  * place in the partition; g its fp32 gradients, scaled by factor). */
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
 			  const OpsAdamw *h, float factor);
+/* OnebitLamb (runner_lamb.c): its per-tensor coefficients, set up by runner_lamb_create (0 or -1
+ * with err) and freed by runner_lamb_free; the signs' op of its compressed step (the momenta
+ * updated and scaled, averaged, then the update); its update outside that op (the warm-up's, and
+ * a compressed step's on one rank, which exchanges nothing). */
+int runner_lamb_create(Runner *r, PxError *err);
+void runner_lamb_free(Runner *r);
+int runner_lamb_exchange(Runner *r, const Op *op, PxError *err);
+/* The compressed steps' schedule c allocates the copy of the momenta before the exchange and the
+ * update read it; 0, or -1 with err naming the op. */
+int runner_lamb_check(const Schedule *c, PxError *err);
+void runner_lamb_update(Runner *r, const float *g, const OpsAdamw *h, float factor);
+
 /* After a step's update (not a skipped one) at learning rate lr: 0/1 Adam's sum of learning rates
  * moves on, and its error buffers are zeroed where its variance freezes. */
 void runner_onebit_step_done(Runner *r, double lr);

@@ -33,9 +33,6 @@ const char *runner_onebit_supported(const Plan *p)
 	const OptimKind *k = sc->ds.opt;
 	if (!k || k->error_feedback == EF_NONE)
 		return NULL;
-	if (strcasecmp(k->name, "OneBitAdam") && strcasecmp(k->name, "ZeroOneAdam"))
-		return "OneBitAdam and ZeroOneAdam among the 1-bit optimizers (OneBitLamb's steps are "
-		       "predicted, not run)";
 	if (sc->ds.dtype == DT_BF16)
 		return "the 1-bit optimizers in fp32 or fp16 (DeepSpeed runs them under "
 		       "FP16_Optimizer, not bf16's)";
@@ -51,9 +48,9 @@ double runner_onebit_error_bytes(const Runner *r)
 {
 	long long padded = 0, n = r->n;
 	GptTensor t[GPT_CPU_MAX_TENSORS];
-	if (r->p->mixed) /* FP16_Optimizer's flat: one pair */
+	if (r->p->mixed || r->lamb) /* FP16_Optimizer's flat, 1-bit LAMB's fused momenta: one pair */
 		padded = optim_onebit_padded_elems((long long)gpt_cpu_n_params(&r->cfg), n);
-	for (int u = 0; !r->p->mixed && u < r->p->n_units; u++)
+	for (int u = 0; !r->p->mixed && !r->lamb && u < r->p->n_units; u++)
 		for (int i = 0, k = gpt_cpu_unit_tensors(&r->cfg, u, t); i < k; i++)
 			padded += optim_onebit_padded_elems((long long)t[i].numel, n);
 	/* every padded size divides by n: the server errors, one chunk of each, sum to padded / n */
@@ -114,12 +111,13 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 	GptTensor t[GPT_CPU_MAX_TENSORS];
 	int u = 0, k = 0, nt = 0;
 	long long at = 0, covered = 0;
-	if (p->mixed) { /* the flat, whole, unpadded between its buckets */
+	if (p->mixed || r->lamb) { /* the flat, whole, unpadded between its buckets */
 		t[0] = (GptTensor){"the flat of all parameters", gpt_cpu_n_params(&r->cfg)};
 		u = p->n_units, nt = 1;
 		if (r->own_flat != (long long)t[0].numel)
-			return px_fail(err, PX_ERR_RUNTIME, "1-bit optimizers in fp16 exchange the flat "
-				       "of all parameters whole; this rank's flat of %lld has padding "
+			return px_fail(err, PX_ERR_RUNTIME, "1-bit LAMB and the 1-bit optimizers in fp16 "
+				       "exchange the flat of all parameters whole; this rank's flat of "
+				       "%lld has padding "
 				       "between its buckets (%lld parameters)", r->own_flat,
 				       (long long)t[0].numel);
 	}
@@ -165,7 +163,7 @@ int runner_set_onebit(Runner *r, int kind, Schedule *c, PxError *err)
 		r->s_local = c;
 		return 0;
 	}
-	if (check_compressed(r, c, err))
+	if (check_compressed(r, c, err) || (r->lamb && runner_lamb_check(c, err)))
 		return -1;
 	r->s_compressed = c;
 	return 0;
@@ -224,9 +222,11 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 	long long part = r->st->part_elems;
 	float *m = (float *)r->buf[r->id_states] + sl->part_off, *v = m + part, *u = v + part;
 	float *ef = r->buf[op->buf], *we = ef + op->offset, *se = ef + server->offset;
+	r->exchanged = 1;
+	if (r->lamb)
+		return runner_lamb_exchange(r, op, err);
 	const float *g = slice_grads(r, sl);
 	float factor = runner_grad_factor(r, NULL);
-	r->exchanged = 1;
 	if (!r->zero_one) { /* 1-bit Adam: the momentum, updated here, averaged */
 		ops_momentum_update(m, g, n, ds->beta1, factor);
 		return onebit_comm_allreduce(r->dp, m, n, padded, we, se, err);
@@ -255,6 +255,10 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
 			  const OpsAdamw *h, float factor)
 {
+	if (r->lamb) {
+		runner_lamb_update(r, g, h, factor);
+		return;
+	}
 	size_t n = (size_t)sg->n;
 	float *u = v + r->st->part_elems;
 	if (r->zero_one && r->frozen) {
