@@ -833,6 +833,21 @@ static const char *pipe_label(const Plan *p)
 	return text;
 }
 
+/* --save and --resume where the checkpoint holds the optimizer's whole state: 0/1 Adam's step
+ * counters and sum of learning rates and 1-bit LAMB's per-tensor coefficients live outside the
+ * buffers a checkpoint writes (runner_save), so they are refused (exit 2); 1-bit Adam's error
+ * buffers are not written either, as DeepSpeed's load_state_dict drops them. */
+static int ckpt_supported(const RunOpts *o, const Scenario *sc, PxError *err)
+{
+	const OptimKind *k = sc->ds.opt;
+	if ((o->save || o->resume) && k && (optim_zero_one(k) || k->error_feedback == EF_FLAT))
+		return px_fail(err, PX_ERR_INPUT, "%s: a checkpoint (%s) of %s is not written or read: "
+			       "its %s are not saved", sc->name, o->save ? "--save" : "--resume",
+			       k->name, optim_zero_one(k) ? "step counters and sum of learning rates" :
+			       "per-tensor LAMB coefficients");
+	return 0;
+}
+
 static int train(RunOpts *o, Comm *world, PxError *err)
 {
 	Scenario sc;
@@ -855,7 +870,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	}
 	if (run_predict(o, &sc, &pr, 0, err))
 		goto out_free;
-	if (runner_supported(&pr.plan, err) ||
+	if (runner_supported(&pr.plan, err) || ckpt_supported(o, &sc, err) ||
 	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
 		goto out_predict;
 	ComputeShape shape = runner_shape(&pr.plan, o->gpu ? o->gpu->device : 0);
@@ -1007,7 +1022,8 @@ static int run_guard(RunOpts *o, int ranks_here, int speak)
 		return err.code == PX_ERR_INPUT ? 2 : 1;
 	}
 	int rc = 0;
-	if (runner_supported(&pr.plan, &err)) { /* what it cannot run at all comes first */
+	if (runner_supported(&pr.plan, &err) || ckpt_supported(o, &sc, &err)) {
+		/* what it cannot run at all comes first */
 		if (speak)
 			fprintf(stderr, "parallax run: %s\n", err.msg);
 		rc = err.code == PX_ERR_INPUT ? 2 : 1;

@@ -272,7 +272,7 @@ static void test_paper_reduction(void)
 }
 
 /* parallax predict: the table's section and the JSON twin; a bad freeze_step exits 2 naming it;
- * parallax run refuses the 1-bit optimizers. */
+ * parallax run refuses the 1-bit optimizers in bf16 and checkpoints of 0/1 Adam and 1-bit LAMB. */
 static void test_cli(void)
 {
 	static char out[1 << 17];
@@ -296,6 +296,19 @@ static void test_cli(void)
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
 					 other), 2);
 	PX_ASSERT_HAS(out, "the executor runs the 1-bit optimizers in fp32 or fp16");
+	/* checkpoints of 0/1 Adam and 1-bit LAMB are refused before anything starts: their scalar
+	 * state is not among the buffers a checkpoint writes */
+	char ck[600];
+	snprintf(ck, sizeof(ck), "%s/ck", px_test_tmpdir());
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --save '%s'",
+					 px_test_path("scenarios/gpt2-mini-cpu-zeroone.json"), ck), 2);
+	PX_ASSERT_HAS(out, "a checkpoint (--save) of ZeroOneAdam is not written or read: its step "
+		      "counters and sum of learning rates are not saved");
+	CU_ASSERT_NOT_EQUAL(access(ck, F_OK), 0);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --resume '%s'",
+					 px_test_path("scenarios/gpt2-mini-cpu-onebitlamb.json"), ck),
+			2);
+	PX_ASSERT_HAS(out, "a checkpoint (--resume) of OneBitLamb is not written or read");
 
 	char *at = strstr(json, "\"freeze_step\": 10");
 	CU_ASSERT_FATAL(at != NULL);
