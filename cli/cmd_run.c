@@ -26,6 +26,7 @@
 #include "launch.h"
 #include "run_ckpt.h"
 #include "run_gpu.h"
+#include "run_measure.h"
 #include "paths.h"
 #include "run_guard.h"
 #include "store.h"
@@ -267,208 +268,6 @@ bad:
 	return 2;
 }
 
-/* ---- measured metrics ---- */
-
-enum {
-	/* the bytes requested by category (the arena's labels), the allocator's high-water per
-	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
-	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
-	/* then the 1-bit compressed steps' by kind, and 0/1 Adam's local steps' wire bytes */
-	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1,
-	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
-	MEAS_TIME = 3, /* the steady step, the first step, whether the steady one is the first */
-	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
-};
-
-/* What a run notes as it goes: its steps' times, the first (the warm-up: its buffers are
- * mapped, its caches cold) apart from the steady ones after it, the page faults, and the resident
- * set before the executor's set-up. */
-typedef struct RunMarks {
-	long steps;                      /* finished */
-	double first_s, rest_s;          /* the first one's wall time; the others' summed */
-	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
-	long long faults0, faults1;      /* minor page faults before and after the first */
-	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
-	/* a 1-bit optimizer's steps other than full ones (StepResult.onebit_step: compressed, and
-	 * 0/1 Adam's local), by kind: how many, and what they issued and sent per collective kind
-	 * (the counters' gain over each such step) */
-	long kind_steps[N_ONEBIT_STEPS];
-	double kind_payload[N_ONEBIT_STEPS][N_COLLS], kind_wire[N_ONEBIT_STEPS][N_COLLS];
-} RunMarks;
-
-/* What the counters hold per collective kind, summed over the groups. */
-static void comm_totals(Comm *world, double pay[N_COLLS], double wire[N_COLLS])
-{
-	const CommCounters *c = comm_counters(world);
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		pay[kind] = wire[kind] = 0;
-		for (int g = 0; g < N_GROUPS; g++)
-			pay[kind] += (double)c->payload_bytes[kind][g], wire[kind] += c->wire_bytes[kind][g];
-	}
-}
-
-/* A 1-bit step of kind `step` ended: what the counters gained since pay0 and wire0 (before it)
- * is its. */
-static void clock_onebit(RunMarks *k, int step, Comm *world, const double *pay0,
-			 const double *wire0)
-{
-	double pay[N_COLLS], wire[N_COLLS];
-	comm_totals(world, pay, wire);
-	k->kind_steps[step]++;
-	for (int kind = 0; kind < N_COLLS; kind++)
-		k->kind_payload[step][kind] += pay[kind] - pay0[kind],
-			k->kind_wire[step][kind] += wire[kind] - wire0[kind];
-}
-
-/* A step finished in dt seconds. */
-static void clock_step(RunMarks *k, const Runner *run, double dt)
-{
-	if (k->steps++ == 0) {
-		k->first_s = dt;
-		memcpy(k->op_first, runner_op_times(run), sizeof(k->op_first));
-		k->faults1 = procmem_minor_faults();
-	} else {
-		k->rest_s += dt;
-	}
-}
-
-/* The mean steady step: steps 2..N; with one step, the first (warm-up included). */
-static double clock_step_s(const RunMarks *k)
-{
-	return k->steps > 1 ? k->rest_s / (double)(k->steps - 1) : k->first_s;
-}
-
-/* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
- * does not measure (the device's readings on the CPU backend) is NaN. Per step: communication
- * over all the steps (they move the same bytes), but a 1-bit optimizer's, whose full-precision
- * steps and compressed ones are counted apart (comm.onebit_compressed.*, NaN for a kind no step
- * was of); times and page faults over the steady ones. */
-static void measure(const RunOpts *o, const Runner *run, Comm *world, const RunMarks *clk,
-		    double *v)
-{
-	const Arena *a = runner_arena(run);
-	int k = 0;
-	long steady = clk->steps > 1 ? clk->steps - 1 : 1;
-	for (int cat = 0; cat < N_CATS; cat++)
-		v[k++] = a->at_peak[PLACE_GPU][cat];
-	for (int cat = 0; cat < N_CATS; cat++)
-		v[k++] = a->cat_peak[PLACE_GPU][cat];
-	for (int cat = 0; cat < N_CATS; cat++) /* the host's: optimizer offload's place */
-		v[k++] = a->at_peak[PLACE_CPU][cat];
-	v[k++] = arena_held_peak(a, PLACE_GPU); /* the allocator's, not the requests' */
-	v[k++] = arena_held_peak(a, PLACE_CPU);
-	v[k++] = a->peak[PLACE_NVME];
-	v[k++] = a->peak[PLACE_GPU];
-	v[k++] = a->peak[PLACE_CPU];
-	v[k++] = arena_held_peak(a, N_PLACES);
-	v[k++] = procmem_peak_rss_bytes();
-	v[k++] = clk->rss_setup_bytes;
-	long long faults = procmem_minor_faults();
-	v[k++] = faults < 0 || clk->faults0 < 0 || !clk->steps ? NAN :
-		 clk->steps > 1 ? (double)(faults - clk->faults1) / (double)steady :
-		 (double)(clk->faults1 - clk->faults0);
-	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
-	/* the schedule's groups; the loss's mean travels on the world and is not counted */
-	comm_totals(world, pay, w);
-	const int C = ONEBIT_COMPRESSED, L = ONEBIT_LOCAL;
-	long full = clk->steps - clk->kind_steps[C] - clk->kind_steps[L]; /* none finished: the
-									   partial one's, as one */
-	double per = clk->steps == 0 ? 1.0 : full > 0 ? (double)full : NAN;
-	double per_comp = clk->kind_steps[C] > 0 ? (double)clk->kind_steps[C] : NAN;
-	double per_local = clk->kind_steps[L] > 0 ? (double)clk->kind_steps[L] : NAN, lwire = 0;
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		double p = pay[kind] - clk->kind_payload[C][kind] - clk->kind_payload[L][kind];
-		double wk = w[kind] - clk->kind_wire[C][kind] - clk->kind_wire[L][kind];
-		v[k++] = p / per;
-		v[k++] = wk / per;
-		wire += wk / per;
-	}
-	v[k++] = wire;
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		v[k++] = clk->kind_payload[C][kind] / per_comp;
-		cwire += clk->kind_wire[C][kind] / per_comp;
-		lwire += clk->kind_wire[L][kind] / per_local;
-	}
-	v[k++] = cwire;
-	v[k++] = lwire;
-	const double *t = runner_op_times(run); /* each kind of op, per steady step */
-	for (int i = 0; i < RUNNER_N_TIMES; i++)
-		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
-	RunnerRuntime rt;
-	double peak = NAN;
-	if (o->gpu) {
-		run_gpu_runtime(o->gpu, &rt);
-		peak = run_gpu_peak_bytes(o->gpu);
-	}
-	v[k++] = peak >= 0 ? peak : NAN;
-	v[k++] = o->gpu ? rt.cuda_context_bytes : NAN;
-	v[k++] = o->gpu ? rt.cublas_workspace_bytes : NAN;
-	v[k++] = o->gpu ? rt.nccl_bytes : NAN;
-	v[k++] = clock_step_s(clk);
-	v[k++] = clk->steps ? clk->first_s : NAN;
-	v[k++] = clk->steps <= 1;
-	v[k++] = 0;
-}
-
-/* The rows of n ranks' measurements, the first of them rank rank0. */
-static int measured_rows(const double *all, int rank0, int world, int steps, DbMetric *rows,
-			 char (*names)[64])
-{
-	int k = 0, n = 0;
-	for (int cat = 0; cat < N_CATS; cat++)
-		snprintf(names[k++], 64, "memory.gpu.%s_bytes", cat_name(cat));
-	for (int cat = 0; cat < N_CATS; cat++)
-		snprintf(names[k++], 64, "memory.gpu.peak.%s_bytes", cat_name(cat));
-	for (int cat = 0; cat < N_CATS; cat++)
-		snprintf(names[k++], 64, "memory.cpu.%s_bytes", cat_name(cat));
-	snprintf(names[k++], 64, "memory.gpu.peak_bytes");
-	snprintf(names[k++], 64, "memory.cpu.peak_bytes");
-	snprintf(names[k++], 64, "memory.nvme.bytes");
-	snprintf(names[k++], 64, "memory.gpu.requested_peak_bytes");
-	snprintf(names[k++], 64, "memory.cpu.requested_peak_bytes");
-	snprintf(names[k++], 64, "memory.process.pool_peak_bytes");
-	snprintf(names[k++], 64, "memory.process.rss_peak_bytes");
-	snprintf(names[k++], 64, "memory.process.rss_before_setup_bytes");
-	snprintf(names[k++], 64, "memory.process.page_faults_per_step");
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		snprintf(names[k++], 64, "comm.%s_bytes", coll_name(kind));
-		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
-	}
-	snprintf(names[k++], 64, "comm.wire_bytes");
-	for (int kind = 0; kind < N_COLLS; kind++)
-		snprintf(names[k++], 64, "comm.onebit_compressed.%s_bytes", coll_name(kind));
-	snprintf(names[k++], 64, "comm.onebit_compressed.wire_bytes");
-	snprintf(names[k++], 64, "comm.onebit_local.wire_bytes");
-	for (int i = 0; i < N_COMPS; i++)
-		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
-	for (int i = 0; i < N_COLLS; i++)
-		snprintf(names[k++], 64, "time.measured.%s_s", coll_name(i));
-	for (int i = 0; i < N_COPIES; i++)
-		snprintf(names[k++], 64, "time.measured.copy_%s_s", copy_name(i));
-	snprintf(names[k++], 64, "memory.gpu.device_peak_bytes");
-	snprintf(names[k++], 64, "memory.gpu.runtime.cuda_context_bytes");
-	snprintf(names[k++], 64, "memory.gpu.runtime.cublas_workspace_bytes");
-	snprintf(names[k++], 64, "memory.gpu.runtime.nccl_bytes");
-	snprintf(names[k++], 64, "time.step_s");
-	snprintf(names[k++], 64, "time.first_step_s");
-	snprintf(names[k++], 64, "time.step_includes_warmup");
-	snprintf(names[k++], 64, "steps");
-	for (int r = 0; r < world; r++)
-		for (int i = 0; i < MEAS_N; i++) {
-			double val = i == MEAS_N - 1 ? steps : all[r * MEAS_N + i];
-			if (isnan(val))
-				continue; /* not measured by this backend */
-			if (strstr(names[i], "_wire_bytes") && strncmp(names[i], "comm.wire", 9))
-				continue; /* per-kind wire bytes: printed, not stored (no twin) */
-			size_t len = strlen(names[i]);
-			const char *unit = len > 2 && !strcmp(names[i] + len - 2, "_s") ? "s" :
-					   len > 5 && !strcmp(names[i] + len - 5, "bytes") ? "bytes" :
-					   "1"; /* steps, page faults, the warm-up flag */
-			rows[n++] = (DbMetric){rank0 + r, names[i], val, unit};
-		}
-	return n;
-}
-
 /* ---- a run the watchdog stops ---- */
 
 /* What rank 0's watchdog needs to record the run as failed: set once training starts. */
@@ -496,7 +295,7 @@ static void record_failure(void *ctx, const char *line)
 	if (!f->run || comm_rank(f->world) != 0 || f->o->no_db)
 		return;
 	long done = f->clk->steps > 0 ? f->clk->steps : 1;
-	measure(f->o, f->run, f->world, f->clk, mine);
+	run_measure(f->o->gpu, f->run, f->world, f->clk, mine);
 	snprintf(notes, sizeof(notes), "parallax run --backend %s stopped at step %ld: %s",
 		 f->o->backend, f->step, line);
 	if (store_runs(f->o, f->sc, f->pr, mine, 0, 1, (int)done, "failed", notes, &err))
@@ -520,7 +319,7 @@ static int store_runs(RunOpts *o, Scenario *sc, Prediction *pr, const double *al
 		px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto out;
 	}
-	int n = measured_rows(all, rank0, size, steps, rows, names);
+	int n = run_measured_rows(all, rank0, size, steps, rows, names);
 	DbRun m = {.scenario_name = sc->name, .scenario_json = json, .kind = "measured",
 		   .status = status, .metrics = rows, .n_metrics = (size_t)n, .notes = notes};
 	if (db_open(o->db_path, &db, err) || store_prediction(db, sc, pr, &pid, err))
@@ -553,7 +352,7 @@ static void print_json(const Scenario *sc, const Prediction *pr, const double *a
 	for (int i = 0; i < n; i++)
 		if (m[i].known)
 			cJSON_AddNumberToObject(pj, m[i].name, m[i].value);
-	int k = rows ? measured_rows(all, 0, 1, steps, rows, names) : 0;
+	int k = rows ? run_measured_rows(all, 0, 1, steps, rows, names) : 0;
 	for (int i = 0; i < k; i++)
 		cJSON_AddNumberToObject(mj, rows[i].name, rows[i].value);
 	for (long s = first; s <= steps; s++)
@@ -590,7 +389,7 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 static void print_speed(const Prediction *pr, const RunMarks *clk)
 {
 	char how[96];
-	double step_s = clock_step_s(clk);
+	double step_s = run_clock_step_s(clk);
 	if (!(step_s > 0))
 		return;
 	if (clk->steps > 1)
@@ -648,7 +447,7 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 	};
 	char names[MEAS_N][64];
 	DbMetric rows[MEAS_N];
-	measured_rows(meas, 0, 1, steps, rows, names);
+	run_measured_rows(meas, 0, 1, steps, rows, names);
 	printf("\n%-38s %14s %14s %9s  %s\n", "metric (rank 0, per step)", "predicted", "measured",
 	       "error", "measured as");
 	for (size_t i = 0; i < sizeof(rows_shown) / sizeof(rows_shown[0]); i++) {
@@ -780,7 +579,7 @@ typedef struct RunBeacon {
 	_Atomic long step;         /* the step in progress; 0 before the first */
 	_Atomic int cur;           /* the copy last written in full */
 	long done[2];              /* steps finished in this run */
-	double meas[2][MEAS_N];    /* measure()'s vector over them */
+	double meas[2][MEAS_N];    /* run_measure()'s vector over them */
 } RunBeacon;
 
 static RunBeacon *beacon; /* NULL: no guardian */
@@ -790,7 +589,7 @@ static void beacon_put(const RunOpts *o, const Runner *run, Comm *world, const R
 	if (!beacon)
 		return;
 	int next = !atomic_load(&beacon->cur);
-	measure(o, run, world, clk, beacon->meas[next]);
+	run_measure(o->gpu, run, world, clk, beacon->meas[next]);
 	beacon->done[next] = clk->steps;
 	atomic_store(&beacon->cur, next);
 }
@@ -937,13 +736,13 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (rank == o->kill_rank && s == o->kill_step) /* fault injection: kill -9 */
 			kill(getpid(), SIGKILL);
 		double pay0[N_COLLS], wire0[N_COLLS];
-		comm_totals(world, pay0, wire0);
+		run_comm_totals(world, pay0, wire0);
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
 		if (res.onebit_step != ONEBIT_FULL)
-			clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
-		clock_step(&clk, run, dt);
+			run_clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
+		run_clock_step(&clk, run, dt);
 		losses[s - 1] = res.loss;
 		beacon_put(o, run, world, &clk);
 		if (rank == 0 && !o->json)
@@ -958,7 +757,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	double mine[MEAS_N], *all = calloc((size_t)size * MEAS_N, sizeof(double));
 	if (!all)
 		goto out_run;
-	measure(o, run, world, &clk, mine);
+	run_measure(o->gpu, run, world, &clk, mine);
 	if (run_gpu_gather(world, cb, cx, mine, all, MEAS_N, err)) {
 		free(all);
 		goto out_run;
@@ -979,7 +778,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->no_db)
 			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", notes, err);
 		if (o->json)
-			print_json(&sc, &pr, all, size, first, o->steps, losses, clock_step_s(&clk));
+			print_json(&sc, &pr, all, size, first, o->steps, losses, run_clock_step_s(&clk));
 	}
 	free(all);
 out_run:
