@@ -264,6 +264,8 @@ int runner_onebit_begin_step(Runner *r, PxError *err);
  * (the momentum's update from this rank's gradients, then onebit_comm_allreduce); the other three
  * were run with it. */
 int runner_onebit_coll(Runner *r, const Op *op, PxError *err);
+/* A slice of the stage-0 partition's fp32 gradients (fp16: unscaled into the fp32 copy first). */
+const float *runner_onebit_grads(Runner *r, const SchedSlice *sl);
 /* The optimizer's update of one segment (w, m, v and 0/1 Adam's accumulator after them at their
  * place in the partition; g its fp32 gradients, scaled by factor). */
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,

@@ -114,17 +114,6 @@ static void compressed_end(Runner *r, const LambArrays *a, double lr)
 	}
 }
 
-/* The fp32 gradients of the flat (fp16: unscaled into the fp32 copy first). */
-static const float *flat_grads(Runner *r)
-{
-	const Seg *sg = &r->segs[0];
-	if (sg->gdt == DT_FP32)
-		return sg->grads;
-	float *g32 = r->buf[r->id_grad32];
-	to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
-	return g32;
-}
-
 int runner_lamb_check(const Schedule *c, PxError *err)
 {
 	int temp = -1;
@@ -147,7 +136,7 @@ int runner_lamb_exchange(Runner *r, const Op *op, PxError *err)
 	LambArrays a = arrays(r);
 	const SchedSlice *sl = &r->s->slices[op->slice];
 	float *ef = r->buf[op->buf];
-	compressed_begin(r, &a, flat_grads(r), runner_grad_factor(r, NULL));
+	compressed_begin(r, &a, runner_onebit_grads(r, sl), runner_grad_factor(r, NULL));
 	if (onebit_comm_allreduce(r->dp, a.m + sl->part_off, (size_t)sl->part_elems,
 				  (size_t)op->elems * 8, ef + op->offset, ef + (op + 2)->offset, err))
 		return -1;

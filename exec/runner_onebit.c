@@ -188,9 +188,7 @@ int runner_onebit_begin_step(Runner *r, PxError *err)
 	return 0;
 }
 
-/* Where a slice of the partition lies: its fp32 gradients (fp16: unscaled into the fp32 copy
- * first) and the weights the update moves (fp16: the fp32 master's). */
-static const float *slice_grads(Runner *r, const SchedSlice *sl)
+const float *runner_onebit_grads(Runner *r, const SchedSlice *sl)
 {
 	const Seg *sg = &r->segs[0]; /* stage 0: the whole flat (runner_onebit_supported) */
 	const void *g = at(sg->grads, sl->part_off - sg->part_off, sg->gdt);
@@ -201,11 +199,30 @@ static const float *slice_grads(Runner *r, const SchedSlice *sl)
 	return g32;
 }
 
+/* The weights the update of a slice of the partition moves (fp16: the fp32 master's). */
 static float *slice_weights(Runner *r, const SchedSlice *sl)
 {
 	const Seg *sg = &r->segs[0];
 	return r->p->mixed ? (float *)r->buf[r->id_master] + sl->part_off :
 			     (float *)sg->params + (sl->part_off - sg->part_off);
+}
+
+/* 0/1 Adam's synchronising step on n elements: the local update, then the accumulator u averaged
+ * by the compressed all-reduce op (NULL on one rank: nothing to average), then the momentum and
+ * weights set from it (zoadam.py). */
+static int zero_one_sync(Runner *r, const Op *op, float *w, float *m, const float *v, float *u,
+			 const float *g, size_t n, const OpsAdamw *h, float factor, PxError *err)
+{
+	ops_zero_one_step(w, m, v, u, g, n, h, OPS_ZO_LOCAL, factor, 0);
+	ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
+	if (op) {
+		float *ef = r->buf[op->buf];
+		if (onebit_comm_allreduce(r->dp, u, n, (size_t)op->elems * 8, ef + op->offset,
+					  ef + (op + 2)->offset, err))
+			return -1;
+	}
+	ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_END, 1.0f, r->lrs + h->lr);
+	return 0;
 }
 
 int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
@@ -214,18 +231,16 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 		return 0; /* run with the signs' op */
 	if (r->have_overflow && r->overflow)
 		return 0; /* fp16 overflow: DeepSpeed skips the optimizer's step, exchange and all */
-	const Schedule *s = r->s;
-	const SchedSlice *sl = &s->slices[op->slice]; /* runner_set_onebit checked them */
-	const Op *server = op + 2;
+	r->exchanged = 1;
+	if (r->lamb)
+		return runner_lamb_exchange(r, op, err);
+	const SchedSlice *sl = &r->s->slices[op->slice]; /* runner_set_onebit checked them */
 	const DsConfig *ds = &r->p->sc->ds;
 	size_t n = (size_t)sl->part_elems, padded = (size_t)op->elems * 8;
 	long long part = r->st->part_elems;
 	float *m = (float *)r->buf[r->id_states] + sl->part_off, *v = m + part, *u = v + part;
-	float *ef = r->buf[op->buf], *we = ef + op->offset, *se = ef + server->offset;
-	r->exchanged = 1;
-	if (r->lamb)
-		return runner_lamb_exchange(r, op, err);
-	const float *g = slice_grads(r, sl);
+	float *ef = r->buf[op->buf], *we = ef + op->offset, *se = ef + (op + 2)->offset;
+	const float *g = runner_onebit_grads(r, sl);
 	float factor = runner_grad_factor(r, NULL);
 	if (!r->zero_one) { /* 1-bit Adam: the momentum, updated here, averaged */
 		ops_momentum_update(m, g, n, ds->beta1, factor);
@@ -240,16 +255,9 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 		memset(u, 0, n * sizeof(float));
 		return 0;
 	}
-	/* a synchronising step: the local update, then the accumulator averaged */
 	double lr = dsconfig_lr(ds, r->opt_steps + 1);
 	OpsAdamw h = {lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
-	float *w = slice_weights(r, sl);
-	ops_zero_one_step(w, m, v, u, g, n, &h, OPS_ZO_LOCAL, factor, 0);
-	ops_zero_one_step(w, m, v, u, NULL, n, &h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
-	if (onebit_comm_allreduce(r->dp, u, n, padded, we, se, err))
-		return -1;
-	ops_zero_one_step(w, m, v, u, NULL, n, &h, OPS_ZO_SYNC_END, 1.0f, r->lrs + lr);
-	return 0;
+	return zero_one_sync(r, op, slice_weights(r, sl), m, v, u, g, n, &h, factor, err);
 }
 
 void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v, const float *g,
@@ -264,11 +272,10 @@ void runner_onebit_update(Runner *r, const Seg *sg, float *w, float *m, float *v
 	if (r->zero_one && r->frozen) {
 		if (r->exchanged)
 			return; /* a synchronising step: updated with its exchange */
-		ops_zero_one_step(w, m, v, u, g, n, h, OPS_ZO_LOCAL, factor, 0);
-		if (r->step_kind == ONEBIT_COMPRESSED) { /* one rank synchronises with itself */
-			ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_BEGIN, 1.0f, 0);
-			ops_zero_one_step(w, m, v, u, NULL, n, h, OPS_ZO_SYNC_END, 1.0f, r->lrs + h->lr);
-		}
+		if (r->step_kind == ONEBIT_COMPRESSED) /* one rank synchronises with itself */
+			zero_one_sync(r, NULL, w, m, v, u, g, n, h, factor, NULL);
+		else
+			ops_zero_one_step(w, m, v, u, g, n, h, OPS_ZO_LOCAL, factor, 0);
 		return;
 	}
 	/* a compressed step's moments were updated with its exchange; on one rank 1-bit Adam
