@@ -316,6 +316,23 @@ static void test_cli(void)
 	px_test_write_file(path, json);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
 	PX_ASSERT_HAS(out, "freeze_step");
+
+	/* 1-bit LAMB's coefficients are read with their ranges: a coeff_beta above 1 is refused
+	 * naming the file, line, key and range */
+	static char lamb[4096];
+	FILE *f = fopen(px_test_path("scenarios/gpt2-mini-cpu-onebitlamb.json"), "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	size_t len = fread(lamb, 1, sizeof(lamb) - 1, f);
+	fclose(f);
+	lamb[len] = 0;
+	char *cb = strstr(lamb, "\"coeff_beta\": 0.5");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cb);
+	cb[strlen("\"coeff_beta\": ")] = '2';
+	px_test_write_file(path, lamb);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "onebit.json:10:");
+	PX_ASSERT_HAS(out, "deepspeed.optimizer.params.coeff_beta: expected a number from 0 to 1, "
+		      "got 2.5");
 }
 
 /* exec/onebit_comm.c's compressed all-reduce over Open MPI on np ranks: comm_mpi_check --onebit
