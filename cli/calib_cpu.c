@@ -11,6 +11,7 @@
 #include "../exec/compute.h"
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
+#include "../kernels/onebit_cpu.h"
 #include "../kernels/rng.h"
 #include "../sim/hwprofile.h"
 #include "calib_coll.h"
@@ -84,6 +85,7 @@ typedef struct LevelTimes {
 	double copy[N_STREAM_MAX], fill[N_STREAM_MAX];
 	double elem[HWCPU_ELEM_OPS][HWCPU_DTYPES][HWCPU_DTYPES];
 	double adamw, sgd;
+	double onebit_compress, onebit_expand; /* over ELEM_N elements */
 	double kernel[HWCPU_FLAVOURS][HWCPU_KERNELS][MAX_SHAPES];
 	double products[HWCPU_FLAVOURS][HWCPU_KERNELS][MAX_SHAPES]; /* the kernel's sgemm calls */
 } LevelTimes;
@@ -241,6 +243,42 @@ static void measure_stream(Bench *b, void *cx)
 	free(l.x), free(l.y);
 }
 
+/* The 1-bit compressed all-reduce's arithmetic (kernels/onebit_cpu.h) on n elements: a worker's
+ * compensation and compression (expand 0), or the expansion of n signs at one scale (1). */
+typedef struct OnebitLoop {
+	int expand;
+	size_t n;
+	float *m, *error, *buf;
+	uint8_t *bits;
+} OnebitLoop;
+
+static void onebit_call(void *arg)
+{
+	OnebitLoop *o = arg;
+	float scale = 1e-2f;
+	if (o->expand) {
+		onebit_cpu_expand(o->bits, &scale, o->n, o->n, o->buf);
+		return;
+	}
+	onebit_cpu_compensate(o->m, o->n, o->error, o->n, o->buf);
+	(void)onebit_cpu_compress(o->buf, o->n, o->bits, o->error);
+}
+
+static void measure_onebit(Bench *b, const float *src)
+{
+	OnebitLoop o = {0, ELEM_N, (float *)src, calloc(ELEM_N, sizeof(float)),
+			malloc(ELEM_N * sizeof(float)), malloc(ELEM_N / 8)};
+	if (!o.error || !o.buf || !o.bits) {
+		b->failed = 1;
+		px_fail(b->err, PX_ERR_RUNTIME, "out of memory for the 1-bit loops");
+	} else {
+		b->t.onebit_compress = time_mean(b, onebit_call, &o);
+		o.expand = 1;
+		b->t.onebit_expand = time_mean(b, onebit_call, &o);
+	}
+	free(o.error), free(o.buf), free(o.bits);
+}
+
 static void measure_loops(Bench *b, void *cx)
 {
 	float *src = malloc(ELEM_N * sizeof(float)), *opt = calloc(3 * (size_t)ELEM_N, sizeof(float));
@@ -273,6 +311,7 @@ static void measure_loops(Bench *b, void *cx)
 	b->t.adamw = time_mean(b, loop_call, &l);
 	l.what = -4;
 	b->t.sgd = time_mean(b, loop_call, &l);
+	measure_onebit(b, src);
 out:
 	free(src), free(opt), free(dst);
 	for (int d = 0; d < HWCPU_DTYPES; d++)
@@ -646,6 +685,8 @@ static void loops_json(const Bench *b, cJSON *lv)
 			}
 	cJSON_AddNumberToObject(e, "adamw.fp32", sig4(b->t.adamw / ELEM_N));
 	cJSON_AddNumberToObject(e, "sgd.fp32", sig4(b->t.sgd / ELEM_N));
+	cJSON_AddNumberToObject(e, "onebit_compress.fp32", sig4(b->t.onebit_compress / ELEM_N));
+	cJSON_AddNumberToObject(e, "onebit_expand.fp32", sig4(b->t.onebit_expand / ELEM_N));
 	cJSON *c = cJSON_AddArrayToObject(lv, "copy_GBps"), *f = cJSON_AddArrayToObject(lv, "fill_GBps");
 	for (int i = 0; i < p->n_stream; i++) {
 		cJSON_AddItemToArray(c, pair(p->stream[i], sig4(p->stream[i] / b->t.copy[i] / 1e9)));
@@ -655,7 +696,6 @@ static void loops_json(const Bench *b, cJSON *lv)
 
 static void mpi_json(const CalibColl *cc, cJSON *lv)
 {
-	static const char *const keys[] = {"all_reduce", "all_gather", "reduce_scatter"};
 	char note[256];
 	cJSON *m = cJSON_AddObjectToObject(lv, "mpi");
 	snprintf(note, sizeof(note), "[nccl-tests size in bytes, seconds]: one call over %d ranks "
@@ -663,9 +703,12 @@ static void mpi_json(const CalibColl *cc, cJSON *lv)
 		 cc->bench.nranks);
 	cJSON_AddStringToObject(m, "_comment", note);
 	for (int k = 0; k < COLLBENCH_KINDS; k++) {
-		int kk = collbench_kinds[k] == COLL_ALL_REDUCE ? 0 :
-			 collbench_kinds[k] == COLL_ALL_GATHER ? 1 : 2;
-		cJSON *a = cJSON_AddArrayToObject(m, keys[kk]);
+		int kk = 0;
+		while (kk < HWCPU_COLLS && hwcpu_coll_kinds[kk] != collbench_kinds[k])
+			kk++;
+		if (kk == HWCPU_COLLS)
+			continue;
+		cJSON *a = cJSON_AddArrayToObject(m, hwcpu_coll_names[kk]);
 		for (int s = 0; s < cc->bench.n_sizes; s++)
 			cJSON_AddItemToArray(a, pair(cc->bench.size_bytes[s],
 						     sig4(cc->bench.time_s[k][s])));

@@ -382,23 +382,52 @@ static void print_overlap(const RunnerOverlap *ov, int steps)
 	       ov->started / steps, ov->computes_overlapped / steps, ov->computes / steps);
 }
 
+/* A 1-bit optimizer's compressed and local steps: their measured mean beside the prediction's
+ * step of that kind (sim/onebit.h), where there were such steps. */
+static void print_kind_speed(const Prediction *pr, const RunMarks *clk)
+{
+	const OneBitRun *o = &pr->onebit;
+	for (int k = ONEBIT_COMPRESSED; k < N_ONEBIT_STEPS; k++) {
+		double s = run_clock_kind_s(clk, k);
+		if (!(s > 0))
+			continue;
+		printf("# step time, %s steps: measured %.4f s (the mean of %ld)", onebit_step_name(k),
+		       s, clk->steady_n[k]);
+		if (o->active && o->time_known)
+			printf(", predicted %.4f s (%+.1f%%)", o->step_s[k],
+			       (o->step_s[k] - s) / s * 100);
+		else if (pr->time_known && o->time_note[0])
+			printf(", not predicted: %s", o->time_note);
+		printf("\n");
+	}
+}
+
 /* Measured throughput beside the prediction: the same model FLOPs a step (the plan's, counted
  * as the time model counts them), so MFU scales with the step time. The measured step is the
  * mean of the steps after the first (its warm-up: first touches of memory, the BLAS's threads
- * starting) when there are more than one. */
+ * starting) when there are more than one; of them, a 1-bit optimizer's full-precision steps,
+ * whose schedule the prediction's step time prices (its other kinds follow, apart). */
 static void print_speed(const Prediction *pr, const RunMarks *clk)
 {
-	char how[96];
+	char how[160];
 	double step_s = run_clock_step_s(clk);
-	if (!(step_s > 0))
+	long other = clk->steady_n[ONEBIT_COMPRESSED] + clk->steady_n[ONEBIT_LOCAL];
+	if (!(step_s > 0)) {
+		print_kind_speed(pr, clk);
 		return;
-	if (clk->steps > 1)
+	}
+	if (clk->steps > 1 && other)
+		snprintf(how, sizeof(how), "the mean of the %ld full-precision steps among 2-%ld; "
+			 "the first, %.4f s, the warm-up, left out", clk->steady_n[ONEBIT_FULL],
+			 clk->steps, clk->first_s);
+	else if (clk->steps > 1)
 		snprintf(how, sizeof(how), "the mean of steps 2-%ld; the first, %.4f s, the warm-up, "
 			 "left out", clk->steps, clk->first_s);
 	else
 		snprintf(how, sizeof(how), "one step, its warm-up included");
 	if (!pr->time_known) { /* the prediction's note is stored with it: compare shows it */
 		printf("# step time: %.4f s (%s)\n", step_s, how);
+		print_kind_speed(pr, clk);
 		return;
 	}
 	const TimeResult *t = &pr->time;
@@ -409,6 +438,7 @@ static void print_speed(const Prediction *pr, const RunMarks *clk)
 	       "MFU %.4f; predicted %.4f s, %.0f tokens/s, MFU %.4f\n", step_s,
 	       t->tokens_per_s * ratio, t->tflops_per_gpu * ratio, t->mfu * ratio, t->step_s,
 	       t->tokens_per_s, t->mfu);
+	print_kind_speed(pr, clk);
 }
 
 /* counted: CommCounters.wire_counted (the transport's count, or the ring formula's figure) */
@@ -742,7 +772,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		double dt = px_now_s() - t0;
 		if (res.onebit_step != ONEBIT_FULL)
 			run_clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
-		run_clock_step(&clk, run, dt);
+		run_clock_step(&clk, run, dt, res.onebit_step);
 		losses[s - 1] = res.loss;
 		beacon_put(o, run, world, &clk);
 		if (rank == 0 && !o->json)

@@ -6,8 +6,6 @@
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
-static const char *const STEP_NAMES[N_ONEBIT_STEPS] = {"full", "compressed", "local"};
-
 static int shown(const OneBitRun *o, int k)
 {
 	return k != ONEBIT_LOCAL || o->zero_one;
@@ -28,7 +26,7 @@ void report_onebit_table(FILE *f, const Prediction *pr)
 		char t[32], n[32];
 		snprintf(t, sizeof(t), o->time_known ? "%.4f" : "-", o->step_s[k]);
 		snprintf(n, sizeof(n), o->n_steps > 0 ? "%lld" : "-", o->counts[k]);
-		fprintf(f, "%-12s %8lld %14.6f %14.6f %12s %12s\n", STEP_NAMES[k], o->n_colls[k],
+		fprintf(f, "%-12s %8lld %14.6f %14.6f %12s %12s\n", onebit_step_name(k), o->n_colls[k],
 			o->wire_bytes[k] / GiB, o->dp_wire_bytes[k] / GiB, t, n);
 	}
 	if (o->n_steps > 0) {
@@ -47,6 +45,8 @@ void report_onebit_table(FILE *f, const Prediction *pr)
 	else
 		fprintf(f, "; no run average: give scheduler.params.total_num_steps or "
 			"training_args.max_steps (--set training_args.max_steps=N)\n");
+	if (pr->time_known && !o->time_known)
+		fprintf(f, "# step time by kind: not priced: %s\n", o->time_note);
 	fprintf(f, "# error feedback: %.3f GiB per rank (worker error padded to a multiple of dp "
 		"lcm(dp, 8), server error 1/dp of it)\n", o->error_bytes / GiB);
 }
@@ -61,7 +61,7 @@ cJSON *report_onebit_json(const Prediction *pr)
 	for (int k = 0; k < N_ONEBIT_STEPS; k++) {
 		if (!shown(o, k))
 			continue;
-		cJSON *s = cJSON_AddObjectToObject(steps, STEP_NAMES[k]);
+		cJSON *s = cJSON_AddObjectToObject(steps, onebit_step_name(k));
 		cJSON_AddNumberToObject(s, "collectives", (double)o->n_colls[k]);
 		cJSON_AddNumberToObject(s, "sent_bytes", o->wire_bytes[k]);
 		cJSON_AddNumberToObject(s, "dp_sent_bytes", o->dp_wire_bytes[k]);
@@ -70,6 +70,8 @@ cJSON *report_onebit_json(const Prediction *pr)
 		if (o->n_steps > 0)
 			cJSON_AddNumberToObject(s, "count", (double)o->counts[k]);
 	}
+	if (pr->time_known && !o->time_known)
+		cJSON_AddStringToObject(j, "step_time_not_priced", o->time_note);
 	cJSON_AddNumberToObject(j, "compressed_volume_reduction", o->compressed_reduction);
 	cJSON_AddNumberToObject(j, "error_feedback_bytes", o->error_bytes);
 	if (o->n_steps > 0) {

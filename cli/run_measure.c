@@ -27,7 +27,7 @@ void run_clock_onebit(RunMarks *k, int step, Comm *world, const double *pay0,
 			k->kind_wire[step][kind] += wire[kind] - wire0[kind];
 }
 
-void run_clock_step(RunMarks *k, const Runner *run, double dt)
+void run_clock_step(RunMarks *k, const Runner *run, double dt, int kind)
 {
 	if (k->steps++ == 0) {
 		k->first_s = dt;
@@ -35,12 +35,19 @@ void run_clock_step(RunMarks *k, const Runner *run, double dt)
 		k->faults1 = procmem_minor_faults();
 	} else {
 		k->rest_s += dt;
+		k->steady_n[kind]++;
+		k->steady_s[kind] += dt;
 	}
+}
+
+double run_clock_kind_s(const RunMarks *k, int kind)
+{
+	return k->steady_n[kind] > 0 ? k->steady_s[kind] / (double)k->steady_n[kind] : NAN;
 }
 
 double run_clock_step_s(const RunMarks *k)
 {
-	return k->steps > 1 ? k->rest_s / (double)(k->steps - 1) : k->first_s;
+	return k->steps > 1 ? run_clock_kind_s(k, ONEBIT_FULL) : k->first_s;
 }
 
 /* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
@@ -111,6 +118,8 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	v[k++] = run_clock_step_s(clk);
 	v[k++] = clk->steps ? clk->first_s : NAN;
 	v[k++] = clk->steps <= 1;
+	v[k++] = run_clock_kind_s(clk, ONEBIT_COMPRESSED);
+	v[k++] = run_clock_kind_s(clk, ONEBIT_LOCAL);
 	v[k++] = 0;
 }
 
@@ -155,6 +164,8 @@ int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetr
 	snprintf(names[k++], 64, "time.step_s");
 	snprintf(names[k++], 64, "time.first_step_s");
 	snprintf(names[k++], 64, "time.step_includes_warmup");
+	for (int kind = ONEBIT_COMPRESSED; kind <= ONEBIT_LOCAL; kind++)
+		snprintf(names[k++], 64, "time.onebit_%s.step_s", onebit_step_name(kind));
 	snprintf(names[k++], 64, "steps");
 	for (int r = 0; r < world; r++)
 		for (int i = 0; i < MEAS_N; i++) {

@@ -19,7 +19,9 @@ enum {
 	/* then the 1-bit compressed steps' by kind, and 0/1 Adam's local steps' wire bytes */
 	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1,
 	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
-	MEAS_TIME = 3, /* the steady step, the first step, whether the steady one is the first */
+	/* the steady step, the first step, whether the steady one is the first, and a 1-bit
+	 * optimizer's compressed and local steps' */
+	MEAS_TIME = 3 + 2,
 	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
 };
 
@@ -37,6 +39,10 @@ typedef struct RunMarks {
 	 * (the counters' gain over each such step) */
 	long kind_steps[N_ONEBIT_STEPS];
 	double kind_payload[N_ONEBIT_STEPS][N_COLLS], kind_wire[N_ONEBIT_STEPS][N_COLLS];
+	/* the steady steps (after the first) by kind of step (ONEBIT_FULL for any other
+	 * optimizer's): how many, and their wall time summed */
+	long steady_n[N_ONEBIT_STEPS];
+	double steady_s[N_ONEBIT_STEPS];
 } RunMarks;
 
 /* What the counters hold per collective kind, summed over the groups. */
@@ -45,10 +51,14 @@ void run_comm_totals(Comm *world, double pay[N_COLLS], double wire[N_COLLS]);
  * is its. */
 void run_clock_onebit(RunMarks *k, int step, Comm *world, const double *pay0,
 		      const double *wire0);
-/* A step finished in dt seconds. */
-void run_clock_step(RunMarks *k, const Runner *run, double dt);
-/* The mean steady step: steps 2..N; with one step, the first (warm-up included). */
+/* A step of kind `kind` (StepResult.onebit_step) finished in dt seconds. */
+void run_clock_step(RunMarks *k, const Runner *run, double dt, int kind);
+/* The mean steady step: the full-precision steps among 2..N (every step but a 1-bit
+ * optimizer's compressed and local ones, which the prediction's time.step_s is not); with one
+ * step, the first (warm-up included); NaN when no steady step was full. */
 double run_clock_step_s(const RunMarks *k);
+/* The mean steady step of kind `kind`, NaN when none was. */
+double run_clock_kind_s(const RunMarks *k, int kind);
 /* This rank's MEAS_N measurements into v (gpu: the CUDA backend's device side, or NULL). */
 void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *clk, double *v);
 /* The rows of n ranks' measurements (all: MEAS_N each), the first of them rank rank0, named in

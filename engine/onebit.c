@@ -2,6 +2,12 @@
 
 #include "optim.h"
 
+const char *onebit_step_name(OneBitStep k)
+{
+	static const char *const names[N_ONEBIT_STEPS] = {"full", "compressed", "local"};
+	return k >= 0 && k < N_ONEBIT_STEPS ? names[k] : "?";
+}
+
 void onebit_params_default(OneBitParams *o)
 { /* the constructors' defaults: onebit/adam.py, zoadam.py, lamb.py */
 	*o = (OneBitParams){.freeze_step = 100000, .var_freeze_step = 100000,

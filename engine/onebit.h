@@ -18,6 +18,9 @@ typedef enum {
 	N_ONEBIT_STEPS
 } OneBitStep;
 
+/* "full", "compressed", "local": the kinds' names in reports and metric names. */
+const char *onebit_step_name(OneBitStep k);
+
 /* The optimizer params that shape the schedule, with DeepSpeed's defaults. */
 typedef struct OneBitParams {
 	long long freeze_step;        /* OnebitAdam, OnebitLamb: warm-up steps (100000) */

@@ -7,7 +7,7 @@
 #include "../engine/clock.h"
 
 const CollKind collbench_kinds[COLLBENCH_KINDS] = {COLL_ALL_REDUCE, COLL_ALL_GATHER,
-						    COLL_REDUCE_SCATTER};
+						    COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL};
 
 /* ---- formulas ---- */
 
@@ -20,7 +20,7 @@ double collbench_bus_factor(CollKind kind, int n)
 		return 0;
 	if (kind == COLL_ALL_REDUCE)
 		return 2.0 * (n - 1) / n;
-	if (kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)
+	if (kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER || kind == COLL_ALL_TO_ALL)
 		return (double)(n - 1) / n;
 	return 0;
 }
@@ -51,8 +51,8 @@ void collbench_opts_init(CollBenchOpts *o, int quick)
 	o->dt = COMM_FP32;
 }
 
-/* One call of kind on a size of count elements in all (all_gather and reduce_scatter: count / n
- * per rank), out of place. */
+/* One call of kind on a size of count elements in all (all_gather, reduce_scatter, all_to_all:
+ * count / n per rank, all_to_all's block to each rank), out of place. */
 static int call(Comm *c, CollKind kind, void *send, void *recv, size_t count, CommDtype dt,
 		PxError *err)
 {
@@ -61,6 +61,8 @@ static int call(Comm *c, CollKind kind, void *send, void *recv, size_t count, Co
 		return comm_all_gather(c, send, recv, per_rank, dt, err);
 	if (kind == COLL_REDUCE_SCATTER)
 		return comm_reduce_scatter(c, send, recv, per_rank, dt, COMM_SUM, err);
+	if (kind == COLL_ALL_TO_ALL)
+		return comm_all_to_all(c, send, recv, per_rank, dt, err);
 	return comm_all_reduce(c, send, recv, count, dt, COMM_SUM, err);
 }
 

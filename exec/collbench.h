@@ -1,5 +1,5 @@
-/* collbench: time the executor's collectives the way nccl-tests does (all_reduce, all_gather and
- * reduce_scatter from 1 KiB up by factors of 4, warm-up then timed repetitions, each size's time
+/* collbench: time the executor's collectives the way nccl-tests does (all_reduce, all_gather,
+ * reduce_scatter and all_to_all from 1 KiB up by factors of 4, warm-up then timed repetitions, each size's time
  * the slowest rank's), its algorithm and bus bandwidths, and the latency and efficiency curve a
  * hardware profile's link takes from them. It owns no communicator and no device: the caller
  * passes a Comm, and buffers come from a compute backend's device memory or the host. Writing the
@@ -13,18 +13,20 @@
 #include "comm.h"
 #include "compute.h"
 
-#define COLLBENCH_KINDS 3
+#define COLLBENCH_KINDS 4
 #define COLLBENCH_MAX_SIZES 12
 
-/* The kinds timed, in the order of CollBench's rows: all_reduce, all_gather, reduce_scatter. */
+/* The kinds timed, in the order of CollBench's rows: all_reduce, all_gather, reduce_scatter,
+ * all_to_all (the 1-bit optimizers' and expert parallelism's). */
 extern const CollKind collbench_kinds[COLLBENCH_KINDS];
 
 /* ---- formulas (nccl-tests' doc/PERFORMANCE.md) ---- */
 
-/* busBw over algBw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter; 0 for
- * other kinds or n < 2. */
+/* busBw over algBw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and
+ * all_to_all; 0 for other kinds or n < 2. */
 double collbench_bus_factor(CollKind kind, int n);
-/* Steps of a ring: 2(n-1) for all_reduce (reduce-scatter then all-gather), n-1 for the others. */
+/* Steps of a ring: 2(n-1) for all_reduce (reduce-scatter then all-gather), n-1 for the others
+ * (all_to_all: the pairwise exchange's n-1 partners). */
 int collbench_ring_steps(CollKind kind, int n);
 /* algBw = size / time, size the whole array in bytes (nccl-tests "size") */
 double collbench_algbw_Bps(double size_bytes, double time_s);
@@ -51,8 +53,8 @@ typedef struct CollBench {
 } CollBench;
 
 /* Every rank of c calls it alike. Buffers are cb's device memory (PLACE_GPU, context cx), or host
- * memory when cb is NULL. Sizes are rounded down to a multiple of n x the element size (all_gather
- * and reduce_scatter split the array evenly); a size under one element per rank is left out.
+ * memory when cb is NULL. Sizes are rounded down to a multiple of n x the element size (all_gather,
+ * reduce_scatter and all_to_all split the array evenly); a size under one element per rank is left out.
  * Fills b on every rank. 0, or -1 with err (a collective's error, out of memory). */
 int collbench_run(Comm *c, const CollBenchOpts *o, const ComputeBackend *cb, void *cx,
 		  CollBench *b, PxError *err);

@@ -1,36 +1,8 @@
 #include "onebit_comm.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ||x||_2 / sqrt(n), the scale torch.norm(x) / np.sqrt(numel) gives (summed in double here). */
-static float rms(const float *x, size_t n)
-{
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)x[i] * (double)x[i];
-	return (float)(sqrt(s) / sqrt((double)n));
-}
-
-/* x's signs into bits, element k at bit 7 - k % 8 of byte k / 8 (cupy.packbits' big-endian
- * order); error <- x - scale * sign(x). */
-static void compress(const float *x, size_t n, float scale, uint8_t *bits, float *error)
-{
-	memset(bits, 0, n / 8);
-	for (size_t k = 0; k < n; k++) {
-		float s = onebit_sign(x[k]);
-		if (s > 0)
-			bits[k / 8] |= (uint8_t)(0x80u >> (k % 8));
-		error[k] = x[k] - scale * s;
-	}
-}
-
-static float bit_sign(const uint8_t *bits, size_t k)
-{
-	return bits[k / 8] & (0x80u >> (k % 8)) ? 1.0f : -1.0f;
-}
 
 int onebit_comm_allreduce(Comm *c, float *m, size_t elems, size_t padded_elems, float *worker_err,
 			  float *server_err, PxError *err)
@@ -53,30 +25,21 @@ int onebit_comm_allreduce(Comm *c, float *m, size_t elems, size_t padded_elems, 
 	uint8_t *sent = bits, *recvd = bits + padded_elems / 8, *server_bits = recvd + padded_elems / 8;
 
 	/* the worker: the momentum with its error, padded with zeros, compressed */
-	for (size_t k = 0; k < padded_elems; k++)
-		buf[k] = (k < elems ? m[k] : 0.0f) + worker_err[k];
-	float scale = rms(buf, padded_elems);
-	compress(buf, padded_elems, scale, sent, worker_err);
+	onebit_cpu_compensate(m, elems, worker_err, padded_elems, buf);
+	float scale = onebit_cpu_compress(buf, padded_elems, sent, worker_err);
 	/* phase 1: chunk j's signs to rank j; every rank's scale */
 	if (comm_all_to_all(c, sent, recvd, chunk / 8, COMM_INT8, err) ||
 	    comm_all_gather(c, &scale, scales, 1, COMM_FP32, err))
 		goto out;
 	/* the server: this rank's chunk averaged over the ranks (each sign times its rank's scale
 	 * over n, summed rank after rank), its error added, compressed again */
-	for (size_t k = 0; k < chunk; k++) {
-		float s = 0;
-		for (int i = 0; i < n; i++)
-			s += bit_sign(recvd + (size_t)i * (chunk / 8), k) * (scales[i] * (1.0f / (float)n));
-		server[k] = s + server_err[k];
-	}
-	float server_scale = rms(server, chunk);
-	compress(server, chunk, server_scale, server_bits, server_err);
+	onebit_cpu_average(recvd, scales, n, chunk, server_err, server);
+	float server_scale = onebit_cpu_compress(server, chunk, server_bits, server_err);
 	/* phase 2: every chunk's signs and scale to every rank */
 	if (comm_all_gather(c, server_bits, recvd, chunk / 8, COMM_INT8, err) ||
 	    comm_all_gather(c, &server_scale, server_scales, 1, COMM_FP32, err))
 		goto out;
-	for (size_t k = 0; k < elems; k++)
-		m[k] = bit_sign(recvd, k) * server_scales[k / chunk];
+	onebit_cpu_expand(recvd, server_scales, chunk, elems, m);
 	rc = 0;
 out:
 	free(buf);

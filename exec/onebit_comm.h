@@ -9,14 +9,8 @@
 
 #include <stddef.h>
 
+#include "../kernels/onebit_cpu.h"
 #include "comm.h"
-
-/* The sign DeepSpeed gives x: sign(x).add_(1).bool() mapped to +-1, so +1 for x >= 0 (zero
- * included, and NaN, whose bool is true) and -1 for x < 0. */
-static inline float onebit_sign(float x)
-{
-	return x < 0 ? -1.0f : 1.0f;
-}
 
 /* m (elems) <- the compressed average of every rank's m over c. worker_err: padded_elems fp32
  * (padded_elems >= elems, a multiple of 8 comm_size(c), as optim_onebit_padded_elems makes it);

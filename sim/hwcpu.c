@@ -15,7 +15,10 @@ const char *const hwcpu_elem_names[HWCPU_ELEM_OPS] = {"convert", "add", "sum_squ
 						      "nonfinite"};
 const char *const hwcpu_dtype_names[HWCPU_DTYPES] = {"fp32", "bf16", "fp16"};
 const char *const hwcpu_flavour_names[HWCPU_FLAVOURS] = {"fp32", "16bit"};
-const CollKind hwcpu_coll_kinds[3] = {COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER};
+const CollKind hwcpu_coll_kinds[HWCPU_COLLS] = {COLL_ALL_REDUCE, COLL_ALL_GATHER,
+						 COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL};
+const char *const hwcpu_coll_names[HWCPU_COLLS] = {"all_reduce", "all_gather", "reduce_scatter",
+						   "all_to_all"};
 
 int hwcpu_dtype_index(Dtype d)
 {
@@ -252,6 +255,10 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 			dst = &l->adamw_s;
 		else if (n == 2 && !strcmp(op, "sgd") && !strcmp(a, "fp32"))
 			dst = &l->sgd_s;
+		else if (n == 2 && !strcmp(op, "onebit_compress") && !strcmp(a, "fp32"))
+			dst = &l->onebit_compress_s;
+		else if (n == 2 && !strcmp(op, "onebit_expand") && !strcmp(a, "fp32"))
+			dst = &l->onebit_expand_s;
 		for (int o = 0; o < HWCPU_ELEM_OPS && !dst && n >= 2; o++) {
 			if (strcmp(op, hwcpu_elem_names[o]) || (o < HWCPU_SUMSQ) != (n == 3))
 				continue;
@@ -263,8 +270,9 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 		}
 		if (!dst)
 			return fail(&e, m->string, NULL, err, "a loop named OP.DST.SRC (convert, add) "
-				    "or OP.DTYPE (sum_squares, nonfinite, adamw.fp32, sgd.fp32) over "
-				    "fp32, bf16, fp16");
+				    "or OP.DTYPE (sum_squares, nonfinite, adamw.fp32, sgd.fp32, "
+				    "onebit_compress.fp32, onebit_expand.fp32) over fp32, bf16, "
+				    "fp16");
 		if (jobj_num(&e, m->string, 1e-15, 1, 0, dst, err) < 0)
 			return -1;
 	}
@@ -273,7 +281,6 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 
 static int read_mpi(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 {
-	static const char *const keys[] = {"all_reduce", "all_gather", "reduce_scatter"};
 	JsonObj c;
 	int rc = jobj_child(lv, "mpi", &c, err);
 	if (rc < 0)
@@ -285,11 +292,16 @@ static int read_mpi(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 		return 0;
 	if (l->ranks == 1)
 		return fail(lv, "mpi", NULL, err, "no collectives at 1 rank");
-	if (check_keys(&c, keys, 3, err))
+	if (check_keys(&c, hwcpu_coll_names, HWCPU_COLLS, err))
 		return -1;
-	for (int i = 0; i < 3; i++)
-		if (read_curve(&c, keys[i], "bytes", "seconds", 1, 1e4, &l->coll_s[i], err))
+	for (int i = 0; i < HWCPU_COLLS; i++) {
+		if (hwcpu_coll_kinds[i] == COLL_ALL_TO_ALL &&
+		    !cJSON_GetObjectItemCaseSensitive(c.obj, hwcpu_coll_names[i]))
+			continue; /* optional: left unpriced */
+		if (read_curve(&c, hwcpu_coll_names[i], "bytes", "seconds", 1, 1e4, &l->coll_s[i],
+			       err))
 			return -1;
+	}
 	return 0;
 }
 
@@ -481,9 +493,10 @@ double hwcpu_elem_s(const HwCpuLevel *l, HwCpuElemOp op, Dtype dst, Dtype src, d
 
 double hwcpu_coll_s(const HwCpuLevel *l, CollKind kind, double bytes)
 {
-	int k = kind == COLL_ALL_REDUCE ? 0 : kind == COLL_ALL_GATHER ? 1 :
-		kind == COLL_REDUCE_SCATTER ? 2 : -1;
-	if (k < 0)
+	int k = 0;
+	while (k < HWCPU_COLLS && hwcpu_coll_kinds[k] != kind)
+		k++;
+	if (k == HWCPU_COLLS)
 		return -1;
 	const HwCpuCurve *c = &l->coll_s[k];
 	if (c->n <= 0)

@@ -43,6 +43,7 @@ enum { HWCPU_FP32, HWCPU_16BIT, HWCPU_FLAVOURS };
  * nonfinite between fp32, bf16 and fp16) and its optimizers' updates. */
 typedef enum { HWCPU_CONVERT, HWCPU_ADD, HWCPU_SUMSQ, HWCPU_NONFINITE, HWCPU_ELEM_OPS } HwCpuElemOp;
 #define HWCPU_DTYPES 3 /* fp32, bf16, fp16 */
+#define HWCPU_COLLS 4  /* the MPI collectives timed: hwcpu_coll_kinds */
 
 /* y at points of increasing x; see hwcpu_curve_* for how each is read between points. */
 /* The value at `at` of the points (x ascending, n of them): linear in log(x) between points,
@@ -68,10 +69,16 @@ typedef struct HwCpuLevel {
 	 * (priced as a copy of its bytes) */
 	double elem_s[HWCPU_ELEM_OPS][HWCPU_DTYPES][HWCPU_DTYPES];
 	double adamw_s, sgd_s;    /* seconds per fp32 element of an update; 0: not measured */
+	/* the 1-bit compressed all-reduce's arithmetic (kernels/onebit_cpu.h), seconds per fp32
+	 * element: compensating and compressing, and reading signs back (a chunk owner's average,
+	 * per element times ranks; the final expansion); 0: not measured */
+	double onebit_compress_s, onebit_expand_s;
 	HwCpuCurve copy_Bps;      /* memmove: x bytes, y bytes/s */
 	HwCpuCurve fill_Bps;      /* memset */
-	HwCpuCurve coll_s[3];     /* MPI all_reduce, all_gather, reduce_scatter over the level's ranks:
-				     x nccl-tests size (bytes), y seconds (the slowest rank's mean) */
+	/* MPI all_reduce, all_gather, reduce_scatter, all_to_all (hwcpu_coll_kinds) over the
+	 * level's ranks: x nccl-tests size (bytes), y seconds (the slowest rank's mean); n 0: not
+	 * measured (all_to_all is optional: profiles written before it was timed lack it) */
+	HwCpuCurve coll_s[HWCPU_COLLS];
 } HwCpuLevel;
 
 typedef struct HwCpu {
@@ -111,9 +118,10 @@ double hwcpu_fill_s(const HwCpuLevel *l, double bytes);
 /* Seconds of n elements of a storage loop, dst and src dtypes (sum_squares, nonfinite: src
  * only); an unmeasured one is priced as copying its bytes. */
 double hwcpu_elem_s(const HwCpuLevel *l, HwCpuElemOp op, Dtype dst, Dtype src, double n);
-/* Seconds of an MPI collective (all_reduce, all_gather, reduce_scatter) of `bytes` (nccl-tests
- * size): linear between the measured sizes (exact for a latency-plus-bandwidth cost), the
- * smallest size's time below them, the last segment's slope beyond. -1 for another kind. */
+/* Seconds of an MPI collective (all_reduce, all_gather, reduce_scatter, all_to_all) of `bytes`
+ * (nccl-tests size): linear between the measured sizes (exact for a latency-plus-bandwidth cost),
+ * the smallest size's time below them, the last segment's slope beyond. -1 for another kind or
+ * one the level lacks. */
 double hwcpu_coll_s(const HwCpuLevel *l, CollKind kind, double bytes);
 
 /* Names used in the file: "nn", "block_forward", "btc", "convert", "fp32", ... */
@@ -123,7 +131,8 @@ extern const char *const hwcpu_term_names[HWCPU_TERMS];
 extern const char *const hwcpu_elem_names[HWCPU_ELEM_OPS];
 extern const char *const hwcpu_dtype_names[HWCPU_DTYPES];
 extern const char *const hwcpu_flavour_names[HWCPU_FLAVOURS];
-extern const CollKind hwcpu_coll_kinds[3];
+extern const CollKind hwcpu_coll_kinds[HWCPU_COLLS];
+extern const char *const hwcpu_coll_names[HWCPU_COLLS]; /* the "mpi" section's keys */
 /* The index of a Dtype among hwcpu_dtype_names (fp32 0, bf16 1, fp16 2; others as fp32). */
 int hwcpu_dtype_index(Dtype d);
 

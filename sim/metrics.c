@@ -40,6 +40,16 @@ static int put_time(const Prediction *pr, int stage, Metric *m, int n)
 		snprintf(name, sizeof(name), "time.breakdown.comm.%s_s", group_name(g));
 		n = metrics_put(m, n, name, bd.comm_s[g], "s");
 	}
+	/* a 1-bit optimizer's other kinds of step (time.step_s is the warm-up's, full) */
+	const OneBitRun *o = &pr->onebit;
+	for (int k = ONEBIT_COMPRESSED; o->active && k < N_ONEBIT_STEPS; k++) {
+		if (k == ONEBIT_LOCAL && !o->zero_one)
+			continue;
+		snprintf(name, sizeof(name), "time.onebit_%s.step_s", onebit_step_name(k));
+		n = metrics_put(m, n, name, o->step_s[k], "s");
+		if (!o->time_known && n > 0)
+			m[n - 1].known = 0;
+	}
 	for (int i = first; !pr->time_known && i < n; i++)
 		m[i].known = 0;
 	return n;

@@ -1,5 +1,6 @@
 #include "onebit.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,8 @@ static int price_kind(Prediction *pr, OneBitStep k, const HwProfile *hw, PxError
 			if (why.code == PX_ERR_RUNTIME)
 				rc = px_fail(err, why.code, "%s", why.msg);
 			o->time_known = 0;
+			snprintf(o->time_note, sizeof(o->time_note), "the %s step: %.450s",
+				 onebit_step_name(k), why.msg);
 		} else {
 			o->step_s[k] = tr.step_s;
 		}

@@ -25,7 +25,8 @@ typedef struct OneBitRun {
 	double wire_bytes[N_ONEBIT_STEPS], dp_wire_bytes[N_ONEBIT_STEPS];
 	long long n_colls[N_ONEBIT_STEPS];
 	double payload_bytes[N_ONEBIT_STEPS][N_COLLS]; /* issued per collective kind */
-	int time_known;     /* step_s priced (the prediction's step time was) */
+	int time_known;     /* step_s priced (the prediction's step time was, and every kind's) */
+	char time_note[512]; /* why not, where the prediction's step time was priced */
 	double step_s[N_ONEBIT_STEPS];
 	/* over the run (n_steps > 0): the averages per step, and the full-precision step's
 	 * data-parallel bytes over the average's (the volume reduction, Tang et al. 2021) */

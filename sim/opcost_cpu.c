@@ -33,8 +33,8 @@ int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err)
 			       "the ranks of one machine", sc->path, c->nodes);
 	if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
 		return px_fail(err, PX_ERR_INPUT, "%s: tensor, pipeline or expert parallelism: a CPU "
-			       "profile times data parallelism's collectives only (all_reduce, "
-			       "all_gather, reduce_scatter)", sc->path);
+			       "profile prices data parallelism's collectives only (all_reduce, "
+			       "all_gather, reduce_scatter, and the 1-bit optimizers' all_to_all)", sc->path);
 	if (sc->ckpt == CKPT_SELECTIVE)
 		return px_fail(err, PX_ERR_INPUT, "%s: activation_checkpointing is \"selective\": a "
 			       "CPU profile times the CPU executor's kernels, which recompute whole "
@@ -46,6 +46,13 @@ int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err)
 			       "ranks on the machine (it has %s): run `parallax calibrate --backend "
 			       "cpu --ranks %lld` to measure it", sc->path, c->gpus_per_node, have,
 			       c->gpus_per_node);
+	const OptimKind *ok = sc->ds.opt;
+	if (ok && ok->error_feedback != EF_NONE && p->onebit_step == ONEBIT_COMPRESSED &&
+	    p->dp > 1 && !l->coll_s[HWCPU_COLLS - 1].n)
+		return px_fail(err, PX_ERR_INPUT, "%s: the CPU profile has no all_to_all at %d ranks "
+			       "(the 1-bit compressed all-reduce's first phase; profiles written "
+			       "before parallax timed it lack it): calibrate again with this "
+			       "parallax", sc->path, l->ranks);
 	if (!l->have_kernels[flavour_of(p)])
 		return px_fail(err, PX_ERR_INPUT, "%s: the CPU profile has no %s kernels at %d ranks "
 			       "(the executor's %s units): calibrate again with this parallax",
@@ -183,6 +190,13 @@ double opcost_cpu_compute_s(const Plan *p, const HwProfile *hw, const Op *op, in
 
 /* ---- collectives, copies, allocations ---- */
 
+/* n elements of a 1-bit loop at per_elem seconds; unmeasured (0): as copying their fp32 bytes,
+ * as hwcpu_elem_s prices an unmeasured storage loop */
+static double onebit_loop_s(const HwCpuLevel *l, double per_elem, double n)
+{
+	return per_elem > 0 ? per_elem * n : hwcpu_copy_s(l, 4 * n);
+}
+
 double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
 	const HwCpuLevel *l = level_of(p, hw);
@@ -191,6 +205,15 @@ double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 	double s = l ? hwcpu_coll_s(l, op->sub, op->bytes) : -1;
 	if (s < 0)
 		return INFINITY; /* opcost_cpu_check keeps other kinds out */
+	/* a 1-bit compressed all-reduce's arithmetic, priced with its first collective
+	 * (exec/onebit_comm.c): the worker compensates and compresses the padded buffer, the
+	 * chunk's owner reads n ranks' signs of its chunk (padded in all) and compresses the chunk,
+	 * and every rank expands the gathered signs (padded) */
+	if (op->role == ROLE_ONEBIT_SIGNS) {
+		double padded = (double)op->elems * 8, n = op->nranks;
+		s += onebit_loop_s(l, l->onebit_compress_s, padded + padded / n) +
+		     onebit_loop_s(l, l->onebit_expand_s, 2 * padded);
+	}
 	/* stage 2-3: the bucket (or the persistent gradients) is zeroed for its next use and this
 	 * rank's reduced slice added into the gradient partition */
 	if (op->sub == COLL_REDUCE_SCATTER && p->stage >= 2 && p->opt_place == PLACE_GPU) {

@@ -20,8 +20,8 @@
 
 /* ---- formulas ---- */
 
-/* nccl-tests doc/PERFORMANCE.md, "Summary": busBw = algBw x 2(n-1)/n for all_reduce, x (n-1)/n
- * for all_gather and reduce_scatter. By hand, 8 ranks, 256 MiB = 268435456 B in 1 ms:
+/* nccl-tests doc/PERFORMANCE.md, "Summary" (../shared/reference/communication.md): busBw = algBw
+ * x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather, reduce_scatter and all_to_all. By hand, 8 ranks, 256 MiB = 268435456 B in 1 ms:
  * algBw = 268.435456 GB/s; all_reduce busBw = 268.435456 x 14/8 = 469.762048 GB/s; all_gather
  * and reduce_scatter 268.435456 x 7/8 = 234.881024 GB/s. A ring takes 2(n-1) = 14 steps for an
  * all_reduce, n-1 = 7 for the others; one rank has no bus. */
@@ -39,6 +39,9 @@ static void test_busbw_formula(void)
 	CU_ASSERT_EQUAL(collbench_ring_steps(COLL_ALL_GATHER, 8), 7);
 	CU_ASSERT_EQUAL(collbench_ring_steps(COLL_REDUCE_SCATTER, 8), 7);
 	CU_ASSERT_EQUAL(collbench_ring_steps(COLL_ALL_GATHER, 1), 0);
+	/* all_to_all: as the gathers', its n-1 partners as the ring's steps */
+	NEAR(collbench_busbw_Bps(COLL_ALL_TO_ALL, 8, 268435456, 1e-3), 234.881024e9, 1e-12);
+	CU_ASSERT_EQUAL(collbench_ring_steps(COLL_ALL_TO_ALL, 8), 7);
 }
 
 /* Times made from the simulator's model of a link: 4 ranks, 5 us a step, busBw 40 GB/s for

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../engine/build.h"
 #include "../engine/jdoc.h"
 #include "../sim/hwprofile.h"
 #include "../sim/opcost.h"
@@ -36,14 +37,16 @@
 	"   \"head_backward\": {\"btc_s\": 2e-9, \"btv_s\": 4e-9}}},"                             \
 	" \"elementwise_s\": {\"add.bf16.fp32\": 2e-9, \"add.bf16.bf16\": 1e-9,"                  \
 	"   \"sum_squares.bf16\": 1e-9, \"convert.fp32.bf16\": 1e-9, \"convert.bf16.fp32\": 2e-9," \
-	"   \"adamw.fp32\": 5e-9},"                                                               \
+	"   \"adamw.fp32\": 5e-9, \"onebit_compress.fp32\": 3e-9, \"onebit_expand.fp32\": 2e-9},"  \
 	" \"copy_GBps\": [[1, 100000]], \"fill_GBps\": [[1, 100000]]%s}"
 
-/* all_reduce, all_gather, reduce_scatter: 10, 20, 30 us at 1 KiB and 1, 2, 3 ms at 1 MiB */
+/* all_reduce, all_gather, reduce_scatter, all_to_all: 10, 20, 30, 40 us at 1 KiB and 1, 2, 3,
+ * 4 ms at 1 MiB */
 #define MPI_2                                                                                     \
 	", \"mpi\": {\"all_reduce\": [[1024, 1e-5], [1048576, 1e-3]],"                            \
 	" \"all_gather\": [[1024, 2e-5], [1048576, 2e-3]],"                                       \
-	" \"reduce_scatter\": [[1024, 3e-5], [1048576, 3e-3]]}"
+	" \"reduce_scatter\": [[1024, 3e-5], [1048576, 3e-3]],"                                   \
+	" \"all_to_all\": [[1024, 4e-5], [1048576, 4e-3]]}"
 
 static char profile_text[8192];
 
@@ -104,6 +107,10 @@ static void test_parse(void)
 	CU_ASSERT_EQUAL(l->coll_s[1].n, 2);
 	CU_ASSERT_DOUBLE_EQUAL(l->coll_s[1].y[1], 2e-3, 1e-15);
 	CU_ASSERT_EQUAL(c->level[0].coll_s[0].n, 0);
+	CU_ASSERT_EQUAL(l->coll_s[3].n, 2); /* all_to_all */
+	CU_ASSERT_DOUBLE_EQUAL(l->coll_s[3].y[0], 4e-5, 1e-18);
+	CU_ASSERT_DOUBLE_EQUAL(l->onebit_compress_s, 3e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->onebit_expand_s, 2e-9, 1e-20);
 	hwprofile_free(&hw);
 	CU_ASSERT_PTR_NULL(hw.cpu);
 	hwprofile_free(&hw); /* twice, and on a zeroed profile: nothing */
@@ -127,12 +134,17 @@ static void test_parse_refusals(void)
 		 "point's, got [2,1]"},
 		{", \"mpi\": {\"all_reduce\"", ", \"mpx\": {\"all_reduce\"",
 		 "cpu.levels[1].mpx: expected a known key"},
-		{"\"adamw.fp32\": 5e-9}", "\"adamw.fp32\": 5e-9, \"mul.bf16.fp32\": 1e-9}",
+		{"\"adamw.fp32\": 5e-9,", "\"adamw.fp32\": 5e-9, \"mul.bf16.fp32\": 1e-9,",
 		 "cpu.levels[0].elementwise_s.mul.bf16.fp32: expected a loop named OP.DST.SRC"},
 		{"\"head_backward\": {\"btc_s\": 2e-9, \"btv_s\": 4e-9}", "\"head_backward\": 4",
 		 "head_backward: expected an object"},
 		{"\"block_backward\": {\"btc_s\": 2e-8, \"bttc_s\": 2e-10, \"btth_s\": 2e-9},", "",
 		 "cpu.levels[0].kernels.16bit.block_backward: expected an object: the key is missing"},
+		{"\"all_to_all\": [[1024, 4e-5]", "\"all_to_all\": [[1024, -4e-5]",
+		 "cpu.levels[1].mpi.all_to_all: expected point 0's seconds above 0 and at most "
+		 "10000"},
+		{"\"onebit_expand.fp32\": 2e-9", "\"onebit_expand.fp16\": 2e-9",
+		 "cpu.levels[0].elementwise_s.onebit_expand.fp16: expected a loop named OP.DST.SRC"},
 		{"\"cores\": 2,", "\"cores\": 2, \"gpu\": \"H100-SXM\",",
 		 "cpu.gpu: expected a known key"},
 		{"{\"_comment\"", "{\"gpu\": \"H100-SXM\", \"_comment\"",
@@ -238,7 +250,8 @@ static void test_curves(void)
 	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_ALL_GATHER, 2097152),
 			       2e-3 + 1048576 * slope, 1e-12);
 	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_REDUCE_SCATTER, 1024), 3e-5, 1e-15);
-	CU_ASSERT(hwcpu_coll_s(l, COLL_ALL_TO_ALL, 1024) < 0);
+	CU_ASSERT_DOUBLE_EQUAL(hwcpu_coll_s(l, COLL_ALL_TO_ALL, 1024), 4e-5, 1e-15);
+	CU_ASSERT(hwcpu_coll_s(l, COLL_BROADCAST, 1024) < 0); /* not a kind the profile times */
 	CU_ASSERT_DOUBLE_EQUAL(hwcpu_copy_s(l, 1e9), 1e-5, 1e-15);
 	/* nonfinite.bf16 is not in the profile: 1000 elements of 2 bytes read at 1e14 B/s */
 	CU_ASSERT_DOUBLE_EQUAL(hwcpu_elem_s(l, HWCPU_NONFINITE, DT_BF16, DT_BF16, 1000), 2e-11,
@@ -458,6 +471,99 @@ static void test_reduce_scatter_by_hand(void)
 	hwprofile_free(&hw);
 }
 
+/* scenarios/gpt2-mini-cpu-onebit.json (1-bit Adam) in fp16 (the hand profile's kernels) on 2
+ * ranks, predicted and priced with the profile text. 0, or -1. */
+static int onebit_mini(const char *text, Scenario *sc, Prediction *pr, HwProfile *hw)
+{
+	JsonOverrides ov;
+	PxError err = {0};
+	jov_init(&ov);
+	int rc = jov_add(&ov, "cluster.gpus_per_node=2", &err) ||
+		 jov_add(&ov, "deepspeed.fp16.enabled=true", &err) ||
+		 scenario_load(sc, px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), &ov, &err);
+	jov_free(&ov);
+	if (!rc && predict_run(sc, pr, &err)) {
+		scenario_free(sc);
+		rc = -1;
+	}
+	if (!rc && parse_profile(text, hw, &err)) {
+		fx_free(sc, pr);
+		rc = -1;
+	}
+	if (!rc && predict_time(pr, hw, "cpu.json", &err)) {
+		fx_free(sc, pr);
+		hwprofile_free(hw);
+		rc = -1;
+	}
+	if (rc)
+		fprintf(stderr, "\n%s\n", err.msg);
+	return rc;
+}
+
+/* The 1-bit compressed all-reduce on the CPU executor (exec/onebit_comm.c), by hand. Its first
+ * op on 2 ranks, 65,536 sign bytes of 524,288 padded elements: the all_to_all's 4e-5 +
+ * (65536 - 1024) (4e-3 - 4e-5) / (1048576 - 1024) s, and the arithmetic priced with it:
+ * compensating and compressing the padded buffer and the 262,144 of the rank's chunk at 3e-9 s
+ * an element, reading the 2 ranks' signs of the chunk (524,288) and expanding the gathered ones
+ * (524,288) at 2e-9 s. fp16 1-bit Adam on 2 ranks: every kind of step priced, the compressed
+ * one the sum of its ops (the CPU executor overlaps nothing). With a profile written before
+ * all_to_all was timed, the full step keeps its price and the compressed one has none, the
+ * note saying why. */
+static void test_onebit_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	PxError err = {0};
+	if (onebit_mini(profile(), &sc, &pr, &hw)) {
+		CU_FAIL("gpt2-mini-cpu-onebit did not load or price");
+		return;
+	}
+	Op op = {.kind = OP_COLL, .sub = COLL_ALL_TO_ALL, .role = ROLE_ONEBIT_SIGNS,
+		 .group = GROUP_DP, .elem_bytes = 1, .unit = -1, .buf = 0, .nranks = 2,
+		 .elems = 65536, .bytes = 65536};
+	double mpi = 4e-5 + (65536 - 1024) * (4e-3 - 4e-5) / (1048576 - 1024);
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
+			       mpi + 3e-9 * (524288 + 262144) + 2e-9 * (524288 + 524288), 1e-12);
+	op.role = ROLE_ONEBIT_SERVER_SIGNS, op.sub = COLL_ALL_GATHER; /* a gather, nothing more */
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
+			       2e-5 + (65536 - 1024) * (2e-3 - 2e-5) / (1048576 - 1024), 1e-12);
+
+	const OneBitRun *o = &pr.onebit;
+	CU_ASSERT_EQUAL_FATAL(o->active && o->time_known, 1);
+	CU_ASSERT_DOUBLE_EQUAL(o->step_s[ONEBIT_FULL], pr.time.step_s, 0);
+	Schedule c;
+	pr.plan.onebit_step = ONEBIT_COMPRESSED;
+	CU_ASSERT_EQUAL_FATAL(build_schedule(&pr.plan, 0, &c, &err), 0);
+	double sum = serial_sum(&pr.plan, &c, &hw);
+	pr.plan.onebit_step = ONEBIT_FULL;
+	sched_free(&c);
+	CU_ASSERT_DOUBLE_EQUAL(o->step_s[ONEBIT_COMPRESSED], sum, 1e-9 * sum);
+	CU_ASSERT(o->step_s[ONEBIT_COMPRESSED] != o->step_s[ONEBIT_FULL]);
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+
+	/* the profile without its all_to_all curve */
+	char text[8192];
+	const char *p = profile(), *at = strstr(p, ", \"all_to_all\"");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+	snprintf(text, sizeof(text), "%.*s%s", (int)(at - p), p, strstr(at, "]]") + 2);
+	if (onebit_mini(text, &sc, &pr, &hw)) {
+		CU_FAIL("gpt2-mini-cpu-onebit did not price without all_to_all");
+		return;
+	}
+	CU_ASSERT_EQUAL(hwcpu_coll_s(hwcpu_level(hw.cpu, 2), COLL_ALL_TO_ALL, 1024), -1);
+	CU_ASSERT_EQUAL(pr.time_known, 1);
+	CU_ASSERT_EQUAL(pr.onebit.time_known, 0);
+	PX_ASSERT_HAS(pr.onebit.time_note, "the compressed step: ");
+	PX_ASSERT_HAS(pr.onebit.time_note, "the CPU profile has no all_to_all at 2 ranks (the "
+					   "1-bit compressed all-reduce's first phase; profiles "
+					   "written before parallax timed it lack it): calibrate "
+					   "again with this parallax");
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+}
+
 /* What a CPU profile cannot price keeps a note saying what is missing: a GPU's profile for the
  * CPU executor, a CPU profile for GPUs, ranks the profile did not measure, two machines. */
 static void test_not_priced(void)
@@ -616,6 +722,8 @@ static void test_calibrate_cpu(void)
 		CU_ASSERT(l->copy_Bps.n == 2 && l->copy_Bps.y[1] > 0 && l->fill_Bps.y[1] > 0);
 		CU_ASSERT(l->adamw_s > 0 && l->elem_s[HWCPU_ADD][1][0] > 0);
 		CU_ASSERT_EQUAL(l->coll_s[1].n, i ? 7 : 0); /* 1 KiB to 4 MiB by 4 */
+		CU_ASSERT_EQUAL(l->coll_s[3].n, i ? 7 : 0); /* all_to_all */
+		CU_ASSERT(l->onebit_compress_s > 0 && l->onebit_expand_s > 0);
 	}
 	CU_ASSERT_EQUAL(hw.cpu->cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
 	hwprofile_free(&hw);
@@ -673,6 +781,59 @@ static void test_run_pairs_time(void)
 			   "backend cpu: no CPU hardware profile");
 }
 
+/* A 1-bit Adam run (fp16, 2 ranks, 6 steps, freeze_step 3: full steps 1-3, compressed 4-6)
+ * with the hand profile: run prints each kind's measured step beside its prediction, and compare
+ * pairs time.step_s (the full steps 2-3) and time.onebit_compressed.step_s (steps 4-6). With
+ * a profile whose all_to_all takes 10 s, a deliberately wrong prediction of the compressed step
+ * only (compare's error, (measured - predicted) / predicted, about -95%), the full step's
+ * prediction is the same and compare --max-error 50 fails (exit 3) naming the compressed step's
+ * time. */
+static void test_run_pairs_onebit_time(void)
+{
+	char dir[512], path[2][600], db[2][600], args[4096], text[8192];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	const char *p = profile(), *at = strstr(p, "\"all_to_all\": ");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+	snprintf(text, sizeof(text), "%.*s\"all_to_all\": [[1024, 10]]%s", (int)(at - p), p,
+		 strstr(at, "]]") + 2);
+	double full[2] = {0}, comp[2] = {0}, meas = 0;
+	for (int i = 0; i < 2; i++) {
+		snprintf(path[i], sizeof(path[i]), "%s/cpu%d.json", dir, i);
+		snprintf(db[i], sizeof(db[i]), "%s/r%d.db", dir, i);
+		px_test_write_file(path[i], i ? text : p);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 6 --db '%s' --hw '%s' --set "
+			 "cluster.gpus_per_node=2 --set deepspeed.fp16.enabled=true --set "
+			 "deepspeed.optimizer.params.freeze_step=3",
+			 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), db[i], path[i]);
+		int rc = px_test_run_release(args, 300, out, sizeof(out));
+		if (rc)
+			fprintf(stderr, "\nparallax %s exited %d:\n%s\n", args, rc, out);
+		CU_ASSERT_EQUAL_FATAL(rc, 0);
+		PX_ASSERT_HAS(out, " s (the mean of the 2 full-precision steps among 2-6; ");
+		PX_ASSERT_HAS(out, "# step time, compressed steps: measured ");
+		PX_ASSERT_HAS(out, " s (the mean of 3), predicted ");
+		snprintf(args, sizeof(args), "compare --db '%s'", db[i]);
+		CU_ASSERT_EQUAL(run_env(NULL, args), 0);
+		const char *rf = strstr(out, "time.step_s ");
+		const char *rc1 = strstr(out, "time.onebit_compressed.step_s ");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rf);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(rc1);
+		double m = 0;
+		CU_ASSERT_EQUAL(sscanf(rf, "time.step_s s %lf %lf", &full[i], &m), 2);
+		CU_ASSERT(full[i] > 0 && m > 0);
+		CU_ASSERT_EQUAL(sscanf(rc1, "time.onebit_compressed.step_s s %lf %lf", &comp[i],
+				       &meas), 2);
+		CU_ASSERT(comp[i] > 0 && meas > 0 && meas < 10);
+	}
+	CU_ASSERT_DOUBLE_EQUAL(full[1], full[0], 1e-6 * full[0]); /* no all_to_all in full steps */
+	CU_ASSERT(comp[1] > 10 && comp[0] < 10); /* the 10 s all_to_all is the compressed step's */
+	snprintf(args, sizeof(args), "compare --db '%s' --max-error 50 --only time.onebit",
+		 db[1]);
+	CU_ASSERT_EQUAL(run_env(NULL, args), 3);
+	PX_ASSERT_HAS(out, "parallax compare: time.onebit_compressed.step_s: predicted ");
+	PX_ASSERT_HAS(out, "over --max-error 50%");
+}
+
 int test_cputime_register(void)
 {
 	return PX_ADD_SUITE("cputime", {"a CPU profile read", test_parse},
@@ -682,9 +843,12 @@ int test_cputime_register(void)
 			    {"a CPU step priced by hand", test_step_by_hand},
 			    {"the CPU executor overlaps nothing", test_step_is_serial},
 			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
+			    {"the 1-bit compressed all-reduce priced by hand", test_onebit_by_hand},
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
 			    {"calibrate --backend cpu end to end", test_calibrate_cpu},
-			    {"run and compare pair the CPU step time", test_run_pairs_time, PX_RELEASE_RUN});
+			    {"run and compare pair the CPU step time", test_run_pairs_time, PX_RELEASE_RUN},
+			    {"a 1-bit run pairs each kind of step's time", test_run_pairs_onebit_time,
+			     PX_RELEASE_RUN});
 }
