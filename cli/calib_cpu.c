@@ -12,6 +12,7 @@
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/onebit_cpu.h"
+#include "../kernels/quant_cpu.h"
 #include "../kernels/rng.h"
 #include "../sim/hwprofile.h"
 #include "calib_coll.h"
@@ -86,6 +87,7 @@ typedef struct LevelTimes {
 	double elem[HWCPU_ELEM_OPS][HWCPU_DTYPES][HWCPU_DTYPES];
 	double adamw, sgd;
 	double onebit_compress, onebit_expand; /* over ELEM_N elements */
+	double quantize, dequantize;           /* INT8 in QUANT_BLOCK blocks, ELEM_N elements */
 	double kernel[HWCPU_FLAVOURS][HWCPU_KERNELS][MAX_SHAPES];
 	double products[HWCPU_FLAVOURS][HWCPU_KERNELS][MAX_SHAPES]; /* the kernel's sgemm calls */
 } LevelTimes;
@@ -279,6 +281,42 @@ static void measure_onebit(Bench *b, const float *src)
 	free(o.error), free(o.buf), free(o.bits);
 }
 
+/* ZeRO++'s INT8 blocks (kernels/quant_cpu.h) of about the size qwZ's groups aim at
+ * (BUILD_QWZ_TARGET_GROUP) */
+#define QUANT_BLOCK 8192
+
+typedef struct QuantLoop {
+	int back;      /* dequantize */
+	float *x;      /* ELEM_N values, written back by dequantize */
+	int8_t *q;     /* ELEM_N */
+	float *scales; /* ELEM_N / QUANT_BLOCK */
+} QuantLoop;
+
+static void quant_call(void *arg)
+{
+	QuantLoop *o = arg;
+	if (o->back)
+		quant_block_dequantize(o->q, o->scales, ELEM_N, QUANT_BLOCK, 8, o->x);
+	else
+		quant_block_quantize(o->x, ELEM_N, QUANT_BLOCK, 8, o->q, o->scales);
+}
+
+static void measure_quant(Bench *b, const float *src)
+{
+	QuantLoop o = {0, malloc(ELEM_N * sizeof(float)), malloc(ELEM_N),
+		       malloc(ELEM_N / QUANT_BLOCK * sizeof(float))};
+	if (!o.x || !o.q || !o.scales) {
+		b->failed = 1;
+		px_fail(b->err, PX_ERR_RUNTIME, "out of memory for the quantization loops");
+	} else {
+		memcpy(o.x, src, ELEM_N * sizeof(float));
+		b->t.quantize = time_mean(b, quant_call, &o);
+		o.back = 1;
+		b->t.dequantize = time_mean(b, quant_call, &o);
+	}
+	free(o.x), free(o.q), free(o.scales);
+}
+
 static void measure_loops(Bench *b, void *cx)
 {
 	float *src = malloc(ELEM_N * sizeof(float)), *opt = calloc(3 * (size_t)ELEM_N, sizeof(float));
@@ -312,6 +350,7 @@ static void measure_loops(Bench *b, void *cx)
 	l.what = -4;
 	b->t.sgd = time_mean(b, loop_call, &l);
 	measure_onebit(b, src);
+	measure_quant(b, src);
 out:
 	free(src), free(opt), free(dst);
 	for (int d = 0; d < HWCPU_DTYPES; d++)
@@ -668,7 +707,9 @@ static void loops_json(const Bench *b, cJSON *lv)
 	cJSON *e = cJSON_AddObjectToObject(lv, "elementwise_s");
 	cJSON_AddStringToObject(e, "_comment", "seconds per element of the executor's storage loops "
 				"(exec/compute.h's convert DST from SRC, add DST += SRC, sum_squares, "
-				"nonfinite) and updates, over 2^18 elements");
+				"nonfinite), updates, the 1-bit all-reduce's arithmetic "
+				"(kernels/onebit_cpu.c) and ZeRO++'s INT8 quantization in blocks of 8192 "
+				"(kernels/quant_cpu.c), over 2^18 elements");
 	for (int op = 0; op < HWCPU_ELEM_OPS; op++)
 		for (int i = 0; i < HWCPU_DTYPES; i++)
 			for (int j = 0; j < HWCPU_DTYPES; j++) {
@@ -687,6 +728,8 @@ static void loops_json(const Bench *b, cJSON *lv)
 	cJSON_AddNumberToObject(e, "sgd.fp32", sig4(b->t.sgd / ELEM_N));
 	cJSON_AddNumberToObject(e, "onebit_compress.fp32", sig4(b->t.onebit_compress / ELEM_N));
 	cJSON_AddNumberToObject(e, "onebit_expand.fp32", sig4(b->t.onebit_expand / ELEM_N));
+	cJSON_AddNumberToObject(e, "quantize.int8", sig4(b->t.quantize / ELEM_N));
+	cJSON_AddNumberToObject(e, "dequantize.int8", sig4(b->t.dequantize / ELEM_N));
 	cJSON *c = cJSON_AddArrayToObject(lv, "copy_GBps"), *f = cJSON_AddArrayToObject(lv, "fill_GBps");
 	for (int i = 0; i < p->n_stream; i++) {
 		cJSON_AddItemToArray(c, pair(p->stream[i], sig4(p->stream[i] / b->t.copy[i] / 1e9)));

@@ -259,6 +259,10 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 			dst = &l->onebit_compress_s;
 		else if (n == 2 && !strcmp(op, "onebit_expand") && !strcmp(a, "fp32"))
 			dst = &l->onebit_expand_s;
+		else if (n == 2 && !strcmp(op, "quantize") && !strcmp(a, "int8"))
+			dst = &l->quantize_s;
+		else if (n == 2 && !strcmp(op, "dequantize") && !strcmp(a, "int8"))
+			dst = &l->dequantize_s;
 		for (int o = 0; o < HWCPU_ELEM_OPS && !dst && n >= 2; o++) {
 			if (strcmp(op, hwcpu_elem_names[o]) || (o < HWCPU_SUMSQ) != (n == 3))
 				continue;
@@ -271,8 +275,8 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 		if (!dst)
 			return fail(&e, m->string, NULL, err, "a loop named OP.DST.SRC (convert, add) "
 				    "or OP.DTYPE (sum_squares, nonfinite, adamw.fp32, sgd.fp32, "
-				    "onebit_compress.fp32, onebit_expand.fp32) over fp32, bf16, "
-				    "fp16");
+				    "onebit_compress.fp32, onebit_expand.fp32, quantize.int8, "
+				    "dequantize.int8) over fp32, bf16, fp16");
 		if (jobj_num(&e, m->string, 1e-15, 1, 0, dst, err) < 0)
 			return -1;
 	}

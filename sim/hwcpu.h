@@ -73,6 +73,9 @@ typedef struct HwCpuLevel {
 	 * element: compensating and compressing, and reading signs back (a chunk owner's average,
 	 * per element times ranks; the final expansion); 0: not measured */
 	double onebit_compress_s, onebit_expand_s;
+	/* ZeRO++'s INT8 block quantization (kernels/quant_cpu.h), seconds per fp32 element
+	 * quantized and dequantized; 0: not measured */
+	double quantize_s, dequantize_s;
 	HwCpuCurve copy_Bps;      /* memmove: x bytes, y bytes/s */
 	HwCpuCurve fill_Bps;      /* memset */
 	/* MPI all_reduce, all_gather, reduce_scatter, all_to_all (hwcpu_coll_kinds) over the

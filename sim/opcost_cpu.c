@@ -190,11 +190,31 @@ double opcost_cpu_compute_s(const Plan *p, const HwProfile *hw, const Op *op, in
 
 /* ---- collectives, copies, allocations ---- */
 
-/* n elements of a 1-bit loop at per_elem seconds; unmeasured (0): as copying their fp32 bytes,
- * as hwcpu_elem_s prices an unmeasured storage loop */
-static double onebit_loop_s(const HwCpuLevel *l, double per_elem, double n)
+/* n fp32 elements of a 1-bit or quantization loop at per_elem seconds; unmeasured (0): as
+ * copying their bytes, as hwcpu_elem_s prices an unmeasured storage loop */
+static double loop_s(const HwCpuLevel *l, double per_elem, double n)
 {
 	return per_elem > 0 ? per_elem * n : hwcpu_copy_s(l, 4 * n);
+}
+
+/* A ZeRO++ gather of n elements over the op's ranks (exec/runner_zpp.c). qwZ's (1-byte
+ * elements): this rank's piece widened to fp32 and quantized, the values and the scales
+ * gathered (two calls), every piece dequantized and narrowed back. hpZ's forward gathers
+ * over the data-parallel group also keep the rank's piece of its node (a copy). */
+static double zpp_gather_s(const Plan *p, const HwCpuLevel *l, const Op *op)
+{
+	Dtype pdt = p->sc->ds.dtype;
+	double n = (double)op->elems, k = n / op->nranks, s;
+	if (op->elem_bytes == 1)
+		s = hwcpu_coll_s(l, COLL_ALL_GATHER, n) +
+		    hwcpu_coll_s(l, COLL_ALL_GATHER, op->bytes - n) +
+		    hwcpu_elem_s(l, HWCPU_CONVERT, DT_FP32, pdt, k) + loop_s(l, l->quantize_s, k) +
+		    loop_s(l, l->dequantize_s, n) + hwcpu_elem_s(l, HWCPU_CONVERT, pdt, DT_FP32, n);
+	else
+		s = hwcpu_coll_s(l, COLL_ALL_GATHER, op->bytes);
+	if (p->hpz > 1 && op->group == GROUP_DP)
+		s += hwcpu_copy_s(l, n / (double)p->hpz * dtype_bytes(pdt));
+	return s;
 }
 
 double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
@@ -202,6 +222,9 @@ double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 	const HwCpuLevel *l = level_of(p, hw);
 	if (op->kind != OP_COLL || op->sub == COLL_P2P_RECV || op->nranks <= 1)
 		return 0;
+	if (l && op->sub == COLL_ALL_GATHER && op->role == ROLE_PREFETCH &&
+	    (op->elem_bytes == 1 || p->hpz > 1))
+		return zpp_gather_s(p, l, op);
 	double s = l ? hwcpu_coll_s(l, op->sub, op->bytes) : -1;
 	if (s < 0)
 		return INFINITY; /* opcost_cpu_check keeps other kinds out */
@@ -211,8 +234,8 @@ double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 	 * and every rank expands the gathered signs (padded) */
 	if (op->role == ROLE_ONEBIT_SIGNS) {
 		double padded = (double)op->elems * 8, n = op->nranks;
-		s += onebit_loop_s(l, l->onebit_compress_s, padded + padded / n) +
-		     onebit_loop_s(l, l->onebit_expand_s, 2 * padded);
+		s += loop_s(l, l->onebit_compress_s, padded + padded / n) +
+		     loop_s(l, l->onebit_expand_s, 2 * padded);
 	}
 	/* stage 2-3: the bucket (or the persistent gradients) is zeroed for its next use and this
 	 * rank's reduced slice added into the gradient partition */

@@ -37,7 +37,8 @@
 	"   \"head_backward\": {\"btc_s\": 2e-9, \"btv_s\": 4e-9}}},"                             \
 	" \"elementwise_s\": {\"add.bf16.fp32\": 2e-9, \"add.bf16.bf16\": 1e-9,"                  \
 	"   \"sum_squares.bf16\": 1e-9, \"convert.fp32.bf16\": 1e-9, \"convert.bf16.fp32\": 2e-9," \
-	"   \"adamw.fp32\": 5e-9, \"onebit_compress.fp32\": 3e-9, \"onebit_expand.fp32\": 2e-9},"  \
+	"   \"adamw.fp32\": 5e-9, \"onebit_compress.fp32\": 3e-9, \"onebit_expand.fp32\": 2e-9,"   \
+	"   \"quantize.int8\": 4e-9, \"dequantize.int8\": 1.5e-9},"                                \
 	" \"copy_GBps\": [[1, 100000]], \"fill_GBps\": [[1, 100000]]%s}"
 
 /* all_reduce, all_gather, reduce_scatter, all_to_all: 10, 20, 30, 40 us at 1 KiB and 1, 2, 3,
@@ -111,6 +112,8 @@ static void test_parse(void)
 	CU_ASSERT_DOUBLE_EQUAL(l->coll_s[3].y[0], 4e-5, 1e-18);
 	CU_ASSERT_DOUBLE_EQUAL(l->onebit_compress_s, 3e-9, 1e-20);
 	CU_ASSERT_DOUBLE_EQUAL(l->onebit_expand_s, 2e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->quantize_s, 4e-9, 1e-20);
+	CU_ASSERT_DOUBLE_EQUAL(l->dequantize_s, 1.5e-9, 1e-20);
 	hwprofile_free(&hw);
 	CU_ASSERT_PTR_NULL(hw.cpu);
 	hwprofile_free(&hw); /* twice, and on a zeroed profile: nothing */
@@ -465,8 +468,44 @@ static void test_reduce_scatter_by_hand(void)
 	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
 			       mpi + 1200000 / 1e14 + 300000 * 1e-9, 1e-12);
 	op.sub = COLL_ALL_GATHER; /* nothing around a gather */
-	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1),
-			       2e-3 + (1200000 - 1048576) * (2e-3 - 2e-5) / (1048576 - 1024), 1e-12);
+	double gather = 2e-3 + (1200000 - 1048576) * (2e-3 - 2e-5) / (1048576 - 1024);
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), gather, 1e-12);
+	op.role = ROLE_PREFETCH; /* a prefetch's gather without ZeRO++: the same */
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), gather, 1e-12);
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+}
+
+/* A qwZ gather on 2 ranks, by hand (exec/runner_zpp.c's gather_piece): 600,000 bf16 parameters
+ * as INT8 (600,000 bytes) and 100 fp32 scales (400 bytes; the op's 600,400). This rank's piece
+ * of 300,000 widened to fp32 (convert.fp32.bf16, 1e-9 s each) and quantized (4e-9 s), the
+ * values gathered (2e-3 + (600000 - 1024) x (2e-3 - 2e-5) / 1047552 s) and the scales (400
+ * bytes: under the smallest size, 2e-5 s), the 600,000 dequantized (1.5e-9 s) and narrowed
+ * back (convert.bf16.fp32, 2e-9 s). With hpZ over 2 (zero_hpz_partition_size), the forward's
+ * gather over the data-parallel group also copies its node's piece, 600,000 / 2 x 2 bytes at
+ * 1e14 B/s. */
+static void test_qwz_gather_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	if (mini(2, &sc, &pr)) {
+		CU_FAIL("gpt2-mini-cpu-zero3 did not load");
+		hwprofile_free(&hw);
+		return;
+	}
+	Op op = {.kind = OP_COLL, .sub = COLL_ALL_GATHER, .role = ROLE_PREFETCH, .group = GROUP_DP,
+		 .elem_bytes = 1, .unit = 1, .buf = 0, .nranks = 2, .elems = 600000,
+		 .bytes = 600400};
+	double slope = (2e-3 - 2e-5) / (1048576 - 1024);
+	double by_hand = 300000 * 1e-9 + 300000 * 4e-9 + (2e-5 + (600000 - 1024) * slope) + 2e-5 +
+			 600000 * 1.5e-9 + 600000 * 2e-9;
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), by_hand, 1e-12);
+	pr.plan.hpz = 2;
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), by_hand + 600000.0 / 1e14,
+			       1e-12);
 	fx_free(&sc, &pr);
 	hwprofile_free(&hw);
 }
@@ -724,6 +763,7 @@ static void test_calibrate_cpu(void)
 		CU_ASSERT_EQUAL(l->coll_s[1].n, i ? 7 : 0); /* 1 KiB to 4 MiB by 4 */
 		CU_ASSERT_EQUAL(l->coll_s[3].n, i ? 7 : 0); /* all_to_all */
 		CU_ASSERT(l->onebit_compress_s > 0 && l->onebit_expand_s > 0);
+		CU_ASSERT(l->quantize_s > 0 && l->dequantize_s > 0);
 	}
 	CU_ASSERT_EQUAL(hw.cpu->cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
 	hwprofile_free(&hw);
@@ -844,6 +884,7 @@ int test_cputime_register(void)
 			    {"the CPU executor overlaps nothing", test_step_is_serial},
 			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
 			    {"the 1-bit compressed all-reduce priced by hand", test_onebit_by_hand},
+			    {"a qwZ gather priced by hand", test_qwz_gather_by_hand},
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
