@@ -739,11 +739,11 @@ static void loops_json(const Bench *b, cJSON *lv)
 
 static void mpi_json(const CalibColl *cc, cJSON *lv)
 {
-	char note[256];
+	char note[320];
 	cJSON *m = cJSON_AddObjectToObject(lv, "mpi");
 	snprintf(note, sizeof(note), "[nccl-tests size in bytes, seconds]: one call over %d ranks "
-		 "on host memory, the slowest rank's mean of the timed calls (exec/collbench.c)",
-		 cc->bench.nranks);
+		 "on host memory, the slowest rank's mean of the timed calls, each size's time at "
+		 "most every larger size's (exec/collbench.c)", cc->bench.nranks);
 	cJSON_AddStringToObject(m, "_comment", note);
 	for (int k = 0; k < COLLBENCH_KINDS; k++) {
 		int kk = 0;
@@ -752,9 +752,10 @@ static void mpi_json(const CalibColl *cc, cJSON *lv)
 		if (kk == HWCPU_COLLS)
 			continue;
 		cJSON *a = cJSON_AddArrayToObject(m, hwcpu_coll_names[kk]);
+		double t[COLLBENCH_MAX_SIZES];
+		collbench_envelope(&cc->bench, k, t);
 		for (int s = 0; s < cc->bench.n_sizes; s++)
-			cJSON_AddItemToArray(a, pair(cc->bench.size_bytes[s],
-						     sig4(cc->bench.time_s[k][s])));
+			cJSON_AddItemToArray(a, pair(cc->bench.size_bytes[s], sig4(t[s])));
 	}
 }
 

@@ -169,6 +169,16 @@ out:
 	return rc;
 }
 
+void collbench_envelope(const CollBench *b, int k, double *out)
+{
+	double least = INFINITY;
+	for (int s = b->n_sizes - 1; s >= 0; s--) {
+		if (b->time_s[k][s] < least)
+			least = b->time_s[k][s];
+		out[s] = least;
+	}
+}
+
 /* ---- the profile's link ----
  * sim/opcost.c prices a collective of size S over n ranks of one link class as
  *     steps x alpha_s + S x factor / (peak x efficiency(S)),

@@ -59,6 +59,12 @@ typedef struct CollBench {
 int collbench_run(Comm *c, const CollBenchOpts *o, const ComputeBackend *cb, void *cx,
 		  CollBench *b, PxError *err);
 
+/* Kind k's times (row k of b) as a size curve reads them: each size's time the least of its own
+ * and every larger size's. A collective of more bytes does not take less time, so a point above a
+ * larger size's is a burst of other load on a shared machine that the rounds did not filter
+ * out. out: b->n_sizes values. */
+void collbench_envelope(const CollBench *b, int k, double *out);
+
 /* The element-wise maximum over c's ranks of n host floats, in place, through cb's device memory
  * when cb is not NULL (NCCL reads device memory only). */
 int collbench_max(Comm *c, const ComputeBackend *cb, void *cx, float *v, int n, PxError *err);

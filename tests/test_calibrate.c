@@ -44,6 +44,32 @@ static void test_busbw_formula(void)
 	CU_ASSERT_EQUAL(collbench_ring_steps(COLL_ALL_TO_ALL, 8), 7);
 }
 
+/* The size curve a profile keeps: each size's time the least of its own and every larger
+ * size's. 2 ranks' all_gather as measured on a shared 2-core machine (us, 1 KiB to 1 MiB by 4):
+ * 112, 15.1, 228, 52.9, 31.6, 96.9 reads 15.1, 15.1, 31.6, 31.6, 31.6, 96.9; an increasing
+ * row stays as it is. */
+static void test_envelope(void)
+{
+	static const double ag[] = {112, 15.1, 228, 52.9, 31.6, 96.9};
+	static const double want[] = {15.1, 15.1, 31.6, 31.6, 31.6, 96.9};
+	CollBench b;
+	double t[COLLBENCH_MAX_SIZES];
+	memset(&b, 0, sizeof(b));
+	b.nranks = 2;
+	b.n_sizes = 6;
+	for (int s = 0; s < 6; s++) {
+		b.size_bytes[s] = 1024.0 * (1 << (2 * s));
+		b.time_s[1][s] = ag[s] * 1e-6;
+		b.time_s[0][s] = (10.0 + s) * 1e-6;
+	}
+	collbench_envelope(&b, 1, t);
+	for (int s = 0; s < 6; s++)
+		CU_ASSERT_DOUBLE_EQUAL(t[s], want[s] * 1e-6, 1e-15);
+	collbench_envelope(&b, 0, t);
+	for (int s = 0; s < 6; s++)
+		CU_ASSERT_DOUBLE_EQUAL(t[s], (10.0 + s) * 1e-6, 1e-15);
+}
+
 /* Times made from the simulator's model of a link: 4 ranks, 5 us a step, busBw 40 GB/s for
  * all_gather and reduce_scatter and 48 GB/s for all_reduce, sizes 1 KiB, 1 MiB, 64 MiB:
  *   t_ag(S) = 3 x 5 us + S x 3/4 / 40e9,  t_ar(S) = 6 x 5 us + S x 6/4 / 48e9.
@@ -277,6 +303,7 @@ static void test_failed_run_writes_nothing(void)
 int test_calibrate_register(void)
 {
 	return PX_ADD_SUITE("calibrate",
+			    {"a size curve's envelope", test_envelope},
 			    {"busBw = algBw x 2(n-1)/n or (n-1)/n, by hand", test_busbw_formula},
 			    {"link fit of a known model", test_fit_known_model},
 			    {"link fit when every size is latency-bound", test_fit_latency_bound},

@@ -764,6 +764,9 @@ static void test_calibrate_cpu(void)
 		CU_ASSERT_EQUAL(l->coll_s[3].n, i ? 7 : 0); /* all_to_all */
 		CU_ASSERT(l->onebit_compress_s > 0 && l->onebit_expand_s > 0);
 		CU_ASSERT(l->quantize_s > 0 && l->dequantize_s > 0);
+		for (int k = 0; k < HWCPU_COLLS; k++) /* a larger size never reads faster */
+			for (int s = 1; s < l->coll_s[k].n; s++)
+				CU_ASSERT(l->coll_s[k].y[s] >= l->coll_s[k].y[s - 1]);
 	}
 	CU_ASSERT_EQUAL(hw.cpu->cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
 	hwprofile_free(&hw);
