@@ -1,7 +1,7 @@
 /* collbench: time the executor's collectives the way nccl-tests does (all_reduce, all_gather,
- * reduce_scatter and all_to_all from 1 KiB up by factors of 4, warm-up then timed repetitions, each size's time
- * the slowest rank's), its algorithm and bus bandwidths, and the latency and efficiency curve a
- * hardware profile's link takes from them. It owns no communicator and no device: the caller
+ * reduce_scatter and all_to_all from 1 KiB up by factors of 4, warm-up then timed repetitions,
+ * each size's time the slowest rank's), its algorithm and bus bandwidths, and the latency and
+ * efficiency curve a hardware profile's link takes from them. It owns no communicator and no device: the caller
  * passes a Comm, and buffers come from a compute backend's device memory or the host. Writing the
  * profile is the CLI's; what the link's fields mean to the simulator is sim/hwprofile's. */
 #ifndef PX_EXEC_COLLBENCH_H
@@ -53,9 +53,9 @@ typedef struct CollBench {
 } CollBench;
 
 /* Every rank of c calls it alike. Buffers are cb's device memory (PLACE_GPU, context cx), or host
- * memory when cb is NULL. Sizes are rounded down to a multiple of n x the element size (all_gather,
- * reduce_scatter and all_to_all split the array evenly); a size under one element per rank is left out.
- * Fills b on every rank. 0, or -1 with err (a collective's error, out of memory). */
+ * memory when cb is NULL. Sizes are rounded down to a multiple of n x the element size
+ * (all_gather, reduce_scatter and all_to_all split the array evenly); a size under one element
+ * per rank is left out. Fills b on every rank. 0, or -1 with err (a collective's error, out of memory). */
 int collbench_run(Comm *c, const CollBenchOpts *o, const ComputeBackend *cb, void *cx,
 		  CollBench *b, PxError *err);
 

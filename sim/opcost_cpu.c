@@ -31,10 +31,10 @@ int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err)
 	if (c->nodes != 1)
 		return px_fail(err, PX_ERR_INPUT, "%s: cluster.nodes is %lld: a CPU profile describes "
 			       "the ranks of one machine", sc->path, c->nodes);
-	if (p->par.tp > 1 || p->par.pp > 1 || p->par.ep > 1)
-		return px_fail(err, PX_ERR_INPUT, "%s: tensor, pipeline or expert parallelism: a CPU "
-			       "profile prices data parallelism's collectives only (all_reduce, "
-			       "all_gather, reduce_scatter, and the 1-bit optimizers' all_to_all)", sc->path);
+	if (p->par.tp > 1 || p->par.pp > 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: tensor or pipeline parallelism: a CPU profile "
+			       "prices data and expert parallelism's collectives only (all_reduce, "
+			       "all_gather, reduce_scatter, all_to_all)", sc->path);
 	if (sc->ckpt == CKPT_SELECTIVE)
 		return px_fail(err, PX_ERR_INPUT, "%s: activation_checkpointing is \"selective\": a "
 			       "CPU profile times the CPU executor's kernels, which recompute whole "
@@ -111,7 +111,11 @@ static double unit_elems(const Plan *p, int u)
 	return unit_kind(p, u) == UNIT_HEAD ? own + (double)model_tied_elems(&p->sc->model) : own;
 }
 
-/* The kernel call's non-GEMM time: its terms (hwcpu.h) at this shape. The attention terms are
+/* The kernel call's non-GEMM time: its terms (hwcpu.h) at this shape. An MoE block
+ * (kernels/moe_cpu.c) takes the dense block's: its products are the model's (the router, the
+ * local experts over capacity x ep rows each), its GELU runs over E x capacity rows where the
+ * dense block's runs over N (as many at capacity_factor 1), and its router softmax, dispatch and
+ * combine copies are not timed on their own. The attention terms are
  * measured on the dense causal kernel, which visits T (T + 1) / 2 (query, key) pairs a head;
  * under a block-sparse layout the units' kernel visits the layout's causal pairs
  * (kernels/sparse_eager_cpu.c), and T^2 is scaled by their ratio. */

@@ -14,8 +14,9 @@
 #include "hwprofile.h"
 
 /* Whether hw's CPU section can price plan p: a backend "cpu" scenario on one machine (nodes 1),
- * data parallelism only, a level measured at the machine's ranks (cluster.gpus_per_node) and the
- * kernels of the scenario's dtype. 0, or -1 with err (PX_ERR_INPUT) saying what is missing and
+ * data and expert parallelism only, a level measured at the machine's ranks
+ * (cluster.gpus_per_node) and the kernels of the scenario's dtype; a 1-bit optimizer's compressed
+ * step also needs the level's all_to_all. 0, or -1 with err (PX_ERR_INPUT) saying what is missing and
  * how to get it. */
 int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err);
 

@@ -510,6 +510,75 @@ static void test_qwz_gather_by_hand(void)
 	hwprofile_free(&hw);
 }
 
+/* The first op of unit u's kind (and sub) in the schedule, or NULL. */
+static const Op *first_op(const Schedule *s, OpKind kind, int sub, int u)
+{
+	for (int i = s->step_begin; i < s->n; i++)
+		if (s->ops[i].kind == kind && s->ops[i].sub == sub && s->ops[i].unit == u)
+			return &s->ops[i];
+	return NULL;
+}
+
+/* Expert parallelism on the CPU executor, by hand: scenarios/gpt2-mini-cpu-moe.json in bf16
+ * (the hand profile's kernels) on its 2 ranks, ep 2: B 4, T 64, C 128, 4 experts, top-1,
+ * capacity factor 1, so S = 256 tokens a rank and a capacity of 256 / 4 = 64. Block 2 (unit 2)
+ * is an MoE block, block 1 (unit 1) a dense one. Their attention and kernel terms are alike; the
+ * dense MLP's products, 2 x 256 x 128 x 512 x 2 FLOPs, equal the 2 local experts' over 64 x 2
+ * rows each, 2 x (2 x 128 x 128 x 512 x 2); the MoE block adds the router's 2 x 256 x 128 x 4 =
+ * 262,144 FLOPs at 100 GFLOP/s (2.62144 us forward; backward twice that), and copies in its
+ * local experts' extra parameters (bf16 at 1e14 B/s). Each of its all-to-alls moves the 4 x 64
+ * slots of 128 bf16 channels, 65,536 bytes: 4e-5 + (65536 - 1024) x (4e-3 - 4e-5) / 1047552 s. */
+static void test_moe_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw;
+	JsonOverrides ov;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	jov_init(&ov);
+	int rc = jov_add(&ov, "deepspeed.bf16.enabled=true", &err) ||
+		 scenario_load(&sc, px_test_path("scenarios/gpt2-mini-cpu-moe.json"), &ov, &err);
+	jov_free(&ov);
+	if (!rc && predict_run(&sc, &pr, &err)) {
+		scenario_free(&sc);
+		rc = -1;
+	}
+	if (rc) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		CU_FAIL("gpt2-mini-cpu-moe did not load");
+		hwprofile_free(&hw);
+		return;
+	}
+	CU_ASSERT_EQUAL(predict_time(&pr, &hw, "cpu.json", &err), 0);
+	if (!pr.time_known)
+		fprintf(stderr, "\nnot priced: %s\n", pr.time_note);
+	CU_ASSERT_EQUAL_FATAL(pr.time_known, 1);
+	CU_ASSERT_EQUAL_FATAL(pr.plan.units[2].moe && !pr.plan.units[1].moe, 1);
+	CU_ASSERT_EQUAL(pr.plan.moe_capacity, 64);
+	const Schedule *s = &pr.stages[0].sched;
+	const Op *f1 = first_op(s, OP_COMPUTE, COMP_FWD, 1);
+	const Op *f2 = first_op(s, OP_COMPUTE, COMP_FWD, 2);
+	const Op *b1 = first_op(s, OP_COMPUTE, COMP_BWD, 1);
+	const Op *b2 = first_op(s, OP_COMPUTE, COMP_BWD, 2);
+	const Op *a2a = first_op(s, OP_COLL, COLL_ALL_TO_ALL, 2);
+	CU_ASSERT_FATAL(f1 && f2 && b1 && b2 && a2a);
+	double extra = (double)(pr.plan.units[2].params - pr.plan.units[1].params) * 2 / 1e14;
+	CU_ASSERT_DOUBLE_EQUAL(opcost_compute_s(&pr.plan, &hw, f2, 0) -
+			       opcost_compute_s(&pr.plan, &hw, f1, 0), 2.62144e-6 + extra, 1e-12);
+	/* backward also adds the gradients into the bf16 flat: 2e-9 s an extra element */
+	double extra_b = extra + (double)(pr.plan.units[2].params - pr.plan.units[1].params) * 2e-9;
+	CU_ASSERT_DOUBLE_EQUAL(opcost_compute_s(&pr.plan, &hw, b2, 0) -
+			       opcost_compute_s(&pr.plan, &hw, b1, 0), 2 * 2.62144e-6 + extra_b,
+			       1e-12);
+	CU_ASSERT_EQUAL(a2a->group, GROUP_EP);
+	CU_ASSERT_DOUBLE_EQUAL(a2a->bytes, 65536, 0);
+	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, a2a, 0, 1),
+			       4e-5 + (65536 - 1024) * (4e-3 - 4e-5) / (1048576 - 1024), 1e-12);
+	fx_free(&sc, &pr);
+	hwprofile_free(&hw);
+}
+
 /* scenarios/gpt2-mini-cpu-onebit.json (1-bit Adam) in fp16 (the hand profile's kernels) on 2
  * ranks, predicted and priced with the profile text. 0, or -1. */
 static int onebit_mini(const char *text, Scenario *sc, Prediction *pr, HwProfile *hw)
@@ -888,6 +957,7 @@ int test_cputime_register(void)
 			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
 			    {"the 1-bit compressed all-reduce priced by hand", test_onebit_by_hand},
 			    {"a qwZ gather priced by hand", test_qwz_gather_by_hand},
+			    {"expert parallelism priced by hand", test_moe_by_hand},
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
