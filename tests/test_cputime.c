@@ -265,24 +265,37 @@ static void test_curves(void)
 
 /* ---- pricing a step ---- */
 
-/* The bundled CPU scenario on `ranks` ranks of one machine, predicted (memory only: no profile). */
-static int mini(int ranks, Scenario *sc, Prediction *pr)
+/* scenarios/NAME.json with the overrides sets (each "key=value"), predicted (memory only: no
+ * profile). 0, or -1 having said why on stderr. */
+static int load_mini(const char *name, const char *const *sets, int n, Scenario *sc,
+		     Prediction *pr)
 {
 	JsonOverrides ov;
 	PxError err = {0};
-	char kv[64];
+	char path[256];
+	snprintf(path, sizeof(path), "scenarios/%s.json", name);
 	jov_init(&ov);
-	snprintf(kv, sizeof(kv), "cluster.gpus_per_node=%d", ranks);
-	int rc = jov_add(&ov, kv, &err) || scenario_load(sc, px_test_path(
-		"scenarios/gpt2-mini-cpu-zero3.json"), &ov, &err);
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++)
+		rc = jov_add(&ov, sets[i], &err);
+	rc = rc || scenario_load(sc, px_test_path(path), &ov, &err);
 	jov_free(&ov);
 	if (!rc && predict_run(sc, pr, &err)) {
 		scenario_free(sc);
 		rc = -1;
 	}
 	if (rc)
-		fprintf(stderr, "\n%s\n", err.msg);
+		fprintf(stderr, "\n%s: %s\n", name, err.msg);
 	return rc;
+}
+
+/* The bundled CPU scenario on `ranks` ranks of one machine, predicted (memory only: no profile). */
+static int mini(int ranks, Scenario *sc, Prediction *pr)
+{
+	char kv[64];
+	const char *sets[] = {kv};
+	snprintf(kv, sizeof(kv), "cluster.gpus_per_node=%d", ranks);
+	return load_mini("gpt2-mini-cpu-zero3", sets, 1, sc, pr);
 }
 
 /* gpt2-mini-cpu-zero3 on 1 rank, by hand: bf16, B = 4, T = 64, C = 128, H = 4, V = 256, L = 4,
@@ -342,20 +355,8 @@ static int sparse_block_forward_s(const char *const *sets, int n, const HwProfil
 {
 	Scenario sc;
 	Prediction pr;
-	JsonOverrides ov;
-	PxError err = {0};
-	jov_init(&ov);
-	int rc = 0;
-	for (int i = 0; i < n && !rc; i++)
-		rc = jov_add(&ov, sets[i], &err);
-	rc = rc || scenario_load(&sc, px_test_path("scenarios/gpt2-mini-cpu-sparse.json"), &ov, &err);
-	jov_free(&ov);
-	if (rc || predict_run(&sc, &pr, &err)) {
-		if (!rc)
-			scenario_free(&sc);
-		fprintf(stderr, "\n%s\n", err.msg);
+	if (load_mini("gpt2-mini-cpu-sparse", sets, n, &sc, &pr))
 		return -1;
-	}
 	const Schedule *sch = &pr.stages[0].sched;
 	*s = -1;
 	for (int i = sch->step_begin; i < sch->n && *s < 0; i++)
@@ -449,7 +450,16 @@ static void test_step_is_serial(void)
 /* One reduce-scatter of stage 3 on 2 ranks, by hand: 600000 bf16 gradients (1200000 bytes, past
  * the last measured size) take 3e-3 + (1200000 - 1048576) (3e-3 - 3e-5) / 1047552 s of MPI; the
  * bucket is zeroed (1200000 bytes at 1e14 B/s) and this rank's 300000 added into its partition
- * at 1e-9 s each. */
+ * at 1e-9 s each.
+ *
+ * A qwZ gather on 2 ranks, by hand (exec/runner_zpp.c's gather_piece): 600,000 bf16 parameters
+ * as INT8 (600,000 bytes) and 100 fp32 scales (400 bytes; the op's 600,400). This rank's piece
+ * of 300,000 widened to fp32 (convert.fp32.bf16, 1e-9 s each) and quantized (4e-9 s), the
+ * values gathered (2e-3 + (600000 - 1024) x (2e-3 - 2e-5) / 1047552 s) and the scales (400
+ * bytes: under the smallest size, 2e-5 s), the 600,000 dequantized (1.5e-9 s) and narrowed
+ * back (convert.bf16.fp32, 2e-9 s). With hpZ over 2 (zero_hpz_partition_size), the forward's
+ * gather over the data-parallel group also copies its node's piece, 600,000 / 2 x 2 bytes at
+ * 1e14 B/s. */
 static void test_reduce_scatter_by_hand(void)
 {
 	Scenario sc;
@@ -472,33 +482,10 @@ static void test_reduce_scatter_by_hand(void)
 	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), gather, 1e-12);
 	op.role = ROLE_PREFETCH; /* a prefetch's gather without ZeRO++: the same */
 	CU_ASSERT_DOUBLE_EQUAL(opcost_coll_s(&pr.plan, &hw, &op, 0, 1), gather, 1e-12);
-	fx_free(&sc, &pr);
-	hwprofile_free(&hw);
-}
-
-/* A qwZ gather on 2 ranks, by hand (exec/runner_zpp.c's gather_piece): 600,000 bf16 parameters
- * as INT8 (600,000 bytes) and 100 fp32 scales (400 bytes; the op's 600,400). This rank's piece
- * of 300,000 widened to fp32 (convert.fp32.bf16, 1e-9 s each) and quantized (4e-9 s), the
- * values gathered (2e-3 + (600000 - 1024) x (2e-3 - 2e-5) / 1047552 s) and the scales (400
- * bytes: under the smallest size, 2e-5 s), the 600,000 dequantized (1.5e-9 s) and narrowed
- * back (convert.bf16.fp32, 2e-9 s). With hpZ over 2 (zero_hpz_partition_size), the forward's
- * gather over the data-parallel group also copies its node's piece, 600,000 / 2 x 2 bytes at
- * 1e14 B/s. */
-static void test_qwz_gather_by_hand(void)
-{
-	Scenario sc;
-	Prediction pr;
-	HwProfile hw;
-	PxError err = {0};
-	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
-	if (mini(2, &sc, &pr)) {
-		CU_FAIL("gpt2-mini-cpu-zero3 did not load");
-		hwprofile_free(&hw);
-		return;
-	}
-	Op op = {.kind = OP_COLL, .sub = COLL_ALL_GATHER, .role = ROLE_PREFETCH, .group = GROUP_DP,
-		 .elem_bytes = 1, .unit = 1, .buf = 0, .nranks = 2, .elems = 600000,
-		 .bytes = 600400};
+	/* qwZ's INT8 gather */
+	op = (Op){.kind = OP_COLL, .sub = COLL_ALL_GATHER, .role = ROLE_PREFETCH, .group = GROUP_DP,
+		  .elem_bytes = 1, .unit = 1, .buf = 0, .nranks = 2, .elems = 600000,
+		  .bytes = 600400};
 	double slope = (2e-3 - 2e-5) / (1048576 - 1024);
 	double by_hand = 300000 * 1e-9 + 300000 * 4e-9 + (2e-5 + (600000 - 1024) * slope) + 2e-5 +
 			 600000 * 1.5e-9 + 600000 * 2e-9;
@@ -533,19 +520,10 @@ static void test_moe_by_hand(void)
 	Scenario sc;
 	Prediction pr;
 	HwProfile hw;
-	JsonOverrides ov;
 	PxError err = {0};
+	static const char *const bf16[] = {"deepspeed.bf16.enabled=true"};
 	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
-	jov_init(&ov);
-	int rc = jov_add(&ov, "deepspeed.bf16.enabled=true", &err) ||
-		 scenario_load(&sc, px_test_path("scenarios/gpt2-mini-cpu-moe.json"), &ov, &err);
-	jov_free(&ov);
-	if (!rc && predict_run(&sc, &pr, &err)) {
-		scenario_free(&sc);
-		rc = -1;
-	}
-	if (rc) {
-		fprintf(stderr, "\n%s\n", err.msg);
+	if (load_mini("gpt2-mini-cpu-moe", bf16, 1, &sc, &pr)) {
 		CU_FAIL("gpt2-mini-cpu-moe did not load");
 		hwprofile_free(&hw);
 		return;
@@ -583,21 +561,13 @@ static void test_moe_by_hand(void)
  * ranks, predicted and priced with the profile text. 0, or -1. */
 static int onebit_mini(const char *text, Scenario *sc, Prediction *pr, HwProfile *hw)
 {
-	JsonOverrides ov;
+	static const char *const sets[] = {"cluster.gpus_per_node=2", "deepspeed.fp16.enabled=true"};
 	PxError err = {0};
-	jov_init(&ov);
-	int rc = jov_add(&ov, "cluster.gpus_per_node=2", &err) ||
-		 jov_add(&ov, "deepspeed.fp16.enabled=true", &err) ||
-		 scenario_load(sc, px_test_path("scenarios/gpt2-mini-cpu-onebit.json"), &ov, &err);
-	jov_free(&ov);
-	if (!rc && predict_run(sc, pr, &err)) {
-		scenario_free(sc);
-		rc = -1;
-	}
-	if (!rc && parse_profile(text, hw, &err)) {
+	if (load_mini("gpt2-mini-cpu-onebit", sets, 2, sc, pr))
+		return -1;
+	int rc = parse_profile(text, hw, &err);
+	if (rc)
 		fx_free(sc, pr);
-		rc = -1;
-	}
 	if (!rc && predict_time(pr, hw, "cpu.json", &err)) {
 		fx_free(sc, pr);
 		hwprofile_free(hw);
@@ -954,9 +924,8 @@ int test_cputime_register(void)
 			    {"collectives and bandwidths read between points", test_curves},
 			    {"a CPU step priced by hand", test_step_by_hand},
 			    {"the CPU executor overlaps nothing", test_step_is_serial},
-			    {"a reduce-scatter priced by hand", test_reduce_scatter_by_hand},
+			    {"a reduce-scatter and gathers priced by hand", test_reduce_scatter_by_hand},
 			    {"the 1-bit compressed all-reduce priced by hand", test_onebit_by_hand},
-			    {"a qwZ gather priced by hand", test_qwz_gather_by_hand},
 			    {"expert parallelism priced by hand", test_moe_by_hand},
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
