@@ -34,7 +34,6 @@ void run_clock_step(RunMarks *k, const Runner *run, double dt, int kind)
 		memcpy(k->op_first, runner_op_times(run), sizeof(k->op_first));
 		k->faults1 = procmem_minor_faults();
 	} else {
-		k->rest_s += dt;
 		k->steady_n[kind]++;
 		k->steady_s[kind] += dt;
 	}

@@ -30,7 +30,7 @@ enum {
  * set before the executor's set-up. */
 typedef struct RunMarks {
 	long steps;                      /* finished */
-	double first_s, rest_s;          /* the first one's wall time; the others' summed */
+	double first_s;                  /* the first one's wall time */
 	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
 	long long faults0, faults1;      /* minor page faults before and after the first */
 	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
