@@ -147,7 +147,7 @@ run: $(BIN)
 # with the number of points. The tenth's stride splits the groups of points that share a result
 # (docs/time_model.md, "Sweep speed"), so it prices every point and runs slower per point. Then how
 # fast a large JSON input loads (scripts/bench_jdoc.sh: 100,000 keys, in keys/s); the CPU
-# executor's step time predicted against measured at 1, 2 and 4 ranks (scripts/bench_cpu_time.sh:
+# executor's step time predicted against measured at 1, 2 and 4 ranks, each 3 times (scripts/bench_cpu_time.sh:
 # it calibrates results/cpu-profile.json first when there is none). Last, the CPU executor's
 # tokens/s training GPT-2 124M in fp32 (B 4, T 64) at 1 and 2 threads, beside llm.c's CPU trainer
 # when LLMC names a directory where its train_gpt2 is built (scripts/bench_llmc.sh).
