@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../exec/procmem.h"
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/ops16_cpu.h"
@@ -317,6 +318,27 @@ static void test_sizes(void)
 	CU_ASSERT_EQUAL(gpt16_head_chunk_rows(&big, PREC_BF16, 8, 1024), 1751);
 }
 
+/* The 16-bit kernels' fp32 temporaries are kept between calls (ops16_cpu.c): a product whose
+ * fp32 output is 2048 x 4608 floats (36 MiB, above glibc's largest mmap threshold, so malloc
+ * would map it at every call and free unmap it) takes its first touches once; three more calls
+ * take well under the 9,216 page faults one fresh 36 MiB block costs (the bound allows the C
+ * library and the BLAS their few). */
+static void test_temporaries_kept(void)
+{
+	enum { N = 2048, CI = 64, CO = 4608 };
+	uint16_t *x = zalloc((size_t)N * CI * 2), *w = zalloc((size_t)CI * CO * 2);
+	uint16_t *y = zalloc((size_t)N * CO * 2);
+	ops16_matmul_forward(PREC_BF16, y, x, w, NULL, N, CI, CO);
+	long long f0 = procmem_minor_faults();
+	for (int i = 0; i < 3; i++)
+		ops16_matmul_forward(PREC_BF16, y, x, w, NULL, N, CI, CO);
+	long long faults = procmem_minor_faults() - f0;
+	if (faults >= 1000)
+		fprintf(stderr, "\nthree repeated 16-bit products took %lld page faults\n", faults);
+	CU_ASSERT(f0 >= 0 && faults < 1000);
+	free(x), free(w), free(y);
+}
+
 int test_kernels16_register(void)
 {
 	return PX_ADD_SUITE("kernels16", {"16-bit rounding points by hand", test_rounding_points},
@@ -327,5 +349,6 @@ int test_kernels16_register(void)
 			    {"16-bit units at fp32 are gpt_cpu's", test_f32_matches_gpt_cpu},
 			    {"bf16 units against fp32 within u bounds", test_bf16_units},
 			    {"fp16 units against fp32 within u bounds", test_f16_units},
-			    {"16-bit unit sizes", test_sizes});
+			    {"16-bit unit sizes", test_sizes},
+			    {"16-bit temporaries kept between calls", test_temporaries_kept});
 }
