@@ -746,12 +746,7 @@ static void mpi_json(const CalibColl *cc, cJSON *lv)
 		 "most every larger size's (exec/collbench.c)", cc->bench.nranks);
 	cJSON_AddStringToObject(m, "_comment", note);
 	for (int k = 0; k < COLLBENCH_KINDS; k++) {
-		int kk = 0;
-		while (kk < HWCPU_COLLS && hwcpu_coll_kinds[kk] != collbench_kinds[k])
-			kk++;
-		if (kk == HWCPU_COLLS)
-			continue;
-		cJSON *a = cJSON_AddArrayToObject(m, hwcpu_coll_names[kk]);
+		cJSON *a = cJSON_AddArrayToObject(m, coll_name(collbench_kinds[k]));
 		double t[COLLBENCH_MAX_SIZES];
 		collbench_envelope(&cc->bench, k, t);
 		for (int s = 0; s < cc->bench.n_sizes; s++)

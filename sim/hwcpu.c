@@ -17,8 +17,6 @@ const char *const hwcpu_dtype_names[HWCPU_DTYPES] = {"fp32", "bf16", "fp16"};
 const char *const hwcpu_flavour_names[HWCPU_FLAVOURS] = {"fp32", "16bit"};
 const CollKind hwcpu_coll_kinds[HWCPU_COLLS] = {COLL_ALL_REDUCE, COLL_ALL_GATHER,
 						 COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL};
-const char *const hwcpu_coll_names[HWCPU_COLLS] = {"all_reduce", "all_gather", "reduce_scatter",
-						   "all_to_all"};
 
 int hwcpu_dtype_index(Dtype d)
 {
@@ -286,6 +284,9 @@ static int read_elementwise(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 static int read_mpi(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 {
 	JsonObj c;
+	const char *keys[HWCPU_COLLS]; /* the kinds' schedule names: "all_reduce", ... */
+	for (int i = 0; i < HWCPU_COLLS; i++)
+		keys[i] = coll_name(hwcpu_coll_kinds[i]);
 	int rc = jobj_child(lv, "mpi", &c, err);
 	if (rc < 0)
 		return -1;
@@ -296,14 +297,13 @@ static int read_mpi(const JsonObj *lv, HwCpuLevel *l, PxError *err)
 		return 0;
 	if (l->ranks == 1)
 		return fail(lv, "mpi", NULL, err, "no collectives at 1 rank");
-	if (check_keys(&c, hwcpu_coll_names, HWCPU_COLLS, err))
+	if (check_keys(&c, keys, HWCPU_COLLS, err))
 		return -1;
 	for (int i = 0; i < HWCPU_COLLS; i++) {
 		if (hwcpu_coll_kinds[i] == COLL_ALL_TO_ALL &&
-		    !cJSON_GetObjectItemCaseSensitive(c.obj, hwcpu_coll_names[i]))
+		    !cJSON_GetObjectItemCaseSensitive(c.obj, keys[i]))
 			continue; /* optional: left unpriced */
-		if (read_curve(&c, hwcpu_coll_names[i], "bytes", "seconds", 1, 1e4, &l->coll_s[i],
-			       err))
+		if (read_curve(&c, keys[i], "bytes", "seconds", 1, 1e4, &l->coll_s[i], err))
 			return -1;
 	}
 	return 0;

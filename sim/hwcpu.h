@@ -134,8 +134,8 @@ extern const char *const hwcpu_term_names[HWCPU_TERMS];
 extern const char *const hwcpu_elem_names[HWCPU_ELEM_OPS];
 extern const char *const hwcpu_dtype_names[HWCPU_DTYPES];
 extern const char *const hwcpu_flavour_names[HWCPU_FLAVOURS];
+/* The MPI collectives a level times; the "mpi" section names each by coll_name. */
 extern const CollKind hwcpu_coll_kinds[HWCPU_COLLS];
-extern const char *const hwcpu_coll_names[HWCPU_COLLS]; /* the "mpi" section's keys */
 /* The index of a Dtype among hwcpu_dtype_names (fp32 0, bf16 1, fp16 2; others as fp32). */
 int hwcpu_dtype_index(Dtype d);
 

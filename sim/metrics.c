@@ -46,9 +46,10 @@ static int put_time(const Prediction *pr, int stage, Metric *m, int n)
 		if (k == ONEBIT_LOCAL && !o->zero_one)
 			continue;
 		snprintf(name, sizeof(name), "time.onebit_%s.step_s", onebit_step_name(k));
+		int at = n;
 		n = metrics_put(m, n, name, o->step_s[k], "s");
-		if (!o->time_known && n > 0)
-			m[n - 1].known = 0;
+		if (!o->time_known && n > at)
+			m[at].known = 0;
 	}
 	for (int i = first; !pr->time_known && i < n; i++)
 		m[i].known = 0;
