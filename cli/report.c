@@ -69,6 +69,12 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		dtype_name(ds->comm_dtype), p->mixed ? ", fp32 master weights" : "", ds->optimizer,
 		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
 		k && k->error_feedback ? " + 1-bit error feedback" : "");
+	const OptimImpl *im = optim_impl(ds->opt_impl);
+	if (im->copies > 0)
+		fprintf(f, "# optimizer  %s update (%s): %.3f GiB of fp32 temporaries while it runs "
+			"(%s)\n", im->name, ds->opt_impl_trainer ? "the Trainer's training_args.optim" :
+			"optimizer.params.torch_adam", p->stages[pr->worst].opt_step_temp_bytes / GiB,
+			im->source);
 	fprintf(f, "# zero       stage %d; offload optimizer %s, params %s; buckets reduce %.3g "
 		"allgather %.3g elements; overlap_comm %s, contiguous_gradients %s\n", z->stage,
 		offload_device_name(z->offload_optimizer.device),
@@ -446,6 +452,14 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
 	cJSON_AddNumberToObject(j, "zero_stage", p->stage);
+	const OptimImpl *im = optim_impl(sc->ds.opt_impl);
+	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
+	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);
+	cJSON_AddStringToObject(opt, "implementation", im->name);
+	cJSON_AddStringToObject(opt, "built_by", sc->ds.opt_impl_trainer ? "trainer" : "deepspeed");
+	cJSON_AddStringToObject(opt, "implementation_source", im->source);
+	cJSON_AddNumberToObject(opt, "step_transient_bytes",
+				p->stages[pr->worst].opt_step_temp_bytes);
 	cJSON_AddNumberToObject(j, "train_batch_size", (double)sc->ds.train_batch);
 	cJSON_AddNumberToObject(j, "train_micro_batch_size_per_gpu", (double)sc->ds.micro_batch);
 	cJSON_AddNumberToObject(j, "gradient_accumulation_steps", (double)sc->ds.grad_accum);

@@ -996,8 +996,10 @@ static void optimizer_step(Builder *b)
 	int fp32_grads = -1;
 	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
 		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
-	/* 1-bit LAMB's copy of its momenta (lamb.py exp_avg_last_step), taken before the exchange
-	 * that averages them (held in every step here; DeepSpeed's warm-up steps take none) */
+	/* what the update allocates while it runs (plan.c plan_step_temp_bytes): torch's Adam's
+	 * copies of the second moment, or 1-bit LAMB's copy of its momenta (lamb.py
+	 * exp_avg_last_step), taken before the exchange that averages them (held in every step
+	 * here; DeepSpeed's warm-up steps take none) */
 	int step_temp = -1;
 	if (st->opt_step_temp_bytes > 0)
 		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,

@@ -407,6 +407,7 @@ static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 	ds->beta1 = 0.9, ds->beta2 = 0.999, ds->eps = 1e-8, ds->lr = 1e-3;
 	if ((rc = jobj_child(root, "optimizer", &opt, err)) < 0)
 		return -1;
+	ds->opt_section = rc;
 	if (rc) {
 		if (check_section(&opt, OPTIMIZER_KEYS, notes, err) ||
 		    jobj_str(&opt, "type", "AdamW", &type, err) < 0)
@@ -436,11 +437,37 @@ static int parse_optimizer(const JsonObj *root, DsConfig *ds, PxNotes *notes, Px
 		return -1;
 	ds->optimizer_states = k->states + (k->momentum_state && ds->momentum > 0) +
 			       (k->centered_state && centered);
-	if (amsgrad && (!strcmp(k->name, "Adam") || !strcmp(k->name, "AdamW"))) {
-		ds->amsgrad = 1;
-		ds->torch_adam = torch_adam;
+	int adam = !strcmp(k->name, "Adam") || !strcmp(k->name, "AdamW");
+	ds->opt_impl = OPT_IMPL_FUSED;
+	if (adam && torch_adam) {
+		/* engine.py passes the other params on to torch.optim.Adam(W), fused and foreach
+		 * among them */
+		int fused = 0, foreach = 1;
+		if (jobj_bool(&params, "fused", 0, &fused, err) < 0 ||
+		    jobj_bool(&params, "foreach", 1, &foreach, err) < 0)
+			return -1;
+		ds->torch_adam = 1;
+		ds->opt_impl = fused ? OPT_IMPL_FUSED : foreach ? OPT_IMPL_FOREACH : OPT_IMPL_FOR_LOOP;
 	}
+	ds->amsgrad = amsgrad && adam;
 	return 0;
+}
+
+void dsconfig_resolve_optimizer_impl(DsConfig *ds, const TrainArgs *ta, PxNotes *notes)
+{
+	if (ds->opt_section) {
+		if (ta->optim >= 0)
+			px_notes_warn(notes, "%s: training_args.optim \"%s\" is not used: the DeepSpeed "
+				      "config's optimizer section builds the optimizer (remove the "
+				      "section for the Trainer's own)", ta->optim_where,
+				      optim_trainer_names[ta->optim]);
+		return;
+	}
+	OptimImplKind k = OPT_IMPL_FUSED; /* adamw_torch_fused, today's default */
+	if (ta->optim >= 0)
+		optim_impl_from_trainer(optim_trainer_names[ta->optim], &k);
+	ds->opt_impl = k;
+	ds->opt_impl_trainer = 1;
 }
 
 static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys, DsOffload *off,
@@ -827,7 +854,7 @@ void train_args_defaults(TrainArgs *t)
 	*t = (TrainArgs){.per_device_train_batch_size = 8, .gradient_accumulation_steps = 1,
 			 .learning_rate = 5e-5, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
 			 .adam_epsilon = 1e-8, .max_grad_norm = 1.0, .max_steps = -1,
-			 .num_train_epochs = 3.0};
+			 .num_train_epochs = 3.0, .optim = -1};
 }
 
 int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *err)
@@ -836,7 +863,7 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 		"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
 		"weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "fp16",
 		"bf16", "gradient_checkpointing", "max_steps", "num_train_epochs", "warmup_steps",
-		"warmup_ratio", NULL};
+		"warmup_ratio", "optim", NULL};
 	train_args_defaults(t);
 	if (jobj_check_keys(o, known, notes))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -855,8 +882,11 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 	    jobj_int(o, "max_steps", -1, 1LL << 50, -1, &t->max_steps, err) < 0 ||
 	    jobj_num(o, "num_train_epochs", 0, 1e12, 3.0, &t->num_train_epochs, err) < 0 ||
 	    jobj_num(o, "warmup_steps", 0, 1e15, 0, &t->warmup_steps, err) < 0 ||
-	    jobj_num(o, "warmup_ratio", 0, 1, 0, &t->warmup_ratio, err) < 0)
+	    jobj_num(o, "warmup_ratio", 0, 1, 0, &t->warmup_ratio, err) < 0 ||
+	    jobj_choice(o, "optim", optim_trainer_names, -1, &t->optim, err) < 0)
 		return -1;
+	if (t->optim >= 0)
+		jobj_where(o, "optim", t->optim_where, sizeof(t->optim_where));
 	if (t->warmup_steps >= 1 && t->warmup_steps != floor(t->warmup_steps)) {
 		char where[512];
 		jobj_where(o, "warmup_steps", where, sizeof(where));

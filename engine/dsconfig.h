@@ -45,6 +45,8 @@ typedef struct TrainArgs { /* Hugging Face TrainingArguments that "auto" values 
 	 * warmup_steps when >= 1, a fraction of the total when in (0, 1), else warmup_ratio */
 	long long max_steps;
 	double num_train_epochs, warmup_steps, warmup_ratio;
+	int optim;                   /* optim: index in optim_trainer_names, -1 when not given */
+	char optim_where[512];       /* where it was written, for notes */
 } TrainArgs;
 
 /* Which values were written "auto" (resolved by dsconfig_resolve). */
@@ -79,6 +81,11 @@ typedef struct DsConfig {
 					on the parameters outside its hidden matrices) */
 	double lr, beta1, beta2, eps, weight_decay, momentum;
 	int amsgrad, torch_adam;     /* Adam's params.amsgrad, and torch.optim's Adam (torch_adam) */
+	int opt_section;             /* the config has an optimizer section (DeepSpeed builds it) */
+	OptimImplKind opt_impl;      /* how the update runs: DeepSpeed's fused kernels, or torch's
+					(params.torch_adam with its foreach/fused), or the Trainer's
+					training_args.optim when DeepSpeed has no optimizer section */
+	int opt_impl_trainer;        /* the Trainer built it (its tensors are the model's own) */
 	OneBitParams onebit;         /* the 1-bit optimizers' freeze and local-step params */
 	double gradient_clipping;
 	/* scheduler: DeepSpeed's WarmupLR and WarmupDecayLR */
@@ -120,6 +127,11 @@ double dsconfig_lr(const DsConfig *ds, long k);
  * warmup_max_lr learning_rate, total_num_steps max_steps, warmup_num_steps from warmup_steps or
  * warmup_ratio. What cannot be resolved (no max_steps) is noted and sets sched_unresolved; a
  * warm-up that resolves to 0 is refused as DeepSpeed refuses it. */
+/* The optimizer's implementation (DsConfig.opt_impl): DeepSpeed's own unless params.torch_adam
+ * asks for torch's (foreach unless params.fused is true or params.foreach false), or, without an
+ * optimizer section, the Trainer's training_args.optim (today's default adamw_torch_fused). A
+ * training_args.optim beside an optimizer section is noted as unused, as the Trainer ignores it. */
+void dsconfig_resolve_optimizer_impl(DsConfig *ds, const TrainArgs *ta, PxNotes *notes);
 int dsconfig_resolve_schedule(DsConfig *ds, const TrainArgs *ta, PxNotes *notes, PxError *err);
 
 /* Resolve "auto" values (Hugging Face rules: hidden-size based bucket sizes, TrainingArguments for

@@ -66,6 +66,51 @@ void optim_names(char *buf, size_t size)
 		n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", k->name);
 }
 
+/* ---- implementations ---- */
+
+/* What each update allocates (the L2 weight decay's copy of the gradients in torch's Adam, not
+ * AdamW, is freed before the square root in torch >= 2.1, so it never adds to it). */
+static const OptimImpl IMPLS[] = {
+	[OPT_IMPL_FUSED] = {"fused", 0, 0,
+			    "DeepSpeed FusedAdam/CPUAdam, torch fused=True and apex FusedAdam update "
+			    "in place (multi_tensor_apply)"},
+	[OPT_IMPL_FOREACH] = {"torch foreach", 1, 1,
+			      "torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = "
+			      "torch._foreach_sqrt(device_exp_avg_sqs), over the whole group "
+			      "(torch >= 2.1; foreach is torch's default on CUDA since pytorch#95415)"},
+	[OPT_IMPL_FOR_LOOP] = {"torch for-loop", 0, 2,
+			       "torch/optim/adam.py _single_tensor_adam: denom = (exp_avg_sq.sqrt() "
+			       "/ bias_correction2_sqrt), two temporaries of one tensor's size"},
+	[OPT_IMPL_HF] = {"transformers AdamW", 0, 1,
+			 "transformers.optimization.AdamW.step: denom = exp_avg_sq.sqrt()"
+			 ".add_(eps), one temporary of one tensor's size"},
+};
+
+const OptimImpl *optim_impl(OptimImplKind k)
+{
+	return &IMPLS[k];
+}
+
+/* transformers' OptimizerNames for AdamW: adamw_hf was the Trainer's default until
+ * huggingface/transformers#25109 (July 2023), adamw_torch after it, adamw_torch_fused with
+ * torch >= 2.8 since huggingface/transformers#37358 (July 2025) */
+const char *const optim_trainer_names[] = {"adamw_hf", "adamw_torch", "adamw_torch_fused",
+					   "adamw_apex_fused", NULL};
+
+int optim_impl_from_trainer(const char *optim, OptimImplKind *out)
+{
+	static const OptimImplKind kinds[] = {OPT_IMPL_HF, OPT_IMPL_FOREACH, OPT_IMPL_FUSED,
+					      OPT_IMPL_FUSED};
+	for (int i = 0; optim_trainer_names[i]; i++)
+		if (!strcmp(optim, optim_trainer_names[i])) {
+			*out = kinds[i];
+			return 0;
+		}
+	return -1;
+}
+
+/* ---- 1-bit padding ---- */
+
 static long long gcd_ll(long long a, long long b)
 {
 	while (b) {

@@ -37,6 +37,30 @@ int optim_zero_one(const OptimKind *k);
 /* "Adam, AdamW, ..." for messages, into buf. */
 void optim_names(char *buf, size_t size);
 
+/* How an Adam-type update is carried out, which decides what it allocates while it runs: the
+ * step's transient tensors, beside the states it keeps (docs/models.md, "the optimizer step").
+ * DeepSpeed's own optimizers (FusedAdam, CPUAdam, FusedLamb, ...), torch's fused=True and apex's
+ * FusedAdam update every tensor in place chunk by chunk (multi_tensor_apply) and hold nothing. */
+typedef enum {
+	OPT_IMPL_FUSED,    /* nothing held */
+	OPT_IMPL_FOREACH,  /* torch.optim foreach: one fp32 copy of the whole group's second moment */
+	OPT_IMPL_FOR_LOOP, /* torch.optim foreach=False: two copies of one tensor's, at once */
+	OPT_IMPL_HF,       /* transformers' own AdamW (optim adamw_hf): one copy of one tensor's */
+} OptimImplKind;
+
+typedef struct OptimImpl {
+	const char *name;  /* as printed and stored */
+	int whole_group;   /* the copies span every tensor the optimizer holds, else one at a time */
+	int copies;        /* fp32 copies of that many elements alive at once */
+	const char *source;
+} OptimImpl;
+
+const OptimImpl *optim_impl(OptimImplKind k);
+/* The Trainer's optim name (TrainingArguments.optim) as an implementation: 0, or -1 when it is not
+ * one of the AdamW names the table knows (optim_trainer_names lists them). */
+int optim_impl_from_trainer(const char *optim, OptimImplKind *out);
+extern const char *const optim_trainer_names[]; /* NULL-terminated */
+
 /* Elements of a 1-bit optimizer's compressed buffer for elems elements over n ranks: elems rounded
  * up to a multiple of n lcm(n, 8) (onebit/adam.py corrected_tensor_size). */
 long long optim_onebit_padded_elems(long long elems, long long n);

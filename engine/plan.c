@@ -194,6 +194,40 @@ static void plan_unit(Plan *p, int idx)
 
 /* ---- optimizer memory ---- */
 
+/* The elements of the tensor an Adam-type step works on at once, by who holds the tensors: ZeRO
+ * stage 1-2 and DeepSpeed's FP16/BF16 optimizers hand it one flat partition; stage 3 one
+ * sub-group at a time (stage3.py _optimizer_step; a sub-group closes once it reaches
+ * sub_group_size, so it is at least one tensor's partition); otherwise (fp32 at stage 0, or the
+ * Trainer's own optimizer under torch autocast, which keeps fp32 parameters per tensor) the
+ * model's tensors one by one. */
+static double step_tensor_elems(const Plan *p, const StagePlan *st)
+{
+	const DsConfig *ds = &p->sc->ds;
+	long long part = st->part_elems;
+	if (p->stage == 3) {
+		long long sub = (long long)ds->zero.sub_group_elems;
+		sub = sub > st->max_tensor_part ? sub : st->max_tensor_part;
+		return (double)(part < sub ? part : sub);
+	}
+	if (p->stage >= 1 || (p->mixed && !ds->opt_impl_trainer))
+		return (double)part;
+	return (double)st->max_tensor;
+}
+
+/* What the update allocates while it runs (optim.h's implementations): the copies of the second
+ * moment, fp32, over the whole partition (foreach) or one step tensor at a time. torch takes
+ * foreach only when every tensor is on a CUDA device (optimizer.py _default_to_fused_or_foreach),
+ * so an offloaded torch optimizer loops. */
+static double plan_step_temp_bytes(const Plan *p, const StagePlan *st)
+{
+	OptimImplKind k = p->sc->ds.opt_impl;
+	if (k == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU)
+		k = OPT_IMPL_FOR_LOOP;
+	const OptimImpl *im = optim_impl(k);
+	double elems = im->whole_group ? (double)st->part_elems : step_tensor_elems(p, st);
+	return im->copies * 4.0 * elems;
+}
+
 /* A rank's optimizer state for stage s (see optim.c for each type's buffers). The states are
  * fp32 per element of the partition. Muon keeps Adam's two on the partition's share of
  * non-matrix elements and one momentum on its matrices, in the gradient-accumulation dtype at
@@ -213,7 +247,8 @@ static void plan_optimizer(Plan *p, int s)
 	long long local = st->local_dense + st->local_expert, n = p->dp;
 
 	st->opt_state_bytes = part * p->state_bytes;
-	st->error_feedback_bytes = st->opt_step_temp_bytes = 0;
+	st->error_feedback_bytes = 0;
+	st->opt_step_temp_bytes = plan_step_temp_bytes(p, st);
 	if (!k)
 		return;
 	if (k->muon && local > 0) {

@@ -403,6 +403,7 @@ static int finish_load(Scenario *sc, PxError *err)
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err) ||
 	    parse_sparse(sc, &sect[SC_DOC_DEEPSPEED], err))
 		return -1;
+	dsconfig_resolve_optimizer_impl(&sc->ds, &sc->train_args, &sc->notes);
 	if (sc->backend != BACKEND_GPU && (sc->model.dropout || sc->model.attn_dropout)) {
 		/* what the kernels do; activations counted without masks */
 		sc->model.dropout = sc->model.attn_dropout = 0;

@@ -81,6 +81,10 @@ int runner_supported(const Plan *p, PxError *err)
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
 		why = "the Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb optimizer";
+	else if (optim_impl(ds->opt_impl)->copies > 0)
+		why = "a fused Adam update (DeepSpeed's, holding no temporaries): torch's foreach or "
+		      "for-loop update and transformers' AdamW (optimizer.params.torch_adam, "
+		      "training_args.optim) are priced by predict, not run";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";

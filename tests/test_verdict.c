@@ -239,6 +239,107 @@ static void test_moment_last_forward(void)
 	cJSON_Delete(j);
 }
 
+/* ---- the optimizer step's transient tensors ---- */
+
+/* What the update allocates while it runs, by implementation, on the base model (micro-batch 1,
+ * sequence 8: the peak is the optimizer step's 20 PSI, test_moment_optimizer_step). The
+ * temporaries are fp32 copies of the second moment (engine/optim.c cites each line):
+ *   torch foreach (_multi_tensor_adam's exp_avg_sq_sqrt): the whole group, which under bf16 at
+ *     stage 0 is the BF16 optimizer's one flat of PSI elements: 4 PSI, peak 24 PSI;
+ *   torch for-loop ((exp_avg_sq.sqrt() / bias_correction2_sqrt)): two copies of the flat: 28 PSI;
+ *   torch fused, DeepSpeed's own: none, 20 PSI;
+ *   the Trainer's own optimizer (no optimizer section), which under autocast steps the model's
+ *     tensors one by one: transformers' AdamW one copy of the largest, mlp.c_fc's (or c_proj's)
+ *     64 x 256 = 16,384 elements: 65,536 bytes; adamw_torch (foreach) 4 PSI; adamw_torch_fused
+ *     and the default (today's adamw_torch_fused) none.
+ * At ZeRO-2 over 4 GPUs the flat partition is PSI / 4 = 28,096 elements (PSI divides by 4, no
+ * padding): foreach holds 112,384 bytes; with the optimizer offloaded torch loops (foreach needs
+ * CUDA tensors): 2 x 28,096 x 4 = 224,768 bytes on the host. At ZeRO-3 the update steps one
+ * sub-group at a time, at least one tensor's partition (16,384 / 4 = 4,096): the for-loop holds
+ * 2 x 10,000 x 4 = 80,000 bytes at sub_group_size 10,000, 2 x 4,096 x 4 = 32,768 at 1,000. */
+static void test_step_transients(void)
+{
+	const char *small = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8";
+	const struct { const char *set, *impl, *by; double transient, peak; } c[] = {
+		{"", "fused", "deepspeed", 0, 20 * PSI},
+		{"--set deepspeed.optimizer.params.torch_adam=true", "torch foreach", "deepspeed",
+		 4 * PSI, 24 * PSI},
+		{"--set deepspeed.optimizer.params.torch_adam=true --set "
+		 "deepspeed.optimizer.params.foreach=false", "torch for-loop", "deepspeed", 8 * PSI,
+		 28 * PSI},
+		{"--set deepspeed.optimizer.params.torch_adam=true --set "
+		 "deepspeed.optimizer.params.fused=true", "fused", "deepspeed", 0, 20 * PSI},
+		{"--set deepspeed.optimizer=null", "fused", "trainer", 0, 20 * PSI},
+		{"--set deepspeed.optimizer=null --set training_args.optim=adamw_hf",
+		 "transformers AdamW", "trainer", 65536, 20 * PSI + 65536},
+		{"--set deepspeed.optimizer=null --set training_args.optim=adamw_torch",
+		 "torch foreach", "trainer", 4 * PSI, 24 * PSI},
+		{"--set deepspeed.optimizer=null --set training_args.optim=adamw_torch_fused", "fused",
+		 "trainer", 0, 20 * PSI},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char extra[512];
+		snprintf(extra, sizeof(extra), "%s %s", small, c[i].set);
+		cJSON *j = predict_json(base_path(), extra);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		CU_ASSERT_STRING_EQUAL(str(j, "optimizer.implementation"), c[i].impl);
+		CU_ASSERT_STRING_EQUAL(str(j, "optimizer.built_by"), c[i].by);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "optimizer.step_transient_bytes"), c[i].transient, 0.5);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "memory.gpu.peak_bytes"), c[i].peak, 0.5);
+		CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.phase"), "optimizer step");
+		CU_ASSERT_STRING_EQUAL(str(j, "memory.gpu.peak_moment.allocating"),
+				       c[i].transient > 0 ? "optimizer_step_temp" : "fp32_grad_partition");
+		cJSON_Delete(j);
+	}
+
+	/* partitions */
+	const struct { const char *set; double transient; } z[] = {
+		{"--set deepspeed.zero_optimization.stage=2 --set deepspeed.optimizer.params.torch_adam="
+		 "true", 112384},
+		{"--set deepspeed.zero_optimization.stage=2 --set deepspeed.optimizer.params.torch_adam="
+		 "true --set deepspeed.zero_optimization.offload_optimizer.device=cpu", 224768},
+		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
+		 "true --set deepspeed.optimizer.params.foreach=false --set "
+		 "deepspeed.zero_optimization.sub_group_size=10000", 80000},
+		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
+		 "true --set deepspeed.optimizer.params.foreach=false --set "
+		 "deepspeed.zero_optimization.sub_group_size=1000", 32768},
+	};
+	for (unsigned i = 0; i < sizeof(z) / sizeof(z[0]); i++) {
+		char extra[512];
+		snprintf(extra, sizeof(extra), "%s --set cluster.gpus_per_node=4 %s", small, z[i].set);
+		cJSON *j = predict_json(base_path(), extra);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		CU_ASSERT_DOUBLE_EQUAL(num(j, "optimizer.step_transient_bytes"), z[i].transient, 0.5);
+		cJSON_Delete(j);
+	}
+
+	/* the table says which update it priced */
+	int rc = px_test_run_clif(out, sizeof(out), "predict '%s' %s --set "
+				  "deepspeed.optimizer.params.torch_adam=true", base_path(), small);
+	CU_ASSERT_EQUAL(rc, 0);
+	PX_ASSERT_HAS(out, "# optimizer  torch foreach update (optimizer.params.torch_adam): 0.000 "
+			   "GiB of fp32 temporaries while it runs (torch/optim/adam.py");
+	PX_ASSERT_HAS(out, "# GPU peak: optimizer step, allocating optimizer_step_temp\n");
+	/* the Trainer ignores its optim when DeepSpeed builds the optimizer; it is said */
+	rc = px_test_run_clif(out, sizeof(out), "predict '%s' %s --set training_args.optim=adamw_hf",
+			      base_path(), small);
+	CU_ASSERT_EQUAL(rc, 0);
+	PX_ASSERT_HAS(out, "training_args.optim \"adamw_hf\" is not used: the DeepSpeed config's "
+			   "optimizer section builds the optimizer");
+	/* a name it does not price is refused, naming the key */
+	rc = px_test_run_clif(out, sizeof(out), "predict '%s' --set deepspeed.optimizer=null --set "
+			      "training_args.optim=adafactor", base_path());
+	CU_ASSERT_EQUAL(rc, 2);
+	PX_ASSERT_HAS(out, "training_args.optim: expected one of adamw_hf, adamw_torch, "
+			   "adamw_torch_fused, adamw_apex_fused, got \"adafactor\"");
+	/* the executor's update is fused: it says so rather than run another */
+	rc = px_test_run_clif(out, sizeof(out), "run '%s' --set backend=cpu --set "
+			      "deepspeed.optimizer.params.torch_adam=true", base_path());
+	CU_ASSERT_EQUAL(rc, 2);
+	PX_ASSERT_HAS(out, "the executor runs a fused Adam update");
+}
+
 /* ---- sweep and plan ---- */
 
 /* A sweep over usable memory around the peak of test_verdict_boundaries: one point fits, two are
@@ -588,6 +689,7 @@ int test_verdict_register(void)
 			    {"catalog usable by default", test_verdict_uses_catalog_usable},
 			    {"moment: optimizer step", test_moment_optimizer_step},
 			    {"moment: last forward", test_moment_last_forward},
+			    {"the optimizer step's transient tensors", test_step_transients},
 			    {"sweep counts tight points", test_sweep_counts_tight},
 			    {"plan and --accept-tight", test_plan_tight_choice},
 			    {"caching allocator: sizes", test_allocator_sizes},
