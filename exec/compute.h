@@ -100,6 +100,10 @@ typedef struct ComputeBackend {
 		      size_t n, const OpsAdamw *h, long step, float grad_scale);
 	void (*sgd)(void *ctx, Place place, float *w, float *buf, const float *g, size_t n, float lr,
 		    float momentum, float weight_decay, float grad_scale);
+	/* torch's foreach AdamW, holding denom (n floats) while it runs; NULL where the backend has
+	 * none (runner_supported refuses the update there) */
+	void (*adamw_foreach)(void *ctx, Place place, float *w, float *m, float *v, const float *g,
+			      size_t n, const OpsAdamw *h, long step, float grad_scale, float *denom);
 
 	/* Wait for everything issued; 0, or -1 with the first failure since the last check. */
 	int (*check)(void *ctx, PxError *err);

@@ -384,6 +384,14 @@ static void cpu_adamw(void *ctx, Place place, float *w, float *m, float *v, cons
 	ops_adamw_step(w, m, v, g, n, h, step, grad_scale);
 }
 
+static void cpu_adamw_foreach(void *ctx, Place place, float *w, float *m, float *v,
+			      const float *g, size_t n, const OpsAdamw *h, long step,
+			      float grad_scale, float *denom)
+{
+	(void)ctx, (void)place;
+	ops_adamw_foreach_step(w, m, v, g, n, h, step, grad_scale, denom);
+}
+
 static void cpu_sgd(void *ctx, Place place, float *w, float *buf, const float *g, size_t n,
 		    float lr, float momentum, float weight_decay, float grad_scale)
 {
@@ -424,6 +432,7 @@ const ComputeBackend compute_cpu_backend = {
 	.block_backward = cpu_block_backward,
 	.head_backward = cpu_head_backward,
 	.adamw = cpu_adamw,
+	.adamw_foreach = cpu_adamw_foreach,
 	.sgd = cpu_sgd,
 	.check = cpu_check,
 };

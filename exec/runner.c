@@ -81,10 +81,15 @@ int runner_supported(const Plan *p, PxError *err)
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
 		why = "the Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb optimizer";
-	else if (optim_impl(ds->opt_impl)->copies > 0)
-		why = "a fused Adam update (DeepSpeed's, holding no temporaries): torch's foreach or "
-		      "for-loop update and transformers' AdamW (optimizer.params.torch_adam, "
-		      "training_args.optim) are priced by predict, not run";
+	else if (ds->opt_impl == OPT_IMPL_FOREACH && sc->backend != BACKEND_CPU)
+		why = "torch's foreach AdamW update on backend \"cpu\" only (kernels/ops_cpu's)";
+	else if (ds->opt_impl != OPT_IMPL_FUSED && ds->opt_impl != OPT_IMPL_FOREACH)
+		why = "a fused or torch foreach Adam update: the for-loop one (params.foreach false, "
+		      "or an offloaded torch optimizer) and transformers' AdamW (training_args.optim "
+		      "adamw_hf) are priced by predict, not run";
+	else if (ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU)
+		why = "torch's foreach AdamW update without optimizer offload (torch loops over "
+		      "host tensors instead)";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
@@ -161,6 +166,32 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	}
 }
 
+/* Elements of the partition the update steps: the end of the executor's last segment. */
+static long long step_extent(const Runner *r)
+{
+	long long end = 0;
+	for (int i = 0; i < r->n_segs; i++)
+		if (r->segs[i].part_off + r->segs[i].n > end)
+			end = r->segs[i].part_off + r->segs[i].n;
+	return end;
+}
+
+/* torch's foreach update writes its denominators into the step's temporary: the schedule must
+ * allocate it before the optimizer's compute. */
+static int check_foreach_temp(const Schedule *s, PxError *err)
+{
+	int temp = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		temp |= op->kind == OP_ALLOC && op->what == BUF_OPT_STEP_TEMP;
+		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER && !temp)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: torch's foreach update "
+				       "before its copy of the second moment (BUF_OPT_STEP_TEMP) is "
+				       "allocated", i);
+	}
+	return 0;
+}
+
 /* The executor's own size for a buffer: the kernels' for activations and workspaces, its own
  * count for the model states at ZeRO 0-2 (own_state_bytes), the plan's layout for the rest (stage
  * 3's partitions, buckets). A difference from op->bytes shows in measured against predicted.
@@ -179,6 +210,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;
 		}
+	if (op->what == BUF_OPT_STEP_TEMP && r->p->sc->ds.opt_impl == OPT_IMPL_FOREACH)
+		return 4 * (size_t)step_extent(r); /* the update's denominators */
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
@@ -1143,6 +1176,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	*out = r;
 	if (sched_validate(s, err) || needs_slices(p, s, err)) /* every field, the buffers followed */
+		return -1;
+	if (p->sc->ds.opt_impl == OPT_IMPL_FOREACH && check_foreach_temp(s, err))
 		return -1;
 	Comm *dp = comms ? comms->dp : NULL;
 	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;

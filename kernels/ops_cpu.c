@@ -581,18 +581,62 @@ static void adamw_range(void *ctx, size_t i0, size_t i1)
 	}
 }
 
-void ops_adamw_step(float *param, float *m, float *v, const float *grad, size_t n,
-		    const OpsAdamw *h, long step, float grad_scale)
+/* per-step constants in double, rounded once: 1 - beta2^step is tiny for early steps with beta2
+ * near 1, and folding 1/bias_correction into the step size is PyTorch's own form */
+static OptArgs adamw_args(float *param, float *m, float *v, const float *grad, const OpsAdamw *h,
+			  long step, float grad_scale)
 {
-	/* per-step constants in double, rounded once: 1 - beta2^step is tiny for early steps with
-	 * beta2 near 1, and folding 1/bias_correction into the step size is PyTorch's own form */
 	OptArgs a = {.param = param, .m = m, .v = v, .grad = grad, .grad_scale = grad_scale};
 	a.b1 = (float)h->beta1, a.b2 = (float)h->beta2;
 	a.one_b1 = (float)(1.0 - h->beta1), a.one_b2 = (float)(1.0 - h->beta2);
 	a.step_size = (float)(h->lr / (1.0 - pow(h->beta1, (double)step)));
 	a.rsqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(h->beta2, (double)step)));
 	a.eps = (float)h->eps, a.decay = (float)(h->lr * h->weight_decay);
+	return a;
+}
+
+void ops_adamw_step(float *param, float *m, float *v, const float *grad, size_t n,
+		    const OpsAdamw *h, long step, float grad_scale)
+{
+	OptArgs a = adamw_args(param, m, v, grad, h, step, grad_scale);
 	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, adamw_range, &a);
+}
+
+typedef struct ForeachArgs {
+	OptArgs o;
+	float *denom;
+} ForeachArgs;
+
+/* _multi_tensor_adam's first passes: the moments, then exp_avg_sq_sqrt divided and shifted */
+static void foreach_moments_range(void *ctx, size_t i0, size_t i1)
+{
+	const ForeachArgs *f = ctx;
+	const OptArgs *a = &f->o;
+	for (size_t i = i0; i < i1; i++) {
+		float g = a->grad[i] * a->grad_scale;
+		a->m[i] = a->b1 * a->m[i] + a->one_b1 * g;
+		a->v[i] = a->b2 * a->v[i] + a->one_b2 * g * g;
+		f->denom[i] = sqrtf(a->v[i]) * a->rsqrt_bc2 + a->eps;
+	}
+}
+
+/* then the decoupled decay and _foreach_addcdiv_ */
+static void foreach_update_range(void *ctx, size_t i0, size_t i1)
+{
+	const ForeachArgs *f = ctx;
+	const OptArgs *a = &f->o;
+	for (size_t i = i0; i < i1; i++) {
+		a->param[i] -= a->decay * a->param[i];
+		a->param[i] -= a->step_size * a->m[i] / f->denom[i];
+	}
+}
+
+void ops_adamw_foreach_step(float *param, float *m, float *v, const float *grad, size_t n,
+			    const OpsAdamw *h, long step, float grad_scale, float *denom)
+{
+	ForeachArgs f = {adamw_args(param, m, v, grad, h, step, grad_scale), denom};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, foreach_moments_range, &f);
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, foreach_update_range, &f);
 }
 
 typedef struct OnebitArgs {

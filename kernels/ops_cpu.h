@@ -109,6 +109,14 @@ typedef struct OpsAdamw {
 void ops_adamw_step(float *param, float *m, float *v, const float *grad, size_t n,
 		    const OpsAdamw *h, long step, float grad_scale);
 
+/* The same AdamW step as torch's foreach implementation carries it out (torch/optim/adam.py
+ * _multi_tensor_adam): the moments of every element first, then denom = sqrt(v) / sqrt(bc2) +
+ * eps into denom (n floats, the copy of the second moment that update holds while it runs), then
+ * p = p (1 - lr weight_decay) - (lr / bc1) m / denom. The same values as ops_adamw_step up to
+ * rounding order. */
+void ops_adamw_foreach_step(float *param, float *m, float *v, const float *grad, size_t n,
+			    const OpsAdamw *h, long step, float grad_scale, float *denom);
+
 /* 1-bit Adam's update (DeepSpeed's OnebitAdam, runtime/fp16/onebit/adam.py): AdamW's without
  * bias correction, p -= lr (m / (sqrt(v) + eps) + weight_decay p), after its moments are updated
  * from g = grad * grad_scale as `moments` says: OPS_ONEBIT_BOTH m and v (the warm-up),

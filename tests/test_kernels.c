@@ -356,25 +356,43 @@ static void test_crossentropy_by_hand(void)
  *   m = 0.045 - 0.025 = 0.02, v = 0.00024975 + 0.0000625 = 0.00031225,
  *   m_hat = 0.02/0.19 = 0.1052632, v_hat = 0.00031225/0.001999 = 0.1562031, sqrt = 0.3952255,
  *   p = 0.899 - 0.1 (0.1052632/0.3952255 + 0.00899) = 0.899 - 0.1 (0.2663370 + 0.00899)
- *     = 0.8714673. */
+ *     = 0.8714673.
+ * torch's foreach form (ops_adamw_foreach_step) gives the same values and leaves its
+ * denominators sqrt(v_hat) + eps behind: 0.5 + 1e-8 after step 1, 0.5 and 0.3952255 after step 2
+ * (torch's exp_avg_sq_sqrt, the copy it holds while it runs). */
 static void test_adamw_by_hand(void)
 {
 	OpsAdamw h = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
-	float p[2] = {1, 1}, m[2] = {0, 0}, v[2] = {0, 0};
-	/* element 1 gets the gradient scaled by a loss scale 1024 and unscaled by grad_scale */
-	float g[2] = {0.5f, 0.5f};
-	ops_adamw_step(p, m, v, g, 1, &h, 1, 1.0f);
-	float gs = 512.0f;
-	ops_adamw_step(p + 1, m + 1, v + 1, &gs, 1, &h, 1, 1.0f / 1024);
-	CU_ASSERT_DOUBLE_EQUAL(p[0], 0.899, 1e-6);
-	CU_ASSERT_DOUBLE_EQUAL(p[1], 0.899, 1e-6);
-	CU_ASSERT_DOUBLE_EQUAL(m[0], 0.05, 1e-8);
-	CU_ASSERT_DOUBLE_EQUAL(v[0], 0.00025, 1e-9);
-	float g2[2] = {0.5f, -0.25f};
-	ops_adamw_step(p, m, v, g2, 1, &h, 2, 1.0f);
-	ops_adamw_step(p + 1, m + 1, v + 1, g2 + 1, 1, &h, 2, 1.0f);
-	CU_ASSERT_DOUBLE_EQUAL(p[0], 0.798101, 2e-6);
-	CU_ASSERT_DOUBLE_EQUAL(p[1], 0.8714673, 2e-6);
+	for (int foreach = 0; foreach < 2; foreach++) {
+		float p[2] = {1, 1}, m[2] = {0, 0}, v[2] = {0, 0}, d[2] = {0, 0};
+		/* element 1 gets the gradient scaled by a loss scale 1024 and unscaled by grad_scale */
+		float g[2] = {0.5f, 0.5f}, gs = 512.0f, g2[2] = {0.5f, -0.25f};
+		const float *g1[2] = {g, &gs}, *gb[2] = {g2, g2 + 1};
+		const float scale[2] = {1.0f, 1.0f / 1024};
+		for (int step = 1; step <= 2; step++)
+			for (int i = 0; i < 2; i++) {
+				const float *gi = step == 1 ? g1[i] : gb[i];
+				float sc = step == 1 ? scale[i] : 1.0f;
+				if (foreach)
+					ops_adamw_foreach_step(p + i, m + i, v + i, gi, 1, &h, step, sc,
+							       d + i);
+				else
+					ops_adamw_step(p + i, m + i, v + i, gi, 1, &h, step, sc);
+				if (step == 1) {
+					CU_ASSERT_DOUBLE_EQUAL(p[i], 0.899, 1e-6);
+					CU_ASSERT_DOUBLE_EQUAL(m[i], 0.05, 1e-8);
+					CU_ASSERT_DOUBLE_EQUAL(v[i], 0.00025, 1e-9);
+					if (foreach)
+						CU_ASSERT_DOUBLE_EQUAL(d[i], 0.5 + 1e-8, 1e-7);
+				}
+			}
+		CU_ASSERT_DOUBLE_EQUAL(p[0], 0.798101, 2e-6);
+		CU_ASSERT_DOUBLE_EQUAL(p[1], 0.8714673, 2e-6);
+		if (foreach) {
+			CU_ASSERT_DOUBLE_EQUAL(d[0], 0.5, 1e-6);
+			CU_ASSERT_DOUBLE_EQUAL(d[1], 0.3952255, 1e-6);
+		}
+	}
 }
 
 /* SGD, lr 0.1, momentum 0.9, p = 1, gradient 0.5: buf = 0.5, p = 0.95; then buf = 0.45 + 0.5 =
