@@ -69,19 +69,23 @@ void optim_names(char *buf, size_t size)
 /* ---- implementations ---- */
 
 /* What each update allocates (the L2 weight decay's copy of the gradients in torch's Adam, not
- * AdamW, is freed before the square root in torch >= 2.1, so it never adds to it). */
+ * AdamW, is freed before the square root in torch >= 2.1, so it never adds to it), and the traffic
+ * of its separate passes: torch's AdamW runs eight over fp32 elements (the decay's mul_ 8 bytes,
+ * lerp_ 12, mul_ 8, addcmul_ 12, sqrt 8, div_ 8, add_ 8, addcdiv_ 16: 80 bytes), the for-loop the
+ * same per tensor, transformers' AdamW about as many (mul_, add_, mul_, addcmul_, sqrt, add_,
+ * addcdiv_, the decay's add_): 52 bytes an element over the fused pass's 28. */
 static const OptimImpl IMPLS[] = {
-	[OPT_IMPL_FUSED] = {"fused", 0, 0,
+	[OPT_IMPL_FUSED] = {"fused", 0, 0, 0,
 			    "DeepSpeed FusedAdam/CPUAdam, torch fused=True and apex FusedAdam update "
 			    "in place (multi_tensor_apply)"},
-	[OPT_IMPL_FOREACH] = {"torch foreach", 1, 1,
+	[OPT_IMPL_FOREACH] = {"torch foreach", 1, 1, 52,
 			      "torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = "
 			      "torch._foreach_sqrt(device_exp_avg_sqs), over the whole group "
 			      "(torch >= 2.1; foreach is torch's default on CUDA since pytorch#95415)"},
-	[OPT_IMPL_FOR_LOOP] = {"torch for-loop", 0, 2,
+	[OPT_IMPL_FOR_LOOP] = {"torch for-loop", 0, 2, 52,
 			       "torch/optim/adam.py _single_tensor_adam: denom = (exp_avg_sq.sqrt() "
 			       "/ bias_correction2_sqrt), two temporaries of one tensor's size"},
-	[OPT_IMPL_HF] = {"transformers AdamW", 0, 1,
+	[OPT_IMPL_HF] = {"transformers AdamW", 0, 1, 52,
 			 "transformers.optimization.AdamW.step: denom = exp_avg_sq.sqrt()"
 			 ".add_(eps), one temporary of one tensor's size"},
 };

@@ -52,6 +52,8 @@ typedef struct OptimImpl {
 	const char *name;  /* as printed and stored */
 	int whole_group;   /* the copies span every tensor the optimizer holds, else one at a time */
 	int copies;        /* fp32 copies of that many elements alive at once */
+	int extra_bytes;   /* memory traffic an element beyond the fused update's one pass (28
+			      bytes: p, g, m, v read, p, m, v written, fp32) */
 	const char *source;
 } OptimImpl;
 
