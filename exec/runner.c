@@ -57,8 +57,8 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->par.pp > 1 && sc->backend != BACKEND_CPU)
 		why = "pipeline parallelism on backend \"cpu\" only (its sends are started MPI "
 		      "ones)";
-	else if (p->par.pp > 1 && (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
-		why = "pipeline parallelism without offload";
+	else if (p->par.pp > 1 && p->param_place != PLACE_GPU)
+		why = "pipeline parallelism without parameter offload";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
 	else if (p->ckpt_place != PLACE_GPU)

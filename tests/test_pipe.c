@@ -32,6 +32,10 @@ static const char *scenario(const char *bf16)
 /* Megatron's interleaved 1F1B with two model chunks a stage: four chunks of one layer on pp 2 */
 #define INTERLEAVED "--set parallelism.pipeline_schedule=interleaved --set parallelism.virtual_stages=2"
 
+/* ZeRO-Offload's optimizer on the host: each stage's ranks step their partition there, as
+ * without a pipeline (DeepSpeed's pipeline engine takes ZeRO-1 and its offload) */
+#define OFFLOAD "--set deepspeed.zero_optimization.offload_optimizer.device=cpu"
+
 /* `run SCN --no-db --json` with 4 layers, for px_run_losses (static buffer). */
 static const char *run_base(const char *bf16)
 {
@@ -51,7 +55,8 @@ static const char *run_base(const char *bf16)
  * there (4.8 x 2^-23, 6e-7 relative). Over 8 steps the losses stay within 1e-6 relative
  * (measured: equal bit for bit with pp alone, 1e-7 with dp 2). The clipping that the norm
  * feeds matters: the same pipeline without it leaves the reference by more than the bound, so a
- * stage clipping by its own layers' norm alone would fail. */
+ * stage clipping by its own layers' norm alone would fail. With the optimizer offloaded each
+ * stage's partition steps on the host with the same fp32 update: the same bound. */
 static void test_pipe_losses_fp32(void)
 {
 	static const PxRunCase runs[] = {
@@ -63,6 +68,7 @@ static void test_pipe_losses_fp32(void)
 		{4, "--set parallelism.pp=2 --set parallelism.rank_order=tp-dp-pp"},
 		{2, "--set parallelism.pp=2 " INTERLEAVED},
 		{4, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 " INTERLEAVED},
+		{4, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 " OFFLOAD},
 	};
 	const char *base = run_base("false");
 	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
@@ -127,6 +133,10 @@ static void test_pipe_measured_equals_predicted(void)
 		{4, 2, 2, 1, 1, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1"},
 		{4, 4, 1, 0, 1, "--set parallelism.pp=4 --set parallelism.pipeline_schedule=gpipe"},
 		{2, 2, 1, 0, 2, "--set parallelism.pp=2 " INTERLEAVED},
+		{4, 2, 2, 1, 1, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 "
+				OFFLOAD},
+		{4, 2, 2, 1, 2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 "
+				OFFLOAD " " INTERLEAVED},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -161,19 +171,29 @@ static void test_pipe_measured_equals_predicted(void)
 			if (stage == 0 && runs[k].pp == 4)
 				CU_ASSERT(px_run_metric(db, "memory.gpu.params_bytes", "measured", r) >
 					  px_run_metric(db, "memory.gpu.params_bytes", "measured", r + 1));
+			/* offloaded, the stage's optimizer partition is on the host and not on
+			 * the device: the master-free fp32 moments, 8 bytes an element of half
+			 * the stage's parameters (dp 2), the device's parameters being 4 */
+			if (strstr(runs[k].set, "offload")) {
+				double dev = px_run_metric(db, "memory.gpu.optimizer_bytes", "measured", r);
+				double host = px_run_metric(db, "memory.cpu.optimizer_bytes", "measured", r);
+				double params = px_run_metric(db, "memory.gpu.params_bytes", "measured", r);
+				CU_ASSERT_EQUAL(dev, 0);
+				CU_ASSERT_EQUAL(host, params);
+			}
 		}
 		sqlite3_close(db);
 	}
 }
 
 /* What the executor does not run with pipelining is refused before anything starts, naming it,
- * with exit status 2: offload, ZeRO-2 (the simulator's own refusal), experts. */
+ * with exit status 2: NVMe offload and ZeRO-2 (the simulator's own refusals), experts. */
 static void test_pipe_refuses(void)
 {
 	static const struct { int ranks; const char *set, *says; } runs[] = {
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 --set "
-		    "deepspeed.zero_optimization.offload_optimizer.device=cpu",
-		 "pipeline parallelism without offload"},
+		    "deepspeed.zero_optimization.offload_optimizer.device=nvme",
+		 "NVMe offload (ZeRO-Infinity) needs ZeRO stage 3"},
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=2",
 		 "with pipeline parallelism"},
 		{4, "--set parallelism.pp=2 --set moe.num_experts=4 --set parallelism.ep=2",
