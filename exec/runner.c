@@ -61,8 +61,6 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
-	else if (p->ckpt_place != PLACE_GPU)
-		why = "activation checkpoints on the device (no cpu_checkpointing)";
 	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
 		why = "contiguous_gradients and reduce_scatter on";
 	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.tp > 1 || p->par.pp > 1 ||
@@ -752,6 +750,11 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		return 0;
 	}
 	if (op->sub == COPY_H2D && op->unit >= 0 && p->param_place == PLACE_CPU)
+		return 0;
+	/* cpu_checkpointing: the block's input lives in its host checkpoint buffer, where the
+	 * forward wrote it and the recompute reads it */
+	if (op->unit >= 0 && p->ckpt_place == PLACE_CPU &&
+	    (op->role == ROLE_FORWARD || op->role == ROLE_RECOMPUTE))
 		return 0;
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run a %s copy of %.0f bytes "
 		       "here", copy_name(op->sub), op->bytes);

@@ -436,7 +436,9 @@ static void test_hang_recorded(void)
  * same way: measured equals predicted for every memory metric of every rank in each precision,
  * with full activation checkpointing (the checkpoint in the compute dtype, recompute from it), at
  * stages 0 and 3 and with the optimizer offloaded. bf16 without checkpointing is
- * test_measured_equals_predicted's; here bf16 runs checkpointed with parameters offloaded. */
+ * test_measured_equals_predicted's; here bf16 runs checkpointed with parameters offloaded, and
+ * with DeepSpeed's cpu_checkpointing (the checkpoints in host memory, which on this backend is the
+ * device's too: the forward writes the input there, the recompute reads it back). */
 static void test_measured_equals_predicted_by_dtype(void)
 {
 	static const struct {
@@ -450,6 +452,8 @@ static void test_measured_equals_predicted_by_dtype(void)
 			  "--set deepspeed.zero_optimization.offload_optimizer.device=cpu", 2},
 		{"true", "--set deepspeed.zero_optimization.offload_optimizer.device=cpu "
 			 "--set deepspeed.zero_optimization.offload_param.device=cpu", 3},
+		{"true", "--set deepspeed.activation_checkpointing.cpu_checkpointing=true --set "
+			 "seq_length=64 --set deepspeed.train_micro_batch_size_per_gpu=8", 1},
 	};
 	const char *scn;
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -474,8 +478,26 @@ static void test_measured_equals_predicted_by_dtype(void)
 		/* the activations are there to compare: a non-zero peak on both sides */
 		CU_ASSERT(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured WHERE "
 				"name = 'memory.gpu.activations_bytes'") > 0);
+		/* cpu_checkpointing keeps the checkpoints on the host: the two blocks' inputs of the
+		 * micro-batch in flight, B T C bf16 = 8 x 64 x 64 x 2 = 64 KiB each (large enough
+		 * for the pool's 64 KiB commit steps to keep its peak within px_check_pool_peaks') */
+		if (strstr(runs[k].extra, "cpu_checkpointing"))
+			CU_ASSERT_EQUAL(px_test_query(db, "SELECT MIN(measured) FROM "
+					      "predicted_vs_measured WHERE name = "
+					      "'memory.cpu.activations_bytes'"), 2 * 65536);
 		sqlite3_close(db);
 	}
+	/* and its losses are the device checkpoints' bit for bit: the same input, read back */
+	enum { STEPS = 4 };
+	double dev[STEPS], host[STEPS];
+	scn = scenario("true");
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 1, STEPS, "--set activation_checkpointing=full", dev),
+			      STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 1, STEPS, "--set activation_checkpointing=full --set "
+				     "deepspeed.activation_checkpointing.cpu_checkpointing=true", host),
+			      STEPS);
+	for (int i = 0; i < STEPS; i++)
+		CU_ASSERT_EQUAL(host[i], dev[i]);
 }
 
 /* bf16 training (bf16 parameters and working copies, 16-bit activations, fp32 masters, moments
