@@ -61,6 +61,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
+	else if (p->ckpt_place != PLACE_GPU && sc->backend != BACKEND_CPU)
+		why = "cpu_checkpointing on backend \"cpu\" only (its kernels write the checkpoint "
+		      "where it is kept)";
 	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
 		why = "contiguous_gradients and reduce_scatter on";
 	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.tp > 1 || p->par.pp > 1 ||

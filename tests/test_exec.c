@@ -294,6 +294,12 @@ static void test_run_refuses(void)
 		 scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs eager attention"));
+	/* the CUDA units write the checkpoint on the device: cpu_checkpointing is the CPU's */
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --backend cuda --set "
+		 "activation_checkpointing=full --set "
+		 "deepspeed.activation_checkpointing.cpu_checkpointing=true", scenario("true"));
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs cpu_checkpointing on backend"));
 }
 
 /* Selective recompute (Korthikanti et al. 2022): the blocks keep everything but their attention
