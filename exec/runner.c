@@ -66,9 +66,9 @@ int runner_supported(const Plan *p, PxError *err)
 		      "where it is kept)";
 	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
 		why = "contiguous_gradients and reduce_scatter on";
-	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.tp > 1 || p->par.pp > 1 ||
-						      p->par.ep > 1 || sc->backend != BACKEND_CPU))
-		why = "ZeRO++ with data parallelism alone on backend \"cpu\"";
+	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.pp > 1 || p->par.ep > 1 ||
+						      sc->backend != BACKEND_CPU))
+		why = "ZeRO++ with data and tensor parallelism on backend \"cpu\"";
 	else if ((p->hpz > 1 || p->qwz || p->qgz) &&
 		 (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
 		why = "ZeRO++ without offload";

@@ -27,20 +27,25 @@ struct RunnerZpp {
 
 /* ---- communicators ---- */
 
-/* DeepSpeed's groups, data-parallel ranks being consecutive (runner_supported: no tensor or
- * pipeline parallelism with ZeRO++): hpz, consecutive blocks of hpz ranks
- * (_create_zero_param_parallel_group); node, the ranks of one node (the cluster's
- * gpus_per_node, plan_spans' GROUP_NODE); xnode, one rank of each node with the same local
- * index. */
+/* DeepSpeed's groups, inside this rank's data-parallel group (the ranks of the same tensor-
+ * parallel index; runner_supported: no pipeline or expert parallelism with ZeRO++), numbered by
+ * their data-parallel index d: hpz, consecutive blocks of hpz of them
+ * (_create_zero_param_parallel_group); node, those of one node (plan_spans' GROUP_NODE: the
+ * data-parallel ranks a node holds); xnode, one of each node with the same local index. The
+ * colors keep the data-parallel groups apart. */
 int runner_zpp_comms_split(Comm *world, const Plan *p, RunnerComms *c, PxError *err)
 {
 	if (p->hpz <= 1 && !p->qgz)
 		return 0;
-	int d = comm_rank(world);
+	RankCoords at = parallel_rank_coords(&p->par, comm_rank(world));
+	long long d = at.dp, g = at.stage * p->par.tp + at.tp, n = p->dp;
 	long long h = p->hpz, l = p->spans[GROUP_NODE].n;
-	return runner_comm_split(world, (int)(d / h), (int)(d % h), GROUP_HPZ, &c->hpz, err) ||
-	       runner_comm_split(world, (int)(d / l), (int)(d % l), GROUP_NODE, &c->node, err) ||
-	       runner_comm_split(world, (int)(d % l), (int)(d / l), GROUP_XNODE, &c->xnode, err) ? -1 : 0;
+	return runner_comm_split(world, (int)(g * (n / h) + d / h), (int)(d % h), GROUP_HPZ, &c->hpz,
+				 err) ||
+	       runner_comm_split(world, (int)(g * (n / l) + d / l), (int)(d % l), GROUP_NODE, &c->node,
+				 err) ||
+	       runner_comm_split(world, (int)(g * l + d % l), (int)(d / l), GROUP_XNODE, &c->xnode,
+				 err) ? -1 : 0;
 }
 
 /* ---- scratch ---- */

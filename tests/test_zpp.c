@@ -303,14 +303,52 @@ static void test_run_measured(void)
 	}
 }
 
+/* With tensor parallelism, fp32 (the tensor-parallel units'), tp 2 x dp 4 on 2 nodes of 4 (8
+ * ranks): ZeRO++'s groups are formed inside each data-parallel group (the ranks of one tensor-
+ * parallel index), so hpZ's secondary partition spans a node's 2 data-parallel ranks and qgZ's
+ * all-to-alls run among them, then across the nodes. Against plain stage 3 with the same layout
+ * the bounds of test_run_losses hold (hpZ alone to the bit; all three within the sum of qwZ's and
+ * qgZ's), and every rank's memory and communication equal the prediction. */
+static void test_run_with_tp(void)
+{
+	enum { S = PX_LOSS_STEPS };
+	const char *tp = "--set parallelism.tp=2 --set deepspeed.bf16.enabled=false --set "
+			 "cluster.nodes=2 --set cluster.gpus_per_node=4";
+	char extra[1024], args[2048];
+	double ref[S], got[S];
+	const char *b = zpp_base();
+	snprintf(extra, sizeof(extra), "%s %s", tp, PLAIN);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 8, S, extra, ref), S);
+	CU_ASSERT(ref[S - 1] < 0.95 * ref[0]);
+	snprintf(extra, sizeof(extra), "%s --set " NO_QWZ " --set " NO_QGZ, tp);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 8, S, extra, got), S);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_EQUAL(got[s], ref[s]);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 8, S, tp, got), S);
+	for (int s = 0; s < S; s++) {
+		double bound = ref[s] / 128 + (ref[0] - ref[s]) / 4;
+		if (fabs(got[s] - ref[s]) > bound)
+			fprintf(stderr, "\ntp 2: step %d: loss %.8g, plain %.8g, bound %.3g\n", s + 1,
+				got[s], ref[s], bound);
+		CU_ASSERT(fabs(got[s] - ref[s]) <= bound);
+		if (s > 0)
+			CU_ASSERT(got[s] != ref[s]);
+	}
+	snprintf(args, sizeof(args), "run '%s' --ranks 8 --steps 2 %s",
+		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"), tp);
+	sqlite3 *db = px_run_measured(args, 8);
+	CU_ASSERT(measured(db, "comm.all_to_all_bytes") > 0); /* qgZ ran */
+	sqlite3_close(db);
+}
+
 /* What the executor does not run with ZeRO++ is refused, naming it, exit 2. */
 static void test_run_refuses(void)
 {
 	char args[1024], text[8192];
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 4 --set parallelism.tp=2 --set deepspeed.bf16.enabled=false",
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 4 --backend cuda",
 		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
 	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
-	PX_ASSERT_HAS(text, "the executor runs ZeRO++ with data parallelism alone");
+	PX_ASSERT_HAS(text, "the executor runs ZeRO++ with data and tensor parallelism on backend");
 	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 4 --set "
 		 ZQ "offload_optimizer.device=cpu", px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
 	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
@@ -327,5 +365,6 @@ int test_zpp_register(void)
 			    {"simulator: qgZ all-to-alls, one node reduce-scatters", test_sim_qgz},
 			    {"run: losses against plain stage 3", test_run_losses, PX_RELEASE_RUN},
 			    {"run: measured equals predicted, hand counts", test_run_measured, PX_RELEASE_RUN},
+			    {"run: with tensor parallelism", test_run_with_tp, PX_RELEASE_RUN},
 			    {"run: ZeRO++ refusals", test_run_refuses, PX_RELEASE_RUN});
 }
