@@ -61,11 +61,12 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
+	else if (!ds->zero.contiguous_gradients && p->stage >= 2)
+		why = "contiguous_gradients on at ZeRO stage 2-3 (each unit's own gradient buffers, "
+		      "reduced apart, are not run)";
 	else if (p->ckpt_place != PLACE_GPU && sc->backend != BACKEND_CPU)
 		why = "cpu_checkpointing on backend \"cpu\" only (its kernels write the checkpoint "
 		      "where it is kept)";
-	else if (!ds->zero.contiguous_gradients || !ds->zero.reduce_scatter)
-		why = "contiguous_gradients and reduce_scatter on";
 	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.pp > 1 || p->par.ep > 1 ||
 						      sc->backend != BACKEND_CPU))
 		why = "ZeRO++ with data and tensor parallelism on backend \"cpu\"";
@@ -632,6 +633,26 @@ static int pend_push(Runner *r, Pending *q)
 	return 0;
 }
 
+/* A stage 2-3 gradient reduction issued: this rank's reduced slice (mine, cnt elements) is
+ * added into the gradient partition now when it was blocking, or when q completes; offload
+ * copies it to the host instead (copy). The bucket is zeroed for reuse. */
+static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pending *q)
+{
+	if (r->offload)
+		return pend_push(r, q);
+	if (!q) {
+		consume(r, op, mine, cnt);
+		recycle(r, op->buf);
+		return 0;
+	}
+	q->mine = mine, q->cnt = cnt;
+	if (op->buf == r->id_pgrads)
+		q->recycle_buf = op->buf; /* zeroed once reduced */
+	else
+		recycle(r, op->buf);
+	return pend_push(r, q);
+}
+
 /* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
  * completion allows (a stage 2-3 slice into the partition, persistent gradients zeroed) waits
  * for finish_pending, and the next gradients go to the other bucket now. */
@@ -682,28 +703,22 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		*q = (Pending){.op = op, .stream = k, .recycle_buf = -1};
 	}
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
+	/* a stage 2-3 bucket all-reduced (reduce_scatter off: DeepSpeed's allreduce_bucket) leaves
+	 * the sum on every rank, of which this rank keeps its slice, as a reduce-scatter's */
+	int keeps_slice = op->role == ROLE_GRAD_REDUCE && p->stage >= 2;
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
-		return issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err) ? -1 : pend_push(r, q);
+		if (issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err))
+			return -1;
+		return keeps_slice ? slice_reduced(r, op, at(a, r->rank * (long long)cnt, r->gdt), cnt,
+						   q) : pend_push(r, q);
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) {
 		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
 		if (issue(c, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
-		if (p->stage < 2 || r->offload)
-			return pend_push(r, q); /* stage 1 keeps its slice in the full gradients;
-						   offload copies it */
-		if (!q) {
-			consume(r, op, mine, cnt);
-			recycle(r, op->buf);
-			return 0;
-		}
-		q->mine = mine, q->cnt = cnt;
-		if (op->buf == r->id_pgrads)
-			q->recycle_buf = op->buf; /* zeroed once reduced */
-		else
-			recycle(r, op->buf);
-		return pend_push(r, q);
+		/* stage 1 keeps its slice in the full gradients */
+		return p->stage < 2 ? pend_push(r, q) : slice_reduced(r, op, mine, cnt, q);
 	}
 	if (op->sub == COLL_ALL_GATHER) {
 		void *recv = at(base, op->offset, r->pdt);
