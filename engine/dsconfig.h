@@ -127,12 +127,12 @@ double dsconfig_lr(const DsConfig *ds, long k);
  * warmup_max_lr learning_rate, total_num_steps max_steps, warmup_num_steps from warmup_steps or
  * warmup_ratio. What cannot be resolved (no max_steps) is noted and sets sched_unresolved; a
  * warm-up that resolves to 0 is refused as DeepSpeed refuses it. */
+int dsconfig_resolve_schedule(DsConfig *ds, const TrainArgs *ta, PxNotes *notes, PxError *err);
 /* The optimizer's implementation (DsConfig.opt_impl): DeepSpeed's own unless params.torch_adam
  * asks for torch's (foreach unless params.fused is true or params.foreach false), or, without an
  * optimizer section, the Trainer's training_args.optim (today's default adamw_torch_fused). A
  * training_args.optim beside an optimizer section is noted as unused, as the Trainer ignores it. */
 void dsconfig_resolve_optimizer_impl(DsConfig *ds, const TrainArgs *ta, PxNotes *notes);
-int dsconfig_resolve_schedule(DsConfig *ds, const TrainArgs *ta, PxNotes *notes, PxError *err);
 
 /* Resolve "auto" values (Hugging Face rules: hidden-size based bucket sizes, TrainingArguments for
  * the rest), then DeepSpeed's batch rules for dp data-parallel ranks. */
