@@ -212,8 +212,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;
 		}
-	if (op->what == BUF_OPT_STEP_TEMP && r->p->sc->ds.opt_impl == OPT_IMPL_FOREACH)
-		return 4 * (size_t)step_extent(r); /* the update's denominators */
+	/* the step's temporary, from the segments the update steps: torch foreach's denominators,
+	 * or 1-bit LAMB's copy of its momenta (runner_lamb.c copies the whole partition) */
+	if (op->what == BUF_OPT_STEP_TEMP)
+		return 4 * (size_t)step_extent(r);
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
