@@ -69,7 +69,7 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		dtype_name(ds->comm_dtype), p->mixed ? ", fp32 master weights" : "", ds->optimizer,
 		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
 		k && k->error_feedback ? " + 1-bit error feedback" : "");
-	const OptimImpl *im = optim_impl(ds->opt_impl);
+	const OptimImpl *im = optim_impl(p->opt_impl);
 	if (im->copies > 0)
 		fprintf(f, "# optimizer  %s update (%s): %.3f GiB of fp32 temporaries while it runs "
 			"(%s)\n", im->name, ds->opt_impl_trainer ? "the Trainer's training_args.optim" :
@@ -452,7 +452,7 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
 	cJSON_AddNumberToObject(j, "zero_stage", p->stage);
-	const OptimImpl *im = optim_impl(sc->ds.opt_impl);
+	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);
 	cJSON_AddStringToObject(opt, "implementation", im->name);

@@ -1011,7 +1011,7 @@ static void optimizer_step(Builder *b)
 		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state);
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
 	 * per element, in one pass when fused, in several otherwise (optim.h's extra_bytes) */
-	double passes = part * optim_impl(p->sc->ds.opt_impl)->extra_bytes;
+	double passes = part * optim_impl(p->opt_impl)->extra_bytes;
 	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, 10 * part,
 			 2 * state + part * (4 + p->param_bytes) + passes));
 	if (p->opt_place == PLACE_NVME)

@@ -215,15 +215,10 @@ static double step_tensor_elems(const Plan *p, const StagePlan *st)
 }
 
 /* What the update allocates while it runs (optim.h's implementations): the copies of the second
- * moment, fp32, over the whole partition (foreach) or one step tensor at a time. torch takes
- * foreach only when every tensor is on a CUDA device (optimizer.py _default_to_fused_or_foreach),
- * so an offloaded torch optimizer loops. */
+ * moment, fp32, over the whole partition (foreach) or one step tensor at a time. */
 static double plan_step_temp_bytes(const Plan *p, const StagePlan *st)
 {
-	OptimImplKind k = p->sc->ds.opt_impl;
-	if (k == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU)
-		k = OPT_IMPL_FOR_LOOP;
-	const OptimImpl *im = optim_impl(k);
+	const OptimImpl *im = optim_impl(p->opt_impl);
 	double elems = im->whole_group ? (double)st->part_elems : step_tensor_elems(p, st);
 	return im->copies * 4.0 * elems;
 }
@@ -432,6 +427,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->master_bytes = p->mixed ? 4 : 0;
 	p->state_bytes = 4 * ds->optimizer_states;
 	p->opt_place = offload_place(ds->zero.offload_optimizer.device);
+	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?
+			      OPT_IMPL_FOR_LOOP : ds->opt_impl;
 	p->param_place = offload_place(ds->zero.offload_param.device);
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;

@@ -82,6 +82,9 @@ typedef struct Plan {
 	int state_bytes;           /* 4 per optimizer state */
 	int mixed;
 	Place opt_place, param_place, ckpt_place;
+	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),
+				      but torch's foreach loops off the GPU, where torch takes it
+				      only for CUDA tensors (optimizer.py _default_to_fused_or_foreach) */
 	double reduce_bucket_elems, allgather_bucket_elems;
 	int n_units;
 	UnitPlan *units;           /* owned */

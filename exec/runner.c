@@ -83,15 +83,12 @@ int runner_supported(const Plan *p, PxError *err)
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
 		why = "the Adam, AdamW, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb optimizer";
-	else if (ds->opt_impl == OPT_IMPL_FOREACH && sc->backend != BACKEND_CPU)
+	else if (p->opt_impl == OPT_IMPL_FOREACH && sc->backend != BACKEND_CPU)
 		why = "torch's foreach AdamW update on backend \"cpu\" only (kernels/ops_cpu's)";
-	else if (ds->opt_impl != OPT_IMPL_FUSED && ds->opt_impl != OPT_IMPL_FOREACH)
+	else if (p->opt_impl != OPT_IMPL_FUSED && p->opt_impl != OPT_IMPL_FOREACH)
 		why = "a fused or torch foreach Adam update: the for-loop one (params.foreach false, "
 		      "or an offloaded torch optimizer) and transformers' AdamW (training_args.optim "
 		      "adamw_hf) are priced by predict, not run";
-	else if (ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU)
-		why = "torch's foreach AdamW update without optimizer offload (torch loops over "
-		      "host tensors instead)";
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
@@ -178,18 +175,18 @@ static long long step_extent(const Runner *r)
 	return end;
 }
 
-/* torch's foreach update writes its denominators into the step's temporary: the schedule must
- * allocate it before the optimizer's compute. */
-static int check_foreach_temp(const Schedule *s, PxError *err)
+int runner_check_step_temp(const Schedule *s, int signs, const char *who, const char *copy,
+			   PxError *err)
 {
 	int temp = 0;
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
 		temp |= op->kind == OP_ALLOC && op->what == BUF_OPT_STEP_TEMP;
-		if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER && !temp)
-			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: torch's foreach update "
-				       "before its copy of the second moment (BUF_OPT_STEP_TEMP) is "
-				       "allocated", i);
+		int needs = (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) ||
+			    (signs && op->kind == OP_COLL && op->role == ROLE_ONEBIT_SIGNS);
+		if (needs && !temp)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: %s before its %s "
+				       "(BUF_OPT_STEP_TEMP) is allocated", i, who, copy);
 	}
 	return 0;
 }
@@ -1200,7 +1197,9 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	*out = r;
 	if (sched_validate(s, err) || needs_slices(p, s, err)) /* every field, the buffers followed */
 		return -1;
-	if (p->sc->ds.opt_impl == OPT_IMPL_FOREACH && check_foreach_temp(s, err))
+	/* torch's foreach update writes its denominators into the step's temporary */
+	if (p->opt_impl == OPT_IMPL_FOREACH &&
+	    runner_check_step_temp(s, 0, "torch's foreach update", "copy of the second moment", err))
 		return -1;
 	Comm *dp = comms ? comms->dp : NULL;
 	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;

@@ -278,13 +278,21 @@ int runner_lamb_create(Runner *r, PxError *err);
 void runner_lamb_free(Runner *r);
 int runner_lamb_exchange(Runner *r, const Op *op, PxError *err);
 /* The compressed steps' schedule c allocates the copy of the momenta before the exchange and the
- * update read it; 0, or -1 with err naming the op. */
+ * update read it; 0, or -1 with err naming the op (runner_check_step_temp). */
 int runner_lamb_check(const Schedule *c, PxError *err);
 void runner_lamb_update(Runner *r, const float *g, const OpsAdamw *h, float factor);
 
 /* After a step's update (not a skipped one) at learning rate lr: 0/1 Adam's sum of learning rates
  * moves on, and its error buffers are zeroed where its variance freezes. */
 void runner_onebit_step_done(Runner *r, double lr);
+
+/* ---- runner.c ---- */
+
+/* The step's temporary (BUF_OPT_STEP_TEMP) is allocated in s before the first op of the step that
+ * uses it: the optimizer's compute, or with signs also a compressed all-reduce's signs. 0, or -1
+ * with err naming the op: "WHO before its COPY (BUF_OPT_STEP_TEMP) is allocated". */
+int runner_check_step_temp(const Schedule *s, int signs, const char *who, const char *copy,
+			   PxError *err);
 
 /* ---- runner_pipe.c ---- */
 

@@ -116,19 +116,8 @@ static void compressed_end(Runner *r, const LambArrays *a, double lr)
 
 int runner_lamb_check(const Schedule *c, PxError *err)
 {
-	int temp = -1;
-	for (int i = c->step_begin; i < c->n; i++) {
-		const Op *op = &c->ops[i];
-		if (op->kind == OP_ALLOC && op->what == BUF_OPT_STEP_TEMP && temp < 0)
-			temp = i;
-		int needs = (op->kind == OP_COLL && op->role == ROLE_ONEBIT_SIGNS) ||
-			    (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER);
-		if (needs && temp < 0)
-			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: 1-bit LAMB's compressed "
-				       "step before its copy of the momenta (BUF_OPT_STEP_TEMP) is "
-				       "allocated", i);
-	}
-	return 0;
+	return runner_check_step_temp(c, 1, "1-bit LAMB's compressed step", "copy of the momenta",
+				      err);
 }
 
 int runner_lamb_exchange(Runner *r, const Op *op, PxError *err)

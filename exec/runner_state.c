@@ -179,7 +179,7 @@ void runner_optimize(Runner *r, StepResult *res)
 		else if (sgd) /* the momentum buffer is the one state, when momentum is on */
 			r->cb->sgd(r->cx, p->opt_place, w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n,
 				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay, factor);
-		else if (ds->opt_impl == OPT_IMPL_FOREACH) /* the temporary: runner_create's check */
+		else if (p->opt_impl == OPT_IMPL_FOREACH) /* the temporary: runner_create's check */
 			r->cb->adamw_foreach(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off,
 					     g32, (size_t)sg->n, &h, r->opt_steps, factor,
 					     (float *)r->buf[r->id_step_temp] + sg->part_off);

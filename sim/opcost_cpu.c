@@ -171,7 +171,7 @@ static double optimizer_s(const Plan *p, const HwCpuLevel *l, int stage)
 	s += per > 0 ? n * per : hwcpu_copy_s(l, n * 4 * (sgd ? 3 : 5));
 	/* the executor's foreach form (ops_adamw_foreach_step) in two passes: the denominators
 	 * written and read again, the first moment read again (12 bytes an element) */
-	if (!sgd && ds->opt_impl == OPT_IMPL_FOREACH)
+	if (!sgd && p->opt_impl == OPT_IMPL_FOREACH)
 		s += hwcpu_copy_s(l, n * 12);
 	if (p->mixed && !offload)
 		s += hwcpu_elem_s(l, HWCPU_CONVERT, ds->dtype, DT_FP32, n);

@@ -293,17 +293,18 @@ static void test_step_transients(void)
 	}
 
 	/* partitions */
-	const struct { const char *set; double transient; } z[] = {
+	const struct { const char *set, *impl; double transient; } z[] = {
 		{"--set deepspeed.zero_optimization.stage=2 --set deepspeed.optimizer.params.torch_adam="
-		 "true", 112384},
+		 "true", "torch foreach", 112384},
 		{"--set deepspeed.zero_optimization.stage=2 --set deepspeed.optimizer.params.torch_adam="
-		 "true --set deepspeed.zero_optimization.offload_optimizer.device=cpu", 224768},
+		 "true --set deepspeed.zero_optimization.offload_optimizer.device=cpu", "torch for-loop",
+		 224768},
 		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
 		 "true --set deepspeed.optimizer.params.foreach=false --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", 80000},
+		 "deepspeed.zero_optimization.sub_group_size=10000", "torch for-loop", 80000},
 		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
 		 "true --set deepspeed.optimizer.params.foreach=false --set "
-		 "deepspeed.zero_optimization.sub_group_size=1000", 32768},
+		 "deepspeed.zero_optimization.sub_group_size=1000", "torch for-loop", 32768},
 	};
 	for (unsigned i = 0; i < sizeof(z) / sizeof(z[0]); i++) {
 		char extra[512];
@@ -311,6 +312,8 @@ static void test_step_transients(void)
 		cJSON *j = predict_json(base_path(), extra);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 		CU_ASSERT_DOUBLE_EQUAL(num(j, "optimizer.step_transient_bytes"), z[i].transient, 0.5);
+		/* what is printed is what was priced: offloaded, torch loops */
+		CU_ASSERT_STRING_EQUAL(str(j, "optimizer.implementation"), z[i].impl);
 		cJSON_Delete(j);
 	}
 
