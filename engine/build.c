@@ -992,10 +992,19 @@ static void optimizer_step(Builder *b)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
 
 	/* the fp32 gradients the optimizer reads (FP16_Optimizer's flat of them), made before a
-	 * 1-bit optimizer's step, which exchanges the momentum they update */
-	int fp32_grads = -1;
-	if (p->mixed && p->grad_bytes != 4 && p->opt_place == PLACE_GPU)
-		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
+	 * 1-bit optimizer's step, which exchanges the momentum they update. DeepSpeed's ZeRO
+	 * optimizers make them from the gradient tensors they update in two copies
+	 * (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32); stage3.py a sub-group at a
+	 * time, freed after its update, so that the largest sub-group's are the ones that count):
+	 * torch.cat's flat in the gradients' type, live until its fp32 copy exists; in fp32
+	 * training the flat is the copy */
+	int fp32_grads = -1, flat = -1;
+	double fp32_elems = p->flattens_grads ? (double)st->step_elems : part;
+	if (p->flattens_grads && p->grad_bytes != 4)
+		flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FLAT, -1, fp32_elems * p->grad_bytes);
+	if (((p->mixed && p->grad_bytes != 4) || p->flattens_grads) && p->opt_place == PLACE_GPU)
+		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, fp32_elems * 4);
+	release(b, &flat);
 	/* what the update allocates while it runs (plan.c plan_step_temp_bytes): torch's Adam's
 	 * copies of the second moment, or 1-bit LAMB's copy of its momenta (lamb.py
 	 * exp_avg_last_step), taken before the exchange that averages them (held in every step

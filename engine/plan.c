@@ -244,6 +244,7 @@ static void plan_optimizer(Plan *p, int s)
 	st->opt_state_bytes = part * p->state_bytes;
 	st->error_feedback_bytes = 0;
 	st->opt_step_temp_bytes = plan_step_temp_bytes(p, st);
+	st->step_elems = p->stage == 3 ? (long long)step_tensor_elems(p, st) : st->part_elems;
 	if (!k)
 		return;
 	if (k->muon && local > 0) {
@@ -430,6 +431,9 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?
 			      OPT_IMPL_FOR_LOOP : ds->opt_impl;
 	p->param_place = offload_place(ds->zero.offload_param.device);
+	p->flattens_grads = (p->stage >= 2 || (p->stage == 1 && !(ds->dtype == DT_BF16 &&
+								  ds->grad_dtype == DT_FP32))) &&
+			    p->opt_place == PLACE_GPU;
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;

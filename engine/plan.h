@@ -68,6 +68,8 @@ typedef struct StagePlan {
 	/* optimizer memory of a rank, bytes (plan_optimizer): the states besides the master copy,
 	 * the 1-bit optimizers' error feedback, and what the step itself copies (1-bit LAMB) */
 	double opt_state_bytes, error_feedback_bytes, opt_step_temp_bytes;
+	long long step_elems;      /* what the update steps at once: the partition, at stage 3 its
+				      largest sub-group (DeepSpeed's fp32 gradients are made for it) */
 } StagePlan;
 
 typedef struct Plan {
@@ -85,6 +87,11 @@ typedef struct Plan {
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),
 				      but torch's foreach loops off the GPU, where torch takes it
 				      only for CUDA tensors (optimizer.py _default_to_fused_or_foreach) */
+	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device (stage 2-3, or stage
+				      1 but for bf16 with fp32 accumulation, which engine.py gives
+				      BF16_Optimizer): its step copies the gradients it updates into
+				      one flat, then into fp32 (stage_1_and_2.py step; stage3.py
+				      _prepare_fp32_grad_for_sub_group, a sub-group at a time) */
 	double reduce_bucket_elems, allgather_bucket_elems;
 	int n_units;
 	UnitPlan *units;           /* owned */

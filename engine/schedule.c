@@ -399,7 +399,8 @@ const char *buf_name(BufWhat w)
 		"secondary_params", "persistent_grads", "unit_fp32", "hidden", "scratch",
 		"error_feedback", "optimizer_step_temp", "unit_fp32_grads", "pipe_input",
 		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores",
-		"kv_cache", "quant_scales", "dequant_weight", "load_staging"};
+		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
+		"grad_flat"};
 	return NAME_OF(n, w);
 }
 

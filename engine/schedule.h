@@ -96,6 +96,9 @@ typedef enum {
 	BUF_DEQUANT,       /* the compute-dtype copy a quantized linear's weight is dequantized
 			      into before its GEMM (DeepSpeed's unfused weight quantization) */
 	BUF_LOAD_STAGING,  /* a unit's weights in the checkpoint's dtype while they are quantized */
+	BUF_GRAD_FLAT,     /* DeepSpeed's ZeRO optimizers (16-bit gradients): the gradients the
+			      update steps (the partition; at stage 3 a sub-group) flattened
+			      before their fp32 copy is made (Plan.flattens_grads) */
 	N_BUFS
 } BufWhat;
 

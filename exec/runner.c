@@ -34,6 +34,15 @@ static const char *zpp_unsupported(const Plan *p)
 	return NULL;
 }
 
+/* 1 when some stage's update steps its partition in pieces (ZeRO-3 sub-groups smaller than it) */
+static int steps_in_pieces(const Plan *p)
+{
+	for (long long s = 0; s < p->par.pp; s++)
+		if (p->stages[s].step_elems < p->stages[s].part_elems)
+			return 1;
+	return 0;
+}
+
 int runner_supported(const Plan *p, PxError *err)
 {
 	const Scenario *sc = p->sc;
@@ -61,6 +70,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
 		why = "offload to the CPU only (not to NVMe)";
+	else if (p->flattens_grads && steps_in_pieces(p))
+		why = "ZeRO-3 sub-groups as large as the partition (sub_group_size; the update steps "
+		      "the whole partition at once)";
 	else if (!ds->zero.contiguous_gradients && p->stage >= 2)
 		why = "contiguous_gradients on at ZeRO stage 2-3 (each unit's own gradient buffers, "
 		      "reduced apart, are not run)";
@@ -213,6 +225,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	 * or 1-bit LAMB's copy of its momenta (runner_lamb.c copies the whole partition) */
 	if (op->what == BUF_OPT_STEP_TEMP)
 		return 4 * (size_t)step_extent(r);
+	/* DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32 copy */
+	if (op->what == BUF_GRAD_FLAT)
+		return dt_bytes(r->gdt) * (size_t)step_extent(r);
+	if (op->what == BUF_GRAD_FP32 && r->p->flattens_grads && op->place == PLACE_GPU)
+		return 4 * (size_t)step_extent(r);
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
@@ -239,6 +256,27 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
 	default: return (size_t)op->bytes;
 	}
+}
+
+/* DeepSpeed's ZeRO 1-2 step (Plan.flattens_grads): the partition's gradients, segment by
+ * segment, into one flat of type dt at their places in the partition (torch.cat of
+ * averaged_gradients), and that flat into the fp32 gradients the update reads (.to(fp32)); in
+ * fp32 training the segments go straight into the fp32 buffer, which is the flat. */
+static void flatten_grads(Runner *r, void *flat, Dtype dt)
+{
+	for (int i = 0; i < r->n_segs; i++)
+		r->cb->convert(r->cx, at(flat, r->segs[i].part_off, dt), dt, r->segs[i].grads,
+			       r->segs[i].gdt, (size_t)r->segs[i].n);
+}
+
+static void fp32_grads_from_flat(Runner *r, void *g32)
+{
+	if (r->id_flat >= 0)
+		r->cb->convert(r->cx, g32, DT_FP32, r->buf[r->id_flat], r->gdt,
+			       (size_t)step_extent(r));
+	else
+		flatten_grads(r, g32, DT_FP32);
+	r->grads32_ready = 1;
 }
 
 /* The CUDA runtime's own memory, which the runtime allocated: counted as measured, for the run. */
@@ -280,7 +318,12 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
 	case BUF_ERROR_FEEDBACK: r->id_errors = op->buf; break;
 	case BUF_OPT_STEP_TEMP: r->id_step_temp = op->buf; break;
-	case BUF_GRAD_FP32: r->id_grad32 = op->buf; break;
+	case BUF_GRAD_FLAT: r->id_flat = op->buf, flatten_grads(r, ptr, r->gdt); break;
+	case BUF_GRAD_FP32:
+		r->id_grad32 = op->buf;
+		if (r->p->flattens_grads && op->place == PLACE_GPU)
+			fp32_grads_from_flat(r, ptr);
+		break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
@@ -311,6 +354,8 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 static void do_free(Runner *r, int id)
 {
 	const Op *a = r->alloc_of[id];
+	if (id == r->id_flat)
+		r->id_flat = -1;
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -902,6 +947,10 @@ static int await_for(Runner *r, const Op *op, PxError *err)
 		return op->sub == COPY_D2H ? wait_stream(r, SCC_REDUCE, err) : 0;
 	case OP_FREE:
 		return wait_buf(r, op->buf, err);
+	case OP_ALLOC: /* the step's flat copies read every reduced gradient */
+		if (op->what == BUF_GRAD_FLAT || (op->what == BUF_GRAD_FP32 && r->p->flattens_grads))
+			return wait_all(r, err);
+		return 0;
 	default:
 		return 0;
 	}
@@ -1289,6 +1338,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;
+	r->id_flat = -1;
 	r->id_step_temp = -1;
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;

@@ -152,6 +152,7 @@ void runner_optimize(Runner *r, StepResult *res)
 	res->loss_scale = r->loss_scale;
 	update_scale(r, overflow);
 	if (overflow) {
+		r->grads32_ready = 0;
 		zero_grads(r);
 		return;
 	}
@@ -169,9 +170,10 @@ void runner_optimize(Runner *r, StepResult *res)
 	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
-		float *g32 = sg->gdt == DT_FP32 ? sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
+		float *g32 = sg->gdt == DT_FP32 && !r->grads32_ready ?
+				     sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
-		if (sg->gdt != DT_FP32)
+		if (sg->gdt != DT_FP32 && !r->grads32_ready)
 			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
 		if (r->onebit)
 			runner_onebit_update(r, sg, w, m + sg->part_off, v + sg->part_off, g32, &h,
@@ -191,6 +193,7 @@ void runner_optimize(Runner *r, StepResult *res)
 	}
 	if (r->onebit)
 		runner_onebit_step_done(r, res->lr);
+	r->grads32_ready = 0;
 	r->updated = 1;
 	zero_grads(r);
 }

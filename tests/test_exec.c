@@ -300,6 +300,13 @@ static void test_run_refuses(void)
 		 "deepspeed.activation_checkpointing.cpu_checkpointing=true", scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs cpu_checkpointing on backend"));
+	/* ZeRO-3's update steps the whole partition at once: sub-groups smaller than it (whose fp32
+	 * gradients the schedule sizes by the largest) are said, not run */
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 2 --set "
+		 "deepspeed.zero_optimization.stage=3 --set "
+		 "deepspeed.zero_optimization.sub_group_size=10000", scenario("true"));
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	PX_ASSERT_HAS(text, "the executor runs ZeRO-3 sub-groups as large as the partition");
 }
 
 /* Selective recompute (Korthikanti et al. 2022): the blocks keep everything but their attention
@@ -771,6 +778,49 @@ static void test_foreach_update(void)
 	PX_ASSERT_HAS(text, "a fused or torch foreach Adam update");
 }
 
+/* DeepSpeed's ZeRO 1-2 step makes the fp32 gradients from the partition's gradient tensors in two
+ * copies (stage_1_and_2.py step: flatten(averaged_gradients).to(torch.float32)); the executor
+ * makes them the same way, into buffers it sizes from its own segments. ZeRO-1 on 2 ranks,
+ * micro-batch 1 of 8 tokens (PSI = 112,384): the gradients' category holds at its peak the full
+ * gradients (2 PSI in bf16), the flat of this rank's half (1 PSI) and its fp32 copy (2 PSI):
+ * 561,920 bytes; in fp32 the flat is the copy: 4 + 2 PSI = 674,304. Every pair equals the
+ * prediction; a simulator that forgot half the flat (PARALLAX_TEST_MISPREDICT=grad_flat) fails
+ * compare with exit 3, naming the category. */
+static void test_zero_step_copies(void)
+{
+	const char *small = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 "
+			    "--set deepspeed.zero_optimization.stage=1";
+	const struct { const char *bf16; double grads; int mispredict; } c[] = {
+		{"true", 561920, 0}, {"false", 674304, 0}, {"true", 561920, 1}};
+	for (unsigned k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/zc%u.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' %s",
+			 scenario(c[k].bf16), db_path, small);
+		if (c[k].mispredict)
+			setenv("PARALLAX_TEST_MISPREDICT", "grad_flat", 1);
+		sqlite3 *db = run_into_db(args, db_path);
+		unsetenv("PARALLAX_TEST_MISPREDICT");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		for (int r = 0; r < 2; r++) {
+			char q[256];
+			snprintf(q, sizeof(q), "SELECT measured FROM predicted_vs_measured WHERE name = "
+				 "'memory.gpu.peak.grads_bytes' AND rank = %d", r);
+			CU_ASSERT_EQUAL(px_test_query(db, q), c[k].grads);
+		}
+		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				   PX_EXACT_PAIRS " AND measured != predicted");
+		CU_ASSERT(c[k].mispredict ? bad > 0 : bad == 0);
+		sqlite3_close(db);
+		snprintf(args, sizeof(args), "compare --db '%s' --max-error 0.001 --only "
+			 "memory.gpu.peak.grads", db_path);
+		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), c[k].mispredict ? 3 : 0);
+		if (c[k].mispredict)
+			PX_ASSERT_HAS(text, "memory.gpu.peak.grads_bytes: predicted 505728, measured "
+					    "561920");
+	}
+}
+
 int test_exec_register(void)
 {
 	return PX_ADD_SUITE("exec", {"fp32 loss trajectories, stages 0-3 x 1,2,4 ranks",
@@ -794,5 +844,7 @@ int test_exec_register(void)
 			    {"torch's foreach update, run and measured", test_foreach_update, PX_RELEASE_RUN},
 			    {"reduce_scatter off: buckets all-reduced", test_reduce_scatter_off, PX_RELEASE_RUN},
 			    {"selective recompute: the same losses, measured = predicted",
-			     test_selective_recompute, PX_RELEASE_RUN});
+			     test_selective_recompute, PX_RELEASE_RUN},
+			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
+			     PX_RELEASE_RUN});
 }
