@@ -1007,10 +1007,11 @@ static void optimizer_step(Builder *b)
 	release(b, &flat);
 	/* what the update allocates while it runs (plan.c plan_step_temp_bytes): torch's Adam's
 	 * copies of the second moment, or 1-bit LAMB's copy of its momenta (lamb.py
-	 * exp_avg_last_step), taken before the exchange that averages them (held in every step
-	 * here; DeepSpeed's warm-up steps take none) */
-	int step_temp = -1;
-	if (st->opt_step_temp_bytes > 0)
+	 * exp_avg_last_step), taken before the exchange that averages them, in compressed steps
+	 * only (its warm-up steps take none; the prediction's memory is its highest kind of step's,
+	 * sim/predict.c) */
+	int step_temp = -1, lamb = ok && ok->error_feedback == EF_FLAT;
+	if (st->opt_step_temp_bytes > 0 && !(lamb && p->onebit_step == ONEBIT_FULL))
 		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
 				  st->opt_step_temp_bytes);
 	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)

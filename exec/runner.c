@@ -279,6 +279,32 @@ static void fp32_grads_from_flat(Runner *r, void *g32)
 	r->grads32_ready = 1;
 }
 
+int runner_grow_bufs(Runner *r, int n_bufs)
+{
+	if (n_bufs <= r->cap_bufs)
+		return 0;
+	size_t n = (size_t)n_bufs + 1, old = (size_t)r->cap_bufs + 1;
+	void **b = realloc(r->buf, n * sizeof(*b));
+	if (b)
+		r->buf = b;
+	size_t *z = b ? realloc(r->size, n * sizeof(*z)) : NULL;
+	if (z)
+		r->size = z;
+	const Op **a = z ? realloc(r->alloc_of, n * sizeof(*a)) : NULL;
+	if (a)
+		r->alloc_of = a;
+	char *f = a ? realloc(r->zero_first, n) : NULL;
+	if (!f)
+		return -1;
+	r->zero_first = f;
+	memset(b + old, 0, (n - old) * sizeof(*b));
+	memset(z + old, 0, (n - old) * sizeof(*z));
+	memset(a + old, 0, (n - old) * sizeof(*a));
+	memset(f + old, 0, n - old);
+	r->cap_bufs = n_bufs;
+	return 0;
+}
+
 /* The CUDA runtime's own memory, which the runtime allocated: counted as measured, for the run. */
 static int runtime_alloc(Runner *r, const Op *op)
 {
@@ -1313,6 +1339,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->buf = calloc((size_t)s->n_bufs + 1, sizeof(void *));
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
+	r->cap_bufs = s->n_bufs;
 	size_t n_ids = (size_t)n * (4 + 2 * (size_t)r->slots);
 	int *ids = malloc(n_ids * sizeof(int));
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
@@ -1359,7 +1386,7 @@ void runner_destroy(Runner *r)
 {
 	if (!r)
 		return;
-	for (int i = 0; r->buf && i < r->s->n_bufs; i++)
+	for (int i = 0; r->buf && i < r->cap_bufs; i++)
 		if (r->buf[i])
 			do_free(r, i);
 	free(r->u_fp32);

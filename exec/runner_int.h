@@ -98,7 +98,9 @@ struct Runner {
 	GptConfig cfg;
 	int B, T, head;
 	Arena arena;
-	void **buf;             /* by buffer id */
+	void **buf;             /* by buffer id: cap_bufs of them (the largest of the schedules'
+				   n_bufs: a 1-bit optimizer's kinds of step allocate apart) */
+	int cap_bufs;
 	size_t *size;
 	const Op **alloc_of;
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
@@ -291,6 +293,10 @@ void runner_lamb_update(Runner *r, const float *g, const OpsAdamw *h, float fact
 void runner_onebit_step_done(Runner *r, double lr);
 
 /* ---- runner.c ---- */
+
+/* Room for buffer ids up to n_bufs (a schedule with more of them than the first: a 1-bit
+ * optimizer's compressed steps, where 1-bit LAMB copies its momenta). 0, or -1 out of memory. */
+int runner_grow_bufs(Runner *r, int n_bufs);
 
 /* The step's temporary (BUF_OPT_STEP_TEMP) is allocated in s before the first op of the step that
  * uses it: the optimizer's compute, or with signs also a compressed all-reduce's signs. 0, or -1

@@ -90,16 +90,20 @@ static int check_exchange(const Runner *r, const Schedule *s, int i, long long a
 	return 0;
 }
 
-/* Schedule c of a step kind shares the warm-up's set-up (its allocations). */
-static int shares_setup(const Runner *r, Schedule *c, PxError *err)
+/* Schedule c of a step kind shares the warm-up's set-up (its allocations); its step may
+ * allocate more buffers (1-bit LAMB's compressed steps copy the momenta), for which the runner
+ * makes room. */
+static int shares_setup(Runner *r, Schedule *c, PxError *err)
 {
 	const Schedule *w = r->s_warm;
 	if (sched_validate(c, err))
 		return -1;
-	if (c->rank != w->rank || c->n_bufs != w->n_bufs || c->step_begin != w->step_begin ||
+	if (c->rank != w->rank || c->n_bufs < w->n_bufs || c->step_begin != w->step_begin ||
 	    memcmp(c->ops, w->ops, (size_t)w->step_begin * sizeof(Op)))
 		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit optimizer's step kind's schedule does not "
 			       "share the warm-up's set-up (its allocations)");
+	if (runner_grow_bufs(r, c->n_bufs))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	return 0;
 }
 

@@ -1,25 +1,76 @@
 #include "predict.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A 1-bit optimizer's kinds of step hold different buffers (1-bit LAMB copies its momenta in
+ * compressed steps only: lamb.py exp_avg_last_step), so stage s's memory is its highest kind's:
+ * into *own the schedule of the kind whose GPU peak is highest, if not the warm-up's (the
+ * prediction's own, sp->sched), with sp->mem its replay but each category's own peak the
+ * highest over the kinds. *own is left empty (n 0) when the warm-up's is the highest. */
+static int onebit_memory(Prediction *pr, int s, Schedule *own, PxError *err)
+{
+	Plan *p = &pr->plan;
+	StagePrediction *sp = &pr->stages[s];
+	const OptimKind *ok = p->sc->ds.opt;
+	memset(own, 0, sizeof(*own));
+	if (!ok || ok->error_feedback == EF_NONE || p->dp < 2)
+		return 0;
+	int last = optim_zero_one(ok) ? ONEBIT_LOCAL : ONEBIT_COMPRESSED;
+	for (int k = ONEBIT_COMPRESSED; k <= last; k++) {
+		Schedule sk;
+		MemResult m;
+		p->onebit_step = k;
+		int rc = build_schedule(p, s, &sk, err);
+		p->onebit_step = ONEBIT_FULL;
+		if (rc || sim_memory(&sk, &m, NULL, NULL, err)) {
+			if (!rc)
+				sched_free(&sk);
+			return -1;
+		}
+		for (int pl = 0; pl < N_PLACES; pl++)
+			for (int c = 0; c < N_CATS; c++)
+				m.place[pl].cat_peak[c] = fmax(m.place[pl].cat_peak[c],
+							       sp->mem.place[pl].cat_peak[c]);
+		if (m.place[PLACE_GPU].peak_bytes <= sp->mem.place[PLACE_GPU].peak_bytes) {
+			for (int pl = 0; pl < N_PLACES; pl++)
+				memcpy(sp->mem.place[pl].cat_peak, m.place[pl].cat_peak,
+				       sizeof(m.place[pl].cat_peak));
+			sched_free(&sk);
+			continue;
+		}
+		sp->mem = m;
+		if (own->n)
+			sched_free(own);
+		*own = sk;
+	}
+	return 0;
+}
 
 static int price_stage(Prediction *pr, int s, int traffic, PxError *err)
 {
 	const Plan *p = &pr->plan;
 	StagePrediction *sp = &pr->stages[s];
-	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err))
+	Schedule kind;
+	if (build_schedule(p, s, &sp->sched, err) || sim_memory(&sp->sched, &sp->mem, NULL, NULL, err) ||
+	    onebit_memory(pr, s, &kind, err))
 		return -1;
-	if (traffic && sim_traffic(&sp->sched, p->spans, p->par.algo, p->sc->cluster.gpus_per_node,
-				   &sp->traffic, err))
-		return -1;
-	if (traffic && p->sc->backend == BACKEND_GPU) {
-		if (alloc_replay(&sp->sched, &sp->alloc, err))
-			return -1;
-		sp->alloc_known = 1;
+	Schedule *mem_sched = kind.n ? &kind : &sp->sched; /* the one whose peak is the memory's */
+	int rc = traffic ? sim_traffic(&sp->sched, p->spans, p->par.algo,
+				       p->sc->cluster.gpus_per_node, &sp->traffic, err) : 0;
+	if (!rc && traffic && p->sc->backend == BACKEND_GPU) {
+		rc = alloc_replay(mem_sched, &sp->alloc, err);
+		sp->alloc_known = !rc;
 	}
+	if (!rc)
+		moment_find(p, mem_sched, &sp->mem, PLACE_GPU, &sp->gpu_moment);
+	if (kind.n)
+		sched_free(&kind);
+	if (rc)
+		return -1;
 	sp->ideal = plan_stage_ideal(p, s);
-	moment_find(p, &sp->sched, &sp->mem, PLACE_GPU, &sp->gpu_moment);
 	sp->verdict = predict_gpu_verdict(sp->mem.place[PLACE_GPU].peak_bytes,
 					  pr->gpu_capacity_bytes);
 	sp->fits_gpu = sp->mem.place[PLACE_GPU].peak_bytes <= pr->gpu_capacity_bytes;
