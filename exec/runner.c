@@ -82,9 +82,8 @@ int runner_supported(const Plan *p, PxError *err)
 	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.pp > 1 || p->par.ep > 1 ||
 						      sc->backend != BACKEND_CPU))
 		why = "ZeRO++ with data and tensor parallelism on backend \"cpu\"";
-	else if ((p->hpz > 1 || p->qwz || p->qgz) &&
-		 (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU))
-		why = "ZeRO++ without offload";
+	else if ((p->hpz > 1 || p->qwz || p->qgz) && p->param_place != PLACE_GPU)
+		why = "ZeRO++ without parameter offload (its gathers read the device's partition)";
 	else if ((why = zpp_unsupported(p)))
 		;
 	else if (ds->comm_dtype != ds->grad_dtype)
@@ -762,7 +761,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */
 		if (runner_zpp_reduce(r, op, err))
 			return -1;
-		if (op->group == GROUP_XNODE)
+		if (op->group == GROUP_XNODE && !r->offload) /* offloaded, the copy to the host
+								 reads the slice, then recycles */
 			recycle(r, op->buf);
 		return 0;
 	}

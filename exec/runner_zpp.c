@@ -254,7 +254,12 @@ int runner_zpp_reduce(Runner *r, const Op *op, PxError *err)
 	if (qgz_exchange(z, &q, r->xnode, 1, err))
 		return -1;
 	qgz_sum(z, &q, q.N, 1, z->sum);
-	add_into(r, at(r->buf[r->id_gradpart], r->s->slices[op->slice].part_off, r->gdt), z->sum,
-		 DT_FP32, (size_t)q.c, r->gdt);
+	if (r->offload) /* where a reduce-scatter leaves this rank's slice, which the schedule's copy
+			   to the host's fp32 gradients reads next */
+		from_f32(r, at(r->buf[op->buf], op->offset + r->rank * q.c, r->gdt), z->sum,
+			 (size_t)q.c, r->gdt);
+	else
+		add_into(r, at(r->buf[r->id_gradpart], r->s->slices[op->slice].part_off, r->gdt),
+			 z->sum, DT_FP32, (size_t)q.c, r->gdt);
 	return 0;
 }
