@@ -257,7 +257,7 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	}
 }
 
-/* DeepSpeed's ZeRO 1-2 step (Plan.flattens_grads): the partition's gradients, segment by
+/* DeepSpeed's ZeRO 1-3 step (Plan.flattens_grads): the partition's gradients, segment by
  * segment, into one flat of type dt at their places in the partition (torch.cat of
  * averaged_gradients), and that flat into the fp32 gradients the update reads (.to(fp32)); in
  * fp32 training the segments go straight into the fp32 buffer, which is the flat. */

@@ -105,7 +105,7 @@ struct Runner {
 	const Op **alloc_of;
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
 	int id_grad32, id_hidden, id_scratch, id_tied;
-	int id_flat;            /* ZeRO 1-2: the step's flat of the partition's gradients while it
+	int id_flat;            /* ZeRO 1-3: the step's flat of the partition's gradients while it
 				   lives (Plan.flattens_grads), else -1 */
 	int grads32_ready;      /* the step's fp32 gradients were made from that flat (or, in fp32
 				   training, are it): the update reads them as they are */
