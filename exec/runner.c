@@ -224,10 +224,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	 * or 1-bit LAMB's copy of its momenta (runner_lamb.c copies the whole partition) */
 	if (op->what == BUF_OPT_STEP_TEMP)
 		return 4 * (size_t)step_extent(r);
-	/* DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32 copy */
+	/* DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32 copy (both on
+	 * the device: Plan.flattens_grads holds only for an optimizer there) */
 	if (op->what == BUF_GRAD_FLAT)
 		return dt_bytes(r->gdt) * (size_t)step_extent(r);
-	if (op->what == BUF_GRAD_FP32 && r->p->flattens_grads && op->place == PLACE_GPU)
+	if (op->what == BUF_GRAD_FP32 && r->p->flattens_grads)
 		return 4 * (size_t)step_extent(r);
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
@@ -275,7 +276,6 @@ static void fp32_grads_from_flat(Runner *r, void *g32)
 			       (size_t)step_extent(r));
 	else
 		flatten_grads(r, g32, DT_FP32);
-	r->grads32_ready = 1;
 }
 
 int runner_grow_bufs(Runner *r, int n_bufs)
@@ -346,7 +346,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_GRAD_FLAT: r->id_flat = op->buf, flatten_grads(r, ptr, r->gdt); break;
 	case BUF_GRAD_FP32:
 		r->id_grad32 = op->buf;
-		if (r->p->flattens_grads && op->place == PLACE_GPU)
+		if (r->p->flattens_grads)
 			fp32_grads_from_flat(r, ptr);
 		break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;

@@ -107,8 +107,6 @@ struct Runner {
 	int id_grad32, id_hidden, id_scratch, id_tied;
 	int id_flat;            /* ZeRO 1-3: the step's flat of the partition's gradients while it
 				   lives (Plan.flattens_grads), else -1 */
-	int grads32_ready;      /* the step's fp32 gradients were made from that flat (or, in fp32
-				   training, are it): the update reads them as they are */
 	int id_scores;          /* selective recompute: a block's scores while they live, else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */

@@ -152,7 +152,6 @@ void runner_optimize(Runner *r, StepResult *res)
 	res->loss_scale = r->loss_scale;
 	update_scale(r, overflow);
 	if (overflow) {
-		r->grads32_ready = 0;
 		zero_grads(r);
 		return;
 	}
@@ -168,12 +167,15 @@ void runner_optimize(Runner *r, StepResult *res)
 		return;
 	}
 	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
+	/* DeepSpeed's ZeRO step made the fp32 gradients from its flat when the schedule allocated
+	 * them (runner.c fp32_grads_from_flat): the update reads them as they are */
+	int made = p->flattens_grads;
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
-		float *g32 = sg->gdt == DT_FP32 && !r->grads32_ready ?
+		float *g32 = sg->gdt == DT_FP32 && !made ?
 				     sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
-		if (sg->gdt != DT_FP32 && !r->grads32_ready)
+		if (sg->gdt != DT_FP32 && !made)
 			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
 		if (r->onebit)
 			runner_onebit_update(r, sg, w, m + sg->part_off, v + sg->part_off, g32, &h,
@@ -193,7 +195,6 @@ void runner_optimize(Runner *r, StepResult *res)
 	}
 	if (r->onebit)
 		runner_onebit_step_done(r, res->lr);
-	r->grads32_ready = 0;
 	r->updated = 1;
 	zero_grads(r);
 }
