@@ -12,10 +12,17 @@
 
 #include "../engine/err.h"
 #include "../engine/schedule.h"
+#include "../kernels/precision.h"
 
 /* COMM_INT8: bytes moved as they are (ZeRO++'s quantized values); never reduced. */
 typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, COMM_INT8, N_COMM_DTYPES } CommDtype;
 typedef enum { COMM_SUM, COMM_MAX, N_COMM_REDOPS } CommRedOp;
+
+/* the collectives' type for a kernel's values */
+static inline CommDtype comm_prec(PrecisionType p)
+{
+	return p == PREC_F32 ? COMM_FP32 : p == PREC_BF16 ? COMM_BF16 : COMM_FP16;
+}
 
 /* Counter rows. Rows 0..N_COLLS-1 are the schedule's CollKind in its order, so row k is compared
  * with sim/traffic's row k: comm_send counts as COLL_P2P, comm_recv as COLL_P2P_RECV (payload the

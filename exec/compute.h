@@ -69,8 +69,9 @@ typedef struct ComputeBackend {
 	 * 16-bit; gpt_tp_cpu.h's after set_tp) on model-layout parameters (a tensor-parallel rank's
 	 * shard), x / y / acts of type dt; grads, dy, dx, scratch fp32. Forward scratch is used only
 	 * by the tensor-parallel units (NULL is fine otherwise). */
-	/* From now on the units run as rank tp->r of tp->t (kernels/gpt_tp_cpu.h, fp32), their
-	 * collectives through tp's callbacks; NULL where the backend has no tensor-parallel units. */
+	/* From now on the units run as rank tp->r of tp->t (kernels/gpt_tp_cpu.h, in the shape's
+	 * dt), their collectives through tp's callbacks; NULL where the backend has no
+	 * tensor-parallel units. */
 	void (*set_tp)(void *ctx, const GptTp *tp);
 	void (*set_tokens)(void *ctx, const int *inputs, const int *targets); /* (B, T) each */
 	void (*embed_forward)(void *ctx, const void *params, void *y, float *scratch);

@@ -275,10 +275,10 @@ static void cpu_set_tp(void *ctx, const GptTp *tp)
 	c->tp = *tp;
 }
 
-/* fp32: gpt_cpu's units (gpt_tp_cpu's on a tensor-parallel rank); 16-bit: gpt16_cpu's */
+/* fp32: gpt_cpu's units; 16-bit: gpt16_cpu's; on a tensor-parallel rank gpt_tp_cpu's in either */
 #define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
 #define TYPED(c) &(c)->sh.cfg, compute_prec((c)->sh.dt), (c)->sh.B, (c)->sh.T
-#define TP(c) &(c)->sh.cfg, &(c)->tp, (c)->sh.B, (c)->sh.T
+#define TP(c) &(c)->sh.cfg, &(c)->tp, compute_prec((c)->sh.dt), (c)->sh.B, (c)->sh.T
 
 static void cpu_embed_forward(void *ctx, const void *params, void *y, float *scratch)
 {

@@ -164,11 +164,6 @@ static WsLayout ws_layout(const InferRunner *r, int Tn, int ctx)
 
 /* ---- set-up: weights ---- */
 
-static CommDtype comm_dt(PrecisionType p)
-{
-	return p == PREC_F32 ? COMM_FP32 : p == PREC_BF16 ? COMM_BF16 : COMM_FP16;
-}
-
 static void store_values(void *dst, const float *src, size_t n, PrecisionType t)
 {
 	if (t == PREC_F32)
@@ -311,7 +306,7 @@ static int issue(InferRunner *r, CollKind kind, void *buf, void *recv, size_t co
 			       "holds");
 	int rc;
 	if (kind == COLL_ALL_REDUCE) {
-		rc = comm_all_reduce(r->tp, buf, buf, count, comm_dt(r->act), COMM_SUM, err);
+		rc = comm_all_reduce(r->tp, buf, buf, count, comm_prec(r->act), COMM_SUM, err);
 		r->pending[r->n_pending++] = (Issued){kind, (int64_t)count,
 						      (int)precision_bytes(r->act)};
 	} else {

@@ -55,8 +55,6 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if (p->par.tp > 1 && sc->backend != BACKEND_CPU)
 		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
-	else if (p->par.tp > 1 && sc->ds.dtype != DT_FP32)
-		why = "tensor parallelism in fp32 only (the tensor-parallel units are fp32)";
 	else if (p->par.tp > 1 && p->shape.sp && p->stage > 1)
 		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
 		      "in the whole gradient flat, which stage 2 does not keep)";
@@ -211,11 +209,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 {
 	size_t btc = (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C, e = dt_bytes(r->pdt);
 	PrecisionType t = compute_prec(r->pdt);
-	if (r->gtp.t > 1) /* fp32 (runner_supported) */
+	if (r->gtp.t > 1)
 		switch (op->what) {
-		case BUF_ACTIVATIONS: return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, r->B, r->T);
+		case BUF_ACTIVATIONS: return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
 		case BUF_ENDS:
-			return op->unit == r->head ? gpt_tp_head_act_bytes(&r->cfg, &r->gtp, r->B, r->T)
+			return op->unit == r->head ? gpt_tp_head_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T)
 						   : 0;
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;

@@ -13,8 +13,9 @@
 
 /* ---- the kernels' collectives ---- */
 
-/* The op the kernels' call of kind over total elements takes, or NULL (tp_err says why). */
-static const Op *take(Runner *r, CollKind kind, size_t total)
+/* The op the kernels' call of kind over total elements of type dt takes, or NULL (tp_err says
+ * why). */
+static const Op *take(Runner *r, CollKind kind, size_t total, PrecisionType dt)
 {
 	if (r->tp_failed)
 		return NULL;
@@ -22,11 +23,13 @@ static const Op *take(Runner *r, CollKind kind, size_t total)
 	int i = r->tp_next;
 	const Op *op = i < s->n ? &s->ops[i] : NULL;
 	if (!op || op->kind != OP_COLL || op->group != GROUP_TP || op->sub != (int)kind ||
-	    op->unit != r->tp_unit || op->elems != (long long)total) {
+	    op->unit != r->tp_unit || op->elems != (long long)total ||
+	    op->elem_bytes != (int)precision_bytes(dt)) {
 		r->tp_failed = 1;
 		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a "
-			"tensor-parallel %s of %zu elements, the schedule has %s there", i,
-			r->tp_unit, coll_name(kind), total, op ? op_kind_name(op->kind) : "nothing");
+			"tensor-parallel %s of %zu elements of %zu bytes, the schedule has %s there",
+			i, r->tp_unit, coll_name(kind), total, precision_bytes(dt),
+			op ? op_kind_name(op->kind) : "nothing");
 		return NULL;
 	}
 	r->tp_next++;
@@ -41,36 +44,36 @@ static void timed(Runner *r, CollKind kind, double t0)
 	r->op_s[N_COMPS + kind] += dt;
 }
 
-static void tp_all_reduce(void *ctx, float *buf, size_t n, GptTpOp how)
+static void tp_all_reduce(void *ctx, void *buf, size_t n, PrecisionType dt, GptTpOp how)
 {
 	Runner *r = ctx;
-	if (!take(r, COLL_ALL_REDUCE, n))
+	if (!take(r, COLL_ALL_REDUCE, n, dt))
 		return;
 	double t0 = px_now_s();
-	if (comm_all_reduce(r->tp, buf, buf, n, COMM_FP32, how == GPT_TP_MAX ? COMM_MAX : COMM_SUM,
+	if (comm_all_reduce(r->tp, buf, buf, n, comm_prec(dt), how == GPT_TP_MAX ? COMM_MAX : COMM_SUM,
 			    &r->tp_err))
 		r->tp_failed = 1;
 	timed(r, COLL_ALL_REDUCE, t0);
 }
 
-static void tp_all_gather(void *ctx, const float *in, float *out, size_t n)
+static void tp_all_gather(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	Runner *r = ctx;
-	if (!take(r, COLL_ALL_GATHER, n * (size_t)r->gtp.t))
+	if (!take(r, COLL_ALL_GATHER, n * (size_t)r->gtp.t, dt))
 		return;
 	double t0 = px_now_s();
-	if (comm_all_gather(r->tp, in, out, n, COMM_FP32, &r->tp_err))
+	if (comm_all_gather(r->tp, in, out, n, comm_prec(dt), &r->tp_err))
 		r->tp_failed = 1;
 	timed(r, COLL_ALL_GATHER, t0);
 }
 
-static void tp_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+static void tp_reduce_scatter(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	Runner *r = ctx;
-	if (!take(r, COLL_REDUCE_SCATTER, n * (size_t)r->gtp.t))
+	if (!take(r, COLL_REDUCE_SCATTER, n * (size_t)r->gtp.t, dt))
 		return;
 	double t0 = px_now_s();
-	if (comm_reduce_scatter(r->tp, in, out, n, COMM_FP32, COMM_SUM, &r->tp_err))
+	if (comm_reduce_scatter(r->tp, in, out, n, comm_prec(dt), COMM_SUM, &r->tp_err))
 		r->tp_failed = 1;
 	timed(r, COLL_REDUCE_SCATTER, t0);
 }

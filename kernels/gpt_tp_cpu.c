@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops16_cpu.h"
 #include "ops_cpu.h"
 #include "rng.h"
 
@@ -45,48 +46,100 @@ int gpt_tp_rows(const GptTp *tp, int B, int T)
 
 /* ---- collectives ---- */
 
+/* element i of a dt array */
+static void *el(const void *base, size_t i, PrecisionType dt)
+{
+	return (char *)base + i * precision_bytes(dt);
+}
+
 /* A group of one needs no communicator: the reduction is the identity, the gather and scatter
  * copies. */
-static void all_reduce(const GptTp *tp, float *buf, size_t n, GptTpOp op)
+static void all_reduce(const GptTp *tp, void *buf, size_t n, PrecisionType dt, GptTpOp op)
 {
 	if (tp->t > 1)
-		tp->all_reduce(tp->ctx, buf, n, op);
+		tp->all_reduce(tp->ctx, buf, n, dt, op);
 }
 
-static void all_gather(const GptTp *tp, const float *in, float *out, size_t n)
+static void all_gather(const GptTp *tp, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	if (tp->t > 1)
-		tp->all_gather(tp->ctx, in, out, n);
+		tp->all_gather(tp->ctx, in, out, n, dt);
 	else
-		memcpy(out, in, n * sizeof(float));
+		memcpy(out, in, n * precision_bytes(dt));
 }
 
-static void reduce_scatter(const GptTp *tp, const float *in, float *out, size_t n)
+static void reduce_scatter(const GptTp *tp, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	if (tp->t > 1)
-		tp->reduce_scatter(tp->ctx, in, out, n);
+		tp->reduce_scatter(tp->ctx, in, out, n, dt);
 	else
-		memcpy(out, in, n * sizeof(float));
+		memcpy(out, in, n * precision_bytes(dt));
 }
 
 /* The (N, C) input of a column-split layer from this rank's (R, C) rows: the rows themselves
  * without sp, else gathered into buf. */
-static const float *gather_rows(const GptTp *tp, const float *rows, float *buf, size_t rc)
+static const void *gather_rows(const GptTp *tp, PrecisionType dt, const void *rows, void *buf,
+			       size_t rc)
 {
 	if (!tp->sp)
 		return rows;
-	all_gather(tp, rows, buf, rc);
+	all_gather(tp, rows, buf, rc, dt);
 	return buf;
 }
 
 /* The (N, C) partial sums of a row-split layer made whole on this rank's rows: reduced in place
  * without sp (part is then the rows), else reduce-scattered into rows. */
-static void reduce_rows(const GptTp *tp, float *part, float *rows, size_t nc, size_t rc)
+static void reduce_rows(const GptTp *tp, PrecisionType dt, void *part, void *rows, size_t nc,
+			size_t rc)
 {
 	if (tp->sp)
-		reduce_scatter(tp, part, rows, rc);
+		reduce_scatter(tp, part, rows, rc, dt);
 	else
-		all_reduce(tp, part, nc, GPT_TP_SUM);
+		all_reduce(tp, part, nc, dt, GPT_TP_SUM);
+}
+
+/* src (n fp32) as dt values: src itself at fp32, else rounded into buf */
+static const void *as_dt(PrecisionType dt, const float *src, void *buf, size_t n)
+{
+	if (dt == PREC_F32)
+		return src;
+	ops16_round(dt, buf, src, n);
+	return buf;
+}
+
+/* n fp32 values rounded to dt in place, packed at the start of buf: value i goes to bytes
+ * [2i, 2i + 2), which only values already read occupy. One thread, in order. */
+static void pack(PrecisionType dt, float *buf, size_t n)
+{
+	for (size_t i = 0; dt != PREC_F32 && i < n; i++) {
+		float v = buf[i];
+		precision_store(buf, i, v, dt);
+	}
+}
+
+/* pack's inverse, from the last value down: float i overwrites only dt values i and above. */
+static void unpack(PrecisionType dt, float *buf, size_t n)
+{
+	for (size_t i = n; dt != PREC_F32 && i-- > 0;) {
+		float v = precision_load(buf, i, dt);
+		buf[i] = v;
+	}
+}
+
+/* The (N, C) fp32 partial sums of a column-split layer's input gradient made whole on this
+ * rank's rows as Megatron's all-reduce (sp: reduce-scatter) makes them, in dt: rounded in place,
+ * reduced, widened back. Returns the fp32 result: part itself without sp, rows (N C floats of
+ * room) under it. A group of one rounds nothing. */
+static const float *reduce_grad_rows(const GptTp *tp, PrecisionType dt, float *part, float *rows,
+				     size_t nc, size_t rc)
+{
+	if (tp->t == 1)
+		dt = PREC_F32;
+	pack(dt, part, nc);
+	reduce_rows(tp, dt, part, rows, nc, rc);
+	float *out = tp->sp ? rows : part;
+	unpack(dt, out, tp->sp ? rc : nc);
+	return out;
 }
 
 /* ---- shard layout ---- */
@@ -281,26 +334,36 @@ GptBlockActs gpt_tp_block_acts(const GptConfig *c, const GptTp *tp, int B, int T
 	return a;
 }
 
-size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T)
+size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T)
 {
-	return gpt_tp_block_acts(c, tp, B, T).total_elems * sizeof(float);
+	return gpt_tp_block_acts(c, tp, B, T).total_elems * precision_bytes(dt);
 }
 
-static size_t head_act_elems(const GptConfig *c, const GptTp *tp, int B, int T)
+/* head activations: x_in (R, C) | ln_f (R, C) of type dt | probs (N, V/t) fp32 */
+static size_t head_stream_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+				int T)
 {
-	return 2 * (size_t)gpt_tp_rows(tp, B, T) * c->C + (size_t)B * T * (c->V / tp->t);
+	return 2 * (size_t)gpt_tp_rows(tp, B, T) * c->C * precision_bytes(dt);
 }
 
-size_t gpt_tp_head_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T)
+size_t gpt_tp_head_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T)
 {
-	return head_act_elems(c, tp, B, T) * sizeof(float);
+	return head_stream_bytes(c, tp, dt, B, T) + 4 * (size_t)B * T * (c->V / tp->t);
+}
+
+float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			 const void *acts)
+{
+	return (float *)((char *)acts + head_stream_bytes(c, tp, dt, B, T));
 }
 
 /* Scratch, in floats:
  *   block: wide_a and wide_b, (N, max(4C/t, C)) each, then under sp a gathered (N, C) region
  *   head: the cross-entropy's statistics (3N), then dlogits' product (N, C), then under sp the
  *         gathered final-norm output (N, C)
- *   embeddings: under sp the gathered or not-yet-scattered (N, C) */
+ *   embeddings: under sp the gathered or not-yet-scattered (N, C), and in 16-bit this rank's
+ *         rounded dy rows after the gathered ones (2 (N + R) C bytes of its 4 N C)
+ * A 16-bit value sits where the fp32 one would, in half the room. */
 static size_t wide_elems(const GptConfig *c, const GptTp *tp, int B, int T)
 {
 	size_t C = (size_t)c->C, w = 4 * C / (size_t)tp->t;
@@ -317,39 +380,46 @@ size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T)
 
 /* ---- embeddings ---- */
 
-void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const int *tokens, float *y, float *scratch)
+void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const int *tokens, void *y, float *scratch)
 {
-	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t);
+	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t), e = precision_bytes(dt);
 	size_t lo = (size_t)tp->r * Vt, R = (size_t)gpt_tp_rows(tp, B, T), row0 = tp->sp ? tp->r * R : 0;
-	const float *wte = params, *wpe = params + Vt * C;
-	float *part = tp->sp ? scratch : y;
+	const void *wte = params, *wpe = el(params, Vt * C, dt);
+	void *part = tp->sp ? (void *)scratch : y;
 
 	/* this rank's vocabulary rows, zeros for the others' tokens: the sum over the group adds
-	 * one value and zeros, exactly */
+	 * one value and zeros, exactly (in 16-bit too) */
 	for (size_t i = 0; i < N; i++) {
 		size_t tok = (size_t)tokens[i];
 		if (tok - lo < Vt)
-			memcpy(part + i * C, wte + (tok - lo) * C, C * sizeof(float));
+			memcpy(el(part, i * C, dt), el(wte, (tok - lo) * C, dt), C * e);
 		else
-			memset(part + i * C, 0, C * sizeof(float));
+			memset(el(part, i * C, dt), 0, C * e);
 	}
-	reduce_rows(tp, part, y, N * C, R * C);
-	for (size_t i = 0; i < R; i++) {
-		const float *pe = wpe + ((row0 + i) % (size_t)T) * C;
-		float *yr = y + i * C;
+	reduce_rows(tp, dt, part, y, N * C, R * C);
+	for (size_t i = 0; i < R; i++) { /* rn(wte + wpe), ops16_embed_forward's rounding */
+		size_t pe = ((row0 + i) % (size_t)T) * C;
 		for (size_t j = 0; j < C; j++)
-			yr[j] += pe[j];
+			precision_store(y, i * C + j, precision_load(y, i * C + j, dt) +
+						precision_load(wpe, pe + j, dt), dt);
 	}
 }
 
-void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, int B, int T, float *grads,
-			   const int *tokens, const float *dy, float *scratch)
+void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			   float *grads, const int *tokens, const float *dy, float *scratch)
 {
 	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t);
 	size_t lo = (size_t)tp->r * Vt, R = (size_t)gpt_tp_rows(tp, B, T), row0 = tp->sp ? tp->r * R : 0;
 	float *dwte = grads, *dwpe = grads + Vt * C;
-	const float *all = gather_rows(tp, dy, scratch, R * C);
+	/* every row of dy: fp32 without sp (whole on every rank), gathered in dt under it */
+	const void *all = dy;
+	PrecisionType at = PREC_F32;
+	if (tp->sp) {
+		const void *mine = as_dt(dt, dy, el(scratch, N * C, dt), R * C);
+		all = gather_rows(tp, dt, mine, scratch, R * C);
+		at = dt;
+	}
 
 	for (size_t i = 0; i < N; i++) {
 		size_t tok = (size_t)tokens[i];
@@ -357,94 +427,98 @@ void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, int B, int T, fl
 			continue;
 		float *d = dwte + (tok - lo) * C;
 		for (size_t j = 0; j < C; j++)
-			d[j] += all[i * C + j];
+			d[j] += precision_load(all, i * C + j, at);
 	}
 	for (size_t i = 0; i < R; i++) {
 		float *d = dwpe + ((row0 + i) % (size_t)T) * C;
 		for (size_t j = 0; j < C; j++)
-			d[j] += dy[i * C + j];
+			d[j] += precision_load(all, (row0 + i) * C + j, at);
 	}
 }
 
 /* ---- transformer block ---- */
 
+/* a block's tensors and saved activations, of type dt */
+#define P(f) el(params, p.f, dt)
+#define A(f) el(acts, a.f, dt)
+
 /* y (R, C) = the row-split layer's x (N, C_in/t) w (C_in/t, C) + b over the group, on this rank's
- * rows; part (N, C): y itself without sp. */
-static void row_split_forward(const GptTp *tp, float *y, float *part, const float *x,
-			      const float *w, const float *b, int N, int C_in_t, int C, size_t rc)
+ * rows, each rank's partial product rounded to dt before the reduction (Megatron's bf16 output);
+ * part (N, C): y itself without sp. */
+static void row_split_forward(const GptTp *tp, PrecisionType dt, void *y, void *part,
+			      const void *x, const void *w, const void *b, int N, int C_in_t,
+			      int C, size_t rc)
 {
-	float *out = tp->sp ? part : y;
-	ops_matmul_forward(out, x, w, tp->r == 0 ? b : NULL, N, C_in_t, C);
-	reduce_rows(tp, out, y, (size_t)N * C, rc);
+	void *out = tp->sp ? part : y;
+	ops16_matmul_forward(dt, out, x, w, tp->r == 0 ? b : NULL, N, C_in_t, C);
+	reduce_rows(tp, dt, out, y, (size_t)N * C, rc);
 }
 
-void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *x, float *y, float *acts, float *scratch)
+void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *x, void *y, void *acts, float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C;
 	GptBlockLayout p = gpt_tp_block_layout(c, tp->t);
 	GptBlockActs a = gpt_tp_block_acts(c, tp, B, T);
-	const float *in;
+	const void *in;
 
 	/* everything after this copy reads the kept input, which is what lets y be x */
-	memcpy(acts + a.x_in, x, rc * sizeof(float));
+	memcpy(A(x_in), x, rc * precision_bytes(dt));
 	/* attention branch over this rank's heads */
-	ops_layernorm_forward(acts + a.ln1, NULL, NULL, acts + a.x_in, params + p.ln1_w,
-			      params + p.ln1_b, R, C);
-	in = gather_rows(tp, acts + a.ln1, scratch, rc);
-	ops_matmul_forward(acts + a.qkv, in, params + p.qkv_w, params + p.qkv_b, N, C, 3 * Ct);
-	ops_attention_forward(acts + a.atty, acts + a.att, acts + a.qkv, B, T, Ct, c->NH / tp->t);
-	row_split_forward(tp, acts + a.res2, scratch, acts + a.atty, params + p.proj_w,
-			  params + p.proj_b, N, Ct, C, rc);
-	ops_residual_forward(acts + a.res2, acts + a.res2, acts + a.x_in, rc);
+	ops16_layernorm_forward(dt, A(ln1), A(x_in), P(ln1_w), P(ln1_b), R, C);
+	in = gather_rows(tp, dt, A(ln1), scratch, rc);
+	ops16_matmul_forward(dt, A(qkv), in, P(qkv_w), P(qkv_b), N, C, 3 * Ct);
+	ops16_attention_forward(dt, A(atty), A(att), A(qkv), B, T, Ct, c->NH / tp->t);
+	row_split_forward(tp, dt, A(res2), scratch, A(atty), P(proj_w), P(proj_b), N, Ct, C, rc);
+	ops16_residual_forward(dt, A(res2), A(res2), A(x_in), rc);
 	/* MLP branch over this rank's 4C/t columns */
-	ops_layernorm_forward(acts + a.ln2, NULL, NULL, acts + a.res2, params + p.ln2_w,
-			      params + p.ln2_b, R, C);
-	in = gather_rows(tp, acts + a.ln2, scratch, rc);
-	ops_matmul_forward(acts + a.fc, in, params + p.fc_w, params + p.fc_b, N, C, 4 * Ct);
-	ops_gelu_forward(acts + a.gelu, acts + a.fc, (size_t)N * 4 * Ct);
-	row_split_forward(tp, y, scratch, acts + a.gelu, params + p.down_w, params + p.down_b, N,
-			  4 * Ct, C, rc);
-	ops_residual_forward(y, y, acts + a.res2, rc);
+	ops16_layernorm_forward(dt, A(ln2), A(res2), P(ln2_w), P(ln2_b), R, C);
+	in = gather_rows(tp, dt, A(ln2), scratch, rc);
+	ops16_matmul_forward(dt, A(fc), in, P(fc_w), P(fc_b), N, C, 4 * Ct);
+	ops16_gelu_forward(dt, A(gelu), A(fc), (size_t)N * 4 * Ct);
+	row_split_forward(tp, dt, y, scratch, A(gelu), P(down_w), P(down_b), N, 4 * Ct, C, rc);
+	ops16_residual_forward(dt, y, y, A(res2), rc);
 }
 
-/* The row-split layer's backward from this rank's dy rows: its input gradient dx (N, C_in/t) and
- * weight gradient from the whole dy (gathered into buf under sp), its bias's from this rank's
- * rows. */
-static void row_split_backward(const GptTp *tp, float *dx, float *dw, float *db, const float *dy,
-			       const float *x, const float *w, float *buf, int N, int C_in_t, int C,
-			       int R)
+/* The row-split layer's backward from this rank's dy rows (of type dt): its input gradient dx
+ * (N, C_in/t) and weight gradient from the whole dy (gathered into buf under sp), its bias's from
+ * this rank's rows. */
+static void row_split_backward(const GptTp *tp, PrecisionType dt, float *dx, float *dw, float *db,
+			       const void *dy, const void *x, const void *w, void *buf, int N,
+			       int C_in_t, int C, int R)
 {
-	const float *all = gather_rows(tp, dy, buf, (size_t)R * C);
-	ops_matmul_backward(dx, dw, tp->sp ? NULL : db, all, x, w, N, C_in_t, C);
+	const void *all = gather_rows(tp, dt, dy, buf, (size_t)R * C);
+	ops16_matmul_backward(dt, dx, dw, tp->sp ? NULL : db, all, x, w, N, C_in_t, C);
 	if (tp->sp)
-		ops_matmul_backward(NULL, NULL, db, dy, NULL, NULL, R, C_in_t, C);
+		ops16_matmul_backward(dt, NULL, NULL, db, dy, NULL, NULL, R, C_in_t, C);
 }
 
 /* The column-split layer's backward: dw, db from its input (this rank's norm output rows,
- * gathered again under sp) and dy (N, C_out/t); the input gradient's partial sums into part
- * (N, C), made whole on this rank's rows: returned (part itself without sp, else buf). */
-static const float *col_split_backward(const GptTp *tp, float *part, float *dw, float *db,
-				       const float *dy, const float *x_rows, const float *w,
+ * gathered again under sp) and dy (N, C_out/t, type dt); the input gradient's partial sums into
+ * part (N, C), made whole on this rank's rows (reduce_grad_rows): returned (part itself without
+ * sp, else buf). */
+static const float *col_split_backward(const GptTp *tp, PrecisionType dt, float *part, float *dw,
+				       float *db, const void *dy, const void *x_rows, const void *w,
 				       float *buf, int N, int C, int C_out_t, int R)
 {
 	size_t rc = (size_t)R * C;
-	const float *x = gather_rows(tp, x_rows, buf, rc);
+	const void *x = gather_rows(tp, dt, x_rows, buf, rc);
 	memset(part, 0, (size_t)N * C * sizeof(float));
-	ops_matmul_backward(part, dw, db, dy, x, w, N, C, C_out_t);
-	reduce_rows(tp, part, buf, (size_t)N * C, rc);
-	return tp->sp ? buf : part;
+	ops16_matmul_backward(dt, part, dw, db, dy, x, w, N, C, C_out_t);
+	return reduce_grad_rows(tp, dt, part, buf, (size_t)N * C, rc);
 }
 
-/* Scratch: wide_a and wide_b as gpt_cpu_block_backward's, at this rank's widths, and under sp
+/* Scratch: wide_a and wide_b as gpt16_block_backward's, at this rank's widths, and under sp
  * gath (N, C), which holds in turn a gathered dy, a gathered norm output and a scattered input
- * gradient:
- *   MLP:       wide_a = d gelu, wide_b = d fc, then wide_a[0, NC) = d ln2's partial sums
- *   attention: wide_a[0, N C/t) = d atty, wide_b[0, 3 N C/t) = d qkv, then wide_a = d ln1's */
-void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			   float *grads, const float *acts, const float *dy, float *dx,
-			   float *scratch)
+ * gradient. A gradient a product takes is rounded to dt first (in fp32 it is its own value):
+ *   MLP:       wide_b <- rn(dy); wide_a = d gelu; wide_b = d fc; wide_a <- rn(d fc) in 16-bit;
+ *              then d ln2's partial sums in whichever of the two rn(d fc) is not in
+ *   attention: wide_b <- rn(d res2); wide_a[0, N C/t) = d atty; wide_b[0, 3 N C/t) = d qkv;
+ *              wide_a <- rn(d qkv) in 16-bit; d ln1's partial sums in the other */
+void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			   const void *params, float *grads, const void *acts, const float *dy,
+			   float *dx, float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, nct = (size_t)N * Ct;
@@ -452,53 +526,59 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, int B, int T, co
 	GptBlockActs a = gpt_tp_block_acts(c, tp, B, T);
 	size_t wide = wide_elems(c, tp, B, T);
 	float *wide_a = scratch, *wide_b = scratch + wide, *gath = scratch + 2 * wide;
+	const void *g16;
 	const float *d;
 
 	/* MLP branch: y = res2 + down(gelu(fc(ln2(res2)))) */
+	g16 = as_dt(dt, dy, wide_b, rc);
 	memset(wide_a, 0, 4 * nct * sizeof(float));
-	row_split_backward(tp, wide_a, grads + p.down_w, grads + p.down_b, dy, acts + a.gelu,
-			   params + p.down_w, gath, N, 4 * Ct, C, R);
+	row_split_backward(tp, dt, wide_a, grads + p.down_w, grads + p.down_b, g16, A(gelu),
+			   P(down_w), gath, N, 4 * Ct, C, R);
 	memset(wide_b, 0, 4 * nct * sizeof(float));
-	ops_gelu_backward(wide_b, wide_a, acts + a.fc, 4 * nct);
-	d = col_split_backward(tp, wide_a, grads + p.fc_w, grads + p.fc_b, wide_b, acts + a.ln2,
-			       params + p.fc_w, gath, N, C, 4 * Ct, R);
+	ops16_gelu_backward(dt, wide_b, wide_a, A(fc), 4 * nct);
+	g16 = as_dt(dt, wide_b, wide_a, 4 * nct);
+	d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b, grads + p.fc_w,
+			       grads + p.fc_b, g16, A(ln2), P(fc_w), gath, N, C, 4 * Ct, R);
 	if (dx != dy)
 		memcpy(dx, dy, rc * sizeof(float)); /* the residual path */
-	ops_layernorm_backward(dx, grads + p.ln2_w, grads + p.ln2_b, d, acts + a.res2,
-			       params + p.ln2_w, R, C);
+	ops16_layernorm_backward(dt, dx, grads + p.ln2_w, grads + p.ln2_b, d, A(res2), P(ln2_w), R,
+				 C);
 
 	/* attention branch: res2 = x + o(attention(qkv(ln1(x)))); dx now holds d res2 */
+	g16 = as_dt(dt, dx, wide_b, rc);
 	memset(wide_a, 0, nct * sizeof(float));
-	row_split_backward(tp, wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
-			   params + p.proj_w, gath, N, Ct, C, R);
+	row_split_backward(tp, dt, wide_a, grads + p.proj_w, grads + p.proj_b, g16, A(atty),
+			   P(proj_w), gath, N, Ct, C, R);
 	memset(wide_b, 0, 3 * nct * sizeof(float));
-	ops_attention_backward(wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, Ct, c->NH / tp->t);
-	d = col_split_backward(tp, wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
-			       params + p.qkv_w, gath, N, C, 3 * Ct, R);
-	ops_layernorm_backward(dx, grads + p.ln1_w, grads + p.ln1_b, d, acts + a.x_in,
-			       params + p.ln1_w, R, C);
+	ops16_attention_backward(dt, wide_b, wide_a, A(qkv), A(att), B, T, Ct, c->NH / tp->t);
+	g16 = as_dt(dt, wide_b, wide_a, 3 * nct);
+	d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b, grads + p.qkv_w,
+			       grads + p.qkv_b, g16, A(ln1), P(qkv_w), gath, N, C, 3 * Ct, R);
+	ops16_layernorm_backward(dt, dx, grads + p.ln1_w, grads + p.ln1_b, d, A(x_in), P(ln1_w), R,
+				 C);
+#undef P
+#undef A
 }
 
 /* ---- head ---- */
 
-/* head activations: x_in (R, C) | ln_f (R, C) | probs (N, V/t) */
-
-float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *wte, const float *x, const int *targets, float *acts,
-			  float *scratch)
+float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *wte, const void *x, const int *targets,
+			  void *acts, float *scratch)
 {
 	int N = B * T, C = c->C, Vt = c->V / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, lo = (size_t)tp->r * (size_t)Vt;
-	float *x_in = acts, *lnf = acts + rc, *probs = acts + 2 * rc;
+	void *x_in = acts, *lnf = el(acts, rc, dt);
+	float *probs = gpt_tp_head_probs(c, tp, dt, B, T, acts);
 	float *mx = scratch, *sum = scratch + N, *tgt = scratch + 2 * (size_t)N;
 	float *gath = scratch + 3 * (size_t)N + (size_t)N * C;
 
-	memcpy(x_in, x, rc * sizeof(float));
-	ops_layernorm_forward(lnf, NULL, NULL, x_in, params, params + C, R, C);
-	ops_lm_head_forward(probs, gather_rows(tp, lnf, gath, rc), wte, N, C, Vt);
+	memcpy(x_in, x, rc * precision_bytes(dt));
+	ops16_layernorm_forward(dt, lnf, x_in, params, el(params, C, dt), R, C);
+	ops16_lm_head_forward(dt, probs, gather_rows(tp, dt, lnf, gath, rc), wte, N, C, Vt);
 
-	/* Megatron's vocabulary-parallel cross-entropy: the max over the group, then each rank's
-	 * sum of exponentials and (on the rank holding it) the target's logit, summed */
+	/* Megatron's vocabulary-parallel cross-entropy, in fp32: the max over the group, then each
+	 * rank's sum of exponentials and (on the rank holding it) the target's logit, summed */
 	for (int i = 0; i < N; i++) {
 		const float *l = probs + (size_t)i * Vt;
 		float m = -INFINITY;
@@ -507,7 +587,7 @@ float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, con
 				m = l[j];
 		mx[i] = m;
 	}
-	all_reduce(tp, mx, (size_t)N, GPT_TP_MAX);
+	all_reduce(tp, mx, (size_t)N, PREC_F32, GPT_TP_MAX);
 	for (int i = 0; i < N; i++) {
 		float *l = probs + (size_t)i * Vt;
 		size_t target = targets ? (size_t)targets[i] - lo : SIZE_MAX;
@@ -521,8 +601,8 @@ float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, con
 		sum[i] = (float)s;
 	}
 	/* two sums, as Megatron's three separate all-reduces (max, target logits, sums) */
-	all_reduce(tp, tgt, (size_t)N, GPT_TP_SUM);
-	all_reduce(tp, sum, (size_t)N, GPT_TP_SUM);
+	all_reduce(tp, tgt, (size_t)N, PREC_F32, GPT_TP_SUM);
+	all_reduce(tp, sum, (size_t)N, PREC_F32, GPT_TP_SUM);
 	double loss = 0.0;
 	for (int i = 0; i < N; i++) {
 		float *p = probs + (size_t)i * Vt;
@@ -534,22 +614,18 @@ float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, con
 	return targets ? (float)(loss / N) : 0.0f;
 }
 
-const float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, int B, int T,
-			       const float *acts)
-{
-	return acts + 2 * (size_t)gpt_tp_rows(tp, B, T) * c->C;
-}
-
-void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *wte, float *grads, float *dwte, float *acts,
-			  const int *targets, float dloss, float *dx, float *scratch)
+void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *wte, float *grads, float *dwte,
+			  void *acts, const int *targets, float dloss, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C, Vt = c->V / tp->t, R = gpt_tp_rows(tp, B, T);
-	size_t rc = (size_t)R * C, lo = (size_t)tp->r * (size_t)Vt;
-	float *x_in = acts, *lnf = acts + rc, *probs = acts + 2 * rc;
+	size_t rc = (size_t)R * C, lo = (size_t)tp->r * (size_t)Vt, nv = (size_t)N * (size_t)Vt;
+	void *x_in = acts, *lnf = el(acts, rc, dt);
+	float *probs = gpt_tp_head_probs(c, tp, dt, B, T, acts);
 	float *part = scratch + 3 * (size_t)N, *gath = part + (size_t)N * C;
 
-	/* as ops_crossentropy_backward, over this rank's columns */
+	/* as ops_crossentropy_backward, over this rank's columns; in 16-bit each dlogit is rounded
+	 * to dt as it is made (pack), the two products' operand */
 	float s = dloss / (float)N;
 	for (int i = 0; i < N; i++) {
 		float *d = probs + (size_t)i * Vt;
@@ -557,10 +633,12 @@ void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, int B, int T, con
 		for (size_t j = 0; j < (size_t)Vt; j++)
 			d[j] = s * (d[j] - (j == target ? 1.0f : 0.0f));
 	}
+	pack(dt, probs, nv);
 	memset(part, 0, (size_t)N * C * sizeof(float));
-	ops_lm_head_backward(part, NULL, probs, NULL, wte, N, C, Vt);
-	ops_lm_head_backward(NULL, dwte, probs, gather_rows(tp, lnf, gath, rc), wte, N, C, Vt);
-	reduce_rows(tp, part, gath, (size_t)N * C, rc);
+	ops16_lm_head_backward(dt, part, NULL, probs, NULL, wte, N, C, Vt);
+	ops16_lm_head_backward(dt, NULL, dwte, probs, gather_rows(tp, dt, lnf, gath, rc), wte, N, C,
+			       Vt);
+	const float *d = reduce_grad_rows(tp, dt, part, gath, (size_t)N * C, rc);
 	memset(dx, 0, rc * sizeof(float));
-	ops_layernorm_backward(dx, grads, grads + C, tp->sp ? gath : part, x_in, params, R, C);
+	ops16_layernorm_backward(dt, dx, grads, grads + C, d, x_in, params, R, C);
 }

@@ -4,7 +4,15 @@
  * cutting of shards out of whole tensors (and the drawing of a shard's initial values), the
  * rank's saved activations and where the collectives go. The collectives are the caller's
  * (GptTp's callbacks: an MPI or NCCL communicator, or a test's in-process sum); so is the
- * all-reduce of the replicated parameters' gradients under sequence parallelism. fp32 only. */
+ * all-reduce of the replicated parameters' gradients under sequence parallelism.
+ *
+ * The units compute in a PrecisionType dt as gpt16_cpu's do: parameters, the hidden stream and the
+ * saved activations of type dt, gradients fp32, every 16-bit rounding at ops16_cpu's points; at
+ * PREC_F32 they are gpt_cpu's operations. The collectives move what Megatron's move, in dt (the
+ * schedule's element size): the row-split layers' rounded partial outputs, the norm outputs and
+ * gradient rows gathered under sequence parallelism, and the column-split layers' input-gradient
+ * partial sums, rounded to dt to cross the group and widened back to fp32 after it; only the
+ * cross-entropy's per-token statistics stay fp32. */
 #ifndef PX_GPT_TP_CPU_H
 #define PX_GPT_TP_CPU_H
 
@@ -12,6 +20,7 @@
 #include <stdint.h>
 
 #include "gpt_cpu.h"
+#include "precision.h"
 
 /* Dimension names as in ops_cpu.h; t the tensor-parallel degree, r this rank (0..t-1). On rank r:
  *   heads [r NH/t, (r+1) NH/t), so c_attn's q, k and v columns of those heads: (C, 3C/t) stored
@@ -37,12 +46,13 @@ typedef struct GptTp {
 	int r, t;  /* this rank, the group's size */
 	int sp;    /* sequence parallelism */
 	void *ctx; /* the caller's, passed to every callback */
-	/* buf (n) = op over the group's bufs, element by element, on every rank */
-	void (*all_reduce)(void *ctx, float *buf, size_t n, GptTpOp op);
+	/* Each buffer holds n values of type dt (an element size the schedule states per op).
+	 * buf (n) = op over the group's bufs, element by element, on every rank */
+	void (*all_reduce)(void *ctx, void *buf, size_t n, PrecisionType dt, GptTpOp op);
 	/* out (t n) = the ranks' in (n) side by side in rank order; in and out do not overlap */
-	void (*all_gather)(void *ctx, const float *in, float *out, size_t n);
+	void (*all_gather)(void *ctx, const void *in, void *out, size_t n, PrecisionType dt);
 	/* out (n) = rank r's n-slice of the group's ins (t n) summed; in and out do not overlap */
-	void (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n);
+	void (*reduce_scatter)(void *ctx, const void *in, void *out, size_t n, PrecisionType dt);
 } GptTp;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes, 0 <= r < t, t divides NH (whole heads
@@ -83,11 +93,13 @@ void gpt_tp_init_unit(const GptConfig *c, int t, int r, int unit, float *shard, 
  *   per-rank figure for fp32 without dropout. Under sp the column-split layers' gathered inputs
  *   are not kept: backward gathers them again (Korthikanti et al., section 4.2.2). */
 GptBlockActs gpt_tp_block_acts(const GptConfig *c, const GptTp *tp, int B, int T);
-size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
-/* The head keeps its input and final-norm output (R, C) each, and its V/t probabilities (N, V/t):
- * 4 (2 R C + N V / t) bytes. The embeddings keep nothing. */
-size_t gpt_tp_head_act_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
-/* Scratch for any one unit's forward or backward on this rank. */
+/* the fields above in dt: d (elements) bytes */
+size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T);
+/* The head keeps its input and final-norm output (R, C) each in dt, and its V/t probabilities
+ * (N, V/t) in fp32: 2 d R C + 4 N V / t bytes. The embeddings keep nothing. */
+size_t gpt_tp_head_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T);
+/* Scratch for any one unit's forward or backward on this rank, in any dt (the 16-bit values take
+ * the places of fp32 ones, and round and widen the collectives' gradients in place). */
 size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
 
 /* ---- layer units ---- */
@@ -116,37 +128,41 @@ size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T);
  * Under sp the sum is reduce-scattered and each rank adds its rows' positions (what
  * engine/build.c charges; Megatron-LM, with learned positions, all-reduces the token embeddings,
  * adds the positions and keeps its rows: the same values for t times the traffic). */
-void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const int *tokens, float *y, float *scratch);
-/* dy (R, C); scratch: gpt_tp_scratch_bytes (used under sp). */
-void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, int B, int T, float *grads,
-			   const int *tokens, const float *dy, float *scratch);
+void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const int *tokens, void *y, float *scratch);
+/* dy (R, C) fp32; scratch: gpt_tp_scratch_bytes (used under sp, where dy's rows cross the group
+ * in dt). */
+void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			   float *grads, const int *tokens, const float *dy, float *scratch);
 
 /* y = block(x) on this rank; y may be x. acts: gpt_tp_block_act_bytes; scratch:
  * gpt_tp_scratch_bytes (used under sp). The row-split layers' bias goes into rank 0's partial
  * product before the reduction (Megatron adds it after the reduction on every rank: the same sum
- * rounded in another order); that way t = 1 is gpt_cpu_block_forward bit for bit. */
-void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *x, float *y, float *acts, float *scratch);
-/* dx may be dy. */
-void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			   float *grads, const float *acts, const float *dy, float *dx,
-			   float *scratch);
+ * rounded in another order); that way t = 1 is gpt_cpu_block_forward (gpt16_block_forward in
+ * 16-bit) bit for bit. x, y of type dt. */
+void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *x, void *y, void *acts, float *scratch);
+/* dy, dx fp32; dx may be dy. At t = 1 gpt_cpu_block_backward's (gpt16_block_backward's) bits: a
+ * group of one rounds nothing to cross it. */
+void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			   const void *params, float *grads, const void *acts, const float *dy,
+			   float *dx, float *scratch);
 
 /* Final norm, this rank's V/t logits against the tied embedding's shard (wte: unit 0's first
  * V C / t elements), and Megatron's vocabulary-parallel cross-entropy: each token's max logit,
  * sum of exponentials and target logit reduced over the group. Returns the mean loss over the
  * B T targets, the same on every rank (0 when targets is NULL: probabilities only). */
-float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *wte, const float *x, const int *targets, float *acts,
-			  float *scratch);
-/* This rank's probabilities (B T, V/t) in the head's acts, for columns [r V/t, (r+1) V/t). */
-const float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, int B, int T,
-			       const float *acts);
+float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *wte, const void *x, const int *targets,
+			  void *acts, float *scratch);
+/* This rank's probabilities (B T, V/t), fp32, in the head's acts, for columns [r V/t, (r+1) V/t). */
+float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			 const void *acts);
 /* As gpt_cpu_head_backward: grads (final norm) and dwte (this rank's rows) accumulated, dx (R, C)
- * written; the probabilities in acts become dlogits. */
-void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, int B, int T, const float *params,
-			  const float *wte, float *grads, float *dwte, float *acts,
-			  const int *targets, float dloss, float *dx, float *scratch);
+ * fp32 written; the probabilities in acts become dlogits (in 16-bit rounded to dt in place, the
+ * products' operands, packed at the start of the probabilities' space). */
+void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			  const void *params, const void *wte, float *grads, float *dwte,
+			  void *acts, const int *targets, float dloss, float *dx, float *scratch);
 
 #endif

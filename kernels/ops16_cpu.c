@@ -122,6 +122,10 @@ void ops16_round(PrecisionType t, void *dst, const float *src, size_t n)
 void ops16_matmul_forward(PrecisionType t, void *y, const void *x, const void *w, const void *b,
 			  int N, int C_in, int C_out)
 {
+	if (t == PREC_F32) {
+		ops_matmul_forward(y, x, w, b, N, C_in, C_out);
+		return;
+	}
 	size_t ny = (size_t)N * C_out;
 	float *xf = widen(t, x, (size_t)N * C_in), *wf = widen(t, w, (size_t)C_in * C_out);
 	float *bf = widen(t, b, (size_t)C_out), *yf = alloc_f32(ny);
@@ -133,6 +137,10 @@ void ops16_matmul_forward(PrecisionType t, void *y, const void *x, const void *w
 void ops16_matmul_backward(PrecisionType t, float *dx, float *dw, float *db, const void *dy,
 			   const void *x, const void *w, int N, int C_in, int C_out)
 {
+	if (t == PREC_F32) {
+		ops_matmul_backward(dx, dw, db, dy, x, w, N, C_in, C_out);
+		return;
+	}
 	float *dyf = widen(t, dy, (size_t)N * C_out);
 	float *xf = dw ? widen(t, x, (size_t)N * C_in) : NULL;
 	float *wf = dx ? widen(t, w, (size_t)C_in * C_out) : NULL;
@@ -143,6 +151,10 @@ void ops16_matmul_backward(PrecisionType t, float *dx, float *dw, float *db, con
 void ops16_lm_head_forward(PrecisionType t, float *logits, const void *x, const void *wte, int N,
 			   int C, int V)
 {
+	if (t == PREC_F32) {
+		ops_lm_head_forward(logits, x, wte, N, C, V);
+		return;
+	}
 	float *xf = widen(t, x, (size_t)N * C), *wf = widen(t, wte, (size_t)V * C);
 	ops_lm_head_forward(logits, xf, wf, N, C, V);
 	free_f32(xf), free_f32(wf);
@@ -151,6 +163,10 @@ void ops16_lm_head_forward(PrecisionType t, float *logits, const void *x, const 
 void ops16_lm_head_backward(PrecisionType t, float *dx, float *dwte, const void *dlogits,
 			    const void *x, const void *wte, int N, int C, int V)
 {
+	if (t == PREC_F32) {
+		ops_lm_head_backward(dx, dwte, dlogits, x, wte, N, C, V);
+		return;
+	}
 	float *df = widen(t, dlogits, (size_t)N * V);
 	float *xf = dwte ? widen(t, x, (size_t)N * C) : NULL;
 	float *wf = dx ? widen(t, wte, (size_t)V * C) : NULL;
@@ -163,6 +179,10 @@ void ops16_lm_head_backward(PrecisionType t, float *dx, float *dwte, const void 
 void ops16_layernorm_forward(PrecisionType t, void *y, const void *x, const void *w, const void *b,
 			     int N, int C)
 {
+	if (t == PREC_F32) {
+		ops_layernorm_forward(y, NULL, NULL, x, w, b, N, C);
+		return;
+	}
 	size_t n = (size_t)N * C;
 	float *xf = widen(t, x, n), *wf = widen(t, w, (size_t)C), *bf = widen(t, b, (size_t)C);
 	ops_layernorm_forward(xf, NULL, NULL, xf, wf, bf, N, C); /* in place: y may be x */
@@ -173,6 +193,10 @@ void ops16_layernorm_forward(PrecisionType t, void *y, const void *x, const void
 void ops16_layernorm_backward(PrecisionType t, float *dx, float *dw, float *db, const float *dy,
 			      const void *x, const void *w, int N, int C)
 {
+	if (t == PREC_F32) {
+		ops_layernorm_backward(dx, dw, db, dy, x, w, N, C);
+		return;
+	}
 	float *xf = widen(t, x, (size_t)N * C), *wf = widen(t, w, (size_t)C);
 	ops_layernorm_backward(dx, dw, db, dy, xf, wf, N, C);
 	free_f32(xf), free_f32(wf);
@@ -180,6 +204,10 @@ void ops16_layernorm_backward(PrecisionType t, float *dx, float *dw, float *db, 
 
 void ops16_gelu_forward(PrecisionType t, void *y, const void *x, size_t n)
 {
+	if (t == PREC_F32) {
+		ops_gelu_forward(y, x, n);
+		return;
+	}
 	float *xf = widen(t, x, n);
 	ops_gelu_forward(xf, xf, n);
 	ops16_round(t, y, xf, n);
@@ -188,6 +216,10 @@ void ops16_gelu_forward(PrecisionType t, void *y, const void *x, size_t n)
 
 void ops16_gelu_backward(PrecisionType t, float *dx, const float *dy, const void *x, size_t n)
 {
+	if (t == PREC_F32) {
+		ops_gelu_backward(dx, dy, x, n);
+		return;
+	}
 	float *xf = widen(t, x, n);
 	ops_gelu_backward(dx, dy, xf, n);
 	free_f32(xf);
@@ -301,6 +333,10 @@ static void attention_forward_pairs(void *ctx, size_t p0, size_t p1)
 void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *qkv, int B, int T,
 			     int C, int NH)
 {
+	if (t == PREC_F32) {
+		ops_attention_forward(out, att, qkv, B, T, C, NH);
+		return;
+	}
 	float *qf = widen(t, qkv, (size_t)B * T * 3 * C);
 	Attn16Args a = {.t = t, .out = out, .att = att, .qf = qf, .T = T, .C = C, .NH = NH};
 	par_cpu_for((size_t)B * NH, 1, attention_forward_pairs, &a);

@@ -1,9 +1,11 @@
 /* ops16_cpu: the ops of ops_cpu.h for 16-bit mixed-precision compute, as the reference the CUDA
  * twins (ops_cuda.h's *_t functions) are tested against: activations and parameters stored in a
  * 16-bit type t (PREC_BF16 or PREC_F16; PREC_F32 rounds nowhere), every sum and every
- * normalisation, softmax and loss in fp32 or wider, gradients in fp32. Each function says where
- * it rounds to t; the CUDA kernels round at exactly those points, so the two differ only in the
- * order of their sums (kernels/README.md). Shapes, names and the accumulate convention are
+ * normalisation, softmax and loss in fp32 or wider, gradients in fp32. At PREC_F32 the linear,
+ * normalisation, activation and attention functions are ops_cpu's on the same arrays (no copies),
+ * which is how gpt_tp_cpu runs fp32 through them. Each function says where it rounds to t; the
+ * CUDA kernels round at exactly those points, so the two differ only in the order of their sums
+ * (kernels/README.md). Shapes, names and the accumulate convention are
  * ops_cpu.h's. Temporaries come from malloc; running out of memory is fatal (a reference for
  * tests and small runs, with nothing to hand an error to). */
 #ifndef PX_OPS16_CPU_H

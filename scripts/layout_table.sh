@@ -53,6 +53,8 @@ row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 row "tp 2 x dp 2, sequence parallel, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 	--set parallelism.sequence_parallel=true --set deepspeed.zero_optimization.stage=1 \
 	--set deepspeed.bf16.enabled=false
+row "tp 2 x dp 2, sequence parallel, ZeRO-1, bf16" 4 --set parallelism.tp=2 \
+	--set parallelism.sequence_parallel=true --set deepspeed.zero_optimization.stage=1
 row "tp 2 x dp 2, ZeRO-3, fp32, optimizer+param offload" 4 --set parallelism.tp=2 \
 	--set deepspeed.bf16.enabled=false \
 	--set deepspeed.zero_optimization.offload_optimizer.device=cpu \
@@ -63,6 +65,8 @@ row "tp 4, ZeRO-0, fp32, full recompute" 4 --set parallelism.tp=4 \
 row "tp 2 x pp 2 x dp 2, 1F1B, ZeRO-1, fp32" 8 --set parallelism.tp=2 \
 	--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1 \
 	--set deepspeed.bf16.enabled=false
+row "tp 2 x pp 2 x dp 2, 1F1B, ZeRO-1, bf16" 8 --set parallelism.tp=2 \
+	--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=1
 row "pp 2 x dp 2, 1F1B, ZeRO-1, bf16" 4 --set parallelism.pp=2 \
 	--set deepspeed.zero_optimization.stage=1
 row "pp 4, GPipe, ZeRO-0, bf16" 4 --set parallelism.pp=4 \

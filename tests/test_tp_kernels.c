@@ -34,8 +34,10 @@
 #include "../engine/activ.h"
 #include "../engine/model.h"
 #include "../engine/schedule.h"
+#include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/gpt_tp_cpu.h"
+#include "../kernels/ops16_cpu.h"
 #include "../kernels/rng.h"
 #include "fixtures.h"
 #include "suites.h"
@@ -117,8 +119,7 @@ static int engine_gpt2(const GptConfig *c, ModelSpec *m)
 typedef struct SimGroup {
 	int t;
 	pthread_barrier_t bar;
-	float *io[MAX_T];
-	const float *in[MAX_T];
+	const void *in[MAX_T];
 } SimGroup;
 
 enum { K_SUM, K_MAX, K_GATHER, K_SCATTER, N_KINDS };
@@ -131,61 +132,70 @@ typedef struct SimRank {
 	int unit, bwd;         /* what the rank runs now (set by the whole-model test) */
 	size_t payload[8][2];  /* by unit and direction: elements of the whole buffer (t n for a
 				  gather or a scatter), as a schedule's collective states them */
+	size_t bytes[8][2];    /* the same in bytes, at the type each call moved */
 } SimRank;
 
-static void count(SimRank *s, int kind, size_t n)
+static void count(SimRank *s, int kind, size_t n, PrecisionType dt)
 {
+	size_t whole = kind == K_GATHER || kind == K_SCATTER ? n * s->g->t : n;
 	s->calls[kind]++;
 	s->elems[kind] += n;
-	s->payload[s->unit][s->bwd] += kind == K_GATHER || kind == K_SCATTER ? n * s->g->t : n;
+	s->payload[s->unit][s->bwd] += whole;
+	s->bytes[s->unit][s->bwd] += whole * precision_bytes(dt);
 }
 
-static void sim_all_reduce(void *ctx, float *buf, size_t n, GptTpOp op)
+/* element i summed (or maxed) over the ranks' bufs from rank 0 up, each partial result rounded to
+ * dt as a reduction in dt stores it (exact in fp32: the fp32 sum itself) */
+static float reduce_at(const SimGroup *g, const void *const *bufs, size_t i, PrecisionType dt,
+		       GptTpOp op)
+{
+	float v = precision_load(bufs[0], i, dt);
+	for (int k = 1; k < g->t; k++) {
+		float x = precision_load(bufs[k], i, dt);
+		v = precision_round(op == GPT_TP_SUM ? v + x : fmaxf(v, x), dt);
+	}
+	return v;
+}
+
+static void sim_all_reduce(void *ctx, void *buf, size_t n, PrecisionType dt, GptTpOp op)
 {
 	SimRank *s = ctx;
 	SimGroup *g = s->g;
 	float *sum = rank_alloc(n * sizeof(float));
-	g->io[s->r] = buf;
+	g->in[s->r] = buf;
 	pthread_barrier_wait(&g->bar);
-	for (size_t i = 0; i < n; i++) {
-		float v = g->io[0][i];
-		for (int k = 1; k < g->t; k++)
-			v = op == GPT_TP_SUM ? v + g->io[k][i] : fmaxf(v, g->io[k][i]);
-		sum[i] = v;
-	}
+	for (size_t i = 0; i < n; i++)
+		sum[i] = reduce_at(g, g->in, i, dt, op);
 	pthread_barrier_wait(&g->bar); /* every rank has read every buf */
-	memcpy(buf, sum, n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		precision_store(buf, i, sum[i], dt);
 	free(sum);
-	count(s, op == GPT_TP_SUM ? K_SUM : K_MAX, n);
+	count(s, op == GPT_TP_SUM ? K_SUM : K_MAX, n, dt);
 }
 
-static void sim_all_gather(void *ctx, const float *in, float *out, size_t n)
+static void sim_all_gather(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	SimRank *s = ctx;
 	SimGroup *g = s->g;
+	size_t e = precision_bytes(dt);
 	g->in[s->r] = in;
 	pthread_barrier_wait(&g->bar);
 	for (int k = 0; k < g->t; k++)
-		memcpy(out + (size_t)k * n, g->in[k], n * sizeof(float));
+		memcpy((char *)out + (size_t)k * n * e, g->in[k], n * e);
 	pthread_barrier_wait(&g->bar);
-	count(s, K_GATHER, n);
+	count(s, K_GATHER, n, dt);
 }
 
-static void sim_reduce_scatter(void *ctx, const float *in, float *out, size_t n)
+static void sim_reduce_scatter(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
 {
 	SimRank *s = ctx;
 	SimGroup *g = s->g;
 	g->in[s->r] = in;
 	pthread_barrier_wait(&g->bar);
-	for (size_t i = 0; i < n; i++) {
-		size_t at = (size_t)s->r * n + i;
-		float v = g->in[0][at];
-		for (int k = 1; k < g->t; k++)
-			v += g->in[k][at];
-		out[i] = v;
-	}
+	for (size_t i = 0; i < n; i++)
+		precision_store(out, i, reduce_at(g, g->in, (size_t)s->r * n + i, dt, GPT_TP_SUM), dt);
 	pthread_barrier_wait(&g->bar);
-	count(s, K_SCATTER, n);
+	count(s, K_SCATTER, n, dt);
 }
 
 typedef struct Group Group;
@@ -416,8 +426,8 @@ static void test_shard_init(void)
 		}
 }
 
-/* A rank's saved activations against engine/activ.c's per-rank figure (fp32, no dropout, nothing
- * recomputed), for the test model and GPT-2 124M (12 heads: t = 2, 4 divide them) at B = 4,
+/* A rank's saved activations against engine/activ.c's per-rank figure (fp32 and bf16, no dropout,
+ * nothing recomputed), for the test model and GPT-2 124M (12 heads: t = 2, 4 divide them) at B = 4,
  * T = 64, with and without sequence parallelism. By hand for the test model at t = 2, B = 2,
  * T = 8 (N = 16): 4 N (4 C + 12 C / 2) + 4 B (NH / 2) T^2 = 4 * 16 * 320 + 4 * 256 = 21504 bytes,
  * under sp 4 N (4 C / 2 + 12 C / 2) + 1024 = 17408. The head under sp keeps 4 (2 (N / t) C + N V / t)
@@ -434,26 +444,34 @@ static void test_activation_bytes(void)
 		CU_ASSERT_EQUAL_FATAL(engine_gpt2(cfgs[k], &m), 0);
 		int b = shapes[k][0], s = shapes[k][1];
 		for (int t = 1; t <= MAX_T; t *= 2)
-			for (int sp = 0; sp <= 1; sp++) {
-				GptTp tp = {.r = 0, .t = t, .sp = sp};
-				ActivShape x = {.s = s, .b = b, .t = t, .sp = sp, .elem_bytes = 4};
-				CU_ASSERT_EQUAL((double)gpt_tp_block_act_bytes(cfgs[k], &tp, b, s),
-						activ_block_bytes(&m, &x, CKPT_NONE));
-				if (sp)
-					CU_ASSERT_EQUAL((double)gpt_tp_head_act_bytes(cfgs[k], &tp, b, s),
-							activ_head_bytes(&m, &x));
-			}
+			for (int sp = 0; sp <= 1; sp++)
+				for (int bf = 0; bf <= 1; bf++) {
+					GptTp tp = {.r = 0, .t = t, .sp = sp};
+					PrecisionType dt = bf ? PREC_BF16 : PREC_F32;
+					ActivShape x = {.s = s, .b = b, .t = t, .sp = sp,
+							.elem_bytes = bf ? 2 : 4};
+					CU_ASSERT_EQUAL((double)gpt_tp_block_act_bytes(cfgs[k], &tp, dt, b, s),
+							activ_block_bytes(&m, &x, CKPT_NONE));
+					if (sp)
+						CU_ASSERT_EQUAL((double)gpt_tp_head_act_bytes(cfgs[k], &tp, dt,
+											      b, s),
+								activ_head_bytes(&m, &x));
+				}
 	}
 	GptTp t2 = {.r = 1, .t = 2}, t2sp = {.r = 1, .t = 2, .sp = 1};
-	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &t2, B, T), 21504);
-	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &t2sp, B, T), 17408);
+	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &t2, PREC_F32, B, T), 21504);
+	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &t2sp, PREC_F32, B, T), 17408);
 	/* 4 (2 * 16 * 32 + 16 * 32) = 6144; under sp 4 (2 * 8 * 32 + 16 * 32) = 4096 */
-	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &t2, B, T), 6144);
-	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &t2sp, B, T), 4096);
+	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &t2, PREC_F32, B, T), 6144);
+	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &t2sp, PREC_F32, B, T), 4096);
+	/* in bf16 the head's streams halve and its fp32 probabilities do not: 2 (2 * 16 * 32) +
+	 * 4 (16 * 32) = 4096; the block's every field halves: 10752 */
+	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &t2, PREC_BF16, B, T), 4096);
+	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &t2, PREC_BF16, B, T), 10752);
 	/* t = 1 is gpt_cpu's */
 	GptTp one = {.r = 0, .t = 1};
-	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &one, B, T), gpt_cpu_block_act_bytes(&CFG, B, T));
-	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &one, B, T), gpt_cpu_head_act_bytes(&CFG, B, T));
+	CU_ASSERT_EQUAL(gpt_tp_block_act_bytes(&CFG, &one, PREC_F32, B, T), gpt_cpu_block_act_bytes(&CFG, B, T));
+	CU_ASSERT_EQUAL(gpt_tp_head_act_bytes(&CFG, &one, PREC_F32, B, T), gpt_cpu_head_act_bytes(&CFG, B, T));
 	CU_ASSERT_EQUAL(gpt_tp_scratch_bytes(&CFG, &one, B, T), gpt_cpu_scratch_bytes(&CFG, B, T));
 }
 
@@ -494,8 +512,24 @@ static void test_check(void)
 
 /* ---- one block ---- */
 
+/* n fp32 values as a new dt array (rounded; a copy at fp32) */
+static void *as_type(const float *x, size_t n, PrecisionType dt)
+{
+	void *y = rank_alloc(n * precision_bytes(dt));
+	ops16_round(dt, y, x, n);
+	return y;
+}
+
+/* n dt values back to fp32, into y */
+static void widen_into(float *y, const void *x, size_t n, PrecisionType dt)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = precision_load(x, i, dt);
+}
+
 typedef struct BlockCase {
-	const float *whole, *x, *dy;
+	PrecisionType dt;
+	const float *whole, *x, *dy; /* fp32; the units see them rounded to dt */
 	float *y[MAX_T], *dx[MAX_T], *grads[MAX_T];
 } BlockCase;
 
@@ -504,80 +538,134 @@ static void block_body(Group *grp, const GptTp *tp)
 {
 	BlockCase *k = grp->data;
 	const GptConfig *c = &CFG;
+	PrecisionType dt = k->dt;
 	int r = tp->r, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * c->C, row0 = tp->sp ? (size_t)r * rc : 0;
-	float *shard = rank_alloc(gpt_tp_unit_params(c, tp->t, 1) * sizeof(float));
-	float *acts = rank_alloc(gpt_tp_block_act_bytes(c, tp, B, T));
+	size_t np = gpt_tp_unit_params(c, tp->t, 1);
+	float *shard = rank_alloc(np * sizeof(float));
+	void *acts = rank_alloc(gpt_tp_block_act_bytes(c, tp, dt, B, T));
 	float *scratch = rank_alloc(gpt_tp_scratch_bytes(c, tp, B, T));
 	gpt_tp_shard_unit(c, tp->t, r, 1, k->whole, shard);
+	void *p = as_type(shard, np, dt), *x = as_type(k->x + row0, rc, dt);
+	void *y = r % 2 ? x : rank_alloc(rc * precision_bytes(dt));
+	gpt_tp_block_forward(c, tp, dt, B, T, p, x, y, acts, scratch);
+	widen_into(k->y[r], y, rc, dt);
 	if (r % 2) {
-		memcpy(k->y[r], k->x + row0, rc * sizeof(float));
-		gpt_tp_block_forward(c, tp, B, T, shard, k->y[r], k->y[r], acts, scratch);
 		memcpy(k->dx[r], k->dy + row0, rc * sizeof(float));
-		gpt_tp_block_backward(c, tp, B, T, shard, k->grads[r], acts, k->dx[r], k->dx[r],
+		gpt_tp_block_backward(c, tp, dt, B, T, p, k->grads[r], acts, k->dx[r], k->dx[r],
 				      scratch);
 	} else {
-		gpt_tp_block_forward(c, tp, B, T, shard, k->x + row0, k->y[r], acts, scratch);
-		gpt_tp_block_backward(c, tp, B, T, shard, k->grads[r], acts, k->dy + row0, k->dx[r],
+		gpt_tp_block_backward(c, tp, dt, B, T, p, k->grads[r], acts, k->dy + row0, k->dx[r],
 				      scratch);
+		free(y);
 	}
-	free(shard), free(acts), free(scratch);
+	free(shard), free(acts), free(scratch), free(p), free(x);
 }
 
-/* One block on t = 1, 2, 4 ranks, with and without sp, against gpt_cpu_block_forward and
- * _backward on the whole tensors: outputs, input gradients and every parameter gradient
- * (reassembled), bit for bit at t = 1. The collectives each rank makes are the header's list: per
- * branch forward one all-reduce of N C (sp: an all-gather of N C / t and a reduce-scatter to
- * N C / t), backward one all-reduce (sp: two all-gathers, dy's and the norm output's, and a
- * reduce-scatter). */
+/* The unsplit block in dt on the whole tensors: gpt_cpu's in fp32, gpt16_cpu's in 16-bit (on the
+ * same values rounded to dt). */
+static void block_reference(PrecisionType dt, const float *whole, const float *x, const float *dy,
+			    float *y, float *dx, float *grads)
+{
+	const GptConfig *c = &CFG;
+	size_t nc = (size_t)N * c->C, np = gpt_cpu_unit_params(c, 1);
+	float *scratch = alloc_floats(gpt_cpu_scratch_bytes(c, B, T) / sizeof(float));
+	if (dt == PREC_F32) {
+		float *acts = alloc_floats(gpt_cpu_block_acts(c, B, T).total_elems);
+		gpt_cpu_block_forward(c, B, T, whole, x, y, acts);
+		gpt_cpu_block_backward(c, B, T, whole, grads, acts, dy, dx, scratch);
+		free(acts);
+	} else {
+		void *p = as_type(whole, np, dt), *x16 = as_type(x, nc, dt);
+		void *y16 = rank_alloc(nc * precision_bytes(dt));
+		void *acts = rank_alloc(gpt16_block_act_bytes(c, dt, B, T));
+		gpt16_block_forward(c, dt, B, T, p, x16, y16, acts);
+		widen_into(y, y16, nc, dt);
+		gpt16_block_backward(c, dt, B, T, p, grads, acts, dy, dx, scratch);
+		free(p), free(x16), free(y16), free(acts);
+	}
+	free(scratch);
+}
+
+/* How far a split block in bf16 may sit from the unsplit one, relative to each tensor's largest
+ * value (u = 2^-8). Splitting now also rounds: each rank's partial product of a row-split layer
+ * is rounded to bf16 before the reduction, which rounds again at each of its t - 1 additions (the
+ * unsplit layer rounds its sum once), and so does each column-split layer's input-gradient
+ * partial sum: 2t - 1 roundings, each within u of a partial sum no larger than a few times the
+ * result (random signed terms), against 1. The block's output carries that through one
+ * residual addition (rounded), its input gradient through the norms' backward (condition O(1) on
+ * these O(1) inputs): 4 t u, twice the 2t roundings. A parameter gradient is a product of a
+ * perturbed gradient and an activation, summed over N = 16 rows with cancellation up to
+ * sqrt(N) = 4: 16 t u. A wrong shard, head or offset moves a tensor by O(1) of its scale, which
+ * even t = 4's 0.25 catches. Measured: at most 3.8 u on outputs, 1.4 u on parameter gradients. */
+static double bf16_tol(int t, int params)
+{
+	return (params ? 16.0 : 4.0) * t * 0x1p-8;
+}
+
+/* One block on t = 1, 2, 4 ranks, with and without sp, against the unsplit block on the whole
+ * tensors (block_reference): outputs, input gradients and every parameter gradient
+ * (reassembled), bit for bit at t = 1 (in bf16 too: a group of one rounds nothing to cross it, so
+ * it runs gpt16_block's operations in its order), else within TP_TOL in fp32 and bf16_tol in
+ * bf16. The collectives each rank makes are the header's list: per branch forward one all-reduce
+ * of N C (sp: an all-gather of N C / t and a reduce-scatter to N C / t), backward one all-reduce
+ * (sp: two all-gathers, dy's and the norm output's, and a reduce-scatter), every one in dt. */
 static void test_block(void)
 {
 	const GptConfig *c = &CFG;
 	size_t nc = (size_t)N * c->C, np = gpt_cpu_unit_params(c, 1);
-	size_t na = gpt_cpu_block_acts(c, B, T).total_elems;
 	float *whole = alloc_floats(np), *x = alloc_floats(nc), *dy = alloc_floats(nc);
-	float *y = alloc_floats(nc), *dx = alloc_floats(nc), *grads = alloc_floats(np);
-	float *acts = alloc_floats(na);
-	float *scratch = alloc_floats(gpt_cpu_scratch_bytes(c, B, T) / sizeof(float));
 	/* random everything, biases and norms too, so that each carries a gradient */
 	fill_random(whole, np, 0.1f, 1);
 	fill_random(x, nc, 1.0f, 2);
 	fill_random(dy, nc, 1.0f, 3);
-	gpt_cpu_block_forward(c, B, T, whole, x, y, acts);
-	gpt_cpu_block_backward(c, B, T, whole, grads, acts, dy, dx, scratch);
 
-	for (int t = 1; t <= MAX_T; t *= 2)
-		for (int sp = 0; sp <= 1; sp++) {
-			BlockCase k = {.whole = whole, .x = x, .dy = dy};
-			size_t rc = sp ? nc / t : nc;
-			for (int r = 0; r < t; r++) {
-				k.y[r] = alloc_floats(rc);
-				k.dx[r] = alloc_floats(rc);
-				k.grads[r] = alloc_floats(gpt_tp_unit_params(c, t, 1));
+	for (int bf = 0; bf <= 1; bf++) {
+		PrecisionType dt = bf ? PREC_BF16 : PREC_F32;
+		float *y = alloc_floats(nc), *dx = alloc_floats(nc), *grads = alloc_floats(np);
+		block_reference(dt, whole, x, dy, y, dx, grads);
+		for (int t = 1; t <= MAX_T; t *= 2)
+			for (int sp = 0; sp <= 1; sp++) {
+				BlockCase k = {.dt = dt, .whole = whole, .x = x, .dy = dy};
+				size_t rc = sp ? nc / t : nc;
+				for (int r = 0; r < t; r++) {
+					k.y[r] = alloc_floats(rc);
+					k.dx[r] = alloc_floats(rc);
+					k.grads[r] = alloc_floats(gpt_tp_unit_params(c, t, 1));
+				}
+				Group grp;
+				run_group(&grp, t, sp, block_body, &k);
+				double tol = t == 1 ? 0 : bf ? bf16_tol(t, 0) : TP_TOL;
+				double ptol = t == 1 ? 0 : bf ? bf16_tol(t, 1) : TP_TOL;
+				for (int r = 0; r < t; r++) {
+					size_t row0 = sp ? r * rc : 0;
+					close_to(bf ? "bf16 block y" : "block y", t, sp, k.y[r], y + row0,
+						 rc, tol);
+					close_to(bf ? "bf16 block dx" : "block dx", t, sp, k.dx[r],
+						 dx + row0, rc, tol);
+				}
+				float *g = alloc_floats(np);
+				assemble(c, t, sp, 1, k.grads, g);
+				GptTensor tn[GPT_CPU_MAX_TENSORS];
+				int nt = gpt_cpu_unit_tensors(c, 1, tn);
+				size_t off = 0;
+				for (int i = 0; i < nt; off += tn[i].numel, i++)
+					close_to(tn[i].name, t, sp, g + off, grads + off, tn[i].numel,
+						 ptol);
+				long calls[N_KINDS] = {sp ? 0 : 4, 0, sp ? 6 : 0, sp ? 4 : 0};
+				size_t elems[N_KINDS] = {sp ? 0 : 4 * nc, 0, sp ? 6 * rc : 0,
+							 sp ? 4 * rc : 0};
+				expect_colls(&grp, "block", calls, elems);
+				for (int r = 0; t > 1 && r < t; r++) /* every element in dt */
+					CU_ASSERT_EQUAL(grp.ranks[r].sim.bytes[0][0],
+							(sp ? 10 * nc : 4 * nc) * precision_bytes(dt));
+				free(g);
+				for (int r = 0; r < t; r++)
+					free(k.y[r]), free(k.dx[r]), free(k.grads[r]);
 			}
-			Group grp;
-			run_group(&grp, t, sp, block_body, &k);
-			double tol = t == 1 ? 0 : TP_TOL;
-			for (int r = 0; r < t; r++) {
-				size_t row0 = sp ? r * rc : 0;
-				close_to("block y", t, sp, k.y[r], y + row0, rc, tol);
-				close_to("block dx", t, sp, k.dx[r], dx + row0, rc, tol);
-			}
-			float *g = alloc_floats(np);
-			assemble(c, t, sp, 1, k.grads, g);
-			GptTensor tn[GPT_CPU_MAX_TENSORS];
-			int nt = gpt_cpu_unit_tensors(c, 1, tn);
-			size_t off = 0;
-			for (int i = 0; i < nt; off += tn[i].numel, i++)
-				close_to(tn[i].name, t, sp, g + off, grads + off, tn[i].numel, tol);
-			long calls[N_KINDS] = {sp ? 0 : 4, 0, sp ? 6 : 0, sp ? 4 : 0};
-			size_t elems[N_KINDS] = {sp ? 0 : 4 * nc, 0, sp ? 6 * rc : 0, sp ? 4 * rc : 0};
-			expect_colls(&grp, "block", calls, elems);
-			free(g);
-			for (int r = 0; r < t; r++)
-				free(k.y[r]), free(k.dx[r]), free(k.grads[r]);
-		}
-	free(whole), free(x), free(dy), free(y), free(dx), free(grads), free(acts), free(scratch);
+		free(y), free(dx), free(grads);
+	}
+	free(whole), free(x), free(dy);
 }
 
 /* ---- embeddings and the tied head ---- */
@@ -597,19 +685,19 @@ static void ends_body(Group *grp, const GptTp *tp)
 	size_t rc = (size_t)R * c->C, nv = (size_t)N * (c->V / t);
 	float *emb = rank_alloc(gpt_tp_unit_params(c, t, 0) * sizeof(float));
 	float *head = rank_alloc(gpt_tp_unit_params(c, t, c->L + 1) * sizeof(float));
-	float *acts = rank_alloc(gpt_tp_head_act_bytes(c, tp, B, T));
+	float *acts = rank_alloc(gpt_tp_head_act_bytes(c, tp, PREC_F32, B, T));
 	float *scratch = rank_alloc(gpt_tp_scratch_bytes(c, tp, B, T));
 	gpt_tp_shard_unit(c, t, r, 0, k->emb, emb);
 	gpt_tp_shard_unit(c, t, r, c->L + 1, k->head, head);
-	gpt_tp_embed_forward(c, tp, B, T, emb, k->tok, k->y[r], scratch);
-	k->loss[r] = gpt_tp_head_forward(c, tp, B, T, head, emb, k->y[r], k->tgt, acts, scratch);
-	memcpy(k->probs[r], gpt_tp_head_probs(c, tp, B, T, acts), nv * sizeof(float));
-	gpt_tp_head_backward(c, tp, B, T, head, emb, k->g_head[r], k->g_emb[r], acts, k->tgt, 1.0f,
+	gpt_tp_embed_forward(c, tp, PREC_F32, B, T, emb, k->tok, k->y[r], scratch);
+	k->loss[r] = gpt_tp_head_forward(c, tp, PREC_F32, B, T, head, emb, k->y[r], k->tgt, acts, scratch);
+	memcpy(k->probs[r], gpt_tp_head_probs(c, tp, PREC_F32, B, T, acts), nv * sizeof(float));
+	gpt_tp_head_backward(c, tp, PREC_F32, B, T, head, emb, k->g_head[r], k->g_emb[r], acts, k->tgt, 1.0f,
 			     k->dx[r], scratch);
 	/* the head's input gradient goes to the embeddings directly: dwte gets both uses */
 	float *dy = rank_alloc(rc * sizeof(float));
 	memcpy(dy, k->dx[r], rc * sizeof(float));
-	gpt_tp_embed_backward(c, tp, B, T, k->g_emb[r], k->tok, dy, scratch);
+	gpt_tp_embed_backward(c, tp, PREC_F32, B, T, k->g_emb[r], k->tok, dy, scratch);
 	free(emb), free(head), free(acts), free(scratch), free(dy);
 }
 
@@ -703,7 +791,8 @@ static void test_ends(void)
 /* ---- the whole model ---- */
 
 typedef struct ModelCase {
-	const float *params; /* whole, gpt_cpu's flat layout */
+	PrecisionType dt;
+	const float *params; /* whole, gpt_cpu's flat layout, fp32: the units see them in dt */
 	const int *tok, *tgt;
 	float loss[MAX_T];
 	float *grads[MAX_T][8]; /* per rank, per unit: the shard's gradient */
@@ -714,47 +803,54 @@ static void model_body(Group *grp, const GptTp *tp)
 {
 	ModelCase *k = grp->data;
 	const GptConfig *c = &CFG;
+	PrecisionType dt = k->dt;
 	int r = tp->r, t = tp->t, nu = gpt_cpu_n_units(c), R = gpt_tp_rows(tp, B, T);
-	size_t rc = (size_t)R * c->C, na = gpt_tp_block_acts(c, tp, B, T).total_elems;
-	float *p[8];
+	size_t rc = (size_t)R * c->C, na = gpt_tp_block_act_bytes(c, tp, dt, B, T);
+	void *p[8];
 	for (int u = 0; u < nu; u++) {
-		p[u] = rank_alloc(gpt_tp_unit_params(c, t, u) * sizeof(float));
-		gpt_tp_shard_unit(c, t, r, u, k->params + gpt_cpu_unit_offset(c, u), p[u]);
+		size_t n = gpt_tp_unit_params(c, t, u);
+		float *shard = rank_alloc(n * sizeof(float));
+		gpt_tp_shard_unit(c, t, r, u, k->params + gpt_cpu_unit_offset(c, u), shard);
+		p[u] = as_type(shard, n, dt);
+		free(shard);
 	}
-	float *acts = rank_alloc(c->L * na * sizeof(float));
-	float *hacts = rank_alloc(gpt_tp_head_act_bytes(c, tp, B, T));
+	char *acts = (char *)rank_alloc(c->L * na);
+	void *hacts = rank_alloc(gpt_tp_head_act_bytes(c, tp, dt, B, T));
 	float *scratch = rank_alloc(gpt_tp_scratch_bytes(c, tp, B, T));
-	float *x = rank_alloc(rc * sizeof(float)), *dx = rank_alloc(rc * sizeof(float));
+	void *x = rank_alloc(rc * precision_bytes(dt));
+	float *dx = rank_alloc(rc * sizeof(float));
 	SimRank *sim = tp->ctx;
-	gpt_tp_embed_forward(c, tp, B, T, p[0], k->tok, x, scratch);
+	gpt_tp_embed_forward(c, tp, dt, B, T, p[0], k->tok, x, scratch);
 	for (int l = 0; l < c->L; l++) {
 		sim->unit = l + 1;
-		gpt_tp_block_forward(c, tp, B, T, p[l + 1], x, x, acts + l * na, scratch);
+		gpt_tp_block_forward(c, tp, dt, B, T, p[l + 1], x, x, acts + l * na, scratch);
 	}
 	sim->unit = nu - 1;
-	k->loss[r] = gpt_tp_head_forward(c, tp, B, T, p[nu - 1], p[0], x, k->tgt, hacts, scratch);
+	k->loss[r] = gpt_tp_head_forward(c, tp, dt, B, T, p[nu - 1], p[0], x, k->tgt, hacts,
+					 scratch);
 	sim->bwd = 1;
-	gpt_tp_head_backward(c, tp, B, T, p[nu - 1], p[0], k->grads[r][nu - 1], k->grads[r][0],
-			     hacts, k->tgt, 1.0f, dx, scratch);
+	gpt_tp_head_backward(c, tp, dt, B, T, p[nu - 1], p[0], k->grads[r][nu - 1],
+			     k->grads[r][0], hacts, k->tgt, 1.0f, dx, scratch);
 	for (int l = c->L - 1; l >= 0; l--) {
 		sim->unit = l + 1;
-		gpt_tp_block_backward(c, tp, B, T, p[l + 1], k->grads[r][l + 1], acts + l * na, dx,
-				      dx, scratch);
+		gpt_tp_block_backward(c, tp, dt, B, T, p[l + 1], k->grads[r][l + 1], acts + l * na,
+				      dx, dx, scratch);
 	}
 	sim->unit = 0;
-	gpt_tp_embed_backward(c, tp, B, T, k->grads[r][0], k->tok, dx, scratch);
+	gpt_tp_embed_backward(c, tp, dt, B, T, k->grads[r][0], k->tok, dx, scratch);
 	for (int u = 0; u < nu; u++)
 		free(p[u]);
 	free(acts), free(hacts), free(scratch), free(x), free(dx);
 }
 
 /* The tensor-parallel collectives engine/build.c's schedule states for this model at the group's
- * t (one micro-batch of B sequences of T tokens, no recompute), in elements by unit and
- * direction, against what every rank of grp made. The head's three all-reduces of N values are
- * Megatron's (the max, the target logits, the sums). Compared without sequence parallelism
- * here; under it the executor matches every kernel call to the schedule's op, kind and size, or
- * stops (exec/runner_tp.c), which the tp suite runs at t = 2 and 4. */
-static void expect_schedule(const Group *grp)
+ * t (one micro-batch of B sequences of T tokens, no recompute; bf16 training when dt is), in
+ * elements and bytes by unit and direction, against what every rank of grp made. The head's
+ * three all-reduces of N values are Megatron's (the max, the target logits, the sums), fp32 in
+ * either type; every other collective moves dt. Compared without sequence parallelism here;
+ * under it the executor matches every kernel call to the schedule's op, kind, size and element
+ * size, or stops (exec/runner_tp.c), which the tp suite runs at t = 2 and 4. */
+static void expect_schedule(const Group *grp, PrecisionType dt)
 {
 	Scenario sc;
 	Prediction pr;
@@ -762,13 +858,13 @@ static void expect_schedule(const Group *grp)
 			"\"n_embd\": %d, \"n_layer\": %d, \"n_head\": %d, \"n_positions\": %d, "
 			"\"vocab_size\": %d, \"attn_pdrop\": 0, \"resid_pdrop\": 0, "
 			"\"embd_pdrop\": 0}, \"deepspeed\": {\"train_batch_size\": %d, "
-			"\"train_micro_batch_size_per_gpu\": %d, \"zero_optimization\": "
-			"{\"stage\": 0}}, \"cluster\": {\"gpu\": \"H100-SXM\", "
+			"\"train_micro_batch_size_per_gpu\": %d, \"bf16\": {\"enabled\": %s}, "
+			"\"zero_optimization\": {\"stage\": 0}}, \"cluster\": {\"gpu\": \"H100-SXM\", "
 			"\"gpus_per_node\": %d, \"nodes\": 1}, \"seq_length\": %d, "
 			"\"parallelism\": {\"tp\": %d}}", CFG.C, CFG.L, CFG.NH, CFG.max_T, CFG.V, B,
-			B, grp->t, T, grp->t))
+			B, dt == PREC_BF16 ? "true" : "false", grp->t, T, grp->t))
 		return;
-	size_t want[8][2] = {{0}};
+	size_t want[8][2] = {{0}}, want_bytes[8][2] = {{0}};
 	const Schedule *s = &pr.stages[0].sched;
 	for (int i = s->step_begin; i < s->n; i++) {
 		const Op *op = &s->ops[i];
@@ -777,35 +873,63 @@ static void expect_schedule(const Group *grp)
 			continue;
 		CU_ASSERT(op->role == ROLE_FORWARD || op->role == ROLE_BACKWARD);
 		CU_ASSERT_EQUAL(op->sub, COLL_ALL_REDUCE);
-		CU_ASSERT_EQUAL(op->elem_bytes, 4);
 		want[op->unit][op->role == ROLE_BACKWARD] += (size_t)op->elems;
+		want_bytes[op->unit][op->role == ROLE_BACKWARD] += (size_t)op->elems * op->elem_bytes;
 	}
 	/* by hand: N C = 512 each block all-reduce (2 a direction), the embeddings' N C forward,
-	 * the head's 3 N = 48 forward and N C backward */
+	 * the head's 3 N = 48 forward and N C backward; in bytes, d N C each and 4 bytes each of
+	 * the head's 48 */
+	size_t d = precision_bytes(dt);
 	CU_ASSERT_EQUAL(want[1][0], 2 * N * CFG.C);
 	CU_ASSERT_EQUAL(want[3][0], 3 * N);
+	CU_ASSERT_EQUAL(want_bytes[1][1], 2 * N * CFG.C * d);
+	CU_ASSERT_EQUAL(want_bytes[3][0], 3 * N * 4);
+	CU_ASSERT_EQUAL(want_bytes[3][1], N * CFG.C * d);
 	for (int r = 0; r < grp->t; r++)
 		for (int u = 0; u < gpt_cpu_n_units(&CFG); u++)
-			for (int d = 0; d < 2; d++) {
-				size_t got = grp->ranks[r].sim.payload[u][d];
-				if (got != want[u][d])
-					fprintf(stderr, "\nt = %d rank %d unit %d %s: %zu elements, "
-						"the schedule %zu", grp->t, r, u, d ? "backward" :
-						"forward", got, want[u][d]);
-				CU_ASSERT_EQUAL(got, want[u][d]);
+			for (int k = 0; k < 2; k++) {
+				const SimRank *sim = &grp->ranks[r].sim;
+				if (sim->payload[u][k] != want[u][k] || sim->bytes[u][k] != want_bytes[u][k])
+					fprintf(stderr, "\nt = %d rank %d unit %d %s: %zu elements in %zu "
+						"bytes, the schedule %zu in %zu", grp->t, r, u,
+						k ? "backward" : "forward", sim->payload[u][k],
+						sim->bytes[u][k], want[u][k], want_bytes[u][k]);
+				CU_ASSERT_EQUAL(sim->payload[u][k], want[u][k]);
+				CU_ASSERT_EQUAL(sim->bytes[u][k], want_bytes[u][k]);
 			}
 	fx_free(&sc, &pr);
 }
 
+/* One model's loss and gradients (ModelCase's, on ranks of t) */
+static void run_model(ModelCase *k, Group *grp, int t, int sp)
+{
+	for (int r = 0; r < t; r++)
+		for (int u = 0; u < gpt_cpu_n_units(&CFG); u++)
+			k->grads[r][u] = alloc_floats(gpt_tp_unit_params(&CFG, t, u));
+	run_group(grp, t, sp, model_body, k);
+}
+
+static void free_model(ModelCase *k, int t)
+{
+	for (int r = 0; r < t; r++)
+		for (int u = 0; u < gpt_cpu_n_units(&CFG); u++)
+			free(k->grads[r][u]);
+}
+
 /* Two blocks between the embeddings and the tied head, at GPT-2's init plus noise, on t = 2 and 4
- * ranks with and without sp, against gpt_cpu_forward and _backward: the loss and every unit's
- * gradient, reassembled; without sp, the collectives against engine/build.c's schedule. */
+ * ranks with and without sp. In fp32 against gpt_cpu_forward and _backward: the loss (the file's
+ * bound) and every unit's gradient, reassembled, within TP_TOL. In bf16 against the same units
+ * on one rank (which the block test holds to gpt16_cpu's bits): the loss within 8 t u_bf16
+ * absolute (each of the 2 t roundings of a split sum moves the logits by u of their O(1) scale,
+ * and the loss by as much; measured at most 0.46 u) and the gradients within bf16_tol's parameter
+ * bound (measured at most 3.4 u).
+ * Without sp, every collective against engine/build.c's schedule in elements and bytes. */
 static void test_whole_model(void)
 {
 	const GptConfig *c = &CFG;
 	int nu = gpt_cpu_n_units(c);
 	size_t n = gpt_cpu_n_params(c);
-	float *params = alloc_floats(n), *grads = alloc_floats(n), *noise = alloc_floats(n);
+	float *params = alloc_floats(n), *noise = alloc_floats(n);
 	int tok[N], tgt[N];
 	gpt_cpu_init(c, params, 5);
 	fill_random(noise, n, 0.1f, 6);
@@ -813,50 +937,62 @@ static void test_whole_model(void)
 		params[i] += noise[i];
 	random_tokens(tok, N, c->V, 7);
 	random_tokens(tgt, N, c->V, 8);
-	GptCpuBuffers buf;
-	PxError err = {0};
-	CU_ASSERT_EQUAL_FATAL(gpt_cpu_buffers_init(&buf, c, B, T, &err), 0);
-	float loss = gpt_cpu_forward(&buf, params, tok, tgt);
-	gpt_cpu_backward(&buf, params, grads, tok, tgt, 1.0f);
 
-	for (int t = 2; t <= MAX_T; t *= 2)
-		for (int sp = 0; sp <= 1; sp++) {
-			ModelCase k = {.params = params, .tok = tok, .tgt = tgt};
-			for (int r = 0; r < t; r++)
-				for (int u = 0; u < nu; u++)
-					k.grads[r][u] = alloc_floats(gpt_tp_unit_params(c, t, u));
-			Group grp;
-			run_group(&grp, t, sp, model_body, &k);
-			for (int r = 0; r < t; r++) {
-				double tol = 8 * (t + 1) * U + 2 * U * fabs(loss);
-				if (fabs(k.loss[r] - loss) > tol)
-					fprintf(stderr, "\nmodel loss at t = %d, sp = %d: %.9g, want %.9g",
-						t, sp, k.loss[r], loss);
-				CU_ASSERT(fabs(k.loss[r] - loss) <= tol);
-			}
-			for (int u = 0; u < nu; u++) {
-				float *shards[MAX_T];
-				for (int r = 0; r < t; r++)
-					shards[r] = k.grads[r][u];
-				size_t nun = gpt_cpu_unit_params(c, u), off = gpt_cpu_unit_offset(c, u);
-				float *g = alloc_floats(nun);
-				assemble(c, t, sp, u, shards, g);
-				GptTensor tn[GPT_CPU_MAX_TENSORS];
-				int nt = gpt_cpu_unit_tensors(c, u, tn);
-				size_t o = 0;
-				for (int i = 0; i < nt; o += tn[i].numel, i++)
-					close_to(tn[i].name, t, sp, g + o, grads + off + o, tn[i].numel,
-						 TP_TOL);
-				free(g);
-			}
-			if (!sp)
-				expect_schedule(&grp);
-			for (int r = 0; r < t; r++)
-				for (int u = 0; u < nu; u++)
-					free(k.grads[r][u]);
+	for (int bf = 0; bf <= 1; bf++) {
+		PrecisionType dt = bf ? PREC_BF16 : PREC_F32;
+		float *grads = alloc_floats(n), loss;
+		ModelCase ref = {.dt = dt, .params = params, .tok = tok, .tgt = tgt};
+		Group grp;
+		if (bf) { /* the unsplit units in bf16: t = 1 */
+			run_model(&ref, &grp, 1, 0);
+			loss = ref.loss[0];
+			for (int u = 0; u < nu; u++)
+				memcpy(grads + gpt_cpu_unit_offset(c, u), ref.grads[0][u],
+				       gpt_cpu_unit_params(c, u) * sizeof(float));
+			free_model(&ref, 1);
+		} else {
+			GptCpuBuffers buf;
+			PxError err = {0};
+			CU_ASSERT_EQUAL_FATAL(gpt_cpu_buffers_init(&buf, c, B, T, &err), 0);
+			loss = gpt_cpu_forward(&buf, params, tok, tgt);
+			gpt_cpu_backward(&buf, params, grads, tok, tgt, 1.0f);
+			gpt_cpu_buffers_free(&buf);
 		}
-	gpt_cpu_buffers_free(&buf);
-	free(params), free(grads), free(noise);
+		for (int t = 2; t <= MAX_T; t *= 2)
+			for (int sp = 0; sp <= 1; sp++) {
+				ModelCase k = {.dt = dt, .params = params, .tok = tok, .tgt = tgt};
+				run_model(&k, &grp, t, sp);
+				double tol = bf ? 8 * t * 0x1p-8 : 8 * (t + 1) * U + 2 * U * fabs(loss);
+				for (int r = 0; r < t; r++) {
+					if (fabs(k.loss[r] - loss) > tol)
+						fprintf(stderr, "\nmodel loss (%s) at t = %d, sp = %d: "
+							"%.9g, want %.9g", bf ? "bf16" : "fp32", t, sp,
+							k.loss[r], loss);
+					CU_ASSERT(fabs(k.loss[r] - loss) <= tol);
+				}
+				for (int u = 0; u < nu; u++) {
+					float *shards[MAX_T];
+					for (int r = 0; r < t; r++)
+						shards[r] = k.grads[r][u];
+					size_t nun = gpt_cpu_unit_params(c, u);
+					size_t off = gpt_cpu_unit_offset(c, u);
+					float *g = alloc_floats(nun);
+					assemble(c, t, sp, u, shards, g);
+					GptTensor tn[GPT_CPU_MAX_TENSORS];
+					int nt = gpt_cpu_unit_tensors(c, u, tn);
+					size_t o = 0;
+					for (int i = 0; i < nt; o += tn[i].numel, i++)
+						close_to(tn[i].name, t, sp, g + o, grads + off + o,
+							 tn[i].numel, bf ? bf16_tol(t, 1) : TP_TOL);
+					free(g);
+				}
+				if (!sp)
+					expect_schedule(&grp, dt);
+				free_model(&k, t);
+			}
+		free(grads);
+	}
+	free(params), free(noise);
 }
 
 int test_tp_kernels_register(void)
@@ -865,7 +1001,7 @@ int test_tp_kernels_register(void)
 			    {"sharded init equals the whole init's shard", test_shard_init},
 			    {"saved activations against engine/activ.c", test_activation_bytes},
 			    {"refusals", test_check},
-			    {"block on 1, 2, 4 ranks against gpt_cpu", test_block},
+			    {"block on 1, 2, 4 ranks, fp32 and bf16", test_block},
 			    {"embeddings and tied head against gpt_cpu", test_ends},
-			    {"two-block model on 2, 4 ranks against gpt_cpu", test_whole_model});
+			    {"two-block model on 2, 4 ranks, fp32 and bf16", test_whole_model});
 }
