@@ -339,14 +339,16 @@ out:
 
 /* ---- the run ---- */
 
-/* One JSON object on one line: the losses, and rank 0's predicted and measured metrics. */
+/* One JSON object on one line: the losses and the global gradient norms before clipping (step by
+ * step, from first), and rank 0's predicted and measured metrics. */
 static void print_json(const Scenario *sc, const Prediction *pr, const double *all, int size,
-		       long first, int steps, const double *losses, double step_s)
+		       long first, int steps, const double *losses, const double *norms,
+		       double step_s)
 {
 	Metric m[METRICS_MAX];
 	char names[MEAS_N][64];
 	DbMetric *rows = calloc((size_t)MEAS_N, sizeof(*rows));
-	cJSON *j = cJSON_CreateObject(), *l = cJSON_CreateArray();
+	cJSON *j = cJSON_CreateObject(), *l = cJSON_CreateArray(), *g = cJSON_CreateArray();
 	cJSON *pj = cJSON_CreateObject(), *mj = cJSON_CreateObject();
 	int n = metrics_collect(pr, 0, m);
 	for (int i = 0; i < n; i++)
@@ -355,13 +357,16 @@ static void print_json(const Scenario *sc, const Prediction *pr, const double *a
 	int k = rows ? run_measured_rows(all, 0, 1, steps, rows, names) : 0;
 	for (int i = 0; i < k; i++)
 		cJSON_AddNumberToObject(mj, rows[i].name, rows[i].value);
-	for (long s = first; s <= steps; s++)
+	for (long s = first; s <= steps; s++) {
 		cJSON_AddItemToArray(l, cJSON_CreateNumber(losses[s - 1]));
+		cJSON_AddItemToArray(g, cJSON_CreateNumber(norms[s - 1]));
+	}
 	cJSON_AddStringToObject(j, "scenario", sc->name);
 	cJSON_AddNumberToObject(j, "ranks", size);
 	cJSON_AddNumberToObject(j, "first_step", (double)first);
 	cJSON_AddNumberToObject(j, "steps", steps);
 	cJSON_AddItemToObject(j, "losses", l);
+	cJSON_AddItemToObject(j, "grad_norms", g);
 	cJSON_AddNumberToObject(j, "step_s", step_s);
 	cJSON_AddItemToObject(j, "predicted", pj);
 	cJSON_AddItemToObject(j, "measured", mj);
@@ -688,12 +693,13 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	DataSource data = {0};
 	int rank = comm_rank(world), size = comm_size(world), rc = -1;
 	double *losses = calloc((size_t)o->steps, sizeof(double));
+	double *norms = calloc((size_t)o->steps, sizeof(double));
 	const ComputeBackend *cb = compute_backend_find(o->backend);
 	void *cx = NULL, *extra = NULL;
 	RunMarks clk = {0};
 	char notes[512];
 
-	if (!losses) {
+	if (!losses || !norms) {
 		px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto out_free;
 	}
@@ -774,6 +780,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			run_clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
 		run_clock_step(&clk, run, dt, res.onebit_step);
 		losses[s - 1] = res.loss;
+		norms[s - 1] = res.grad_norm;
 		beacon_put(o, run, world, &clk);
 		if (rank == 0 && !o->json)
 			printf("step %4ld  loss %.4f  lr %.3g  %8.1f ms  %9.0f tokens/s%s\n", s, res.loss,
@@ -808,7 +815,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (!o->no_db)
 			rc = store_runs(o, &sc, &pr, all, 0, size, ran, "ok", notes, err);
 		if (o->json)
-			print_json(&sc, &pr, all, size, first, o->steps, losses, run_clock_step_s(&clk));
+			print_json(&sc, &pr, all, size, first, o->steps, losses, norms,
+				   run_clock_step_s(&clk));
 	}
 	free(all);
 out_run:
@@ -828,6 +836,7 @@ out_predict:
 	scenario_free(&sc);
 out_free:
 	free(losses);
+	free(norms);
 	return rc;
 }
 

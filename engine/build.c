@@ -990,6 +990,11 @@ static void optimizer_step(Builder *b)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_TP, -1, 1, 4, -1, 0);
 	if (clip)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_PP, -1, 1, 4, -1, 0);
+	/* fp32 without ZeRO the engine clips itself (engine.py clip_fp32_gradients): its
+	 * clip_grad_norm_ (runtime/utils.py) then averages the ranks' norms over the data-parallel
+	 * group, MoE or not */
+	if (clip && p->stage == 0 && !p->mixed)
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
 
 	/* the fp32 gradients the optimizer reads (FP16_Optimizer's flat of them), made before a
 	 * 1-bit optimizer's step, which exchanges the momentum they update. DeepSpeed's ZeRO

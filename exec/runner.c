@@ -742,16 +742,22 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	if (!c)
 		return -1;
 	if (op->role == ROLE_OVERFLOW || op->role == ROLE_GRAD_NORM) {
-		/* over the data-parallel group, then the pipeline's: each from the last's result */
-		float x = op->role == ROLE_OVERFLOW ?
-			(float)(r->have_overflow ? r->overflow : runner_local_overflow(r)) :
-			(float)(r->have_norm ? r->sumsq : runner_local_sumsq(r));
+		/* over the data-parallel group, then the pipeline's: each from the last's result;
+		 * at stage 0 the data-parallel one comes last and averages the ranks' norms
+		 * (runtime/utils.py clip_grad_norm_: each rank's norm over the group size, summed),
+		 * which differ where the gradients were not all-reduced (1-bit compressed steps) or
+		 * hold different experts */
+		int mean = op->role == ROLE_GRAD_NORM && op->group == GROUP_DP && p->stage == 0;
+		double local = op->role == ROLE_OVERFLOW ?
+			(r->have_overflow ? r->overflow : runner_local_overflow(r)) :
+			(r->have_norm ? r->sumsq : runner_local_sumsq(r));
+		float x = (float)(mean ? sqrt(local) / (double)comm_size(c) : local);
 		if (all_reduce_scalar(r, c, &x, op->role == ROLE_OVERFLOW ? COMM_MAX : COMM_SUM, err))
 			return -1;
 		if (op->role == ROLE_OVERFLOW)
 			r->overflow = x != 0, r->have_overflow = 1;
 		else
-			r->sumsq = x, r->have_norm = 1;
+			r->sumsq = mean ? (double)x * x : x, r->have_norm = 1;
 		return 0;
 	}
 	if (runner_zpp_is_gather(r, op))

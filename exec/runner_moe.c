@@ -30,10 +30,6 @@ const char *runner_moe_supported(const Plan *p)
 	if (p->stage == 2 && p->edp > 1)
 		return "MoE blocks at ZeRO stage 2 with ep equal to the data-parallel size (the "
 		       "schedule's expert reduce-scatters over edp > 1 name no buffer)";
-	if (p->stage == 0 && sc->ds.gradient_clipping > 0)
-		return "MoE blocks at ZeRO stage 0 without gradient_clipping (DeepSpeed averages each "
-		       "rank's norm over the data-parallel group, runtime/utils.py clip_grad_norm_; "
-		       "the schedule has no such all-reduce)";
 	if (m->top_k > 2 || m->experts > 64)
 		return "top-1 or top-2 gating of at most 64 experts";
 	if (!q->drop_tokens)

@@ -128,7 +128,8 @@ float runner_grad_factor(Runner *r, double *norm)
 {
 	if (!r->have_factor) {
 		/* a 1-bit compressed step's gradients were not summed over the ranks (DeepSpeed's
-		 * enable_backward_allreduce off): this rank's own, clipped by their own norm */
+		 * enable_backward_allreduce off): this rank's own, clipped by the ranks' norms
+		 * averaged (stage 0's norm all-reduce, runner.c collective) */
 		int summed = !(r->onebit && r->step_kind != ONEBIT_FULL);
 		double sumsq = r->have_norm ? r->sumsq : runner_local_sumsq(r);
 		double unscale = 1.0 / (r->loss_scale * (summed ? (double)r->n : 1.0));

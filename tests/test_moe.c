@@ -573,6 +573,55 @@ static void test_run_measured(void)
 	}
 }
 
+/* At ZeRO stage 0 in fp32 DeepSpeed's engine clips the gradients itself (engine.py
+ * clip_fp32_gradients), and runtime/utils.py's clip_grad_norm_ averages the ranks' norms over the
+ * data-parallel group: with experts each rank's norm n_r = sqrt(D^2 + E_r^2) counts the dense
+ * gradients D (the same on every rank) and its own experts' E_r, so the average lies below the
+ * norm of all the gradients at stage 1, G = sqrt(D^2 + E_0^2 + E_1^2) (ep 2: two groups of
+ * experts, each counted once), and above G / 2 (n_0 + n_1 >= sqrt(n_0^2 + n_1^2) >= G). A norm
+ * that summed the ranks' squares instead would exceed G. Every rank's memory and bytes equal the
+ * prediction, whose all-reduces now hold that norm's 4 bytes; and clipping acts: step 3's norm
+ * is the first above 1.0 (0.79, 0.78, 1.003 measured), so the losses equal the unclipped run's
+ * through step 3 and leave it at step 4. */
+static void test_run_stage0_clipping(void)
+{
+	enum { S = 4 };
+	double norm[2][S], loss[2][S], free_loss[S];
+	for (int k = 0; k < 3; k++) {
+		char args[1024];
+		snprintf(args, sizeof(args), "run '%s' --no-db --json --ranks 4 --steps %d --set "
+			 "moe.ep_size=2 --set deepspeed.zero_optimization.stage=%d%s", moe_scenario(),
+			 S, k == 1 ? 1 : 0, k == 2 ? " --set deepspeed.gradient_clipping=0" : "");
+		cJSON *j = px_run_json(args);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+		const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "grad_norms");
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "losses");
+		CU_ASSERT_FATAL(cJSON_GetArraySize(g) == S && cJSON_GetArraySize(l) == S);
+		for (int s = 0; s < S; s++) {
+			double n = cJSON_GetArrayItem(g, s)->valuedouble;
+			double x = cJSON_GetArrayItem(l, s)->valuedouble;
+			if (k < 2)
+				norm[k][s] = n, loss[k][s] = x;
+			else
+				free_loss[s] = x;
+		}
+		cJSON_Delete(j);
+	}
+	for (int s = 0; s < S; s++) {
+		if (!(norm[0][s] < norm[1][s] && norm[0][s] >= norm[1][s] / 2))
+			fprintf(stderr, "\nstep %d: stage 0's norm %.7g, stage 1's %.7g\n", s + 1,
+				norm[0][s], norm[1][s]);
+		CU_ASSERT(norm[0][s] < norm[1][s] && norm[0][s] >= norm[1][s] / 2);
+	}
+	CU_ASSERT(norm[0][1] < 1.0 && norm[0][2] > 1.0); /* clipping starts at step 3's update */
+	CU_ASSERT_EQUAL(loss[0][2], free_loss[2]);
+	CU_ASSERT(loss[0][3] != free_loss[3]);
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set moe.ep_size=2 --set "
+		 "deepspeed.zero_optimization.stage=0", moe_scenario());
+	sqlite3_close(px_run_measured(args, 4));
+}
+
 /* What the executor does not run yet is refused before anything starts, exit 2, naming it. */
 static void test_run_refusals(void)
 {
@@ -584,7 +633,6 @@ static void test_run_refusals(void)
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "ep equal to the data-parallel size"},
 		{2, "--set moe.use_rts=true", "without random token selection"},
-		{2, "--set deepspeed.zero_optimization.stage=0", "without gradient_clipping"},
 		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
 		{2, "--set deepspeed.bf16.enabled=true", "in fp32 only"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
@@ -611,5 +659,7 @@ int test_moe_register(void)
 			    {"ep 2 against one rank, bit for bit", test_expert_parallel},
 			    {"run: losses against one rank", test_run_losses, PX_RELEASE_RUN},
 			    {"run: memory and traffic against the prediction", test_run_measured, PX_RELEASE_RUN},
-			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN});
+			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
+			    {"run: stage 0 clips by the ranks' norms averaged", test_run_stage0_clipping,
+			     PX_RELEASE_RUN});
 }

@@ -498,14 +498,17 @@ static void run_bytes(int ranks, const char *extra, double all_to_all, double al
  * padded over 4 ranks (to a multiple of 4 lcm(4, 8) = 32). Per compressed step a rank issues the
  * signs once in each phase, 842,496 / 8 = 105,312 B (an all-to-all, then an all-gather), and two
  * all-gathers of 4 x 4 B of scales per tensor: 105,312 + 52 x 2 x 16 = 106,976 B of all-gathers.
- * The warm-up steps all-reduce the fp32 gradients, 4 x 842,496 = 3,369,984 B. The optimizer's
+ * The warm-up steps all-reduce the fp32 gradients, 4 x 842,496 = 3,369,984 B, and every step the
+ * gradient norm's 4 B (fp32 without ZeRO the engine clips itself, engine.py clip_fp32_gradients,
+ * and runtime/utils.py clip_grad_norm_ averages the ranks' norms over the data-parallel group:
+ * in a compressed step they differ, each rank's gradients its own). The optimizer's
  * memory: Adam's two fp32 moments and the errors, 4 x (842,496 + 842,496 / 4): 10,952,448 B.
  * freeze_step 1: steps 1-2 full, 3-4 compressed; every memory and communication pair of every
  * rank equal to the prediction (px_run_measured) and to this count. */
 static void test_run_bytes(void)
 {
 	run_bytes(4, "--steps 4 --set deepspeed.optimizer.params.freeze_step=1", 105312, 106976,
-		  3369984, 8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
+		  3369984 + 4, 8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
 }
 
 /* fp16: DeepSpeed runs the 1-bit optimizers under FP16_Optimizer, whose one fp32 flat of all
@@ -618,9 +621,10 @@ static void test_run_zero_one_losses(void)
  * padded over 2 ranks (to a multiple of 2 lcm(2, 8) = 16): a full step all-reduces the fp32
  * gradients, 4 x 842,496 = 3,369,984 B; a compressed one the signs once in each phase, 842,496 /
  * 8 = 105,312 B (all-to-all, then all-gather) and two all-gathers of 2 x 4 B of scales per tensor:
- * 105,312 + 52 x 16 = 106,144 B of all-gathers; a local step nothing. The optimizer's memory:
- * three fp32 states (exp_avg, exp_avg_sq, momentum_accumulator) and the errors, 4 x (3 x 842,496
- * + 842,496 + 421,248) = 15,164,928 B. fp16 with var_freeze_step 2: steps 1-3 full, 4-6
+ * 105,312 + 52 x 16 = 106,144 B of all-gathers; every step, local ones too, the gradient norm's
+ * 4 B averaged over the ranks (test_run_bytes), which a ring of 2 sends whole. The optimizer's
+ * memory: three fp32 states (exp_avg, exp_avg_sq, momentum_accumulator) and the errors,
+ * 4 x (3 x 842,496 + 842,496 + 421,248) = 15,164,928 B. fp16 with var_freeze_step 2: steps 1-3 full, 4-6
  * synchronise, 7 is local, 8 synchronises; FP16_Optimizer's flat exchanged whole: one pair of
  * scale all-gathers, 105,312 + 2 x 8 = 105,328 B; the full steps' fp16 gradients 2 x 842,496 B
  * and the overflow flag's 4 B, which a local step sends too; the master weights added to the
@@ -628,9 +632,9 @@ static void test_run_zero_one_losses(void)
 static void test_run_zero_one_bytes(void)
 {
 	sqlite3 *db = run_bytes_of("scenarios/gpt2-mini-cpu-zeroone.json", 2, "--steps 24", 105312,
-				   106144, 3369984, 15164928);
+				   106144, 3369984 + 4, 15164928);
 	for (int r = 0; r < 2; r++)
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_local.wire_bytes", "measured", r), 0);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_local.wire_bytes", "measured", r), 4);
 	sqlite3_close(db);
 	db = run_bytes_of("scenarios/gpt2-mini-cpu-zeroone.json", 2,
 			  "--steps 8 --set deepspeed.fp16.enabled=true --set deepspeed.fp16.loss_scale=1024 "
@@ -720,7 +724,8 @@ static void test_run_lamb_losses(void)
 /* 1-bit LAMB's bytes on 2 ranks, each equal to the prediction (px_run_measured): one exchange of
  * the fused momenta of all 842,496 parameters (a multiple of 2 lcm(2, 8) = 16: no dummy padding),
  * 105,312 B of signs in each phase and one pair of 2 x 4 B scale all-gathers: 105,328 B of
- * all-gathers; the warm-up's fp32 all-reduce 3,369,984 B. Memory: three fp32 states (exp_avg,
+ * all-gathers; the warm-up's fp32 all-reduce 3,369,984 B and every step's gradient norm, 4 B
+ * (test_run_bytes). Memory: three fp32 states (exp_avg,
  * exp_avg_sq, exp_avg_sq_fresh) and one pair of errors, 4 x (3 x 842,496 + 842,496 + 421,248) =
  * 15,164,928 B at the step's peak, and at the optimizer category's own peak the compressed
  * step's copy of the momenta on top, 4 x 842,496 = 3,369,984: 18,534,912 B. The warm-up takes no
@@ -731,7 +736,7 @@ static void test_run_lamb_bytes(void)
 {
 	sqlite3 *db = run_bytes_of("scenarios/gpt2-mini-cpu-onebitlamb.json", 2,
 				   "--steps 12 --set deepspeed.optimizer.params.freeze_step=4", 105312,
-				   105328, 3369984, 15164928);
+				   105328, 3369984 + 4, 15164928);
 	for (int r = 0; r < 2; r++)
 		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.optimizer_bytes", "measured", r),
 				18534912);
