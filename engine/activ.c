@@ -107,7 +107,10 @@ static double dense_block(const ModelSpec *m, int unit, const ActivShape *x, Ckp
 /* An MoE block keeps the attention part as a dense block does; its MLP keeps, on this rank:
  * norm2's input and output (2d per token: the output is the router's and the dispatch's input,
  * which the router's backward reads), the router's fp32 logits and probabilities (8E bytes per
- * token),
+ * token), and for DeepSpeed's MoE layer in a 16-bit model the fp32 copies its gate multiplies
+ * (sharded_moe.py TopKGate.forward: F.linear(input.float(), wg.weight.float()), whose backward
+ * keeps both: 4h bytes a token and the router's 4hE; in fp32 .float() is the tensor itself;
+ * Hugging Face's MoE models gate in the model's type),
  * the dispatched tokens the local experts receive (slots x h) with the experts' intermediates as
  * a dense MLP's (slots x 2I, gated 4I, I the experts' own), the combined outputs coming back
  * (slots x h), and the output dropout mask. Experts are not split by tensor parallelism. Shared
@@ -122,6 +125,8 @@ static double moe_block(const ModelSpec *m, int unit, const ActivShape *x, CkptM
 	double per = m->lay.gated ? 4 : 2;
 	double mlp = sb * (d * 2 * h + 8.0 * (double)m->experts + mask * h) +
 		     n * d * (2 * h + per * I);
+	if (m->ds_gate && d < 4) /* the gate's fp32 input and weight (above) */
+		mlp += sb * 4 * h + 4 * h * (double)m->experts;
 	if (m->shared_I)
 		mlp += sb * d * h + sb * d * per * (double)m->shared_I / x->t;
 	if (m->shared_gate)

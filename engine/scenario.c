@@ -257,6 +257,7 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 	}
 
 	/* MoE: the model's own experts first, then the scenario's "moe" object */
+	long long own_experts = sc->model.experts;
 	p->moe.experts = sc->model.experts;
 	if (sc->model.experts) {
 		p->moe.k = sc->model.top_k;
@@ -281,6 +282,7 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 	sc->model.experts = p->moe.experts;
 	sc->model.top_k = p->moe.k;
 	sc->model.moe_interval = p->moe.interval;
+	sc->model.ds_gate = !own_experts && sc->model.experts > 0;
 	if (sc->model.experts)
 		sc->model.n_params = model_count_params(&sc->model);
 	return 0;

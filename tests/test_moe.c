@@ -152,6 +152,7 @@ static int engine_moe_gpt2(ModelSpec *m, int k)
 	m->experts = E;
 	m->top_k = k;
 	m->moe_interval = 1;
+	m->ds_gate = 1; /* DeepSpeed's MoE layer, as the scenario's "moe" object makes it */
 	return 0;
 }
 
@@ -187,6 +188,17 @@ static void test_layouts(void)
 				activ_moe_block_bytes(&mk, &x, CKPT_NONE, (long long)slots));
 		CU_ASSERT_EQUAL((double)moe_cpu_block_act_bytes(&CFG, &q, B, T),
 				4 * (N * (8.0 * 16 + 2 * 8 + 2 * E) + slots * (2 * 16 + 2 * 64)));
+		/* bf16 (the executor's kernels are fp32; this is the simulator's alone): every
+		 * tensor above in 2 bytes but the router's fp32 logits and probabilities (8 E a
+		 * token), and the fp32 copies DeepSpeed's TopKGate multiplies and keeps, its input
+		 * (4 C a token) and the router's weight (4 C E): sharded_moe.py TopKGate.forward */
+		x.elem_bytes = 2;
+		CU_ASSERT_EQUAL(activ_moe_block_bytes(&mk, &x, CKPT_NONE, (long long)slots),
+				N * (2 * (8.0 * 16 + 2 * 8) + 8 * E + 4 * 16) +
+					2 * slots * (2 * 16 + 2 * 64) + 4 * 16 * E);
+		mk.ds_gate = 0; /* a Hugging Face MoE model's router runs in the model's type */
+		CU_ASSERT_EQUAL(activ_moe_block_bytes(&mk, &x, CKPT_NONE, (long long)slots),
+				N * (2 * (8.0 * 16 + 2 * 8) + 8 * E) + 2 * slots * (2 * 16 + 2 * 64));
 	}
 }
 
