@@ -303,12 +303,14 @@ static void test_run_measured(void)
 	}
 }
 
-/* With tensor parallelism, fp32 (the tensor-parallel units'), tp 2 x dp 4 on 2 nodes of 4 (8
- * ranks): ZeRO++'s groups are formed inside each data-parallel group (the ranks of one tensor-
- * parallel index), so hpZ's secondary partition spans a node's 2 data-parallel ranks and qgZ's
- * all-to-alls run among them, then across the nodes. Against plain stage 3 with the same layout
- * the bounds of test_run_losses hold (hpZ alone to the bit; all three within the sum of qwZ's and
- * qgZ's), and every rank's memory and communication equal the prediction. */
+/* With tensor parallelism, tp 2 x dp 4 on 2 nodes of 4 (8 ranks): ZeRO++'s groups are formed
+ * inside each data-parallel group (the ranks of one tensor-parallel index), so hpZ's secondary
+ * partition spans a node's 2 data-parallel ranks and qgZ's all-to-alls run among them, then
+ * across the nodes. In fp32, against plain stage 3 with the same layout the bounds of
+ * test_run_losses hold (hpZ alone to the bit; all three within the sum of qwZ's and qgZ's), and
+ * every rank's memory and communication equal the prediction; in bf16 (the scenario's own type)
+ * hpZ alone is plain stage 3 to the bit too, and all three's memory and communication equal the
+ * prediction. */
 static void test_run_with_tp(void)
 {
 	enum { S = PX_LOSS_STEPS };
@@ -338,6 +340,20 @@ static void test_run_with_tp(void)
 		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"), tp);
 	sqlite3 *db = px_run_measured(args, 8);
 	CU_ASSERT(measured(db, "comm.all_to_all_bytes") > 0); /* qgZ ran */
+	sqlite3_close(db);
+
+	const char *tp16 = "--set parallelism.tp=2 --set cluster.nodes=2 --set cluster.gpus_per_node=4";
+	enum { S16 = 4 };
+	snprintf(extra, sizeof(extra), "%s %s", tp16, PLAIN);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 8, S16, extra, ref), S16);
+	snprintf(extra, sizeof(extra), "%s --set " NO_QWZ " --set " NO_QGZ, tp16);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 8, S16, extra, got), S16);
+	for (int s = 0; s < S16; s++)
+		CU_ASSERT_EQUAL(got[s], ref[s]);
+	snprintf(args, sizeof(args), "run '%s' --ranks 8 --steps 2 %s",
+		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"), tp16);
+	db = px_run_measured(args, 8);
+	CU_ASSERT(measured(db, "comm.all_to_all_bytes") > 0);
 	sqlite3_close(db);
 }
 
@@ -395,7 +411,7 @@ int test_zpp_register(void)
 			    {"simulator: qgZ all-to-alls, one node reduce-scatters", test_sim_qgz},
 			    {"run: losses against plain stage 3", test_run_losses, PX_RELEASE_RUN},
 			    {"run: measured equals predicted, hand counts", test_run_measured, PX_RELEASE_RUN},
-			    {"run: with tensor parallelism", test_run_with_tp, PX_RELEASE_RUN},
+			    {"run: with tensor parallelism, fp32 and bf16", test_run_with_tp, PX_RELEASE_RUN},
 			    {"run: ZeRO++ refusals", test_run_refuses, PX_RELEASE_RUN},
 			    {"run: with the optimizer offloaded", test_run_offload, PX_RELEASE_RUN});
 }
