@@ -211,10 +211,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	PrecisionType t = compute_prec(r->pdt);
 	if (r->gtp.t > 1)
 		switch (op->what) {
-		case BUF_ACTIVATIONS: return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
+		case BUF_ACTIVATIONS:
+			return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
 		case BUF_ENDS:
-			return op->unit == r->head ? gpt_tp_head_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T)
-						   : 0;
+			return op->unit == r->head ?
+				       gpt_tp_head_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T) : 0;
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;
 		}

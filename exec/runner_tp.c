@@ -27,8 +27,8 @@ static const Op *take(Runner *r, CollKind kind, size_t total, PrecisionType dt)
 	    op->elem_bytes != (int)precision_bytes(dt)) {
 		r->tp_failed = 1;
 		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a "
-			"tensor-parallel %s of %zu elements of %zu bytes, the schedule has %s there",
-			i, r->tp_unit, coll_name(kind), total, precision_bytes(dt),
+			"tensor-parallel %s of %zu elements of %zu bytes, the schedule has %s "
+			"there", i, r->tp_unit, coll_name(kind), total, precision_bytes(dt),
 			op ? op_kind_name(op->kind) : "nothing");
 		return NULL;
 	}
@@ -50,8 +50,8 @@ static void tp_all_reduce(void *ctx, void *buf, size_t n, PrecisionType dt, GptT
 	if (!take(r, COLL_ALL_REDUCE, n, dt))
 		return;
 	double t0 = px_now_s();
-	if (comm_all_reduce(r->tp, buf, buf, n, comm_prec(dt), how == GPT_TP_MAX ? COMM_MAX : COMM_SUM,
-			    &r->tp_err))
+	CommRedOp op = how == GPT_TP_MAX ? COMM_MAX : COMM_SUM;
+	if (comm_all_reduce(r->tp, buf, buf, n, comm_prec(dt), op, &r->tp_err))
 		r->tp_failed = 1;
 	timed(r, COLL_ALL_REDUCE, t0);
 }

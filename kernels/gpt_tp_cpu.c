@@ -383,7 +383,8 @@ size_t gpt_tp_scratch_bytes(const GptConfig *c, const GptTp *tp, int B, int T)
 void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			  const void *params, const int *tokens, void *y, float *scratch)
 {
-	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t), e = precision_bytes(dt);
+	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t);
+	size_t e = precision_bytes(dt);
 	size_t lo = (size_t)tp->r * Vt, R = (size_t)gpt_tp_rows(tp, B, T), row0 = tp->sp ? tp->r * R : 0;
 	const void *wte = params, *wpe = el(params, Vt * C, dt);
 	void *part = tp->sp ? (void *)scratch : y;

@@ -155,7 +155,8 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			  const void *params, const void *wte, const void *x, const int *targets,
 			  void *acts, float *scratch);
-/* This rank's probabilities (B T, V/t), fp32, in the head's acts, for columns [r V/t, (r+1) V/t). */
+/* This rank's probabilities (B T, V/t), fp32, in the head's acts, for columns
+ * [r V/t, (r+1) V/t). */
 float *gpt_tp_head_probs(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			 const void *acts);
 /* As gpt_cpu_head_backward: grads (final norm) and dwte (this rank's rows) accumulated, dx (R, C)

@@ -198,7 +198,8 @@ static void test_layouts(void)
 					2 * slots * (2 * 16 + 2 * 64) + 4 * 16 * E);
 		mk.ds_gate = 0; /* a Hugging Face MoE model's router runs in the model's type */
 		CU_ASSERT_EQUAL(activ_moe_block_bytes(&mk, &x, CKPT_NONE, (long long)slots),
-				N * (2 * (8.0 * 16 + 2 * 8) + 8 * E) + 2 * slots * (2 * 16 + 2 * 64));
+				N * (2 * (8.0 * 16 + 2 * 8) + 8 * E) +
+					2 * slots * (2 * 16 + 2 * 64));
 	}
 }
 
@@ -602,8 +603,9 @@ static void test_run_stage0_clipping(void)
 	for (int k = 0; k < 3; k++) {
 		char args[1024];
 		snprintf(args, sizeof(args), "run '%s' --no-db --json --ranks 4 --steps %d --set "
-			 "moe.ep_size=2 --set deepspeed.zero_optimization.stage=%d%s", moe_scenario(),
-			 S, k == 1 ? 1 : 0, k == 2 ? " --set deepspeed.gradient_clipping=0" : "");
+			 "moe.ep_size=2 --set deepspeed.zero_optimization.stage=%d%s",
+			 moe_scenario(), S, k == 1 ? 1 : 0,
+			 k == 2 ? " --set deepspeed.gradient_clipping=0" : "");
 		cJSON *j = px_run_json(args);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 		const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "grad_norms");

@@ -624,10 +624,11 @@ static void test_run_zero_one_losses(void)
  * 105,312 + 52 x 16 = 106,144 B of all-gathers; every step, local ones too, the gradient norm's
  * 4 B averaged over the ranks (test_run_bytes), which a ring of 2 sends whole. The optimizer's
  * memory: three fp32 states (exp_avg, exp_avg_sq, momentum_accumulator) and the errors,
- * 4 x (3 x 842,496 + 842,496 + 421,248) = 15,164,928 B. fp16 with var_freeze_step 2: steps 1-3 full, 4-6
- * synchronise, 7 is local, 8 synchronises; FP16_Optimizer's flat exchanged whole: one pair of
- * scale all-gathers, 105,312 + 2 x 8 = 105,328 B; the full steps' fp16 gradients 2 x 842,496 B
- * and the overflow flag's 4 B, which a local step sends too; the master weights added to the
+ * 4 x (3 x 842,496 + 842,496 + 421,248) = 15,164,928 B. fp16 with var_freeze_step 2: steps 1-3
+ * full, 4-6 synchronise, 7 is local, 8 synchronises; FP16_Optimizer's flat exchanged whole: one
+ * pair of scale all-gathers, 105,312 + 2 x 8 = 105,328 B; the full steps' fp16 gradients
+ * 2 x 842,496 B and the overflow flag's 4 B, which a local step sends too (and no norm: under
+ * FP16_Optimizer the engine does not clip by itself); the master weights added to the
  * optimizer's memory, 4 x 842,496 + 15,164,928 = 18,534,912 B. */
 static void test_run_zero_one_bytes(void)
 {

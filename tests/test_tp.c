@@ -1,9 +1,10 @@
 /* Tensor parallelism executed through `parallax run`: Megatron's column and row splits on 2 and 4
- * ranks (kernels/gpt_tp_cpu.h), in fp32 and bf16, alone, beside data parallelism with ZeRO 1-3 (and offload), with
- * sequence parallelism, with full recompute, and beside pipeline parallelism (tp x pp, and tp x pp x dp on 8
- * ranks); the losses are a single rank's, and each rank's memory per category and its
- * communication equal the prediction, the tensor-parallel traffic worked out by hand. Runs the
- * release binary (PX_RUN_BIN), as the exec and pipe suites do. */
+ * ranks (kernels/gpt_tp_cpu.h), in fp32 and bf16, alone, beside data parallelism with ZeRO 1-3
+ * (and offload), with sequence parallelism, with full recompute, and beside pipeline
+ * parallelism (tp x pp, and tp x pp x dp on 8 ranks); the losses are a single rank's (within
+ * bounds argued per type), and each rank's memory per category and its communication equal the
+ * prediction, the tensor-parallel traffic worked out by hand. Runs the release binary
+ * (PX_RUN_BIN), as the exec and pipe suites do. */
 #include <CUnit/CUnit.h>
 #include <sqlite3.h>
 #include <stdio.h>
