@@ -6,12 +6,6 @@
 #include "ops_cpu.h"
 #include "par_cpu.h"
 
-/* element i of a t array */
-static void *el(const void *base, size_t i, PrecisionType t)
-{
-	return (char *)base + i * precision_bytes(t);
-}
-
 /* ---- sizes ---- */
 
 /* where the head's dlogits chunks start in the scratch, in floats: past dlnf (B T C) and the
@@ -52,7 +46,7 @@ size_t gpt16_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
 
 float *gpt16_head_probs(const GptConfig *c, PrecisionType t, int B, int T, void *acts)
 {
-	return el(acts, 2 * (size_t)B * T * c->C, t);
+	return precision_at(acts, 2 * (size_t)B * T * c->C, t);
 }
 
 /* ---- embeddings ---- */
@@ -60,7 +54,8 @@ float *gpt16_head_probs(const GptConfig *c, PrecisionType t, int B, int T, void 
 void gpt16_embed_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			 const int *tokens, void *y)
 {
-	ops16_embed_forward(t, y, tokens, params, el(params, (size_t)c->V * c->C, t), B, T, c->C);
+	const void *wpe = precision_at(params, (size_t)c->V * c->C, t);
+	ops16_embed_forward(t, y, tokens, params, wpe, B, T, c->C);
 }
 
 /* ---- transformer block ---- */
@@ -72,8 +67,8 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 	size_t btc = (size_t)N * C;
 	GptBlockLayout p = gpt_cpu_block_layout(c);
 	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
-#define P(f) el(params, p.f, t)
-#define A(f) el(acts, a.f, t)
+#define P(f) precision_at(params, p.f, t)
+#define A(f) precision_at(acts, a.f, t)
 
 	par_cpu_memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
 	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
@@ -149,11 +144,11 @@ float gpt16_head_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
-	void *x_in = acts, *lnf = el(acts, btc, t);
+	void *x_in = acts, *lnf = precision_at(acts, btc, t);
 	float *probs = gpt16_head_probs(c, t, B, T, acts);
 
 	par_cpu_memcpy(x_in, x, btc * precision_bytes(t));
-	ops16_layernorm_forward(t, lnf, x_in, params, el(params, C, t), N, C);
+	ops16_layernorm_forward(t, lnf, x_in, params, precision_at(params, C, t), N, C);
 	ops16_lm_head_forward(t, probs, lnf, wte, N, C, c->V);
 	return ops_crossentropy_forward(probs, probs, targets, N, c->V);
 }
@@ -167,7 +162,7 @@ void gpt16_head_backward(const GptConfig *c, PrecisionType t, int B, int T, cons
 {
 	int N = B * T, C = c->C, V = c->V, rows = gpt16_head_chunk_rows(c, t, B, T);
 	size_t btc = (size_t)N * C;
-	void *x_in = acts, *lnf = el(acts, btc, t), *d16 = scratch + chunk_off(c, B, T);
+	void *x_in = acts, *lnf = precision_at(acts, btc, t), *d16 = scratch + chunk_off(c, B, T);
 	float *probs = gpt16_head_probs(c, t, B, T, acts), *dlnf = scratch;
 
 	ops_crossentropy_backward(probs, probs, targets, N, V, dloss);
@@ -175,8 +170,8 @@ void gpt16_head_backward(const GptConfig *c, PrecisionType t, int B, int T, cons
 	for (int r0 = 0; r0 < N; r0 += rows) {
 		int n = N - r0 < rows ? N - r0 : rows;
 		ops16_round(t, d16, probs + (size_t)r0 * V, (size_t)n * V);
-		ops16_lm_head_backward(t, dlnf + (size_t)r0 * C, dwte, d16, el(lnf, (size_t)r0 * C, t),
-				       wte, n, C, V);
+		ops16_lm_head_backward(t, dlnf + (size_t)r0 * C, dwte, d16,
+				       precision_at(lnf, (size_t)r0 * C, t), wte, n, C, V);
 	}
 	par_cpu_memset(dx, 0, btc * sizeof(float));
 	ops16_layernorm_backward(t, dx, grads, grads + C, dlnf, x_in, params, N, C);

@@ -46,12 +46,6 @@ int gpt_tp_rows(const GptTp *tp, int B, int T)
 
 /* ---- collectives ---- */
 
-/* element i of a dt array */
-static void *el(const void *base, size_t i, PrecisionType dt)
-{
-	return (char *)base + i * precision_bytes(dt);
-}
-
 /* A group of one needs no communicator: the reduction is the identity, the gather and scatter
  * copies. */
 static void all_reduce(const GptTp *tp, void *buf, size_t n, PrecisionType dt, GptTpOp op)
@@ -386,7 +380,7 @@ void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt,
 	size_t N = (size_t)B * T, C = (size_t)c->C, Vt = (size_t)(c->V / tp->t);
 	size_t e = precision_bytes(dt);
 	size_t lo = (size_t)tp->r * Vt, R = (size_t)gpt_tp_rows(tp, B, T), row0 = tp->sp ? tp->r * R : 0;
-	const void *wte = params, *wpe = el(params, Vt * C, dt);
+	const void *wte = params, *wpe = precision_at(params, Vt * C, dt);
 	void *part = tp->sp ? (void *)scratch : y;
 
 	/* this rank's vocabulary rows, zeros for the others' tokens: the sum over the group adds
@@ -394,9 +388,10 @@ void gpt_tp_embed_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt,
 	for (size_t i = 0; i < N; i++) {
 		size_t tok = (size_t)tokens[i];
 		if (tok - lo < Vt)
-			memcpy(el(part, i * C, dt), el(wte, (tok - lo) * C, dt), C * e);
+			memcpy(precision_at(part, i * C, dt), precision_at(wte, (tok - lo) * C, dt),
+			       C * e);
 		else
-			memset(el(part, i * C, dt), 0, C * e);
+			memset(precision_at(part, i * C, dt), 0, C * e);
 	}
 	reduce_rows(tp, dt, part, y, N * C, R * C);
 	for (size_t i = 0; i < R; i++) { /* rn(wte + wpe), ops16_embed_forward's rounding */
@@ -417,7 +412,7 @@ void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 	const void *all = dy;
 	PrecisionType at = PREC_F32;
 	if (tp->sp) {
-		const void *mine = as_dt(dt, dy, el(scratch, N * C, dt), R * C);
+		const void *mine = as_dt(dt, dy, precision_at(scratch, N * C, dt), R * C);
 		all = gather_rows(tp, dt, mine, scratch, R * C);
 		at = dt;
 	}
@@ -440,8 +435,8 @@ void gpt_tp_embed_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 /* ---- transformer block ---- */
 
 /* a block's tensors and saved activations, of type dt */
-#define P(f) el(params, p.f, dt)
-#define A(f) el(acts, a.f, dt)
+#define P(f) precision_at(params, p.f, dt)
+#define A(f) precision_at(acts, a.f, dt)
 
 /* y (R, C) = the row-split layer's x (N, C_in/t) w (C_in/t, C) + b over the group, on this rank's
  * rows, each rank's partial product rounded to dt before the reduction (Megatron's bf16 output);
@@ -569,13 +564,13 @@ float gpt_tp_head_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt,
 {
 	int N = B * T, C = c->C, Vt = c->V / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, lo = (size_t)tp->r * (size_t)Vt;
-	void *x_in = acts, *lnf = el(acts, rc, dt);
+	void *x_in = acts, *lnf = precision_at(acts, rc, dt);
 	float *probs = gpt_tp_head_probs(c, tp, dt, B, T, acts);
 	float *mx = scratch, *sum = scratch + N, *tgt = scratch + 2 * (size_t)N;
 	float *gath = scratch + 3 * (size_t)N + (size_t)N * C;
 
 	memcpy(x_in, x, rc * precision_bytes(dt));
-	ops16_layernorm_forward(dt, lnf, x_in, params, el(params, C, dt), R, C);
+	ops16_layernorm_forward(dt, lnf, x_in, params, precision_at(params, C, dt), R, C);
 	ops16_lm_head_forward(dt, probs, gather_rows(tp, dt, lnf, gath, rc), wte, N, C, Vt);
 
 	/* Megatron's vocabulary-parallel cross-entropy, in fp32: the max over the group, then each
@@ -621,7 +616,7 @@ void gpt_tp_head_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt,
 {
 	int N = B * T, C = c->C, Vt = c->V / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, lo = (size_t)tp->r * (size_t)Vt, nv = (size_t)N * (size_t)Vt;
-	void *x_in = acts, *lnf = el(acts, rc, dt);
+	void *x_in = acts, *lnf = precision_at(acts, rc, dt);
 	float *probs = gpt_tp_head_probs(c, tp, dt, B, T, acts);
 	float *part = scratch + 3 * (size_t)N, *gath = part + (size_t)N * C;
 

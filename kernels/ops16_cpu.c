@@ -414,13 +414,12 @@ static void attention_backward_pairs(void *ctx, size_t p0, size_t p1)
 void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
 			      const void *att, int B, int T, int C, int NH)
 {
-	size_t nqkv = (size_t)B * T * 3 * C, btc = (size_t)B * T * C, tt = (size_t)T * T;
-	float *qf = widen(t, qkv, nqkv), *af = widen(t, att, (size_t)B * NH * tt);
 	if (t == PREC_F32) { /* no rounding: fp32's own op, so gpt16_cpu at fp32 is gpt_cpu */
-		ops_attention_backward(dqkv, dout, qf, af, B, T, C, NH);
-		free_f32(qf), free_f32(af);
+		ops_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
 		return;
 	}
+	size_t nqkv = (size_t)B * T * 3 * C, btc = (size_t)B * T * C, tt = (size_t)T * T;
+	float *qf = widen(t, qkv, nqkv), *af = widen(t, att, (size_t)B * NH * tt);
 	float *g = alloc_f32(btc);
 	Elt16Args r = {.t = t, .y = g, .a = dout};
 	par_cpu_for(btc, PAR_CPU_GRAIN_ELEMS, round_f32_range, &r);

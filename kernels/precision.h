@@ -36,6 +36,11 @@ int precision_has_nonfinite(const float *x, size_t n);
 typedef enum PrecisionType { PREC_F32, PREC_BF16, PREC_F16 } PrecisionType;
 
 static inline size_t precision_bytes(PrecisionType t) { return t == PREC_F32 ? 4 : 2; }
+/* Where element i of a t array starts. */
+static inline void *precision_at(const void *p, size_t i, PrecisionType t)
+{
+	return (char *)p + i * precision_bytes(t);
+}
 /* Element i of p as fp32 (exact). */
 float precision_load(const void *p, size_t i, PrecisionType t);
 /* Element i of p = x rounded to t (nearest even; fp32 stores x as is). */
