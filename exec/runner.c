@@ -232,7 +232,7 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
-	if (r->moe_on && op->what == BUF_SCRATCH) /* fp32 (runner_moe_supported) */
+	if (r->moe_on && op->what == BUF_SCRATCH) /* the same bytes in any type */
 		return moe_cpu_scratch_bytes(&r->cfg, &r->moe, r->B, r->T);
 	if (r->moe_on && op->what == BUF_ACTIVATIONS && op->unit >= 0 && r->p->units[op->unit].moe)
 		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);

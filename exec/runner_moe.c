@@ -18,8 +18,11 @@ const char *runner_moe_supported(const Plan *p)
 	const Scenario *sc = p->sc;
 	const ModelSpec *m = &sc->model;
 	const MoeSpec *q = &p->par.moe;
-	if (sc->backend != BACKEND_CPU || sc->ds.dtype != DT_FP32)
-		return "MoE blocks on backend \"cpu\" in fp32 only (kernels/moe_cpu)";
+	if (sc->backend != BACKEND_CPU)
+		return "MoE blocks on backend \"cpu\" only (kernels/moe_cpu)";
+	if (sc->ds.dtype != DT_FP32 && !m->ds_gate)
+		return "MoE blocks in 16-bit with DeepSpeed's gate only (the scenario's \"moe\" "
+		       "object; kernels/moe_cpu keeps TopKGate's fp32 copies)";
 	if (p->par.tp > 1 || p->par.pp > 1)
 		return "MoE blocks with expert and data parallelism only (not with tensor or pipeline "
 		       "parallelism)";
@@ -46,7 +49,7 @@ const char *runner_moe_supported(const Plan *p)
 
 /* ---- the kernels' all-to-alls ---- */
 
-static void moe_all_to_all(void *ctx, const float *in, float *out, size_t n)
+static void moe_all_to_all(void *ctx, const void *in, void *out, size_t n)
 {
 	Runner *r = ctx;
 	if (r->tp_failed)
@@ -65,7 +68,7 @@ static void moe_all_to_all(void *ctx, const float *in, float *out, size_t n)
 	}
 	r->tp_next++;
 	double t0 = px_now_s();
-	if (comm_all_to_all(r->ep, in, out, n, COMM_FP32, &r->tp_err))
+	if (comm_all_to_all(r->ep, in, out, n, comm_dt(r->pdt), &r->tp_err))
 		r->tp_failed = 1;
 	double dt = px_now_s() - t0;
 	r->tp_s += dt;
@@ -155,7 +158,8 @@ int runner_moe_setup(Runner *r, PxError *err)
 	r->edp_rank = r->edp ? comm_rank(r->edp) : 0;
 	r->moe = (MoeCpu){.E = (int)m->experts, .k = (int)m->top_k, .cap = (int)p->moe_capacity,
 			  .I = (int)(m->moe_I ? m->moe_I : m->I), .ep = (int)p->par.ep,
-			  .r = r->ep ? comm_rank(r->ep) : 0, .ctx = r, .all_to_all = moe_all_to_all};
+			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
+			  .all_to_all = moe_all_to_all};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

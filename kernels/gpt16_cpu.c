@@ -60,22 +60,31 @@ void gpt16_embed_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 
 /* ---- transformer block ---- */
 
+#define P(f) precision_at(params, p->f, t)
+#define A(f) precision_at(acts, a->f, t)
+
+void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
+			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			     void *acts)
+{
+	int N = B * T, C = c->C;
+	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
+	ops16_matmul_forward(t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
+	ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
+	ops16_matmul_forward(t, A(res2), A(atty), P(proj_w), P(proj_b), N, C, C);
+	ops16_residual_forward(t, A(res2), A(res2), A(x_in), (size_t)N * C);
+}
+
 void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			 const void *x, void *y, void *acts)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
-	GptBlockLayout p = gpt_cpu_block_layout(c);
-	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
-#define P(f) precision_at(params, p.f, t)
-#define A(f) precision_at(acts, a.f, t)
+	GptBlockLayout lay = gpt_cpu_block_layout(c), *p = &lay;
+	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
 
 	par_cpu_memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
-	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
-	ops16_matmul_forward(t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
-	ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
-	ops16_matmul_forward(t, A(res2), A(atty), P(proj_w), P(proj_b), N, C, C);
-	ops16_residual_forward(t, A(res2), A(res2), A(x_in), btc);
+	gpt16_attention_forward(c, t, B, T, p, a, params, acts);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(ln2_w), P(ln2_b), N, C);
 	ops16_matmul_forward(t, A(fc), A(ln2), P(fc_w), P(fc_b), N, C, 4 * C);
 	ops16_gelu_forward(t, A(gelu), A(fc), 4 * btc);
@@ -93,47 +102,58 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
  * The CUDA twin puts its layernorm statistics at wide_a + 3 BTC (and the head's at dlnf's end),
  * its attention's rounded dout and score-gradient tiles at wide_a + BTC (3 BTC floats): regions
  * dead at the time. */
-void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
-			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
+void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
+			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			      float *grads, const void *acts, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
-	GptBlockLayout p = gpt_cpu_block_layout(c);
-	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
 	float *wide_a = scratch, *wide_b = scratch + 4 * btc;
 
-	/* MLP branch */
-	ops16_round(t, wide_b, dy, btc);
-	par_cpu_memset(wide_a, 0, 4 * btc * fsz);
-	ops16_matmul_backward(t, wide_a, grads + p.down_w, grads + p.down_b, wide_b, A(gelu),
-			      P(down_w), N, 4 * C, C);
-	par_cpu_memset(wide_b, 0, 4 * btc * fsz);
-	ops16_gelu_backward(t, wide_b, wide_a, A(fc), 4 * btc);
-	ops16_round(t, wide_a, wide_b, 4 * btc);
-	par_cpu_memset(wide_b, 0, btc * fsz);
-	ops16_matmul_backward(t, wide_b, grads + p.fc_w, grads + p.fc_b, wide_a, A(ln2), P(fc_w),
-			      N, C, 4 * C);
-	if (dx != dy)
-		par_cpu_memcpy(dx, dy, btc * fsz); /* the residual path */
-	ops16_layernorm_backward(t, dx, grads + p.ln2_w, grads + p.ln2_b, wide_b, A(res2), P(ln2_w),
-				 N, C);
-
-	/* attention branch; dx holds d res2 */
 	ops16_round(t, wide_b, dx, btc);
 	par_cpu_memset(wide_a, 0, btc * fsz);
-	ops16_matmul_backward(t, wide_a, grads + p.proj_w, grads + p.proj_b, wide_b, A(atty),
+	ops16_matmul_backward(t, wide_a, grads + p->proj_w, grads + p->proj_b, wide_b, A(atty),
 			      P(proj_w), N, C, C);
 	par_cpu_memset(wide_b, 0, 3 * btc * fsz);
 	ops16_attention_backward(t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH);
 	ops16_round(t, wide_a, wide_b, 3 * btc);
 	par_cpu_memset(wide_b, 0, btc * fsz);
-	ops16_matmul_backward(t, wide_b, grads + p.qkv_w, grads + p.qkv_b, wide_a, A(ln1), P(qkv_w),
-			      N, C, 3 * C);
-	ops16_layernorm_backward(t, dx, grads + p.ln1_w, grads + p.ln1_b, wide_b, A(x_in), P(ln1_w),
-				 N, C);
+	ops16_matmul_backward(t, wide_b, grads + p->qkv_w, grads + p->qkv_b, wide_a, A(ln1),
+			      P(qkv_w), N, C, 3 * C);
+	ops16_layernorm_backward(t, dx, grads + p->ln1_w, grads + p->ln1_b, wide_b, A(x_in),
+				 P(ln1_w), N, C);
+}
+
+void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
+			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
+{
+	int N = B * T, C = c->C;
+	size_t btc = (size_t)N * C, fsz = sizeof(float);
+	GptBlockLayout lay = gpt_cpu_block_layout(c), *p = &lay;
+	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
+	float *wide_a = scratch, *wide_b = scratch + 4 * btc;
+
+	/* MLP branch */
+	ops16_round(t, wide_b, dy, btc);
+	par_cpu_memset(wide_a, 0, 4 * btc * fsz);
+	ops16_matmul_backward(t, wide_a, grads + p->down_w, grads + p->down_b, wide_b, A(gelu),
+			      P(down_w), N, 4 * C, C);
+	par_cpu_memset(wide_b, 0, 4 * btc * fsz);
+	ops16_gelu_backward(t, wide_b, wide_a, A(fc), 4 * btc);
+	ops16_round(t, wide_a, wide_b, 4 * btc);
+	par_cpu_memset(wide_b, 0, btc * fsz);
+	ops16_matmul_backward(t, wide_b, grads + p->fc_w, grads + p->fc_b, wide_a, A(ln2),
+			      P(fc_w), N, C, 4 * C);
+	if (dx != dy)
+		par_cpu_memcpy(dx, dy, btc * fsz); /* the residual path */
+	ops16_layernorm_backward(t, dx, grads + p->ln2_w, grads + p->ln2_b, wide_b, A(res2),
+				 P(ln2_w), N, C);
+
+	/* attention branch; dx holds d res2 */
+	gpt16_attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch);
+}
 #undef P
 #undef A
-}
 
 /* ---- head ---- */
 

@@ -38,6 +38,16 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 			 const void *x, void *y, void *acts);
 void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			  float *grads, const void *acts, const float *dy, float *dx, float *scratch);
+/* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at
+ * a's offsets (elements of t): forward res2 = x_in + o(attention(qkv(ln1(x_in)))); backward with
+ * d res2 (fp32) in dx on entry, adding the branch's gradient to it (dx = d x_in) and accumulating
+ * its parameters' fp32 grads, in 7 B T C floats of scratch. kernels/moe_cpu's blocks use them. */
+void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
+			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			     void *acts);
+void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
+			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			      float *grads, const void *acts, float *dx, float *scratch);
 /* wte: the tied embed.tokens of type t (V, C). Returns the mean loss (0 when targets is NULL). */
 float gpt16_head_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			 const void *wte, const void *x, const int *targets, void *acts);

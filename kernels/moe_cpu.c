@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "gpt16_cpu.h"
+#include "ops16_cpu.h"
 #include "ops_cpu.h"
 #include "par_cpu.h"
 #include "rng.h"
@@ -76,7 +78,7 @@ double moe_cpu_route(const float *logits, const float *probs, int S, int E, int 
 
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err)
 {
-	if (gpt_cpu_check(c, B, T, err))
+	if (m->t == PREC_F32 ? gpt_cpu_check(c, B, T, err) : gpt16_check(c, m->t, B, T, err))
 		return -1;
 	if (m->k < 1 || m->k > 2 || m->k > m->E || m->E > 64)
 		return px_fail(err, PX_ERR_INPUT, "moe: top-%d of %d experts: the CPU kernels gate "
@@ -193,29 +195,36 @@ void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *par
 
 MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T)
 {
-	size_t N = (size_t)B * T, C = (size_t)c->C, btc = N * C;
-	size_t slots = (size_t)m->E * m->cap, I = (size_t)m->I;
-	MoeBlockActs a;
-	a.x_in = 0;
-	a.ln1 = btc;
-	a.qkv = 2 * btc;
-	a.atty = 5 * btc;
-	a.res2 = 6 * btc;
-	a.att = 7 * btc;
+	size_t N = (size_t)B * T, C = (size_t)c->C, btc = N * C, e = precision_bytes(m->t);
+	size_t slots = (size_t)m->E * m->cap, I = (size_t)m->I, E = (size_t)m->E;
+	MoeBlockActs a = {0};
+	a.logits = 0; /* fp32 */
+	a.probs = N * E;
+	size_t floats = 2 * N * E;
+	if (m->t != PREC_F32) {
+		a.gate_x = floats;
+		a.gate_w = floats + btc;
+		floats += btc + C * E;
+	}
+	size_t base = floats * sizeof(float) / e; /* type t from here */
+	a.x_in = base;
+	a.ln1 = base + btc;
+	a.qkv = base + 2 * btc;
+	a.atty = base + 5 * btc;
+	a.res2 = base + 6 * btc;
+	a.att = base + 7 * btc;
 	a.ln2 = a.att + (size_t)B * c->NH * T * T;
-	a.logits = a.ln2 + btc;
-	a.probs = a.logits + N * m->E;
-	a.disp = a.probs + N * m->E;
+	a.disp = a.ln2 + btc;
 	a.fc = a.disp + slots * C;
 	a.gelu = a.fc + slots * I;
 	a.eout = a.gelu + slots * I;
-	a.total_elems = a.eout + slots * C;
+	a.total_bytes = (a.eout + slots * C) * e;
 	return a;
 }
 
 size_t moe_cpu_block_act_bytes(const GptConfig *c, const MoeCpu *m, int B, int T)
 {
-	return moe_cpu_block_acts(c, m, B, T).total_elems * sizeof(float);
+	return moe_cpu_block_acts(c, m, B, T).total_bytes;
 }
 
 static size_t route_elems(const MoeCpu *m, int B, int T)
@@ -244,30 +253,23 @@ static MoeRoute route_in(const GptConfig *c, const MoeCpu *m, int B, int T, floa
 	return (MoeRoute){(int *)at, (int *)(at + S), at + 2 * S};
 }
 
-static void exchange(const MoeCpu *m, const float *in, float *out, size_t total)
+/* total elements of type m->t */
+static void exchange(const MoeCpu *m, const void *in, void *out, size_t total)
 {
 	if (m->ep == 1)
-		par_cpu_memcpy(out, in, total * sizeof(float));
+		par_cpu_memcpy(out, in, total * precision_bytes(m->t));
 	else
 		m->all_to_all(m->ctx, in, out, total / (size_t)m->ep);
 }
 
-/* ---- the block ---- */
-
-/* The attention branch: res2 = x + o(attention(qkv(ln1(x)))), as gpt_cpu_block_forward's. */
-static void attention_forward(const GptConfig *c, const GptBlockLayout *p, int B, int T,
-			      const float *params, float *acts, const MoeBlockActs *a)
+/* gpt16's view of the block's attention part: its offsets, with the MLP's unused */
+static GptBlockActs attention_acts(const MoeBlockActs *a)
 {
-	int N = B * T, C = c->C;
-	ops_layernorm_forward(acts + a->ln1, NULL, NULL, acts + a->x_in, params + p->ln1_w,
-			      params + p->ln1_b, N, C);
-	ops_matmul_forward(acts + a->qkv, acts + a->ln1, params + p->qkv_w, params + p->qkv_b, N, C,
-			   3 * C);
-	ops_attention_forward(acts + a->atty, acts + a->att, acts + a->qkv, B, T, C, c->NH);
-	ops_matmul_forward(acts + a->res2, acts + a->atty, params + p->proj_w, params + p->proj_b,
-			   N, C, C);
-	ops_residual_forward(acts + a->res2, acts + a->res2, acts + a->x_in, (size_t)N * C);
+	return (GptBlockActs){.x_in = a->x_in, .ln1 = a->ln1, .qkv = a->qkv, .atty = a->atty,
+			      .res2 = a->res2, .ln2 = a->ln2, .att = a->att};
 }
+
+/* ---- the block ---- */
 
 /* probs (N, E) = softmax of each row of logits, summed in double and rounded once. */
 static void softmax_rows(float *probs, const float *logits, int N, int E)
@@ -286,63 +288,99 @@ static void softmax_rows(float *probs, const float *logits, int N, int E)
 	}
 }
 
-void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const float *params,
-			   const float *x, float *y, float *acts, float *scratch)
+#define P(f) precision_at(params, f, t)
+#define A(f) precision_at(acts, a.f, t)
+#define F(f) ((float *)acts + a.f)
+
+/* The router's fp32 operands: TopKGate's copies in 16-bit, the tensors themselves in fp32. */
+static const float *gate_input(const MoeCpu *m, const MoeBlockActs *a, const void *acts)
 {
+	return (const float *)acts + (m->t == PREC_F32 ? a->ln2 : a->gate_x);
+}
+
+static const float *gate_weight(const MoeCpu *m, const MoeBlockActs *a, const MoeLayout *L,
+				const void *params, const void *acts)
+{
+	return m->t == PREC_F32 ? (const float *)params + L->router :
+				  (const float *)acts + a->gate_w;
+}
+
+/* y = rn(res2 + rn(sum over the kept choices of rn(w) eout)), the sum in fp32 */
+static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const void *acts,
+		    const MoeBlockActs *ap, void *y)
+{
+	PrecisionType t = m->t;
+	MoeBlockActs a = *ap;
+	for (int s = 0; s < N; s++)
+		for (int ch = 0; ch < C; ch++) {
+			float v = 0;
+			for (int j = 0; j < m->k; j++) {
+				size_t i = (size_t)s * m->k + j;
+				if (rt->slot[i] < 0)
+					continue;
+				size_t o = ((size_t)rt->expert[i] * m->cap + rt->slot[i]) * C + ch;
+				v += precision_round(rt->weight[i], t) *
+				     precision_load(acts, a.eout + o, t);
+			}
+			size_t at = (size_t)s * C + ch;
+			v = precision_round(v, t) + precision_load(acts, a.res2 + at, t);
+			precision_store(y, at, v, t);
+		}
+}
+
+void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			   const void *x, void *y, void *acts, float *scratch)
+{
+	PrecisionType t = m->t;
 	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep;
-	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C;
+	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C, e = precision_bytes(t);
 	MoeLayout L = moe_layout(c, m);
 	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	GptBlockActs ga = attention_acts(&a);
 	MoeRoute rt = route_in(c, m, B, T, scratch);
-	float *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back */
+	void *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back, of type t */
 
-	par_cpu_memcpy(acts + a.x_in, x, btc * sizeof(float));
-	attention_forward(c, &L.d, B, T, params, acts, &a);
-	ops_layernorm_forward(acts + a.ln2, NULL, NULL, acts + a.res2, params + L.d.ln2_w,
-			      params + L.d.ln2_b, N, C);
-	ops_matmul_forward(acts + a.logits, acts + a.ln2, params + L.router, NULL, N, C, E);
-	softmax_rows(acts + a.probs, acts + a.logits, N, E);
-	moe_cpu_route(acts + a.logits, acts + a.probs, N, E, m->k, cap, &rt);
+	par_cpu_memcpy(A(x_in), x, btc * e);
+	gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts);
+	ops16_layernorm_forward(t, A(ln2), A(res2), P(L.d.ln2_w), P(L.d.ln2_b), N, C);
+	if (t != PREC_F32) { /* TopKGate's fp32 copies */
+		ops16_widen(t, F(gate_x), A(ln2), btc);
+		ops16_widen(t, F(gate_w), P(L.router), (size_t)C * E);
+	}
+	ops_matmul_forward(F(logits), gate_input(m, &a, acts), gate_weight(m, &a, &L, params, acts),
+			   NULL, N, C, E);
+	softmax_rows(F(probs), F(logits), N, E);
+	moe_cpu_route(F(logits), F(probs), N, E, m->k, cap, &rt);
 
 	/* dispatch: each kept choice's ln2 row to its expert's slot; empty slots stay 0 */
-	par_cpu_memset(send, 0, slots_c * sizeof(float));
+	par_cpu_memset(send, 0, slots_c * e);
 	for (int s = 0; s < N; s++)
 		for (int j = 0; j < m->k; j++) {
 			size_t i = (size_t)s * m->k + j;
 			if (rt.slot[i] >= 0)
-				memcpy(send + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C,
-				       acts + a.ln2 + (size_t)s * C, (size_t)C * sizeof(float));
+				memcpy(precision_at(send, ((size_t)rt.expert[i] * cap + rt.slot[i]) * C,
+						    t),
+				       precision_at(acts, a.ln2 + (size_t)s * C, t), (size_t)C * e);
 		}
-	exchange(m, send, acts + a.disp, slots_c);
+	exchange(m, send, A(disp), slots_c);
 
 	/* the local experts over what each source rank sent them, every slot (DeepSpeed's experts
 	 * run on the whole capacity buffer, empty slots included) */
 	for (int q = 0; q < m->ep; q++)
 		for (int j = 0; j < El; j++) {
 			size_t blk = (size_t)q * El + j;
-			const float *in = acts + a.disp + blk * cap * C;
-			float *fc = acts + a.fc + blk * cap * I, *ge = acts + a.gelu + blk * cap * I;
-			ops_matmul_forward(fc, in, params + L.fc_w + (size_t)j * C * I,
-					   params + L.fc_b + (size_t)j * I, cap, C, I);
-			ops_gelu_forward(ge, fc, (size_t)cap * I);
-			ops_matmul_forward(send + blk * cap * C, ge,
-					   params + L.down_w + (size_t)j * I * C,
-					   params + L.down_b + (size_t)j * C, cap, I, C);
+			void *in = precision_at(acts, a.disp + blk * cap * C, t);
+			void *fc = precision_at(acts, a.fc + blk * cap * I, t);
+			void *ge = precision_at(acts, a.gelu + blk * cap * I, t);
+			ops16_matmul_forward(t, fc, in, P(L.fc_w + (size_t)j * C * I),
+					     P(L.fc_b + (size_t)j * I), cap, C, I);
+			ops16_gelu_forward(t, ge, fc, (size_t)cap * I);
+			ops16_matmul_forward(t, precision_at(send, blk * cap * C, t), ge,
+					     P(L.down_w + (size_t)j * I * C),
+					     P(L.down_b + (size_t)j * C), cap, I, C);
 		}
-	exchange(m, send, acts + a.eout, slots_c);
-
-	/* combine: y = res2 + the kept choices' outputs, weighted */
-	par_cpu_memcpy(y, acts + a.res2, btc * sizeof(float));
-	for (int s = 0; s < N; s++)
-		for (int j = 0; j < m->k; j++) {
-			size_t i = (size_t)s * m->k + j;
-			if (rt.slot[i] < 0)
-				continue;
-			const float *o = acts + a.eout + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
-			float w = rt.weight[i], *ys = y + (size_t)s * C;
-			for (int ch = 0; ch < C; ch++)
-				ys[ch] += w * o[ch];
-		}
+	exchange(m, send, A(eout), slots_c);
+	combine(m, N, C, &rt, acts, &a, y);
 }
 
 /* d probs from the combine weights' gradients dw (N k), through top-1's w = p[e1] or top-2's
@@ -374,61 +412,84 @@ static void weights_backward(const MoeCpu *m, int N, const float *probs, const M
 	}
 }
 
+/* The combine's backward: d eout = rn(rn(w) dy) at each kept choice's slot of send (type t,
+ * zeroed first), dw = dy . eout there, in double. */
+static void combine_backward(const MoeCpu *m, int N, int C, const MoeRoute *rt, const float *dy,
+			     const void *acts, const MoeBlockActs *ap, void *send, float *dw)
+{
+	PrecisionType t = m->t;
+	MoeBlockActs a = *ap;
+	par_cpu_memset(send, 0, (size_t)m->E * m->cap * C * precision_bytes(t));
+	for (int s = 0; s < N; s++) {
+		const float *d = dy + (size_t)s * C;
+		for (int j = 0; j < m->k; j++) {
+			size_t i = (size_t)s * m->k + j;
+			dw[i] = 0;
+			if (rt->slot[i] < 0)
+				continue;
+			size_t at = ((size_t)rt->expert[i] * m->cap + rt->slot[i]) * C;
+			float w = precision_round(rt->weight[i], t);
+			double dot = 0;
+			for (int ch = 0; ch < C; ch++) {
+				precision_store(send, at + ch, w * d[ch], t);
+				dot += (double)d[ch] * precision_load(acts, a.eout + at + ch, t);
+			}
+			dw[i] = (float)dot;
+		}
+	}
+}
+
+/* Scratch in the MLP's backward (floats): buf_a and buf_b (slots C each) hold what the
+ * all-to-alls move, in t; dge and dfc (cap I each) an expert's fp32 gradients, and in 16-bit dge
+ * then rn(dfc) (cap I elements of t: its first half) and the expert's fp32 input gradient (cap C
+ * floats from 2 cap C, I being 4 C) before it is rounded into buf_a; dln2 (N, C), dlogits and
+ * dprobs (N, E) fp32; the route at the end. */
 void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
-			    const float *params, float *grads, const float *acts, const float *dy,
+			    const void *params, float *grads, const void *acts, const float *dy,
 			    float *dx, float *scratch)
 {
+	PrecisionType t = m->t;
 	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep, k = m->k;
-	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C;
+	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C, capc = (size_t)cap * C;
 	MoeLayout L = moe_layout(c, m);
 	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	GptBlockActs ga = attention_acts(&a);
 	MoeRoute rt = route_in(c, m, B, T, scratch);
 	float *buf_a = scratch, *buf_b = scratch + slots_c;           /* slots C each */
 	float *dge = buf_b + slots_c, *dfc = dge + (size_t)cap * I;   /* cap I each */
 	float *dln2 = dfc + (size_t)cap * I, *dlogits = dln2 + btc;   /* (N, C), (N, E) */
 	float *dprobs = dlogits + (size_t)N * E;                      /* (N, E) */
 	float *dw = dlogits; /* the weights' gradients (N k <= N E) until the router's backward */
+	float *din = dge + 2 * capc; /* an expert's input gradient, dge's second half */
 
-	moe_cpu_route(acts + a.logits, acts + a.probs, N, E, k, cap, &rt);
-	/* combine: d eout = w dy at each kept choice's slot; d w = dy . eout there */
-	par_cpu_memset(buf_a, 0, slots_c * sizeof(float));
-	for (int s = 0; s < N; s++) {
-		const float *d = dy + (size_t)s * C;
-		for (int j = 0; j < k; j++) {
-			size_t i = (size_t)s * k + j;
-			dw[i] = 0;
-			if (rt.slot[i] < 0)
-				continue;
-			size_t at = ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
-			const float *o = acts + a.eout + at;
-			double dot = 0;
-			for (int ch = 0; ch < C; ch++) {
-				buf_a[at + ch] += rt.weight[i] * d[ch];
-				dot += (double)d[ch] * o[ch];
-			}
-			dw[i] = (float)dot;
-		}
-	}
-	weights_backward(m, N, acts + a.probs, &rt, dw, dprobs);
+	moe_cpu_route(F(logits), F(probs), N, E, k, cap, &rt);
+	combine_backward(m, N, C, &rt, dy, acts, &a, buf_a, dw);
+	weights_backward(m, N, F(probs), &rt, dw, dprobs);
 
 	/* the combine's gradient back to the experts, their backward, the dispatch's back */
 	exchange(m, buf_a, buf_b, slots_c);
-	par_cpu_memset(buf_a, 0, slots_c * sizeof(float));
 	for (int q = 0; q < m->ep; q++)
 		for (int j = 0; j < El; j++) {
 			size_t blk = (size_t)q * El + j;
-			const float *dout = buf_b + blk * cap * C;
+			const void *dout = precision_at(buf_b, blk * capc, t);
 			par_cpu_memset(dge, 0, (size_t)cap * I * sizeof(float));
-			ops_matmul_backward(dge, grads + L.down_w + (size_t)j * I * C,
-					    grads + L.down_b + (size_t)j * C, dout,
-					    acts + a.gelu + blk * cap * I,
-					    params + L.down_w + (size_t)j * I * C, cap, I, C);
+			ops16_matmul_backward(t, dge, grads + L.down_w + (size_t)j * I * C,
+					      grads + L.down_b + (size_t)j * C, dout,
+					      A(gelu + blk * cap * I),
+					      P(L.down_w + (size_t)j * I * C), cap, I, C);
 			par_cpu_memset(dfc, 0, (size_t)cap * I * sizeof(float));
-			ops_gelu_backward(dfc, dge, acts + a.fc + blk * cap * I, (size_t)cap * I);
-			ops_matmul_backward(buf_a + blk * cap * C, grads + L.fc_w + (size_t)j * C * I,
-					    grads + L.fc_b + (size_t)j * I, dfc,
-					    acts + a.disp + blk * cap * C,
-					    params + L.fc_w + (size_t)j * C * I, cap, C, I);
+			ops16_gelu_backward(t, dfc, dge, A(fc + blk * cap * I), (size_t)cap * I);
+			const void *dfc_t = dfc;
+			if (t != PREC_F32) {
+				ops16_round(t, dge, dfc, (size_t)cap * I);
+				dfc_t = dge;
+			}
+			par_cpu_memset(din, 0, capc * sizeof(float));
+			ops16_matmul_backward(t, din, grads + L.fc_w + (size_t)j * C * I,
+					      grads + L.fc_b + (size_t)j * I, dfc_t,
+					      A(disp + blk * capc), P(L.fc_w + (size_t)j * C * I),
+					      cap, C, I);
+			ops16_round(t, precision_at(buf_a, blk * capc, t), din, capc);
 		}
 	exchange(m, buf_a, buf_b, slots_c);
 	par_cpu_memset(dln2, 0, btc * sizeof(float));
@@ -437,15 +498,15 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 			size_t i = (size_t)s * k + j;
 			if (rt.slot[i] < 0)
 				continue;
-			const float *g = buf_b + ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
+			size_t g = ((size_t)rt.expert[i] * cap + rt.slot[i]) * C;
 			float *d = dln2 + (size_t)s * C;
 			for (int ch = 0; ch < C; ch++)
-				d[ch] += g[ch];
+				d[ch] += precision_load(buf_b, g + ch, t);
 		}
 
-	/* the router: softmax's backward, then logits = ln2 wg */
+	/* the router: softmax's backward, then logits = ln2 wg on the fp32 operands */
 	for (int s = 0; s < N; s++) {
-		const float *p = acts + a.probs + (size_t)s * E;
+		const float *p = F(probs) + (size_t)s * E;
 		const float *dp = dprobs + (size_t)s * E;
 		double dot = 0;
 		for (int e = 0; e < E; e++)
@@ -453,24 +514,17 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 		for (int e = 0; e < E; e++)
 			dlogits[(size_t)s * E + e] = (float)(p[e] * (dp[e] - dot));
 	}
-	ops_matmul_backward(dln2, grads + L.router, NULL, dlogits, acts + a.ln2, params + L.router,
-			    N, C, E);
+	ops_matmul_backward(dln2, grads + L.router, NULL, dlogits, gate_input(m, &a, acts),
+			    gate_weight(m, &a, &L, params, acts), N, C, E);
 
-	/* norm2, then the attention branch, as gpt_cpu_block_backward; the route's arrays sit at
-	 * the scratch's end, which the attention's 4 N C do not reach */
+	/* norm2, then the attention branch, as gpt16_block_backward; the route's arrays sit at
+	 * the scratch's end, which the attention's 7 N C do not reach */
 	if (dx != dy)
 		par_cpu_memcpy(dx, dy, btc * sizeof(float));
-	ops_layernorm_backward(dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, acts + a.res2,
-			       params + L.d.ln2_w, N, C);
-	float *wide_a = scratch, *wide_b = scratch + btc;
-	par_cpu_memset(wide_a, 0, btc * sizeof(float));
-	ops_matmul_backward(wide_a, grads + L.d.proj_w, grads + L.d.proj_b, dx, acts + a.atty,
-			    params + L.d.proj_w, N, C, C);
-	par_cpu_memset(wide_b, 0, 3 * btc * sizeof(float));
-	ops_attention_backward(wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH);
-	par_cpu_memset(wide_a, 0, btc * sizeof(float));
-	ops_matmul_backward(wide_a, grads + L.d.qkv_w, grads + L.d.qkv_b, wide_b, acts + a.ln1,
-			    params + L.d.qkv_w, N, C, 3 * C);
-	ops_layernorm_backward(dx, grads + L.d.ln1_w, grads + L.d.ln1_b, wide_a, acts + a.x_in,
-			       params + L.d.ln1_w, N, C);
+	ops16_layernorm_backward(t, dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, A(res2),
+				 P(L.d.ln2_w), N, C);
+	gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, dx, scratch);
 }
+#undef P
+#undef A
+#undef F

@@ -1,6 +1,6 @@
 /* moe_cpu: a GPT-2 block whose MLP is a Mixture-of-Experts layer as DeepSpeed's
  * deepspeed/moe/sharded_moe.py computes it (TopKGate with k = 1 or 2, MOELayer's dispatch and
- * combine), on one expert-parallel rank, fp32. It owns the gating (softmax router, top-k, the
+ * combine), on one expert-parallel rank, in fp32 or in 16-bit mixed precision (below). It owns the gating (softmax router, top-k, the
  * capacity and which tokens are dropped, the combine weights), the (E, capacity, C) dispatch
  * layout, the local experts' MLPs forward and backward, the block's parameter and saved-activation
  * layouts and its deterministic init. The all-to-alls are the caller's (MoeCpu's callback: an MPI
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "gpt_cpu.h"
+#include "precision.h"
 
 /* Dimension names as in ops_cpu.h (B, T, C, N = B T); S = N tokens this rank gates, E experts,
  * E_l = E / ep local experts, k experts per token, cap = the capacity (tokens per expert),
@@ -30,7 +31,17 @@
  *   (the sum clamped below at fp32's epsilon, so a token with both dropped gets 0 and 0);
  *   a dropped token's MLP output is 0: the block passes its residual on.
  * DeepSpeed's default use_rts (random token selection for top-1) and top-2's Gumbel sampling of
- * the second expert draw random numbers; the executor runs the deterministic variants. */
+ * the second expert draw random numbers; the executor runs the deterministic variants.
+ *
+ * In 16-bit (MoeCpu.t bf16 or fp16: bf16/fp16 training, the engine having cast the module) the
+ * block computes as kernels/gpt16_cpu's, with ops16_cpu's rounding points: parameters, the hidden
+ * stream, the saved tensors and everything the all-to-alls move of type t, gradients fp32 and
+ * rounded to t where a product takes them or an all-to-all moves them. The gate is TopKGate's:
+ * fp32 copies of its input and of the router's weight (input.float(), wg.weight.float()), kept for
+ * the backward, fp32 logits, probabilities and combine weights. MOELayer's combine casts the
+ * weights to t (combine_weights.type_as(input)) and sums each token's weighted outputs in fp32,
+ * rounded once; the block's residual adds that to res2, rounded again. In fp32 every rounding is
+ * the identity and the copies are not made. */
 
 /* cap = max(ceil(k S / E x capacity_factor), min_capacity): _capacity(gates, capacity_factor x
  * k, min_capacity), S the tokens a rank gates. */
@@ -57,13 +68,14 @@ typedef struct MoeCpu {
 	int E, k, cap, I;
 	int ep, r;   /* the expert-parallel group's size and this rank in it: experts
 			[r E/ep, (r+1) E/ep) are local */
+	PrecisionType t; /* the compute type (PREC_F32 when zero-initialised) */
 	void *ctx;   /* the caller's, passed to all_to_all */
-	/* out (ep n) = from each rank q of the group, in rank order, the n elements at q's in +
-	 * r n; in and out do not overlap. NULL for ep 1 (a copy). */
-	void (*all_to_all)(void *ctx, const float *in, float *out, size_t n);
+	/* out (ep n) = from each rank q of the group, in rank order, the n elements (of type t) at
+	 * q's in + r n; in and out do not overlap. NULL for ep 1 (a copy). */
+	void (*all_to_all)(void *ctx, const void *in, void *out, size_t n);
 } MoeCpu;
 
-/* 0, or -1 with err filled, unless gpt_cpu_check passes, 1 <= k <= 2, k <= E, ep divides E,
+/* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2, k <= E, ep divides E,
  * 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and all_to_all is set for ep > 1. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
 
@@ -87,37 +99,42 @@ void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *par
 
 /* ---- saved activations and scratch ---- */
 
-/* Element offsets in an MoE block's saved activations: gpt_cpu's attention part, then the MoE
- * MLP's (shapes in floats). */
+/* Offsets in an MoE block's saved activations, each in elements of its own type from the
+ * buffer's start: the gate's fp32 tensors first, then those of type t (gpt_cpu's attention part,
+ * then the MoE MLP's). In fp32 the two units are one. */
 typedef struct MoeBlockActs {
+	size_t logits, probs; /* fp32 (N, E) each */
+	size_t gate_x, gate_w; /* 16-bit only: fp32 copies of ln2 (N, C) and the router (C, E) */
 	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C) (N, C) (N, C) */
 	size_t att;    /* (B, NH, T, T) */
 	size_t ln2;    /* (N, C) the router's and the dispatch's input */
-	size_t logits, probs; /* (N, E) each */
 	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
 	size_t fc, gelu; /* (ep, E_l, cap, I) each */
 	size_t eout;   /* (E, cap, C) the experts' outputs for this rank's tokens, come back */
-	size_t total_elems; /* N (8 C + NH T + 2 E) + slots (2 C + 2 I) */
+	size_t total_bytes; /* 4 (2 N E) + bytes(t) (N (8 C + NH T) + slots (2 C + 2 I)), and in
+			       16-bit 4 (N C + C E) more */
 } MoeBlockActs;
 MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T);
-/* 4 total_elems: engine/activ.c's MoE block for 4-byte activations, no dropout, no recompute. */
+/* total_bytes: engine/activ.c's MoE block for bytes(t) activations (DeepSpeed's gate), no dropout,
+ * no recompute. */
 size_t moe_cpu_block_act_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
 /* Scratch of an MoE block's forward or backward: the larger of gpt_cpu's 8 N C and the MoE
  * MLP's backward (two slots x C exchange buffers, two cap x I expert temporaries, the (N, C)
- * gradient of ln2, two (N, E) gate gradients), plus the route (3 N k): floats, x 4 bytes. */
+ * gradient of ln2, two (N, E) gate gradients), plus the route (3 N k): floats, x 4 bytes, in
+ * either type (what 16-bit keeps in t takes no more room than in fp32). */
 size_t moe_cpu_scratch_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
 
 /* ---- the block ---- */
 
 /* y (N, C) = x + attn(ln1(x)), then + moe(ln2(.)); y may be x. Two all-to-alls of E_l cap C
- * elements per rank (dispatch, then combine). */
-void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const float *params,
-			   const float *x, float *y, float *acts, float *scratch);
+ * elements per rank (dispatch, then combine). params, x, y of type m->t. */
+void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			   const void *x, void *y, void *acts, float *scratch);
 /* gpt_cpu_block_backward's contract: grads ACCUMULATED (router and local experts included), dx
  * WRITTEN, dx may be dy. Two all-to-alls as forward's (the combine's gradient to the experts,
- * the dispatch's back). */
+ * the dispatch's back). grads, dy and dx fp32. */
 void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
-			    const float *params, float *grads, const float *acts, const float *dy,
+			    const void *params, float *grads, const void *acts, const float *dy,
 			    float *dx, float *scratch);
 
 #endif

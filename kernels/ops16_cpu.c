@@ -84,8 +84,7 @@ static void free_f32(float *p)
 		free((char *)drop - F32_HEADER);
 }
 
-/* dst (fp32) = n values of type t */
-static void load_f32(PrecisionType t, float *dst, const void *src, size_t n)
+void ops16_widen(PrecisionType t, float *dst, const void *src, size_t n)
 {
 	if (t == PREC_F32)
 		par_cpu_memcpy(dst, src, n * sizeof(float));
@@ -101,7 +100,7 @@ static float *widen(PrecisionType t, const void *x, size_t n)
 	if (!x)
 		return NULL;
 	float *w = alloc_f32(n);
-	load_f32(t, w, x, n);
+	ops16_widen(t, w, x, n);
 	return w;
 }
 

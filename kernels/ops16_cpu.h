@@ -17,6 +17,8 @@
 
 /* dst (n, type t) = src rounded; src fp32 */
 void ops16_round(PrecisionType t, void *dst, const float *src, size_t n);
+/* dst (n, fp32) = src (type t), exact */
+void ops16_widen(PrecisionType t, float *dst, const void *src, size_t n);
 
 /* ---- linear layers: products of t values summed in fp32 ---- */
 

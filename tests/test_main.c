@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "suites.h"
@@ -163,8 +164,33 @@ void px_test_write_file(const char *path, const char *text)
 		return 1;                                                   \
 	}
 
+/* ---- PX_TEST_TIMES: each test's wall time ---- */
+
+static double wall_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double test_t0;
+
+static void time_start(const CU_pTest test, const CU_pSuite suite)
+{
+	(void)test, (void)suite;
+	test_t0 = wall_s();
+}
+
+static void time_done(const CU_pTest test, const CU_pSuite suite, const CU_pFailureRecord fail)
+{
+	printf("%8.2f s  %s: %s%s\n", wall_s() - test_t0, suite->pName, test->pName,
+	       fail ? "  FAILED" : "");
+	fflush(stdout);
+}
+
 /* PX_SUITE="time,exec": run only the suites named (CUnit's names), the others reported inactive,
- * for working on one part; unset or empty: all. An unknown name is refused. */
+ * for working on one part; unset or empty: all. An unknown name is refused. PX_TEST_TIMES set:
+ * one line a test with its wall time, and no summary (failures still set the exit status). */
 static int run_named_suites(const char *list)
 {
 	if (list && *list) {
@@ -183,7 +209,13 @@ static int run_named_suites(const char *list)
 			n += len + (n[len] == ',');
 		}
 	}
-	CU_basic_run_tests();
+	if (getenv("PX_TEST_TIMES")) { /* for trimming the suites' time: not CUnit's basic run */
+		CU_set_test_start_handler(time_start);
+		CU_set_test_complete_handler(time_done);
+		CU_run_all_tests();
+	} else {
+		CU_basic_run_tests();
+	}
 	return 0;
 }
 
