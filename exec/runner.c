@@ -591,9 +591,12 @@ static void recompute(Runner *r, const Op *op)
 		return;
 	}
 	load_params(r, op->unit);
-	void *in = unit_buf(r, r->u_ckpt, op);
-	r->cb->block_forward(r->cx, r->buf[r->u_fp32[op->unit]], in, in, unit_buf(r, r->u_act, op),
-			     scratch_buf(r));
+	void *in = unit_buf(r, r->u_ckpt, op), *params = r->buf[r->u_fp32[op->unit]];
+	if (r->moe_on && r->p->units[op->unit].moe) /* gates, dispatches and combines again */
+		runner_moe_forward(r, params, in, in, unit_buf(r, r->u_act, op));
+	else
+		r->cb->block_forward(r->cx, params, in, in, unit_buf(r, r->u_act, op),
+				     scratch_buf(r));
 }
 
 static void backward(Runner *r, const Op *op)

@@ -42,8 +42,8 @@ const char *runner_moe_supported(const Plan *p)
 		       "over capacity are dropped in order)";
 	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
 		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
-	if (sc->ckpt != CKPT_NONE)
-		return "MoE blocks with activation_checkpointing none";
+	if (sc->ckpt == CKPT_SELECTIVE)
+		return "MoE blocks with activation_checkpointing none or full";
 	return NULL;
 }
 

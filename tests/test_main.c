@@ -185,6 +185,8 @@ static void time_done(const CU_pTest test, const CU_pSuite suite, const CU_pFail
 {
 	printf("%8.2f s  %s: %s%s\n", wall_s() - test_t0, suite->pName, test->pName,
 	       fail ? "  FAILED" : "");
+	for (CU_pFailureRecord f = fail; f; f = f->pNext)
+		printf("            %s:%u  %s\n", f->strFileName, f->uiLineNumber, f->strCondition);
 	fflush(stdout);
 }
 
