@@ -87,6 +87,12 @@ static int check_degrees(const Plan *p, PxError *err)
 	if (p->dp % p->hpz)
 		return px_fail(err, PX_ERR_INPUT, "%s: zero_hpz_partition_size = %lld does not divide "
 			       "the data-parallel size %lld", src, p->hpz, p->dp);
+	if (m->ds_gate && p->stage == 3) /* deepspeed/runtime/engine.py, _configure_zero_optimizer */
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.zero_optimization.stage = 3 with "
+			       "DeepSpeed's MoE layers (the scenario's \"moe\" object): DeepSpeed "
+			       "refuses (\"MoE not supported with Stage 3\"); use stage 0-2 (a "
+			       "Hugging Face MoE model, whose experts are its own modules, runs at "
+			       "stage 3)", src);
 	return 0;
 }
 

@@ -829,14 +829,17 @@ static void test_run_stage0_clipping(void)
 	sqlite3_close(px_run_measured(args, 4));
 }
 
-/* What the executor does not run yet is refused before anything starts, exit 2, naming it. */
+/* What the executor does not run yet is refused before anything starts, exit 2, naming it; and
+ * what DeepSpeed itself refuses: its MoE layers at ZeRO stage 3 (engine.py,
+ * _configure_zero_optimizer: "MoE not supported with Stage 3"; predict's refusal: the parallel
+ * suite). */
 static void test_run_refusals(void)
 {
 	static const struct {
 		int ranks;
 		const char *set, *why;
 	} bad[] = {
-		{2, "--set deepspeed.zero_optimization.stage=3", "ZeRO stage 0-2"},
+		{2, "--set deepspeed.zero_optimization.stage=3", "MoE not supported with Stage 3"},
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "ep equal to the data-parallel size"},
 		{2, "--set moe.use_rts=true", "without random token selection"},

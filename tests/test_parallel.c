@@ -450,6 +450,10 @@ static void test_refusals(void)
 	/* ZeRO++ below stage 3 is not refused: DeepSpeed ignores it (test_dsconfig.c) */
 	expect_refused("{\"tp\": 1}", "{\"stage\": 3, \"zero_hpz_partition_size\": 3}",
 		       "zero_hpz_partition_size = 3 does not divide the data-parallel size 8");
+	/* DeepSpeed's MoE layers at stage 3: engine.py _configure_zero_optimizer asserts "MoE not
+	 * supported with Stage 3" */
+	expect_refused("{\"ep\": 2}", "{\"stage\": 3}",
+		       "deepspeed.zero_optimization.stage = 3 with DeepSpeed's MoE layers");
 }
 
 /* Layers that do not divide over the stages are refused under uniform partitioning (6 layers,
