@@ -28,8 +28,8 @@ const char *runner_moe_supported(const Plan *p)
 		       "parallelism)";
 	if (p->stage > 2)
 		return "MoE blocks with ZeRO stage 0-2 (not 3)";
-	if (p->opt_place != PLACE_GPU || p->param_place != PLACE_GPU)
-		return "MoE blocks without offload (the experts' gradients are not copied to the host)";
+	if (p->param_place != PLACE_GPU || (p->opt_place != PLACE_GPU && p->stage != 1))
+		return "MoE blocks without offload, or with the optimizer offloaded at ZeRO stage 1";
 	if (p->stage == 2 && p->edp > 1)
 		return "MoE blocks at ZeRO stage 2 with ep equal to the data-parallel size (the "
 		       "schedule's expert reduce-scatters over edp > 1 name no buffer)";

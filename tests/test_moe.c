@@ -779,6 +779,34 @@ static void test_run_recompute(void)
 	sqlite3_close(db);
 }
 
+/* ZeRO-1 with the optimizer offloaded to the host (offload_optimizer.device cpu): after the
+ * reductions each rank copies its slices of the gradients, the experts' slice over the
+ * expert-data-parallel group included, to the host's fp32 partition, updates there and copies
+ * the parameters back. At stage 1 the copies come after the reductions, so the host adds nothing
+ * and the update is the device one's: the losses equal the run without offload to the bit, fp32
+ * and bf16, at ep 2 x edp 2 (an update that missed the experts' slice, or stepped it twice,
+ * would not). Every exact pair equals the prediction, in bf16, with the host's pool within the
+ * usual bound of its predicted peak (run_checks.c). */
+static void test_run_offload(void)
+{
+	static const char *prec[] = {"", " --set deepspeed.bf16.enabled=true"};
+	for (int i = 0; i < 2; i++) {
+		char base[1024];
+		double plain[3], off[3];
+		snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2%s",
+			 moe_scenario(), prec[i]);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "", plain), 3);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "--set deepspeed.zero_optimization."
+						    "offload_optimizer.device=cpu", off), 3);
+		CU_ASSERT(!memcmp(plain, off, sizeof(plain)));
+	}
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set moe.ep_size=2 --set "
+		 "deepspeed.bf16.enabled=true --set deepspeed.zero_optimization.offload_optimizer."
+		 "device=cpu", moe_scenario());
+	sqlite3_close(px_run_measured(args, 4));
+}
+
 /* At ZeRO stage 0 in fp32 DeepSpeed's engine clips the gradients itself (engine.py
  * clip_fp32_gradients), and runtime/utils.py's clip_grad_norm_ averages the ranks' norms over the
  * data-parallel group: with experts each rank's norm n_r = sqrt(D^2 + E_r^2) counts the dense
@@ -846,7 +874,9 @@ static void test_run_refusals(void)
 		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
 		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
-		{2, "--set deepspeed.zero_optimization.offload_optimizer.device=cpu", "without offload"},
+		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2 --set "
+		    "deepspeed.zero_optimization.offload_optimizer.device=cpu",
+		 "optimizer offloaded at ZeRO stage 1"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char out[8192];
@@ -876,6 +906,8 @@ int test_moe_register(void)
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
 			    {"run: full recompute, the same losses to the bit, six all-to-alls",
 			     test_run_recompute, PX_RELEASE_RUN},
+			    {"run: ZeRO-1 with the optimizer offloaded, the same losses to the bit",
+			     test_run_offload, PX_RELEASE_RUN},
 			    {"run: stage 0 clips by the ranks' norms averaged", test_run_stage0_clipping,
 			     PX_RELEASE_RUN});
 }
