@@ -108,7 +108,13 @@ NCCL_CHECK := $(if $(HAVE_NCCL),$(REL)/comm_nccl_check)
 $(REL)/comm_nccl_check: $(call objs,$(REL),tests/comm_nccl_check.c $(CHECK_SHARED) $(LIB_SRC))
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-test: test-rel test-san test-run test-corpus
+# make test: every binary the passes use first, as many compilers at once as there are cores
+# (scripts/deps.sh runs before any: the objects' order-only prerequisite), then the passes one
+# after another
+TEST_BINS = $(REL)/px_tests $(BIN) $(REL)/comm_mpi_check $(NCCL_CHECK) $(SAN)/px_tests $(SAN)/parallax
+test:
+	@$(MAKE) --no-print-directory -j$(shell nproc 2>/dev/null || echo 1) $(TEST_BINS)
+	@$(MAKE) --no-print-directory -j1 test-rel test-san test-run test-corpus
 # the main job's own scenario list, priced without a database: `make run` must not break unseen
 test-run: $(BIN)
 	@echo "== make run's scenarios (no database)"

@@ -930,7 +930,7 @@ int test_cputime_register(void)
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
-			    {"calibrate --backend cpu end to end", test_calibrate_cpu},
+			    {"calibrate --backend cpu end to end", test_calibrate_cpu, PX_RELEASE_RUN},
 			    {"run and compare pair the CPU step time", test_run_pairs_time, PX_RELEASE_RUN},
 			    {"a 1-bit run pairs each kind of step's time", test_run_pairs_onebit_time,
 			     PX_RELEASE_RUN});

@@ -677,18 +677,16 @@ static void test_run_losses(void)
  * is the order of the gradients' sums, now rounded to bf16 at each (the single rank accumulates
  * its micro-batches into bf16 gradients, the ranks reduce theirs in bf16), and of the losses'
  * (the first loss to 1 ulp: top-2 at 2 ranks). Held to 1e-3 relative over the 8 clipped steps,
- * as the tp suite's bf16 runs (measured at most 2.3e-4 top-1, 6.3e-4 top-2 at 4 ranks); the
- * unclipped run leaves the clipped single rank by more (1.8e-3 measured), so the bound can fail. */
+ * as the tp suite's bf16 runs (measured at most 2.3e-4; 2.7e-4 with the experts over dp, ep 1,
+ * and 6.3e-4 top-2 at 4 ranks, which run in fp32 here and whose bf16 kernels the tests above
+ * hold); the unclipped run leaves the clipped single rank by more (1.8e-3 measured), so the
+ * bound can fail. */
 static void test_run_losses_bf16(void)
 {
 	static const PxRunCase top1[] = {
 		{2, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=4 --set deepspeed.zero_optimization.stage=2"},
-		{2, "--set moe.ep_size=1"},
-	};
-	static const PxRunCase top2[] = {
-		{4, "--set moe.k=2 --set moe.ep_size=2"},
 	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
@@ -698,9 +696,6 @@ static void test_run_losses_bf16(void)
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
 					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
 	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-3);
-	snprintf(base, sizeof(base), "run '%s' --no-db --json --set deepspeed.bf16.enabled=true "
-		 "--set moe.k=2", moe_scenario());
-	px_check_losses(base, top2, 1, 1e-3, 0, ref);
 }
 
 /* Every rank's memory by category and communication per collective equal the prediction; the
@@ -743,38 +738,33 @@ static void test_run_measured(void)
 /* Full recompute (activation_checkpointing full): DeepSpeed's checkpointed MoE block runs its
  * forward again before its backward, gate, dispatch and combine included, on the same input: the
  * same route and the same products, so the losses equal the run without recompute to the bit
- * (fp32 and bf16, and with the checkpoints kept on the host, cpu_checkpointing; a recompute that
- * gated differently, or read another micro-batch's checkpoint, would not). The recompute's two
- * all-to-alls make six a micro-batch: 6 x 4 micro-batches x 16384 bytes = 393216 a step at 2
- * ranks (262144 without), measured and predicted, and every exact pair equals the prediction. */
+ * (and with the checkpoints kept on the host, cpu_checkpointing; a recompute that gated
+ * differently, or read another micro-batch's checkpoint, would not; bf16 measured the same when
+ * written). The recompute's two all-to-alls make six a micro-batch: in bf16, 6 x 4 micro-batches
+ * x 8192 bytes = 196608 a step at 2 ranks (131072 without), measured and predicted, and every
+ * exact pair equals the prediction. */
 static void test_run_recompute(void)
 {
-	static const char *prec[] = {"", " --set deepspeed.bf16.enabled=true"};
-	for (int i = 0; i < 2; i++) {
-		char base[1024];
-		double plain[4], ckpt[4], host[4];
-		snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2%s",
-			 moe_scenario(), prec[i]);
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "", plain), 4);
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "--set activation_checkpointing=full",
-						    ckpt), 4);
-		CU_ASSERT(!memcmp(plain, ckpt, sizeof(plain)));
-		if (i > 0)
-			continue;
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "--set activation_checkpointing=full "
-						    "--set deepspeed.activation_checkpointing."
-						    "cpu_checkpointing=true", host), 4);
-		CU_ASSERT(!memcmp(plain, host, sizeof(plain)));
-	}
+	char base[1024];
+	double plain[4], ckpt[4], host[4];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2", moe_scenario());
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "", plain), 4);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "--set activation_checkpointing=full", ckpt),
+			      4);
+	CU_ASSERT(!memcmp(plain, ckpt, sizeof(plain)));
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, 4, "--set activation_checkpointing=full --set "
+					    "deepspeed.activation_checkpointing.cpu_checkpointing=true",
+					    host), 4);
+	CU_ASSERT(!memcmp(plain, host, sizeof(plain)));
 	char args[1024];
 	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --set moe.ep_size=2 --set "
-		 "activation_checkpointing=full", moe_scenario());
+		 "activation_checkpointing=full --set deepspeed.bf16.enabled=true", moe_scenario());
 	sqlite3 *db = px_run_measured(args, 2);
 	for (int r = 0; r < 2; r++) {
 		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "measured", r),
-				6 * 4 * 16384.0);
+				6 * 4 * 8192.0);
 		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "predicted", r),
-				6 * 4 * 16384.0);
+				6 * 4 * 8192.0);
 	}
 	sqlite3_close(db);
 }
@@ -783,23 +773,19 @@ static void test_run_recompute(void)
  * reductions each rank copies its slices of the gradients, the experts' slice over the
  * expert-data-parallel group included, to the host's fp32 partition, updates there and copies
  * the parameters back. At stage 1 the copies come after the reductions, so the host adds nothing
- * and the update is the device one's: the losses equal the run without offload to the bit, fp32
- * and bf16, at ep 2 x edp 2 (an update that missed the experts' slice, or stepped it twice,
- * would not). Every exact pair equals the prediction, in bf16, with the host's pool within the
+ * and the update is the device one's: the losses equal the run without offload to the bit at
+ * ep 2 x edp 2 (an update that missed the experts' slice, or stepped it twice, would not; bf16
+ * measured the same when written). Every exact pair equals the prediction, in bf16, with the host's pool within the
  * usual bound of its predicted peak (run_checks.c). */
 static void test_run_offload(void)
 {
-	static const char *prec[] = {"", " --set deepspeed.bf16.enabled=true"};
-	for (int i = 0; i < 2; i++) {
-		char base[1024];
-		double plain[3], off[3];
-		snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2%s",
-			 moe_scenario(), prec[i]);
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "", plain), 3);
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "--set deepspeed.zero_optimization."
-						    "offload_optimizer.device=cpu", off), 3);
-		CU_ASSERT(!memcmp(plain, off, sizeof(plain)));
-	}
+	char base[1024];
+	double plain[3], off[3];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2", moe_scenario());
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "", plain), 3);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "--set deepspeed.zero_optimization."
+					    "offload_optimizer.device=cpu", off), 3);
+	CU_ASSERT(!memcmp(plain, off, sizeof(plain)));
 	char args[1024];
 	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set moe.ep_size=2 --set "
 		 "deepspeed.bf16.enabled=true --set deepspeed.zero_optimization.offload_optimizer."
