@@ -351,11 +351,8 @@ static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offs
 	k->offset = offset; /* buckets fill backwards through the flat buffer */
 	k->unit = -1;
 	k->buf = -1;
-	k->plan_bucket = -1; /* expert buckets: stage 2's slice follows the dense partition in the
-				expert flat's order; stage 3's experts are partitioned tensor by tensor
-				(none stated) */
-	k->part_off = p->stage == 2 ? b->p->stages[b->stage].flat_dense / p->dp +
-					      offset / p->spans[k->group].n : -1;
+	k->plan_bucket = -1; /* stage 3's experts are partitioned tensor by tensor (none stated) */
+	k->part_off = -1;
 }
 
 static void hold(Bucket *k, int id)
@@ -415,7 +412,35 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 		*off = up->flat_off - p->stages[b->stage].buckets[b->bucket_of[u]].flat_off;
 }
 
-static void unit_grads(Builder *b, int u)
+/* Whether an MoE block's expert gradients at ZeRO-2 need a buffer of their own: when a
+ * reduction over the expert-data-parallel group or the copy to the optimizer's host reads them.
+ * Otherwise (edp 1, the optimizer on the device) its backward adds them into the partition. */
+static int expert_grads_held(const Plan *p, int u)
+{
+	return p->stage == 2 && p->units[u].local_expert > 0 &&
+	       (p->spans[GROUP_EDP].n > 1 || p->opt_place != PLACE_GPU);
+}
+
+/* ZeRO-2's reduction of an MoE block's expert gradients, held in buffer egrads: one
+ * reduce-scatter of the block's experts over the expert-data-parallel group (DeepSpeed reduces
+ * them with the bucket they fall in, each piece to the rank owning it: the same bytes), whose
+ * slices lie after the dense partition in the expert flat's order, 1/edp of each block's. */
+static void reduce_experts(Builder *b, int u, int egrads)
+{
+	const Plan *p = b->p;
+	const UnitPlan *up = &p->units[u];
+	Bucket *k = &b->expert;
+	k->elems = up->local_expert;
+	k->unit = u;
+	k->plan_bucket = -1;
+	k->part_off = p->stages[b->stage].flat_dense / p->dp + b->expert_start[u] / p->edp;
+	k->buf = egrads;
+	k->offset = 0;
+	hold(k, egrads);
+	flush_bucket(b, k);
+}
+
+static void unit_grads(Builder *b, int u, int egrads)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
@@ -433,9 +458,11 @@ static void unit_grads(Builder *b, int u)
 		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
 				      (double)up->local_dense * p->grad_bytes));
 	long long eoff = b->expert_start[u] + up->local_expert;
-	for (int i = up->n_tensors - 1; i >= 0; i--)
+	for (int i = up->n_tensors - 1; p->stage == 3 && i >= 0; i--)
 		if (up->tensor_expert[i])
 			bucket_tensor(b, &b->expert, up->tensor_local[i], eoff -= up->tensor_local[i]);
+	if (egrads >= 0)
+		reduce_experts(b, u, egrads);
 	if (u == 0 && b->tied_grad >= 0) {
 		hold(&b->dense, b->tied_grad);
 		b->tied_grad = -1;
@@ -616,6 +643,9 @@ static void backward_unit(Builder *b, int slot, int u)
 		moe_colls(b, u, ROLE_RECOMPUTE);
 	}
 	int scores = recompute_attention_core(b, u);
+	int egrads = expert_grads_held(p, u) ?
+		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
+		      (double)up->local_expert * p->grad_bytes) : -1;
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) {
 		int gbuf;
@@ -628,7 +658,7 @@ static void backward_unit(Builder *b, int slot, int u)
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
 	release(b, &scores);
-	unit_grads(b, u);
+	unit_grads(b, u, egrads);
 	release(b, &fp32_grads);
 	release(b, &fp32);
 	if (p->stage == 3)
@@ -638,9 +668,12 @@ static void backward_unit(Builder *b, int slot, int u)
 /* ---- micro-batches ---- */
 
 /* Contiguous gradient buffers hold the largest dense reduction (a bucket of units, or at stage 3
- * a unit's flat) or the largest expert bucket. */
+ * a unit's flat) or the largest expert bucket (stage 3; stage 2's experts have their own,
+ * BUF_EXPERT_GRADS). */
 static long long bucket_buffer_elems(const Plan *p, int stage)
 {
+	if (p->stage == 2)
+		return p->stages[stage].max_bucket;
 	long long experts = 0, largest = 0;
 	for (int u = 0; u < p->n_units; u++) {
 		if (p->units[u].stage != stage)
@@ -1043,9 +1076,20 @@ static void optimizer_step(Builder *b)
 				      b->id_params, st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
 		/* one all_gather_into_tensor per parameter group (runtime/utils.py): the expert
-		 * group's flat whole; allgather_bucket_size splits only the legacy path */
-		chunked(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, st->flat_expert, 0,
-			p->param_bytes, st->flat_dense / p->dp);
+		 * group's flat whole at stage 1, whose reduce-scatter left each rank its contiguous
+		 * slice; at stage 2 each block's experts, as their reductions left the slices */
+		if (p->stage == 1)
+			chunked(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, st->flat_expert, 0,
+				p->param_bytes, st->flat_dense / p->dp);
+		for (int u = 0; p->stage == 2 && u < p->n_units; u++) {
+			const UnitPlan *up = &p->units[u];
+			if (up->stage == b->stage && up->local_expert > 0)
+				slice(b, coll(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, u,
+					      up->local_expert, p->param_bytes, -1,
+					      b->expert_start[u]),
+				      -1, st->flat_dense / p->dp + b->expert_start[u] / p->edp,
+				      up->local_expert / p->edp);
+		}
 	}
 	if (p->stage == 3 && st->persist_elems > 0) {
 		long long persist = ceil_div(st->persist_elems, p->dp);

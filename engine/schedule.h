@@ -99,6 +99,10 @@ typedef enum {
 	BUF_GRAD_FLAT,     /* DeepSpeed's ZeRO optimizers (16-bit gradients): the gradients the
 			      update steps (the partition; at stage 3 a sub-group) flattened
 			      before their fp32 copy is made (Plan.flattens_grads) */
+	BUF_EXPERT_GRADS,  /* ZeRO-2: an MoE block's expert gradients from its backward until they
+			      are reduced over the expert-data-parallel group (or copied to the
+			      host); DeepSpeed's are the experts' .grad tensors, copied into its
+			      reduction bucket */
 	N_BUFS
 } BufWhat;
 

@@ -253,6 +253,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
 	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
+	case BUF_EXPERT_GRADS: /* the block's tensors after its dense ones */
+		return dt_bytes(r->gdt) * (unit_params(r, op->unit) - r->moe_dense);
 	default: return (size_t)op->bytes;
 	}
 }
@@ -351,6 +353,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
+	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
 	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[slot] = op->buf; break;
@@ -380,6 +383,8 @@ static void do_free(Runner *r, int id)
 	const Op *a = r->alloc_of[id];
 	if (id == r->id_flat)
 		r->id_flat = -1;
+	if (id == r->id_egrads)
+		r->id_egrads = -1;
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -499,9 +504,13 @@ static void move_grads(Runner *r, const Op *op)
 	const float *g = r->buf[r->u_fp32g[u]];
 	size_t own = unit_dense(r, u), vc = tied_elems(r), experts = unit_params(r, u) - own;
 
-	if (experts > 0) { /* an MoE block's experts: into the expert flat's gradients (stage 0-1),
-			      or straight into the partition at stage 2 (edp 1: nothing reduces
-			      them; runner_moe_supported) */
+	if (experts > 0 && r->id_egrads >= 0 && r->alloc_of[r->id_egrads]->unit == u)
+		/* an MoE block's experts at stage 2, into their own buffer for the reduction over
+		   the expert-data-parallel group (or the copy to the host) after this backward */
+		from_f32(r, r->buf[r->id_egrads], g + own, experts, r->gdt);
+	else if (experts > 0) { /* into the expert flat's gradients (stage 0-1), or straight into
+				   the partition at stage 2 (edp 1, the optimizer on the device:
+				   nothing reduces or copies them) */
 		void *dst = p->stage < 2 ? at(r->buf[r->id_grads], r->expert_off[u], r->gdt) :
 			at(r->buf[r->id_gradpart], p->stages[r->stage].flat_dense / r->n +
 			   r->expert_off[u] - p->stages[r->stage].flat_dense, r->gdt);
@@ -577,7 +586,7 @@ static void forward(Runner *r, const Op *op)
 	} else {
 		if (ckpt >= 0) /* full recompute keeps the block's input */
 			to_work(r, r->buf[ckpt], x, r->size[ckpt] / dt_bytes(r->pdt));
-		if (r->moe_on && r->p->units[u].moe)
+		if (is_moe_unit(r, u))
 			runner_moe_forward(r, params, x, x, acts);
 		else
 			r->cb->block_forward(r->cx, params, x, x, acts, scratch_buf(r));
@@ -592,7 +601,7 @@ static void recompute(Runner *r, const Op *op)
 	}
 	load_params(r, op->unit);
 	void *in = unit_buf(r, r->u_ckpt, op), *params = r->buf[r->u_fp32[op->unit]];
-	if (r->moe_on && r->p->units[op->unit].moe) /* gates, dispatches and combines again */
+	if (is_moe_unit(r, op->unit)) /* gates, dispatches and combines again */
 		runner_moe_forward(r, params, in, in, unit_buf(r, r->u_act, op));
 	else
 		r->cb->block_forward(r->cx, params, in, in, unit_buf(r, r->u_act, op),
@@ -613,7 +622,7 @@ static void backward(Runner *r, const Op *op)
 				     dloss, dx, scratch);
 	} else if (u == 0) {
 		r->cb->embed_backward(r->cx, grads, dx, scratch);
-	} else if (r->moe_on && r->p->units[u].moe) {
+	} else if (is_moe_unit(r, u)) {
 		runner_moe_backward(r, params, grads, acts, dx);
 	} else {
 		r->cb->block_backward(r->cx, params, grads, acts, dx, dx, scratch);
@@ -660,12 +669,14 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 
 /* The communicator of op's group (op->group is obeyed): the tensor-parallel one, the
  * data-parallel one, which the expert-data-parallel group equals when every rank holds every
- * expert, and the pipeline's (runner_pipe_comm). The executor has no other yet (runner_supported refuses the layouts that
- * need one). */
+ * expert, the expert-data-parallel one, the pipeline's (runner_pipe_comm) and ZeRO++'s. The
+ * executor has no other yet (runner_supported refuses the layouts that need one). */
 static Comm *group_comm(Runner *r, const Op *op, PxError *err)
 {
 	if (op->group == GROUP_TP && r->tp && op->nranks == comm_size(r->tp))
 		return r->tp;
+	if (op->group == GROUP_EDP && r->edp && op->nranks == comm_size(r->edp))
+		return r->edp;
 	if (r->dp && op->nranks == comm_size(r->dp) &&
 	    (op->group == GROUP_DP || (op->group == GROUP_EDP && r->p->edp == r->p->dp)))
 		return r->dp;
@@ -781,6 +792,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		*q = (Pending){.op = op, .stream = k, .recycle_buf = -1};
 	}
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
+	long long rank = comm_rank(c); /* in the op's group */
 	/* a stage 2-3 bucket all-reduced (reduce_scatter off: DeepSpeed's allreduce_bucket) leaves
 	 * the sum on every rank, of which this rank keeps its slice, as a reduce-scatter's */
 	int keeps_slice = op->role == ROLE_GRAD_REDUCE && p->stage >= 2;
@@ -788,11 +800,11 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		void *a = at(base, op->offset, r->gdt);
 		if (issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err))
 			return -1;
-		return keeps_slice ? slice_reduced(r, op, at(a, r->rank * (long long)cnt, r->gdt), cnt,
-						   q) : pend_push(r, q);
+		return keeps_slice ? slice_reduced(r, op, at(a, rank * (long long)cnt, r->gdt), cnt, q) :
+				     pend_push(r, q);
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) {
-		void *send = at(base, op->offset, r->gdt), *mine = at(send, r->rank * (long long)cnt, r->gdt);
+		void *send = at(base, op->offset, r->gdt), *mine = at(send, rank * (long long)cnt, r->gdt);
 		if (issue(c, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
 		/* stage 1 keeps its slice in the full gradients */
@@ -804,7 +816,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		 * the others gather in place, each rank's piece already where it belongs */
 		const void *send = p->stage == 3 && op->buf != r->id_persist ?
 			at(r->buf[r->id_part], partition_offset(r, op), r->pdt) :
-			at(recv, r->rank * (long long)cnt, r->pdt);
+			at(recv, rank * (long long)cnt, r->pdt);
 		return issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
@@ -827,8 +839,11 @@ static int copy(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
 	if (op->sub == COPY_D2H && op->buf >= 0 && r->offload) {
-		size_t cnt = (size_t)(op->elems / r->n);
-		const void *mine = at(r->buf[op->buf], op->offset + r->rank * (long long)cnt, r->gdt);
+		/* an MoE block's expert gradients were reduced over its expert-data-parallel group */
+		int experts = r->alloc_of[op->buf]->what == BUF_EXPERT_GRADS;
+		long long n = experts ? r->n_edp : r->n, rank = experts ? r->edp_rank : r->rank;
+		size_t cnt = (size_t)(op->elems / n);
+		const void *mine = at(r->buf[op->buf], op->offset + rank * (long long)cnt, r->gdt);
 		add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine, r->gdt, cnt,
 			 DT_FP32);
 		recycle(r, op->buf);
@@ -1122,7 +1137,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
  * same values. */
 static void init_unit(Runner *r, int u, float *dst, uint64_t seed)
 {
-	if (r->moe_on && r->p->units[u].moe)
+	if (is_moe_unit(r, u))
 		moe_cpu_init_unit(&r->cfg, &r->moe, u, dst, seed);
 	else if (r->gtp.t > 1)
 		gpt_tp_init_unit(&r->cfg, r->gtp.t, r->gtp.r, u, dst, seed);
@@ -1353,7 +1368,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
 	r->sample = malloc((size_t)(r->T + 1) * sizeof(int));
-	r->segs = calloc((size_t)n + 8, sizeof(Seg));
+	r->segs = calloc(2 * (size_t)n + 8, sizeof(Seg)); /* buckets, and MoE blocks */
 	for (int i = s->step_begin; i < s->n; i++) /* at most every collective of a step in flight */
 		r->cap_pend += s->ops[i].kind == OP_COLL;
 	r->pend = calloc((size_t)r->cap_pend + 1, sizeof(Pending));
@@ -1378,6 +1393,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
+	r->id_egrads = -1;
 	if (runner_zpp_create(r, err))
 		return -1;
 	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */

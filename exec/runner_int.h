@@ -108,6 +108,8 @@ struct Runner {
 	int id_flat;            /* ZeRO 1-3: the step's flat of the partition's gradients while it
 				   lives (Plan.flattens_grads), else -1 */
 	int id_scores;          /* selective recompute: a block's scores while they live, else -1 */
+	int id_egrads;          /* ZeRO-2: an MoE block's expert gradients (BUF_EXPERT_GRADS) while
+				   they live, else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
@@ -189,7 +191,7 @@ static inline void *at(void *base, long long elems, Dtype d)
 
 static inline CommDtype comm_dt(Dtype d)
 {
-	return d == DT_FP32 ? COMM_FP32 : d == DT_BF16 ? COMM_BF16 : COMM_FP16;
+	return comm_prec(compute_prec(d));
 }
 
 /* The hidden buffer: the gradient stream dx (B, T, C) in fp32, then the stream x in the compute
@@ -218,11 +220,17 @@ static inline int is_persistent(const Runner *r, long long numel)
 	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
 }
 
+/* Whether unit u is an MoE block the executor runs on kernels/moe_cpu (runner_moe.c). */
+static inline int is_moe_unit(const Runner *r, int u)
+{
+	return r->moe_on && r->p->units[u].moe;
+}
+
 /* A unit's parameters on this rank: the whole unit's, or its tensor-parallel shard's (the
  * head's own, without the tied token embedding). */
 static inline size_t unit_params(const Runner *r, int u)
 {
-	if (r->moe_on && r->p->units[u].moe)
+	if (is_moe_unit(r, u))
 		return moe_cpu_unit_params(&r->cfg, &r->moe);
 	return r->gtp.t > 1 ? gpt_tp_unit_params(&r->cfg, r->gtp.t, u) : gpt_cpu_unit_params(&r->cfg, u);
 }
@@ -231,7 +239,7 @@ static inline size_t unit_params(const Runner *r, int u)
  * expert flat after it (runner_moe.c). */
 static inline size_t unit_dense(const Runner *r, int u)
 {
-	return r->moe_on && r->p->units[u].moe ? r->moe_dense : unit_params(r, u);
+	return is_moe_unit(r, u) ? r->moe_dense : unit_params(r, u);
 }
 
 /* The token embedding's elements on this rank: V C, or its V/t vocabulary rows. */
@@ -367,7 +375,8 @@ void runner_moe_backward(Runner *r, const void *params, float *grads, const void
 /* A collective over the expert-data-parallel group that names no buffer (the expert flat's
  * reductions and gathers, engine/build.c's chunked): on the expert part of the flat. */
 int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);
-/* The optimizer's slice of the expert flat (Seg), 0 when the stage has no experts. */
-int runner_moe_segment(const Runner *r, Seg *out);
+/* The optimizer's slices of the expert flat (Segs into out): one, the flat's contiguous slice,
+ * at stage 0-1; at stage 2 one per MoE block. Returns how many (0 when the stage has none). */
+int runner_moe_segments(const Runner *r, Seg *out);
 
 #endif

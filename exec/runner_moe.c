@@ -28,11 +28,14 @@ const char *runner_moe_supported(const Plan *p)
 		       "parallelism)";
 	if (p->stage > 2)
 		return "MoE blocks with ZeRO stage 0-2 (not 3)";
-	if (p->param_place != PLACE_GPU || (p->opt_place != PLACE_GPU && p->stage != 1))
-		return "MoE blocks without offload, or with the optimizer offloaded at ZeRO stage 1";
-	if (p->stage == 2 && p->edp > 1)
-		return "MoE blocks at ZeRO stage 2 with ep equal to the data-parallel size (the "
-		       "schedule's expert reduce-scatters over edp > 1 name no buffer)";
+	if (p->param_place != PLACE_GPU || (p->opt_place != PLACE_GPU && p->stage == 0))
+		return "MoE blocks without parameter offload (the optimizer offloaded at ZeRO stage "
+		       "1-2)";
+	for (int u = 0; p->stage == 2 && u < p->n_units; u++)
+		if (p->units[u].local_expert % p->edp)
+			return "MoE blocks at ZeRO stage 2 whose local expert elements divide by the "
+			       "expert-data-parallel size (each block's reduce-scatter splits them "
+			       "evenly)";
 	if (m->top_k > 2 || m->experts > 64)
 		return "top-1 or top-2 gating of at most 64 experts";
 	if (!q->drop_tokens)
@@ -120,7 +123,7 @@ int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err)
 		       "the expert flat", (int)(op - r->s->ops), coll_name(op->sub));
 }
 
-int runner_moe_segment(const Runner *r, Seg *out)
+int runner_moe_segments(const Runner *r, Seg *out)
 {
 	const Plan *p = r->p;
 	long long fd = r->st->flat_dense, fe = r->st->flat_expert;
@@ -131,11 +134,25 @@ int runner_moe_segment(const Runner *r, Seg *out)
 			     r->gdt, fd, fe, fd, NULL};
 		return 1;
 	}
-	long long cnt = fe / r->n_edp, mine = fd + r->edp_rank * cnt, part = fd / r->n;
-	void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
-				      at(r->buf[r->id_gradpart], part, r->gdt);
-	*out = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt, part, cnt, mine, NULL};
-	return 1;
+	if (p->stage == 1) { /* the flat's contiguous slice */
+		long long cnt = fe / r->n_edp, mine = fd + r->edp_rank * cnt, part = fd / r->n;
+		*out = (Seg){at(r->buf[r->id_params], mine, r->pdt),
+			     at(r->buf[r->id_grads], mine, r->gdt), r->gdt, part, cnt, mine, NULL};
+		return 1;
+	}
+	int n = 0; /* stage 2: 1/edp of each block's experts, as its reduce-scatter left them */
+	for (int u = 0; u < p->n_units; u++) {
+		if (p->units[u].stage != r->stage || !p->units[u].moe)
+			continue;
+		long long cnt = (long long)(unit_params(r, u) - r->moe_dense) / r->n_edp;
+		long long mine = r->expert_off[u] + r->edp_rank * cnt;
+		long long part = fd / r->n + (r->expert_off[u] - fd) / r->n_edp;
+		/* under offload the device holds no partition (runner_make_segments) */
+		void *grads = r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], part, r->gdt) : NULL;
+		out[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt, part, cnt,
+				 mine, NULL};
+	}
+	return n;
 }
 
 /* ---- set-up ---- */

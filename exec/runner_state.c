@@ -48,7 +48,7 @@ void runner_make_segments(Runner *r)
 					     r->st->persist_part_off, r->persist_cnt, -1, NULL};
 	}
 	if (p->stage < 3) /* an MoE model's experts: the flat after the dense buckets */
-		n += runner_moe_segment(r, &r->segs[n]);
+		n += runner_moe_segments(r, &r->segs[n]);
 	r->n_segs = n;
 	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
 		r->segs[i].dev_grads = r->segs[i].grads;

@@ -311,7 +311,10 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 {
 	PrecisionType t = m->t;
 	MoeBlockActs a = *ap;
-	for (int s = 0; s < N; s++)
+	for (int s = 0; s < N; s++) {
+		float w[2]; /* each choice's weight in t (top-1 or top-2: moe_cpu_check) */
+		for (int j = 0; j < m->k; j++)
+			w[j] = precision_round(rt->weight[(size_t)s * m->k + j], t);
 		for (int ch = 0; ch < C; ch++) {
 			float v = 0;
 			for (int j = 0; j < m->k; j++) {
@@ -319,13 +322,13 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 				if (rt->slot[i] < 0)
 					continue;
 				size_t o = ((size_t)rt->expert[i] * m->cap + rt->slot[i]) * C + ch;
-				v += precision_round(rt->weight[i], t) *
-				     precision_load(acts, a.eout + o, t);
+				v += w[j] * precision_load(acts, a.eout + o, t);
 			}
 			size_t at = (size_t)s * C + ch;
 			v = precision_round(v, t) + precision_load(acts, a.res2 + at, t);
 			precision_store(y, at, v, t);
 		}
+	}
 }
 
 void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,

@@ -644,7 +644,7 @@ static void test_run_losses(void)
 		{2, "--set moe.ep_size=2"},                               /* ep 2, edp 1 */
 		{4, "--set moe.ep_size=2"},                               /* ep 2, edp 2 */
 		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
-		{4, "--set moe.ep_size=4 --set deepspeed.zero_optimization.stage=2"},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"}, /* edp 2 */
 		{2, "--set moe.ep_size=1"},                               /* experts over dp */
 	};
 	static const PxRunCase top2[] = {
@@ -686,7 +686,7 @@ static void test_run_losses_bf16(void)
 	static const PxRunCase top1[] = {
 		{2, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2"},
-		{4, "--set moe.ep_size=4 --set deepspeed.zero_optimization.stage=2"},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
 	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
@@ -701,24 +701,34 @@ static void test_run_losses_bf16(void)
 /* Every rank's memory by category and communication per collective equal the prediction; the
  * all-to-all bytes by hand: one MoE block, 4 all-to-alls (dispatch and combine, forward and
  * backward) per micro-batch, each of E x capacity x C fp32 = 4 x 16 x 64 x 4 = 16384 bytes
- * (capacity ceil(64 / 4 x 1.0) = 16), over the 16 / (2 x 2) = 4 micro-batches of a rank at dp
- * 2 (2 at dp 4): 262144 and 131072 bytes a step; top-2 doubles the capacity (ceil(2 x 64 / 4) =
- * 32): 262144 at dp 4; bf16 halves each. In bf16 the activations the prediction holds include
- * TopKGate's fp32 copies (engine/activ.c), which the kernels keep (kernels/moe_cpu.h). */
+ * (capacity ceil(64 / 4 x 1.0) = 16), over the 16 / (2 x 4) = 2 micro-batches of a rank at dp
+ * 4: 131072 bytes a step; top-2 doubles the capacity (ceil(2 x 64 / 4) = 32); bf16 halves each.
+ * In bf16 the activations the prediction holds include TopKGate's fp32 copies (engine/activ.c),
+ * which the kernels keep (kernels/moe_cpu.h).
+ * The reduce-scatter bytes by hand: the dense parameters D = wte 128 x 64 + wpe 64 x 64 + a GPT-2
+ * block (2 x 128 norms + 64 x 192 + 192 + 64 x 64 + 64 + 64 x 256 + 256 + 256 x 64 + 64 = 49984)
+ * + the MoE block's norms, attention and router (256 + 16640 + 64 x 4 = 17152) + ln_f 128 =
+ * 79552, and a rank's experts X = 4 / ep 2 x (64 x 256 + 256 + 256 x 64 + 64) = 66176; ZeRO-1
+ * reduce-scatters both once a step (the dense buckets over dp 4, the experts over edp 2), ZeRO-2
+ * in each of the 2 micro-batches (each MoE block's experts from their own buffer): (D + X) x 4
+ * bytes = 582912 a step, twice that at ZeRO-2, half in bf16. */
 static void test_run_measured(void)
 {
 	static const struct {
 		int ranks;
 		const char *set;
-		double a2a_bytes;
+		double a2a_bytes, rs_bytes;
 	} runs[] = {
-		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2", 4 * 4 * 16384.0},
-		{4, "--set moe.ep_size=2", 4 * 2 * 16384.0},
-		{4, "--set moe.ep_size=2 --set moe.k=2", 4 * 2 * 32768.0},
+		{4, "--set moe.ep_size=2", 4 * 2 * 16384.0, 582912},
+		{4, "--set moe.ep_size=2 --set moe.k=2", 4 * 2 * 32768.0, 582912},
+		/* ZeRO-2 at ep 2 x edp 2, and with the optimizer offloaded in bf16 */
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2", 4 * 2 * 16384.0,
+		 2 * 582912},
 		/* bf16: the same elements in 2 bytes */
-		{4, "--set moe.ep_size=2 --set deepspeed.bf16.enabled=true", 4 * 2 * 8192.0},
-		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2 --set "
-		    "deepspeed.bf16.enabled=true", 4 * 4 * 8192.0},
+		{4, "--set moe.ep_size=2 --set deepspeed.bf16.enabled=true", 4 * 2 * 8192.0, 291456},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2 --set "
+		    "deepspeed.bf16.enabled=true --set deepspeed.zero_optimization.offload_optimizer."
+		    "device=cpu", 4 * 2 * 8192.0, 2 * 291456},
 	};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char args[1024];
@@ -730,6 +740,8 @@ static void test_run_measured(void)
 					runs[i].a2a_bytes);
 			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "predicted", r),
 					runs[i].a2a_bytes);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r),
+					runs[i].rs_bytes);
 		}
 		sqlite3_close(db);
 	}
@@ -769,23 +781,29 @@ static void test_run_recompute(void)
 	sqlite3_close(db);
 }
 
-/* ZeRO-1 with the optimizer offloaded to the host (offload_optimizer.device cpu): after the
- * reductions each rank copies its slices of the gradients, the experts' slice over the
+/* ZeRO-1 and 2 with the optimizer offloaded to the host (offload_optimizer.device cpu): each
+ * rank copies its reduced slices of the gradients, the experts' slices over the
  * expert-data-parallel group included, to the host's fp32 partition, updates there and copies
  * the parameters back. At stage 1 the copies come after the reductions, so the host adds nothing
- * and the update is the device one's: the losses equal the run without offload to the bit at
- * ep 2 x edp 2 (an update that missed the experts' slice, or stepped it twice, would not; bf16
- * measured the same when written). Every exact pair equals the prediction, in bf16, with the host's pool within the
+ * and the update is the device one's; at stage 2 each micro-batch's reduced slices are added in
+ * fp32 on the host as on the device. So in fp32 the losses equal the run without offload to the
+ * bit at ep 2 x edp 2 (an update that missed the experts' slices, or stepped them twice, would
+ * not; bf16 measured the same at stage 1 when written). Every exact pair equals the prediction
+ * (test_run_measured: stage 2 in bf16), in bf16 at stage 1, with the host's pool within the
  * usual bound of its predicted peak (run_checks.c). */
 static void test_run_offload(void)
 {
-	char base[1024];
-	double plain[3], off[3];
-	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2", moe_scenario());
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "", plain), 3);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "--set deepspeed.zero_optimization."
-					    "offload_optimizer.device=cpu", off), 3);
-	CU_ASSERT(!memcmp(plain, off, sizeof(plain)));
+	static const char *const stage[] = {"", "--set deepspeed.zero_optimization.stage=2"};
+	for (int i = 0; i < 2; i++) {
+		char base[1024];
+		double plain[3], off[3];
+		snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.ep_size=2 %s",
+			 moe_scenario(), stage[i]);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "", plain), 3);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, 3, "--set deepspeed.zero_optimization."
+						    "offload_optimizer.device=cpu", off), 3);
+		CU_ASSERT(!memcmp(plain, off, sizeof(plain)));
+	}
 	char args[1024];
 	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set moe.ep_size=2 --set "
 		 "deepspeed.bf16.enabled=true --set deepspeed.zero_optimization.offload_optimizer."
@@ -854,15 +872,14 @@ static void test_run_refusals(void)
 		const char *set, *why;
 	} bad[] = {
 		{2, "--set deepspeed.zero_optimization.stage=3", "MoE not supported with Stage 3"},
-		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
-		 "ep equal to the data-parallel size"},
+		/* 1 expert of 8 x 5^2 + 5 x 5 = 225 elements a rank, over edp 2 */
+		{4, "--set model.n_embd=5 --set model.n_head=1 --set moe.num_experts=2 --set "
+		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
+		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set moe.use_rts=true", "without random token selection"},
 		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
 		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
-		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2 --set "
-		    "deepspeed.zero_optimization.offload_optimizer.device=cpu",
-		 "optimizer offloaded at ZeRO stage 1"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char out[8192];
@@ -892,7 +909,7 @@ int test_moe_register(void)
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
 			    {"run: full recompute, the same losses to the bit, six all-to-alls",
 			     test_run_recompute, PX_RELEASE_RUN},
-			    {"run: ZeRO-1 with the optimizer offloaded, the same losses to the bit",
+			    {"run: ZeRO-1 and 2 with the optimizer offloaded, the same losses to the bit",
 			     test_run_offload, PX_RELEASE_RUN},
 			    {"run: stage 0 clips by the ranks' norms averaged", test_run_stage0_clipping,
 			     PX_RELEASE_RUN});
