@@ -59,6 +59,9 @@ typedef struct ComputeBackend {
 	/* dst += src, each in its own dtype, the sum in fp32 and rounded once into dst's */
 	void (*add)(void *ctx, void *dst, Dtype dst_dt, const void *src, Dtype src_dt, size_t n);
 	void (*zero)(void *ctx, Place place, void *ptr, size_t bytes); /* memory of that place */
+	/* x *= f (n elements of type dt, the product in fp32 rounded once); NULL where the backend
+	 * has none (the runner then averages the reduced sums at the update instead) */
+	void (*scale)(void *ctx, void *x, Dtype dt, size_t n, float f);
 	double (*sum_squares)(void *ctx, const void *x, Dtype dt, size_t n); /* in double */
 	int (*nonfinite)(void *ctx, const void *x, Dtype dt, size_t n);      /* 1: any inf or NaN */
 	/* byte copies between this backend's memory and the caller's host memory */

@@ -187,6 +187,26 @@ static void cpu_add(void *ctx, void *dst, Dtype dd, const void *src, Dtype sd, s
 	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, add_range, &a);
 }
 
+typedef struct ScaleArgs {
+	void *x;
+	Dtype dt;
+	float f;
+} ScaleArgs;
+
+static void scale_range(void *ctx, size_t i0, size_t i1)
+{
+	ScaleArgs *a = ctx;
+	for (size_t i = i0; i < i1; i++)
+		put(a->x, i, get(a->x, i, a->dt) * a->f, a->dt);
+}
+
+static void cpu_scale(void *ctx, void *x, Dtype dt, size_t n, float f)
+{
+	(void)ctx;
+	ScaleArgs a = {x, dt, f};
+	par_cpu_for(n, PAR_CPU_GRAIN_ELEMS, scale_range, &a);
+}
+
 static void cpu_zero(void *ctx, Place place, void *ptr, size_t bytes)
 {
 	(void)ctx, (void)place;
@@ -416,6 +436,7 @@ const ComputeBackend compute_cpu_backend = {
 	.convert = cpu_convert,
 	.add = cpu_add,
 	.zero = cpu_zero,
+	.scale = cpu_scale,
 	.sum_squares = cpu_sum_squares,
 	.nonfinite = cpu_nonfinite,
 	.to_host = cpu_copy,

@@ -501,8 +501,12 @@ static void move_grads(Runner *r, const Op *op)
 {
 	int u = op->unit;
 	const Plan *p = r->p;
-	const float *g = r->buf[r->u_fp32g[u]];
+	float *g = r->buf[r->u_fp32g[u]];
 	size_t own = unit_dense(r, u), vc = tied_elems(r), experts = unit_params(r, u) - own;
+
+	if (experts > 0 && r->n_edp == 1) /* no reduce-scatter over edp divides them: DeepSpeed's
+					     bucket divides them by dp all the same */
+		runner_predivide(r, g + own, DT_FP32, experts);
 
 	if (experts > 0 && r->id_egrads >= 0 && r->alloc_of[r->id_egrads]->unit == u)
 		/* an MoE block's experts at stage 2, into their own buffer for the reduction over
@@ -798,6 +802,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	int keeps_slice = op->role == ROLE_GRAD_REDUCE && p->stage >= 2;
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
+		if (keeps_slice)
+			runner_predivide(r, a, r->gdt, (size_t)op->elems);
 		if (issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err))
 			return -1;
 		return keeps_slice ? slice_reduced(r, op, at(a, rank * (long long)cnt, r->gdt), cnt, q) :
@@ -805,6 +811,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) {
 		void *send = at(base, op->offset, r->gdt), *mine = at(send, rank * (long long)cnt, r->gdt);
+		if (op->role == ROLE_GRAD_REDUCE)
+			runner_predivide(r, send, r->gdt, (size_t)op->elems);
 		if (issue(c, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
 		/* stage 1 keeps its slice in the full gradients */
@@ -1329,6 +1337,14 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return -1;
 	r->cb = cb ? cb : &compute_cpu_backend;
 	r->cx = cx;
+	/* DeepSpeed divides before it sums where its ZeRO reduce-scatters: stage_1_and_2.py
+	 * average_tensor (contiguous gradients, reduce_scatter on) and stage 3's
+	 * reduce_scatter_coalesced ("pre-divide"), so that 16-bit sums do not overflow; its
+	 * all-reduces (stage 0, reduce_scatter off) sum, then divide. qgZ's quantized reduction is
+	 * left summing here. */
+	const DsZero *z = &p->sc->ds.zero;
+	r->predivide = r->cb->scale && !p->qgz && p->dp > 1 &&
+		       (p->stage == 3 || (p->stage >= 1 && z->reduce_scatter && z->contiguous_gradients));
 	if (!cb) {
 		ComputeShape shape = runner_shape(p, 0);
 		if (r->cb->create(&shape, &r->cx, err))

@@ -152,6 +152,9 @@ struct Runner {
 	size_t *lamb_n;
 	int id_step_temp;
 	int have_factor;        /* factor and gnorm hold this step's (runner_grad_factor) */
+	int predivide;          /* the data-parallel reduce-scatters divide each rank's gradients by
+				   dp before they sum them, as DeepSpeed's ZeRO 1-3 do; else the
+				   update divides the sums (runner_grad_factor) */
 	float factor;
 	double gnorm;
 	int sparse;             /* deepspeed.sparse_attention: the blocks attend over ix */
@@ -249,6 +252,14 @@ static inline size_t tied_elems(const Runner *r)
 }
 
 /* ---- runner_state.c ---- */
+
+/* Gradients about to be reduced over a data-parallel group (n elements of type dt from x):
+ * divided by dp first where DeepSpeed does (r->predivide). */
+static inline void runner_predivide(Runner *r, void *x, Dtype dt, size_t n)
+{
+	if (r->predivide)
+		r->cb->scale(r->cx, x, dt, n, 1.0f / (float)r->n);
+}
 
 /* The optimizer's slices of this rank's partition (r->segs), once the set-up has allocated it. */
 void runner_make_segments(Runner *r);

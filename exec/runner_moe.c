@@ -111,6 +111,7 @@ int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) { /* stage 1: this rank's slice, in place */
 		void *send = at(r->buf[r->id_grads], base, r->gdt);
+		runner_predivide(r, send, r->gdt, (size_t)op->elems);
 		return comm_reduce_scatter(c, send, at(send, r->edp_rank * cnt, r->gdt), (size_t)cnt,
 					   gdt, COMM_SUM, err);
 	}

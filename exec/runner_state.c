@@ -127,10 +127,12 @@ static void update_scale(Runner *r, int overflow)
 float runner_grad_factor(Runner *r, double *norm)
 {
 	if (!r->have_factor) {
-		/* a 1-bit compressed step's gradients were not summed over the ranks (DeepSpeed's
-		 * enable_backward_allreduce off): this rank's own, clipped by the ranks' norms
-		 * averaged (stage 0's norm all-reduce, runner.c collective) */
-		int summed = !(r->onebit && r->step_kind != ONEBIT_FULL);
+		/* the reduced gradients are the ranks' sum, divided by dp here, unless the
+		 * reduce-scatters divided them first (r->predivide); a 1-bit compressed step's were
+		 * not summed over the ranks (DeepSpeed's enable_backward_allreduce off): this rank's
+		 * own, clipped by the ranks' norms averaged (stage 0's norm all-reduce, runner.c
+		 * collective) */
+		int summed = !(r->onebit && r->step_kind != ONEBIT_FULL) && !r->predivide;
 		double sumsq = r->have_norm ? r->sumsq : runner_local_sumsq(r);
 		double unscale = 1.0 / (r->loss_scale * (summed ? (double)r->n : 1.0));
 		r->gnorm = sqrt(sumsq) * unscale;

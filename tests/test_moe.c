@@ -861,6 +861,43 @@ static void test_run_stage0_clipping(void)
 	sqlite3_close(px_run_measured(args, 4));
 }
 
+/* Steps a run skipped for fp16 overflow (their grad_norms are null) among its first n. */
+static int skipped_steps(const char *base, int ranks, int n, const char *set)
+{
+	char args[2048];
+	snprintf(args, sizeof(args), "%s --ranks %d --steps %d %s", base, ranks, n, set);
+	cJSON *j = px_run_json(args);
+	const cJSON *g = cJSON_GetObjectItem(j, "grad_norms");
+	int skipped = 0, seen = 0;
+	for (const cJSON *e = g ? g->child : NULL; e; e = e->next, seen++)
+		skipped += cJSON_IsNull(e);
+	CU_ASSERT_EQUAL(seen, n);
+	cJSON_Delete(j);
+	return skipped;
+}
+
+/* fp16 at DeepSpeed's initial loss scale 2^16: ZeRO 1-3 divide each rank's gradients by dp
+ * before their reduce-scatters sum them (stage_1_and_2.py average_tensor; stage 3's
+ * reduce_scatter_coalesced, "pre-divide"), so the fp16 sum of 4 ranks stays the size of the
+ * mean, as the single rank's accumulation over its micro-batches (each scaled by 1 / gradient
+ * accumulation steps) does: no step of the first 6 overflows at 1 rank, nor at 4 ranks at ZeRO-1
+ * or 2. ZeRO-0's all-reduce sums first and divides after (engine.py allreduce_bucket,
+ * postscale_gradients), as DeepSpeed's does: there the sum of 4 overflows fp16 and steps are
+ * skipped (4 and 5, measured), which the executor also did at ZeRO 1-2 before it divided first. */
+static void test_run_fp16_predivide(void)
+{
+	char base[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set deepspeed.fp16.enabled=true "
+		 "--set moe.ep_size=2", moe_scenario());
+	setenv("OPENBLAS_NUM_THREADS", "1", 1);
+	CU_ASSERT_EQUAL(skipped_steps(base, 1, 6, "--set moe.ep_size=1"), 0);
+	CU_ASSERT_EQUAL(skipped_steps(base, 4, 6, ""), 0);
+	CU_ASSERT_EQUAL(skipped_steps(base, 4, 6, "--set deepspeed.zero_optimization.stage=2"), 0);
+	CU_ASSERT(skipped_steps(base, 4, 6, "--set deepspeed.zero_optimization.stage=0 --set "
+				"deepspeed.gradient_clipping=0") > 0);
+	unsetenv("OPENBLAS_NUM_THREADS");
+}
+
 /* What the executor does not run yet is refused before anything starts, exit 2, naming it; and
  * what DeepSpeed itself refuses: its MoE layers at ZeRO stage 3 (engine.py,
  * _configure_zero_optimizer: "MoE not supported with Stage 3"; predict's refusal: the parallel
@@ -912,5 +949,7 @@ int test_moe_register(void)
 			    {"run: ZeRO-1 and 2 with the optimizer offloaded, the same losses to the bit",
 			     test_run_offload, PX_RELEASE_RUN},
 			    {"run: stage 0 clips by the ranks' norms averaged", test_run_stage0_clipping,
-			     PX_RELEASE_RUN});
+			     PX_RELEASE_RUN},
+			    {"run: fp16, ZeRO 1-2 divide the gradients before they sum them",
+			     test_run_fp16_predivide, PX_RELEASE_RUN});
 }
