@@ -806,8 +806,8 @@ static void pipe_batch_recvs(Builder *b, const PipeStep *order, int n, int k, in
  * received gradient lands in the set-up's buffer, and the input's gradient lives until it is
  * sent (in the interleaved order, until the end of its step: below). The executor's hidden
  * stream (x in the compute dtype, its gradient in fp32) lives for each step, its scratch
- * (exec_scratch_bytes) for each backward step and, on a tensor-parallel rank, each forward step
- * too. */
+ * (exec_scratch_bytes) for each backward step and, on a tensor-parallel rank or in an MoE
+ * model, each forward step too. */
 static int pipelined(Builder *b, PxError *err)
 {
 	const Plan *p = b->p;
@@ -838,8 +838,9 @@ static int pipelined(Builder *b, PxError *err)
 		DO(sched_mark_step(b->s));
 		b->mb = st->mb;
 		int hidden = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_HIDDEN, -1, (4 + d) * exec_bsh);
-		int scratch = -1; /* backward's, and forward's too on a tensor-parallel rank */
-		if (!st->forward || p->par.tp > 1)
+		int scratch = -1; /* backward's, and forward's too on a tensor-parallel rank or in
+				     an MoE model, whose blocks dispatch through it */
+		if (!st->forward || p->par.tp > 1 || p->sc->model.experts > 0)
 			scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1,
 					exec_scratch_bytes(p));
 		if (!batched)

@@ -23,8 +23,8 @@ const char *runner_moe_supported(const Plan *p)
 	if (sc->ds.dtype != DT_FP32 && !m->ds_gate)
 		return "MoE blocks in 16-bit with DeepSpeed's gate only (the scenario's \"moe\" "
 		       "object; kernels/moe_cpu keeps TopKGate's fp32 copies)";
-	if (p->par.tp > 1 || p->par.pp > 1)
-		return "MoE blocks with expert and data parallelism only (not with tensor or pipeline "
+	if (p->par.tp > 1)
+		return "MoE blocks with expert, data and pipeline parallelism (not with tensor "
 		       "parallelism)";
 	if (p->stage > 2)
 		return "MoE blocks with ZeRO stage 0-2 (not 3)";

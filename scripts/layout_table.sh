@@ -79,6 +79,9 @@ row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-1, fp32" 4 --set moe.num_experts=
 	--set deepspeed.bf16.enabled=false
 row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-2, bf16" 4 --set moe.num_experts=4 \
 	--set moe.use_rts=false --set parallelism.ep=2 --set deepspeed.zero_optimization.stage=2
+row "pp 2 x ep 2 (MoE, 4 experts top-1), ZeRO-1, bf16" 4 --set moe.num_experts=4 \
+	--set moe.use_rts=false --set parallelism.ep=2 --set parallelism.pp=2 \
+	--set deepspeed.zero_optimization.stage=1
 row "ep 2 x tp 2 (MoE, 4 experts top-1), ZeRO-1, bf16" 4 --set moe.num_experts=4 \
 	--set moe.use_rts=false --set parallelism.ep=2 --set parallelism.tp=2 \
 	--set deepspeed.zero_optimization.stage=1

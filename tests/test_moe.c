@@ -646,6 +646,7 @@ static void test_run_losses(void)
 		{2, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"}, /* edp 2 */
 		{2, "--set moe.ep_size=1"},                               /* experts over dp */
+		{4, "--set parallelism.pp=2 --set moe.ep_size=2"}, /* the MoE block on stage 1 */
 	};
 	static const PxRunCase top2[] = {
 		{2, "--set moe.k=2 --set moe.ep_size=2"},
@@ -745,6 +746,27 @@ static void test_run_measured(void)
 		}
 		sqlite3_close(db);
 	}
+	/* pp 2 x dp 2 (1F1B), ep 2: stage 0 holds the embeddings and the dense block (D0 = 8192 +
+	 * 4096 + 49984 = 62272), stage 1 the MoE block, ln_f and the tied embedding's copy (D1 =
+	 * 17152 + 128 + 8192 = 25472) and 2 experts a rank (edp 1: not reduced). A stage-1 rank
+	 * runs the 4 all-to-alls of each of its 16 / (2 x 2) = 4 micro-batches (262144 bytes), a
+	 * stage-0 rank none; each reduce-scatters its stage's dense flat once (ZeRO-1): 249088 and
+	 * 101888 bytes. Which ranks hold which stage is the layout's (engine/parallel.c): each pair
+	 * is asserted on two ranks. */
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set parallelism.pp=2 --set "
+		 "moe.ep_size=2", moe_scenario());
+	sqlite3 *db = px_run_measured(args, 4);
+	int stage0 = 0, stage1 = 0;
+	for (int r = 0; r < 4; r++) {
+		double a2a = px_run_metric(db, "comm.all_to_all_bytes", "measured", r);
+		double rs = px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r);
+		stage0 += a2a == 0 && rs == 62272 * 4.0;
+		stage1 += a2a == 4 * 4 * 16384.0 && rs == 25472 * 4.0;
+	}
+	CU_ASSERT_EQUAL(stage0, 2);
+	CU_ASSERT_EQUAL(stage1, 2);
+	sqlite3_close(db);
 }
 
 /* Full recompute (activation_checkpointing full): DeepSpeed's checkpointed MoE block runs its
@@ -914,7 +936,7 @@ static void test_run_refusals(void)
 		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set moe.use_rts=true", "without random token selection"},
-		{2, "--set parallelism.tp=2", "not with tensor or pipeline"},
+		{2, "--set parallelism.tp=2", "not with tensor parallelism"},
 		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
 	};
