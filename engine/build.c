@@ -202,6 +202,8 @@ static void setup(Builder *b)
 	if (p->stage >= 1 && p->opt_place != PLACE_GPU) /* offload accumulates fp32 on the host */
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
+	if (p->opt_place == PLACE_NVME) /* the gradients' swap files beside the states' */
+		alloc(b, PLACE_NVME, CAT_GRADS, BUF_GRAD_SWAP, -1, part * 4);
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, part * p->master_bytes);
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STATES, -1, st->opt_state_bytes);
 	if (st->error_feedback_bytes > 0)
@@ -959,6 +961,12 @@ static void optimizer_step(Builder *b)
 	double part = (double)st->part_elems;
 	long long tied = ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
 
+	/* ZeRO-Infinity: at the gradient accumulation boundary the last backward's hooks swap the
+	 * partition's fp32 gradients out to NVMe (stage3.py partition_grads, swap_out_gradients),
+	 * for the optimizer to read back with its states */
+	if (p->opt_place == PLACE_NVME)
+		copy(b, COPY_NVME_WRITE, ROLE_GRAD_REDUCE, -1, part * 4);
+
 	/* sequence parallelism: each rank's gradients of the replicated tensors (norms, the row-split
 	 * layers' biases, the positions) are its rows' share, summed over the tensor-parallel group
 	 * in one flattened buffer before the data-parallel reduction (Megatron's
@@ -1055,9 +1063,13 @@ static void optimizer_step(Builder *b)
 				  st->opt_step_temp_bytes);
 	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
 		onebit_exchange(b);
+	/* on NVMe the optimizer swaps in each sub-group's fp32 master weights and states, and the
+	 * fp32 gradients swapped out at the boundary (above) into a buffer of their own
+	 * (partitioned_optimizer_swapper.py swap_in_optimizer_state), then swaps out the first
+	 * two */
 	double state = part * p->master_bytes + st->opt_state_bytes;
 	if (p->opt_place == PLACE_NVME)
-		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state);
+		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state + part * 4);
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
 	 * per element, in one pass when fused, in several otherwise (optim.h's extra_bytes) */
 	double passes = part * optim_impl(p->opt_impl)->extra_bytes;

@@ -99,6 +99,9 @@ typedef enum {
 	BUF_GRAD_FLAT,     /* DeepSpeed's ZeRO optimizers (16-bit gradients): the gradients the
 			      update steps (the partition; at stage 3 a sub-group) flattened
 			      before their fp32 copy is made (Plan.flattens_grads) */
+	BUF_GRAD_SWAP,     /* ZeRO-Infinity (the optimizer on NVMe): the fp32 gradient partition
+			      swapped out at the gradient accumulation boundary and read back with
+			      the optimizer states (stage3.py partition_grads: swap_out_gradients) */
 	BUF_EXPERT_GRADS,  /* ZeRO-2: an MoE block's expert gradients from its backward until they
 			      are reduced over the expert-data-parallel group (or copied to the
 			      host); DeepSpeed's are the experts' .grad tensors, copied into its

@@ -274,6 +274,34 @@ static void test_stage1_offload_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
+/* The same model under ZeRO-3 with the optimizer on NVMe (ZeRO-Infinity, fp16 Adam, 4 GPUs):
+ * each rank's partition of 2e6 elements keeps on NVMe its fp32 master weights (8e6 B) and Adam's
+ * two states (16e6 B), and the fp32 gradients DeepSpeed swaps out at the gradient accumulation
+ * boundary (stage3.py partition_grads: swap_out_gradients; 8e6 B): 32e6 B. A step writes the
+ * gradients (8e6 B), reads them back with the master weights and states (32e6 B: the swapper's
+ * gradient buffer beside the states', partitioned_optimizer_swapper.py swap_in_optimizer_state)
+ * and writes the master weights and states back (24e6 B): 32e6 B each way. */
+static void test_stage3_nvme_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	const char *json =
+		"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
+		" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 3,"
+		" \"offload_optimizer\": {\"device\": \"nvme\"}}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+	if (fx_predict(&sc, &pr, json))
+		return;
+	const MemPlace *nv = &pr.stages[0].mem.place[PLACE_NVME];
+	CU_ASSERT_DOUBLE_EQUAL(nv->peak_bytes, 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(nv->at_peak[CAT_GRADS], 8e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(nv->at_peak[CAT_OPTIM], 24e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_NVME_WRITE], 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_NVME_READ], 32e6, 0);
+	fx_free(&sc, &pr);
+}
+
 /* Every bundled scenario builds a schedule whose replay is balanced: what a step allocates it
  * frees, so the memory left after the step is exactly the set-up's. */
 static void test_bundled_schedules_balanced(void)
@@ -322,5 +350,6 @@ int test_zero_register(void)
 			    {"communication with accumulation", test_comm_with_accumulation},
 			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
+			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"bundled schedules balanced", test_bundled_schedules_balanced});
 }
