@@ -307,6 +307,22 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
 
 /* ---- gradients: buckets (stage 2-3) ---- */
 
+/* How ZeRO 1-3 reduce a bucket of gradients over their data-parallel group. Stage 1-2
+ * (stage_1_and_2.py reduce_ipg_grads): with contiguous gradients, average_tensor's
+ * reduce-scatter, or with reduce_scatter off its all-reduce; without, buffered_reduce_fallback's
+ * all-reduce of flattened buckets. Stage 3 (stage3.py __reduce_and_partition_ipg_grads): an
+ * all-reduce only with contiguous gradients and reduce_scatter off, else reduce_scatter_coalesced.
+ * Stage 1 without contiguous gradients is priced as with them (a reduce-scatter, half
+ * DeepSpeed's all-reduce bytes): a known deviation that keeps contiguous_gradients unread below
+ * stage 2, where the sweep shares results between points (sim/sweep.c UNREAD). */
+static CollKind zero_reduce_kind(const Plan *p)
+{
+	const DsZero *z = &p->sc->ds.zero;
+	int contiguous = z->contiguous_gradients || p->stage == 1;
+	int rs = p->stage == 3 ? z->reduce_scatter || !contiguous : z->reduce_scatter && contiguous;
+	return rs ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
+}
+
 static void flush_bucket(Builder *b, Bucket *k)
 {
 	const Plan *p = b->p;
@@ -326,7 +342,7 @@ static void flush_bucket(Builder *b, Bucket *k)
 				   ceil_div(k->elems, g), 4, nodes * per_slice, k->buf, k->offset),
 		      k->plan_bucket, k->part_off, mine);
 	} else {
-		CollKind kind = p->sc->ds.zero.reduce_scatter ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
+		CollKind kind = zero_reduce_kind(p);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
 			      k->buf, k->offset), k->plan_bucket, k->part_off, mine);
 	}
@@ -996,7 +1012,7 @@ static void optimizer_step(Builder *b)
 	const OptimKind *ok = p->sc->ds.opt;
 	int onebit = ok && ok->error_feedback != EF_NONE && p->onebit_step != ONEBIT_FULL;
 	if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
-		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
+		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : zero_reduce_kind(p);
 		long long n = p->stage == 0 ? 1 : p->dp;
 		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,

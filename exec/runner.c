@@ -802,7 +802,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	int keeps_slice = op->role == ROLE_GRAD_REDUCE && p->stage >= 2;
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
-		if (keeps_slice)
+		if (op->role == ROLE_GRAD_REDUCE)
 			runner_predivide(r, a, r->gdt, (size_t)op->elems);
 		if (issue(c, op, a, a, (size_t)op->elems, r->gdt, q, err))
 			return -1;
@@ -1337,14 +1337,16 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return -1;
 	r->cb = cb ? cb : &compute_cpu_backend;
 	r->cx = cx;
-	/* DeepSpeed divides before it sums where its ZeRO reduce-scatters: stage_1_and_2.py
-	 * average_tensor (contiguous gradients, reduce_scatter on) and stage 3's
-	 * reduce_scatter_coalesced ("pre-divide"), so that 16-bit sums do not overflow; its
-	 * all-reduces (stage 0, reduce_scatter off) sum, then divide. qgZ's quantized reduction is
-	 * left summing here. */
+	/* DeepSpeed's ZeRO 1-3 divide before they sum, so that 16-bit sums do not overflow:
+	 * stage_1_and_2.py average_tensor (contiguous gradients, reduce_scatter on) and
+	 * allreduce_bucket (without contiguous gradients), stage 3's reduce_scatter_coalesced
+	 * ("pre-divide") and __avg_scatter_contiguous_grads; the engine's stage-0 all-reduce and
+	 * stage 1-2's with reduce_scatter off (gradient_reduction_w_predivide, postscale) sum, then
+	 * divide. qgZ's quantized reduction is left summing here. */
 	const DsZero *z = &p->sc->ds.zero;
 	r->predivide = r->cb->scale && !p->qgz && p->dp > 1 &&
-		       (p->stage == 3 || (p->stage >= 1 && z->reduce_scatter && z->contiguous_gradients));
+		       (p->stage == 3 ||
+			(p->stage >= 1 && !(z->contiguous_gradients && !z->reduce_scatter)));
 	if (!cb) {
 		ComputeShape shape = runner_shape(p, 0);
 		if (r->cb->create(&shape, &r->cx, err))

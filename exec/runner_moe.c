@@ -105,8 +105,9 @@ int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err)
 			       (int)(op - r->s->ops), coll_name(op->sub), (long long)op->elems,
 			       op->nranks, p->stage);
 	CommDtype gdt = comm_dt(r->gdt);
-	if (op->sub == COLL_ALL_REDUCE) { /* stage 0: the expert flat's gradients, in place */
+	if (op->sub == COLL_ALL_REDUCE) { /* stage 0-1: the expert flat's gradients, in place */
 		void *a = at(r->buf[r->id_grads], base, r->gdt);
+		runner_predivide(r, a, r->gdt, (size_t)op->elems);
 		return comm_all_reduce(c, a, a, (size_t)op->elems, gdt, COMM_SUM, err);
 	}
 	if (op->sub == COLL_REDUCE_SCATTER) { /* stage 1: this rank's slice, in place */
