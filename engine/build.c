@@ -436,7 +436,14 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 static int expert_grads_held(const Plan *p, int u)
 {
 	return p->stage == 2 && p->units[u].local_expert > 0 &&
-	       (p->spans[GROUP_EDP].n > 1 || p->opt_place != PLACE_GPU);
+	       (p->edp > 1 || p->opt_place != PLACE_GPU);
+}
+
+/* Stage 2: where MoE block u's slice of its experts (1/edp of them) starts in this rank's
+ * partition: after the dense partition, the blocks in the expert flat's order. */
+static long long expert_part_off(const Builder *b, int u)
+{
+	return b->p->stages[b->stage].flat_dense / b->p->dp + b->expert_start[u] / b->p->edp;
 }
 
 /* ZeRO-2's reduction of an MoE block's expert gradients, held in buffer egrads: one
@@ -451,7 +458,7 @@ static void reduce_experts(Builder *b, int u, int egrads)
 	k->elems = up->local_expert;
 	k->unit = u;
 	k->plan_bucket = -1;
-	k->part_off = p->stages[b->stage].flat_dense / p->dp + b->expert_start[u] / p->edp;
+	k->part_off = expert_part_off(b, u);
 	k->buf = egrads;
 	k->offset = 0;
 	hold(k, egrads);
@@ -1116,8 +1123,7 @@ static void optimizer_step(Builder *b)
 				slice(b, coll(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, u,
 					      up->local_expert, p->param_bytes, -1,
 					      b->expert_start[u]),
-				      -1, st->flat_dense / p->dp + b->expert_start[u] / p->edp,
-				      up->local_expert / p->edp);
+				      -1, expert_part_off(b, u), up->local_expert / p->edp);
 		}
 	}
 	if (p->stage == 3 && st->persist_elems > 0) {

@@ -516,8 +516,7 @@ static void move_grads(Runner *r, const Op *op)
 				   the partition at stage 2 (edp 1, the optimizer on the device:
 				   nothing reduces or copies them) */
 		void *dst = p->stage < 2 ? at(r->buf[r->id_grads], r->expert_off[u], r->gdt) :
-			at(r->buf[r->id_gradpart], p->stages[r->stage].flat_dense / r->n +
-			   r->expert_off[u] - p->stages[r->stage].flat_dense, r->gdt);
+			runner_partition_grads(r, runner_moe_part_off(r, u));
 		add_into(r, dst, g + own, DT_FP32, experts, r->gdt);
 	}
 	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */

@@ -253,6 +253,13 @@ static inline size_t tied_elems(const Runner *r)
 
 /* ---- runner_state.c ---- */
 
+/* This rank's gradient partition at element off (stage 2-3, on the device); NULL under offload,
+ * where the partition is the host's fp32 gradients instead. */
+static inline void *runner_partition_grads(const Runner *r, long long off)
+{
+	return r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], off, r->gdt) : NULL;
+}
+
 /* Gradients about to be reduced over a data-parallel group (n elements of type dt from x):
  * divided by dp first where DeepSpeed does (r->predivide). */
 static inline void runner_predivide(Runner *r, void *x, Dtype dt, size_t n)
@@ -389,5 +396,8 @@ int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);
 /* The optimizer's slices of the expert flat (Segs into out): one, the flat's contiguous slice,
  * at stage 0-1; at stage 2 one per MoE block. Returns how many (0 when the stage has none). */
 int runner_moe_segments(const Runner *r, Seg *out);
+/* Stage 2: where MoE block u's slice of its experts (1/edp of them) starts in the gradient
+ * partition, after the dense partition. */
+long long runner_moe_part_off(const Runner *r, int u);
 
 #endif

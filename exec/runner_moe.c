@@ -125,6 +125,12 @@ int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err)
 		       "the expert flat", (int)(op - r->s->ops), coll_name(op->sub));
 }
 
+long long runner_moe_part_off(const Runner *r, int u)
+{
+	long long fd = r->st->flat_dense;
+	return fd / r->n + (r->expert_off[u] - fd) / r->n_edp;
+}
+
 int runner_moe_segments(const Runner *r, Seg *out)
 {
 	const Plan *p = r->p;
@@ -147,12 +153,9 @@ int runner_moe_segments(const Runner *r, Seg *out)
 		if (p->units[u].stage != r->stage || !p->units[u].moe)
 			continue;
 		long long cnt = (long long)(unit_params(r, u) - r->moe_dense) / r->n_edp;
-		long long mine = r->expert_off[u] + r->edp_rank * cnt;
-		long long part = fd / r->n + (r->expert_off[u] - fd) / r->n_edp;
-		/* under offload the device holds no partition (runner_make_segments) */
-		void *grads = r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], part, r->gdt) : NULL;
-		out[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt, part, cnt,
-				 mine, NULL};
+		long long mine = r->expert_off[u] + r->edp_rank * cnt, part = runner_moe_part_off(r, u);
+		out[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt),
+				 runner_partition_grads(r, part), r->gdt, part, cnt, mine, NULL};
 	}
 	return n;
 }

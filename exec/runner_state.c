@@ -11,13 +11,6 @@
 
 /* ---- the optimizer over this rank's partition ---- */
 
-/* This rank's gradient partition at element off (stage 2-3, on the device); NULL under offload,
- * where the partition is the host's fp32 gradients instead. */
-static void *partition_grads(Runner *r, long long off)
-{
-	return r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], off, r->gdt) : NULL;
-}
-
 void runner_make_segments(Runner *r)
 {
 	const Plan *p = r->p;
@@ -31,7 +24,7 @@ void runner_make_segments(Runner *r)
 			long long cnt = st->buckets[i].padded / r->n;
 			long long mine = st->buckets[i].flat_off + r->rank * cnt;
 			void *grads = p->stage == 1 ? at(r->buf[r->id_grads], mine, r->gdt) :
-				partition_grads(r, st->buckets[i].flat_off / r->n);
+				runner_partition_grads(r, st->buckets[i].flat_off / r->n);
 			r->segs[n++] = (Seg){at(r->buf[r->id_params], mine, r->pdt), grads, r->gdt,
 					     st->buckets[i].flat_off / r->n, cnt, mine, NULL};
 		}
@@ -39,12 +32,12 @@ void runner_make_segments(Runner *r)
 		for (int u = 0; u < p->n_units; u++)
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
-						     partition_grads(r, r->p->units[u].part_off), r->gdt,
+						     runner_partition_grads(r, r->p->units[u].part_off), r->gdt,
 						     r->p->units[u].part_off, p->units[u].part_dense, -1,
 						     NULL};
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
-					     partition_grads(r, r->st->persist_part_off), r->gdt,
+					     runner_partition_grads(r, r->st->persist_part_off), r->gdt,
 					     r->st->persist_part_off, r->persist_cnt, -1, NULL};
 	}
 	if (p->stage < 3) /* an MoE model's experts: the flat after the dense buckets */

@@ -66,11 +66,10 @@ double px_run_metric(sqlite3 *db, const char *name, const char *side, int rank)
 	return px_test_query(db, sql);
 }
 
-int px_run_losses(const char *base, int ranks, int steps, const char *extra, double *out)
+cJSON *px_run_json_serial(const char *args)
 {
-	char args[2048], *was = getenv("OPENBLAS_NUM_THREADS");
+	char *was = getenv("OPENBLAS_NUM_THREADS");
 	was = was ? strdup(was) : NULL;
-	snprintf(args, sizeof(args), "%s --ranks %d --steps %d %s", base, ranks, steps, extra);
 	/* OpenBLAS on one thread in every rank: its products' last bits may depend on its thread
 	 * count (kernels/par_cpu.h), which follows the cores a rank may use, and so the layout */
 	setenv("OPENBLAS_NUM_THREADS", "1", 1);
@@ -80,6 +79,14 @@ int px_run_losses(const char *base, int ranks, int steps, const char *extra, dou
 	else
 		unsetenv("OPENBLAS_NUM_THREADS");
 	free(was);
+	return j;
+}
+
+int px_run_losses(const char *base, int ranks, int steps, const char *extra, double *out)
+{
+	char args[2048];
+	snprintf(args, sizeof(args), "%s --ranks %d --steps %d %s", base, ranks, steps, extra);
+	cJSON *j = px_run_json_serial(args);
 	int n = px_json_losses(j, out, steps);
 	cJSON_Delete(j);
 	return n;

@@ -23,6 +23,9 @@ void px_check_pool_peaks(struct sqlite3 *db, int ranks);
 /* `parallax ARGS` (the release binary; ARGS includes --json) must exit 0 (else the test stops,
  * printing its output); its JSON line, parsed (the caller deletes it). */
 struct cJSON *px_run_json(const char *args);
+/* px_run_json with OpenBLAS on one thread in every rank (OPENBLAS_NUM_THREADS restored after),
+ * so that runs of different layouts compute their products alike. */
+struct cJSON *px_run_json_serial(const char *args);
 /* The first `max` losses of a run's JSON into out; how many. */
 int px_json_losses(const struct cJSON *j, double *out, int max);
 /* `parallax ARGS --db DB` (ARGS: "run ... --ranks R ...") must exit 0; then every rank's memory
