@@ -24,7 +24,8 @@ static const char USAGE[] =
 	"scenario's step time: \"step time not priced: ...\"). The last column says what each\n"
 	"measured figure is: the pool's high-water (bytes the CPU backend mapped from the system),\n"
 	"the bytes requested by category (the schedule's labels), the rank's peak resident set\n"
-	"(VmHWM), the device's own reading, or the steady mean step (the first step left out).\n"
+	"(VmHWM), the NVMe swap files' disk blocks and the bytes pread/pwrite moved, the device's\n"
+	"own reading, or the steady mean step (the first step left out).\n"
 	"\n"
 	"  --db FILE   results database (default $PARALLAX_DB, else results/parallax.db where\n"
 	"              ./results exists, else ~/.local/share/parallax/)\n"
@@ -54,7 +55,8 @@ static const struct {
 	{"memory.process.rss_before_setup_bytes", NULL, "VmRSS", NULL},
 	{"memory.process.page_faults", NULL, "getrusage", NULL},
 	{"memory.", "requested_peak_bytes", "requested total", NULL},
-	{"memory.nvme.bytes", NULL, "requested total", NULL},
+	{"memory.nvme.bytes", NULL, "file blocks", NULL},
+	{"copy.nvme_", NULL, "pread/pwrite", NULL},
 	{"memory.gpu.device_peak_bytes", NULL, "device reading", NULL},
 	{"memory.gpu.runtime.", NULL, "device reading", NULL},
 	{"memory.", "_bytes", "requested by cat.", NULL},
@@ -279,6 +281,9 @@ int cmd_compare(int argc, char **argv)
 		       "#   requested: the bytes the executor asked for under the schedule's labels "
 		       "(without the pool's rounding and fragmentation)\n"
 		       "#   VmHWM: the rank's peak resident set, as the kernel counts it\n"
+		       "#   file blocks: the NVMe swap files' disk blocks (fstat), at their highest\n"
+		       "#   pread/pwrite: the bytes those calls moved to and from the swap files, per "
+		       "step\n"
 		       "#   steady steps: the mean of steps 2-N; the first is the warm-up\n");
 	if (json)
 		printf("\n]\n");

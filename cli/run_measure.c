@@ -67,7 +67,9 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 		v[k++] = a->at_peak[PLACE_CPU][cat];
 	v[k++] = arena_held_peak(a, PLACE_GPU); /* the allocator's, not the requests' */
 	v[k++] = arena_held_peak(a, PLACE_CPU);
-	v[k++] = a->peak[PLACE_NVME];
+	double nv_blocks, nv_read, nv_write;
+	runner_nvme_measured(run, &nv_blocks, &nv_read, &nv_write);
+	v[k++] = nv_blocks; /* the files' disk blocks (fstat), not the requests */
 	v[k++] = a->peak[PLACE_GPU];
 	v[k++] = a->peak[PLACE_CPU];
 	v[k++] = arena_held_peak(a, N_PLACES);
@@ -77,6 +79,10 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	v[k++] = faults < 0 || clk->faults0 < 0 || !clk->steps ? NAN :
 		 clk->steps > 1 ? (double)(faults - clk->faults1) / (double)steady :
 		 (double)(clk->faults1 - clk->faults0);
+	for (int cat = 0; cat < N_CATS; cat++)
+		v[k++] = a->at_peak[PLACE_NVME][cat];
+	v[k++] = clk->steps ? nv_read / (double)clk->steps : 0; /* every step moves the same */
+	v[k++] = clk->steps ? nv_write / (double)clk->steps : 0;
 	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
 	/* the schedule's groups; the loss's mean travels on the world and is not counted */
 	run_comm_totals(world, pay, w);
@@ -141,6 +147,10 @@ int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetr
 	snprintf(names[k++], 64, "memory.process.rss_peak_bytes");
 	snprintf(names[k++], 64, "memory.process.rss_before_setup_bytes");
 	snprintf(names[k++], 64, "memory.process.page_faults_per_step");
+	for (int cat = 0; cat < N_CATS; cat++)
+		snprintf(names[k++], 64, "memory.nvme.%s_bytes", cat_name(cat));
+	snprintf(names[k++], 64, "copy.%s_bytes", copy_name(COPY_NVME_READ));
+	snprintf(names[k++], 64, "copy.%s_bytes", copy_name(COPY_NVME_WRITE));
 	for (int kind = 0; kind < N_COLLS; kind++) {
 		snprintf(names[k++], 64, "comm.%s_bytes", coll_name(kind));
 		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));

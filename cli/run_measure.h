@@ -1,6 +1,6 @@
 /* run_measure: what `parallax run` measures on each rank, apart from the schedule's own numbers:
  * the arena's bytes by category and its pool's high-water, the process's resident peak and page
- * faults, the transport's counters per collective kind (a 1-bit optimizer's kinds of step apart),
+ * faults, the NVMe swap files' blocks and traffic, the transport's counters per collective kind (a 1-bit optimizer's kinds of step apart),
  * the time per kind of op and per step (the first, warm-up step apart), and the device's readings
  * on the CUDA backend; as one vector per rank (for one all-gather) and as the database's rows. */
 #ifndef PX_CLI_RUN_MEASURE_H
@@ -18,11 +18,14 @@ enum {
 	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
 	/* then the 1-bit compressed steps' by kind, and 0/1 Adam's local steps' wire bytes */
 	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1,
+	/* the NVMe swap files' bytes requested by category, and the bytes read and written per
+	 * step (exec/swapfile.h: what pread and pwrite moved) */
+	MEAS_NVME = N_CATS + 2,
 	MEAS_GPU = 4, /* the device's own peak reading, the CUDA runtime's three parts */
 	/* the steady step, the first step, whether the steady one is the first, and a 1-bit
 	 * optimizer's compressed and local steps' */
 	MEAS_TIME = 3 + 2,
-	MEAS_N = MEAS_MEMORY + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
+	MEAS_N = MEAS_MEMORY + MEAS_NVME + MEAS_COMM + RUNNER_N_TIMES + MEAS_GPU + MEAS_TIME + 1
 };
 
 /* What a run notes as it goes: its steps' times, the first (the warm-up: its buffers are

@@ -477,16 +477,27 @@ static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys
 	const char *dev = "none";
 	int rc = jobj_child(zero, key, &o, err);
 
+	const char *path = "";
 	off->buffer_count = !strcmp(key, "offload_param") ? 5 : 4;
 	off->buffer_size = 1e8;
+	off->nvme_path[0] = '\0';
 	if (rc <= 0)
 		return rc;
 	if (check_section(&o, keys, notes, err) ||
 	    (!is_auto(&o, "device") && jobj_str(&o, "device", "none", &dev, err) < 0) ||
+	    jobj_str(&o, "nvme_path", "", &path, err) < 0 ||
 	    dropped_bool(&o, "pin_memory", 0, &off->pin_memory, err) ||
 	    dropped_int(&o, "buffer_count", 0, 1 << 20, off->buffer_count, &off->buffer_count, err) ||
 	    dropped_num(&o, "buffer_size", 0, 1e18, off->buffer_size, &off->buffer_size, err))
 		return -1;
+	if (strlen(path) >= sizeof(off->nvme_path)) {
+		char where[512];
+		jobj_where(&o, "nvme_path", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s.nvme_path: expected a path of at most %zu "
+			       "characters, got %zu", where, o.name, sizeof(off->nvme_path) - 1,
+			       strlen(path));
+	}
+	strcpy(off->nvme_path, path);
 	if (!strcasecmp(dev, "none"))
 		off->device = DEV_NONE;
 	else if (!strcasecmp(dev, "cpu"))

@@ -23,6 +23,7 @@ typedef struct DsOffload {
 	int pin_memory;
 	long long buffer_count; /* NVMe swap buffers */
 	double buffer_size;     /* elements per parameter swap buffer */
+	char nvme_path[256];    /* where the swap files go (""  when not given) */
 } DsOffload;
 
 typedef struct DsZero {

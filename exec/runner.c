@@ -66,8 +66,8 @@ int runner_supported(const Plan *p, PxError *err)
 		      "ones)";
 	else if (p->par.pp > 1 && p->param_place != PLACE_GPU)
 		why = "pipeline parallelism without parameter offload";
-	else if (p->opt_place == PLACE_NVME || p->param_place == PLACE_NVME)
-		why = "offload to the CPU only (not to NVMe)";
+	else if ((why = runner_nvme_supported(p)))
+		;
 	else if (p->flattens_grads && steps_in_pieces(p))
 		why = "ZeRO-3 sub-groups as large as the partition (sub_group_size; the update steps "
 		      "the whole partition at once)";
@@ -117,7 +117,7 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)
 		return px_fail(err, PX_ERR_INPUT, "%s: the executor runs %s", sc->path, why);
-	return 0;
+	return runner_nvme_check_path(p, err);
 }
 
 /* ---- buffers: what this executor needs for each allocation ---- */
@@ -255,6 +255,9 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
 	case BUF_EXPERT_GRADS: /* the block's tensors after its dense ones */
 		return dt_bytes(r->gdt) * (unit_params(r, op->unit) - r->moe_dense);
+	case BUF_GRAD_SWAP: /* what it swaps out: the host's fp32 gradient partition */
+		return r->id_grad32 >= 0 ? r->size[r->id_grad32] : 0;
+	case BUF_SWAP: return runner_nvme_staging_bytes(r);
 	default: return (size_t)op->bytes;
 	}
 }
@@ -324,6 +327,8 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	if (op->mb >= r->slots)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s in micro-batch %d: "
 			       "the plan has %d", buf_name(op->what), op->mb, r->slots);
+	if (op->place == PLACE_NVME)
+		return runner_nvme_alloc(r, op, bytes, err);
 	void *ptr = arena_alloc(&r->arena, op->place, op->cat, bytes);
 	if (!ptr)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory allocating %s (%zu bytes)",
@@ -354,6 +359,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
+	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
 	case BUF_ACTIVATIONS: case BUF_ENDS: r->u_act[slot] = op->buf; break;
@@ -388,6 +394,10 @@ static void do_free(Runner *r, int id)
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
+	}
+	if (a->place == PLACE_NVME) {
+		runner_nvme_free(r, id);
+		return;
 	}
 	arena_free(&r->arena, a->place, a->cat, r->buf[id], r->size[id]);
 	r->buf[id] = NULL;
@@ -845,6 +855,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 static int copy(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
+	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE)
+		return runner_nvme_copy(r, op, err);
 	if (op->sub == COPY_D2H && op->buf >= 0 && r->offload) {
 		/* an MoE block's expert gradients were reduced over its expert-data-parallel group */
 		int experts = r->alloc_of[op->buf]->what == BUF_EXPERT_GRADS;
@@ -998,6 +1010,8 @@ static int await_for(Runner *r, const Op *op, PxError *err)
 		return sched_coll_overlaps(k) ? 0 : wait_buf(r, op->buf, err);
 	}
 	case OP_COPY:
+		if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE)
+			return wait_all(r, err); /* the optimizer's: every reduction is in */
 		if (op->buf >= 0)
 			return wait_buf(r, op->buf, err);
 		return op->sub == COPY_D2H ? wait_stream(r, SCC_REDUCE, err) : 0;
@@ -1410,7 +1424,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
-	r->id_egrads = -1;
+	r->id_egrads = r->id_gradswap = -1;
+	r->sw_master = r->sw_states = r->sw_grads = -1;
 	if (runner_zpp_create(r, err))
 		return -1;
 	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */
@@ -1420,7 +1435,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 	if (w.i < s->step_begin)
 		return -1;
-	return init_params(r, seed, err);
+	return init_params(r, seed, err) || runner_nvme_sync(r, err) ? -1 : 0;
 }
 
 void runner_destroy(Runner *r)
@@ -1445,6 +1460,7 @@ void runner_destroy(Runner *r)
 	free(r->zero_first);
 	free(r->persist_off);
 	runner_zpp_destroy(r);
+	swap_close(&r->swap);
 	if (r->sparse)
 		r->cb->set_sparse(r->cx, NULL);
 	sparse_index_free(&r->ix);

@@ -120,6 +120,12 @@ typedef struct RunnerOverlap {
 } RunnerOverlap;
 const RunnerOverlap *runner_overlap(const Runner *r);
 
+/* ZeRO-Infinity's optimizer on NVMe, as the kernel counts it (runner_nvme.c): the swap files'
+ * disk blocks at their highest (bytes), and the bytes pread and pwrite moved since the set-up;
+ * zeros without NVMe. */
+void runner_nvme_measured(const Runner *r, double *blocks_peak_bytes, double *read_bytes,
+			  double *write_bytes);
+
 /* This rank's training state (its parameters, partitioned as the plan says, master weights,
  * optimizer states, optimizer step and fp16 loss-scaling state) to or from an open file. Between
  * steps gradients are zero, so they are not saved. save fails with the system's reason for a

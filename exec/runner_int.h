@@ -2,7 +2,8 @@
  * and set-up), runner_state.c (the optimizer over this rank's partition, and checkpoints of
  * the state it keeps), runner_pipe.c (pipeline parallelism: the groups' communicators, the
  * sends and receives between stages), runner_tp.c (tensor parallelism), runner_moe.c
- * (Mixture-of-Experts blocks and their groups) and runner_zpp.c (ZeRO++). Not for use outside
+ * (Mixture-of-Experts blocks and their groups), runner_zpp.c (ZeRO++) and runner_nvme.c
+ * (ZeRO-Infinity's optimizer on NVMe). Not for use outside
  * exec/runner*.c. */
 #ifndef PX_EXEC_RUNNER_INT_H
 #define PX_EXEC_RUNNER_INT_H
@@ -10,6 +11,7 @@
 #include "../kernels/moe_cpu.h"
 #include "../kernels/ops_cpu.h"
 #include "runner.h"
+#include "swapfile.h"
 
 /* A slice of this rank's optimizer partition: its parameters and gradients where they live, and
  * where it sits in the master weights and optimizer states. */
@@ -117,6 +119,13 @@ struct Runner {
 	long long *persist_off, persist_cnt;
 	Dtype pdt, gdt;
 	int offload;            /* optimizer offload: fp32 gradients, master and states on the host */
+	/* ZeRO-Infinity's optimizer on NVMe (runner_nvme.c): the swap files, and which holds what
+	   (-1: none); the master weights, states and gradients are staged in the host's swap
+	   buffer (BUF_SWAP) while the step updates them, r->buf[] of the first two pointing there */
+	SwapDir swap;
+	int sw_master, sw_states, sw_grads;
+	int id_gradswap;        /* BUF_GRAD_SWAP's id, else -1 */
+	float *nv_grads;        /* the staged fp32 gradients, NULL until BUF_SWAP */
 	int params_by_copy;     /* updated parameters reach the device by a copy after the update */
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
@@ -377,6 +386,26 @@ int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err);
 /* A qgZ all-to-all (GROUP_NODE, then GROUP_XNODE, which adds this rank's summed slice into the
  * gradient partition at the op's slice). */
 int runner_zpp_reduce(Runner *r, const Op *op, PxError *err);
+/* ---- runner_nvme.c ---- */
+
+/* NULL when the executor runs plan p's NVMe offload (or p has none), else what it runs instead. */
+const char *runner_nvme_supported(const Plan *p);
+/* The optimizer's nvme_path is a directory the swap files can be made in (p with the optimizer
+ * on NVMe); err names the scenario and the key. */
+int runner_nvme_check_path(const Plan *p, PxError *err);
+/* An NVMe buffer of bytes (op: its allocation): a swap file; r->buf[op->buf] stays NULL until
+ * the swap buffer stages it. */
+int runner_nvme_alloc(Runner *r, const Op *op, size_t bytes, PxError *err);
+void runner_nvme_free(Runner *r, int id);
+/* The host's swap buffer as this executor sizes it, and its regions once allocated (swap). */
+size_t runner_nvme_staging_bytes(const Runner *r);
+int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err);
+/* An NVMe read or write of the schedule (op). */
+int runner_nvme_copy(Runner *r, const Op *op, PxError *err);
+/* The staged master weights and states into their files (after set-up, after a checkpoint's
+ * load), and the counts of moved bytes started again. */
+int runner_nvme_sync(Runner *r, PxError *err);
+
 /* ---- runner_moe.c ---- */
 
 /* NULL when the executor runs plan p's MoE layout, else what it runs instead (runner_supported's

@@ -168,7 +168,8 @@ void runner_optimize(Runner *r, StepResult *res)
 	int made = p->flattens_grads;
 	for (int i = 0; i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
-		float *g32 = sg->gdt == DT_FP32 && !made ?
+		float *g32 = r->nv_grads ? r->nv_grads + sg->part_off : /* swapped in (NVMe) */
+			     sg->gdt == DT_FP32 && !made ?
 				     sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
 		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
 		if (sg->gdt != DT_FP32 && !made)
@@ -287,5 +288,5 @@ int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
 	r->good_steps = h.good_steps;
 	r->hysteresis = h.hysteresis;
 	r->loss_scale = h.loss_scale;
-	return 0;
+	return runner_nvme_sync(r, err); /* on NVMe the files are the state the step reads */
 }

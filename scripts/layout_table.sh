@@ -4,8 +4,10 @@
 # Each run trains 3 steps into a private database; compare gives every metric's largest relative
 # error over the ranks, and a row shows the worst of each kind:
 #   categories  memory by category as requested under the schedule's labels (memory.*.X_bytes)
-#   pool peak   the CPU backend's pool high-water against the predicted peak (memory.*.peak_bytes)
-#   comm        issued bytes per collective kind (comm.*_bytes but the wire)
+#   pool peak   the CPU backend's pool high-water against the predicted peak (memory.*.peak_bytes),
+#               and the NVMe swap files' disk blocks (memory.nvme.bytes)
+#   comm        issued bytes per collective kind (comm.*_bytes but the wire), and the bytes read
+#               from and written to the NVMe swap files (copy.nvme_*_bytes)
 #   wire        bytes the transport sent, counted message by message (comm.wire_bytes)
 # A layout the executor refuses shows the refusal instead.
 #
@@ -32,9 +34,9 @@ row() { # NAME RANKS SETTINGS...
 	"$bin" compare --db "$db" | awk -v name="$name" -v ranks="$ranks" '
 		function worse(a, b) { return a > b ? a : b }
 		/^# measured, not predicted/ { done = 1 }
-		done || !/^(memory|comm)[.]/ { next }
+		done || !/^(memory|comm|copy)[.]/ { next }
 		{ e = $5; sub("%", "", e); e += 0 }
-		/^memory[.].*[.]peak_bytes / { peak = worse(peak, e); next }
+		/^memory[.].*[.]peak_bytes |^memory[.]nvme[.]bytes / { peak = worse(peak, e); next }
 		/^memory[.]/ { cat = worse(cat, e); next }
 		/^comm[.]wire_bytes / { wire = worse(wire, e); next }
 		{ comm = worse(comm, e) }
@@ -48,6 +50,10 @@ row "dp 4, ZeRO-2, bf16, optimizer offload" 4 \
 row "dp 4, ZeRO-3, bf16, optimizer+param offload" 4 \
 	--set deepspeed.zero_optimization.offload_optimizer.device=cpu \
 	--set deepspeed.zero_optimization.offload_param.device=cpu
+mkdir "$work/nvme"
+row "dp 4, ZeRO-3, bf16, optimizer on NVMe (files)" 4 \
+	--set deepspeed.zero_optimization.offload_optimizer.device=nvme \
+	--set deepspeed.zero_optimization.offload_optimizer.nvme_path="$work/nvme"
 row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 	--set deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false
 row "tp 2 x dp 2, sequence parallel, ZeRO-1, fp32" 4 --set parallelism.tp=2 \

@@ -6,12 +6,14 @@
 struct sqlite3;
 struct cJSON;
 
-/* The pairs that must be equal: every memory and communication metric but the peaks, which the
- * pool measures (px_check_pool_peaks), and the wire bytes (in all and per kind of 1-bit step),
+/* The pairs that must be equal: every memory, communication and NVMe traffic metric but the
+ * peaks, which the pool measures (px_check_pool_peaks), the NVMe swap files' disk blocks (whole
+ * blocks: exec suite's NVMe test), and the wire bytes (in all and per kind of 1-bit step),
  * which the transport counts and a ring splits unevenly where a group does not divide an
  * all-reduce (each suite states by how much). */
-#define PX_EXACT_PAIRS "(name LIKE 'memory.%' OR name LIKE 'comm.%') AND name NOT IN " \
-	"('memory.gpu.peak_bytes', 'memory.cpu.peak_bytes') AND name NOT LIKE 'comm.%wire_bytes'"
+#define PX_EXACT_PAIRS "(name LIKE 'memory.%' OR name LIKE 'comm.%' OR name LIKE 'copy.%') " \
+	"AND name NOT IN ('memory.gpu.peak_bytes', 'memory.cpu.peak_bytes', 'memory.nvme.bytes') " \
+	"AND name NOT LIKE 'comm.%wire_bytes'"
 
 /* The peaks of every rank: what the executor requested at its peak (the arena's labelled bytes)
  * is the prediction exactly, as the simulator models the executor's buffers; what the pool mapped
