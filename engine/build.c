@@ -181,8 +181,14 @@ static void setup(Builder *b)
 		if (p->stage < 2)
 			b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, flat * p->grad_bytes);
 	} else {
-		b->id_part = alloc(b, p->param_place, CAT_PARAMS, BUF_PARAM_PART, -1,
-				   part * p->param_bytes);
+		/* parameters on NVMe: DeepSpeed's pinned host flat, holding the partition's first
+		 * sub-groups, and the rest on NVMe (plan.c plan_param_host) */
+		int nvme = p->param_place == PLACE_NVME;
+		b->id_part = alloc(b, nvme ? PLACE_CPU : p->param_place, CAT_PARAMS, BUF_PARAM_PART,
+				   -1, (nvme ? (double)st->param_host_flat : part) * p->param_bytes);
+		if (nvme && st->param_resident < st->part_elems)
+			alloc(b, PLACE_NVME, CAT_PARAMS, BUF_PARAM_SWAP, -1,
+			      (double)(st->part_elems - st->param_resident) * p->param_bytes);
 		/* padded to dp, so that their collectives can run in place */
 		double persist = (double)(ceil_div(st->persist_elems, p->dp) * p->dp);
 		b->id_persist = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PERSISTENT, -1,
@@ -234,8 +240,11 @@ static void gather(Builder *b, int u, int backward)
 	if (b->gathered[u] >= 0 || whole == 0)
 		return;
 	double part_bytes = (double)(up->part_dense + up->part_expert) * p->param_bytes;
-	if (p->param_place == PLACE_NVME)
-		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, part_bytes);
+	/* from NVMe: the unit's partition beyond what the host flat holds (plan_param_host) */
+	long long nvme_lo = max_ll(up->part_off, p->stages[b->stage].param_resident);
+	long long nvme_hi = up->part_off + up->part_dense + up->part_expert;
+	if (p->param_place == PLACE_NVME && nvme_hi > nvme_lo)
+		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, (double)(nvme_hi - nvme_lo) * p->param_bytes);
 	if (p->param_place != PLACE_GPU)
 		copy(b, COPY_H2D, ROLE_PREFETCH, u, part_bytes);
 	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
@@ -1102,8 +1111,16 @@ static void optimizer_step(Builder *b)
 		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
 	release(b, &fp32_grads);
 	release(b, &step_temp);
-	if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))
+	/* the updated 16-bit parameters: to the device's partition, or with the partition on NVMe
+	 * (stage 3) into the host flat (a host copy, not priced as one) and the rest swapped out to
+	 * NVMe (stage3.py _reassign_or_swap_out_partitioned_parameters) */
+	if (p->param_place == PLACE_NVME) {
+		if (st->param_resident < st->part_elems)
+			copy(b, COPY_NVME_WRITE, ROLE_PARAM_UPDATE, -1,
+			     (double)(st->part_elems - st->param_resident) * p->param_bytes);
+	} else if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU)) {
 		copy(b, COPY_H2D, ROLE_PARAM_UPDATE, -1, part * p->param_bytes);
+	}
 
 	if (p->stage == 1 || p->stage == 2) {
 		for (int i = st->n_buckets - 1; i >= 0; i--)

@@ -104,7 +104,7 @@ static const DsKey OFFLOAD_OPT_KEYS[] = {
 
 static const DsKey OFFLOAD_PARAM_KEYS[] = {
 	{"device", K_MODEL}, {"nvme_path", K_NONE}, {"pin_memory", K_TIME},
-	{"buffer_count", K_MODEL}, {"buffer_size", K_MODEL}, {"max_in_cpu", K_NOT}, {0},
+	{"buffer_count", K_MODEL}, {"buffer_size", K_MODEL}, {"max_in_cpu", K_MODEL}, {0},
 };
 
 static const DsKey FP16_KEYS[] = {
@@ -480,6 +480,7 @@ static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys
 	const char *path = "";
 	off->buffer_count = !strcmp(key, "offload_param") ? 5 : 4;
 	off->buffer_size = 1e8;
+	off->max_in_cpu = 1e9;
 	off->nvme_path[0] = '\0';
 	if (rc <= 0)
 		return rc;
@@ -488,7 +489,8 @@ static int parse_offload(const JsonObj *zero, const char *key, const DsKey *keys
 	    jobj_str(&o, "nvme_path", "", &path, err) < 0 ||
 	    dropped_bool(&o, "pin_memory", 0, &off->pin_memory, err) ||
 	    dropped_int(&o, "buffer_count", 0, 1 << 20, off->buffer_count, &off->buffer_count, err) ||
-	    dropped_num(&o, "buffer_size", 0, 1e18, off->buffer_size, &off->buffer_size, err))
+	    dropped_num(&o, "buffer_size", 0, 1e18, off->buffer_size, &off->buffer_size, err) ||
+	    dropped_num(&o, "max_in_cpu", 0, 1e18, off->max_in_cpu, &off->max_in_cpu, err))
 		return -1;
 	if (strlen(path) >= sizeof(off->nvme_path)) {
 		char where[512];

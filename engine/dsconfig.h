@@ -24,6 +24,8 @@ typedef struct DsOffload {
 	long long buffer_count; /* NVMe swap buffers */
 	double buffer_size;     /* elements per parameter swap buffer */
 	char nvme_path[256];    /* where the swap files go (""  when not given) */
+	double max_in_cpu;      /* parameters on NVMe: elements of the partition DeepSpeed keeps in
+				   a pinned host flat (offload_param.max_in_cpu) */
 } DsOffload;
 
 typedef struct DsZero {

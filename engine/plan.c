@@ -324,6 +324,46 @@ static int plan_buckets(Plan *p, int s)
 	return 0;
 }
 
+/* ZeRO-Infinity with parameters on NVMe (stage3.py): a pinned host flat of min(partition,
+ * offload_param.max_in_cpu) elements is allocated (_create_param_groups_fp16_flat_cpu_memory);
+ * the partition's sub-groups, each closed once it reaches sub_group_size (a tensor's partition
+ * being ceil(numel / dp)), go into it from its start while they fit whole, and the first that
+ * does not fit and every one after it stay on NVMe (_create_fp16_partitions_with_defragmentation).
+ * So a partition under max_in_cpu lives in host memory, and one whose first sub-group is larger
+ * than the flat has the flat allocated and unused. The resident part is counted in those
+ * tensors' elements, at most the plan's partition. */
+static void plan_param_host(Plan *p, int s)
+{
+	StagePlan *st = &p->stages[s];
+	const DsZero *z = &p->sc->ds.zero;
+	st->param_host_flat = st->param_resident = 0;
+	if (p->stage != 3 || p->param_place != PLACE_NVME)
+		return;
+	long long max_in_cpu = (long long)z->offload_param.max_in_cpu, whole = 0;
+	for (int u = 0; u < p->n_units; u++)
+		for (int i = 0; p->units[u].stage == s && i < p->units[u].n_tensors; i++)
+			whole += ceil_div(p->units[u].tensor_local[i], p->dp);
+	/* the flat in DeepSpeed's elements (its partition: each tensor's share), and as the plan's
+	 * partition counts them (padded per unit, not per tensor) */
+	long long cap = max_in_cpu < whole ? max_in_cpu : whole;
+	long long sub = (long long)z->sub_group_elems, at = 0, group = 0, fits = 1;
+	st->param_host_flat = max_in_cpu < st->part_elems ? max_in_cpu : st->part_elems;
+	for (int u = 0; u < p->n_units; u++)
+		for (int i = 0; p->units[u].stage == s && i < p->units[u].n_tensors; i++) {
+			group += ceil_div(p->units[u].tensor_local[i], p->dp);
+			if (group < sub)
+				continue;
+			fits = fits && at + group <= cap;
+			at += group;
+			st->param_resident = fits ? at : st->param_resident;
+			group = 0;
+		}
+	if (group > 0 && fits && at + group <= cap) /* the last sub-group, closed short */
+		st->param_resident = at + group;
+	if (st->param_resident >= whole || st->param_resident > st->part_elems)
+		st->param_resident = st->part_elems;
+}
+
 static int plan_stages(Plan *p, PxError *err)
 {
 	const ModelSpec *m = &p->sc->model;
@@ -384,6 +424,7 @@ static int plan_stages(Plan *p, PxError *err)
 				st->max_bucket = p->units[u].own_gather;
 		st->max_tensor_part = ceil_div(st->max_tensor, p->dp); /* stage 3's sub-groups */
 		plan_optimizer(p, s);
+		plan_param_host(p, s);
 	}
 	return 0;
 }

@@ -106,6 +106,10 @@ typedef enum {
 			      are reduced over the expert-data-parallel group (or copied to the
 			      host); DeepSpeed's are the experts' .grad tensors, copied into its
 			      reduction bucket */
+	BUF_PARAM_SWAP,    /* ZeRO-Infinity (parameters on NVMe): the 16-bit partition's sub-groups
+			      that do not fit in the host flat of offload_param.max_in_cpu
+			      elements, kept on NVMe (stage3.py
+			      _create_fp16_partitions_with_defragmentation) */
 	N_BUFS
 } BufWhat;
 

@@ -302,6 +302,53 @@ static void test_stage3_nvme_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
+/* ZeRO-Infinity's parameters on NVMe keep part of the partition in host memory: DeepSpeed
+ * allocates a pinned flat of min(partition, offload_param.max_in_cpu) elements and puts the
+ * partition's sub-groups in it while they fit whole; the rest stays on NVMe, is read at every
+ * gather and written after the update (stage3.py _create_param_groups_fp16_flat_cpu_memory,
+ * _create_fp16_partitions_with_defragmentation, _reassign_or_swap_out_partitioned_parameters).
+ * The GPT of the executor tests (PSI = 112,384) in bf16 on 2 ranks, sub_group_size 10,000, one
+ * micro-batch: the partition is 56,192 elements, each tensor's share half of it. Sub-groups close
+ * once they reach 10,000: wte 4,096 + wpe 2,048 + ln_1 64 + c_attn.weight 6,144 = 12,352; then
+ * c_attn.bias 96 + c_proj 2,048 + 32 + ln_2 64 + c_fc.weight 8,192 = 10,432 (22,784 in all);
+ * then c_fc.bias 128 + mlp c_proj 8,192 + 32 + the second block's ln_1 64 + c_attn.weight
+ * 6,144 = 14,560, which would end at 37,344.
+ * - max_in_cpu 30,000: the flat is 30,000 elements (60,000 B on the host); the first two
+ *   sub-groups fit (22,784), the rest is on NVMe: 33,408 x 2 = 66,816 B, read by the forward's
+ *   and the backward's gathers (133,632 B) and written once (66,816 B).
+ * - max_in_cpu 5,000: the flat (10,000 B) holds nothing, as the first sub-group does not fit;
+ *   the whole partition is on NVMe (112,384 B), read twice (224,768 B), written once.
+ * - max_in_cpu left at DeepSpeed's 1e9: the flat is the partition (112,384 B), nothing on NVMe. */
+static void test_param_nvme_host_flat(void)
+{
+	static const struct {
+		double max_in_cpu, host, nvme, read, write;
+	} c[] = {{30000, 60000, 66816, 133632, 66816}, {5000, 10000, 112384, 224768, 112384},
+		 {1e9, 112384, 0, 0, 0}};
+	for (unsigned k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr,
+				"{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 2,"
+				" \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128},"
+				" \"deepspeed\": {\"train_batch_size\": 2,"
+				" \"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
+				" \"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 3,"
+				" \"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 10000,"
+				" \"offload_optimizer\": {\"device\": \"cpu\"},"
+				" \"offload_param\": {\"device\": \"nvme\", \"max_in_cpu\": %.0f}}},"
+				" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 2},"
+				" \"seq_length\": 32}", c[k].max_in_cpu))
+			return;
+		const StagePrediction *sp = &pr.stages[0];
+		CU_ASSERT_DOUBLE_EQUAL(sp->mem.place[PLACE_CPU].at_peak[CAT_PARAMS], c[k].host, 0);
+		CU_ASSERT_DOUBLE_EQUAL(sp->mem.place[PLACE_NVME].at_peak[CAT_PARAMS], c[k].nvme, 0);
+		CU_ASSERT_DOUBLE_EQUAL(sp->traffic.copy_bytes[COPY_NVME_READ], c[k].read, 0);
+		CU_ASSERT_DOUBLE_EQUAL(sp->traffic.copy_bytes[COPY_NVME_WRITE], c[k].write, 0);
+		fx_free(&sc, &pr);
+	}
+}
+
 /* Which collective reduces the gradients, by stage and by contiguous_gradients and
  * reduce_scatter, as DeepSpeed picks it (the same 8e6-parameter fp16 model on 4 GPUs, one
  * micro-batch: 16e6 B of gradients, and the fp16 overflow flag's 4-byte all-reduce):
@@ -398,6 +445,8 @@ int test_zero_register(void)
 			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
+			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
+			     test_param_nvme_host_flat},
 			    {"the gradients' collective by stage and configuration", test_reduce_kinds},
 			    {"bundled schedules balanced", test_bundled_schedules_balanced});
 }
