@@ -198,7 +198,7 @@ static void setup(Builder *b)
 		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
 		      (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
-			alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
+			alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_PARAM_STAGING, -1,
 			      (double)z->offload_param.buffer_count * z->offload_param.buffer_size *
 				      p->param_bytes);
 	}

@@ -106,6 +106,8 @@ typedef enum {
 			      are reduced over the expert-data-parallel group (or copied to the
 			      host); DeepSpeed's are the experts' .grad tensors, copied into its
 			      reduction bucket */
+	BUF_PARAM_STAGING, /* ZeRO-Infinity (parameters on NVMe): the parameter swapper's pinned host
+			      buffers, offload_param.buffer_count of buffer_size elements */
 	BUF_PARAM_SWAP,    /* ZeRO-Infinity (parameters on NVMe): the 16-bit partition's sub-groups
 			      that do not fit in the host flat of offload_param.max_in_cpu
 			      elements, kept on NVMe (stage3.py

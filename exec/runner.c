@@ -879,7 +879,7 @@ static int copy(Runner *r, const Op *op, PxError *err)
 				 (size_t)r->segs[i].n, r->pdt);
 		return 0;
 	}
-	if (op->sub == COPY_H2D && op->unit >= 0 && p->param_place == PLACE_CPU)
+	if (op->sub == COPY_H2D && op->unit >= 0 && p->param_place != PLACE_GPU) /* host or its flat */
 		return 0;
 	/* cpu_checkpointing: the block's input lives in its host checkpoint buffer, where the
 	 * forward wrote it and the recompute reads it */

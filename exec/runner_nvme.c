@@ -8,7 +8,10 @@
  * - NVMe read before the update: master weights, states and gradients into their staging
  *   (swap_in_optimizer_state), which is poisoned first, so that only what the files held is
  *   read;
- * - NVMe write after the update: master weights and states back to their files. */
+ * - NVMe write after the update: master weights and states back to their files.
+ * Parameters on NVMe run where DeepSpeed keeps them all in its host flat (a partition under
+ * offload_param.max_in_cpu: engine/plan.c plan_param_host), as parameters on the CPU do; the
+ * partition's sub-groups it would swap are refused. */
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -30,11 +33,15 @@ const char *runner_nvme_supported(const Plan *p)
 	const StagePlan *st = &p->stages[0];
 	if (p->opt_place != PLACE_NVME && p->param_place != PLACE_NVME)
 		return NULL;
-	if (p->param_place == PLACE_NVME)
-		return "parameter offload to the CPU only (not to NVMe)";
 	if (p->sc->backend != BACKEND_CPU)
-		return "the optimizer on NVMe on backend \"cpu\" only (its swap buffer is the host's "
-		       "memory, read and written with pread and pwrite)";
+		return "NVMe offload on backend \"cpu\" only (its swap buffers are the host's memory, "
+		       "read and written with pread and pwrite)";
+	if (p->param_place == PLACE_NVME && st->param_resident < st->part_elems)
+		return "parameters on NVMe only where DeepSpeed's host flat holds the whole partition "
+		       "(offload_param.max_in_cpu and sub_group_size: the parameters it would swap are "
+		       "not swapped here)";
+	if (p->opt_place != PLACE_NVME)
+		return NULL;
 	if (strcasecmp(p->sc->ds.optimizer, "Adam") && strcasecmp(p->sc->ds.optimizer, "AdamW"))
 		return "the optimizer on NVMe with Adam or AdamW (DeepSpeedCPUAdam)";
 	if (z->sub_group_elems < (double)st->part_elems && st->max_tensor_part < st->part_elems)
