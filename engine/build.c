@@ -215,14 +215,10 @@ static void setup(Builder *b)
 	if (st->error_feedback_bytes > 0)
 		b->id_ef = alloc(b, p->opt_place, CAT_OPTIM, BUF_ERROR_FEEDBACK, -1,
 				 st->error_feedback_bytes);
-	if (p->opt_place == PLACE_NVME) { /* each swap buffer holds one fp32 tensor of a sub-group */
-		/* stage3.py closes a sub-group once it reaches sub_group_size, so the largest is at
-		 * least one parameter's partition (sub_group_size 0: every parameter alone) */
-		long long sub = min_ll(st->part_elems, max_ll((long long)z->sub_group_elems,
-							       st->max_tensor_part));
+	if (p->opt_place == PLACE_NVME) /* each swap buffer holds one fp32 tensor of the largest
+					   sub-group (plan.c plan_subgroups) */
 		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_SWAP, -1,
-		      (double)z->offload_optimizer.buffer_count * (double)sub * 4);
-	}
+		      (double)z->offload_optimizer.buffer_count * (double)st->step_elems * 4);
 	/* a stage holding a chunk before the model's last receives gradients from the next stage
 	 * into one buffer, allocated at its first receive and kept (DeepSpeed's grad_layer) */
 	if (p->par.pp > 1 && (b->stage < p->par.pp - 1 || p->par.virtual_stages > 1))
@@ -986,6 +982,79 @@ static void onebit_exchange(Builder *b)
 	}
 }
 
+/* The last op (a stage-3 sub-group's) covers partition elements lo .. lo + n - 1. */
+static void in_group(Builder *b, int ranged, long long lo, long long n)
+{
+	if (ranged && !b->oom)
+		DO(sched_set_slice(b->s, -1, lo, n));
+}
+
+/* The update of partition elements lo .. lo + n - 1 (a stage-3 sub-group when ranged, whose
+ * ops state its range; else the partition). The fp32 gradients it reads (FP16_Optimizer's flat
+ * of them): DeepSpeed's ZeRO optimizers make them from the gradient tensors they update in two
+ * copies (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32); stage3.py
+ * _prepare_fp32_grad_for_sub_group, freed after the sub-group's update): torch.cat's flat in
+ * the gradients' type, live until its fp32 copy exists; in fp32 training the flat is the copy.
+ * On NVMe the optimizer swaps in the sub-group's fp32 master weights and states and the fp32
+ * gradients swapped out at the boundary (partitioned_optimizer_swapper.py
+ * swap_in_optimizer_state), and after the update swaps out the first two. */
+static void group_step(Builder *b, long long lo, long long n, int ranged, int onebit)
+{
+	const Plan *p = b->p;
+	const StagePlan *st = &p->stages[b->stage];
+	double part = (double)st->part_elems, elems = (double)n;
+	double fp32_elems = p->flattens_grads ? elems : part;
+	int fp32_grads = -1, flat = -1;
+	if (p->flattens_grads && p->grad_bytes != 4 &&
+	    (flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FLAT, -1, fp32_elems * p->grad_bytes)) >= 0)
+		in_group(b, ranged, lo, n);
+	if (((p->mixed && p->grad_bytes != 4) || p->flattens_grads) && p->opt_place == PLACE_GPU &&
+	    (fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, fp32_elems * 4)) >= 0)
+		in_group(b, ranged, lo, n);
+	release(b, &flat);
+	/* what the update allocates while it runs (plan.c plan_step_temp_bytes): torch's Adam's
+	 * copies of the second moment, or 1-bit LAMB's copy of its momenta (lamb.py
+	 * exp_avg_last_step), taken before the exchange that averages them, in compressed steps
+	 * only (its warm-up steps take none; the prediction's memory is its highest kind of step's,
+	 * sim/predict.c) */
+	const OptimKind *ok = p->sc->ds.opt;
+	int step_temp = -1, lamb = ok && ok->error_feedback == EF_FLAT;
+	if (st->opt_step_temp_bytes > 0 && !(lamb && p->onebit_step == ONEBIT_FULL))
+		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
+				  st->opt_step_temp_bytes);
+	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
+		onebit_exchange(b);
+	double state = elems * p->master_bytes + st->opt_state_bytes * (elems / part);
+	if (p->opt_place == PLACE_NVME) {
+		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state + elems * 4);
+		in_group(b, ranged, lo, n);
+	}
+	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
+	 * per element, in one pass when fused, in several otherwise (optim.h's extra_bytes) */
+	double passes = elems * optim_impl(p->opt_impl)->extra_bytes;
+	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, 10 * elems,
+			 2 * state + elems * (4 + p->param_bytes) + passes));
+	in_group(b, ranged, lo, n);
+	if (p->opt_place == PLACE_NVME) {
+		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
+		in_group(b, ranged, lo, n);
+	}
+	release(b, &fp32_grads);
+	release(b, &step_temp);
+	/* the updated 16-bit parameters: to the device's partition, or with the partition on NVMe
+	 * (stage 3) into the host flat (a host copy, not priced as one) and the part beyond it
+	 * swapped out to NVMe */
+	long long swapped = lo + n - max_ll(lo, st->param_resident);
+	if (p->param_place == PLACE_NVME && swapped > 0) {
+		copy(b, COPY_NVME_WRITE, ROLE_PARAM_UPDATE, -1, (double)swapped * p->param_bytes);
+		in_group(b, ranged, lo, n);
+	} else if (p->param_place != PLACE_NVME &&
+		   (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))) {
+		copy(b, COPY_H2D, ROLE_PARAM_UPDATE, -1, elems * p->param_bytes);
+		in_group(b, ranged, lo, n);
+	}
+}
+
 static void optimizer_step(Builder *b)
 {
 	const Plan *p = b->p;
@@ -1070,56 +1139,15 @@ static void optimizer_step(Builder *b)
 	if (clip && p->stage == 0 && !p->mixed)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
 
-	/* the fp32 gradients the optimizer reads (FP16_Optimizer's flat of them), made before a
-	 * 1-bit optimizer's step, which exchanges the momentum they update. DeepSpeed's ZeRO
-	 * optimizers make them from the gradient tensors they update in two copies
-	 * (stage_1_and_2.py step: flatten(averaged_gradients).to(fp32); stage3.py a sub-group at a
-	 * time, freed after its update, so that the largest sub-group's are the ones that count):
-	 * torch.cat's flat in the gradients' type, live until its fp32 copy exists; in fp32
-	 * training the flat is the copy */
-	int fp32_grads = -1, flat = -1;
-	double fp32_elems = p->flattens_grads ? (double)st->step_elems : part;
-	if (p->flattens_grads && p->grad_bytes != 4)
-		flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FLAT, -1, fp32_elems * p->grad_bytes);
-	if (((p->mixed && p->grad_bytes != 4) || p->flattens_grads) && p->opt_place == PLACE_GPU)
-		fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, fp32_elems * 4);
-	release(b, &flat);
-	/* what the update allocates while it runs (plan.c plan_step_temp_bytes): torch's Adam's
-	 * copies of the second moment, or 1-bit LAMB's copy of its momenta (lamb.py
-	 * exp_avg_last_step), taken before the exchange that averages them, in compressed steps
-	 * only (its warm-up steps take none; the prediction's memory is its highest kind of step's,
-	 * sim/predict.c) */
-	int step_temp = -1, lamb = ok && ok->error_feedback == EF_FLAT;
-	if (st->opt_step_temp_bytes > 0 && !(lamb && p->onebit_step == ONEBIT_FULL))
-		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
-				  st->opt_step_temp_bytes);
-	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
-		onebit_exchange(b);
-	/* on NVMe the optimizer swaps in each sub-group's fp32 master weights and states, and the
-	 * fp32 gradients swapped out at the boundary (above) into a buffer of their own
-	 * (partitioned_optimizer_swapper.py swap_in_optimizer_state), then swaps out the first
-	 * two */
-	double state = part * p->master_bytes + st->opt_state_bytes;
-	if (p->opt_place == PLACE_NVME)
-		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state + part * 4);
-	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
-	 * per element, in one pass when fused, in several otherwise (optim.h's extra_bytes) */
-	double passes = part * optim_impl(p->opt_impl)->extra_bytes;
-	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, 10 * part,
-			 2 * state + part * (4 + p->param_bytes) + passes));
-	if (p->opt_place == PLACE_NVME)
-		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
-	release(b, &fp32_grads);
-	release(b, &step_temp);
-	/* the updated 16-bit parameters: to the device's partition, or with the partition on NVMe
-	 * (stage 3) into the host flat (a host copy, not priced as one) and the rest swapped out to
-	 * NVMe (stage3.py _reassign_or_swap_out_partitioned_parameters) */
-	if (p->param_place == PLACE_NVME) {
-		if (st->param_resident < st->part_elems)
-			copy(b, COPY_NVME_WRITE, ROLE_PARAM_UPDATE, -1,
-			     (double)(st->part_elems - st->param_resident) * p->param_bytes);
-	} else if (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU)) {
-		copy(b, COPY_H2D, ROLE_PARAM_UPDATE, -1, part * p->param_bytes);
+	/* stage 3 steps its sub-groups one after another (stage3.py step: _prepare_sub_group,
+	 * _optimizer_step, _reassign_or_swap_out_partitioned_parameters, _release_sub_group), each
+	 * op stating the sub-group's range; stage 0-2 the partition at once */
+	long long whole[1] = {st->part_elems};
+	const long long *ends = st->n_subgroups ? st->subgroup_end : whole;
+	int n_groups = st->n_subgroups ? st->n_subgroups : 1, ranged = st->n_subgroups > 0;
+	for (int k = 0; k < n_groups; k++) {
+		long long lo = k ? ends[k - 1] : 0;
+		group_step(b, lo, ends[k] - lo, ranged, onebit);
 	}
 
 	if (p->stage == 1 || p->stage == 2) {

@@ -202,18 +202,20 @@ static void plan_unit(Plan *p, int idx)
 
 /* The elements of the tensor an Adam-type step works on at once, by who holds the tensors: ZeRO
  * stage 1-2 and DeepSpeed's FP16/BF16 optimizers hand it one flat partition; stage 3 one
- * sub-group at a time (stage3.py _optimizer_step; a sub-group closes once it reaches
- * sub_group_size, so it is at least one tensor's partition); otherwise (fp32 at stage 0, or the
+ * sub-group at a time (stage3.py _optimizer_step), the largest of them counting; otherwise (fp32 at stage 0, or the
  * Trainer's own optimizer under torch autocast, which keeps fp32 parameters per tensor) the
  * model's tensors one by one. */
 static double step_tensor_elems(const Plan *p, const StagePlan *st)
 {
 	const DsConfig *ds = &p->sc->ds;
 	long long part = st->part_elems;
-	if (p->stage == 3) {
-		long long sub = (long long)ds->zero.sub_group_elems;
-		sub = sub > st->max_tensor_part ? sub : st->max_tensor_part;
-		return (double)(part < sub ? part : sub);
+	if (p->stage == 3) { /* the largest sub-group (plan_subgroups) */
+		long long most = 0;
+		for (int k = 0; k < st->n_subgroups; k++) {
+			long long n = st->subgroup_end[k] - (k ? st->subgroup_end[k - 1] : 0);
+			most = n > most ? n : most;
+		}
+		return (double)(st->n_subgroups ? most : part);
 	}
 	if (p->stage >= 1 || (p->mixed && !ds->opt_impl_trainer))
 		return (double)part;
@@ -324,44 +326,80 @@ static int plan_buckets(Plan *p, int s)
 	return 0;
 }
 
+/* ---- stage 3: the optimizer's sub-groups ---- */
+
+/* Stage s's tensors in DeepSpeed's order, each its ceil(numel / dp) share of the partition,
+ * closed into sub-groups once one reaches sub_group_size (stage3.py _create_fp16_sub_groups: so at
+ * least one tensor's share; 0: every tensor alone): the size of the next sub-group from tensor
+ * *ti of unit *ui on, 0 when none is left. */
+static long long next_subgroup(const Plan *p, int s, int *ui, int *ti)
+{
+	long long sub = (long long)p->sc->ds.zero.sub_group_elems, group = 0;
+	for (; *ui < p->n_units; (*ui)++, *ti = 0) {
+		const UnitPlan *u = &p->units[*ui];
+		while (u->stage == s && *ti < u->n_tensors) {
+			group += ceil_div(u->tensor_local[(*ti)++], p->dp);
+			if (group > 0 && group >= sub)
+				return group;
+		}
+	}
+	return group;
+}
+
+/* The sub-groups' ends in the plan's partition: their shares summed, bounded by the partition
+ * (which pads per unit, not per tensor), the last at its end. The update steps them one after
+ * another, so that the largest is what a step's fp32 copies and swap buffers hold. */
+static int plan_subgroups(Plan *p, int s)
+{
+	StagePlan *st = &p->stages[s];
+	st->n_subgroups = 0;
+	st->subgroup_end = NULL;
+	if (p->stage != 3 || st->part_elems <= 0)
+		return 0;
+	size_t cap = 1;
+	for (int u = 0; u < p->n_units; u++)
+		cap += (size_t)p->units[u].n_tensors;
+	st->subgroup_end = malloc(cap * sizeof(*st->subgroup_end));
+	if (!st->subgroup_end)
+		return -1;
+	int ui = 0, ti = 0, n = 0;
+	long long at = 0, g;
+	while ((g = next_subgroup(p, s, &ui, &ti)) > 0) {
+		at += g;
+		long long end = at < st->part_elems ? at : st->part_elems;
+		if (n == 0 || end > st->subgroup_end[n - 1])
+			st->subgroup_end[n++] = end;
+	}
+	if (n == 0)
+		n = 1;
+	st->subgroup_end[n - 1] = st->part_elems;
+	st->n_subgroups = n;
+	return 0;
+}
+
 /* ZeRO-Infinity with parameters on NVMe (stage3.py): a pinned host flat of min(partition,
  * offload_param.max_in_cpu) elements is allocated (_create_param_groups_fp16_flat_cpu_memory);
- * the partition's sub-groups, each closed once it reaches sub_group_size (a tensor's partition
- * being ceil(numel / dp)), go into it from its start while they fit whole, and the first that
+ * the partition's sub-groups go into it from its start while they fit whole, and the first that
  * does not fit and every one after it stay on NVMe (_create_fp16_partitions_with_defragmentation).
  * So a partition under max_in_cpu lives in host memory, and one whose first sub-group is larger
- * than the flat has the flat allocated and unused. The resident part is counted in those
- * tensors' elements, at most the plan's partition. */
+ * than the flat has the flat allocated and unused. The fit is decided in DeepSpeed's elements
+ * (each tensor's share), the resident part bounded by the plan's partition. */
 static void plan_param_host(Plan *p, int s)
 {
 	StagePlan *st = &p->stages[s];
-	const DsZero *z = &p->sc->ds.zero;
+	long long max_in_cpu = (long long)p->sc->ds.zero.offload_param.max_in_cpu, whole = 0;
 	st->param_host_flat = st->param_resident = 0;
 	if (p->stage != 3 || p->param_place != PLACE_NVME)
 		return;
-	long long max_in_cpu = (long long)z->offload_param.max_in_cpu, whole = 0;
 	for (int u = 0; u < p->n_units; u++)
 		for (int i = 0; p->units[u].stage == s && i < p->units[u].n_tensors; i++)
 			whole += ceil_div(p->units[u].tensor_local[i], p->dp);
-	/* the flat in DeepSpeed's elements (its partition: each tensor's share), and as the plan's
-	 * partition counts them (padded per unit, not per tensor) */
-	long long cap = max_in_cpu < whole ? max_in_cpu : whole;
-	long long sub = (long long)z->sub_group_elems, at = 0, group = 0, fits = 1;
+	long long cap = max_in_cpu < whole ? max_in_cpu : whole, at = 0, g;
+	int ui = 0, ti = 0;
+	while ((g = next_subgroup(p, s, &ui, &ti)) > 0 && at + g <= cap)
+		at += g;
 	st->param_host_flat = max_in_cpu < st->part_elems ? max_in_cpu : st->part_elems;
-	for (int u = 0; u < p->n_units; u++)
-		for (int i = 0; p->units[u].stage == s && i < p->units[u].n_tensors; i++) {
-			group += ceil_div(p->units[u].tensor_local[i], p->dp);
-			if (group < sub)
-				continue;
-			fits = fits && at + group <= cap;
-			at += group;
-			st->param_resident = fits ? at : st->param_resident;
-			group = 0;
-		}
-	if (group > 0 && fits && at + group <= cap) /* the last sub-group, closed short */
-		st->param_resident = at + group;
-	if (st->param_resident >= whole || st->param_resident > st->part_elems)
-		st->param_resident = st->part_elems;
+	st->param_resident = at >= whole || at > st->part_elems ? st->part_elems : at;
 }
 
 static int plan_stages(Plan *p, PxError *err)
@@ -423,6 +461,8 @@ static int plan_stages(Plan *p, PxError *err)
 			if (p->units[u].stage == s && p->units[u].own_gather > st->max_bucket)
 				st->max_bucket = p->units[u].own_gather;
 		st->max_tensor_part = ceil_div(st->max_tensor, p->dp); /* stage 3's sub-groups */
+		if (plan_subgroups(p, s))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		plan_optimizer(p, s);
 		plan_param_host(p, s);
 	}
@@ -534,7 +574,7 @@ void plan_free(Plan *p)
 	free(p->units);
 	free(p->chunk_bounds);
 	for (long long s = 0; p->stages && s < p->par.pp; s++)
-		free(p->stages[s].buckets);
+		free(p->stages[s].buckets), free(p->stages[s].subgroup_end);
 	free(p->stages);
 	p->units = NULL;
 	p->chunk_bounds = NULL;

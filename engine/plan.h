@@ -70,6 +70,10 @@ typedef struct StagePlan {
 	double opt_state_bytes, error_feedback_bytes, opt_step_temp_bytes;
 	long long step_elems;      /* what the update steps at once: the partition, at stage 3 its
 				      largest sub-group (DeepSpeed's fp32 gradients are made for it) */
+	int n_subgroups;
+	long long *subgroup_end;   /* owned; stage 3: where each of DeepSpeed's optimizer sub-groups
+				      ends in the partition (plan.c plan_subgroups), the last at
+				      part_elems; NULL at stage 0-2 (the partition is one) */
 	/* stage 3 with parameters on NVMe: the pinned host flat DeepSpeed allocates (min(partition,
 	 * max_in_cpu) elements), and how much of the partition, from its start, it holds there (the
 	 * sub-groups that fit whole); the rest is on NVMe. Else 0 and 0. */

@@ -160,7 +160,9 @@ typedef enum {
  * only bytes): this rank's slice of the op's array is `part_elems` elements of its partition
  * (stage 3's parameter partition, stage 2-3's gradient partition, the optimizer's fp32 one)
  * starting at `part_off`; `bucket` is the stage's bucket (plan.h's BucketPlan index) the op
- * reduces or gathers at stage 0-2, -1 otherwise. */
+ * reduces or gathers at stage 0-2, -1 otherwise. At stage 3 the optimizer's ops of one
+ * sub-group (the flat copies' allocations, the NVMe reads and writes, the update, the parameters'
+ * copy) state the sub-group's range of the partition the same way. */
 typedef struct SchedSlice {
 	int32_t bucket;
 	int64_t part_off, part_elems;
@@ -244,7 +246,8 @@ int sched_copy(Schedule *s, CopyDir dir, OpRole role, int unit, double bytes);
  * array (elems), so that an executor knows what it moves; the simulator needs only bytes. */
 int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf, int64_t offset,
 		       int64_t elems);
-/* State the partitioned data of the last op (a collective or copy): see SchedSlice. */
+/* State the partitioned data of the last op (a collective or copy; an optimizer sub-group's
+ * op): see SchedSlice. */
 int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
 /* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
 void sched_grads_to(Schedule *s, int buf, int64_t off);

@@ -34,15 +34,6 @@ static const char *zpp_unsupported(const Plan *p)
 	return NULL;
 }
 
-/* 1 when some stage's update steps its partition in pieces (ZeRO-3 sub-groups smaller than it) */
-static int steps_in_pieces(const Plan *p)
-{
-	for (long long s = 0; s < p->par.pp; s++)
-		if (p->stages[s].step_elems < p->stages[s].part_elems)
-			return 1;
-	return 0;
-}
-
 int runner_supported(const Plan *p, PxError *err)
 {
 	const Scenario *sc = p->sc;
@@ -68,9 +59,6 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if ((why = runner_nvme_supported(p)))
 		;
-	else if (p->flattens_grads && steps_in_pieces(p))
-		why = "ZeRO-3 sub-groups as large as the partition (sub_group_size; the update steps "
-		      "the whole partition at once)";
 	else if (!ds->zero.contiguous_gradients && p->stage >= 2)
 		why = "contiguous_gradients on at ZeRO stage 2-3 (each unit's own gradient buffers, "
 		      "reduced apart, are not run)";
@@ -184,6 +172,15 @@ static long long step_extent(const Runner *r)
 	return end;
 }
 
+/* What a step's flat copy of op's range holds: the executor's segments in it (a stage-3
+ * sub-group's, or the partition's). */
+static long long range_extent(const Runner *r, const Op *op, long long *lo)
+{
+	long long hi, end = step_extent(r);
+	runner_op_range(r, op, lo, &hi);
+	return (hi < end ? hi : end) - *lo;
+}
+
 int runner_check_step_temp(const Schedule *s, int signs, const char *who, const char *copy,
 			   PxError *err)
 {
@@ -225,10 +222,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return 4 * (size_t)step_extent(r);
 	/* DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32 copy (both on
 	 * the device: Plan.flattens_grads holds only for an optimizer there) */
+	long long lo;
 	if (op->what == BUF_GRAD_FLAT)
-		return dt_bytes(r->gdt) * (size_t)step_extent(r);
+		return dt_bytes(r->gdt) * (size_t)range_extent(r, op, &lo);
 	if (op->what == BUF_GRAD_FP32 && r->p->flattens_grads)
-		return 4 * (size_t)step_extent(r);
+		return 4 * (size_t)range_extent(r, op, &lo);
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
@@ -265,21 +263,25 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 /* DeepSpeed's ZeRO 1-3 step (Plan.flattens_grads): the partition's gradients, segment by
  * segment, into one flat of type dt at their places in the partition (torch.cat of
  * averaged_gradients), and that flat into the fp32 gradients the update reads (.to(fp32)); in
- * fp32 training the segments go straight into the fp32 buffer, which is the flat. */
-static void flatten_grads(Runner *r, void *flat, Dtype dt)
+ * fp32 training the segments go straight into the fp32 buffer, which is the flat. At stage 3
+ * a sub-group at a time: the range of n elements from lo, whose flat starts at lo. */
+static void flatten_grads(Runner *r, void *flat, Dtype dt, long long lo, long long n)
 {
-	for (int i = 0; i < r->n_segs; i++)
-		r->cb->convert(r->cx, at(flat, r->segs[i].part_off, dt), dt, r->segs[i].grads,
-			       r->segs[i].gdt, (size_t)r->segs[i].n);
+	long long a, b;
+	for (int i = 0; i < r->n_segs; i++) {
+		const Seg *sg = &r->segs[i];
+		if (runner_seg_piece(sg, lo, lo + n, &a, &b))
+			r->cb->convert(r->cx, at(flat, a - lo, dt), dt,
+				       at(sg->grads, a - sg->part_off, sg->gdt), sg->gdt, (size_t)(b - a));
+	}
 }
 
-static void fp32_grads_from_flat(Runner *r, void *g32)
+static void fp32_grads_from_flat(Runner *r, void *g32, long long lo, long long n)
 {
 	if (r->id_flat >= 0)
-		r->cb->convert(r->cx, g32, DT_FP32, r->buf[r->id_flat], r->gdt,
-			       (size_t)step_extent(r));
+		r->cb->convert(r->cx, g32, DT_FP32, r->buf[r->id_flat], r->gdt, (size_t)n);
 	else
-		flatten_grads(r, g32, DT_FP32);
+		flatten_grads(r, g32, DT_FP32, lo, n);
 }
 
 int runner_grow_bufs(Runner *r, int n_bufs)
@@ -337,6 +339,8 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	r->size[op->buf] = bytes;
 	r->alloc_of[op->buf] = op;
 	int u = op->unit, slot = op->mb * r->p->n_units + u;
+	long long lo, hi; /* a step's flat copies: the range they hold */
+	runner_op_range(r, op, &lo, &hi);
 	switch (op->what) {
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
@@ -349,11 +353,14 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
 	case BUF_ERROR_FEEDBACK: r->id_errors = op->buf; break;
 	case BUF_OPT_STEP_TEMP: r->id_step_temp = op->buf; break;
-	case BUF_GRAD_FLAT: r->id_flat = op->buf, flatten_grads(r, ptr, r->gdt); break;
+	case BUF_GRAD_FLAT:
+		r->id_flat = op->buf;
+		flatten_grads(r, ptr, r->gdt, lo, bytes / dt_bytes(r->gdt));
+		break;
 	case BUF_GRAD_FP32:
 		r->id_grad32 = op->buf;
 		if (r->p->flattens_grads)
-			fp32_grads_from_flat(r, ptr);
+			fp32_grads_from_flat(r, ptr, lo, (long long)bytes / 4);
 		break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
@@ -874,9 +881,17 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		return 0;
 	}
 	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
-		for (int i = 0; p->mixed && r->updated && i < r->n_segs; i++)
-			from_f32(r, r->segs[i].params, (float *)r->buf[r->id_master] + r->segs[i].part_off,
-				 (size_t)r->segs[i].n, r->pdt);
+		/* the op's range (a stage-3 sub-group's), from its master weights: whole in memory,
+		 * or in the NVMe swap buffer's slot from the range's start */
+		long long lo, hi, a, b, whole = r->nv_grads == NULL;
+		runner_op_range(r, op, &lo, &hi);
+		for (int i = 0; p->mixed && r->opt_updates && i < r->n_segs; i++) {
+			const Seg *sg = &r->segs[i];
+			if (runner_seg_piece(sg, lo, hi, &a, &b))
+				from_f32(r, at(sg->params, a - sg->part_off, r->pdt),
+					 (float *)r->buf[r->id_master] + (whole ? a : a - lo),
+					 (size_t)(b - a), r->pdt);
+		}
 		return 0;
 	}
 	if (op->sub == COPY_H2D && op->unit >= 0 && p->param_place != PLACE_GPU) /* host or its flat */
@@ -1109,6 +1124,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	r->loss_sum = 0;
 	r->data = data, r->step = step, r->tokens_mb = -1;
 	r->have_overflow = r->have_norm = r->have_factor = r->updated = r->opt_done = 0;
+	r->opt_begun = r->opt_updates = 0;
 	if (runner_onebit_begin_step(r, err))
 		return -1;
 	const Schedule *s = r->s;
@@ -1129,7 +1145,9 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 			if (wait_all(r, err) || sync_streams(r, err))
 				return -1;
 			double t0 = px_now_s();
-			runner_optimize(r, res);
+			long long lo, hi; /* a stage-3 sub-group, or the partition */
+			runner_op_range(r, op, &lo, &hi);
+			runner_optimize(r, res, lo, hi);
 			r->op_s[COMP_OPTIMIZER] += px_now_s() - t0;
 			r->opt_done = 1;
 		} else if (run_op(r, i, err)) {
@@ -1227,7 +1245,8 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, tmp, 4 * largest);
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
 	runner_make_segments(r);
-	for (int i = 0; p->mixed && i < r->n_segs; i++)
+	/* on NVMe the master weights go to their file a slot at a time (runner_nvme_sync) */
+	for (int i = 0; p->mixed && !r->nv_grads && i < r->n_segs; i++)
 		to_f32(r, (float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
 		       (size_t)r->segs[i].n, r->pdt);
 	arena_reset_peaks(&r->arena);

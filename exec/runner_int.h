@@ -126,6 +126,7 @@ struct Runner {
 	int sw_master, sw_states, sw_grads;
 	int id_gradswap;        /* BUF_GRAD_SWAP's id, else -1 */
 	float *nv_grads;        /* the staged fp32 gradients, NULL until BUF_SWAP */
+	long long nv_slot;      /* elements a slot of the swap buffer holds: the largest sub-group */
 	int params_by_copy;     /* updated parameters reach the device by a copy after the update */
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
@@ -138,6 +139,8 @@ struct Runner {
 	Pending *pend;          /* started collectives in start order; cap_pend of them at most */
 	int n_pend, cap_pend;
 	int opt_done;           /* this step's optimizer ran: later collectives block */
+	int opt_begun;          /* this step's update has begun (its first sub-group) */
+	int opt_updates;        /* and updates (no overflow, not a 1-bit optimizer's first step) */
 	double wait_s;          /* time in waits for started collectives, summed (op_s has it too) */
 	RunnerOverlap ov;
 	/* OneBitAdam and ZeroOneAdam (runner_onebit.c): the warm-up's schedule (runner_create's),
@@ -281,8 +284,10 @@ static inline void runner_predivide(Runner *r, void *x, Dtype dt, size_t n)
 void runner_make_segments(Runner *r);
 double runner_local_sumsq(const Runner *r);  /* of this rank's gradients, unscaled */
 int runner_local_overflow(const Runner *r);  /* any inf or NaN in them */
-/* One update of this rank's partition (or a skipped one on fp16 overflow), then zeroed grads. */
-void runner_optimize(Runner *r, StepResult *res);
+/* The update of partition elements lo .. hi - 1 (a stage-3 sub-group, or the partition): the
+ * step's first call decides for all (fp16 overflow skips the update, the factor and the learning
+ * rate), the one reaching the partition's end zeroes the gradients. */
+void runner_optimize(Runner *r, StepResult *res, long long lo, long long hi);
 /* This step's factor on the gradients (1 / loss scale, 1 / dp for gradients summed over the
  * data-parallel ranks, the clipping coefficient) and, in *norm, their global norm before
  * clipping; computed once a step, from the gradients as they are at the first call. */
@@ -386,6 +391,29 @@ int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err);
 /* A qgZ all-to-all (GROUP_NODE, then GROUP_XNODE, which adds this rank's summed slice into the
  * gradient partition at the op's slice). */
 int runner_zpp_reduce(Runner *r, const Op *op, PxError *err);
+/* The partition range op works on: its slice's (a stage-3 optimizer sub-group's), else the
+ * whole partition. */
+static inline void runner_op_range(const Runner *r, const Op *op, long long *lo, long long *hi)
+{
+	if (op->slice >= 0) {
+		*lo = r->s->slices[op->slice].part_off;
+		*hi = *lo + r->s->slices[op->slice].part_elems;
+	} else {
+		*lo = 0;
+		*hi = r->st->part_elems;
+	}
+}
+
+/* Where segment sg meets partition elements lo .. hi - 1: its elements *a .. *b - 1, in
+ * partition coordinates; 0 when they do not meet. */
+static inline int runner_seg_piece(const Seg *sg, long long lo, long long hi, long long *a,
+				   long long *b)
+{
+	*a = sg->part_off > lo ? sg->part_off : lo;
+	*b = sg->part_off + sg->n < hi ? sg->part_off + sg->n : hi;
+	return *b > *a;
+}
+
 /* ---- runner_nvme.c ---- */
 
 /* NULL when the executor runs plan p's NVMe offload (or p has none), else what it runs instead. */
@@ -402,9 +430,13 @@ size_t runner_nvme_staging_bytes(const Runner *r);
 int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err);
 /* An NVMe read or write of the schedule (op). */
 int runner_nvme_copy(Runner *r, const Op *op, PxError *err);
-/* The staged master weights and states into their files (after set-up, after a checkpoint's
- * load), and the counts of moved bytes started again. */
+/* The initial master weights into their file, from the parameters, after the set-up; the counts
+ * of moved bytes start again. */
 int runner_nvme_sync(Runner *r, PxError *err);
+/* Whether buffer id is an NVMe file; a state file's whole contents to or from host (its size:
+ * r->size[id]), for checkpoints. */
+int runner_nvme_is_file(const Runner *r, int id);
+int runner_nvme_file_io(const Runner *r, int id, int write, void *host, PxError *err);
 
 /* ---- runner_moe.c ---- */
 

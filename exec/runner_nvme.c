@@ -1,14 +1,15 @@
 /* runner_nvme: ZeRO-Infinity's optimizer on NVMe (offload_optimizer.device "nvme", stage 3), run
  * for real: the schedule's NVMe buffers (the fp32 master weights, the optimizer's states, the
  * swapped fp32 gradients) are files (swapfile.h); the host's swap buffer (BUF_SWAP) stages them
- * while the step updates them, as DeepSpeed's partitioned_optimizer_swapper does per sub-group
- * (one sub-group here: the partition). The copies move the bytes with pread and pwrite:
+ * while the step updates them, a sub-group at a time (each op states the sub-group's range), as
+ * DeepSpeed's partitioned_optimizer_swapper does; the swap buffer is buffer_count slots of the
+ * largest sub-group. The copies move the bytes with pread and pwrite:
  * - NVMe write of the gradients (at the accumulation boundary): the host's fp32 gradient
  *   partition into its file (stage3.py swap_out_gradients);
- * - NVMe read before the update: master weights, states and gradients into their staging
- *   (swap_in_optimizer_state), which is poisoned first, so that only what the files held is
- *   read;
- * - NVMe write after the update: master weights and states back to their files.
+ * - NVMe read before a sub-group's update: its master weights, moments and gradients into their
+ *   slots (swap_in_optimizer_state), which are poisoned first, so that only what the files held
+ *   is read;
+ * - NVMe write after it: its master weights and moments back to their files.
  * Parameters on NVMe run where DeepSpeed keeps them all in its host flat (a partition under
  * offload_param.max_in_cpu: engine/plan.c plan_param_host), as parameters on the CPU do; the
  * partition's sub-groups it would swap are refused. */
@@ -44,10 +45,6 @@ const char *runner_nvme_supported(const Plan *p)
 		return NULL;
 	if (strcasecmp(p->sc->ds.optimizer, "Adam") && strcasecmp(p->sc->ds.optimizer, "AdamW"))
 		return "the optimizer on NVMe with Adam or AdamW (DeepSpeedCPUAdam)";
-	if (z->sub_group_elems < (double)st->part_elems && st->max_tensor_part < st->part_elems)
-		return "the optimizer on NVMe with one sub-group holding the partition "
-		       "(sub_group_size at least the partition; the update swaps the whole partition "
-		       "at once)";
 	if (z->offload_optimizer.buffer_count < staged_tensors(p))
 		return p->mixed ? "the optimizer on NVMe with offload_optimizer.buffer_count 4 or more "
 				  "(master weights, two moments and gradients staged at once)" :
@@ -103,34 +100,47 @@ void runner_nvme_free(Runner *r, int id)
 
 size_t runner_nvme_staging_bytes(const Runner *r)
 {
-	/* DeepSpeed's pool: buffer_count buffers of the largest sub-group's fp32 tensor (here the
-	 * gradient partition, as this rank holds it) */
-	size_t one = r->id_gradswap >= 0 ? r->size[r->id_gradswap] : 0;
-	return (size_t)r->p->sc->ds.zero.offload_optimizer.buffer_count * one;
+	/* DeepSpeed's pool: buffer_count buffers of the largest sub-group's fp32 tensor */
+	return (size_t)r->p->sc->ds.zero.offload_optimizer.buffer_count *
+	       (size_t)r->st->step_elems * 4;
 }
 
 int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err)
 {
-	size_t m = r->id_master >= 0 ? r->size[r->id_master] : 0;
-	size_t s = r->id_states >= 0 ? r->size[r->id_states] : 0;
-	size_t g = r->id_gradswap >= 0 ? r->size[r->id_gradswap] : 0;
-	if (r->id_states < 0 || r->id_gradswap < 0 || m + s + g > bytes)
+	long long slot = r->st->step_elems, k = 0;
+	size_t need = (size_t)staged_tensors(r->p) * (size_t)slot * 4;
+	if (r->id_states < 0 || r->id_gradswap < 0 || need > bytes)
 		return px_fail(err, PX_ERR_RUNTIME, "the NVMe swap buffer (%zu bytes) cannot stage "
-			       "the master weights, states and gradients (%zu bytes)", bytes, m + s + g);
-	char *at = swap;
-	if (r->id_master >= 0)
-		r->buf[r->id_master] = at;
-	r->buf[r->id_states] = at + m;
-	r->nv_grads = (float *)(at + m + s);
+			       "a sub-group's master weights, moments and gradients (%zu bytes)", bytes,
+			       need);
+	float *slots = swap;
+	if (r->p->mixed)
+		r->buf[r->id_master] = slots + slot * k++;
+	r->buf[r->id_states] = slots + slot * k; /* the first moment, then the second */
+	k += 2;
+	r->nv_grads = slots + slot * k;
+	r->nv_slot = slot;
 	return 0;
 }
 
-static int write_state(Runner *r, PxError *err)
+/* n bytes between buf and file f from byte off, written or read. */
+static int move(Runner *r, int write, int f, size_t off, void *buf, size_t n, PxError *err)
 {
-	if (r->id_master >= 0 && r->size[r->id_master] &&
-	    swap_write(&r->swap, r->sw_master, r->buf[r->id_master], r->size[r->id_master], err))
+	return write ? swap_write(&r->swap, f, off, buf, n, err) :
+		       swap_read(&r->swap, f, off, buf, n, err);
+}
+
+/* Elements lo .. hi - 1 of the master weights and the two moments between their slots and
+ * files (the moments' file: the first moment of the partition, then the second). */
+static int move_state(Runner *r, int write, long long lo, long long hi, PxError *err)
+{
+	size_t n = 4 * (size_t)(hi - lo), off = 4 * (size_t)lo;
+	size_t second = 4 * (size_t)r->st->part_elems + off;
+	float *m = r->buf[r->id_states], *v = m + r->nv_slot;
+	if (r->p->mixed && move(r, write, r->sw_master, off, r->buf[r->id_master], n, err))
 		return -1;
-	return swap_write(&r->swap, r->sw_states, r->buf[r->id_states], r->size[r->id_states], err);
+	return move(r, write, r->sw_states, off, m, n, err) ||
+			       move(r, write, r->sw_states, second, v, n, err) ? -1 : 0;
 }
 
 int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
@@ -139,35 +149,66 @@ int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op: an NVMe %s before the swap buffer "
 			       "is allocated", copy_name(op->sub));
 	if (op->sub == COPY_NVME_WRITE && op->role == ROLE_GRAD_REDUCE)
-		return swap_write(&r->swap, r->sw_grads, r->buf[r->id_grad32],
+		return swap_write(&r->swap, r->sw_grads, 0, r->buf[r->id_grad32],
 				  r->size[r->id_gradswap], err);
+	long long lo, hi;
+	runner_op_range(r, op, &lo, &hi);
+	if (hi - lo > r->nv_slot)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op: an NVMe %s of %lld elements, over "
+			       "the swap buffer's %lld", copy_name(op->sub), hi - lo, r->nv_slot);
 	if (op->sub == COPY_NVME_WRITE && op->role == ROLE_OPTIMIZER)
-		return write_state(r, err);
+		return move_state(r, 1, lo, hi, err);
 	if (op->sub != COPY_NVME_READ || op->role != ROLE_OPTIMIZER)
 		return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run an NVMe %s for %s",
 			       copy_name(op->sub), role_name(op->role));
-	size_t m = r->id_master >= 0 ? r->size[r->id_master] : 0, s = r->size[r->id_states];
-	size_t g = r->size[r->id_gradswap];
 	/* NaN everywhere the reads are to fill: what they miss shows in the update */
-	memset(r->buf[r->id_states], 0xff, s);
-	memset(r->nv_grads, 0xff, g);
-	if (m) {
-		memset(r->buf[r->id_master], 0xff, m);
-		if (swap_read(&r->swap, r->sw_master, r->buf[r->id_master], m, err))
-			return -1;
-	}
-	return swap_read(&r->swap, r->sw_states, r->buf[r->id_states], s, err) ||
-			       swap_read(&r->swap, r->sw_grads, r->nv_grads, g, err) ? -1 : 0;
+	size_t n = 4 * (size_t)(hi - lo);
+	float *m = r->buf[r->id_states];
+	if (r->p->mixed)
+		memset(r->buf[r->id_master], 0xff, n);
+	memset(m, 0xff, n);
+	memset(m + r->nv_slot, 0xff, n);
+	memset(r->nv_grads, 0xff, n);
+	return move_state(r, 0, lo, hi, err) ||
+			       swap_read(&r->swap, r->sw_grads, 4 * (size_t)lo, r->nv_grads, n, err) ?
+		       -1 : 0;
 }
 
 int runner_nvme_sync(Runner *r, PxError *err)
 {
 	if (!r->nv_grads)
 		return 0;
-	if (write_state(r, err))
-		return -1;
+	/* the master weights from the parameters, a slot at a time (the moments' files start as
+	 * zeros: posix_fallocate's) */
+	float *w = r->buf[r->id_master];
+	for (long long lo = 0; r->p->mixed && lo < r->st->part_elems; lo += r->nv_slot) {
+		long long hi = lo + r->nv_slot < r->st->part_elems ? lo + r->nv_slot : r->st->part_elems;
+		long long a, b;
+		for (int i = 0; i < r->n_segs; i++) {
+			const Seg *sg = &r->segs[i];
+			if (runner_seg_piece(sg, lo, hi, &a, &b))
+				r->cb->convert(r->cx, w + (a - lo), DT_FP32,
+					       at(sg->params, a - sg->part_off, r->pdt), r->pdt,
+					       (size_t)(b - a));
+		}
+		if (swap_write(&r->swap, r->sw_master, 4 * (size_t)lo, w, 4 * (size_t)(hi - lo), err))
+			return -1;
+	}
 	r->swap.read_bytes = r->swap.write_bytes = 0; /* a step's traffic is counted from here */
 	return 0;
+}
+
+int runner_nvme_is_file(const Runner *r, int id)
+{
+	return r->alloc_of[id] && r->alloc_of[id]->place == PLACE_NVME;
+}
+
+int runner_nvme_file_io(const Runner *r, int id, int write, void *host, PxError *err)
+{
+	int f = id == r->id_master ? r->sw_master : id == r->id_states ? r->sw_states : r->sw_grads;
+	SwapDir d = r->swap; /* its counts are the steps' traffic: a checkpoint's are left out */
+	return write ? swap_write(&d, f, 0, host, r->size[id], err) :
+		       swap_read(&d, f, 0, host, r->size[id], err);
 }
 
 void runner_nvme_measured(const Runner *r, double *blocks_peak_bytes, double *read_bytes,

@@ -138,61 +138,83 @@ float runner_grad_factor(Runner *r, double *norm)
 	return r->factor;
 }
 
-void runner_optimize(Runner *r, StepResult *res)
+/* The once-a-step part of the update: overflow, the factor, loss scaling, the learning rate.
+ * Whether the step updates. */
+static int optimize_begin(Runner *r, StepResult *res)
 {
-	const Plan *p = r->p;
-	const DsConfig *ds = &p->sc->ds;
+	const DsConfig *ds = &r->p->sc->ds;
 	int overflow = ds->dtype == DT_FP16 ? (r->have_overflow ? r->overflow : runner_local_overflow(r)) : 0;
-	float factor = runner_grad_factor(r, &res->grad_norm);
+	runner_grad_factor(r, &res->grad_norm);
 	res->skipped = overflow;
 	res->loss_scale = r->loss_scale;
 	update_scale(r, overflow);
-	if (overflow) {
-		zero_grads(r);
-		return;
-	}
-	long long part = r->st->part_elems;
-	float *m = r->id_states >= 0 ? r->buf[r->id_states] : NULL, *v = m ? m + part : NULL;
-	int sgd = !strcasecmp(ds->optimizer, "SGD");
+	if (overflow)
+		return 0;
 	r->opt_steps++;
 	res->lr = dsconfig_lr(ds, r->opt_steps);
-	if (r->onebit && r->opt_steps == 1) {
-		/* a 1-bit optimizer's first step sets up its buffers and updates neither its moments
-		 * nor the weights (adam.py, zoadam.py: `if not self.initialize`) */
-		zero_grads(r);
-		return;
-	}
-	OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
-	/* DeepSpeed's ZeRO step made the fp32 gradients from its flat when the schedule allocated
-	 * them (runner.c fp32_grads_from_flat): the update reads them as they are */
-	int made = p->flattens_grads;
-	for (int i = 0; i < r->n_segs; i++) {
-		const Seg *sg = &r->segs[i];
-		float *g32 = r->nv_grads ? r->nv_grads + sg->part_off : /* swapped in (NVMe) */
-			     sg->gdt == DT_FP32 && !made ?
-				     sg->grads : (float *)r->buf[r->id_grad32] + sg->part_off;
-		float *w = p->mixed ? (float *)r->buf[r->id_master] + sg->part_off : sg->params;
-		if (sg->gdt != DT_FP32 && !made)
-			to_f32(r, g32, sg->grads, (size_t)sg->n, sg->gdt);
-		if (r->onebit)
-			runner_onebit_update(r, sg, w, m + sg->part_off, v + sg->part_off, g32, &h,
-					     factor);
-		else if (sgd) /* the momentum buffer is the one state, when momentum is on */
-			r->cb->sgd(r->cx, p->opt_place, w, m ? m + sg->part_off : NULL, g32, (size_t)sg->n,
-				   (float)res->lr, (float)ds->momentum, (float)ds->weight_decay, factor);
-		else if (p->opt_impl == OPT_IMPL_FOREACH) /* the temporary: runner_create's check */
-			r->cb->adamw_foreach(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off,
-					     g32, (size_t)sg->n, &h, r->opt_steps, factor,
-					     (float *)r->buf[r->id_step_temp] + sg->part_off);
-		else
-			r->cb->adamw(r->cx, p->opt_place, w, m + sg->part_off, v + sg->part_off, g32,
-				     (size_t)sg->n, &h, r->opt_steps, factor);
-		if (p->mixed && !r->params_by_copy)
-			from_f32(r, sg->params, w, (size_t)sg->n, r->pdt);
-	}
+	/* a 1-bit optimizer's first step sets up its buffers and updates neither its moments nor
+	 * the weights (adam.py, zoadam.py: `if not self.initialize`) */
+	return !(r->onebit && r->opt_steps == 1);
+}
+
+/* Segment sg's elements a .. b - 1 of the partition. Where the step's tensors are: the master
+ * weights and moments whole in memory, or a sub-group's in the NVMe swap buffer's slots (from
+ * lo); the fp32 gradients the host's (offload), the step's flat copy of the sub-group (from lo)
+ * or the NVMe slot (from lo). */
+static void update_piece(Runner *r, const Seg *sg, long long a, long long b, long long lo,
+			 const OpsAdamw *h, float factor, float lr)
+{
+	const Plan *p = r->p;
+	const DsConfig *ds = &p->sc->ds;
+	long long part = r->st->part_elems, off = a - sg->part_off, n = b - a;
+	int staged = r->nv_grads != NULL, made = p->flattens_grads;
+	long long x = staged ? a - lo : a; /* in the states */
+	float *m = r->id_states >= 0 ? (float *)r->buf[r->id_states] + x : NULL;
+	float *v = m ? m + (staged ? r->nv_slot : part) : NULL;
+	void *params = at(sg->params, off, r->pdt);
+	float *g32 = staged ? r->nv_grads + (a - lo) :
+		     made ? (float *)r->buf[r->id_grad32] + (a - lo) :
+		     sg->gdt == DT_FP32 ? (float *)sg->grads + off :
+					  (float *)r->buf[r->id_grad32] + a;
+	float *w = p->mixed ? (float *)r->buf[r->id_master] + x : params;
+	if (sg->gdt != DT_FP32 && !made && !staged)
+		to_f32(r, g32, at(sg->grads, off, sg->gdt), (size_t)n, sg->gdt);
+	Seg piece = *sg;
+	piece.part_off = a, piece.n = n;
 	if (r->onebit)
+		runner_onebit_update(r, &piece, w, m, v, g32, h, factor);
+	else if (!strcasecmp(ds->optimizer, "SGD")) /* the momentum, when on, is the one state */
+		r->cb->sgd(r->cx, p->opt_place, w, m, g32, (size_t)n, lr, (float)ds->momentum,
+			   (float)ds->weight_decay, factor);
+	else if (p->opt_impl == OPT_IMPL_FOREACH) /* the temporary: runner_create's check */
+		r->cb->adamw_foreach(r->cx, p->opt_place, w, m, v, g32, (size_t)n, h, r->opt_steps,
+				     factor, (float *)r->buf[r->id_step_temp] + (a - lo));
+	else
+		r->cb->adamw(r->cx, p->opt_place, w, m, v, g32, (size_t)n, h, r->opt_steps, factor);
+	if (p->mixed && !r->params_by_copy)
+		from_f32(r, params, w, (size_t)n, r->pdt);
+}
+
+void runner_optimize(Runner *r, StepResult *res, long long lo, long long hi)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	if (!r->opt_begun) {
+		r->opt_begun = 1;
+		r->opt_updates = optimize_begin(r, res);
+	}
+	if (r->opt_updates) {
+		float factor = runner_grad_factor(r, NULL);
+		OpsAdamw h = {res->lr, ds->beta1, ds->beta2, ds->eps, ds->weight_decay};
+		long long a, b;
+		for (int i = 0; i < r->n_segs; i++)
+			if (runner_seg_piece(&r->segs[i], lo, hi, &a, &b))
+				update_piece(r, &r->segs[i], a, b, lo, &h, factor, (float)res->lr);
+	}
+	if (hi < r->st->part_elems)
+		return;
+	if (r->opt_updates && r->onebit)
 		runner_onebit_step_done(r, res->lr);
-	r->updated = 1;
+	r->updated = r->opt_updates;
 	zero_grads(r);
 }
 
@@ -245,8 +267,13 @@ int runner_save(const Runner *r, FILE *f, PxError *err)
 		if (!is_state(r, id))
 			continue;
 		int64_t meta[2] = {id, (int64_t)r->size[id]};
-		r->cb->to_host(r->cx, host, r->buf[id], r->size[id]);
-		if (r->cb->check(r->cx, err))
+		if (runner_nvme_is_file(r, id)) { /* the state is the file's, not the swap slot's */
+			if (runner_nvme_file_io(r, id, 0, host, err))
+				rc = -1;
+		} else {
+			r->cb->to_host(r->cx, host, r->buf[id], r->size[id]);
+		}
+		if (rc || r->cb->check(r->cx, err))
 			rc = -1;
 		else if (fwrite(meta, sizeof(meta), 1, f) != 1 ||
 			 fwrite(host, 1, r->size[id], f) != r->size[id])
@@ -279,7 +306,12 @@ int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
 			return px_fail(err, PX_ERR_INPUT, "%s: its buffers do not match this scenario's "
 				       "(buffer %d)", path, id);
 		}
-		r->cb->from_host(r->cx, r->buf[id], host, r->size[id]);
+		if (runner_nvme_is_file(r, id) ? runner_nvme_file_io(r, id, 1, host, err) : 0) {
+			free(host);
+			return -1;
+		}
+		if (!runner_nvme_is_file(r, id))
+			r->cb->from_host(r->cx, r->buf[id], host, r->size[id]);
 	}
 	free(host);
 	if (r->cb->check(r->cx, err))
@@ -288,5 +320,5 @@ int runner_load(Runner *r, FILE *f, const char *path, PxError *err)
 	r->good_steps = h.good_steps;
 	r->hysteresis = h.hysteresis;
 	r->loss_scale = h.loss_scale;
-	return runner_nvme_sync(r, err); /* on NVMe the files are the state the step reads */
+	return 0;
 }

@@ -72,12 +72,12 @@ int swap_create(SwapDir *d, size_t bytes, PxError *err)
 	return i;
 }
 
-int swap_write(SwapDir *d, int f, const void *src, size_t bytes, PxError *err)
+int swap_write(SwapDir *d, int f, size_t off, const void *src, size_t bytes, PxError *err)
 {
 	const char *p = src;
 	size_t done = 0;
 	while (done < bytes) {
-		ssize_t k = pwrite(d->fd[f], p + done, bytes - done, (off_t)done);
+		ssize_t k = pwrite(d->fd[f], p + done, bytes - done, (off_t)(off + done));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
@@ -90,12 +90,12 @@ int swap_write(SwapDir *d, int f, const void *src, size_t bytes, PxError *err)
 	return 0;
 }
 
-int swap_read(SwapDir *d, int f, void *dst, size_t bytes, PxError *err)
+int swap_read(SwapDir *d, int f, size_t off, void *dst, size_t bytes, PxError *err)
 {
 	char *p = dst;
 	size_t done = 0;
 	while (done < bytes) {
-		ssize_t k = pread(d->fd[f], p + done, bytes - done, (off_t)done);
+		ssize_t k = pread(d->fd[f], p + done, bytes - done, (off_t)(off + done));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)

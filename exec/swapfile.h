@@ -27,10 +27,10 @@ int swap_open(SwapDir *d, const char *root, const char *key, int rank, PxError *
 /* A new file of bytes, its blocks allocated (posix_fallocate, as a swap file's are before use);
  * its index, or -1 with err. */
 int swap_create(SwapDir *d, size_t bytes, PxError *err);
-/* Write bytes from src at the start of file f / read them into dst; -1 with err when the system
- * moves fewer. */
-int swap_write(SwapDir *d, int f, const void *src, size_t bytes, PxError *err);
-int swap_read(SwapDir *d, int f, void *dst, size_t bytes, PxError *err);
+/* Write bytes from src into file f from byte off / read them into dst; -1 with err when the
+ * system moves fewer. */
+int swap_write(SwapDir *d, int f, size_t off, const void *src, size_t bytes, PxError *err);
+int swap_read(SwapDir *d, int f, size_t off, void *dst, size_t bytes, PxError *err);
 /* Close and remove every file and the directory. Accepts a SwapDir never opened (zeroed). */
 void swap_close(SwapDir *d);
 

@@ -315,13 +315,6 @@ static void test_run_refuses(void)
 		 "deepspeed.activation_checkpointing.cpu_checkpointing=true", scenario("true"));
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs cpu_checkpointing on backend"));
-	/* ZeRO-3's update steps the whole partition at once: sub-groups smaller than it (whose fp32
-	 * gradients the schedule sizes by the largest) are said, not run */
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 2 --set "
-		 "deepspeed.zero_optimization.stage=3 --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	PX_ASSERT_HAS(text, "the executor runs ZeRO-3 sub-groups as large as the partition");
 }
 
 /* Selective recompute (Korthikanti et al. 2022): the blocks keep everything but their attention
@@ -851,6 +844,7 @@ static void test_zero_step_copies(void)
  * buffer_count (4) fp32 partitions, 899,072 bytes. A simulator that forgot half the swapped
  * gradients (PARALLAX_TEST_MISPREDICT=swapped_grads) fails compare on memory.nvme (exit 3). The
  * rank's swap directory is gone after the run. */
+
 static void test_nvme_offload(void)
 {
 	enum { STEPS = 4 };
@@ -916,6 +910,59 @@ static void test_nvme_offload(void)
 	CU_ASSERT_EQUAL(rmdir(swap), 0); /* empty: each rank removed its files and directory */
 }
 
+/* ZeRO-3 steps its optimizer a sub-group at a time (stage3.py step; engine/plan.c
+ * plan_subgroups), each closed once it reaches sub_group_size. On 2 ranks at 10,000 (each tensor's
+ * share half its elements, in order): 12,352 (wte, wpe, the first block to its c_attn.weight),
+ * 10,432 (to its c_fc.weight), 14,560 (to the second block's c_attn.weight), 10,432 and 8,416:
+ * 56,192. Adam is elementwise, so the losses equal one sub-group's bit for bit, with the optimizer
+ * on the device and on NVMe. What the largest sub-group decides, measured and predicted alike, by
+ * hand (bf16): on the device the gradients' peak is the partition's 16-bit gradients (112,384 B)
+ * and the persistent tensors' (896 elements under the threshold of 100: each block's four norm
+ * vectors and two 64-element biases, and ln_f's two: 1,792 B) with the sub-group's flat (2 B) and
+ * fp32 copy (4 B) of 14,560 elements: 201,536 B, where the whole partition's would be 451,328 B; on
+ * NVMe the host's swap buffer is 4 slots of 14,560 fp32: 232,960 B, and the files' traffic
+ * is the same 899,072 B a step each way. */
+static void test_zero3_subgroups(void)
+{
+	enum { STEPS = 4 };
+	char swap[512], extra[1024], args[2048], db_path[512];
+	snprintf(swap, sizeof(swap), "%s/sg", px_test_tmpdir());
+	CU_ASSERT_EQUAL_FATAL(mkdir(swap, 0700), 0);
+	const char *scn = scenario("true");
+	const char *sub = "--set deepspeed.zero_optimization.sub_group_size=10000";
+	for (int nvme = 0; nvme < 2; nvme++) {
+		char place[768];
+		snprintf(place, sizeof(place), nvme ? "--set deepspeed.zero_optimization."
+			 "offload_optimizer.device=nvme --set deepspeed.zero_optimization."
+			 "offload_optimizer.nvme_path='%s'" : "", swap);
+		double one[STEPS], groups[STEPS];
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, place, one), STEPS);
+		snprintf(extra, sizeof(extra), "%s %s", place, sub);
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, extra, groups), STEPS);
+		for (int i = 0; i < STEPS; i++)
+			CU_ASSERT_EQUAL(groups[i], one[i]);
+		snprintf(db_path, sizeof(db_path), "%s/sg%d.db", dir, nvme);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' --set "
+			 "deepspeed.zero_optimization.stage=3 %s", scn, db_path, extra);
+		sqlite3 *db = run_into_db(args, db_path);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		const char *name = nvme ? "memory.cpu.buffers_bytes" : "memory.gpu.peak.grads_bytes";
+		for (int r = 0; r < 2; r++) {
+			char q[256];
+			snprintf(q, sizeof(q), "SELECT measured FROM predicted_vs_measured WHERE name = "
+				 "'%s' AND rank = %d", name, r);
+			CU_ASSERT_EQUAL(px_test_query(db, q), nvme ? 232960 : 201536);
+		}
+		if (nvme)
+			CU_ASSERT_EQUAL(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured "
+					      "WHERE name = 'copy.nvme_read_bytes'"), 899072);
+		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+				      PX_EXACT_PAIRS " AND measured != predicted"), 0);
+		sqlite3_close(db);
+	}
+	CU_ASSERT_EQUAL(rmdir(swap), 0);
+}
+
 int test_exec_register(void)
 {
 	return PX_ADD_SUITE("exec", {"fp32 loss trajectories, stages 0-3 x 1,2,4 ranks",
@@ -942,6 +989,8 @@ int test_exec_register(void)
 			     test_selective_recompute, PX_RELEASE_RUN},
 			    {"ZeRO-Infinity's optimizer on NVMe: files, run and measured",
 			     test_nvme_offload, PX_RELEASE_RUN},
+			    {"ZeRO-3's optimizer sub-groups, on the device and on NVMe",
+			     test_zero3_subgroups, PX_RELEASE_RUN},
 			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
 			     PX_RELEASE_RUN});
 }

@@ -258,10 +258,12 @@ static void test_moment_last_forward(void)
  * 1e5), so the parameters and their gradients are kept whole (2 + 2 PSI) besides the partitions
  * of both (0.5 + 0.5) and the optimizer's (3 PSI); the default sub_group_size (1e9) holds the
  * whole partition, PSI / 4 = 28,096 elements (every tensor divides by 4): the flat and the copy
- * add 0.5 + 1 PSI, 9.5 PSI. At sub_group_size 10,000 the schedule takes the largest sub-group
- * at 10,000 elements (plan.c: sub_group_size, at least one tensor's partition): 6 bytes an
- * element less on 18,096 elements. (stage3.py closes a sub-group once it reaches the size, so
- * DeepSpeed's largest can pass it by up to one tensor's partition, 4,096 here: not modelled.) */
+ * add 0.5 + 1 PSI, 9.5 PSI. At sub_group_size 10,000 the update steps sub-groups, each closed
+ * once it reaches the size (stage3.py _create_fp16_sub_groups; plan.c plan_subgroups), of the
+ * tensors' quarters in order: wte 2,048 + wpe 1,024 + the first block's ln_1 32, c_attn 3,072 +
+ * 48, c_proj 1,024 + 16, ln_2 32 and c_fc.weight 4,096 = 11,392; then c_fc.bias 64 + c_proj
+ * 4,096 + 16 + the second block's up to its c_fc.weight = 12,496; then the rest, 4,208. The
+ * largest, 12,496, is what the flat and the copy hold: 6 bytes an element less on 15,600. */
 static void test_zero_step_copies(void)
 {
 	const char *set = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 "
@@ -273,7 +275,7 @@ static void test_zero_step_copies(void)
 		{"--set deepspeed.data_types.grad_accum_dtype=fp32", -1, "forward"},
 		{"--set deepspeed.zero_optimization.stage=3", 9.5 * PSI, "optimizer step"},
 		{"--set deepspeed.zero_optimization.stage=3 --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", 9.5 * PSI - 6 * 18096,
+		 "deepspeed.zero_optimization.sub_group_size=10000", 9.5 * PSI - 6 * 15600,
 		 "optimizer step"},
 	};
 	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
@@ -305,8 +307,10 @@ static void test_zero_step_copies(void)
  * At ZeRO-2 over 4 GPUs the flat partition is PSI / 4 = 28,096 elements (PSI divides by 4, no
  * padding): foreach holds 112,384 bytes; with the optimizer offloaded torch loops (foreach needs
  * CUDA tensors): 2 x 28,096 x 4 = 224,768 bytes on the host. At ZeRO-3 the update steps one
- * sub-group at a time, at least one tensor's partition (16,384 / 4 = 4,096): the for-loop holds
- * 2 x 10,000 x 4 = 80,000 bytes at sub_group_size 10,000, 2 x 4,096 x 4 = 32,768 at 1,000. */
+ * sub-group at a time, each closed once it reaches sub_group_size (test_zero_step_copies): the
+ * largest at 10,000 is 12,496 elements, the for-loop holding 2 x 12,496 x 4 = 99,968 bytes; at
+ * 1,000 the largest is c_fc.bias's 64 with the next c_proj.weight's 4,096 (the tensors before
+ * closing at 2,048, 1,024, 3,104, 1,072 and 4,144), 4,160: 2 x 4,160 x 4 = 33,280 bytes. */
 static void test_step_transients(void)
 {
 	const char *small = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8";
@@ -351,10 +355,10 @@ static void test_step_transients(void)
 		 224768},
 		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
 		 "true --set deepspeed.optimizer.params.foreach=false --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", "torch for-loop", 80000},
+		 "deepspeed.zero_optimization.sub_group_size=10000", "torch for-loop", 99968},
 		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
 		 "true --set deepspeed.optimizer.params.foreach=false --set "
-		 "deepspeed.zero_optimization.sub_group_size=1000", "torch for-loop", 32768},
+		 "deepspeed.zero_optimization.sub_group_size=1000", "torch for-loop", 33280},
 	};
 	for (unsigned i = 0; i < sizeof(z) / sizeof(z[0]); i++) {
 		char extra[512];
