@@ -1024,7 +1024,7 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 				  st->opt_step_temp_bytes);
 	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
 		onebit_exchange(b);
-	double state = elems * p->master_bytes + st->opt_state_bytes * (elems / part);
+	double state = elems * p->master_bytes + (part > 0 ? st->opt_state_bytes * (elems / part) : 0);
 	if (p->opt_place == PLACE_NVME) {
 		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state + elems * 4);
 		in_group(b, ranged, lo, n);

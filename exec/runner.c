@@ -1123,7 +1123,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
 	r->data = data, r->step = step, r->tokens_mb = -1;
-	r->have_overflow = r->have_norm = r->have_factor = r->updated = r->opt_done = 0;
+	r->have_overflow = r->have_norm = r->have_factor = r->opt_done = 0;
 	r->opt_begun = r->opt_updates = 0;
 	if (runner_onebit_begin_step(r, err))
 		return -1;

@@ -131,7 +131,6 @@ struct Runner {
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
 	int hysteresis, overflow, have_overflow, have_norm;
-	int updated;            /* this step's optimizer updated the master weights */
 	int *inputs, *targets, *sample;
 	Seg *segs;
 	int n_segs;
@@ -140,7 +139,8 @@ struct Runner {
 	int n_pend, cap_pend;
 	int opt_done;           /* this step's optimizer ran: later collectives block */
 	int opt_begun;          /* this step's update has begun (its first sub-group) */
-	int opt_updates;        /* and updates (no overflow, not a 1-bit optimizer's first step) */
+	int opt_updates;        /* and updates the master weights (no overflow, not a 1-bit
+				   optimizer's first step) */
 	double wait_s;          /* time in waits for started collectives, summed (op_s has it too) */
 	RunnerOverlap ov;
 	/* OneBitAdam and ZeroOneAdam (runner_onebit.c): the warm-up's schedule (runner_create's),

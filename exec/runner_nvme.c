@@ -31,13 +31,15 @@ static long long staged_tensors(const Plan *p)
 const char *runner_nvme_supported(const Plan *p)
 {
 	const DsZero *z = &p->sc->ds.zero;
-	const StagePlan *st = &p->stages[0];
+	int swapped = 0;
+	for (long long s = 0; s < p->par.pp; s++)
+		swapped |= p->stages[s].param_resident < p->stages[s].part_elems;
 	if (p->opt_place != PLACE_NVME && p->param_place != PLACE_NVME)
 		return NULL;
 	if (p->sc->backend != BACKEND_CPU)
 		return "NVMe offload on backend \"cpu\" only (its swap buffers are the host's memory, "
 		       "read and written with pread and pwrite)";
-	if (p->param_place == PLACE_NVME && st->param_resident < st->part_elems)
+	if (p->param_place == PLACE_NVME && swapped)
 		return "parameters on NVMe only where DeepSpeed's host flat holds the whole partition "
 		       "(offload_param.max_in_cpu and sub_group_size: the parameters it would swap are "
 		       "not swapped here)";

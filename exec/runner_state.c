@@ -214,7 +214,6 @@ void runner_optimize(Runner *r, StepResult *res, long long lo, long long hi)
 		return;
 	if (r->opt_updates && r->onebit)
 		runner_onebit_step_done(r, res->lr);
-	r->updated = r->opt_updates;
 	zero_grads(r);
 }
 
