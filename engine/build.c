@@ -1019,9 +1019,12 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	 * sim/predict.c) */
 	const OptimKind *ok = p->sc->ds.opt;
 	int step_temp = -1, lamb = ok && ok->error_feedback == EF_FLAT;
-	if (st->opt_step_temp_bytes > 0 && !(lamb && p->onebit_step == ONEBIT_FULL))
-		step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1,
-				  st->opt_step_temp_bytes);
+	double temp = st->opt_step_temp_bytes; /* the largest sub-group's at stage 3: this one's */
+	if (ranged && st->step_elems > 0)
+		temp *= elems / (double)st->step_elems;
+	if (temp > 0 && !(lamb && p->onebit_step == ONEBIT_FULL) &&
+	    (step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1, temp)) >= 0)
+		in_group(b, ranged, lo, n);
 	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
 		onebit_exchange(b);
 	double state = elems * p->master_bytes + (part > 0 ? st->opt_state_bytes * (elems / part) : 0);

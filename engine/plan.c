@@ -223,11 +223,14 @@ static double step_tensor_elems(const Plan *p, const StagePlan *st)
 }
 
 /* What the update allocates while it runs (optim.h's implementations): the copies of the second
- * moment, fp32, over the whole partition (foreach) or one step tensor at a time. */
+ * moment, fp32, over everything one step() holds (foreach: the whole partition; at stage 3 a
+ * sub-group, as stage3.py _optimizer_step calls step() with one sub-group's flat) or one step
+ * tensor at a time. */
 static double plan_step_temp_bytes(const Plan *p, const StagePlan *st)
 {
 	const OptimImpl *im = optim_impl(p->opt_impl);
-	double elems = im->whole_group ? (double)st->part_elems : step_tensor_elems(p, st);
+	double elems = im->whole_group && p->stage != 3 ? (double)st->part_elems :
+							   step_tensor_elems(p, st);
 	return im->copies * 4.0 * elems;
 }
 

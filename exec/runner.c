@@ -216,13 +216,13 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		case BUF_SCRATCH: return gpt_tp_scratch_bytes(&r->cfg, &r->gtp, r->B, r->T);
 		default: break;
 		}
-	/* the step's temporary, from the segments the update steps: torch foreach's denominators,
-	 * or 1-bit LAMB's copy of its momenta (runner_lamb.c copies the whole partition) */
-	if (op->what == BUF_OPT_STEP_TEMP)
-		return 4 * (size_t)step_extent(r);
-	/* DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32 copy (both on
-	 * the device: Plan.flattens_grads holds only for an optimizer there) */
+	/* the step's temporary, from the segments the update steps (a stage-3 sub-group's): torch
+	 * foreach's denominators, or 1-bit LAMB's copy of its momenta (runner_lamb.c copies the
+	 * whole partition). DeepSpeed's ZeRO step's flat of those segments' gradients and its fp32
+	 * copy (both on the device: Plan.flattens_grads holds only for an optimizer there) */
 	long long lo;
+	if (op->what == BUF_OPT_STEP_TEMP)
+		return 4 * (size_t)range_extent(r, op, &lo);
 	if (op->what == BUF_GRAD_FLAT)
 		return dt_bytes(r->gdt) * (size_t)range_extent(r, op, &lo);
 	if (op->what == BUF_GRAD_FP32 && r->p->flattens_grads)

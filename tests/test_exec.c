@@ -911,17 +911,21 @@ static void test_nvme_offload(void)
 }
 
 /* ZeRO-3 steps its optimizer a sub-group at a time (stage3.py step; engine/plan.c
- * plan_subgroups), each closed once it reaches sub_group_size. On 2 ranks at 10,000 (each tensor's
- * share half its elements, in order): 12,352 (wte, wpe, the first block to its c_attn.weight),
- * 10,432 (to its c_fc.weight), 14,560 (to the second block's c_attn.weight), 10,432 and 8,416:
- * 56,192. Adam is elementwise, so the losses equal one sub-group's bit for bit, with the optimizer
- * on the device and on NVMe. What the largest sub-group decides, measured and predicted alike, by
- * hand (bf16): on the device the gradients' peak is the partition's 16-bit gradients (112,384 B)
- * and the persistent tensors' (896 elements under the threshold of 100: each block's four norm
- * vectors and two 64-element biases, and ln_f's two: 1,792 B) with the sub-group's flat (2 B) and
- * fp32 copy (4 B) of 14,560 elements: 201,536 B, where the whole partition's would be 451,328 B; on
- * NVMe the host's swap buffer is 4 slots of 14,560 fp32: 232,960 B, and the files' traffic
- * is the same 899,072 B a step each way. */
+ * plan_subgroups), each closed once it reaches sub_group_size. On 2 ranks at 10,000 (each
+ * tensor's share half its elements, in order): 12,352 (wte, wpe, the first block to its
+ * c_attn.weight), 10,432 (to its c_fc.weight), 14,560 (to the second block's c_attn.weight),
+ * 10,432 and 8,416: 56,192. Adam is elementwise, so the losses equal one sub-group's bit for bit,
+ * with the optimizer on the device, on NVMe, and as torch's foreach update. What the largest
+ * sub-group decides, measured and predicted alike, by hand (bf16):
+ * - on the device the gradients' peak is the partition's 16-bit gradients (112,384 B) and the
+ *   persistent tensors' (896 elements under the threshold of 100: each block's four norm vectors
+ *   and two 64-element biases, and ln_f's two: 1,792 B) with the sub-group's flat (2 B) and fp32
+ *   copy (4 B) of 14,560 elements: 201,536 B, where the whole partition's would be 451,328 B;
+ * - on NVMe the host's swap buffer is 4 slots of 14,560 fp32: 232,960 B, and the files' traffic
+ *   is the same 899,072 B a step each way;
+ * - torch's foreach update holds one fp32 copy of the sub-group it steps (its denominators): the
+ *   optimizer's peak is the master weights and moments (12 x 56,192 = 674,304 B) and
+ *   4 x 14,560 = 58,240: 732,544 B. */
 static void test_zero3_subgroups(void)
 {
 	enum { STEPS = 4 };
@@ -930,30 +934,33 @@ static void test_zero3_subgroups(void)
 	CU_ASSERT_EQUAL_FATAL(mkdir(swap, 0700), 0);
 	const char *scn = scenario("true");
 	const char *sub = "--set deepspeed.zero_optimization.sub_group_size=10000";
-	for (int nvme = 0; nvme < 2; nvme++) {
+	static const struct { const char *name; double bytes; } want[] = {
+		{"memory.gpu.peak.grads_bytes", 201536}, {"memory.cpu.buffers_bytes", 232960},
+		{"memory.gpu.peak.optimizer_bytes", 732544}};
+	for (int k = 0; k < 3; k++) { /* on the device, on NVMe, torch foreach */
 		char place[768];
-		snprintf(place, sizeof(place), nvme ? "--set deepspeed.zero_optimization."
+		snprintf(place, sizeof(place), k == 1 ? "--set deepspeed.zero_optimization."
 			 "offload_optimizer.device=nvme --set deepspeed.zero_optimization."
-			 "offload_optimizer.nvme_path='%s'" : "", swap);
+			 "offload_optimizer.nvme_path='%s'" : k == 2 ? "--set deepspeed.optimizer."
+			 "params.torch_adam=true" : "", swap);
 		double one[STEPS], groups[STEPS];
 		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, place, one), STEPS);
 		snprintf(extra, sizeof(extra), "%s %s", place, sub);
 		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, extra, groups), STEPS);
 		for (int i = 0; i < STEPS; i++)
 			CU_ASSERT_EQUAL(groups[i], one[i]);
-		snprintf(db_path, sizeof(db_path), "%s/sg%d.db", dir, nvme);
+		snprintf(db_path, sizeof(db_path), "%s/sg%d.db", dir, k);
 		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' --set "
 			 "deepspeed.zero_optimization.stage=3 %s", scn, db_path, extra);
 		sqlite3 *db = run_into_db(args, db_path);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-		const char *name = nvme ? "memory.cpu.buffers_bytes" : "memory.gpu.peak.grads_bytes";
 		for (int r = 0; r < 2; r++) {
 			char q[256];
 			snprintf(q, sizeof(q), "SELECT measured FROM predicted_vs_measured WHERE name = "
-				 "'%s' AND rank = %d", name, r);
-			CU_ASSERT_EQUAL(px_test_query(db, q), nvme ? 232960 : 201536);
+				 "'%s' AND rank = %d", want[k].name, r);
+			CU_ASSERT_EQUAL(px_test_query(db, q), want[k].bytes);
 		}
-		if (nvme)
+		if (k == 1)
 			CU_ASSERT_EQUAL(px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured "
 					      "WHERE name = 'copy.nvme_read_bytes'"), 899072);
 		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
@@ -989,7 +996,7 @@ int test_exec_register(void)
 			     test_selective_recompute, PX_RELEASE_RUN},
 			    {"ZeRO-Infinity's optimizer on NVMe: files, run and measured",
 			     test_nvme_offload, PX_RELEASE_RUN},
-			    {"ZeRO-3's optimizer sub-groups, on the device and on NVMe",
+			    {"ZeRO-3's optimizer sub-groups: device, NVMe, torch foreach",
 			     test_zero3_subgroups, PX_RELEASE_RUN},
 			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
 			     PX_RELEASE_RUN});

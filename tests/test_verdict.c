@@ -310,7 +310,10 @@ static void test_zero_step_copies(void)
  * sub-group at a time, each closed once it reaches sub_group_size (test_zero_step_copies): the
  * largest at 10,000 is 12,496 elements, the for-loop holding 2 x 12,496 x 4 = 99,968 bytes; at
  * 1,000 the largest is c_fc.bias's 64 with the next c_proj.weight's 4,096 (the tensors before
- * closing at 2,048, 1,024, 3,104, 1,072 and 4,144), 4,160: 2 x 4,160 x 4 = 33,280 bytes. */
+ * closing at 2,048, 1,024, 3,104, 1,072 and 4,144), 4,160: 2 x 4,160 x 4 = 33,280 bytes. And
+ * foreach at ZeRO-3 holds one copy of a sub-group's flat, not of the partition (stage3.py
+ * _optimizer_step calls step() with the sub-group alone): 12,496 x 4 = 49,984 bytes at
+ * sub_group_size 10,000. */
 static void test_step_transients(void)
 {
 	const char *small = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8";
@@ -359,6 +362,8 @@ static void test_step_transients(void)
 		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
 		 "true --set deepspeed.optimizer.params.foreach=false --set "
 		 "deepspeed.zero_optimization.sub_group_size=1000", "torch for-loop", 33280},
+		{"--set deepspeed.zero_optimization.stage=3 --set deepspeed.optimizer.params.torch_adam="
+		 "true --set deepspeed.zero_optimization.sub_group_size=10000", "torch foreach", 49984},
 	};
 	for (unsigned i = 0; i < sizeof(z) / sizeof(z[0]); i++) {
 		char extra[512];
