@@ -172,9 +172,12 @@ static void memory_table(FILE *f, const Prediction *pr)
 
 	fprintf(f, "\nmemory per GPU at its peak (pipeline stage %d of %d, the worst; GiB = 2^30 "
 		"bytes)\n", pr->worst, pr->n_stages);
-	fprintf(f, "%-14s %16s %16s %16s\n", "category", "ZeRO-ideal GiB", "GPU GiB", "CPU GiB");
+	const MemPlace *nvme = &w->mem.place[PLACE_NVME];
+	int nv = nvme->peak_bytes > 0; /* a column of its own where something is on NVMe */
+	fprintf(f, "%-14s %16s %16s %16s", "category", "ZeRO-ideal GiB", "GPU GiB", "CPU GiB");
+	fprintf(f, nv ? " %16s\n" : "\n", "NVMe GiB");
 	for (int c = 0; c < N_CATS; c++) {
-		char gpu[32];
+		char gpu[32], ideal_s[32];
 		if (c == CAT_WORKSPACE && !g->cat_peak[c] && !w->mem.place[PLACE_CPU].cat_peak[c])
 			continue; /* only an executor's scenario has any */
 		if (c == CAT_ACTIV && !pr->plan.activations_known)
@@ -182,16 +185,21 @@ static void memory_table(FILE *f, const Prediction *pr)
 		else
 			snprintf(gpu, sizeof(gpu), "%.3f", g->at_peak[c] / GiB);
 		if (c <= CAT_OPTIM)
-			fprintf(f, "%-14s %16.3f %16s %16.3f\n", cat_name(c), ideal[c] / GiB, gpu,
-				w->mem.place[PLACE_CPU].at_peak[c] / GiB);
+			snprintf(ideal_s, sizeof(ideal_s), "%.3f", ideal[c] / GiB);
 		else
-			fprintf(f, "%-14s %16s %16s %16.3f\n", cat_name(c), "-", gpu,
-				w->mem.place[PLACE_CPU].at_peak[c] / GiB);
+			snprintf(ideal_s, sizeof(ideal_s), "-");
+		fprintf(f, "%-14s %16s %16s %16.3f", cat_name(c), ideal_s, gpu,
+			w->mem.place[PLACE_CPU].at_peak[c] / GiB);
+		if (nv)
+			fprintf(f, " %16.3f", nvme->at_peak[c] / GiB);
+		fprintf(f, "\n");
 	}
-	fprintf(f, "%-14s %16.3f %16.3f %16.3f\n", "total", w->ideal.total_bytes / GiB,
+	fprintf(f, "%-14s %16.3f %16.3f %16.3f", "total", w->ideal.total_bytes / GiB,
 		g->peak_bytes / GiB, w->mem.place[PLACE_CPU].peak_bytes / GiB);
-	fprintf(f, "# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1); "
-		"GPU/CPU: this implementation's buffers at the place's peak\n");
+	if (nv)
+		fprintf(f, " %16.3f", nvme->peak_bytes / GiB);
+	fprintf(f, "\n# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1); "
+		"GPU/CPU%s: this implementation's buffers at the place's peak\n", nv ? "/NVMe" : "");
 	if (g->cat_peak[CAT_WORKSPACE] > 0)
 		fprintf(f, "# workspace: the executor's own working buffers (a unit's working copies, "
 			"the hidden state, backward scratch), apart from what DeepSpeed holds\n");

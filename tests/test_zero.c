@@ -349,6 +349,29 @@ static void test_param_nvme_host_flat(void)
 	}
 }
 
+/* predict's memory table gains an NVMe column where something is on NVMe. Llama-2 70B with
+ * ZeRO-Infinity on 8 GPUs (scenarios/llama2-70b-infinity-nvme-a100.json: max_in_cpu and
+ * sub_group_size both 1e9): the first sub-group passes 1e9 elements, so it does not fit the host
+ * flat and the partition's 16-bit parameters, 2 PSI / 8 (ZeRO Table 1's parameter cell), are all
+ * on NVMe: the params row's NVMe column equals its ZeRO-ideal one, and the flat, 1e9 x 2 bytes
+ * = 1.863 GiB, is on the host. A scenario with nothing on NVMe has no such column. */
+static void test_nvme_column(void)
+{
+	char out[16384];
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db",
+					 px_test_path("scenarios/llama2-70b-infinity-nvme-a100.json")), 0);
+	PX_ASSERT_HAS(out, "category         ZeRO-ideal GiB          GPU GiB          CPU GiB"
+			   "         NVMe GiB\n");
+	const char *row = strstr(out, "\nparams ");
+	double ideal = 0, gpu = 0, cpu = 0, nvme = 0;
+	CU_ASSERT_FATAL(row && sscanf(row, " params %lf %lf %lf %lf", &ideal, &gpu, &cpu, &nvme) == 4);
+	CU_ASSERT(ideal > 16 && nvme == ideal);
+	CU_ASSERT_DOUBLE_EQUAL(cpu, 1.863, 0.0005);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db",
+					 px_test_path("scenarios/llama2-7b-zero2-h100.json")), 0);
+	CU_ASSERT_PTR_NULL(strstr(out, "NVMe GiB"));
+}
+
 /* Which collective reduces the gradients, by stage and by contiguous_gradients and
  * reduce_scatter, as DeepSpeed picks it (the same 8e6-parameter fp16 model on 4 GPUs, one
  * micro-batch: 16e6 B of gradients, and the fp16 overflow flag's 4-byte all-reduce):
@@ -447,6 +470,8 @@ int test_zero_register(void)
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
 			     test_param_nvme_host_flat},
+			    {"predict's memory table: an NVMe column where there is NVMe",
+			     test_nvme_column},
 			    {"the gradients' collective by stage and configuration", test_reduce_kinds},
 			    {"bundled schedules balanced", test_bundled_schedules_balanced});
 }
