@@ -340,7 +340,6 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	r->alloc_of[op->buf] = op;
 	int u = op->unit, slot = op->mb * r->p->n_units + u;
 	long long lo, hi; /* a step's flat copies: the range they hold */
-	runner_op_range(r, op, &lo, &hi);
 	switch (op->what) {
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
@@ -355,10 +354,12 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_OPT_STEP_TEMP: r->id_step_temp = op->buf; break;
 	case BUF_GRAD_FLAT:
 		r->id_flat = op->buf;
+		runner_op_range(r, op, &lo, &hi);
 		flatten_grads(r, ptr, r->gdt, lo, bytes / dt_bytes(r->gdt));
 		break;
 	case BUF_GRAD_FP32:
 		r->id_grad32 = op->buf;
+		runner_op_range(r, op, &lo, &hi);
 		if (r->p->flattens_grads)
 			fp32_grads_from_flat(r, ptr, lo, (long long)bytes / 4);
 		break;
@@ -883,14 +884,13 @@ static int copy(Runner *r, const Op *op, PxError *err)
 	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
 		/* the op's range (a stage-3 sub-group's), from its master weights: whole in memory,
 		 * or in the NVMe swap buffer's slot from the range's start */
-		long long lo, hi, a, b, whole = r->nv_grads == NULL;
+		long long lo, hi, a, b;
 		runner_op_range(r, op, &lo, &hi);
 		for (int i = 0; p->mixed && r->opt_updates && i < r->n_segs; i++) {
 			const Seg *sg = &r->segs[i];
 			if (runner_seg_piece(sg, lo, hi, &a, &b))
 				from_f32(r, at(sg->params, a - sg->part_off, r->pdt),
-					 (float *)r->buf[r->id_master] + (whole ? a : a - lo),
-					 (size_t)(b - a), r->pdt);
+					 runner_master_at(r, a, lo), (size_t)(b - a), r->pdt);
 		}
 		return 0;
 	}

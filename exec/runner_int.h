@@ -414,6 +414,13 @@ static inline int runner_seg_piece(const Seg *sg, long long lo, long long hi, lo
 	return *b > *a;
 }
 
+/* Where partition element a's master weight is, during the update of the range from lo: the
+ * whole partition's buffer, or the NVMe swap buffer's slot, which holds the range alone. */
+static inline float *runner_master_at(const Runner *r, long long a, long long lo)
+{
+	return (float *)r->buf[r->id_master] + (r->nv_grads ? a - lo : a);
+}
+
 /* ---- runner_nvme.c ---- */
 
 /* NULL when the executor runs plan p's NVMe offload (or p has none), else what it runs instead. */

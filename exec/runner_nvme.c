@@ -13,7 +13,6 @@
  * Parameters on NVMe run where DeepSpeed keeps them all in its host flat (a partition under
  * offload_param.max_in_cpu: engine/plan.c plan_param_host), as parameters on the CPU do; the
  * partition's sub-groups it would swap are refused. */
-#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -125,11 +124,10 @@ int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err)
 	return 0;
 }
 
-/* n bytes between buf and file f from byte off, written or read. */
-static int move(Runner *r, int write, int f, size_t off, void *buf, size_t n, PxError *err)
+/* n bytes between buf and file f of d from byte off, written or read. */
+static int move(SwapDir *d, int write, int f, size_t off, void *buf, size_t n, PxError *err)
 {
-	return write ? swap_write(&r->swap, f, off, buf, n, err) :
-		       swap_read(&r->swap, f, off, buf, n, err);
+	return write ? swap_write(d, f, off, buf, n, err) : swap_read(d, f, off, buf, n, err);
 }
 
 /* Elements lo .. hi - 1 of the master weights and the two moments between their slots and
@@ -139,10 +137,10 @@ static int move_state(Runner *r, int write, long long lo, long long hi, PxError 
 	size_t n = 4 * (size_t)(hi - lo), off = 4 * (size_t)lo;
 	size_t second = 4 * (size_t)r->st->part_elems + off;
 	float *m = r->buf[r->id_states], *v = m + r->nv_slot;
-	if (r->p->mixed && move(r, write, r->sw_master, off, r->buf[r->id_master], n, err))
+	if (r->p->mixed && move(&r->swap, write, r->sw_master, off, r->buf[r->id_master], n, err))
 		return -1;
-	return move(r, write, r->sw_states, off, m, n, err) ||
-			       move(r, write, r->sw_states, second, v, n, err) ? -1 : 0;
+	return move(&r->swap, write, r->sw_states, off, m, n, err) ||
+			       move(&r->swap, write, r->sw_states, second, v, n, err) ? -1 : 0;
 }
 
 int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
@@ -209,8 +207,7 @@ int runner_nvme_file_io(const Runner *r, int id, int write, void *host, PxError 
 {
 	int f = id == r->id_master ? r->sw_master : id == r->id_states ? r->sw_states : r->sw_grads;
 	SwapDir d = r->swap; /* its counts are the steps' traffic: a checkpoint's are left out */
-	return write ? swap_write(&d, f, 0, host, r->size[id], err) :
-		       swap_read(&d, f, 0, host, r->size[id], err);
+	return move(&d, write, f, 0, host, r->size[id], err);
 }
 
 void runner_nvme_measured(const Runner *r, double *blocks_peak_bytes, double *read_bytes,

@@ -176,7 +176,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 		     made ? (float *)r->buf[r->id_grad32] + (a - lo) :
 		     sg->gdt == DT_FP32 ? (float *)sg->grads + off :
 					  (float *)r->buf[r->id_grad32] + a;
-	float *w = p->mixed ? (float *)r->buf[r->id_master] + x : params;
+	float *w = p->mixed ? runner_master_at(r, a, lo) : params;
 	if (sg->gdt != DT_FP32 && !made && !staged)
 		to_f32(r, g32, at(sg->grads, off, sg->gdt), (size_t)n, sg->gdt);
 	Seg piece = *sg;

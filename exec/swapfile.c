@@ -72,39 +72,38 @@ int swap_create(SwapDir *d, size_t bytes, PxError *err)
 	return i;
 }
 
-int swap_write(SwapDir *d, int f, size_t off, const void *src, size_t bytes, PxError *err)
+/* bytes between buf and file f from byte off, written or read, counted as they move. */
+static int transfer(SwapDir *d, int write, int f, size_t off, void *buf, size_t bytes,
+		    PxError *err)
 {
-	const char *p = src;
+	char *p = buf;
 	size_t done = 0;
 	while (done < bytes) {
-		ssize_t k = pwrite(d->fd[f], p + done, bytes - done, (off_t)(off + done));
+		ssize_t k = write ? pwrite(d->fd[f], p + done, bytes - done, (off_t)(off + done)) :
+				    pread(d->fd[f], p + done, bytes - done, (off_t)(off + done));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
-			return px_fail(err, PX_ERR_RUNTIME, "writing swap file %s: %s", d->name[f],
-				       k < 0 ? strerror(errno) : "no progress");
+			return px_fail(err, PX_ERR_RUNTIME, "%s swap file %s: %s",
+				       write ? "writing" : "reading", d->name[f],
+				       k < 0 ? strerror(errno) : write ? "no progress" : "it ends early");
 		done += (size_t)k;
-		d->write_bytes += (double)k;
+		*(write ? &d->write_bytes : &d->read_bytes) += (double)k;
 	}
+	return 0;
+}
+
+int swap_write(SwapDir *d, int f, size_t off, const void *src, size_t bytes, PxError *err)
+{
+	if (transfer(d, 1, f, off, (void *)src, bytes, err)) /* written from, not to */
+		return -1;
 	note_blocks(d);
 	return 0;
 }
 
 int swap_read(SwapDir *d, int f, size_t off, void *dst, size_t bytes, PxError *err)
 {
-	char *p = dst;
-	size_t done = 0;
-	while (done < bytes) {
-		ssize_t k = pread(d->fd[f], p + done, bytes - done, (off_t)(off + done));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return px_fail(err, PX_ERR_RUNTIME, "reading swap file %s: %s", d->name[f],
-				       k < 0 ? strerror(errno) : "it ends early");
-		done += (size_t)k;
-		d->read_bytes += (double)k;
-	}
-	return 0;
+	return transfer(d, 0, f, off, dst, bytes, err);
 }
 
 void swap_close(SwapDir *d)
