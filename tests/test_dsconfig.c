@@ -326,6 +326,20 @@ static void test_sub_group_zero_nvme_by_hand(void)
 	}
 }
 
+/* nvme_path is kept for the executor's swap files in a 256-byte field: a longer one is refused
+ * naming the key and both lengths, not cut short. */
+static void test_nvme_path_too_long(void)
+{
+	char path[301], json[1024];
+	memset(path, 'a', 300);
+	path[0] = '/', path[300] = '\0';
+	snprintf(json, sizeof(json), "{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 1,"
+		 " \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\":"
+		 " \"nvme\", \"nvme_path\": \"%s\"}}}", path);
+	expect_error(json, 8, "offload_optimizer.nvme_path: expected a path of at most 255 "
+			      "characters, got 300");
+}
+
 /* runtime/zero/config.py read_zero_config_deprecated: "zero_optimization": true is stage 1 with
  * the top-level allgather_size (default 5e8) as its bucket; false is stage 0. */
 static void test_zero_boolean(void)
@@ -713,6 +727,7 @@ int test_dsconfig_register(void)
 			    {"DeepSpeed learning-rate schedules", test_lr_schedules},
 			    {"sub_group_size 0, 1e14 and auto", test_sub_group_size},
 			    {"sub_group_size 0 with NVMe offload, by hand", test_sub_group_zero_nvme_by_hand},
+			    {"an nvme_path too long is refused", test_nvme_path_too_long},
 			    {"zero_optimization true and false", test_zero_boolean},
 			    {"offload_param below stage 3 is ignored", test_offload_param_below_stage3},
 			    {"auto dropped to DeepSpeed's defaults", test_auto_dropped},

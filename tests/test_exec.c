@@ -269,52 +269,52 @@ static void test_measured_equals_predicted(void)
 /* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
  * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
  * unknown --backend, parameters DeepSpeed would keep on NVMe (beyond offload_param.max_in_cpu),
- * an NVMe path that is not there and FlashAttention
+ * an NVMe path that is not there or not given, too few NVMe swap buffers and FlashAttention
  * (its kernels are eager) with theirs; exit 2. */
+/* `parallax run SCN --no-db OPTS` refuses: exit 2, saying needle. */
+static void refused(const char *scn, const char *opts, const char *needle)
+{
+	char args[1536], text[8192];
+	snprintf(args, sizeof(args), "run '%s' --no-db %s", scn, opts);
+	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+	PX_ASSERT_HAS(text, needle);
+}
+
 static void test_run_refuses(void)
 {
-	char args[1024], text[8192];
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1",
-		 px_test_path("scenarios/llama2-7b-zero2-h100.json"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs a GPT-2 model"));
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set parallelism.tp=2",
-		 scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "does not divide into tp 2"));
-	snprintf(args, sizeof(args), "run '%s' --no-db --steps 0", scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "--steps 0: expected a positive number"));
-	snprintf(args, sizeof(args), "run '%s' --no-db --backend tpu", scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "--backend tpu: expected cpu or cuda"));
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set "
-		 "deepspeed.zero_optimization.stage=3 --set "
-		 "deepspeed.zero_optimization.offload_param.device=nvme --set "
-		 "deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	PX_ASSERT_HAS(text, "the executor runs parameters on NVMe only where DeepSpeed's host flat "
-			    "holds the whole partition");
+	const char *scn = scenario("true");
+	const char *nvme = "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
+			   "deepspeed.zero_optimization.offload_optimizer.device=nvme";
+	char opts[1024];
+	refused(px_test_path("scenarios/llama2-7b-zero2-h100.json"), "--ranks 1",
+		"the executor runs a GPT-2 model");
+	refused(scn, "--ranks 1 --set parallelism.tp=2", "does not divide into tp 2");
+	refused(scn, "--steps 0", "--steps 0: expected a positive number");
+	refused(scn, "--backend tpu", "--backend tpu: expected cpu or cuda");
+	refused(scn, "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
+		"deepspeed.zero_optimization.offload_param.device=nvme --set "
+		"deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
+		"deepspeed.zero_optimization.sub_group_size=10000",
+		"the executor runs parameters on NVMe only where DeepSpeed's host flat holds the "
+		"whole partition");
 	/* the optimizer on NVMe needs a directory for its swap files, as DeepSpeed does */
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set "
-		 "deepspeed.zero_optimization.stage=3 --set "
-		 "deepspeed.zero_optimization.offload_optimizer.device=nvme --set "
-		 "deepspeed.zero_optimization.offload_optimizer.nvme_path=/nonexistent/px",
-		 scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	PX_ASSERT_HAS(text, "zero_optimization.offload_optimizer.nvme_path: expected an existing "
-			    "directory, got \"/nonexistent/px\"");
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --set attention=flash",
-		 scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs eager attention"));
+	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_optimizer."
+		 "nvme_path=/nonexistent/px", nvme);
+	refused(scn, opts, "zero_optimization.offload_optimizer.nvme_path: expected an existing "
+			   "directory, got \"/nonexistent/px\"");
+	refused(scn, nvme, "zero_optimization.offload_optimizer.nvme_path: expected the directory "
+			   "the swap files go in");
+	/* bf16 stages master weights, two moments and gradients: four swap buffers at least */
+	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_optimizer."
+		 "nvme_path=/tmp --set deepspeed.zero_optimization.offload_optimizer.buffer_count=3",
+		 nvme);
+	refused(scn, opts, "the executor runs the optimizer on NVMe with "
+			   "offload_optimizer.buffer_count 4 or more");
+	refused(scn, "--ranks 1 --set attention=flash", "the executor runs eager attention");
 	/* the CUDA units write the checkpoint on the device: cpu_checkpointing is the CPU's */
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 1 --backend cuda --set "
-		 "activation_checkpointing=full --set "
-		 "deepspeed.activation_checkpointing.cpu_checkpointing=true", scenario("true"));
-	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
-	CU_ASSERT_PTR_NOT_NULL(strstr(text, "the executor runs cpu_checkpointing on backend"));
+	refused(scn, "--ranks 1 --backend cuda --set activation_checkpointing=full --set "
+		"deepspeed.activation_checkpointing.cpu_checkpointing=true",
+		"the executor runs cpu_checkpointing on backend");
 }
 
 /* Selective recompute (Korthikanti et al. 2022): the blocks keep everything but their attention
