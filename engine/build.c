@@ -43,7 +43,7 @@ typedef struct Builder {
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
-	int id_gradpart;        /* stage 2-3's gradient partition on the device, -1 when none */
+	int id_gradpart;        /* stage 2-3's gradient partition (stage 3 offload: the host's), -1 if none */
 	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
@@ -202,10 +202,16 @@ static void setup(Builder *b)
 			      (double)z->offload_param.buffer_count * z->offload_param.buffer_size *
 				      p->param_bytes);
 	}
-	if (p->stage >= 2 && p->opt_place == PLACE_GPU)
-		b->id_gradpart = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, -1,
-				       part * p->grad_bytes);
-	if (p->stage >= 1 && p->opt_place != PLACE_GPU) /* offload accumulates fp32 on the host */
+	/* the reduced gradients' partition in the accumulation dtype: on the device, or at stage 3
+	 * under offload on the host (stage3.py grad_partitions_flat_buffer, on its self.device);
+	 * stage 1-2 offload reduces straight into the host's fp32 gradients (stage_1_and_2.py) */
+	if ((p->stage >= 2 && p->opt_place == PLACE_GPU) || (p->stage == 3 && p->opt_place != PLACE_GPU))
+		b->id_gradpart = alloc(b, p->opt_place == PLACE_GPU ? PLACE_GPU : PLACE_CPU, CAT_GRADS,
+				       BUF_GRAD_PART, -1, part * p->grad_bytes);
+	/* the fp32 gradients the host's optimizer reads: with the optimizer on NVMe they live in
+	 * the swap buffer while a sub-group steps, and in their files between steps (its
+	 * initialize_optimizer_states' gradient_buffer does not outlive the call) */
+	if (p->stage >= 1 && p->opt_place == PLACE_CPU)
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
 	if (p->opt_place == PLACE_NVME) /* the gradients' swap files beside the states' */

@@ -253,8 +253,8 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
 	case BUF_EXPERT_GRADS: /* the block's tensors after its dense ones */
 		return dt_bytes(r->gdt) * (unit_params(r, op->unit) - r->moe_dense);
-	case BUF_GRAD_SWAP: /* what it swaps out: the host's fp32 gradient partition */
-		return r->id_grad32 >= 0 ? r->size[r->id_grad32] : 0;
+	case BUF_GRAD_SWAP: /* what it swaps out: the gradient partition in fp32 */
+		return 4 * (size_t)r->st->part_elems;
 	case BUF_SWAP: return runner_nvme_staging_bytes(r);
 	default: return (size_t)op->bytes;
 	}
@@ -852,8 +852,10 @@ static int collective(Runner *r, const Op *op, PxError *err)
 /* The schedule's copies under optimizer offload. Host and device are both this process's memory
  * here, so a copy is the data movement (and conversion) it stands for, between buffers the arena
  * counts in their places:
- * - device to host, naming a reduction (stage 2-3): this rank's reduced slice, added in fp32
- *   into the host's gradient partition (accumulating over micro-batches, as DeepSpeed does);
+ * - device to host, naming a reduction (stage 2-3): this rank's reduced slice, added into the
+ *   host's gradient partition (accumulating over micro-batches, as DeepSpeed does): stage 2's
+ *   fp32 one, stage 3's in the accumulation dtype (grad_partitions_flat_buffer), which the
+ *   update turns into fp32;
  * - device to host after the reductions (stage 1): this rank's slices of the full gradients,
  *   converted to fp32;
  * - host to device after the optimizer: the updated master weights, rounded into the device's
@@ -871,8 +873,12 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		long long n = experts ? r->n_edp : r->n, rank = experts ? r->edp_rank : r->rank;
 		size_t cnt = (size_t)(op->elems / n);
 		const void *mine = at(r->buf[op->buf], op->offset + rank * (long long)cnt, r->gdt);
-		add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine, r->gdt, cnt,
-			 DT_FP32);
+		if (p->stage == 3) /* the host's partition in the accumulation dtype */
+			add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine,
+				 r->gdt, cnt, r->gdt);
+		else
+			add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine,
+				 r->gdt, cnt, DT_FP32);
 		recycle(r, op->buf);
 		return 0;
 	}

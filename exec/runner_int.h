@@ -265,8 +265,8 @@ static inline size_t tied_elems(const Runner *r)
 
 /* ---- runner_state.c ---- */
 
-/* This rank's gradient partition at element off (stage 2-3, on the device); NULL under offload,
- * where the partition is the host's fp32 gradients instead. */
+/* This rank's gradient partition at element off (stage 2-3 on the device, stage 3 offload on
+ * the host); NULL at stage 2 under offload, where the partition is the host's fp32 gradients. */
 static inline void *runner_partition_grads(const Runner *r, long long off)
 {
 	return r->id_gradpart >= 0 ? at(r->buf[r->id_gradpart], off, r->gdt) : NULL;

@@ -4,8 +4,8 @@
  * while the step updates them, a sub-group at a time (each op states the sub-group's range), as
  * DeepSpeed's partitioned_optimizer_swapper does; the swap buffer is buffer_count slots of the
  * largest sub-group. The copies move the bytes with pread and pwrite:
- * - NVMe write of the gradients (at the accumulation boundary): the host's fp32 gradient
- *   partition into its file (stage3.py swap_out_gradients);
+ * - NVMe write of the gradients (at the accumulation boundary): the host's gradient partition
+ *   into its file in fp32 (stage3.py swap_out_gradients);
  * - NVMe read before a sub-group's update: its master weights, moments and gradients into their
  *   slots (swap_in_optimizer_state), which are poisoned first, so that only what the files held
  *   is read;
@@ -143,14 +143,28 @@ static int move_state(Runner *r, int write, long long lo, long long hi, PxError 
 			       move(&r->swap, write, r->sw_states, second, v, n, err) ? -1 : 0;
 }
 
+/* The gradient partition (the host's, in the accumulation dtype) into its file in fp32, a slot
+ * at a time through the swap buffer's gradient slot (DeepSpeed swaps out fp32 copies of the
+ * boundary's gradient partitions: stage3.py partition_grads, swap_out_gradients). */
+static int write_grads(Runner *r, PxError *err)
+{
+	long long part = r->st->part_elems;
+	for (long long a = 0; a < part; a += r->nv_slot) {
+		long long n = part - a < r->nv_slot ? part - a : r->nv_slot;
+		to_f32(r, r->nv_grads, at(r->buf[r->id_gradpart], a, r->gdt), (size_t)n, r->gdt);
+		if (swap_write(&r->swap, r->sw_grads, 4 * (size_t)a, r->nv_grads, 4 * (size_t)n, err))
+			return -1;
+	}
+	return 0;
+}
+
 int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
 {
 	if (!r->nv_grads)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op: an NVMe %s before the swap buffer "
 			       "is allocated", copy_name(op->sub));
 	if (op->sub == COPY_NVME_WRITE && op->role == ROLE_GRAD_REDUCE)
-		return swap_write(&r->swap, r->sw_grads, 0, r->buf[r->id_grad32],
-				  r->size[r->id_gradswap], err);
+		return write_grads(r, err);
 	long long lo, hi;
 	runner_op_range(r, op, &lo, &hi);
 	if (hi - lo > r->nv_slot)

@@ -43,7 +43,9 @@ void runner_make_segments(Runner *r)
 	if (p->stage < 3) /* an MoE model's experts: the flat after the dense buckets */
 		n += runner_moe_segments(r, &r->segs[n]);
 	r->n_segs = n;
-	for (int i = 0; r->offload && i < n; i++) { /* the optimizer reads the host's fp32 copy */
+	/* stage 1-2 under offload: the optimizer reads the host's fp32 copy (stage 3's partition
+	 * is the host's already) */
+	for (int i = 0; r->offload && p->stage < 3 && i < n; i++) {
 		r->segs[i].dev_grads = r->segs[i].grads;
 		r->segs[i].grads = (float *)r->buf[r->id_grad32] + r->segs[i].part_off;
 		r->segs[i].gdt = DT_FP32;
@@ -172,12 +174,14 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 	float *m = r->id_states >= 0 ? (float *)r->buf[r->id_states] + x : NULL;
 	float *v = m ? m + (staged ? r->nv_slot : part) : NULL;
 	void *params = at(sg->params, off, r->pdt);
+	/* stage 3 under CPU offload: DeepSpeed's fp32 gradient sub-groups, a copy of the partition
+	 * even in fp32 training */
+	int copied = !staged && !made && (sg->gdt != DT_FP32 || (r->offload && p->stage == 3));
 	float *g32 = staged ? r->nv_grads + (a - lo) :
 		     made ? (float *)r->buf[r->id_grad32] + (a - lo) :
-		     sg->gdt == DT_FP32 ? (float *)sg->grads + off :
-					  (float *)r->buf[r->id_grad32] + a;
+		     copied ? (float *)r->buf[r->id_grad32] + a : (float *)sg->grads + off;
 	float *w = p->mixed ? runner_master_at(r, a, lo) : params;
-	if (sg->gdt != DT_FP32 && !made && !staged)
+	if (copied)
 		to_f32(r, g32, at(sg->grads, off, sg->gdt), (size_t)n, sg->gdt);
 	Seg piece = *sg;
 	piece.part_off = a, piece.n = n;

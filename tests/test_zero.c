@@ -302,6 +302,45 @@ static void test_stage3_nvme_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
+/* Where ZeRO-3 keeps the gradients under optimizer offload, read off DeepSpeed's stage3.py:
+ * _setup_for_real_optimizer allocates grad_partitions_flat_buffer, the partition in the
+ * gradient accumulation dtype, on self.device, the CPU under offload (engine.py get_data_types:
+ * the model's dtype when ZeRO is on, unless data_types.grad_accum_dtype says otherwise), and
+ * partition_grads adds each micro-batch's reduced slice into it; initialize_optimizer_states then
+ * gives each sub-group a host fp32 gradient buffer of its size (subgroup_gradient_buffer) when the
+ * sub-group is not swappable, while a swappable one's .grad is a narrow of the local
+ * gradient_buffer that _optimizer_states_and_gradient_swap_out drops: on NVMe the fp32 gradients
+ * live in the swap files (and in the swapper's buffer during the step). The 8e6-parameter model
+ * on 4 GPUs, fp16: partition 2e6 elements.
+ * - offload to the CPU: 2e6 x 2 B + 2e6 x 4 B = 12e6 B of host gradients; with
+ *   grad_accum_dtype fp32, 2e6 x 4 B + 2e6 x 4 B = 16e6 B;
+ * - offload to NVMe: 2e6 x 2 B = 4e6 B on the host, 2e6 x 4 B = 8e6 B on NVMe. */
+static void test_stage3_offload_grads_by_hand(void)
+{
+	static const struct {
+		const char *device, *accum;
+		double cpu, nvme;
+	} c[] = {{"cpu", "", 12e6, 0}, {"cpu", ", \"data_types\": {\"grad_accum_dtype\": \"fp32\"}", 16e6, 0},
+		 {"nvme", "", 4e6, 8e6}};
+	for (unsigned k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr,
+				"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+				" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+				" \"fp16\": {\"enabled\": true}%s, \"optimizer\": {\"type\": \"Adam\"},"
+				" \"zero_optimization\": {\"stage\": 3,"
+				" \"offload_optimizer\": {\"device\": \"%s\"}}},"
+				" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}",
+				c[k].accum, c[k].device))
+			return;
+		const MemPlace *m = pr.stages[0].mem.place;
+		CU_ASSERT_DOUBLE_EQUAL(m[PLACE_CPU].at_peak[CAT_GRADS], c[k].cpu, 0);
+		CU_ASSERT_DOUBLE_EQUAL(m[PLACE_NVME].at_peak[CAT_GRADS], c[k].nvme, 0);
+		fx_free(&sc, &pr);
+	}
+}
+
 /* ZeRO-Infinity's parameters on NVMe keep part of the partition in host memory: DeepSpeed
  * allocates a pinned flat of min(partition, offload_param.max_in_cpu) elements and puts the
  * partition's sub-groups in it while they fit whole; the rest stays on NVMe, is read at every
@@ -468,6 +507,8 @@ int test_zero_register(void)
 			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
+			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
+			     test_stage3_offload_grads_by_hand},
 			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
 			     test_param_nvme_host_flat},
 			    {"predict's memory table: an NVMe column where there is NVMe",
