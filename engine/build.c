@@ -214,6 +214,19 @@ static void setup(Builder *b)
 	if (p->stage >= 1 && p->opt_place == PLACE_CPU)
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
+	/* ZeRO 1-2 with the optimizer on the CPU (stage_1_and_2.py __init__ under cpu_offload): two
+	 * buffers of the largest parameter in the model's dtype, one on each side; with gradient
+	 * accumulation, the host's copy of the partition's gradients in the parameters' dtype
+	 * (accumulated_grads_in_cpu, made by copy_grads_in_partition, which runs with contiguous
+	 * gradients). DeepSpeed keeps each tensor the partition touches there whole; the tensors'
+	 * parts beyond the partition's ends, which differ rank to rank, are left out. */
+	if (p->stage >= 1 && p->stage <= 2 && p->opt_place == PLACE_CPU) {
+		double big = (double)st->max_tensor * p->param_bytes;
+		alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_OFFLOAD_GPU_TEMP, -1, big);
+		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_OFFLOAD_CPU_TEMP, -1, big);
+		if (p->m > 1 && z->contiguous_gradients)
+			alloc(b, PLACE_CPU, CAT_GRADS, BUF_ACCUM_GRADS, -1, part * p->param_bytes);
+	}
 	if (p->opt_place == PLACE_NVME) /* the gradients' swap files beside the states' */
 		alloc(b, PLACE_NVME, CAT_GRADS, BUF_GRAD_SWAP, -1, part * 4);
 	alloc(b, p->opt_place, CAT_OPTIM, BUF_MASTER, -1, part * p->master_bytes);

@@ -400,7 +400,8 @@ const char *buf_name(BufWhat w)
 		"error_feedback", "optimizer_step_temp", "unit_fp32_grads", "pipe_input",
 		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores",
 		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
-		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params"};
+		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
+		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads"};
 	return NAME_OF(n, w);
 }
 

@@ -112,6 +112,14 @@ typedef enum {
 			      that do not fit in the host flat of offload_param.max_in_cpu
 			      elements, kept on NVMe (stage3.py
 			      _create_fp16_partitions_with_defragmentation) */
+	/* ZeRO 1-2 with the optimizer on the CPU (stage_1_and_2.py, cpu_offload) */
+	BUF_OFFLOAD_GPU_TEMP, /* temp_grad_buffer_for_gpu_offload: the largest parameter's elements
+				 in the model's dtype on the device, through which the host's
+				 accumulated gradients are added to a micro-batch's */
+	BUF_OFFLOAD_CPU_TEMP, /* temp_grad_buffer_for_cpu_offload: its pinned host twin */
+	BUF_ACCUM_GRADS,   /* accumulated_grads_in_cpu (gradient accumulation over more than one
+			      micro-batch): the partition's gradients in the model's dtype on the
+			      host, summed micro-batch by micro-batch before their fp32 copy */
 	N_BUFS
 } BufWhat;
 

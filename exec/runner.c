@@ -150,6 +150,7 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRADS: return flat * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
+	case BUF_ACCUM_GRADS: return part * (double)dt_bytes(r->pdt);
 	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
 	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too, 1-bit LAMB its
 			       fresh variance and its fused momenta's padding */
@@ -365,6 +366,12 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 		break;
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
+	case BUF_ACCUM_GRADS: r->id_accum = op->buf; break;
+	case BUF_OFFLOAD_GPU_TEMP: case BUF_OFFLOAD_CPU_TEMP: /* torch.zeros: written */
+		if (op->what == BUF_OFFLOAD_GPU_TEMP)
+			r->id_gpu_temp = op->buf;
+		zero(r, op->buf);
+		break;
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
@@ -849,6 +856,31 @@ static int collective(Runner *r, const Op *op, PxError *err)
 
 /* ---- host copies (optimizer offload) ---- */
 
+/* ZeRO-2 under offload with gradient accumulation (stage_1_and_2.py
+ * async_accumulate_grad_in_cpu_via_gpu, then async_inplace_copy_grad_to_fp32_buffer_from_gpu):
+ * micro-batch 0's reduced slice of cnt elements at partition offset off is copied into the
+ * host's accumulated gradients (the parameters' dtype); each later one's is added to them on
+ * the device, the host's sums coming through the device's temporary buffer a piece at a time
+ * and going back; at the accumulation boundary the sums are copied into the fp32 gradients. */
+static void accumulate_on_host(Runner *r, long long off, const void *mine, long long cnt)
+{
+	void *acc = at(r->buf[r->id_accum], off, r->pdt);
+	if (r->micro == 0) {
+		r->cb->convert(r->cx, acc, r->pdt, mine, r->gdt, (size_t)cnt);
+	} else {
+		long long room = (long long)(r->size[r->id_gpu_temp] / dt_bytes(r->pdt));
+		void *tmp = r->buf[r->id_gpu_temp];
+		for (long long a = 0; a < cnt; a += room) {
+			size_t n = (size_t)(cnt - a < room ? cnt - a : room);
+			r->cb->convert(r->cx, tmp, r->pdt, at(acc, a, r->pdt), r->pdt, n);
+			add_into(r, tmp, at((void *)mine, a, r->gdt), r->gdt, n, r->pdt);
+			r->cb->convert(r->cx, at(acc, a, r->pdt), r->pdt, tmp, r->pdt, n);
+		}
+	}
+	if (r->micro == r->p->m - 1)
+		to_f32(r, (float *)r->buf[r->id_grad32] + off, acc, (size_t)cnt, r->pdt);
+}
+
 /* The schedule's copies under optimizer offload. Host and device are both this process's memory
  * here, so a copy is the data movement (and conversion) it stands for, between buffers the arena
  * counts in their places:
@@ -876,6 +908,8 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		if (p->stage == 3) /* the host's partition in the accumulation dtype */
 			add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine,
 				 r->gdt, cnt, r->gdt);
+		else if (r->id_accum >= 0)
+			accumulate_on_host(r, partition_offset(r, op), mine, (long long)cnt);
 		else
 			add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine,
 				 r->gdt, cnt, DT_FP32);
@@ -1128,7 +1162,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 {
 	memset(res, 0, sizeof(*res));
 	r->loss_sum = 0;
-	r->data = data, r->step = step, r->tokens_mb = -1;
+	r->data = data, r->step = step, r->tokens_mb = -1, r->micro = 0;
 	r->have_overflow = r->have_norm = r->have_factor = r->opt_done = 0;
 	r->opt_begun = r->opt_updates = 0;
 	if (runner_onebit_begin_step(r, err))
@@ -1143,7 +1177,7 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 		if (op->kind == OP_LOOP && op->count > 0) {
 			load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_END_LOOP) {
-			mb++;
+			r->micro = ++mb;
 			if (w.iter + 1 < w.count)
 				load_micro_batch(r, data, step, mb);
 		} else if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
@@ -1444,6 +1478,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;
+	r->id_accum = r->id_gpu_temp = -1;
 	r->id_flat = -1;
 	r->id_step_temp = -1;
 	if (r->lamb && runner_lamb_create(r, err))

@@ -88,6 +88,7 @@ struct Runner {
 	const DataSource *data; /* runner_step's, while it runs */
 	long step;
 	int tokens_mb;          /* the micro-batch whose tokens the backend holds, -1: none */
+	int micro;              /* the micro-batch runner_step's walk is in (unpipelined) */
 	const ComputeBackend *cb;
 	void *cx;               /* the backend's context */
 	int own_cx;             /* created (and destroyed) here */
@@ -112,6 +113,9 @@ struct Runner {
 	int id_scores;          /* selective recompute: a block's scores while they live, else -1 */
 	int id_egrads;          /* ZeRO-2: an MoE block's expert gradients (BUF_EXPERT_GRADS) while
 				   they live, else -1 */
+	int id_accum, id_gpu_temp; /* ZeRO 1-2 under offload: the host's accumulated gradients
+				      (BUF_ACCUM_GRADS) and the device's temporary buffer
+				      (BUF_OFFLOAD_GPU_TEMP), else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a

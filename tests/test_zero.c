@@ -247,11 +247,18 @@ static void test_stage3_peak_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
-/* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs):
- *   GPU: overhead 639,631,368 B + full params 16e6 B + full grads 16e6 B = 671,631,368 B
- *   CPU: fp32 gradient partition 2e6 x 4 B + master 2e6 x 4 B + Adam 2e6 x 8 B = 32e6 B
+/* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs); its largest
+ * parameter is a layer's 1e6 elements, of which stage_1_and_2.py's __init__ under cpu_offload
+ * keeps one fp16 buffer on the device (temp_grad_buffer_for_gpu_offload) and one on the host
+ * (temp_grad_buffer_for_cpu_offload), 2e6 B each:
+ *   GPU: overhead 639,631,368 B + full params 16e6 B + full grads 16e6 B + 2e6 B
+ *        = 673,631,368 B
+ *   CPU: fp32 gradient partition 2e6 x 4 B + master 2e6 x 4 B + Adam 2e6 x 8 B + 2e6 B = 34e6 B
  *   step traffic: reduce-scatter of 8e6 fp16 gradients, all-gather of 8e6 fp16 parameters;
- *   copies: 2e6 fp16 gradients down (4e6 B), 2e6 fp16 parameters up (4e6 B). */
+ *   copies: 2e6 fp16 gradients down (4e6 B), 2e6 fp16 parameters up (4e6 B).
+ * With 4 micro-batches a step (train_batch_size 16), copy_grads_in_partition accumulates the
+ * partition's gradients on the host in fp16 (async_accumulate_grad_in_cpu_via_gpu:
+ * accumulated_grads_in_cpu, 2e6 x 2 B): CPU 38e6 B. */
 static void test_stage1_offload_by_hand(void)
 {
 	Scenario sc;
@@ -264,13 +271,24 @@ static void test_stage1_offload_by_hand(void)
 		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
 	if (fx_predict(&sc, &pr, json))
 		return;
-	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 671631368.0, 0);
-	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].peak_bytes, 32e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 673631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].peak_bytes, 34e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_NVME].peak_bytes, 0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 16e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 16e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_D2H], 4e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_H2D], 4e6, 0);
+	fx_free(&sc, &pr);
+	if (fx_predict(&sc, &pr,
+		       "{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		       " \"deepspeed\": {\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 1,"
+		       " \"fp16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"Adam\"},"
+		       " \"zero_optimization\": {\"stage\": 1,"
+		       " \"offload_optimizer\": {\"device\": \"cpu\"}}},"
+		       " \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}"))
+		return;
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].peak_bytes, 38e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].at_peak[CAT_GRADS], 12e6, 0);
 	fx_free(&sc, &pr);
 }
 
