@@ -254,12 +254,18 @@ static void gather(Builder *b, int u, int backward)
 	long long whole = up->gather_dense + up->gather_expert;
 	if (b->gathered[u] >= 0 || whole == 0)
 		return;
-	double part_bytes = (double)(up->part_dense + up->part_expert) * p->param_bytes;
-	/* from NVMe: the unit's partition beyond what the host flat holds (plan_param_host) */
-	long long nvme_lo = max_ll(up->part_off, p->stages[b->stage].param_resident);
-	long long nvme_hi = up->part_off + up->part_dense + up->part_expert;
-	if (p->param_place == PLACE_NVME && nvme_hi > nvme_lo)
-		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, (double)(nvme_hi - nvme_lo) * p->param_bytes);
+	/* the partitions it reads: its own, and a tied head's the embedding's (unit 0's) too,
+	 * which DeepSpeed fetches again for the head's module */
+	long long len[2] = {up->part_dense + up->part_expert,
+			    (up->gather_dense - up->own_gather) / p->dp};
+	long long off[2] = {up->part_off, p->units[0].part_off};
+	double part_bytes = (double)(len[0] + len[1]) * p->param_bytes;
+	/* from NVMe: those partitions beyond what the host flat holds (plan_param_host) */
+	long long swapped = 0, resident = p->stages[b->stage].param_resident;
+	for (int k = 0; k < 2; k++)
+		swapped += off[k] + len[k] - min_ll(off[k] + len[k], max_ll(off[k], resident));
+	if (p->param_place == PLACE_NVME && swapped > 0)
+		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, (double)swapped * p->param_bytes);
 	if (p->param_place != PLACE_GPU)
 		copy(b, COPY_H2D, ROLE_PREFETCH, u, part_bytes);
 	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,

@@ -367,6 +367,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_ACCUM_GRADS: r->id_accum = op->buf; break;
+	case BUF_PARAM_STAGING: r->pstage = ptr, r->pstage_elems = (long long)(bytes / dt_bytes(r->pdt)); break;
 	case BUF_OFFLOAD_GPU_TEMP: case BUF_OFFLOAD_CPU_TEMP: /* torch.zeros: written */
 		if (op->what == BUF_OFFLOAD_GPU_TEMP)
 			r->id_gpu_temp = op->buf;
@@ -383,12 +384,14 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 		r->u_gathered[u] = op->buf;
 		if (r->n == 1) { /* one rank: the schedule gathers nothing; the partition is whole */
 			long long own = r->p->units[u].own_gather;
-			r->cb->convert(r->cx, ptr, r->pdt, at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
-				       r->pdt, (size_t)own);
-			if (u == r->head)
-				r->cb->convert(r->cx, at(ptr, own, r->pdt), r->pdt,
-					       at(r->buf[r->id_part], r->p->units[0].part_off, r->pdt), r->pdt,
-					       (size_t)(r->p->units[u].gather_dense - own));
+			long long n[2] = {own, r->p->units[u].gather_dense - own};
+			int src[2] = {u, 0};
+			for (int k = 0; k < (u == r->head ? 2 : 1); k++)
+				if (runner_nvme_params_into(r, r->p->units[src[k]].part_off, n[k],
+							    at(ptr, k ? own : 0, r->pdt)))
+					return px_fail(err, PX_ERR_RUNTIME, "schedule op: unit %d's "
+						       "parameters gathered from NVMe before they are read",
+						       src[k]);
 		}
 		break;
 	case BUF_REDUCE_BUCKET:
@@ -843,12 +846,20 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		return p->stage < 2 ? pend_push(r, q) : slice_reduced(r, op, mine, cnt, q);
 	}
 	if (op->sub == COLL_ALL_GATHER) {
-		void *recv = at(base, op->offset, r->pdt);
+		void *recv = at(base, op->offset, r->pdt), *piece = at(recv, rank * (long long)cnt, r->pdt);
 		/* a stage-3 gather sends this rank's slice of the partition (the schedule's slice);
-		 * the others gather in place, each rank's piece already where it belongs */
-		const void *send = p->stage == 3 && op->buf != r->id_persist ?
-			at(r->buf[r->id_part], partition_offset(r, op), r->pdt) :
-			at(recv, rank * (long long)cnt, r->pdt);
+		 * the others gather in place, each rank's piece already where it belongs; a slice
+		 * brought in from NVMe goes to its place first, so that the swapper's buffers are
+		 * free again when the gather is started */
+		const void *send = piece;
+		long long off = partition_offset(r, op);
+		if (p->stage == 3 && op->buf != r->id_persist && off + (long long)cnt <= r->resident)
+			send = at(r->buf[r->id_part], off, r->pdt);
+		else if (p->stage == 3 && op->buf != r->id_persist &&
+			 runner_nvme_params_into(r, off, (long long)cnt, piece))
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
+				       "elements %lld-%lld, on NVMe and not read", off,
+				       off + (long long)cnt - 1);
 		return issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
@@ -1279,16 +1290,20 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 				from_f32(r, at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
 			d += k;
 		}
-		r->cb->convert(r->cx, at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt), r->pdt,
-			       at(own, r->rank * up->part_dense, r->pdt), r->pdt, (size_t)up->part_dense);
+		if (runner_nvme_params_io(r, 1, up->part_off, at(own, r->rank * up->part_dense, r->pdt),
+					  up->part_dense, err))
+			return -1;
 	}
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, tmp, 4 * largest);
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
 	runner_make_segments(r);
 	/* on NVMe the master weights go to their file a slot at a time (runner_nvme_sync) */
-	for (int i = 0; p->mixed && !r->nv_grads && i < r->n_segs; i++)
-		to_f32(r, (float *)r->buf[r->id_master] + r->segs[i].part_off, r->segs[i].params,
-		       (size_t)r->segs[i].n, r->pdt);
+	for (int i = 0; p->mixed && !r->nv_grads && i < r->n_segs; i++) {
+		const Seg *sg = &r->segs[i];
+		if (runner_nvme_params_f32(r, sg, sg->part_off, sg->part_off + sg->n,
+					   (float *)r->buf[r->id_master] + sg->part_off, err))
+			return -1;
+	}
 	arena_reset_peaks(&r->arena);
 	return r->cb->check(r->cx, err);
 }
@@ -1458,7 +1473,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
 	r->sample = malloc((size_t)(r->T + 1) * sizeof(int));
-	r->segs = calloc(2 * (size_t)n + 8, sizeof(Seg)); /* buckets, and MoE blocks */
+	/* buckets, MoE blocks, the host flat's end (runner_nvme_split_segments) */
+	r->segs = calloc(2 * (size_t)n + 8, sizeof(Seg));
 	for (int i = s->step_begin; i < s->n; i++) /* at most every collective of a step in flight */
 		r->cap_pend += s->ops[i].kind == OP_COLL;
 	r->pend = calloc((size_t)r->cap_pend + 1, sizeof(Pending));
@@ -1485,7 +1501,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
 	r->id_egrads = r->id_gradswap = -1;
-	r->sw_master = r->sw_states = r->sw_grads = -1;
+	r->sw_master = r->sw_states = r->sw_grads = r->sw_params = r->id_pswap = -1;
+	r->resident = p->param_place == PLACE_NVME ? r->st->param_resident : r->st->part_elems;
 	if (runner_zpp_create(r, err))
 		return -1;
 	SchedWalk w; /* the set-up: straight ops (sched_validate has checked them) */
@@ -1521,6 +1538,7 @@ void runner_destroy(Runner *r)
 	free(r->persist_off);
 	runner_zpp_destroy(r);
 	swap_close(&r->swap);
+	swap_close(&r->pswap);
 	if (r->sparse)
 		r->cb->set_sparse(r->cx, NULL);
 	sparse_index_free(&r->ix);

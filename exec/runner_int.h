@@ -131,6 +131,18 @@ struct Runner {
 	int id_gradswap;        /* BUF_GRAD_SWAP's id, else -1 */
 	float *nv_grads;        /* the staged fp32 gradients, NULL until BUF_SWAP */
 	long long nv_slot;      /* elements a slot of the swap buffer holds: the largest sub-group */
+	/* ZeRO-Infinity's parameters on NVMe beyond DeepSpeed's host flat (runner_nvme.c): the
+	   partition from param_resident on is a file in the parameters' own directory, brought in
+	   a unit's slice at a time into the swapper's buffers (BUF_PARAM_STAGING) for its gather,
+	   and written after each update of a swapped sub-group */
+	SwapDir pswap;
+	int sw_params, id_pswap; /* BUF_PARAM_SWAP's file and id, else -1 */
+	long long resident;      /* the partition's elements in the host flat (all when none are
+				    swapped) */
+	void *pstage;            /* BUF_PARAM_STAGING, NULL until allocated */
+	long long pstage_elems;  /* its size in elements */
+	ElemRange staged[2];     /* the partition ranges it holds, one after the other (a unit's,
+				    a tied head's embedding's; lo == hi: none) */
 	int params_by_copy;     /* updated parameters reach the device by a copy after the update */
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
@@ -444,6 +456,21 @@ int runner_nvme_copy(Runner *r, const Op *op, PxError *err);
 /* The initial master weights into their file, from the parameters, after the set-up; the counts
  * of moved bytes start again. */
 int runner_nvme_sync(Runner *r, PxError *err);
+/* Partition elements off .. off + n - 1 of this rank's parameters into dst, from where they are
+ * in memory: the host flat up to r->resident, beyond it the swapper's buffers, which the last
+ * NVMe read filled. -1 (nothing copied) when that read did not bring them in. */
+int runner_nvme_params_into(const Runner *r, long long off, long long n, void *dst);
+/* The partition's elements off .. off + n - 1 between host (the parameters' dtype) and their
+ * places, written there or read from there: the host flat, the swap file beyond r->resident. */
+int runner_nvme_params_io(Runner *r, int write, long long off, void *host, long long n,
+			  PxError *err);
+/* Segment sg's parameters a .. b - 1 (partition elements) in fp32 into dst: from memory, or
+ * beyond the host flat from the file through the swapper's buffers. */
+int runner_nvme_params_f32(Runner *r, const Seg *sg, long long a, long long b, float *dst,
+			   PxError *err);
+/* r->segs' first n split where the host flat ends: those beyond it have no parameters in memory
+ * (Seg.params NULL). Returns the new count. */
+int runner_nvme_split_segments(Runner *r, int n);
 /* Whether buffer id is an NVMe file; a state file's whole contents to or from host (its size:
  * r->size[id]), for checkpoints. */
 int runner_nvme_is_file(const Runner *r, int id);

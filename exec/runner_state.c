@@ -35,6 +35,8 @@ void runner_make_segments(Runner *r)
 						     runner_partition_grads(r, r->p->units[u].part_off), r->gdt,
 						     r->p->units[u].part_off, p->units[u].part_dense, -1,
 						     NULL};
+		if (r->resident < st->part_elems) /* parameters beyond the host flat: on NVMe */
+			n = runner_nvme_split_segments(r, n);
 		if (r->persist_cnt > 0)
 			r->segs[n++] = (Seg){at(r->buf[r->id_persist], r->rank * r->persist_cnt, r->pdt),
 					     runner_partition_grads(r, r->st->persist_part_off), r->gdt,
@@ -173,7 +175,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 	long long x = staged ? a - lo : a; /* in the states */
 	float *m = r->id_states >= 0 ? (float *)r->buf[r->id_states] + x : NULL;
 	float *v = m ? m + (staged ? r->nv_slot : part) : NULL;
-	void *params = at(sg->params, off, r->pdt);
+	void *params = sg->params ? at(sg->params, off, r->pdt) : NULL; /* NULL: on NVMe */
 	/* stage 3 under CPU offload: DeepSpeed's fp32 gradient sub-groups, a copy of the partition
 	 * even in fp32 training */
 	int copied = !staged && !made && (sg->gdt != DT_FP32 || (r->offload && p->stage == 3));
@@ -195,7 +197,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 				     factor, (float *)r->buf[r->id_step_temp] + (a - lo));
 	else
 		r->cb->adamw(r->cx, p->opt_place, w, m, v, g32, (size_t)n, h, r->opt_steps, factor);
-	if (p->mixed && !r->params_by_copy)
+	if (p->mixed && !r->params_by_copy && params)
 		from_f32(r, params, w, (size_t)n, r->pdt);
 }
 
@@ -237,10 +239,10 @@ typedef struct CkptHeader {
 static int is_state(const Runner *r, int id)
 {
 	const Op *a = r->alloc_of[id];
-	if (!a || !r->buf[id] || a->cat == CAT_GRADS)
+	if (!a || (!r->buf[id] && !runner_nvme_is_file(r, id)) || a->cat == CAT_GRADS)
 		return 0;
 	return a->what == BUF_PARAMS || a->what == BUF_PARAM_PART || a->what == BUF_PERSISTENT ||
-	       a->what == BUF_MASTER || a->what == BUF_OPT_STATES;
+	       a->what == BUF_MASTER || a->what == BUF_OPT_STATES || a->what == BUF_PARAM_SWAP;
 }
 
 /* The largest state buffer: the host staging area that save and load go through (the state may

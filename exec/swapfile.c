@@ -7,7 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int swap_open(SwapDir *d, const char *root, const char *key, int rank, PxError *err)
+int swap_open(SwapDir *d, const char *root, const char *tag, const char *key, int rank,
+	      PxError *err)
 {
 	memset(d, 0, sizeof(*d));
 	struct stat st;
@@ -20,7 +21,7 @@ int swap_open(SwapDir *d, const char *root, const char *key, int rank, PxError *
 		return px_fail(err, PX_ERR_INPUT, "%s: expected an existing directory, got \"%s\" (%s)",
 			       key, root, why);
 	}
-	int n = snprintf(d->path, sizeof(d->path), "%s/parallax-swap-%ld-r%d", root,
+	int n = snprintf(d->path, sizeof(d->path), "%s/parallax-%s-%ld-r%d", root, tag,
 			 (long)getpid(), rank);
 	if (n < 0 || (size_t)n >= sizeof(d->path))
 		return px_fail(err, PX_ERR_INPUT, "%s: \"%s\" is too long a path", key, root);

@@ -21,9 +21,11 @@ typedef struct SwapDir {
 	double blocks_peak;       /* the files' disk blocks in bytes at their highest */
 } SwapDir;
 
-/* Create root/parallax-swap-PID-rRANK (root must exist: DeepSpeed's nvme_path), empty. On
+/* Create root/parallax-TAG-PID-rRANK (root must exist: DeepSpeed's nvme_path), empty; the tag
+ * keeps apart what shares a root (DeepSpeed's optimizer and fp16params folders). On
  * failure err names key (the configuration key that gave root) and the system's reason. */
-int swap_open(SwapDir *d, const char *root, const char *key, int rank, PxError *err);
+int swap_open(SwapDir *d, const char *root, const char *tag, const char *key, int rank,
+	      PxError *err);
 /* A new file of bytes, its blocks allocated (posix_fallocate, as a swap file's are before use);
  * its index, or -1 with err. */
 int swap_create(SwapDir *d, size_t bytes, PxError *err);

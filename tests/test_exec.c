@@ -277,9 +277,10 @@ static void test_measured_equals_predicted(void)
 
 /* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
  * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
- * unknown --backend, parameters DeepSpeed would keep on NVMe (beyond offload_param.max_in_cpu),
- * an NVMe path that is not there or not given, too few NVMe swap buffers and FlashAttention
- * (its kernels are eager) with theirs; exit 2. */
+ * unknown --backend, parameters swapped to NVMe (beyond offload_param.max_in_cpu) in fp32, with
+ * swapper buffers too small for a unit's slice or with no nvme_path of their own, an NVMe path
+ * that is not there or not given, too few NVMe swap buffers and FlashAttention (its kernels are
+ * eager) with theirs; exit 2. */
 /* `parallax run SCN --no-db OPTS` refuses: exit 2, saying needle. */
 static void refused(const char *scn, const char *opts, const char *needle)
 {
@@ -300,12 +301,23 @@ static void test_run_refuses(void)
 	refused(scn, "--ranks 1 --set parallelism.tp=2", "does not divide into tp 2");
 	refused(scn, "--steps 0", "--steps 0: expected a positive number");
 	refused(scn, "--backend tpu", "--backend tpu: expected cpu or cuda");
-	refused(scn, "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
-		"deepspeed.zero_optimization.offload_param.device=nvme --set "
-		"deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
-		"deepspeed.zero_optimization.sub_group_size=10000",
-		"the executor runs parameters on NVMe only where DeepSpeed's host flat holds the "
-		"whole partition");
+	/* parameters swapped to NVMe: 16-bit training, buffers for a unit's slice, a directory */
+	const char *swapped = "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
+			      "deepspeed.zero_optimization.offload_param.device=nvme --set "
+			      "deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
+			      "deepspeed.zero_optimization.sub_group_size=10000";
+	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_param."
+		 "nvme_path=/tmp", swapped);
+	refused(scenario("false"), opts, "the executor runs parameters swapped to NVMe (beyond "
+					 "offload_param.max_in_cpu) in bf16 or fp16 training");
+	scn = scenario("true"); /* one file: the fp32 scenario took its place */
+	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_param."
+		 "nvme_path=/tmp --set deepspeed.zero_optimization.offload_param.buffer_size=1000",
+		 swapped);
+	refused(scn, opts, "where offload_param.buffer_count x buffer_size elements hold every "
+			   "unit's partition slice");
+	refused(scn, swapped, "zero_optimization.offload_param.nvme_path: expected the directory "
+			      "the swap files go in");
 	/* the optimizer on NVMe needs a directory for its swap files, as DeepSpeed does */
 	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_optimizer."
 		 "nvme_path=/nonexistent/px", nvme);
@@ -384,15 +396,25 @@ static int json_losses(const char *text, double *out, int max, long *first)
  * state is every rank's parameters, master weights and Adam moments, the optimizer's step and
  * the loss scale, and the data depend only on the global step. They are printed with 6 decimals
  * and equal to the last one (with optimizer offload too: the host's master weights and moments
- * are state like the device's). A save interrupted mid-way (a step-N.tmp folder, a .part file) leaves
- * DIR/latest at the previous checkpoint. */
+ * are state like the device's; and with ZeRO-Infinity, the optimizer on NVMe and the parameters
+ * beyond max_in_cpu swapped there: the files' contents are state). A save interrupted mid-way (a
+ * step-N.tmp folder, a .part file) leaves DIR/latest at the previous checkpoint. */
 static void test_resume_matches(void)
 {
 	const char *scn = scenario("true");
-	for (int k = 0; k < 3; k++) { /* stage 0, stage 3, stage 3 with optimizer offload */
+	char infinity[1536];
+	snprintf(infinity, sizeof(infinity), "--set deepspeed.zero_optimization.offload_optimizer."
+		 "device=nvme --set deepspeed.zero_optimization.offload_optimizer.nvme_path='%s' "
+		 "--set deepspeed.zero_optimization.offload_param.device=nvme --set "
+		 "deepspeed.zero_optimization.offload_param.nvme_path='%s' --set "
+		 "deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
+		 "deepspeed.zero_optimization.offload_param.buffer_size=20000 --set "
+		 "deepspeed.zero_optimization.sub_group_size=10000", dir, dir);
+	for (int k = 0; k < 4; k++) { /* stage 0, stage 3, with optimizer offload, ZeRO-Infinity */
 		int stage = k ? 3 : 0;
-		const char *off = k == 2 ? "--set deepspeed.zero_optimization.offload_optimizer.device=cpu" : "";
-		char args[2048], text[65536], ck[512];
+		const char *off = k == 2 ? "--set deepspeed.zero_optimization.offload_optimizer.device=cpu" :
+				  k == 3 ? infinity : "";
+		char args[4096], text[65536], ck[512];
 		double full[8], first_half[4], second[8];
 		long f0, f1, f2;
 		snprintf(ck, sizeof(ck), "%s/ck%d", dir, k);
@@ -919,6 +941,92 @@ static void test_nvme_offload(void)
 	CU_ASSERT_EQUAL(rmdir(swap), 0); /* empty: each rank removed its files and directory */
 }
 
+/* ZeRO-Infinity's parameters beyond offload_param.max_in_cpu: DeepSpeed keeps the partition's
+ * first sub-groups in its host flat and swaps the rest to NVMe, reading a module's swapped
+ * parameters before its gather and writing a swapped sub-group's after its update (stage3.py
+ * _create_fp16_partitions_with_defragmentation, _partitioned_params_swap_out; engine/plan.c
+ * plan_param_host); here the rest is a file under offload_param.nvme_path, read into the
+ * swapper's buffers (poisoned first) before each gather that needs it and written from the
+ * master weights after each update of a swapped sub-group (exec/runner_nvme.c). On 2 ranks in
+ * bf16, sub_group_size 10,000, no persistent parameters, one micro-batch a step (the partition
+ * 56,192 elements; the sub-groups as in test_param_nvme_host_flat):
+ * - max_in_cpu 30,000: the first two sub-groups (22,784 elements) in the host flat, 33,408 on
+ *   NVMe: a file of 66,816 B, read by the forward's and the backward's gathers (133,632 B) and
+ *   written once (66,816 B) a step;
+ * - max_in_cpu 5,000: the whole partition on NVMe (112,384 B), read twice and the embedding's
+ *   slice (12,288 B) a third and fourth time for the tied head's gathers: 249,344 B.
+ * With the optimizer on the CPU and on NVMe, the losses equal those with the parameters on the
+ * CPU exactly, and every exact pair of measured and predicted figures agrees; a simulator that
+ * halved the swapped parameters (PARALLAX_TEST_MISPREDICT=swapped_params) fails compare on
+ * memory.nvme (exit 3). The swap directories are empty after the runs. */
+static void test_nvme_params_swapped(void)
+{
+	enum { STEPS = 4 };
+	char swap[512], base[1536], args[4096], db_path[512], text[65536];
+	snprintf(swap, sizeof(swap), "%s/pswap", px_test_tmpdir());
+	CU_ASSERT_EQUAL_FATAL(mkdir(swap, 0700), 0);
+	const char *scn = scenario("true");
+	snprintf(base, sizeof(base), "--set deepspeed.train_batch_size=4 --set "
+		 "deepspeed.zero_optimization.stage3_param_persistence_threshold=0 --set "
+		 "deepspeed.zero_optimization.sub_group_size=10000 --set "
+		 "deepspeed.zero_optimization.offload_param.buffer_size=20000 --set "
+		 "deepspeed.zero_optimization.offload_optimizer.nvme_path='%s' --set "
+		 "deepspeed.zero_optimization.offload_param.nvme_path='%s'", swap, swap);
+	double ref[STEPS], got[STEPS];
+	snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_optimizer.device="
+		 "cpu --set deepspeed.zero_optimization.offload_param.device=cpu", base);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, args, ref), STEPS);
+	static const struct {
+		double max_in_cpu, file, read, write;
+	} c[] = {{30000, 66816, 133632, 66816}, {5000, 112384, 249344, 112384}};
+	for (unsigned k = 0; k < 2; k++)
+		for (int opt_nvme = 0; opt_nvme < 2; opt_nvme++) {
+			snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_"
+				 "optimizer.device=%s --set deepspeed.zero_optimization.offload_param."
+				 "device=nvme --set deepspeed.zero_optimization.offload_param."
+				 "max_in_cpu=%.0f", base, opt_nvme ? "nvme" : "cpu", c[k].max_in_cpu);
+			CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, args, got), STEPS);
+			for (int i = 0; i < STEPS; i++)
+				CU_ASSERT_EQUAL(got[i], ref[i]);
+		}
+	for (unsigned k = 0; k < 2; k++)
+		for (int wrong = 0; wrong < 2; wrong++) {
+			snprintf(db_path, sizeof(db_path), "%s/ps%u%d.db", dir, k, wrong);
+			snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' --set "
+				 "deepspeed.zero_optimization.stage=3 %s --set deepspeed."
+				 "zero_optimization.offload_optimizer.device=cpu --set deepspeed."
+				 "zero_optimization.offload_param.device=nvme --set deepspeed."
+				 "zero_optimization.offload_param.max_in_cpu=%.0f", scn, db_path, base,
+				 c[k].max_in_cpu);
+			if (wrong)
+				setenv("PARALLAX_TEST_MISPREDICT", "swapped_params", 1);
+			sqlite3 *db = run_into_db(args, db_path);
+			unsetenv("PARALLAX_TEST_MISPREDICT");
+			CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+			const char *q = "SELECT measured FROM predicted_vs_measured WHERE rank = 0 AND "
+					"name = ";
+			char sql[256];
+			snprintf(sql, sizeof(sql), "%s'memory.nvme.params_bytes'", q);
+			CU_ASSERT_EQUAL(px_test_query(db, sql), c[k].file);
+			snprintf(sql, sizeof(sql), "%s'copy.nvme_write_bytes'", q);
+			CU_ASSERT_EQUAL(px_test_query(db, sql), c[k].write);
+			snprintf(sql, sizeof(sql), "%s'copy.nvme_read_bytes'", q);
+			CU_ASSERT_EQUAL(px_test_query(db, sql), c[k].read);
+			snprintf(sql, sizeof(sql), "%s'memory.nvme.bytes'", q);
+			double blocks = px_test_query(db, sql);
+			CU_ASSERT(blocks >= c[k].file && blocks <= c[k].file + 4096);
+			double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+					   PX_EXACT_PAIRS " AND measured != predicted");
+			CU_ASSERT(wrong ? bad > 0 : bad == 0);
+			sqlite3_close(db);
+			/* 5%: the file's last 4 KiB block is 4.2% of 66,816 B */
+			snprintf(args, sizeof(args), "compare --db '%s' --max-error 5 --only "
+				 "memory.nvme", db_path);
+			CU_ASSERT_EQUAL(run(args, text, sizeof(text)), wrong ? 3 : 0);
+		}
+	CU_ASSERT_EQUAL(rmdir(swap), 0); /* empty: each rank removed its files and directories */
+}
+
 /* ZeRO-3 steps its optimizer a sub-group at a time (stage3.py step; engine/plan.c
  * plan_subgroups), each closed once it reaches sub_group_size. On 2 ranks at 10,000 (each
  * tensor's share half its elements, in order): 12,352 (wte, wpe, the first block to its
@@ -1005,6 +1113,8 @@ int test_exec_register(void)
 			     test_selective_recompute, PX_RELEASE_RUN},
 			    {"ZeRO-Infinity's optimizer on NVMe: files, run and measured",
 			     test_nvme_offload, PX_RELEASE_RUN},
+			    {"parameters swapped to NVMe beyond max_in_cpu: files, reads, writes, "
+			     "losses", test_nvme_params_swapped, PX_RELEASE_RUN},
 			    {"ZeRO-3's optimizer sub-groups: device, NVMe, torch foreach",
 			     test_zero3_subgroups, PX_RELEASE_RUN},
 			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
