@@ -54,6 +54,14 @@ mkdir "$work/nvme"
 row "dp 4, ZeRO-3, bf16, optimizer on NVMe (files)" 4 \
 	--set deepspeed.zero_optimization.offload_optimizer.device=nvme \
 	--set deepspeed.zero_optimization.offload_optimizer.nvme_path="$work/nvme"
+row "dp 4, ZeRO-3, bf16, params past max_in_cpu on NVMe" 4 \
+	--set deepspeed.zero_optimization.offload_optimizer.device=nvme \
+	--set deepspeed.zero_optimization.offload_optimizer.nvme_path="$work/nvme" \
+	--set deepspeed.zero_optimization.offload_param.device=nvme \
+	--set deepspeed.zero_optimization.offload_param.nvme_path="$work/nvme" \
+	--set deepspeed.zero_optimization.sub_group_size=50000 \
+	--set deepspeed.zero_optimization.offload_param.max_in_cpu=100000 \
+	--set deepspeed.zero_optimization.offload_param.buffer_size=100000
 row "tp 2 x dp 2, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
 	--set deepspeed.zero_optimization.stage=1 --set deepspeed.bf16.enabled=false
 row "tp 2 x dp 2, sequence parallel, ZeRO-1, fp32" 4 --set parallelism.tp=2 \
