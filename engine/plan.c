@@ -27,7 +27,7 @@ IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, 
 IdealStates plan_stage_ideal(const Plan *p, int stage)
 {
 	const StagePlan *st = &p->stages[stage];
-	int k = p->master_bytes + p->state_bytes;
+	int k = (p->mixed ? 4 : 0) + p->state_bytes; /* the paper's K: mixed precision's master */
 	IdealStates d = plan_ideal_states((double)st->local_dense, p->dp, p->stage, p->param_bytes,
 					  p->grad_bytes, k);
 	IdealStates e = plan_ideal_states((double)st->local_expert, p->edp, p->stage, p->param_bytes,
@@ -515,7 +515,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->param_bytes = dtype_bytes(ds->dtype);
 	p->grad_bytes = dtype_bytes(ds->grad_dtype);
 	p->comm_bytes = dtype_bytes(ds->comm_dtype);
-	p->master_bytes = p->mixed ? 4 : 0;
+	p->has_master = p->mixed || p->stage >= 1;
+	p->master_bytes = p->has_master ? 4 : 0;
 	p->state_bytes = 4 * ds->optimizer_states;
 	p->opt_place = offload_place(ds->zero.offload_optimizer.device);
 	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?

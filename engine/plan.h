@@ -91,6 +91,11 @@ typedef struct Plan {
 	int master_bytes;          /* 4 with 16-bit training, 0 in fp32 */
 	int state_bytes;           /* 4 per optimizer state */
 	int mixed;
+	int has_master;            /* an fp32 copy of the partition the optimizer updates: mixed
+				      precision, or any DeepSpeed ZeRO optimizer (stage 1-3), which
+				      clones the partition into fp32 even from fp32 parameters
+				      (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py
+				      fp32_partitioned_groups_flat: .clone().float()) */
 	Place opt_place, param_place, ckpt_place;
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),
 				      but torch's foreach loops off the GPU, where torch takes it

@@ -136,8 +136,8 @@ static long long own_flat_elems(const Runner *r)
 }
 
 /* Model states at ZeRO 0-2 from own_flat: the parameters and gradients whole, the optimizer's
- * partition (stage 0: the whole flat; else its 1/dp) for the fp32 master weights (mixed
- * precision), Adam's two fp32 moments or SGD's momentum, the gradient partition (stage 2) and
+ * partition (stage 0: the whole flat; else its 1/dp) for the fp32 master weights (Plan's
+ * has_master: mixed precision, or any ZeRO stage), Adam's two fp32 moments or SGD's momentum, the gradient partition (stage 2) and
  * its fp32 copy under offload. -1 for anything else. */
 static double own_state_bytes(const Runner *r, const Op *op)
 {
@@ -151,7 +151,7 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_ACCUM_GRADS: return part * (double)dt_bytes(r->pdt);
-	case BUF_MASTER: return r->p->mixed ? part * 4 : 0;
+	case BUF_MASTER: return r->p->has_master ? part * 4 : 0;
 	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too, 1-bit LAMB its
 			       fresh variance and its fused momenta's padding */
 		if (r->lamb)
@@ -937,7 +937,7 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		 * or in the NVMe swap buffer's slot from the range's start */
 		long long lo, hi, a, b;
 		runner_op_range(r, op, &lo, &hi);
-		for (int i = 0; p->mixed && r->opt_updates && i < r->n_segs; i++) {
+		for (int i = 0; p->has_master && r->opt_updates && i < r->n_segs; i++) {
 			const Seg *sg = &r->segs[i];
 			if (runner_seg_piece(sg, lo, hi, &a, &b))
 				from_f32(r, at(sg->params, a - sg->part_off, r->pdt),
@@ -1298,7 +1298,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
 	runner_make_segments(r);
 	/* on NVMe the master weights go to their file a slot at a time (runner_nvme_sync) */
-	for (int i = 0; p->mixed && !r->nv_grads && i < r->n_segs; i++) {
+	for (int i = 0; p->has_master && !r->nv_grads && i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
 		if (runner_nvme_params_f32(r, sg, sg->part_off, sg->part_off + sg->n,
 					   (float *)r->buf[r->id_master] + sg->part_off, err))

@@ -33,11 +33,11 @@ static int swaps_params(const Plan *p, int s)
 	return p->param_place == PLACE_NVME && p->stages[s].param_resident < p->stages[s].part_elems;
 }
 
-/* The fp32 tensors the update stages, each of the partition's size: master weights (mixed
- * precision), Adam's two moments, the gradients. */
+/* The fp32 tensors the update stages, each of the partition's size: master weights (Plan's
+ * has_master), Adam's two moments, the gradients. */
 static long long staged_tensors(const Plan *p)
 {
-	return (p->mixed ? 1 : 0) + 2 + 1;
+	return (p->has_master ? 1 : 0) + 2 + 1;
 }
 
 const char *runner_nvme_supported(const Plan *p)
@@ -51,9 +51,6 @@ const char *runner_nvme_supported(const Plan *p)
 	for (int s = 0; s < p->par.pp; s++) {
 		if (!swaps_params(p, s))
 			continue;
-		if (!p->mixed)
-			return "parameters swapped to NVMe (beyond offload_param.max_in_cpu) in bf16 or "
-			       "fp16 training (their updates are rounded from the master weights)";
 		double room = (double)z->offload_param.buffer_count * z->offload_param.buffer_size;
 		for (int u = 0; u < p->n_units; u++) {
 			const UnitPlan *up = &p->units[u];
@@ -70,7 +67,7 @@ const char *runner_nvme_supported(const Plan *p)
 	if (strcasecmp(p->sc->ds.optimizer, "Adam") && strcasecmp(p->sc->ds.optimizer, "AdamW"))
 		return "the optimizer on NVMe with Adam or AdamW (DeepSpeedCPUAdam)";
 	if (z->offload_optimizer.buffer_count < staged_tensors(p))
-		return p->mixed ? "the optimizer on NVMe with offload_optimizer.buffer_count 4 or more "
+		return p->has_master ? "the optimizer on NVMe with offload_optimizer.buffer_count 4 or more "
 				  "(master weights, two moments and gradients staged at once)" :
 				  "the optimizer on NVMe with offload_optimizer.buffer_count 3 or more "
 				  "(two moments and gradients staged at once)";
@@ -151,7 +148,7 @@ int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err)
 			       "a sub-group's master weights, moments and gradients (%zu bytes)", bytes,
 			       need);
 	float *slots = swap;
-	if (r->p->mixed)
+	if (r->p->has_master)
 		r->buf[r->id_master] = slots + slot * k++;
 	r->buf[r->id_states] = slots + slot * k; /* the first moment, then the second */
 	k += 2;
@@ -173,7 +170,7 @@ static int move_state(Runner *r, int write, long long lo, long long hi, PxError 
 	size_t n = 4 * (size_t)(hi - lo), off = 4 * (size_t)lo;
 	size_t second = 4 * (size_t)r->st->part_elems + off;
 	float *m = r->buf[r->id_states], *v = m + r->nv_slot;
-	if (r->p->mixed && move(&r->swap, write, r->sw_master, off, r->buf[r->id_master], n, err))
+	if (r->p->has_master && move(&r->swap, write, r->sw_master, off, r->buf[r->id_master], n, err))
 		return -1;
 	return move(&r->swap, write, r->sw_states, off, m, n, err) ||
 			       move(&r->swap, write, r->sw_states, second, v, n, err) ? -1 : 0;
@@ -350,7 +347,7 @@ int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
 	/* NaN everywhere the reads are to fill: what they miss shows in the update */
 	size_t n = 4 * (size_t)(hi - lo);
 	float *m = r->buf[r->id_states];
-	if (r->p->mixed)
+	if (r->p->has_master)
 		memset(r->buf[r->id_master], 0xff, n);
 	memset(m, 0xff, n);
 	memset(m + r->nv_slot, 0xff, n);
@@ -382,7 +379,7 @@ int runner_nvme_sync(Runner *r, PxError *err)
 	/* the master weights from the parameters, a slot at a time (the moments' files start as
 	 * zeros: posix_fallocate's) */
 	float *w = r->buf[r->id_master];
-	for (long long lo = 0; r->nv_grads && r->p->mixed && lo < r->st->part_elems;
+	for (long long lo = 0; r->nv_grads && r->p->has_master && lo < r->st->part_elems;
 	     lo += r->nv_slot) {
 		long long hi = lo + r->nv_slot < r->st->part_elems ? lo + r->nv_slot : r->st->part_elems;
 		long long a, b;

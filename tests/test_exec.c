@@ -277,8 +277,8 @@ static void test_measured_equals_predicted(void)
 
 /* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
  * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
- * unknown --backend, parameters swapped to NVMe (beyond offload_param.max_in_cpu) in fp32, with
- * swapper buffers too small for a unit's slice or with no nvme_path of their own, an NVMe path
+ * unknown --backend, parameters swapped to NVMe (beyond offload_param.max_in_cpu) with swapper
+ * buffers too small for a unit's slice or with no nvme_path of their own, an NVMe path
  * that is not there or not given, too few NVMe swap buffers and FlashAttention (its kernels are
  * eager) with theirs; exit 2. */
 /* `parallax run SCN --no-db OPTS` refuses: exit 2, saying needle. */
@@ -301,16 +301,11 @@ static void test_run_refuses(void)
 	refused(scn, "--ranks 1 --set parallelism.tp=2", "does not divide into tp 2");
 	refused(scn, "--steps 0", "--steps 0: expected a positive number");
 	refused(scn, "--backend tpu", "--backend tpu: expected cpu or cuda");
-	/* parameters swapped to NVMe: 16-bit training, buffers for a unit's slice, a directory */
+	/* parameters swapped to NVMe: buffers for a unit's slice, a directory */
 	const char *swapped = "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
 			      "deepspeed.zero_optimization.offload_param.device=nvme --set "
 			      "deepspeed.zero_optimization.offload_param.max_in_cpu=30000 --set "
 			      "deepspeed.zero_optimization.sub_group_size=10000";
-	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_param."
-		 "nvme_path=/tmp", swapped);
-	refused(scenario("false"), opts, "the executor runs parameters swapped to NVMe (beyond "
-					 "offload_param.max_in_cpu) in bf16 or fp16 training");
-	scn = scenario("true"); /* one file: the fp32 scenario took its place */
 	snprintf(opts, sizeof(opts), "%s --set deepspeed.zero_optimization.offload_param."
 		 "nvme_path=/tmp --set deepspeed.zero_optimization.offload_param.buffer_size=1000",
 		 swapped);
@@ -956,7 +951,9 @@ static void test_nvme_offload(void)
  * - max_in_cpu 5,000: the whole partition on NVMe (112,384 B), read twice and the embedding's
  *   slice (12,288 B) a third and fourth time for the tied head's gathers: 249,344 B.
  * With the optimizer on the CPU and on NVMe, the losses equal those with the parameters on the
- * CPU exactly, and every exact pair of measured and predicted figures agrees; a simulator that
+ * CPU exactly (in fp32 too, at max_in_cpu 30,000: the swapped parameters come from DeepSpeed's
+ * fp32 clone of the partition as the 16-bit ones do from the master weights), and every exact
+ * pair of measured and predicted figures agrees; a simulator that
  * halved the swapped parameters (PARALLAX_TEST_MISPREDICT=swapped_params) fails compare on
  * memory.nvme (exit 3). The swap directories are empty after the runs. */
 static void test_nvme_params_swapped(void)
@@ -973,12 +970,23 @@ static void test_nvme_params_swapped(void)
 		 "deepspeed.zero_optimization.offload_optimizer.nvme_path='%s' --set "
 		 "deepspeed.zero_optimization.offload_param.nvme_path='%s'", swap, swap);
 	double ref[STEPS], got[STEPS];
-	snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_optimizer.device="
-		 "cpu --set deepspeed.zero_optimization.offload_param.device=cpu", base);
-	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, args, ref), STEPS);
 	static const struct {
 		double max_in_cpu, file, read, write;
 	} c[] = {{30000, 66816, 133632, 66816}, {5000, 112384, 249344, 112384}};
+	for (int nvme = 0; nvme < 2; nvme++) { /* fp32 */
+		snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_optimizer."
+			 "device=cpu --set deepspeed.zero_optimization.offload_param.device=%s", base,
+			 nvme ? "nvme --set deepspeed.zero_optimization.offload_param.max_in_cpu=30000" :
+				"cpu");
+		CU_ASSERT_EQUAL_FATAL(losses(scenario("false"), 2, 3, STEPS, args, nvme ? got : ref),
+				      STEPS);
+	}
+	for (int i = 0; i < STEPS; i++)
+		CU_ASSERT_EQUAL(got[i], ref[i]);
+	scn = scenario("true"); /* one file: the fp32 scenario took its place */
+	snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_optimizer.device="
+		 "cpu --set deepspeed.zero_optimization.offload_param.device=cpu", base);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, args, ref), STEPS);
 	for (unsigned k = 0; k < 2; k++)
 		for (int opt_nvme = 0; opt_nvme < 2; opt_nvme++) {
 			snprintf(args, sizeof(args), "%s --set deepspeed.zero_optimization.offload_"
