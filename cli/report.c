@@ -66,7 +66,9 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	const OptimKind *k = ds->opt;
 	fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d fp32 "
 		"states%s%s)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
-		dtype_name(ds->comm_dtype), p->mixed ? ", fp32 master weights" : p->has_master ? ", fp32 copy of the partition" : "", ds->optimizer,
+		dtype_name(ds->comm_dtype),
+		p->mixed ? ", fp32 master weights" : p->master_bytes ? ", fp32 copy of the partition" : "",
+		ds->optimizer,
 		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
 		k && k->error_feedback ? " + 1-bit error feedback" : "");
 	const OptimImpl *im = optim_impl(p->opt_impl);

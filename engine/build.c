@@ -43,7 +43,8 @@ typedef struct Builder {
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
-	int id_gradpart;        /* stage 2-3's gradient partition (stage 3 offload: the host's), -1 if none */
+	int id_gradpart;        /* stage 2-3's gradient partition (at 3 under offload the host's),
+				   -1 when none */
 	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
@@ -205,9 +206,9 @@ static void setup(Builder *b)
 	/* the reduced gradients' partition in the accumulation dtype: on the device, or at stage 3
 	 * under offload on the host (stage3.py grad_partitions_flat_buffer, on its self.device);
 	 * stage 1-2 offload reduces straight into the host's fp32 gradients (stage_1_and_2.py) */
-	if ((p->stage >= 2 && p->opt_place == PLACE_GPU) || (p->stage == 3 && p->opt_place != PLACE_GPU))
-		b->id_gradpart = alloc(b, p->opt_place == PLACE_GPU ? PLACE_GPU : PLACE_CPU, CAT_GRADS,
-				       BUF_GRAD_PART, -1, part * p->grad_bytes);
+	Place gp = p->opt_place == PLACE_GPU ? PLACE_GPU : PLACE_CPU;
+	if (p->stage == 3 || (p->stage == 2 && gp == PLACE_GPU))
+		b->id_gradpart = alloc(b, gp, CAT_GRADS, BUF_GRAD_PART, -1, part * p->grad_bytes);
 	/* the fp32 gradients the host's optimizer reads: with the optimizer on NVMe they live in
 	 * the swap buffer while a sub-group steps, and in their files between steps (its
 	 * initialize_optimizer_states' gradient_buffer does not outlive the call) */
@@ -254,11 +255,8 @@ static void gather(Builder *b, int u, int backward)
 	long long whole = up->gather_dense + up->gather_expert;
 	if (b->gathered[u] >= 0 || whole == 0)
 		return;
-	/* the partitions it reads: its own, and a tied head's the embedding's (unit 0's) too,
-	 * which DeepSpeed fetches again for the head's module */
-	long long len[2] = {up->part_dense + up->part_expert,
-			    (up->gather_dense - up->own_gather) / p->dp};
-	long long off[2] = {up->part_off, p->units[0].part_off};
+	long long off[2], len[2]; /* the partition slices it reads */
+	plan_gather_slices(p, u, off, len);
 	double part_bytes = (double)(len[0] + len[1]) * p->param_bytes;
 	/* from NVMe: those partitions beyond what the host flat holds (plan_param_host) */
 	long long swapped = 0, resident = p->stages[b->stage].param_resident;
@@ -1052,7 +1050,8 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 		in_group(b, ranged, lo, n);
 	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
 		onebit_exchange(b);
-	double state = elems * p->master_bytes + (part > 0 ? st->opt_state_bytes * (elems / part) : 0);
+	double state = elems * p->master_bytes +
+		       (part > 0 ? st->opt_state_bytes * (elems / part) : 0);
 	if (p->opt_place == PLACE_NVME) {
 		copy(b, COPY_NVME_READ, ROLE_OPTIMIZER, -1, state + elems * 4);
 		in_group(b, ranged, lo, n);

@@ -36,6 +36,13 @@ IdealStates plan_stage_ideal(const Plan *p, int stage)
 			     d.optimizer_bytes + e.optimizer_bytes, d.total_bytes + e.total_bytes};
 }
 
+void plan_gather_slices(const Plan *p, int u, long long off[2], long long len[2])
+{
+	const UnitPlan *up = &p->units[u];
+	off[0] = up->part_off, len[0] = up->part_dense + up->part_expert;
+	off[1] = p->units[0].part_off, len[1] = (up->gather_dense - up->own_gather) / p->dp;
+}
+
 /* ---- refusals ---- */
 
 static int check_degrees(const Plan *p, PxError *err)
@@ -515,8 +522,7 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->param_bytes = dtype_bytes(ds->dtype);
 	p->grad_bytes = dtype_bytes(ds->grad_dtype);
 	p->comm_bytes = dtype_bytes(ds->comm_dtype);
-	p->has_master = p->mixed || p->stage >= 1;
-	p->master_bytes = p->has_master ? 4 : 0;
+	p->master_bytes = p->mixed || p->stage >= 1 ? 4 : 0;
 	p->state_bytes = 4 * ds->optimizer_states;
 	p->opt_place = offload_place(ds->zero.offload_optimizer.device);
 	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?

@@ -88,14 +88,13 @@ typedef struct Plan {
 	int stage;                 /* ZeRO stage */
 	long long n_params;        /* Ψ, the whole model */
 	int param_bytes, grad_bytes, comm_bytes;
-	int master_bytes;          /* 4 with 16-bit training, 0 in fp32 */
+	int master_bytes;          /* 4 where the optimizer updates an fp32 copy of the partition,
+				      else 0: mixed precision, or any DeepSpeed ZeRO optimizer (stage
+				      1-3), which clones the partition into fp32 even from fp32
+				      parameters (stage_1_and_2.py single_partition_of_fp32_groups,
+				      stage3.py fp32_partitioned_groups_flat: .clone().float()) */
 	int state_bytes;           /* 4 per optimizer state */
 	int mixed;
-	int has_master;            /* an fp32 copy of the partition the optimizer updates: mixed
-				      precision, or any DeepSpeed ZeRO optimizer (stage 1-3), which
-				      clones the partition into fp32 even from fp32 parameters
-				      (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py
-				      fp32_partitioned_groups_flat: .clone().float()) */
 	Place opt_place, param_place, ckpt_place;
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),
 				      but torch's foreach loops off the GPU, where torch takes it
@@ -134,6 +133,10 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err);
  * from every expert-parallel rank. */
 GemmShape plan_gemm_shape(const Plan *p);
 void plan_free(Plan *p);
+/* Stage 3: the partition slices unit u's gather reads on this rank, as offsets and lengths in
+ * the stage's partition: its own, and for a tied head the embedding's (unit 0's) too, which
+ * DeepSpeed fetches again for the head's module (length 0 otherwise). */
+void plan_gather_slices(const Plan *p, int u, long long off[2], long long len[2]);
 
 /* The ZeRO paper's accounting of model states per device (bytes), for Ψ parameters over nd ranks:
  * 16-bit params and grads (2 + 2) and K = 12 bytes of fp32 optimizer state with mixed-precision

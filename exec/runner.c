@@ -136,9 +136,9 @@ static long long own_flat_elems(const Runner *r)
 }
 
 /* Model states at ZeRO 0-2 from own_flat: the parameters and gradients whole, the optimizer's
- * partition (stage 0: the whole flat; else its 1/dp) for the fp32 master weights (Plan's
- * has_master: mixed precision, or any ZeRO stage), Adam's two fp32 moments or SGD's momentum, the gradient partition (stage 2) and
- * its fp32 copy under offload. -1 for anything else. */
+ * partition (stage 0: the whole flat; else its 1/dp) for the fp32 master weights (where the
+ * plan has them: Plan.master_bytes), Adam's two fp32 moments or SGD's momentum, the gradient
+ * partition (stage 2) and its fp32 copy under offload. -1 for anything else. */
 static double own_state_bytes(const Runner *r, const Op *op)
 {
 	const DsConfig *ds = &r->p->sc->ds;
@@ -151,7 +151,7 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_ACCUM_GRADS: return part * (double)dt_bytes(r->pdt);
-	case BUF_MASTER: return r->p->has_master ? part * 4 : 0;
+	case BUF_MASTER: return r->p->master_bytes ? part * 4 : 0;
 	case BUF_OPT_STATES: /* 0/1 Adam keeps its momentum accumulator there too, 1-bit LAMB its
 			       fresh variance and its fused momenta's padding */
 		if (r->lamb)
@@ -367,12 +367,11 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_HIDDEN: r->id_hidden = op->buf; break;
 	case BUF_SCRATCH: r->id_scratch = op->buf; break;
 	case BUF_ACCUM_GRADS: r->id_accum = op->buf; break;
-	case BUF_PARAM_STAGING: r->pstage = ptr, r->pstage_elems = (long long)(bytes / dt_bytes(r->pdt)); break;
-	case BUF_OFFLOAD_GPU_TEMP: case BUF_OFFLOAD_CPU_TEMP: /* torch.zeros: written */
-		if (op->what == BUF_OFFLOAD_GPU_TEMP)
-			r->id_gpu_temp = op->buf;
-		zero(r, op->buf);
+	case BUF_PARAM_STAGING:
+		r->pstage = ptr, r->pstage_elems = (long long)(bytes / dt_bytes(r->pdt));
 		break;
+	case BUF_OFFLOAD_GPU_TEMP: r->id_gpu_temp = op->buf, zero(r, op->buf); break;
+	case BUF_OFFLOAD_CPU_TEMP: zero(r, op->buf); break; /* torch.zeros: written, not used */
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
@@ -846,20 +845,22 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		return p->stage < 2 ? pend_push(r, q) : slice_reduced(r, op, mine, cnt, q);
 	}
 	if (op->sub == COLL_ALL_GATHER) {
-		void *recv = at(base, op->offset, r->pdt), *piece = at(recv, rank * (long long)cnt, r->pdt);
+		void *recv = at(base, op->offset, r->pdt);
 		/* a stage-3 gather sends this rank's slice of the partition (the schedule's slice);
 		 * the others gather in place, each rank's piece already where it belongs; a slice
 		 * brought in from NVMe goes to its place first, so that the swapper's buffers are
 		 * free again when the gather is started */
+		void *piece = at(recv, rank * (long long)cnt, r->pdt);
 		const void *send = piece;
-		long long off = partition_offset(r, op);
-		if (p->stage == 3 && op->buf != r->id_persist && off + (long long)cnt <= r->resident)
-			send = at(r->buf[r->id_part], off, r->pdt);
-		else if (p->stage == 3 && op->buf != r->id_persist &&
-			 runner_nvme_params_into(r, off, (long long)cnt, piece))
-			return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
-				       "elements %lld-%lld, on NVMe and not read", off,
-				       off + (long long)cnt - 1);
+		if (p->stage == 3 && op->buf != r->id_persist) {
+			long long off = partition_offset(r, op), n = (long long)cnt;
+			if (off + n <= r->resident)
+				send = at(r->buf[r->id_part], off, r->pdt);
+			else if (runner_nvme_params_into(r, off, n, piece))
+				return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
+					       "elements %lld-%lld, on NVMe and not read", off,
+					       off + n - 1);
+		}
 		return issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
@@ -937,7 +938,7 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		 * or in the NVMe swap buffer's slot from the range's start */
 		long long lo, hi, a, b;
 		runner_op_range(r, op, &lo, &hi);
-		for (int i = 0; p->has_master && r->opt_updates && i < r->n_segs; i++) {
+		for (int i = 0; p->master_bytes && r->opt_updates && i < r->n_segs; i++) {
 			const Seg *sg = &r->segs[i];
 			if (runner_seg_piece(sg, lo, hi, &a, &b))
 				from_f32(r, at(sg->params, a - sg->part_off, r->pdt),
@@ -1181,16 +1182,16 @@ int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, P
 	const Schedule *s = r->s;
 	res->onebit_step = r->onebit ? r->step_kind : ONEBIT_FULL;
 	SchedWalk w; /* the micro-batches are the repeat blocks' iterations, block after block */
-	int i, mb = 0;
+	int i;
 	sched_walk_init(&w, s, s->step_begin);
 	for (; (i = sched_walk_op(&w, err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
 		if (op->kind == OP_LOOP && op->count > 0) {
-			load_micro_batch(r, data, step, mb);
+			load_micro_batch(r, data, step, r->micro);
 		} else if (op->kind == OP_END_LOOP) {
-			r->micro = ++mb;
+			r->micro++;
 			if (w.iter + 1 < w.count)
-				load_micro_batch(r, data, step, mb);
+				load_micro_batch(r, data, step, r->micro);
 		} else if (op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER) {
 			/* DeepSpeed synchronises every stream before the step */
 			if (wait_all(r, err) || sync_streams(r, err))
@@ -1298,7 +1299,7 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 	arena_free(&r->arena, PLACE_CPU, CAT_OVERHEAD, own, 4 * largest + 4 * (size_t)r->n);
 	runner_make_segments(r);
 	/* on NVMe the master weights go to their file a slot at a time (runner_nvme_sync) */
-	for (int i = 0; p->has_master && !r->nv_grads && i < r->n_segs; i++) {
+	for (int i = 0; p->master_bytes && !r->nv_grads && i < r->n_segs; i++) {
 		const Seg *sg = &r->segs[i];
 		if (runner_nvme_params_f32(r, sg, sg->part_off, sg->part_off + sg->n,
 					   (float *)r->buf[r->id_master] + sg->part_off, err))

@@ -88,7 +88,8 @@ struct Runner {
 	const DataSource *data; /* runner_step's, while it runs */
 	long step;
 	int tokens_mb;          /* the micro-batch whose tokens the backend holds, -1: none */
-	int micro;              /* the micro-batch runner_step's walk is in (unpipelined) */
+	int micro;              /* the micro-batch runner_step's walk is in (the repeat block's
+				   iteration; a pipeline's ops name theirs, Op.mb) */
 	const ComputeBackend *cb;
 	void *cx;               /* the backend's context */
 	int own_cx;             /* created (and destroyed) here */

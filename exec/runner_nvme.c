@@ -33,12 +33,10 @@ static int swaps_params(const Plan *p, int s)
 	return p->param_place == PLACE_NVME && p->stages[s].param_resident < p->stages[s].part_elems;
 }
 
-/* The fp32 tensors the update stages, each of the partition's size: master weights (Plan's
- * has_master), Adam's two moments, the gradients. */
-static long long staged_tensors(const Plan *p)
-{
-	return (p->has_master ? 1 : 0) + 2 + 1;
-}
+/* The fp32 tensors the update stages, each a sub-group's: the master weights (the optimizer is
+ * on NVMe at ZeRO-3 only, whose optimizer keeps them in fp32 training too: Plan.master_bytes),
+ * Adam's two moments, the gradients. */
+enum { STAGED_TENSORS = 4 };
 
 const char *runner_nvme_supported(const Plan *p)
 {
@@ -53,10 +51,9 @@ const char *runner_nvme_supported(const Plan *p)
 			continue;
 		double room = (double)z->offload_param.buffer_count * z->offload_param.buffer_size;
 		for (int u = 0; u < p->n_units; u++) {
-			const UnitPlan *up = &p->units[u];
-			double gathered = (double)(up->part_dense + up->part_expert +
-						   (up->gather_dense - up->own_gather) / p->dp);
-			if (up->stage == s && gathered > room)
+			long long off[2], len[2];
+			plan_gather_slices(p, u, off, len);
+			if (p->units[u].stage == s && (double)(len[0] + len[1]) > room)
 				return "parameters swapped to NVMe where offload_param.buffer_count x "
 				       "buffer_size elements hold every unit's partition slice (the "
 				       "swapper's buffers take a unit's swapped parameters at once)";
@@ -66,11 +63,9 @@ const char *runner_nvme_supported(const Plan *p)
 		return NULL;
 	if (strcasecmp(p->sc->ds.optimizer, "Adam") && strcasecmp(p->sc->ds.optimizer, "AdamW"))
 		return "the optimizer on NVMe with Adam or AdamW (DeepSpeedCPUAdam)";
-	if (z->offload_optimizer.buffer_count < staged_tensors(p))
-		return p->has_master ? "the optimizer on NVMe with offload_optimizer.buffer_count 4 or more "
-				  "(master weights, two moments and gradients staged at once)" :
-				  "the optimizer on NVMe with offload_optimizer.buffer_count 3 or more "
-				  "(two moments and gradients staged at once)";
+	if (z->offload_optimizer.buffer_count < STAGED_TENSORS)
+		return "the optimizer on NVMe with offload_optimizer.buffer_count 4 or more (master "
+		       "weights, two moments and gradients staged at once)";
 	return NULL;
 }
 
@@ -141,18 +136,16 @@ size_t runner_nvme_staging_bytes(const Runner *r)
 
 int runner_nvme_stage(Runner *r, void *swap, size_t bytes, PxError *err)
 {
-	long long slot = r->st->step_elems, k = 0;
-	size_t need = (size_t)staged_tensors(r->p) * (size_t)slot * 4;
-	if (r->id_states < 0 || r->id_gradswap < 0 || need > bytes)
+	long long slot = r->st->step_elems;
+	size_t need = (size_t)STAGED_TENSORS * (size_t)slot * 4;
+	if (r->id_master < 0 || r->id_states < 0 || r->id_gradswap < 0 || need > bytes)
 		return px_fail(err, PX_ERR_RUNTIME, "the NVMe swap buffer (%zu bytes) cannot stage "
 			       "a sub-group's master weights, moments and gradients (%zu bytes)", bytes,
 			       need);
 	float *slots = swap;
-	if (r->p->has_master)
-		r->buf[r->id_master] = slots + slot * k++;
-	r->buf[r->id_states] = slots + slot * k; /* the first moment, then the second */
-	k += 2;
-	r->nv_grads = slots + slot * k;
+	r->buf[r->id_master] = slots;
+	r->buf[r->id_states] = slots + slot; /* the first moment, then the second */
+	r->nv_grads = slots + 3 * slot;
 	r->nv_slot = slot;
 	return 0;
 }
@@ -170,9 +163,8 @@ static int move_state(Runner *r, int write, long long lo, long long hi, PxError 
 	size_t n = 4 * (size_t)(hi - lo), off = 4 * (size_t)lo;
 	size_t second = 4 * (size_t)r->st->part_elems + off;
 	float *m = r->buf[r->id_states], *v = m + r->nv_slot;
-	if (r->p->has_master && move(&r->swap, write, r->sw_master, off, r->buf[r->id_master], n, err))
-		return -1;
-	return move(&r->swap, write, r->sw_states, off, m, n, err) ||
+	return move(&r->swap, write, r->sw_master, off, r->buf[r->id_master], n, err) ||
+			       move(&r->swap, write, r->sw_states, off, m, n, err) ||
 			       move(&r->swap, write, r->sw_states, second, v, n, err) ? -1 : 0;
 }
 
@@ -274,16 +266,13 @@ int runner_nvme_split_segments(Runner *r, int n)
 	return n;
 }
 
-/* Before a unit's gather: the slices it gathers that lie beyond the host flat (its own; a tied
- * head's, the embedding's too: build.c gather) into the swapper's buffers, one after the other,
- * which are poisoned first, so that what the reads miss shows in the gather. */
+/* Before a unit's gather: the slices it gathers (plan_gather_slices) that lie beyond the host
+ * flat into the swapper's buffers, one after the other, which are poisoned first, so that what
+ * the reads miss shows in the gather. */
 static int read_unit_params(Runner *r, const Op *op, PxError *err)
 {
-	const Plan *p = r->p;
-	const UnitPlan *up = &p->units[op->unit];
-	long long off[2] = {up->part_off, p->units[0].part_off};
-	long long len[2] = {up->part_dense + up->part_expert, (up->gather_dense - up->own_gather) / r->n};
-	long long used = 0;
+	long long off[2], len[2], used = 0;
+	plan_gather_slices(r->p, op->unit, off, len);
 	unstage(r);
 	for (int k = 0; k < 2; k++) {
 		long long lo = off[k] > r->resident ? off[k] : r->resident, hi = off[k] + len[k];
@@ -347,8 +336,7 @@ int runner_nvme_copy(Runner *r, const Op *op, PxError *err)
 	/* NaN everywhere the reads are to fill: what they miss shows in the update */
 	size_t n = 4 * (size_t)(hi - lo);
 	float *m = r->buf[r->id_states];
-	if (r->p->has_master)
-		memset(r->buf[r->id_master], 0xff, n);
+	memset(r->buf[r->id_master], 0xff, n);
 	memset(m, 0xff, n);
 	memset(m + r->nv_slot, 0xff, n);
 	memset(r->nv_grads, 0xff, n);
@@ -379,8 +367,7 @@ int runner_nvme_sync(Runner *r, PxError *err)
 	/* the master weights from the parameters, a slot at a time (the moments' files start as
 	 * zeros: posix_fallocate's) */
 	float *w = r->buf[r->id_master];
-	for (long long lo = 0; r->nv_grads && r->p->has_master && lo < r->st->part_elems;
-	     lo += r->nv_slot) {
+	for (long long lo = 0; r->nv_grads && lo < r->st->part_elems; lo += r->nv_slot) {
 		long long hi = lo + r->nv_slot < r->st->part_elems ? lo + r->nv_slot : r->st->part_elems;
 		long long a, b;
 		for (int i = 0; i < r->n_segs; i++)

@@ -182,7 +182,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 	float *g32 = staged ? r->nv_grads + (a - lo) :
 		     made ? (float *)r->buf[r->id_grad32] + (a - lo) :
 		     copied ? (float *)r->buf[r->id_grad32] + a : (float *)sg->grads + off;
-	float *w = p->has_master ? runner_master_at(r, a, lo) : params;
+	float *w = p->master_bytes ? runner_master_at(r, a, lo) : params;
 	if (copied)
 		to_f32(r, g32, at(sg->grads, off, sg->gdt), (size_t)n, sg->gdt);
 	Seg piece = *sg;
@@ -197,7 +197,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 				     factor, (float *)r->buf[r->id_step_temp] + (a - lo));
 	else
 		r->cb->adamw(r->cx, p->opt_place, w, m, v, g32, (size_t)n, h, r->opt_steps, factor);
-	if (p->has_master && !r->params_by_copy && params)
+	if (p->master_bytes && !r->params_by_copy && params)
 		from_f32(r, params, w, (size_t)n, r->pdt);
 }
 

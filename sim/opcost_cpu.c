@@ -173,7 +173,7 @@ static double optimizer_s(const Plan *p, const HwCpuLevel *l, int stage)
 	 * written and read again, the first moment read again (12 bytes an element) */
 	if (!sgd && p->opt_impl == OPT_IMPL_FOREACH)
 		s += hwcpu_copy_s(l, n * 12);
-	if (p->has_master && !offload)
+	if (p->master_bytes && !offload)
 		s += hwcpu_elem_s(l, HWCPU_CONVERT, ds->dtype, DT_FP32, n);
 	double grads = p->stage < 2 ? (double)p->stages[stage].flat_dense : n;
 	s += hwcpu_fill_s(l, grads * dtype_bytes(ds->grad_dtype));
