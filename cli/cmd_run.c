@@ -821,6 +821,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	free(all);
 out_run:
 	fail_ctx.run = NULL;
+	if (rc && comm_in_flight(world)) {
+		/* the started collectives own their buffers until the job ends: main aborts it */
+		runner_abandon(run);
+		return rc;
+	}
 	if (extra)
 		cb->release(cx, PLACE_GPU, extra);
 	runner_destroy(run);
@@ -1068,6 +1073,8 @@ int cmd_run(int argc, char **argv)
 	rc = train(&o, world, &err) ? (err.code ? err.code : 1) : 0;
 	if (rc)
 		fprintf(stderr, "parallax run: rank %d: %s\n", comm_rank(world), err.msg);
+	if (rc && comm_in_flight(world)) /* a failure mid-collective: finalizing is not safe */
+		comm_abort(world, rc);
 	PxError ferr;
 	if (comm_finalize(world, &ferr) && !rc)
 		rc = 1;

@@ -4,9 +4,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../sim/traffic.h"
 #include "progress.h"
@@ -928,6 +930,17 @@ void comm_set_stream(Comm *c, void *stream)
 int comm_in_flight(const Comm *c)
 {
 	return c->st->n_started;
+}
+
+void comm_abort(Comm *c, int code)
+{
+	CommState *st = c->st;
+	fflush(stdout);
+	fflush(stderr);
+	if (atomic_exchange(&st->board_linked, 0))
+		progress_unlink(st->board_name);
+	st->be->abort(st->world->h, code);
+	_exit(code); /* a backend's abort ends the process; this is in case one returns */
 }
 
 /* A backend without a started form runs the whole call now. */

@@ -272,6 +272,10 @@ int comm_wait(CommRequest *req, PxError *err);
 int comm_sync(Comm *c, PxError *err);
 /* Requests of this comm_init started and not yet waited. */
 int comm_in_flight(const Comm *c);
+/* End the job at once with code, for a failure that left requests in flight (comm_in_flight):
+ * their buffers are MPI's or NCCL's until completed, so neither freeing them nor finalizing is
+ * safe. Flushes stdio first; the backend's abort stops the other ranks too. Does not return. */
+void comm_abort(Comm *c, int code);
 /* The compute stream (a cudaStream_t, opaque here) that started collectives are ordered against:
  * a start waits for what was queued on it, and a wait queues its dependency there. NULL: none
  * (host compute). For every communicator of c's comm_init. */

@@ -1129,6 +1129,10 @@ static int run_op(Runner *r, int i, PxError *err)
 static int run_op_timed(Runner *r, int i, PxError *err)
 {
 	const Op *op = &r->s->ops[i];
+	if (r->fail_in_flight && pending_colls(r) > 0) /* tests only: an error mid-collective */
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: failed by the test hook "
+			       "PARALLAX_TEST_FAIL_IN_FLIGHT with %d collectives in flight", i,
+			       pending_colls(r));
 	if (await_for(r, op, err))
 		return -1;
 	switch (op->kind) {
@@ -1397,6 +1401,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return -1;
 	Comm *dp = comms ? comms->dp : NULL;
 	r->p = p, r->s = r->s_warm = s, r->dp = dp, r->world = comms ? comms->world : NULL;
+	r->fail_in_flight = getenv("PARALLAX_TEST_FAIL_IN_FLIGHT") != NULL; /* tests only */
 	r->onebit = p->sc->ds.opt && p->sc->ds.opt->error_feedback != EF_NONE;
 	r->zero_one = optim_zero_one(p->sc->ds.opt);
 	r->lamb = r->onebit && p->sc->ds.opt->error_feedback == EF_FLAT;
@@ -1549,6 +1554,14 @@ void runner_destroy(Runner *r)
 	if (r->own_cx)
 		r->cb->destroy(r->cx);
 	free(r);
+}
+
+void runner_abandon(Runner *r)
+{
+	if (!r)
+		return;
+	swap_close(&r->swap); /* read and written by blocking calls: no request holds them */
+	swap_close(&r->pswap);
 }
 
 const Arena *runner_arena(const Runner *r)

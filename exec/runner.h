@@ -96,6 +96,10 @@ int runner_set_onebit(Runner *r, int kind, Schedule *s, PxError *err);
 /* The shapes a compute backend context must serve for plan p. */
 ComputeShape runner_shape(const Plan *p, int device);
 void runner_destroy(Runner *r);
+/* After a failure that left collectives in flight (comm_in_flight), whose buffers must stay
+ * as they are until the job is aborted (comm_abort): removes the NVMe swap files and nothing
+ * else. */
+void runner_abandon(Runner *r);
 
 /* One optimizer step, step counting from 1, on global samples (step - 1) * train_batch onwards. */
 int runner_step(Runner *r, long step, const DataSource *data, StepResult *res, PxError *err);

@@ -154,6 +154,7 @@ struct Runner {
 	double op_s[RUNNER_N_TIMES]; /* wall time per kind of op, summed over the steps */
 	Pending *pend;          /* started collectives in start order; cap_pend of them at most */
 	int n_pend, cap_pend;
+	int fail_in_flight; /* PARALLAX_TEST_FAIL_IN_FLIGHT: fail at the first op with one pending */
 	int opt_done;           /* this step's optimizer ran: later collectives block */
 	int opt_begun;          /* this step's update has begun (its first sub-group) */
 	int opt_updates;        /* and updates the master weights (no overflow, not a 1-bit

@@ -536,6 +536,33 @@ static void test_wrong_prediction_fails(void)
 	}
 }
 
+/* A failure while collectives are in flight: their buffers belong to MPI until they complete, so
+ * the rank must neither free them nor call MPI_Finalize (which progressed an all-gather into
+ * freed memory: SIGSEGV in mca_btl_vader, then a hang). The test hook
+ * PARALLAX_TEST_FAIL_IN_FLIGHT (exec/runner.c) fails the first op of a 2-rank ZeRO-3 step that
+ * finds a prefetch in flight: exit 1 within the timeout, the error named, no signal, nothing in
+ * the database, and the NVMe swap directory removed. */
+static void test_failure_in_flight(void)
+{
+	char dir[512], cmd[4096], text[1 << 16];
+	const char *sc = scenario(dir, sizeof(dir));
+	snprintf(cmd, sizeof(cmd), "cd '%s' && mkdir nvme && PARALLAX_TEST_FAIL_IN_FLIGHT=1 "
+		 "timeout 120 '%s' run '%s' --ranks 2 --steps 1 --db f.db "
+		 "--set deepspeed.zero_optimization.stage=3 "
+		 "--set deepspeed.zero_optimization.offload_optimizer.device=nvme "
+		 "--set deepspeed.zero_optimization.offload_optimizer.nvme_path=%s/nvme 2>&1; "
+		 "echo run=$?; ls -A nvme | wc -l | sed 's/^/left=/'; ls f.db 2>&1 | grep -c 'No such' "
+		 "| sed 's/^/nodb=/'", dir, bin(), sc, dir);
+	CU_ASSERT_EQUAL(px_test_run_sh(cmd, text, sizeof(text)), 0);
+	PX_ASSERT_HAS(text, "failed by the test hook PARALLAX_TEST_FAIL_IN_FLIGHT with 1 "
+			    "collectives in flight");
+	PX_ASSERT_HAS(text, "run=1\n");
+	PX_ASSERT_HAS(text, "left=0\n");
+	PX_ASSERT_HAS(text, "nodb=1\n");
+	CU_ASSERT_PTR_NULL(strstr(text, "Segmentation"));
+	CU_ASSERT_PTR_NULL(strstr(text, "signal"));
+}
+
 int test_run_register(void)
 {
 	return PX_ADD_SUITE("run",
@@ -550,5 +577,7 @@ int test_run_register(void)
 			    {"--save on a full disk: file and reason, no part", test_save_full_disk, PX_RELEASE_RUN},
 			    {"gpt2-xl on CPU refused before it starts", test_guard_refuses},
 			    {"the test model runs, its needs said", test_guard_small_runs, PX_RELEASE_RUN},
-			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails, PX_RELEASE_RUN});
+			    {"a wrong prediction fails the comparison", test_wrong_prediction_fails, PX_RELEASE_RUN},
+			    {"a failure mid-collective: exit 1, no signal", test_failure_in_flight,
+			     PX_RELEASE_RUN});
 }
