@@ -196,8 +196,11 @@ static void setup(Builder *b)
 				      persist * p->param_bytes);
 		b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_PERSIST_GRADS, -1,
 				    persist * p->grad_bytes);
-		alloc(b, PLACE_GPU, CAT_PARAMS, BUF_SECONDARY, -1,
-		      (double)st->secondary_elems * p->param_bytes);
+		/* hpZ's secondary partition lies where the primary does: on the host under
+		 * parameter offload (partition_parameters.py _partition_param_sec allocates it on
+		 * remote_device, pinned) */
+		alloc(b, p->param_place == PLACE_CPU ? PLACE_CPU : PLACE_GPU, CAT_PARAMS,
+		      BUF_SECONDARY, -1, (double)st->secondary_elems * p->param_bytes);
 		if (p->param_place == PLACE_NVME)
 			alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_PARAM_STAGING, -1,
 			      (double)z->offload_param.buffer_count * z->offload_param.buffer_size *
@@ -257,7 +260,10 @@ static void gather(Builder *b, int u, int backward)
 		return;
 	long long off[2], len[2]; /* the partition slices it reads */
 	plan_gather_slices(p, u, off, len);
-	double part_bytes = (double)(len[0] + len[1]) * p->param_bytes;
+	/* hpZ's gathers read the secondary partition instead: 1/hpz of each dense piece */
+	int secondary = (backward || b->secondary_held) && p->hpz > 1;
+	double part_bytes = (secondary ? (double)(up->gather_dense / p->hpz + up->part_expert) :
+					 (double)(len[0] + len[1])) * p->param_bytes;
 	/* from NVMe: those partitions beyond what the host flat holds (plan_param_host) */
 	long long swapped = 0, resident = p->stages[b->stage].param_resident;
 	for (int k = 0; k < 2; k++)
@@ -277,7 +283,7 @@ static void gather(Builder *b, int u, int backward)
 		int src = (int)pieces[k][0];
 		long long n = pieces[k][1];
 		long long h = p->hpz;
-		if ((backward || b->secondary_held) && h > 1)
+		if (secondary)
 			/* hpZ: from the secondary partition, inside the node; qwZ quantizes it too
 			 * (DeepSpeed's all_gather_coalesced takes the same quantize flag for either
 			 * partition) */
@@ -1068,16 +1074,19 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	}
 	release(b, &fp32_grads);
 	release(b, &step_temp);
-	/* the updated 16-bit parameters: to the device's partition, or with the partition on NVMe
-	 * (stage 3) into the host flat (a host copy, not priced as one) and the part beyond it
-	 * swapped out to NVMe */
+	/* the updated 16-bit parameters: to the device's partition from the host's optimizer, to
+	 * the host's partition (stage-3 parameter offload) from the device's, or with the partition
+	 * on NVMe (stage 3) into the host flat (a host copy, not priced as one) and the part beyond
+	 * it swapped out to NVMe */
 	long long swapped = lo + n - max_ll(lo, st->param_resident);
 	if (p->param_place == PLACE_NVME && swapped > 0) {
 		copy(b, COPY_NVME_WRITE, ROLE_PARAM_UPDATE, -1, (double)swapped * p->param_bytes);
 		in_group(b, ranged, lo, n);
 	} else if (p->param_place != PLACE_NVME &&
 		   (p->opt_place != p->param_place || (p->stage < 3 && p->opt_place != PLACE_GPU))) {
-		copy(b, COPY_H2D, ROLE_PARAM_UPDATE, -1, elems * p->param_bytes);
+		/* from the host's optimizer to the device, or from the device's to the host */
+		copy(b, p->opt_place == PLACE_GPU ? COPY_D2H : COPY_H2D, ROLE_PARAM_UPDATE, -1,
+		     elems * p->param_bytes);
 		in_group(b, ranged, lo, n);
 	}
 }

@@ -528,6 +528,13 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?
 			      OPT_IMPL_FOR_LOOP : ds->opt_impl;
 	p->param_place = offload_place(ds->zero.offload_param.device);
+	if (p->hpz > 1 && p->stage == 3 && p->param_place == PLACE_NVME)
+		/* partition_parameters.py _partition_param_sec: torch.empty(..., device=
+		 * self.remote_device), which is offload_param.device */
+		return px_fail(err, PX_ERR_INPUT, "%s: zero_hpz_partition_size = %lld with "
+			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
+			       "partition on the parameters' offload device, which cannot be nvme; "
+			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
 	p->flattens_grads = (p->stage >= 2 || (p->stage == 1 && !(ds->dtype == DT_BF16 &&
 								  ds->grad_dtype == DT_FP32))) &&
 			    p->opt_place == PLACE_GPU;

@@ -68,8 +68,6 @@ int runner_supported(const Plan *p, PxError *err)
 	else if ((p->hpz > 1 || p->qwz || p->qgz) && (p->par.pp > 1 || p->par.ep > 1 ||
 						      sc->backend != BACKEND_CPU))
 		why = "ZeRO++ with data and tensor parallelism on backend \"cpu\"";
-	else if ((p->hpz > 1 || p->qwz || p->qgz) && p->param_place != PLACE_GPU)
-		why = "ZeRO++ without parameter offload (its gathers read the device's partition)";
 	else if ((why = zpp_unsupported(p)))
 		;
 	else if (ds->comm_dtype != ds->grad_dtype)
@@ -906,6 +904,14 @@ static void accumulate_on_host(Runner *r, long long off, const void *mine, long 
  *   parameters (unless the step was skipped);
  * - host to device of a unit (stage 3 parameter offload): the partition's slice, which the
  *   all-gather after it reads from the host partition directly. */
+/* The updated parameters' copy after the update: to the device from the host's optimizer, or to
+ * the host's partition (stage-3 parameter offload) from the device's. */
+static int is_params_copy(const Op *op)
+{
+	return op->kind == OP_COPY && op->role == ROLE_PARAM_UPDATE &&
+	       (op->sub == COPY_H2D || op->sub == COPY_D2H);
+}
+
 static int copy(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
@@ -933,7 +939,7 @@ static int copy(Runner *r, const Op *op, PxError *err)
 			to_f32(r, r->segs[i].grads, r->segs[i].dev_grads, (size_t)r->segs[i].n, r->gdt);
 		return 0;
 	}
-	if (op->sub == COPY_H2D && op->unit < 0 && r->params_by_copy) {
+	if (is_params_copy(op)) {
 		/* the op's range (a stage-3 sub-group's), from its master weights: whole in memory,
 		 * or in the NVMe swap buffer's slot from the range's start */
 		long long lo, hi, a, b;
@@ -1417,11 +1423,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
 	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
 	r->offload = p->opt_place != PLACE_GPU;
-	for (int i = s->step_begin, opt = 0; i < s->n; i++) {
-		const Op *op = &s->ops[i];
-		opt |= op->kind == OP_COMPUTE && op->sub == COMP_OPTIMIZER;
-		r->params_by_copy |= opt && op->kind == OP_COPY && op->sub == COPY_H2D && op->unit < 0;
-	}
+	for (int i = s->step_begin; i < s->n; i++)
+		r->params_by_copy |= is_params_copy(&s->ops[i]);
 	r->loss_scale = p->sc->ds.dtype == DT_FP16 ?
 		(p->sc->ds.loss_scale > 0 ? p->sc->ds.loss_scale :
 					    ldexp(1.0, (int)p->sc->ds.initial_scale_power)) : 1.0;

@@ -8,6 +8,8 @@
  * - qgZ: a gradient reduction in two INT4 all-to-alls, inside the node (GROUP_NODE) then across
  *   nodes (GROUP_XNODE), each rank's slice quantized in groups of BUILD_QGZ_GROUP_ELEMS, summed
  *   in fp32 after each, the result added into this rank's gradient partition.
+ * Under parameter offload the pieces come from the host's partition (beyond max_in_cpu, the
+ * swapper's buffers) and hpZ's secondary partition is on the host too, as DeepSpeed keeps them.
  * Its collectives block. Its scratch (the fp32, INT8 and scale copies) lives outside the arena,
  * as DeepSpeed's transient quantization buffers lie outside the simulator's prediction. Which
  * communicators exist is runner_zpp_comms_split's; the interpreter is runner.c's. */
@@ -137,7 +139,17 @@ int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err)
 	void *dst = at(r->buf[op->buf], op->offset, r->pdt);
 	if (op->group == GROUP_HPZ) /* backward's: from the secondary partition */
 		return gather_piece(r, c, at(r->buf[r->id_secondary], off, r->pdt), dst, k, quant, err);
-	if (gather_piece(r, c, at(r->buf[r->id_part], off, r->pdt), dst, k, quant, err))
+	/* the piece from the host flat, or (parameters past max_in_cpu) from the swapper's
+	 * buffers into its place in dst first, as the plain gather does */
+	const void *src = at(r->buf[r->id_part], off, r->pdt);
+	if (off + k > r->resident) {
+		void *piece = at(dst, (long long)comm_rank(c) * k, r->pdt);
+		if (runner_nvme_params_into(r, off, k, piece))
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
+				       "elements %lld-%lld, on NVMe and not read", off, off + k - 1);
+		src = piece;
+	}
+	if (gather_piece(r, c, src, dst, k, quant, err))
 		return -1;
 	if (p->hpz <= 1)
 		return 0;

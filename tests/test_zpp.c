@@ -181,6 +181,57 @@ static void test_sim_hpz(void)
 	scenario_free(&sc);
 }
 
+/* hpZ with the parameters offloaded to the host (offload_param.device cpu): DeepSpeed keeps the
+ * secondary partition on the offload device too (partition_parameters.py _partition_param_sec:
+ * torch.empty on remote_device, pinned), and moves what each gather reads to the device first
+ * (param.ds_tensor.to(device), ds_secondary_tensor.to(device)). Host parameters: the partition
+ * (the embedding's 12288 / 4 + two blocks' 49600 / 4 + the persistent 896 / 4 = 28096 elements)
+ * and the secondary partition (55744) in bf16: (28096 + 55744) x 2 = 167680 bytes; none on the
+ * device but the persistent 896 padded to 4. Host to device a step: the first forward's pieces
+ * of the primary partition (3072 + 2 x 12400 + the head's 3072 = 30944 elements), then three
+ * passes of the secondary's halves (6144 + 2 x 24800 + 6144 = 61888 each): (30944 + 3 x 61888)
+ * x 2 = 433216 bytes; after the update on the device, the partition back to the host (28096
+ * x 2 bytes device to host). The gathers themselves are test_sim_hpz's. With the parameters on NVMe,
+ * hpZ is refused (DeepSpeed's torch.empty would be given device "nvme"). */
+static void test_sim_hpz_offload(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (zpp_scenario(NO_QGZ " " ZQ "offload_param.device=cpu", &sc, &pr)) {
+		CU_FAIL("load");
+		return;
+	}
+	const MemResult *mem = &pr.stages[0].mem;
+	CU_ASSERT_EQUAL(mem->end_bytes[PLACE_CPU], 167680);
+	/* on the device: the persistent tensors and every unit's gathered flat at once (the
+	 * head's embedding too: max_live_parameters 1e9) */
+	CU_ASSERT_EQUAL(mem->place[PLACE_GPU].cat_peak[CAT_PARAMS],
+			(896 + 2 * 12288 + 2 * 49600) * 2);
+	CU_ASSERT_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_H2D], 433216);
+	/* the device's optimizer writes the updated partition back to the host */
+	CU_ASSERT_EQUAL(pr.stages[0].traffic.copy_bytes[COPY_D2H], 28096 * 2);
+	CU_ASSERT_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 497232);
+	predict_free(&pr);
+	scenario_free(&sc);
+	PxError err = {0};
+	JsonOverrides ov;
+	jov_init(&ov);
+	CU_ASSERT_EQUAL(jov_add(&ov, ZQ "offload_param.device=nvme", &err), 0);
+	CU_ASSERT_EQUAL(jov_add(&ov, ZQ "offload_param.nvme_path=/tmp", &err), 0);
+	int rc = scenario_load(&sc, px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"), &ov, &err);
+	jov_free(&ov);
+	if (!rc) {
+		rc = predict_run(&sc, &pr, &err);
+		if (!rc)
+			predict_free(&pr);
+		scenario_free(&sc);
+	}
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	PX_ASSERT_HAS(err.msg, "gpt2-mini-cpu-zeropp.json: zero_hpz_partition_size = 2 with "
+			       "offload_param.device \"nvme\"");
+}
+
 /* qgZ on 2 nodes of 2: per reduction of E elements (slices of c = E/4, in groups of C = 64) an
  * all-to-all in the node of E/2 bytes + 4 x ceil(c/64) scales, and one across nodes of E/4 bytes
  * + 2 x ceil(c/64). Embedding E 12288 (c 3072, 48 groups): 6144 + 768 and 3072 + 384; a block
@@ -365,11 +416,6 @@ static void test_run_refuses(void)
 		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
 	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
 	PX_ASSERT_HAS(text, "the executor runs ZeRO++ with data and tensor parallelism on backend");
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 4 --set "
-		 ZQ "offload_param.device=cpu --set " ZQ "offload_optimizer.device=cpu",
-		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
-	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
-	PX_ASSERT_HAS(text, "the executor runs ZeRO++ without parameter offload");
 }
 
 /* ZeRO++ with the optimizer offloaded (DeepSpeed's CPU Adam over the host's fp32 partition), all
@@ -401,6 +447,45 @@ static void test_run_offload(void)
 	sqlite3_close(db);
 }
 
+/* ZeRO++ with the parameters offloaded too. To the host, all three of qwZ, hpZ and qgZ: the
+ * gathers read the host's partition and hpZ's secondary partition lies on the host (as
+ * DeepSpeed keeps it), the same values as on the device, so in fp32 the losses equal those with
+ * the parameters on the device to the bit; every rank's memory and communication equal the
+ * prediction, the secondary partition in the host's parameters (test_sim_hpz_offload's 167680
+ * bytes). Past offload_param.max_in_cpu (qwZ and qgZ: hpZ is refused there), each rank's piece
+ * comes from its swap file and the losses are again the same to the bit. */
+static void test_run_param_offload(void)
+{
+	enum { S = 4 };
+	const char *fp32 = "--set deepspeed.bf16.enabled=false";
+	double dev[S], host[S];
+	char extra[1024], args[1024];
+	const char *b = zpp_base();
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 4, S, fp32, dev), S);
+	snprintf(extra, sizeof(extra), "%s --set " ZQ "offload_param.device=cpu --set "
+		 ZQ "offload_optimizer.device=cpu", fp32);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 4, S, extra, host), S);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_EQUAL(host[s], dev[s]);
+	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set "
+		 ZQ "offload_param.device=cpu", px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
+	sqlite3 *db = px_run_measured(args, 4);
+	CU_ASSERT_EQUAL(measured(db, "memory.cpu.params_bytes"), 167680);
+	CU_ASSERT(measured(db, "comm.all_to_all_bytes") > 0); /* qgZ ran */
+	sqlite3_close(db);
+
+	const char *nvme_dir = px_test_tmpdir();
+	snprintf(extra, sizeof(extra), "%s --set " NO_HPZ " --set " ZQ "offload_param.device=cpu",
+		 fp32);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 4, S, extra, dev), S);
+	snprintf(extra, sizeof(extra), "%s --set " NO_HPZ " --set " ZQ "offload_param.device=nvme "
+		 "--set " ZQ "offload_param.nvme_path=%s --set " ZQ "offload_param.max_in_cpu=3000 "
+		 "--set " ZQ "offload_param.buffer_size=20000", fp32, nvme_dir);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(b, 4, S, extra, host), S);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_EQUAL(host[s], dev[s]);
+}
+
 int test_zpp_register(void)
 {
 	return PX_ADD_SUITE("zpp", {"INT8 block: DeepSpeed's rounding and scale", test_int8_block},
@@ -408,10 +493,13 @@ int test_zpp_register(void)
 			    {"qwZ groups as DeepSpeed's quantizer", test_qwz_groups},
 			    {"simulator: qwZ scales by hand", test_sim_qwz_scales},
 			    {"simulator: hpZ secondary and quantized gathers", test_sim_hpz},
+			    {"simulator: hpZ with the parameters on the host", test_sim_hpz_offload},
 			    {"simulator: qgZ all-to-alls, one node reduce-scatters", test_sim_qgz},
 			    {"run: losses against plain stage 3", test_run_losses, PX_RELEASE_RUN},
 			    {"run: measured equals predicted, hand counts", test_run_measured, PX_RELEASE_RUN},
 			    {"run: with tensor parallelism, fp32 and bf16", test_run_with_tp, PX_RELEASE_RUN},
 			    {"run: ZeRO++ refusals", test_run_refuses, PX_RELEASE_RUN},
-			    {"run: with the optimizer offloaded", test_run_offload, PX_RELEASE_RUN});
+			    {"run: with the optimizer offloaded", test_run_offload, PX_RELEASE_RUN},
+			    {"run: with the parameters offloaded", test_run_param_offload,
+			     PX_RELEASE_RUN});
 }
