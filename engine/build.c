@@ -381,10 +381,16 @@ static void flush_bucket(Builder *b, Bucket *k)
 			      k->buf, k->offset), k->plan_bucket, k->part_off, mine);
 	}
 	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
+		/* stage 3 adds it on the device, into a copy of the host partition's slice there
+		 * (stage3.py partition_grads: grad_buffer.to(device), kept in its list until the
+		 * bucket is done), and copies the sum back */
+		int dev = p->stage == 3 ? alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_OFFLOAD_GRAD_COPY,
+						k->unit, (double)mine * p->grad_bytes) : -1;
 		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)mine * p->grad_bytes, k->buf,
 				      k->offset, k->elems));
 		if (!b->oom && k->part_off >= 0)
 			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
+		release(b, &dev);
 	}
 	for (int i = 0; i < k->n_bufs; i++)
 		release(b, &k->bufs[i]);

@@ -401,7 +401,8 @@ const char *buf_name(BufWhat w)
 		"pipe_output", "pipe_grad", "pipe_input_grad", "sp_grads", "attention_scores",
 		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
 		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
-		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads"};
+		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
+		"offload_grad_copy"};
 	return NAME_OF(n, w);
 }
 

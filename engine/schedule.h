@@ -120,6 +120,10 @@ typedef enum {
 	BUF_ACCUM_GRADS,   /* accumulated_grads_in_cpu (gradient accumulation over more than one
 			      micro-batch): the partition's gradients in the model's dtype on the
 			      host, summed micro-batch by micro-batch before their fp32 copy */
+	BUF_OFFLOAD_GRAD_COPY, /* ZeRO-3 with the optimizer offloaded: the device's copy of a
+				  bucket's slice of the host gradient partition, in which the reduced
+				  gradients are added before it goes back (stage3.py partition_grads:
+				  grad_buffer.to(device)), held until the bucket is partitioned */
 	N_BUFS
 } BufWhat;
 

@@ -372,6 +372,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_OFFLOAD_CPU_TEMP: zero(r, op->buf); break; /* torch.zeros: written, not used */
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
+	case BUF_OFFLOAD_GRAD_COPY: r->id_grad_copy = op->buf; break;
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
@@ -406,6 +407,8 @@ static void do_free(Runner *r, int id)
 		r->id_flat = -1;
 	if (id == r->id_egrads)
 		r->id_egrads = -1;
+	if (id == r->id_grad_copy)
+		r->id_grad_copy = -1;
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -912,6 +915,22 @@ static int is_params_copy(const Op *op)
 	       (op->sub == COPY_H2D || op->sub == COPY_D2H);
 }
 
+/* ZeRO-3 under offload: a reduced slice (cnt elements at off in the partition) added to the
+ * host's gradient partition as stage3.py partition_grads does, on the device: the host slice
+ * copied into the schedule's device buffer (grad_buffer.to(device)), the slice added there and
+ * the sum copied back. -1 when the schedule gave no such buffer of that size. */
+static int stage3_accumulate_on_host(Runner *r, long long off, const void *mine, size_t cnt)
+{
+	void *host = at(r->buf[r->id_gradpart], off, r->gdt);
+	int c = r->id_grad_copy;
+	if (c < 0 || !r->buf[c] || r->size[c] < cnt * dt_bytes(r->gdt))
+		return -1;
+	r->cb->convert(r->cx, r->buf[c], r->gdt, host, r->gdt, cnt);
+	add_into(r, r->buf[c], mine, r->gdt, cnt, r->gdt);
+	r->cb->convert(r->cx, host, r->gdt, r->buf[c], r->gdt, cnt);
+	return 0;
+}
+
 static int copy(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;
@@ -923,10 +942,13 @@ static int copy(Runner *r, const Op *op, PxError *err)
 		long long n = experts ? r->n_edp : r->n, rank = experts ? r->edp_rank : r->rank;
 		size_t cnt = (size_t)(op->elems / n);
 		const void *mine = at(r->buf[op->buf], op->offset + rank * (long long)cnt, r->gdt);
-		if (p->stage == 3) /* the host's partition in the accumulation dtype */
-			add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine,
-				 r->gdt, cnt, r->gdt);
-		else if (r->id_accum >= 0)
+		if (p->stage == 3) { /* the host's partition in the accumulation dtype */
+			if (stage3_accumulate_on_host(r, partition_offset(r, op), mine, cnt))
+				return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a reduced slice "
+					       "of %zu elements to the host at ZeRO-3 without a live "
+					       "%s buffer that holds it", (int)(op - r->s->ops), cnt,
+					       buf_name(BUF_OFFLOAD_GRAD_COPY));
+		} else if (r->id_accum >= 0)
 			accumulate_on_host(r, partition_offset(r, op), mine, (long long)cnt);
 		else
 			add_into(r, (float *)r->buf[r->id_grad32] + partition_offset(r, op), mine,
@@ -1503,7 +1525,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;
-	r->id_accum = r->id_gpu_temp = -1;
+	r->id_accum = r->id_gpu_temp = r->id_grad_copy = -1;
 	r->id_flat = -1;
 	r->id_step_temp = -1;
 	if (r->lamb && runner_lamb_create(r, err))

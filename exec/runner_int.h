@@ -117,6 +117,8 @@ struct Runner {
 	int id_accum, id_gpu_temp; /* ZeRO 1-2 under offload: the host's accumulated gradients
 				      (BUF_ACCUM_GRADS) and the device's temporary buffer
 				      (BUF_OFFLOAD_GPU_TEMP), else -1 */
+	int id_grad_copy;       /* ZeRO-3 under offload: the device's copy of a reduced slice's
+				   host gradients (BUF_OFFLOAD_GRAD_COPY) while it lives, else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a

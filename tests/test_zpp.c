@@ -232,6 +232,43 @@ static void test_sim_hpz_offload(void)
 			       "offload_param.device \"nvme\"");
 }
 
+/* ZeRO-3 with the optimizer on the host adds each reduced slice to the host's gradient partition
+ * on the device (stage3.py partition_grads: grad_buffer.to(device), add_, copy_ back): a device
+ * buffer of the slice in the accumulation dtype (bf16 here) lives around each copy to the host.
+ * Plain stage 3 on the 4 ranks: per micro-batch the two blocks' slices (49600 / 4 x 2 = 24800
+ * bytes each), the embedding's with the tied head's gradients summed in (12288 / 4 x 2 = 6144)
+ * and the persistent tensors' (896 / 4 x 2 = 448): each buffer the size of the copy it serves,
+ * allocated just before it and freed just after. */
+static void test_sim_offload_grad_copy(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (zpp_scenario(NO_QWZ " " NO_HPZ " " NO_QGZ " " ZQ "offload_optimizer.device=cpu", &sc,
+			 &pr)) {
+		CU_FAIL("load");
+		return;
+	}
+	const Schedule *s = &pr.stages[0].sched;
+	int n[3] = {0}; /* 24800, 6144, 448 */
+	for (int i = 0; i + 2 < s->n; i++) {
+		const Op *a = &s->ops[i];
+		if (a->kind != OP_ALLOC || a->what != BUF_OFFLOAD_GRAD_COPY)
+			continue;
+		CU_ASSERT_EQUAL(a->place, PLACE_GPU);
+		const Op *c = &s->ops[i + 1], *f = &s->ops[i + 2];
+		CU_ASSERT(c->kind == OP_COPY && c->sub == COPY_D2H && c->role == ROLE_GRAD_REDUCE);
+		CU_ASSERT_EQUAL(c->bytes, a->bytes);
+		CU_ASSERT(f->kind == OP_FREE && f->buf == a->buf);
+		n[0] += a->bytes == 24800, n[1] += a->bytes == 6144, n[2] += a->bytes == 448;
+		CU_ASSERT(a->bytes == 24800 || a->bytes == 6144 || a->bytes == 448);
+	}
+	CU_ASSERT_EQUAL(n[0], 2);
+	CU_ASSERT_EQUAL(n[1], 1);
+	CU_ASSERT_EQUAL(n[2], 1);
+	predict_free(&pr);
+	scenario_free(&sc);
+}
+
 /* qgZ on 2 nodes of 2: per reduction of E elements (slices of c = E/4, in groups of C = 64) an
  * all-to-all in the node of E/2 bytes + 4 x ceil(c/64) scales, and one across nodes of E/4 bytes
  * + 2 x ceil(c/64). Embedding E 12288 (c 3072, 48 groups): 6144 + 768 and 3072 + 384; a block
@@ -494,6 +531,7 @@ int test_zpp_register(void)
 			    {"simulator: qwZ scales by hand", test_sim_qwz_scales},
 			    {"simulator: hpZ secondary and quantized gathers", test_sim_hpz},
 			    {"simulator: hpZ with the parameters on the host", test_sim_hpz_offload},
+			    {"simulator: ZeRO-3 offload's device copy of each slice", test_sim_offload_grad_copy},
 			    {"simulator: qgZ all-to-alls, one node reduce-scatters", test_sim_qgz},
 			    {"run: losses against plain stage 3", test_run_losses, PX_RELEASE_RUN},
 			    {"run: measured equals predicted, hand counts", test_run_measured, PX_RELEASE_RUN},
