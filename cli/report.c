@@ -82,7 +82,8 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		offload_device_name(z->offload_optimizer.device),
 		offload_device_name(z->offload_param.device), p->reduce_bucket_elems,
 		p->allgather_bucket_elems, z->overlap_comm ? "on" : "off",
-		z->contiguous_gradients ? "on" : "off");
+		z->contiguous_gradients ? "on" : p->contiguous_grads ? "on (the optimizer's offload "
+		"turns it on)" : "off");
 	if (z->stage == 3)
 		fprintf(f, "# stage 3    prefetch %.3g, persistence threshold %.3g, max live %.3g "
 			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,

@@ -228,7 +228,7 @@ static void setup(Builder *b)
 		double big = (double)st->max_tensor * p->param_bytes;
 		alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_OFFLOAD_GPU_TEMP, -1, big);
 		alloc(b, PLACE_CPU, CAT_BUFFERS, BUF_OFFLOAD_CPU_TEMP, -1, big);
-		if (p->m > 1 && z->contiguous_gradients)
+		if (p->m > 1 && p->contiguous_grads)
 			alloc(b, PLACE_CPU, CAT_GRADS, BUF_ACCUM_GRADS, -1, part * p->param_bytes);
 	}
 	if (p->opt_place == PLACE_NVME) /* the gradients' swap files beside the states' */
@@ -352,7 +352,7 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
 static CollKind zero_reduce_kind(const Plan *p)
 {
 	const DsZero *z = &p->sc->ds.zero;
-	int contiguous = z->contiguous_gradients || p->stage == 1;
+	int contiguous = p->contiguous_grads || p->stage == 1;
 	int rs = p->stage == 3 ? z->reduce_scatter || !contiguous : z->reduce_scatter && contiguous;
 	return rs ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
 }
@@ -519,7 +519,7 @@ static void unit_grads(Builder *b, int u, int egrads)
 				     (double)(p->stage == 3 ? p->units[0].own_gather :
 							      ceil_div(model_tied_elems(m), p->par.tp)) *
 					     p->grad_bytes);
-	if (!p->sc->ds.zero.contiguous_gradients && up->local_dense > 0)
+	if (!p->contiguous_grads && up->local_dense > 0)
 		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
 				      (double)up->local_dense * p->grad_bytes));
 	long long eoff = b->expert_start[u] + up->local_expert;
@@ -762,7 +762,7 @@ static void alloc_buckets(Builder *b)
 	const DsZero *z = &p->sc->ds.zero;
 	b->n_buckets = b->cur_bucket = 0;
 	b->buckets[0] = b->buckets[1] = -1;
-	if (p->stage < 2 || !z->contiguous_gradients)
+	if (p->stage < 2 || !p->contiguous_grads)
 		return;
 	double bytes = (double)bucket_buffer_elems(p, b->stage) * p->grad_bytes;
 	for (int i = 0; i < (z->overlap_comm ? 2 : 1); i++)

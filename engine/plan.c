@@ -528,6 +528,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->opt_impl = ds->opt_impl == OPT_IMPL_FOREACH && p->opt_place != PLACE_GPU ?
 			      OPT_IMPL_FOR_LOOP : ds->opt_impl;
 	p->param_place = offload_place(ds->zero.offload_param.device);
+	p->contiguous_grads = ds->zero.contiguous_gradients ||
+			      (p->stage >= 1 && p->stage <= 2 && p->opt_place != PLACE_GPU);
 	if (p->hpz > 1 && p->stage == 3 && p->param_place == PLACE_NVME)
 		/* partition_parameters.py _partition_param_sec: torch.empty(..., device=
 		 * self.remote_device), which is offload_param.device */

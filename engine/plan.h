@@ -99,6 +99,10 @@ typedef struct Plan {
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),
 				      but torch's foreach loops off the GPU, where torch takes it
 				      only for CUDA tensors (optimizer.py _default_to_fused_or_foreach) */
+	int contiguous_grads;      /* gradients gathered into contiguous buffers for their
+				      reduction: zero_optimization.contiguous_gradients, which
+				      stage 1-2's optimizer offload turns on (stage_1_and_2.py:
+				      contiguous_gradients or cpu_offload) */
 	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device (stage 2-3, or stage
 				      1 but for bf16 with fp32 accumulation, which engine.py gives
 				      BF16_Optimizer): its step copies the gradients it updates into

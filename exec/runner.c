@@ -59,7 +59,7 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if ((why = runner_nvme_supported(p)))
 		;
-	else if (!ds->zero.contiguous_gradients && p->stage >= 2)
+	else if (!p->contiguous_grads && p->stage >= 2)
 		why = "contiguous_gradients on at ZeRO stage 2-3 (each unit's own gradient buffers, "
 		      "reduced apart, are not run)";
 	else if (p->ckpt_place != PLACE_GPU && sc->backend != BACKEND_CPU)
@@ -1464,7 +1464,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	const DsZero *z = &p->sc->ds.zero;
 	r->predivide = r->cb->scale && !p->qgz && p->dp > 1 &&
 		       (p->stage == 3 ||
-			(p->stage >= 1 && !(z->contiguous_gradients && !z->reduce_scatter)));
+			(p->stage >= 1 && !(p->contiguous_grads && !z->reduce_scatter)));
 	if (!cb) {
 		ComputeShape shape = runner_shape(p, 0);
 		if (r->cb->create(&shape, &r->cx, err))

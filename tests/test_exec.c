@@ -105,7 +105,8 @@ static void test_trajectories_bf16(void)
  * accumulated_grads_in_cpu, the parameters'; stage3.py grad_partitions_flat_buffer, the
  * accumulation dtype), both bf16 here, as the device's partition does, before the fp32 copy the
  * update reads; an accumulation in fp32 on the host (as this executor had it) differs from step
- * 2 on. */
+ * 2 on. With contiguous_gradients false, stage 2 under offload runs as with it on (DeepSpeed turns
+ * it on): the same losses to the bit. */
 static void test_offload_trajectories(void)
 {
 	enum { STEPS = 8 };
@@ -136,6 +137,14 @@ static void test_offload_trajectories(void)
 			for (int s = 0; s < STEPS; s++)
 				CU_ASSERT_EQUAL(got[s], ref[s]);
 		}
+		/* contiguous_gradients false changes nothing at stage 2 under offload, which turns it
+		 * on (stage_1_and_2.py: contiguous_gradients or cpu_offload) */
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 2, STEPS, offload[0], ref), STEPS);
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 2, STEPS, "--set deepspeed.zero_optimization."
+					     "offload_optimizer.device=cpu --set deepspeed."
+					     "zero_optimization.contiguous_gradients=false", got), STEPS);
+		for (int s = 0; s < STEPS; s++)
+			CU_ASSERT_EQUAL(got[s], ref[s]);
 	}
 }
 

@@ -359,6 +359,49 @@ static void test_stage3_offload_grads_by_hand(void)
 	}
 }
 
+/* DeepSpeed's stage 1-2 optimizer turns contiguous gradients on under CPU offload
+ * (stage_1_and_2.py __init__: "CPU-Offload requires contiguous gradients",
+ * self.contiguous_gradients = contiguous_gradients or self.cpu_offload): with the optimizer on the
+ * host, contiguous_gradients false predicts what true does (the reduce buckets, the
+ * reduce-scatters, accumulated_grads_in_cpu), while on the device it still changes the prediction
+ * (each unit's own gradients, all-reduced). The 8e6-parameter model on 4 GPUs at ZeRO-2, 2
+ * micro-batches: on the host 2e6 x 4 B of fp32 gradients and 2e6 x 2 B accumulated. */
+static void test_offload_forces_contiguous(void)
+{
+	static const char *fmt =
+		"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+		" \"gradient_accumulation_steps\": 2, \"fp16\": {\"enabled\": true},"
+		" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 2,"
+		" \"contiguous_gradients\": %s%s}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+	static const char *off = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+	for (int k = 0; k < 2; k++) {
+		Scenario sc[2];
+		Prediction pr[2];
+		if (fx_predictf(&sc[0], &pr[0], fmt, "true", k ? off : ""))
+			return;
+		if (fx_predictf(&sc[1], &pr[1], fmt, "false", k ? off : "")) {
+			fx_free(&sc[0], &pr[0]);
+			return;
+		}
+		const StagePrediction *a = &pr[0].stages[0], *b = &pr[1].stages[0];
+		int same = a->traffic.payload_bytes[COLL_REDUCE_SCATTER] ==
+				   b->traffic.payload_bytes[COLL_REDUCE_SCATTER] &&
+			   a->traffic.payload_bytes[COLL_ALL_REDUCE] ==
+				   b->traffic.payload_bytes[COLL_ALL_REDUCE];
+		for (int pl = 0; pl < N_PLACES; pl++)
+			same = same && a->mem.place[pl].peak_bytes == b->mem.place[pl].peak_bytes;
+		CU_ASSERT_EQUAL(same, k); /* on the device the setting still matters */
+		CU_ASSERT_EQUAL(pr[1].plan.contiguous_grads, k);
+		if (k) /* the host's fp32 gradients and accumulated_grads_in_cpu: the 2e6-element
+			* partition in fp32 and fp16 */
+			CU_ASSERT_DOUBLE_EQUAL(b->mem.place[PLACE_CPU].at_peak[CAT_GRADS], 12e6, 0);
+		fx_free(&sc[0], &pr[0]);
+		fx_free(&sc[1], &pr[1]);
+	}
+}
+
 /* ZeRO-Infinity's parameters on NVMe keep part of the partition in host memory: DeepSpeed
  * allocates a pinned flat of min(partition, offload_param.max_in_cpu) elements and puts the
  * partition's sub-groups in it while they fit whole; the rest stays on NVMe, is read at every
@@ -530,6 +573,8 @@ int test_zero_register(void)
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
 			     test_stage3_offload_grads_by_hand},
+			    {"stage 1-2 offload turns contiguous gradients on",
+			     test_offload_forces_contiguous},
 			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
 			     test_param_nvme_host_flat},
 			    {"predict's memory table: an NVMe column where there is NVMe",
