@@ -42,6 +42,8 @@ typedef struct Builder {
 	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
+	int own_grads;          /* ZeRO 2-3 without contiguous gradients: the unit now in backward's
+				   own gradient buffer (its .grad tensors), -1 when none */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
 	int id_gradpart;        /* stage 2-3's gradient partition (at 3 under offload the host's),
 				   -1 when none */
@@ -375,6 +377,17 @@ static void flush_bucket(Builder *b, Bucket *k)
 		slice(b, quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_XNODE, k->unit,
 				   ceil_div(k->elems, g), 4, nodes * per_slice, k->buf, k->offset),
 		      k->plan_bucket, k->part_off, mine);
+	} else if (k->buf < 0 && p->stage == 2 && k->plan_bucket >= 0 &&
+		   p->spans[k->group].n > 1) {
+		/* without contiguous gradients (stage_1_and_2.py buffered_reduce_fallback): the
+		 * units' gradients flattened into one buffer, all-reduced, this rank's slice kept */
+		int flat = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_FLAT, k->unit,
+				 (double)k->elems * p->grad_bytes);
+		if (!b->oom && flat >= 0)
+			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
+		slice(b, coll(b, zero_reduce_kind(p), ROLE_GRAD_REDUCE, k->group, k->unit, k->elems,
+			      p->comm_bytes, flat, 0), k->plan_bucket, k->part_off, mine);
+		release(b, &flat);
 	} else {
 		CollKind kind = zero_reduce_kind(p);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
@@ -444,11 +457,18 @@ static int next_bucket(Builder *b)
 	return id;
 }
 
+/* Stage 2-3 on one data-parallel rank with the optimizer on the device: nothing reduces or
+ * copies the gradients, which go straight into the partition. */
+static int grads_direct(const Plan *p)
+{
+	return p->spans[GROUP_DP].n <= 1 && p->opt_place == PLACE_GPU;
+}
+
 /* Where unit u's backward writes its dense gradients (sched_grads_to): stage 0-1 the full
  * gradients at its place in the flat; stage 2-3 the contiguous buffer the next reduction reads
  * (the bucket in turn), at its place in the bucket; or, when nothing reduces or copies them (one
- * rank, the optimizer on the device), straight into the gradient partition. None without
- * contiguous gradients (each unit's own buffer, allocated after its backward). */
+ * rank, the optimizer on the device), straight into the gradient partition. Without contiguous
+ * gradients, the unit's own buffer (allocated before its backward: autograd's .grad tensors). */
 static void grads_dest(Builder *b, int u, int *buf, long long *off)
 {
 	const Plan *p = b->p;
@@ -458,9 +478,12 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 		*buf = b->id_grads, *off = up->flat_off;
 		return;
 	}
-	int direct = p->spans[GROUP_DP].n <= 1 && p->opt_place == PLACE_GPU;
-	if (direct) {
+	if (grads_direct(p)) {
 		*buf = b->id_gradpart, *off = p->stage == 2 ? up->flat_off : up->part_off;
+		return;
+	}
+	if (b->own_grads >= 0) { /* without contiguous gradients: the unit's own buffer */
+		*buf = b->own_grads;
 		return;
 	}
 	if (b->n_buckets == 0)
@@ -515,13 +538,12 @@ static void unit_grads(Builder *b, int u, int egrads)
 		return; /* stage 0-1 accumulate into the full gradient buffer */
 	if (u == p->n_units - 1 && model_tied_elems(m) && p->par.pp == 1)
 		/* the head's gradient of the tied embedding waits for the embedding's own */
-		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
+		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_TIED_GRADS, u,
 				     (double)(p->stage == 3 ? p->units[0].own_gather :
 							      ceil_div(model_tied_elems(m), p->par.tp)) *
 					     p->grad_bytes);
-	if (!p->contiguous_grads && up->local_dense > 0)
-		hold(&b->dense, alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				      (double)up->local_dense * p->grad_bytes));
+	hold(&b->dense, b->own_grads); /* released by the reduction that reads it */
+	b->own_grads = -1;
 	long long eoff = b->expert_start[u] + up->local_expert;
 	for (int i = up->n_tensors - 1; p->stage == 3 && i >= 0; i--)
 		if (up->tensor_expert[i])
@@ -711,6 +733,9 @@ static void backward_unit(Builder *b, int slot, int u)
 	int egrads = expert_grads_held(p, u) ?
 		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
 		      (double)up->local_expert * p->grad_bytes) : -1;
+	if (p->stage >= 2 && !p->contiguous_grads && !grads_direct(p) && up->local_dense > 0)
+		b->own_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
+				     (double)up->local_dense * p->grad_bytes);
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) {
 		int gbuf;
@@ -1231,7 +1256,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->stage = stage;
 	b->m = m;
 	b->s = s;
-	b->tied_grad = -1;
+	b->tied_grad = b->own_grads = -1;
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;

@@ -402,7 +402,7 @@ const char *buf_name(BufWhat w)
 		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
 		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
-		"offload_grad_copy"};
+		"offload_grad_copy", "tied_grads", "flattened_bucket"};
 	return NAME_OF(n, w);
 }
 

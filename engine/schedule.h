@@ -124,6 +124,11 @@ typedef enum {
 				  bucket's slice of the host gradient partition, in which the reduced
 				  gradients are added before it goes back (stage3.py partition_grads:
 				  grad_buffer.to(device)), held until the bucket is partitioned */
+	BUF_TIED_GRADS,    /* the head's gradient of the tied token embedding, held from the head's
+			      backward until the embedding's reduction sums it in */
+	BUF_REDUCE_FLAT,   /* ZeRO-2 without contiguous gradients: a bucket's gradients flattened
+			      for their all-reduce (stage_1_and_2.py allreduce_bucket:
+			      self.flatten(bucket)); its slice names the bucket */
 	N_BUFS
 } BufWhat;
 

@@ -59,9 +59,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if ((why = runner_nvme_supported(p)))
 		;
-	else if (!p->contiguous_grads && p->stage >= 2)
-		why = "contiguous_gradients on at ZeRO stage 2-3 (each unit's own gradient buffers, "
-		      "reduced apart, are not run)";
+	else if (!p->contiguous_grads && p->stage == 3)
+		why = "contiguous_gradients on at ZeRO stage 3 (reduce_scatter_coalesced over each "
+		      "unit's own gradients is not run)";
 	else if (p->ckpt_place != PLACE_GPU && sc->backend != BACKEND_CPU)
 		why = "cpu_checkpointing on backend \"cpu\" only (its kernels write the checkpoint "
 		      "where it is kept)";
@@ -320,6 +320,32 @@ static int runtime_alloc(Runner *r, const Op *op)
 	return bytes >= 0;
 }
 
+static void head_grads(Runner *r, int tied_id);
+
+/* ZeRO-2 without contiguous gradients (stage_1_and_2.py allreduce_bucket's flatten): the
+ * bucket's units' gradients, each from its own buffer, into the flat at their places in the
+ * bucket (the plan's offsets, as in a contiguous bucket); the padding zero. */
+static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxError *err)
+{
+	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
+	if (!sl || sl->bucket < 0 || sl->bucket >= r->st->n_buckets)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s names no bucket",
+			       buf_name(op->what));
+	const BucketPlan *k = &r->st->buckets[sl->bucket];
+	long long cap = (long long)(bytes / dt_bytes(r->gdt));
+	r->cb->zero(r->cx, op->place, flat, bytes);
+	for (int u = k->u_lo; u <= k->u_hi; u++) {
+		long long at_u = r->p->units[u].flat_off - k->flat_off, n = (long long)unit_dense(r, u);
+		int g = r->u_grads[u];
+		if (g < 0 || at_u < 0 || at_u + n > cap)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s for bucket %d: "
+				       "unit %d's %lld gradients %s", buf_name(op->what), sl->bucket, u,
+				       n, g < 0 ? "are in no live buffer" : "fall outside it");
+		r->cb->convert(r->cx, at(flat, at_u, r->gdt), r->gdt, r->buf[g], r->gdt, (size_t)n);
+	}
+	return 0;
+}
+
 static int do_alloc(Runner *r, const Op *op, PxError *err)
 {
 	if (runtime_alloc(r, op))
@@ -373,6 +399,9 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_SCORES: r->cb->set_scores(r->cx, ptr), r->id_scores = op->buf; break;
 	case BUF_EXPERT_GRADS: r->id_egrads = op->buf; break;
 	case BUF_OFFLOAD_GRAD_COPY: r->id_grad_copy = op->buf; break;
+	case BUF_TIED_GRADS: r->id_tied = op->buf, head_grads(r, op->buf); break;
+	case BUF_UNIT_GRADS: r->u_grads[u] = op->buf; break;
+	case BUF_REDUCE_FLAT: return flatten_bucket(r, op, ptr, bytes, err);
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
@@ -409,6 +438,8 @@ static void do_free(Runner *r, int id)
 		r->id_egrads = -1;
 	if (id == r->id_grad_copy)
 		r->id_grad_copy = -1;
+	if (a->what == BUF_UNIT_GRADS && a->unit >= 0)
+		r->u_grads[a->unit] = -1;
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -1165,13 +1196,7 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 		return -1;
 	switch (op->kind) {
 	case OP_ALLOC:
-		if (do_alloc(r, op, err))
-			return -1;
-		if (op->what == BUF_UNIT_GRADS && op->unit == r->head) {
-			r->id_tied = op->buf;
-			head_grads(r, op->buf);
-		}
-		return 0;
+		return do_alloc(r, op, err);
 	case OP_FREE:
 		if (op->buf == r->id_tied)
 			r->id_tied = -1;
@@ -1499,7 +1524,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
 	r->cap_bufs = s->n_bufs;
-	size_t n_ids = (size_t)n * (4 + 2 * (size_t)r->slots);
+	size_t n_ids = (size_t)n * (5 + 2 * (size_t)r->slots);
 	int *ids = malloc(n_ids * sizeof(int));
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
@@ -1521,7 +1546,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (runner_norm_ranges(r)) /* after layout(): stage 3's persistent offsets */
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_gathered = ids + 2 * n, r->u_loaded = ids + 3 * n;
-	r->u_act = ids + 4 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
+	r->u_grads = ids + 4 * n;
+	r->u_act = ids + 5 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;

@@ -120,6 +120,8 @@ struct Runner {
 	int id_grad_copy;       /* ZeRO-3 under offload: the device's copy of a reduced slice's
 				   host gradients (BUF_OFFLOAD_GRAD_COPY) while it lives, else -1 */
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
+	int *u_grads;           /* ZeRO-2 without contiguous gradients: each unit's own gradient
+				   buffer (BUF_UNIT_GRADS) while it lives, else -1 */
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
 				   contiguous gradient buffer whose reduction has been consumed) */

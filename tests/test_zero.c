@@ -402,6 +402,61 @@ static void test_offload_forces_contiguous(void)
 	}
 }
 
+/* ZeRO-2 without contiguous gradients (stage_1_and_2.py: autograd's .grad tensors, then
+ * buffered_reduce_fallback's allreduce_bucket: flatten, all-reduce, copy back): on the test GPT
+ * (PSI = 112,384: the embedding 12,288, two blocks of 49,984, the final norm 128) in bf16 on
+ * the H100 node's 8 GPUs: train batch 16 = micro 2 x 1 micro-batch x dp 8. Each unit's gradient
+ * buffer is allocated before its backward, which writes into it; each bucket's flattened buffer
+ * holds its padded elements (every unit's count divides by 8, so no padding) and is allocated
+ * just before its all-reduce over the data-parallel group and freed just after: the flats add up
+ * to the model, 112,384 x 2 = 224,768 B, and so do the all-reduces' payloads. */
+static void test_stage2_noncontiguous_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	char base[2048], json[2100];
+	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc", "true", 2);
+	const char *at = strstr(base, "\"reduce_bucket_size\"");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
+		 base, at);
+	if (fx_predict(&sc, &pr, json))
+		return;
+	CU_ASSERT(pr.plan.dp == 8 && pr.plan.m == 1);
+	const Schedule *s = &pr.stages[0].sched;
+	double flats = 0, reduced = 0;
+	int loop = 0, own = 0, wrote = 0;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		loop += op->kind == OP_LOOP ? 1 : op->kind == OP_END_LOOP ? -1 : 0;
+		if (op->kind == OP_ALLOC && op->what == BUF_UNIT_GRADS) {
+			own++;
+			for (int j = i + 1; j < s->n; j++) /* its unit's backward writes it */
+				if (s->ops[j].kind == OP_COMPUTE && s->ops[j].sub == COMP_BWD) {
+					wrote += s->ops[j].unit == op->unit && s->ops[j].buf == op->buf;
+					break;
+				}
+		}
+		if (op->kind != OP_ALLOC || op->what != BUF_REDUCE_FLAT)
+			continue;
+		CU_ASSERT(loop == 1 && i + 2 < s->n);
+		const Op *c = &s->ops[i + 1], *f = &s->ops[i + 2];
+		CU_ASSERT(c->kind == OP_COLL && c->sub == COLL_ALL_REDUCE && c->group == GROUP_DP &&
+			  c->buf == op->buf && c->offset == 0 && c->elems * 2 == op->bytes);
+		CU_ASSERT(f->kind == OP_FREE && f->buf == op->buf);
+		flats += op->bytes;
+		reduced += c->bytes;
+	}
+	CU_ASSERT_EQUAL(own, 4); /* the embedding, two blocks, the head */
+	CU_ASSERT_EQUAL(wrote, 4);
+	CU_ASSERT_DOUBLE_EQUAL(flats, 224768, 0);
+	CU_ASSERT_DOUBLE_EQUAL(reduced, 224768, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 0, 0);
+	/* and the gradient norm's one fp32 value */
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_REDUCE], 224768 + 4, 0);
+	fx_free(&sc, &pr);
+}
+
 /* ZeRO-Infinity's parameters on NVMe keep part of the partition in host memory: DeepSpeed
  * allocates a pinned flat of min(partition, offload_param.max_in_cpu) elements and puts the
  * partition's sub-groups in it while they fit whole; the rest stays on NVMe, is read at every
@@ -573,6 +628,8 @@ int test_zero_register(void)
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
 			     test_stage3_offload_grads_by_hand},
+			    {"stage 2 without contiguous gradients, by hand",
+			     test_stage2_noncontiguous_by_hand},
 			    {"stage 1-2 offload turns contiguous gradients on",
 			     test_offload_forces_contiguous},
 			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
