@@ -8,8 +8,6 @@
 #include "optim.h"
 #include "pipeline.h"
 
-#define MAX_PENDING 64
-
 /* Gradients waiting in a bucket for their reduction (stage 2-3): dense over dp, experts over edp. */
 typedef struct Bucket {
 	CommGroup group;
@@ -19,7 +17,8 @@ typedef struct Bucket {
 	long long part_off;            /* this rank's slice in its partition (SchedSlice), -1: none
 					  stated */
 	int buf;                       /* the buffer the reduction reads, -1 for none */
-	int bufs[MAX_PENDING], n_bufs; /* unit gradients the reduction releases */
+	int *bufs, n_bufs, cap_bufs;   /* unit gradients the reduction releases (a ZeRO-2 bucket
+					  without contiguous gradients: each of its units') */
 } Bucket;
 
 typedef struct Builder {
@@ -426,10 +425,21 @@ static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offs
 	k->part_off = -1;
 }
 
-static void hold(Bucket *k, int id)
+static void hold(Builder *b, Bucket *k, int id)
 {
-	if (id >= 0 && k->n_bufs < MAX_PENDING)
-		k->bufs[k->n_bufs++] = id;
+	if (id < 0)
+		return;
+	if (k->n_bufs == k->cap_bufs) {
+		int cap = k->cap_bufs ? 2 * k->cap_bufs : 16;
+		int *grown = realloc(k->bufs, (size_t)cap * sizeof(*grown));
+		if (!grown) {
+			b->oom = 1;
+			return;
+		}
+		k->bufs = grown;
+		k->cap_bufs = cap;
+	}
+	k->bufs[k->n_bufs++] = id;
 }
 
 /* A dense reduction of gradients held in buffer buf from element offset: a bucket of whole units
@@ -524,7 +534,7 @@ static void reduce_experts(Builder *b, int u, int egrads)
 	k->part_off = expert_part_off(b, u);
 	k->buf = egrads;
 	k->offset = 0;
-	hold(k, egrads);
+	hold(b, k, egrads);
 	flush_bucket(b, k);
 }
 
@@ -542,7 +552,7 @@ static void unit_grads(Builder *b, int u, int egrads)
 				     (double)(p->stage == 3 ? p->units[0].own_gather :
 							      ceil_div(model_tied_elems(m), p->par.tp)) *
 					     p->grad_bytes);
-	hold(&b->dense, b->own_grads); /* released by the reduction that reads it */
+	hold(b, &b->dense, b->own_grads); /* released by the reduction that reads it */
 	b->own_grads = -1;
 	long long eoff = b->expert_start[u] + up->local_expert;
 	for (int i = up->n_tensors - 1; p->stage == 3 && i >= 0; i--)
@@ -551,7 +561,7 @@ static void unit_grads(Builder *b, int u, int egrads)
 	if (egrads >= 0)
 		reduce_experts(b, u, egrads);
 	if (u == 0 && b->tied_grad >= 0) {
-		hold(&b->dense, b->tied_grad);
+		hold(b, &b->dense, b->tied_grad);
 		b->tied_grad = -1;
 	}
 	if (p->stage == 3) { /* held gradients (the tied head's) are summed into the reduction */
@@ -1304,6 +1314,8 @@ static void builder_free(Builder *b)
 	free(b->pipe_out);
 	free(b->expert_start);
 	free(b->bucket_of);
+	free(b->dense.bufs);
+	free(b->expert.bufs);
 }
 
 static long long stage_units(const Plan *p, int stage)

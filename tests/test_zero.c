@@ -457,6 +457,46 @@ static void test_stage2_noncontiguous_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
+/* A bucket of many units without contiguous gradients: a 100-block GPT-2 (n_embd 256, 0.8e6
+ * parameters a block, 8e7 in all) fits DeepSpeed's default reduce_bucket_size of 5e8 in one
+ * bucket of all 102 units (the embedding, the blocks, the head), whose own gradient buffers wait
+ * for that one reduction. Each is freed by it: 102 allocations and 102 frees in the micro-batch
+ * body, over 2 micro-batches (the builder once kept 64 and leaked the rest, which refused the
+ * schedule as unbalanced). */
+static void test_stage2_noncontiguous_many_units(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predict(&sc, &pr,
+		       "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_layer\": 100,"
+		       " \"n_head\": 4, \"n_positions\": 128, \"vocab_size\": 1000},"
+		       " \"deepspeed\": {\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 4,"
+		       " \"bf16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"AdamW\"},"
+		       " \"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}},"
+		       " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
+		       " \"seq_length\": 128}"))
+		return;
+	CU_ASSERT_EQUAL(pr.plan.m, 2);
+	CU_ASSERT_EQUAL(pr.plan.stages[0].n_buckets, 1);
+	const Schedule *s = &pr.stages[0].sched;
+	int loop = 0, allocs = 0, frees = 0, own[2048] = {0};
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		loop += op->kind == OP_LOOP ? 1 : op->kind == OP_END_LOOP ? -1 : 0;
+		if (op->kind == OP_ALLOC && op->what == BUF_UNIT_GRADS && op->buf < 2048) {
+			allocs += loop == 1;
+			own[op->buf] = 1;
+		}
+		if (op->kind == OP_FREE && op->buf >= 0 && op->buf < 2048 && own[op->buf]) {
+			frees += loop == 1;
+			own[op->buf] = 0;
+		}
+	}
+	CU_ASSERT_EQUAL(allocs, 102);
+	CU_ASSERT_EQUAL(frees, 102);
+	fx_free(&sc, &pr);
+}
+
 /* ZeRO-Infinity's parameters on NVMe keep part of the partition in host memory: DeepSpeed
  * allocates a pinned flat of min(partition, offload_param.max_in_cpu) elements and puts the
  * partition's sub-groups in it while they fit whole; the rest stays on NVMe, is read at every
@@ -630,6 +670,8 @@ int test_zero_register(void)
 			     test_stage3_offload_grads_by_hand},
 			    {"stage 2 without contiguous gradients, by hand",
 			     test_stage2_noncontiguous_by_hand},
+			    {"stage 2 without contiguous gradients, 102 units a bucket",
+			     test_stage2_noncontiguous_many_units},
 			    {"stage 1-2 offload turns contiguous gradients on",
 			     test_offload_forces_contiguous},
 			    {"parameters on NVMe: the host flat of max_in_cpu, by hand",
