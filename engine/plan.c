@@ -530,6 +530,17 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	p->param_place = offload_place(ds->zero.offload_param.device);
 	p->contiguous_grads = ds->zero.contiguous_gradients ||
 			      (p->stage >= 1 && p->stage <= 2 && p->opt_place != PLACE_GPU);
+	/* stage_1_and_2.py _configure_moe_settings, for DeepSpeed's MoE layers */
+	if (m->ds_gate && p->stage == 2 && !p->contiguous_grads)
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.zero_optimization.contiguous_gradients "
+			       "= false at stage 2 with DeepSpeed's MoE layers: DeepSpeed refuses "
+			       "(\"Contiguous Gradients in ZeRO Stage 2 must be set to True for MoE\"); "
+			       "set it true", sc->path);
+	if (m->ds_gate && p->stage >= 1 && p->stage <= 2 && !ds->zero.reduce_scatter)
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.zero_optimization.reduce_scatter = "
+			       "false at stage %d with DeepSpeed's MoE layers: DeepSpeed refuses "
+			       "(\"Reduce Scatter in ZeRO Stage 2 must be set to True for MoE\"); set "
+			       "it true", sc->path, p->stage);
 	if (p->hpz > 1 && p->stage == 3 && p->param_place == PLACE_NVME)
 		/* partition_parameters.py _partition_param_sec: torch.empty(..., device=
 		 * self.remote_device), which is offload_param.device */

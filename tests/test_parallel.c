@@ -454,6 +454,12 @@ static void test_refusals(void)
 	 * supported with Stage 3" */
 	expect_refused("{\"ep\": 2}", "{\"stage\": 3}",
 		       "deepspeed.zero_optimization.stage = 3 with DeepSpeed's MoE layers");
+	/* and at stage 1-2, stage_1_and_2.py _configure_moe_settings asserts contiguous gradients
+	 * (stage 2) and reduce_scatter (either stage) */
+	expect_refused("{\"ep\": 2}", "{\"stage\": 2, \"contiguous_gradients\": false}",
+		       "contiguous_gradients = false at stage 2 with DeepSpeed's MoE layers");
+	expect_refused("{\"ep\": 2}", "{\"stage\": 1, \"reduce_scatter\": false}",
+		       "reduce_scatter = false at stage 1 with DeepSpeed's MoE layers");
 }
 
 /* Layers that do not divide over the stages are refused under uniform partitioning (6 layers,
