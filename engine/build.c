@@ -358,12 +358,32 @@ static CollKind zero_reduce_kind(const Plan *p)
 	return rs ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
 }
 
+/* Whether bucket k's reduction reads a flattened copy of its units' own gradient buffers:
+ * without contiguous gradients, the dense reduction of a ZeRO-2 bucket (stage_1_and_2.py
+ * buffered_reduce_fallback: allreduce_bucket flattens them) or of a ZeRO-3 unit
+ * (stage3.py __avg_scatter_grads: reduce_scatter_coalesced concatenates the ranks' pieces). */
+static int flattens(const Builder *b, const Bucket *k)
+{
+	const Plan *p = b->p;
+	return k == &b->dense && k->buf < 0 && !p->contiguous_grads && p->spans[k->group].n > 1 &&
+	       (p->stage == 2 ? k->plan_bucket >= 0 : p->stage == 3 && k->unit >= 0);
+}
+
 static void flush_bucket(Builder *b, Bucket *k)
 {
 	const Plan *p = b->p;
 	if (k->elems == 0)
 		return;
 	long long mine = ceil_div(k->elems, p->spans[k->group].n);
+	int buf = k->buf, flat = -1;
+	long long offset = k->offset;
+	if (flattens(b, k)) { /* its slice states the bucket (stage 2) and this rank's part */
+		flat = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_FLAT, k->unit,
+			     (double)k->elems * p->grad_bytes);
+		if (!b->oom && flat >= 0)
+			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
+		buf = flat, offset = 0;
+	}
 	if (p->qgz && k->group == GROUP_DP && p->spans[GROUP_XNODE].n > 1) {
 		/* qgZ (DeepSpeed runs it only across nodes, else the reduce-scatter): an INT4
 		 * all-to-all inside the node, after which each GPU reduces and holds 1/g of the
@@ -372,25 +392,14 @@ static void flush_bucket(Builder *b, Bucket *k)
 		long long g = p->spans[GROUP_NODE].n, nodes = p->spans[GROUP_XNODE].n;
 		long long per_slice = ceil_div(mine, BUILD_QGZ_GROUP_ELEMS(p));
 		quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_NODE, k->unit, k->elems, 4,
-			  p->spans[GROUP_DP].n * per_slice, k->buf, k->offset);
+			  p->spans[GROUP_DP].n * per_slice, buf, offset);
 		slice(b, quantized(b, COLL_ALL_TO_ALL, ROLE_GRAD_REDUCE, GROUP_XNODE, k->unit,
-				   ceil_div(k->elems, g), 4, nodes * per_slice, k->buf, k->offset),
+				   ceil_div(k->elems, g), 4, nodes * per_slice, buf, offset),
 		      k->plan_bucket, k->part_off, mine);
-	} else if (k->buf < 0 && p->stage == 2 && k->plan_bucket >= 0 &&
-		   p->spans[k->group].n > 1) {
-		/* without contiguous gradients (stage_1_and_2.py buffered_reduce_fallback): the
-		 * units' gradients flattened into one buffer, all-reduced, this rank's slice kept */
-		int flat = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_FLAT, k->unit,
-				 (double)k->elems * p->grad_bytes);
-		if (!b->oom && flat >= 0)
-			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
-		slice(b, coll(b, zero_reduce_kind(p), ROLE_GRAD_REDUCE, k->group, k->unit, k->elems,
-			      p->comm_bytes, flat, 0), k->plan_bucket, k->part_off, mine);
-		release(b, &flat);
 	} else {
 		CollKind kind = zero_reduce_kind(p);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
-			      k->buf, k->offset), k->plan_bucket, k->part_off, mine);
+			      buf, offset), k->plan_bucket, k->part_off, mine);
 	}
 	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
 		/* stage 3 adds it on the device, into a copy of the host partition's slice there
@@ -398,12 +407,13 @@ static void flush_bucket(Builder *b, Bucket *k)
 		 * bucket is done), and copies the sum back */
 		int dev = p->stage == 3 ? alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_OFFLOAD_GRAD_COPY,
 						k->unit, (double)mine * p->grad_bytes) : -1;
-		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)mine * p->grad_bytes, k->buf,
-				      k->offset, k->elems));
+		DO(sched_copy_reduced(b->s, COPY_D2H, k->unit, (double)mine * p->grad_bytes, buf,
+				      offset, k->elems));
 		if (!b->oom && k->part_off >= 0)
 			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
 		release(b, &dev);
 	}
+	release(b, &flat);
 	for (int i = 0; i < k->n_bufs; i++)
 		release(b, &k->bufs[i]);
 	k->n_bufs = 0;
@@ -744,8 +754,11 @@ static void backward_unit(Builder *b, int slot, int u)
 		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
 		      (double)up->local_expert * p->grad_bytes) : -1;
 	if (p->stage >= 2 && !p->contiguous_grads && !grads_direct(p) && up->local_dense > 0)
+		/* at stage 3 at least the unit's flat, padded to the group, in which they are
+		 * laid for the reduction */
 		b->own_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				     (double)up->local_dense * p->grad_bytes);
+				     (double)(p->stage == 3 ? max_ll(up->local_dense, up->own_gather) :
+							      up->local_dense) * p->grad_bytes);
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) {
 		int gbuf;

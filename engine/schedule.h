@@ -126,9 +126,11 @@ typedef enum {
 				  grad_buffer.to(device)), held until the bucket is partitioned */
 	BUF_TIED_GRADS,    /* the head's gradient of the tied token embedding, held from the head's
 			      backward until the embedding's reduction sums it in */
-	BUF_REDUCE_FLAT,   /* ZeRO-2 without contiguous gradients: a bucket's gradients flattened
-			      for their all-reduce (stage_1_and_2.py allreduce_bucket:
-			      self.flatten(bucket)); its slice names the bucket */
+	BUF_REDUCE_FLAT,   /* ZeRO 2-3 without contiguous gradients: a reduction's gradients
+			      flattened from their units' own buffers (stage_1_and_2.py
+			      allreduce_bucket: self.flatten(bucket); stage3.py
+			      reduce_scatter_coalesced's concatenation); its slice names the
+			      bucket (stage 2; -1 at stage 3, where op->unit is the unit) */
 	N_BUFS
 } BufWhat;
 

@@ -59,9 +59,6 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "pipeline parallelism without parameter offload";
 	else if ((why = runner_nvme_supported(p)))
 		;
-	else if (!p->contiguous_grads && p->stage == 3)
-		why = "contiguous_gradients on at ZeRO stage 3 (reduce_scatter_coalesced over each "
-		      "unit's own gradients is not run)";
 	else if (p->ckpt_place != PLACE_GPU && sc->backend != BACKEND_CPU)
 		why = "cpu_checkpointing on backend \"cpu\" only (its kernels write the checkpoint "
 		      "where it is kept)";
@@ -322,18 +319,30 @@ static int runtime_alloc(Runner *r, const Op *op)
 
 static void head_grads(Runner *r, int tied_id);
 
-/* ZeRO-2 without contiguous gradients (stage_1_and_2.py allreduce_bucket's flatten): the
- * bucket's units' gradients, each from its own buffer, into the flat at their places in the
- * bucket (the plan's offsets, as in a contiguous bucket); the padding zero. */
+/* ZeRO 2-3 without contiguous gradients: the reduction's gradients, each unit's from its own
+ * buffer, into the flat; the padding zero. Stage 2 (stage_1_and_2.py allreduce_bucket's
+ * flatten): the bucket's units at their places in it (the plan's offsets, as in a contiguous
+ * bucket). Stage 3: op's unit, whose own buffer holds its flat as the backward laid it
+ * (unit3_store_grads). */
 static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxError *err)
 {
 	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
+	long long cap = (long long)(bytes / dt_bytes(r->gdt));
+	r->cb->zero(r->cx, op->place, flat, bytes);
+	if (r->p->stage == 3) {
+		int g = op->unit >= 0 ? r->u_grads[op->unit] : -1;
+		if (g < 0)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s for unit %d: "
+				       "its gradients are in no live buffer", buf_name(op->what),
+				       op->unit);
+		long long n = (long long)(r->size[g] / dt_bytes(r->gdt));
+		r->cb->convert(r->cx, flat, r->gdt, r->buf[g], r->gdt, (size_t)(n < cap ? n : cap));
+		return 0;
+	}
 	if (!sl || sl->bucket < 0 || sl->bucket >= r->st->n_buckets)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s names no bucket",
 			       buf_name(op->what));
 	const BucketPlan *k = &r->st->buckets[sl->bucket];
-	long long cap = (long long)(bytes / dt_bytes(r->gdt));
-	r->cb->zero(r->cx, op->place, flat, bytes);
 	for (int u = k->u_lo; u <= k->u_hi; u++) {
 		long long at_u = r->p->units[u].flat_off - k->flat_off, n = (long long)unit_dense(r, u);
 		int g = r->u_grads[u];

@@ -50,6 +50,8 @@ row "dp 4, ZeRO-2, bf16, optimizer offload" 4 \
 row "dp 4, ZeRO-2, bf16, non-contiguous gradients" 4 \
 	--set deepspeed.zero_optimization.stage=2 \
 	--set deepspeed.zero_optimization.contiguous_gradients=false
+row "dp 4, ZeRO-3, bf16, non-contiguous gradients" 4 \
+	--set deepspeed.zero_optimization.contiguous_gradients=false
 row "dp 4, ZeRO-3, bf16, optimizer+param offload" 4 \
 	--set deepspeed.zero_optimization.offload_optimizer.device=cpu \
 	--set deepspeed.zero_optimization.offload_param.device=cpu

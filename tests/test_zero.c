@@ -457,6 +457,48 @@ static void test_stage2_noncontiguous_by_hand(void)
 	fx_free(&sc, &pr);
 }
 
+/* ZeRO-3 without contiguous gradients (stage3.py __avg_scatter_grads: reduce_scatter_coalesced
+ * concatenates the .grad tensors' pieces, rank by rank, and reduce-scatters them): the test GPT
+ * in bf16 on 8 GPUs, 1 micro-batch. Each unit's flat (the tensors above the persistence
+ * threshold of 100, each a multiple of 8: the embedding 12,288, a block 49,600) is flattened
+ * from the unit's own gradient buffer into a buffer of its size just before its reduce-scatter
+ * over the data-parallel group, and freed after: 111,488 x 2 = 222,976 B; the persistent
+ * tensors' 896 gradients follow in their own reduce-scatter (1,792 B). */
+static void test_stage3_noncontiguous_by_hand(void)
+{
+	Scenario sc;
+	Prediction pr;
+	char base[2048], json[2100];
+	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc3", "true", 3);
+	const char *at = strstr(base, "\"reduce_bucket_size\"");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
+		 base, at);
+	if (fx_predict(&sc, &pr, json))
+		return;
+	CU_ASSERT(pr.plan.dp == 8 && pr.plan.m == 1);
+	const Schedule *s = &pr.stages[0].sched;
+	double flats = 0;
+	int n = 0;
+	for (int i = 0; i + 2 < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind != OP_ALLOC || op->what != BUF_REDUCE_FLAT)
+			continue;
+		const Op *c = &s->ops[i + 1], *f = &s->ops[i + 2];
+		CU_ASSERT(c->kind == OP_COLL && c->sub == COLL_REDUCE_SCATTER &&
+			  c->group == GROUP_DP && c->buf == op->buf && c->unit == op->unit &&
+			  c->elems * 2 == op->bytes);
+		CU_ASSERT(f->kind == OP_FREE && f->buf == op->buf);
+		flats += op->bytes;
+		n++;
+	}
+	CU_ASSERT_EQUAL(n, 3);
+	CU_ASSERT_DOUBLE_EQUAL(flats, 222976, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER],
+			       222976 + 1792, 0);
+	fx_free(&sc, &pr);
+}
+
 /* A bucket of many units without contiguous gradients: a 100-block GPT-2 (n_embd 256, 0.8e6
  * parameters a block, 8e7 in all) fits DeepSpeed's default reduce_bucket_size of 5e8 in one
  * bucket of all 102 units (the embedding, the blocks, the head), whose own gradient buffers wait
@@ -670,6 +712,8 @@ int test_zero_register(void)
 			     test_stage3_offload_grads_by_hand},
 			    {"stage 2 without contiguous gradients, by hand",
 			     test_stage2_noncontiguous_by_hand},
+			    {"stage 3 without contiguous gradients, by hand",
+			     test_stage3_noncontiguous_by_hand},
 			    {"stage 2 without contiguous gradients, 102 units a bucket",
 			     test_stage2_noncontiguous_many_units},
 			    {"stage 1-2 offload turns contiguous gradients on",
