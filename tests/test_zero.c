@@ -402,6 +402,22 @@ static void test_offload_forces_contiguous(void)
 	}
 }
 
+/* The test GPT (tests/suites.h) in bf16 at ZeRO `stage` without contiguous gradients, predicted
+ * on the H100 node's 8 GPUs (dp 8, 1 micro-batch); -1 after a CUnit failure. */
+static int noncontiguous_gpt(Scenario *sc, Prediction *pr, int stage)
+{
+	char base[2048], json[2100];
+	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc", "true", stage);
+	const char *at = strstr(base, "\"reduce_bucket_size\"");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
+		 base, at);
+	if (fx_predict(sc, pr, json))
+		return -1;
+	CU_ASSERT(pr->plan.dp == 8 && pr->plan.m == 1);
+	return 0;
+}
+
 /* ZeRO-2 without contiguous gradients (stage_1_and_2.py: autograd's .grad tensors, then
  * buffered_reduce_fallback's allreduce_bucket: flatten, all-reduce, copy back): on the test GPT
  * (PSI = 112,384: the embedding 12,288, two blocks of 49,984, the final norm 128) in bf16 on
@@ -414,15 +430,8 @@ static void test_stage2_noncontiguous_by_hand(void)
 {
 	Scenario sc;
 	Prediction pr;
-	char base[2048], json[2100];
-	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc", "true", 2);
-	const char *at = strstr(base, "\"reduce_bucket_size\"");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
-		 base, at);
-	if (fx_predict(&sc, &pr, json))
+	if (noncontiguous_gpt(&sc, &pr, 2))
 		return;
-	CU_ASSERT(pr.plan.dp == 8 && pr.plan.m == 1);
 	const Schedule *s = &pr.stages[0].sched;
 	double flats = 0, reduced = 0;
 	int loop = 0, own = 0, wrote = 0;
@@ -468,15 +477,8 @@ static void test_stage3_noncontiguous_by_hand(void)
 {
 	Scenario sc;
 	Prediction pr;
-	char base[2048], json[2100];
-	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc3", "true", 3);
-	const char *at = strstr(base, "\"reduce_bucket_size\"");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
-		 base, at);
-	if (fx_predict(&sc, &pr, json))
+	if (noncontiguous_gpt(&sc, &pr, 3))
 		return;
-	CU_ASSERT(pr.plan.dp == 8 && pr.plan.m == 1);
 	const Schedule *s = &pr.stages[0].sched;
 	double flats = 0;
 	int n = 0;
