@@ -19,6 +19,9 @@ typedef struct Bucket {
 	int buf;                       /* the buffer the reduction reads, -1 for none */
 	int *bufs, n_bufs, cap_bufs;   /* unit gradients the reduction releases (a ZeRO-2 bucket
 					  without contiguous gradients: each of its units') */
+	int *prev, n_prev, cap_prev;   /* ZeRO-2 without contiguous gradients, with overlap_comm:
+					  the last reduction's, released by the next one or at the
+					  micro-batch's end (previous_reduced_grads) */
 } Bucket;
 
 typedef struct Builder {
@@ -358,6 +361,37 @@ static CollKind zero_reduce_kind(const Plan *p)
 	return rs ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
 }
 
+/* Append id to the list (*ids, *n, *cap), growing it; b->oom when it cannot. */
+static void push_id(Builder *b, int **ids, int *n, int *cap, int id)
+{
+	if (id < 0)
+		return;
+	if (*n == *cap) {
+		int c = *cap ? 2 * *cap : 16;
+		int *grown = realloc(*ids, (size_t)c * sizeof(*grown));
+		if (!grown) {
+			b->oom = 1;
+			return;
+		}
+		*ids = grown;
+		*cap = c;
+	}
+	(*ids)[(*n)++] = id;
+}
+
+static void hold(Builder *b, Bucket *k, int id)
+{
+	push_id(b, &k->bufs, &k->n_bufs, &k->cap_bufs, id);
+}
+
+/* The previous reduction's deferred gradients go (the next reduction, or the epilogue). */
+static void release_prev(Builder *b, Bucket *k)
+{
+	for (int i = 0; i < k->n_prev; i++)
+		release(b, &k->prev[i]);
+	k->n_prev = 0;
+}
+
 /* Whether bucket k's reduction reads a flattened copy of its units' own gradient buffers:
  * without contiguous gradients, the dense reduction of a ZeRO-2 bucket (stage_1_and_2.py
  * buffered_reduce_fallback: allreduce_bucket flattens them) or of a ZeRO-3 unit
@@ -413,9 +447,18 @@ static void flush_bucket(Builder *b, Bucket *k)
 			DO(sched_set_slice(b->s, k->plan_bucket, k->part_off, mine));
 		release(b, &dev);
 	}
+	/* without contiguous gradients and with overlap_comm, stage_1_and_2.py clears the reduced
+	 * gradients of the other partitions only at the next reduction (or the epilogue), after the
+	 * previous ones (reduce_ipg_grads: previous_reduced_grads) */
+	int defer = flat >= 0 && p->stage == 2 && p->sc->ds.zero.overlap_comm;
 	release(b, &flat);
-	for (int i = 0; i < k->n_bufs; i++)
-		release(b, &k->bufs[i]);
+	release_prev(b, k);
+	for (int i = 0; i < k->n_bufs; i++) {
+		if (defer)
+			push_id(b, &k->prev, &k->n_prev, &k->cap_prev, k->bufs[i]);
+		else
+			release(b, &k->bufs[i]);
+	}
 	k->n_bufs = 0;
 	k->elems = 0;
 }
@@ -433,23 +476,6 @@ static void bucket_tensor(Builder *b, Bucket *k, long long elems, long long offs
 	k->buf = -1;
 	k->plan_bucket = -1; /* stage 3's experts are partitioned tensor by tensor (none stated) */
 	k->part_off = -1;
-}
-
-static void hold(Builder *b, Bucket *k, int id)
-{
-	if (id < 0)
-		return;
-	if (k->n_bufs == k->cap_bufs) {
-		int cap = k->cap_bufs ? 2 * k->cap_bufs : 16;
-		int *grown = realloc(k->bufs, (size_t)cap * sizeof(*grown));
-		if (!grown) {
-			b->oom = 1;
-			return;
-		}
-		k->bufs = grown;
-		k->cap_bufs = cap;
-	}
-	k->bufs[k->n_bufs++] = id;
 }
 
 /* A dense reduction of gradients held in buffer buf from element offset: a bucket of whole units
@@ -862,6 +888,7 @@ static void micro_batch(Builder *b)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
+	release_prev(b, &b->dense); /* the epilogue's _clear_previous_reduced_grads */
 	flush_bucket(b, &b->expert);
 	const StagePlan *st = &p->stages[b->stage];
 	if (p->stage == 3 && st->persist_elems > 0) /* parameters kept whole still reduce-scatter */
@@ -1329,6 +1356,8 @@ static void builder_free(Builder *b)
 	free(b->bucket_of);
 	free(b->dense.bufs);
 	free(b->expert.bufs);
+	free(b->dense.prev);
+	free(b->expert.prev);
 }
 
 static long long stage_units(const Plan *p, int stage)

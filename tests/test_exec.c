@@ -155,8 +155,8 @@ static void test_offload_trajectories(void)
  * two values, the same whichever collective adds them, so the losses equal contiguous_gradients
  * true (whose buffers hold the same values at the same offsets) to the bit, in fp32 and bf16; on
  * 4 ranks every rank's memory by category and every collective's bytes equal the prediction, at
- * ZeRO-3 with the optimizer and the parameters offloaded too. At ZeRO-2 the all-reduces carry
- * what test_reduce_scatter_off's do, by hand. */
+ * ZeRO-2 with and without overlap_comm, at ZeRO-3 with the optimizer and the parameters
+ * offloaded too. At ZeRO-2 the all-reduces carry what test_reduce_scatter_off's do, by hand. */
 static void test_noncontiguous(void)
 {
 	enum { STEPS = 6 };
@@ -173,15 +173,22 @@ static void test_noncontiguous(void)
 		}
 	char args[2048];
 	const char *scn = scenario("true");
-	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set "
-		 "deepspeed.zero_optimization.stage=2 %s", scn, nc);
-	sqlite3 *db = px_run_measured(args, 4);
-	for (int rk = 0; rk < 4; rk++) { /* the flats of 2 micro-batches (2 x 112,384 x 2 B) and
-					    the norm's 4 B */
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", rk), 449540);
-		CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", rk), 0);
+	sqlite3 *db;
+	for (int overlap = 0; overlap < 2; overlap++) { /* overlap_comm defers frees (test_zero.c) */
+		snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set "
+			 "deepspeed.zero_optimization.stage=2 --set "
+			 "deepspeed.zero_optimization.overlap_comm=%s %s", scn,
+			 overlap ? "true" : "false", nc);
+		db = px_run_measured(args, 4);
+		for (int rk = 0; rk < 4; rk++) { /* the flats of 2 micro-batches (2 x 112,384 x 2 B)
+						    and the norm's 4 B */
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", rk),
+					449540);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", rk),
+					0);
+		}
+		sqlite3_close(db);
 	}
-	sqlite3_close(db);
 	static const char *const s3[2] = {
 		"", "--set deepspeed.zero_optimization.offload_optimizer.device=cpu --set "
 		    "deepspeed.zero_optimization.offload_param.device=cpu"};

@@ -402,16 +402,17 @@ static void test_offload_forces_contiguous(void)
 	}
 }
 
-/* The test GPT (tests/suites.h) in bf16 at ZeRO `stage` without contiguous gradients, predicted
- * on the H100 node's 8 GPUs (dp 8, 1 micro-batch); -1 after a CUnit failure. */
-static int noncontiguous_gpt(Scenario *sc, Prediction *pr, int stage)
+/* The test GPT (tests/suites.h) in bf16 at ZeRO `stage` without contiguous gradients (and the
+ * zero_optimization keys in `extra`, each followed by ", "), predicted on the H100 node's 8 GPUs
+ * (dp 8, 1 micro-batch); -1 after a CUnit failure. */
+static int noncontiguous_gpt(Scenario *sc, Prediction *pr, int stage, const char *extra)
 {
-	char base[2048], json[2100];
+	char base[2048], json[2200];
 	snprintf(base, sizeof(base), PX_TEST_GPT_SCENARIO, "nc", "true", stage);
 	const char *at = strstr(base, "\"reduce_bucket_size\"");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(at);
-	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s", (int)(at - base),
-		 base, at);
+	snprintf(json, sizeof(json), "%.*s\"contiguous_gradients\": false, %s%s", (int)(at - base),
+		 base, extra, at);
 	if (fx_predict(sc, pr, json))
 		return -1;
 	CU_ASSERT(pr->plan.dp == 8 && pr->plan.m == 1);
@@ -430,7 +431,7 @@ static void test_stage2_noncontiguous_by_hand(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (noncontiguous_gpt(&sc, &pr, 2))
+	if (noncontiguous_gpt(&sc, &pr, 2, ""))
 		return;
 	const Schedule *s = &pr.stages[0].sched;
 	double flats = 0, reduced = 0;
@@ -477,7 +478,7 @@ static void test_stage3_noncontiguous_by_hand(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (noncontiguous_gpt(&sc, &pr, 3))
+	if (noncontiguous_gpt(&sc, &pr, 3, ""))
 		return;
 	const Schedule *s = &pr.stages[0].sched;
 	double flats = 0;
@@ -499,6 +500,36 @@ static void test_stage3_noncontiguous_by_hand(void)
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER],
 			       222976 + 1792, 0);
 	fx_free(&sc, &pr);
+}
+
+/* With overlap_comm, ZeRO-2 without contiguous gradients clears the other partitions' reduced
+ * gradients only at the next reduction or in the epilogue (stage_1_and_2.py reduce_ipg_grads:
+ * previous_reduced_grads, _clear_previous_reduced_grads). On the test GPT the buckets of 20,000
+ * elements are the head, each block and the embedding, in backward order: at each bucket's
+ * flattened buffer the unit gradients live are its own without overlap_comm (the default at
+ * stage 2), its own and the previous bucket's with it; none are left after the micro-batch. */
+static void test_stage2_noncontiguous_overlap(void)
+{
+	for (int overlap = 0; overlap < 2; overlap++) {
+		Scenario sc;
+		Prediction pr;
+		if (noncontiguous_gpt(&sc, &pr, 2, overlap ? "\"overlap_comm\": true, " : ""))
+			return;
+		const Schedule *s = &pr.stages[0].sched;
+		int live = 0, most = 0, own[4096] = {0};
+		for (int i = 0; i < s->n; i++) {
+			const Op *op = &s->ops[i];
+			if (op->kind == OP_ALLOC && op->what == BUF_UNIT_GRADS && op->buf < 4096)
+				own[op->buf] = 1, live++;
+			if (op->kind == OP_FREE && op->buf >= 0 && op->buf < 4096 && own[op->buf])
+				own[op->buf] = 0, live--;
+			if (op->kind == OP_ALLOC && op->what == BUF_REDUCE_FLAT && live > most)
+				most = live;
+		}
+		CU_ASSERT_EQUAL(most, overlap ? 2 : 1);
+		CU_ASSERT_EQUAL(live, 0);
+		fx_free(&sc, &pr);
+	}
 }
 
 /* A bucket of many units without contiguous gradients: a 100-block GPT-2 (n_embd 256, 0.8e6
@@ -716,6 +747,8 @@ int test_zero_register(void)
 			     test_stage2_noncontiguous_by_hand},
 			    {"stage 3 without contiguous gradients, by hand",
 			     test_stage3_noncontiguous_by_hand},
+			    {"stage 2 without contiguous gradients, overlap_comm's deferral",
+			     test_stage2_noncontiguous_overlap},
 			    {"stage 2 without contiguous gradients, 102 units a bucket",
 			     test_stage2_noncontiguous_many_units},
 			    {"stage 1-2 offload turns contiguous gradients on",
