@@ -839,7 +839,10 @@ static void alloc_buckets(Builder *b)
 	if (p->stage < 2 || !p->contiguous_grads)
 		return;
 	double bytes = (double)bucket_buffer_elems(p, b->stage) * p->grad_bytes;
-	for (int i = 0; i < (z->overlap_comm ? 2 : 1); i++)
+	/* stage 2 double-buffers under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1);
+	 * stage 3 has one, whose next copy waits on the reduction stream (stage3.py
+	 * __ipg_bucket_flat_buffer) */
+	for (int i = 0; i < (z->overlap_comm && p->stage == 2 ? 2 : 1); i++)
 		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes)) >= 0)
 			b->n_buckets = i + 1;
 }
