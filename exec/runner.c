@@ -888,21 +888,12 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	if (op->sub == COLL_ALL_GATHER) {
 		void *recv = at(base, op->offset, r->pdt);
 		/* a stage-3 gather sends this rank's slice of the partition (the schedule's slice);
-		 * the others gather in place, each rank's piece already where it belongs; a slice
-		 * brought in from NVMe goes to its place first, so that the swapper's buffers are
-		 * free again when the gather is started */
+		 * the others gather in place, each rank's piece already where it belongs */
 		void *piece = at(recv, rank * (long long)cnt, r->pdt);
-		const void *send = piece;
-		if (p->stage == 3 && op->buf != r->id_persist) {
-			long long off = partition_offset(r, op), n = (long long)cnt;
-			if (off + n <= r->resident)
-				send = at(r->buf[r->id_part], off, r->pdt);
-			else if (runner_nvme_params_into(r, off, n, piece))
-				return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
-					       "elements %lld-%lld, on NVMe and not read", off,
-					       off + n - 1);
-		}
-		return issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
+		const void *send = p->stage == 3 && op->buf != r->id_persist ?
+			runner_gather_source(r, partition_offset(r, op), (long long)cnt, piece, err) :
+			piece;
+		return !send || issue(c, op, send, recv, cnt, r->pdt, q, err) ? -1 : pend_push(r, q);
 	}
 	return px_fail(err, PX_ERR_RUNTIME, "the CPU executor does not run %s", coll_name(op->sub));
 }
@@ -934,19 +925,6 @@ static void accumulate_on_host(Runner *r, long long off, const void *mine, long 
 		to_f32(r, (float *)r->buf[r->id_grad32] + off, acc, (size_t)cnt, r->pdt);
 }
 
-/* The schedule's copies under optimizer offload. Host and device are both this process's memory
- * here, so a copy is the data movement (and conversion) it stands for, between buffers the arena
- * counts in their places:
- * - device to host, naming a reduction (stage 2-3): this rank's reduced slice, added into the
- *   host's gradient partition (accumulating over micro-batches, as DeepSpeed does): stage 2's
- *   fp32 one, stage 3's in the accumulation dtype (grad_partitions_flat_buffer), which the
- *   update turns into fp32;
- * - device to host after the reductions (stage 1): this rank's slices of the full gradients,
- *   converted to fp32;
- * - host to device after the optimizer: the updated master weights, rounded into the device's
- *   parameters (unless the step was skipped);
- * - host to device of a unit (stage 3 parameter offload): the partition's slice, which the
- *   all-gather after it reads from the host partition directly. */
 /* The updated parameters' copy after the update: to the device from the host's optimizer, or to
  * the host's partition (stage-3 parameter offload) from the device's. */
 static int is_params_copy(const Op *op)
@@ -971,6 +949,19 @@ static int stage3_accumulate_on_host(Runner *r, long long off, const void *mine,
 	return 0;
 }
 
+/* The schedule's copies under optimizer offload. Host and device are both this process's memory
+ * here, so a copy is the data movement (and conversion) it stands for, between buffers the arena
+ * counts in their places:
+ * - device to host, naming a reduction (stage 2-3): this rank's reduced slice, added into the
+ *   host's gradient partition (accumulating over micro-batches, as DeepSpeed does): stage 2's
+ *   fp32 one (or accumulated_grads_in_cpu), stage 3's in the accumulation dtype
+ *   (grad_partitions_flat_buffer, through the device's copy), which the update turns into fp32;
+ * - device to host after the reductions (stage 1): this rank's slices of the full gradients,
+ *   converted to fp32;
+ * - after the optimizer (is_params_copy): the updated master weights, rounded into the
+ *   parameters (unless the step was skipped);
+ * - host to device of a unit (stage 3 parameter offload): the partition's slice, which the
+ *   all-gather after it reads from the host partition directly. */
 static int copy(Runner *r, const Op *op, PxError *err)
 {
 	const Plan *p = r->p;

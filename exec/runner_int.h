@@ -466,6 +466,12 @@ int runner_nvme_sync(Runner *r, PxError *err);
  * in memory: the host flat up to r->resident, beyond it the swapper's buffers, which the last
  * NVMe read filled. -1 (nothing copied) when that read did not bring them in. */
 int runner_nvme_params_into(const Runner *r, long long off, long long n, void *dst);
+/* What a stage-3 gather sends for this rank's partition elements off .. off + n - 1: the host
+ * flat in place, or (beyond r->resident) those elements copied from the swapper's buffers into
+ * piece, its place in the gathered buffer, so that the buffers are free again when the gather is
+ * started. NULL with err when the last NVMe read did not bring them in. */
+const void *runner_gather_source(const Runner *r, long long off, long long n, void *piece,
+				 PxError *err);
 /* The partition's elements off .. off + n - 1 between host (the parameters' dtype) and their
  * places, written there or read from there: the host flat, the swap file beyond r->resident. */
 int runner_nvme_params_io(Runner *r, int write, long long off, void *host, long long n,

@@ -232,6 +232,19 @@ int runner_nvme_params_into(const Runner *r, long long off, long long n, void *d
 	return 0;
 }
 
+const void *runner_gather_source(const Runner *r, long long off, long long n, void *piece,
+				 PxError *err)
+{
+	if (off + n <= r->resident)
+		return at(r->buf[r->id_part], off, r->pdt);
+	if (runner_nvme_params_into(r, off, n, piece)) {
+		px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition elements %lld-%lld, "
+			"on NVMe and not read", off, off + n - 1);
+		return NULL;
+	}
+	return piece;
+}
+
 int runner_nvme_params_io(Runner *r, int write, long long off, void *host, long long n,
 			  PxError *err)
 {

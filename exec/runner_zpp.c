@@ -139,17 +139,9 @@ int runner_zpp_gather(Runner *r, const Op *op, Comm *c, PxError *err)
 	void *dst = at(r->buf[op->buf], op->offset, r->pdt);
 	if (op->group == GROUP_HPZ) /* backward's: from the secondary partition */
 		return gather_piece(r, c, at(r->buf[r->id_secondary], off, r->pdt), dst, k, quant, err);
-	/* the piece from the host flat, or (parameters past max_in_cpu) from the swapper's
-	 * buffers into its place in dst first, as the plain gather does */
-	const void *src = at(r->buf[r->id_part], off, r->pdt);
-	if (off + k > r->resident) {
-		void *piece = at(dst, (long long)comm_rank(c) * k, r->pdt);
-		if (runner_nvme_params_into(r, off, k, piece))
-			return px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition "
-				       "elements %lld-%lld, on NVMe and not read", off, off + k - 1);
-		src = piece;
-	}
-	if (gather_piece(r, c, src, dst, k, quant, err))
+	const void *src = runner_gather_source(r, off, k, at(dst, (long long)comm_rank(c) * k, r->pdt),
+					       err);
+	if (!src || gather_piece(r, c, src, dst, k, quant, err))
 		return -1;
 	if (p->hpz <= 1)
 		return 0;
