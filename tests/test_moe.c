@@ -920,8 +920,9 @@ static void test_run_fp16_predivide(void)
 
 /* What the executor does not run yet is refused before anything starts, exit 2, naming it; and
  * what DeepSpeed itself refuses: its MoE layers at ZeRO stage 3 (engine.py,
- * _configure_zero_optimizer: "MoE not supported with Stage 3"; predict's refusal: the parallel
- * suite). */
+ * _configure_zero_optimizer: "MoE not supported with Stage 3"), without contiguous gradients at
+ * stage 2 or reduce_scatter at stage 1-2 (stage_1_and_2.py _configure_moe_settings; predict's
+ * refusals: the parallel suite). */
 static void test_run_refusals(void)
 {
 	static const struct {
@@ -929,6 +930,12 @@ static void test_run_refusals(void)
 		const char *set, *why;
 	} bad[] = {
 		{2, "--set deepspeed.zero_optimization.stage=3", "MoE not supported with Stage 3"},
+		/* stage_1_and_2.py _configure_moe_settings */
+		{2, "--set deepspeed.zero_optimization.stage=2 --set "
+		    "deepspeed.zero_optimization.contiguous_gradients=false",
+		 "Contiguous Gradients in ZeRO Stage 2 must be set to True for MoE"},
+		{2, "--set deepspeed.zero_optimization.reduce_scatter=false",
+		 "Reduce Scatter in ZeRO Stage 2 must be set to True for MoE"},
 		/* 1 expert of 8 x 5^2 + 5 x 5 = 225 elements a rank, over edp 2 */
 		{4, "--set model.n_embd=5 --set model.n_head=1 --set moe.num_experts=2 --set "
 		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",

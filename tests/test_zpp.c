@@ -453,6 +453,12 @@ static void test_run_refuses(void)
 		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
 	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
 	PX_ASSERT_HAS(text, "the executor runs ZeRO++ with data and tensor parallelism on backend");
+	/* hpZ with the parameters on NVMe, which DeepSpeed cannot allocate (test_sim_hpz_offload) */
+	snprintf(args, sizeof(args), "predict '%s' --no-db --set " ZQ "offload_param.device=nvme "
+		 "--set " ZQ "offload_param.nvme_path=/tmp",
+		 px_test_path("scenarios/gpt2-mini-cpu-zeropp.json"));
+	CU_ASSERT_EQUAL(px_test_run_release(args, 60, text, sizeof(text)), 2);
+	PX_ASSERT_HAS(text, "zero_hpz_partition_size = 2 with offload_param.device \"nvme\"");
 }
 
 /* ZeRO++ with the optimizer offloaded (DeepSpeed's CPU Adam over the host's fp32 partition), all
