@@ -165,6 +165,8 @@ static long long pipe_elems(const Plan *p)
 
 /* ---- set-up: what lives for the whole run ---- */
 
+static void alloc_buckets(Builder *b);
+
 static void setup(Builder *b)
 {
 	const Plan *p = b->p;
@@ -251,6 +253,8 @@ static void setup(Builder *b)
 	if (p->par.pp > 1 && (b->stage < p->par.pp - 1 || p->par.virtual_stages > 1))
 		b->id_pipe_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_GRAD, -1,
 					(double)pipe_elems(p) * p->param_bytes);
+	if (p->stage == 3) /* stage 3's contiguous gradient buffer lives as long as the optimizer */
+		alloc_buckets(b);
 }
 
 /* ---- stage 3: gathering units ---- */
@@ -492,6 +496,13 @@ static void reduce_dense(Builder *b, int unit, int plan_bucket, long long part_o
 	b->dense.buf = buf;
 	b->dense.offset = offset;
 	flush_bucket(b, &b->dense);
+}
+
+static void release_buckets(Builder *b)
+{
+	release(b, &b->buckets[0]);
+	release(b, &b->buckets[1]);
+	b->n_buckets = 0;
 }
 
 static int next_bucket(Builder *b)
@@ -806,44 +817,27 @@ static void backward_unit(Builder *b, int slot, int u)
 
 /* ---- micro-batches ---- */
 
-/* Contiguous gradient buffers hold the largest dense reduction (a bucket of units, or at stage 3
- * a unit's flat) or the largest expert bucket (stage 3; stage 2's experts have their own,
- * BUF_EXPERT_GRADS). */
-static long long bucket_buffer_elems(const Plan *p, int stage)
-{
-	if (p->stage == 2)
-		return p->stages[stage].max_bucket;
-	long long experts = 0, largest = 0;
-	for (int u = 0; u < p->n_units; u++) {
-		if (p->units[u].stage != stage)
-			continue;
-		for (int i = 0; i < p->units[u].n_tensors; i++)
-			if (p->units[u].tensor_expert[i]) {
-				long long n = p->units[u].tensor_local[i];
-				if (p->stage == 3)
-					n = ceil_div(n, p->edp) * p->edp;
-				experts += n;
-				largest = max_ll(largest, n);
-			}
-	}
-	experts = max_ll(min_ll((long long)p->reduce_bucket_elems, experts), largest);
-	return max_ll(p->stages[stage].max_bucket, experts);
-}
-
+/* ZeRO 1-3's contiguous gradient buffers (DeepSpeed's ipg buffers): reduce_bucket_size
+ * elements in the model's dtype each, or what this plan's largest reduction of whole units
+ * holds where that is more (DeepSpeed splits such a unit between buckets, a tensor at a time:
+ * this over-states its buffer by the excess). Stage 1-2 allocate them at each backward, two
+ * under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1), freed at the epilogue (stage 2
+ * each micro-batch; stage 1 fills them only at the boundary's reductions, reduce_gradients,
+ * and a pipelined stage 1 has one, made there); stage 3 one at set-up, kept (stage3.py
+ * __init__: __ipg_bucket_flat_buffer), whose next copy waits on the reduction stream. */
 static void alloc_buckets(Builder *b)
 {
 	const Plan *p = b->p;
 	const DsZero *z = &p->sc->ds.zero;
 	b->n_buckets = b->cur_bucket = 0;
 	b->buckets[0] = b->buckets[1] = -1;
-	if (p->stage < 2 || !p->contiguous_grads)
+	if (!p->zero_optimizer || !p->contiguous_grads)
 		return;
-	double bytes = (double)bucket_buffer_elems(p, b->stage) * p->grad_bytes;
-	/* stage 2 double-buffers under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1);
-	 * stage 3 has one, whose next copy waits on the reduction stream (stage3.py
-	 * __ipg_bucket_flat_buffer) */
-	for (int i = 0; i < (z->overlap_comm && p->stage == 2 ? 2 : 1); i++)
-		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1, bytes)) >= 0)
+	double elems = fmax(p->reduce_bucket_elems, (double)p->stages[b->stage].bucket_fill);
+	int two = z->overlap_comm && p->stage < 3 && p->par.pp <= 1;
+	for (int i = 0; i < (two ? 2 : 1); i++)
+		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1,
+					   elems * p->grad_bytes)) >= 0)
 			b->n_buckets = i + 1;
 }
 
@@ -886,7 +880,8 @@ static void micro_batch(Builder *b)
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
-	alloc_buckets(b);
+	if (p->stage == 1 || p->stage == 2)
+		alloc_buckets(b);
 	if (!early)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
@@ -898,8 +893,8 @@ static void micro_batch(Builder *b)
 		reduce_dense(b, -1, -1, st->persist_part_off, ceil_div(st->persist_elems, p->dp) * p->dp,
 			     b->id_grads, 0);
 	release(b, &scratch);
-	release(b, &b->buckets[0]);
-	release(b, &b->buckets[1]);
+	if (p->stage == 1 || p->stage == 2)
+		release_buckets(b);
 	release(b, &hidden);
 }
 
@@ -1219,17 +1214,25 @@ static void optimizer_step(Builder *b)
 	if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : zero_reduce_kind(p);
 		long long n = p->stage == 0 ? 1 : p->dp;
-		for (int i = st->n_buckets - 1; i >= 0; i--) /* in the order backward filled them */
+		/* stage 1 copies each bucket's gradients into a contiguous buffer and reduces it
+		 * there (reduce_independent_p_g_buckets_and_remove_grads), its slice going back to
+		 * where the update reads it (copy_grads_in_partition) */
+		if (p->stage == 1)
+			alloc_buckets(b);
+		for (int i = st->n_buckets - 1; i >= 0; i--) { /* in the order backward filled them */
+			int via = next_bucket(b);
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,
-				      st->buckets[i].padded, p->comm_bytes, b->id_grads,
-				      st->buckets[i].flat_off),
+				      st->buckets[i].padded, p->comm_bytes,
+				      via >= 0 ? via : b->id_grads, via >= 0 ? 0 : st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / n, st->buckets[i].padded / n);
+		}
 		/* stage 1: one reduce-scatter of the expert flat, whose slices are the contiguous
 		 * partition the parameter update gathers whole (below); chunks of it would leave
 		 * each rank a piece of every chunk, not the slice it updates and sends */
 		chunked(b, kind, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert,
 			p->stage == 0 ? p->reduce_bucket_elems : 0, p->comm_bytes,
 			p->stage == 0 ? st->flat_dense : st->flat_dense / p->dp);
+		release_buckets(b);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
 		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, -1, part * p->grad_bytes);

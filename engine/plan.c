@@ -336,6 +336,30 @@ static int plan_buckets(Plan *p, int s)
 	return 0;
 }
 
+/* What a contiguous gradient buffer holds at most: stage 2's largest bucket; stage 3's largest
+ * unit flat, or its experts' bucket (each tensor padded to edp, filled up to reduce_bucket_size
+ * or one tensor past it); stage 2's experts have buffers of their own (BUF_EXPERT_GRADS). */
+static long long bucket_fill(const Plan *p, int stage)
+{
+	if (p->stage != 3)
+		return p->stages[stage].max_bucket;
+	long long experts = 0, largest = 0;
+	for (int u = 0; u < p->n_units; u++) {
+		if (p->units[u].stage != stage)
+			continue;
+		for (int i = 0; i < p->units[u].n_tensors; i++)
+			if (p->units[u].tensor_expert[i]) {
+				long long n = ceil_div(p->units[u].tensor_local[i], p->edp) * p->edp;
+				experts += n;
+				largest = n > largest ? n : largest;
+			}
+	}
+	long long cap = (long long)p->reduce_bucket_elems;
+	experts = experts < cap ? experts : cap;
+	experts = experts > largest ? experts : largest;
+	return experts > p->stages[stage].max_bucket ? experts : p->stages[stage].max_bucket;
+}
+
 /* ---- stage 3: the optimizer's sub-groups ---- */
 
 /* Stage s's tensors in DeepSpeed's order, each its ceil(numel / dp) share of the partition,
@@ -470,6 +494,7 @@ static int plan_stages(Plan *p, PxError *err)
 		for (int u = 0; p->stage == 3 && u < p->n_units; u++)
 			if (p->units[u].stage == s && p->units[u].own_gather > st->max_bucket)
 				st->max_bucket = p->units[u].own_gather;
+		st->bucket_fill = bucket_fill(p, s);
 		st->max_tensor_part = ceil_div(st->max_tensor, p->dp); /* stage 3's sub-groups */
 		if (plan_subgroups(p, s))
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -548,9 +573,9 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
-	p->flattens_grads = (p->stage >= 2 || (p->stage == 1 && !(ds->dtype == DT_BF16 &&
-								  ds->grad_dtype == DT_FP32))) &&
-			    p->opt_place == PLACE_GPU;
+	p->zero_optimizer = p->stage >= 2 ||
+			    (p->stage == 1 && !(ds->dtype == DT_BF16 && ds->grad_dtype == DT_FP32));
+	p->flattens_grads = p->zero_optimizer && p->opt_place == PLACE_GPU;
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;
 	p->allgather_bucket_elems = ds->zero.allgather_bucket_elems;

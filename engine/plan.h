@@ -64,6 +64,11 @@ typedef struct StagePlan {
 	int n_buckets;
 	BucketPlan *buckets;       /* owned; stage 0-2, forward order */
 	long long max_bucket;      /* largest padded bucket (stage 0-2) or unit flat (stage 3) */
+	long long bucket_fill;     /* stage 2-3: the most a contiguous gradient buffer holds at once
+				      (the largest dense reduction, or at stage 3 the experts'
+				      bucket); DeepSpeed's buffers are reduce_bucket_size elements,
+				      and hold this much when a reduction of whole units exceeds
+				      that (build.c alloc_buckets) */
 	long long max_tensor_part; /* a rank's share of the stage's largest tensor */
 	/* optimizer memory of a rank, bytes (plan_optimizer): the states besides the master copy,
 	 * the 1-bit optimizers' error feedback, and what the step itself copies (1-bit LAMB) */
@@ -103,9 +108,12 @@ typedef struct Plan {
 				      reduction: zero_optimization.contiguous_gradients, which
 				      stage 1-2's optimizer offload turns on (stage_1_and_2.py:
 				      contiguous_gradients or cpu_offload) */
-	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device (stage 2-3, or stage
-				      1 but for bf16 with fp32 accumulation, which engine.py gives
-				      BF16_Optimizer): its step copies the gradients it updates into
+	int zero_optimizer;        /* DeepSpeed's ZeRO optimizer steps (stage_1_and_2.py, stage3.py):
+				      stage 2-3, or stage 1 but for bf16 with fp32 accumulation,
+				      which engine.py gives BF16_Optimizer (no contiguous gradient
+				      buffers, no flat) */
+	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device: its step copies the
+				      gradients it updates into
 				      one flat, then into fp32 (stage_1_and_2.py step; stage3.py
 				      _prepare_fp32_grad_for_sub_group, a sub-group at a time) */
 	double reduce_bucket_elems, allgather_bucket_elems;

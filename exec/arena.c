@@ -12,14 +12,25 @@ void arena_init(Arena *a, void *(*alloc)(void *, Place, size_t),
 	a->ctx = ctx;
 }
 
-void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes)
+static void *take(Arena *a, Place place, MemCat cat, size_t bytes, int zeroed)
 {
-	void *p = a->alloc(a->ctx, place, bytes);
+	void *p = zeroed || !a->alloc_empty ? a->alloc(a->ctx, place, bytes) :
+					      a->alloc_empty(a->ctx, place, bytes);
 	if (!p)
 		return NULL;
 	a->n_allocs++;
 	arena_count(a, place, cat, (double)bytes);
 	return p;
+}
+
+void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes)
+{
+	return take(a, place, cat, bytes, 1);
+}
+
+void *arena_alloc_empty(Arena *a, Place place, MemCat cat, size_t bytes)
+{
+	return take(a, place, cat, bytes, 0);
 }
 
 void arena_count(Arena *a, Place place, MemCat cat, double bytes)

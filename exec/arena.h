@@ -15,6 +15,7 @@ typedef struct Arena {
 	/* where the bytes come from: a compute backend's memory (device memory for PLACE_GPU on
 	 * CUDA) */
 	void *(*alloc)(void *ctx, Place place, size_t bytes); /* zeroed; NULL when out of memory */
+	void *(*alloc_empty)(void *ctx, Place place, size_t bytes); /* not zeroed; NULL: alloc */
 	void (*release)(void *ctx, Place place, void *ptr);
 	void *ctx;
 	/* what the source holds from the system for a place, now and at its high-water mark
@@ -38,6 +39,8 @@ void arena_init(Arena *a, void *(*alloc)(void *, Place, size_t),
 /* Zeroed memory of bytes (at least one byte), counted under place and cat; NULL when out of
  * memory. Free it with arena_free and the same size. */
 void *arena_alloc(Arena *a, Place place, MemCat cat, size_t bytes);
+/* The same, its contents undefined (alloc_empty's, where the source has one). */
+void *arena_alloc_empty(Arena *a, Place place, MemCat cat, size_t bytes);
 void arena_free(Arena *a, Place place, MemCat cat, void *ptr, size_t bytes);
 /* Count bytes (negative: release them) under place and cat without allocating: memory someone
  * else allocated, such as the CUDA runtime's. */

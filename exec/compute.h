@@ -43,6 +43,9 @@ typedef struct ComputeBackend {
 	void (*destroy)(void *ctx); /* NULL is fine */
 	/* Zeroed memory of bytes (at least one) in place; NULL when out of memory. */
 	void *(*alloc)(void *ctx, Place place, size_t bytes);
+	/* The same, its contents undefined (torch.empty), for a buffer most of which may never be
+	 * written; NULL: alloc. */
+	void *(*alloc_empty)(void *ctx, Place place, size_t bytes);
 	void (*release)(void *ctx, Place place, void *ptr);
 	/* The bytes the backend's allocator holds from the system for place (N_PLACES: all places
 	 * together), now and at their high-water mark: the CPU's pool segments (pool.h). NULL where

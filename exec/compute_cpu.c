@@ -62,14 +62,23 @@ static double mapped_bytes(const CpuCtx *c)
 	return sum;
 }
 
-static void *cpu_alloc(void *ctx, Place place, size_t bytes)
+static void *cpu_take(CpuCtx *c, Place place, size_t bytes, int zeroed)
 {
-	CpuCtx *c = ctx;
-	void *p = pool_alloc(c->pool[place], bytes);
+	void *p = zeroed ? pool_alloc(c->pool[place], bytes) : pool_alloc_empty(c->pool[place], bytes);
 	double now = mapped_bytes(c);
 	if (now > c->held_peak_bytes)
 		c->held_peak_bytes = now;
 	return p;
+}
+
+static void *cpu_alloc(void *ctx, Place place, size_t bytes)
+{
+	return cpu_take(ctx, place, bytes, 1);
+}
+
+static void *cpu_alloc_empty(void *ctx, Place place, size_t bytes)
+{
+	return cpu_take(ctx, place, bytes, 0);
 }
 
 static void cpu_release(void *ctx, Place place, void *ptr)
@@ -430,6 +439,7 @@ const ComputeBackend compute_cpu_backend = {
 	.create = cpu_create,
 	.destroy = cpu_destroy,
 	.alloc = cpu_alloc,
+	.alloc_empty = cpu_alloc_empty,
 	.release = cpu_release,
 	.held = cpu_held,
 	.settle = cpu_settle,

@@ -58,22 +58,34 @@ static void cuda_destroy(void *cx)
 	free(c);
 }
 
-static void *cuda_alloc(void *cx, Place place, size_t bytes)
+static void *cuda_take(CudaCompute *c, Place place, size_t bytes, int zeroed)
 {
-	CudaCompute *c = cx;
 	void *p = NULL;
 	bytes = bytes ? bytes : 1;
 	if (place == PLACE_GPU) {
 		if (cudaMalloc(&p, bytes) != cudaSuccess)
 			return NULL;
-		cuda_ctx_zero(c->ctx, p, bytes);
-		cuda_ctx_sync(c->ctx);
+		if (zeroed) {
+			cuda_ctx_zero(c->ctx, p, bytes);
+			cuda_ctx_sync(c->ctx);
+		}
 	} else {
 		if (cudaMallocHost(&p, bytes) != cudaSuccess)
 			return NULL;
-		memset(p, 0, bytes);
+		if (zeroed)
+			memset(p, 0, bytes);
 	}
 	return p;
+}
+
+static void *cuda_alloc(void *cx, Place place, size_t bytes)
+{
+	return cuda_take(cx, place, bytes, 1);
+}
+
+static void *cuda_alloc_empty(void *cx, Place place, size_t bytes)
+{
+	return cuda_take(cx, place, bytes, 0);
 }
 
 static void cuda_release(void *cx, Place place, void *ptr)
@@ -256,6 +268,7 @@ const ComputeBackend compute_cuda_backend = {
 	.create = cuda_create,
 	.destroy = cuda_destroy,
 	.alloc = cuda_alloc,
+	.alloc_empty = cuda_alloc_empty,
 	.release = cuda_release,
 	.convert = cuda_convert,
 	.add = cuda_add,

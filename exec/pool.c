@@ -360,7 +360,7 @@ static Block *find_block(Pool *p, int small, size_t bytes)
 	return s ? segment_extend(p, s, bytes) : NULL;
 }
 
-void *pool_alloc(Pool *p, size_t bytes)
+static void *take(Pool *p, size_t bytes, int zeroed)
 {
 	size_t asked = bytes ? bytes : 1;
 	if (asked > SIZE_MAX / 2)
@@ -381,7 +381,8 @@ void *pool_alloc(Pool *p, size_t bytes)
 	s->live++;
 	size_t off = (size_t)(b->ptr - s->base);
 	UNPOISON(b->ptr, asked);
-	if (off < s->fresh) /* what an earlier block left there; beyond fresh it is zero as mapped */
+	if (zeroed && off < s->fresh) /* what an earlier block left there; beyond fresh it is zero
+					 as mapped */
 		memset(b->ptr, 0, asked < s->fresh - off ? asked : s->fresh - off);
 	if (off + b->bytes > s->fresh)
 		s->fresh = off + b->bytes;
@@ -391,6 +392,16 @@ void *pool_alloc(Pool *p, size_t bytes)
 	if (p->st.asked_bytes > p->st.asked_peak_bytes)
 		p->st.asked_peak_bytes = p->st.asked_bytes;
 	return b->ptr;
+}
+
+void *pool_alloc(Pool *p, size_t bytes)
+{
+	return take(p, bytes, 1);
+}
+
+void *pool_alloc_empty(Pool *p, size_t bytes)
+{
+	return take(p, bytes, 0);
 }
 
 /* b (free, off its list) merged with its free neighbours, back on its list. */

@@ -52,6 +52,9 @@ void pool_destroy(Pool *p);
 /* bytes (at least one) of zeroed memory aligned to POOL_ALIGN, valid until pool_free; NULL when
  * the system refuses the memory. */
 void *pool_alloc(Pool *p, size_t bytes);
+/* The same, its contents left as they are (torch.empty): memory no earlier block wrote is still
+ * zero as mapped, and none of it is touched, so that pages nobody writes never become resident. */
+void *pool_alloc_empty(Pool *p, size_t bytes);
 /* Give back a pointer pool_alloc returned (NULL is fine); it stays mapped for reuse. A pointer
  * the pool did not hand out is a caller's bug: it aborts naming it. */
 void pool_free(Pool *p, void *ptr);

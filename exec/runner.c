@@ -365,7 +365,11 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 			       "the plan has %d", buf_name(op->what), op->mb, r->slots);
 	if (op->place == PLACE_NVME)
 		return runner_nvme_alloc(r, op, bytes, err);
-	void *ptr = arena_alloc(&r->arena, op->place, op->cat, bytes);
+	/* a contiguous gradient buffer is torch.empty's: reduce_bucket_size elements, of which the
+	 * reductions use the front (grad_dest zeroes it) */
+	int empty = op->what == BUF_REDUCE_BUCKET;
+	void *ptr = empty ? arena_alloc_empty(&r->arena, op->place, op->cat, bytes) :
+			    arena_alloc(&r->arena, op->place, op->cat, bytes);
 	if (!ptr)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory allocating %s (%zu bytes)",
 			       buf_name(op->what), bytes);
@@ -430,9 +434,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 						       src[k]);
 		}
 		break;
-	case BUF_REDUCE_BUCKET:
-		r->zero_first[op->buf] = 0; /* the backend's memory comes zeroed */
-		break;
+	case BUF_REDUCE_BUCKET: r->zero_first[op->buf] = 1; break;
 	default: break;
 	}
 	return 0;
@@ -558,7 +560,12 @@ static void *grad_dest(Runner *r, const Op *bwd)
 	if (bwd->buf < 0)
 		return NULL;
 	if (r->zero_first[bwd->buf]) {
-		zero(r, bwd->buf);
+		size_t n = r->size[bwd->buf];
+		if (r->alloc_of[bwd->buf]->what == BUF_REDUCE_BUCKET) { /* the front reductions use */
+			size_t fill = (size_t)r->p->stages[r->stage].bucket_fill * dt_bytes(r->gdt);
+			n = fill < n ? fill : n;
+		}
+		r->cb->zero(r->cx, r->alloc_of[bwd->buf]->place, r->buf[bwd->buf], n);
 		r->zero_first[bwd->buf] = 0;
 	}
 	return at(r->buf[bwd->buf], bwd->elems, r->gdt);
@@ -731,9 +738,33 @@ static void recycle(Runner *r, int buf)
 		r->zero_first[buf] = 1;
 }
 
-/* This rank's reduced slice of a stage 2-3 reduction, into its gradient partition. */
+/* Whether op reduces stage 1's gradients through a contiguous buffer (build.c): copied in from
+ * the full gradients, the slice going back (stage1_slice_back). */
+static int stage1_via_bucket(const Runner *r, const Op *op)
+{
+	return r->p->stage == 1 && op->role == ROLE_GRAD_REDUCE && op->buf >= 0 &&
+	       r->alloc_of[op->buf]->what == BUF_REDUCE_BUCKET;
+}
+
+/* Stage 1: where a bucket's reduction through a contiguous buffer reads and leaves its elements
+ * in the full gradients (the stage's bucket the op's slice names, whole). */
+static void *stage1_bucket_grads(Runner *r, const Op *op)
+{
+	const BucketPlan *k = &r->st->buckets[r->s->slices[op->slice].bucket];
+	return at(r->buf[r->id_grads], k->flat_off, r->gdt);
+}
+
+/* This rank's reduced slice of a stage 2-3 reduction, into its gradient partition; of a stage-1
+ * one through a contiguous buffer, back into its place in the full gradients, where the update
+ * reads it (stage_1_and_2.py copy_grads_in_partition). */
 static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 {
+	if (stage1_via_bucket(r, op)) {
+		size_t from = (size_t)((const char *)mine - (const char *)r->buf[op->buf]);
+		r->cb->convert(r->cx, (char *)stage1_bucket_grads(r, op) + from, r->gdt, mine, r->gdt,
+			       cnt);
+		return;
+	}
 	add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
 		 r->gdt);
 }
@@ -791,7 +822,7 @@ static int pend_push(Runner *r, Pending *q)
  * copies it to the host instead (copy). The bucket is zeroed for reuse. */
 static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pending *q)
 {
-	if (r->offload)
+	if (r->offload && !stage1_via_bucket(r, op))
 		return pend_push(r, q);
 	if (!q) {
 		consume(r, op, mine, cnt);
@@ -865,8 +896,14 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
 	long long rank = comm_rank(c); /* in the op's group */
 	/* a stage 2-3 bucket all-reduced (reduce_scatter off: DeepSpeed's allreduce_bucket) leaves
-	 * the sum on every rank, of which this rank keeps its slice, as a reduce-scatter's */
-	int keeps_slice = op->role == ROLE_GRAD_REDUCE && p->stage >= 2;
+	 * the sum on every rank, of which this rank keeps its slice, as a reduce-scatter's; stage
+	 * 1's gradients are copied into the contiguous buffer its reduction names (the buffer's
+	 * last reduction done: await_for) and its slice goes back, offload or not */
+	int via = stage1_via_bucket(r, op);
+	int keeps_slice = op->role == ROLE_GRAD_REDUCE && (p->stage >= 2 || via);
+	if (via)
+		r->cb->convert(r->cx, at(base, op->offset, r->gdt), r->gdt, stage1_bucket_grads(r, op),
+			       r->gdt, (size_t)op->elems);
 	if (op->sub == COLL_ALL_REDUCE) {
 		void *a = at(base, op->offset, r->gdt);
 		if (op->role == ROLE_GRAD_REDUCE)
@@ -882,8 +919,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			runner_predivide(r, send, r->gdt, (size_t)op->elems);
 		if (issue(c, op, send, mine, cnt, r->gdt, q, err))
 			return -1;
-		/* stage 1 keeps its slice in the full gradients */
-		return p->stage < 2 ? pend_push(r, q) : slice_reduced(r, op, mine, cnt, q);
+		/* stage 1 reduced in place keeps its slice in the full gradients */
+		return keeps_slice ? slice_reduced(r, op, mine, cnt, q) : pend_push(r, q);
 	}
 	if (op->sub == COLL_ALL_GATHER) {
 		void *recv = at(base, op->offset, r->pdt);
@@ -1133,6 +1170,8 @@ static int await_for(Runner *r, const Op *op, PxError *err)
 		SchedCollClass k = sched_coll_class(r->p, op);
 		if (k == SCC_BARRIER)
 			return wait_all(r, err);
+		if (stage1_via_bucket(r, op)) /* the buffer it is about to copy into */
+			return wait_buf(r, op->buf, err);
 		return sched_coll_overlaps(k) ? 0 : wait_buf(r, op->buf, err);
 	}
 	case OP_COPY:
@@ -1510,6 +1549,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			       "this rank; the kernels count %lld: the simulator's parameter count "
 			       "disagrees with the executor's", r->st->flat_dense, r->own_flat);
 	arena_init(&r->arena, r->cb->alloc, r->cb->release, r->cx);
+	r->arena.alloc_empty = r->cb->alloc_empty;
 	r->arena.held = r->cb->held; /* the measured peak: the backend's allocator's */
 	r->arena.settle = r->cb->settle;
 	if (rt) {

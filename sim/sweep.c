@@ -50,7 +50,7 @@ static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
 /* Keys the engine reads only from some ZeRO stage on, so that points differing only there below
  * it price the same (docs/time_model.md, "Sweep speed"): stage 3's prefetch bucket is read by
  * stage 3's parameter gathers alone (build.c, gather_with_prefetch), unless "auto", which the
- * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 2-3's
+ * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 1-3's
  * reductions alone (build.c, unit_grads and alloc_buckets). */
 static const struct {
 	const char *key;
@@ -58,7 +58,7 @@ static const struct {
 	unsigned auto_bit; /* AUTO_*: a point holding "auto" there reads it at any stage */
 } UNREAD[] = {
 	{"deepspeed.zero_optimization.stage3_prefetch_bucket_size", 3, AUTO_PREFETCH},
-	{"deepspeed.zero_optimization.contiguous_gradients", 2, 0},
+	{"deepspeed.zero_optimization.contiguous_gradients", 1, 0},
 };
 
 static void mark_unread(SweepAxis *ax)

@@ -201,6 +201,37 @@ static void test_aligned_and_zeroed(void)
 	pool_destroy(p);
 }
 
+/* pool_alloc_empty touches nothing: a reused block keeps what the last one wrote (pool_alloc
+ * would clear it), and 256 MiB of fresh ones, mapped and counted, take no page faults until
+ * written. */
+static void test_empty_untouched(void)
+{
+	Pool *p = pool_create(&POOL_CONFIG_DEFAULT);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	unsigned char *a = pool_alloc(p, 4096);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	memset(a, 0xa5, 4096);
+	pool_free(p, a);
+	unsigned char *b = pool_alloc_empty(p, 4096);
+	CU_ASSERT_PTR_EQUAL(b, a);
+	CU_ASSERT_EQUAL(b[0], 0xa5);
+	CU_ASSERT_EQUAL(b[4095], 0xa5);
+	pool_free(p, b);
+	b = pool_alloc(p, 4096);
+	CU_ASSERT_EQUAL(b[0], 0);
+	pool_free(p, b);
+	long long f0 = procmem_minor_faults();
+	unsigned char *big = pool_alloc_empty(p, 256 * MiB);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+	CU_ASSERT(procmem_minor_faults() - f0 < 64); /* not 65,536 pages' first touches */
+	CU_ASSERT(stats(p).mapped_bytes >= 256 * MiB);
+	pool_free(p, big);
+	big = pool_alloc_empty(p, 256 * MiB); /* the same block again: still untouched */
+	CU_ASSERT(procmem_minor_faults() - f0 < 64);
+	pool_free(p, big);
+	pool_destroy(p);
+}
+
 /* A commit step that is not a whole number of pages, a small class larger than a segment, a
  * segment smaller than its commit step: refused. */
 static void test_bad_config(void)
@@ -274,6 +305,7 @@ int test_pool_register(void)
 			    {"blocks aligned to 64 bytes and zeroed, reused ones too",
 			     test_aligned_and_zeroed},
 			    {"bad configurations refused", test_bad_config},
+			    {"pool_alloc_empty touches nothing", test_empty_untouched},
 #if defined(__SANITIZE_ADDRESS__)
 			    {"ASan: the pool poisons what no caller holds", test_poisoned},
 #endif

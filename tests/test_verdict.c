@@ -260,24 +260,36 @@ static void test_moment_last_forward(void)
  * 1e5), so the parameters and their gradients are kept whole (2 + 2 PSI) besides the partitions
  * of both (0.5 + 0.5) and the optimizer's (3 PSI); the default sub_group_size (1e9) holds the
  * whole partition, PSI / 4 = 28,096 elements (every tensor divides by 4): the flat and the copy
- * add 0.5 + 1 PSI, 9.5 PSI. At sub_group_size 10,000 the update steps sub-groups, each closed
+ * add 0.5 + 1 PSI, 9.5 PSI; and stage 3 keeps its contiguous gradient buffer from set-up to the
+ * step (stage3.py __init__: __ipg_bucket_flat_buffer, reduce_bucket_size elements in bf16; no
+ * unit flat is larger, every tensor being persistent): at reduce_bucket_size PSI / 4 = 28,096
+ * that is 0.5 PSI more, 10 PSI. At sub_group_size 10,000 the update steps sub-groups, each closed
  * once it reaches the size (stage3.py _create_fp16_sub_groups; plan.c plan_subgroups), of the
  * tensors' quarters in order: wte 2,048 + wpe 1,024 + the first block's ln_1 32, c_attn 3,072 +
  * 48, c_proj 1,024 + 16, ln_2 32 and c_fc.weight 4,096 = 11,392; then c_fc.bias 64 + c_proj
  * 4,096 + 16 + the second block's up to its c_fc.weight = 12,496; then the rest, 4,208. The
- * largest, 12,496, is what the flat and the copy hold: 6 bytes an element less on 15,600. */
+ * largest, 12,496, is what the flat and the copy hold: 6 bytes an element less on 15,600.
+ * Stage 1's contiguous gradient buffers (test_zero.c, test_stage12_buffers_by_hand) are turned
+ * off here: they are freed after the reductions, before the step, but would make the backward
+ * the peak. BF16_Optimizer has none whatever the setting: the third case turns it on. */
 static void test_zero_step_copies(void)
 {
 	const char *set = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 "
 			  "--set cluster.gpus_per_node=4 --set cluster.nccl_buffers_MiB=0 "
-			  "--set deepspeed.zero_optimization.stage=1";
+			  "--set deepspeed.zero_optimization.stage=1 "
+			  "--set deepspeed.zero_optimization.contiguous_gradients=false";
 	const struct { const char *set; double peak; const char *phase; } c[] = {
 		{"", 8.5 * PSI, "optimizer step"},
 		{"--set deepspeed.bf16.enabled=false", 12 * PSI, "optimizer step"},
-		{"--set deepspeed.data_types.grad_accum_dtype=fp32", -1, "forward"},
-		{"--set deepspeed.zero_optimization.stage=3", 9.5 * PSI, "optimizer step"},
+		{"--set deepspeed.data_types.grad_accum_dtype=fp32 --set "
+		 "deepspeed.zero_optimization.contiguous_gradients=true", -1, "forward"},
 		{"--set deepspeed.zero_optimization.stage=3 --set "
-		 "deepspeed.zero_optimization.sub_group_size=10000", 9.5 * PSI - 6 * 15600,
+		 "deepspeed.zero_optimization.contiguous_gradients=true --set "
+		 "deepspeed.zero_optimization.reduce_bucket_size=28096", 10 * PSI, "optimizer step"},
+		{"--set deepspeed.zero_optimization.stage=3 --set "
+		 "deepspeed.zero_optimization.contiguous_gradients=true --set "
+		 "deepspeed.zero_optimization.reduce_bucket_size=28096 --set "
+		 "deepspeed.zero_optimization.sub_group_size=10000", 10 * PSI - 6 * 15600,
 		 "optimizer step"},
 	};
 	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {

@@ -200,10 +200,10 @@ static void test_comm_with_accumulation(void)
  *   partitions of 2e6 elements: params 2 B + grads 2 B + master 4 B + Adam 8 B = 32e6 B
  *   backward: the first gather prefetches all 8 layers (8e6 <= stage3_prefetch_bucket_size 5e7,
  *             <= max live 1e9): 8e6 x 2 B = 16e6 B gathered
- *   one contiguous gradient buffer (stage3.py's __ipg_bucket_flat_buffer: stage 3 does not
- *             double-buffer, overlap_comm or not) holding the largest reduction: stage 3
- *             reduce-scatters one layer's flat at a time, 1e6 elements x 2 B = 2e6 B
- *   peak = 639,631,368 + 32e6 + 16e6 + 2e6 = 689,631,368 B */
+ *   one contiguous gradient buffer (stage3.py __init__'s __ipg_bucket_flat_buffer: stage 3 does
+ *             not double-buffer, overlap_comm or not), allocated at set-up and kept, of
+ *             reduce_bucket_size elements (default 5e8) x 2 B = 1e9 B
+ *   peak = 639,631,368 + 32e6 + 16e6 + 1e9 = 1,687,631,368 B */
 static const char *PARAMS_ONLY_Z3 =
 	"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
 	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
@@ -219,11 +219,11 @@ static void test_stage3_peak_by_hand(void)
 	if (fx_predict(&sc, &pr, json))
 		return;
 	const MemPlace *g = &pr.stages[0].mem.place[PLACE_GPU];
-	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 689631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 1687631368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_PARAMS], 4e6 + 16e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_GRADS], 4e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_OPTIM], 24e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 2e6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 1e9, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_ACTIV], 0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_OVERHEAD], 639631368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].ideal.total_bytes, 16 * 8e6 / 4, 0);
@@ -231,28 +231,90 @@ static void test_stage3_peak_by_hand(void)
 	fx_free(&sc, &pr);
 
 	/* stage3_max_live_parameters = 2e6: at most two layers (2e6 elements, 4e6 B) gathered at once
-	 * instead of eight (16e6 B) -> backward 689,631,368 - 12e6 = 677,631,368 B; now the
+	 * instead of eight (16e6 B) -> backward 1,687,631,368 - 12e6 = 1,675,631,368 B; now the
 	 * optimizer step is higher: the partitions (4e6 + 4e6 + 24e6 B) and the fp32 gradients made
 	 * through a flat of the fp16 ones (stage3.py _prepare_fp32_grad_for_sub_group: 2e6 x 2 B
-	 * = 4e6, then 2e6 x 4 B = 8e6; one sub-group, sub_group_size 1e9): 44e6 B, peak
-	 * 683,631,368 B, its parameters the partition's 4e6 B */
+	 * = 4e6, then 2e6 x 4 B = 8e6; one sub-group, sub_group_size 1e9): 44e6 B, beside the
+	 * gradient buffer's 1e9: peak 1,683,631,368 B, its parameters the partition's 4e6 B */
 	snprintf(json, sizeof(json), PARAMS_ONLY_Z3, ", \"stage3_max_live_parameters\": 2e6");
 	if (fx_predict(&sc, &pr, json))
 		return;
 	g = &pr.stages[0].mem.place[PLACE_GPU];
-	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 683631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, 1683631368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_PARAMS], 4e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_GRADS], 4e6 + 4e6 + 8e6, 0);
-	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], 1e9, 0);
 	fx_free(&sc, &pr);
+
+	/* reduce_bucket_size 3e6: the buffer is 6e6 B -> 689,631,368 + 4e6 = 693,631,368 B at the
+	 * backward; at 5e5, under one layer's 1e6 elements, this schedule reduces the layer whole
+	 * and its buffer holds it (DeepSpeed would split the layer's tensors between buckets of
+	 * 5e5): 1e6 x 2 B = 2e6 B -> 689,631,368 B */
+	const struct { const char *rbs; double peak, buffers; } r[] = {
+		{", \"reduce_bucket_size\": 3e6", 693631368.0, 6e6},
+		{", \"reduce_bucket_size\": 5e5", 689631368.0, 2e6},
+	};
+	for (int i = 0; i < 2; i++) {
+		snprintf(json, sizeof(json), PARAMS_ONLY_Z3, r[i].rbs);
+		if (fx_predict(&sc, &pr, json))
+			return;
+		g = &pr.stages[0].mem.place[PLACE_GPU];
+		CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, r[i].peak, 0);
+		CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], r[i].buffers, 0);
+		fx_free(&sc, &pr);
+	}
+}
+
+/* The same model at ZeRO 1-2 (fp16 Adam, 4 GPUs) with reduce_bucket_size 5e6: stage_1_and_2.py's
+ * backward allocates its contiguous gradient buffers of reduce_bucket_size fp16 elements, 1e7 B
+ * each, two under overlap_comm (buf_0, buf_1), freed at the epilogue; stage 1 fills them only
+ * at the boundary (reduce_gradients), stage 2 at every reduction. The model states: stage 1 the
+ * full fp16 parameters and gradients (16e6 + 16e6 B) and a quarter of the master weights and
+ * Adam's moments (2e6 x 12 B = 24e6 B): 56e6 B; stage 2 the gradients' quarter instead (4e6 B):
+ * 44e6 B. The step makes the partition's gradients flat (2e6 x 2 B) and their fp32 copy
+ * (2e6 x 4 B): 12e6 B more, after the buffers are freed. Over the overhead's 639,631,368 B:
+ *   stage 1, overlap_comm: backward 56e6 + 2e7 = 76e6 B, step 68e6 B: peak 715,631,368 B
+ *   stage 1 without it:    backward 56e6 + 1e7 = 66e6 B < step's 68e6 B: peak 707,631,368 B
+ *   stage 1, contiguous_gradients false: no buffers, the step's 707,631,368 B
+ *   stage 2, overlap_comm: backward 44e6 + 2e7 = 64e6 B, step 56e6 B: peak 703,631,368 B
+ *   stage 2 without it:    backward 44e6 + 1e7 = 54e6 B < step's 56e6 B: peak 695,631,368 B */
+static void test_stage12_buffers_by_hand(void)
+{
+	const char *fmt =
+		"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
+		" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": %d,"
+		" \"reduce_bucket_size\": %s, \"overlap_comm\": %s, \"contiguous_gradients\": %s}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+	const struct { int stage; const char *rbs, *overlap, *contiguous; double peak, buffers; } c[] = {
+		{1, "5e6", "true", "true", 715631368.0, 2e7},
+		{1, "5e6", "false", "true", 707631368.0, 0},
+		{1, "5e6", "true", "false", 707631368.0, 0},
+		{2, "5e6", "true", "true", 703631368.0, 2e7},
+		{2, "5e6", "false", "true", 695631368.0, 0},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char json[1024];
+		Scenario sc;
+		Prediction pr;
+		snprintf(json, sizeof(json), fmt, c[i].stage, c[i].rbs, c[i].overlap, c[i].contiguous);
+		if (fx_predict(&sc, &pr, json))
+			return;
+		const MemPlace *g = &pr.stages[0].mem.place[PLACE_GPU];
+		CU_ASSERT_DOUBLE_EQUAL(g->peak_bytes, c[i].peak, 0);
+		CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], c[i].buffers, 0);
+		fx_free(&sc, &pr);
+	}
 }
 
 /* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs); its largest
  * parameter is a layer's 1e6 elements, of which stage_1_and_2.py's __init__ under cpu_offload
  * keeps one fp16 buffer on the device (temp_grad_buffer_for_gpu_offload) and one on the host
- * (temp_grad_buffer_for_cpu_offload), 2e6 B each:
- *   GPU: overhead 639,631,368 B + full params 16e6 B + full grads 16e6 B + 2e6 B
- *        = 673,631,368 B
+ * (temp_grad_buffer_for_cpu_offload), 2e6 B each; and each backward (stage_1_and_2.py backward,
+ * contiguous gradients, which cpu_offload turns on) allocates the contiguous gradient buffer the
+ * boundary's reductions go through: reduce_bucket_size (5e8) fp16 elements, 1e9 B:
+ *   GPU: overhead 639,631,368 B + full params 16e6 B + full grads 16e6 B + 2e6 B + 1e9 B
+ *        = 1,673,631,368 B
  *   CPU: fp32 gradient partition 2e6 x 4 B + master 2e6 x 4 B + Adam 2e6 x 8 B + 2e6 B = 34e6 B
  *   step traffic: reduce-scatter of 8e6 fp16 gradients, all-gather of 8e6 fp16 parameters;
  *   copies: 2e6 fp16 gradients down (4e6 B), 2e6 fp16 parameters up (4e6 B).
@@ -271,7 +333,7 @@ static void test_stage1_offload_by_hand(void)
 		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
 	if (fx_predict(&sc, &pr, json))
 		return;
-	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 673631368.0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].peak_bytes, 1673631368.0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_CPU].peak_bytes, 34e6, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_NVME].peak_bytes, 0, 0);
 	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 16e6, 0);
@@ -739,6 +801,8 @@ int test_zero_register(void)
 			    {"communication 2 psi vs 3 psi", test_comm_volumes},
 			    {"communication with accumulation", test_comm_with_accumulation},
 			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
+			    {"stage 1-2 contiguous gradient buffers worked by hand",
+			     test_stage12_buffers_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
