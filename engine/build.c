@@ -641,7 +641,16 @@ static int is_block(const Plan *p, int u)
  * tokens; under sequence parallelism a reduce-scatter, whose backward gathers dy), the head
  * gathers its input under sequence parallelism (forward and again backward), reduces its input
  * gradient, and its cross-entropy reduces 3 fp32 values per token in three
- * all-reduces (Megatron's vocab_parallel_cross_entropy: max, target logit, sum of exponentials). */
+ * all-reduces (Megatron's vocab_parallel_cross_entropy: max, target logit, sum of exponentials).
+ * A block of DeepSpeed's MoE layer has no MLP all-reduce (moe_colls gathers its tokens). */
+/* Whether the MoE blocks are DeepSpeed's MoE layers under tensor parallelism, which split their
+ * tokens over the tensor-parallel ranks (moe_colls) and leave an MoE block's MLP without
+ * Megatron's all-reduce: its output is whole on every rank once gathered. */
+static int moe_tp_splits(const Plan *p)
+{
+	return p->sc->model.ds_gate && p->par.tp > 1;
+}
+
 static void tp_colls(Builder *b, int u, OpRole role)
 {
 	int forward = role != ROLE_BACKWARD;
@@ -656,7 +665,8 @@ static void tp_colls(Builder *b, int u, OpRole role)
 	if (is_block(p, u)) {
 		int dec = model_unit_is_decoder(m, u);
 		long long bsh = (dec ? bs_dec : bs) * h;
-		for (int i = 0; i < 2 + dec; i++) {
+		int mlp = !(p->units[u].moe && moe_tp_splits(p)); /* moe_colls has its own */
+		for (int i = 0; i < 1 + mlp + dec; i++) {
 			if (sp) {
 				/* backward gathers dy for the row-split layer, then the column-split
 				 * layer's input again (not kept: Megatron's
@@ -690,15 +700,26 @@ static void tp_colls(Builder *b, int u, OpRole role)
 }
 
 /* An MoE block moves its tokens to their experts and back: two all-to-alls forward (dispatch,
- * combine) and two backward, of E x capacity x h elements each. */
+ * combine) and two backward, of E x capacity x h elements each. DeepSpeed's MoE layer under
+ * tensor parallelism (sharded_moe.py MOELayer.forward; with Megatron's mpu its groups make the
+ * experts count as tensor-parallel too, groups.py _create_expert_data_and_model_parallel) sends
+ * each tensor-parallel rank's 1/t of every expert's capacity (drop_tokens), then all-gathers
+ * the capacity whole over the tensor-parallel group (gather_tokens) for the experts, which
+ * compute every token on every rank, and likewise after the combine: an all-gather of
+ * E x capacity x h after each all-to-all, forward, and backward where drop_tokens' gradient is
+ * gather_tokens. */
 static void moe_colls(Builder *b, int u, OpRole role)
 {
 	const Plan *p = b->p;
 	if (!p->units[u].moe)
 		return;
-	long long elems = p->moe_slots * p->sc->model.h;
-	coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, elems, p->param_bytes, -1, 0);
-	coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, elems, p->param_bytes, -1, 0);
+	long long whole = p->moe_slots * p->sc->model.h;
+	long long t = moe_tp_splits(p) ? p->par.tp : 1;
+	for (int i = 0; i < 2; i++) {
+		coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, whole / t, p->param_bytes, -1, 0);
+		if (t > 1)
+			coll(b, COLL_ALL_GATHER, role, GROUP_TP, u, whole, p->param_bytes, -1, 0);
+	}
 }
 
 /* The executor: the kernels run on a model-layout working copy of the unit's parameters in the

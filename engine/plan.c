@@ -599,6 +599,24 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 						   (long long)ceil(q->imbalance * per_expert);
 		if (p->moe_capacity < q->min_capacity)
 			p->moe_capacity = q->min_capacity;
+		/* DeepSpeed's MoE layer splits each expert's capacity over the tensor-parallel ranks
+		 * (moe/mappings.py _drop_tokens asserts that it divides). Without dropping, the
+		 * capacity is the busiest expert's count, which the estimate here rounds up to a
+		 * multiple of tp (a run would assert wherever the count does not divide). */
+		long long t = p->par.tp;
+		if (m->ds_gate && t > 1 && p->moe_capacity % t) {
+			if (q->drop_tokens)
+				return px_fail(err, PX_ERR_INPUT, "%s: parallelism.tp = %lld does not "
+					       "divide the experts' capacity, %lld tokens (moe.capacity_factor "
+					       "%g x top-k %lld x %lld tokens / %lld experts, at least "
+					       "moe.min_capacity %lld): DeepSpeed's MoE layer splits it over the "
+					       "tensor-parallel ranks (drop_tokens) and asserts that it divides; "
+					       "choose a capacity_factor or min_capacity that makes it a "
+					       "multiple of %lld", sc->path, t, p->moe_capacity,
+					       q->capacity_factor, m->top_k, (long long)tokens, (long long)m->experts,
+					       (long long)q->min_capacity, t);
+			p->moe_capacity = ceil_div(p->moe_capacity, t) * t;
+		}
 		p->moe_slots = m->experts * p->moe_capacity;
 	}
 

@@ -261,6 +261,77 @@ static void test_moe_all_to_all(void)
 	fx_free(&sc, &pr);
 }
 
+/* DeepSpeed's MoE layer under tensor parallelism t = 2 (deepspeed/moe/sharded_moe.py
+ * MOELayer.forward, moe/mappings.py): each all-to-all carries the rank's 1/t of every expert's
+ * capacity (drop_tokens), and an all-gather over the tensor-parallel group (gather_tokens) makes
+ * the capacity whole again after each, forward and backward (drop_tokens' gradient). The test
+ * model above at b 2, s 512 (C = 128, bf16) on 32 GPUs, tp 2, ep 8 (dp 16):
+ *   all-to-all: 8 layers x 4 of E C h / t = 8 x 128 x 256 / 2 elements, 262,144 B each;
+ *   tensor-parallel group: 8 x 4 all-gathers of E C h (524,288 B); all-reduces: each block's
+ *   attention only, forward and backward (the MoE block's MLP has none: its output is whole
+ *   once gathered), the embedding's forward and the head's input gradient, b s h (524,288 B)
+ *   each, and the cross-entropy's 3 of b s fp32 values (4,096 B): 18 x 524,288 + 3 x 4,096.
+ * A capacity the tensor-parallel ranks cannot split (s 100: C = ceil(12.5) = 13) is refused, as
+ * DeepSpeed's _drop_tokens asserts. */
+static void test_moe_tensor_parallel(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr,
+			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
+			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\":"
+			 " {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}},"
+			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 4, \"gpus_per_node\": 8},"
+			 " \"seq_length\": 512, \"parallelism\": {\"ep\": 8, \"tp\": 2}}"))
+		return;
+	const Traffic *t = &pr.stages[0].traffic;
+	const double ech = 8.0 * 128 * 256 * 2, bsh = 2.0 * 512 * 256 * 2;
+	CU_ASSERT_EQUAL(pr.plan.moe_capacity, 128);
+	CU_ASSERT_EQUAL(t->n_colls[COLL_ALL_TO_ALL], 8 * 4);
+	CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_TO_ALL], 8 * 4 * ech / 2, 0);
+	double gathered = 0, reduced = 0;
+	int n_gathers = 0, n_reduces = 0;
+	const Schedule *sch = &pr.stages[0].sched;
+	for (int i = sch->step_begin; i < sch->n; i++) {
+		const Op *op = &sch->ops[i];
+		if (op->kind != OP_COLL || op->group != GROUP_TP)
+			continue;
+		if (op->sub == COLL_ALL_GATHER)
+			gathered += op->bytes, n_gathers++;
+		else if (op->sub == COLL_ALL_REDUCE)
+			reduced += op->bytes, n_reduces++;
+		else
+			CU_FAIL("a tensor-parallel collective other than all-gather and all-reduce");
+	}
+	CU_ASSERT_EQUAL(n_gathers, 8 * 4);
+	CU_ASSERT_DOUBLE_EQUAL(gathered, 8 * 4 * ech, 0);
+	CU_ASSERT_EQUAL(n_reduces, 18 + 3);
+	CU_ASSERT_DOUBLE_EQUAL(reduced, 18 * bsh + 3 * 4096, 0);
+	fx_free(&sc, &pr);
+
+	char json[2048], path[512];
+	PxError err = {0};
+	snprintf(json, sizeof(json),
+		 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
+		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\":"
+		 " {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 4,"
+		 " \"gpus_per_node\": 8}, \"seq_length\": 100, \"parallelism\": {\"ep\": 8, \"tp\": 2}}");
+	snprintf(path, sizeof(path), "%s/moe_tp.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	int rc = scenario_load(&sc, path, NULL, &err);
+	if (rc == 0) {
+		rc = predict_run(&sc, &pr, &err);
+		if (rc == 0)
+			predict_free(&pr);
+		scenario_free(&sc);
+	}
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "parallelism.tp = 2 does not divide the experts' "
+					       "capacity, 13 tokens"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
+}
+
 /* Mixtral-8x7B's published parameter count (Hugging Face num_parameters()). */
 static void test_mixtral_count(void)
 {
@@ -663,6 +734,8 @@ int test_parallel_register(void)
 			    {"T5 tensor-parallel traffic by hand", test_t5_tp_traffic},
 			    {"MoE capacity", test_moe_capacity},
 			    {"MoE all-to-all volumes", test_moe_all_to_all},
+			    {"MoE under tensor parallelism: tokens split, then gathered",
+			     test_moe_tensor_parallel},
 			    {"Mixtral parameter count", test_mixtral_count},
 			    {"ZeRO++ cross-node 3M -> 0.75M", test_zeropp_cross_node},
 			    {"topology split", test_topology_split},
