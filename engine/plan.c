@@ -573,8 +573,11 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
+	/* engine.py _do_optimizer_sanity_check: BF16_Optimizer for stage 1 in bf16 with fp32
+	 * accumulation, unless the optimizer is offloaded */
 	p->zero_optimizer = p->stage >= 2 ||
-			    (p->stage == 1 && !(ds->dtype == DT_BF16 && ds->grad_dtype == DT_FP32));
+			    (p->stage == 1 && !(ds->dtype == DT_BF16 && ds->grad_dtype == DT_FP32 &&
+						p->opt_place == PLACE_GPU));
 	p->flattens_grads = p->zero_optimizer && p->opt_place == PLACE_GPU;
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;

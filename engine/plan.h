@@ -109,9 +109,9 @@ typedef struct Plan {
 				      stage 1-2's optimizer offload turns on (stage_1_and_2.py:
 				      contiguous_gradients or cpu_offload) */
 	int zero_optimizer;        /* DeepSpeed's ZeRO optimizer steps (stage_1_and_2.py, stage3.py):
-				      stage 2-3, or stage 1 but for bf16 with fp32 accumulation,
-				      which engine.py gives BF16_Optimizer (no contiguous gradient
-				      buffers, no flat) */
+				      stage 2-3, or stage 1 but for bf16 with fp32 accumulation and
+				      the optimizer on the device, which engine.py gives
+				      BF16_Optimizer (no contiguous gradient buffers, no flat) */
 	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device: its step copies the
 				      gradients it updates into
 				      one flat, then into fp32 (stage_1_and_2.py step; stage3.py

@@ -305,6 +305,31 @@ static void test_stage12_buffers_by_hand(void)
 		CU_ASSERT_DOUBLE_EQUAL(g->at_peak[CAT_BUFFERS], c[i].buffers, 0);
 		fx_free(&sc, &pr);
 	}
+
+	/* bf16 with fp32 gradient accumulation at stage 1: engine.py gives BF16_Optimizer, which
+	 * has no contiguous gradient buffers, unless the optimizer is offloaded
+	 * (_do_optimizer_sanity_check: not zero_cpu_offload), when it is the ZeRO optimizer's */
+	for (int offload = 0; offload < 2; offload++) {
+		char json[1024];
+		Scenario sc;
+		Prediction pr;
+		snprintf(json, sizeof(json),
+			 "{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
+			 " true}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}, \"optimizer\":"
+			 " {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 1%s}},"
+			 " \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}",
+			 offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+		if (fx_predict(&sc, &pr, json))
+			return;
+		const Schedule *s = &pr.stages[0].sched;
+		int buckets = 0;
+		for (int i = 0; i < s->n; i++)
+			buckets += s->ops[i].kind == OP_ALLOC && s->ops[i].what == BUF_REDUCE_BUCKET;
+		CU_ASSERT_EQUAL(pr.plan.zero_optimizer, offload);
+		CU_ASSERT_EQUAL(buckets > 0, offload);
+		fx_free(&sc, &pr);
+	}
 }
 
 /* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs); its largest
