@@ -165,7 +165,7 @@ static long long pipe_elems(const Plan *p)
 
 /* ---- set-up: what lives for the whole run ---- */
 
-static void alloc_buckets(Builder *b);
+static void alloc_buckets(Builder *b, int n);
 
 static void setup(Builder *b)
 {
@@ -254,7 +254,7 @@ static void setup(Builder *b)
 		b->id_pipe_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_GRAD, -1,
 					(double)pipe_elems(p) * p->param_bytes);
 	if (p->stage == 3) /* stage 3's contiguous gradient buffer lives as long as the optimizer */
-		alloc_buckets(b);
+		alloc_buckets(b, 1);
 }
 
 /* ---- stage 3: gathering units ---- */
@@ -496,6 +496,12 @@ static void reduce_dense(Builder *b, int unit, int plan_bucket, long long part_o
 	b->dense.buf = buf;
 	b->dense.offset = offset;
 	flush_bucket(b, &b->dense);
+}
+
+/* Stage 1-2's contiguous gradient buffers at a backward: two under overlap_comm. */
+static int bucket_count(const Plan *p)
+{
+	return p->sc->ds.zero.overlap_comm && p->stage < 3 ? 2 : 1;
 }
 
 static void release_buckets(Builder *b)
@@ -841,22 +847,21 @@ static void backward_unit(Builder *b, int slot, int u)
 /* ZeRO 1-3's contiguous gradient buffers (DeepSpeed's ipg buffers): reduce_bucket_size
  * elements in the model's dtype each, or what this plan's largest reduction of whole units
  * holds where that is more (DeepSpeed splits such a unit between buckets, a tensor at a time:
- * this over-states its buffer by the excess). Stage 1-2 allocate them at each backward, two
- * under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1), freed at the epilogue (stage 2
- * each micro-batch; stage 1 fills them only at the boundary's reductions, reduce_gradients,
- * and a pipelined stage 1 has one, made there); stage 3 one at set-up, kept (stage3.py
- * __init__: __ipg_bucket_flat_buffer), whose next copy waits on the reduction stream. */
-static void alloc_buckets(Builder *b)
+ * this over-states its buffer by the excess). Stage 1-2 allocate n of them at each backward,
+ * two under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1; bucket_count), freed at the
+ * epilogue (stage 2 each micro-batch; stage 1 fills them only at the boundary's reductions,
+ * reduce_gradients, which under pipelining makes one of its own, the pipe engine's backward
+ * having no epilogue); stage 3 one at set-up, kept (stage3.py __init__:
+ * __ipg_bucket_flat_buffer), whose next copy waits on the reduction stream. */
+static void alloc_buckets(Builder *b, int n)
 {
 	const Plan *p = b->p;
-	const DsZero *z = &p->sc->ds.zero;
 	b->n_buckets = b->cur_bucket = 0;
 	b->buckets[0] = b->buckets[1] = -1;
 	if (!p->zero_optimizer || !p->contiguous_grads)
 		return;
 	double elems = fmax(p->reduce_bucket_elems, (double)p->stages[b->stage].bucket_fill);
-	int two = z->overlap_comm && p->stage < 3 && p->par.pp <= 1;
-	for (int i = 0; i < (two ? 2 : 1); i++)
+	for (int i = 0; i < n && i < 2; i++)
 		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1,
 					   elems * p->grad_bytes)) >= 0)
 			b->n_buckets = i + 1;
@@ -902,7 +907,7 @@ static void micro_batch(Builder *b)
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
 	if (p->stage == 1 || p->stage == 2)
-		alloc_buckets(b);
+		alloc_buckets(b, bucket_count(p));
 	if (!early)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
@@ -1014,6 +1019,12 @@ static int pipelined(Builder *b, PxError *err)
 				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *out, 0);
 			}
 		} else {
+			/* the pipe engine's last stage runs its backwards through the ZeRO optimizer's
+			 * (pipe/engine.py _exec_backward_pass: super().backward), which makes its
+			 * contiguous gradient buffers each time, replacing the last ones, and no
+			 * epilogue frees them before the boundary's reductions */
+			if (last && p->stage == 1 && b->n_buckets == 0)
+				alloc_buckets(b, bucket_count(p));
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
 			release(b, out);
@@ -1238,8 +1249,10 @@ static void optimizer_step(Builder *b)
 		/* stage 1 copies each bucket's gradients into a contiguous buffer and reduces it
 		 * there (reduce_independent_p_g_buckets_and_remove_grads), its slice going back to
 		 * where the update reads it (copy_grads_in_partition) */
-		if (p->stage == 1)
-			alloc_buckets(b);
+		if (p->stage == 1) {
+			release_buckets(b); /* a pipelined last stage's, from its backwards */
+			alloc_buckets(b, p->par.pp > 1 ? 1 : bucket_count(p));
+		}
 		for (int i = st->n_buckets - 1; i >= 0; i--) { /* in the order backward filled them */
 			int via = next_bucket(b);
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,

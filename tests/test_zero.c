@@ -330,6 +330,47 @@ static void test_stage12_buffers_by_hand(void)
 		CU_ASSERT_EQUAL(buckets > 0, offload);
 		fx_free(&sc, &pr);
 	}
+
+	/* pipelined (a small GPT-2, pp 2, 4 micro-batches, overlap_comm): the pipe engine's last stage runs each
+	 * backward through the ZeRO optimizer's (pipe/engine.py _exec_backward_pass:
+	 * super().backward), whose buffers, two here, stay until the boundary, where
+	 * reduce_gradients(pipeline_parallel=True) makes one (buf_0) for the reductions: 3
+	 * allocations a step there, 1 on the first stage, and at most 2 live at once */
+	{
+		Scenario sc;
+		Prediction pr;
+		if (fx_predict(&sc, &pr,
+			       "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8,"
+			       " \"n_layer\": 8, \"n_positions\": 512, \"vocab_size\": 1024},"
+			       " \"seq_length\": 128, \"deepspeed\": {\"train_batch_size\": 8,"
+			       " \"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true},"
+			       " \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 1,"
+			       " \"reduce_bucket_size\": 5e6, \"overlap_comm\": true}},"
+			       " \"parallelism\": {\"pp\": 2},"
+			       " \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}"))
+			return;
+		CU_ASSERT_EQUAL_FATAL(pr.n_stages, 2);
+		CU_ASSERT_EQUAL(pr.plan.m, 4);
+		for (int s = 0; s < 2; s++) {
+			const Schedule *sch = &pr.stages[s].sched;
+			int allocs = 0, live = 0, most = 0;
+			char *bucket = calloc((size_t)sch->n_bufs + 1, 1);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(bucket);
+			for (int i = sch->step_begin; i < sch->n; i++) {
+				const Op *op = &sch->ops[i];
+				if (op->kind == OP_ALLOC && op->what == BUF_REDUCE_BUCKET)
+					allocs++, live++, bucket[op->buf] = 1;
+				else if (op->kind == OP_FREE && op->buf >= 0 && bucket[op->buf])
+					live--;
+				most = live > most ? live : most;
+			}
+			free(bucket);
+			CU_ASSERT_EQUAL(allocs, s == 0 ? 1 : 3);
+			CU_ASSERT_EQUAL(most, s == 0 ? 1 : 2);
+			CU_ASSERT_EQUAL(live, 0);
+		}
+		fx_free(&sc, &pr);
+	}
 }
 
 /* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs); its largest
