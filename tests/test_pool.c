@@ -203,7 +203,8 @@ static void test_aligned_and_zeroed(void)
 
 /* pool_alloc_empty touches nothing: a reused block keeps what the last one wrote (pool_alloc
  * would clear it), and 256 MiB of fresh ones, mapped and counted, take no page faults until
- * written. */
+ * written. Under AddressSanitizer the pool's unpoisoning writes the block's shadow (1/8 of it),
+ * whose pages fault: the release pass, without it, counts the faults. */
 static void test_empty_untouched(void)
 {
 	Pool *p = pool_create(&POOL_CONFIG_DEFAULT);
@@ -223,11 +224,13 @@ static void test_empty_untouched(void)
 	long long f0 = procmem_minor_faults();
 	unsigned char *big = pool_alloc_empty(p, 256 * MiB);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(big);
-	CU_ASSERT(procmem_minor_faults() - f0 < 64); /* not 65,536 pages' first touches */
 	CU_ASSERT(stats(p).mapped_bytes >= 256 * MiB);
 	pool_free(p, big);
 	big = pool_alloc_empty(p, 256 * MiB); /* the same block again: still untouched */
-	CU_ASSERT(procmem_minor_faults() - f0 < 64);
+	CU_ASSERT(f0 >= 0);
+#if !defined(__SANITIZE_ADDRESS__)
+	CU_ASSERT(procmem_minor_faults() - f0 < 64); /* not 65,536 pages' first touches */
+#endif
 	pool_free(p, big);
 	pool_destroy(p);
 }
