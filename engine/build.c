@@ -163,6 +163,29 @@ static long long pipe_elems(const Plan *p)
 	return p->shape.sp ? ceil_div(bsh, p->par.tp) : bsh;
 }
 
+/* Elements of that stream one send carries: with tensor parallelism (not sequence parallelism)
+ * each rank's 1/t of it, which the receiving stage all-gathers over its tensor-parallel group,
+ * as DeepSpeed's pipe engine does by default (pipe/engine.py: PartitionedTensor, its
+ * pipe_partitioned for activations, grad_partitioned for their gradients) and Megatron-LM's
+ * scatter_gather_tensors_in_pipeline did (p2p_communication.py). */
+static long long pipe_part(const Plan *p, long long bsh, int grads)
+{
+	const DsConfig *ds = &p->sc->ds;
+	int on = grads ? ds->grad_partitioned : ds->pipe_partitioned;
+	return p->par.tp > 1 && !p->shape.sp && on ? bsh / p->par.tp : bsh;
+}
+
+/* A receive of part of the stream into buf, made whole there by the all-gather over the
+ * tensor-parallel group. */
+static void pipe_gather(Builder *b, OpRole role, long long bsh, int buf)
+{
+	const Plan *p = b->p;
+	int grads = role == ROLE_BACKWARD;
+	coll(b, COLL_P2P_RECV, role, GROUP_PP, -1, pipe_part(p, bsh, grads), p->param_bytes, buf, 0);
+	if (pipe_part(p, bsh, grads) < bsh)
+		coll(b, COLL_ALL_GATHER, role, GROUP_TP, -1, bsh, p->param_bytes, buf, 0);
+}
+
 /* ---- set-up: what lives for the whole run ---- */
 
 static void alloc_buckets(Builder *b, int n);
@@ -935,9 +958,9 @@ static void pipe_recv(Builder *b, const PipeStep *st, long long bsh)
 	if (st->forward && j > 0) {
 		int *in = &b->pipe_in[st->mb * p->par.virtual_stages + st->chunk];
 		*in = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_INPUT, p->chunk_bounds[j], (double)bsh * d);
-		coll(b, COLL_P2P_RECV, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *in, 0);
+		pipe_gather(b, ROLE_FORWARD, bsh, *in);
 	} else if (!st->forward && j < p->n_chunks - 1) {
-		coll(b, COLL_P2P_RECV, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, b->id_pipe_grad, 0);
+		pipe_gather(b, ROLE_BACKWARD, bsh, b->id_pipe_grad);
 	}
 }
 
@@ -1015,8 +1038,12 @@ static int pipelined(Builder *b, PxError *err)
 			for (int u = lo; u < hi; u++)
 				forward_unit(b, st->mb, u);
 			if (!last) {
-				*out = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_OUTPUT, hi - 1, (double)bsh * d);
-				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, bsh, d, *out, 0);
+				/* the pipe engine keeps the sent part (the output's own data is
+				 * cleared: only its graph stays for the backward) */
+				long long part = pipe_part(p, bsh, 0);
+				*out = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_PIPE_OUTPUT, hi - 1,
+					     (double)part * d);
+				coll(b, COLL_P2P, ROLE_FORWARD, GROUP_PP, -1, part, d, *out, 0);
 			}
 		} else {
 			/* the pipe engine's last stage runs its backwards through the ZeRO optimizer's
@@ -1029,9 +1056,10 @@ static int pipelined(Builder *b, PxError *err)
 				backward_unit(b, st->mb, u);
 			release(b, out);
 			if (!first) {
+				long long part = pipe_part(p, bsh, 1);
 				sent_grad = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_PIPE_INPUT_GRAD, lo,
-						  (double)bsh * d);
-				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, bsh, d, sent_grad, 0);
+						  (double)part * d);
+				coll(b, COLL_P2P, ROLE_BACKWARD, GROUP_PP, -1, part, d, sent_grad, 0);
 				if (!batched)
 					release(b, &sent_grad);
 				release(b, in);

@@ -127,8 +127,8 @@ static const DsKey AC_KEYS[] = {
 
 static const DsKey PIPELINE_KEYS[] = {
 	{"stages", K_MODEL}, {"partition", K_MODEL}, {"seed_layers", K_NONE},
-	{"activation_checkpoint_interval", K_NOT}, {"pipe_partitioned", K_NOT},
-	{"grad_partitioned", K_NOT}, {"use_reentrant", K_NONE}, {0},
+	{"activation_checkpoint_interval", K_NOT}, {"pipe_partitioned", K_MODEL},
+	{"grad_partitioned", K_MODEL}, {"use_reentrant", K_NONE}, {0},
 };
 
 static const DsKey TP_KEYS[] = {
@@ -696,11 +696,15 @@ static int parse_parallel_keys(const JsonObj *root, DsConfig *ds, PxNotes *notes
 			return -1;
 		jobj_where(&o, key, ds->tp_where, sizeof(ds->tp_where));
 	}
+	/* runtime/config.py get_pipeline_config: both on unless the section turns them off */
+	ds->pipe_partitioned = ds->grad_partitioned = 1;
 	if ((rc = jobj_child(root, "pipeline", &o, err)) < 0)
 		return -1;
 	if (rc) {
 		if (check_section(&o, PIPELINE_KEYS, notes, err) ||
-		    jobj_str(&o, "partition", NULL, &ds->pipeline_partition, err) < 0)
+		    jobj_str(&o, "partition", NULL, &ds->pipeline_partition, err) < 0 ||
+		    jobj_bool(&o, "pipe_partitioned", 1, &ds->pipe_partitioned, err) < 0 ||
+		    jobj_bool(&o, "grad_partitioned", 1, &ds->grad_partitioned, err) < 0)
 			return -1;
 		if (!is_auto(&o, "stages") &&
 		    jobj_int(&o, "stages", 1, 1 << 20, 0, &ds->pipeline_stages, err) < 0)

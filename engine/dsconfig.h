@@ -104,6 +104,11 @@ typedef struct DsConfig {
 	 * wins, see scenario.c) */
 	long long autotp_size, pipeline_stages;
 	const char *pipeline_partition;
+	/* pipeline.pipe_partitioned, grad_partitioned (default on): with tensor parallelism the
+	 * pipe engine sends each rank's 1/t of an activation (of its gradient) between stages and
+	 * the receiving stage all-gathers it over the tensor-parallel group (pipe/engine.py,
+	 * PartitionedTensor) */
+	int pipe_partitioned, grad_partitioned;
 	char tp_where[512], pp_where[512];
 	/* activation checkpointing section */
 	int ac_present, partition_activations, cpu_checkpointing;

@@ -242,8 +242,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	case BUF_CHECKPOINT: /* the block's input: this rank's rows under sequence parallelism */
 		return e * stream_elems(r);
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */
-	case BUF_PIPE_INPUT: case BUF_PIPE_OUTPUT: case BUF_PIPE_GRAD: case BUF_PIPE_INPUT_GRAD:
-		return e * stream_elems(r); /* the hidden stream in the compute type, as sent */
+	case BUF_PIPE_INPUT: case BUF_PIPE_GRAD: /* the hidden stream in the compute type */
+		return e * stream_elems(r);
+	case BUF_PIPE_OUTPUT: return e * pipe_sent_elems(r, 0); /* as sent */
+	case BUF_PIPE_INPUT_GRAD: return e * pipe_sent_elems(r, 1);
 	case BUF_SCRATCH: return gpt_cpu_scratch_bytes(&r->cfg, r->B, r->T);
 	case BUF_UNIT_FP32: return e * unit_fp32_elems(r, op->unit);
 	case BUF_UNIT_GRAD32: return 4 * unit_fp32_elems(r, op->unit);
@@ -850,6 +852,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		return runner_onebit_coll(r, op, err);
 	if (op->group == GROUP_TP && op->role == ROLE_GRAD_REDUCE)
 		return runner_tp_replicated(r, op, err);
+	if (runner_pipe_is_gather(r, op))
+		return runner_pipe_gather(r, op, err);
 	if ((op->group == GROUP_TP || op->group == GROUP_EP) && op->role != ROLE_OVERFLOW &&
 	    op->role != ROLE_GRAD_NORM)
 		return runner_tp_pass(r, (int)(op - r->s->ops), err); /* the kernels ran it */

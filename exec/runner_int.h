@@ -250,6 +250,17 @@ static inline size_t stream_elems(const Runner *r)
 	return (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
 }
 
+/* Elements of it a pipeline send carries (and the sending buffer holds): this tensor-parallel
+ * rank's 1/t under the pipe engine's partitioning of activations (grads 0) or their gradients
+ * (grads 1), as engine/build.c's pipe_part; else the stream. */
+static inline size_t pipe_sent_elems(const Runner *r, int grads)
+{
+	const DsConfig *ds = &r->p->sc->ds;
+	int on = grads ? ds->grad_partitioned : ds->pipe_partitioned;
+	return r->gtp.t > 1 && !r->gtp.sp && on ? stream_elems(r) / (size_t)r->gtp.t :
+						   stream_elems(r);
+}
+
 /* ZeRO-3 keeps a tensor of numel elements whole on every rank (stage3_param_persistence_
  * threshold). */
 static inline int is_persistent(const Runner *r, long long numel)
@@ -370,6 +381,10 @@ int runner_check_step_temp(const Schedule *s, int signs, const char *who, const 
  * gradient, through the op's buffer; a send is started into q (Pending), waited for where its
  * buffer is next freed or at the step's end. */
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
+/* Whether op is the all-gather over the tensor-parallel group that makes a received part of the
+ * stream whole in its buffer (build.c pipe_gather); runner_pipe_gather runs it, blocking. */
+int runner_pipe_is_gather(const Runner *r, const Op *op);
+int runner_pipe_gather(Runner *r, const Op *op, PxError *err);
 /* comm_split into *out, collective over world; a group of this rank alone is dropped (*out
  * NULL): nothing to exchange with it. */
 int runner_comm_split(Comm *world, int color, int key, int tag, Comm **out, PxError *err);

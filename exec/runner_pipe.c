@@ -80,30 +80,47 @@ Comm *runner_pipe_comm(const Runner *r, const Op *op)
 
 /* ---- sends and receives ---- */
 
+/* The part of the stream a send or receive of cnt elements moves: the whole stream, or under the
+ * pipe engine's partitioning (build.c pipe_part) this tensor-parallel rank's 1/t of it, which
+ * starts cnt x rank elements in. -1 when cnt is neither. */
+static long long stream_part_start(const Runner *r, size_t cnt)
+{
+	size_t whole = stream_elems(r);
+	if (cnt == whole)
+		return 0;
+	if (r->gtp.t > 1 && !r->gtp.sp && cnt * (size_t)r->gtp.t == whole)
+		return (long long)cnt * r->gtp.r;
+	return -1;
+}
+
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 {
 	int forward = op->role == ROLE_FORWARD, send = op->sub == COLL_P2P, n = r->n_stages;
 	Comm *c = forward ? r->pp_act : r->pp_grad;
 	size_t cnt = (size_t)op->elems, btc = stream_elems(r);
+	long long from = stream_part_start(r, cnt);
 	void *buf = op->buf >= 0 ? r->buf[op->buf] : NULL;
-	if (!c || !buf || cnt != btc || op->elem_bytes != dt_bytes(r->pdt))
+	if (!c || !buf || from < 0 || op->elem_bytes != dt_bytes(r->pdt))
 		return px_fail(err, PX_ERR_RUNTIME, "a pipeline %s of %lld elements of %d bytes in "
 			       "buffer %d: the executor moves the hidden stream (%zu elements of "
-			       "%zu bytes) between stages through a buffer", coll_name(op->sub),
-			       (long long)op->elems, op->elem_bytes, op->buf, btc, dt_bytes(r->pdt));
+			       "%zu bytes, or a tensor-parallel rank's 1/%d of it) between stages "
+			       "through a buffer", coll_name(op->sub), (long long)op->elems,
+			       op->elem_bytes, op->buf, btc, dt_bytes(r->pdt), r->gtp.t);
 	/* activations go to the next stage (the last's to the first: the interleaved order's
-	 * next chunk), gradients to the previous */
+	 * next chunk), gradients to the previous; a part is received at its place in the whole
+	 * buffer (the all-gather after it fills the rest), and sent from a buffer of its size */
 	int next = (r->stage + 1) % n, prev = (r->stage + n - 1) % n;
 	if (!send) {
-		if (comm_recv(c, buf, cnt, comm_dt(r->pdt), forward ? prev : next, err))
+		if (comm_recv(c, at(buf, from, r->pdt), cnt, comm_dt(r->pdt), forward ? prev : next,
+			      err))
 			return -1;
 		r->pipe_recvd[forward] = op;
 		return 0;
 	}
 	if (forward)
-		r->cb->convert(r->cx, buf, r->pdt, hidden_x(r), r->pdt, cnt);
+		r->cb->convert(r->cx, buf, r->pdt, at(hidden_x(r), from, r->pdt), r->pdt, cnt);
 	else
-		from_f32(r, buf, hidden_dx(r), cnt, r->pdt);
+		from_f32(r, buf, hidden_dx(r) + from, cnt, r->pdt);
 	if (r->cb->check(r->cx, err)) /* the buffer is written before MPI reads it */
 		return -1;
 	*q = (Pending){.op = op, .stream = SCC_SEND, .recycle_buf = -1};
@@ -113,6 +130,27 @@ int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 	return 0;
 }
 
+int runner_pipe_is_gather(const Runner *r, const Op *op)
+{
+	if (op->kind != OP_COLL || op->group != GROUP_TP || op->sub != COLL_ALL_GATHER || op->buf < 0)
+		return 0;
+	int what = r->alloc_of[op->buf]->what;
+	return what == BUF_PIPE_INPUT || what == BUF_PIPE_GRAD;
+}
+
+int runner_pipe_gather(Runner *r, const Op *op, PxError *err)
+{
+	size_t whole = stream_elems(r), part = whole / (size_t)(r->gtp.t > 0 ? r->gtp.t : 1);
+	if (!r->tp || (size_t)op->elems != whole || r->gtp.t < 2 || part * (size_t)r->gtp.t != whole)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-gather of %lld elements of "
+			       "the pipeline stream over the tensor-parallel group: the executor gathers "
+			       "its %zu elements from parts of 1/t", (int)(op - r->s->ops),
+			       (long long)op->elems, whole);
+	void *buf = r->buf[op->buf];
+	return comm_all_gather(r->tp, at(buf, (long long)part * r->gtp.r, r->pdt), buf, part,
+			       comm_dt(r->pdt), err);
+}
+
 void runner_pipe_take(Runner *r, const Op *compute)
 {
 	int forward = compute->sub == COMP_FWD;
@@ -120,7 +158,7 @@ void runner_pipe_take(Runner *r, const Op *compute)
 	if (!op)
 		return;
 	void *buf = r->buf[op->buf];
-	size_t cnt = (size_t)op->elems;
+	size_t cnt = stream_elems(r);
 	if (forward)
 		r->cb->convert(r->cx, hidden_x(r), r->pdt, buf, r->pdt, cnt);
 	else

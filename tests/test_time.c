@@ -876,11 +876,14 @@ static ErrTally *source_tally(SourceTally *st, int *n, int max, const char *sour
 
 /* Guards against regressions at the errors of the time model when these runs were first judged
  * (docs/time_model.md), not the targets, which are not met: the papers' runs 22% each and 7% mean
- * (three of the thirteen are outside the issue's 10%: MT-NLG, the 1T and the 1.7B runs),
+ * (three of the thirteen are outside the issue's 10%: MT-NLG, the 1T and the 1.7B runs), the
+ * first raised to 23% when the pipeline's sends became each tensor-parallel rank's 1/t (DeepSpeed's
+ * pipe engine, pipe/engine.py PartitionedTensor; Megatron-LM's scatter_gather_tensors_in_pipeline):
+ * a mechanism read off their code, which moved MT-NLG from -20.6% to -22.2%,
  * MosaicML's held-out tables 12% each and 5% mean (one run is outside 10%), and the mean over
  * every held-out run that is not a near-copy 6.5% (6.0% when the manifest first marked MosaicML's
  * "A100 80GB" table a near-copy of its "A100 40GB" one; the issue's target is 5%). */
-#define PAPERS_MAX 0.22
+#define PAPERS_MAX 0.23
 #define PAPERS_MEAN 0.07
 #define MOSAIC_HELD_MAX 0.12
 #define MOSAIC_HELD_MEAN 0.05

@@ -165,7 +165,8 @@ static void test_tp_measured_bf16(void)
  * cross-entropy's three all-reduces of N fp32 (max, target logit, sum: 768 bytes); full recompute
  * adds each block's two forward all-reduces again (4 streams). 16 sequences a step in
  * micro-batches of 2 over dp ranks: 8 / dp micro-batches. Then one float of the gradient norm
- * over the tensor-parallel group, and over dp at ZeRO-1. The wire: a ring of t ranks sends
+ * over the tensor-parallel group, and over dp at ZeRO-1 (the pipe engine's gathers of a
+ * received part are all-gathers, not counted there). The wire: a ring of t ranks sends
  * 2(t-1)/t of each all-reduce (every one here divides among 2 or 4), but the norm's one float over
  * 4 ranks rings as 1, 2, 2, 1 floats sent on ranks 0-3 where the formula gives 1.5 (comm_mpi_check
  * --bytes): measured - predicted -2, +2, +2, -2 bytes. */
@@ -180,6 +181,9 @@ static void test_tp_measured_equals_predicted(void)
 		{4, 2, 1, 2, 1, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
 		{2, 2, 1, 1, 0, 1, 0, "--set parallelism.tp=2 --set activation_checkpointing=full"},
 		{4, 2, 2, 1, 0, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2"},
+		{4, 2, 2, 1, 0, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+				      "deepspeed.pipeline.pipe_partitioned=false --set "
+				      "deepspeed.pipeline.grad_partitioned=false"},
 		{8, 2, 2, 2, 1, 0, 0, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
 				      "deepspeed.zero_optimization.stage=1"},
 		{4, 2, 1, 2, 1, 0, 0, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 "
@@ -249,6 +253,16 @@ static void test_tp_measured_equals_predicted(void)
 				fprintf(stderr, "\nrun %zu rank %d: wire bytes measured - predicted %g, "
 					"by hand %g\n", k, r, wire, off);
 			CU_ASSERT_EQUAL(wire, off);
+		}
+		/* between the stages each micro-batch's stream goes once each way (stage 0 sends
+		 * activations and receives gradients, stage 1 the reverse): each tensor-parallel
+		 * rank's 1/t of it, the pipe engine's partitioning (pipe/engine.py
+		 * PartitionedTensor), or the whole with pipe_partitioned and grad_partitioned off */
+		int parts = !strstr(runs[k].set, "pipe_partitioned=false");
+		double p2p = m * stream / (parts ? runs[k].tp : 1);
+		for (int r = 0; runs[k].pp > 1 && r < runs[k].ranks; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_bytes", "measured", r), p2p);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.p2p_recv_bytes", "measured", r), p2p);
 		}
 		for (int r = 0; runs[k].pp == 1 && runs[k].zero < 3 && r < runs[k].ranks; r++)
 			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
