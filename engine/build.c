@@ -377,12 +377,18 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
  * reduce-scatter, or with reduce_scatter off its all-reduce; without, buffered_reduce_fallback's
  * all-reduce of flattened buckets. Stage 3 (stage3.py __reduce_and_partition_ipg_grads): an
  * all-reduce only with contiguous gradients and reduce_scatter off, else reduce_scatter_coalesced.
+ * Stage 1 under BF16_Optimizer (Plan.zero_optimizer 0) all-reduces: engine.py's
+ * allreduce_gradients finds no reduce_gradients on it and falls back to
+ * buffered_allreduce_fallback over the fp32 gradients it returns (get_grads_for_reduction).
  * Stage 1 without contiguous gradients is priced as with them (a reduce-scatter, half
  * DeepSpeed's all-reduce bytes): a known deviation that keeps contiguous_gradients unread below
  * stage 2, where the sweep shares results between points (sim/sweep.c UNREAD). */
 static CollKind zero_reduce_kind(const Plan *p)
 {
 	const DsZero *z = &p->sc->ds.zero;
+	if (p->stage == 1 && !p->zero_optimizer) /* BF16_Optimizer has no reduce_gradients: the
+						    engine's buffered_allreduce_fallback */
+		return COLL_ALL_REDUCE;
 	int contiguous = p->contiguous_grads || p->stage == 1;
 	int rs = p->stage == 3 ? z->reduce_scatter || !contiguous : z->reduce_scatter && contiguous;
 	return rs ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;

@@ -308,7 +308,10 @@ static void test_stage12_buffers_by_hand(void)
 
 	/* bf16 with fp32 gradient accumulation at stage 1: engine.py gives BF16_Optimizer, which
 	 * has no contiguous gradient buffers, unless the optimizer is offloaded
-	 * (_do_optimizer_sanity_check: not zero_cpu_offload), when it is the ZeRO optimizer's */
+	 * (_do_optimizer_sanity_check: not zero_cpu_offload), when it is the ZeRO optimizer's.
+	 * BF16_Optimizer has no reduce_gradients, so the engine all-reduces its fp32 gradients
+	 * (buffered_allreduce_fallback): 8e6 x 4 B all-reduced; the ZeRO optimizer reduce-scatters
+	 * them; both all-gather the 8e6 bf16 parameters after the step (16e6 B). */
 	for (int offload = 0; offload < 2; offload++) {
 		char json[1024];
 		Scenario sc;
@@ -328,6 +331,10 @@ static void test_stage12_buffers_by_hand(void)
 			buckets += s->ops[i].kind == OP_ALLOC && s->ops[i].what == BUF_REDUCE_BUCKET;
 		CU_ASSERT_EQUAL(pr.plan.zero_optimizer, offload);
 		CU_ASSERT_EQUAL(buckets > 0, offload);
+		const Traffic *t = &pr.stages[0].traffic;
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], offload ? 0 : 32e6, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], offload ? 32e6 : 0, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 16e6, 0);
 		fx_free(&sc, &pr);
 	}
 
