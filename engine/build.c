@@ -163,16 +163,10 @@ static long long pipe_elems(const Plan *p)
 	return p->shape.sp ? ceil_div(bsh, p->par.tp) : bsh;
 }
 
-/* Elements of that stream one send carries: with tensor parallelism (not sequence parallelism)
- * each rank's 1/t of it, which the receiving stage all-gathers over its tensor-parallel group,
- * as DeepSpeed's pipe engine does by default (pipe/engine.py: PartitionedTensor, its
- * pipe_partitioned for activations, grad_partitioned for their gradients) and Megatron-LM's
- * scatter_gather_tensors_in_pipeline did (p2p_communication.py). */
+/* Elements of that stream one send carries (plan_pipe_parts). */
 static long long pipe_part(const Plan *p, long long bsh, int grads)
 {
-	const DsConfig *ds = &p->sc->ds;
-	int on = grads ? ds->grad_partitioned : ds->pipe_partitioned;
-	return p->par.tp > 1 && !p->shape.sp && on ? bsh / p->par.tp : bsh;
+	return bsh / plan_pipe_parts(p, grads);
 }
 
 /* A receive of part of the stream into buf, made whole there by the all-gather over the
@@ -180,9 +174,9 @@ static long long pipe_part(const Plan *p, long long bsh, int grads)
 static void pipe_gather(Builder *b, OpRole role, long long bsh, int buf)
 {
 	const Plan *p = b->p;
-	int grads = role == ROLE_BACKWARD;
-	coll(b, COLL_P2P_RECV, role, GROUP_PP, -1, pipe_part(p, bsh, grads), p->param_bytes, buf, 0);
-	if (pipe_part(p, bsh, grads) < bsh)
+	long long part = pipe_part(p, bsh, role == ROLE_BACKWARD);
+	coll(b, COLL_P2P_RECV, role, GROUP_PP, -1, part, p->param_bytes, buf, 0);
+	if (part < bsh)
 		coll(b, COLL_ALL_GATHER, role, GROUP_TP, -1, bsh, p->param_bytes, buf, 0);
 }
 

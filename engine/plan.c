@@ -105,6 +105,13 @@ static int check_degrees(const Plan *p, PxError *err)
 
 /* ---- per-unit split, partition and cost ---- */
 
+long long plan_pipe_parts(const Plan *p, int grads)
+{
+	const DsConfig *ds = &p->sc->ds;
+	int on = grads ? ds->grad_partitioned : ds->pipe_partitioned;
+	return p->par.tp > 1 && !p->shape.sp && on ? p->par.tp : 1;
+}
+
 GemmShape plan_gemm_shape(const Plan *p)
 {
 	return (GemmShape){.s = p->shape.s, .s_dec = p->shape.s_dec ? p->shape.s_dec : p->shape.s,

@@ -144,6 +144,13 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err);
  * tensor-parallel split, and the tokens each local expert receives per micro-batch, its capacity
  * from every expert-parallel rank. */
 GemmShape plan_gemm_shape(const Plan *p);
+/* How many parts a pipeline send cuts the stream into: tp when each tensor-parallel rank sends
+ * its 1/t of it and the receiving stage all-gathers it over its tensor-parallel group, as
+ * DeepSpeed's pipe engine does by default (pipe/engine.py PartitionedTensor; pipeline.
+ * pipe_partitioned for activations, grads 0; grad_partitioned for their gradients, grads 1) and
+ * Megatron-LM's scatter_gather_tensors_in_pipeline did (p2p_communication.py); else 1 (no
+ * tensor parallelism, or sequence parallelism, whose stream is already a rank's rows). */
+long long plan_pipe_parts(const Plan *p, int grads);
 void plan_free(Plan *p);
 /* Stage 3: the partition slices unit u's gather reads on this rank, as offsets and lengths in
  * the stage's partition: its own, and for a tied head the embedding's (unit 0's) too, which

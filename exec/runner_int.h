@@ -250,15 +250,11 @@ static inline size_t stream_elems(const Runner *r)
 	return (size_t)gpt_tp_rows(&r->gtp, r->B, r->T) * (size_t)r->cfg.C;
 }
 
-/* Elements of it a pipeline send carries (and the sending buffer holds): this tensor-parallel
- * rank's 1/t under the pipe engine's partitioning of activations (grads 0) or their gradients
- * (grads 1), as engine/build.c's pipe_part; else the stream. */
+/* Elements of it a pipeline send of activations (grads 0) or their gradients (grads 1) carries,
+ * and the sending buffer holds: this tensor-parallel rank's part (plan_pipe_parts). */
 static inline size_t pipe_sent_elems(const Runner *r, int grads)
 {
-	const DsConfig *ds = &r->p->sc->ds;
-	int on = grads ? ds->grad_partitioned : ds->pipe_partitioned;
-	return r->gtp.t > 1 && !r->gtp.sp && on ? stream_elems(r) / (size_t)r->gtp.t :
-						   stream_elems(r);
+	return stream_elems(r) / (size_t)plan_pipe_parts(r->p, grads);
 }
 
 /* ZeRO-3 keeps a tensor of numel elements whole on every rank (stage3_param_persistence_

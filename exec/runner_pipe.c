@@ -80,32 +80,20 @@ Comm *runner_pipe_comm(const Runner *r, const Op *op)
 
 /* ---- sends and receives ---- */
 
-/* The part of the stream a send or receive of cnt elements moves: the whole stream, or under the
- * pipe engine's partitioning (build.c pipe_part) this tensor-parallel rank's 1/t of it, which
- * starts cnt x rank elements in. -1 when cnt is neither. */
-static long long stream_part_start(const Runner *r, size_t cnt)
-{
-	size_t whole = stream_elems(r);
-	if (cnt == whole)
-		return 0;
-	if (r->gtp.t > 1 && !r->gtp.sp && cnt * (size_t)r->gtp.t == whole)
-		return (long long)cnt * r->gtp.r;
-	return -1;
-}
-
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err)
 {
 	int forward = op->role == ROLE_FORWARD, send = op->sub == COLL_P2P, n = r->n_stages;
 	Comm *c = forward ? r->pp_act : r->pp_grad;
-	size_t cnt = (size_t)op->elems, btc = stream_elems(r);
-	long long from = stream_part_start(r, cnt);
+	/* the whole stream, or this tensor-parallel rank's part of it (plan_pipe_parts), which
+	 * starts cnt x rank elements in */
+	size_t cnt = (size_t)op->elems, sent = pipe_sent_elems(r, !forward);
+	long long from = sent < stream_elems(r) ? (long long)cnt * r->gtp.r : 0;
 	void *buf = op->buf >= 0 ? r->buf[op->buf] : NULL;
-	if (!c || !buf || from < 0 || op->elem_bytes != dt_bytes(r->pdt))
+	if (!c || !buf || cnt != sent || op->elem_bytes != dt_bytes(r->pdt))
 		return px_fail(err, PX_ERR_RUNTIME, "a pipeline %s of %lld elements of %d bytes in "
-			       "buffer %d: the executor moves the hidden stream (%zu elements of "
-			       "%zu bytes, or a tensor-parallel rank's 1/%d of it) between stages "
-			       "through a buffer", coll_name(op->sub), (long long)op->elems,
-			       op->elem_bytes, op->buf, btc, dt_bytes(r->pdt), r->gtp.t);
+			       "buffer %d: the executor moves %zu elements of %zu bytes of the hidden "
+			       "stream between stages through a buffer", coll_name(op->sub),
+			       (long long)op->elems, op->elem_bytes, op->buf, sent, dt_bytes(r->pdt));
 	/* activations go to the next stage (the last's to the first: the interleaved order's
 	 * next chunk), gradients to the previous; a part is received at its place in the whole
 	 * buffer (the all-gather after it fills the rest), and sent from a buffer of its size */
@@ -140,11 +128,13 @@ int runner_pipe_is_gather(const Runner *r, const Op *op)
 
 int runner_pipe_gather(Runner *r, const Op *op, PxError *err)
 {
-	size_t whole = stream_elems(r), part = whole / (size_t)(r->gtp.t > 0 ? r->gtp.t : 1);
-	if (!r->tp || (size_t)op->elems != whole || r->gtp.t < 2 || part * (size_t)r->gtp.t != whole)
+	int grads = op->role == ROLE_BACKWARD;
+	size_t whole = stream_elems(r), part = pipe_sent_elems(r, grads);
+	if (!r->tp || (size_t)op->elems != whole || part == whole ||
+	    part * (size_t)plan_pipe_parts(r->p, grads) != whole)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-gather of %lld elements of "
 			       "the pipeline stream over the tensor-parallel group: the executor gathers "
-			       "its %zu elements from parts of 1/t", (int)(op - r->s->ops),
+			       "its %zu elements from the ranks' parts", (int)(op - r->s->ops),
 			       (long long)op->elems, whole);
 	void *buf = r->buf[op->buf];
 	return comm_all_gather(r->tp, at(buf, (long long)part * r->gtp.r, r->pdt), buf, part,
