@@ -3,6 +3,7 @@
 #include <CUnit/CUnit.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "suites.h"
@@ -49,6 +50,43 @@ void fx_free(Scenario *sc, Prediction *pr)
 {
 	predict_free(pr);
 	scenario_free(sc);
+}
+
+int fx_live_bufs(const Schedule *s, int from, int what, int *allocs, int *left)
+{
+	int live = 0, most = 0, n = 0;
+	char *ours = calloc((size_t)s->n_bufs + 1, 1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ours);
+	for (int i = from; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC && op->what == what) {
+			ours[op->buf] = 1, n++;
+			most = ++live > most ? live : most;
+		} else if (op->kind == OP_FREE && op->buf >= 0 && ours[op->buf]) {
+			live--;
+		}
+	}
+	free(ours);
+	if (allocs)
+		*allocs = n;
+	if (left)
+		*left = live;
+	return most;
+}
+
+void fx_refused(const char *path, const JsonOverrides *ov, PxError *err)
+{
+	Scenario sc;
+	Prediction pr;
+	int rc = scenario_load(&sc, path, ov, err);
+	if (rc == 0) {
+		rc = predict_run(&sc, &pr, err);
+		if (rc == 0)
+			predict_free(&pr);
+		scenario_free(&sc);
+	}
+	CU_ASSERT_EQUAL(rc, -1);
+	CU_ASSERT_EQUAL(err->code, PX_ERR_INPUT);
 }
 
 const char *fx_model(const char *name)

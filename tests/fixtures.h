@@ -10,6 +10,12 @@ int fx_load(Scenario *sc, const char *json);
 /* Load and predict; on success both must be freed (fx_free). */
 int fx_predict(Scenario *sc, Prediction *pr, const char *json);
 void fx_free(Scenario *sc, Prediction *pr);
+/* Buffers of kind what (BufWhat) in s from op from on: the most live at once; *allocs (may be
+ * NULL) counts their allocations, *left (may be NULL) those still live at the end. */
+int fx_live_bufs(const Schedule *s, int from, int what, int *allocs, int *left);
+/* Load the scenario at path (with ov, which may be NULL) and predict it, asserting that it is
+ * refused as bad input; err holds why. */
+void fx_refused(const char *path, const JsonOverrides *ov, PxError *err);
 /* fx_predict of a printf-formatted scenario (up to 4 KiB). */
 int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -66,19 +66,7 @@ static void test_korthikanti_through_planner(void)
 /* The most block activations live at once in stage `stage`'s schedule. */
 static int max_live_blocks(const Schedule *s)
 {
-	int live = 0, max = 0;
-	char is_act[1 << 16] = {0};
-	for (int i = 0; i < s->n; i++) {
-		const Op *op = &s->ops[i];
-		if (op->kind == OP_ALLOC && op->what == BUF_ACTIVATIONS && op->buf < (1 << 16)) {
-			is_act[op->buf] = 1;
-			if (++live > max)
-				max = live;
-		} else if (op->kind == OP_FREE && op->buf < (1 << 16) && is_act[op->buf]) {
-			live--;
-		}
-	}
-	return max;
+	return fx_live_bufs(s, 0, BUF_ACTIVATIONS, NULL, NULL);
 }
 
 /* 8 layers on pp = 4 stages, m = 8 micro-batches, no recompute: the first stage holds p
@@ -261,6 +249,15 @@ static void test_moe_all_to_all(void)
 	fx_free(&sc, &pr);
 }
 
+/* json written to a fresh directory's s.json, whose path goes to path, and refused as bad input
+ * (fx_refused; err holds why). */
+static void expect_input_error(const char *json, char *path, size_t path_size, PxError *err)
+{
+	snprintf(path, path_size, "%s/s.json", px_test_tmpdir());
+	px_test_write_file(path, json);
+	fx_refused(path, NULL, err);
+}
+
 /* DeepSpeed's MoE layer under tensor parallelism t = 2 (deepspeed/moe/sharded_moe.py
  * MOELayer.forward, moe/mappings.py): each all-to-all carries the rank's 1/t of every expert's
  * capacity (drop_tokens), and an all-gather over the tensor-parallel group (gather_tokens) makes
@@ -316,17 +313,7 @@ static void test_moe_tensor_parallel(void)
 		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\":"
 		 " {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 4,"
 		 " \"gpus_per_node\": 8}, \"seq_length\": 100, \"parallelism\": {\"ep\": 8, \"tp\": 2}}");
-	snprintf(path, sizeof(path), "%s/moe_tp.json", px_test_tmpdir());
-	px_test_write_file(path, json);
-	int rc = scenario_load(&sc, path, NULL, &err);
-	if (rc == 0) {
-		rc = predict_run(&sc, &pr, &err);
-		if (rc == 0)
-			predict_free(&pr);
-		scenario_free(&sc);
-	}
-	CU_ASSERT_EQUAL(rc, -1);
-	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	expect_input_error(json, path, sizeof(path), &err);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "parallelism.tp = 2 does not divide the experts' "
 					       "capacity, 13 tokens"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
@@ -474,8 +461,6 @@ static void test_topology_split(void)
 static void expect_refused(const char *parallel, const char *zero, const char *fragment)
 {
 	char json[2048], path[512];
-	Scenario sc;
-	Prediction pr;
 	PxError err = {0};
 	snprintf(json, sizeof(json),
 		 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8}, \"deepspeed\":"
@@ -483,17 +468,7 @@ static void expect_refused(const char *parallel, const char *zero, const char *f
 		 " \"bf16\": {\"enabled\": true}, \"zero_optimization\": %s},"
 		 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, \"gpus_per_node\": 8},"
 		 " \"seq_length\": 128, \"parallelism\": %s}", zero, parallel);
-	snprintf(path, sizeof(path), "%s/s.json", px_test_tmpdir());
-	px_test_write_file(path, json);
-	int rc = scenario_load(&sc, path, NULL, &err);
-	if (rc == 0) {
-		rc = predict_run(&sc, &pr, &err);
-		if (rc == 0)
-			predict_free(&pr);
-		scenario_free(&sc);
-	}
-	CU_ASSERT_EQUAL(rc, -1);
-	CU_ASSERT_EQUAL(err.code, PX_ERR_INPUT);
+	expect_input_error(json, path, sizeof(path), &err);
 	if (!strstr(err.msg, fragment))
 		fprintf(stderr, "\nexpected '%s' in: %s\n", fragment, err.msg);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, fragment));

@@ -360,18 +360,8 @@ static void test_stage12_buffers_by_hand(void)
 		CU_ASSERT_EQUAL(pr.plan.m, 4);
 		for (int s = 0; s < 2; s++) {
 			const Schedule *sch = &pr.stages[s].sched;
-			int allocs = 0, live = 0, most = 0;
-			char *bucket = calloc((size_t)sch->n_bufs + 1, 1);
-			CU_ASSERT_PTR_NOT_NULL_FATAL(bucket);
-			for (int i = sch->step_begin; i < sch->n; i++) {
-				const Op *op = &sch->ops[i];
-				if (op->kind == OP_ALLOC && op->what == BUF_REDUCE_BUCKET)
-					allocs++, live++, bucket[op->buf] = 1;
-				else if (op->kind == OP_FREE && op->buf >= 0 && bucket[op->buf])
-					live--;
-				most = live > most ? live : most;
-			}
-			free(bucket);
+			int allocs, live;
+			int most = fx_live_bufs(sch, sch->step_begin, BUF_REDUCE_BUCKET, &allocs, &live);
 			CU_ASSERT_EQUAL(allocs, s == 0 ? 1 : 3);
 			CU_ASSERT_EQUAL(most, s == 0 ? 1 : 2);
 			CU_ASSERT_EQUAL(live, 0);
