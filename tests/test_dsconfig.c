@@ -56,6 +56,28 @@ static void expect_error(const char *ds_json, long long dp, const char *fragment
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, fragment));
 }
 
+/* pipeline.pipe_partitioned and grad_partitioned (runtime/config.py get_pipeline_config): on
+ * when absent, read when given, and a value that is no boolean refused naming the key. */
+static void test_pipe_partitioned(void)
+{
+	static const struct { const char *pipeline; int pipe, grad; } c[] = {
+		{"", 1, 1},
+		{", \"pipeline\": {\"pipe_partitioned\": false}", 0, 1},
+		{", \"pipeline\": {\"grad_partitioned\": false}", 1, 0},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char json[512];
+		DsConfig ds;
+		PxError err = {0};
+		snprintf(json, sizeof(json), "{\"train_micro_batch_size_per_gpu\": 1%s}", c[i].pipeline);
+		CU_ASSERT_EQUAL_FATAL(resolve(json, 1, &ds, &err), 0);
+		CU_ASSERT_EQUAL(ds.pipe_partitioned, c[i].pipe);
+		CU_ASSERT_EQUAL(ds.grad_partitioned, c[i].grad);
+	}
+	expect_error("{\"train_micro_batch_size_per_gpu\": 1, \"pipeline\": {\"pipe_partitioned\": "
+		     "\"yes\"}}", 1, "deepspeed.pipeline.pipe_partitioned: expected true or false");
+}
+
 static void test_batch_rules(void)
 {
 	/* all three given and consistent */
@@ -720,6 +742,7 @@ int test_dsconfig_register(void)
 {
 	return PX_ADD_SUITE("dsconfig", {"DeepSpeed batch rules", test_batch_rules},
 			    {"DeepSpeed batch errors", test_batch_errors},
+			    {"pipeline.pipe_partitioned and grad_partitioned", test_pipe_partitioned},
 			    {"Hugging Face auto values", test_auto_values},
 			    {"training_args feed auto values", test_training_args_feed_autos},
 			    {"refused combinations", test_refusals},

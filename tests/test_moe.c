@@ -921,8 +921,8 @@ static void test_run_fp16_predivide(void)
 /* What the executor does not run yet is refused before anything starts, exit 2, naming it; and
  * what DeepSpeed itself refuses: its MoE layers at ZeRO stage 3 (engine.py,
  * _configure_zero_optimizer: "MoE not supported with Stage 3"), without contiguous gradients at
- * stage 2 or reduce_scatter at stage 1-2 (stage_1_and_2.py _configure_moe_settings; predict's
- * refusals: the parallel suite). */
+ * stage 2 or reduce_scatter at stage 1-2 (stage_1_and_2.py _configure_moe_settings), or a
+ * capacity the tensor-parallel ranks cannot split (predict's refusals: the parallel suite). */
 static void test_run_refusals(void)
 {
 	static const struct {
@@ -944,6 +944,9 @@ static void test_run_refusals(void)
 		{2, "--set parallelism.tp=2", "not with tensor parallelism"},
 		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
+		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
+		{4, "--set parallelism.tp=2 --set moe.capacity_factor=1.01",
+		 "parallelism.tp = 2 does not divide the experts' capacity, 17 tokens"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char out[8192];
