@@ -77,8 +77,9 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			"(%s)\n", im->name, ds->opt_impl_trainer ? "the Trainer's training_args.optim" :
 			"optimizer.params.torch_adam", p->stages[pr->worst].opt_step_temp_bytes / GiB,
 			im->source);
-	fprintf(f, "# zero       stage %d; offload optimizer %s, params %s; buckets reduce %.3g "
-		"allgather %.3g elements; overlap_comm %s, contiguous_gradients %s\n", z->stage,
+	fprintf(f, "# zero       stage %d (optimizer wrapper %s); offload optimizer %s, params %s; "
+		"buckets reduce %.3g allgather %.3g elements; overlap_comm %s, contiguous_gradients "
+		"%s\n", z->stage, plan_optimizer_wrapper(p),
 		offload_device_name(z->offload_optimizer.device),
 		offload_device_name(z->offload_param.device), p->reduce_bucket_elems,
 		p->allgather_bucket_elems, z->overlap_comm ? "on" : "off",
@@ -334,7 +335,7 @@ void report_summary_line(FILE *f, const Scenario *sc, const Prediction *pr)
 {
 	double payload = traffic_payload_total(&pr->stages[pr->worst].traffic);
 	fprintf(f, "%-28.28s %-10s %6lld %5d %9.4g %9.2f %9.2f %9.1f %6s %11.2f %9.3g %6.3f\n", sc->name,
-		sc->cluster.gpu.name, pr->plan.world, pr->plan.stage, sc->model.n_params,
+		sc->cluster.gpu.name, pr->plan.world, sc->ds.zero.stage, sc->model.n_params,
 		pr->stages[pr->worst].ideal.total_bytes / GiB,
 		pr->stages[pr->worst].mem.place[PLACE_GPU].peak_bytes / GiB,
 		pr->gpu_capacity_bytes / GiB, verdict_word(pr->verdict), payload / GiB,
@@ -462,12 +463,13 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "pp", (double)p->par.pp);
 	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
-	cJSON_AddNumberToObject(j, "zero_stage", p->stage);
+	cJSON_AddNumberToObject(j, "zero_stage", sc->ds.zero.stage);
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);
 	cJSON_AddStringToObject(opt, "implementation", im->name);
 	cJSON_AddStringToObject(opt, "built_by", sc->ds.opt_impl_trainer ? "trainer" : "deepspeed");
+	cJSON_AddStringToObject(opt, "wrapper", plan_optimizer_wrapper(p));
 	cJSON_AddStringToObject(opt, "implementation_source", im->source);
 	cJSON_AddNumberToObject(opt, "step_transient_bytes",
 				p->stages[pr->worst].opt_step_temp_bytes);

@@ -50,6 +50,7 @@ typedef struct Builder {
 	int id_gradpart;        /* stage 2-3's gradient partition (at 3 under offload the host's),
 				   -1 when none */
 	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
+	int id_lp;              /* BF16_Optimizer's bf16 .grad tensors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
 } Builder;
 
@@ -204,6 +205,15 @@ static void setup(Builder *b)
 		b->id_params = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_PARAMS, -1, flat * p->param_bytes);
 		if (p->stage < 2)
 			b->id_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRADS, -1, flat * p->grad_bytes);
+		/* BF16_Optimizer's bf16 .grad tensors: each backward drops them first
+		 * (clear_lp_grads) and autograd makes them again as it goes, so that they are
+		 * whole from one backward to the next, through the optimizer step and the next
+		 * forward. The schedule holds them whole throughout: exact wherever they are
+		 * whole, as at the end of every forward; a backward's early moments are
+		 * over-stated by the .grad tensors it has not made yet (docs/models.md). */
+		if (p->bf16_optimizer)
+			b->id_lp = alloc(b, PLACE_GPU, CAT_GRADS, BUF_LP_GRADS, -1,
+					 flat * p->param_bytes);
 	} else {
 		/* parameters on NVMe: DeepSpeed's pinned host flat, holding the partition's first
 		 * sub-groups, and the rest on NVMe (plan.c plan_param_host) */
@@ -380,8 +390,8 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
 static CollKind zero_reduce_kind(const Plan *p)
 {
 	const DsZero *z = &p->sc->ds.zero;
-	if (p->stage == 1 && !p->zero_optimizer) /* BF16_Optimizer has no reduce_gradients: the
-						    engine's buffered_allreduce_fallback */
+	if (p->bf16_optimizer) /* it has no reduce_gradients: the engine's
+				  buffered_allreduce_fallback */
 		return COLL_ALL_REDUCE;
 	int contiguous = p->contiguous_grads || p->stage == 1;
 	int rs = p->stage == 3 ? z->reduce_scatter || !contiguous : z->reduce_scatter && contiguous;
@@ -561,7 +571,7 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 	const UnitPlan *up = &p->units[u];
 	*buf = -1, *off = 0;
 	if (p->stage < 2) {
-		*buf = b->id_grads, *off = up->flat_off;
+		*buf = b->id_lp >= 0 ? b->id_lp : b->id_grads, *off = up->flat_off;
 		return;
 	}
 	if (grads_direct(p)) {
@@ -867,6 +877,47 @@ static void backward_unit(Builder *b, int slot, int u)
 
 /* ---- micro-batches ---- */
 
+/* One update_hp_grads op over n elements of the gradients from element first. */
+static void accumulate_span(Builder *b, long long first, long long n)
+{
+	const Plan *p = b->p;
+	if (n <= 0)
+		return;
+	compute_moving(b, COMP_GRAD_ACCUM, -1, (double)n,
+		       (double)n * (p->param_bytes + 2.0 * p->grad_bytes));
+	if (!b->oom)
+		sched_grads_to(b->s, b->id_lp, first);
+}
+
+/* BF16_Optimizer after the backward of this stage's units in [lo, hi) (bf16_optimizer.py
+ * backward, or the pipe engine's _exec_backward_pass: update_hp_grads): their bf16 .grad
+ * tensors added into the fp32 gradients, the dense span and the expert span, one op each. */
+static void accumulate_hp(Builder *b, int lo, int hi)
+{
+	const Plan *p = b->p;
+	if (b->id_lp < 0)
+		return;
+	long long d_lo = -1, d_hi = 0, e_lo = -1, e_hi = 0, dense = p->stages[b->stage].flat_dense;
+	for (int u = lo; u < hi; u++) {
+		const UnitPlan *up = &p->units[u];
+		if (up->stage != b->stage)
+			continue;
+		if (up->local_dense > 0) {
+			d_lo = d_lo < 0 ? up->flat_off : min_ll(d_lo, up->flat_off);
+			d_hi = max_ll(d_hi, up->flat_off + up->local_dense);
+		}
+		if (up->local_expert > 0) {
+			long long at = dense + b->expert_start[u];
+			e_lo = e_lo < 0 ? at : min_ll(e_lo, at);
+			e_hi = max_ll(e_hi, at + up->local_expert);
+		}
+	}
+	if (d_lo >= 0)
+		accumulate_span(b, d_lo, d_hi - d_lo);
+	if (e_lo >= 0)
+		accumulate_span(b, e_lo, e_hi - e_lo);
+}
+
 /* ZeRO 1-3's contiguous gradient buffers (DeepSpeed's ipg buffers): reduce_bucket_size
  * elements in the model's dtype each, or what this plan's largest reduction of whole units
  * holds where that is more (DeepSpeed splits such a unit between buckets, a tensor at a time:
@@ -935,6 +986,7 @@ static void micro_batch(Builder *b)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
 	for (int u = p->n_units - 1; u >= 0; u--)
 		backward_unit(b, 0, u);
+	accumulate_hp(b, 0, p->n_units);
 	release_prev(b, &b->dense); /* the epilogue's _clear_previous_reduced_grads */
 	flush_bucket(b, &b->expert);
 	const StagePlan *st = &p->stages[b->stage];
@@ -1054,6 +1106,7 @@ static int pipelined(Builder *b, PxError *err)
 				alloc_buckets(b, bucket_count(p));
 			for (int u = hi - 1; u >= lo; u--)
 				backward_unit(b, st->mb, u);
+			accumulate_hp(b, lo, hi);
 			release(b, out);
 			if (!first) {
 				long long part = pipe_part(p, bsh, 1);
@@ -1091,6 +1144,35 @@ static void chunked(Builder *b, CollKind kind, OpRole role, CommGroup g, long lo
 		slice(b, coll(b, kind, role, g, -1, len, elem_bytes, -1, off), -1,
 		      part_base < 0 ? -1 : part_base + off / n, len / n);
 	}
+}
+
+/* BF16_Optimizer's gradients reduced at the boundary (engine.py allreduce_gradients, which
+ * finds no reduce_gradients on it: buffered_allreduce_fallback over get_grads_for_reduction's
+ * flats, one a parameter group, each all-reduced whole by allreduce_no_retain, whose bucket
+ * only splits between tensors): the dense flat over dp, the experts' over their group. In
+ * another type than the gradients', allreduce_bucket all-reduces a copy cast to
+ * communication_data_type (bf16 by default) and copies it back: the copy, laid as the
+ * gradients, lives for the reductions. DeepSpeed casts one flat at a time; with experts the
+ * schedule holds both casts at once, over-stating that moment by the smaller. The casts' own
+ * kernels are not timed. One parameter group is assumed (the Hugging Face Trainer's two, decay
+ * and none, would each be cast and reduced alone). */
+static void bf16_reduce(Builder *b)
+{
+	const Plan *p = b->p;
+	const StagePlan *st = &p->stages[b->stage];
+	int cast = -1;
+	if (p->comm_bytes != p->grad_bytes)
+		cast = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, -1,
+			     (double)(st->flat_dense + st->flat_expert) * p->comm_bytes);
+	coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, -1, st->flat_dense, p->comm_bytes,
+	     cast >= 0 ? cast : b->id_grads, 0);
+	if (cast >= 0)
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_EDP, -1, st->flat_expert,
+		     p->comm_bytes, cast, st->flat_dense);
+	else
+		chunked(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert, 0,
+			p->comm_bytes, st->flat_dense / p->dp);
+	release(b, &cast);
 }
 
 /* ---- the 1-bit optimizers' compressed all-reduce ---- */
@@ -1271,7 +1353,9 @@ static void optimizer_step(Builder *b)
 	 * (enable_backward_allreduce = False): the compressed exchange replaces it */
 	const OptimKind *ok = p->sc->ds.opt;
 	int onebit = ok && ok->error_feedback != EF_NONE && p->onebit_step != ONEBIT_FULL;
-	if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
+	if (p->bf16_optimizer) {
+		bf16_reduce(b);
+	} else if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
 		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : zero_reduce_kind(p);
 		long long n = p->stage == 0 ? 1 : p->dp;
 		/* stage 1 copies each bucket's gradients into a contiguous buffer and reduces it
@@ -1312,6 +1396,9 @@ static void optimizer_step(Builder *b)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_TP, -1, 1, 4, -1, 0);
 	if (fp16)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_PP, -1, 1, 4, -1, 0);
+	/* (BF16_Optimizer takes the norm of its whole all-reduced gradients on every rank,
+	 * all-reduced over the model-parallel group only: the schedule sums the partitions'
+	 * squares over dp instead, the same norm for one 4-byte all-reduce more) */
 	if (clip && p->stage >= 1)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
 	if (clip)
@@ -1378,7 +1465,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
-	b->id_ef = -1;
+	b->id_ef = b->id_lp = -1;
 	b->id_pipe_grad = -1;
 	b->buckets[0] = b->buckets[1] = -1;
 	long long chunks = slots * p->par.virtual_stages;

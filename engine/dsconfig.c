@@ -1015,9 +1015,11 @@ int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long
 			       "refuses: bfloat16 and fp16 modes cannot be simultaneously enabled",
 			       ds->source);
 	ds->dtype = ds->fp16 ? DT_FP16 : ds->bf16 ? DT_BF16 : DT_FP32;
+	/* engine.py get_data_types: bf16 without ZeRO accumulates in fp32 (BF16_Optimizer) */
 	if (!ds->grad_dtype_set)
-		ds->grad_dtype = ds->dtype;
+		ds->grad_dtype = ds->dtype == DT_BF16 && ds->zero.stage == 0 ? DT_FP32 : ds->dtype;
+	/* engine.py communication_data_type: the model's dtype */
 	if (!ds->comm_dtype_set)
-		ds->comm_dtype = ds->grad_dtype;
+		ds->comm_dtype = ds->dtype;
 	return 0;
 }

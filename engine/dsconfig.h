@@ -70,8 +70,9 @@ typedef struct DsConfig {
 	long long train_batch, micro_batch, grad_accum;
 	int fp16, bf16;              /* enabled flags as written or resolved */
 	Dtype dtype;                 /* parameters, gradients and activations */
-	Dtype grad_dtype;            /* data_types.grad_accum_dtype, default dtype */
-	Dtype comm_dtype;            /* communication_data_type, default grad_dtype */
+	Dtype grad_dtype;            /* data_types.grad_accum_dtype, default dtype (fp32 for bf16
+					without ZeRO: engine.py get_data_types) */
+	Dtype comm_dtype;            /* communication_data_type, default dtype (engine.py) */
 	int comm_dtype_set, grad_dtype_set;
 	/* fp16 dynamic loss scaling */
 	double loss_scale;           /* 0 = dynamic */

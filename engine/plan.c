@@ -24,6 +24,15 @@ IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, 
 	return s;
 }
 
+const char *plan_optimizer_wrapper(const Plan *p)
+{
+	if (p->bf16_optimizer)
+		return "BF16_Optimizer";
+	if (p->zero_optimizer)
+		return p->stage == 3 ? "DeepSpeedZeroOptimizer_Stage3" : "DeepSpeedZeroOptimizer";
+	return p->sc->ds.dtype == DT_FP16 ? "FP16_Optimizer" : "none";
+}
+
 IdealStates plan_stage_ideal(const Plan *p, int stage)
 {
 	const StagePlan *st = &p->stages[stage];
@@ -418,6 +427,42 @@ static int plan_subgroups(Plan *p, int s)
 	return 0;
 }
 
+
+/* engine.py _do_optimizer_sanity_check, for a config resolved by dsconfig_resolve: which
+ * optimizer wraps the basic one without ZeRO, and when stage 1 is BF16_Optimizer's. Without ZeRO,
+ * bf16 takes BF16_Optimizer (fp32 accumulation, or bf16 under pipelining), fp16 FP16_Optimizer,
+ * fp32 none; any other mix of the model's and the accumulation's dtypes is refused. At stage 1,
+ * bf16 with fp32 accumulation and the optimizer on the device takes BF16_Optimizer too. The
+ * 1-bit optimizers keep their own stage-0 step here (issue 18: not their BF16_Optimizer
+ * wrapping). BF16_Optimizer partitions as ZeRO-1 does: the plan's stage becomes 1. */
+static int bf16_optimizer(Plan *p, PxError *err)
+{
+	const DsConfig *ds = &p->sc->ds;
+	const char *src = p->sc->path;
+	int bf16 = ds->dtype == DT_BF16, fp32_accum = ds->grad_dtype == DT_FP32;
+	p->bf16_optimizer = 0;
+	if (p->stage == 0 && ds->dtype != ds->grad_dtype && !(bf16 && fp32_accum))
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.data_types.grad_accum_dtype = %s with "
+			       "%s parameters and ZeRO stage 0: DeepSpeed refuses (\"unsupported mix "
+			       "of model dtype and gradient accumulation type\"); leave it unset",
+			       src, dtype_name(ds->grad_dtype), dtype_name(ds->dtype));
+	if (p->stage == 0 && bf16 && !fp32_accum && p->par.pp == 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.data_types.grad_accum_dtype = bf16 "
+			       "with bf16 and ZeRO stage 0: DeepSpeed refuses (\"Bfloat16 wrapper must "
+			       "use a gradient accumulation type of fp32, enable ZeRO to use Bfloat16 "
+			       "gradient accumulation\"); leave it unset (fp32) or use ZeRO stage 1",
+			       src);
+	const OptimKind *k = ds->opt;
+	if (k && k->error_feedback != EF_NONE)
+		return 0;
+	if (bf16 && (p->stage == 0 ||
+		     (p->stage == 1 && fp32_accum && p->opt_place == PLACE_GPU))) {
+		p->bf16_optimizer = 1;
+		p->stage = 1;
+	}
+	return 0;
+}
+
 /* ZeRO-Infinity with parameters on NVMe (stage3.py): a pinned host flat of min(partition,
  * offload_param.max_in_cpu) elements is allocated (_create_param_groups_fp16_flat_cpu_memory);
  * the partition's sub-groups go into it from its start while they fit whole, and the first that
@@ -580,11 +625,9 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
-	/* engine.py _do_optimizer_sanity_check: BF16_Optimizer for stage 1 in bf16 with fp32
-	 * accumulation, unless the optimizer is offloaded */
-	p->zero_optimizer = p->stage >= 2 ||
-			    (p->stage == 1 && !(ds->dtype == DT_BF16 && ds->grad_dtype == DT_FP32 &&
-						p->opt_place == PLACE_GPU));
+	if (bf16_optimizer(p, err))
+		return -1;
+	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer;
 	p->flattens_grads = p->zero_optimizer && p->opt_place == PLACE_GPU;
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;

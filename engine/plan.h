@@ -109,9 +109,16 @@ typedef struct Plan {
 				      stage 1-2's optimizer offload turns on (stage_1_and_2.py:
 				      contiguous_gradients or cpu_offload) */
 	int zero_optimizer;        /* DeepSpeed's ZeRO optimizer steps (stage_1_and_2.py, stage3.py):
-				      stage 2-3, or stage 1 but for bf16 with fp32 accumulation and
-				      the optimizer on the device, which engine.py gives
-				      BF16_Optimizer (no contiguous gradient buffers, no flat) */
+				      stage 2-3, or stage 1 but under BF16_Optimizer */
+	int bf16_optimizer;        /* engine.py _do_optimizer_sanity_check gives BF16_Optimizer:
+				      bf16 without ZeRO (fp32 accumulation by default; bf16 under
+				      pipelining), or at stage 1 with fp32 accumulation and the
+				      optimizer on the device. It partitions the fp32 master weights
+				      and states over the data-parallel ranks as ZeRO-1 does, so the
+				      plan's stage is 1 (the config's stays in sc->ds.zero.stage); it
+				      keeps the full gradients in the accumulation dtype beside the
+				      backward's bf16 .grad tensors, all-reduces them (no contiguous
+				      gradient buffers, no flat) and all-gathers the parameters. */
 	int flattens_grads;        /* DeepSpeed's ZeRO optimizer on the device: its step copies the
 				      gradients it updates into
 				      one flat, then into fp32 (stage_1_and_2.py step; stage3.py
@@ -167,5 +174,9 @@ IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, 
 			      int k_bytes);
 /* The same for one pipeline stage of the plan: dense states over dp, experts over edp. */
 IdealStates plan_stage_ideal(const Plan *p, int stage);
+/* The DeepSpeed class that wraps the basic optimizer (engine.py _configure_optimizer):
+ * BF16_Optimizer, FP16_Optimizer, DeepSpeedZeroOptimizer(_Stage3), or "none" (fp32 without
+ * ZeRO: the basic optimizer alone). */
+const char *plan_optimizer_wrapper(const Plan *p);
 
 #endif

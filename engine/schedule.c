@@ -100,7 +100,8 @@ int sched_compute(Schedule *s, CompKind kind, int unit, double flops, double byt
 	if (!op)
 		return -1;
 	op->sub = (uint8_t)kind;
-	op->role = (uint8_t)(kind == COMP_FWD ? ROLE_FORWARD : kind == COMP_BWD ? ROLE_BACKWARD :
+	op->role = (uint8_t)(kind == COMP_FWD ? ROLE_FORWARD :
+			     kind == COMP_BWD || kind == COMP_GRAD_ACCUM ? ROLE_BACKWARD :
 			     kind == COMP_RECOMPUTE ? ROLE_RECOMPUTE : ROLE_OPTIMIZER);
 	op->unit = unit;
 	op->flops = flops;
@@ -402,13 +403,14 @@ const char *buf_name(BufWhat w)
 		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
 		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
-		"offload_grad_copy", "tied_grads", "flattened_bucket"};
+		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "comm_cast"};
 	return NAME_OF(n, w);
 }
 
 const char *comp_name(CompKind k)
 {
-	static const char *const n[] = {"forward", "backward", "recompute", "optimizer"};
+	static const char *const n[] = {"forward", "backward", "recompute", "optimizer",
+					"grad_accum"};
 	return NAME_OF(n, k);
 }
 

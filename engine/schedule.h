@@ -29,7 +29,12 @@ typedef enum {
 	OP_END_LOOP,
 } OpKind;
 
-typedef enum { COMP_FWD, COMP_BWD, COMP_RECOMPUTE, COMP_OPTIMIZER, N_COMPS } CompKind;
+/* COMP_GRAD_ACCUM: BF16_Optimizer's update_hp_grads after a backward, the bf16 .grad tensors
+ * (op->buf, from element op->elems) added into the fp32 gradients at the same place: flops is the
+ * number of elements added, one add each; bytes what it reads and writes. */
+typedef enum {
+	COMP_FWD, COMP_BWD, COMP_RECOMPUTE, COMP_OPTIMIZER, COMP_GRAD_ACCUM, N_COMPS
+} CompKind;
 
 typedef enum {
 	COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_ALL_TO_ALL, COLL_BROADCAST,
@@ -131,6 +136,13 @@ typedef enum {
 			      allreduce_bucket: self.flatten(bucket); stage3.py
 			      reduce_scatter_coalesced's concatenation); its slice names the
 			      bucket (stage 2; -1 at stage 3, where op->unit is the unit) */
+	BUF_LP_GRADS,      /* BF16_Optimizer: the backward's bf16 .grad tensors, which each
+			      backward's clear_lp_grads drops and autograd makes again, so that they
+			      are whole from one backward to the next (build.c says how the schedule
+			      holds them); update_hp_grads adds them into the fp32 gradients */
+	BUF_COMM_CAST,     /* a reduction's gradients cast to communication_data_type for it
+			      (engine.py allreduce_bucket: tensor.to(self.communication_data_type)),
+			      laid as the gradients it casts */
 	N_BUFS
 } BufWhat;
 
@@ -221,8 +233,8 @@ typedef struct Op {
 		double flops;   /* COMPUTE */
 	};
 	int64_t elems;      /* COLL, COPY of a reduced slice: elements of the whole array;
-			       COMPUTE (backward, buf set): the first element of its gradients in
-			       buf */
+			       COMPUTE (backward, buf set; grad_accum): the first element of its
+			       gradients in buf */
 	double bytes;       /* ALLOC: size; COLL: payload (nccl-tests "size"); COPY: size;
 			       COMPUTE: memory traffic */
 } Op;

@@ -67,10 +67,11 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "ZeRO++ with data and tensor parallelism on backend \"cpu\"";
 	else if ((why = zpp_unsupported(p)))
 		;
-	else if (ds->comm_dtype != ds->grad_dtype)
-		why = "communication_data_type equal to the gradients' type";
 	else if ((why = runner_onebit_supported(p)))
 		;
+	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer)
+		why = "communication_data_type equal to the gradients' type (but under "
+		      "BF16_Optimizer)";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
@@ -143,6 +144,8 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	switch (op->what) {
 	case BUF_PARAMS: return flat * (double)dt_bytes(r->pdt);
 	case BUF_GRADS: return flat * (double)dt_bytes(r->gdt);
+	case BUF_LP_GRADS: return flat * (double)dt_bytes(r->pdt);
+	case BUF_COMM_CAST: return flat * (double)dt_bytes(ds->comm_dtype);
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_ACCUM_GRADS: return part * (double)dt_bytes(r->pdt);
@@ -383,6 +386,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	switch (op->what) {
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
+	case BUF_LP_GRADS: r->id_lp = op->buf; break;
 	case BUF_PARAM_PART: r->id_part = op->buf; break;
 	case BUF_PERSISTENT: r->id_persist = op->buf; break;
 	case BUF_PERSIST_GRADS: r->id_pgrads = op->buf; break;
@@ -557,6 +561,14 @@ static void load_params(Runner *r, int u)
  * (sched_grads_to): the contiguous buffer the next reduction (or offload copy) reads, at the
  * unit's place in it, zeroed first when its last reduction has been consumed; or, with nothing
  * to reduce them, the partition itself. NULL when the schedule names none. */
+/* The type of what gradient buffer id holds: BF16_Optimizer's .grad tensors the parameters',
+ * a reduction's cast communication_data_type, any other the accumulation type. */
+static Dtype grads_dt(const Runner *r, int id)
+{
+	BufWhat w = (BufWhat)r->alloc_of[id]->what;
+	return w == BUF_LP_GRADS ? r->pdt : w == BUF_COMM_CAST ? r->p->sc->ds.comm_dtype : r->gdt;
+}
+
 static void *grad_dest(Runner *r, const Op *bwd)
 {
 	if (bwd->buf < 0)
@@ -570,7 +582,7 @@ static void *grad_dest(Runner *r, const Op *bwd)
 		r->cb->zero(r->cx, r->alloc_of[bwd->buf]->place, r->buf[bwd->buf], n);
 		r->zero_first[bwd->buf] = 0;
 	}
-	return at(r->buf[bwd->buf], bwd->elems, r->gdt);
+	return at(r->buf[bwd->buf], bwd->elems, grads_dt(r, bwd->buf));
 }
 
 /* After unit u's backward (op): its fp32 gradients to where the schedule reduces them from. */
@@ -580,6 +592,8 @@ static void move_grads(Runner *r, const Op *op)
 	const Plan *p = r->p;
 	float *g = r->buf[r->u_fp32g[u]];
 	size_t own = unit_dense(r, u), vc = tied_elems(r), experts = unit_params(r, u) - own;
+	if (p->stage < 2)
+		(void)grad_dest(r, op); /* a buffer to be zeroed first is, before anything goes in */
 
 	if (experts > 0 && r->n_edp == 1) /* no reduce-scatter over edp divides them: DeepSpeed's
 					     bucket divides them by dp all the same */
@@ -592,15 +606,18 @@ static void move_grads(Runner *r, const Op *op)
 	else if (experts > 0) { /* into the expert flat's gradients (stage 0-1), or straight into
 				   the partition at stage 2 (edp 1, the optimizer on the device:
 				   nothing reduces or copies them) */
-		void *dst = p->stage < 2 ? at(r->buf[r->id_grads], r->expert_off[u], r->gdt) :
+		Dtype d = p->stage < 2 ? grads_dt(r, op->buf) : r->gdt;
+		void *dst = p->stage < 2 ? at(r->buf[op->buf], r->expert_off[u], d) :
 			runner_partition_grads(r, runner_moe_part_off(r, u));
-		add_into(r, dst, g + own, DT_FP32, experts, r->gdt);
+		add_into(r, dst, g + own, DT_FP32, experts, d);
 	}
-	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches */
-		void *flat = r->buf[r->id_grads];
-		add_into(r, at(flat, p->units[u].flat_off, r->gdt), g, DT_FP32, own, r->gdt);
+	if (p->stage < 2) { /* into the full gradients, accumulating over micro-batches; under
+			       BF16_Optimizer into its bf16 .grad tensors, over this backward */
+		Dtype d = grads_dt(r, op->buf);
+		void *flat = r->buf[op->buf];
+		add_into(r, at(flat, p->units[u].flat_off, d), g, DT_FP32, own, d);
 		if (u == r->head)
-			add_into(r, at(flat, tied_off(r), r->gdt), g + own, DT_FP32, vc, r->gdt);
+			add_into(r, at(flat, tied_off(r), d), g + own, DT_FP32, vc, d);
 		return;
 	}
 	if (u == r->head) { /* its own now; the token embedding's share waits for its buffer
@@ -634,6 +651,17 @@ static void head_grads(Runner *r, int tied_id)
 		from_f32(r, r->buf[tied_id], g + own, vc, r->gdt);
 	else if (!is_persistent(r, (long long)vc))
 		unit3_store_grads(r, 0, g + own, r->buf[tied_id], 1);
+}
+
+/* BF16_Optimizer's update_hp_grads (op: COMP_GRAD_ACCUM): the bf16 .grad tensors of op's span
+ * added into the fp32 gradients at the same place. The next backward finds them cleared
+ * (clear_lp_grads): the buffer is zeroed before its first write there (grad_dest). */
+static void accumulate_hp(Runner *r, const Op *op)
+{
+	size_t n = (size_t)op->flops;
+	add_into(r, at(r->buf[r->id_grads], op->elems, r->gdt),
+		 at(r->buf[op->buf], op->elems, r->pdt), r->pdt, n, r->gdt);
+	r->zero_first[op->buf] = 1;
 }
 
 /* ---- compute ---- */
@@ -839,6 +867,23 @@ static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pendin
 	return pend_push(r, q);
 }
 
+/* BF16_Optimizer's reduction in communication_data_type (build.c bf16_reduce): op's elements
+ * of the gradients cast into the same place of its cast buffer, all-reduced there (divided by
+ * dp first where DeepSpeed does), and cast back. Blocking: the step follows at once. */
+static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+{
+	Dtype cdt = r->p->sc->ds.comm_dtype;
+	size_t n = (size_t)op->elems;
+	void *g = at(r->buf[r->id_grads], op->offset, r->gdt);
+	void *x = at(r->buf[op->buf], op->offset, cdt);
+	r->cb->convert(r->cx, x, cdt, g, r->gdt, n);
+	runner_predivide(r, x, cdt, n);
+	if (comm_all_reduce(c, x, x, n, comm_dt(cdt), COMM_SUM, err))
+		return -1;
+	r->cb->convert(r->cx, g, r->gdt, x, cdt, n);
+	return 0;
+}
+
 /* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
  * completion allows (a stage 2-3 slice into the partition, persistent gradients zeroed) waits
  * for finish_pending, and the next gradients go to the other bucket now. */
@@ -881,6 +926,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			r->sumsq = mean ? (double)x * x : x, r->have_norm = 1;
 		return 0;
 	}
+	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
+		return cast_reduce(r, op, c, err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */
@@ -1260,6 +1307,8 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 			recompute(r, op);
 		else if (op->sub == COMP_BWD)
 			backward(r, op);
+		else if (op->sub == COMP_GRAD_ACCUM)
+			accumulate_hp(r, op);
 		return runner_tp_end(r, i, err);
 	case OP_COLL:
 		return collective(r, op, err);
@@ -1601,6 +1650,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
+	r->id_lp = -1;
 	r->id_egrads = r->id_gradswap = -1;
 	r->sw_master = r->sw_states = r->sw_grads = r->sw_params = r->id_pswap = -1;
 	r->resident = p->param_place == PLACE_NVME ? r->st->param_resident : r->st->part_elems;

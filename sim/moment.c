@@ -11,6 +11,7 @@ static const char *const PHASE_NAMES[N_PHASES] = {
 static const PeakPhase PHASE_OF_COMP[N_COMPS] = {
 	[COMP_FWD] = PHASE_FORWARD, [COMP_BWD] = PHASE_BACKWARD,
 	[COMP_RECOMPUTE] = PHASE_RECOMPUTE, [COMP_OPTIMIZER] = PHASE_OPTIMIZER,
+	[COMP_GRAD_ACCUM] = PHASE_BACKWARD,
 };
 
 const char *moment_phase_name(PeakPhase ph)
@@ -78,13 +79,14 @@ void moment_find(const Plan *p, const Schedule *s, const MemResult *mem, Place p
 	const Op *next = next_compute(s, op, hi), *prev = prev_compute(s, op, lo);
 	int unit = a->kind == OP_ALLOC ? a->unit : -1;
 	const Op *c = next ? next : prev;
+	int cast = out->what == BUF_COMM_CAST; /* the gradients cast for their reduction */
 	if (next && next->sub == COMP_OPTIMIZER)
-		out->phase = unit >= 0 ? PHASE_GRAD_REDUCE : PHASE_OPTIMIZER;
+		out->phase = unit >= 0 || cast ? PHASE_GRAD_REDUCE : PHASE_OPTIMIZER;
 	else if (!next && prev && prev->sub == COMP_OPTIMIZER)
 		out->phase = PHASE_AFTER_STEP;
 	else
 		out->phase = c ? PHASE_OF_COMP[c->sub] : PHASE_OPTIMIZER;
-	if (out->phase == PHASE_OPTIMIZER || out->phase == PHASE_AFTER_STEP)
+	if (out->phase == PHASE_OPTIMIZER || out->phase == PHASE_AFTER_STEP || cast)
 		return;
 	if (out->phase == PHASE_GRAD_REDUCE)
 		c = prev;

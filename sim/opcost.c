@@ -169,6 +169,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 			return over((double)p->stages[stage].part_elems, hw->cpu_adam_elems_per_s);
 		return fmax(over(op->flops, g->tflops_fp32 * 1e12), over(op->bytes, hbm));
 	}
+	if (op->sub == COMP_GRAD_ACCUM) /* an elementwise add: memory-bound */
+		return over(op->bytes, hbm);
 	if (op->sub == COMP_RECOMPUTE && p->sc->ckpt == CKPT_SELECTIVE && is_block(p, op->unit) &&
 	    p->n_units > op->unit)
 		return attention_recompute_s(p, hw, op);

@@ -189,6 +189,8 @@ double opcost_cpu_compute_s(const Plan *p, const HwProfile *hw, const Op *op, in
 		return INFINITY;
 	if (op->sub == COMP_OPTIMIZER)
 		return optimizer_s(p, l, stage);
+	if (op->sub == COMP_GRAD_ACCUM) /* the bf16 .grad tensors added into the fp32 ones */
+		return hwcpu_elem_s(l, HWCPU_ADD, p->sc->ds.grad_dtype, p->sc->ds.dtype, op->flops);
 	int u = op->unit, bwd = op->sub == COMP_BWD;
 	if (u < 0 || u >= p->n_units)
 		return 0;
@@ -244,6 +246,13 @@ double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 		double padded = (double)op->elems * 8, n = op->nranks;
 		s += loop_s(l, l->onebit_compress_s, padded + padded / n) +
 		     loop_s(l, l->onebit_expand_s, 2 * padded);
+	}
+	/* BF16_Optimizer's reduction in another type than the gradients': the gradients cast to
+	 * it and the sums cast back (exec/runner.c, cast_reduce) */
+	if (op->role == ROLE_GRAD_REDUCE && p->bf16_optimizer && p->comm_bytes != p->grad_bytes) {
+		Dtype g = p->sc->ds.grad_dtype, c = p->sc->ds.comm_dtype;
+		s += hwcpu_elem_s(l, HWCPU_CONVERT, c, g, (double)op->elems) +
+		     hwcpu_elem_s(l, HWCPU_CONVERT, g, c, (double)op->elems);
 	}
 	/* stage 2-3: the bucket (or the persistent gradients) is zeroed for its next use and this
 	 * rank's reduced slice added into the gradient partition */

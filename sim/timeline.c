@@ -237,14 +237,14 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 		wait_for(ss, d, 2);
 	}
 	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, 0);
-	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
+	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER, A_BWD};
 	ss->c.acc[charge[op->sub < N_COMPS ? op->sub : COMP_FWD]] += dur;
 	ss->t += dur;
 	ss->last_end = ss->t;
 	ss->last_comp = op->sub;
 	if (op->sub == COMP_FWD || op->sub == COMP_BWD)
 		ss->c.model_flops += op->flops;
-	if (op->sub != COMP_OPTIMIZER)
+	if (op->sub != COMP_OPTIMIZER && op->sub != COMP_GRAD_ACCUM)
 		ss->c.hw_flops += op->flops;
 	if (op->sub == COMP_OPTIMIZER)
 		ss->opt_done = 1;
@@ -254,7 +254,7 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
  * (forward, backward, ... as the latest compute op). */
 static void run_cpu_alloc(Sim *sim, StageSim *ss, const Op *op)
 {
-	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER};
+	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER, A_BWD};
 	double dur = opcost_cpu_alloc_s(sim->p, sim->hw, op);
 	ss->t += dur;
 	ss->c.acc[charge[ss->last_comp < N_COMPS ? ss->last_comp : COMP_FWD]] += dur;

@@ -250,13 +250,30 @@ static sqlite3 *run_into_db(const char *args, const char *db_path)
 	return db;
 }
 
-/* comm.wire_bytes of each of 4 ranks at `stage`, counted by the transport (exec/comm_mpi_coll.c),
- * against the prediction: equal, but for the gradient norm's one-float all-reduce of stages 1-3
- * (gradient_clipping; engine/build.c). Its ring splits the one float into chunks of 1, 0, 0, 0,
+/* A run's database (closed here) against its prediction: every exact pair equal, or where the
+ * simulator alone was told to mispredict (wrong) some pair not; then `compare --max-error MAX
+ * --only ONLY` exits 0, or 3 for the mispredicted run. Its output into text (n bytes). */
+static void check_compare(sqlite3 *db, const char *db_path, int wrong, const char *max_error,
+			  const char *only, char *text, size_t n)
+{
+	double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
+			   PX_EXACT_PAIRS " AND measured != predicted");
+	CU_ASSERT(wrong ? bad > 0 : bad == 0);
+	sqlite3_close(db);
+	char args[1024];
+	snprintf(args, sizeof(args), "compare --db '%s' --max-error %s --only %s", db_path,
+		 max_error, only);
+	CU_ASSERT_EQUAL(run(args, text, n), wrong ? 3 : 0);
+}
+
+/* comm.wire_bytes of each of 4 ranks, counted by the transport (exec/comm_mpi_coll.c), against
+ * the prediction: equal, but for the gradient norm's one-float all-reduce over dp where the run
+ * has it (norm: gradient_clipping at stages 1-3, and under BF16_Optimizer, bf16 at stage 0;
+ * engine/build.c). Its ring splits the one float into chunks of 1, 0, 0, 0,
  * and rank r sends every chunk but r's, then every chunk but (r+1)'s: 1, 2, 2 and 1 floats (4, 8,
  * 8, 4 bytes) on ranks 0-3 a step, where the formula's 2(n-1)/n of 4 bytes is 6 on every rank;
  * over the ranks the two agree. */
-static void check_wire_bytes(sqlite3 *db, int stage)
+static void check_wire_bytes(sqlite3 *db, int norm)
 {
 	static const double off_by[4] = {-2, 2, 2, -2};
 	for (int r = 0; r < 4; r++) {
@@ -264,10 +281,9 @@ static void check_wire_bytes(sqlite3 *db, int stage)
 		snprintf(q, sizeof(q), "SELECT measured - predicted FROM predicted_vs_measured WHERE "
 			 "name = 'comm.wire_bytes' AND rank = %d", r);
 		double d = px_test_query(db, q);
-		CU_ASSERT_EQUAL(d, stage >= 1 ? off_by[r] : 0);
-		if (d != (stage >= 1 ? off_by[r] : 0))
-			fprintf(stderr, "\nstage %d rank %d: comm.wire_bytes measured - predicted = %g\n",
-				stage, r, d);
+		CU_ASSERT_EQUAL(d, norm ? off_by[r] : 0);
+		if (d != (norm ? off_by[r] : 0))
+			fprintf(stderr, "\nrank %d: comm.wire_bytes measured - predicted = %g\n", r, d);
 	}
 }
 
@@ -293,7 +309,7 @@ static void test_measured_equals_predicted(void)
 				     PX_EXACT_PAIRS);
 		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				   PX_EXACT_PAIRS " AND measured != predicted");
-		check_wire_bytes(db, stage);
+		check_wire_bytes(db, 1); /* bf16: stage 0 is BF16_Optimizer */
 		double ranks = px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured");
 		CU_ASSERT_EQUAL(ranks, 4);
 		CU_ASSERT(pairs >= 4 * 16);
@@ -664,7 +680,7 @@ static void test_overlap_comm(void)
 				PX_EXACT_PAIRS) >= 4 * 16);
 		CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 				      PX_EXACT_PAIRS " AND measured != predicted"), 0);
-		check_wire_bytes(db, 2);
+		check_wire_bytes(db, 1);
 		px_check_pool_peaks(db, 4);
 		bytes[k] = px_test_query(db, "SELECT SUM(measured) FROM predicted_vs_measured WHERE "
 				 "name LIKE 'comm.%'");
@@ -810,14 +826,14 @@ static void test_reduce_scatter_off(void)
 
 /* torch's foreach AdamW (optimizer.params.torch_adam: true) run for real: its update holds a copy
  * of the second moment of the whole partition while it runs (docs/models.md). bf16 at ZeRO-0 over
- * 2 ranks, micro-batch 1 of 8 tokens: the step is the peak, as tests/test_verdict.c derives for
- * this model, PSI = 112,384 parameters in BF16_Optimizer's one flat: the fused update peaks at
- * 20 PSI with the optimizer holding the fp32 master and Adam's moments, 12 PSI = 1,348,608 bytes;
- * foreach adds its denominators, 4 PSI: 16 PSI = 1,798,144 bytes, peak 24 PSI (22 PSI where the
- * simulator halves the temporary). The executor sizes
- * the denominators from its own segments, so every memory and communication pair still agrees
- * with the prediction; with the simulator alone told to halve the step's temporary
- * (PARALLAX_TEST_MISPREDICT) the optimizer's memory no longer does and compare exits 3 naming it.
+ * 2 ranks, micro-batch 1 of 8 tokens, is BF16_Optimizer (tests/test_verdict.c derives this model,
+ * PSI = 112,384 parameters): its optimizer holds the fp32 master weights and Adam's moments of
+ * this rank's half, 6 PSI = 674,304 bytes, at the category's own peak under the fused update;
+ * foreach adds its denominators over the half, 2 PSI: 8 PSI = 899,072 bytes (7 PSI where the
+ * simulator halves the temporary). The executor sizes the denominators from its own segments,
+ * so every memory and communication pair still agrees with the prediction; with the simulator
+ * alone told to halve the step's temporary (PARALLAX_TEST_MISPREDICT) the optimizer's peak no
+ * longer does and compare exits 3 naming it.
  * The losses (fp32, ZeRO-2) follow the fused update's: the two compute the same AdamW in another
  * order (the decay apart from the step), which moves each update by float rounding, 2^-24
  * relative; over 4 steps 1e-5 nats bounds it. */
@@ -844,27 +860,86 @@ static void test_foreach_update(void)
 		sqlite3 *db = run_into_db(args, db_path);
 		unsetenv("PARALLAX_TEST_MISPREDICT");
 		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-		double opt = px_test_query(db, "SELECT measured FROM predicted_vs_measured WHERE name = "
-				   "'memory.gpu.optimizer_bytes' AND rank = 0");
-		CU_ASSERT_EQUAL(opt, k ? 1798144 : 1348608);
-		CU_ASSERT_EQUAL(px_test_query(db, "SELECT predicted FROM predicted_vs_measured WHERE "
-				      "name = 'memory.gpu.peak_bytes' AND rank = 1"),
-				k == 1 ? 24 * 112384 : k ? 22 * 112384 : 20 * 112384);
-		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   PX_EXACT_PAIRS " AND measured != predicted");
-		CU_ASSERT(k < 2 ? bad == 0 : bad > 0);
-		sqlite3_close(db);
-		snprintf(args, sizeof(args), "compare --db '%s' --max-error 0.001 --only "
-			 "memory.gpu.optimizer", db_path);
-		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), k < 2 ? 0 : 3);
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.optimizer_bytes", "measured", 0),
+				k ? 8 * 112384 : 6 * 112384);
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.optimizer_bytes", "predicted", 1),
+				k == 1 ? 8 * 112384 : k ? 7 * 112384 : 6 * 112384);
+		check_compare(db, db_path, k == 2, "0.001", "memory.gpu.peak.optimizer", text,
+			      sizeof(text));
 		if (k == 2)
-			PX_ASSERT_HAS(text, "memory.gpu.optimizer_bytes: predicted");
+			PX_ASSERT_HAS(text, "memory.gpu.peak.optimizer_bytes: predicted");
 	}
 	/* the updates it does not run are refused, naming them */
 	snprintf(args, sizeof(args), "run '%s' --ranks 1 --steps 1 --no-db %s --set "
 		 "deepspeed.optimizer.params.foreach=false", scn, extra);
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 	PX_ASSERT_HAS(text, "a fused or torch foreach Adam update");
+}
+
+/* bf16 without ZeRO is DeepSpeed's BF16_Optimizer (engine.py get_data_types: fp32 gradient
+ * accumulation; _do_optimizer_sanity_check: BFLOAT16), the optimizer ZeRO-1 gets with fp32
+ * accumulation too: on 2 ranks over 4 micro-batches (16 sequences, 2 a micro-batch) the two
+ * train to the same losses to the bit, and ZeRO-1 accumulating in bf16 (its default), which
+ * rounds each micro-batch's sum to 8 bits, to other ones. With one micro-batch (train batch 4)
+ * there is nothing to accumulate: the bf16 .grad tensors added into zeroed fp32 gradients are
+ * exact, cast back to bf16 for the all-reduce exactly, and two ranks' sum is rounded once
+ * either way, so stage 0 and ZeRO-1 in bf16 agree to the bit there. Measured on 2 ranks with
+ * micro-batch 1 of 8 tokens, every memory and communication pair equals the prediction, and by
+ * hand (PSI = 112,384, tests/test_verdict.c): the all-reduce of the gradients cast to bf16,
+ * 224,768 bytes, and the gradient norm's fp32, 4; the all-gather of the bf16 parameters,
+ * 224,768; the gradients' category the fp32 gradients and the bf16 .grad tensors, 6 PSI =
+ * 674,304 bytes; the optimizer's the master weights and Adam's moments over 2 ranks, 6 PSI;
+ * the buffers' the bf16 cast, 2 PSI = 224,768. A simulator that forgot the .grad tensors
+ * (PARALLAX_TEST_MISPREDICT=lp_grads) fails compare with exit 3, naming the category. */
+static void test_bf16_optimizer(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("true");
+	const char *fp32_accum = "--set deepspeed.data_types.grad_accum_dtype=fp32";
+	double s0[STEPS], s1[STEPS], s1_fp32[STEPS];
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, "", s0), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 1, STEPS, fp32_accum, s1_fp32), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 1, STEPS, "", s1), STEPS);
+	double apart = 0;
+	for (int i = 0; i < STEPS; i++) {
+		CU_ASSERT_EQUAL(s0[i], s1_fp32[i]);
+		apart = fmax(apart, fabs(s0[i] - s1[i]));
+	}
+	CU_ASSERT(apart > 0);
+	const char *one = "--set deepspeed.train_batch_size=4";
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, one, s0), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 1, STEPS, one, s1), STEPS);
+	for (int i = 0; i < STEPS; i++)
+		CU_ASSERT_EQUAL(s0[i], s1[i]);
+
+	const char *small = "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 "
+			    "--set deepspeed.train_batch_size=2";
+	static const struct { const char *name; double bytes; } want[] = {
+		{"comm.all_reduce_bytes", 224772}, {"comm.all_gather_bytes", 224768},
+		{"memory.gpu.peak.grads_bytes", 674304}, {"memory.gpu.optimizer_bytes", 674304},
+		{"memory.gpu.peak.buffers_bytes", 224768}};
+	for (int k = 0; k < 2; k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/bo%d.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' %s", scn, db_path,
+			 small);
+		if (k)
+			setenv("PARALLAX_TEST_MISPREDICT", "lp_grads", 1);
+		sqlite3 *db = run_into_db(args, db_path);
+		unsetenv("PARALLAX_TEST_MISPREDICT");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		for (int r = 0; r < 2; r++)
+			for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+				double got = px_run_metric(db, want[i].name, "measured", r);
+				if (got != want[i].bytes)
+					fprintf(stderr, "\nrank %d %s: measured %.0f, by hand %.0f\n", r,
+						want[i].name, got, want[i].bytes);
+				CU_ASSERT_EQUAL(got, want[i].bytes);
+			}
+		check_compare(db, db_path, k, "0.001", "memory.gpu.peak.grads", text, sizeof(text));
+		if (k)
+			PX_ASSERT_HAS(text, "memory.gpu.peak.grads_bytes: predicted");
+	}
 }
 
 /* DeepSpeed's ZeRO 1-2 step makes the fp32 gradients from the partition's gradient tensors in two
@@ -897,13 +972,8 @@ static void test_zero_step_copies(void)
 				 "'memory.gpu.peak.grads_bytes' AND rank = %d", r);
 			CU_ASSERT_EQUAL(px_test_query(db, q), c[k].grads);
 		}
-		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   PX_EXACT_PAIRS " AND measured != predicted");
-		CU_ASSERT(c[k].mispredict ? bad > 0 : bad == 0);
-		sqlite3_close(db);
-		snprintf(args, sizeof(args), "compare --db '%s' --max-error 0.001 --only "
-			 "memory.gpu.peak.grads", db_path);
-		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), c[k].mispredict ? 3 : 0);
+		check_compare(db, db_path, c[k].mispredict, "0.001", "memory.gpu.peak.grads", text,
+			      sizeof(text));
 		if (c[k].mispredict)
 			PX_ASSERT_HAS(text, "memory.gpu.peak.grads_bytes: predicted 505728, measured "
 					    "561920");
@@ -976,13 +1046,7 @@ static void test_nvme_offload(void)
 		double blocks = px_test_query(db, "SELECT MIN(measured) FROM predicted_vs_measured "
 				      "WHERE name = 'memory.nvme.bytes'");
 		CU_ASSERT(blocks >= 899072 && blocks <= 899072 + 3 * 4096);
-		double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-				   PX_EXACT_PAIRS " AND measured != predicted");
-		CU_ASSERT(k ? bad > 0 : bad == 0);
-		sqlite3_close(db);
-		snprintf(args, sizeof(args), "compare --db '%s' --max-error 2 --only memory.nvme",
-			 db_path);
-		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), k ? 3 : 0);
+		check_compare(db, db_path, k, "2", "memory.nvme", text, sizeof(text));
 		if (k)
 			PX_ASSERT_HAS(text, "memory.nvme.grads_bytes: predicted 112384, measured 224768");
 		else
@@ -1078,14 +1142,8 @@ static void test_nvme_params_swapped(void)
 			snprintf(sql, sizeof(sql), "%s'memory.nvme.bytes'", q);
 			double blocks = px_test_query(db, sql);
 			CU_ASSERT(blocks >= c[k].file && blocks <= c[k].file + 4096);
-			double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
-					   PX_EXACT_PAIRS " AND measured != predicted");
-			CU_ASSERT(wrong ? bad > 0 : bad == 0);
-			sqlite3_close(db);
 			/* 5%: the file's last 4 KiB block is 4.2% of 66,816 B */
-			snprintf(args, sizeof(args), "compare --db '%s' --max-error 5 --only "
-				 "memory.nvme", db_path);
-			CU_ASSERT_EQUAL(run(args, text, sizeof(text)), wrong ? 3 : 0);
+			check_compare(db, db_path, wrong, "5", "memory.nvme", text, sizeof(text));
 		}
 	CU_ASSERT_EQUAL(rmdir(swap), 0); /* empty: each rank removed its files and directories */
 }
@@ -1183,5 +1241,7 @@ int test_exec_register(void)
 			    {"ZeRO-3's optimizer sub-groups: device, NVMe, torch foreach",
 			     test_zero3_subgroups, PX_RELEASE_RUN},
 			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
-			     PX_RELEASE_RUN});
+			     PX_RELEASE_RUN},
+			    {"BF16_Optimizer: bf16 without ZeRO as ZeRO-1 with fp32 accumulation, "
+			     "measured", test_bf16_optimizer, PX_RELEASE_RUN});
 }

@@ -117,20 +117,31 @@ static void test_table2_largest_model(void)
 /* A Llama-style model (untied embeddings, no biases) whose every tensor divides by 8 ranks, so no
  * padding blurs the counts: h = 256, I = 1024, V = 32000, 4 layers. Persistence threshold 0 so that
  * stage 3 gathers every tensor with its layer. */
-static const char *comm_scenario(int stage, char *buf, size_t n)
+static const char *comm_scenario_typed(int stage, const char *dtype, char *buf, size_t n)
 {
 	snprintf(buf, n,
 		 "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4,"
 		 " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 32000,"
 		 " \"max_position_embeddings\": 512},"
-		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true},"
+		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"%s\": {\"enabled\": true},"
 		 " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
 		 " \"reduce_bucket_size\": 1e6, \"allgather_bucket_size\": 1e6}},"
 		 " \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 8},"
-		 " \"seq_length\": 128}", stage);
+		 " \"seq_length\": 128}", dtype, stage);
 	return buf;
 }
 
+static const char *comm_scenario(int stage, char *buf, size_t n)
+{
+	return comm_scenario_typed(stage, "bf16", buf, n);
+}
+
+/* ZeRO paper, section 7 (Rajbhandari et al. 2019): plain data parallelism and ZeRO 1-2 move
+ * 2 Psi elements per step (an all-reduce, or a reduce-scatter and an all-gather), ZeRO-3 3 Psi.
+ * In fp32 (no loss scaler's flags, no BF16_Optimizer) each element is 4 bytes; stage 0 is
+ * DeepSpeed's plain engine all-reduce. In bf16 without ZeRO DeepSpeed's BF16_Optimizer
+ * all-reduces the gradients and all-gathers the parameters after its partitioned update
+ * (bf16_optimizer.py update_lp_params): 3 Psi, as ZeRO-3. */
 static void test_comm_volumes(void)
 {
 	char json[2048];
@@ -138,30 +149,53 @@ static void test_comm_volumes(void)
 	for (int stage = 0; stage <= 3; stage++) {
 		Scenario sc;
 		Prediction pr;
-		if (fx_predict(&sc, &pr, comm_scenario(stage, json, sizeof(json))))
+		if (fx_predict(&sc, &pr, comm_scenario_typed(stage, "fp32", json, sizeof(json))))
 			return;
 		/* 2 * 32000 * 256 + 4 * (4 * 256^2 + 3 * 256 * 1024 + 2 * 256) + 256 */
 		psi = 2.0 * 32000 * 256 + 4.0 * (4 * 65536 + 3 * 262144 + 512) + 256;
 		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, psi, 0);
-		wire[stage] = pr.stages[0].traffic.wire_total_bytes;
-		payload[stage] = traffic_payload_total(&pr.stages[0].traffic);
-		if (stage == 0) /* one all-reduce of the bf16 gradients */
-			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_REDUCE], 2 * psi, 0);
+		const Traffic *t = &pr.stages[0].traffic;
+		wire[stage] = t->wire_total_bytes;
+		payload[stage] = traffic_payload_total(t);
+		if (stage == 0) /* one all-reduce of the fp32 gradients */
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], 4 * psi, 0);
 		if (stage == 1 || stage == 2) { /* reduce-scatter Ψ + all-gather Ψ */
-			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
-			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], 4 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 4 * psi, 0);
 		}
 		if (stage == 3) { /* all-gather Ψ forward, Ψ backward, reduce-scatter Ψ */
-			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_ALL_GATHER], 4 * psi, 0);
-			CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].traffic.payload_bytes[COLL_REDUCE_SCATTER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 8 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], 4 * psi, 0);
 		}
 		fx_free(&sc, &pr);
 	}
 	/* elements each rank sends: all-reduce 2(n-1)/n Ψ = reduce-scatter + all-gather */
 	for (int stage = 0; stage < 3; stage++)
-		CU_ASSERT_DOUBLE_EQUAL(wire[stage], 2 * psi * 2 * 7.0 / 8, 1e-3);
+		CU_ASSERT_DOUBLE_EQUAL(wire[stage], 4 * psi * 2 * 7.0 / 8, 1e-3);
 	CU_ASSERT_DOUBLE_EQUAL(wire[3] / wire[0], 1.5, 1e-12);
 	CU_ASSERT_DOUBLE_EQUAL(payload[3] / payload[1], 1.5, 1e-12);
+
+	/* bf16 without ZeRO: BF16_Optimizer's all-reduce of the gradients cast to bf16
+	 * (communication_data_type) and its all-gather of the bf16 parameters, 3 Psi as ZeRO-3 in
+	 * bf16 */
+	double bf16_wire[4];
+	for (int stage = 0; stage <= 3; stage += 3) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predict(&sc, &pr, comm_scenario_typed(stage, "bf16", json, sizeof(json))))
+			return;
+		const Traffic *t = &pr.stages[0].traffic;
+		bf16_wire[stage] = t->wire_total_bytes;
+		if (stage == 0) {
+			CU_ASSERT_EQUAL(pr.plan.bf16_optimizer, 1);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
+			CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], 0, 0);
+		}
+		fx_free(&sc, &pr);
+	}
+	CU_ASSERT_DOUBLE_EQUAL(bf16_wire[0], bf16_wire[3], 1e-3);
+	CU_ASSERT_DOUBLE_EQUAL(bf16_wire[0], 3 * 2 * psi * 7.0 / 8, 1e-3);
 }
 
 /* Gradient accumulation: stage 0-1 reduce once per step, stage 2-3 every micro-batch. */
@@ -189,6 +223,132 @@ static void test_comm_with_accumulation(void)
 		double expected = stage < 2 ? one : stage == 2 ? 2 * (4 * psi + psi) : 4 * one;
 		CU_ASSERT_DOUBLE_EQUAL(four, expected, 0);
 		fx_free(&sc, &pr4);
+	}
+}
+
+/* bf16 without ZeRO is DeepSpeed's BF16_Optimizer (engine.py get_data_types: fp32 gradient
+ * accumulation unless data_types.grad_accum_dtype says otherwise; _do_optimizer_sanity_check:
+ * BFLOAT16; bf16_optimizer.py): a params-only model of Psi = 8e6 over 4 GPUs, 2 micro-batches.
+ * It holds the bf16 parameters whole (16e6 B), the fp32 gradients whole
+ * (fp32_groups_gradients_flat, 32e6 B) and the backward's bf16 .grad tensors (16e6 B), and
+ * partitions the fp32 master weights (2e6 x 4 B = 8e6 B) and Adam's moments (16e6 B) over the 4
+ * ranks as ZeRO-1 does. After each backward update_hp_grads adds the .grad tensors into the
+ * fp32 gradients (one op of 8e6 elements a micro-batch). At the boundary the engine all-reduces
+ * them cast to communication_data_type, bf16 by default (a 16e6 B copy; 16e6 B on the wire's
+ * payload), and after the update all-gathers the bf16 parameters (16e6 B). With
+ * communication_data_type fp32 there is no cast and 32e6 B all-reduced. Under pipelining bf16
+ * accumulation is allowed (a warning in DeepSpeed), without it refused, as is any other mix
+ * of the model's and the accumulation's dtypes without ZeRO. The 1-bit optimizers keep their own
+ * stage-0 step (issue 18). */
+static void test_bf16_optimizer_by_hand(void)
+{
+	const char *fmt =
+		"{\"model\": {\"num_parameters\": 8e6, \"num_hidden_layers\": 8},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+		" \"gradient_accumulation_steps\": 2, \"%s\": {\"enabled\": true}%s,"
+		" \"optimizer\": {\"type\": \"%s\"}, \"zero_optimization\": {\"stage\": 0}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}%s}";
+	static const struct {
+		const char *dtype, *ds, *opt, *more;
+		int bf16_opt, grad_bytes;
+		double cast, all_reduce;
+	} c[] = {
+		{"bf16", "", "Adam", "", 1, 4, 16e6, 16e6},
+		{"bf16", ", \"communication_data_type\": \"fp32\"", "Adam", "", 1, 4, 0, 32e6},
+		{"bf16", "", "OneBitAdam", "", 0, 4, 0, -1},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, fmt, c[i].dtype, c[i].ds, c[i].opt, c[i].more))
+			return;
+		const Plan *p = &pr.plan;
+		CU_ASSERT_EQUAL(p->bf16_optimizer, c[i].bf16_opt);
+		CU_ASSERT_EQUAL(p->zero_optimizer, 0);
+		CU_ASSERT_EQUAL(p->grad_bytes, c[i].grad_bytes);
+		CU_ASSERT_EQUAL(sc.ds.zero.stage, 0);
+		if (!c[i].bf16_opt) {
+			CU_ASSERT_EQUAL(p->stage, 0);
+			fx_free(&sc, &pr);
+			continue;
+		}
+		CU_ASSERT_EQUAL(p->stage, 1);
+		double psi = 8e6, dp = 4;
+		const Schedule *s = &pr.stages[0].sched;
+		double bytes[N_BUFS] = {0}, accum = 0;
+		int casts = 0, accums = 0, lp = -1;
+		for (int k = 0; k < s->n; k++) {
+			const Op *op = &s->ops[k];
+			if (op->kind == OP_ALLOC) {
+				bytes[op->what] += op->bytes;
+				casts += op->what == BUF_COMM_CAST;
+				lp = op->what == BUF_LP_GRADS ? op->buf : lp;
+			}
+			if (op->kind == OP_COMPUTE && op->sub == COMP_GRAD_ACCUM) {
+				accums++;
+				accum += op->flops;
+				CU_ASSERT(lp >= 0 && op->buf == lp); /* from the .grad tensors */
+			}
+		}
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_PARAMS], 2 * psi, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_GRADS], c[i].grad_bytes * psi, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_LP_GRADS], 2 * psi, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_MASTER], 4 * psi / dp, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_OPT_STATES], 8 * psi / dp, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_REDUCE_BUCKET], 0, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_COMM_CAST], c[i].cast, 0);
+		CU_ASSERT_EQUAL(casts, c[i].cast > 0);
+		CU_ASSERT_EQUAL(accums, 1); /* one op, in the micro-batches' repeated body */
+		CU_ASSERT_DOUBLE_EQUAL(accum, psi, 0);
+		const Traffic *t = &pr.stages[0].traffic;
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], c[i].all_reduce, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], 0, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 2 * psi, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->flops[COMP_GRAD_ACCUM], 2 * psi, 0);
+		fx_free(&sc, &pr);
+	}
+
+	/* pipelined, bf16 accumulation is BF16_Optimizer's too (with DeepSpeed's warning): its
+	 * gradients in bf16, reduced as they are, no cast (a small GPT-2 on 2 stages) */
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, "
+			"\"n_layer\": 4, \"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 128}, "
+			"\"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+			"\"gradient_accumulation_steps\": 4, \"bf16\": {\"enabled\": true}, "
+			"\"data_types\": {\"grad_accum_dtype\": \"bf16\"}, \"optimizer\": {\"type\": "
+			"\"Adam\"}, \"zero_optimization\": {\"stage\": 0}}, \"parallelism\": {\"pp\": "
+			"2}, \"cluster\": {\"gpu\": \"H100-SXM\", \"gpus_per_node\": 4}, "
+			"\"seq_length\": 32}"))
+		return;
+	CU_ASSERT_EQUAL(pr.plan.bf16_optimizer, 1);
+	CU_ASSERT_EQUAL(pr.plan.grad_bytes, 2);
+	for (int st = 0; st < 2; st++) {
+		int casts = 0;
+		CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[st].sched, 0, BUF_COMM_CAST, &casts, NULL), 0);
+		CU_ASSERT_EQUAL(casts, 0);
+		CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[st].sched, 0, BUF_LP_GRADS, NULL, NULL), 1);
+	}
+	fx_free(&sc, &pr);
+
+	/* refused as DeepSpeed refuses them, naming the key */
+	static const struct { const char *dtype, *ds, *says; } bad[] = {
+		{"bf16", ", \"data_types\": {\"grad_accum_dtype\": \"bf16\"}",
+		 "deepspeed.data_types.grad_accum_dtype = bf16 with bf16 and ZeRO stage 0: DeepSpeed "
+		 "refuses (\"Bfloat16 wrapper must use a gradient accumulation type of fp32"},
+		{"fp16", ", \"data_types\": {\"grad_accum_dtype\": \"fp32\"}",
+		 "deepspeed.data_types.grad_accum_dtype = fp32 with fp16 parameters and ZeRO stage 0: "
+		 "DeepSpeed refuses (\"unsupported mix of model dtype and gradient accumulation "
+		 "type\")"},
+	};
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char path[512], json[2048];
+		snprintf(path, sizeof(path), "%s/bad%u.json", px_test_tmpdir(), i);
+		snprintf(json, sizeof(json), fmt, bad[i].dtype, bad[i].ds, "Adam", "");
+		px_test_write_file(path, json);
+		PxError err = {0};
+		fx_refused(path, NULL, &err);
+		PX_ASSERT_HAS(err.msg, bad[i].says);
 	}
 }
 
@@ -310,8 +470,9 @@ static void test_stage12_buffers_by_hand(void)
 	 * has no contiguous gradient buffers, unless the optimizer is offloaded
 	 * (_do_optimizer_sanity_check: not zero_cpu_offload), when it is the ZeRO optimizer's.
 	 * BF16_Optimizer has no reduce_gradients, so the engine all-reduces its fp32 gradients
-	 * (buffered_allreduce_fallback): 8e6 x 4 B all-reduced; the ZeRO optimizer reduce-scatters
-	 * them; both all-gather the 8e6 bf16 parameters after the step (16e6 B). */
+	 * (buffered_allreduce_fallback) cast to communication_data_type, the model's bf16 by
+	 * default (engine.py): 8e6 x 2 B all-reduced; the ZeRO optimizer reduce-scatters them in
+	 * bf16; both all-gather the 8e6 bf16 parameters after the step (16e6 B). */
 	for (int offload = 0; offload < 2; offload++) {
 		char json[1024];
 		Scenario sc;
@@ -332,8 +493,8 @@ static void test_stage12_buffers_by_hand(void)
 		CU_ASSERT_EQUAL(pr.plan.zero_optimizer, offload);
 		CU_ASSERT_EQUAL(buckets > 0, offload);
 		const Traffic *t = &pr.stages[0].traffic;
-		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], offload ? 0 : 32e6, 0);
-		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], offload ? 32e6 : 0, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_REDUCE], offload ? 0 : 16e6, 0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], offload ? 16e6 : 0, 0);
 		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 16e6, 0);
 		fx_free(&sc, &pr);
 	}
@@ -866,6 +1027,8 @@ int test_zero_register(void)
 			    {"stage 3 peak worked by hand", test_stage3_peak_by_hand},
 			    {"stage 1-2 contiguous gradient buffers worked by hand",
 			     test_stage12_buffers_by_hand},
+			    {"BF16_Optimizer (bf16 without ZeRO) worked by hand",
+			     test_bf16_optimizer_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
