@@ -44,6 +44,7 @@ row() { # NAME RANKS SETTINGS...
 }
 
 row "dp 4, ZeRO-3, bf16" 4
+row "dp 4, ZeRO-0, bf16 (BF16_Optimizer)" 4 --set deepspeed.zero_optimization.stage=0
 row "dp 4, ZeRO-2, bf16, optimizer offload" 4 \
 	--set deepspeed.zero_optimization.stage=2 \
 	--set deepspeed.zero_optimization.offload_optimizer.device=cpu
@@ -98,6 +99,9 @@ row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-1, fp32" 4 --set moe.num_experts=
 	--set deepspeed.bf16.enabled=false
 row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-2, bf16" 4 --set moe.num_experts=4 \
 	--set moe.use_rts=false --set parallelism.ep=2 --set deepspeed.zero_optimization.stage=2
+row "ep 2 x edp 2 (MoE, 4 experts top-1), ZeRO-0, bf16" 4 \
+	--set moe.num_experts=4 --set moe.use_rts=false --set parallelism.ep=2 \
+	--set deepspeed.zero_optimization.stage=0
 row "pp 2 x ep 2 (MoE, 4 experts top-1), ZeRO-1, bf16" 4 --set moe.num_experts=4 \
 	--set moe.use_rts=false --set parallelism.ep=2 --set parallelism.pp=2 \
 	--set deepspeed.zero_optimization.stage=1
