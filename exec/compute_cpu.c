@@ -332,6 +332,8 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
+	else if (c->ix)
+		gpt16_block_forward_sparse(TYPED(c), params, x, y, acts, c->ix);
 	else
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
@@ -385,6 +387,8 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
+	else if (c->ix)
+		gpt16_block_backward_sparse(TYPED(c), params, grads, acts, c->ix, dy, dx, scratch);
 	else
 		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
 }

@@ -86,11 +86,11 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
 	else if (ds->sparse.mode != SPARSE_OFF &&
-		 (sc->backend != BACKEND_CPU || ds->dtype != DT_FP32 || p->par.tp > 1 ||
-		  m->experts || sc->ckpt == CKPT_SELECTIVE))
-		why = "deepspeed.sparse_attention in fp32 on backend \"cpu\" without tensor "
-		      "parallelism, experts or selective recompute (the block-sparse units are "
-		      "gpt_cpu's fp32 ones)";
+		 (sc->backend != BACKEND_CPU || p->par.tp > 1 || m->experts ||
+		  sc->ckpt == CKPT_SELECTIVE))
+		why = "deepspeed.sparse_attention on backend \"cpu\" without tensor parallelism, "
+		      "experts or selective recompute (the block-sparse units are gpt_cpu's and "
+		      "gpt16_cpu's)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE &&
@@ -235,8 +235,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	switch (op->what) {
 	case BUF_ACTIVATIONS:
-		if (r->sparse) /* fp32: the kept blocks' probabilities for the scores */
-			return gpt_cpu_block_sparse_act_bytes(&r->cfg, r->B, r->T, &r->ix);
+		if (r->sparse) /* the kept blocks' probabilities for the scores */
+			return r->pdt == DT_FP32 ?
+				gpt_cpu_block_sparse_act_bytes(&r->cfg, r->B, r->T, &r->ix) :
+				gpt16_block_sparse_act_bytes(&r->cfg, t, r->B, r->T, &r->ix);
 		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* fp32: the scores apart (BUF_SCORES) */
 			return 4 * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);

@@ -38,6 +38,13 @@ size_t gpt16_block_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
 	return gpt_cpu_block_acts(c, B, T).total_elems * precision_bytes(t);
 }
 
+size_t gpt16_block_sparse_act_bytes(const GptConfig *c, PrecisionType t, int B, int T,
+				    const SparseIndex *ix)
+{
+	return (gpt_cpu_block_acts(c, B, T).att + sparse_eager_probs_elems(ix, B)) *
+	       precision_bytes(t);
+}
+
 size_t gpt16_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
 {
 	size_t bt = (size_t)B * T;
@@ -63,20 +70,32 @@ void gpt16_embed_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 #define P(f) precision_at(params, p->f, t)
 #define A(f) precision_at(acts, a->f, t)
 
-void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
-			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			     void *acts)
+/* The attention branch, dense (ix NULL) or block-sparse over ix's blocks, whose probabilities
+ * then lie where the dense (B, NH, T, T) would begin */
+static void attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
+			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			      void *acts, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
 	ops16_matmul_forward(t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
-	ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
+	if (ix)
+		ops16_sparse_attention_forward(t, A(atty), A(att), A(qkv), ix, B, T, C);
+	else
+		ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
 	ops16_matmul_forward(t, A(res2), A(atty), P(proj_w), P(proj_b), N, C, C);
 	ops16_residual_forward(t, A(res2), A(res2), A(x_in), (size_t)N * C);
 }
 
-void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
-			 const void *x, void *y, void *acts)
+void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
+			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			     void *acts)
+{
+	attention_forward(c, t, B, T, p, a, params, acts, NULL);
+}
+
+static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
+			  const void *x, void *y, void *acts, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -84,12 +103,25 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
 
 	par_cpu_memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
-	gpt16_attention_forward(c, t, B, T, p, a, params, acts);
+	attention_forward(c, t, B, T, p, a, params, acts, ix);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(ln2_w), P(ln2_b), N, C);
 	ops16_matmul_forward(t, A(fc), A(ln2), P(fc_w), P(fc_b), N, C, 4 * C);
 	ops16_gelu_forward(t, A(gelu), A(fc), 4 * btc);
 	ops16_matmul_forward(t, y, A(gelu), P(down_w), P(down_b), N, 4 * C, C);
 	ops16_residual_forward(t, y, y, A(res2), btc);
+}
+
+void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
+			 const void *x, void *y, void *acts)
+{
+	block_forward(c, t, B, T, params, x, y, acts, NULL);
+}
+
+void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
+				const void *params, const void *x, void *y, void *acts,
+				const SparseIndex *ix)
+{
+	block_forward(c, t, B, T, params, x, y, acts, ix);
 }
 
 /* Scratch as gpt_cpu_block_backward's, wide_a and wide_b of 4 B T C floats, with the gradients
@@ -102,9 +134,10 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
  * The CUDA twin puts its layernorm statistics at wide_a + 3 BTC (and the head's at dlnf's end),
  * its attention's rounded dout and score-gradient tiles at wide_a + BTC (3 BTC floats): regions
  * dead at the time. */
-void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
-			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			      float *grads, const void *acts, float *dx, float *scratch)
+static void attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
+			       const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			       float *grads, const void *acts, float *dx, float *scratch,
+			       const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -115,7 +148,10 @@ void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 	ops16_matmul_backward(t, wide_a, grads + p->proj_w, grads + p->proj_b, wide_b, A(atty),
 			      P(proj_w), N, C, C);
 	par_cpu_memset(wide_b, 0, 3 * btc * fsz);
-	ops16_attention_backward(t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH);
+	if (ix)
+		ops16_sparse_attention_backward(t, wide_b, wide_a, A(qkv), A(att), ix, B, T, C);
+	else
+		ops16_attention_backward(t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH);
 	ops16_round(t, wide_a, wide_b, 3 * btc);
 	par_cpu_memset(wide_b, 0, btc * fsz);
 	ops16_matmul_backward(t, wide_b, grads + p->qkv_w, grads + p->qkv_b, wide_a, A(ln1),
@@ -124,8 +160,16 @@ void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 				 P(ln1_w), N, C);
 }
 
-void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
-			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
+void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
+			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
+			      float *grads, const void *acts, float *dx, float *scratch)
+{
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, NULL);
+}
+
+static void block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
+			   float *grads, const void *acts, const float *dy, float *dx, float *scratch,
+			   const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -150,7 +194,20 @@ void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, con
 				 P(ln2_w), N, C);
 
 	/* attention branch; dx holds d res2 */
-	gpt16_attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch);
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, ix);
+}
+
+void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
+			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
+{
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, NULL);
+}
+
+void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
+				 const void *params, float *grads, const void *acts,
+				 const SparseIndex *ix, const float *dy, float *dx, float *scratch)
+{
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, ix);
 }
 #undef P
 #undef A

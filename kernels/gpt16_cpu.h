@@ -38,6 +38,18 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 			 const void *x, void *y, void *acts);
 void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			  float *grads, const void *acts, const float *dy, float *dx, float *scratch);
+/* Block-sparse attention (deepspeed.sparse_attention), as gpt_cpu's sparse block: the kept
+ * blocks' probabilities in t at the end of acts in place of the dense (B, NH, T, T),
+ * gpt16_block_sparse_act_bytes in all; the attention is ops16_sparse_attention_forward /
+ * backward. */
+void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
+				const void *params, const void *x, void *y, void *acts,
+				const SparseIndex *ix);
+void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
+				 const void *params, float *grads, const void *acts,
+				 const SparseIndex *ix, const float *dy, float *dx, float *scratch);
+size_t gpt16_block_sparse_act_bytes(const GptConfig *c, PrecisionType t, int B, int T,
+				    const SparseIndex *ix);
 /* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at
  * a's offsets (elements of t): forward res2 = x_in + o(attention(qkv(ln1(x_in)))); backward with
  * d res2 (fp32) in dx on entry, adding the branch's gradient to it (dx = d x_in) and accumulating

@@ -426,3 +426,36 @@ void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, c
 	par_cpu_for((size_t)B * NH, 1, attention_backward_pairs, &a);
 	free_f32(qf), free_f32(af), free_f32(g);
 }
+
+/* Block-sparse: the kept blocks' probabilities in t where the dense op keeps its (T, T) rows */
+void ops16_sparse_attention_forward(PrecisionType t, void *out, void *probs, const void *qkv,
+				    const SparseIndex *ix, int B, int T, int C)
+{
+	if (t == PREC_F32) {
+		sparse_eager_forward(out, probs, qkv, ix, B, T, C);
+		return;
+	}
+	size_t btc = (size_t)B * T * C, np = sparse_eager_probs_elems(ix, B);
+	float *qf = widen(t, qkv, 3 * btc), *pf = alloc_f32(np), *of = alloc_f32(btc);
+	sparse_eager_forward_as(t, of, pf, qf, ix, B, T, C);
+	ops16_round(t, probs, pf, np); /* already t's values: stored exactly */
+	ops16_round(t, out, of, btc);
+	free_f32(qf), free_f32(pf), free_f32(of);
+}
+
+void ops16_sparse_attention_backward(PrecisionType t, float *dqkv, const float *dout,
+				     const void *qkv, const void *probs, const SparseIndex *ix,
+				     int B, int T, int C)
+{
+	if (t == PREC_F32) {
+		sparse_eager_backward(dqkv, dout, qkv, probs, ix, B, T, C);
+		return;
+	}
+	size_t btc = (size_t)B * T * C;
+	float *qf = widen(t, qkv, 3 * btc), *pf = widen(t, probs, sparse_eager_probs_elems(ix, B));
+	float *g = alloc_f32(btc);
+	Elt16Args r = {.t = t, .y = g, .a = dout};
+	par_cpu_for(btc, PAR_CPU_GRAIN_ELEMS, round_f32_range, &r);
+	sparse_eager_backward_as(t, dqkv, g, qf, pf, ix, B, T, C);
+	free_f32(qf), free_f32(pf), free_f32(g);
+}

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "precision.h"
+#include "sparse_eager_cpu.h"
 
 /* dst (n, type t) = src rounded; src fp32 */
 void ops16_round(PrecisionType t, void *dst, const float *src, size_t n);
@@ -69,5 +70,17 @@ void ops16_attention_forward(PrecisionType t, void *out, void *att, const void *
  * in fp32 before it is scaled and added. PREC_F32 is ops_attention_backward itself. */
 void ops16_attention_backward(PrecisionType t, float *dqkv, const float *dout, const void *qkv,
 			      const void *att, int B, int T, int C, int NH);
+
+/* Block-sparse attention over ix's kept blocks (kernels/sparse_eager_cpu.h), of type t: the dense
+ * ops' rounding at the same places, probs the kept blocks' probabilities in t (stored where
+ * sparse_eager_probs_elems counts them). With every block of a causal layout kept the forward is
+ * ops16_attention_forward's, to the bit; the backward sums dq and dk per query row as the fp32
+ * sparse op does, rounding dP and dS as the dense op does. PREC_F32 is sparse_eager_forward /
+ * backward itself. */
+void ops16_sparse_attention_forward(PrecisionType t, void *out, void *probs, const void *qkv,
+				    const SparseIndex *ix, int B, int T, int C);
+void ops16_sparse_attention_backward(PrecisionType t, float *dqkv, const float *dout,
+				     const void *qkv, const void *probs, const SparseIndex *ix,
+				     int B, int T, int C);
 
 #endif

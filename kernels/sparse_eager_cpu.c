@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "par_cpu.h"
+#include "precision.h"
 
 int sparse_index_build(SparseIndex *ix, const unsigned char *layout, int NH, int nb, int bs)
 {
@@ -43,6 +44,7 @@ size_t sparse_eager_probs_elems(const SparseIndex *ix, int B)
 }
 
 typedef struct EagerArgs {
+	PrecisionType t;        /* where a 16-bit unit's products store their results (rnd) */
 	float *out;             /* forward: (B, T, C); backward: dqkv (B, T, 3C) */
 	float *probs;           /* forward */
 	const float *cprobs;    /* backward */
@@ -50,6 +52,12 @@ typedef struct EagerArgs {
 	const SparseIndex *ix;
 	int T, C;
 } EagerArgs;
+
+/* x as a 16-bit unit's product stores it, rounded to t (as is in fp32) */
+static inline float rnd(float x, PrecisionType t)
+{
+	return t == PREC_F32 ? x : precision_round(x, t);
+}
 
 static float dot(const float *a, const float *b, int n)
 {
@@ -117,18 +125,19 @@ static void forward_head(const EagerArgs *a, int b, int h)
 		for (long long k = ks; k < ke; k++) /* masked keys are kept as zeros */
 			memset(prow(a, b, k, ii), 0, (size_t)bs * sizeof(float));
 		FOR_VISIBLE(a, b, ks, ke, i, ii, j, p) {
-			*p = dot(q, base + j * row3 + C + hoff, hs) * scale;
+			*p = rnd(dot(q, base + j * row3 + C + hoff, hs) * scale, a->t);
 			if (*p > mx)
 				mx = *p;
 		}
 		double sum = 0.0;
 		FOR_VISIBLE(a, b, ks, ke, i, ii, j, p) {
-			*p = expf(*p - mx);
-			sum += *p;
+			float e = expf(*p - mx);
+			sum += e;
+			*p = rnd(e, a->t);
 		}
 		float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
 		FOR_VISIBLE(a, b, ks, ke, i, ii, j, p)
-			*p *= inv;
+			*p = rnd(*p * inv, a->t);
 		float *o = a->out + ((size_t)b * a->T + i) * C + hoff;
 		memset(o, 0, (size_t)hs * sizeof(float));
 		FOR_VISIBLE(a, b, ks, ke, i, ii, j, p) {
@@ -159,7 +168,7 @@ static void backward_head(const EagerArgs *a, int b, int h)
 		FOR_VISIBLE(a, b, ks, ke, i, ii, j, p) {
 			const float *v = base + j * row3 + 2 * (size_t)C + hoff;
 			float *dv = dbase + j * row3 + 2 * (size_t)C + hoff;
-			pdp += *p * dot(g, v, hs);
+			pdp += *p * rnd(dot(g, v, hs), a->t);
 			for (int x = 0; x < hs; x++)
 				dv[x] += *p * g[x];
 		}
@@ -167,7 +176,7 @@ static void backward_head(const EagerArgs *a, int b, int h)
 			const float *k = base + j * row3 + C + hoff;
 			const float *v = base + j * row3 + 2 * (size_t)C + hoff;
 			float *dk = dbase + j * row3 + C + hoff;
-			float ds = *p * (dot(g, v, hs) - (float)pdp) * scale;
+			float ds = rnd(*p * (rnd(dot(g, v, hs), a->t) - (float)pdp), a->t) * scale;
 			for (int x = 0; x < hs; x++) {
 				dq[x] += ds * k[x];
 				dk[x] += ds * q[x];
@@ -190,17 +199,29 @@ static void backward_pairs(void *ctx, size_t p0, size_t p1)
 		backward_head(a, (int)(bh / a->ix->NH), (int)(bh % a->ix->NH));
 }
 
+void sparse_eager_forward_as(PrecisionType t, float *out, float *probs, const float *qkv,
+			     const SparseIndex *ix, int B, int T, int C)
+{
+	EagerArgs a = {.t = t, .out = out, .probs = probs, .qkv = qkv, .ix = ix, .T = T, .C = C};
+	par_cpu_for((size_t)B * ix->NH, 1, forward_pairs, &a);
+}
+
+void sparse_eager_backward_as(PrecisionType t, float *dqkv, const float *dout, const float *qkv,
+			      const float *probs, const SparseIndex *ix, int B, int T, int C)
+{
+	EagerArgs a = {.t = t, .out = dqkv, .cprobs = probs, .qkv = qkv, .dout = dout, .ix = ix,
+		       .T = T, .C = C};
+	par_cpu_for((size_t)B * ix->NH, 1, backward_pairs, &a);
+}
+
 void sparse_eager_forward(float *out, float *probs, const float *qkv, const SparseIndex *ix,
 			  int B, int T, int C)
 {
-	EagerArgs a = {.out = out, .probs = probs, .qkv = qkv, .ix = ix, .T = T, .C = C};
-	par_cpu_for((size_t)B * ix->NH, 1, forward_pairs, &a);
+	sparse_eager_forward_as(PREC_F32, out, probs, qkv, ix, B, T, C);
 }
 
 void sparse_eager_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
 			   const SparseIndex *ix, int B, int T, int C)
 {
-	EagerArgs a = {.out = dqkv, .cprobs = probs, .qkv = qkv, .dout = dout, .ix = ix, .T = T,
-		       .C = C};
-	par_cpu_for((size_t)B * ix->NH, 1, backward_pairs, &a);
+	sparse_eager_backward_as(PREC_F32, dqkv, dout, qkv, probs, ix, B, T, C);
 }

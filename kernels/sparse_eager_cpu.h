@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "precision.h"
+
 /* A layout's kept blocks in storage order: for head h and query block row r, the key blocks
  * cols[row_start[h nb + r] .. row_start[h nb + r + 1]), ascending. The probabilities of batch
  * element b's kept block k (that order, heads one after another) are the bs x bs floats from
@@ -36,5 +38,15 @@ void sparse_eager_forward(float *out, float *probs, const float *qkv, const Spar
 /* dqkv (B, T, 3C) += the gradient of out given dout (B, T, C), from qkv and probs. */
 void sparse_eager_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
 			   const SparseIndex *ix, int B, int T, int C);
+
+/* The same as a 16-bit unit of type t computes it (ops16_cpu.h's sparse attention): from q, k, v
+ * and (backward) the probabilities already rounded to t, each product's result rounded to t
+ * where its kernel stores it, as ops16_attention_forward / backward round theirs (scores, their
+ * exponentials, the probabilities; dP and dS), sums in fp32; out and dqkv as fp32 for the caller
+ * to round. t = PREC_F32: sparse_eager_forward / backward. */
+void sparse_eager_forward_as(PrecisionType t, float *out, float *probs, const float *qkv,
+			     const SparseIndex *ix, int B, int T, int C);
+void sparse_eager_backward_as(PrecisionType t, float *dqkv, const float *dout, const float *qkv,
+			      const float *probs, const SparseIndex *ix, int B, int T, int C);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../engine/sparse_layout.h"
+#include "../kernels/ops16_cpu.h"
 #include "../kernels/ops_cpu.h"
 #include "../kernels/sparse_attn_cpu.h"
 #include "../kernels/sparse_eager_cpu.h"
@@ -326,8 +327,10 @@ static size_t fused_at(int part, size_t bhtc)
 }
 
 /* The units' eager kernel (causal) on the fused layout against the masked dense reference:
- * out, and dq, dk, dv out of dqkv; its probabilities hold each kept block's. */
-static void check_eager(const SparseAttn *sa)
+ * out, and dq, dk, dv out of dqkv; its probabilities hold each kept block's. Of type t (the 16-bit
+ * units' ops16_sparse_attention_*) the inputs and dout are rounded to t first, so that the
+ * reference sees what the kernel does, and rel bounds the error. */
+static void check_eager_as(const SparseAttn *sa, PrecisionType t, double rel)
 {
 	size_t n = (size_t)KB * KNH * KT * KHS, C = (size_t)KNH * KHS;
 	uint64_t st = 77 + (uint64_t)sa->mode;
@@ -340,29 +343,49 @@ static void check_eager(const SparseAttn *sa)
 	SparseIndex ix;
 	CU_ASSERT_FATAL(lay && qkv && gout && dqkv && out && got && rout && rdq && rdk && rdv);
 	CU_ASSERT_EQUAL_FATAL(sparse_index_build(&ix, lay, KNH, KNB, KBS), 0);
-	float *probs = calloc(sparse_eager_probs_elems(&ix, KB), 4);
+	size_t np = sparse_eager_probs_elems(&ix, KB);
+	float *probs = calloc(np, 4);
 	for (size_t i = 0; i < n; i++) {
+		q[i] = precision_round(q[i], t), k[i] = precision_round(k[i], t);
+		v[i] = precision_round(v[i], t), dout[i] = precision_round(dout[i], t);
 		qkv[fused_at(0, i)] = q[i], qkv[fused_at(1, i)] = k[i], qkv[fused_at(2, i)] = v[i];
-		size_t t = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
-		gout[(b * KT + t) * C + h * KHS + i % KHS] = dout[i];
+		size_t tk = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
+		gout[(b * KT + tk) * C + h * KHS + i % KHS] = dout[i];
 	}
-	sparse_eager_forward(out, probs, qkv, &ix, KB, KT, (int)C);
-	sparse_eager_backward(dqkv, gout, qkv, probs, &ix, KB, KT, (int)C);
+	/* of type t: stored in t (fp32 stores as is), run, widened back */
+	void *qkv_t = malloc(3 * n * 4), *out_t = malloc(n * 4);
+	CU_ASSERT_FATAL(qkv_t && out_t);
+	ops16_round(t, qkv_t, qkv, 3 * n);
+	ops16_sparse_attention_forward(t, out_t, probs, qkv_t, &ix, KB, KT, (int)C);
+	ops16_sparse_attention_backward(t, dqkv, gout, qkv_t, probs, &ix, KB, KT, (int)C);
+	ops16_widen(t, out, out_t, n);
+	free(qkv_t), free(out_t);
 	dense_reference(rout, rdq, rdk, rdv, q, k, v, dout, lay, 1);
 	for (size_t i = 0; i < n; i++) {
-		size_t t = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
-		got[i] = out[(b * KT + t) * C + h * KHS + i % KHS];
+		size_t tk = i / KHS % KT, h = i / KHS / KT % KNH, b = i / KHS / KT / KNH;
+		got[i] = out[(b * KT + tk) * C + h * KHS + i % KHS];
 		got[n + i] = dqkv[fused_at(0, i)], got[2 * n + i] = dqkv[fused_at(1, i)];
 	}
-	CU_ASSERT_TRUE(close_norm("eager out", got, rout, n, KERNEL_REL));
-	CU_ASSERT_TRUE(close_norm("eager dq", got + n, rdq, n, KERNEL_REL));
-	CU_ASSERT_TRUE(close_norm("eager dk", got + 2 * n, rdk, n, KERNEL_REL));
+	CU_ASSERT_TRUE(close_norm("eager out", got, rout, n, rel));
+	CU_ASSERT_TRUE(close_norm("eager dq", got + n, rdq, n, rel));
+	CU_ASSERT_TRUE(close_norm("eager dk", got + 2 * n, rdk, n, rel));
 	for (size_t i = 0; i < n; i++)
 		got[i] = dqkv[fused_at(2, i)];
-	CU_ASSERT_TRUE(close_norm("eager dv", got, rdv, n, KERNEL_REL));
+	CU_ASSERT_TRUE(close_norm("eager dv", got, rdv, n, rel));
 	sparse_index_free(&ix);
 	free(lay), free(q), free(k), free(v), free(dout), free(qkv), free(gout), free(dqkv);
 	free(out), free(got), free(probs), free(rout), free(rdq), free(rdk), free(rdv);
+}
+
+/* Of a 16-bit type, each output carries a few of t's roundings on its path (the score, its
+ * exponential, the probability, the output; backward dP and dS, the rounded dout), each within
+ * half its eps (2^-8 bf16, 2^-11 fp16) relatively, mostly cancelling in the sums: 4 eps
+ * normwise bounds them (measured: 2 eps in bf16, 1.3 in fp16). */
+static void check_eager(const SparseAttn *sa)
+{
+	check_eager_as(sa, PREC_F32, KERNEL_REL);
+	check_eager_as(sa, PREC_BF16, 4 * 0x1p-8);
+	check_eager_as(sa, PREC_F16, 4 * 0x1p-11);
 }
 
 static void test_eager_matches_masked_dense(void)
@@ -377,6 +400,26 @@ static void test_eager_matches_masked_dense(void)
 	check_eager(&sa);
 	sparse_attn_defaults(&sa, SPARSE_BSLONGFORMER);
 	check_eager(&sa);
+}
+
+/* Whether the probabilities of a layout keeping every block (elements of size bytes) are the dense
+ * op's (B, NH, T, T) att, bit for bit: probability (b, h, i, j) sits in kept block (h, i / bs,
+ * j / bs), row i % bs. */
+static int probs_are_dense(const SparseIndex *ix, const void *probs, const void *att, size_t size)
+{
+	int same = 1;
+	for (int b = 0; b < KB; b++)
+		for (int h = 0; h < KNH; h++)
+			for (int i = 0; i < KT; i++)
+				for (int j = 0; j < KT; j++) {
+					size_t blk = ((size_t)h * KNB + i / KBS) * KNB + j / KBS;
+					size_t at = (((size_t)b * ix->n_kept + blk) * KBS + i % KBS) * KBS +
+						    j % KBS;
+					size_t dn = (((size_t)b * KNH + h) * KT + i) * KT + j;
+					same &= memcmp((const char *)probs + size * at,
+						       (const char *)att + size * dn, size) == 0;
+				}
+	return same;
 }
 
 /* Every block kept: the dense units' op, ops_attention_forward / backward, to the bit (the same
@@ -402,19 +445,56 @@ static void test_eager_dense_layout_is_dense(void)
 	sparse_eager_backward(d2, dout, qkv, probs, &ix, KB, KT, C);
 	CU_ASSERT(memcmp(o1, o2, n * 4) == 0);
 	CU_ASSERT(memcmp(d1, d2, 3 * n * 4) == 0);
-	/* probability (b, h, i, j) sits in kept block (h, i / bs, j / bs), row i % bs */
-	int same = 1;
-	for (int b = 0; b < KB; b++)
-		for (int h = 0; h < KNH; h++)
-			for (int i = 0; i < KT; i++)
-				for (int j = 0; j < KT; j++) {
-					size_t blk = ((size_t)h * KNB + i / KBS) * KNB + j / KBS;
-					size_t at = (((size_t)b * ix.n_kept + blk) * KBS + i % KBS) * KBS + j % KBS;
-					same &= probs[at] == att[(((size_t)b * KNH + h) * KT + i) * KT + j];
-				}
-	CU_ASSERT(same);
+	CU_ASSERT(probs_are_dense(&ix, probs, att, 4));
 	sparse_index_free(&ix);
 	free(lay), free(qkv), free(dout), free(o1), free(o2), free(d1), free(d2), free(att), free(probs);
+}
+
+/* Every block kept, in bf16 and fp16: the forward is the 16-bit dense op's to the bit (its
+ * probabilities too, laid out by rows as above), rounding where it rounds, summing in its order.
+ * The backward sums each query row's dq and dk as the fp32 sparse op does (the dense 16-bit op
+ * sums over keys per element first) and pdp in double (the dense op in float), which can move a
+ * rounded dS by one unit of t's last place: within 4 eps of the dense op's gradients normwise, as
+ * above (measured: 2e-5 eps in bf16, 2e-3 in fp16). */
+static void test_eager16_dense_layout(void)
+{
+	enum { C = KNH * KHS };
+	size_t n = (size_t)KB * KT * C, tt = (size_t)KB * KNH * KT * KT;
+	static const PrecisionType types[2] = {PREC_BF16, PREC_F16};
+	for (int k = 0; k < 2; k++) {
+		PrecisionType t = types[k];
+		double eps = t == PREC_BF16 ? 0x1p-8 : 0x1p-11;
+		uint64_t st = 9;
+		unsigned char *lay = malloc((size_t)KNH * KNB * KNB);
+		float *qkv = randoms(3 * n, &st), *dout = randoms(n, &st);
+		void *q16 = malloc(3 * n * 2), *o1 = calloc(n, 2), *o2 = calloc(n, 2);
+		void *att = calloc(tt, 2);
+		float *d1 = calloc(3 * n, 4), *d2 = calloc(3 * n, 4);
+		SparseIndex ix;
+		CU_ASSERT_FATAL(lay && q16 && o1 && o2 && att && d1 && d2);
+		memset(lay, 1, (size_t)KNH * KNB * KNB);
+		CU_ASSERT_EQUAL_FATAL(sparse_index_build(&ix, lay, KNH, KNB, KBS), 0);
+		void *probs = calloc(sparse_eager_probs_elems(&ix, KB), 2);
+		ops16_round(t, q16, qkv, 3 * n);
+		ops16_attention_forward(t, o1, att, q16, KB, KT, C, KNH);
+		ops16_attention_backward(t, d1, dout, q16, att, KB, KT, C, KNH);
+		ops16_sparse_attention_forward(t, o2, probs, q16, &ix, KB, KT, C);
+		ops16_sparse_attention_backward(t, d2, dout, q16, probs, &ix, KB, KT, C);
+		CU_ASSERT(memcmp(o1, o2, n * 2) == 0);
+		CU_ASSERT(probs_are_dense(&ix, probs, att, 2));
+		double worst = 0, top = 0;
+		for (size_t i = 0; i < 3 * n; i++) {
+			worst = fmax(worst, fabs((double)d1[i] - d2[i]));
+			top = fmax(top, fabs((double)d1[i]));
+		}
+		if (!(worst <= 4 * eps * top))
+			printf("\n  16-bit sparse backward: %.3g of %.3g (%.2g eps)\n", worst, top,
+			       worst / top / eps);
+		CU_ASSERT(top > 0 && worst <= 4 * eps * top);
+		sparse_index_free(&ix);
+		free(lay), free(qkv), free(dout), free(q16), free(o1), free(o2), free(att), free(d1);
+		free(d2), free(probs);
+	}
 }
 
 /* ---- the executor (scenarios/gpt2-mini-cpu-sparse.json) ---- */
@@ -425,18 +505,22 @@ static void test_eager_dense_layout_is_dense(void)
  * the first window's last block, global: 10 + 10 + 4 = 24 blocks a head, 96 over 4 heads. A block
  * keeps 4 B T (16 C) bytes of activations and its probabilities, 4 B 96 x 16^2 (B 4, T 128, C
  * 128): 4 x (1,048,576 + 98,304) = 4,587,520 B; 4 blocks 18,350,080 B, against 20,971,520 with
- * dense scores. Measured equal to the prediction (every memory and communication pair, 2 ranks)
+ * dense scores. In bf16 the 16-bit units keep the same elements in 2 bytes, probabilities too:
+ * 9,175,040 B. Measured equal to the prediction (every memory and communication pair, 2 ranks)
  * and to this count. */
 static void test_run_memory(void)
 {
-	char args[2048];
-	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 3",
-		 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"));
-	sqlite3 *db = px_run_measured(args, 2);
-	for (int r = 0; r < 2; r++)
-		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.activations_bytes", "measured", r),
-				18350080);
-	sqlite3_close(db);
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		char args[2048];
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 3 --set "
+			 "deepspeed.bf16.enabled=%s", px_test_path("scenarios/gpt2-mini-cpu-sparse.json"),
+			 bf16 ? "true" : "false");
+		sqlite3 *db = px_run_measured(args, 2);
+		for (int r = 0; r < 2; r++)
+			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.activations_bytes", "measured",
+						      r), bf16 ? 9175040 : 18350080);
+		sqlite3_close(db);
+	}
 }
 
 /* Mode "dense" keeps every block: the run's losses are those of the same run without
@@ -458,18 +542,34 @@ static void test_run_losses(void)
 		CU_ASSERT_EQUAL(all[s], dense[s]);
 	CU_ASSERT(fixed[S - 1] < 0.9 * fixed[0]);
 	CU_ASSERT(fixed[S - 1] != dense[S - 1]);
+
+	/* bf16: the first loss to the bit (the 16-bit forward is the dense op's); the backward's
+	 * sums in another order then move the losses by bf16's reordering of sums, as elsewhere
+	 * (tests/test_exec.c: 5e-3 nats) */
+	const char *b16 = "--set deepspeed.bf16.enabled=true";
+	char with[256];
+	snprintf(with, sizeof(with), "%s --set deepspeed.sparse_attention.mode=dense", b16);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, with, all), S);
+	snprintf(with, sizeof(with), "%s --set deepspeed.sparse_attention=null", b16);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, with, dense), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, b16, fixed), S);
+	CU_ASSERT_EQUAL(all[0], dense[0]);
+	for (int s = 0; s < S; s++)
+		CU_ASSERT_DOUBLE_EQUAL(all[s], dense[s], 5e-3);
+	CU_ASSERT(fixed[S - 1] < 0.9 * fixed[0]);
 }
 
 /* What the executor does not run with sparse attention is refused before it starts (exit 2),
- * naming what it runs: bf16 here (the block-sparse units are gpt_cpu's fp32 ones). */
+ * naming what it runs: tensor parallelism here (the block-sparse units are gpt_cpu's and
+ * gpt16_cpu's, not the tensor-parallel ones). */
 static void test_run_refuses(void)
 {
 	char out[8192];
-	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --set "
-					 "deepspeed.bf16.enabled=true",
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 2 --set "
+					 "parallelism.tp=2",
 					 px_test_path("scenarios/gpt2-mini-cpu-sparse.json")), 2);
 	PX_ASSERT_HAS(out, "gpt2-mini-cpu-sparse.json: the executor runs deepspeed.sparse_attention "
-		      "in fp32 on backend \"cpu\"");
+		      "on backend \"cpu\" without tensor parallelism");
 }
 
 /* The backward accumulates (+=): run twice into the same gradients, get twice the gradients. */
@@ -701,6 +801,8 @@ int test_sparse_register(void)
 		{"kernel backward accumulates", test_kernel_backward_accumulates},
 		{"units' eager kernel equals masked dense, fwd and bwd", test_eager_matches_masked_dense},
 		{"units' eager kernel, every block kept: the dense op", test_eager_dense_layout_is_dense},
+		{"units' eager kernel in bf16 and fp16, every block kept: the 16-bit dense op",
+		 test_eager16_dense_layout},
 		{"run: activations measured equal predicted and by hand", test_run_memory, PX_RELEASE_RUN},
 		{"run: a layout of every block trains as dense", test_run_losses, PX_RELEASE_RUN},
 		{"run: what the executor does not run refused", test_run_refuses},
