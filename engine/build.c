@@ -877,16 +877,23 @@ static void backward_unit(Builder *b, int slot, int u)
 
 /* ---- micro-batches ---- */
 
-/* One update_hp_grads op over n elements of the gradients from element first. */
-static void accumulate_span(Builder *b, long long first, long long n)
+/* One update_hp_grads op over n elements of the gradients from element first, whose largest
+ * tensor has most elements. In another dtype than the .grad tensors' each is cast first
+ * (bf16_optimizer.py _update_hp_grad: lp.grad.data.to(hp_grad.dtype), a copy freed after its
+ * add): the largest copy is held, and the op reads and writes it too. */
+static void accumulate_span(Builder *b, long long first, long long n, long long most)
 {
 	const Plan *p = b->p;
 	if (n <= 0)
 		return;
+	int cast = p->grad_bytes != p->param_bytes;
+	int up = cast ? alloc(b, PLACE_GPU, CAT_GRADS, BUF_LP_UPCAST, -1,
+			      (double)min_ll(most, n) * p->grad_bytes) : -1;
 	compute_moving(b, COMP_GRAD_ACCUM, -1, (double)n,
-		       (double)n * (p->param_bytes + 2.0 * p->grad_bytes));
+		       (double)n * (p->param_bytes + (cast ? 4.0 : 2.0) * p->grad_bytes));
 	if (!b->oom)
 		sched_grads_to(b->s, b->id_lp, first);
+	release(b, &up);
 }
 
 /* BF16_Optimizer after the backward of this stage's units in [lo, hi) (bf16_optimizer.py
@@ -898,10 +905,15 @@ static void accumulate_hp(Builder *b, int lo, int hi)
 	if (b->id_lp < 0)
 		return;
 	long long d_lo = -1, d_hi = 0, e_lo = -1, e_hi = 0, dense = p->stages[b->stage].flat_dense;
+	long long d_most = 0, e_most = 0; /* the largest tensor of each span */
 	for (int u = lo; u < hi; u++) {
 		const UnitPlan *up = &p->units[u];
 		if (up->stage != b->stage)
 			continue;
+		for (int i = 0; i < up->n_tensors; i++) {
+			long long *most = up->tensor_expert[i] ? &e_most : &d_most;
+			*most = max_ll(*most, up->tensor_local[i]);
+		}
 		if (up->local_dense > 0) {
 			d_lo = d_lo < 0 ? up->flat_off : min_ll(d_lo, up->flat_off);
 			d_hi = max_ll(d_hi, up->flat_off + up->local_dense);
@@ -913,9 +925,9 @@ static void accumulate_hp(Builder *b, int lo, int hi)
 		}
 	}
 	if (d_lo >= 0)
-		accumulate_span(b, d_lo, d_hi - d_lo);
+		accumulate_span(b, d_lo, d_hi - d_lo, d_most);
 	if (e_lo >= 0)
-		accumulate_span(b, e_lo, e_hi - e_lo);
+		accumulate_span(b, e_lo, e_hi - e_lo, e_most);
 }
 
 /* ZeRO 1-3's contiguous gradient buffers (DeepSpeed's ipg buffers): reduce_bucket_size

@@ -140,6 +140,9 @@ typedef enum {
 			      backward's clear_lp_grads drops and autograd makes again, so that they
 			      are whole from one backward to the next (build.c says how the schedule
 			      holds them); update_hp_grads adds them into the fp32 gradients */
+	BUF_LP_UPCAST,     /* BF16_Optimizer's update_hp_grads: one .grad tensor cast to the
+			      accumulation dtype (lp.grad.to(hp_grad.dtype)) before it is added,
+			      the largest of a span's tensors held (build.c) */
 	BUF_COMM_CAST,     /* a reduction's gradients cast to communication_data_type for it
 			      (engine.py allreduce_bucket: tensor.to(self.communication_data_type)),
 			      laid as the gradients it casts */

@@ -389,6 +389,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
 	case BUF_LP_GRADS: r->id_lp = op->buf; break;
+	case BUF_LP_UPCAST: r->id_upcast = op->buf; break;
 	case BUF_PARAM_PART: r->id_part = op->buf; break;
 	case BUF_PERSISTENT: r->id_persist = op->buf; break;
 	case BUF_PERSIST_GRADS: r->id_pgrads = op->buf; break;
@@ -656,13 +657,29 @@ static void head_grads(Runner *r, int tied_id)
 }
 
 /* BF16_Optimizer's update_hp_grads (op: COMP_GRAD_ACCUM): the bf16 .grad tensors of op's span
- * added into the fp32 gradients at the same place. The next backward finds them cleared
- * (clear_lp_grads): the buffer is zeroed before its first write there (grad_dest). */
+ * added into the gradients at the same place; in another dtype each cast first into the
+ * schedule's copy (BUF_LP_UPCAST, the span's largest tensor), here a copy's worth at a time (the
+ * same sums: an elementwise add). The next backward finds them cleared (clear_lp_grads): the
+ * buffer is zeroed before its first write there (grad_dest). */
 static void accumulate_hp(Runner *r, const Op *op)
 {
-	size_t n = (size_t)op->flops;
-	add_into(r, at(r->buf[r->id_grads], op->elems, r->gdt),
-		 at(r->buf[op->buf], op->elems, r->pdt), r->pdt, n, r->gdt);
+	long long n = (long long)op->flops, step = n;
+	void *tmp = NULL;
+	if (r->id_upcast >= 0 && r->gdt != r->pdt) {
+		tmp = r->buf[r->id_upcast];
+		step = (long long)(r->size[r->id_upcast] / dt_bytes(r->gdt));
+	}
+	for (long long a = 0; a < n; a += step) {
+		size_t k = (size_t)(n - a < step ? n - a : step);
+		void *hp = at(r->buf[r->id_grads], op->elems + a, r->gdt);
+		const void *lp = at(r->buf[op->buf], op->elems + a, r->pdt);
+		if (tmp) {
+			r->cb->convert(r->cx, tmp, r->gdt, lp, r->pdt, k);
+			add_into(r, hp, tmp, r->gdt, k, r->gdt);
+		} else {
+			add_into(r, hp, lp, r->pdt, k, r->gdt);
+		}
+	}
 	r->zero_first[op->buf] = 1;
 }
 
@@ -1652,7 +1669,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
-	r->id_lp = -1;
+	r->id_lp = r->id_upcast = -1;
 	r->id_egrads = r->id_gradswap = -1;
 	r->sw_master = r->sw_states = r->sw_grads = r->sw_params = r->id_pswap = -1;
 	r->resident = p->param_place == PLACE_NVME ? r->st->param_resident : r->st->part_elems;

@@ -189,8 +189,13 @@ double opcost_cpu_compute_s(const Plan *p, const HwProfile *hw, const Op *op, in
 		return INFINITY;
 	if (op->sub == COMP_OPTIMIZER)
 		return optimizer_s(p, l, stage);
-	if (op->sub == COMP_GRAD_ACCUM) /* the bf16 .grad tensors added into the fp32 ones */
-		return hwcpu_elem_s(l, HWCPU_ADD, p->sc->ds.grad_dtype, p->sc->ds.dtype, op->flops);
+	if (op->sub == COMP_GRAD_ACCUM) { /* the .grad tensors added into the accumulated ones,
+					     each cast first in another dtype (accumulate_hp) */
+		Dtype g = p->sc->ds.grad_dtype, d = p->sc->ds.dtype;
+		return g == d ? hwcpu_elem_s(l, HWCPU_ADD, g, d, op->flops) :
+				hwcpu_elem_s(l, HWCPU_CONVERT, g, d, op->flops) +
+					hwcpu_elem_s(l, HWCPU_ADD, g, g, op->flops);
+	}
 	int u = op->unit, bwd = op->sub == COMP_BWD;
 	if (u < 0 || u >= p->n_units)
 		return 0;

@@ -233,7 +233,9 @@ static void test_comm_with_accumulation(void)
  * (fp32_groups_gradients_flat, 32e6 B) and the backward's bf16 .grad tensors (16e6 B), and
  * partitions the fp32 master weights (2e6 x 4 B = 8e6 B) and Adam's moments (16e6 B) over the 4
  * ranks as ZeRO-1 does. After each backward update_hp_grads adds the .grad tensors into the
- * fp32 gradients (one op of 8e6 elements a micro-batch). At the boundary the engine all-reduces
+ * fp32 gradients (one op of 8e6 elements a micro-batch), each cast to fp32 first
+ * (lp.grad.to(hp_grad.dtype)): the largest tensor's copy, a layer of 1e6 elements, 4e6 B.
+ * At the boundary the engine all-reduces
  * them cast to communication_data_type, bf16 by default (a 16e6 B copy; 16e6 B on the wire's
  * payload), and after the update all-gathers the bf16 parameters (16e6 B). With
  * communication_data_type fp32 there is no cast and 32e6 B all-reduced. Under pipelining bf16
@@ -297,6 +299,7 @@ static void test_bf16_optimizer_by_hand(void)
 		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_OPT_STATES], 8 * psi / dp, 0);
 		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_REDUCE_BUCKET], 0, 0);
 		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_COMM_CAST], c[i].cast, 0);
+		CU_ASSERT_DOUBLE_EQUAL(bytes[BUF_LP_UPCAST], 4e6, 0); /* allocated once, repeated */
 		CU_ASSERT_EQUAL(casts, c[i].cast > 0);
 		CU_ASSERT_EQUAL(accums, 1); /* one op, in the micro-batches' repeated body */
 		CU_ASSERT_DOUBLE_EQUAL(accum, psi, 0);
@@ -309,7 +312,7 @@ static void test_bf16_optimizer_by_hand(void)
 	}
 
 	/* pipelined, bf16 accumulation is BF16_Optimizer's too (with DeepSpeed's warning): its
-	 * gradients in bf16, reduced as they are, no cast (a small GPT-2 on 2 stages) */
+	 * gradients in bf16, added and reduced as they are, no cast (a small GPT-2 on 2 stages) */
 	Scenario sc;
 	Prediction pr;
 	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, "
@@ -326,6 +329,8 @@ static void test_bf16_optimizer_by_hand(void)
 	for (int st = 0; st < 2; st++) {
 		int casts = 0;
 		CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[st].sched, 0, BUF_COMM_CAST, &casts, NULL), 0);
+		CU_ASSERT_EQUAL(casts, 0);
+		CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[st].sched, 0, BUF_LP_UPCAST, &casts, NULL), 0);
 		CU_ASSERT_EQUAL(casts, 0);
 		CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[st].sched, 0, BUF_LP_GRADS, NULL, NULL), 1);
 	}
