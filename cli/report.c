@@ -202,8 +202,11 @@ static void memory_table(FILE *f, const Prediction *pr)
 		g->peak_bytes / GiB, w->mem.place[PLACE_CPU].peak_bytes / GiB);
 	if (nv)
 		fprintf(f, " %16.3f", nvme->peak_bytes / GiB);
-	fprintf(f, "\n# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1); "
-		"GPU/CPU%s: this implementation's buffers at the place's peak\n", nv ? "/NVMe" : "");
+	fprintf(f, "\n# ZeRO-ideal: the paper's model states only (Rajbhandari et al. 2020, Table 1)%s; "
+		"GPU/CPU%s: this implementation's buffers at the place's peak\n",
+		pr->plan.bf16_optimizer && pr->plan.sc->ds.zero.stage == 0 ? ", partitioned as BF16_Optimizer "
+		"does (ZeRO-1's, with its gradients in the accumulation dtype)" : "",
+		nv ? "/NVMe" : "");
 	if (g->cat_peak[CAT_WORKSPACE] > 0)
 		fprintf(f, "# workspace: the executor's own working buffers (a unit's working copies, "
 			"the hidden state, backward scratch), apart from what DeepSpeed holds\n");
