@@ -487,7 +487,7 @@ static void flush_bucket(Builder *b, Bucket *k)
 	/* without contiguous gradients and with overlap_comm, stage_1_and_2.py clears the reduced
 	 * gradients of the other partitions only at the next reduction (or the epilogue), after the
 	 * previous ones (reduce_ipg_grads: previous_reduced_grads) */
-	int defer = flat >= 0 && p->stage == 2 && p->sc->ds.zero.overlap_comm;
+	int defer = flat >= 0 && p->stage == 2 && p->overlap_comm;
 	release(b, &flat);
 	release_prev(b, k);
 	for (int i = 0; i < k->n_bufs; i++) {
@@ -534,7 +534,7 @@ static void reduce_dense(Builder *b, int unit, int plan_bucket, long long part_o
 /* Stage 1-2's contiguous gradient buffers at a backward: two under overlap_comm. */
 static int bucket_count(const Plan *p)
 {
-	return p->sc->ds.zero.overlap_comm && p->stage < 3 ? 2 : 1;
+	return p->overlap_comm && p->stage < 3 ? 2 : 1;
 }
 
 static void release_buckets(Builder *b)

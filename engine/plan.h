@@ -110,6 +110,11 @@ typedef struct Plan {
 				      contiguous_gradients or cpu_offload) */
 	int zero_optimizer;        /* DeepSpeed's ZeRO optimizer steps (stage_1_and_2.py, stage3.py):
 				      stage 2-3, or stage 1 but under BF16_Optimizer */
+	int overlap_comm;          /* zero_optimization.overlap_comm as it takes effect: a ZeRO
+				      optimizer's, off under pipelining (engine.py
+				      _configure_zero_optimizer: "Pipeline parallelism does not
+				      support overlapped communication, will be disabled"); without
+				      ZeRO and under BF16_Optimizer nothing reads it */
 	int bf16_optimizer;        /* engine.py _do_optimizer_sanity_check gives BF16_Optimizer:
 				      bf16 without ZeRO (fp32 accumulation by default; bf16 under
 				      pipelining), or at stage 1 with fp32 accumulation and the

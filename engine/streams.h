@@ -27,8 +27,10 @@ typedef enum {
  * shard 0/10 about 11%: 16,500 against 18,600 points per CPU-second).
  * Pipeline sends and receives couple stages; tensor- and expert-parallel collectives block the
  * compute stream (Megatron does not overlap them); stage-3 parameter prefetches run on the
- * prefetch stream; gradient reductions on the reduction stream when overlap_comm is on, else on
- * the compute stream; the one-value all-reduces (fp16 overflow, gradient norm) need every
+ * prefetch stream; gradient reductions on the reduction stream when a ZeRO optimizer has
+ * overlap_comm on, else on the compute stream (without ZeRO, and under BF16_Optimizer, the
+ * engine reduces in allreduce_gradients after the backward, reading no overlap_comm: engine.py
+ * buffered_allreduce_fallback); the one-value all-reduces (fp16 overflow, gradient norm) need every
  * reduction done first; the rest (parameter all-gathers after the update) block. */
 static inline SchedCollClass sched_coll_class(const Plan *p, const Op *op)
 {
@@ -50,7 +52,7 @@ static inline SchedCollClass sched_coll_class(const Plan *p, const Op *op)
 	if (op->role == ROLE_PREFETCH)
 		return SCC_PREFETCH;
 	if (op->role == ROLE_GRAD_REDUCE)
-		return p->sc->ds.zero.overlap_comm ? SCC_REDUCE : SCC_SYNC;
+		return p->overlap_comm ? SCC_REDUCE : SCC_SYNC;
 	return SCC_SYNC;
 }
 

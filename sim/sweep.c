@@ -51,7 +51,8 @@ static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
  * it price the same (docs/time_model.md, "Sweep speed"): stage 3's prefetch bucket is read by
  * stage 3's parameter gathers alone (build.c, gather_with_prefetch), unless "auto", which the
  * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 1-3's
- * reductions alone (build.c, unit_grads and alloc_buckets). */
+ * reductions alone (build.c, unit_grads and alloc_buckets); overlap_comm by the ZeRO optimizers'
+ * reductions alone (engine/streams.h: without ZeRO the engine reduces on the compute stream). */
 static const struct {
 	const char *key;
 	int from_stage;
@@ -59,6 +60,7 @@ static const struct {
 } UNREAD[] = {
 	{"deepspeed.zero_optimization.stage3_prefetch_bucket_size", 3, AUTO_PREFETCH},
 	{"deepspeed.zero_optimization.contiguous_gradients", 1, 0},
+	{"deepspeed.zero_optimization.overlap_comm", 1, 0},
 };
 
 static void mark_unread(SweepAxis *ax)

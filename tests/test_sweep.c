@@ -194,34 +194,21 @@ static void test_plan_choice(void)
 	cJSON_Delete(j);
 }
 
-/* Points differing only in axes their ZeRO stage does not read take an earlier point's result
- * (sweep_eval_memo): every field equal to pricing each in full (sweep_eval). 4 stages x 2 tp x
- * 3 prefetch buckets (5e7, "auto", 5e8) x contiguous gradients on and off, 48 points, contiguous
- * gradients fastest. Counted by hand, per tp: at stage 0 the two contiguous settings share (3
- * pairs: 3 taken) and 5e8 shares with 5e7 (1 more: 4 taken), while "auto" is resolved at any
- * stage and shares only with its own pair; at stage 1 and 2 contiguous gradients are read (the
- * buffers of stage 1's reductions, build.c alloc_buckets), 5e8 shares with 5e7 (2 taken each);
- * at stage 3 every axis is read. 2 x (4 + 2 + 2) = 16 taken.
- * Of those, all but two are taken before the point's scenario is read: a value is known to
- * read plainly once a point has read it unread, and at stage 0, tp 1, (5e7, false) and (5e8,
- * true) are the first to hold false and 5e8 there. */
-static void test_memo_equals_full(void)
+/* A sweep over the base 13B scenario with these axes (JSON members), priced point by point in
+ * full (sweep_eval) and through the memo (sweep_eval_memo): every field equal, bit for bit; the
+ * memo's counts of results taken and of those taken before a point's scenario was read. */
+static void check_memo(const char *axes, long long n_points, long long taken, long long unread)
 {
 	char path[512], text[2048];
 	Sweep sw;
 	PxError err = {0};
 	snprintf(path, sizeof(path), "%s/memo.json", px_test_tmpdir());
-	snprintf(text, sizeof(text),
-		 "{\"name\": \"memo\", \"scenario\": \"%s\", \"prices\": \"%s\","
-		 " \"axes\": {\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],"
-		 " \"parallelism.tp\": [1, 8],"
-		 " \"deepspeed.zero_optimization.stage3_prefetch_bucket_size\": [5e7, \"auto\", 5e8],"
-		 " \"deepspeed.zero_optimization.contiguous_gradients\": [true, false]}}",
-		 px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"),
-		 px_test_path("scenarios/prices.json"));
+	snprintf(text, sizeof(text), "{\"name\": \"memo\", \"scenario\": \"%s\", \"prices\": \"%s\","
+		 " \"axes\": {%s}}", px_test_path("scenarios/sweeps/gpt3-13b-64xa100-base.json"),
+		 px_test_path("scenarios/prices.json"), axes);
 	px_test_write_file(path, text);
 	CU_ASSERT_EQUAL_FATAL(sweep_load(&sw, path, &err), 0);
-	CU_ASSERT_EQUAL(sw.n_points, 48);
+	CU_ASSERT_EQUAL(sw.n_points, n_points);
 	SweepMemo *m = sweep_memo_create();
 	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
 	int ok = 0;
@@ -243,11 +230,38 @@ static void test_memo_equals_full(void)
 		ok += a.status == PT_OK;
 	}
 	CU_ASSERT(ok > 0); /* the shared results include timed ones */
-	long long unread;
-	CU_ASSERT_EQUAL(sweep_memo_taken(m, &unread), 16);
-	CU_ASSERT_EQUAL(unread, 14);
+	long long got_unread;
+	CU_ASSERT_EQUAL(sweep_memo_taken(m, &got_unread), taken);
+	CU_ASSERT_EQUAL(got_unread, unread);
 	sweep_memo_destroy(m);
 	sweep_free(&sw);
+}
+
+/* Points differing only in axes their ZeRO stage does not read take an earlier point's result
+ * (sweep_eval_memo): every field equal to pricing each in full (sweep_eval). 4 stages x 2 tp x
+ * 3 prefetch buckets (5e7, "auto", 5e8) x contiguous gradients on and off, 48 points, contiguous
+ * gradients fastest. Counted by hand, per tp: at stage 0 the two contiguous settings share (3
+ * pairs: 3 taken) and 5e8 shares with 5e7 (1 more: 4 taken), while "auto" is resolved at any
+ * stage and shares only with its own pair; at stage 1 and 2 contiguous gradients are read (the
+ * buffers of stage 1's reductions, build.c alloc_buckets), 5e8 shares with 5e7 (2 taken each);
+ * at stage 3 every axis is read. 2 x (4 + 2 + 2) = 16 taken.
+ * Of those, all but two are taken before the point's scenario is read: a value is known to
+ * read plainly once a point has read it unread, and at stage 0, tp 1, (5e7, false) and (5e8,
+ * true) are the first to hold false and 5e8 there.
+ * overlap_comm is read by the ZeRO optimizers' reductions alone (engine/streams.h; without ZeRO
+ * DeepSpeed's engine reduces after the backward on the compute stream): stages 0 and 1 x 2 tp x
+ * overlap_comm off and on, 8 points, overlap_comm fastest; at stage 0 the two settings share,
+ * "true" taken once per tp: at tp 1 only once its scenario is read (no point had read true
+ * unread yet), at tp 8 before: 2 taken, 1 of them before reading. */
+static void test_memo_equals_full(void)
+{
+	check_memo("\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],"
+		   " \"parallelism.tp\": [1, 8],"
+		   " \"deepspeed.zero_optimization.stage3_prefetch_bucket_size\": [5e7, \"auto\", 5e8],"
+		   " \"deepspeed.zero_optimization.contiguous_gradients\": [true, false]",
+		   48, 16, 14);
+	check_memo("\"deepspeed.zero_optimization.stage\": [0, 1], \"parallelism.tp\": [1, 8],"
+		   " \"deepspeed.zero_optimization.overlap_comm\": [false, true]", 8, 2, 1);
 }
 
 int test_sweep_register(void)
