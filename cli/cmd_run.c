@@ -754,11 +754,11 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		goto out_run;
 	clk.faults0 = procmem_minor_faults();
 	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, &clk};
+	const char *wrapper = plan_optimizer_wrapper(&pr.plan);
 	if (rank == 0 && !o->json)
 		printf("# parallax run %s: %d rank(s), ZeRO-%d (%s), %s, micro-batch %lld x %lld x dp "
 		       "%lld, seq %lld%s%s\n", sc.name, size, sc.ds.zero.stage,
-		       strcmp(plan_optimizer_wrapper(&pr.plan), "none") ?
-			       plan_optimizer_wrapper(&pr.plan) : "no optimizer wrapper",
+		       strcmp(wrapper, "none") ? wrapper : "no optimizer wrapper",
 		       dtype_name(sc.ds.dtype),
 		       sc.ds.micro_batch, sc.ds.grad_accum, pr.plan.dp, sc.seq,
 		       pr.plan.par.pp > 1 ? ", pipeline " : "",

@@ -458,6 +458,8 @@ static void do_free(Runner *r, int id)
 		r->id_egrads = -1;
 	if (id == r->id_grad_copy)
 		r->id_grad_copy = -1;
+	if (id == r->id_upcast)
+		r->id_upcast = -1;
 	if (a->what == BUF_UNIT_GRADS && a->unit >= 0)
 		r->u_grads[a->unit] = -1;
 	if (id == r->id_scores) {
@@ -560,10 +562,6 @@ static void load_params(Runner *r, int u)
 			   at(g, r->p->units[u].own_gather, r->pdt), 1);
 }
 
-/* Where a backward op's dense gradients go at stage 2-3, as the schedule states it
- * (sched_grads_to): the contiguous buffer the next reduction (or offload copy) reads, at the
- * unit's place in it, zeroed first when its last reduction has been consumed; or, with nothing
- * to reduce them, the partition itself. NULL when the schedule names none. */
 /* The type of what gradient buffer id holds: BF16_Optimizer's .grad tensors the parameters',
  * a reduction's cast communication_data_type, any other the accumulation type. */
 static Dtype grads_dt(const Runner *r, int id)
@@ -572,6 +570,11 @@ static Dtype grads_dt(const Runner *r, int id)
 	return w == BUF_LP_GRADS ? r->pdt : w == BUF_COMM_CAST ? r->p->sc->ds.comm_dtype : r->gdt;
 }
 
+/* Where a backward op's dense gradients go, as the schedule states it (sched_grads_to): at stage
+ * 0-1 the full gradients, or BF16_Optimizer's .grad tensors, zeroed first once update_hp_grads
+ * has added them; at stage 2-3 the contiguous buffer the next reduction (or offload copy) reads,
+ * at the unit's place in it, zeroed first when its last reduction has been consumed; or, with
+ * nothing to reduce them, the partition itself. NULL when the schedule names none. */
 static void *grad_dest(Runner *r, const Op *bwd)
 {
 	if (bwd->buf < 0)

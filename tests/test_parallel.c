@@ -221,18 +221,23 @@ static void test_moe_capacity(void)
 	check_capacity(1, 64, 64, 1, 1.0, 8, 8);      /* ceil(1) = 1, floored at 8 */
 }
 
+/* The test model with 8 experts of top-1 routing at capacity factor 1, bf16, on H100 nodes of 8:
+ * printf arguments micro-batch, the ZeRO section's members (with their leading comma, or ""),
+ * nodes, sequence and the parallelism section's members. */
+#define MOE8_GPT                                                                               \
+	"{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"           \
+	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": %d, \"bf16\": {\"enabled\": true}%s},"  \
+	" \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": %d, \"gpus_per_node\": 8},"               \
+	" \"seq_length\": %d, \"parallelism\": {%s}}"
+#define ZERO2 ", \"zero_optimization\": {\"stage\": 2}"
+
 /* Each MoE layer: 2 all-to-alls forward and 2 backward of E * C * h elements per rank, of which
  * (ep-1)/ep leaves the rank. 8 experts over ep = 8, k = 1, cf = 1, S = 1024: C = 128. */
 static void test_moe_all_to_all(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (fx_predictf(&sc, &pr,
-			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
-			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\":"
-			 " {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}},"
-			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 2, \"gpus_per_node\": 8},"
-			 " \"seq_length\": 512, \"parallelism\": {\"ep\": 8}}"))
+	if (fx_predictf(&sc, &pr, MOE8_GPT, 2, ZERO2, 2, 512, "\"ep\": 8"))
 		return;
 	const Traffic *t = &pr.stages[0].traffic;
 	double per_op = 8.0 * 128 * 256 * 2; /* E C h in bf16 */
@@ -274,12 +279,7 @@ static void test_moe_tensor_parallel(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (fx_predictf(&sc, &pr,
-			 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
-			 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 2, \"bf16\":"
-			 " {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}},"
-			 " \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 4, \"gpus_per_node\": 8},"
-			 " \"seq_length\": 512, \"parallelism\": {\"ep\": 8, \"tp\": 2}}"))
+	if (fx_predictf(&sc, &pr, MOE8_GPT, 2, ZERO2, 4, 512, "\"ep\": 8, \"tp\": 2"))
 		return;
 	const Traffic *t = &pr.stages[0].traffic;
 	const double ech = 8.0 * 128 * 256 * 2, bsh = 2.0 * 512 * 256 * 2;
@@ -308,11 +308,7 @@ static void test_moe_tensor_parallel(void)
 
 	char json[2048], path[512];
 	PxError err = {0};
-	snprintf(json, sizeof(json),
-		 "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, \"k\": 1, \"capacity_factor\": 1},"
-		 " \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\":"
-		 " {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 4,"
-		 " \"gpus_per_node\": 8}, \"seq_length\": 100, \"parallelism\": {\"ep\": 8, \"tp\": 2}}");
+	snprintf(json, sizeof(json), MOE8_GPT, 1, "", 4, 100, "\"ep\": 8, \"tp\": 2");
 	expect_input_error(json, path, sizeof(path), &err);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "parallelism.tp = 2 does not divide the experts' "
 					       "capacity, 13 tokens"));
