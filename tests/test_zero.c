@@ -240,7 +240,8 @@ static void test_comm_with_accumulation(void)
  * payload), and after the update all-gathers the bf16 parameters (16e6 B). With
  * communication_data_type fp32 there is no cast and 32e6 B all-reduced. Under pipelining bf16
  * accumulation is allowed (a warning in DeepSpeed), without it refused, as is any other mix
- * of the model's and the accumulation's dtypes without ZeRO. The 1-bit optimizers keep their own
+ * of the model's and the accumulation's dtypes without ZeRO (exit 2 from predict, naming the file
+ * and the key). The 1-bit optimizers keep their own
  * stage-0 step (issue 18). */
 static void test_bf16_optimizer_by_hand(void)
 {
@@ -354,6 +355,11 @@ static void test_bf16_optimizer_by_hand(void)
 		PxError err = {0};
 		fx_refused(path, NULL, &err);
 		PX_ASSERT_HAS(err.msg, bad[i].says);
+		/* through the command line: exit 2, the file and the key named */
+		char out[4096];
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+		PX_ASSERT_HAS(out, path);
+		PX_ASSERT_HAS(out, bad[i].says);
 	}
 }
 
