@@ -77,12 +77,20 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			"(%s)\n", im->name, ds->opt_impl_trainer ? "the Trainer's training_args.optim" :
 			"optimizer.params.torch_adam", p->stages[pr->worst].opt_step_temp_bytes / GiB,
 			im->source);
+	/* without a ZeRO optimizer the buckets are not reduce_bucket_size's (build.c) */
+	char buckets[96];
+	if (p->zero_optimizer)
+		snprintf(buckets, sizeof(buckets), "reduce %.3g allgather %.3g elements",
+			 p->reduce_bucket_elems, p->allgather_bucket_elems);
+	else
+		snprintf(buckets, sizeof(buckets), "%s", sc->framework == FRAMEWORK_PYTORCH ?
+			 "DistributedDataParallel's, 1 MiB then 25 MiB" : p->bf16_optimizer ?
+			 "one flat, all-reduced whole" : "the engine's, 5e8 elements");
 	fprintf(f, "# zero       stage %d (optimizer wrapper %s); offload optimizer %s, params %s; "
-		"buckets reduce %.3g allgather %.3g elements; overlap_comm %s, contiguous_gradients "
+		"buckets %s; overlap_comm %s, contiguous_gradients "
 		"%s\n", z->stage, plan_optimizer_wrapper(p),
 		offload_device_name(z->offload_optimizer.device),
-		offload_device_name(z->offload_param.device), p->reduce_bucket_elems,
-		p->allgather_bucket_elems, z->overlap_comm ? "on" : "off",
+		offload_device_name(z->offload_param.device), buckets, z->overlap_comm ? "on" : "off",
 		z->contiguous_gradients ? "on" : p->contiguous_grads ? "on (the optimizer's offload "
 		"turns it on)" : "off");
 	if (z->stage == 3)

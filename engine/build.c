@@ -52,6 +52,7 @@ typedef struct Builder {
 	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
 	int id_lp;              /* BF16_Optimizer's bf16 .grad tensors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
+	int id_ddp;                /* DistributedDataParallel's bucket tensors (ddp_allreduce) */
 } Builder;
 
 #define DO(call)                      \
@@ -214,6 +215,9 @@ static void setup(Builder *b)
 		if (p->bf16_optimizer)
 			b->id_lp = alloc(b, PLACE_GPU, CAT_GRADS, BUF_LP_GRADS, -1,
 					 flat * p->param_bytes);
+		if (p->sc->framework == FRAMEWORK_PYTORCH && p->dp > 1)
+			b->id_ddp = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_DDP_BUCKETS, -1,
+					  (double)st->local_dense * p->grad_bytes);
 	} else {
 		/* parameters on NVMe: DeepSpeed's pinned host flat, holding the partition's first
 		 * sub-groups, and the rest on NVMe (plan.c plan_param_host) */
@@ -1144,18 +1148,14 @@ static int pipelined(Builder *b, PxError *err)
 
 /* ---- after the micro-batches: reduction, optimizer, parameter gather ---- */
 
-/* A collective over a flat buffer (the stage's expert flat, after its dense one) in chunks of at
- * most chunk elements; part_base: where this rank's slice of the flat starts in its partition
- * (-1: none stated). */
-static void chunked(Builder *b, CollKind kind, OpRole role, CommGroup g, long long total,
-		    double chunk, int elem_bytes, long long part_base)
+/* One collective over the stage's expert flat (after its dense one, named by offset); part_base:
+ * where this rank's slice of it starts in its partition (-1: none stated). */
+static void expert_flat(Builder *b, CollKind kind, OpRole role, long long total, int elem_bytes,
+			long long part_base)
 {
-	long long step = (long long)chunk > 0 ? (long long)chunk : total, n = b->p->spans[g].n;
-	for (long long off = 0; off < total; off += step) {
-		long long len = min_ll(step, total - off);
-		slice(b, coll(b, kind, role, g, -1, len, elem_bytes, -1, off), -1,
-		      part_base < 0 ? -1 : part_base + off / n, len / n);
-	}
+	long long n = b->p->spans[GROUP_EDP].n;
+	slice(b, coll(b, kind, role, GROUP_EDP, -1, total, elem_bytes, -1, 0), -1,
+	      part_base < 0 ? -1 : part_base, total / n);
 }
 
 /* BF16_Optimizer's gradients reduced at the boundary (engine.py allreduce_gradients, which
@@ -1182,9 +1182,105 @@ static void bf16_reduce(Builder *b)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_EDP, -1, st->flat_expert,
 		     p->comm_bytes, cast, st->flat_dense);
 	else
-		chunked(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert, 0,
-			p->comm_bytes, st->flat_dense / p->dp);
+		expert_flat(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, st->flat_expert, p->comm_bytes,
+			    st->flat_dense / p->dp);
 	release(b, &cast);
+}
+
+/* engine.py's MEMORY_OPT_ALLREDUCE_SIZE: the gradient elements DeepSpeed's engine gathers into
+ * one bucket before flattening and all-reducing it (allreduce_gradients' default). */
+#define DS_ENGINE_BUCKET_ELEMS 500000000LL
+
+/* One of the engine's buckets (engine_allreduce): elems gradients from element off of the stage's
+ * flat (the experts after the dense elements) copied into a new tensor, cast to
+ * communication_data_type where that differs (a second copy, both live), all-reduced over group g
+ * and copied back. The slices state where the elements lie. */
+static void engine_bucket(Builder *b, CommGroup g, long long off, long long elems)
+{
+	const Plan *p = b->p;
+	int flat = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_FLAT, -1,
+			 (double)elems * p->grad_bytes), cast = -1;
+	if (!b->oom && flat >= 0)
+		DO(sched_set_slice(b->s, -1, off, elems));
+	if (p->comm_bytes != p->grad_bytes)
+		cast = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, -1,
+			     (double)elems * p->comm_bytes);
+	slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, g, -1, elems, p->comm_bytes,
+		      cast >= 0 ? cast : flat, 0), -1, off, elems);
+	release(b, &cast);
+	release(b, &flat);
+}
+
+/* Stage 0's gradients reduced by DeepSpeed's engine at the boundary (engine.py
+ * allreduce_gradients -> buffered_allreduce_fallback; the pipe engine's _exec_reduce_grads
+ * the same): the parameters' gradients in named_parameters order, the experts' after them over
+ * their group, each list cut into buckets once a bucket's elements pass MEMORY_OPT_ALLREDUCE_SIZE
+ * (the tensor that passes it stays in: allreduce_no_retain); each bucket is flattened into a new
+ * tensor (allreduce_bucket), all-reduced and copied back (allreduce_and_copy). One data-parallel
+ * rank still flattens (an all-reduce over a group of one). reduce_bucket_size is not read. An
+ * MoE block's stacked expert tensor counts as its local experts' tensors, one each. The copies'
+ * own kernels are not timed. */
+static void engine_allreduce(Builder *b)
+{
+	const Plan *p = b->p;
+	long long local_experts = p->par.ep > 0 ? p->sc->model.experts / p->par.ep : 0;
+	for (int expert = 0; expert < 2; expert++) {
+		long long start = expert ? p->stages[b->stage].flat_dense : 0, at = start;
+		for (int u = 0; u < p->n_units; u++) {
+			const UnitPlan *up = &p->units[u];
+			for (int i = 0; up->stage == b->stage && i < up->n_tensors; i++) {
+				if (up->tensor_expert[i] != expert)
+					continue;
+				long long n = up->tensor_local[i];
+				long long k = expert && local_experts > 1 ? local_experts : 1;
+				for (long long j = 0; j < k; j++) {
+					at += n / k + (j < n % k);
+					if (at - start > DS_ENGINE_BUCKET_ELEMS) {
+						engine_bucket(b, expert ? GROUP_EDP : GROUP_DP, start,
+							      at - start);
+						start = at;
+					}
+				}
+			}
+		}
+		if (at > start)
+			engine_bucket(b, expert ? GROUP_EDP : GROUP_DP, start, at - start);
+	}
+}
+
+/* torch.distributed's bucket sizes for DistributedDataParallel: the first bucket
+ * (_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) and the others (bucket_cap_mb's default, 25 MiB). */
+#define DDP_FIRST_BUCKET_BYTES (1024.0 * 1024)
+#define DDP_BUCKET_BYTES (25.0 * 1024 * 1024)
+
+/* Plain PyTorch's DistributedDataParallel (Scenario.framework): its reducer lays the parameters
+ * in reverse order into buckets, closing one once its bytes reach the limit (the tensor that
+ * reaches it included; 1 MiB for the first, 25 MiB after: compute_bucket_assignment_by_size),
+ * copies each gradient into its bucket's flat (BUF_DDP_BUCKETS, held throughout), all-reduces
+ * the bucket there and copies it back. DDP starts each bucket's all-reduce during the backward
+ * as soon as the bucket is full; the schedule runs them after it, at the boundary, where
+ * accumulation (no_sync) leaves them too: their time is not overlapped (docs/models.md). One
+ * process has no DDP and reduces nothing. */
+static void ddp_allreduce(Builder *b)
+{
+	const Plan *p = b->p;
+	double limit = DDP_FIRST_BUCKET_BYTES;
+	long long end = p->stages[b->stage].local_dense, at = end;
+	for (int u = p->n_units - 1; u >= 0; u--) {
+		const UnitPlan *up = &p->units[u];
+		for (int i = up->n_tensors - 1; up->stage == b->stage && i >= 0; i--) {
+			at -= up->tensor_local[i];
+			if ((double)(end - at) * p->grad_bytes >= limit) {
+				slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, -1, end - at,
+					      p->grad_bytes, b->id_ddp, at), -1, at, end - at);
+				end = at;
+				limit = DDP_BUCKET_BYTES;
+			}
+		}
+	}
+	if (end > at)
+		slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, -1, end - at,
+			      p->grad_bytes, b->id_ddp, at), -1, at, end - at);
 }
 
 /* ---- the 1-bit optimizers' compressed all-reduce ---- */
@@ -1367,29 +1463,29 @@ static void optimizer_step(Builder *b)
 	int onebit = ok && ok->error_feedback != EF_NONE && p->onebit_step != ONEBIT_FULL;
 	if (p->bf16_optimizer) {
 		bf16_reduce(b);
-	} else if (p->stage < 2 && !onebit) { /* stage 0's "partition" is the whole flat */
-		CollKind kind = p->stage == 0 ? COLL_ALL_REDUCE : zero_reduce_kind(p);
-		long long n = p->stage == 0 ? 1 : p->dp;
+	} else if (p->sc->framework == FRAMEWORK_PYTORCH) {
+		ddp_allreduce(b);
+	} else if (p->stage == 0 && !onebit) {
+		engine_allreduce(b);
+	} else if (p->stage == 1 && !onebit) {
+		CollKind kind = zero_reduce_kind(p);
 		/* stage 1 copies each bucket's gradients into a contiguous buffer and reduces it
 		 * there (reduce_independent_p_g_buckets_and_remove_grads), its slice going back to
 		 * where the update reads it (copy_grads_in_partition) */
-		if (p->stage == 1) {
-			release_buckets(b); /* a pipelined last stage's, from its backwards */
-			alloc_buckets(b, p->par.pp > 1 ? 1 : bucket_count(p));
-		}
+		release_buckets(b); /* a pipelined last stage's, from its backwards */
+		alloc_buckets(b, p->par.pp > 1 ? 1 : bucket_count(p));
 		for (int i = st->n_buckets - 1; i >= 0; i--) { /* in the order backward filled them */
 			int via = next_bucket(b);
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,
 				      st->buckets[i].padded, p->comm_bytes,
 				      via >= 0 ? via : b->id_grads, via >= 0 ? 0 : st->buckets[i].flat_off),
-			      i, st->buckets[i].flat_off / n, st->buckets[i].padded / n);
+			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
 		}
-		/* stage 1: one reduce-scatter of the expert flat, whose slices are the contiguous
-		 * partition the parameter update gathers whole (below); chunks of it would leave
-		 * each rank a piece of every chunk, not the slice it updates and sends */
-		chunked(b, kind, ROLE_GRAD_REDUCE, GROUP_EDP, st->flat_expert,
-			p->stage == 0 ? p->reduce_bucket_elems : 0, p->comm_bytes,
-			p->stage == 0 ? st->flat_dense : st->flat_dense / p->dp);
+		/* one reduce-scatter of the expert flat, whose slices are the contiguous partition
+		 * the parameter update gathers whole (below); chunks of it would leave each rank a
+		 * piece of every chunk, not the slice it updates and sends */
+		expert_flat(b, kind, ROLE_GRAD_REDUCE, st->flat_expert, p->comm_bytes,
+			    st->flat_dense / p->dp);
 		release_buckets(b);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
@@ -1402,7 +1498,10 @@ static void optimizer_step(Builder *b)
 	 * the pipe grid's stages are part, as are the tensor-parallel ranks, each of which holds
 	 * its shards; Megatron's clip_grad_norm likewise) */
 	int fp16 = p->sc->ds.dtype == DT_FP16, clip = p->sc->ds.gradient_clipping > 0;
-	if (fp16)
+	/* plain PyTorch's ranks hold the same all-reduced gradients: its GradScaler and
+	 * clip_grad_norm_ look at their own, with no all-reduce */
+	int ds = p->sc->framework == FRAMEWORK_DEEPSPEED;
+	if (fp16 && ds)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_DP, -1, 1, 4, -1, 0);
 	if (fp16)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_TP, -1, 1, 4, -1, 0);
@@ -1420,7 +1519,7 @@ static void optimizer_step(Builder *b)
 	/* fp32 without ZeRO the engine clips itself (engine.py clip_fp32_gradients): its
 	 * clip_grad_norm_ (runtime/utils.py) then averages the ranks' norms over the data-parallel
 	 * group, MoE or not */
-	if (clip && p->stage == 0 && !p->mixed)
+	if (clip && p->stage == 0 && !p->mixed && ds)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
 
 	/* stage 3 steps its sub-groups one after another (stage3.py step: _prepare_sub_group,
@@ -1444,8 +1543,8 @@ static void optimizer_step(Builder *b)
 		 * group's flat whole at stage 1, whose reduce-scatter left each rank its contiguous
 		 * slice; at stage 2 each block's experts, as their reductions left the slices */
 		if (p->stage == 1)
-			chunked(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_EDP, st->flat_expert, 0,
-				p->param_bytes, st->flat_dense / p->dp);
+			expert_flat(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, st->flat_expert,
+				    p->param_bytes, st->flat_dense / p->dp);
 		for (int u = 0; p->stage == 2 && u < p->n_units; u++) {
 			const UnitPlan *up = &p->units[u];
 			if (up->stage == b->stage && up->local_expert > 0)
@@ -1477,7 +1576,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
-	b->id_ef = b->id_lp = -1;
+	b->id_ef = b->id_lp = b->id_ddp = -1;
 	b->id_pipe_grad = -1;
 	b->buckets[0] = b->buckets[1] = -1;
 	long long chunks = slots * p->par.virtual_stages;

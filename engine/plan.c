@@ -26,6 +26,8 @@ IdealStates plan_ideal_states(double psi, long long nd, int stage, int p_bytes, 
 
 const char *plan_optimizer_wrapper(const Plan *p)
 {
+	if (p->sc->framework == FRAMEWORK_PYTORCH)
+		return "none";
 	if (p->bf16_optimizer)
 		return "BF16_Optimizer";
 	if (p->zero_optimizer)
@@ -308,13 +310,19 @@ static void plan_optimizer(Plan *p, int s)
 
 /* ---- stages ---- */
 
-/* Stage 0-2 buckets: walk the stage's units backwards, closing a bucket when the next unit would
+/* Stage 1-2 buckets: walk the stage's units backwards, closing a bucket when the next unit would
  * take it past reduce_bucket_size (a larger unit gets a bucket of its own); then lay the buckets
- * out in forward order, each padded to a multiple of dp. */
+ * out in forward order, each padded to a multiple of dp. Without a ZeRO optimizer (stage 0, and
+ * BF16_Optimizer) the stage's units form one bucket: DeepSpeed's engine reduces stage 0's
+ * gradients in buckets of its own (build.c engine_allreduce), and BF16_Optimizer partitions
+ * one flat into dp contiguous slices and all-gathers it whole (bf16_optimizer.py
+ * _setup_for_real_optimizer, update_lp_params: all_gather_into_tensor_dp_groups); neither reads
+ * reduce_bucket_size. */
 static int plan_buckets(Plan *p, int s)
 {
 	StagePlan *st = &p->stages[s];
 	BucketPlan *b = calloc((size_t)p->n_units, sizeof(*b));
+	double cap = p->zero_optimizer ? p->reduce_bucket_elems : INFINITY;
 	int n = 0;
 	if (!b)
 		return -1;
@@ -322,7 +330,7 @@ static int plan_buckets(Plan *p, int s)
 		const UnitPlan *up = &p->units[u];
 		if (up->stage != s || up->local_dense == 0)
 			continue;
-		if (n == 0 || (double)(b[n - 1].elems + up->local_dense) > p->reduce_bucket_elems)
+		if (n == 0 || (double)(b[n - 1].elems + up->local_dense) > cap)
 			b[n++].u_hi = u;
 		b[n - 1].u_lo = u;
 		b[n - 1].elems += up->local_dense;
@@ -433,8 +441,8 @@ static int plan_subgroups(Plan *p, int s)
  * bf16 takes BF16_Optimizer (fp32 accumulation, or bf16 under pipelining), fp16 FP16_Optimizer,
  * fp32 none; any other mix of the model's and the accumulation's dtypes is refused. At stage 1,
  * bf16 with fp32 accumulation and the optimizer on the device takes BF16_Optimizer too. The
- * 1-bit optimizers keep their own stage-0 step here (issue 18: not their BF16_Optimizer
- * wrapping). BF16_Optimizer partitions as ZeRO-1 does: the plan's stage becomes 1. */
+ * 1-bit optimizers in bf16 are refused: DeepSpeed's BF16_Optimizer would hand each rank its own
+ * partition, which their compressed exchange cannot work on. BF16_Optimizer partitions as ZeRO-1 does: the plan's stage becomes 1. */
 static int bf16_optimizer(Plan *p, PxError *err)
 {
 	const DsConfig *ds = &p->sc->ds;
@@ -453,6 +461,14 @@ static int bf16_optimizer(Plan *p, PxError *err)
 			       "gradient accumulation\"); leave it unset (fp32) or use ZeRO stage 1",
 			       src);
 	const OptimKind *k = ds->opt;
+	if (k && k->error_feedback != EF_NONE && bf16 && p->stage == 0)
+		/* _configure_bf16_optimizer wraps whatever basic optimizer it is given */
+		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.optimizer.type = %s with bf16 and ZeRO "
+			       "stage 0: DeepSpeed wraps it in BF16_Optimizer (engine.py "
+			       "_do_optimizer_sanity_check), whose ranks each step their own partition "
+			       "of the flat (bf16_optimizer.py), so its compressed all-reduce would sum "
+			       "the momenta of different parameters (DeepSpeed warns that 1-bit "
+			       "convergence is verified under fp16 only); use fp16", src, k->name);
 	if (k && k->error_feedback != EF_NONE)
 		return 0;
 	if (bf16 && (p->stage == 0 ||
@@ -461,6 +477,35 @@ static int bf16_optimizer(Plan *p, PxError *err)
 		p->stage = 1;
 	}
 	return 0;
+}
+
+/* Plain PyTorch (Scenario.framework): one process or DistributedDataParallel, without what only
+ * DeepSpeed has. */
+static int plain_pytorch(const Plan *p, PxError *err)
+{
+	const Scenario *sc = p->sc;
+	const DsConfig *ds = &sc->ds;
+	const char *key = NULL, *why = "";
+	if (sc->framework != FRAMEWORK_PYTORCH)
+		return 0;
+	if (ds->zero.stage != 0)
+		key = "deepspeed.zero_optimization.stage", why = "has no ZeRO (stage 0)";
+	else if (p->par.tp > 1 || p->par.pp > 1)
+		key = p->par.tp > 1 ? "parallelism.tp" : "parallelism.pp",
+		why = "has no tensor or pipeline parallelism here (1)";
+	else if (sc->model.experts > 0)
+		key = "model", why = "has no expert parallelism here (a dense model)";
+	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
+		key = "deepspeed.optimizer.type", why = "has no 1-bit optimizers";
+	else if (ds->sparse.mode != SPARSE_OFF)
+		key = "deepspeed.sparse_attention", why = "has no block-sparse attention";
+	else if (ds->dtype == DT_BF16)
+		key = "deepspeed.bf16.enabled", why = "in bf16 is not modelled (fp32, or fp16 read as "
+						      "DeepSpeed's)";
+	if (!key)
+		return 0;
+	return px_fail(err, PX_ERR_INPUT, "%s: framework \"pytorch\" with %s: plain PyTorch %s; "
+		       "use framework \"deepspeed\" for it", sc->path, key, why);
 }
 
 /* ZeRO-Infinity with parameters on NVMe (stage3.py): a pinned host flat of min(partition,
@@ -625,7 +670,7 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
-	if (bf16_optimizer(p, err))
+	if (plain_pytorch(p, err) || bf16_optimizer(p, err))
 		return -1;
 	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer;
 	p->overlap_comm = p->zero_optimizer && ds->zero.overlap_comm &&

@@ -44,9 +44,10 @@ typedef struct UnitPlan {
 	double ckpt_bytes;         /* kept for backward under full recompute */
 } UnitPlan;
 
-/* Stage 0-2 reduce and gather dense gradients and parameters in buckets of whole units, formed
+/* Stage 1-2 reduce and gather dense gradients and parameters in buckets of whole units, formed
  * in backward order up to reduce_bucket_size and padded to a multiple of dp; rank r owns slice r
- * of every bucket. The stage's flat buffer holds the buckets in forward order. */
+ * of every bucket. The stage's flat buffer holds the buckets in forward order. Without a ZeRO
+ * optimizer (stage 0, BF16_Optimizer) one bucket holds every unit (plan.c plan_buckets). */
 typedef struct BucketPlan {
 	int u_lo, u_hi;            /* units u_lo .. u_hi of this stage */
 	long long elems, padded;   /* their dense elements, and rounded up to a multiple of dp */

@@ -144,10 +144,11 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
-					    "attention", "decoder_seq_length", NULL};
+					    "attention", "decoder_seq_length", "framework", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
+	static const char *const frameworks[] = {"deepspeed", "pytorch", NULL}; /* Framework */
 	const char *name, *ckpt, *backend;
-	int attn;
+	int attn, fw;
 	JsonObj ta;
 	int rc;
 
@@ -198,6 +199,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "attention", attentions, ATTN_EAGER, &attn, err) < 0)
 		return -1;
 	sc->attention = (AttnImpl)attn;
+	if (jobj_choice(top, "framework", frameworks, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
+		return -1;
+	sc->framework = (Framework)fw;
 
 	return 0;
 }
@@ -531,6 +535,8 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 	cJSON_AddNumberToObject(r, "gradient_accumulation_steps", (double)ds->grad_accum);
 	cJSON_AddStringToObject(r, "dtype", dtype_name(ds->dtype));
 	cJSON_AddStringToObject(r, "optimizer", ds->optimizer);
+	cJSON_AddStringToObject(r, "framework", sc->framework == FRAMEWORK_PYTORCH ? "pytorch" :
+									     "deepspeed");
 	cJSON_AddNumberToObject(r, "zero_stage", ds->zero.stage);
 	cJSON_AddNumberToObject(r, "reduce_bucket_size", ds->zero.reduce_bucket_elems);
 	cJSON_AddNumberToObject(r, "stage3_prefetch_bucket_size", ds->zero.prefetch_bucket_elems);

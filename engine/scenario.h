@@ -27,6 +27,14 @@ typedef enum { BACKEND_GPU, BACKEND_CPU, BACKEND_CUDA } Backend;
  * log-sum-exp and recomputes the scores in backward. */
 typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
 
+/* Whose training loop drives the model: DeepSpeed's engine ("deepspeed", the default), or plain
+ * PyTorch ("pytorch": one process, or DistributedDataParallel over several), as the Hugging Face
+ * Trainer and Accelerate run without DeepSpeed. Plain PyTorch has no ZeRO, no DeepSpeed
+ * optimizer wrapper and no engine reduction: DistributedDataParallel keeps its own buckets
+ * (build.c ddp_allreduce). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters with fp32
+ * master weights), its fp32 as fp32; bf16 is refused (plan.c). */
+typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH } Framework;
+
 typedef struct Scenario {
 	char name[128];
 	char path[1024];
@@ -46,6 +54,7 @@ typedef struct Scenario {
 	double sparse_causal_pairs; /* of those, the (query, key) pairs a causal kernel visits per
 				       head (mean; sparse_layout_count) */
 	Backend backend;          /* whose implementation the scenario describes */
+	Framework framework;      /* whose training loop */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 

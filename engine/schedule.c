@@ -403,7 +403,8 @@ const char *buf_name(BufWhat w)
 		"kv_cache", "quant_scales", "dequant_weight", "load_staging",
 		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
-		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast"};
+		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast",
+		"ddp_buckets"};
 	return NAME_OF(n, w);
 }
 

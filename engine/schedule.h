@@ -135,7 +135,9 @@ typedef enum {
 			      flattened from their units' own buffers (stage_1_and_2.py
 			      allreduce_bucket: self.flatten(bucket); stage3.py
 			      reduce_scatter_coalesced's concatenation); its slice names the
-			      bucket (stage 2; -1 at stage 3, where op->unit is the unit) */
+			      bucket (stage 2; -1 at stage 3, where op->unit is the unit). Stage
+			      0: the engine's bucket (engine.py allreduce_bucket), unit -1, its
+			      slice's bucket -1 and range the flat gradients it copies */
 	BUF_LP_GRADS,      /* BF16_Optimizer: the backward's bf16 .grad tensors, which each
 			      backward's clear_lp_grads drops and autograd makes again, so that they
 			      are whole from one backward to the next (build.c says how the schedule
@@ -146,6 +148,10 @@ typedef enum {
 	BUF_COMM_CAST,     /* a reduction's gradients cast to communication_data_type for it
 			      (engine.py allreduce_bucket: tensor.to(self.communication_data_type)),
 			      laid as the gradients it casts */
+	BUF_DDP_BUCKETS,   /* plain PyTorch's DistributedDataParallel: its reducer's bucket tensors,
+			      one flat copy of every gradient held from the wrapping on
+			      (gradient_as_bucket_view false, the default); each bucket's
+			      all-reduce runs there, its slice naming the gradients */
 	N_BUFS
 } BufWhat;
 

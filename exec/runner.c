@@ -113,8 +113,10 @@ static size_t unit_fp32_elems(const Runner *r, int u)
 }
 
 /* The stage's flat of parameters at ZeRO 0-2 as this executor counts it: each of the plan's
- * buckets (whole units in backward order up to reduce_bucket_size: DeepSpeed's grouping) holds
- * its units' parameters as the kernels count them (kernels/gpt_cpu.c, gpt_tp_cpu.c: this rank's
+ * buckets (whole units in backward order up to reduce_bucket_size: DeepSpeed's grouping; one
+ * without a ZeRO optimizer) holds its units of this stage (an interleaved pipeline's bucket
+ * spans the other stages' chunks) with their parameters as the kernels count them
+ * (kernels/gpt_cpu.c, gpt_tp_cpu.c: this rank's
  * shards; the last stage's copy of the tied embedding after the head's own), padded to a multiple
  * of dp; never the plan's element counts, so that a simulator that miscounted a model's
  * parameters would show it in measured against predicted. */
@@ -124,11 +126,24 @@ static long long own_flat_elems(const Runner *r)
 	for (int i = 0; i < r->st->n_buckets; i++) {
 		long long e = 0;
 		for (int u = r->st->buckets[i].u_lo; u <= r->st->buckets[i].u_hi; u++)
-			e += (long long)unit_dense(r, u) +
-			     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+			if (r->p->units[u].stage == r->stage)
+				e += (long long)unit_dense(r, u) +
+				     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
 		flat += (e + n - 1) / n * n;
 	}
 	return flat + r->own_expert; /* the experts after the dense buckets (runner_moe.c) */
+}
+
+/* The stage's dense gradients as the kernels count them, unpadded (DistributedDataParallel's
+ * buckets hold them). */
+static long long own_dense_elems(const Runner *r)
+{
+	long long n = 0;
+	for (int u = 0; u < r->p->n_units; u++)
+		if (r->p->units[u].stage == r->stage)
+			n += (long long)unit_dense(r, u) +
+			     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+	return n;
 }
 
 /* Model states at ZeRO 0-2 from own_flat: the parameters and gradients whole, the optimizer's
@@ -146,6 +161,7 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_GRADS: return flat * (double)dt_bytes(r->gdt);
 	case BUF_LP_GRADS: return flat * (double)dt_bytes(r->pdt);
 	case BUF_COMM_CAST: return flat * (double)dt_bytes(ds->comm_dtype);
+	case BUF_DDP_BUCKETS: return (double)own_dense_elems(r) * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
 	case BUF_ACCUM_GRADS: return part * (double)dt_bytes(r->pdt);
@@ -336,6 +352,17 @@ static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxE
 	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
 	long long cap = (long long)(bytes / dt_bytes(r->gdt));
 	r->cb->zero(r->cx, op->place, flat, bytes);
+	if (r->p->stage == 0) { /* the engine's bucket: the elements its slice names */
+		long long flat_elems = r->own_flat;
+		if (!sl || sl->part_off < 0 || sl->part_elems > cap ||
+		    sl->part_off + sl->part_elems > flat_elems)
+			return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s: its slice "
+				       "names no range of the %lld gradients", buf_name(op->what),
+				       flat_elems);
+		r->cb->convert(r->cx, flat, r->gdt, at(r->buf[r->id_grads], sl->part_off, r->gdt),
+			       r->gdt, (size_t)sl->part_elems);
+		return 0;
+	}
 	if (r->p->stage == 3) {
 		int g = op->unit >= 0 ? r->u_grads[op->unit] : -1;
 		if (g < 0)
@@ -351,6 +378,8 @@ static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxE
 			       buf_name(op->what));
 	const BucketPlan *k = &r->st->buckets[sl->bucket];
 	for (int u = k->u_lo; u <= k->u_hi; u++) {
+		if (r->p->units[u].stage != r->stage)
+			continue;
 		long long at_u = r->p->units[u].flat_off - k->flat_off, n = (long long)unit_dense(r, u);
 		int g = r->u_grads[u];
 		if (g < 0 || at_u < 0 || at_u + n > cap)
@@ -389,6 +418,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_PARAMS: r->id_params = op->buf; break;
 	case BUF_GRADS: r->id_grads = op->buf; break;
 	case BUF_LP_GRADS: r->id_lp = op->buf; break;
+	case BUF_DDP_BUCKETS: r->id_ddp = op->buf; break;
 	case BUF_LP_UPCAST: r->id_upcast = op->buf; break;
 	case BUF_PARAM_PART: r->id_part = op->buf; break;
 	case BUF_PERSISTENT: r->id_persist = op->buf; break;
@@ -906,6 +936,31 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 	return 0;
 }
 
+/* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
+ * DistributedDataParallel bucket (ddp_allreduce), copied into the reducer's flat now: all-reduced
+ * there (divided by dp first where DeepSpeed does) and copied back where its slice says.
+ * Blocking: both reduce after the backward, on the compute stream. */
+static int flat_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+{
+	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
+	size_t n = (size_t)op->elems;
+	void *x = at(r->buf[op->buf], op->offset, r->gdt);
+	if (!sl || sl->part_elems != op->elems || sl->part_off < 0 ||
+	    (size_t)(op->offset + op->elems) * dt_bytes(r->gdt) > r->size[op->buf] ||
+	    sl->part_off + sl->part_elems > r->own_flat)
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-reduce of %lld flattened "
+			       "gradients whose slice does not say where they go back, or that "
+			       "falls outside its buffer", (int)(op - r->s->ops), (long long)op->elems);
+	if (op->buf == r->id_ddp)
+		r->cb->convert(r->cx, x, r->gdt, at(r->buf[r->id_grads], sl->part_off, r->gdt),
+			       r->gdt, n);
+	runner_predivide(r, x, r->gdt, n);
+	if (comm_all_reduce(c, x, x, n, comm_dt(r->gdt), COMM_SUM, err))
+		return -1;
+	r->cb->convert(r->cx, at(r->buf[r->id_grads], sl->part_off, r->gdt), r->gdt, x, r->gdt, n);
+	return 0;
+}
+
 /* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
  * completion allows (a stage 2-3 slice into the partition, persistent gradients zeroed) waits
  * for finish_pending, and the next gradients go to the other bucket now. */
@@ -950,6 +1005,9 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
+	if (op->buf >= 0 && ((r->alloc_of[op->buf]->what == BUF_REDUCE_FLAT && p->stage == 0) ||
+			     op->buf == r->id_ddp))
+		return flat_reduce(r, op, c, err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */
@@ -1672,7 +1730,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (r->lamb && runner_lamb_create(r, err))
 		return -1;
 	r->id_hidden = r->id_scratch = r->id_tied = r->id_scores = r->id_secondary = -1;
-	r->id_lp = r->id_upcast = -1;
+	r->id_lp = r->id_upcast = r->id_ddp = -1;
 	r->id_egrads = r->id_gradswap = -1;
 	r->sw_master = r->sw_states = r->sw_grads = r->sw_params = r->id_pswap = -1;
 	r->resident = p->param_place == PLACE_NVME ? r->st->param_resident : r->st->part_elems;

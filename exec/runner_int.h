@@ -110,6 +110,7 @@ struct Runner {
 	int id_params, id_grads, id_part, id_persist, id_pgrads, id_gradpart, id_master, id_states;
 	int id_grad32, id_hidden, id_scratch, id_tied;
 	int id_lp;              /* BF16_Optimizer's bf16 .grad tensors (BUF_LP_GRADS), else -1 */
+	int id_ddp;             /* DistributedDataParallel's bucket tensors (BUF_DDP_BUCKETS), else -1 */
 	int id_upcast;          /* update_hp_grads' cast of one .grad tensor (BUF_LP_UPCAST) while
 				   it lives, else -1 */
 	int id_flat;            /* ZeRO 1-3: the step's flat of the partition's gradients while it

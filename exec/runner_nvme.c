@@ -379,8 +379,8 @@ int runner_nvme_sync(Runner *r, PxError *err)
 {
 	/* the master weights from the parameters, a slot at a time (the moments' files start as
 	 * zeros: posix_fallocate's) */
-	float *w = r->buf[r->id_master];
-	for (long long lo = 0; r->nv_grads && lo < r->st->part_elems; lo += r->nv_slot) {
+	float *w = r->nv_grads ? r->buf[r->id_master] : NULL; /* no master without NVMe states */
+	for (long long lo = 0; w && lo < r->st->part_elems; lo += r->nv_slot) {
 		long long hi = lo + r->nv_slot < r->st->part_elems ? lo + r->nv_slot : r->st->part_elems;
 		long long a, b;
 		for (int i = 0; i < r->n_segs; i++)

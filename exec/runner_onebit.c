@@ -33,9 +33,6 @@ const char *runner_onebit_supported(const Plan *p)
 	const OptimKind *k = sc->ds.opt;
 	if (!k || k->error_feedback == EF_NONE)
 		return NULL;
-	if (sc->ds.dtype == DT_BF16)
-		return "the 1-bit optimizers in fp32 or fp16 (DeepSpeed runs them under "
-		       "FP16_Optimizer, not bf16's)";
 	if (sc->backend != BACKEND_CPU)
 		return "the 1-bit optimizers on backend \"cpu\" (their compressed all-reduce works on "
 		       "host arrays)";
@@ -90,15 +87,15 @@ static int check_exchange(const Runner *r, const Schedule *s, int i, long long a
 	return 0;
 }
 
-/* Schedule c of a step kind shares the warm-up's set-up (its allocations); its step may
- * allocate more buffers (1-bit LAMB's compressed steps copy the momenta), for which the runner
- * makes room. */
+/* Schedule c of a step kind shares the warm-up's set-up (its allocations, whose ids come first);
+ * its step may allocate other buffers (1-bit LAMB's compressed steps copy the momenta; the
+ * warm-up's engine flattens its buckets), for which the runner makes room. */
 static int shares_setup(Runner *r, Schedule *c, PxError *err)
 {
 	const Schedule *w = r->s_warm;
 	if (sched_validate(c, err))
 		return -1;
-	if (c->rank != w->rank || c->n_bufs < w->n_bufs || c->step_begin != w->step_begin ||
+	if (c->rank != w->rank || c->step_begin != w->step_begin ||
 	    memcmp(c->ops, w->ops, (size_t)w->step_begin * sizeof(Op)))
 		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit optimizer's step kind's schedule does not "
 			       "share the warm-up's set-up (its allocations)");

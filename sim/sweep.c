@@ -52,7 +52,10 @@ static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
  * stage 3's parameter gathers alone (build.c, gather_with_prefetch), unless "auto", which the
  * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 1-3's
  * reductions alone (build.c, unit_grads and alloc_buckets); overlap_comm by the ZeRO optimizers'
- * reductions alone (engine/streams.h: without ZeRO the engine reduces on the compute stream). */
+ * reductions alone (engine/streams.h: without ZeRO the engine reduces on the compute stream);
+ * reduce_bucket_size by the ZeRO optimizers alone too (without ZeRO the engine's own buckets,
+ * build.c engine_allreduce, and BF16_Optimizer's one flat, plan.c plan_buckets), unless
+ * "auto", which needs the model's hidden size at any stage. */
 static const struct {
 	const char *key;
 	int from_stage;
@@ -61,6 +64,7 @@ static const struct {
 	{"deepspeed.zero_optimization.stage3_prefetch_bucket_size", 3, AUTO_PREFETCH},
 	{"deepspeed.zero_optimization.contiguous_gradients", 1, 0},
 	{"deepspeed.zero_optimization.overlap_comm", 1, 0},
+	{"deepspeed.zero_optimization.reduce_bucket_size", 1, AUTO_REDUCE_BUCKET},
 };
 
 static void mark_unread(SweepAxis *ax)

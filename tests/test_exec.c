@@ -945,6 +945,60 @@ static void test_bf16_optimizer(void)
 	}
 }
 
+/* Without ZeRO, DeepSpeed's engine reduces each bucket of up to 5e8 elements through a flattened
+ * copy (engine.py allreduce_bucket: flatten, all-reduce, copy back; tests/test_zero.c works the
+ * buckets by hand), allocated for the reduction; plain PyTorch's DistributedDataParallel
+ * ("framework": "pytorch") through its reducer's bucket tensors, a copy of every gradient held
+ * from the wrapping on (gradient_as_bucket_view false). The exec suite's GPT in fp32 on 2 ranks,
+ * micro-batch 1 of 8 tokens, PSI = 112,384: one bucket either way (under 5e8 elements; 449,536 B
+ * under DDP's first bucket of 1 MiB), 449,536 B of buffers at the peak, held at the step's end
+ * only under DDP; all-reduced 449,536 B, plus under DeepSpeed the 4-byte norm (gradient_clipping
+ * 1: the engine's clip_grad_norm_ averages the ranks' norms; plain PyTorch's looks at its own).
+ * Both all-reduce the same sums in the same order: the losses are equal to the bit. A
+ * simulator that halved either buffer (PARALLAX_TEST_MISPREDICT) fails compare with exit 3. */
+static void test_stage0_reduce_buffers(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("false");
+	double ds[STEPS], ddp[STEPS];
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, "", ds), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, "--set framework=pytorch", ddp), STEPS);
+	for (int i = 0; i < STEPS; i++)
+		CU_ASSERT_EQUAL(ds[i], ddp[i]);
+
+	static const struct {
+		const char *set, *buf;
+		double all_reduce, held;
+	} c[] = {
+		{"", "flattened_bucket", 449540, 0},
+		{"--set framework=pytorch", "ddp_buckets", 449536, 449536},
+	};
+	for (int k = 0; k < 4; k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/s0r%d.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' %s "
+			 "--set deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 "
+			 "--set deepspeed.train_batch_size=2", scn, db_path, c[k / 2].set);
+		if (k % 2)
+			setenv("PARALLAX_TEST_MISPREDICT", c[k / 2].buf, 1);
+		sqlite3 *db = run_into_db(args, db_path);
+		unsetenv("PARALLAX_TEST_MISPREDICT");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		for (int r = 0; r < 2; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r),
+					c[k / 2].all_reduce);
+			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.buffers_bytes", "measured", r),
+					449536);
+			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.buffers_bytes", "measured", r),
+					c[k / 2].held);
+		}
+		check_compare(db, db_path, k % 2, "0.001", "memory.gpu.peak.buffers", text,
+			      sizeof(text));
+		if (k % 2)
+			PX_ASSERT_HAS(text, "memory.gpu.peak.buffers_bytes: predicted");
+	}
+}
+
 /* DeepSpeed's ZeRO 1-2 step makes the fp32 gradients from the partition's gradient tensors in two
  * copies (stage_1_and_2.py step: flatten(averaged_gradients).to(torch.float32)); the executor
  * makes them the same way, into buffers it sizes from its own segments. ZeRO-1 on 2 ranks,
@@ -1246,5 +1300,7 @@ int test_exec_register(void)
 			    {"ZeRO-1's flat and fp32 gradient copies, measured", test_zero_step_copies,
 			     PX_RELEASE_RUN},
 			    {"BF16_Optimizer: bf16 without ZeRO as ZeRO-1 with fp32 accumulation, "
-			     "measured", test_bf16_optimizer, PX_RELEASE_RUN});
+			     "measured", test_bf16_optimizer, PX_RELEASE_RUN},
+			    {"stage 0: the engine's flattened bucket, DistributedDataParallel's buckets",
+			     test_stage0_reduce_buffers, PX_RELEASE_RUN});
 }

@@ -118,6 +118,8 @@ static void test_zero_one_adam_steps(void)
  * 112,384 elements. Every tensor's size is a multiple of 32, so over 4 ranks (unit 4 x lcm(4,
  * 8) = 32) no tensor is padded. */
 #define GPT_ELEMS 112384LL
+/* GPT's bf16 switch off and fp16 on */
+#define FP16 "false}, \"fp16\": {\"enabled\": true"
 
 static const char GPT[] =
 	"{\"name\": \"onebit-gpt\", \"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64,"
@@ -184,21 +186,24 @@ static void test_schedule_fp32_per_tensor(void)
 	fx_free(&sc, &pr);
 }
 
-/* bf16 over 3 ranks: FP16_Optimizer hands the optimizer one fp32 flat, so one compressed
+/* fp16 over 3 ranks: FP16_Optimizer hands the optimizer one fp32 flat, so one compressed
  * all-reduce of 112,384 elements: unit 3 x lcm(3, 8) = 72, padded 1,561 x 72 = 112,392, signs
- * 14,049 B, scales 12 B; sent 2/3 x 2 x (14,049 + 12) = 18,748 B (bf16 has no loss scaling: no
- * overflow all-reduce). The warm-up all-reduces the 2-byte gradients in one bucket padded to a
- * multiple of dp, 112,386 elements: 2/3 x 2 x 2 x 112,386 = 299,696 B sent over dp. */
-static void test_schedule_bf16_flat(void)
+ * 14,049 B, scales 12 B; sent 2/3 x 2 x (14,049 + 12) = 18,748 B, and the loss scaler's overflow
+ * all-reduce, 2/3 x 2 x 4 B, in either phase. The warm-up's engine all-reduces the 2-byte
+ * gradients in one bucket of the tensors as they are (engine.py allreduce_no_retain: under 5e8
+ * elements, no padding), 112,384 elements: 2/3 x 2 x 2 x 112,384 B. bf16 is refused: DeepSpeed
+ * would wrap the optimizer in BF16_Optimizer, whose ranks step different partitions. */
+static void test_schedule_fp16_flat(void)
 {
 	Scenario sc;
 	Prediction pr;
-	if (fx_predictf(&sc, &pr, GPT, 12, "true", "OneBitAdam", 3))
+	if (fx_predictf(&sc, &pr, GPT, 12, FP16, "OneBitAdam", 3))
 		return;
-	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED], 18748.0, 1e-6);
-	CU_ASSERT_EQUAL(pr.onebit.n_colls[ONEBIT_COMPRESSED], 4);
-	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_FULL], 299696.0,
-			       1e-3);
+	double overflow = 2.0 / 3 * 2 * 4;
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_COMPRESSED], 18748.0 + overflow, 1e-6);
+	CU_ASSERT_EQUAL(pr.onebit.n_colls[ONEBIT_COMPRESSED], 4 + 1); /* the exchange, the overflow */
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_FULL],
+			       2.0 / 3 * 2 * 2 * 112384 + overflow, 1e-3);
 	/* worker 112,392 + server 37,464 elements of fp32 */
 	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.error_bytes, 4.0 * (112392 + 37464), 1e-6);
 	/* the run: training_args.max_steps 40, freeze_step 10: 10 full and 30 compressed */
@@ -206,8 +211,18 @@ static void test_schedule_bf16_flat(void)
 	CU_ASSERT_STRING_EQUAL(pr.onebit.steps_source, "training_args.max_steps");
 	CU_ASSERT(pr.onebit.counts[ONEBIT_FULL] == 10 && pr.onebit.counts[ONEBIT_COMPRESSED] == 30);
 	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.avg_dp_wire_bytes,
-			       (10 * 299696.0 + 30 * 18748.0) / 40, 1e-3);
+			       (10 * (2.0 / 3 * 2 * 2 * 112384) + 30 * 18748.0) / 40 + overflow, 1e-3);
 	fx_free(&sc, &pr);
+
+	/* bf16: refused, naming the optimizer and the reason */
+	char path[512], json[4096];
+	snprintf(path, sizeof(path), "%s/onebit-bf16.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), GPT, 12, "true", "OneBitAdam", 3);
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, "deepspeed.optimizer.type = OneBitAdam with bf16 and ZeRO stage 0: "
+		      "DeepSpeed wraps it in BF16_Optimizer");
 }
 
 /* 1-bit LAMB compresses one flat of every momentum, in fp32 too: one exchange of 4 ops; 0/1 Adam
@@ -294,7 +309,7 @@ static void test_paper_reduction(void)
 }
 
 /* parallax predict: the table's section and the JSON twin; a bad freeze_step exits 2 naming it;
- * parallax run refuses the 1-bit optimizers in bf16 and checkpoints of 0/1 Adam and 1-bit LAMB. */
+ * parallax run refuses the 1-bit optimizers in bf16 (as predict does) and checkpoints of 0/1 Adam and 1-bit LAMB. */
 static void test_cli(void)
 {
 	static char out[1 << 17];
@@ -310,14 +325,15 @@ static void test_cli(void)
 	PX_ASSERT_HAS(out, "\"dp_volume_reduction\":");
 	PX_ASSERT_HAS(out, "\"steps_from\":\t\"training_args.max_steps\"");
 
-	/* the executor runs the 1-bit optimizers in fp32 and fp16 and refuses bf16 (exit 2) */
+	/* bf16 is refused before the executor starts (exit 2): DeepSpeed's BF16_Optimizer would
+	 * hand each rank its own partition */
 	char other[512], ojson[4096];
 	snprintf(other, sizeof(other), "%s/zoadam.json", px_test_tmpdir());
 	snprintf(ojson, sizeof(ojson), GPT, 8, "true", "ZeroOneAdam", 4);
 	px_test_write_file(other, ojson);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 1 --backend cpu",
 					 other), 2);
-	PX_ASSERT_HAS(out, "the executor runs the 1-bit optimizers in fp32 or fp16");
+	PX_ASSERT_HAS(out, "deepspeed.optimizer.type = ZeroOneAdam with bf16 and ZeRO stage 0");
 	/* checkpoints of 0/1 Adam and 1-bit LAMB are refused before anything starts: their scalar
 	 * state is not among the buffers a checkpoint writes */
 	char ck[600];
@@ -765,7 +781,7 @@ int test_onebit_register(void)
 			    {"1-bit Adam's steps", test_onebit_adam_steps},
 			    {"0/1 Adam's steps traced by hand", test_zero_one_adam_steps},
 			    {"fp32 schedule: one exchange per tensor", test_schedule_fp32_per_tensor},
-			    {"bf16 schedule: one flat, the run averaged", test_schedule_bf16_flat},
+			    {"fp16 schedule: one flat, the run averaged; bf16 refused", test_schedule_fp16_flat},
 			    {"1-bit LAMB's flat, 0/1 Adam's local steps", test_lamb_and_zero_one},
 			    {"the paper's 32x and 5x on the schedule", test_paper_reduction},
 			    {"parallax predict's section and bad input", test_cli},

@@ -252,7 +252,11 @@ static void check_memo(const char *axes, long long n_points, long long taken, lo
  * DeepSpeed's engine reduces after the backward on the compute stream): stages 0 and 1 x 2 tp x
  * overlap_comm off and on, 8 points, overlap_comm fastest; at stage 0 the two settings share,
  * "true" taken once per tp: at tp 1 only once its scenario is read (no point had read true
- * unread yet), at tp 8 before: 2 taken, 1 of them before reading. */
+ * unread yet), at tp 8 before: 2 taken, 1 of them before reading.
+ * reduce_bucket_size likewise (without ZeRO DeepSpeed's engine buckets by 5e8 elements of its
+ * own, build.c engine_allreduce): stages 0 and 1 x 2 tp x (2e8, 5e8, "auto"), 12 points; at
+ * stage 0 5e8 shares with 2e8 ("auto" is resolved from the hidden size at any stage and reads):
+ * 2 taken, 1 of them before reading, as overlap_comm's. */
 static void test_memo_equals_full(void)
 {
 	check_memo("\"deepspeed.zero_optimization.stage\": [0, 1, 2, 3],"
@@ -262,6 +266,9 @@ static void test_memo_equals_full(void)
 		   48, 16, 14);
 	check_memo("\"deepspeed.zero_optimization.stage\": [0, 1], \"parallelism.tp\": [1, 8],"
 		   " \"deepspeed.zero_optimization.overlap_comm\": [false, true]", 8, 2, 1);
+	check_memo("\"deepspeed.zero_optimization.stage\": [0, 1], \"parallelism.tp\": [1, 8],"
+		   " \"deepspeed.zero_optimization.reduce_bucket_size\": [2e8, 5e8, \"auto\"]", 12, 2,
+		   1);
 }
 
 int test_sweep_register(void)

@@ -241,8 +241,9 @@ static void test_comm_with_accumulation(void)
  * communication_data_type fp32 there is no cast and 32e6 B all-reduced. Under pipelining bf16
  * accumulation is allowed (a warning in DeepSpeed), without it refused, as is any other mix
  * of the model's and the accumulation's dtypes without ZeRO (exit 2 from predict, naming the file
- * and the key). The 1-bit optimizers keep their own
- * stage-0 step (issue 18). */
+ * and the key). The 1-bit optimizers in bf16 are refused too: DeepSpeed wraps them in
+ * BF16_Optimizer, whose ranks each step a different partition, which their compressed
+ * all-reduce would sum. */
 static void test_bf16_optimizer_by_hand(void)
 {
 	const char *fmt =
@@ -258,7 +259,6 @@ static void test_bf16_optimizer_by_hand(void)
 	} c[] = {
 		{"bf16", "", "Adam", "", 1, 4, 16e6, 16e6},
 		{"bf16", ", \"communication_data_type\": \"fp32\"", "Adam", "", 1, 4, 0, 32e6},
-		{"bf16", "", "OneBitAdam", "", 0, 4, 0, -1},
 	};
 	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
 		Scenario sc;
@@ -338,19 +338,21 @@ static void test_bf16_optimizer_by_hand(void)
 	fx_free(&sc, &pr);
 
 	/* refused as DeepSpeed refuses them, naming the key */
-	static const struct { const char *dtype, *ds, *says; } bad[] = {
-		{"bf16", ", \"data_types\": {\"grad_accum_dtype\": \"bf16\"}",
+	static const struct { const char *dtype, *ds, *opt, *says; } bad[] = {
+		{"bf16", ", \"data_types\": {\"grad_accum_dtype\": \"bf16\"}", "Adam",
 		 "deepspeed.data_types.grad_accum_dtype = bf16 with bf16 and ZeRO stage 0: DeepSpeed "
 		 "refuses (\"Bfloat16 wrapper must use a gradient accumulation type of fp32"},
-		{"fp16", ", \"data_types\": {\"grad_accum_dtype\": \"fp32\"}",
+		{"fp16", ", \"data_types\": {\"grad_accum_dtype\": \"fp32\"}", "Adam",
 		 "deepspeed.data_types.grad_accum_dtype = fp32 with fp16 parameters and ZeRO stage 0: "
 		 "DeepSpeed refuses (\"unsupported mix of model dtype and gradient accumulation "
 		 "type\")"},
+		{"bf16", "", "OneBitAdam", "deepspeed.optimizer.type = OneBitAdam with bf16 and ZeRO stage 0: "
+		 "DeepSpeed wraps it in BF16_Optimizer"},
 	};
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char path[512], json[2048];
 		snprintf(path, sizeof(path), "%s/bad%u.json", px_test_tmpdir(), i);
-		snprintf(json, sizeof(json), fmt, bad[i].dtype, bad[i].ds, "Adam", "");
+		snprintf(json, sizeof(json), fmt, bad[i].dtype, bad[i].ds, bad[i].opt, "");
 		px_test_write_file(path, json);
 		PxError err = {0};
 		fx_refused(path, NULL, &err);
@@ -1031,6 +1033,166 @@ static void test_bundled_schedules_balanced(void)
 	}
 }
 
+/* Without ZeRO, DeepSpeed's engine reduces the gradients itself after the boundary's backward
+ * (engine.py allreduce_gradients -> buffered_allreduce_fallback, MEMORY_OPT_ALLREDUCE_SIZE =
+ * 5e8): it walks the parameters in named_parameters order, adds each tensor to a bucket, and once
+ * the bucket passes 5e8 elements (the tensor that passes it included: allreduce_no_retain)
+ * flattens it into a new tensor, all-reduces that and copies it back. reduce_bucket_size is not
+ * read. Hugging Face's GPT-2 XL (h 1,600, 48 layers, V 50,257, 1,024 positions) registers wte
+ * (80,411,200), wpe (1,638,400), then per block ln_1 (1,600 + 1,600), attn.c_attn (7,680,000 +
+ * 4,800), attn.c_proj (2,560,000 + 1,600), ln_2 (1,600 + 1,600), mlp.c_fc (10,240,000 + 6,400),
+ * mlp.c_proj (10,240,000 + 1,600): 30,740,800 a block; ln_f (3,200); 1,557,611,200 in all.
+ * Bucket 1: the embeddings and 13 blocks hold 481,680,000; block 14's tensors up to its c_fc
+ * weight take it to 502,172,800. Bucket 2: block 14's last 10,248,000 and 15 blocks,
+ * 471,360,000, then block 30 up to its mlp.c_proj weight: 502,099,200. Bucket 3: that bias,
+ * 16 blocks, block 47 up to its attn.c_proj weight: 1,600 + 491,852,800 + 10,248,000 ...
+ * = 502,102,400. Bucket 4: the rest, 51,236,800. Each is flattened in the gradients' type
+ * (fp16: 2 B an element; fp32: 4 B) and all-reduced in it; one GPU still flattens (an all-reduce
+ * over a group of one). */
+static void test_engine_buckets_by_hand(void)
+{
+	const char *fmt =
+		"{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 1600, \"n_layer\": 48,"
+		" \"n_head\": 25, \"n_positions\": 1024, \"vocab_size\": 50257},"
+		" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1%s,"
+		" \"optimizer\": {\"type\": \"Adam\"}, \"zero_optimization\": {\"stage\": 0%s}},"
+		" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d},"
+		" \"seq_length\": 1024}";
+	static const long long bucket[4] = {502172800, 502099200, 502102400, 51236800};
+	static const struct {
+		const char *dtype, *zero;
+		int gpus, bytes;
+	} c[] = {
+		{", \"fp16\": {\"enabled\": true}", "", 2, 2},
+		{", \"fp16\": {\"enabled\": true}", ", \"reduce_bucket_size\": 2e7", 2, 2},
+		{"", "", 4, 4},
+		{", \"fp16\": {\"enabled\": true}", "", 1, 2},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, fmt, c[i].dtype, c[i].zero, c[i].gpus))
+			return;
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 1557611200.0, 0);
+		const Schedule *s = &pr.stages[0].sched;
+		int flats = 0, reduces = 0, live = -1;
+		long long off = 0;
+		for (int k = 0; k < s->n; k++) {
+			const Op *op = &s->ops[k];
+			if (op->kind == OP_ALLOC && op->what == BUF_REDUCE_FLAT) {
+				CU_ASSERT_FATAL(flats < 4);
+				CU_ASSERT_EQUAL(live, -1); /* one bucket at a time */
+				CU_ASSERT_DOUBLE_EQUAL(op->bytes, (double)bucket[flats] * c[i].bytes, 0);
+				CU_ASSERT(op->slice >= 0 && s->slices[op->slice].part_off == off &&
+					  s->slices[op->slice].part_elems == bucket[flats]);
+				off += bucket[flats++];
+				live = op->buf;
+			}
+			if (op->kind == OP_FREE && op->buf == live)
+				live = -1;
+			if (op->kind == OP_COLL && op->role == ROLE_GRAD_REDUCE) {
+				CU_ASSERT_FATAL(reduces < 4);
+				CU_ASSERT_EQUAL(op->sub, COLL_ALL_REDUCE);
+				CU_ASSERT_EQUAL(op->buf, live); /* the flattened copy */
+				CU_ASSERT_EQUAL(op->elems, bucket[reduces]);
+				CU_ASSERT_EQUAL(op->elem_bytes, c[i].bytes);
+				reduces++;
+			}
+		}
+		CU_ASSERT_EQUAL(flats, 4);
+		CU_ASSERT_EQUAL(reduces, c[i].gpus > 1 ? 4 : 0);
+		CU_ASSERT_EQUAL(live, -1);
+		CU_ASSERT_EQUAL(pr.plan.stages[0].n_buckets, 1); /* the partition is the flat */
+		fx_free(&sc, &pr);
+	}
+}
+
+/* Plain PyTorch ("framework": "pytorch") has no DeepSpeed engine. On one GPU nothing reduces the
+ * gradients and nothing is flattened; over several, DistributedDataParallel's reducer holds a
+ * copy of every gradient in its bucket tensors from the wrapping on (gradient_as_bucket_view
+ * false, the default: torch.nn.parallel.DistributedDataParallel's documentation says a view
+ * saves "the total gradients size") and all-reduces bucket by bucket. Its steady buckets follow
+ * the backward (the reverse of named_parameters), each closed once its bytes reach the limit:
+ * 1 MiB for the first, bucket_cap_mb's 25 MiB after (compute_bucket_assignment_by_size). GPT-2
+ * 124M in fp32 (h 768, 12 layers, V 50,257, 1,024 positions; 124,439,808 parameters): ln_f
+ * (768 + 768), then h.11's mlp.c_proj bias (768) and weight (2,359,296) pass 1 MiB: 2,361,600
+ * elements. 25 MiB is 6,553,600 fp32 elements: the rest of h.11 (4,727,808) with h.10's c_proj
+ * bias and weight reaches it, 7,087,872 (a block, 12 h^2 + 13 h), and so on to h.0's c_proj:
+ * 11 buckets of 7,087,872; then h.0's rest, wpe (786,432) and wte (38,597,376): 44,111,616.
+ * No overflow or norm all-reduce (each rank's GradScaler and clip_grad_norm_ look at their own
+ * all-reduced gradients). DeepSpeed-only settings are refused, naming the key. */
+static void test_pytorch_ddp_by_hand(void)
+{
+	const char *fmt =
+		"{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 768, \"n_layer\": 12,"
+		" \"n_head\": 12, \"n_positions\": 1024, \"vocab_size\": 50257},"
+		" \"framework\": \"pytorch\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
+		" \"gradient_clipping\": 1.0%s, \"zero_optimization\": {\"stage\": %d}},"
+		" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d}, \"seq_length\": 1024}";
+	long long bucket[13] = {2361600};
+	for (int i = 1; i < 12; i++)
+		bucket[i] = 7087872;
+	bucket[12] = 44111616;
+	for (int gpus = 1; gpus <= 2; gpus++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, fmt, "", 0, gpus))
+			return;
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 124439808.0, 0);
+		CU_ASSERT_STRING_EQUAL(plan_optimizer_wrapper(&pr.plan), "none");
+		const Schedule *s = &pr.stages[0].sched;
+		int held = 0, flats = 0, reduces = 0, scalars = 0, ddp = -1;
+		long long end = 124439808;
+		for (int k = 0; k < s->n; k++) {
+			const Op *op = &s->ops[k];
+			if (op->kind == OP_ALLOC && op->what == BUF_DDP_BUCKETS) {
+				CU_ASSERT(k < s->step_begin); /* from the wrapping on */
+				CU_ASSERT_DOUBLE_EQUAL(op->bytes, 4.0 * 124439808, 0);
+				held++;
+				ddp = op->buf;
+			}
+			flats += op->kind == OP_ALLOC && op->what == BUF_REDUCE_FLAT;
+			scalars += op->kind == OP_COLL && (op->role == ROLE_OVERFLOW ||
+							   op->role == ROLE_GRAD_NORM);
+			if (op->kind == OP_COLL && op->role == ROLE_GRAD_REDUCE) {
+				CU_ASSERT_FATAL(reduces < 13);
+				end -= bucket[reduces];
+				CU_ASSERT(op->buf == ddp && op->offset == end);
+				CU_ASSERT_EQUAL(op->elems, bucket[reduces]);
+				CU_ASSERT(op->slice >= 0 && s->slices[op->slice].part_off == end);
+				reduces++;
+			}
+		}
+		CU_ASSERT_EQUAL(held, gpus > 1);
+		CU_ASSERT_EQUAL(flats, 0);
+		CU_ASSERT_EQUAL(scalars, 0);
+		CU_ASSERT_EQUAL(reduces, gpus > 1 ? 13 : 0);
+		CU_ASSERT_EQUAL(end, gpus > 1 ? 0 : 124439808);
+		fx_free(&sc, &pr);
+	}
+
+	static const struct { const char *ds; int stage, gpus; const char *says; } bad[] = {
+		{"", 1, 2, "framework \"pytorch\" with deepspeed.zero_optimization.stage: plain "
+			   "PyTorch has no ZeRO"},
+		{", \"bf16\": {\"enabled\": true}", 0, 2, "framework \"pytorch\" with "
+			   "deepspeed.bf16.enabled: plain PyTorch in bf16 is not modelled"},
+		{", \"optimizer\": {\"type\": \"OneBitAdam\"}", 0, 2, "framework \"pytorch\" with "
+			   "deepspeed.optimizer.type: plain PyTorch has no 1-bit optimizers"},
+	};
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char path[512], json[2048];
+		snprintf(path, sizeof(path), "%s/pt%u.json", px_test_tmpdir(), i);
+		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus);
+		px_test_write_file(path, json);
+		PxError err = {0};
+		fx_refused(path, NULL, &err);
+		PX_ASSERT_HAS(err.msg, bad[i].says);
+		PX_ASSERT_HAS(err.msg, path);
+		char out[4096];
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	}
+}
+
 int test_zero_register(void)
 {
 	return PX_ADD_SUITE("zero", {"Table 1: all 54 cells", test_table1_all_cells},
@@ -1043,6 +1205,10 @@ int test_zero_register(void)
 			     test_stage12_buffers_by_hand},
 			    {"BF16_Optimizer (bf16 without ZeRO) worked by hand",
 			     test_bf16_optimizer_by_hand},
+			    {"stage 0: the engine's 5e8-element buckets worked by hand",
+			     test_engine_buckets_by_hand},
+			    {"plain PyTorch: one process, DistributedDataParallel's buckets by hand",
+			     test_pytorch_ddp_by_hand},
 			    {"stage 1 CPU offload worked by hand", test_stage1_offload_by_hand},
 			    {"stage 3 NVMe offload worked by hand", test_stage3_nvme_by_hand},
 			    {"stage 3 offload: the host's gradients as stage3.py keeps them",
