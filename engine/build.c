@@ -52,7 +52,10 @@ typedef struct Builder {
 	int id_ef;              /* the 1-bit optimizers' worker and server errors, -1 when none */
 	int id_lp;              /* BF16_Optimizer's bf16 .grad tensors, -1 when none */
 	int buckets[2], n_buckets, cur_bucket; /* contiguous gradient buffers, used in turn */
-	int id_ddp;                /* DistributedDataParallel's bucket tensors (ddp_allreduce) */
+	int id_ddp;                /* DistributedDataParallel's bucket tensors (ddp_plan) */
+	long long *ddp_at;         /* where each of its buckets starts in the flat, backward order */
+	int n_ddp, ddp_next;       /* its buckets; the next to all-reduce in this backward */
+	int ddp_sync;              /* this micro-batch's backward all-reduces them (the last's) */
 } Builder;
 
 #define DO(call)                      \
@@ -185,6 +188,7 @@ static void pipe_gather(Builder *b, OpRole role, long long bsh, int buf)
 /* ---- set-up: what lives for the whole run ---- */
 
 static void alloc_buckets(Builder *b, int n);
+static void ddp_ready(Builder *b, long long lo);
 
 static void setup(Builder *b)
 {
@@ -1000,8 +1004,11 @@ static void micro_batch(Builder *b)
 		alloc_buckets(b, bucket_count(p));
 	if (!early)
 		scratch = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_SCRATCH, -1, exec_scratch_bytes(p));
-	for (int u = p->n_units - 1; u >= 0; u--)
+	b->ddp_next = 0;
+	for (int u = p->n_units - 1; u >= 0; u--) {
 		backward_unit(b, 0, u);
+		ddp_ready(b, p->units[u].flat_off);
+	}
 	accumulate_hp(b, 0, p->n_units);
 	release_prev(b, &b->dense); /* the epilogue's _clear_previous_reduced_grads */
 	flush_bucket(b, &b->expert);
@@ -1255,32 +1262,54 @@ static void engine_allreduce(Builder *b)
 
 /* Plain PyTorch's DistributedDataParallel (Scenario.framework): its reducer lays the parameters
  * in reverse order into buckets, closing one once its bytes reach the limit (the tensor that
- * reaches it included; 1 MiB for the first, 25 MiB after: compute_bucket_assignment_by_size),
- * copies each gradient into its bucket's flat (BUF_DDP_BUCKETS, held throughout), all-reduces
- * the bucket there and copies it back. DDP starts each bucket's all-reduce during the backward
- * as soon as the bucket is full; the schedule runs them after it, at the boundary, where
- * accumulation (no_sync) leaves them too: their time is not overlapped (docs/models.md). One
- * process has no DDP and reduces nothing. */
-static void ddp_allreduce(Builder *b)
+ * reaches it included; 1 MiB for the first, 25 MiB after: compute_bucket_assignment_by_size, as
+ * the buckets are rebuilt after the first iteration in the backward's order), copies each
+ * gradient into its bucket's flat (BUF_DDP_BUCKETS, held throughout), all-reduces the bucket there
+ * as soon as its last gradient is ready, on a stream of its own (Plan.overlap_comm), and copies
+ * it back; the backward's end waits for them. Gradient accumulation runs the other micro-batches
+ * under no_sync (as Accelerate and the Trainer do): only the last one's backward reduces. The
+ * buckets' starts, in the order they are reduced; one process has no DDP. */
+static int ddp_plan(Builder *b)
 {
 	const Plan *p = b->p;
 	double limit = DDP_FIRST_BUCKET_BYTES;
 	long long end = p->stages[b->stage].local_dense, at = end;
+	b->n_ddp = 0;
+	if (p->sc->framework != FRAMEWORK_PYTORCH || p->dp <= 1)
+		return 0;
+	int n = 0;
+	for (int u = 0; u < p->n_units; u++)
+		n += p->units[u].stage == b->stage ? p->units[u].n_tensors : 0;
+	if (!(b->ddp_at = malloc((size_t)(n + 1) * sizeof(long long))))
+		return -1;
 	for (int u = p->n_units - 1; u >= 0; u--) {
 		const UnitPlan *up = &p->units[u];
 		for (int i = up->n_tensors - 1; up->stage == b->stage && i >= 0; i--) {
 			at -= up->tensor_local[i];
 			if ((double)(end - at) * p->grad_bytes >= limit) {
-				slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, -1, end - at,
-					      p->grad_bytes, b->id_ddp, at), -1, at, end - at);
+				b->ddp_at[b->n_ddp++] = at;
 				end = at;
 				limit = DDP_BUCKET_BYTES;
 			}
 		}
 	}
 	if (end > at)
+		b->ddp_at[b->n_ddp++] = at;
+	return 0;
+}
+
+/* After the backward of units down to the one whose flat starts at lo: the buckets whose every
+ * gradient is now ready, all-reduced in the reducer's flat. */
+static void ddp_ready(Builder *b, long long lo)
+{
+	const Plan *p = b->p;
+	for (; b->ddp_sync && b->ddp_next < b->n_ddp && b->ddp_at[b->ddp_next] >= lo; b->ddp_next++) {
+		long long at = b->ddp_at[b->ddp_next];
+		long long end = b->ddp_next ? b->ddp_at[b->ddp_next - 1] :
+					      p->stages[b->stage].local_dense;
 		slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_DP, -1, end - at,
 			      p->grad_bytes, b->id_ddp, at), -1, at, end - at);
+	}
 }
 
 /* ---- the 1-bit optimizers' compressed all-reduce ---- */
@@ -1464,7 +1493,7 @@ static void optimizer_step(Builder *b)
 	if (p->bf16_optimizer) {
 		bf16_reduce(b);
 	} else if (p->sc->framework == FRAMEWORK_PYTORCH) {
-		ddp_allreduce(b);
+		/* DistributedDataParallel reduced them in the last backward (ddp_ready) */
 	} else if (p->stage == 0 && !onebit) {
 		engine_allreduce(b);
 	} else if (p->stage == 1 && !onebit) {
@@ -1608,7 +1637,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 		for (int u = st->buckets[i].u_lo; u <= st->buckets[i].u_hi; u++)
 			if (p->units[u].stage == stage)
 				b->bucket_of[u] = i;
-	return 0;
+	return ddp_plan(b);
 }
 
 static void builder_free(Builder *b)
@@ -1620,6 +1649,7 @@ static void builder_free(Builder *b)
 	free(b->pipe_out);
 	free(b->expert_start);
 	free(b->bucket_of);
+	free(b->ddp_at);
 	free(b->dense.bufs);
 	free(b->expert.bufs);
 	free(b->dense.prev);
@@ -1669,7 +1699,16 @@ static int build(const Plan *p, int stage, long long m, Schedule *s, long long *
 		DO(sched_loop(s, p->m - 1));
 		micro_batch(b);
 		DO(sched_end_loop(s));
+	} else if (b->n_ddp > 0 && p->m > 1) { /* DDP: no_sync but for the last micro-batch */
+		DO(sched_loop(s, p->m - 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
+		b->ddp_sync = 1;
+		DO(sched_loop(s, 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
 	} else {
+		b->ddp_sync = b->n_ddp > 0;
 		DO(sched_loop(s, p->m));
 		micro_batch(b);
 		DO(sched_end_loop(s));

@@ -673,8 +673,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 	if (plain_pytorch(p, err) || bf16_optimizer(p, err))
 		return -1;
 	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer;
-	p->overlap_comm = p->zero_optimizer && ds->zero.overlap_comm &&
-			  p->par.pp == 1;
+	p->overlap_comm = (p->zero_optimizer && ds->zero.overlap_comm && p->par.pp == 1) ||
+			  (sc->framework == FRAMEWORK_PYTORCH && p->dp > 1); /* DDP's buckets */
 	p->flattens_grads = p->zero_optimizer && p->opt_place == PLACE_GPU;
 	p->ckpt_place = ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? PLACE_CPU : PLACE_GPU;
 	p->reduce_bucket_elems = ds->zero.reduce_bucket_elems;

@@ -115,7 +115,8 @@ typedef struct Plan {
 				      optimizer's, off under pipelining (engine.py
 				      _configure_zero_optimizer: "Pipeline parallelism does not
 				      support overlapped communication, will be disabled"); without
-				      ZeRO and under BF16_Optimizer nothing reads it */
+				      ZeRO and under BF16_Optimizer nothing reads it; on for plain
+				      PyTorch's DistributedDataParallel, whose buckets always overlap */
 	int bf16_optimizer;        /* engine.py _do_optimizer_sanity_check gives BF16_Optimizer:
 				      bf16 without ZeRO (fp32 accumulation by default; bf16 under
 				      pipelining), or at stage 1 with fp32 accumulation and the

@@ -31,7 +31,7 @@ typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
  * PyTorch ("pytorch": one process, or DistributedDataParallel over several), as the Hugging Face
  * Trainer and Accelerate run without DeepSpeed. Plain PyTorch has no ZeRO, no DeepSpeed
  * optimizer wrapper and no engine reduction: DistributedDataParallel keeps its own buckets
- * (build.c ddp_allreduce). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters with fp32
+ * (build.c ddp_plan, ddp_ready). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters with fp32
  * master weights), its fp32 as fp32; bf16 is refused (plan.c). */
 typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH } Framework;
 

@@ -28,7 +28,7 @@ typedef enum {
  * Pipeline sends and receives couple stages; tensor- and expert-parallel collectives block the
  * compute stream (Megatron does not overlap them); stage-3 parameter prefetches run on the
  * prefetch stream; gradient reductions on the reduction stream when a ZeRO optimizer has
- * overlap_comm on, else on the compute stream (without ZeRO, and under BF16_Optimizer, the
+ * overlap_comm on, or under plain PyTorch's DistributedDataParallel, else on the compute stream (without ZeRO, and under BF16_Optimizer, the
  * engine reduces in allreduce_gradients after the backward, reading no overlap_comm: engine.py
  * buffered_allreduce_fallback); the one-value all-reduces (fp16 overflow, gradient norm) need every
  * reduction done first; the rest (parameter all-gathers after the update) block. */

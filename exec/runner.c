@@ -937,9 +937,9 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 }
 
 /* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
- * DistributedDataParallel bucket (ddp_allreduce), copied into the reducer's flat now: all-reduced
- * there (divided by dp first where DeepSpeed does) and copied back where its slice says.
- * Blocking: both reduce after the backward, on the compute stream. */
+ * DistributedDataParallel bucket (build.c ddp_ready), copied into the reducer's flat now:
+ * all-reduced there (divided by dp first where DeepSpeed does) and copied back where its slice
+ * says. Blocking (DDP's run beside the backward: the executor does not overlap them). */
 static int flat_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 {
 	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
