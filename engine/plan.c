@@ -499,6 +499,9 @@ static int plain_pytorch(const Plan *p, PxError *err)
 		key = "deepspeed.optimizer.type", why = "has no 1-bit optimizers";
 	else if (ds->sparse.mode != SPARSE_OFF)
 		key = "deepspeed.sparse_attention", why = "has no block-sparse attention";
+	else if (ds->cpu_checkpointing)
+		key = "deepspeed.activation_checkpointing.cpu_checkpointing",
+		why = "keeps its checkpoints on the device";
 	else if (ds->dtype == DT_BF16)
 		key = "deepspeed.bf16.enabled", why = "in bf16 is not modelled (fp32, or fp16 read as "
 						      "DeepSpeed's)";

@@ -1178,6 +1178,9 @@ static void test_pytorch_ddp_by_hand(void)
 			   "deepspeed.bf16.enabled: plain PyTorch in bf16 is not modelled"},
 		{", \"optimizer\": {\"type\": \"OneBitAdam\"}", 0, 2, "framework \"pytorch\" with "
 			   "deepspeed.optimizer.type: plain PyTorch has no 1-bit optimizers"},
+		{", \"activation_checkpointing\": {\"cpu_checkpointing\": true}", 0, 2,
+		 "framework \"pytorch\" with deepspeed.activation_checkpointing.cpu_checkpointing: "
+		 "plain PyTorch keeps its checkpoints on the device"},
 	};
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char path[512], json[2048];
