@@ -61,6 +61,10 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	if (p->hpz > 1 || p->qwz || p->qgz)
 		fprintf(f, "# zero++     qwZ %s, hpZ %lld, qgZ %s\n", p->qwz ? "on" : "off", p->hpz,
 			p->qgz ? "on" : "off");
+	if (sc->framework == FRAMEWORK_PYTORCH)
+		fprintf(f, "# framework  plain PyTorch (no DeepSpeed engine): %s\n", p->dp > 1 ?
+			"DistributedDataParallel, gradients all-reduced during the last micro-batch's "
+			"backward" : "one process, nothing reduced");
 	fprintf(f, "# batch      train %lld = micro %lld x micro-batches %lld x dp %lld\n",
 		ds->train_batch, ds->micro_batch, ds->grad_accum, p->dp);
 	const OptimKind *k = ds->opt;
@@ -475,6 +479,8 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
 	cJSON_AddNumberToObject(j, "zero_stage", sc->ds.zero.stage);
+	cJSON_AddStringToObject(j, "framework", sc->framework == FRAMEWORK_PYTORCH ? "pytorch" :
+										 "deepspeed");
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);

@@ -1171,6 +1171,19 @@ static void test_pytorch_ddp_by_hand(void)
 		fx_free(&sc, &pr);
 	}
 
+	/* predict's header and JSON say whose loop it is */
+	char ok_path[512], ok_json[2048], out[1 << 16];
+	snprintf(ok_path, sizeof(ok_path), "%s/pt-ok.json", px_test_tmpdir());
+	snprintf(ok_json, sizeof(ok_json), fmt, "", 0, 2);
+	px_test_write_file(ok_path, ok_json);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", ok_path), 0);
+	PX_ASSERT_HAS(out, "# framework  plain PyTorch (no DeepSpeed engine): "
+		      "DistributedDataParallel");
+	PX_ASSERT_HAS(out, "buckets DistributedDataParallel's, 1 MiB then 25 MiB");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json", ok_path),
+			0);
+	PX_ASSERT_HAS(out, "\"framework\":\t\"pytorch\"");
+
 	static const struct { const char *ds; int stage, gpus; const char *says; } bad[] = {
 		{"", 1, 2, "framework \"pytorch\" with deepspeed.zero_optimization.stage: plain "
 			   "PyTorch has no ZeRO"},
@@ -1191,7 +1204,6 @@ static void test_pytorch_ddp_by_hand(void)
 		fx_refused(path, NULL, &err);
 		PX_ASSERT_HAS(err.msg, bad[i].says);
 		PX_ASSERT_HAS(err.msg, path);
-		char out[4096];
 		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
 	}
 }
