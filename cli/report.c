@@ -86,9 +86,11 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	if (p->zero_optimizer)
 		snprintf(buckets, sizeof(buckets), "reduce %.3g allgather %.3g elements",
 			 p->reduce_bucket_elems, p->allgather_bucket_elems);
+	else if (sc->framework == FRAMEWORK_PYTORCH)
+		snprintf(buckets, sizeof(buckets), "DistributedDataParallel's, 1 MiB then %lld MiB",
+			 sc->train_args.ddp_bucket_cap_mb);
 	else
-		snprintf(buckets, sizeof(buckets), "%s", sc->framework == FRAMEWORK_PYTORCH ?
-			 "DistributedDataParallel's, 1 MiB then 25 MiB" : p->bf16_optimizer ?
+		snprintf(buckets, sizeof(buckets), "%s", p->bf16_optimizer ?
 			 "one flat, all-reduced whole" : "the engine's, 5e8 elements");
 	fprintf(f, "# zero       stage %d (optimizer wrapper %s); offload optimizer %s, params %s; "
 		"buckets %s; overlap_comm %s, contiguous_gradients "

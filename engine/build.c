@@ -1255,15 +1255,15 @@ static void engine_allreduce(Builder *b)
 	}
 }
 
-/* torch.distributed's bucket sizes for DistributedDataParallel: the first bucket
- * (_DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) and the others (bucket_cap_mb's default, 25 MiB). */
+/* torch.distributed's first bucket for DistributedDataParallel (_DEFAULT_FIRST_BUCKET_BYTES,
+ * 1 MiB); the others are bucket_cap_mb MiB (training_args.ddp_bucket_cap_mb, 25 by default). */
 #define DDP_FIRST_BUCKET_BYTES (1024.0 * 1024)
-#define DDP_BUCKET_BYTES (25.0 * 1024 * 1024)
 
 /* Plain PyTorch's DistributedDataParallel (Scenario.framework): its reducer lays the parameters
  * in reverse order into buckets, closing one once its bytes reach the limit (the tensor that
- * reaches it included; 1 MiB for the first, 25 MiB after: compute_bucket_assignment_by_size, as
- * the buckets are rebuilt after the first iteration in the backward's order), copies each
+ * reaches it included; 1 MiB for the first, bucket_cap_mb after: the Trainer's
+ * ddp_bucket_cap_mb, torch's 25 by default; compute_bucket_assignment_by_size, as the buckets
+ * are rebuilt after the first iteration in the backward's order), copies each
  * gradient into its bucket's flat (BUF_DDP_BUCKETS, held throughout), all-reduces the bucket there
  * as soon as its last gradient is ready, on a stream of its own (Plan.overlap_comm), and copies
  * it back; the backward's end waits for them. Gradient accumulation runs the other micro-batches
@@ -1289,7 +1289,7 @@ static int ddp_plan(Builder *b)
 			if ((double)(end - at) * p->grad_bytes >= limit) {
 				b->ddp_at[b->n_ddp++] = at;
 				end = at;
-				limit = DDP_BUCKET_BYTES;
+				limit = (double)p->sc->train_args.ddp_bucket_cap_mb * 1024 * 1024;
 			}
 		}
 	}

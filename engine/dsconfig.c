@@ -871,7 +871,7 @@ void train_args_defaults(TrainArgs *t)
 	*t = (TrainArgs){.per_device_train_batch_size = 8, .gradient_accumulation_steps = 1,
 			 .learning_rate = 5e-5, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
 			 .adam_epsilon = 1e-8, .max_grad_norm = 1.0, .max_steps = -1,
-			 .num_train_epochs = 3.0, .optim = -1};
+			 .num_train_epochs = 3.0, .optim = -1, .ddp_bucket_cap_mb = 25};
 }
 
 int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *err)
@@ -880,7 +880,7 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 		"per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
 		"weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "fp16",
 		"bf16", "gradient_checkpointing", "max_steps", "num_train_epochs", "warmup_steps",
-		"warmup_ratio", "optim", NULL};
+		"warmup_ratio", "optim", "ddp_bucket_cap_mb", NULL};
 	train_args_defaults(t);
 	if (jobj_check_keys(o, known, notes))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -900,7 +900,8 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 	    jobj_num(o, "num_train_epochs", 0, 1e12, 3.0, &t->num_train_epochs, err) < 0 ||
 	    jobj_num(o, "warmup_steps", 0, 1e15, 0, &t->warmup_steps, err) < 0 ||
 	    jobj_num(o, "warmup_ratio", 0, 1, 0, &t->warmup_ratio, err) < 0 ||
-	    jobj_choice(o, "optim", optim_trainer_names, -1, &t->optim, err) < 0)
+	    jobj_choice(o, "optim", optim_trainer_names, -1, &t->optim, err) < 0 ||
+	    jobj_int(o, "ddp_bucket_cap_mb", 1, 1LL << 20, 25, &t->ddp_bucket_cap_mb, err) < 0)
 		return -1;
 	if (t->optim >= 0)
 		jobj_where(o, "optim", t->optim_where, sizeof(t->optim_where));

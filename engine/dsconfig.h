@@ -49,6 +49,8 @@ typedef struct TrainArgs { /* Hugging Face TrainingArguments that "auto" values 
 	long long max_steps;
 	double num_train_epochs, warmup_steps, warmup_ratio;
 	int optim;                   /* optim: index in optim_trainer_names, -1 when not given */
+	long long ddp_bucket_cap_mb; /* DistributedDataParallel's bucket_cap_mb (plain PyTorch): 25,
+					torch's default, when not given */
 	char optim_where[512];       /* where it was written, for notes */
 } TrainArgs;
 

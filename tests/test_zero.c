@@ -1119,6 +1119,7 @@ static void test_engine_buckets_by_hand(void)
  * elements. 25 MiB is 6,553,600 fp32 elements: the rest of h.11 (4,727,808) with h.10's c_proj
  * bias and weight reaches it, 7,087,872 (a block, 12 h^2 + 13 h), and so on to h.0's c_proj:
  * 11 buckets of 7,087,872; then h.0's rest, wpe (786,432) and wte (38,597,376): 44,111,616.
+ * The Trainer's ddp_bucket_cap_mb sets the 25.
  * No overflow or norm all-reduce (each rank's GradScaler and clip_grad_norm_ look at their own
  * all-reduced gradients). DeepSpeed-only settings are refused, naming the key. */
 static void test_pytorch_ddp_by_hand(void)
@@ -1128,15 +1129,19 @@ static void test_pytorch_ddp_by_hand(void)
 		" \"n_head\": 12, \"n_positions\": 1024, \"vocab_size\": 50257},"
 		" \"framework\": \"pytorch\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"
 		" \"gradient_clipping\": 1.0%s, \"zero_optimization\": {\"stage\": %d}},"
-		" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d}, \"seq_length\": 1024}";
-	long long bucket[13] = {2361600};
-	for (int i = 1; i < 12; i++)
-		bucket[i] = 7087872;
-	bucket[12] = 44111616;
-	for (int gpus = 1; gpus <= 2; gpus++) {
+		" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d}, \"seq_length\": 1024%s}";
+	/* 25 MiB, and the Trainer's ddp_bucket_cap_mb 50 (13,107,200 fp32 elements): from h.11's
+	 * rest two blocks a bucket to h.1's c_proj, 5 of 14,175,744; h.1's rest, h.0, wpe and wte,
+	 * 51,199,488 */
+	static const struct { int gpus; const char *top; int n; long long first, each, last; } c[] = {
+		{1, "", 0, 0, 0, 0},
+		{2, "", 13, 2361600, 7087872, 44111616},
+		{2, ", \"training_args\": {\"ddp_bucket_cap_mb\": 50}", 7, 2361600, 14175744, 51199488},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
 		Scenario sc;
 		Prediction pr;
-		if (fx_predictf(&sc, &pr, fmt, "", 0, gpus))
+		if (fx_predictf(&sc, &pr, fmt, "", 0, c[i].gpus, c[i].top))
 			return;
 		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 124439808.0, 0);
 		CU_ASSERT_STRING_EQUAL(plan_optimizer_wrapper(&pr.plan), "none");
@@ -1155,26 +1160,28 @@ static void test_pytorch_ddp_by_hand(void)
 			scalars += op->kind == OP_COLL && (op->role == ROLE_OVERFLOW ||
 							   op->role == ROLE_GRAD_NORM);
 			if (op->kind == OP_COLL && op->role == ROLE_GRAD_REDUCE) {
-				CU_ASSERT_FATAL(reduces < 13);
-				end -= bucket[reduces];
+				CU_ASSERT_FATAL(reduces < c[i].n);
+				long long want = reduces == 0 ? c[i].first :
+						 reduces == c[i].n - 1 ? c[i].last : c[i].each;
+				end -= want;
 				CU_ASSERT(op->buf == ddp && op->offset == end);
-				CU_ASSERT_EQUAL(op->elems, bucket[reduces]);
+				CU_ASSERT_EQUAL(op->elems, want);
 				CU_ASSERT(op->slice >= 0 && s->slices[op->slice].part_off == end);
 				reduces++;
 			}
 		}
-		CU_ASSERT_EQUAL(held, gpus > 1);
+		CU_ASSERT_EQUAL(held, c[i].gpus > 1);
 		CU_ASSERT_EQUAL(flats, 0);
 		CU_ASSERT_EQUAL(scalars, 0);
-		CU_ASSERT_EQUAL(reduces, gpus > 1 ? 13 : 0);
-		CU_ASSERT_EQUAL(end, gpus > 1 ? 0 : 124439808);
+		CU_ASSERT_EQUAL(reduces, c[i].n);
+		CU_ASSERT_EQUAL(end, c[i].n ? 0 : 124439808);
 		fx_free(&sc, &pr);
 	}
 
 	/* predict's header and JSON say whose loop it is */
 	char ok_path[512], ok_json[2048], out[1 << 16];
 	snprintf(ok_path, sizeof(ok_path), "%s/pt-ok.json", px_test_tmpdir());
-	snprintf(ok_json, sizeof(ok_json), fmt, "", 0, 2);
+	snprintf(ok_json, sizeof(ok_json), fmt, "", 0, 2, "");
 	px_test_write_file(ok_path, ok_json);
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", ok_path), 0);
 	PX_ASSERT_HAS(out, "# framework  plain PyTorch (no DeepSpeed engine): "
@@ -1198,7 +1205,7 @@ static void test_pytorch_ddp_by_hand(void)
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char path[512], json[2048];
 		snprintf(path, sizeof(path), "%s/pt%u.json", px_test_tmpdir(), i);
-		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus);
+		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus, "");
 		px_test_write_file(path, json);
 		PxError err = {0};
 		fx_refused(path, NULL, &err);
