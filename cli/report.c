@@ -481,8 +481,7 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "ep", (double)p->par.ep);
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
 	cJSON_AddNumberToObject(j, "zero_stage", sc->ds.zero.stage);
-	cJSON_AddStringToObject(j, "framework", sc->framework == FRAMEWORK_PYTORCH ? "pytorch" :
-										 "deepspeed");
+	cJSON_AddStringToObject(j, "framework", scenario_framework_name(sc->framework));
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);

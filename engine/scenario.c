@@ -139,6 +139,13 @@ static int apply_overrides(Scenario *sc, PxError *err)
 
 /* ---- the scenario's own keys ---- */
 
+static const char *const FRAMEWORKS[] = {"deepspeed", "pytorch", NULL}; /* Framework order */
+
+const char *scenario_framework_name(Framework f)
+{
+	return FRAMEWORKS[f];
+}
+
 static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 {
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
@@ -146,7 +153,6 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 					    "training_args", "parallelism", "moe", "backend",
 					    "attention", "decoder_seq_length", "framework", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
-	static const char *const frameworks[] = {"deepspeed", "pytorch", NULL}; /* Framework */
 	const char *name, *ckpt, *backend;
 	int attn, fw;
 	JsonObj ta;
@@ -199,7 +205,7 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "attention", attentions, ATTN_EAGER, &attn, err) < 0)
 		return -1;
 	sc->attention = (AttnImpl)attn;
-	if (jobj_choice(top, "framework", frameworks, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
+	if (jobj_choice(top, "framework", FRAMEWORKS, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
 		return -1;
 	sc->framework = (Framework)fw;
 
@@ -535,8 +541,7 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 	cJSON_AddNumberToObject(r, "gradient_accumulation_steps", (double)ds->grad_accum);
 	cJSON_AddStringToObject(r, "dtype", dtype_name(ds->dtype));
 	cJSON_AddStringToObject(r, "optimizer", ds->optimizer);
-	cJSON_AddStringToObject(r, "framework", sc->framework == FRAMEWORK_PYTORCH ? "pytorch" :
-									     "deepspeed");
+	cJSON_AddStringToObject(r, "framework", scenario_framework_name(sc->framework));
 	cJSON_AddNumberToObject(r, "zero_stage", ds->zero.stage);
 	cJSON_AddNumberToObject(r, "reduce_bucket_size", ds->zero.reduce_bucket_elems);
 	cJSON_AddNumberToObject(r, "stage3_prefetch_bucket_size", ds->zero.prefetch_bucket_elems);

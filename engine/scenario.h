@@ -64,6 +64,8 @@ typedef struct Scenario {
  * JSON file its value names, relative to the current directory; later overrides of keys inside it
  * apply on top. On error the scenario is freed. */
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
+/* The "framework" value naming f ("deepspeed", "pytorch"). */
+const char *scenario_framework_name(Framework f);
 /* The same with the scenario's own document given as text (the launcher flags' scenario,
  * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its
  * folder. */

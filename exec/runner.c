@@ -112,37 +112,40 @@ static size_t unit_fp32_elems(const Runner *r, int u)
 	return u == r->head ? n + tied_elems(r) : n;
 }
 
+/* Unit u's dense elements in this stage's flat as the kernels count them (kernels/gpt_cpu.c,
+ * gpt_tp_cpu.c: this rank's shards; the last stage's copy of the tied embedding after the head's
+ * own); 0 for another stage's unit (an interleaved pipeline's bucket spans their chunks). */
+static long long own_unit_elems(const Runner *r, int u)
+{
+	if (r->p->units[u].stage != r->stage)
+		return 0;
+	return (long long)unit_dense(r, u) +
+	       (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+}
+
 /* The stage's flat of parameters at ZeRO 0-2 as this executor counts it: each of the plan's
  * buckets (whole units in backward order up to reduce_bucket_size: DeepSpeed's grouping; one
- * without a ZeRO optimizer) holds its units of this stage (an interleaved pipeline's bucket
- * spans the other stages' chunks) with their parameters as the kernels count them
- * (kernels/gpt_cpu.c, gpt_tp_cpu.c: this rank's
- * shards; the last stage's copy of the tied embedding after the head's own), padded to a multiple
- * of dp; never the plan's element counts, so that a simulator that miscounted a model's
- * parameters would show it in measured against predicted. */
+ * without a ZeRO optimizer) holds its units (own_unit_elems), padded to a multiple of dp; never
+ * the plan's element counts, so that a simulator that miscounted a model's parameters would
+ * show it in measured against predicted. */
 static long long own_flat_elems(const Runner *r)
 {
 	long long flat = 0, n = r->n;
 	for (int i = 0; i < r->st->n_buckets; i++) {
 		long long e = 0;
 		for (int u = r->st->buckets[i].u_lo; u <= r->st->buckets[i].u_hi; u++)
-			if (r->p->units[u].stage == r->stage)
-				e += (long long)unit_dense(r, u) +
-				     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+			e += own_unit_elems(r, u);
 		flat += (e + n - 1) / n * n;
 	}
 	return flat + r->own_expert; /* the experts after the dense buckets (runner_moe.c) */
 }
 
-/* The stage's dense gradients as the kernels count them, unpadded (DistributedDataParallel's
- * buckets hold them). */
+/* The stage's dense gradients, unpadded (DistributedDataParallel's buckets hold them). */
 static long long own_dense_elems(const Runner *r)
 {
 	long long n = 0;
 	for (int u = 0; u < r->p->n_units; u++)
-		if (r->p->units[u].stage == r->stage)
-			n += (long long)unit_dense(r, u) +
-			     (u == r->head && r->n_stages > 1 ? (long long)tied_elems(r) : 0);
+		n += own_unit_elems(r, u);
 	return n;
 }
 
