@@ -226,6 +226,22 @@ static void test_comm_with_accumulation(void)
 	}
 }
 
+/* Scenario text json, written to the test folder as name, is refused: the message holds says and
+ * names the file, and parallax predict exits 2 on it, saying the same. */
+static void check_refused(const char *name, const char *json, const char *says)
+{
+	char path[512], out[4096];
+	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, says);
+	PX_ASSERT_HAS(err.msg, path);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, path);
+	PX_ASSERT_HAS(out, says);
+}
+
 /* bf16 without ZeRO is DeepSpeed's BF16_Optimizer (engine.py get_data_types: fp32 gradient
  * accumulation unless data_types.grad_accum_dtype says otherwise; _do_optimizer_sanity_check:
  * BFLOAT16; bf16_optimizer.py): a params-only model of Psi = 8e6 over 4 GPUs, 2 micro-batches.
@@ -350,18 +366,10 @@ static void test_bf16_optimizer_by_hand(void)
 		 "DeepSpeed wraps it in BF16_Optimizer"},
 	};
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		char path[512], json[2048];
-		snprintf(path, sizeof(path), "%s/bad%u.json", px_test_tmpdir(), i);
+		char name[32], json[2048];
+		snprintf(name, sizeof(name), "bad%u.json", i);
 		snprintf(json, sizeof(json), fmt, bad[i].dtype, bad[i].ds, bad[i].opt, "");
-		px_test_write_file(path, json);
-		PxError err = {0};
-		fx_refused(path, NULL, &err);
-		PX_ASSERT_HAS(err.msg, bad[i].says);
-		/* through the command line: exit 2, the file and the key named */
-		char out[4096];
-		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
-		PX_ASSERT_HAS(out, path);
-		PX_ASSERT_HAS(out, bad[i].says);
+		check_refused(name, json, bad[i].says); /* and through the command line */
 	}
 }
 
@@ -1203,15 +1211,10 @@ static void test_pytorch_ddp_by_hand(void)
 		 "plain PyTorch keeps its checkpoints on the device"},
 	};
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		char path[512], json[2048];
-		snprintf(path, sizeof(path), "%s/pt%u.json", px_test_tmpdir(), i);
+		char name[32], json[2048];
+		snprintf(name, sizeof(name), "pt%u.json", i);
 		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus, "");
-		px_test_write_file(path, json);
-		PxError err = {0};
-		fx_refused(path, NULL, &err);
-		PX_ASSERT_HAS(err.msg, bad[i].says);
-		PX_ASSERT_HAS(err.msg, path);
-		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+		check_refused(name, json, bad[i].says);
 	}
 }
 
