@@ -1216,6 +1216,19 @@ static void test_pytorch_ddp_by_hand(void)
 		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus, "");
 		check_refused(name, json, bad[i].says);
 	}
+	/* the keys' own values: a framework that is not one, a bucket cap under 1 MiB */
+	const char *other = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
+			    "\"framework\": \"%s\", \"deepspeed\": "
+			    "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": "
+			    "\"A100-80GB\"}%s}";
+	char json[1024];
+	snprintf(json, sizeof(json), other, "jax", "");
+	check_refused("fw-jax.json", json, "framework: expected one of deepspeed, pytorch, got "
+		      "\"jax\"");
+	snprintf(json, sizeof(json), other, "pytorch",
+		 ", \"training_args\": {\"ddp_bucket_cap_mb\": 0}");
+	check_refused("ddp-cap.json", json, "training_args.ddp_bucket_cap_mb: expected an integer "
+		      "from 1 to 1048576, got 0");
 }
 
 int test_zero_register(void)
