@@ -871,8 +871,10 @@ static void backward_unit(Builder *b, int slot, int u)
 		grads_dest(b, u, &gbuf, &goff);
 		sched_grads_to(b->s, gbuf, goff);
 	}
-	tp_colls(b, u, ROLE_BACKWARD);
+	/* backward runs the block's MLP before its attention: an MoE block's exchanges come
+	 * before the attention's tensor-parallel all-reduce */
 	moe_colls(b, u, ROLE_BACKWARD);
+	tp_colls(b, u, ROLE_BACKWARD);
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
 	release(b, &scores);
@@ -972,7 +974,9 @@ static double exec_scratch_bytes(const Plan *p)
 	double bs = (double)(p->shape.b * p->shape.s), h = (double)p->sc->model.h;
 	double t = (double)p->par.tp, sp = p->shape.sp ? bs * h : 0;
 	const ModelSpec *m = &p->sc->model;
-	if (m->experts && p->par.tp <= 1) { /* kernels/moe_cpu.c's moe_cpu_scratch_bytes */
+	if (m->experts) { /* kernels/moe_cpu.c's moe_cpu_scratch_bytes; its 8 b s h also hold a
+			     tensor-parallel rank's units without sequence parallelism (2 b s
+			     max(4h/t, h), and the head's b s (h + 3)) */
 		double slots = (double)p->moe_slots, cap = (double)p->moe_capacity;
 		double I = (double)(m->moe_I ? m->moe_I : m->I), E = (double)m->experts;
 		double mlp = 2 * slots * h + 2 * cap * I + bs * h + 2 * bs * E;

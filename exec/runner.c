@@ -224,6 +224,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 {
 	size_t btc = (size_t)r->B * (size_t)r->T * (size_t)r->cfg.C, e = dt_bytes(r->pdt);
 	PrecisionType t = compute_prec(r->pdt);
+	if (r->moe_on && op->what == BUF_SCRATCH) /* the same bytes in any type; a
+						     tensor-parallel rank's units' within them */
+		return moe_cpu_scratch_bytes(&r->cfg, &r->moe, r->B, r->T);
+	if (r->moe_on && op->what == BUF_ACTIVATIONS && op->unit >= 0 && r->p->units[op->unit].moe)
+		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	if (r->gtp.t > 1)
 		switch (op->what) {
 		case BUF_ACTIVATIONS:
@@ -248,10 +253,6 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	double own = r->own_flat >= 0 ? own_state_bytes(r, op) : -1;
 	if (own >= 0)
 		return (size_t)own;
-	if (r->moe_on && op->what == BUF_SCRATCH) /* the same bytes in any type */
-		return moe_cpu_scratch_bytes(&r->cfg, &r->moe, r->B, r->T);
-	if (r->moe_on && op->what == BUF_ACTIVATIONS && op->unit >= 0 && r->p->units[op->unit].moe)
-		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	switch (op->what) {
 	case BUF_ACTIVATIONS:
 		if (r->sparse) /* the kept blocks' probabilities for the scores */

@@ -2,7 +2,9 @@
  * kernels/moe_cpu (DeepSpeed's gating, dispatch and combine, the local experts); each of their
  * all-to-alls takes the schedule's next op after the block's compute op, which must be an
  * expert-parallel all-to-all of the same size (engine/build.c's moe_colls), and runs on the
- * expert-parallel communicator, as runner_tp.c does for tensor parallelism. The experts' share
+ * expert-parallel communicator, as runner_tp.c does for tensor parallelism; under tensor
+ * parallelism each is followed by the tensor-parallel all-gather of the capacity (gather_tokens),
+ * through runner_tp.c's callback. The experts' share
  * of the flat (after the dense buckets, ZeRO 0-2), its reductions and gathers over the
  * expert-data-parallel group and the optimizer's slice of it are here too. */
 #include <stdlib.h>
@@ -23,9 +25,9 @@ const char *runner_moe_supported(const Plan *p)
 	if (sc->ds.dtype != DT_FP32 && !m->ds_gate)
 		return "MoE blocks in 16-bit with DeepSpeed's gate only (the scenario's \"moe\" "
 		       "object; kernels/moe_cpu keeps TopKGate's fp32 copies)";
-	if (p->par.tp > 1)
-		return "MoE blocks with expert, data and pipeline parallelism (not with tensor "
-		       "parallelism)";
+	if (p->par.tp > 1 && (!m->ds_gate || p->shape.sp))
+		return "MoE blocks under tensor parallelism with DeepSpeed's MoE layer (the "
+		       "scenario's \"moe\" object) and without sequence parallelism";
 	if (p->stage > 2)
 		return "MoE blocks with ZeRO stage 0-2 (not 3)";
 	if (p->param_place != PLACE_GPU || (p->opt_place != PLACE_GPU && p->stage == 0))
@@ -52,12 +54,10 @@ const char *runner_moe_supported(const Plan *p)
 
 /* ---- the kernels' all-to-alls ---- */
 
-static void moe_all_to_all(void *ctx, const void *in, void *out, size_t n)
+/* The expert-parallel all-to-all of total elements over the group, as the schedule's next op
+ * (its elements: what this rank sends); from in to out. */
+static void ep_exchange(Runner *r, const void *in, void *out, size_t total)
 {
-	Runner *r = ctx;
-	if (r->tp_failed)
-		return;
-	size_t total = n * (size_t)r->moe.ep;
 	int i = r->tp_next;
 	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
 	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_TO_ALL ||
@@ -71,11 +71,58 @@ static void moe_all_to_all(void *ctx, const void *in, void *out, size_t n)
 	}
 	r->tp_next++;
 	double t0 = px_now_s();
-	if (comm_all_to_all(r->ep, in, out, n, comm_dt(r->pdt), &r->tp_err))
+	if (comm_all_to_all(r->ep, in, out, total / (size_t)r->moe.ep, comm_dt(r->pdt),
+			    &r->tp_err))
 		r->tp_failed = 1;
 	double dt = px_now_s() - t0;
 	r->tp_s += dt;
 	r->op_s[N_COMPS + COLL_ALL_TO_ALL] += dt;
+}
+
+/* The kernels' all-to-all of (E, cap, C) slots, n = E/ep cap C elements to each rank of the
+ * group. Under tensor parallelism as DeepSpeed's MOELayer runs it (kernels/moe_cpu.h): this
+ * rank's capacity rows [r cap/t, (r+1) cap/t) of every expert packed at in's front (drop_tokens),
+ * exchanged over the expert-parallel group (ep > 1), all-gathered over the tensor-parallel group
+ * (gather_tokens: rank q's piece, (E, cap/t, C), q-th) and laid back out as (E, cap, C): the
+ * slots an exchange of the whole capacity would bring, every tensor-parallel rank's in being the
+ * same. */
+static void moe_all_to_all(void *ctx, void *in, void *out, size_t n)
+{
+	Runner *r = ctx;
+	if (r->tp_failed)
+		return;
+	const MoeCpu *m = &r->moe;
+	size_t total = n * (size_t)m->ep;
+	int t = r->gtp.t;
+	if (t <= 1) {
+		ep_exchange(r, in, out, total);
+		return;
+	}
+	size_t e = dt_bytes(r->pdt), C = (size_t)r->cfg.C, rows = (size_t)(m->cap / t);
+	size_t piece = rows * C, mine = total / (size_t)t; /* elements a row block, a rank's part */
+	char *a = in, *b = out;
+	for (int x = 0; x < m->E; x++) /* forward in memory: each block moves down or stays */
+		memmove(a + (size_t)x * piece * e,
+			a + ((size_t)x * (size_t)m->cap + (size_t)r->gtp.r * rows) * C * e, piece * e);
+	char *gathered = a, *from = a;
+	if (m->ep > 1) { /* in's front to out's, then gathered back into in */
+		ep_exchange(r, a, b, mine);
+		from = b;
+	} else { /* gathered into out, laid out in in, copied back */
+		gathered = b;
+	}
+	if (r->tp_failed)
+		return;
+	r->gtp.all_gather(r, from, gathered, mine, m->t);
+	if (r->tp_failed)
+		return;
+	char *laid = gathered == a ? b : a;
+	for (int q = 0; q < t; q++)
+		for (int x = 0; x < m->E; x++)
+			memcpy(laid + ((size_t)x * (size_t)m->cap + (size_t)q * rows) * C * e,
+			       gathered + ((size_t)q * mine + (size_t)x * piece) * e, piece * e);
+	if (laid != b)
+		memcpy(b, laid, total * e);
 }
 
 void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts)
@@ -181,7 +228,7 @@ int runner_moe_setup(Runner *r, PxError *err)
 	r->moe = (MoeCpu){.E = (int)m->experts, .k = (int)m->top_k, .cap = (int)p->moe_capacity,
 			  .I = (int)(m->moe_I ? m->moe_I : m->I), .ep = (int)p->par.ep,
 			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
-			  .all_to_all = moe_all_to_all};
+			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

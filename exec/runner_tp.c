@@ -126,36 +126,46 @@ static int by_lo(const void *a, const void *b)
 
 /* Which of unit u's tensors (in its storage order) every rank of the tensor-parallel group holds
  * whole: those whose shard is the whole tensor (norms, the row-split layers' biases, the
- * positions). Their count. */
-static int replicated_tensors(const Runner *r, int u, int rep[GPT_CPU_MAX_TENSORS])
+ * positions; an MoE block's router and local experts). Their count. */
+static int replicated_tensors(const Runner *r, int u, int rep[MOE_CPU_MAX_TENSORS])
 {
-	GptTensor whole[GPT_CPU_MAX_TENSORS], shard[GPT_CPU_MAX_TENSORS];
-	int k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
-	gpt_tp_unit_tensors(&r->cfg, r->gtp.t, u, shard);
+	GptTensor whole[MOE_CPU_MAX_TENSORS], shard[MOE_CPU_MAX_TENSORS];
+	int k;
+	if (is_moe_unit(r, u)) {
+		MoeCpu alone = r->moe;
+		alone.tp = NULL;
+		k = moe_cpu_unit_tensors(&r->cfg, &alone, whole);
+		moe_cpu_unit_tensors(&r->cfg, &r->moe, shard);
+	} else {
+		k = gpt_cpu_unit_tensors(&r->cfg, u, whole);
+		gpt_tp_unit_tensors(&r->cfg, r->gtp.t, u, shard);
+	}
 	for (int j = 0; j < k; j++)
 		rep[j] = shard[j].numel == whole[j].numel;
 	return k;
 }
 
 /* The flat ranges of this stage's replicated tensors (replicated_tensors), in order, into
- * r->rep. */
+ * r->rep: an MoE block's experts lie in the expert flat (runner_moe.c), the rest in the dense
+ * flat. */
 static int replicated_ranges(Runner *r)
 {
 	const Plan *p = r->p;
 	int n = 0;
-	r->rep = calloc((size_t)p->n_units * GPT_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
+	r->rep = calloc((size_t)p->n_units * MOE_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
 	if (!r->rep)
 		return -1;
 	for (int u = 0; r->gtp.t > 1 && u < p->n_units; u++) {
 		if (p->units[u].stage != r->stage)
 			continue;
-		int rep[GPT_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
-		long long off = p->units[u].flat_off;
+		int rep[MOE_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
+		long long off = p->units[u].flat_off, e_off = is_moe_unit(r, u) ? r->expert_off[u] : 0;
 		for (int j = 0; j < k && j < p->units[u].n_tensors; j++) {
 			long long len = p->units[u].tensor_local[j];
+			long long *at = p->units[u].tensor_expert[j] ? &e_off : &off;
 			if (rep[j])
-				r->rep[n++] = (ElemRange){off, off + len};
-			off += len;
+				r->rep[n++] = (ElemRange){*at, *at + len};
+			*at += len;
 		}
 	}
 	r->n_rep = n;
@@ -184,7 +194,7 @@ static int stage3_ranges(Runner *r)
 		return -1;
 	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
 		const UnitPlan *up = &p->units[u];
-		int rep[GPT_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
+		int rep[MOE_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
 		long long o = 0, q = r->persist_off[u];
 		for (int j = 0; j < k && j < up->n_tensors; j++) {
 			long long len = up->tensor_local[j];

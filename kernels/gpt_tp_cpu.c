@@ -450,6 +450,24 @@ static void row_split_forward(const GptTp *tp, PrecisionType dt, void *y, void *
 	reduce_rows(tp, dt, out, y, (size_t)N * C, rc);
 }
 
+/* The attention branch: x_in already in acts; res2 = x_in + o(attention(qkv(ln1(x_in)))) over
+ * this rank's heads. */
+void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			      int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
+			      const void *params, void *acts, float *scratch)
+{
+	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
+	size_t rc = (size_t)R * C;
+	GptBlockLayout p = *lay;
+	GptBlockActs a = *acts_at;
+	ops16_layernorm_forward(dt, A(ln1), A(x_in), P(ln1_w), P(ln1_b), R, C);
+	const void *in = gather_rows(tp, dt, A(ln1), scratch, rc);
+	ops16_matmul_forward(dt, A(qkv), in, P(qkv_w), P(qkv_b), N, C, 3 * Ct);
+	ops16_attention_forward(dt, A(atty), A(att), A(qkv), B, T, Ct, c->NH / tp->t);
+	row_split_forward(tp, dt, A(res2), scratch, A(atty), P(proj_w), P(proj_b), N, Ct, C, rc);
+	ops16_residual_forward(dt, A(res2), A(res2), A(x_in), rc);
+}
+
 void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			  const void *params, const void *x, void *y, void *acts, float *scratch)
 {
@@ -457,20 +475,13 @@ void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt,
 	size_t rc = (size_t)R * C;
 	GptBlockLayout p = gpt_tp_block_layout(c, tp->t);
 	GptBlockActs a = gpt_tp_block_acts(c, tp, B, T);
-	const void *in;
 
 	/* everything after this copy reads the kept input, which is what lets y be x */
 	memcpy(A(x_in), x, rc * precision_bytes(dt));
-	/* attention branch over this rank's heads */
-	ops16_layernorm_forward(dt, A(ln1), A(x_in), P(ln1_w), P(ln1_b), R, C);
-	in = gather_rows(tp, dt, A(ln1), scratch, rc);
-	ops16_matmul_forward(dt, A(qkv), in, P(qkv_w), P(qkv_b), N, C, 3 * Ct);
-	ops16_attention_forward(dt, A(atty), A(att), A(qkv), B, T, Ct, c->NH / tp->t);
-	row_split_forward(tp, dt, A(res2), scratch, A(atty), P(proj_w), P(proj_b), N, Ct, C, rc);
-	ops16_residual_forward(dt, A(res2), A(res2), A(x_in), rc);
+	gpt_tp_attention_forward(c, tp, dt, B, T, &p, &a, params, acts, scratch);
 	/* MLP branch over this rank's 4C/t columns */
 	ops16_layernorm_forward(dt, A(ln2), A(res2), P(ln2_w), P(ln2_b), R, C);
-	in = gather_rows(tp, dt, A(ln2), scratch, rc);
+	const void *in = gather_rows(tp, dt, A(ln2), scratch, rc);
 	ops16_matmul_forward(dt, A(fc), in, P(fc_w), P(fc_b), N, C, 4 * Ct);
 	ops16_gelu_forward(dt, A(gelu), A(fc), (size_t)N * 4 * Ct);
 	row_split_forward(tp, dt, y, scratch, A(gelu), P(down_w), P(down_b), N, 4 * Ct, C, rc);
@@ -512,6 +523,33 @@ static const float *col_split_backward(const GptTp *tp, PrecisionType dt, float 
  *              then d ln2's partial sums in whichever of the two rn(d fc) is not in
  *   attention: wide_b <- rn(d res2); wide_a[0, N C/t) = d atty; wide_b[0, 3 N C/t) = d qkv;
  *              wide_a <- rn(d qkv) in 16-bit; d ln1's partial sums in the other */
+/* The attention branch's backward: d res2 (fp32, this rank's rows) in dx on entry, d x_in on
+ * return (the residual path included); scratch as the block's. */
+void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			       int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
+			       const void *params, float *grads, const void *acts, float *dx,
+			       float *scratch)
+{
+	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
+	size_t rc = (size_t)R * C, nct = (size_t)N * Ct;
+	GptBlockLayout p = *lay;
+	GptBlockActs a = *acts_at;
+	size_t wide = wide_elems(c, tp, B, T);
+	float *wide_a = scratch, *wide_b = scratch + wide, *gath = scratch + 2 * wide;
+	const void *g16 = as_dt(dt, dx, wide_b, rc);
+	memset(wide_a, 0, nct * sizeof(float));
+	row_split_backward(tp, dt, wide_a, grads + p.proj_w, grads + p.proj_b, g16, A(atty),
+			   P(proj_w), gath, N, Ct, C, R);
+	memset(wide_b, 0, 3 * nct * sizeof(float));
+	ops16_attention_backward(dt, wide_b, wide_a, A(qkv), A(att), B, T, Ct, c->NH / tp->t);
+	g16 = as_dt(dt, wide_b, wide_a, 3 * nct);
+	const float *d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b,
+					    grads + p.qkv_w, grads + p.qkv_b, g16, A(ln1),
+					    P(qkv_w), gath, N, C, 3 * Ct, R);
+	ops16_layernorm_backward(dt, dx, grads + p.ln1_w, grads + p.ln1_b, d, A(x_in), P(ln1_w), R,
+				 C);
+}
+
 void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			   const void *params, float *grads, const void *acts, const float *dy,
 			   float *dx, float *scratch)
@@ -522,36 +560,24 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 	GptBlockActs a = gpt_tp_block_acts(c, tp, B, T);
 	size_t wide = wide_elems(c, tp, B, T);
 	float *wide_a = scratch, *wide_b = scratch + wide, *gath = scratch + 2 * wide;
-	const void *g16;
-	const float *d;
 
 	/* MLP branch: y = res2 + down(gelu(fc(ln2(res2)))) */
-	g16 = as_dt(dt, dy, wide_b, rc);
+	const void *g16 = as_dt(dt, dy, wide_b, rc);
 	memset(wide_a, 0, 4 * nct * sizeof(float));
 	row_split_backward(tp, dt, wide_a, grads + p.down_w, grads + p.down_b, g16, A(gelu),
 			   P(down_w), gath, N, 4 * Ct, C, R);
 	memset(wide_b, 0, 4 * nct * sizeof(float));
 	ops16_gelu_backward(dt, wide_b, wide_a, A(fc), 4 * nct);
 	g16 = as_dt(dt, wide_b, wide_a, 4 * nct);
-	d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b, grads + p.fc_w,
-			       grads + p.fc_b, g16, A(ln2), P(fc_w), gath, N, C, 4 * Ct, R);
+	const float *d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b,
+					    grads + p.fc_w, grads + p.fc_b, g16, A(ln2), P(fc_w),
+					    gath, N, C, 4 * Ct, R);
 	if (dx != dy)
 		memcpy(dx, dy, rc * sizeof(float)); /* the residual path */
 	ops16_layernorm_backward(dt, dx, grads + p.ln2_w, grads + p.ln2_b, d, A(res2), P(ln2_w), R,
 				 C);
-
 	/* attention branch: res2 = x + o(attention(qkv(ln1(x)))); dx now holds d res2 */
-	g16 = as_dt(dt, dx, wide_b, rc);
-	memset(wide_a, 0, nct * sizeof(float));
-	row_split_backward(tp, dt, wide_a, grads + p.proj_w, grads + p.proj_b, g16, A(atty),
-			   P(proj_w), gath, N, Ct, C, R);
-	memset(wide_b, 0, 3 * nct * sizeof(float));
-	ops16_attention_backward(dt, wide_b, wide_a, A(qkv), A(att), B, T, Ct, c->NH / tp->t);
-	g16 = as_dt(dt, wide_b, wide_a, 3 * nct);
-	d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b, grads + p.qkv_w,
-			       grads + p.qkv_b, g16, A(ln1), P(qkv_w), gath, N, C, 3 * Ct, R);
-	ops16_layernorm_backward(dt, dx, grads + p.ln1_w, grads + p.ln1_b, d, A(x_in), P(ln1_w), R,
-				 C);
+	gpt_tp_attention_backward(c, tp, dt, B, T, &p, &a, params, grads, acts, dx, scratch);
 #undef P
 #undef A
 }

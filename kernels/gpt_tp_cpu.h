@@ -148,6 +148,20 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 			   const void *params, float *grads, const void *acts, const float *dy,
 			   float *dx, float *scratch);
 
+/* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at
+ * lay's offsets (this rank's shards) and its saved activations at a's (elements of dt):
+ * forward res2 = x_in + o(attention(qkv(ln1(x_in)))) with x_in already in acts; backward with
+ * d res2 (fp32, this rank's rows) in dx on entry, d x_in on return, the branch's parameter
+ * gradients accumulated; scratch as gpt_tp_scratch_bytes. Its collectives are the block's
+ * attention half (above). kernels/moe_cpu's blocks use them under tensor parallelism. */
+void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			      int T, const GptBlockLayout *lay, const GptBlockActs *a,
+			      const void *params, void *acts, float *scratch);
+void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			       int T, const GptBlockLayout *lay, const GptBlockActs *a,
+			       const void *params, float *grads, const void *acts, float *dx,
+			       float *scratch);
+
 /* Final norm, this rank's V/t logits against the tied embedding's shard (wte: unit 0's first
  * V C / t elements), and Megatron's vocabulary-parallel cross-entropy: each token's max logit,
  * sum of exponentials and target logit reduced over the group. Returns the mean loss over the

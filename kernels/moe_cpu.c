@@ -76,6 +76,12 @@ double moe_cpu_route(const float *logits, const float *probs, int S, int E, int 
 	return l_aux * E;
 }
 
+/* The tensor-parallel degree, 1 without. */
+static int tp_t(const MoeCpu *m)
+{
+	return m->tp ? m->tp->t : 1;
+}
+
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err)
 {
 	if (m->t == PREC_F32 ? gpt_cpu_check(c, B, T, err) : gpt16_check(c, m->t, B, T, err))
@@ -92,6 +98,14 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 	if (m->ep > 1 && !m->all_to_all)
 		return px_fail(err, PX_ERR_INPUT, "moe: expert parallelism of %d without an "
 			       "all-to-all", m->ep);
+	if (tp_t(m) > 1) {
+		if (gpt_tp_check(c, m->tp, B, T, err))
+			return -1;
+		if (m->tp->sp || m->cap % m->tp->t || !m->all_to_all)
+			return px_fail(err, PX_ERR_INPUT, "moe: tensor parallelism of %d needs no "
+				       "sequence parallelism, a capacity (%d) it divides and an "
+				       "all-to-all", m->tp->t, m->cap);
+	}
 	return 0;
 }
 
@@ -108,7 +122,10 @@ int moe_cpu_unit_tensors(const GptConfig *c, const MoeCpu *m, GptTensor out[MOE_
 {
 	GptTensor dense[GPT_CPU_MAX_TENSORS];
 	size_t C = (size_t)c->C, I = (size_t)m->I, El = (size_t)(m->E / m->ep);
-	gpt_cpu_unit_tensors(c, 1, dense);
+	if (tp_t(m) > 1)
+		gpt_tp_unit_tensors(c, m->tp->t, 1, dense);
+	else
+		gpt_cpu_unit_tensors(c, 1, dense);
 	int n = 0;
 	for (; n < 8; n++) /* norm1 .. norm2 */
 		out[n] = dense[n];
@@ -176,8 +193,12 @@ void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *par
 	float resid_std = GPT_CPU_INIT_STD / sqrtf(2.0f * (float)c->L);
 	/* the shared tensors: a dense block's first eight, at the same offsets, from the same
 	 * streams; its MLP tensors land where the router and experts go and are drawn over (an MoE
-	 * unit of one local expert already outsizes a dense block: 12 C^2 + 13 C + C E) */
-	gpt_cpu_init_unit(c, unit, params, seed);
+	 * unit of one local expert already outsizes a dense block: 12 C^2 + 13 C + C E, and a
+	 * tensor-parallel rank's shard of one, whose first eight are this rank's shards) */
+	if (tp_t(m) > 1)
+		gpt_tp_init_unit(c, m->tp->t, m->tp->r, unit, params, seed);
+	else
+		gpt_cpu_init_unit(c, unit, params, seed);
 	fill_normal(params + L.router, C * (size_t)m->E, GPT_CPU_INIT_STD, seed,
 		    moe_stream(unit, 8, 0));
 	for (int j = 0; j < El; j++) {
@@ -197,6 +218,7 @@ MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int 
 {
 	size_t N = (size_t)B * T, C = (size_t)c->C, btc = N * C, e = precision_bytes(m->t);
 	size_t slots = (size_t)m->E * m->cap, I = (size_t)m->I, E = (size_t)m->E;
+	size_t t = (size_t)tp_t(m);
 	MoeBlockActs a = {0};
 	a.logits = 0; /* fp32 */
 	a.probs = N * E;
@@ -210,10 +232,10 @@ MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int 
 	a.x_in = base;
 	a.ln1 = base + btc;
 	a.qkv = base + 2 * btc;
-	a.atty = base + 5 * btc;
-	a.res2 = base + 6 * btc;
-	a.att = base + 7 * btc;
-	a.ln2 = a.att + (size_t)B * c->NH * T * T;
+	a.atty = a.qkv + 3 * btc / t;
+	a.res2 = a.atty + btc / t;
+	a.att = a.res2 + btc;
+	a.ln2 = a.att + (size_t)B * (size_t)(c->NH / (int)t) * T * T;
 	a.disp = a.ln2 + btc;
 	a.fc = a.disp + slots * C;
 	a.gelu = a.fc + slots * I;
@@ -253,10 +275,10 @@ static MoeRoute route_in(const GptConfig *c, const MoeCpu *m, int B, int T, floa
 	return (MoeRoute){(int *)at, (int *)(at + S), at + 2 * S};
 }
 
-/* total elements of type m->t */
-static void exchange(const MoeCpu *m, const void *in, void *out, size_t total)
+/* total elements of type m->t; in may be overwritten */
+static void exchange(const MoeCpu *m, void *in, void *out, size_t total)
 {
-	if (m->ep == 1)
+	if (m->ep == 1 && tp_t(m) == 1)
 		par_cpu_memcpy(out, in, total * precision_bytes(m->t));
 	else
 		m->all_to_all(m->ctx, in, out, total / (size_t)m->ep);
@@ -344,7 +366,10 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 	void *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back, of type t */
 
 	par_cpu_memcpy(A(x_in), x, btc * e);
-	gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts);
+	if (tp_t(m) > 1)
+		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, scratch);
+	else
+		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(L.d.ln2_w), P(L.d.ln2_b), N, C);
 	if (t != PREC_F32) { /* TopKGate's fp32 copies */
 		ops16_widen(t, F(gate_x), A(ln2), btc);
@@ -526,7 +551,11 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 		par_cpu_memcpy(dx, dy, btc * sizeof(float));
 	ops16_layernorm_backward(t, dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, A(res2),
 				 P(L.d.ln2_w), N, C);
-	gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, dx, scratch);
+	if (tp_t(m) > 1)
+		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, dx,
+					  scratch);
+	else
+		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, dx, scratch);
 }
 #undef P
 #undef A

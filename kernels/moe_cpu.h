@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "gpt_cpu.h"
+#include "gpt_tp_cpu.h"
 #include "precision.h"
 
 /* Dimension names as in ops_cpu.h (B, T, C, N = B T); S = N tokens this rank gates, E experts,
@@ -71,12 +72,24 @@ typedef struct MoeCpu {
 	PrecisionType t; /* the compute type (PREC_F32 when zero-initialised) */
 	void *ctx;   /* the caller's, passed to all_to_all */
 	/* out (ep n) = from each rank q of the group, in rank order, the n elements (of type t) at
-	 * q's in + r n; in and out do not overlap. NULL for ep 1 (a copy). */
-	void (*all_to_all)(void *ctx, const void *in, void *out, size_t n);
+	 * q's in + r n; in and out do not overlap, and in may be overwritten. NULL for ep 1 without
+	 * tensor parallelism (a copy). Under tensor parallelism (tp below) the same result is due,
+	 * moved as DeepSpeed's MOELayer moves it (sharded_moe.py with Megatron's mpu): each
+	 * tensor-parallel rank keeps its 1/t of every expert's capacity (drop_tokens), exchanges that
+	 * over the expert-parallel group, and the group's pieces are all-gathered over the
+	 * tensor-parallel ranks (gather_tokens); every tensor-parallel rank's in is the same. */
+	void (*all_to_all)(void *ctx, void *in, void *out, size_t n);
+	/* Tensor parallelism (NULL, or a group of one: none). The block's attention is
+	 * kernels/gpt_tp_cpu's on this rank's shards (its collectives through tp's callbacks); the
+	 * router and the local experts are whole on every tensor-parallel rank, which gate the same
+	 * tokens and run the experts over every slot (the capacity gathered whole), so that their
+	 * gradients are equal on every rank of the group. No sequence parallelism. */
+	const GptTp *tp;
 } MoeCpu;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2, k <= E, ep divides E,
- * 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and all_to_all is set for ep > 1. */
+ * 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and all_to_all is set for ep > 1; under tensor
+ * parallelism gpt_tp_check passes, without sp, t divides cap and all_to_all is set. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
 
 /* ---- parameter layout ---- */
@@ -84,13 +97,14 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 #define MOE_CPU_MAX_TENSORS 13
 
 /* An MoE block's tensors on this rank, engine/model.c's names and order: gpt_cpu's first eight
- * (norm1 .. norm2), then mlp.router.weight (C, E), and the local experts' mlp.fc.weight
+ * (norm1 .. norm2; gpt_tp_cpu's shards of them under tensor parallelism), then mlp.router.weight (C, E), and the local experts' mlp.fc.weight
  * (E_l, C, I), mlp.fc.bias (E_l, I), mlp.down.weight (E_l, I, C), mlp.down.bias (E_l, C), each
  * expert's slice contiguous, local expert 0 first. Returns their count. */
 int moe_cpu_unit_tensors(const GptConfig *c, const MoeCpu *m, GptTensor out[MOE_CPU_MAX_TENSORS]);
 size_t moe_cpu_unit_params(const GptConfig *c, const MoeCpu *m);
 
-/* gpt_cpu_init_unit's values for the shared tensors (the same stream per tensor), the router
+/* gpt_cpu_init_unit's values for the shared tensors (the same stream per tensor; this rank's
+ * shard of them, gpt_tp_init_unit's, under tensor parallelism), the router
  * normal(0, GPT_CPU_INIT_STD) and each expert's tensors as a dense MLP's (weights normal, down
  * scaled by 1 / sqrt(2 L), biases 0), each expert drawn from a stream of its own: a rank draws
  * only its local experts, and any ep gives the same model. */
@@ -105,14 +119,14 @@ void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *par
 typedef struct MoeBlockActs {
 	size_t logits, probs; /* fp32 (N, E) each */
 	size_t gate_x, gate_w; /* 16-bit only: fp32 copies of ln2 (N, C) and the router (C, E) */
-	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C) (N, C) (N, C) */
-	size_t att;    /* (B, NH, T, T) */
+	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C/t) (N, C/t) (N, C) */
+	size_t att;    /* (B, NH/t, T, T): t the tensor-parallel degree, 1 without */
 	size_t ln2;    /* (N, C) the router's and the dispatch's input */
 	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
 	size_t fc, gelu; /* (ep, E_l, cap, I) each */
 	size_t eout;   /* (E, cap, C) the experts' outputs for this rank's tokens, come back */
-	size_t total_bytes; /* 4 (2 N E) + bytes(t) (N (8 C + NH T) + slots (2 C + 2 I)), and in
-			       16-bit 4 (N C + C E) more */
+	size_t total_bytes; /* 4 (2 N E) + bytes(t) (N (4 C + (4 C + NH T) / t) + slots (2 C +
+			       2 I)), and in 16-bit 4 (N C + C E) more */
 } MoeBlockActs;
 MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T);
 /* total_bytes: engine/activ.c's MoE block for bytes(t) activations (DeepSpeed's gate), no dropout,

@@ -173,7 +173,24 @@ static void test_layouts(void)
 					want[i].expert ? want[i].numel / ep : want[i].numel);
 		}
 	}
-	/* activations: 4 (N (8 C + NH T + 2 E) + E cap (2 C + 2 I)) */
+	/* under tensor parallelism (t = 2): the attention's split tensors (engine/model.c's
+	 * tp_split: c_attn's columns, o's rows) at half on each rank, the norms, o's bias, the
+	 * router and the local experts whole */
+	GptTp two = {.r = 0, .t = 2};
+	for (int ep = 1; ep <= MAX_EP; ep *= 2) {
+		MoeCpu q = moe(1, ep, 0);
+		q.tp = &two;
+		GptTensor got[MOE_CPU_MAX_TENSORS];
+		CU_ASSERT_EQUAL_FATAL(moe_cpu_unit_tensors(&CFG, &q, got), n);
+		for (int i = 0; i < n; i++)
+			CU_ASSERT_EQUAL((long long)got[i].numel,
+					want[i].expert ? want[i].numel / ep :
+					want[i].tp_split ? want[i].numel / 2 : want[i].numel);
+	}
+	/* activations: 4 (N (8 C + NH T + 2 E) + E cap (2 C + 2 I)); under tensor parallelism
+	 * the attention's qkv, its output and scores are this rank's heads' (Korthikanti et al.
+	 * 2022, section 4.2.1), the MoE layer's whole: 4 (N (4 C + (4 C + NH T) / t + 2 E) +
+	 * E cap (2 C + 2 I)) */
 	for (int k = 1; k <= 2; k++) {
 		ModelSpec mk;
 		CU_ASSERT_EQUAL_FATAL(engine_moe_gpt2(&mk, k), 0);
@@ -189,6 +206,15 @@ static void test_layouts(void)
 				activ_moe_block_bytes(&mk, &x, CKPT_NONE, (long long)slots));
 		CU_ASSERT_EQUAL((double)moe_cpu_block_act_bytes(&CFG, &q, B, T),
 				4 * (N * (8.0 * 16 + 2 * 8 + 2 * E) + slots * (2 * 16 + 2 * 64)));
+		MoeCpu qt = q;
+		qt.tp = &two;
+		ActivShape xt = x;
+		xt.t = 2;
+		CU_ASSERT_EQUAL((double)moe_cpu_block_act_bytes(&CFG, &qt, B, T),
+				activ_moe_block_bytes(&mk, &xt, CKPT_NONE, (long long)slots));
+		CU_ASSERT_EQUAL((double)moe_cpu_block_act_bytes(&CFG, &qt, B, T),
+				4 * (N * (4.0 * 16 + (4.0 * 16 + 2 * 8) / 2 + 2 * E) +
+				     slots * (2 * 16 + 2 * 64)));
 		/* bf16: every tensor above in 2 bytes but the router's fp32 logits and
 		 * probabilities (8 E a token), and the fp32 copies DeepSpeed's TopKGate multiplies
 		 * and keeps, its input (4 C a token) and the router's weight (4 C E):
@@ -425,7 +451,7 @@ typedef struct EpRank {
 	Block b;
 } EpRank;
 
-static void sim_all_to_all(void *ctx, const void *in, void *out, size_t n)
+static void sim_all_to_all(void *ctx, void *in, void *out, size_t n)
 {
 	EpRank *k = ctx;
 	Exchange *x = k->x;
@@ -656,6 +682,18 @@ static void test_run_losses(void)
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=0 --set "
 		    "deepspeed.gradient_clipping=0"},
 	};
+	/* under tensor parallelism the attention's row-split products are summed over the
+	 * group (the tp suite's reassociation, held to the same bound); every tensor-parallel
+	 * rank gates the same tokens and runs the experts over the whole capacity */
+	static const PxRunCase tp[] = {
+		{2, "--set parallelism.tp=2 --set moe.ep_size=1"},                /* dp 1 */
+		{4, "--set parallelism.tp=2 --set moe.ep_size=2"},                /* ep 2, edp 1 */
+		{4, "--set parallelism.tp=2 --set moe.ep_size=1 --set "
+		    "deepspeed.zero_optimization.stage=2"},                          /* edp 2 */
+		{4, "--set parallelism.tp=2 --set parallelism.pp=2"},          /* MoE on stage 1 */
+		{4, "--set parallelism.tp=2 --set moe.ep_size=2 --set "
+		    "activation_checkpointing=full"},
+	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS];
 	snprintf(base, sizeof(base), "run '%s' --no-db --json", moe_scenario());
@@ -665,6 +703,7 @@ static void test_run_losses(void)
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
 					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
 	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	px_check_losses(base, tp, (int)(sizeof(tp) / sizeof(tp[0])), 1e-6, 0, ref);
 	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.k=2", moe_scenario());
 	px_check_losses(base, top2, (int)(sizeof(top2) / sizeof(top2[0])), 1e-6, 1, ref);
 	snprintf(base, sizeof(base), "run '%s' --no-db --json --set deepspeed.zero_optimization."
@@ -688,6 +727,7 @@ static void test_run_losses_bf16(void)
 		{2, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
+		{4, "--set moe.ep_size=2 --set parallelism.tp=2"},
 	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS];
@@ -743,6 +783,42 @@ static void test_run_measured(void)
 					runs[i].a2a_bytes);
 			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r),
 					runs[i].rs_bytes);
+		}
+		sqlite3_close(db);
+	}
+	/* tp 2 x ep 2 (dp 2, edp 1), as DeepSpeed's MOELayer runs under Megatron's tensor
+	 * parallelism (kernels/moe_cpu.h): each all-to-all moves a rank's half of every expert's
+	 * capacity, E x 16 / 2 x C fp32 = 8192 bytes, 4 a micro-batch over the 16 / (2 x 2) = 4
+	 * micro-batches of a rank: 131072 bytes; each is followed by the tensor-parallel all-gather
+	 * of the whole capacity, 16384 bytes, 262144 a step. ZeRO-1 all-gathers a rank's dense flat
+	 * once a step over dp 2: its shards, wte 64 x 128 / 2 + wpe 64 x 64 + the dense block (2 x
+	 * 128 norms + 64 x 96 + 96 + 32 x 64 + 64 + 64 x 128 + 128 + 128 x 64 + 64 = 25184) + the
+	 * MoE block's norms, attention and router (128 + 6144 + 96 + 2048 + 64 + 128 + 64 x 4 =
+	 * 8864) + ln_f 128 = 42368 elements, 169472 bytes, and reduce-scatters as much: all-gathers
+	 * 431616 bytes in all. With ep 1 (edp 2) a rank's 4 experts (4 x 33088 elements) are
+	 * reduce-scattered and all-gathered over edp 2 as well: (42368 + 132352) x 4 = 698880
+	 * bytes each, and the all-gathers 961024 with the capacity's 262144. */
+	static const struct {
+		const char *set;
+		double a2a_bytes, ag_bytes, rs_bytes;
+	} tp[] = {
+		{"--set moe.ep_size=2", 131072, 431616, 169472},
+		{"--set moe.ep_size=1", 0, 961024, 698880},
+	};
+	for (size_t i = 0; i < sizeof(tp) / sizeof(tp[0]); i++) {
+		char args[1024];
+		snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --set parallelism.tp=2 %s",
+			 moe_scenario(), tp[i].set);
+		sqlite3 *db = px_run_measured(args, 4);
+		for (int r = 0; r < 4; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "measured", r),
+					tp[i].a2a_bytes);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_gather_bytes", "measured", r),
+					tp[i].ag_bytes);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_gather_bytes", "predicted", r),
+					tp[i].ag_bytes);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r),
+					tp[i].rs_bytes);
 		}
 		sqlite3_close(db);
 	}
@@ -941,7 +1017,8 @@ static void test_run_refusals(void)
 		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set moe.use_rts=true", "without random token selection"},
-		{2, "--set parallelism.tp=2", "not with tensor parallelism"},
+		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
+		 "without sequence parallelism"},
 		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
 		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
