@@ -943,8 +943,10 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 /* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
  * DistributedDataParallel bucket (build.c ddp_ready), copied into the reducer's flat now:
  * all-reduced there (divided by dp first where DeepSpeed does) and copied back where its slice
- * says. Blocking (DDP's run beside the backward: the executor does not overlap them). */
-static int flat_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+ * says. The engine's run blocking after the backward; DDP's are started on the reduction stream
+ * (engine/streams.h, Plan.overlap_comm) while the backward goes on, their sums copied back when
+ * they complete (finish_pending; the optimizer and the one-value all-reduces wait for them). */
+static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *err)
 {
 	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
 	size_t n = (size_t)op->elems;
@@ -955,14 +957,20 @@ static int flat_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-reduce of %lld flattened "
 			       "gradients whose slice does not say where they go back, or that "
 			       "falls outside its buffer", (int)(op - r->s->ops), (long long)op->elems);
+	void *g = at(r->buf[r->id_grads], sl->part_off, r->gdt);
 	if (op->buf == r->id_ddp)
-		r->cb->convert(r->cx, x, r->gdt, at(r->buf[r->id_grads], sl->part_off, r->gdt),
-			       r->gdt, n);
+		r->cb->convert(r->cx, x, r->gdt, g, r->gdt, n);
 	runner_predivide(r, x, r->gdt, n);
-	if (comm_all_reduce(c, x, x, n, comm_dt(r->gdt), COMM_SUM, err))
+	if (op->buf != r->id_ddp)
+		q = NULL;
+	if (issue(c, op, x, x, n, r->gdt, q, err))
 		return -1;
-	r->cb->convert(r->cx, at(r->buf[r->id_grads], sl->part_off, r->gdt), r->gdt, x, r->gdt, n);
-	return 0;
+	if (!q) {
+		r->cb->convert(r->cx, g, r->gdt, x, r->gdt, n);
+		return 0;
+	}
+	q->back_to = g, q->back_from = x, q->back_n = n;
+	return pend_push(r, q);
 }
 
 /* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
@@ -1009,9 +1017,6 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
-	if (op->buf >= 0 && ((r->alloc_of[op->buf]->what == BUF_REDUCE_FLAT && p->stage == 0) ||
-			     op->buf == r->id_ddp))
-		return flat_reduce(r, op, c, err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */
@@ -1028,6 +1033,9 @@ static int collective(Runner *r, const Op *op, PxError *err)
 		q = &r->pend[r->n_pend];
 		*q = (Pending){.op = op, .stream = k, .recycle_buf = -1};
 	}
+	if (op->buf >= 0 && ((r->alloc_of[op->buf]->what == BUF_REDUCE_FLAT && p->stage == 0) ||
+			     op->buf == r->id_ddp))
+		return flat_reduce(r, op, c, q, err);
 	void *base = op->buf >= 0 ? r->buf[op->buf] : NULL;
 	long long rank = comm_rank(c); /* in the op's group */
 	/* a stage 2-3 bucket all-reduced (reduce_scatter off: DeepSpeed's allreduce_bucket) leaves
@@ -1237,6 +1245,8 @@ static int finish_pending(Runner *r, Pending *q, PxError *err)
 		consume(r, q->op, q->mine, q->cnt);
 	if (!rc && q->recycle_buf >= 0)
 		recycle(r, q->recycle_buf);
+	if (!rc && q->back_to)
+		r->cb->convert(r->cx, q->back_to, r->gdt, q->back_from, r->gdt, q->back_n);
 	double dt = px_now_s() - t0;
 	r->op_s[N_COMPS + q->op->sub] += dt;
 	r->wait_s += dt;

@@ -39,6 +39,11 @@ typedef struct Pending {
 			      gradient partition at the wait; NULL for none */
 	size_t cnt;        /* its elements */
 	int recycle_buf;   /* a buffer to recycle at the wait (persistent gradients), or -1 */
+	void *back_to;     /* a DistributedDataParallel bucket's all-reduced sums (back_n
+			      elements at back_from) go back into the gradients here at the wait;
+			      NULL for none */
+	const void *back_from;
+	size_t back_n;
 } Pending;
 
 typedef struct RunnerZpp RunnerZpp; /* runner_zpp.c's */

@@ -997,6 +997,18 @@ static void test_stage0_reduce_buffers(void)
 		if (k % 2)
 			PX_ASSERT_HAS(text, "memory.gpu.peak.buffers_bytes: predicted");
 	}
+	/* DDP's bucket is all-reduced on the reduction stream, started once the backward that
+	 * completes it ends (build.c ddp_ready) and copied back when it completes; the engine's
+	 * runs blocking after the backward */
+	for (int k = 0; k < 2; k++) {
+		char args[2048], out[65536];
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --no-db %s --set "
+			 "deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 --set "
+			 "deepspeed.train_batch_size=2", scn, c[k].set);
+		CU_ASSERT_EQUAL(px_test_run_release(args, 120, out, sizeof(out)), 0);
+		PX_ASSERT_HAS(out, k ? "per step): 1 collectives started" :
+				       "per step): 0 collectives started");
+	}
 }
 
 /* DeepSpeed's ZeRO 1-2 step makes the fp32 gradients from the partition's gradient tensors in two
