@@ -15,8 +15,9 @@
  *   all-reduce, and the momentum and weights are set from it (kernels/ops_cpu.h
  *   ops_zero_one_step). The error buffers are zeroed where the variance freezes.
  * In fp32 each tensor is exchanged on its own; in fp16 DeepSpeed wraps the optimizer in
- * FP16_Optimizer, whose one fp32 flat of all parameters is exchanged whole, its gradients unscaled
- * into fp32 first. What the schedule states is checked against what the kernels count: each
+ * FP16_Optimizer, whose one fp32 flat of the stage's parameters is exchanged whole, its gradients
+ * unscaled into fp32 first. Beside tensor and pipeline parallelism the exchanges run over the
+ * data-parallel group on this rank's tensors: its shards, its stage's (own_tensors). What the schedule states is checked against what the kernels count: each
  * compressed all-reduce must name a tensor's place (fp16: the whole flat's) as gpt_cpu lays it
  * out, and the error buffers are sized from the kernels' tensors. */
 #include <string.h>
@@ -24,6 +25,7 @@
 
 #include "../engine/onebit.h"
 #include "../kernels/gpt_cpu.h"
+#include "../kernels/gpt_tp_cpu.h"
 #include "onebit_comm.h"
 #include "runner_int.h"
 
@@ -36,20 +38,39 @@ const char *runner_onebit_supported(const Plan *p)
 	if (sc->backend != BACKEND_CPU)
 		return "the 1-bit optimizers on backend \"cpu\" (their compressed all-reduce works on "
 		       "host arrays)";
-	if (p->par.tp > 1 || p->par.pp > 1 || sc->model.experts)
-		return "the 1-bit optimizers with data parallelism alone";
+	if (sc->model.experts)
+		return "the 1-bit optimizers without experts";
+	if (k->error_feedback == EF_FLAT && (p->par.tp > 1 || p->par.pp > 1))
+		return "1-bit LAMB with data parallelism alone";
 	return NULL;
+}
+
+/* Unit u's tensors on this rank in the flat's order: its shard's (gpt_tp_unit_tensors; whole
+ * without tensor parallelism), and on a pipeline's last stage, after the head's own, its copy of
+ * the tied token embedding, which DeepSpeed's pipeline engine keeps as a parameter of that
+ * stage. Their count; 0 for a unit of another stage. */
+static int own_tensors(const Runner *r, int u, GptTensor t[GPT_CPU_MAX_TENSORS + 1])
+{
+	if (r->p->units[u].stage != r->stage)
+		return 0;
+	int n = gpt_tp_unit_tensors(&r->cfg, r->gtp.t, u, t);
+	if (u == r->head && r->n_stages > 1)
+		t[n++] = (GptTensor){"the head's copy of embed.tokens", tied_elems(r)};
+	return n;
 }
 
 double runner_onebit_error_bytes(const Runner *r)
 {
-	long long padded = 0, n = r->n;
-	GptTensor t[GPT_CPU_MAX_TENSORS];
+	long long padded = 0, n = r->n, flat = 0;
+	GptTensor t[GPT_CPU_MAX_TENSORS + 1];
+	for (int u = 0; u < r->p->n_units; u++)
+		for (int i = 0, k = own_tensors(r, u, t); i < k; i++) {
+			flat += (long long)t[i].numel;
+			if (!r->p->mixed && !r->lamb)
+				padded += optim_onebit_padded_elems((long long)t[i].numel, n);
+		}
 	if (r->p->mixed || r->lamb) /* FP16_Optimizer's flat, 1-bit LAMB's fused momenta: one pair */
-		padded = optim_onebit_padded_elems((long long)gpt_cpu_n_params(&r->cfg), n);
-	for (int u = 0; !r->p->mixed && !r->lamb && u < r->p->n_units; u++)
-		for (int i = 0, k = gpt_cpu_unit_tensors(&r->cfg, u, t); i < k; i++)
-			padded += optim_onebit_padded_elems((long long)t[i].numel, n);
+		padded = optim_onebit_padded_elems(flat, n);
 	/* every padded size divides by n: the server errors, one chunk of each, sum to padded / n */
 	return 4.0 * (double)padded + 4.0 * (double)(padded / n);
 }
@@ -109,11 +130,15 @@ static int shares_setup(Runner *r, Schedule *c, PxError *err)
 static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 {
 	const Plan *p = r->p;
-	GptTensor t[GPT_CPU_MAX_TENSORS];
+	GptTensor t[GPT_CPU_MAX_TENSORS + 1];
 	int u = 0, k = 0, nt = 0;
 	long long at = 0, covered = 0;
 	if (p->mixed || r->lamb) { /* the flat, whole, unpadded between its buckets */
-		t[0] = (GptTensor){"the flat of all parameters", gpt_cpu_n_params(&r->cfg)};
+		long long flat = 0;
+		for (int v = 0; v < p->n_units; v++)
+			for (int i = 0, nv = own_tensors(r, v, t); i < nv; i++)
+				flat += (long long)t[i].numel;
+		t[0] = (GptTensor){"the flat of the stage's parameters", (size_t)flat};
 		u = p->n_units, nt = 1;
 		if (r->own_flat != (long long)t[0].numel)
 			return px_fail(err, PX_ERR_RUNTIME, "1-bit LAMB and the 1-bit optimizers in fp16 "
@@ -129,7 +154,7 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 			if (u == p->n_units)
 				return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a compressed "
 					       "all-reduce past the kernels' last tensor", i);
-			nt = gpt_cpu_unit_tensors(&r->cfg, u, t);
+			nt = own_tensors(r, u, t);
 			at = p->units[u++].flat_off;
 			k = 0;
 		}
@@ -138,6 +163,8 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 		at += (long long)t[k++].numel;
 		covered++;
 	}
+	while (u < p->n_units && !own_tensors(r, u, t)) /* the later stages' units */
+		u++;
 	if (covered && (k != nt || u != p->n_units))
 		return px_fail(err, PX_ERR_RUNTIME, "the compressed step exchanges %lld tensors' "
 			       "momenta and leaves the kernels' others out", covered);
