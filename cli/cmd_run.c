@@ -725,9 +725,10 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 			  &run, err))
 		goto out_run;
 	const OptimKind *ok = pr.plan.sc->ds.opt;
-	int last_kind = !ok || ok->error_feedback == EF_NONE ? ONEBIT_FULL :
-			optim_zero_one(ok) ? ONEBIT_LOCAL : ONEBIT_COMPRESSED;
-	for (int kind = ONEBIT_COMPRESSED; kind <= last_kind; kind++) {
+	int onebit = ok && ok->error_feedback != EF_NONE;
+	for (int kind = ONEBIT_COMPRESSED; onebit && kind < N_ONEBIT_STEPS; kind++) {
+		if (kind == ONEBIT_LOCAL && !optim_zero_one(ok))
+			continue;
 		pr.plan.onebit_step = kind;
 		int bad = build_schedule(&pr.plan, stage, &kind_sched[kind], err);
 		pr.plan.onebit_step = ONEBIT_FULL;

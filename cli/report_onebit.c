@@ -11,6 +11,10 @@ static int shown(const OneBitRun *o, int k)
 	return k != ONEBIT_LOCAL || o->zero_one;
 }
 
+/* The kinds in the order a run meets them. */
+static const OneBitStep ORDER[N_ONEBIT_STEPS] = {ONEBIT_INIT, ONEBIT_FULL, ONEBIT_COMPRESSED,
+						 ONEBIT_LOCAL};
+
 void report_onebit_table(FILE *f, const Prediction *pr)
 {
 	const OneBitRun *o = &pr->onebit;
@@ -20,7 +24,8 @@ void report_onebit_table(FILE *f, const Prediction *pr)
 		pr->plan.sc->ds.optimizer);
 	fprintf(f, "%-12s %8s %14s %14s %12s %12s\n", "step", "colls", "sent GiB", "dp sent GiB",
 		"step s", "steps");
-	for (int k = 0; k < N_ONEBIT_STEPS; k++) {
+	for (int i = 0; i < N_ONEBIT_STEPS; i++) {
+		int k = ORDER[i];
 		if (!shown(o, k))
 			continue;
 		char t[32], n[32];
@@ -36,7 +41,9 @@ void report_onebit_table(FILE *f, const Prediction *pr)
 			o->avg_wire_bytes / GiB, o->avg_dp_wire_bytes / GiB, t, o->n_steps);
 	}
 	fprintf(f, "# full: gradients all-reduced in full precision (warm-up); compressed: sign bits "
-		"and one fp32 scale per rank and chunk (all-to-all, then all-gathers)%s\n",
+		"and one fp32 scale per rank and chunk (all-to-all, then all-gathers)%s; init: step 1, "
+		"the gradients all-reduced and the still-zero momenta compressed as the error "
+		"buffers are set up, no update\n",
 		o->zero_one ? "; local: 0/1 Adam's steps between synchronisations" : "");
 	fprintf(f, "# data-parallel volume: compressed step %.1fx less than full", o->compressed_reduction);
 	if (o->n_steps > 0)
@@ -58,7 +65,8 @@ cJSON *report_onebit_json(const Prediction *pr)
 		return NULL;
 	cJSON *j = cJSON_CreateObject();
 	cJSON *steps = cJSON_AddObjectToObject(j, "steps");
-	for (int k = 0; k < N_ONEBIT_STEPS; k++) {
+	for (int i = 0; i < N_ONEBIT_STEPS; i++) {
+		int k = ORDER[i];
 		if (!shown(o, k))
 			continue;
 		cJSON *s = cJSON_AddObjectToObject(steps, onebit_step_name(k));

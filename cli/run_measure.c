@@ -86,15 +86,18 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
 	/* the schedule's groups; the loss's mean travels on the world and is not counted */
 	run_comm_totals(world, pay, w);
-	const int C = ONEBIT_COMPRESSED, L = ONEBIT_LOCAL;
-	long full = clk->steps - clk->kind_steps[C] - clk->kind_steps[L]; /* none finished: the
-									   partial one's, as one */
+	const int C = ONEBIT_COMPRESSED, L = ONEBIT_LOCAL, I = ONEBIT_INIT;
+	long full = clk->steps - clk->kind_steps[C] - clk->kind_steps[L] -
+		    clk->kind_steps[I]; /* none finished: the partial one's, as one */
 	double per = clk->steps == 0 ? 1.0 : full > 0 ? (double)full : NAN;
 	double per_comp = clk->kind_steps[C] > 0 ? (double)clk->kind_steps[C] : NAN;
 	double per_local = clk->kind_steps[L] > 0 ? (double)clk->kind_steps[L] : NAN, lwire = 0;
+	double per_init = clk->kind_steps[I] > 0 ? (double)clk->kind_steps[I] : NAN, iwire = 0;
 	for (int kind = 0; kind < N_COLLS; kind++) {
-		double p = pay[kind] - clk->kind_payload[C][kind] - clk->kind_payload[L][kind];
-		double wk = w[kind] - clk->kind_wire[C][kind] - clk->kind_wire[L][kind];
+		double p = pay[kind] - clk->kind_payload[C][kind] - clk->kind_payload[L][kind] -
+			   clk->kind_payload[I][kind];
+		double wk = w[kind] - clk->kind_wire[C][kind] - clk->kind_wire[L][kind] -
+			    clk->kind_wire[I][kind];
 		v[k++] = p / per;
 		v[k++] = wk / per;
 		wire += wk / per;
@@ -107,6 +110,11 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	}
 	v[k++] = cwire;
 	v[k++] = lwire;
+	for (int kind = 0; kind < N_COLLS; kind++) {
+		v[k++] = clk->kind_payload[I][kind] / per_init;
+		iwire += clk->kind_wire[I][kind] / per_init;
+	}
+	v[k++] = iwire;
 	const double *t = runner_op_times(run); /* each kind of op, per steady step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
 		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
@@ -160,6 +168,9 @@ int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetr
 		snprintf(names[k++], 64, "comm.onebit_compressed.%s_bytes", coll_name(kind));
 	snprintf(names[k++], 64, "comm.onebit_compressed.wire_bytes");
 	snprintf(names[k++], 64, "comm.onebit_local.wire_bytes");
+	for (int kind = 0; kind < N_COLLS; kind++)
+		snprintf(names[k++], 64, "comm.onebit_init.%s_bytes", coll_name(kind));
+	snprintf(names[k++], 64, "comm.onebit_init.wire_bytes");
 	for (int i = 0; i < N_COMPS; i++)
 		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
 	for (int i = 0; i < N_COLLS; i++)

@@ -16,8 +16,9 @@ enum {
 	/* the bytes requested by category (the arena's labels), the allocator's high-water per
 	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
 	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
-	/* then the 1-bit compressed steps' by kind, and 0/1 Adam's local steps' wire bytes */
-	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1,
+	/* then the 1-bit compressed steps' by kind, 0/1 Adam's local steps' wire bytes, and the
+	 * 1-bit initialisation step's by kind */
+	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1 + N_COLLS + 1,
 	/* the NVMe swap files' bytes requested by category, and the bytes read and written per
 	 * step (exec/swapfile.h: what pread and pwrite moved) */
 	MEAS_NVME = N_CATS + 2,
@@ -37,8 +38,8 @@ typedef struct RunMarks {
 	double op_first[RUNNER_N_TIMES]; /* runner_op_times after the first */
 	long long faults0, faults1;      /* minor page faults before and after the first */
 	double rss_setup_bytes;          /* VmRSS before runner_create (MPI, libraries, ...) */
-	/* a 1-bit optimizer's steps other than full ones (StepResult.onebit_step: compressed, and
-	 * 0/1 Adam's local), by kind: how many, and what they issued and sent per collective kind
+	/* a 1-bit optimizer's steps other than full ones (StepResult.onebit_step: compressed, 0/1
+	 * Adam's local, and the initialisation step), by kind: how many, and what they issued and sent per collective kind
 	 * (the counters' gain over each such step) */
 	long kind_steps[N_ONEBIT_STEPS];
 	double kind_payload[N_ONEBIT_STEPS][N_COLLS], kind_wire[N_ONEBIT_STEPS][N_COLLS];

@@ -1410,13 +1410,15 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	 * sim/predict.c) */
 	const OptimKind *ok = p->sc->ds.opt;
 	int step_temp = -1, lamb = ok && ok->error_feedback == EF_FLAT;
+	/* a 1-bit optimizer's initialisation step exchanges its zero momenta and updates nothing */
+	int init = ok && ok->error_feedback != EF_NONE && p->onebit_step == ONEBIT_INIT;
 	double temp = st->opt_step_temp_bytes; /* the largest sub-group's at stage 3: this one's */
 	if (ranged && st->step_elems > 0)
 		temp *= elems / (double)st->step_elems;
-	if (temp > 0 && !(lamb && p->onebit_step == ONEBIT_FULL) &&
+	if (temp > 0 && !init && !(lamb && p->onebit_step == ONEBIT_FULL) &&
 	    (step_temp = alloc(b, p->opt_place, CAT_OPTIM, BUF_OPT_STEP_TEMP, -1, temp)) >= 0)
 		in_group(b, ranged, lo, n);
-	if (onebit && p->onebit_step == ONEBIT_COMPRESSED)
+	if ((onebit && p->onebit_step == ONEBIT_COMPRESSED) || init)
 		onebit_exchange(b);
 	double state = elems * p->master_bytes +
 		       (part > 0 ? st->opt_state_bytes * (elems / part) : 0);
@@ -1427,8 +1429,9 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	/* an Adam-like update reads and writes every state and reads the gradient, about 10 FLOPs
 	 * per element, in one pass when fused, in several otherwise (optim.h's extra_bytes) */
 	double passes = elems * optim_impl(p->opt_impl)->extra_bytes;
-	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, 10 * elems,
-			 2 * state + elems * (4 + p->param_bytes) + passes));
+	/* (the initialisation step's is the step that sets up its states and moves nothing) */
+	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, init ? 0 : 10 * elems,
+			 init ? 0 : 2 * state + elems * (4 + p->param_bytes) + passes));
 	in_group(b, ranged, lo, n);
 	if (p->opt_place == PLACE_NVME) {
 		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
@@ -1493,7 +1496,8 @@ static void optimizer_step(Builder *b)
 	/* a 1-bit optimizer's compressed and local steps turn the gradient all-reduce off
 	 * (enable_backward_allreduce = False): the compressed exchange replaces it */
 	const OptimKind *ok = p->sc->ds.opt;
-	int onebit = ok && ok->error_feedback != EF_NONE && p->onebit_step != ONEBIT_FULL;
+	int onebit = ok && ok->error_feedback != EF_NONE &&
+		     (p->onebit_step == ONEBIT_COMPRESSED || p->onebit_step == ONEBIT_LOCAL);
 	if (p->bf16_optimizer) {
 		bf16_reduce(b);
 	} else if (p->sc->framework == FRAMEWORK_PYTORCH) {

@@ -4,7 +4,7 @@
 
 const char *onebit_step_name(OneBitStep k)
 {
-	static const char *const names[N_ONEBIT_STEPS] = {"full", "compressed", "local"};
+	static const char *const names[N_ONEBIT_STEPS] = {"full", "compressed", "local", "init"};
 	return k >= 0 && k < N_ONEBIT_STEPS ? names[k] : "?";
 }
 
@@ -29,13 +29,14 @@ int onebit_zero_one_frozen(const OneBitParams *o, long long step)
 	return step >= 2 && step - 1 > o->var_freeze_step;
 }
 
-/* Step `step`'s kind, then the counters moved past it. Step 1 is the constructor's initialisation
- * step: the gradients are all-reduced (the engine's default) and no counter moves. */
+/* Step `step`'s kind, then the counters moved past it. Step 1 is the optimizer's initialisation
+ * step: the gradients are all-reduced (the engine's default), the idle accumulator goes through
+ * the compressed all-reduce, and no counter moves. */
 static OneBitStep zero_one_next(ZeroOne *z, const OneBitParams *o, long long step)
 {
 	OneBitStep kind;
 	if (step == 1) {
-		kind = ONEBIT_FULL;
+		kind = ONEBIT_INIT;
 	} else if (!onebit_zero_one_frozen(o, step)) {
 		kind = z->backward_allreduce ? ONEBIT_FULL : ONEBIT_COMPRESSED;
 		if (step % z->var_interval == 0 && ++z->var_counter == o->var_update_scaler) {
@@ -62,7 +63,8 @@ static void zero_one_init(ZeroOne *z)
 
 /* 1-bit Adam's and LAMB's full steps (adam.py's step()): the first call is the initialisation
  * step, which returns before the switch is tested; every later step tests, after its update,
- * whether its count reached freeze_step. So steps 1..max(freeze_step, 2) all-reduce in full. */
+ * whether its count reached freeze_step. So steps 1..max(freeze_step, 2) all-reduce in full, the
+ * first of them the initialisation step. */
 static long long onebit_full_steps(const OneBitParams *o)
 {
 	return o->freeze_step > 2 ? o->freeze_step : 2;
@@ -70,6 +72,8 @@ static long long onebit_full_steps(const OneBitParams *o)
 
 OneBitStep onebit_step_kind(const OneBitParams *o, int zero_one, long long step)
 {
+	if (step <= 1)
+		return ONEBIT_INIT;
 	if (!zero_one)
 		return step <= onebit_full_steps(o) ? ONEBIT_FULL : ONEBIT_COMPRESSED;
 	ZeroOne z;
@@ -89,8 +93,9 @@ void onebit_count_steps(const OneBitParams *o, int zero_one, long long n_steps,
 		return;
 	if (!zero_one) {
 		long long full = onebit_full_steps(o);
-		counts[ONEBIT_FULL] = full < n_steps ? full : n_steps;
-		counts[ONEBIT_COMPRESSED] = n_steps - counts[ONEBIT_FULL];
+		counts[ONEBIT_INIT] = 1;
+		counts[ONEBIT_FULL] = (full < n_steps ? full : n_steps) - 1;
+		counts[ONEBIT_COMPRESSED] = n_steps - 1 - counts[ONEBIT_FULL];
 		return;
 	}
 	ZeroOne z;

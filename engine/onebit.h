@@ -15,10 +15,15 @@ typedef enum {
 			      gradient or accumulated momentum) and no gradient all-reduce */
 	ONEBIT_LOCAL,      /* 0/1 Adam after var_freeze_step between synchronisations: nothing
 			      exchanged over the data-parallel group */
+	ONEBIT_INIT,       /* step 1, the optimizers' initialisation step (`if not
+			      self.initialize` in adam.py, zoadam.py, lamb.py): the gradients
+			      all-reduced in full (the engine's default), then every tensor's
+			      (LAMB: the flat's) still-zero momentum put through the compressed
+			      all-reduce as it sets up its error buffers, and no update */
 	N_ONEBIT_STEPS
 } OneBitStep;
 
-/* "full", "compressed", "local": the kinds' names in reports and metric names. */
+/* "full", "compressed", "local", "init": the kinds' names in reports and metric names. */
 const char *onebit_step_name(OneBitStep k);
 
 /* The optimizer params that shape the schedule, with DeepSpeed's defaults. */
@@ -36,8 +41,8 @@ typedef struct OneBitParams {
 
 void onebit_params_default(OneBitParams *o);
 
-/* The kind of step `step` (1-based) of a run. 1-bit Adam and LAMB: steps 1..freeze_step
- * full-precision, then compressed (adam.py and lamb.py switch after the step whose count reaches
+/* The kind of step `step` (1-based) of a run. Step 1 is the initialisation step. 1-bit Adam and
+ * LAMB: steps 2..freeze_step full-precision, then compressed (adam.py and lamb.py switch after the step whose count reaches
  * freeze_step). 0/1 Adam (zoadam.py): up to var_freeze_step, the steps whose count is a multiple
  * of the variance interval (1, doubling after every var_update_scaler such steps) all-reduce the
  * gradient in full, the others compress it; after it, every local_step_interval-th step (1,

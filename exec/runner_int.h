@@ -178,7 +178,7 @@ struct Runner {
 	 * the compressed steps' and 0/1 Adam's local steps' (runner_set_onebit's, NULL until
 	 * then); r->s is the step's */
 	int onebit, zero_one;
-	const Schedule *s_warm, *s_compressed, *s_local;
+	const Schedule *s_warm, *s_compressed, *s_local, *s_init;
 	int step_kind;          /* this step's OneBitStep */
 	int frozen;             /* 0/1 Adam: this step's variance is frozen */
 	int exchanged;          /* this step's compressed all-reduces ran */

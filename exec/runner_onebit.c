@@ -176,7 +176,8 @@ int runner_set_onebit(Runner *r, int kind, Schedule *c, PxError *err)
 	if (!r->onebit)
 		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit step kind's schedule for a plan without a "
 			       "1-bit optimizer");
-	if (kind != ONEBIT_COMPRESSED && !(kind == ONEBIT_LOCAL && r->zero_one))
+	if (kind != ONEBIT_COMPRESSED && kind != ONEBIT_INIT &&
+	    !(kind == ONEBIT_LOCAL && r->zero_one))
 		return px_fail(err, PX_ERR_RUNTIME, "a schedule for 1-bit step kind %d, which %s does "
 			       "not take", kind, r->p->sc->ds.opt->name);
 	if (shares_setup(r, c, err))
@@ -191,7 +192,13 @@ int runner_set_onebit(Runner *r, int kind, Schedule *c, PxError *err)
 		r->s_local = c;
 		return 0;
 	}
-	if (check_compressed(r, c, err) || (r->lamb && runner_lamb_check(c, err)))
+	if (check_compressed(r, c, err))
+		return -1;
+	if (kind == ONEBIT_INIT) {
+		r->s_init = c;
+		return 0;
+	}
+	if (r->lamb && runner_lamb_check(c, err))
 		return -1;
 	r->s_compressed = c;
 	return 0;
@@ -207,11 +214,13 @@ int runner_onebit_begin_step(Runner *r, PxError *err)
 	r->step_kind = onebit_step_kind(o, r->zero_one, step);
 	r->frozen = r->zero_one && onebit_zero_one_frozen(o, step);
 	const Schedule *s = r->step_kind == ONEBIT_COMPRESSED ? r->s_compressed :
-			    r->step_kind == ONEBIT_LOCAL ? r->s_local : r->s_warm;
+			    r->step_kind == ONEBIT_LOCAL ? r->s_local :
+			    r->step_kind == ONEBIT_INIT ? r->s_init : r->s_warm;
 	if (!s)
-		return px_fail(err, PX_ERR_RUNTIME, "step %lld of %s is a %s one and the runner has no "
-			       "schedule for it (runner_set_onebit)", step, r->p->sc->ds.opt->name,
-			       r->step_kind == ONEBIT_LOCAL ? "local" : "compressed");
+		return px_fail(err, PX_ERR_RUNTIME, "step %lld of %s is a%s %s one and the runner has "
+			       "no schedule for it (runner_set_onebit)", step, r->p->sc->ds.opt->name,
+			       r->step_kind == ONEBIT_INIT ? "n" : "",
+			       onebit_step_name((OneBitStep)r->step_kind));
 	r->s = s;
 	return 0;
 }
@@ -260,14 +269,18 @@ int runner_onebit_coll(Runner *r, const Op *op, PxError *err)
 	if (r->have_overflow && r->overflow)
 		return 0; /* fp16 overflow: DeepSpeed skips the optimizer's step, exchange and all */
 	r->exchanged = 1;
-	if (r->lamb)
-		return runner_lamb_exchange(r, op, err);
 	const SchedSlice *sl = &r->s->slices[op->slice]; /* runner_set_onebit checked them */
 	const DsConfig *ds = &r->p->sc->ds;
 	size_t n = (size_t)sl->part_elems, padded = (size_t)op->elems * 8;
 	long long part = r->st->part_elems;
 	float *m = (float *)r->buf[r->id_states] + sl->part_off, *v = m + part, *u = v + part;
 	float *ef = r->buf[op->buf], *we = ef + op->offset, *se = ef + (op + 2)->offset;
+	if (r->step_kind == ONEBIT_INIT) /* what the optimizer exchanges as it sets up its error
+					    buffers, still zero: 1-bit Adam's and LAMB's momenta,
+					    0/1 Adam's accumulator; no moment moves */
+		return onebit_comm_allreduce(r->dp, r->zero_one ? u : m, n, padded, we, se, err);
+	if (r->lamb)
+		return runner_lamb_exchange(r, op, err);
 	const float *g = runner_onebit_grads(r, sl);
 	float factor = runner_grad_factor(r, NULL);
 	if (!r->zero_one) { /* 1-bit Adam: the momentum, updated here, averaged */

@@ -142,6 +142,14 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 	if (pr->onebit.active && pr->onebit.zero_one && stage == 0) /* 0/1 Adam's local steps */
 		n = metrics_put(m, n, "comm.onebit_local.wire_bytes",
 				pr->onebit.wire_bytes[ONEBIT_LOCAL], "bytes");
+	/* and the initialisation step's (step 1) */
+	for (int k = 0; pr->onebit.active && stage == 0 && k < N_COLLS; k++) {
+		snprintf(name, sizeof(name), "comm.onebit_init.%s_bytes", coll_name(k));
+		n = metrics_put(m, n, name, pr->onebit.payload_bytes[ONEBIT_INIT][k], "bytes");
+	}
+	if (pr->onebit.active && stage == 0)
+		n = metrics_put(m, n, "comm.onebit_init.wire_bytes",
+				pr->onebit.wire_bytes[ONEBIT_INIT], "bytes");
 	for (int d = 0; d < N_COPIES; d++) {
 		snprintf(name, sizeof(name), "copy.%s_bytes", copy_name(d));
 		n = metrics_put(m, n, name, t->copy_bytes[d], "bytes");

@@ -47,7 +47,8 @@ int opcost_cpu_check(const Plan *p, const HwProfile *hw, PxError *err)
 			       "cpu --ranks %lld` to measure it", sc->path, c->gpus_per_node, have,
 			       c->gpus_per_node);
 	const OptimKind *ok = sc->ds.opt;
-	if (ok && ok->error_feedback != EF_NONE && p->onebit_step == ONEBIT_COMPRESSED &&
+	if (ok && ok->error_feedback != EF_NONE &&
+	    (p->onebit_step == ONEBIT_COMPRESSED || p->onebit_step == ONEBIT_INIT) &&
 	    p->dp > 1 && hwcpu_coll_s(l, COLL_ALL_TO_ALL, 1) < 0)
 		return px_fail(err, PX_ERR_INPUT, "%s: the CPU profile has no all_to_all at %d ranks "
 			       "(the 1-bit compressed all-reduce's first phase; profiles written "

@@ -18,8 +18,9 @@ static int onebit_memory(Prediction *pr, int s, Schedule *own, PxError *err)
 	memset(own, 0, sizeof(*own));
 	if (!ok || ok->error_feedback == EF_NONE || p->dp < 2)
 		return 0;
-	int last = optim_zero_one(ok) ? ONEBIT_LOCAL : ONEBIT_COMPRESSED;
-	for (int k = ONEBIT_COMPRESSED; k <= last; k++) {
+	for (int k = ONEBIT_COMPRESSED; k < N_ONEBIT_STEPS; k++) {
+		if (k == ONEBIT_LOCAL && !optim_zero_one(ok))
+			continue;
 		Schedule sk;
 		MemResult m;
 		p->onebit_step = k;

@@ -58,7 +58,10 @@ static void test_volume_by_hand(void)
  * the step whose count reaches freeze_step), then every step is compressed; with freeze_step 0
  * or 1 steps 1 and 2 run in full: step 1 is the initialisation step, which returns before the
  * switch is tested (`if not self.initialize: ... return loss`), and the test after step 2 makes
- * step 3 the first compressed one. */
+ * step 3 the first compressed one. Step 1 is a kind of its own (ONEBIT_INIT): its gradients are
+ * all-reduced, and the still-zero momenta go through the compressed all-reduce as the error
+ * buffers are set up (adam_freeze_key is set there), with no update. Over 10 steps with
+ * freeze_step 3: init, 2 full (2, 3), 7 compressed. */
 static void test_onebit_adam_steps(void)
 {
 	OneBitParams o;
@@ -66,22 +69,26 @@ static void test_onebit_adam_steps(void)
 	onebit_params_default(&o);
 	CU_ASSERT_EQUAL(o.freeze_step, 100000);
 	o.freeze_step = 3;
+	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_INIT);
 	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 3), ONEBIT_FULL);
 	CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 4), ONEBIT_COMPRESSED);
 	onebit_count_steps(&o, 0, 10, c);
-	CU_ASSERT(c[ONEBIT_FULL] == 3 && c[ONEBIT_COMPRESSED] == 7 && c[ONEBIT_LOCAL] == 0);
+	CU_ASSERT(c[ONEBIT_INIT] == 1 && c[ONEBIT_FULL] == 2 && c[ONEBIT_COMPRESSED] == 7 &&
+		  c[ONEBIT_LOCAL] == 0);
 	for (o.freeze_step = 0; o.freeze_step <= 2; o.freeze_step++) {
-		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_FULL);
+		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 1), ONEBIT_INIT);
 		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 2), ONEBIT_FULL);
 		CU_ASSERT_EQUAL(onebit_step_kind(&o, 0, 3), ONEBIT_COMPRESSED);
 		onebit_count_steps(&o, 0, 3, c);
-		CU_ASSERT(c[ONEBIT_FULL] == 2 && c[ONEBIT_COMPRESSED] == 1);
+		CU_ASSERT(c[ONEBIT_INIT] == 1 && c[ONEBIT_FULL] == 1 && c[ONEBIT_COMPRESSED] == 1);
 	}
 }
 
 /* 0/1 Adam (zoadam.py) with var_update_scaler 2, var_freeze_step 8, local_step_scaler 2,
- * local_step_clipper 4, traced by hand (F full, C compressed, L local):
- *   step 1: the initialisation step, backward all-reduce on: F; no counter moves.
+ * local_step_clipper 4, traced by hand (I the initialisation step, F full, C compressed, L
+ * local):
+ *   step 1: the initialisation step, backward all-reduce on, the idle accumulator through the
+ *      compressed all-reduce (zoadam.py `if not self.initialize`): I; no counter moves.
  *   2: F (var_interval 1: 2 % 1 == 0, var_counter 1); 3: F (counter 2 = scaler: interval 2);
  *      the next step's all-reduce is on when (step + 1) % interval == 0:
  *   4: F (counter 1; 5 % 2 != 0: off); 5: C (6 % 2 == 0: on); 6: F (counter 2: interval 4;
@@ -89,10 +96,11 @@ static void test_onebit_adam_steps(void)
  *   frozen, local interval 1, doubling every 2 steps up to 4: 10: C (counter 1); 11: C
  *      (counter 2: interval 2); 12: C (12 % 2 == 0); 13: L (interval 4); 14: L; 15: L
  *      (interval min(4, 8) = 4); 16: C; 17-19: L; 20: C.
- *   So F F F F C F C F C C C C L L L C L L L C: 6 full, 8 compressed, 6 local over 20. */
+ *   So I F F F C F C F C C C C L L L C L L L C: 1 init, 5 full, 8 compressed, 6 local over
+ *   20. */
 static void test_zero_one_adam_steps(void)
 {
-	static const char trace[] = "FFFFCFCFCCCCLLLCLLLC";
+	static const char trace[] = "IFFFCFCFCCCCLLLCLLLC";
 	OneBitParams o;
 	long long c[N_ONEBIT_STEPS];
 	onebit_params_default(&o);
@@ -102,13 +110,15 @@ static void test_zero_one_adam_steps(void)
 	o.local_step_clipper = 4;
 	for (int s = 1; s <= 20; s++) {
 		OneBitStep k = onebit_step_kind(&o, 1, s);
-		char got = k == ONEBIT_FULL ? 'F' : k == ONEBIT_COMPRESSED ? 'C' : 'L';
+		char got = k == ONEBIT_INIT ? 'I' : k == ONEBIT_FULL ? 'F' :
+			   k == ONEBIT_COMPRESSED ? 'C' : 'L';
 		if (got != trace[s - 1])
 			fprintf(stderr, "\nstep %d: %c, by hand %c\n", s, got, trace[s - 1]);
 		CU_ASSERT_EQUAL(got, trace[s - 1]);
 	}
 	onebit_count_steps(&o, 1, 20, c);
-	CU_ASSERT(c[ONEBIT_FULL] == 6 && c[ONEBIT_COMPRESSED] == 8 && c[ONEBIT_LOCAL] == 6);
+	CU_ASSERT(c[ONEBIT_INIT] == 1 && c[ONEBIT_FULL] == 5 && c[ONEBIT_COMPRESSED] == 8 &&
+		  c[ONEBIT_LOCAL] == 6);
 }
 
 /* The test GPT: V 128, P 64, h 64, 2 layers, tied head. Its tensors, counted by hand: wte
@@ -206,12 +216,17 @@ static void test_schedule_fp16_flat(void)
 			       2.0 / 3 * 2 * 2 * 112384 + overflow, 1e-3);
 	/* worker 112,392 + server 37,464 elements of fp32 */
 	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.error_bytes, 4.0 * (112392 + 37464), 1e-6);
-	/* the run: training_args.max_steps 40, freeze_step 10: 10 full and 30 compressed */
+	/* the initialisation step: the warm-up's all-reduce and the exchange, both */
+	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.dp_wire_bytes[ONEBIT_INIT],
+			       2.0 / 3 * 2 * 2 * 112384 + 18748.0 + overflow, 1e-3);
+	/* the run: training_args.max_steps 40, freeze_step 10: the init step, 9 full and 30
+	 * compressed */
 	CU_ASSERT_EQUAL(pr.onebit.n_steps, 40);
 	CU_ASSERT_STRING_EQUAL(pr.onebit.steps_source, "training_args.max_steps");
-	CU_ASSERT(pr.onebit.counts[ONEBIT_FULL] == 10 && pr.onebit.counts[ONEBIT_COMPRESSED] == 30);
+	CU_ASSERT(pr.onebit.counts[ONEBIT_INIT] == 1 && pr.onebit.counts[ONEBIT_FULL] == 9 &&
+		  pr.onebit.counts[ONEBIT_COMPRESSED] == 30);
 	CU_ASSERT_DOUBLE_EQUAL(pr.onebit.avg_dp_wire_bytes,
-			       (10 * (2.0 / 3 * 2 * 2 * 112384) + 30 * 18748.0) / 40 + overflow, 1e-3);
+			       (10 * (2.0 / 3 * 2 * 2 * 112384) + 31 * 18748.0) / 40 + overflow, 1e-3);
 	fx_free(&sc, &pr);
 
 	/* bf16: refused, naming the optimizer and the reason */
@@ -519,12 +534,24 @@ static void run_bytes(int ranks, const char *extra, double all_to_all, double al
  * and runtime/utils.py clip_grad_norm_ averages the ranks' norms over the data-parallel group:
  * in a compressed step they differ, each rank's gradients its own). The optimizer's
  * memory: Adam's two fp32 moments and the errors, 4 x (842,496 + 842,496 / 4): 10,952,448 B.
- * freeze_step 1: steps 1-2 full, 3-4 compressed; every memory and communication pair of every
- * rank equal to the prediction (px_run_measured) and to this count. */
+ * freeze_step 1: step 1 the initialisation step, 2 full, 3-4 compressed; every memory and
+ * communication pair of every rank equal to the prediction (px_run_measured) and to this count.
+ * The initialisation step (adam.py `if not self.initialize`) issues both: the warm-up's
+ * all-reduce and the compressed all-reduce of the still-zero momenta. */
 static void test_run_bytes(void)
 {
-	run_bytes(4, "--steps 4 --set deepspeed.optimizer.params.freeze_step=1", 105312, 106976,
-		  3369984 + 4, 8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
+	sqlite3 *db = run_bytes_of("scenarios/gpt2-mini-cpu-onebit.json", 4,
+				   "--steps 4 --set deepspeed.optimizer.params.freeze_step=1", 105312,
+				   106976, 3369984 + 4, 8.0 * 842496 + 4.0 * (842496 + 842496 / 4));
+	for (int r = 0; r < 4; r++) {
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_init.all_to_all_bytes", "measured", r),
+				105312);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_init.all_gather_bytes", "measured", r),
+				106976);
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.onebit_init.all_reduce_bytes", "measured", r),
+				3369984 + 4);
+	}
+	sqlite3_close(db);
 }
 
 /* fp16: DeepSpeed runs the 1-bit optimizers under FP16_Optimizer, whose one fp32 flat of all
