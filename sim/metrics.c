@@ -56,6 +56,20 @@ static int put_time(const Prediction *pr, int stage, Metric *m, int n)
 	return n;
 }
 
+/* A 1-bit optimizer's step of kind k: what it issues per collective kind and sends in all,
+ * as comm.onebit_<kind>.* */
+static int put_onebit_kind(const Prediction *pr, OneBitStep k, Metric *m, int n)
+{
+	char name[sizeof(m->name)];
+	for (int c = 0; c < N_COLLS; c++) {
+		snprintf(name, sizeof(name), "comm.onebit_%s.%s_bytes", onebit_step_name(k),
+			 coll_name(c));
+		n = metrics_put(m, n, name, pr->onebit.payload_bytes[k][c], "bytes");
+	}
+	snprintf(name, sizeof(name), "comm.onebit_%s.wire_bytes", onebit_step_name(k));
+	return metrics_put(m, n, name, pr->onebit.wire_bytes[k], "bytes");
+}
+
 int metrics_collect(const Prediction *pr, int stage, Metric *m)
 {
 	const Plan *p = &pr->plan;
@@ -130,26 +144,16 @@ int metrics_collect(const Prediction *pr, int stage, Metric *m)
 		snprintf(name, sizeof(name), "comm.group_wire.%s_bytes", group_name(g));
 		n = metrics_put(m, n, name, t->group_wire_bytes[g], "bytes");
 	}
-	/* a 1-bit optimizer's compressed steps (stage 0's rank, sim/onebit.h): the figures above
-	 * are the warm-up's steps' */
-	for (int k = 0; pr->onebit.active && stage == 0 && k < N_COLLS; k++) {
-		snprintf(name, sizeof(name), "comm.onebit_compressed.%s_bytes", coll_name(k));
-		n = metrics_put(m, n, name, pr->onebit.payload_bytes[ONEBIT_COMPRESSED][k], "bytes");
+	/* a 1-bit optimizer's compressed steps and its initialisation step (stage 0's rank,
+	 * sim/onebit.h; the figures above are the warm-up's steps'), and 0/1 Adam's local steps'
+	 * wire bytes */
+	if (pr->onebit.active && stage == 0) {
+		n = put_onebit_kind(pr, ONEBIT_COMPRESSED, m, n);
+		if (pr->onebit.zero_one)
+			n = metrics_put(m, n, "comm.onebit_local.wire_bytes",
+					pr->onebit.wire_bytes[ONEBIT_LOCAL], "bytes");
+		n = put_onebit_kind(pr, ONEBIT_INIT, m, n);
 	}
-	if (pr->onebit.active && stage == 0)
-		n = metrics_put(m, n, "comm.onebit_compressed.wire_bytes",
-				pr->onebit.wire_bytes[ONEBIT_COMPRESSED], "bytes");
-	if (pr->onebit.active && pr->onebit.zero_one && stage == 0) /* 0/1 Adam's local steps */
-		n = metrics_put(m, n, "comm.onebit_local.wire_bytes",
-				pr->onebit.wire_bytes[ONEBIT_LOCAL], "bytes");
-	/* and the initialisation step's (step 1) */
-	for (int k = 0; pr->onebit.active && stage == 0 && k < N_COLLS; k++) {
-		snprintf(name, sizeof(name), "comm.onebit_init.%s_bytes", coll_name(k));
-		n = metrics_put(m, n, name, pr->onebit.payload_bytes[ONEBIT_INIT][k], "bytes");
-	}
-	if (pr->onebit.active && stage == 0)
-		n = metrics_put(m, n, "comm.onebit_init.wire_bytes",
-				pr->onebit.wire_bytes[ONEBIT_INIT], "bytes");
 	for (int d = 0; d < N_COPIES; d++) {
 		snprintf(name, sizeof(name), "copy.%s_bytes", copy_name(d));
 		n = metrics_put(m, n, name, t->copy_bytes[d], "bytes");
