@@ -339,6 +339,11 @@ const char *runner_onebit_supported(const Plan *p);
 /* The error-feedback buffer's bytes as this executor counts them: a worker error per parameter
  * tensor (the kernels' tensors, each padded as DeepSpeed pads it) and its server error (1/dp). */
 double runner_onebit_error_bytes(const Runner *r);
+/* Unit u's tensors on this rank in the flat's order, as the 1-bit optimizers see them: its
+ * shard's (gpt_tp_unit_tensors; whole without tensor parallelism), and on a pipeline's last
+ * stage, after the head's own, its copy of the tied token embedding, which DeepSpeed's pipeline
+ * engine keeps as a parameter of that stage. Their count; 0 for a unit of another stage. */
+int runner_onebit_tensors(const Runner *r, int u, GptTensor t[GPT_CPU_MAX_TENSORS + 1]);
 /* Before a step: r->s becomes the schedule of its kind (r->step_kind); -1 with err when that
  * is a compressed step and no compressed schedule was given. */
 int runner_onebit_begin_step(Runner *r, PxError *err);

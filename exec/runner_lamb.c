@@ -7,7 +7,8 @@
  * compressed step, to bring every tensor's momentum to the mean scale), average the flat through
  * the compressed all-reduce, then update each tensor with its frozen coefficient times a factor
  * from the fresh variance that the rebuilt gradients keep (kernels/lamb_cpu.c). The tensors are
- * the kernels' (gpt_cpu_unit_tensors) at their units' places in the flat. */
+ * this rank's (runner_onebit_tensors: its shards, its stage's) at their units' places in the
+ * flat, each tensor's norms its own, as DeepSpeed takes them on each rank. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,10 @@
 
 int runner_lamb_create(Runner *r, PxError *err)
 {
-	GptTensor t[GPT_CPU_MAX_TENSORS];
+	GptTensor t[GPT_CPU_MAX_TENSORS + 1];
 	int n = 0;
 	for (int u = 0; u < r->p->n_units; u++)
-		n += gpt_cpu_unit_tensors(&r->cfg, u, t);
+		n += runner_onebit_tensors(r, u, t);
 	r->n_lamb = n;
 	r->lamb_scaling = calloc((size_t)n, sizeof(float));
 	r->lamb_coeff = calloc((size_t)n, sizeof(double));
@@ -36,7 +37,7 @@ int runner_lamb_create(Runner *r, PxError *err)
 	int k = 0; /* the kernels' tensors at their units' places in the flat */
 	for (int u = 0; u < r->p->n_units; u++) {
 		long long at = r->p->units[u].flat_off;
-		for (int i = 0, nt = gpt_cpu_unit_tensors(&r->cfg, u, t); i < nt; i++, k++) {
+		for (int i = 0, nt = runner_onebit_tensors(r, u, t); i < nt; i++, k++) {
 			r->lamb_off[k] = at, r->lamb_n[k] = t[i].numel;
 			r->lamb_last[k] = 1.0; /* lamb.py: state['last_factor'] = 1.0 */
 			at += (long long)t[i].numel;

@@ -40,16 +40,10 @@ const char *runner_onebit_supported(const Plan *p)
 		       "host arrays)";
 	if (sc->model.experts)
 		return "the 1-bit optimizers without experts";
-	if (k->error_feedback == EF_FLAT && (p->par.tp > 1 || p->par.pp > 1))
-		return "1-bit LAMB with data parallelism alone";
 	return NULL;
 }
 
-/* Unit u's tensors on this rank in the flat's order: its shard's (gpt_tp_unit_tensors; whole
- * without tensor parallelism), and on a pipeline's last stage, after the head's own, its copy of
- * the tied token embedding, which DeepSpeed's pipeline engine keeps as a parameter of that
- * stage. Their count; 0 for a unit of another stage. */
-static int own_tensors(const Runner *r, int u, GptTensor t[GPT_CPU_MAX_TENSORS + 1])
+int runner_onebit_tensors(const Runner *r, int u, GptTensor t[GPT_CPU_MAX_TENSORS + 1])
 {
 	if (r->p->units[u].stage != r->stage)
 		return 0;
@@ -64,7 +58,7 @@ double runner_onebit_error_bytes(const Runner *r)
 	long long padded = 0, n = r->n, flat = 0;
 	GptTensor t[GPT_CPU_MAX_TENSORS + 1];
 	for (int u = 0; u < r->p->n_units; u++)
-		for (int i = 0, k = own_tensors(r, u, t); i < k; i++) {
+		for (int i = 0, k = runner_onebit_tensors(r, u, t); i < k; i++) {
 			flat += (long long)t[i].numel;
 			if (!r->p->mixed && !r->lamb)
 				padded += optim_onebit_padded_elems((long long)t[i].numel, n);
@@ -136,7 +130,7 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 	if (p->mixed || r->lamb) { /* the flat, whole, unpadded between its buckets */
 		long long flat = 0;
 		for (int v = 0; v < p->n_units; v++)
-			for (int i = 0, nv = own_tensors(r, v, t); i < nv; i++)
+			for (int i = 0, nv = runner_onebit_tensors(r, v, t); i < nv; i++)
 				flat += (long long)t[i].numel;
 		t[0] = (GptTensor){"the flat of the stage's parameters", (size_t)flat};
 		u = p->n_units, nt = 1;
@@ -154,7 +148,7 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 			if (u == p->n_units)
 				return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a compressed "
 					       "all-reduce past the kernels' last tensor", i);
-			nt = own_tensors(r, u, t);
+			nt = runner_onebit_tensors(r, u, t);
 			at = p->units[u++].flat_off;
 			k = 0;
 		}
@@ -163,7 +157,7 @@ static int check_compressed(const Runner *r, const Schedule *c, PxError *err)
 		at += (long long)t[k++].numel;
 		covered++;
 	}
-	while (u < p->n_units && !own_tensors(r, u, t)) /* the later stages' units */
+	while (u < p->n_units && !runner_onebit_tensors(r, u, t)) /* the later stages' units */
 		u++;
 	if (covered && (k != nt || u != p->n_units))
 		return px_fail(err, PX_ERR_RUNTIME, "the compressed step exchanges %lld tensors' "

@@ -603,47 +603,62 @@ static void test_run_fp16(void)
  * 1-9) within 1e-6 relative (the tensor-parallel sums reassociate fp32 products, the tp suite's
  * bound; pipelining changes no sum); after it each at most 5% above AdamW's and learning, as
  * check_compressed_losses holds the data-parallel runs (a shard's scale is not the whole
- * tensor's, so the compressed steps are not the same numbers). 0/1 Adam the same under tp 2. */
+ * tensor's, so the compressed steps are not the same numbers). 0/1 Adam the same under tp 2.
+ * 1-bit LAMB (its own scenario, against its dp-2 run): under pp 2 the same bound; under tp 2
+ * each rank takes the LAMB coefficient of its shards, the norms of a shard's weights and update
+ * (lamb.py computes them per parameter on the rank, and under Megatron's mpu a parameter is the
+ * shard), so its warm-up's updates are not the data-parallel run's: held to 1e-3 (1.6e-5
+ * measured by step 9; a momentum not exchanged, or a coefficient left out, moves the losses by
+ * more than that over the compressed steps, which the bound covers too), and learning. */
 static void test_run_model_parallel(void)
 {
 	enum { S = 12, F = 8 };
 	run_bytes(4, "--steps 4 --set deepspeed.optimizer.params.freeze_step=1 --set "
 		  "parallelism.tp=2", 53888, 54720, 11173896, 6035456);
 	static const struct {
-		int ranks;
+		int lamb;
 		const char *set;
 	} runs[] = {
-		{4, "--set parallelism.tp=2"},
-		{4, "--set parallelism.pp=2"},
-		{4, "--set parallelism.tp=2 --set deepspeed.optimizer.type=ZeroOneAdam"},
+		{0, "--set parallelism.tp=2"},
+		{0, "--set parallelism.pp=2"},
+		{0, "--set parallelism.tp=2 --set deepspeed.optimizer.type=ZeroOneAdam"},
+		{1, "--set parallelism.pp=2"},
+		{1, "--set parallelism.tp=2"},
 	};
-	double dp[S], dp01[S], adamw[S], got[S];
+	char lamb[1024];
+	snprintf(lamb, sizeof(lamb), "run '%s' --no-db --json",
+		 px_test_path("scenarios/gpt2-mini-cpu-onebitlamb.json"));
+	double dp[S], dp01[S], dplamb[S], adamw[S], got[S];
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S, "", dp), S);
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S,
 					    "--set deepspeed.optimizer.type=ZeroOneAdam", dp01), S);
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), 2, S,
 					    "--set deepspeed.optimizer.type=AdamW", adamw), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(lamb, 2, S, "", dplamb), S);
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-		const double *ref = strstr(runs[i].set, "ZeroOne") ? dp01 : dp;
-		CU_ASSERT_EQUAL_FATAL(px_run_losses(onebit_base(), runs[i].ranks, S, runs[i].set,
-						    got), S);
-		double warm = px_worst_rel(ref, got, F + 1);
-		if (warm > 1e-6)
-			fprintf(stderr, "\n%s: warm-up losses %g off dp 2's\n", runs[i].set, warm);
-		CU_ASSERT(warm <= 1e-6);
+		const double *ref = runs[i].lamb ? dplamb : strstr(runs[i].set, "ZeroOne") ? dp01 : dp;
+		int shards = runs[i].lamb && strstr(runs[i].set, "tp=2");
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(runs[i].lamb ? lamb : onebit_base(), 4, S,
+						    runs[i].set, got), S);
+		double warm = px_worst_rel(ref, got, shards ? S : F + 1);
+		if (warm > (shards ? 1e-3 : 1e-6))
+			fprintf(stderr, "\n%s%s: losses %g off dp 2's\n", runs[i].lamb ? "LAMB " : "",
+				runs[i].set, warm);
+		CU_ASSERT(warm <= (shards ? 1e-3 : 1e-6));
 		int worse = 0;
-		for (int k = F + 1; k < S; k++)
+		for (int k = F + 1; !runs[i].lamb && k < S; k++)
 			worse += got[k] > 1.05 * adamw[k];
 		CU_ASSERT_EQUAL(worse, 0);
 		CU_ASSERT(got[S - 1] < 0.9 * got[0]);
 	}
-	/* what the executor does not run: 1-bit LAMB beside them, or experts */
+	/* what the executor does not run: the 1-bit optimizers beside experts */
 	char out[4096];
 	char args[1024];
-	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 4 --steps 1 --set parallelism.tp=2 "
-		 "--set deepspeed.optimizer.type=OneBitLamb", px_test_path("scenarios/gpt2-mini-cpu-onebit.json"));
+	snprintf(args, sizeof(args), "run '%s' --no-db --ranks 2 --steps 1 --set "
+		 "moe.num_experts=2 --set moe.ep_size=2 --set moe.use_rts=false",
+		 px_test_path("scenarios/gpt2-mini-cpu-onebit.json"));
 	CU_ASSERT_EQUAL(px_test_run_release(args, 120, out, sizeof(out)), 2);
-	PX_ASSERT_HAS(out, "1-bit LAMB with data parallelism alone");
+	PX_ASSERT_HAS(out, "the 1-bit optimizers without experts");
 }
 
 /* ---- the executor: parallax run with 0/1 Adam (scenarios/gpt2-mini-cpu-zeroone.json) ---- */
@@ -878,7 +893,7 @@ int test_onebit_register(void)
 			    {"run: losses against the warm-up's and AdamW's", test_run_losses, PX_RELEASE_RUN},
 			    {"run: bytes measured equal predicted and by hand", test_run_bytes, PX_RELEASE_RUN},
 			    {"run: fp16, FP16_Optimizer's flat exchanged whole", test_run_fp16, PX_RELEASE_RUN},
-			    {"run: beside tensor and pipeline parallelism, bytes by hand",
+			    {"run: beside tensor and pipeline parallelism (1-bit LAMB too), bytes by hand",
 			     test_run_model_parallel, PX_RELEASE_RUN},
 			    {"0/1 Adam's frozen-variance steps by hand", test_zero_one_kernel},
 			    {"run: 0/1 Adam's losses against the never-compressed run's",
