@@ -189,8 +189,9 @@ static void test_pipe_measured_equals_predicted(void)
 }
 
 /* What the executor does not run with pipelining is refused before anything starts, naming it,
- * with exit status 2: NVMe offload and ZeRO-2 (the simulator's own refusals), experts with
- * tensor parallelism beside (pipelined MoE runs: the moe suite). */
+ * with exit status 2: NVMe offload and ZeRO-2 (the simulator's own refusals), experts beside
+ * tensor parallelism with sequence parallelism (pipelined MoE runs, with tensor parallelism
+ * too: the moe suite). */
 static void test_pipe_refuses(void)
 {
 	static const struct { int ranks; const char *set, *says; } runs[] = {
@@ -200,8 +201,8 @@ static void test_pipe_refuses(void)
 		{2, "--set parallelism.pp=2 --set deepspeed.zero_optimization.stage=2",
 		 "with pipeline parallelism"},
 		{8, "--set parallelism.pp=2 --set parallelism.tp=2 --set moe.num_experts=4 --set "
-		    "moe.use_rts=false --set parallelism.ep=2",
-		 "not with tensor parallelism"},
+		    "moe.use_rts=false --set parallelism.ep=2 --set parallelism.sequence_parallel=true",
+		 "without sequence parallelism"},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
