@@ -104,11 +104,13 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,
 			z->persistence_threshold_elems, z->max_live_elems,
 			p->stages[0].persist_elems);
-	fprintf(f, "# checkpoint %s%s%s; attention %s\n", ckpt_name(sc->ckpt),
+	fprintf(f, "# checkpoint %s%s%s; attention %s%s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
 		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "",
 		ds->sparse.mode != SPARSE_OFF ? "block-sparse (DeepSpeed's sparse_attention)" :
-		sc->attention == ATTN_FLASH ? "flash (FlashAttention-2)" : "eager");
+		sc->attention == ATTN_FLASH ? "flash (FlashAttention-2)" : "eager",
+		sc->model_code == MODEL_CODE_HUGGINGFACE ? "; model code Hugging Face's eager modules "
+		"(what they keep op by op, the causal LM loss's transients)" : "");
 	if (ds->sparse.mode != SPARSE_OFF) {
 		const SparseAttn *a = &ds->sparse;
 		double nb = (double)sparse_layout_blocks(a, sc->seq);
@@ -482,6 +484,7 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "num_parameters", sc->model.n_params);
 	cJSON_AddNumberToObject(j, "zero_stage", sc->ds.zero.stage);
 	cJSON_AddStringToObject(j, "framework", scenario_framework_name(sc->framework));
+	cJSON_AddStringToObject(j, "model_code", scenario_model_code_name(sc->model_code));
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);

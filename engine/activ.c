@@ -45,6 +45,25 @@ static double score_row(const ModelSpec *m, const ActivShape *x, double s_kv)
 	return x->flash ? 4 : s_kv * (d + mask + (m->attn_dropout ? d : 0));
 }
 
+/* What a block's Hugging Face eager modules keep beyond the count above (modeling_gpt2.py,
+ * activations.py): every nn.LayerNorm (native_layer_norm) keeps each row's fp32 mean and rstd, 8
+ * bytes a token, one norm to each branch (two to each under the sandwich, one shared by a parallel
+ * block's two); NewGELUActivation ("gelu_new"), 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
+ * elementwise ops, keeps its input (pow's), tanh's output and both factors of the last product,
+ * 0.5 x and 1 + tanh: 4 I where a fused GELU keeps its input alone, 3 d I more. */
+static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, BlockParts *p)
+{
+	const ModelLayout *y = &m->lay;
+	if (y->norm == NORM_LAYER) {
+		double per = y->place == NORM_SANDWICH ? 16 : 8;
+		p->attn_repl += sb * per;
+		if (y->parallel != 1)
+			p->mlp_repl += sb * per;
+	}
+	if (m->gelu_new && !y->gated)
+		p->mlp_split += sb * x->elem_bytes * 3 * (double)m->I;
+}
+
 static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 {
 	const ModelLayout *y = &m->lay;
@@ -81,6 +100,8 @@ static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 	}
 	p.mlp_repl = sb * (d * mlp_w + mask * h);
 	p.mlp_split = sb * d * (y->gated ? 4 : 2) * (double)m->I;
+	if (x->hf_eager)
+		hf_eager_parts(m, x, sb, &p);
 	return p;
 }
 
@@ -160,6 +181,8 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	if (y->embed_dim && y->embed_dim != m->h)
 		head += sb * (double)y->embed_dim * d;
 	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
+	if (x->hf_eager && y->final_norm && y->norm == NORM_LAYER) /* its fp32 mean and rstd */
+		head += sb * 8;
 	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,
 	 * split by rows only under sequence parallelism */
 	return x->sp ? (head + logits) / x->t : head + logits / x->t;

@@ -20,6 +20,8 @@ typedef struct ActivShape {
 	long long attn_block; /* block-sparse self-attention's block side (0: dense attention) */
 	double attn_blocks;   /* its layout's non-zero blocks per head (mean over heads) */
 	int elem_bytes;  /* 2 for fp16/bf16 activations, 4 for fp32 */
+	int hf_eager;    /* the model runs on its Hugging Face eager modules (Scenario.model_code):
+			    what they keep beyond Korthikanti's count (activ.c) */
 } ActivShape;
 
 /* Bytes unit `unit` keeps for backward per micro-batch when nothing is recomputed (CKPT_NONE) or

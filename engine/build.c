@@ -783,6 +783,27 @@ static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
 	return elem_bytes * n;
 }
 
+/* Hugging Face's causal-LM loss (loss_utils.py ForCausalLMLoss: logits.float(), then
+ * cross_entropy) over the head's rows while it runs, beyond the fp32 log-softmax output the head
+ * keeps (activ.c): forward, the logits in the model's type (the model's output holds them) and
+ * their fp32 upcast (none in fp32, where .float() is the tensor itself), live beside the
+ * log-softmax; backward, nll_loss's gradient and log_softmax's input gradient, fp32 both,
+ * beside the kept output, 8 bytes a logit (the input gradient's cast back to the model's type
+ * comes once the kept output is freed, within that). 0 under Megatron's code (its
+ * vocabulary-parallel cross-entropy works in the upcast copy in place) and for other heads. */
+static double loss_temp_bytes(const Plan *p, int u, int backward)
+{
+	const ModelSpec *m = &p->sc->model;
+	const ModelLayout *y = &m->lay;
+	if (!p->shape.hf_eager || u != p->n_units - 1 || !y->lm_head || !y->causal ||
+	    !p->activations_known)
+		return 0;
+	long long s = y->L_enc && p->shape.s_dec ? p->shape.s_dec : p->shape.s;
+	double logits = (double)(p->shape.b * s) * (double)m->V / (double)p->par.tp;
+	double d = p->param_bytes;
+	return logits * (backward ? 8 : d + (d < 4 ? 4 : 0));
+}
+
 static void forward_unit(Builder *b, int slot, int u)
 {
 	const Plan *p = b->p;
@@ -805,7 +826,9 @@ static void forward_unit(Builder *b, int slot, int u)
 	 * drops them once its output is made (Megatron runs it under checkpoint) */
 	int scores = is_block(p, u) && p->sc->ckpt == CKPT_SELECTIVE && up->score_bytes > 0 ?
 			     alloc(b, PLACE_GPU, CAT_ACTIV, BUF_SCORES, u, up->score_bytes) : -1;
+	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 0));
 	compute(b, COMP_FWD, u, up->fwd_flops);
+	release(b, &loss);
 	release(b, &scores);
 	tp_colls(b, u, ROLE_FORWARD);
 	moe_colls(b, u, ROLE_FORWARD);
@@ -864,13 +887,15 @@ static void backward_unit(Builder *b, int slot, int u)
 		b->own_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
 				     (double)(p->stage == 3 ? max_ll(up->local_dense, up->own_gather) :
 							      up->local_dense) * p->grad_bytes);
+	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 1));
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
-	if (!b->oom) {
+	if (!b->oom) { /* stated on the backward op itself */
 		int gbuf;
 		long long goff;
 		grads_dest(b, u, &gbuf, &goff);
 		sched_grads_to(b->s, gbuf, goff);
 	}
+	release(b, &loss);
 	/* backward runs the block's MLP before its attention: an MoE block's exchanges come
 	 * before the attention's tensor-parallel all-reduce */
 	moe_colls(b, u, ROLE_BACKWARD);

@@ -792,5 +792,9 @@ int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *n
 		return -1;
 	if (f->hook && f->hook(o, m, dim, err))
 		return -1;
+	const char *act;
+	if (jobj_str(o, "activation_function", "", &act, err) < 0)
+		return -1;
+	m->gelu_new = !strcmp(act, "gelu_new");
 	return set_dims(o, m, dim, err);
 }

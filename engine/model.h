@@ -81,6 +81,8 @@ typedef struct ModelSpec {
 	int router_bias;     /* a routing bias per expert (DeepSeek-V3's e_score_correction_bias) */
 	int ds_gate;         /* the experts are DeepSpeed's MoE layer (the scenario's "moe" object),
 				whose TopKGate gates in fp32 */
+	int gelu_new;        /* activation_function "gelu_new": Hugging Face's NewGELUActivation,
+				the tanh approximation written in elementwise ops */
 	long long first_dense; /* the first blocks keep a dense MLP (DeepSeek's first_k_dense_replace) */
 	long long moe_freq;  /* of the others, those whose 0-based index divides by moe_freq */
 	int n_dense_list;    /* 0-based blocks listed dense (Qwen2-MoE's mlp_only_layers) */

@@ -675,6 +675,11 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
 	if (plain_pytorch(p, err) || bf16_optimizer(p, err))
 		return -1;
+	if (sc->model_code == MODEL_CODE_HUGGINGFACE && sc->backend != BACKEND_GPU)
+		return px_fail(err, PX_ERR_INPUT, "%s: model_code \"huggingface\" with backend \"%s\": "
+			       "the executor runs its own kernels, not Hugging Face's modules; leave "
+			       "model_code out (or \"megatron\") for backend cpu and cuda", sc->path,
+			       sc->backend == BACKEND_CPU ? "cpu" : "cuda");
 	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer;
 	p->overlap_comm = (p->zero_optimizer && ds->zero.overlap_comm && p->par.pp == 1) ||
 			  (sc->framework == FRAMEWORK_PYTORCH && p->dp > 1); /* DDP's buckets */
@@ -688,8 +693,9 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 				.flash = sc->attention == ATTN_FLASH,
 				.attn_block = ds->sparse.mode != SPARSE_OFF ? ds->sparse.block : 0,
 				.attn_blocks = sc->sparse_blocks,
-				.elem_bytes = p->param_bytes}; /* the executor's too: it computes in
+				.elem_bytes = p->param_bytes, /* the executor's too: it computes in
 								 * the parameters' dtype */
+				.hf_eager = sc->model_code == MODEL_CODE_HUGGINGFACE};
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
 	p->activations_known = model_known(m);

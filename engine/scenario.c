@@ -146,15 +146,23 @@ const char *scenario_framework_name(Framework f)
 	return FRAMEWORKS[f];
 }
 
+static const char *const MODEL_CODES[] = {"megatron", "huggingface", NULL}; /* ModelCode order */
+
+const char *scenario_model_code_name(ModelCode c)
+{
+	return MODEL_CODES[c];
+}
+
 static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 {
 	static const char *const known[] = {"name", "description", "model", "deepspeed", "cluster",
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
-					    "attention", "decoder_seq_length", "framework", NULL};
+					    "attention", "decoder_seq_length", "framework", "model_code",
+					    NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
 	const char *name, *ckpt, *backend;
-	int attn, fw;
+	int attn, fw, code;
 	JsonObj ta;
 	int rc;
 
@@ -208,6 +216,9 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "framework", FRAMEWORKS, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
 		return -1;
 	sc->framework = (Framework)fw;
+	if (jobj_choice(top, "model_code", MODEL_CODES, MODEL_CODE_MEGATRON, &code, err) < 0)
+		return -1;
+	sc->model_code = (ModelCode)code;
 
 	return 0;
 }
@@ -542,6 +553,7 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 	cJSON_AddStringToObject(r, "dtype", dtype_name(ds->dtype));
 	cJSON_AddStringToObject(r, "optimizer", ds->optimizer);
 	cJSON_AddStringToObject(r, "framework", scenario_framework_name(sc->framework));
+	cJSON_AddStringToObject(r, "model_code", scenario_model_code_name(sc->model_code));
 	cJSON_AddNumberToObject(r, "zero_stage", ds->zero.stage);
 	cJSON_AddNumberToObject(r, "reduce_bucket_size", ds->zero.reduce_bucket_elems);
 	cJSON_AddNumberToObject(r, "stage3_prefetch_bucket_size", ds->zero.prefetch_bucket_elems);

@@ -35,6 +35,14 @@ typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
  * master weights), its fp32 as fp32; bf16 is refused (plan.c). */
 typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH } Framework;
 
+/* Whose modules compute the model, which decides what autograd keeps op by op: "megatron" (the
+ * default) is Korthikanti et al.'s count, as Megatron's fused kernels keep it (engine/activ.c);
+ * "huggingface" is the model's Hugging Face eager modules as the Trainer runs them: GPT-2's
+ * "gelu_new" written in elementwise ops, every nn.LayerNorm's fp32 mean and rstd, and the causal
+ * LM's loss (ForCausalLMLoss) with its transient logits and gradients at the head (build.c). The
+ * executor's own kernels are neither: backends cpu and cuda take the default only (plan.c). */
+typedef enum { MODEL_CODE_MEGATRON, MODEL_CODE_HUGGINGFACE } ModelCode;
+
 typedef struct Scenario {
 	char name[128];
 	char path[1024];
@@ -55,6 +63,7 @@ typedef struct Scenario {
 				       head (mean; sparse_layout_count) */
 	Backend backend;          /* whose implementation the scenario describes */
 	Framework framework;      /* whose training loop */
+	ModelCode model_code;     /* whose modules */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 
@@ -66,6 +75,8 @@ typedef struct Scenario {
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
 /* The "framework" value naming f ("deepspeed", "pytorch"). */
 const char *scenario_framework_name(Framework f);
+/* The "model_code" value naming c ("megatron", "huggingface"). */
+const char *scenario_model_code_name(ModelCode c);
 /* The same with the scenario's own document given as text (the launcher flags' scenario,
  * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its
  * folder. */

@@ -152,6 +152,9 @@ typedef enum {
 			      one flat copy of every gradient held from the wrapping on
 			      (gradient_as_bucket_view false, the default); each bucket's
 			      all-reduce runs there, its slice naming the gradients */
+	BUF_LOSS_TEMP,     /* Hugging Face's causal-LM loss (ForCausalLMLoss) while it runs: the
+			      logits and their fp32 upcast forward, the log-softmax's gradients
+			      backward (build.c loss_temp_bytes) */
 	N_BUFS
 } BufWhat;
 

@@ -85,7 +85,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		  PxError *err);
 
 /* A 1-bit optimizer's steps of kind `kind` other than the warm-up's (OneBitAdam, ZeroOneAdam,
- * OneBitLamb; runner_supported says which layouts): ONEBIT_COMPRESSED, or 0/1 Adam's ONEBIT_LOCAL. Their
+ * OneBitLamb; runner_supported says which layouts): ONEBIT_COMPRESSED, ONEBIT_INIT (step 1), or
+ * 0/1 Adam's ONEBIT_LOCAL. Their
  * schedule is built from the same plan with plan.onebit_step `kind` for the same stage (used, not
  * owned: it outlives the runner). From then on each step runs the schedule of its kind
  * (engine/onebit.h onebit_step_kind): runner_create's (the warm-up's) or one of these. They must

@@ -180,6 +180,108 @@ static void test_scenario_activations(void)
 	fx_free(&sc, &pr);
 }
 
+/* What Hugging Face's eager GPT-2 block keeps for backward, op by op (transformers
+ * modeling_gpt2.py GPT2Block with eager attention and activations.py NewGELUActivation; autograd
+ * keeps what each op's backward reads), training with dropout 0.1, per token, d bytes a value
+ * (fp16: 2), GPT-2 small: h 768, I = 4h = 3072, a 12 heads, s 1024:
+ *   ln_1 (nn.LayerNorm, native_layer_norm): its input, d h, and the row's fp32 mean and rstd, 8
+ *   attn.c_attn (Conv1D: addmm): its input, ln_1's output, d h
+ *   query, key, value: views of c_attn's output, which the two matmuls keep: d 3h
+ *   softmax: its output, d a s; attn_dropout: its mask (bool), a s, and its output, kept by
+ *     the matmul with value, d a s (the scaling and the causal mask's where keep no per-token
+ *     tensor: a 0-dim divisor, the model's (1, 1, s, s) mask buffer)
+ *   attn.c_proj: its input, the merged heads (a contiguous copy), d h; resid_dropout: its mask, h
+ *   ln_2: its input (the residual sum), d h, and 8
+ *   mlp.c_fc: its input, ln_2's output, d h
+ *   act, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in elementwise ops: pow keeps x
+ *     (c_fc's output), tanh its output, the last product both factors, 0.5 x and 1 + tanh: d 4I
+ *   mlp.c_proj: its input, the GELU's output, d I; mlp.dropout: its mask, h
+ * = d (8h + 5I) + (2d + 1) a s + 2h + 16 = 2 (6,144 + 15,360) + 61,440 + 1,536 + 16 = 106,000
+ * bytes a token, 108,544,000 for the 1024. Korthikanti's count (model_code megatron: fused GELU
+ * and LayerNorm kernels keep their inputs alone) is d (8h + 2I) + (2d + 1) a s + 2h = 87,552 a
+ * token, 89,653,248 (Table 2's sbh (34 + 5as/h)). */
+static void test_hf_eager_gpt2_block(void)
+{
+	ModelSpec m;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("gpt2", &m), 0);
+	CU_ASSERT(m.gelu_new);
+	ActivShape x = {.s = 1024, .b = 1, .t = 1, .elem_bytes = 2};
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 89653248.0, 0);
+	x.hf_eager = 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 108544000.0, 0);
+	/* a fused GELU ("gelu_pytorch_tanh": F.gelu(approximate="tanh")) keeps its input alone:
+	 * the norms' statistics are what is left */
+	m.gelu_new = 0;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 89653248.0 + 16 * 1024, 0);
+}
+
+/* The same under a whole scenario, GPT-2 1.5B (h 1600, a 25, I 6400, 48 layers, V 50,257), seq
+ * 1024, micro-batch 4, bf16, model_code huggingface: each layer d (8h + 5I) + 5as + 2h + 16 bytes
+ * a token, the ends Korthikanti's 5sbh + 4sbV with the final LayerNorm's mean and rstd (8 sb),
+ * and at the head's backward, where the activations peak, Hugging Face's causal-LM loss
+ * (ForCausalLMLoss) holds nll_loss's and log_softmax's fp32 gradients beside the kept
+ * log-softmax: 8 sbV more (build.c loss_temp_bytes). Its forward holds the bf16 logits and their
+ * fp32 upcast while the loss runs, (2 + 4) sbV; in fp32 the logits alone (the upcast is the
+ * tensor itself), 4 sbV; under model_code megatron nothing. */
+static void test_hf_eager_scenario(void)
+{
+	static const char FMT[] =
+		"{%s, \"model_code\": \"huggingface\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+		" 4, \"bf16\": {\"enabled\": %s}}, \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1,"
+		" \"gpus_per_node\": 1}, \"seq_length\": 1024}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2-xl"), "true"))
+		return;
+	double s = 1024, b = 4, h = 1600, a = 25, L = 48, V = 50257, I = 4 * h;
+	double layer = s * b * (2 * (8 * h + 5 * I) + 5 * a * s + 2 * h + 16);
+	double ends = 5 * s * b * h + 8 * s * b + 4 * s * b * V;
+	CU_ASSERT_DOUBLE_EQUAL(pr.stages[0].mem.place[PLACE_GPU].cat_peak[CAT_ACTIV],
+			       L * layer + ends + 8 * s * b * V, 1);
+	double temps[2] = {0, 0};
+	int n = 0;
+	const Schedule *k = &pr.stages[0].sched;
+	for (int i = 0; i < k->n; i++)
+		if (k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_LOSS_TEMP && n < 2)
+			temps[n++] = k->ops[i].bytes;
+	CU_ASSERT_EQUAL(n, 2); /* one micro-batch: the forward's, the backward's */
+	CU_ASSERT_DOUBLE_EQUAL(temps[0], 6 * s * b * V, 0);
+	CU_ASSERT_DOUBLE_EQUAL(temps[1], 8 * s * b * V, 0);
+	fx_free(&sc, &pr);
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2-xl"), "false"))
+		return;
+	k = &pr.stages[0].sched;
+	for (int i = 0; i < k->n; i++)
+		if (k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_LOSS_TEMP) {
+			CU_ASSERT_DOUBLE_EQUAL(k->ops[i].bytes, 4 * s * b * V, 0);
+			break;
+		}
+	fx_free(&sc, &pr);
+}
+
+/* model_code's bad values: one it does not know, and "huggingface" for the executor, which runs
+ * its own kernels; each refused as bad input naming the file and the key. */
+static void test_model_code_refused(void)
+{
+	static const char *const bad[][2] = {
+		{"\"model_code\": \"jax\"", "model_code"},
+		{"\"model_code\": \"huggingface\", \"backend\": \"cpu\"",
+		 "model_code \"huggingface\" with backend \"cpu\""},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char path[512], json[2048];
+		snprintf(path, sizeof(path), "%s/model-code-%zu.json", px_test_tmpdir(), i);
+		snprintf(json, sizeof(json), "{%s, %s, \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+			 " 1}, \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1, \"gpus_per_node\": 1},"
+			 " \"seq_length\": 128}", fx_model("gpt2"), bad[i][0]);
+		px_test_write_file(path, json);
+		PxError err = {0};
+		fx_refused(path, NULL, &err);
+		PX_ASSERT_HAS(err.msg, bad[i][1]);
+		PX_ASSERT_HAS(err.msg, path);
+	}
+}
+
 int test_model_register(void)
 {
 	return PX_ADD_SUITE("model", {"published parameter counts", test_published_counts},
@@ -187,5 +289,9 @@ int test_model_register(void)
 			    {"Korthikanti Table 2", test_korthikanti_table2},
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
 			    {"Korthikanti embedding and output", test_korthikanti_ends},
-			    {"scenario activation peak", test_scenario_activations});
+			    {"scenario activation peak", test_scenario_activations},
+			    {"Hugging Face's eager GPT-2 block, op by op", test_hf_eager_gpt2_block},
+			    {"Hugging Face's code in a scenario: the block and the loss",
+			     test_hf_eager_scenario},
+			    {"model_code's bad values refused", test_model_code_refused});
 }
