@@ -45,23 +45,51 @@ static double score_row(const ModelSpec *m, const ActivShape *x, double s_kv)
 	return x->flash ? 4 : s_kv * (d + mask + (m->attn_dropout ? d : 0));
 }
 
+/* Whether the model's Hugging Face modules are Llama's (modeling_llama.py and the families
+ * written after it): LlamaRMSNorm, eager_attention_forward with its fp32 softmax, repeat_kv. */
+static int llama_modules(const ModelSpec *m)
+{
+	return model_is_family(m, "llama") || model_is_family(m, "mistral") ||
+	       model_is_family(m, "mixtral") || model_is_family(m, "qwen2");
+}
+
+/* What one norm of Hugging Face's keeps beyond its input (Korthikanti's count), bytes a token:
+ * nn.LayerNorm (native_layer_norm) the row's fp32 mean and rstd, 8; LlamaRMSNorm
+ * (hidden.to(float32), pow, mean, rsqrt, the product, .to(dtype), times the weight) the fp32
+ * copy its pow and product keep in place of the input (4h for d h) and the normalized rows its
+ * weight's product keeps (d h), with the fp32 rsqrt of each row, 4: 4h + 4 more in any dtype (in
+ * fp32 the copy is the input itself, and the normalized rows 4h). Other norms: none counted. */
+static double hf_norm_extra(const ModelSpec *m)
+{
+	if (m->lay.norm == NORM_LAYER)
+		return 8;
+	return llama_modules(m) ? 4 * (double)m->h + 4 : 0;
+}
+
 /* What a block's Hugging Face eager modules keep beyond the count above (modeling_gpt2.py,
- * activations.py): every nn.LayerNorm (native_layer_norm) keeps each row's fp32 mean and rstd, 8
- * bytes a token, one norm to each branch (two to each under the sandwich, one shared by a parallel
- * block's two); NewGELUActivation ("gelu_new"), 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
- * elementwise ops, keeps its input (pow's), tanh's output and both factors of the last product,
- * 0.5 x and 1 + tanh: 4 I where a fused GELU keeps its input alone, 3 d I more. */
-static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, BlockParts *p)
+ * modeling_llama.py, activations.py): each norm's hf_norm_extra, one norm to each branch (two to
+ * each under the sandwich, one shared by a parallel block's two); NewGELUActivation ("gelu_new"),
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in elementwise ops, keeps its input (pow's),
+ * tanh's output and both factors of the last product, 0.5 x and 1 + tanh: 4 I where a fused GELU
+ * keeps its input alone, 3 d I more; Llama's eager attention keeps its softmax's fp32 output
+ * (softmax(dtype=float32)) beside the 16-bit copy the product with V reads, 4 a s more, and
+ * under grouped-query attention the keys and values repeat_kv made for every head, (a - kv) d_h
+ * each more than the kv heads' (FlashAttention-2's kernel takes the kv heads as they are). */
+static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, double s_kept,
+			   BlockParts *p)
 {
 	const ModelLayout *y = &m->lay;
-	if (y->norm == NORM_LAYER) {
-		double per = y->place == NORM_SANDWICH ? 16 : 8;
-		p->attn_repl += sb * per;
-		if (y->parallel != 1)
-			p->mlp_repl += sb * per;
-	}
+	double per = hf_norm_extra(m) * (y->place == NORM_SANDWICH ? 2 : 1), d = x->elem_bytes;
+	p->attn_repl += sb * per;
+	if (y->parallel != 1)
+		p->mlp_repl += sb * per;
 	if (m->gelu_new && !y->gated)
-		p->mlp_split += sb * x->elem_bytes * 3 * (double)m->I;
+		p->mlp_split += sb * d * 3 * (double)m->I;
+	if (!llama_modules(m) || x->flash || x->attn_block > 0)
+		return;
+	if (d < 4)
+		p->scores += sb * (double)m->a * s_kept * 4;
+	p->attn_split += sb * d * 2 * (double)(m->a - m->kv_heads) * (double)m->head_dim;
 }
 
 static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
@@ -101,7 +129,7 @@ static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 	p.mlp_repl = sb * (d * mlp_w + mask * h);
 	p.mlp_split = sb * d * (y->gated ? 4 : 2) * (double)m->I;
 	if (x->hf_eager)
-		hf_eager_parts(m, x, sb, &p);
+		hf_eager_parts(m, x, sb, s_kept, &p);
 	return p;
 }
 
@@ -181,8 +209,8 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	if (y->embed_dim && y->embed_dim != m->h)
 		head += sb * (double)y->embed_dim * d;
 	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
-	if (x->hf_eager && y->final_norm && y->norm == NORM_LAYER) /* its fp32 mean and rstd */
-		head += sb * 8;
+	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
+		head += sb * hf_norm_extra(m);
 	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,
 	 * split by rows only under sequence parallelism */
 	return x->sp ? (head + logits) / x->t : head + logits / x->t;

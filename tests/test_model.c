@@ -215,6 +215,48 @@ static void test_hf_eager_gpt2_block(void)
 	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 89653248.0 + 16 * 1024, 0);
 }
 
+/* Hugging Face's eager Llama block (modeling_llama.py LlamaDecoderLayer, eager_attention_forward,
+ * LlamaRMSNorm, LlamaMLP with SiLU), op by op, per token, d = 2 (bf16), no dropout
+ * (attention_dropout 0): Llama-2 7B, h 4096, I 11008, a 32 = kv, s 4096:
+ *   input_layernorm: hidden.to(float32), which pow and the product keep, 4h; the normalized rows
+ *     cast back, which the weight's product keeps, d h; each row's rsqrt, fp32, 4
+ *   q/k/v_proj: their input, the norm's output, d h
+ *   rotary: q * cos + rotate_half(q) * sin keeps cos and sin (the model's, shared by the
+ *     layers); the rotated q and k, which QK^T keeps, d h each
+ *   softmax(dtype=float32): its fp32 output, 4 a s; .to(bf16), which the product with v keeps,
+ *     d a s; v, d h (dropout at p 0 returns its input)
+ *   o_proj: its input, d h; post_attention_layernorm: 4h + d h + 4 again, its output d h kept by
+ *     gate_proj and up_proj
+ *   mlp: gate_proj's output (SiLU's input), SiLU's output and up_proj's output (the product's
+ *     operands), the product (down_proj's input): d 4I
+ * = 24h + 8I + 6as + 8 = 98,304 + 88,064 + 786,432 + 8 = 972,808 bytes a token, 3,984,621,568 for
+ * the 4096; Korthikanti's (megatron) d (8h + 4I) + d a s = 415,744, 1,702,887,424. Under
+ * grouped-query attention (Llama-2 70B: h 8192, a 64, kv 8, d_h 128) repeat_kv's keys and values
+ * for every head are what QK^T and the product keep: 2 d (a - kv) d_h = 28,672 bytes a token
+ * more, beside the norms' 2 (4h + 4) and the fp32 softmax's 4 a s. FlashAttention-2 keeps none of
+ * the scores and takes the kv heads as they are: the norms' alone. */
+static void test_hf_eager_llama_block(void)
+{
+	ModelSpec m;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("llama-2-7b", &m), 0);
+	ActivShape x = {.s = 4096, .b = 1, .t = 1, .elem_bytes = 2};
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 1702887424.0, 0);
+	x.hf_eager = 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 3984621568.0, 0);
+	ModelSpec big;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("llama-2-70b", &big), 0);
+	ActivShape k = {.s = 4096, .b = 1, .t = 1, .elem_bytes = 2};
+	double megatron = activ_block_bytes(&big, &k, CKPT_NONE), s = 4096, h = 8192, a = 64;
+	k.hf_eager = 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&big, &k, CKPT_NONE) - megatron,
+			       s * (2 * (4 * h + 4) + 4 * a * s + 28672), 0);
+	k.flash = 1;
+	double flash = activ_block_bytes(&big, &k, CKPT_NONE);
+	k.hf_eager = 0;
+	CU_ASSERT_DOUBLE_EQUAL(flash - activ_block_bytes(&big, &k, CKPT_NONE), s * 2 * (4 * h + 4),
+			       0);
+}
+
 /* The same under a whole scenario, GPT-2 1.5B (h 1600, a 25, I 6400, 48 layers, V 50,257), seq
  * 1024, micro-batch 4, bf16, model_code huggingface: each layer d (8h + 5I) + 5as + 2h + 16 bytes
  * a token, the ends Korthikanti's 5sbh + 4sbV with the final LayerNorm's mean and rstd (8 sb),
@@ -291,6 +333,7 @@ int test_model_register(void)
 			    {"Korthikanti embedding and output", test_korthikanti_ends},
 			    {"scenario activation peak", test_scenario_activations},
 			    {"Hugging Face's eager GPT-2 block, op by op", test_hf_eager_gpt2_block},
+			    {"Hugging Face's eager Llama block, op by op", test_hf_eager_llama_block},
 			    {"Hugging Face's code in a scenario: the block and the loss",
 			     test_hf_eager_scenario},
 			    {"model_code's bad values refused", test_model_code_refused});
