@@ -44,6 +44,8 @@ typedef struct Builder {
 	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
+	int xl_grads;           /* ZeRO 2: the unit now in backward's extra-large gradients
+				   (BUF_XL_GRADS), until the reduction that reads them */
 	int own_grads;          /* ZeRO 2-3 without contiguous gradients: the unit now in backward's
 				   own gradient buffer (its .grad tensors), -1 when none */
 	int id_params, id_grads, id_part, id_persist; /* set-up buffers collectives work on */
@@ -597,6 +599,28 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 		*off = up->flat_off - p->stages[b->stage].buckets[b->bucket_of[u]].flat_off;
 }
 
+/* Whether the contiguous gradient buffers are DeepSpeed's own at ZeRO 1-2 (alloc_buckets): the
+ * executor's copy whole units instead. */
+static int ds_ipg_buffers(const Plan *p)
+{
+	return p->zero_optimizer && p->contiguous_grads && p->stage <= 2 && !p->executor;
+}
+
+/* Unit u's dense gradients of parameters larger than reduce_bucket_size on this rank: DeepSpeed
+ * reduces each from its own .grad, not through the contiguous buffers
+ * (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads: param.numel() >
+ * reduce_bucket_size makes it extra_large_param_to_reduce); at ZeRO 2 that gradient lives from
+ * the unit's backward until its reduction, at ZeRO 1 in the full gradients. */
+static long long xl_grad_elems(const Plan *p, int u)
+{
+	const UnitPlan *up = &p->units[u];
+	long long n = 0;
+	for (int i = 0; i < up->n_tensors; i++)
+		if (!up->tensor_expert[i] && (double)up->tensor_local[i] > p->reduce_bucket_elems)
+			n += up->tensor_local[i];
+	return n;
+}
+
 /* Whether an MoE block's expert gradients at ZeRO-2 need a buffer of their own: when a
  * reduction over the expert-data-parallel group or the copy to the optimizer's host reads them.
  * Otherwise (edp 1, the optimizer on the device) its backward adds them into the partition. */
@@ -647,7 +671,8 @@ static void unit_grads(Builder *b, int u, int egrads)
 							      ceil_div(model_tied_elems(m), p->par.tp)) *
 					     p->grad_bytes);
 	hold(b, &b->dense, b->own_grads); /* released by the reduction that reads it */
-	b->own_grads = -1;
+	hold(b, &b->dense, b->xl_grads);
+	b->own_grads = b->xl_grads = -1;
 	long long eoff = b->expert_start[u] + up->local_expert;
 	for (int i = up->n_tensors - 1; p->stage == 3 && i >= 0; i--)
 		if (up->tensor_expert[i])
@@ -881,6 +906,14 @@ static void backward_unit(Builder *b, int slot, int u)
 	int egrads = expert_grads_held(p, u) ?
 		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
 		      (double)up->local_expert * p->grad_bytes) : -1;
+	if (p->stage == 2 && ds_ipg_buffers(p)) {
+		long long xl = xl_grad_elems(p, u), tied = ceil_div(model_tied_elems(&p->sc->model),
+								    p->par.tp);
+		if (u == 0 && b->tied_grad >= 0 && (double)tied > p->reduce_bucket_elems)
+			xl -= tied; /* the tied embedding's one .grad: the head's held buffer */
+		b->xl_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_XL_GRADS, u,
+				    (double)xl * p->grad_bytes);
+	}
 	if (p->stage >= 2 && !p->contiguous_grads && !grads_direct(p) && up->local_dense > 0)
 		/* at stage 3 at least the unit's flat, padded to the group, in which they are
 		 * laid for the reduction */
@@ -966,9 +999,13 @@ static void accumulate_hp(Builder *b, int lo, int hi)
 }
 
 /* ZeRO 1-3's contiguous gradient buffers (DeepSpeed's ipg buffers): reduce_bucket_size
- * elements in the model's dtype each, or what this plan's largest reduction of whole units
- * holds where that is more (DeepSpeed splits such a unit between buckets, a tensor at a time:
- * this over-states its buffer by the excess). Stage 1-2 allocate n of them at each backward,
+ * elements in the model's dtype each (stage_1_and_2.py: torch.empty(reduce_bucket_size)); a
+ * parameter larger than that is reduced from its own gradient instead (xl_grad_elems), and
+ * DeepSpeed splits a unit larger than the buffer between buckets a tensor at a time, whose
+ * reductions the schedule keeps a unit's (the same bytes). The executor, which copies whole units
+ * into its buckets, sizes its buffers to the largest reduction of whole units where that is more,
+ * and so does stage 3 here (stage3.py keeps a gradient that does not fit the buffer where it
+ * is). Stage 1-2 allocate n of them at each backward,
  * two under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1; bucket_count), freed at the
  * epilogue (stage 2 each micro-batch; stage 1 fills them only at the boundary's reductions,
  * reduce_gradients, which under pipelining makes one of its own, the pipe engine's backward
@@ -981,7 +1018,8 @@ static void alloc_buckets(Builder *b, int n)
 	b->buckets[0] = b->buckets[1] = -1;
 	if (!p->zero_optimizer || !p->contiguous_grads)
 		return;
-	double elems = fmax(p->reduce_bucket_elems, (double)p->stages[b->stage].bucket_fill);
+	double elems = ds_ipg_buffers(p) ? p->reduce_bucket_elems :
+		       fmax(p->reduce_bucket_elems, (double)p->stages[b->stage].bucket_fill);
 	for (int i = 0; i < n && i < 2; i++)
 		if ((b->buckets[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_REDUCE_BUCKET, -1,
 					   elems * p->grad_bytes)) >= 0)
@@ -1634,7 +1672,7 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->stage = stage;
 	b->m = m;
 	b->s = s;
-	b->tied_grad = b->own_grads = -1;
+	b->tied_grad = b->own_grads = b->xl_grads = -1;
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;

@@ -555,6 +555,71 @@ static void test_stage12_buffers_by_hand(void)
 	}
 }
 
+/* DeepSpeed's ZeRO 1-2 contiguous gradient buffers are reduce_bucket_size elements each
+ * (stage_1_and_2.py: torch.empty(reduce_bucket_size)), and a parameter larger than that is reduced
+ * from its own gradient (reduce_independent_p_g_buckets_and_remove_grads: numel >
+ * reduce_bucket_size makes it extra_large_param_to_reduce), which at ZeRO 2 lives from its unit's
+ * backward to the reduction. A GPT-2 of h 256, 2 layers, vocabulary 1024, 512 positions, fp16,
+ * ZeRO 2 over 4 GPUs, reduce_bucket_size 100,000 (Hugging Face's "auto" would be h^2 = 65,536),
+ * by hand: each buffer 100,000 x 2 B = 200,000 B (the layer, 789,760 elements, is larger: the
+ * buffers were sized to it before). A layer's parameters over 100,000: c_attn.weight 256 x 768 =
+ * 196,608, mlp.c_fc.weight and mlp.c_proj.weight 256 x 1024 = 262,144 each (attn.c_proj.weight's
+ * 65,536 and every bias and norm go through the buffers): 720,896 elements, 1,441,792 B a
+ * layer's backward. The embeddings: wte 262,144, whose one .grad is the head's tied gradient
+ * the schedule already holds from the head's backward (not counted twice), and wpe 512 x 256 =
+ * 131,072: 262,144 B. The head (ln_f) none. Under the executor (backend cpu), which copies whole
+ * units into its buckets, the buffers are the largest bucket's and no gradient is extra-large. */
+static void test_stage2_ipg_buffers_by_hand(void)
+{
+	static const char FMT[] =
+		"{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 256, \"n_head\": 8, \"n_layer\": 2,"
+		" \"n_positions\": 512, \"vocab_size\": 1024}, \"seq_length\": 128, \"backend\": \"%s\","
+		" \"deepspeed\": {\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 1,"
+		" \"%s\": {\"enabled\": true}, \"optimizer\": {\"type\": \"Adam\"},"
+		" \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 100000}},"
+		" \"cluster\": {\"gpu\": \"V100-32GB\", \"nodes\": 1, \"gpus_per_node\": 4}}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "gpu", "fp16"))
+		return;
+	const Schedule *s = &pr.stages[0].sched;
+	double xl[8] = {0};
+	int buckets = 0, wrong = 0;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind != OP_ALLOC)
+			continue;
+		if (op->what == BUF_REDUCE_BUCKET) {
+			buckets++;
+			wrong += op->bytes != 200000;
+		}
+		if (op->what == BUF_XL_GRADS && op->unit >= 0 && op->unit < 8)
+			xl[op->unit] = op->bytes;
+	}
+	CU_ASSERT(buckets >= 1); /* one a backward: overlap_comm is off by default at ZeRO 1-2 */
+	CU_ASSERT_EQUAL(wrong, 0);
+	CU_ASSERT_DOUBLE_EQUAL(xl[0], 262144, 0);
+	CU_ASSERT_DOUBLE_EQUAL(xl[1], 1441792, 0);
+	CU_ASSERT_DOUBLE_EQUAL(xl[2], 1441792, 0);
+	CU_ASSERT_DOUBLE_EQUAL(xl[3], 0, 0);
+	fx_free(&sc, &pr);
+
+	if (fx_predictf(&sc, &pr, FMT, "cpu", "bf16"))
+		return;
+	s = &pr.stages[0].sched;
+	int xls = 0;
+	double largest = 0;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		xls += op->kind == OP_ALLOC && op->what == BUF_XL_GRADS;
+		if (op->kind == OP_ALLOC && op->what == BUF_REDUCE_BUCKET)
+			largest = op->bytes;
+	}
+	CU_ASSERT_EQUAL(xls, 0);
+	CU_ASSERT_DOUBLE_EQUAL(largest, 789760.0 * 2, 0);
+	fx_free(&sc, &pr);
+}
+
 /* The same model under ZeRO-1 with optimizer offload to CPU (fp16 Adam, 4 GPUs); its largest
  * parameter is a layer's 1e6 elements, of which stage_1_and_2.py's __init__ under cpu_offload
  * keeps one fp16 buffer on the device (temp_grad_buffer_for_gpu_offload) and one on the host
@@ -1234,6 +1299,8 @@ static void test_pytorch_ddp_by_hand(void)
 int test_zero_register(void)
 {
 	return PX_ADD_SUITE("zero", {"Table 1: all 54 cells", test_table1_all_cells},
+			    {"ZeRO-2: DeepSpeed's buffers and extra-large gradients by hand",
+			     test_stage2_ipg_buffers_by_hand},
 			    {"Table 1: formulas exact", test_table1_formulas_exact},
 			    {"Table 2: largest model on a 32 GB V100", test_table2_largest_model},
 			    {"communication 2 psi vs 3 psi", test_comm_volumes},
