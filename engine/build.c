@@ -44,7 +44,7 @@ typedef struct Builder {
 	int *bucket_of;          /* stage 0-2: each unit's bucket in its stage */
 	Bucket dense, expert;
 	int tied_grad;          /* head's gradient of the tied embedding, until the embedding's turn */
-	int xl_grads;           /* ZeRO 2: the unit now in backward's extra-large gradients
+	int xl_grads;           /* ZeRO 2-3: the unit now in backward's extra-large gradients
 				   (BUF_XL_GRADS), until the reduction that reads them */
 	int own_grads;          /* ZeRO 2-3 without contiguous gradients: the unit now in backward's
 				   own gradient buffer (its .grad tensors), -1 when none */
@@ -599,18 +599,20 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 		*off = up->flat_off - p->stages[b->stage].buckets[b->bucket_of[u]].flat_off;
 }
 
-/* Whether the contiguous gradient buffers are DeepSpeed's own at ZeRO 1-2 (alloc_buckets): the
- * executor's copy whole units instead. */
+/* Whether the contiguous gradient buffers are DeepSpeed's own (alloc_buckets): the executor's
+ * copy whole units instead. */
 static int ds_ipg_buffers(const Plan *p)
 {
-	return p->zero_optimizer && p->contiguous_grads && p->stage <= 2 && !p->executor;
+	return p->zero_optimizer && p->contiguous_grads && !p->executor;
 }
 
 /* Unit u's dense gradients of parameters larger than reduce_bucket_size on this rank: DeepSpeed
  * reduces each from its own .grad, not through the contiguous buffers
  * (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads: param.numel() >
- * reduce_bucket_size makes it extra_large_param_to_reduce); at ZeRO 2 that gradient lives from
- * the unit's backward until its reduction, at ZeRO 1 in the full gradients. */
+ * reduce_bucket_size makes it extra_large_param_to_reduce; stage3.py __add_grad_to_ipg_bucket
+ * moves a gradient into the buffer only where it fits, after a reduction has emptied it when it
+ * would not); at ZeRO 2-3 that gradient lives from the unit's backward until its reduction, at
+ * ZeRO 1 in the full gradients. */
 static long long xl_grad_elems(const Plan *p, int u)
 {
 	const UnitPlan *up = &p->units[u];
@@ -906,7 +908,7 @@ static void backward_unit(Builder *b, int slot, int u)
 	int egrads = expert_grads_held(p, u) ?
 		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
 		      (double)up->local_expert * p->grad_bytes) : -1;
-	if (p->stage == 2 && ds_ipg_buffers(p)) {
+	if (p->stage >= 2 && ds_ipg_buffers(p)) {
 		long long xl = xl_grad_elems(p, u), tied = ceil_div(model_tied_elems(&p->sc->model),
 								    p->par.tp);
 		if (u == 0 && b->tied_grad >= 0 && (double)tied > p->reduce_bucket_elems)
@@ -1003,9 +1005,8 @@ static void accumulate_hp(Builder *b, int lo, int hi)
  * parameter larger than that is reduced from its own gradient instead (xl_grad_elems), and
  * DeepSpeed splits a unit larger than the buffer between buckets a tensor at a time, whose
  * reductions the schedule keeps a unit's (the same bytes). The executor, which copies whole units
- * into its buckets, sizes its buffers to the largest reduction of whole units where that is more,
- * and so does stage 3 here (stage3.py keeps a gradient that does not fit the buffer where it
- * is). Stage 1-2 allocate n of them at each backward,
+ * into its buckets, sizes its buffers to the largest reduction of whole units where that is
+ * more. Stage 1-2 allocate n of them at each backward,
  * two under overlap_comm (stage_1_and_2.py backward: buf_0, buf_1; bucket_count), freed at the
  * epilogue (stage 2 each micro-batch; stage 1 fills them only at the boundary's reductions,
  * reduce_gradients, which under pipelining makes one of its own, the pipe engine's backward

@@ -155,7 +155,7 @@ typedef enum {
 	BUF_LOSS_TEMP,     /* Hugging Face's causal-LM loss (ForCausalLMLoss) while it runs: the
 			      logits and their fp32 upcast forward, the log-softmax's gradients
 			      backward (build.c loss_temp_bytes) */
-	BUF_XL_GRADS,      /* ZeRO 2: a unit's gradients of parameters larger than
+	BUF_XL_GRADS,      /* ZeRO 2-3: a unit's gradients of parameters larger than
 			      reduce_bucket_size, each reduced from its own .grad
 			      (stage_1_and_2.py extra_large_param_to_reduce) until its
 			      reduction (build.c xl_grad_elems) */
