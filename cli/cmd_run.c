@@ -727,7 +727,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	const OptimKind *ok = pr.plan.sc->ds.opt;
 	int onebit = ok && ok->error_feedback != EF_NONE;
 	for (int kind = ONEBIT_COMPRESSED; onebit && kind < N_ONEBIT_STEPS; kind++) {
-		if (kind == ONEBIT_LOCAL && !optim_zero_one(ok))
+		if (!onebit_has_kind(optim_zero_one(ok), kind))
 			continue;
 		pr.plan.onebit_step = kind;
 		int bad = build_schedule(&pr.plan, stage, &kind_sched[kind], err);

@@ -6,11 +6,6 @@
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
-static int shown(const OneBitRun *o, int k)
-{
-	return k != ONEBIT_LOCAL || o->zero_one;
-}
-
 /* The kinds in the order a run meets them. */
 static const OneBitStep ORDER[N_ONEBIT_STEPS] = {ONEBIT_INIT, ONEBIT_FULL, ONEBIT_COMPRESSED,
 						 ONEBIT_LOCAL};
@@ -26,7 +21,7 @@ void report_onebit_table(FILE *f, const Prediction *pr)
 		"step s", "steps");
 	for (int i = 0; i < N_ONEBIT_STEPS; i++) {
 		int k = ORDER[i];
-		if (!shown(o, k))
+		if (!onebit_has_kind(o->zero_one, k))
 			continue;
 		char t[32], n[32];
 		snprintf(t, sizeof(t), o->time_known ? "%.4f" : "-", o->step_s[k]);
@@ -67,7 +62,7 @@ cJSON *report_onebit_json(const Prediction *pr)
 	cJSON *steps = cJSON_AddObjectToObject(j, "steps");
 	for (int i = 0; i < N_ONEBIT_STEPS; i++) {
 		int k = ORDER[i];
-		if (!shown(o, k))
+		if (!onebit_has_kind(o->zero_one, k))
 			continue;
 		cJSON *s = cJSON_AddObjectToObject(steps, onebit_step_name(k));
 		cJSON_AddNumberToObject(s, "collectives", (double)o->n_colls[k]);

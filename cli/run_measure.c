@@ -49,6 +49,20 @@ double run_clock_step_s(const RunMarks *k)
 	return k->steps > 1 ? run_clock_kind_s(k, ONEBIT_FULL) : k->first_s;
 }
 
+/* A 1-bit optimizer's steps of kind `kind`, per such step (NaN when none ran): what they issued
+ * per collective kind (payload) and what they sent in all, into v from k; the next k. */
+static int put_kind(const RunMarks *clk, int kind, int payload, double *v, int k)
+{
+	double per = clk->kind_steps[kind] > 0 ? (double)clk->kind_steps[kind] : NAN, wire = 0;
+	for (int c = 0; c < N_COLLS; c++) {
+		if (payload)
+			v[k++] = clk->kind_payload[kind][c] / per;
+		wire += clk->kind_wire[kind][c] / per;
+	}
+	v[k++] = wire;
+	return k;
+}
+
 /* This rank's measurements as a vector every rank fills alike (for one all-gather); what a run
  * does not measure (the device's readings on the CPU backend) is NaN. Per step: communication
  * over all the steps (they move the same bytes), but a 1-bit optimizer's, whose full-precision
@@ -83,38 +97,26 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 		v[k++] = a->at_peak[PLACE_NVME][cat];
 	v[k++] = clk->steps ? nv_read / (double)clk->steps : 0; /* every step moves the same */
 	v[k++] = clk->steps ? nv_write / (double)clk->steps : 0;
-	double wire = 0, cwire = 0, pay[N_COLLS], w[N_COLLS];
+	double wire = 0, pay[N_COLLS], w[N_COLLS];
 	/* the schedule's groups; the loss's mean travels on the world and is not counted */
 	run_comm_totals(world, pay, w);
-	const int C = ONEBIT_COMPRESSED, L = ONEBIT_LOCAL, I = ONEBIT_INIT;
-	long full = clk->steps - clk->kind_steps[C] - clk->kind_steps[L] -
-		    clk->kind_steps[I]; /* none finished: the partial one's, as one */
+	long full = clk->steps; /* none finished: the partial one's, as one */
+	for (int s = 0; s < N_ONEBIT_STEPS; s++)
+		full -= s == ONEBIT_FULL ? 0 : clk->kind_steps[s];
 	double per = clk->steps == 0 ? 1.0 : full > 0 ? (double)full : NAN;
-	double per_comp = clk->kind_steps[C] > 0 ? (double)clk->kind_steps[C] : NAN;
-	double per_local = clk->kind_steps[L] > 0 ? (double)clk->kind_steps[L] : NAN, lwire = 0;
-	double per_init = clk->kind_steps[I] > 0 ? (double)clk->kind_steps[I] : NAN, iwire = 0;
 	for (int kind = 0; kind < N_COLLS; kind++) {
-		double p = pay[kind] - clk->kind_payload[C][kind] - clk->kind_payload[L][kind] -
-			   clk->kind_payload[I][kind];
-		double wk = w[kind] - clk->kind_wire[C][kind] - clk->kind_wire[L][kind] -
-			    clk->kind_wire[I][kind];
+		double p = pay[kind], wk = w[kind];
+		for (int s = 0; s < N_ONEBIT_STEPS; s++)
+			if (s != ONEBIT_FULL)
+				p -= clk->kind_payload[s][kind], wk -= clk->kind_wire[s][kind];
 		v[k++] = p / per;
 		v[k++] = wk / per;
 		wire += wk / per;
 	}
 	v[k++] = wire;
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		v[k++] = clk->kind_payload[C][kind] / per_comp;
-		cwire += clk->kind_wire[C][kind] / per_comp;
-		lwire += clk->kind_wire[L][kind] / per_local;
-	}
-	v[k++] = cwire;
-	v[k++] = lwire;
-	for (int kind = 0; kind < N_COLLS; kind++) {
-		v[k++] = clk->kind_payload[I][kind] / per_init;
-		iwire += clk->kind_wire[I][kind] / per_init;
-	}
-	v[k++] = iwire;
+	k = put_kind(clk, ONEBIT_COMPRESSED, 1, v, k);
+	k = put_kind(clk, ONEBIT_LOCAL, 0, v, k);
+	k = put_kind(clk, ONEBIT_INIT, 1, v, k);
 	const double *t = runner_op_times(run); /* each kind of op, per steady step */
 	for (int i = 0; i < RUNNER_N_TIMES; i++)
 		v[k++] = clk->steps > 1 ? (t[i] - clk->op_first[i]) / (double)steady : t[i];
@@ -134,6 +136,16 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	v[k++] = run_clock_kind_s(clk, ONEBIT_COMPRESSED);
 	v[k++] = run_clock_kind_s(clk, ONEBIT_LOCAL);
 	v[k++] = 0;
+}
+
+/* put_kind's names: comm.onebit_<kind>.<collective>_bytes (payload) and .wire_bytes. */
+static int kind_names(int kind, int payload, char (*names)[64], int k)
+{
+	for (int c = 0; payload && c < N_COLLS; c++)
+		snprintf(names[k++], 64, "comm.onebit_%s.%s_bytes", onebit_step_name(kind),
+			 coll_name(c));
+	snprintf(names[k++], 64, "comm.onebit_%s.wire_bytes", onebit_step_name(kind));
+	return k;
 }
 
 int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetric *rows,
@@ -164,13 +176,9 @@ int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetr
 		snprintf(names[k++], 64, "comm.%s_wire_bytes", coll_name(kind));
 	}
 	snprintf(names[k++], 64, "comm.wire_bytes");
-	for (int kind = 0; kind < N_COLLS; kind++)
-		snprintf(names[k++], 64, "comm.onebit_compressed.%s_bytes", coll_name(kind));
-	snprintf(names[k++], 64, "comm.onebit_compressed.wire_bytes");
-	snprintf(names[k++], 64, "comm.onebit_local.wire_bytes");
-	for (int kind = 0; kind < N_COLLS; kind++)
-		snprintf(names[k++], 64, "comm.onebit_init.%s_bytes", coll_name(kind));
-	snprintf(names[k++], 64, "comm.onebit_init.wire_bytes");
+	k = kind_names(ONEBIT_COMPRESSED, 1, names, k);
+	k = kind_names(ONEBIT_LOCAL, 0, names, k);
+	k = kind_names(ONEBIT_INIT, 1, names, k);
 	for (int i = 0; i < N_COMPS; i++)
 		snprintf(names[k++], 64, "time.measured.%s_s", comp_name(i));
 	for (int i = 0; i < N_COLLS; i++)

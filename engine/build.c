@@ -599,6 +599,12 @@ static void grads_dest(Builder *b, int u, int *buf, long long *off)
 		*off = up->flat_off - p->stages[b->stage].buckets[b->bucket_of[u]].flat_off;
 }
 
+/* The tied token embedding's elements on this rank: its V/t vocabulary rows (0 untied). */
+static long long tied_local(const Plan *p)
+{
+	return ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+}
+
 /* Whether the contiguous gradient buffers are DeepSpeed's own (alloc_buckets): the executor's
  * copy whole units instead. */
 static int ds_ipg_buffers(const Plan *p)
@@ -670,7 +676,7 @@ static void unit_grads(Builder *b, int u, int egrads)
 		/* the head's gradient of the tied embedding waits for the embedding's own */
 		b->tied_grad = alloc(b, PLACE_GPU, CAT_GRADS, BUF_TIED_GRADS, u,
 				     (double)(p->stage == 3 ? p->units[0].own_gather :
-							      ceil_div(model_tied_elems(m), p->par.tp)) *
+							      tied_local(p)) *
 					     p->grad_bytes);
 	hold(b, &b->dense, b->own_grads); /* released by the reduction that reads it */
 	hold(b, &b->dense, b->xl_grads);
@@ -806,7 +812,7 @@ static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
 		return 0;
 	double n = (double)(p->units[u].local_dense + p->units[u].local_expert);
 	if (u == p->n_units - 1 && p->par.pp == 1)
-		n += (double)ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+		n += (double)tied_local(p);
 	return elem_bytes * n;
 }
 
@@ -909,8 +915,7 @@ static void backward_unit(Builder *b, int slot, int u)
 		alloc(b, PLACE_GPU, CAT_GRADS, BUF_EXPERT_GRADS, u,
 		      (double)up->local_expert * p->grad_bytes) : -1;
 	if (p->stage >= 2 && ds_ipg_buffers(p)) {
-		long long xl = xl_grad_elems(p, u), tied = ceil_div(model_tied_elems(&p->sc->model),
-								    p->par.tp);
+		long long xl = xl_grad_elems(p, u), tied = tied_local(p);
 		if (u == 0 && b->tied_grad >= 0 && (double)tied > p->reduce_bucket_elems)
 			xl -= tied; /* the tied embedding's one .grad: the head's held buffer */
 		b->xl_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_XL_GRADS, u,
@@ -1525,7 +1530,7 @@ static void optimizer_step(Builder *b)
 	const Plan *p = b->p;
 	const StagePlan *st = &p->stages[b->stage];
 	double part = (double)st->part_elems;
-	long long tied = ceil_div(model_tied_elems(&p->sc->model), p->par.tp);
+	long long tied = tied_local(p);
 
 	/* ZeRO-Infinity: at the gradient accumulation boundary the last backward's hooks swap the
 	 * partition's fp32 gradients out to NVMe (stage3.py partition_grads, swap_out_gradients),

@@ -70,6 +70,11 @@ static long long onebit_full_steps(const OneBitParams *o)
 	return o->freeze_step > 2 ? o->freeze_step : 2;
 }
 
+int onebit_has_kind(int zero_one, OneBitStep k)
+{
+	return k != ONEBIT_LOCAL || zero_one;
+}
+
 OneBitStep onebit_step_kind(const OneBitParams *o, int zero_one, long long step)
 {
 	if (step <= 1)

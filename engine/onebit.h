@@ -41,6 +41,10 @@ typedef struct OneBitParams {
 
 void onebit_params_default(OneBitParams *o);
 
+/* Whether a run of such an optimizer (zero_one: 0/1 Adam) has steps of kind k: every one has
+ * its initialisation, full and compressed steps; 0/1 Adam alone has local ones. */
+int onebit_has_kind(int zero_one, OneBitStep k);
+
 /* The kind of step `step` (1-based) of a run. Step 1 is the initialisation step. 1-bit Adam and
  * LAMB: steps 2..freeze_step full-precision, then compressed (adam.py and lamb.py switch after the step whose count reaches
  * freeze_step). 0/1 Adam (zoadam.py): up to var_freeze_step, the steps whose count is a multiple

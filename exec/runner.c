@@ -943,9 +943,9 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 /* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
  * DistributedDataParallel bucket (build.c ddp_ready), copied into the reducer's flat now:
  * all-reduced there (divided by dp first where DeepSpeed does) and copied back where its slice
- * says. The engine's run blocking after the backward; DDP's are started on the reduction stream
- * (engine/streams.h, Plan.overlap_comm) while the backward goes on, their sums copied back when
- * they complete (finish_pending; the optimizer and the one-value all-reduces wait for them). */
+ * says: at once when blocking (q NULL: the engine's, after the backward), or when a started one
+ * completes (finish_pending: DDP's, on the reduction stream while the backward goes on,
+ * Plan.overlap_comm; the optimizer and the one-value all-reduces wait for them). */
 static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *err)
 {
 	const SchedSlice *sl = op->slice >= 0 ? &r->s->slices[op->slice] : NULL;
@@ -961,8 +961,6 @@ static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *er
 	if (op->buf == r->id_ddp)
 		r->cb->convert(r->cx, x, r->gdt, g, r->gdt, n);
 	runner_predivide(r, x, r->gdt, n);
-	if (op->buf != r->id_ddp)
-		q = NULL;
 	if (issue(c, op, x, x, n, r->gdt, q, err))
 		return -1;
 	if (!q) {

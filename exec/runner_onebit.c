@@ -17,7 +17,7 @@
  * In fp32 each tensor is exchanged on its own; in fp16 DeepSpeed wraps the optimizer in
  * FP16_Optimizer, whose one fp32 flat of the stage's parameters is exchanged whole, its gradients
  * unscaled into fp32 first. Beside tensor and pipeline parallelism the exchanges run over the
- * data-parallel group on this rank's tensors: its shards, its stage's (own_tensors). What the schedule states is checked against what the kernels count: each
+ * data-parallel group on this rank's tensors: its shards, its stage's (runner_onebit_tensors). What the schedule states is checked against what the kernels count: each
  * compressed all-reduce must name a tensor's place (fp16: the whole flat's) as gpt_cpu lays it
  * out, and the error buffers are sized from the kernels' tensors. */
 #include <string.h>
@@ -170,8 +170,8 @@ int runner_set_onebit(Runner *r, int kind, Schedule *c, PxError *err)
 	if (!r->onebit)
 		return px_fail(err, PX_ERR_RUNTIME, "a 1-bit step kind's schedule for a plan without a "
 			       "1-bit optimizer");
-	if (kind != ONEBIT_COMPRESSED && kind != ONEBIT_INIT &&
-	    !(kind == ONEBIT_LOCAL && r->zero_one))
+	if (kind <= ONEBIT_FULL || kind >= N_ONEBIT_STEPS ||
+	    !onebit_has_kind(r->zero_one, (OneBitStep)kind))
 		return px_fail(err, PX_ERR_RUNTIME, "a schedule for 1-bit step kind %d, which %s does "
 			       "not take", kind, r->p->sc->ds.opt->name);
 	if (shares_setup(r, c, err))

@@ -122,10 +122,7 @@ int moe_cpu_unit_tensors(const GptConfig *c, const MoeCpu *m, GptTensor out[MOE_
 {
 	GptTensor dense[GPT_CPU_MAX_TENSORS];
 	size_t C = (size_t)c->C, I = (size_t)m->I, El = (size_t)(m->E / m->ep);
-	if (tp_t(m) > 1)
-		gpt_tp_unit_tensors(c, m->tp->t, 1, dense);
-	else
-		gpt_cpu_unit_tensors(c, 1, dense);
+	gpt_tp_unit_tensors(c, tp_t(m), 1, dense); /* at t = 1 gpt_cpu's */
 	int n = 0;
 	for (; n < 8; n++) /* norm1 .. norm2 */
 		out[n] = dense[n];
@@ -191,14 +188,11 @@ void moe_cpu_init_unit(const GptConfig *c, const MoeCpu *m, int unit, float *par
 	int El = m->E / m->ep;
 	MoeLayout L = moe_layout(c, m);
 	float resid_std = GPT_CPU_INIT_STD / sqrtf(2.0f * (float)c->L);
-	/* the shared tensors: a dense block's first eight, at the same offsets, from the same
-	 * streams; its MLP tensors land where the router and experts go and are drawn over (an MoE
-	 * unit of one local expert already outsizes a dense block: 12 C^2 + 13 C + C E, and a
-	 * tensor-parallel rank's shard of one, whose first eight are this rank's shards) */
-	if (tp_t(m) > 1)
-		gpt_tp_init_unit(c, m->tp->t, m->tp->r, unit, params, seed);
-	else
-		gpt_cpu_init_unit(c, unit, params, seed);
+	/* the shared tensors: a dense block's first eight (this rank's shards of them; at t = 1
+	 * gpt_cpu_init_unit's values), at the same offsets, from the same streams; its MLP tensors
+	 * land where the router and experts go and are drawn over (an MoE unit of one local expert
+	 * already outsizes a dense block, 12 C^2 + 13 C + C E, and a tensor-parallel rank's shard) */
+	gpt_tp_init_unit(c, tp_t(m), m->tp ? m->tp->r : 0, unit, params, seed);
 	fill_normal(params + L.router, C * (size_t)m->E, GPT_CPU_INIT_STD, seed,
 		    moe_stream(unit, 8, 0));
 	for (int j = 0; j < El; j++) {

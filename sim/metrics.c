@@ -43,7 +43,7 @@ static int put_time(const Prediction *pr, int stage, Metric *m, int n)
 	/* a 1-bit optimizer's other kinds of step (time.step_s is the warm-up's, full) */
 	const OneBitRun *o = &pr->onebit;
 	for (int k = ONEBIT_COMPRESSED; o->active && k < N_ONEBIT_STEPS; k++) {
-		if (k == ONEBIT_LOCAL && !o->zero_one)
+		if (!onebit_has_kind(o->zero_one, k))
 			continue;
 		snprintf(name, sizeof(name), "time.onebit_%s.step_s", onebit_step_name(k));
 		int at = n;

@@ -70,7 +70,7 @@ int sim_onebit_price(Prediction *pr, const HwProfile *hw, PxError *err)
 	o->error_bytes = pr->plan.stages[0].error_feedback_bytes;
 	o->time_known = hw && pr->time_known;
 	for (OneBitStep s = 0; s < N_ONEBIT_STEPS; s++) {
-		if (s == ONEBIT_LOCAL && !o->zero_one)
+		if (!onebit_has_kind(o->zero_one, s))
 			continue;
 		if (price_kind(pr, s, hw, err))
 			return -1;

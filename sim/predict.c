@@ -19,7 +19,7 @@ static int onebit_memory(Prediction *pr, int s, Schedule *own, PxError *err)
 	if (!ok || ok->error_feedback == EF_NONE || p->dp < 2)
 		return 0;
 	for (int k = ONEBIT_COMPRESSED; k < N_ONEBIT_STEPS; k++) {
-		if (k == ONEBIT_LOCAL && !optim_zero_one(ok))
+		if (!onebit_has_kind(optim_zero_one(ok), k))
 			continue;
 		Schedule sk;
 		MemResult m;
