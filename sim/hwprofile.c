@@ -29,6 +29,10 @@
 /* assumed (no calibration run keeps scores): the same per byte of eager attention's scores */
 #define SCORES .scores_fwd = 2, .scores_bwd = 4
 
+/* assumed, not measured: PyTorch eager's host time per kernel (Python, the dispatcher, autograd's
+ * bookkeeping, cudaLaunchKernel), about 5-25 us an op by published accounts (docs/time_model.md) */
+#define KERNEL_ISSUE .kernel_issue_s = 10e-6
+
 #define NETWORK {5e-6, {3, LINK_X, {0.46, 0.736, 0.92}}, 1}
 
 static const HwProfile DEFAULTS[] = {
@@ -42,6 +46,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.4, 0.64, 0.8}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 2.6e8,
 	},
 	{
@@ -54,6 +59,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 6.8e8,
 	},
 	{
@@ -66,6 +72,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 6.8e8,
 	},
 	{
@@ -78,6 +85,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.297},
 		.network = NETWORK,
 		.nvlink_domain = 8,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 1e9,
 	},
 	{
@@ -90,6 +98,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.192, 0.306, 0.383}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 2,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 1e9,
 	},
 	{
@@ -102,6 +111,7 @@ static const HwProfile DEFAULTS[] = {
 		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.284},
 		.network = NETWORK,
 		.nvlink_domain = 8,
+		KERNEL_ISSUE,
 		.pcie_efficiency = 0.8, .nvme_efficiency = 0.8, .cpu_adam_elems_per_s = 1e9,
 	},
 };
@@ -166,6 +176,7 @@ static const Field FIELDS[] = {
 	NUM("host", "pcie_efficiency", pcie_efficiency, 0, 1, 1),
 	NUM("host", "nvme_efficiency", nvme_efficiency, 0, 1, 1),
 	NUM("host", "cpu_adam_elems_per_s_per_gpu", cpu_adam_elems_per_s, 0, 1e13, 1),
+	NUM("host", "kernel_issue_s", kernel_issue_s, 0, 0.01, 0),
 	NUM("memory", "cuda_context_MiB", context_MiB, 0, 1e6, 0),
 	NUM("memory", "cublas_workspace_MiB", cublas_MiB, 0, 1e6, 0),
 	NUM("memory", "nccl_MiB", nccl_MiB, 0, 1e6, 0),

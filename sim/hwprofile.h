@@ -58,6 +58,9 @@ typedef struct HwProfile {
 	double nvme_efficiency;  /* achieved over the node's NVMe figure */
 	double cpu_adam_elems_per_s; /* optimizer offload: elements one GPU's share of the host's
 					cores updates per second */
+	double kernel_issue_s;   /* host time the framework takes to issue one GPU kernel (Python
+				    and autograd dispatch, cudaLaunchKernel): a pass over a unit
+				    takes no less than its kernels' count times this (host-bound) */
 	/* memory the CUDA runtime takes, as `parallax calibrate` measured it; 0: the cluster's figure
 	 * (engine/cluster.c's cuda_context_MiB, cublas_workspace_MiB, nccl_buffers_MiB) */
 	double context_MiB, cublas_MiB, nccl_MiB;

@@ -138,6 +138,60 @@ static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 	return sum * (fwd / listed);
 }
 
+/* ---- host overhead ----
+ * A framework issues a unit's kernels one by one from the host, each at a cost (the profile's
+ * kernel_issue_s); when the GPU finishes them faster than they arrive, the pass takes the host's
+ * time. The kernels of one pass through a block, counted from Megatron-LM's
+ * ParallelTransformerLayer.forward (fused bias-GeLU and bias-dropout-add): each weight's GEMM;
+ * per attention its input norm, the output's bias-dropout-add, and eager attention's QK^T,
+ * scale-mask-softmax, dropout, AV and the context's copy back to [s, b, h] (FlashAttention:
+ * one kernel for the four); the MLP's norm, bias-activation and bias-dropout-add. An MoE block
+ * adds DeepSpeed's gate (softmax, top-k, capacity mask, dispatch and combine einsums) and runs
+ * its local experts one after another (sharded_moe.py Experts.forward: each its own two GEMMs and
+ * activation), where the GEMM list batches them. A backward runs two kernels per GEMM (input and
+ * weight gradients) and one per other kernel. The embedding: token and position look-ups and
+ * their dropout; other units (the head): the final norm, the logits' GEMM and the loss's six
+ * (max, subtract, exp, sum, log, the target's logit), backward two fewer. */
+#define ATTN_OWN_KERNELS 2    /* the attention's input norm and bias-dropout-add */
+#define EAGER_CORE_KERNELS 3  /* softmax, dropout, the context's copy (QK^T and AV are GEMMs) */
+#define MLP_OWN_KERNELS 3     /* norm, bias-activation, bias-dropout-add */
+#define GATE_KERNELS 5        /* softmax, top-k, capacity mask, dispatch, combine */
+
+static double op_kernels(const Plan *p, const Op *op)
+{
+	int bwd = op->sub == COMP_BWD;
+	if (op->unit < 0 || op->unit >= p->n_units)
+		return 0;
+	if (!is_block(p, op->unit)) {
+		if (op->unit == 0)
+			return 3;
+		return bwd ? 6 : 8;
+	}
+	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed;
+	int attn[MAX_GEMMS], products = 0;
+	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
+	for (int i = 0; i < n; i++)
+		products += attn[i] != 0;
+	if (n == 0) /* a parameter-count-only model: one attention, four weights */
+		n = 6, products = 2;
+	double attentions = products / 2, eager = p->sc->attention != ATTN_FLASH;
+	double gemms = n - products + attentions * (eager ? 2 : 1);
+	double other = attentions * (ATTN_OWN_KERNELS + (eager ? EAGER_CORE_KERNELS : 0)) +
+		       MLP_OWN_KERNELS;
+	if (p->units[op->unit].moe) {
+		double local = (double)p->sc->model.experts / (double)(p->par.ep > 0 ? p->par.ep : 1);
+		gemms += 2 * (local - 1);
+		other += GATE_KERNELS + (local - 1);
+	}
+	return (bwd ? 2 : 1) * gemms + other;
+}
+
+/* The pass's time on the GPU, or the host's time to issue its kernels when that is longer. */
+static double host_bound(const HwProfile *hw, double gpu_s, double kernels)
+{
+	return fmax(gpu_s, kernels * hw->kernel_issue_s);
+}
+
 /* Selective recompute's op (build.c): the block's attention products once more, each priced as
  * the eager forward prices it (its own size on the GEMM curve, no faster than its bytes), then
  * softmax and dropout over the rebuilt scores (op->bytes) at the forward's traffic per byte of
@@ -146,7 +200,7 @@ static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op
 {
 	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed, sum = 0;
 	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
-	int attn[MAX_GEMMS];
+	int attn[MAX_GEMMS], products = 0;
 	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
 	for (int i = 0; i < n; i++)
 		if (attn[i])
@@ -154,7 +208,11 @@ static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op
 				    over(bytes[i], hbm));
 	if (n == 0 && op->flops > 0)
 		sum = over(op->flops, peak * hw_curve_eval(&hw->gemm, op->flops / 2));
-	return sum + over(op->bytes * hw->scores_fwd, hbm);
+	for (int i = 0; i < n; i++)
+		products += attn[i] != 0;
+	/* per attention: QK^T, softmax, dropout, AV and the context's copy */
+	double kernels = (products / 2) * (2 + EAGER_CORE_KERNELS);
+	return host_bound(hw, sum + over(op->bytes * hw->scores_fwd, hbm), kernels);
 }
 
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
@@ -194,7 +252,7 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 					   (bwd ? hw->elementwise_bwd : hw->elementwise_fwd) +
 				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd), hbm);
 	}
-	return fmax(gemm, over(op->bytes, hbm)) + elementwise;
+	return host_bound(hw, fmax(gemm, over(op->bytes, hbm)) + elementwise, op_kernels(p, op));
 }
 
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
@@ -301,7 +359,8 @@ double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage
 
 /* A key is whole 64-bit words, each written once and compared as bits (so the same exact
  * comparison as before, and no byte stores read back as wider loads, which stall the CPU's
- * store forwarding): [0] kind, sub, group, is_block (2 for MoE) and nranks; [1] aux (a send:
+ * store forwarding): [0] kind, sub, group (a compute op: whether its unit is the embedding),
+ * is_block (2 for MoE) and nranks; [1] aux (a send:
  * its stage x 2 + direction; the optimizer: its stage); then bytes, flops, the unit's activation
  * bytes and a block's forward FLOPs (what, with is_block, tells its GEMMs apart: blocks of one
  * kind share their weights' shapes). */
@@ -329,8 +388,8 @@ static uint64_t bits(double x)
 }
 
 /* The key of op's duration on stage `stage`: the fields opcost_compute_s and opcost_coll_s
- * read (a unit enters only through whether it is a block, MoE or not, its FLOPs and its
- * activation bytes). */
+ * read (a unit enters only through whether it is a block, MoE or not, or the embedding, its FLOPs
+ * and its activation bytes). */
 static void dur_key(const Plan *p, const Op *op, int stage, int forward, DurKey *k)
 {
 	uint64_t is_blk = 0, group = 0, aux = 0, nranks = 0;
@@ -342,6 +401,7 @@ static void dur_key(const Plan *p, const Op *op, int stage, int forward, DurKey 
 		act = known && p->activations_known ? p->units[op->unit].act_bytes : -1;
 		unit_flops = known ? p->units[op->unit].fwd_flops : -1;
 		aux = op->sub == COMP_OPTIMIZER ? (uint64_t)(uint32_t)stage : 0;
+		group = op->unit == 0; /* the embedding's kernels are not the head's (op_kernels) */
 	} else {
 		group = op->group;
 		nranks = (uint32_t)op->nranks;

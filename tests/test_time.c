@@ -26,7 +26,7 @@ int test_time_register(void);
 	" \"n_positions\": 512, \"vocab_size\": 1024}"
 
 /* A profile on which only compute costs time, at half the peak whatever the size: no latency,
- * infinite link and host bandwidth, no elementwise traffic. */
+ * infinite link and host bandwidth, no elementwise traffic, no host time to issue kernels. */
 static void compute_only_profile(HwProfile *hw)
 {
 	const HwCurve flat = {1, {1}, {0.5}}, endless = {1, {1}, {INFINITY}};
@@ -35,6 +35,7 @@ static void compute_only_profile(HwProfile *hw)
 	hw->sustained = 1;
 	hw->elementwise_fwd = hw->elementwise_bwd = hw->scores_fwd = hw->scores_bwd = 0;
 	hw->nvlink.alpha_s = hw->network.alpha_s = 0;
+	hw->kernel_issue_s = 0;
 	hw->nvlink.efficiency = hw->network.efficiency = endless;
 	hw->pcie_efficiency = hw->nvme_efficiency = INFINITY;
 }
@@ -394,6 +395,7 @@ static void test_compute_and_copy_formulas(void)
 			 " \"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 512}"))
 		return;
 	hwprofile_default(&sc.cluster.gpu, &hw);
+	hw.kernel_issue_s = 0; /* the GPU's time; the host's bound: test_host_bound */
 	const UnitPlan *u = &pr.plan.units[1];
 	double F = u->fwd_flops, hbm = 2039e9 * 0.9;
 	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
@@ -445,6 +447,7 @@ static void test_flash_attention_formulas(void)
 		return;
 	}
 	hwprofile_default(&sc.cluster.gpu, &hw);
+	hw.kernel_issue_s = 0; /* the GPU's time; the host's bound: test_host_bound */
 	const UnitPlan *u = &pr.plan.units[1];
 	double F = u->fwd_flops, hbm = 2039e9 * 0.9;
 	CU_ASSERT_EQUAL(F, pe.plan.units[1].fwd_flops); /* FLOP counts take the full square */
@@ -466,6 +469,88 @@ static void test_flash_attention_formulas(void)
 		       7 * u->act_bytes / hbm);
 	sched_free(&s);
 	fx_free(&eager, &pe);
+	fx_free(&sc, &pr);
+}
+
+/* Host overhead (issue 16): a framework issues a pass's kernels one by one from the host, 10 us
+ * each on the bundled profiles (an assumption, scenarios/hardware/), and a pass takes no less than
+ * that. The kernels, counted from Megatron-LM's ParallelTransformerLayer.forward (sim/opcost.c):
+ * an eager GPT-2 block's forward runs its four weights' GEMMs and QK^T and AV (6 GEMMs), the
+ * attention's norm, softmax, dropout, the context's copy and bias-dropout-add (5), the MLP's norm,
+ * bias-GeLU and bias-dropout-add (3): 14 kernels, 140 us; its backward two kernels per GEMM and
+ * one per other, 12 + 8 = 20, 200 us. FlashAttention's one kernel for QK^T, softmax, dropout
+ * and AV leaves 5 GEMM-like kernels and 5 others: 10 forward, 15 backward. The embedding runs
+ * 3 kernels each way, the head 8 forward (norm, logits, the loss's six) and 6 backward.
+ * The small GPT at micro-batch 1 and s 64 computes a block in about 1 us on an A100, so every pass
+ * is host-bound: on the compute-only profile with the host's 10 us the step's forward is
+ * (3 + 8 x 14 + 8) x 10 us = 1.23 ms and its backward (3 + 8 x 20 + 6) x 10 us = 1.69 ms (plus
+ * BF16_Optimizer's accumulation into fp32), where the GPU alone takes microseconds. At micro-batch 64 and s 512 the block's GPU time is above its
+ * kernels' and the bound changes nothing. */
+static void test_host_bound(void)
+{
+	static const char *fmt = "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+				 " %d, \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\":"
+				 " \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+				 " \"seq_length\": %d, \"attention\": \"%s\"}";
+	Scenario sc;
+	Prediction pr;
+	HwProfile hw, gpu_only;
+	if (fx_predictf(&sc, &pr, fmt, 1, 64, "eager"))
+		return;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	CU_ASSERT_EQUAL(hw.kernel_issue_s, 10e-6);
+	gpu_only = hw;
+	gpu_only.kernel_issue_s = 0;
+	Schedule s;
+	sched_init(&s, 0);
+	const double F = pr.plan.units[1].fwd_flops, H = pr.plan.units[9].fwd_flops;
+	sched_compute(&s, COMP_FWD, 1, F, 0);
+	sched_compute(&s, COMP_BWD, 1, 2 * F, 0);
+	sched_compute(&s, COMP_FWD, 0, 0, 0);
+	sched_compute(&s, COMP_FWD, 9, H, 0);
+	sched_compute(&s, COMP_BWD, 9, 2 * H, 0);
+	CU_ASSERT(opcost_compute_s(&pr.plan, &gpu_only, &s.ops[1], 0) < 20e-6);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), 14 * 10e-6);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 20 * 10e-6);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[2], 0), 3 * 10e-6);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[3], 0), 8 * 10e-6);
+	REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[4], 0), 6 * 10e-6);
+
+	/* the whole step, every other cost 0 */
+	HwProfile only;
+	TimeResult r;
+	compute_only_profile(&only);
+	only.kernel_issue_s = 10e-6;
+	/* BF16_Optimizer's one fp32 accumulation after the backward (memory-bound, no host bound
+	 * modelled) is charged to the backward too */
+	const Schedule *st = &pr.stages[0].sched;
+	double accum = 0;
+	for (int i = 0; i < st->n; i++)
+		if (st->ops[i].kind == OP_COMPUTE && st->ops[i].sub == COMP_GRAD_ACCUM)
+			accum += opcost_compute_s(&pr.plan, &only, &st->ops[i], 0);
+	CU_ASSERT(accum > 0 && accum < 100e-6);
+	if (run_prediction(&pr, &only, 1, &r) == 0) {
+		REL_EQ(r.breakdown.fwd_s, (3 + 8 * 14 + 8) * 10e-6);
+		REL_EQ(r.breakdown.bwd_s, (3 + 8 * 20 + 6) * 10e-6 + accum);
+	}
+	fx_free(&sc, &pr);
+
+	if (fx_predictf(&sc, &pr, fmt, 1, 64, "flash") == 0) {
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), 10 * 10e-6);
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 15 * 10e-6);
+		fx_free(&sc, &pr);
+	}
+	sched_free(&s);
+
+	/* enough work per kernel: the GPU's time */
+	if (fx_predictf(&sc, &pr, fmt, 64, 512, "eager"))
+		return;
+	sched_init(&s, 0);
+	sched_compute(&s, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
+	double t = opcost_compute_s(&pr.plan, &gpu_only, &s.ops[0], 0);
+	CU_ASSERT(t > 14 * 10e-6);
+	CU_ASSERT_EQUAL(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), t);
+	sched_free(&s);
 	fx_free(&sc, &pr);
 }
 
@@ -530,6 +615,7 @@ static void test_selective_recompute_formulas(void)
 			goto out;
 	HwProfile hw;
 	hwprofile_default(&sc[0].cluster.gpu, &hw);
+	hw.kernel_issue_s = 0; /* the GPU's time; the host's bound: test_host_bound */
 	const UnitPlan *none = &pr[0].plan.units[1], *sel = &pr[1].plan.units[1];
 	double F = none->fwd_flops, hbm = 2039e9 * 0.9, scores = 8 * 512 * 512 * 5.0;
 	hw.gemm = (HwCurve){2, {F / 60, 10 * F / 6}, {0.2, 0.6}};
@@ -1130,7 +1216,7 @@ static void test_profile_with_base(void)
 	CU_ASSERT_EQUAL_FATAL(hwprofile_load(path, &hw, &err), 0);
 	hwprofile_default(cluster_find_gpu("H100-SXM"), &base);
 	CU_ASSERT_STRING_EQUAL(hw.gpu, "H100-SXM");
-	CU_ASSERT_EQUAL(hw.from_base, 18);
+	CU_ASSERT_EQUAL(hw.from_base, 19);
 	CU_ASSERT_DOUBLE_EQUAL(hw.pcie_efficiency, 0.5, 0);
 	CU_ASSERT_FALSE(hwprofile_equal(&hw, &base, what, sizeof(what)));
 	CU_ASSERT_STRING_EQUAL(what, "host.pcie_efficiency");
@@ -1214,6 +1300,8 @@ int test_time_register(void)
 			    {"1,000-GPU scenarios replay", test_large_scenarios},
 			    {"FlashAttention's kernel and memory", test_flash_attention_formulas},
 			    {"FlashAttention refused where it cannot run", test_flash_refused},
+			    {"host overhead: a tiny model's passes take their kernels' issue time",
+			     test_host_bound},
 			    {"selective recompute: the attention core, by hand",
 			     test_selective_recompute_formulas},
 			    {"held-out published runs (first table, MosaicML) and the mean target",
