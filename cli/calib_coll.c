@@ -51,6 +51,9 @@ static void link_json(const CalibColl *cc, cJSON *j, const char *stamp)
 	const CollBenchFit *f = &cc->fit;
 	cJSON *l = cJSON_CreateObject();
 	what_ran(cc, what, sizeof(what));
+	cJSON_AddNumberToObject(l, "base_s", f->link.base_s);
+	cJSON_AddStringToObject(l, "_base_s", "0: one rank count cannot tell a call's base latency "
+				"from its steps', so alpha_s holds both (exec/collbench.c)");
 	cJSON_AddNumberToObject(l, "alpha_s", f->link.alpha_s);
 	snprintf(note, sizeof(note), "measured by parallax calibrate, %s (%s): the smallest size's "
 		 "all_gather and reduce_scatter time over the ring's n-1 steps, the call's own "

@@ -181,8 +181,10 @@ void collbench_envelope(const CollBench *b, int k, double *out)
 
 /* ---- the profile's link ----
  * sim/opcost.c prices a collective of size S over n ranks of one link class as
- *     steps x alpha_s + S x factor / (peak x efficiency(S)),
- * steps and factor as above. The fit inverts that model so that it reproduces the measured times:
+ *     base_s + steps x alpha_s + S x factor / (peak x efficiency(S)),
+ * steps and factor as above. The fit inverts that model so that it reproduces the measured times
+ * (one rank count cannot tell a call's base latency from its steps': base_s is left 0 and
+ * alpha_s holds both):
  *  - alpha_s: the smallest size's time over the ring's steps, the mean of all_gather's and
  *    reduce_scatter's. At 1 KiB the transfer itself is a small part of the time (1 KiB at 100 GB/s
  *    is 10 ns against microseconds of latency), so this is the per-step latency plus the call's

@@ -33,7 +33,13 @@
  * bookkeeping, cudaLaunchKernel), about 5-25 us an op by published accounts (docs/time_model.md) */
 #define KERNEL_ISSUE .kernel_issue_s = 10e-6
 
-#define NETWORK {5e-6, {3, LINK_X, {0.46, 0.736, 0.92}}, 1}
+/* NCCL's own latency model for its LL protocol, the one it picks for small messages (where latency
+ * matters): a call's base latency and one NVLink ring step (src/graph/tuning.cc,
+ * baseLatencies and hwLatencies, ring LL: 6.6 us and 0.6 us) */
+#define BASE_S 6.6e-6
+#define NVLINK_STEP_S 0.6e-6
+
+#define NETWORK {BASE_S, 5e-6, {3, LINK_X, {0.46, 0.736, 0.92}}, 1}
 
 static const HwProfile DEFAULTS[] = {
 	{
@@ -43,7 +49,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.9,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0, .flash_bwd = 0,
-		.nvlink = {1e-6, {3, LINK_X, {0.4, 0.64, 0.8}}, 1},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.4, 0.64, 0.8}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
 		KERNEL_ISSUE,
@@ -56,7 +62,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.9,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0.6, .flash_bwd = 0.5,
-		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
 		KERNEL_ISSUE,
@@ -69,7 +75,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.9,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0.6, .flash_bwd = 0.5,
-		.nvlink = {1e-6, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.35, 0.56, 0.7}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 8,
 		KERNEL_ISSUE,
@@ -82,7 +88,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.896,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
-		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.297},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.297},
 		.network = NETWORK,
 		.nvlink_domain = 8,
 		KERNEL_ISSUE,
@@ -95,7 +101,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.9,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
-		.nvlink = {1e-6, {3, LINK_X, {0.192, 0.306, 0.383}}, 1},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.192, 0.306, 0.383}}, 1},
 		.network = NETWORK,
 		.nvlink_domain = 2,
 		KERNEL_ISSUE,
@@ -108,7 +114,7 @@ static const HwProfile DEFAULTS[] = {
 		.hbm_efficiency = 0.896,
 		ELEMENTWISE, SCORES,
 		.flash_fwd = 0.35, .flash_bwd = 0.35,
-		.nvlink = {1e-6, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.284},
+		.nvlink = {BASE_S, NVLINK_STEP_S, {3, LINK_X, {0.411, 0.658, 0.822}}, 1.284},
 		.network = NETWORK,
 		.nvlink_domain = 8,
 		KERNEL_ISSUE,
@@ -166,10 +172,12 @@ static const Field FIELDS[] = {
 	NUM("compute", "scores_backward", scores_bwd, 0, 100, 0),
 	NUM("compute", "flash_forward", flash_fwd, 0, 1, 0),
 	NUM("compute", "flash_backward", flash_bwd, 0, 1, 0),
+	NUM("nvlink", "base_s", nvlink.base_s, 0, 0.01, 0),
 	NUM("nvlink", "alpha_s", nvlink.alpha_s, 0, 0.01, 0),
 	CURVE("nvlink", "efficiency", nvlink.efficiency, 1),
 	NUM("nvlink", "allreduce_scale", nvlink.allreduce_scale, 0.25, 4, 0),
 	{"nvlink", "domain_gpus", F_INT, offsetof(HwProfile, nvlink_domain), 1, 1 << 20, 0},
+	NUM("network", "base_s", network.base_s, 0, 0.01, 0),
 	NUM("network", "alpha_s", network.alpha_s, 0, 0.01, 0),
 	CURVE("network", "efficiency", network.efficiency, 1),
 	NUM("network", "allreduce_scale", network.allreduce_scale, 0.25, 4, 0),

@@ -26,6 +26,8 @@ typedef struct HwCurve {
 
 /* One class of link (NVLink inside a node, the network between nodes). */
 typedef struct HwLink {
+	double base_s;           /* latency of one collective call over this class of link, whatever
+				    its ranks (NCCL's base latency: launch and setup) */
 	double alpha_s;          /* latency of one algorithm step (a ring hop), seconds */
 	HwCurve efficiency;      /* x: message bytes (nccl-tests "size"); y: busBw over the link's
 				    one-direction peak */

@@ -37,7 +37,7 @@ double infer_coll_s(const HwProfile *hw, const GpuSpec *gpu, CollKind kind, int 
 	double bw = n > hw->nvlink_domain ? gpu->pcie_GBps * GB * hw->pcie_efficiency :
 		    gpu->nvlink_GBps / 2 * GB * hw_curve_eval(&hw->nvlink.efficiency, bytes) *
 			    (kind == COLL_ALL_REDUCE ? hw->nvlink.allreduce_scale : 1);
-	return steps * hw->nvlink.alpha_s + (bw > 0 ? wire / bw : INFINITY);
+	return hw->nvlink.base_s + steps * hw->nvlink.alpha_s + (bw > 0 ? wire / bw : INFINITY);
 }
 
 static void price_op(const InferScenario *sc, const HwProfile *hw, const Op *op, InferPhase *ph)

@@ -299,19 +299,20 @@ static GroupSpan op_span(const Plan *p, const Op *op)
 	return sp;
 }
 
-/* alpha x steps: a ring takes n-1 steps per pass (all-reduce two passes) at the slowest hop's
- * latency; tree and hierarchical algorithms take the node's g-1 hops plus log2(nodes) or nodes-1
- * hops between nodes. */
+/* A call's base latency (the slowest link class it crosses) plus alpha x steps: a ring takes n-1
+ * steps per pass (all-reduce two passes) at the slowest hop's latency; tree and hierarchical
+ * algorithms take the node's g-1 hops plus log2(nodes) or nodes-1 hops between nodes. */
 static double latency_s(const HwProfile *hw, CollKind kind, GroupSpan sp, CollAlgo algo)
 {
 	double n = (double)sp.n, g = (double)sp.per_node, nodes = (double)sp.nodes;
 	double passes = kind == COLL_ALL_REDUCE ? 2 : 1;
+	double base = nodes > 1 ? hw->network.base_s : hw->nvlink.base_s;
 	if (nodes > 1 && algo != ALGO_RING &&
 	    (kind == COLL_ALL_REDUCE || kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)) {
 		double hops = algo == ALGO_TREE ? ceil(log2(nodes)) : nodes - 1;
-		return passes * ((g - 1) * hw->nvlink.alpha_s + hops * hw->network.alpha_s);
+		return base + passes * ((g - 1) * hw->nvlink.alpha_s + hops * hw->network.alpha_s);
 	}
-	return passes * (n - 1) * (nodes > 1 ? hw->network.alpha_s : hw->nvlink.alpha_s);
+	return base + passes * (n - 1) * (nodes > 1 ? hw->network.alpha_s : hw->nvlink.alpha_s);
 }
 
 /* A send from `stage` to the next stage (forward) or the previous one, over the network when the
@@ -322,8 +323,10 @@ static double p2p_s(const Plan *p, const HwProfile *hw, const Op *op, int stage,
 	long long pp = p->par.pp, peer = forward ? (stage + 1) % pp : (stage + pp - 1) % pp;
 	int cross = sp.nodes > 1 && (sp.per_node <= 1 || stage / sp.per_node != peer / sp.per_node);
 	if (cross)
-		return hw->network.alpha_s + over(op->bytes, inter_Bps(p, hw, op->bytes));
-	return hw->nvlink.alpha_s + over(op->bytes, intra_Bps(p, hw, 2, op->bytes, 0));
+		return hw->network.base_s + hw->network.alpha_s +
+		       over(op->bytes, inter_Bps(p, hw, op->bytes));
+	return hw->nvlink.base_s + hw->nvlink.alpha_s +
+	       over(op->bytes, intra_Bps(p, hw, 2, op->bytes, 0));
 }
 
 double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward)

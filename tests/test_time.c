@@ -35,6 +35,7 @@ static void compute_only_profile(HwProfile *hw)
 	hw->sustained = 1;
 	hw->elementwise_fwd = hw->elementwise_bwd = hw->scores_fwd = hw->scores_bwd = 0;
 	hw->nvlink.alpha_s = hw->network.alpha_s = 0;
+	hw->nvlink.base_s = hw->network.base_s = 0;
 	hw->kernel_issue_s = 0;
 	hw->nvlink.efficiency = hw->network.efficiency = endless;
 	hw->pcie_efficiency = hw->nvme_efficiency = INFINITY;
@@ -320,15 +321,19 @@ static void test_ddp_overlap(void)
 /* ---- single-op formulas ---- */
 
 /* Ring collectives of S bytes over n ranks (docs/time_model.md):
- *   all-reduce  t = 2(n-1) alpha + 2(n-1)/n S / B
- *   all-gather  t =  (n-1) alpha +  (n-1)/n S / B
+ *   all-reduce  t = base + 2(n-1) alpha + 2(n-1)/n S / B
+ *   all-gather  t = base +  (n-1) alpha +  (n-1)/n S / B
  * with B = the link's one-direction peak x efficiency(S) (x allreduce_scale for an all-reduce
- * inside one NVLink domain). A100 in one node: alpha = 1 us, B = 300 GB/s x 0.70 from 256 MiB
- * up; at 4 MiB the efficiency is halfway in log(S) between 0.35 (1 MiB) and 0.56 (16 MiB):
- * 0.455. H100: B = 450 GB/s x 0.822 x 1.297 for the all-reduce (NVLink SHARP). Across two
- * nodes (n = 16, 8 per node) the ring's 2(n-1)/n S leaves the node on 2 of its 16 links:
- * inter = wire x 2/16 at 25 GB/s x 0.92 per GPU, intra = wire x 14/16 at 210 GB/s; the slower,
- * the network, sets the time, and every step costs the network's alpha = 5 us. */
+ * inside one NVLink domain). In one node: NCCL's LL latencies, base 6.6 us and alpha 0.6 us a
+ * step (src/graph/tuning.cc). A100: B = 300 GB/s x 0.70 from 256 MiB up; at 4 MiB the
+ * efficiency is halfway in log(S) between 0.35 (1 MiB) and 0.56 (16 MiB): 0.455. H100: B =
+ * 450 GB/s x 0.822 x 1.297 for the all-reduce (NVLink SHARP). Across two nodes (n = 16, 8 per
+ * node) the ring's 2(n-1)/n S leaves the node on 2 of its 16 links: inter = wire x 2/16 at
+ * 25 GB/s x 0.92 per GPU, intra = wire x 14/16 at 210 GB/s; the slower, the network, sets the
+ * time, and every step costs the network's alpha = 5 us, after the base 6.6 us.
+ * Latency-bound: 8 bytes all-reduced over the 8 GPUs of a node take 6.6 + 14 x 0.6 = 15 us, the
+ * 8 ns of transfer aside (NCCL's own model gives the same for its ring LL protocol); over two
+ * nodes 6.6 + 30 x 5 = 156.6 us. */
 static void check_coll(const char *gpu, int nodes, CollKind kind, double S, double expected)
 {
 	Scenario sc;
@@ -352,15 +357,22 @@ static void check_coll(const char *gpu, int nodes, CollKind kind, double S, doub
 static void test_ring_collectives(void)
 {
 	const double GiB = 1073741824.0, MiB = 1048576.0;
-	check_coll("A100-80GB", 1, COLL_ALL_REDUCE, GiB, 14e-6 + 2 * 7.0 / 8 * GiB / (300e9 * 0.7));
-	check_coll("A100-80GB", 1, COLL_ALL_GATHER, GiB, 7e-6 + 7.0 / 8 * GiB / (300e9 * 0.7));
+	const double lat8 = 6.6e-6 + 14 * 0.6e-6, lat8_ag = 6.6e-6 + 7 * 0.6e-6;
+	check_coll("A100-80GB", 1, COLL_ALL_REDUCE, GiB, lat8 + 2 * 7.0 / 8 * GiB / (300e9 * 0.7));
+	check_coll("A100-80GB", 1, COLL_ALL_GATHER, GiB, lat8_ag + 7.0 / 8 * GiB / (300e9 * 0.7));
 	check_coll("A100-80GB", 1, COLL_REDUCE_SCATTER, 4 * MiB,
-		   7e-6 + 7.0 / 8 * 4 * MiB / (300e9 * 0.455));
+		   lat8_ag + 7.0 / 8 * 4 * MiB / (300e9 * 0.455));
 	check_coll("H100-SXM", 1, COLL_ALL_REDUCE, GiB,
-		   14e-6 + 2 * 7.0 / 8 * GiB / (450e9 * 0.822 * 1.297));
+		   lat8 + 2 * 7.0 / 8 * GiB / (450e9 * 0.822 * 1.297));
 	double wire = 2 * 15.0 / 16 * GiB;
 	check_coll("A100-80GB", 2, COLL_ALL_REDUCE, GiB,
-		   30 * 5e-6 + fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
+		   6.6e-6 + 30 * 5e-6 +
+			   fmax(wire * 14 / 16 / (300e9 * 0.7), wire * 2 / 16 / (25e9 * 0.92)));
+	/* latency-bound: 8 bytes (the curve flat below 1 MiB at 0.35 of the A100's NVLink) */
+	check_coll("A100-80GB", 1, COLL_ALL_REDUCE, 8, 15e-6 + 2 * 7.0 / 8 * 8 / (300e9 * 0.35));
+	check_coll("A100-80GB", 2, COLL_ALL_REDUCE, 8,
+		   156.6e-6 + fmax(2 * 15.0 / 16 * 8 * 14 / 16 / (300e9 * 0.35),
+				   2 * 15.0 / 16 * 8 * 2 / 16 / (25e9 * 0.46)));
 }
 
 /* One GEMM on the test's curve through (F/60, 0.2) and (10 F/6, 0.6), read in log(x), of the
@@ -1216,7 +1228,7 @@ static void test_profile_with_base(void)
 	CU_ASSERT_EQUAL_FATAL(hwprofile_load(path, &hw, &err), 0);
 	hwprofile_default(cluster_find_gpu("H100-SXM"), &base);
 	CU_ASSERT_STRING_EQUAL(hw.gpu, "H100-SXM");
-	CU_ASSERT_EQUAL(hw.from_base, 19);
+	CU_ASSERT_EQUAL(hw.from_base, 21);
 	CU_ASSERT_DOUBLE_EQUAL(hw.pcie_efficiency, 0.5, 0);
 	CU_ASSERT_FALSE(hwprofile_equal(&hw, &base, what, sizeof(what)));
 	CU_ASSERT_STRING_EQUAL(what, "host.pcie_efficiency");
@@ -1290,7 +1302,7 @@ int test_time_register(void)
 			    {"pipeline transfer vs bubble", test_pipeline_transfer},
 			    {"overlap_comm hides a reduction", test_overlap_comm},
 			    {"DistributedDataParallel's buckets overlap the backward", test_ddp_overlap},
-			    {"ring collective formulas", test_ring_collectives},
+			    {"ring collective formulas, latency-bound ones too", test_ring_collectives},
 			    {"compute and copy formulas", test_compute_and_copy_formulas},
 			    {"offload stall and CPU Adam", test_offload_stall},
 			    {"repeat block: extrapolation = full replay",
