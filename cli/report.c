@@ -151,6 +151,10 @@ static void time_table(FILE *f, const Scenario *sc, const Prediction *pr)
 				100 * b->comm_s[g] / t->step_s);
 		}
 	fprintf(f, "%-26s %12.4f %7.1f%%\n", "step", t->step_s, 100.0);
+	if (b->host_wait_s >= 0.01 * t->step_s) /* worth a line from 1% of the step */
+		fprintf(f, "# of the compute, %.4f s (%.1f%% of the step) is the GPU waiting for the "
+			"host to issue kernels (host overhead: docs/time_model.md)\n", b->host_wait_s,
+			100 * b->host_wait_s / t->step_s);
 	if (sc->backend == BACKEND_CPU) { /* a rank is a process on this machine's cores */
 		fprintf(f, "# %.0f tokens/s; %.2f GFLOP/s per rank of model FLOPs, %.3f of the "
 			"profile's best sgemm rate (%.1f GFLOP/s with the ranks running at once)\n",

@@ -34,6 +34,7 @@ static int put_time(const Prediction *pr, int stage, Metric *m, int n)
 	n = metrics_put(m, n, "time.breakdown.bwd_s", bd.bwd_s, "s");
 	n = metrics_put(m, n, "time.breakdown.recompute_s", bd.recompute_s, "s");
 	n = metrics_put(m, n, "time.breakdown.optimizer_s", bd.optimizer_s, "s");
+	n = metrics_put(m, n, "time.breakdown.host_wait_s", bd.host_wait_s, "s");
 	n = metrics_put(m, n, "time.breakdown.bubble_s", bd.bubble_s, "s");
 	n = metrics_put(m, n, "time.breakdown.offload_stall_s", bd.offload_stall_s, "s");
 	for (int g = 0; g < N_GROUPS; g++) {

@@ -186,17 +186,22 @@ static double op_kernels(const Plan *p, const Op *op)
 	return (bwd ? 2 : 1) * gemms + other;
 }
 
-/* The pass's time on the GPU, or the host's time to issue its kernels when that is longer. */
-static double host_bound(const HwProfile *hw, double gpu_s, double kernels)
+/* The pass's time on the GPU, or the host's time to issue its kernels when that is longer; the
+ * difference, the GPU's wait, in *wait when not NULL. */
+static double host_bound(const HwProfile *hw, double gpu_s, double kernels, double *wait)
 {
-	return fmax(gpu_s, kernels * hw->kernel_issue_s);
+	double host = kernels * hw->kernel_issue_s;
+	if (wait)
+		*wait = fmax(0, host - gpu_s);
+	return fmax(gpu_s, host);
 }
 
 /* Selective recompute's op (build.c): the block's attention products once more, each priced as
  * the eager forward prices it (its own size on the GEMM curve, no faster than its bytes), then
  * softmax and dropout over the rebuilt scores (op->bytes) at the forward's traffic per byte of
  * scores. A model whose products cannot be listed keeps no scores, so never has this op. */
-static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op *op)
+static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op *op,
+				    double *wait)
 {
 	double flops[MAX_GEMMS], bytes[MAX_GEMMS], rows[MAX_GEMMS], listed, sum = 0;
 	double peak = sustained_peak(p, hw), hbm = hbm_Bps(p, hw);
@@ -212,13 +217,21 @@ static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op
 		products += attn[i] != 0;
 	/* per attention: QK^T, softmax, dropout, AV and the context's copy */
 	double kernels = (products / 2) * (2 + EAGER_CORE_KERNELS);
-	return host_bound(hw, sum + over(op->bytes * hw->scores_fwd, hbm), kernels);
+	return host_bound(hw, sum + over(op->bytes * hw->scores_fwd, hbm), kernels, wait);
 }
 
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage)
 {
+	return opcost_compute_wait_s(p, hw, op, stage, NULL);
+}
+
+double opcost_compute_wait_s(const Plan *p, const HwProfile *hw, const Op *op, int stage,
+			     double *host_wait_s)
+{
 	const GpuSpec *g = &p->sc->cluster.gpu;
 	double hbm = hbm_Bps(p, hw);
+	if (host_wait_s)
+		*host_wait_s = 0;
 
 	if (hw->cpu)
 		return opcost_cpu_compute_s(p, hw, op, stage);
@@ -231,7 +244,7 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 		return over(op->bytes, hbm);
 	if (op->sub == COMP_RECOMPUTE && p->sc->ckpt == CKPT_SELECTIVE && is_block(p, op->unit) &&
 	    p->n_units > op->unit)
-		return attention_recompute_s(p, hw, op);
+		return attention_recompute_s(p, hw, op, host_wait_s);
 	double gemm = 0;
 	if (op->flops > 0 && is_block(p, op->unit) && p->n_units > op->unit)
 		gemm = block_gemm_s(p, hw, op);
@@ -252,7 +265,8 @@ double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int st
 					   (bwd ? hw->elementwise_bwd : hw->elementwise_fwd) +
 				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd), hbm);
 	}
-	return host_bound(hw, fmax(gemm, over(op->bytes, hbm)) + elementwise, op_kernels(p, op));
+	return host_bound(hw, fmax(gemm, over(op->bytes, hbm)) + elementwise, op_kernels(p, op),
+			  host_wait_s);
 }
 
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
@@ -375,7 +389,7 @@ typedef struct DurKey {
 
 typedef struct DurWays {
 	DurKey key[DUR_WAYS];
-	double dur_s[DUR_WAYS];
+	double dur_s[DUR_WAYS], wait_s[DUR_WAYS]; /* the duration, and its host wait */
 	int used, next;   /* keys held; the way the next miss replaces */
 } DurWays;
 
@@ -439,16 +453,28 @@ void opcost_cache_destroy(OpCostCache *c)
 double opcost_cached_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op, int stage,
 		       int forward)
 {
+	return opcost_cached_wait_s(c, p, hw, op, stage, forward, NULL);
+}
+
+double opcost_cached_wait_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op,
+			    int stage, int forward, double *host_wait_s)
+{
 	DurKey k;
 	dur_key(p, op, stage, forward, &k);
 	DurWays *w = &c->ways[op->kind == OP_COMPUTE ? op->sub % N_COMPS : N_COMPS + op->sub % N_COLLS];
 	for (int i = 0; i < w->used; i++)
-		if (key_eq(&w->key[i], &k))
+		if (key_eq(&w->key[i], &k)) {
+			if (host_wait_s)
+				*host_wait_s = w->wait_s[i];
 			return w->dur_s[i];
-	double d = op->kind == OP_COMPUTE ? opcost_compute_s(p, hw, op, stage) :
+		}
+	double wait = 0;
+	double d = op->kind == OP_COMPUTE ? opcost_compute_wait_s(p, hw, op, stage, &wait) :
 					    opcost_coll_s(p, hw, op, stage, forward);
 	int i = w->used < DUR_WAYS ? w->used++ : w->next;
 	w->next = (i + 1) % DUR_WAYS;
-	w->key[i] = k, w->dur_s[i] = d;
+	w->key[i] = k, w->dur_s[i] = d, w->wait_s[i] = wait;
+	if (host_wait_s)
+		*host_wait_s = wait;
 	return d;
 }

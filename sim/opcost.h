@@ -15,6 +15,11 @@
  * otherwise. */
 double opcost_coll_s(const Plan *p, const HwProfile *hw, const Op *op, int stage, int forward);
 double opcost_compute_s(const Plan *p, const HwProfile *hw, const Op *op, int stage);
+/* The same, and in *host_wait_s (when not NULL) how much of it the GPU waits for the host to
+ * issue the pass's kernels: its kernels' issue time over its GPU time, or 0 (host overhead,
+ * docs/time_model.md). */
+double opcost_compute_wait_s(const Plan *p, const HwProfile *hw, const Op *op, int stage,
+			     double *host_wait_s);
 double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
 
 /* The dense peak of the plan's compute dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
@@ -32,5 +37,8 @@ OpCostCache *opcost_cache_create(void);
 void opcost_cache_destroy(OpCostCache *c);
 double opcost_cached_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op, int stage,
 		       int forward);
+/* The same, with a compute op's host wait in *host_wait_s (0 for other ops). */
+double opcost_cached_wait_s(OpCostCache *c, const Plan *p, const HwProfile *hw, const Op *op,
+			    int stage, int forward, double *host_wait_s);
 
 #endif

@@ -31,6 +31,7 @@ typedef struct Stream {
 
 typedef struct Counters {
 	double acc[N_ACC];
+	double host_wait; /* of the compute charges: the GPU waiting for the host's kernel issue */
 	double model_flops, hw_flops;
 	long long ops;
 } Counters;
@@ -186,6 +187,7 @@ static void extrapolate(StageSim *ss, const Frame *f)
 	double r = (double)f->left, dt = ss->t - f->snap.t;
 	for (int i = 0; i < N_ACC; i++)
 		ss->c.acc[i] += r * (ss->c.acc[i] - f->snap.c.acc[i]);
+	ss->c.host_wait += r * (ss->c.host_wait - f->snap.c.host_wait);
 	ss->c.model_flops += r * (ss->c.model_flops - f->snap.c.model_flops);
 	ss->c.hw_flops += r * (ss->c.hw_flops - f->snap.c.hw_flops);
 	ss->ops_extrapolated += f->left * (ss->c.ops - f->snap.c.ops);
@@ -236,9 +238,11 @@ static void run_compute(Sim *sim, StageSim *ss, const Op *op)
 			d[1] = (Dep){ss->gather_ready[slot - 1], ss->gather_acc[slot - 1]};
 		wait_for(ss, d, 2);
 	}
-	double dur = opcost_cached_s(sim->dur, sim->p, sim->hw, op, ss->stage, 0);
+	double wait;
+	double dur = opcost_cached_wait_s(sim->dur, sim->p, sim->hw, op, ss->stage, 0, &wait);
 	static const int charge[N_COMPS] = {A_FWD, A_BWD, A_RECOMPUTE, A_OPTIMIZER, A_BWD};
 	ss->c.acc[charge[op->sub < N_COMPS ? op->sub : COMP_FWD]] += dur;
+	ss->c.host_wait += wait;
 	ss->t += dur;
 	ss->last_end = ss->t;
 	ss->last_comp = op->sub;
@@ -882,6 +886,7 @@ static void breakdown_of(const Counters *c, TimeBreakdown *b)
 	b->recompute_s = c->acc[A_RECOMPUTE];
 	b->optimizer_s = c->acc[A_OPTIMIZER];
 	b->compute_s = b->fwd_s + b->bwd_s + b->recompute_s + b->optimizer_s;
+	b->host_wait_s = c->host_wait;
 	for (int g = 0; g < N_GROUPS; g++)
 		b->comm_s[g] = c->acc[A_COMM + g];
 	b->bubble_s = c->acc[A_BUBBLE];

@@ -18,6 +18,8 @@ typedef struct TimeBreakdown {
 	double compute_s;         /* fwd + bwd + recompute + optimizer */
 	double fwd_s, bwd_s, recompute_s;
 	double optimizer_s;       /* on the GPU, or at CPU Adam speed with optimizer offload */
+	double host_wait_s;       /* of compute_s: the GPU idle while the host issues a pass's
+				     kernels (their issue time over the pass's GPU time) */
 	double comm_s[N_GROUPS];  /* exposed communication: the compute stream inside a blocking
 				     collective of that group, or waiting for an overlapped one */
 	double bubble_s;          /* waiting for another pipeline stage (receives, the tied

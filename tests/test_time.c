@@ -541,10 +541,23 @@ static void test_host_bound(void)
 		if (st->ops[i].kind == OP_COMPUTE && st->ops[i].sub == COMP_GRAD_ACCUM)
 			accum += opcost_compute_s(&pr.plan, &only, &st->ops[i], 0);
 	CU_ASSERT(accum > 0 && accum < 100e-6);
-	if (run_prediction(&pr, &only, 1, &r) == 0) {
+	TimeResult r0;
+	HwProfile only0 = only;
+	only0.kernel_issue_s = 0;
+	if (run_prediction(&pr, &only, 1, &r) == 0 && run_prediction(&pr, &only0, 1, &r0) == 0) {
 		REL_EQ(r.breakdown.fwd_s, (3 + 8 * 14 + 8) * 10e-6);
 		REL_EQ(r.breakdown.bwd_s, (3 + 8 * 20 + 6) * 10e-6 + accum);
+		/* every pass host-bound: the GPU waits the difference from its own time */
+		CU_ASSERT_EQUAL(r0.breakdown.host_wait_s, 0);
+		REL_EQ(r.breakdown.host_wait_s, r.breakdown.fwd_s + r.breakdown.bwd_s -
+							r0.breakdown.fwd_s - r0.breakdown.bwd_s);
+		CU_ASSERT(r.breakdown.host_wait_s > 0.9 * (r.breakdown.fwd_s + r.breakdown.bwd_s));
+		timeline_result_free(&r0);
+		timeline_result_free(&r);
 	}
+	double wait = -1;
+	REL_EQ(opcost_compute_wait_s(&pr.plan, &hw, &s.ops[0], 0, &wait), 14 * 10e-6);
+	REL_EQ(wait, 14 * 10e-6 - opcost_compute_s(&pr.plan, &gpu_only, &s.ops[0], 0));
 	fx_free(&sc, &pr);
 
 	if (fx_predictf(&sc, &pr, fmt, 1, 64, "flash") == 0) {
