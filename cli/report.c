@@ -71,7 +71,9 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d fp32 "
 		"states%s%s)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
 		dtype_name(ds->comm_dtype),
-		p->mixed ? ", fp32 master weights" : p->master_bytes ? ", fp32 copy of the partition" : "",
+		p->mixed ? ", fp32 master weights" : p->master_bytes ? ", fp32 copy of the partition" :
+		ds->autocast == DT_FP16 ? ", torch autocast fp16 compute (16-bit weight copies)" :
+		ds->autocast == DT_BF16 ? ", torch autocast bf16 compute (16-bit weight copies)" : "",
 		ds->optimizer,
 		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
 		k && k->error_feedback ? " + 1-bit error feedback" : "");

@@ -92,6 +92,30 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 	p->attn_split += sb * d * 2 * (double)(m->a - m->kv_heads) * (double)m->head_dim;
 }
 
+/* What torch autocast (fp32 weights, 16-bit compute; the CUDA op lists of torch.amp) keeps beyond
+ * the 16-bit count: the residual stream is fp32 (an fp32 embedding output, then each branch's
+ * 16-bit output added to it promotes), so each norm (layer_norm runs in fp32) keeps an fp32 input,
+ * 2h bytes more a token; softmax runs in fp32 and keeps its fp32 output, which the product with
+ * V reads through a 16-bit cast it keeps: 4 + 2 bytes a score where the 16-bit count has 2, or
+ * with dropout 4 + 1 + 2 (output, mask, the cast of dropout's fp32 output) where it has 2 + 1 + 2
+ * (Llama's Hugging Face attention already counts its fp32 softmax, hf_eager_parts); Hugging
+ * Face's NewGELUActivation computes torch.pow in fp32 and the rest in fp32 after it, keeping
+ * pow's fp32 input, tanh's fp32 output and the fp32 1 + tanh (0.5 x stays 16-bit): 6 I bytes
+ * more. */
+static void autocast_parts(const ModelSpec *m, const ActivShape *x, double sb, double s_kept,
+			   BlockParts *p)
+{
+	const ModelLayout *y = &m->lay;
+	double h = (double)m->h;
+	p->attn_repl += sb * 2 * h;
+	if (y->parallel != 1)
+		p->mlp_repl += sb * 2 * h;
+	if (!x->flash && !(x->hf_eager && llama_modules(m)))
+		p->scores += sb * (double)m->a * s_kept * (m->attn_dropout ? 2 : 4);
+	if (x->hf_eager && m->gelu_new && !y->gated)
+		p->mlp_split += sb * 6 * (double)m->I;
+}
+
 static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 {
 	const ModelLayout *y = &m->lay;
@@ -130,6 +154,8 @@ static BlockParts block_parts(const ModelSpec *m, int unit, const ActivShape *x)
 	p.mlp_split = sb * d * (y->gated ? 4 : 2) * (double)m->I;
 	if (x->hf_eager)
 		hf_eager_parts(m, x, sb, s_kept, &p);
+	if (x->autocast)
+		autocast_parts(m, x, sb, s_kept, &p);
 	return p;
 }
 
@@ -211,6 +237,8 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
 		head += sb * hf_norm_extra(m);
+	if (x->autocast && y->final_norm) /* its fp32 input, the residual stream (autocast_parts) */
+		head += sb * 2 * (double)m->h;
 	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,
 	 * split by rows only under sequence parallelism */
 	return x->sp ? (head + logits) / x->t : head + logits / x->t;

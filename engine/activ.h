@@ -22,6 +22,8 @@ typedef struct ActivShape {
 	int elem_bytes;  /* 2 for fp16/bf16 activations, 4 for fp32 */
 	int hf_eager;    /* the model runs on its Hugging Face eager modules (Scenario.model_code):
 			    what they keep beyond Korthikanti's count (activ.c) */
+	int autocast;    /* torch autocast over fp32 weights (elem_bytes 2): what its fp32 ops
+			    keep beyond the 16-bit count (activ.c) */
 } ActivShape;
 
 /* Bytes unit `unit` keeps for backward per micro-batch when nothing is recomputed (CKPT_NONE) or

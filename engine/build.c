@@ -37,6 +37,7 @@ typedef struct Builder {
 				   step): later forwards gather from it too */
 	double live_elems;      /* stage 3: gathered elements now on the GPU */
 	int *act, *ckpt;        /* per (micro-batch slot, unit): activation and checkpoint buffers */
+	int *cast;              /* the same: torch autocast's 16-bit weight copies */
 	int *pipe_in, *pipe_out; /* pipelined, per (micro-batch, local chunk): the received input and
 				    the sent output (BUF_PIPE_INPUT, BUF_PIPE_OUTPUT) */
 	int id_pipe_grad;       /* pipelined: the received gradient's buffer, -1 when none */
@@ -833,8 +834,25 @@ static double loss_temp_bytes(const Plan *p, int u, int backward)
 		return 0;
 	long long s = y->L_enc && p->shape.s_dec ? p->shape.s_dec : p->shape.s;
 	double logits = (double)(p->shape.b * s) * (double)m->V / (double)p->par.tp;
-	double d = p->param_bytes;
+	double d = p->shape.elem_bytes; /* the logits' type: the parameters', or autocast's */
 	return logits * (backward ? 8 : d + (d < 4 ? 4 : 0));
+}
+
+/* torch autocast (plain PyTorch with the Trainer's fp16 or bf16): the 16-bit copies of unit u's
+ * weights its products read, the head's of the tied embedding too (its lm_head casts it). The
+ * autocast cache keeps each cast until the forward ends (torch's cached_cast caches a leaf
+ * weight's cast whatever the grad mode), and autograd's saved tensors until the unit's
+ * backward; a checkpointed block saves nothing, so its copies go when the forward ends and are
+ * made again by its recompute. */
+static double cast_bytes(const Plan *p, int u)
+{
+	const DsConfig *ds = &p->sc->ds;
+	if (ds->autocast == DT_FP32)
+		return 0;
+	double n = (double)p->units[u].cast_elems;
+	if (u == p->n_units - 1 && p->sc->model.lay.lm_head)
+		n += (double)tied_local(p);
+	return n * dtype_bytes(ds->autocast);
 }
 
 static void forward_unit(Builder *b, int slot, int u)
@@ -859,6 +877,7 @@ static void forward_unit(Builder *b, int slot, int u)
 	 * drops them once its output is made (Megatron runs it under checkpoint) */
 	int scores = is_block(p, u) && p->sc->ckpt == CKPT_SELECTIVE && up->score_bytes > 0 ?
 			     alloc(b, PLACE_GPU, CAT_ACTIV, BUF_SCORES, u, up->score_bytes) : -1;
+	b->cast[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_AUTOCAST_WEIGHTS, u, cast_bytes(p, u));
 	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 0));
 	compute(b, COMP_FWD, u, up->fwd_flops);
 	release(b, &loss);
@@ -906,6 +925,8 @@ static void backward_unit(Builder *b, int slot, int u)
 		if (p->ckpt_place == PLACE_CPU)
 			copy(b, COPY_H2D, ROLE_RECOMPUTE, u, up->ckpt_bytes);
 		b->act[i] = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_ACTIVATIONS, u, up->act_bytes);
+		b->cast[i] = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_AUTOCAST_WEIGHTS, u,
+				   cast_bytes(p, u));
 		compute(b, COMP_RECOMPUTE, u, up->fwd_flops);
 		tp_colls(b, u, ROLE_RECOMPUTE);
 		moe_colls(b, u, ROLE_RECOMPUTE);
@@ -942,6 +963,7 @@ static void backward_unit(Builder *b, int slot, int u)
 	tp_colls(b, u, ROLE_BACKWARD);
 	release(b, &b->act[i]);
 	release(b, &b->ckpt[i]);
+	release(b, &b->cast[i]);
 	release(b, &scores);
 	unit_grads(b, u, egrads);
 	release(b, &fp32_grads);
@@ -1073,6 +1095,9 @@ static void micro_batch(Builder *b)
 
 	for (int u = 0; u < p->n_units; u++)
 		forward_unit(b, 0, u);
+	for (int u = 0; u < p->n_units; u++) /* autocast's cache goes with the forward */
+		if (b->ckpt[u] >= 0)
+			release(b, &b->cast[u]);
 	if (p->stage == 1 || p->stage == 2)
 		alloc_buckets(b, bucket_count(p));
 	if (!early)
@@ -1689,17 +1714,18 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->gathered = malloc((size_t)n * sizeof(int));
 	b->act = malloc((size_t)(n * slots) * sizeof(int));
 	b->ckpt = malloc((size_t)(n * slots) * sizeof(int));
+	b->cast = malloc((size_t)(n * slots) * sizeof(int));
 	b->pipe_in = malloc((size_t)chunks * sizeof(int));
 	b->pipe_out = malloc((size_t)chunks * sizeof(int));
 	b->expert_start = malloc((size_t)n * sizeof(long long));
 	b->bucket_of = malloc((size_t)n * sizeof(int));
-	if (!b->gathered || !b->act || !b->ckpt || !b->pipe_in || !b->pipe_out || !b->expert_start ||
+	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out || !b->expert_start ||
 	    !b->bucket_of)
 		return -1;
 	for (int u = 0; u < n; u++)
 		b->gathered[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
-		b->act[i] = b->ckpt[i] = -1;
+		b->act[i] = b->ckpt[i] = b->cast[i] = -1;
 	for (long long i = 0; i < chunks; i++)
 		b->pipe_in[i] = b->pipe_out[i] = -1;
 	long long expert = 0; /* the stage's expert flat holds its units in forward order */
@@ -1721,6 +1747,7 @@ static void builder_free(Builder *b)
 {
 	free(b->gathered);
 	free(b->act);
+	free(b->cast);
 	free(b->ckpt);
 	free(b->pipe_in);
 	free(b->pipe_out);

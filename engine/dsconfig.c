@@ -905,6 +905,15 @@ int train_args_parse(const JsonObj *o, TrainArgs *t, PxNotes *notes, PxError *er
 		return -1;
 	if (t->optim >= 0)
 		jobj_where(o, "optim", t->optim_where, sizeof(t->optim_where));
+	if (t->fp16 && t->bf16) {
+		char where[512];
+		jobj_where(o, "bf16", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: %s: fp16 and bf16 are both true; expected at "
+			       "most one (the Trainer refuses both)", where, o->name);
+	}
+	if (t->fp16 || t->bf16)
+		jobj_where(o, t->fp16 ? "fp16" : "bf16", t->precision_where,
+			   sizeof(t->precision_where));
 	if (t->warmup_steps >= 1 && t->warmup_steps != floor(t->warmup_steps)) {
 		char where[512];
 		jobj_where(o, "warmup_steps", where, sizeof(where));
@@ -1011,6 +1020,25 @@ int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long
 {
 	if (resolve_autos(ds, m, ta, dp, err) || resolve_batch(ds, dp, err))
 		return -1;
+	ds->autocast = DT_FP32;
+	if (ta->autocast) {
+		/* the Trainer without DeepSpeed: torch.autocast over the fp32 model; a "deepspeed"
+		 * section's own precision would say 16-bit weights ("auto" follows the Trainer's
+		 * and means autocast here) */
+		unsigned own = (ds->fp16 && !(ds->autos & AUTO_FP16) ? 1 : 0) |
+			       (ds->bf16 && !(ds->autos & AUTO_BF16) ? 2 : 0);
+		if (own)
+			return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.%s.enabled is true beside "
+				       "training_args.%s (%s) with framework \"pytorch\": the Trainer's "
+				       "%s without DeepSpeed is torch autocast over fp32 weights, "
+				       "DeepSpeed's 16-bit weights; expected one of them (leave the "
+				       "deepspeed section's %s out, or \"auto\", for autocast)",
+				       ds->source, own & 1 ? "fp16" : "bf16", ta->fp16 ? "fp16" : "bf16",
+				       ta->precision_where, ta->fp16 ? "fp16" : "bf16",
+				       own & 1 ? "fp16" : "bf16");
+		ds->fp16 = ds->bf16 = 0;
+		ds->autocast = ta->fp16 ? DT_FP16 : DT_BF16;
+	}
 	if (ds->fp16 && ds->bf16)
 		return px_fail(err, PX_ERR_INPUT, "%s: fp16 and bf16 are both enabled; DeepSpeed "
 			       "refuses: bfloat16 and fp16 modes cannot be simultaneously enabled",

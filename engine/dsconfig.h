@@ -43,6 +43,10 @@ typedef struct TrainArgs { /* Hugging Face TrainingArguments that "auto" values 
 	long long per_device_train_batch_size, gradient_accumulation_steps;
 	double learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
 	int fp16, bf16, gradient_checkpointing;
+	int autocast;                /* fp16 or bf16 under plain PyTorch (Scenario.framework): the
+					Trainer's torch.autocast over fp32 weights, not DeepSpeed's
+					16-bit weights (set by scenario.c) */
+	char precision_where[512];   /* where fp16 or bf16 was written true */
 	/* the Trainer's num_training_steps: max_steps when > 0, else num_train_epochs x the
 	 * dataset's update steps per epoch (which a scenario does not give); warm-up steps:
 	 * warmup_steps when >= 1, a fraction of the total when in (0, 1), else warmup_ratio */
@@ -72,6 +76,8 @@ typedef struct DsConfig {
 	long long train_batch, micro_batch, grad_accum;
 	int fp16, bf16;              /* enabled flags as written or resolved */
 	Dtype dtype;                 /* parameters, gradients and activations */
+	Dtype autocast;              /* torch autocast's compute type over fp32 parameters (plain
+					PyTorch with training_args.fp16 or bf16); DT_FP32: none */
 	Dtype grad_dtype;            /* data_types.grad_accum_dtype, default dtype (fp32 for bf16
 					without ZeRO: engine.py get_data_types) */
 	Dtype comm_dtype;            /* communication_data_type, default dtype (engine.py) */

@@ -165,6 +165,20 @@ static int is_hidden_matrix(const ModelSpec *m, int unit, const ModelTensor *t)
 	return !(len >= 4 && !strcmp(t->name + len - 4, "bias")) && per_copy > m->h;
 }
 
+/* Whether torch autocast casts tensor t of unit `unit` to 16 bits for a product: the weight
+ * matrices of the blocks' and the head's linear layers (F.linear and torch.addmm are on its
+ * 16-bit list); not the embeddings (F.embedding is on no list), norms or biases (cast too, but
+ * a fraction of a percent, left out). */
+static int casts_weight(const ModelSpec *m, int unit, const ModelTensor *t)
+{
+	if (unit == 0)
+		return 0;
+	if (unit >= 1 && unit <= m->L)
+		return is_hidden_matrix(m, unit, t);
+	size_t len = strlen(t->name);
+	return !(len >= 4 && !strcmp(t->name + len - 4, "bias")) && t->numel > m->h;
+}
+
 static void plan_unit(Plan *p, int idx)
 {
 	const ModelSpec *m = &p->sc->model;
@@ -187,6 +201,8 @@ static void plan_unit(Plan *p, int idx)
 			u->max_tensor = n;
 		if (muon && is_hidden_matrix(m, idx, &t[i]))
 			u->muon_elems += n;
+		if (p->sc->ds.autocast != DT_FP32 && casts_weight(m, idx, &t[i]))
+			u->cast_elems += n;
 		u->tensor_expert[i] = (unsigned char)t[i].expert;
 		if (t[i].expert)
 			u->local_expert += n;
@@ -695,7 +711,10 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 				.attn_blocks = sc->sparse_blocks,
 				.elem_bytes = p->param_bytes, /* the executor's too: it computes in
 								 * the parameters' dtype */
-				.hf_eager = sc->model_code == MODEL_CODE_HUGGINGFACE};
+				.hf_eager = sc->model_code == MODEL_CODE_HUGGINGFACE,
+				.autocast = ds->autocast != DT_FP32};
+	if (p->shape.autocast) /* fp32 weights, 16-bit GEMM outputs */
+		p->shape.elem_bytes = dtype_bytes(ds->autocast);
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
 	p->activations_known = model_known(m);

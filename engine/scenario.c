@@ -216,6 +216,8 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "framework", FRAMEWORKS, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
 		return -1;
 	sc->framework = (Framework)fw;
+	sc->train_args.autocast = sc->framework == FRAMEWORK_PYTORCH &&
+				  (sc->train_args.fp16 || sc->train_args.bf16);
 	if (jobj_choice(top, "model_code", MODEL_CODES, MODEL_CODE_MEGATRON, &code, err) < 0)
 		return -1;
 	sc->model_code = (ModelCode)code;

@@ -404,7 +404,8 @@ const char *buf_name(BufWhat w)
 		"grad_flat", "swapped_grads", "expert_grads", "param_swap_buffers", "swapped_params",
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
 		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast",
-		"ddp_buckets", "loss_transients", "extra_large_grads"};
+		"ddp_buckets", "loss_transients", "extra_large_grads",
+		"autocast_weights"};
 	return NAME_OF(n, w);
 }
 

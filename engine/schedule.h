@@ -159,6 +159,9 @@ typedef enum {
 			      reduce_bucket_size, each reduced from its own .grad
 			      (stage_1_and_2.py extra_large_param_to_reduce) until its
 			      reduction (build.c xl_grad_elems) */
+	BUF_AUTOCAST_WEIGHTS, /* torch autocast: the 16-bit copies of a unit's weights its products
+				 read (the autocast cache until the forward ends, then autograd's
+				 saved tensors until the unit's backward; build.c cast_bytes) */
 	N_BUFS
 } BufWhat;
 

@@ -69,6 +69,9 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if ((why = runner_onebit_supported(p)))
 		;
+	else if (ds->autocast != DT_FP32)
+		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
+		      "framework \"pytorch\") is priced by predict, not run";
 	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer)
 		why = "communication_data_type equal to the gradients' type (but under "
 		      "BF16_Optimizer)";

@@ -28,7 +28,8 @@ static double over(double bytes, double rate)
 
 Dtype opcost_compute_dtype(const Plan *p)
 {
-	return p->sc->ds.dtype;
+	const DsConfig *ds = &p->sc->ds;
+	return ds->autocast != DT_FP32 ? ds->autocast : ds->dtype;
 }
 
 double opcost_dtype_peak(const Plan *p)

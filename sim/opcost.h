@@ -24,7 +24,7 @@ double opcost_copy_s(const Plan *p, const HwProfile *hw, const Op *op);
 
 /* The dense peak of the plan's compute dtype on its GPU, FLOP/s (bf16, fp16; fp32 otherwise). */
 /* The precision the GEMMs run in: the training dtype (DeepSpeed's and the executor's alike: the
- * executor's units compute on working copies in the parameters' dtype). */
+ * executor's units compute on working copies in the parameters' dtype), or torch autocast's. */
 Dtype opcost_compute_dtype(const Plan *p);
 double opcost_dtype_peak(const Plan *p);
 

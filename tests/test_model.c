@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../engine/activ.h"
+#include "../sim/opcost.h"
 #include "fixtures.h"
 #include "suites.h"
 
@@ -301,6 +302,95 @@ static void test_hf_eager_scenario(void)
 	fx_free(&sc, &pr);
 }
 
+/* The same GPT-2 block under torch autocast (the Trainer's fp16 without DeepSpeed: fp32 weights,
+ * torch.amp's CUDA op lists), op by op beyond the 16-bit count above:
+ *   the residual stream is fp32 (the embeddings' fp32 output, then each branch's fp16 output
+ *     added to it promotes): ln_1 and ln_2 (layer_norm: an fp32 op) keep fp32 inputs, 4h where
+ *     the count has d h: 2 x 2h = 3,072 more
+ *   c_attn, c_proj, c_fc (addmm: a 16-bit op) keep their inputs' fp16 casts: as counted
+ *   softmax (an fp32 op) keeps its fp32 output, 4 a s where the count has d a s (the .type(value
+ *     .dtype) cast after it keeps nothing; dropout's mask and fp16 output as counted): 2 a s =
+ *     24,576 more
+ *   NewGELUActivation: torch.pow (an fp32 op) keeps its input's fp32 cast, 4I where the count
+ *     has x itself, d I; tanh and 1 + tanh are fp32 after it, 4I each where the count has d I
+ *     each; 0.5 x stays fp16; the product, fp32, reaches c_proj as its fp16 cast: 6I = 18,432
+ *     more
+ * = 106,000 + 3,072 + 24,576 + 18,432 = 152,080 bytes a token, 155,729,920 for the 1024; under
+ * Korthikanti's count (model_code megatron) 87,552 + 3,072 + 24,576 = 115,200, 117,964,800. */
+static void test_autocast_gpt2_block(void)
+{
+	ModelSpec m;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("gpt2", &m), 0);
+	ActivShape x = {.s = 1024, .b = 1, .t = 1, .elem_bytes = 2, .autocast = 1};
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 117964800.0, 0);
+	x.hf_eager = 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 155729920.0, 0);
+	/* FlashAttention (SDPA) keeps no scores: the norms' inputs and the GELU's fp32 tensors */
+	x.flash = 1;
+	double flash = activ_block_bytes(&m, &x, CKPT_NONE);
+	x.autocast = 0;
+	CU_ASSERT_DOUBLE_EQUAL(flash - activ_block_bytes(&m, &x, CKPT_NONE), 1024 * (3072 + 18432.0),
+			       0);
+}
+
+/* A Trainer run without DeepSpeed and training_args.fp16 (torch autocast), GPT-2 small (124M,
+ * 12 layers), seq 1024, micro-batch 4, on one A100: model states are fp32 ones, 4 + 4 + 8 bytes a
+ * parameter with no master copy; autocast's 16-bit weight copies are each block's four matrices
+ * (768 x 2304, 768 x 768, 768 x 3072, 3072 x 768: 7,077,888) and the tied embedding the lm_head
+ * casts (50,257 x 768 = 38,597,376): 2 x (12 x 7,077,888 + 38,597,376) = 247,064,064 bytes, all
+ * held when the forward ends (the autocast cache, then autograd's saved tensors); under the
+ * Trainer's gradient_checkpointing a checkpointed block's copies go when the forward ends and
+ * its recompute casts again (a second allocation each). The GEMMs run at the fp16 peak. The
+ * deepspeed section's own fp16 beside it contradicts it: refused, naming both. */
+static void test_autocast_scenario(void)
+{
+	static const char FMT[] =
+		"{%s, \"framework\": \"pytorch\", \"training_args\": {\"fp16\": true,"
+		" \"gradient_checkpointing\": %s}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+		" 4%s}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+		" \"seq_length\": 1024}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2"), "false", ""))
+		return;
+	const double casts = 2 * (12 * 7077888.0 + 38597376.0), P = 124439808;
+	const MemPlace *g = &pr.stages[0].mem.place[PLACE_GPU];
+	CU_ASSERT_EQUAL(sc.ds.autocast, DT_FP16);
+	CU_ASSERT_EQUAL(pr.plan.param_bytes, 4);
+	CU_ASSERT_EQUAL(pr.plan.master_bytes, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_PARAMS], 4 * P, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_OPTIM], 8 * P, 0);
+	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_BUFFERS], casts, 0);
+	CU_ASSERT_EQUAL(opcost_compute_dtype(&pr.plan), DT_FP16);
+	int n = 0;
+	const Schedule *k = &pr.stages[0].sched;
+	for (int i = 0; i < k->n; i++)
+		n += k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_AUTOCAST_WEIGHTS;
+	CU_ASSERT_EQUAL(n, 13); /* the blocks and the head */
+	fx_free(&sc, &pr);
+
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2"), "true", ""))
+		return;
+	g = &pr.stages[0].mem.place[PLACE_GPU];
+	CU_ASSERT_EQUAL(sc.ckpt, CKPT_FULL);
+	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_BUFFERS], casts, 0);
+	n = 0;
+	k = &pr.stages[0].sched;
+	for (int i = 0; i < k->n; i++)
+		n += k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_AUTOCAST_WEIGHTS;
+	CU_ASSERT_EQUAL(n, 12 + 1 + 12);
+	fx_free(&sc, &pr);
+
+	char path[512], json[2048];
+	snprintf(path, sizeof(path), "%s/autocast-both.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), FMT, fx_model("gpt2"), "false", ", \"fp16\": {\"enabled\": true}");
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, "training_args.fp16");
+	PX_ASSERT_HAS(err.msg, "torch autocast");
+}
+
 /* model_code's bad values: one it does not know, and "huggingface" for the executor, which runs
  * its own kernels; each refused as bad input naming the file and the key. */
 static void test_model_code_refused(void)
@@ -336,5 +426,8 @@ int test_model_register(void)
 			    {"Hugging Face's eager Llama block, op by op", test_hf_eager_llama_block},
 			    {"Hugging Face's code in a scenario: the block and the loss",
 			     test_hf_eager_scenario},
-			    {"model_code's bad values refused", test_model_code_refused});
+			    {"model_code's bad values refused", test_model_code_refused},
+			    {"torch autocast's GPT-2 block, op by op", test_autocast_gpt2_block},
+			    {"torch autocast in a scenario: fp32 states, 16-bit weight copies",
+			     test_autocast_scenario});
 }
