@@ -45,13 +45,6 @@ static double score_row(const ModelSpec *m, const ActivShape *x, double s_kv)
 	return x->flash ? 4 : s_kv * (d + mask + (m->attn_dropout ? d : 0));
 }
 
-/* Whether the model's Hugging Face modules are Llama's (modeling_llama.py and the families
- * written after it): LlamaRMSNorm, eager_attention_forward with its fp32 softmax, repeat_kv. */
-static int llama_modules(const ModelSpec *m)
-{
-	return model_is_family(m, "llama") || model_is_family(m, "mistral") ||
-	       model_is_family(m, "mixtral") || model_is_family(m, "qwen2");
-}
 
 /* What one norm of Hugging Face's keeps beyond its input (Korthikanti's count), bytes a token:
  * nn.LayerNorm (native_layer_norm) the row's fp32 mean and rstd, 8; LlamaRMSNorm
@@ -63,7 +56,7 @@ static double hf_norm_extra(const ModelSpec *m)
 {
 	if (m->lay.norm == NORM_LAYER)
 		return 8;
-	return llama_modules(m) ? 4 * (double)m->h + 4 : 0;
+	return model_llama_modules(m) ? 4 * (double)m->h + 4 : 0;
 }
 
 /* What a block's Hugging Face eager modules keep beyond the count above (modeling_gpt2.py,
@@ -85,7 +78,7 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 		p->mlp_repl += sb * per;
 	if (m->gelu_new && !y->gated)
 		p->mlp_split += sb * d * 3 * (double)m->I;
-	if (!llama_modules(m) || x->flash || x->attn_block > 0)
+	if (!model_llama_modules(m) || x->flash || x->attn_block > 0)
 		return;
 	if (d < 4)
 		p->scores += sb * (double)m->a * s_kept * 4;
@@ -110,7 +103,7 @@ static void autocast_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 	p->attn_repl += sb * 2 * h;
 	if (y->parallel != 1)
 		p->mlp_repl += sb * 2 * h;
-	if (!x->flash && !(x->hf_eager && llama_modules(m)))
+	if (!x->flash && !(x->hf_eager && model_llama_modules(m)))
 		p->scores += sb * (double)m->a * s_kept * (m->attn_dropout ? 2 : 4);
 	if (x->hf_eager && m->gelu_new && !y->gated)
 		p->mlp_split += sb * 6 * (double)m->I;

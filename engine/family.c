@@ -792,8 +792,10 @@ int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *n
 		return -1;
 	if (f->hook && f->hook(o, m, dim, err))
 		return -1;
-	const char *act;
-	if (jobj_str(o, "activation_function", "", &act, err) < 0)
+	/* GPT2Config's and GPTJConfig's default, which a config.json without the key gets */
+	const char *act, *dflt = model_is_family(m, "gpt2") || model_is_family(m, "gptj") ?
+					 "gelu_new" : "";
+	if (jobj_str(o, "activation_function", dflt, &act, err) < 0)
 		return -1;
 	m->gelu_new = !strcmp(act, "gelu_new");
 	return set_dims(o, m, dim, err);

@@ -402,6 +402,12 @@ int model_is_family(const ModelSpec *m, const char *type)
 	return m->family && family_has_name(m->family, type);
 }
 
+int model_llama_modules(const ModelSpec *m)
+{
+	return model_is_family(m, "llama") || model_is_family(m, "mistral") ||
+	       model_is_family(m, "mixtral") || model_is_family(m, "qwen2");
+}
+
 /* ---- parsing ---- */
 
 static int parse_params_only(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err)

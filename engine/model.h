@@ -99,6 +99,10 @@ static inline int model_n_units(const ModelSpec *m) { return (int)m->L + 2; }
 static inline int model_known(const ModelSpec *m) { return m->family != NULL; }
 /* Whether its family is the one named (its model_type, or an alias the table gives it). */
 int model_is_family(const ModelSpec *m, const char *type);
+/* Whether its Hugging Face modules are Llama's (modeling_llama.py and the families written after
+ * it: llama, mistral, mixtral, qwen2): LlamaRMSNorm, eager_attention_forward with its fp32
+ * softmax, rotary embeddings, repeat_kv. */
+int model_llama_modules(const ModelSpec *m);
 
 #define MODEL_MAX_TENSORS 32
 

@@ -142,21 +142,56 @@ static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 /* ---- host overhead ----
  * A framework issues a unit's kernels one by one from the host, each at a cost (the profile's
  * kernel_issue_s); when the GPU finishes them faster than they arrive, the pass takes the host's
- * time. The kernels of one pass through a block, counted from Megatron-LM's
- * ParallelTransformerLayer.forward (fused bias-GeLU and bias-dropout-add): each weight's GEMM;
- * per attention its input norm, the output's bias-dropout-add, and eager attention's QK^T,
- * scale-mask-softmax, dropout, AV and the context's copy back to [s, b, h] (FlashAttention:
- * one kernel for the four); the MLP's norm, bias-activation and bias-dropout-add. An MoE block
- * adds DeepSpeed's gate (softmax, top-k, capacity mask, dispatch and combine einsums) and runs
- * its local experts one after another (sharded_moe.py Experts.forward: each its own two GEMMs and
- * activation), where the GEMM list batches them. A backward runs two kernels per GEMM (input and
- * weight gradients) and one per other kernel. The embedding: token and position look-ups and
- * their dropout; other units (the head): the final norm, the logits' GEMM and the loss's six
- * (max, subtract, exp, sum, log, the target's logit), backward two fewer. */
+ * time. The kernels of one pass through a block (docs/time_model.md, "Host overhead"), by the
+ * scenario's model_code:
+ *  - megatron: Megatron-LM's ParallelTransformerLayer.forward (fused bias-GeLU and
+ *    bias-dropout-add): each weight's GEMM; per attention its input norm, the output's
+ *    bias-dropout-add, and eager attention's QK^T, scale-mask-softmax, dropout, AV and the
+ *    context's copy back to [s, b, h] (FlashAttention: one kernel for the four); the MLP's
+ *    norm, bias-activation and bias-dropout-add;
+ *  - huggingface, GPT-2's modules (modeling_gpt2.py GPT2Block, and the other non-Llama
+ *    families'): each weight's GEMM (c_attn fused); per attention ln_1, QK^T, the division by
+ *    the scale, the causal mask's where, softmax, attn_dropout, AV (eager; SDPA one kernel),
+ *    _merge_heads's contiguous copy, resid_dropout and the residual add; the MLP's ln_2, its
+ *    activation (NewGELUActivation: pow, mul, add, mul, tanh, add, mul, mul, 8 kernels; a
+ *    fused GELU 1), its dropout and the residual add; a dropout only where the config has one;
+ *  - huggingface, Llama's modules (modeling_llama.py LlamaDecoderLayer): q, k, v, o, gate, up,
+ *    down's GEMMs; two LlamaRMSNorms of 7 kernels in 16 bits (to fp32, pow, mean, add eps,
+ *    rsqrt, mul, to the dtype, times the weight; 5 in fp32, whose casts are no-ops); rotary
+ *    embeddings on q and k, 5 each (x cos, rotate_half's negation and cat, x sin, add);
+ *    repeat_kv's copies of k and v under grouped-query attention; eager attention's QK^T, the
+ *    scaling, the mask's add, softmax in fp32 and its cast back (16 bits), AV (SDPA or
+ *    FlashAttention-2 one kernel); the output's transpose copy, two residual adds, SiLU and the
+ *    product.
+ * An MoE block adds DeepSpeed's gate (softmax, top-k, capacity mask, dispatch and combine
+ * einsums) and runs its local experts one after another (sharded_moe.py Experts.forward: each
+ * its own two GEMMs and activation), where the GEMM list batches them. A backward runs two
+ * kernels per GEMM (input and weight gradients) and one per other kernel. The embedding: token
+ * and position look-ups and their dropout; other units (the head): the final norm, the logits'
+ * GEMM and the loss's six (max, subtract, exp, sum, log, the target's logit), backward two
+ * fewer. */
 #define ATTN_OWN_KERNELS 2    /* the attention's input norm and bias-dropout-add */
 #define EAGER_CORE_KERNELS 3  /* softmax, dropout, the context's copy (QK^T and AV are GEMMs) */
 #define MLP_OWN_KERNELS 3     /* norm, bias-activation, bias-dropout-add */
 #define GATE_KERNELS 5        /* softmax, top-k, capacity mask, dispatch, combine */
+#define GELU_NEW_KERNELS 8    /* NewGELUActivation's elementwise ops */
+
+/* The kernels of a block's forward other than its GEMMs, under Hugging Face's modules. */
+static double hf_block_other_kernels(const Plan *p, double attentions, int eager)
+{
+	const ModelSpec *m = &p->sc->model;
+	if (model_llama_modules(m)) {
+		double norm = p->shape.elem_bytes < 4 ? 7 : 5;
+		double core = eager ? 2 + (p->shape.elem_bytes < 4 ? 2 : 1) : 0; /* scale, mask,
+									softmax, its cast */
+		double gqa = eager && m->kv_heads < m->a ? 2 : 0;
+		return 2 * norm + attentions * (10 + gqa + core + 1) + 2 + 2;
+	}
+	double drop = m->dropout ? 1 : 0, attn_drop = m->attn_dropout ? 1 : 0;
+	double core = eager ? 3 + attn_drop : 0; /* scale, mask, softmax (and its dropout) */
+	double act = m->gelu_new && !m->lay.gated ? GELU_NEW_KERNELS : 1;
+	return attentions * (1 + core + 1 + drop + 1) + 1 + act + drop + 1;
+}
 
 static double op_kernels(const Plan *p, const Op *op)
 {
@@ -175,10 +210,12 @@ static double op_kernels(const Plan *p, const Op *op)
 		products += attn[i] != 0;
 	if (n == 0) /* a parameter-count-only model: one attention, four weights */
 		n = 6, products = 2;
-	double attentions = products / 2, eager = p->sc->attention != ATTN_FLASH;
+	double attentions = products / 2;
+	int eager = p->sc->attention != ATTN_FLASH;
 	double gemms = n - products + attentions * (eager ? 2 : 1);
-	double other = attentions * (ATTN_OWN_KERNELS + (eager ? EAGER_CORE_KERNELS : 0)) +
-		       MLP_OWN_KERNELS;
+	double other = p->shape.hf_eager ? hf_block_other_kernels(p, attentions, eager) :
+		       attentions * (ATTN_OWN_KERNELS + (eager ? EAGER_CORE_KERNELS : 0)) +
+			       MLP_OWN_KERNELS;
 	if (p->units[op->unit].moe) {
 		double local = (double)p->sc->model.experts / (double)(p->par.ep > 0 ? p->par.ep : 1);
 		gemms += 2 * (local - 1);

@@ -565,6 +565,39 @@ static void test_host_bound(void)
 		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 15 * 10e-6);
 		fx_free(&sc, &pr);
 	}
+
+	/* Hugging Face's modules: GPT-2's block issues ln_1, c_attn, QK^T, the scale's division, the
+	 * causal where, softmax, attn_dropout, AV, the heads' merge copy, c_proj, resid_dropout, the
+	 * residual add, ln_2, c_fc, NewGELU's 8, c_proj, dropout, the add: 6 GEMMs and 19 others,
+	 * 25 forward and 2 x 6 + 19 = 31 backward; Llama's (h 256, 8 heads, bf16) q, k, v, o, gate,
+	 * up, down and QK^T, AV (9 GEMMs), two RMSNorms of 7, rotary 10, the scaling, mask add,
+	 * fp32 softmax and its cast, the output's transpose copy, two adds, SiLU and the product
+	 * (33 others): 42 forward, 51 backward */
+	if (fx_predictf(&sc, &pr, "{" SMALL_GPT ", \"model_code\": \"huggingface\", \"deepspeed\":"
+			" {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}},"
+			" \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+			" \"seq_length\": 64}") == 0) {
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), 25 * 10e-6);
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 31 * 10e-6);
+		fx_free(&sc, &pr);
+	}
+	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256,"
+			" \"intermediate_size\": 688, \"num_attention_heads\": 8,"
+			" \"num_key_value_heads\": 8, \"num_hidden_layers\": 2, \"vocab_size\": 1024,"
+			" \"max_position_embeddings\": 512}, \"model_code\": \"huggingface\","
+			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
+			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
+			" \"gpus_per_node\": 1}, \"seq_length\": 64}") == 0) {
+		Schedule ls;
+		sched_init(&ls, 0);
+		sched_compute(&ls, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
+		sched_compute(&ls, COMP_BWD, 1, 2 * pr.plan.units[1].fwd_flops, 0);
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &ls.ops[0], 0), 42 * 10e-6);
+		REL_EQ(opcost_compute_s(&pr.plan, &hw, &ls.ops[1], 0), 51 * 10e-6);
+		sched_free(&ls);
+		fx_free(&sc, &pr);
+	}
+
 	sched_free(&s);
 
 	/* enough work per kernel: the GPU's time */
