@@ -1719,8 +1719,8 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->pipe_out = malloc((size_t)chunks * sizeof(int));
 	b->expert_start = malloc((size_t)n * sizeof(long long));
 	b->bucket_of = malloc((size_t)n * sizeof(int));
-	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out || !b->expert_start ||
-	    !b->bucket_of)
+	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out ||
+	    !b->expert_start || !b->bucket_of)
 		return -1;
 	for (int u = 0; u < n; u++)
 		b->gathered[u] = -1;
