@@ -496,8 +496,9 @@ static void test_flash_attention_formulas(void)
  * The small GPT at micro-batch 1 and s 64 computes a block in about 1 us on an A100, so every pass
  * is host-bound: on the compute-only profile with the host's 10 us the step's forward is
  * (3 + 8 x 14 + 8) x 10 us = 1.23 ms and its backward (3 + 8 x 20 + 6) x 10 us = 1.69 ms (plus
- * BF16_Optimizer's accumulation into fp32), where the GPU alone takes microseconds. At micro-batch 64 and s 512 the block's GPU time is above its
- * kernels' and the bound changes nothing. */
+ * BF16_Optimizer's accumulation into fp32), where the GPU alone takes microseconds. At
+ * micro-batch 64 and s 512 the block's GPU time is above its kernels' and the bound changes
+ * nothing. */
 static void test_host_bound(void)
 {
 	static const char *fmt = "{" SMALL_GPT ", \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
