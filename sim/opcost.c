@@ -196,7 +196,8 @@ static double hf_block_other_kernels(const Plan *p, double attentions, int eager
 static double op_kernels(const Plan *p, const Op *op)
 {
 	int bwd = op->sub == COMP_BWD;
-	if (op->unit < 0 || op->unit >= p->n_units)
+	/* the executor's own C launches are not PyTorch's dispatch (and are not measured yet) */
+	if (p->executor || op->unit < 0 || op->unit >= p->n_units)
 		return 0;
 	if (!is_block(p, op->unit)) {
 		if (op->unit == 0)

@@ -601,6 +601,21 @@ static void test_host_bound(void)
 
 	sched_free(&s);
 
+	/* the executor's CUDA backend issues its kernels from C, not through PyTorch: no bound */
+	if (fx_predictf(&sc, &pr, "{" SMALL_GPT ", \"backend\": \"cuda\", \"deepspeed\":"
+			" {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}},"
+			" \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
+			" \"seq_length\": 64}") == 0) {
+		Schedule cs;
+		sched_init(&cs, 0);
+		sched_compute(&cs, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
+		CU_ASSERT_EQUAL(opcost_compute_s(&pr.plan, &hw, &cs.ops[0], 0),
+				opcost_compute_s(&pr.plan, &gpu_only, &cs.ops[0], 0));
+		CU_ASSERT(opcost_compute_s(&pr.plan, &hw, &cs.ops[0], 0) < 14 * 10e-6);
+		sched_free(&cs);
+		fx_free(&sc, &pr);
+	}
+
 	/* enough work per kernel: the GPU's time */
 	if (fx_predictf(&sc, &pr, fmt, 64, 512, "eager"))
 		return;
