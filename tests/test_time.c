@@ -484,6 +484,18 @@ static void test_flash_attention_formulas(void)
 	fx_free(&sc, &pr);
 }
 
+/* One pass of block 1 of pr's plan (a backward over twice its FLOPs) priced on hw. */
+static double block_pass_s(const Prediction *pr, const HwProfile *hw, CompKind sub)
+{
+	Schedule one;
+	double f = pr->plan.units[1].fwd_flops;
+	sched_init(&one, 0);
+	sched_compute(&one, sub, 1, sub == COMP_BWD ? 2 * f : f, 0);
+	double t = opcost_compute_s(&pr->plan, hw, &one.ops[0], 0);
+	sched_free(&one);
+	return t;
+}
+
 /* Host overhead (issue 16): a framework issues a pass's kernels one by one from the host, 10 us
  * each on the bundled profiles (an assumption, scenarios/hardware/), and a pass takes no less than
  * that. The kernels, counted from Megatron-LM's ParallelTransformerLayer.forward (sim/opcost.c):
@@ -589,13 +601,8 @@ static void test_host_bound(void)
 			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
 			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
 			" \"gpus_per_node\": 1}, \"seq_length\": 64}") == 0) {
-		Schedule ls;
-		sched_init(&ls, 0);
-		sched_compute(&ls, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
-		sched_compute(&ls, COMP_BWD, 1, 2 * pr.plan.units[1].fwd_flops, 0);
-		REL_EQ(opcost_compute_s(&pr.plan, &hw, &ls.ops[0], 0), 42 * 10e-6);
-		REL_EQ(opcost_compute_s(&pr.plan, &hw, &ls.ops[1], 0), 51 * 10e-6);
-		sched_free(&ls);
+		REL_EQ(block_pass_s(&pr, &hw, COMP_FWD), 42 * 10e-6);
+		REL_EQ(block_pass_s(&pr, &hw, COMP_BWD), 51 * 10e-6);
 		fx_free(&sc, &pr);
 	}
 
@@ -606,25 +613,18 @@ static void test_host_bound(void)
 			" {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true}},"
 			" \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1},"
 			" \"seq_length\": 64}") == 0) {
-		Schedule cs;
-		sched_init(&cs, 0);
-		sched_compute(&cs, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
-		CU_ASSERT_EQUAL(opcost_compute_s(&pr.plan, &hw, &cs.ops[0], 0),
-				opcost_compute_s(&pr.plan, &gpu_only, &cs.ops[0], 0));
-		CU_ASSERT(opcost_compute_s(&pr.plan, &hw, &cs.ops[0], 0) < 14 * 10e-6);
-		sched_free(&cs);
+		double t = block_pass_s(&pr, &hw, COMP_FWD);
+		CU_ASSERT_EQUAL(t, block_pass_s(&pr, &gpu_only, COMP_FWD));
+		CU_ASSERT(t < 14 * 10e-6);
 		fx_free(&sc, &pr);
 	}
 
 	/* enough work per kernel: the GPU's time */
 	if (fx_predictf(&sc, &pr, fmt, 64, 512, "eager"))
 		return;
-	sched_init(&s, 0);
-	sched_compute(&s, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
-	double t = opcost_compute_s(&pr.plan, &gpu_only, &s.ops[0], 0);
+	double t = block_pass_s(&pr, &gpu_only, COMP_FWD);
 	CU_ASSERT(t > 14 * 10e-6);
-	CU_ASSERT_EQUAL(opcost_compute_s(&pr.plan, &hw, &s.ops[0], 0), t);
-	sched_free(&s);
+	CU_ASSERT_EQUAL(block_pass_s(&pr, &hw, COMP_FWD), t);
 	fx_free(&sc, &pr);
 }
 
