@@ -1296,6 +1296,15 @@ static void test_profile_with_base(void)
 	CU_ASSERT_STRING_EQUAL(what, "host.pcie_efficiency");
 	hw.pcie_efficiency = base.pcie_efficiency;
 	CU_ASSERT(hwprofile_equal(&hw, &base, what, sizeof(what)));
+	/* a link written before base_s existed (parallax calibrate's, or by hand) gives alpha_s
+	 * alone, which held a call's whole latency: its base is 0, not the GPU's 6.6 us; a link
+	 * the file leaves out takes the GPU's both */
+	CU_ASSERT_DOUBLE_EQUAL(base.nvlink.base_s, 6.6e-6, 0);
+	px_test_write_file(path, "{\"gpu\": \"h100-sxm\", \"nvlink\": {\"alpha_s\": 2e-6}}\n");
+	CU_ASSERT_EQUAL_FATAL(hwprofile_load(path, &hw, &err), 0);
+	CU_ASSERT_DOUBLE_EQUAL(hw.nvlink.alpha_s, 2e-6, 0);
+	CU_ASSERT_DOUBLE_EQUAL(hw.nvlink.base_s, 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(hw.network.base_s, 6.6e-6, 0);
 }
 
 /* Bad input: each error names FILE:LINE:COL (of the key, or of the array element at fault), the
