@@ -839,7 +839,7 @@ static double loss_temp_bytes(const Plan *p, int u, int backward)
 }
 
 /* torch autocast (plain PyTorch with the Trainer's fp16 or bf16): the 16-bit copies of unit u's
- * weights its products read, the head's of the tied embedding too (its lm_head casts it). The
+ * weights its products read, the head's of the tied embedding too (plan.c cast_elems). The
  * autocast cache keeps each cast until the forward ends (torch's cached_cast caches a leaf
  * weight's cast whatever the grad mode), and autograd's saved tensors until the unit's
  * backward; a checkpointed block saves nothing, so its copies go when the forward ends and are
@@ -849,10 +849,7 @@ static double cast_bytes(const Plan *p, int u)
 	const DsConfig *ds = &p->sc->ds;
 	if (ds->autocast == DT_FP32)
 		return 0;
-	double n = (double)p->units[u].cast_elems;
-	if (u == p->n_units - 1 && p->sc->model.lay.lm_head)
-		n += (double)tied_local(p);
-	return n * dtype_bytes(ds->autocast);
+	return (double)p->units[u].cast_elems * dtype_bytes(ds->autocast);
 }
 
 static void forward_unit(Builder *b, int slot, int u)

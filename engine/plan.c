@@ -227,6 +227,8 @@ static void plan_unit(Plan *p, int idx)
 		u->local_dense += n;
 		u->own_gather += p->stage == 3 ? n : 0;
 	}
+	if (p->sc->ds.autocast != DT_FP32 && idx == model_n_units(m) - 1 && m->lay.lm_head)
+		u->cast_elems += ceil_div(model_tied_elems(m), p->par.tp); /* the lm_head casts it */
 	u->part_dense = ceil_div(u->own_gather, p->dp);
 	u->own_gather = u->part_dense * p->dp;
 	u->gather_dense = u->own_gather;

@@ -23,8 +23,8 @@ typedef struct UnitPlan {
 	long long persist_elems;   /* stage 3: local elements in tensors under the threshold */
 	long long muon_elems;      /* local elements of its hidden matrices (what Muon updates) */
 	long long cast_elems;      /* torch autocast: local elements of the weights it casts to 16
-				      bits (plan.c casts_weight), the tied embedding a head borrows
-				      apart */
+				      bits (plan.c casts_weight), a head's with the tied embedding
+				      its lm_head reads */
 	long long max_tensor;      /* its largest local tensor */
 	long long flat_off;        /* stage 0-2: first element in its stage's padded flat buffer */
 	/* stage 3: the unit's other dense tensors form one flat, padded to a multiple of dp, of

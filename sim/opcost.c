@@ -300,9 +300,13 @@ double opcost_compute_wait_s(const Plan *p, const HwProfile *hw, const Op *op, i
 		/* softmax and dropout run over the scores whether they are kept or (selective
 		 * recompute) rebuilt for the backward, which then runs theirs */
 		double kept = p->sc->ckpt == CKPT_SELECTIVE ? 0 : u->score_bytes;
+		/* torch autocast: forward (and recompute) reads each cast weight in fp32 and writes
+		 * its 16-bit copy, backward reads its 16-bit gradient and writes the fp32 one: 6
+		 * bytes an element each way (plan.c cast_elems; 0 without autocast) */
 		elementwise = over((u->act_bytes - kept) *
 					   (bwd ? hw->elementwise_bwd : hw->elementwise_fwd) +
-				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd), hbm);
+				   u->score_bytes * (bwd ? hw->scores_bwd : hw->scores_fwd) +
+				   6.0 * (double)u->cast_elems, hbm);
 	}
 	return host_bound(hw, fmax(gemm, over(op->bytes, hbm)) + elementwise, op_kernels(p, op),
 			  host_wait_s);

@@ -340,7 +340,8 @@ static void test_autocast_gpt2_block(void)
  * casts (50,257 x 768 = 38,597,376): 2 x (12 x 7,077,888 + 38,597,376) = 247,064,064 bytes, all
  * held when the forward ends (the autocast cache, then autograd's saved tensors); under the
  * Trainer's gradient_checkpointing a checkpointed block's copies go when the forward ends and
- * its recompute casts again (a second allocation each). The GEMMs run at the fp16 peak. The
+ * its recompute casts again (a second allocation each). The GEMMs run at the fp16 peak; each
+ * pass moves 6 bytes a cast element more (fp32 read, 16-bit written). The
  * deepspeed section's own fp16 beside it contradicts it: refused, naming both. */
 static void test_autocast_scenario(void)
 {
@@ -367,6 +368,21 @@ static void test_autocast_scenario(void)
 	for (int i = 0; i < k->n; i++)
 		n += k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_AUTOCAST_WEIGHTS;
 	CU_ASSERT_EQUAL(n, 13); /* the blocks and the head */
+	CU_ASSERT_EQUAL(pr.plan.units[1].cast_elems, 7077888);
+	CU_ASSERT_EQUAL(pr.plan.units[13].cast_elems, 38597376);
+	/* the casts' traffic: 6 bytes an element a pass (fp32 read, 16-bit written; backward the
+	 * reverse), at the A100's 2039 GB/s x 0.9 */
+	HwProfile hw;
+	hwprofile_default(&sc.cluster.gpu, &hw);
+	hw.kernel_issue_s = 0;
+	Schedule one;
+	sched_init(&one, 0);
+	sched_compute(&one, COMP_FWD, 1, pr.plan.units[1].fwd_flops, 0);
+	double with = opcost_compute_s(&pr.plan, &hw, &one.ops[0], 0);
+	pr.plan.units[1].cast_elems = 0;
+	double without = opcost_compute_s(&pr.plan, &hw, &one.ops[0], 0);
+	CU_ASSERT_DOUBLE_EQUAL(with - without, 6 * 7077888.0 / (2039e9 * 0.9), 1e-12);
+	sched_free(&one);
 	fx_free(&sc, &pr);
 
 	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2"), "true", ""))
