@@ -1025,17 +1025,16 @@ int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long
 		/* the Trainer without DeepSpeed: torch.autocast over the fp32 model; a "deepspeed"
 		 * section's own precision would say 16-bit weights ("auto" follows the Trainer's
 		 * and means autocast here) */
-		unsigned own = (ds->fp16 && !(ds->autos & AUTO_FP16) ? 1 : 0) |
-			       (ds->bf16 && !(ds->autos & AUTO_BF16) ? 2 : 0);
+		const char *ta_key = ta->fp16 ? "fp16" : "bf16";
+		const char *own = ds->fp16 && !(ds->autos & AUTO_FP16) ? "fp16" :
+				  ds->bf16 && !(ds->autos & AUTO_BF16) ? "bf16" : NULL;
 		if (own)
 			return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.%s.enabled is true beside "
 				       "training_args.%s (%s) with framework \"pytorch\": the Trainer's "
 				       "%s without DeepSpeed is torch autocast over fp32 weights, "
 				       "DeepSpeed's 16-bit weights; expected one of them (leave the "
 				       "deepspeed section's %s out, or \"auto\", for autocast)",
-				       ds->source, own & 1 ? "fp16" : "bf16", ta->fp16 ? "fp16" : "bf16",
-				       ta->precision_where, ta->fp16 ? "fp16" : "bf16",
-				       own & 1 ? "fp16" : "bf16");
+				       ds->source, own, ta_key, ta->precision_where, ta_key, own);
 		ds->fp16 = ds->bf16 = 0;
 		ds->autocast = ta->fp16 ? DT_FP16 : DT_BF16;
 	}

@@ -154,15 +154,20 @@ static double unit_fwd_flops(const Plan *p, int unit, UnitPlan *u)
  * inside the transformer blocks; embeddings, the head, norms and biases stay with its Adam. A
  * block's weight vectors (norms) hold at most h elements, its matrices h times at least a few
  * columns (per expert); a params-only model's blocks count as matrices. */
+static int is_bias(const ModelTensor *t)
+{
+	size_t len = strlen(t->name);
+	return len >= 4 && !strcmp(t->name + len - 4, "bias");
+}
+
 static int is_hidden_matrix(const ModelSpec *m, int unit, const ModelTensor *t)
 {
 	if (unit < 1 || unit > m->L)
 		return 0;
 	if (!model_known(m))
 		return 1;
-	size_t len = strlen(t->name);
 	long long per_copy = t->expert && m->experts ? t->numel / m->experts : t->numel;
-	return !(len >= 4 && !strcmp(t->name + len - 4, "bias")) && per_copy > m->h;
+	return !is_bias(t) && per_copy > m->h;
 }
 
 /* Whether torch autocast casts tensor t of unit `unit` to 16 bits for a product: the weight
@@ -175,8 +180,7 @@ static int casts_weight(const ModelSpec *m, int unit, const ModelTensor *t)
 		return 0;
 	if (unit >= 1 && unit <= m->L)
 		return is_hidden_matrix(m, unit, t);
-	size_t len = strlen(t->name);
-	return !(len >= 4 && !strcmp(t->name + len - 4, "bias")) && t->numel > m->h;
+	return !is_bias(t) && t->numel > m->h;
 }
 
 static void plan_unit(Plan *p, int idx)

@@ -247,13 +247,13 @@ static double attention_recompute_s(const Plan *p, const HwProfile *hw, const Op
 	int attn[MAX_GEMMS], products = 0;
 	int n = block_gemms(p, op->unit, flops, bytes, attn, rows, &listed);
 	for (int i = 0; i < n; i++)
-		if (attn[i])
+		if (attn[i]) {
 			sum += fmax(over(flops[i], peak * hw_curve_eval(&hw->gemm, flops[i])),
 				    over(bytes[i], hbm));
+			products++;
+		}
 	if (n == 0 && op->flops > 0)
 		sum = over(op->flops, peak * hw_curve_eval(&hw->gemm, op->flops / 2));
-	for (int i = 0; i < n; i++)
-		products += attn[i] != 0;
 	/* per attention: QK^T, softmax, dropout, AV and the context's copy */
 	double kernels = (products / 2) * (2 + EAGER_CORE_KERNELS);
 	return host_bound(hw, sum + over(op->bytes * hw->scores_fwd, hbm), kernels, wait);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../engine/activ.h"
+#include "../exec/runner.h"
 #include "../sim/opcost.h"
 #include "fixtures.h"
 #include "suites.h"
@@ -363,11 +364,10 @@ static void test_autocast_scenario(void)
 	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_OPTIM], 8 * P, 0);
 	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_BUFFERS], casts, 0);
 	CU_ASSERT_EQUAL(opcost_compute_dtype(&pr.plan), DT_FP16);
-	int n = 0;
-	const Schedule *k = &pr.stages[0].sched;
-	for (int i = 0; i < k->n; i++)
-		n += k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_AUTOCAST_WEIGHTS;
-	CU_ASSERT_EQUAL(n, 13); /* the blocks and the head */
+	int n = 0, left = -1; /* the blocks' and the head's, all live when the forward ends */
+	CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[0].sched, 0, BUF_AUTOCAST_WEIGHTS, &n, &left), 13);
+	CU_ASSERT_EQUAL(n, 13);
+	CU_ASSERT_EQUAL(left, 0);
 	CU_ASSERT_EQUAL(pr.plan.units[1].cast_elems, 7077888);
 	CU_ASSERT_EQUAL(pr.plan.units[13].cast_elems, 38597376);
 	/* the casts' traffic: 6 bytes an element a pass (fp32 read, 16-bit written; backward the
@@ -390,11 +390,9 @@ static void test_autocast_scenario(void)
 	g = &pr.stages[0].mem.place[PLACE_GPU];
 	CU_ASSERT_EQUAL(sc.ckpt, CKPT_FULL);
 	CU_ASSERT_DOUBLE_EQUAL(g->cat_peak[CAT_BUFFERS], casts, 0);
-	n = 0;
-	k = &pr.stages[0].sched;
-	for (int i = 0; i < k->n; i++)
-		n += k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_AUTOCAST_WEIGHTS;
-	CU_ASSERT_EQUAL(n, 12 + 1 + 12);
+	CU_ASSERT_EQUAL(fx_live_bufs(&pr.stages[0].sched, 0, BUF_AUTOCAST_WEIGHTS, &n, &left), 13);
+	CU_ASSERT_EQUAL(n, 12 + 1 + 12); /* each block's cast again by its recompute */
+	CU_ASSERT_EQUAL(left, 0);
 	fx_free(&sc, &pr);
 
 	char path[512], json[2048];
@@ -405,6 +403,28 @@ static void test_autocast_scenario(void)
 	fx_refused(path, NULL, &err);
 	PX_ASSERT_HAS(err.msg, "training_args.fp16");
 	PX_ASSERT_HAS(err.msg, "torch autocast");
+
+	/* the Trainer's fp16 and bf16 both true: refused naming the file and the key */
+	snprintf(path, sizeof(path), "%s/autocast-fp16-bf16.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), "{%s, \"framework\": \"pytorch\", \"training_args\":"
+		 " {\"fp16\": true, \"bf16\": true}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+		 " 4}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1, \"gpus_per_node\": 1}}",
+		 fx_model("gpt2"));
+	px_test_write_file(path, json);
+	PxError both = {0};
+	fx_refused(path, NULL, &both);
+	PX_ASSERT_HAS(both.msg, path);
+	PX_ASSERT_HAS(both.msg, "training_args: fp16 and bf16 are both true");
+
+	/* priced, but the executor refuses it (parallax run exits 2 on PX_ERR_INPUT) */
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2"), "false", "") == 0) {
+		PxError run = {0};
+		CU_ASSERT_EQUAL(runner_supported(&pr.plan, &run), -1);
+		CU_ASSERT_EQUAL(run.code, PX_ERR_INPUT);
+		PX_ASSERT_HAS(run.msg, "torch autocast (training_args.fp16 or bf16 with framework "
+				       "\"pytorch\") is priced by predict, not run");
+		fx_free(&sc, &pr);
+	}
 }
 
 /* model_code's bad values: one it does not know, and "huggingface" for the executor, which runs
