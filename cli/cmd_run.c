@@ -575,6 +575,10 @@ static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxEr
 		fprintf(stderr, "parallax run: %s\n", warn);
 	if (o->hw)
 		hwprofile_apply_memory(&hw, &sc->cluster);
+	/* ranks that communicate through host memory (--comm mpi, or auto where ranks share a GPU
+	 * or run alone: run_gpu_setup) hold no NCCL buffers on the device */
+	if (o->gpu ? strcmp(o->gpu->comm_name, "nccl") != 0 : !strcmp(o->comm, "mpi"))
+		sc->cluster.nccl_buffers_bytes = 0;
 	if (predict_run(sc, pr, err))
 		goto out_scenario;
 	/* the step time: a CUDA run's with --hw; a CPU run's with a CPU profile, --hw's or this

@@ -37,7 +37,11 @@ int run_gpu_setup(RunGpu *g, const CommEnv *env, const char *comm, PxError *err)
 	snprintf(who, sizeof(who), "rank %d of %d (device %d)", env->rank, env->size, g->device);
 	cuda_set_who(who);
 	int shared = env->local_size > g->n_devices;
-	int nccl = !strcmp(comm, "nccl") || (!strcmp(comm, "auto") && !shared && nccl_backend());
+	/* auto: NCCL where every rank has a GPU of its own, but not for one rank alone, which has
+	 * nothing to send: its communicator would hold device memory for nothing (582 MiB with NCCL
+	 * 2.28 on an H200, measured: results/gpu/) */
+	int nccl = !strcmp(comm, "nccl") ||
+		   (!strcmp(comm, "auto") && !shared && env->size > 1 && nccl_backend());
 	if (nccl && !nccl_backend())
 		return px_fail(err, PX_ERR_INPUT, "--comm nccl: this parallax was built without NCCL");
 	if (nccl && shared)

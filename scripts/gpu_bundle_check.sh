@@ -15,7 +15,7 @@ ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi
 for d in "$ompi_lib" /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi /etc/openmpi; do
 	hide "$d" "$empty" || true
 done
-for f in /usr/bin/orterun /usr/bin/mpirun /usr/bin/mpiexec; do
+for f in /usr/bin/orterun /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orted; do
 	hide "$(readlink -f "$f")" /dev/null || true
 done
 for lib in gpu-bundle/lib/*; do
@@ -30,7 +30,10 @@ if ldd gpu-bundle/bin/parallax | grep -q 'libmpi.so.40 => /'; then
 fi
 . gpu-bundle/env.sh
 echo "== mpirun: $(command -v mpirun)"
-mpirun -np 2 gpu-bundle/bin/comm_mpi_check 2>&1 | tail -2
+mpirun -np 2 gpu-bundle/bin/comm_mpi_check 2>&1 | tail -30
+echo "== parallax run --ranks 1 (CPU backend; MPI as a singleton, through the bundle's orted)"
+gpu-bundle/bin/parallax run scenarios/gpt2-mini-cpu-zero3.json --ranks 1 --steps 2 --no-db 2>&1 |
+	tail -1
 echo "== parallax run --ranks 2 (CPU backend)"
 gpu-bundle/bin/parallax run scenarios/gpt2-mini-cpu-zero3.json --ranks 2 --steps 2 --no-db 2>&1 |
 	tail -3

@@ -3,60 +3,136 @@
 # OUT (default results/gpu/): what each step printed, the database of every run, the calibration,
 # and a summary table. Steps:
 #   1. the device, the driver and the toolkit (nvidia-smi, nvcc --version)
-#   2. every test suite, the GPU ones included (kernels against the CPU reference, the NCCL and
-#      staged backends, the executor on CUDA)
+#   2. the GPU test suites (kernels against the CPU reference, the NCCL and staged backends, the
+#      executor on CUDA: losses against the CPU's, memory claims, step time)
 #   3. parallax calibrate: this GPU's hardware profile; with 2+ GPUs also the collectives over
 #      NCCL between all of them (the profile's nvlink link)
-#   4. ZeRO's claims on one GPU: stages 0-3 at N = 1, 2, 4, 8 ranks sharing it (MPI staged),
+#   4. speed: GPT-2 124M, bf16, sequence 1024, on this executor (priced with the calibration)
+#      and in PyTorch eager
+#   5. each kernel's GPU time in two of the executor's steps (Nsight Compute, where it is there)
+#   6. ZeRO's claims on one GPU: stages 0-3 at N = 1, 2, 4, 8 ranks sharing it (MPI staged),
 #      per-rank memory predicted (with the calibration) against measured, ZeRO's ideal beside
-#   5. speed: GPT-2 124M, bf16, sequence 1024, on this executor and in PyTorch eager
+# A lease is short (minutes), so every command runs under `timeout`, a step that would start
+# past PX_GPU_BUDGET_S seconds from the start is skipped and says so, the steps run in the order
+# of what they are worth, and after each step everything under OUT is packed into PACK (when
+# given), one archive that the device tool brings back even when the lease ends mid-step.
 # Run from the repository root, after `. gpu-bundle/env.sh` when the machine lacks Debian's
 # packages (scripts/gpu_bundle.sh makes gpu-bundle.tar.xz here), e.g. through the device tool,
 # carrying gpu-bundle.tar.xz:
-#   tar -xJf gpu-bundle.tar.xz && . gpu-bundle/env.sh && bash scripts/gpu_session.sh "$OUT"
+#   tar -xJf gpu-bundle.tar.xz && . gpu-bundle/env.sh &&
+#   PX_GPU_BUDGET_S=420 bash scripts/gpu_session.sh /tmp/gpu "$OUT/gpu.tar.gz"
 set -uo pipefail
 OUT=${1:-results/gpu}
+PACK=${2:-}
 BIN=${PX_GPU_BIN:-build/rel}
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+BUDGET=${PX_GPU_BUDGET_S:-3600}
+START=$(date +%s)
 mkdir -p "$OUT"
 DB="$OUT/gpu.db"
 log() { echo "== $*" | tee -a "$OUT/session.log"; }
+note() { echo "$*" | tee -a "$OUT/session.log"; }
+pack() {
+	[ -n "$PACK" ] || return 0
+	cp "$OUT/session.log" "$(dirname "$PACK")/session.log" 2>/dev/null
+	tar -czf "$PACK.tmp" -C "$OUT" . && mv "$PACK.tmp" "$PACK"
+}
+# seconds left before the budget; a step needing more than that is skipped
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# run CAP CMD...: CMD under a timeout of CAP seconds or what the budget has left, if less
+run() {
+	local cap=$1 l
+	shift
+	l=$(left)
+	[ "$l" -lt "$cap" ] && cap=$l
+	if [ "$cap" -le 5 ]; then
+		note "skipped (lease budget spent): $*"
+		return 124
+	fi
+	timeout -k 5 "$cap" "$@"
+}
+# python3 is the machine's own: its libraries, not the bundle's
+HOST_LD=${PX_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
 log "1. device"
-{ nvidia-smi; nvcc --version; date -u; git rev-parse HEAD; } > "$OUT/device.txt" 2>&1
-head -20 "$OUT/device.txt"
+{ nvidia-smi; nvcc --version; date -u; git rev-parse HEAD 2>/dev/null || cat "${BUNDLE_DIR:-gpu-bundle}/REVISION" 2>/dev/null
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldd "$BIN/parallax"; } > "$OUT/device.txt" 2>&1
+grep -E "NVIDIA|Driver|release|not found" "$OUT/device.txt" | head -8 | tee -a "$OUT/session.log"
+pack
 
-log "2. tests"
-PX_BIN=$PWD/$BIN/parallax PX_RUN_BIN=$PWD/$BIN/parallax PX_ROOT=$PWD \
-	PX_COMM_CHECK=$PWD/$BIN/comm_mpi_check PX_NCCL_CHECK=$PWD/$BIN/comm_nccl_check \
-	"$BIN/px_tests" > "$OUT/tests.txt" 2>&1
-echo "px_tests exit $?" | tee -a "$OUT/session.log"
-grep -E "^ +(suites|tests|asserts)|skipped|# cuda" "$OUT/tests.txt" | tee -a "$OUT/session.log"
+log "2. GPU tests"
+export PX_BIN=$BIN/parallax PX_RUN_BIN=$BIN/parallax PX_ROOT=$PWD \
+	PX_COMM_CHECK=$BIN/comm_mpi_check PX_NCCL_CHECK=$BIN/comm_nccl_check
+# the fast suites first, then the executor's (dozens of runs)
+PX_SUITE=kernels_cuda,gpt_cuda,sparse,comm-gpu run 150 "$BIN/px_tests" > "$OUT/tests.txt" 2>&1
+note "px_tests (kernels_cuda, gpt_cuda, sparse, comm-gpu) exit $?"
+grep -E "^ +(suites|tests|asserts)|skipped|^# cuda|FAILED|Test: .*\.\.\.FAILED" "$OUT/tests.txt" |
+	head -30 | tee -a "$OUT/session.log"
+pack
+PX_SUITE=exec_cuda run 240 "$BIN/px_tests" > "$OUT/tests-exec.txt" 2>&1
+note "px_tests (exec_cuda) exit $?"
+grep -E "^ +(suites|tests|asserts)|skipped|# cuda|FAILED" "$OUT/tests-exec.txt" |
+	head -40 | tee -a "$OUT/session.log"
+pack
 
 log "3. calibrate"
 # the executor computes in the parameters' dtype, bf16 in both scenarios below: a bf16
 # calibration prices them; fp32's is kept beside it for fp32 scenarios
-"$BIN/parallax" calibrate --dtype bf16 --out "$OUT/calibration.json" 2>&1 | tee "$OUT/calibrate.txt"
-"$BIN/parallax" calibrate --dtype fp32 --out "$OUT/calibration-fp32.json" 2>&1 |
-	tee -a "$OUT/calibrate.txt"
+run 90 "$BIN/parallax" calibrate --dtype bf16 --out "$OUT/calibration.json" > "$OUT/calibrate.txt" 2>&1
+note "calibrate bf16 exit $?"
+run 90 "$BIN/parallax" calibrate --dtype fp32 --out "$OUT/calibration-fp32.json" \
+	>> "$OUT/calibrate.txt" 2>&1
+note "calibrate fp32 exit $?"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 if [ "$NGPU" -ge 2 ]; then
 	# one rank per GPU over NCCL: the bf16 profile again, with the measured nvlink link
-	"$BIN/parallax" calibrate --dtype bf16 --ranks "$NGPU" \
-		--out "$OUT/calibration-${NGPU}gpu.json" 2>&1 | tee -a "$OUT/calibrate.txt"
+	run 120 "$BIN/parallax" calibrate --dtype bf16 --ranks "$NGPU" \
+		--out "$OUT/calibration-${NGPU}gpu.json" >> "$OUT/calibrate.txt" 2>&1
 else
 	echo "collective calibration needs 2+ GPUs: this machine has $NGPU; the profile's nvlink" \
-		"and network links keep the catalog's figures" | tee -a "$OUT/calibrate.txt"
+		"and network links keep the catalog's figures" >> "$OUT/calibrate.txt"
 fi
+tail -25 "$OUT/calibrate.txt"
+# the runs below are priced as the GPU they run on (the catalog's name the calibration found)
+HW=()
+GPU=$(sed -n 's/^[[:space:]]*"gpu":[[:space:]]*"\([^"]*\)".*/\1/p' "$OUT/calibration.json" 2>/dev/null | head -1)
+[ -s "$OUT/calibration.json" ] && HW=(--hw "$OUT/calibration.json")
+[ -n "$GPU" ] && HW+=(--set "cluster.gpu=$GPU")
+pack
 
-log "4. ZeRO on one GPU: stages 0-3 x N ranks"
+log "4. speed: GPT-2 124M bf16, seq 1024"
+run 120 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps 30 "${HW[@]}" --db "$DB" \
+	> "$OUT/speed-parallax.txt" 2>&1
+note "parallax run exit $?"
+tail -12 "$OUT/speed-parallax.txt" | tee -a "$OUT/session.log"
+run 120 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_gpt2_pytorch.py --batch 8 --seq 1024 --steps 30 \
+	--warmup 5 > "$OUT/speed-pytorch.txt" 2>&1
+note "pytorch exit $?"
+tail -5 "$OUT/speed-pytorch.txt" | tee -a "$OUT/session.log"
+pack
+
+log "5. where the executor's step goes: each kernel's GPU time over two steps (Nsight Compute)"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ]; then
+	run 120 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+		"$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps 2 --no-db \
+		> "$OUT/ncu-gpt2-124m.csv" 2> "$OUT/ncu.err"
+	note "ncu exit $? ($(grep -c '^"' "$OUT/ncu-gpt2-124m.csv") lines)"
+else
+	note "no ncu on this machine"
+fi
+pack
+
+log "6. ZeRO on one GPU: stages 0-3 x N ranks"
 for n in 1 2 4 8; do
 	for stage in 0 1 2 3; do
-		"$BIN/parallax" run scenarios/gpt2-small-cuda.json --backend cuda --comm mpi \
-			--hw "$OUT/calibration.json" --ranks "$n" --steps 5 --db "$DB" \
+		run 60 "$BIN/parallax" run scenarios/gpt2-small-cuda.json --backend cuda --comm mpi \
+			"${HW[@]}" --ranks "$n" --steps 5 --db "$DB" \
 			--set deepspeed.zero_optimization.stage=$stage \
 			> "$OUT/zero-s$stage-n$n.txt" 2>&1
-		echo "stage $stage ranks $n: exit $?" | tee -a "$OUT/session.log"
+		note "stage $stage ranks $n: exit $?"
 	done
+	pack
 done
 {
 	printf '# per-rank GPU memory, rank 0: predicted peak (calibrated) vs the device'"'"'s reading\n'
@@ -69,12 +145,6 @@ done
 		done
 	done
 } | tee "$OUT/zero-claims.txt"
-"$BIN/parallax" plot zero gpt2-small-cuda --db "$DB" --out "$OUT/zero-claims" > /dev/null
-
-log "5. speed: GPT-2 124M bf16, seq 1024"
-"$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --hw "$OUT/calibration.json" \
-	--steps 30 --db "$DB" > "$OUT/speed-parallax.txt" 2>&1
-tail -30 "$OUT/speed-parallax.txt"
-python3 scripts/bench_gpt2_pytorch.py --batch 8 --seq 1024 --steps 30 --warmup 5 \
-	> "$OUT/speed-pytorch.txt" 2>&1
-tail -5 "$OUT/speed-pytorch.txt"
+run 30 "$BIN/parallax" plot zero gpt2-small-cuda --db "$DB" --out "$OUT/zero-claims" > /dev/null
+log "done in $(($(date +%s) - START)) s"
+pack

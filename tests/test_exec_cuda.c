@@ -87,6 +87,26 @@ static double num(const cJSON *j, const char *obj, const char *key)
 	return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* "--hw CAL --set cluster.gpu=NAME" into hw: the runs priced with this GPU's calibration and as
+ * the GPU it was measured on (its catalog name, the profile's "gpu"), not the scenario's; only
+ * --hw where the profile names none. */
+static void calibrated(const char *cal, char *hw, size_t n)
+{
+	char text[1 << 14] = "";
+	FILE *f = fopen(cal, "r");
+	if (f) {
+		text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+		fclose(f);
+	}
+	cJSON *j = cJSON_Parse(text);
+	const cJSON *gpu = cJSON_GetObjectItem(j, "gpu");
+	if (cJSON_IsString(gpu))
+		snprintf(hw, n, "--hw '%s' --set cluster.gpu=%s", cal, gpu->valuestring);
+	else
+		snprintf(hw, n, "--hw '%s'", cal);
+	cJSON_Delete(j);
+}
+
 /* Stages 0-3 at 1 and 2 ranks on the GPU give the CPU run's losses. The kernels agree with the
  * reference to about 1e-5 relative per op (kernels/README.md); AdamW's update does not scale with
  * the gradient, so such differences move the loss by about that much per step: over 8 steps the
@@ -124,11 +144,11 @@ static void test_losses_match_cpu(void)
  * GPU's calibration (parallax calibrate) for the CUDA runtime's memory. */
 static void test_memory_claims(void)
 {
-	char cal[512], hw[600], text[8192], args[1024];
+	char cal[512], hw[700], text[8192], args[1024];
 	snprintf(cal, sizeof(cal), "%s/calibration.json", px_test_tmpdir());
 	snprintf(args, sizeof(args), "calibrate --quick --out '%s'", cal);
 	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, text, sizeof(text)), 0);
-	snprintf(hw, sizeof(hw), "--hw '%s'", cal);
+	calibrated(cal, hw, sizeof(hw));
 	static const char *const exact[] = {"memory.gpu.params_bytes", "memory.gpu.grads_bytes",
 					    "memory.gpu.optimizer_bytes", "memory.gpu.activations_bytes",
 					    "memory.gpu.buffers_bytes", NULL};
@@ -153,11 +173,11 @@ static void test_memory_claims(void)
  * one GPU (scenarios/gpt2-124m-cuda.json); 20 steps, so the first one's set-up weighs little. */
 static void test_step_time(void)
 {
-	char cal[512], hw[600], text[8192], args[1024];
+	char cal[512], hw[700], text[8192], args[1024];
 	snprintf(cal, sizeof(cal), "%s/calibration-fp32.json", px_test_tmpdir());
 	snprintf(args, sizeof(args), "calibrate --dtype fp32 --quick --out '%s'", cal);
 	CU_ASSERT_EQUAL_FATAL(px_test_run_cli(args, text, sizeof(text)), 0);
-	snprintf(hw, sizeof(hw), "--hw '%s'", cal);
+	calibrated(cal, hw, sizeof(hw));
 	cJSON *j = run_json(px_test_path("scenarios/gpt2-124m-cuda.json"), "cuda", 1, 0, 20, hw);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	double pred = num(j, "predicted", "time.step_s"), meas = num(j, "measured", "time.step_s");
