@@ -75,7 +75,7 @@ static const char USAGE[] =
 	"                      first) beside the predicted one\n"
 	"  --comm MODE         with cuda: nccl (a GPU per rank), mpi (MPI staged through host\n"
 	"                      memory: many ranks on one GPU, for correctness and memory only), or\n"
-	"                      auto (default: nccl when every rank has its own GPU)\n"
+	"                      auto (default: nccl when 2+ ranks each have a GPU)\n"
 	"  --ranks N           start N ranks with mpirun (default 1); under mpirun or srun the\n"
 	"                      launcher's ranks are used. The cluster becomes 1 node x N ranks.\n"
 	"  --num_gpus G, --num_nodes N, --hostfile FILE, --include SPEC, --exclude SPEC\n"
