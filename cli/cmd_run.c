@@ -768,8 +768,14 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		       sc.ds.micro_batch, sc.ds.grad_accum, pr.plan.dp, sc.seq,
 		       pr.plan.par.pp > 1 ? ", pipeline " : "",
 		       pr.plan.par.pp > 1 ? pipe_label(&pr.plan) : "");
+	/* PX_CUDA_PROFILE_STEP=S: step S alone inside the profiler's range (run_gpu_profile), e.g.
+	 * a steady step under `ncu --profile-from-start off` (scripts/gpu_session.sh) */
+	const char *prof_env = getenv("PX_CUDA_PROFILE_STEP");
+	long prof_step = prof_env ? atol(prof_env) : 0;
 	for (long s = first; s <= o->steps; s++) {
 		StepResult res;
+		if (s == prof_step)
+			run_gpu_profile(o->gpu, 1);
 		double t0 = px_now_s();
 		fail_ctx.step = s;
 		if (beacon)
@@ -784,6 +790,8 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 		if (runner_step(run, s, &data, &res, err))
 			goto out_run;
 		double dt = px_now_s() - t0;
+		if (s == prof_step)
+			run_gpu_profile(o->gpu, 0);
 		if (res.onebit_step != ONEBIT_FULL)
 			run_clock_onebit(&clk, res.onebit_step, world, pay0, wire0);
 		run_clock_step(&clk, run, dt, res.onebit_step);

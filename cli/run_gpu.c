@@ -5,6 +5,8 @@
 #include <string.h>
 
 #ifdef PX_HAVE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "../kernels/cuda_ctx.h"
 #endif
 
@@ -62,6 +64,16 @@ void run_gpu_free(RunGpu *g)
 {
 	if (g && g->have_mem)
 		gpumem_free(&g->mem);
+}
+
+void run_gpu_profile(const RunGpu *g, int on)
+{
+#ifdef PX_HAVE_CUDA
+	if (g && g->have_mem)
+		(void)(on ? cudaProfilerStart() : cudaProfilerStop());
+#else
+	(void)g, (void)on;
+#endif
 }
 
 void run_gpu_snapshot(RunGpu *g, const char *label)

@@ -21,11 +21,16 @@ typedef struct RunGpu {
 } RunGpu;
 
 /* Choose the device (the launcher's local rank, modulo the devices) and the communication backend
- * ("auto": NCCL when every rank of the node has its own GPU and NCCL is built, else MPI staged;
+ * ("auto": NCCL when 2+ ranks each have a GPU of the node and NCCL is built, else MPI staged;
  * "nccl" or "mpi" to insist), and take the start-up and context readings. 0, or -1 with err (no
  * device, a backend this build lacks, NCCL asked for with ranks sharing a GPU). */
 int run_gpu_setup(RunGpu *g, const CommEnv *env, const char *comm, PxError *err);
 void run_gpu_free(RunGpu *g); /* NULL and a zeroed struct are fine */
+
+/* Open (on) or close the range a profiler started with `--profile-from-start off` records
+ * (cudaProfilerStart/Stop; Nsight Compute's and Nsight Systems' convention): run brackets the step
+ * PX_CUDA_PROFILE_STEP names with it. Nothing without CUDA or before run_gpu_setup. */
+void run_gpu_profile(const RunGpu *g, int on);
 
 /* A labelled reading (after the communicator: "nccl" or "mpi-staged"; after cuBLAS: "cublas"). */
 void run_gpu_snapshot(RunGpu *g, const char *label);
