@@ -46,42 +46,63 @@ static double score_row(const ModelSpec *m, const ActivShape *x, double s_kv)
 }
 
 
-/* What one norm of Hugging Face's keeps beyond its input (Korthikanti's count), bytes a token:
- * nn.LayerNorm (native_layer_norm) the row's fp32 mean and rstd, 8; LlamaRMSNorm
- * (hidden.to(float32), pow, mean, rsqrt, the product, .to(dtype), times the weight) the fp32
- * copy its pow and product keep in place of the input (4h for d h) and the normalized rows its
- * weight's product keeps (d h), with the fp32 rsqrt of each row, 4: 4h + 4 more in any dtype (in
- * fp32 the copy is the input itself, and the normalized rows 4h). Other norms: none counted. */
-static double hf_norm_extra(const ModelSpec *m)
+/* What one norm of Hugging Face's keeps beyond its input (Korthikanti's count), bytes a token,
+ * the input in_bytes a value: nn.LayerNorm (native_layer_norm) the row's fp32 mean and rstd, 8;
+ * LlamaRMSNorm (hidden.to(float32), pow, mean, rsqrt, the product, .to(dtype), times the weight)
+ * the fp32 copy its pow and product keep in place of the input (4h for in_bytes h) and the
+ * normalized rows its weight's product keeps (in_bytes h), with the fp32 rsqrt of each row, 4:
+ * 4h + 4 more whatever the dtype (in fp32 the copy is the input itself, and the normalized rows
+ * 4h); GemmaRMSNorm (x.float(), pow, mean, rsqrt, the product, times 1 + weight.float(), then
+ * type_as) the same fp32 copy and rsqrt, and its normalized rows in fp32, 4h, which the product
+ * with 1 + weight keeps before the cast: (4 - in_bytes) h + 4h + 4 more (6h + 4 on a 16-bit
+ * input, 4h + 4 on an fp32 one). Other norms: none counted. */
+static double hf_norm_extra(const ModelSpec *m, double in_bytes)
 {
+	double h = (double)m->h;
 	if (m->lay.norm == NORM_LAYER)
 		return 8;
-	return model_llama_modules(m) ? 4 * (double)m->h + 4 : 0;
+	if (model_gemma_modules(m))
+		return (4 - in_bytes) * h + 4 * h + 4;
+	return model_llama_modules(m) ? 4 * h + 4 : 0;
+}
+
+/* The dtype a norm's input has: the residual stream's, fp32 under torch autocast
+ * (autocast_parts), else the activations'. */
+static double norm_in_bytes(const ActivShape *x)
+{
+	return x->autocast ? 4 : x->elem_bytes;
 }
 
 /* What a block's Hugging Face eager modules keep beyond the count above (modeling_gpt2.py,
- * modeling_llama.py, activations.py): each norm's hf_norm_extra, one norm to each branch (two to
- * each under the sandwich, one shared by a parallel block's two); NewGELUActivation ("gelu_new"),
- * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in elementwise ops, keeps its input (pow's),
- * tanh's output and both factors of the last product, 0.5 x and 1 + tanh: 4 I where a fused GELU
- * keeps its input alone, 3 d I more; Llama's eager attention keeps its softmax's fp32 output
+ * modeling_llama.py, modeling_gemma.py, modeling_gemma2.py, activations.py): each norm's
+ * hf_norm_extra, one norm to each branch (two to each under the sandwich, one shared by a
+ * parallel block's two); NewGELUActivation ("gelu_new"), 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))) in elementwise ops, keeps its input (pow's), tanh's output and both factors of
+ * the last product, 0.5 x and 1 + tanh: 4 I where a fused GELU keeps its input alone, 3 d I
+ * more; Llama's eager attention (and Gemma's, its copy) keeps its softmax's fp32 output
  * (softmax(dtype=float32)) beside the 16-bit copy the product with V reads, 4 a s more, and
  * under grouped-query attention the keys and values repeat_kv made for every head, (a - kv) d_h
- * each more than the kv heads' (FlashAttention-2's kernel takes the kv heads as they are). */
+ * each more than the kv heads' (FlashAttention-2's kernel takes the kv heads as they are);
+ * Gemma-2's soft-capping of the scores (divided by the cap, tanh, times the cap, before the mask
+ * and the softmax) keeps tanh's output, d a s more (the divisions and products by a number keep
+ * nothing). */
 static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, double s_kept,
 			   BlockParts *p)
 {
 	const ModelLayout *y = &m->lay;
-	double per = hf_norm_extra(m) * (y->place == NORM_SANDWICH ? 2 : 1), d = x->elem_bytes;
+	double per = hf_norm_extra(m, norm_in_bytes(x)) * (y->place == NORM_SANDWICH ? 2 : 1);
+	double d = x->elem_bytes;
 	p->attn_repl += sb * per;
 	if (y->parallel != 1)
 		p->mlp_repl += sb * per;
 	if (m->gelu_new && !y->gated)
 		p->mlp_split += sb * d * 3 * (double)m->I;
-	if (!model_llama_modules(m) || x->flash || x->attn_block > 0)
+	if (!model_hf_llama_attention(m) || x->flash || x->attn_block > 0)
 		return;
 	if (d < 4)
 		p->scores += sb * (double)m->a * s_kept * 4;
+	if (m->attn_softcap > 0)
+		p->scores += sb * (double)m->a * s_kept * d;
 	p->attn_split += sb * d * 2 * (double)(m->a - m->kv_heads) * (double)m->head_dim;
 }
 
@@ -91,7 +112,8 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
  * 2h bytes more a token; softmax runs in fp32 and keeps its fp32 output, which the product with
  * V reads through a 16-bit cast it keeps: 4 + 2 bytes a score where the 16-bit count has 2, or
  * with dropout 4 + 1 + 2 (output, mask, the cast of dropout's fp32 output) where it has 2 + 1 + 2
- * (Llama's Hugging Face attention already counts its fp32 softmax, hf_eager_parts); Hugging
+ * (Llama's and Gemma's Hugging Face attention already count their fp32 softmax,
+ * hf_eager_parts); Hugging
  * Face's NewGELUActivation computes torch.pow in fp32 and the rest in fp32 after it, keeping
  * pow's fp32 input, tanh's fp32 output and the fp32 1 + tanh (0.5 x stays 16-bit): 6 I bytes
  * more. */
@@ -103,7 +125,7 @@ static void autocast_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 	p->attn_repl += sb * 2 * h;
 	if (y->parallel != 1)
 		p->mlp_repl += sb * 2 * h;
-	if (!x->flash && !(x->hf_eager && model_llama_modules(m)))
+	if (!x->flash && !(x->hf_eager && model_hf_llama_attention(m)))
 		p->scores += sb * (double)m->a * s_kept * (m->attn_dropout ? 2 : 4);
 	if (x->hf_eager && m->gelu_new && !y->gated)
 		p->mlp_split += sb * 6 * (double)m->I;
@@ -229,7 +251,11 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 		head += sb * (double)y->embed_dim * d;
 	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
-		head += sb * hf_norm_extra(m);
+		head += sb * hf_norm_extra(m, norm_in_bytes(x));
+	/* Gemma-2's soft-capping of the logits (Gemma2ForCausalLM: divided, tanh, multiplied,
+	 * before the loss) keeps tanh's output in the logits' dtype */
+	if (x->hf_eager && y->lm_head && m->final_softcap > 0)
+		logits += sb * (double)m->V * d;
 	if (x->autocast && y->final_norm) /* its fp32 input, the residual stream (autocast_parts) */
 		head += sb * 2 * (double)m->h;
 	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,

@@ -116,6 +116,25 @@ static int hook_bigcode(const JsonObj *o, ModelSpec *m, long long dim[N_DIMS], P
 	return 0;
 }
 
+/* Gemma-2's logit soft-capping, read as Gemma2Config does: absent, its defaults (50 on the
+ * attention scores, 30 on the logits); null, none. */
+static int softcap(const JsonObj *o, const char *key, double dflt, double *out, PxError *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o->obj, key);
+	if (v && cJSON_IsNull(v)) {
+		*out = 0;
+		return 0;
+	}
+	return jobj_num(o, key, 1e-6, 1e9, dflt, out, err) < 0 ? -1 : 0;
+}
+
+static int hook_gemma2(const JsonObj *o, ModelSpec *m, long long dim[N_DIMS], PxError *err)
+{
+	(void)dim;
+	return softcap(o, "attn_logit_softcapping", 50, &m->attn_softcap, err) ||
+	       softcap(o, "final_logit_softcapping", 30, &m->final_softcap, err) ? -1 : 0;
+}
+
 /* Phi (phi-1, 1.5, 2): optional LayerNorms on q and k per head. */
 static int hook_phi(const JsonObj *o, ModelSpec *m, long long dim[N_DIMS], PxError *err)
 {
@@ -536,7 +555,7 @@ static const ModelFamily FAMILIES[] = {
 	 NULL},
 	{GEMMA_T, GEMMA_D, BIAS_TIED, ATTN_DROP, GEMMA_K, {DECODER_RMS}, NULL},
 	{GEMMA2_T, GEMMA2_D, BIAS_TIED, ATTN_DROP, GEMMA2_K, {DECODER_RMS, .place = NORM_SANDWICH},
-	 NULL},
+	 hook_gemma2},
 	{PHI3_T, PHI3_D, UNTIED, PHI_DROP, PHI3_K,
 	 {DECODER_RMS, .qkv_fused = 1, .gate_up_fused = 1}, NULL},
 	{PHI_T, PHI_D, UNTIED, PHI_DROP, PHI_K,

@@ -408,6 +408,16 @@ int model_llama_modules(const ModelSpec *m)
 	       model_is_family(m, "mixtral") || model_is_family(m, "qwen2");
 }
 
+int model_gemma_modules(const ModelSpec *m)
+{
+	return model_is_family(m, "gemma") || model_is_family(m, "gemma2");
+}
+
+int model_hf_llama_attention(const ModelSpec *m)
+{
+	return model_llama_modules(m) || model_gemma_modules(m);
+}
+
 /* ---- parsing ---- */
 
 static int parse_params_only(const JsonObj *o, ModelSpec *m, PxNotes *notes, PxError *err)

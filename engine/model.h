@@ -83,6 +83,9 @@ typedef struct ModelSpec {
 				whose TopKGate gates in fp32 */
 	int gelu_new;        /* activation_function "gelu_new": Hugging Face's NewGELUActivation,
 				the tanh approximation written in elementwise ops */
+	double attn_softcap, final_softcap; /* Gemma-2's logit soft-capping, c tanh(x / c), of
+				the attention scores and of the logits (attn_logit_softcapping,
+				final_logit_softcapping); 0: none */
 	long long first_dense; /* the first blocks keep a dense MLP (DeepSeek's first_k_dense_replace) */
 	long long moe_freq;  /* of the others, those whose 0-based index divides by moe_freq */
 	int n_dense_list;    /* 0-based blocks listed dense (Qwen2-MoE's mlp_only_layers) */
@@ -103,6 +106,11 @@ int model_is_family(const ModelSpec *m, const char *type);
  * it: llama, mistral, mixtral, qwen2): LlamaRMSNorm, eager_attention_forward with its fp32
  * softmax, rotary embeddings, repeat_kv. */
 int model_llama_modules(const ModelSpec *m);
+/* Its Hugging Face code is Gemma's (modeling_gemma.py, modeling_gemma2.py): GemmaRMSNorm. */
+int model_gemma_modules(const ModelSpec *m);
+/* Its Hugging Face eager attention is Llama's eager_attention_forward or a copy of it (Gemma's,
+ * with Gemma-2's soft-capping): softmax(dtype=float32) then .to(query.dtype), repeat_kv. */
+int model_hf_llama_attention(const ModelSpec *m);
 
 #define MODEL_MAX_TENSORS 32
 

@@ -155,14 +155,16 @@ static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
  *    _merge_heads's contiguous copy, resid_dropout and the residual add; the MLP's ln_2, its
  *    activation (NewGELUActivation: pow, mul, add, mul, tanh, add, mul, mul, 8 kernels; a
  *    fused GELU 1), its dropout and the residual add; a dropout only where the config has one;
- *  - huggingface, Llama's modules (modeling_llama.py LlamaDecoderLayer): q, k, v, o, gate, up,
- *    down's GEMMs; two LlamaRMSNorms of 7 kernels in 16 bits (to fp32, pow, mean, add eps,
- *    rsqrt, mul, to the dtype, times the weight; 5 in fp32, whose casts are no-ops); rotary
- *    embeddings on q and k, 5 each (x cos, rotate_half's negation and cat, x sin, add);
- *    repeat_kv's copies of k and v under grouped-query attention; eager attention's QK^T, the
- *    scaling, the mask's add, softmax in fp32 and its cast back (16 bits), AV (SDPA or
- *    FlashAttention-2 one kernel); the output's transpose copy, two residual adds, SiLU and the
- *    product.
+ *  - huggingface, Llama's modules (modeling_llama.py LlamaDecoderLayer; Gemma's the same in
+ *    these counts but where said): q, k, v, o, gate, up, down's GEMMs; two LlamaRMSNorms of 7
+ *    kernels in 16 bits (to fp32, pow, mean, add eps, rsqrt, mul, to the dtype, times the
+ *    weight; 5 in fp32, whose casts are no-ops; GemmaRMSNorm 10 and 7, four of them in a
+ *    Gemma-2 block); rotary embeddings on q and k, 5 each (x cos, rotate_half's negation and
+ *    cat, x sin, add); repeat_kv's copies of k and v under grouped-query attention; eager
+ *    attention's QK^T, the scaling, Gemma-2's soft-capping (divide, tanh, multiply), the mask's
+ *    add, softmax in fp32 and its cast back (16 bits), AV (SDPA or FlashAttention-2 one
+ *    kernel); the output's transpose copy, two residual adds, the activation (SiLU, Gemma's
+ *    fused tanh GELU) and the product.
  * An MoE block adds DeepSpeed's gate (softmax, top-k, capacity mask, dispatch and combine
  * einsums) and runs its local experts one after another (sharded_moe.py Experts.forward: each
  * its own two GEMMs and activation), where the GEMM list batches them. A backward runs two
@@ -180,12 +182,16 @@ static double block_gemm_s(const Plan *p, const HwProfile *hw, const Op *op)
 static double hf_block_other_kernels(const Plan *p, double attentions, int eager)
 {
 	const ModelSpec *m = &p->sc->model;
-	if (model_llama_modules(m)) {
-		double norm = p->shape.elem_bytes < 4 ? 7 : 5;
-		double core = eager ? 2 + (p->shape.elem_bytes < 4 ? 2 : 1) : 0; /* scale, mask,
-									softmax, its cast */
+	if (model_hf_llama_attention(m)) {
+		int half = p->shape.elem_bytes < 4;
+		/* GemmaRMSNorm: the cast to fp32, pow, mean, the epsilon, rsqrt, the product, the
+		 * weight's cast, 1 + it, the product, type_as (7 in fp32, whose casts are no-ops) */
+		double norm = model_gemma_modules(m) ? (half ? 10 : 7) : (half ? 7 : 5);
+		double norms = m->lay.place == NORM_SANDWICH ? 4 : 2; /* Gemma-2's four */
+		double core = eager ? 2 + (half ? 2 : 1) + (m->attn_softcap > 0 ? 3 : 0) : 0;
+		/* scale, mask, softmax, its cast; Gemma-2's soft-capping: divide, tanh, multiply */
 		double gqa = eager && m->kv_heads < m->a ? 2 : 0;
-		return 2 * norm + attentions * (10 + gqa + core + 1) + 2 + 2;
+		return norms * norm + attentions * (10 + gqa + core + 1) + 2 + 2;
 	}
 	double drop = m->dropout ? 1 : 0, attn_drop = m->attn_dropout ? 1 : 0;
 	double core = eager ? 3 + attn_drop : 0; /* scale, mask, softmax (and its dropout) */

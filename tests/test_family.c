@@ -97,6 +97,44 @@ static void test_gemma2(void)
 	check_count("gemma-2-9b", 9241705984.0);
 }
 
+/* Gemma-2's soft-capping as Gemma2Config reads it (configuration_gemma2.py): absent, its defaults,
+ * 50.0 on the attention scores and 30.0 on the logits; null, none; a number, that cap; a string
+ * refused naming the key. */
+static void test_gemma2_softcap(void)
+{
+	static const char BASE[] = "{\"model_type\": \"gemma2\", \"hidden_size\": 2304, "
+				   "\"num_hidden_layers\": 26, \"num_attention_heads\": 8, "
+				   "\"num_key_value_heads\": 4, \"head_dim\": 256, "
+				   "\"intermediate_size\": 9216, \"vocab_size\": 256000%s}";
+	ModelSpec m;
+	if (fx_modelf(&m, BASE, "") == 0) {
+		CU_ASSERT_EQUAL(m.attn_softcap, 50);
+		CU_ASSERT_EQUAL(m.final_softcap, 30);
+	}
+	if (fx_modelf(&m, BASE, ", \"attn_logit_softcapping\": null, "
+		      "\"final_logit_softcapping\": 15.5") == 0) {
+		CU_ASSERT_EQUAL(m.attn_softcap, 0);
+		CU_ASSERT_EQUAL(m.final_softcap, 15.5);
+	}
+	char text[1024];
+	snprintf(text, sizeof(text), BASE, ", \"attn_logit_softcapping\": \"fifty\"");
+	JsonDoc doc = {0};
+	PxError err = {0};
+	if (jdoc_parse(&doc, "gemma2.json", text, &err) == 0) {
+		JsonObj o;
+		jobj_make(&o, &doc, doc.root, "", "config", NULL);
+		PxNotes notes;
+		px_notes_init(&notes);
+		CU_ASSERT_NOT_EQUAL(model_parse(&o, &m, &notes, &err), 0);
+		PX_ASSERT_HAS(err.msg, "attn_logit_softcapping");
+		px_notes_free(&notes);
+		jdoc_free(&doc);
+	}
+	/* Gemma (1) has none */
+	if (fx_bundled_model("gemma-7b", &m) == 0)
+		CU_ASSERT(m.attn_softcap == 0 && m.final_softcap == 0);
+}
+
 /* Phi-3-mini-4k-instruct: 3,821,079,552, the Hub's count (public tables of Hub counts list it for
  * unsloth/Phi-3-mini-4k-instruct, the same weights); fused qkv_proj and gate_up_proj. */
 static void test_phi3(void)
@@ -660,6 +698,7 @@ int test_family_register(void)
 	return PX_ADD_SUITE("family", {"qwen2 count", test_qwen2},
 			    {"qwen2_moe count", test_qwen2_moe}, {"qwen3 count", test_qwen3},
 			    {"gemma count", test_gemma}, {"gemma2 count", test_gemma2},
+			    {"gemma2 soft-capping read as Gemma2Config does", test_gemma2_softcap},
 			    {"phi3 count", test_phi3}, {"phi count", test_phi},
 			    {"falcon counts", test_falcon}, {"gpt_neox counts", test_gpt_neox},
 			    {"gptj count", test_gptj}, {"gpt_bigcode count", test_gpt_bigcode},

@@ -259,6 +259,76 @@ static void test_hf_eager_llama_block(void)
 			       0);
 }
 
+/* Hugging Face's eager Gemma blocks, op by op (modeling_gemma.py GemmaDecoderLayer, GemmaRMSNorm,
+ * GemmaMLP with gelu_pytorch_tanh, eager_attention_forward; modeling_gemma2.py's adds the sandwich
+ * and the soft-capping), per token, d = 2 (bf16), no dropout, s 4096.
+ * Gemma 7B (h 3072, I 24576, a = kv = 16, d_h 256: a d_h = 4096):
+ *   each GemmaRMSNorm: x.float(), which pow and the product keep, 4h (in place of the input);
+ *     each row's fp32 rsqrt, 4; the fp32 normalized rows, which the product with 1 + weight
+ *     keeps, 4h; its output cast back, kept by the next projections, d h: 8h + 4 + d h, twice
+ *   q and k after rotary, kept by QK^T, v kept by the product, the heads' output kept by o_proj:
+ *     d 4 x 4096
+ *   softmax(dtype=float32): its fp32 output, 4 a s; .to(bf16), kept by the product with v, d a s
+ *   the MLP: gate_proj's output (the fused GELU's input), the GELU's output, up_proj's output
+ *     and the product: d 4I
+ * = 2 (8h + 4 + 2h) + 2 x 16,384 + 6 a s + 8I = 61,448 + 32,768 + 196,608 + 96 s = 684,040
+ * bytes a token, 2,801,827,840 for the 4096. In fp32 (d = 4) the input is x.float() itself and
+ * the softmax's output the tensor the product keeps: 2 (12h + 4) + 4 x 16,384 + 4 a s + 16I
+ * = 532,488 + 64 s.
+ * Gemma 2 9B (h 3584, I 14336, a 16, kv 8, d_h 256), four norms a block: input_layernorm
+ *   8h + 4 + d h; post_attention_layernorm on o_proj's output, which the residual add takes,
+ *   8h + 4; pre_feedforward_layernorm 8h + 4 + d h; post_feedforward_layernorm 8h + 4
+ *   q after rotary, repeat_kv's k and v for all 16 heads (the kv heads' own are not kept), the
+ *     heads' output: d 4 x 4096
+ *   the scores: soft-capping's tanh output (the division and product by 50 keep nothing), d a s;
+ *     the fp32 softmax, 4 a s; its bf16 copy, d a s
+ *   the MLP: d 4I
+ * = 4 (8h + 4) + 2 d h + 2 x 16,384 + 8 a s + 8I = 114,704 + 14,336 + 32,768 + 114,688 + 128 s
+ * = 276,496 + 128 s bytes a token, 3,280,011,264 for the 4096. */
+static void test_hf_eager_gemma_blocks(void)
+{
+	double s = 4096;
+	ModelSpec m;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("gemma-7b", &m), 0);
+	ActivShape x = {.s = 4096, .b = 1, .t = 1, .elem_bytes = 2, .hf_eager = 1};
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 2801827840.0, 0);
+	x.elem_bytes = 4;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), (532488 + 64 * s) * s, 0);
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("gemma-2-9b", &m), 0);
+	CU_ASSERT_EQUAL(m.attn_softcap, 50);
+	CU_ASSERT_EQUAL(m.final_softcap, 30);
+	x.elem_bytes = 2;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), 3280011264.0, 0);
+	/* without soft-capping (attn_logit_softcapping null) the tanh's d a s goes */
+	m.attn_softcap = 0;
+	CU_ASSERT_DOUBLE_EQUAL(activ_block_bytes(&m, &x, CKPT_NONE), (276496 + 96 * s) * s, 0);
+	/* FlashAttention-2 (its own soft-capping) keeps none of the scores: the norms' extra alone
+	 * beyond Korthikanti's count (test_family.c's 6h + 4 x 4096 + 4I per d, and 2 a s) */
+	m.attn_softcap = 50;
+	x.flash = 1;
+	double flash = activ_block_bytes(&m, &x, CKPT_NONE);
+	x.hf_eager = 0;
+	CU_ASSERT_DOUBLE_EQUAL(flash - activ_block_bytes(&m, &x, CKPT_NONE),
+			       s * 4 * (6 * 3584.0 + 4), 0);
+}
+
+/* Gemma-2's head under model_code huggingface: the final GemmaRMSNorm's fp32 copy, normalized
+ * rows and rsqrt (6h + 4 beyond its bf16 input) and the logits' soft-capping, whose tanh output
+ * (bf16, 2 bytes a logit) the loss's backward reads, beside the fp32 softmax's 4: per token
+ * 2 (2h) + 6h + 4 + 6V for Korthikanti's 2 (2h) + 4V. */
+static void test_hf_gemma2_head(void)
+{
+	ModelSpec m;
+	CU_ASSERT_EQUAL_FATAL(fx_bundled_model("gemma-2-9b", &m), 0);
+	ActivShape x = {.s = 1024, .b = 2, .t = 1, .elem_bytes = 2};
+	double sb = 2048, h = 3584, V = 256000;
+	int head = model_n_units(&m) - 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_unit_bytes(&m, head, &x, CKPT_NONE, 0), sb * (4 * h + 4 * V), 0);
+	x.hf_eager = 1;
+	CU_ASSERT_DOUBLE_EQUAL(activ_unit_bytes(&m, head, &x, CKPT_NONE, 0),
+			       sb * (4 * h + 6 * h + 4 + 6 * V), 0);
+}
+
 /* The same under a whole scenario, GPT-2 1.5B (h 1600, a 25, I 6400, 48 layers, V 50,257), seq
  * 1024, micro-batch 4, bf16, model_code huggingface: each layer d (8h + 5I) + 5as + 2h + 16 bytes
  * a token, the ends Korthikanti's 5sbh + 4sbV with the final LayerNorm's mean and rstd (8 sb),
@@ -459,6 +529,9 @@ int test_model_register(void)
 			    {"Korthikanti embedding and output", test_korthikanti_ends},
 			    {"scenario activation peak", test_scenario_activations},
 			    {"Hugging Face's eager GPT-2 block, op by op", test_hf_eager_gpt2_block},
+			    {"Hugging Face's eager Gemma and Gemma 2 blocks, op by op",
+			     test_hf_eager_gemma_blocks},
+			    {"Gemma 2's head: its norm and soft-capped logits", test_hf_gemma2_head},
 			    {"Hugging Face's eager Llama block, op by op", test_hf_eager_llama_block},
 			    {"Hugging Face's code in a scenario: the block and the loss",
 			     test_hf_eager_scenario},

@@ -605,6 +605,22 @@ static void test_host_bound(void)
 		REL_EQ(block_pass_s(&pr, &hw, COMP_BWD), 51 * 10e-6);
 		fx_free(&sc, &pr);
 	}
+	/* Gemma-2's (h 256, 8 heads, 4 kv heads, bf16): the 9 GEMMs, four GemmaRMSNorms of 10 (to
+	 * fp32, pow, mean, add eps, rsqrt, mul, the weight's cast, 1 + it, mul, type_as), rotary 10,
+	 * repeat_kv's 2, the scaling, the soft-capping's divide, tanh and multiply, mask add, fp32
+	 * softmax and its cast, the transpose copy, two adds, GELU and the product (64 others): 73
+	 * forward, 2 x 9 + 64 = 82 backward */
+	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"gemma2\", \"hidden_size\": 256,"
+			" \"intermediate_size\": 688, \"num_attention_heads\": 8, \"head_dim\": 32,"
+			" \"num_key_value_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 1024,"
+			" \"max_position_embeddings\": 512}, \"model_code\": \"huggingface\","
+			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
+			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
+			" \"gpus_per_node\": 1}, \"seq_length\": 64}") == 0) {
+		REL_EQ(block_pass_s(&pr, &hw, COMP_FWD), 73 * 10e-6);
+		REL_EQ(block_pass_s(&pr, &hw, COMP_BWD), 82 * 10e-6);
+		fx_free(&sc, &pr);
+	}
 
 	sched_free(&s);
 
