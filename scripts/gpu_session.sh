@@ -31,7 +31,7 @@ BUDGET=${PX_GPU_BUDGET_S:-3600}
 START=$(date +%s)
 mkdir -p "$OUT"
 DB="$OUT/gpu.db"
-log() { echo "== $*" | tee -a "$OUT/session.log"; }
+log() { echo "== $* (at $(($(date +%s) - START)) s)" | tee -a "$OUT/session.log"; }
 note() { echo "$*" | tee -a "$OUT/session.log"; }
 pack() {
 	[ -n "$PACK" ] || return 0

@@ -496,6 +496,27 @@ static double block_pass_s(const Prediction *pr, const HwProfile *hw, CompKind s
 	return t;
 }
 
+/* A small model of model_type type (h 256, 8 heads, 2 layers, bf16, micro-batch 1 of 64 tokens,
+ * model_code huggingface, extra config keys in extra) on an A100: its block's forward and
+ * backward take fwd and bwd kernels of hw's kernel_issue_s (10 us) each. */
+static void hf_block_kernels(const HwProfile *hw, const char *type, const char *extra, int fwd,
+			     int bwd)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"%s\", \"hidden_size\": 256,"
+			" \"intermediate_size\": 688, \"num_attention_heads\": 8%s,"
+			" \"num_hidden_layers\": 2, \"vocab_size\": 1024,"
+			" \"max_position_embeddings\": 512}, \"model_code\": \"huggingface\","
+			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
+			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
+			" \"gpus_per_node\": 1}, \"seq_length\": 64}", type, extra))
+		return;
+	REL_EQ(block_pass_s(&pr, hw, COMP_FWD), fwd * 10e-6);
+	REL_EQ(block_pass_s(&pr, hw, COMP_BWD), bwd * 10e-6);
+	fx_free(&sc, &pr);
+}
+
 /* Host overhead (issue 16): a framework issues a pass's kernels one by one from the host, 10 us
  * each on the bundled profiles (an assumption, scenarios/hardware/), and a pass takes no less than
  * that. The kernels, counted from Megatron-LM's ParallelTransformerLayer.forward (sim/opcost.c):
@@ -594,33 +615,13 @@ static void test_host_bound(void)
 		REL_EQ(opcost_compute_s(&pr.plan, &hw, &s.ops[1], 0), 31 * 10e-6);
 		fx_free(&sc, &pr);
 	}
-	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256,"
-			" \"intermediate_size\": 688, \"num_attention_heads\": 8,"
-			" \"num_key_value_heads\": 8, \"num_hidden_layers\": 2, \"vocab_size\": 1024,"
-			" \"max_position_embeddings\": 512}, \"model_code\": \"huggingface\","
-			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
-			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
-			" \"gpus_per_node\": 1}, \"seq_length\": 64}") == 0) {
-		REL_EQ(block_pass_s(&pr, &hw, COMP_FWD), 42 * 10e-6);
-		REL_EQ(block_pass_s(&pr, &hw, COMP_BWD), 51 * 10e-6);
-		fx_free(&sc, &pr);
-	}
+	hf_block_kernels(&hw, "llama", ", \"num_key_value_heads\": 8", 42, 51);
 	/* Gemma-2's (h 256, 8 heads, 4 kv heads, bf16): the 9 GEMMs, four GemmaRMSNorms of 10 (to
 	 * fp32, pow, mean, add eps, rsqrt, mul, the weight's cast, 1 + it, mul, type_as), rotary 10,
 	 * repeat_kv's 2, the scaling, the soft-capping's divide, tanh and multiply, mask add, fp32
 	 * softmax and its cast, the transpose copy, two adds, GELU and the product (64 others): 73
 	 * forward, 2 x 9 + 64 = 82 backward */
-	if (fx_predictf(&sc, &pr, "{\"model\": {\"model_type\": \"gemma2\", \"hidden_size\": 256,"
-			" \"intermediate_size\": 688, \"num_attention_heads\": 8, \"head_dim\": 32,"
-			" \"num_key_value_heads\": 4, \"num_hidden_layers\": 2, \"vocab_size\": 1024,"
-			" \"max_position_embeddings\": 512}, \"model_code\": \"huggingface\","
-			" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\":"
-			" true}}, \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 1,"
-			" \"gpus_per_node\": 1}, \"seq_length\": 64}") == 0) {
-		REL_EQ(block_pass_s(&pr, &hw, COMP_FWD), 73 * 10e-6);
-		REL_EQ(block_pass_s(&pr, &hw, COMP_BWD), 82 * 10e-6);
-		fx_free(&sc, &pr);
-	}
+	hf_block_kernels(&hw, "gemma2", ", \"head_dim\": 32, \"num_key_value_heads\": 4", 73, 82);
 
 	sched_free(&s);
 
