@@ -8,7 +8,7 @@
 #   3. parallax calibrate: this GPU's hardware profile; with 2+ GPUs also the collectives over
 #      NCCL between all of them (the profile's nvlink link)
 #   4. speed: GPT-2 124M, bf16, sequence 1024, on this executor (priced with the calibration)
-#      and in PyTorch eager
+#      and in PyTorch eager; PyTorch's host time per kernel (host.kernel_issue_s)
 #   5. each kernel's GPU time in one steady step of the executor (Nsight Compute), and every
 #      kernel's memory accesses checked (compute-sanitizer memcheck), where they are there
 #   6. ZeRO's claims on one GPU: stages 0-3 at N = 1, 2, 4, 8 ranks sharing it (MPI staged),
@@ -110,6 +110,11 @@ run 120 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_gpt2_pytorch.py --b
 	--warmup 5 > "$OUT/speed-pytorch.txt" 2>&1
 note "pytorch exit $?"
 tail -5 "$OUT/speed-pytorch.txt" | tee -a "$OUT/session.log"
+# the host's time per kernel in PyTorch eager: what host.kernel_issue_s assumes (10 us)
+run 60 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_torch_dispatch.py --reps 200 \
+	> "$OUT/torch-dispatch.txt" 2>&1
+note "torch dispatch exit $?"
+tail -5 "$OUT/torch-dispatch.txt" | tee -a "$OUT/session.log"
 pack
 
 log "5. where the executor's step goes: each kernel's GPU time in one steady step (Nsight Compute)"
