@@ -112,11 +112,10 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
  * 2h bytes more a token; softmax runs in fp32 and keeps its fp32 output, which the product with
  * V reads through a 16-bit cast it keeps: 4 + 2 bytes a score where the 16-bit count has 2, or
  * with dropout 4 + 1 + 2 (output, mask, the cast of dropout's fp32 output) where it has 2 + 1 + 2
- * (Llama's and Gemma's Hugging Face attention already count their fp32 softmax,
- * hf_eager_parts); Hugging
- * Face's NewGELUActivation computes torch.pow in fp32 and the rest in fp32 after it, keeping
- * pow's fp32 input, tanh's fp32 output and the fp32 1 + tanh (0.5 x stays 16-bit): 6 I bytes
- * more. */
+ * (Llama's and Gemma's Hugging Face attention already count their fp32 softmax, hf_eager_parts);
+ * Hugging Face's NewGELUActivation computes torch.pow in fp32 and the rest in fp32 after it,
+ * keeping pow's fp32 input, tanh's fp32 output and the fp32 1 + tanh (0.5 x stays 16-bit): 6 I
+ * bytes more. */
 static void autocast_parts(const ModelSpec *m, const ActivShape *x, double sb, double s_kept,
 			   BlockParts *p)
 {
