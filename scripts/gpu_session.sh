@@ -57,7 +57,8 @@ run() {
 HOST_LD=${PX_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
 log "1. device"
-{ nvidia-smi; nvcc --version; date -u; git rev-parse HEAD 2>/dev/null || cat "${BUNDLE_DIR:-gpu-bundle}/REVISION" 2>/dev/null
+{ nvidia-smi; nvcc --version; date -u
+  git rev-parse HEAD 2>/dev/null || cat "${BUNDLE_DIR:-gpu-bundle}/REVISION" 2>/dev/null
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ldd "$BIN/parallax"; } > "$OUT/device.txt" 2>&1
 grep -E "NVIDIA|Driver|release|not found" "$OUT/device.txt" | head -8 | tee -a "$OUT/session.log"
 pack
@@ -74,7 +75,8 @@ pack
 log "3. calibrate"
 # the executor computes in the parameters' dtype, bf16 in both scenarios below: a bf16
 # calibration prices them; fp32's is kept beside it for fp32 scenarios
-run 90 "$BIN/parallax" calibrate --dtype bf16 --out "$OUT/calibration.json" > "$OUT/calibrate.txt" 2>&1
+run 90 "$BIN/parallax" calibrate --dtype bf16 --out "$OUT/calibration.json" \
+	> "$OUT/calibrate.txt" 2>&1
 note "calibrate bf16 exit $?"
 run 90 "$BIN/parallax" calibrate --dtype fp32 --out "$OUT/calibration-fp32.json" \
 	>> "$OUT/calibrate.txt" 2>&1
@@ -91,18 +93,19 @@ fi
 tail -25 "$OUT/calibrate.txt"
 # the runs below are priced as the GPU they run on (the catalog's name the calibration found)
 HW=()
-GPU=$(sed -n 's/^[[:space:]]*"gpu":[[:space:]]*"\([^"]*\)".*/\1/p' "$OUT/calibration.json" 2>/dev/null | head -1)
+GPU=$(sed -n 's/^[[:space:]]*"gpu":[[:space:]]*"\([^"]*\)".*/\1/p' "$OUT/calibration.json" \
+	2>/dev/null | head -1)
 [ -s "$OUT/calibration.json" ] && HW=(--hw "$OUT/calibration.json")
 [ -n "$GPU" ] && HW+=(--set "cluster.gpu=$GPU")
 pack
 
 log "4. speed: GPT-2 124M bf16, seq 1024"
-run 120 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps 30 "${HW[@]}" --db "$DB" \
-	> "$OUT/speed-parallax.txt" 2>&1
+run 120 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps 30 "${HW[@]}" \
+	--db "$DB" > "$OUT/speed-parallax.txt" 2>&1
 note "parallax run exit $?"
 tail -12 "$OUT/speed-parallax.txt" | tee -a "$OUT/session.log"
-run 120 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_gpt2_pytorch.py --batch 8 --seq 1024 --steps 30 \
-	--warmup 5 > "$OUT/speed-pytorch.txt" 2>&1
+run 120 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_gpt2_pytorch.py --batch 8 \
+	--seq 1024 --steps 30 --warmup 5 > "$OUT/speed-pytorch.txt" 2>&1
 note "pytorch exit $?"
 tail -5 "$OUT/speed-pytorch.txt" | tee -a "$OUT/session.log"
 # the host's time per kernel in PyTorch eager: what host.kernel_issue_s assumes (10 us)
@@ -128,13 +131,15 @@ else
 fi
 # every kernel's memory accesses checked once, on a 2-block model (lease 2's ncu failed on
 # attention_softmax_backward_kernel: a fault there would show here)
-SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+SAN=$(command -v compute-sanitizer ||
+	ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$SAN" ]; then
 	run 120 "$SAN" --tool memcheck --error-exitcode 9 "$BIN/parallax" run \
 		scenarios/gpt2-small-cuda.json --backend cuda --steps 2 --no-db \
 		--set model.n_layer=2 --set seq_length=128 > "$OUT/memcheck.txt" 2>&1
 	note "compute-sanitizer memcheck exit $?"
-	grep -E "ERROR SUMMARY|Invalid|========= " "$OUT/memcheck.txt" | head -8 | tee -a "$OUT/session.log"
+	grep -E "ERROR SUMMARY|Invalid|========= " "$OUT/memcheck.txt" | head -8 |
+		tee -a "$OUT/session.log"
 else
 	note "no compute-sanitizer on this machine"
 fi
