@@ -14,6 +14,7 @@
 #include "suites.h"
 #ifdef PX_HAVE_CUDA
 #include "../exec/gpumem.h"
+#include "../sim/hwprofile.h"
 #include "../kernels/cuda_ctx.h"
 #include "cuda_fixtures.h"
 #endif
@@ -92,19 +93,13 @@ static double num(const cJSON *j, const char *obj, const char *key)
  * --hw where the profile names none. */
 static void calibrated(const char *cal, char *hw, size_t n)
 {
-	char text[1 << 14] = "";
-	FILE *f = fopen(cal, "r");
-	if (f) {
-		text[fread(text, 1, sizeof(text) - 1, f)] = 0;
-		fclose(f);
-	}
-	cJSON *j = cJSON_Parse(text);
-	const cJSON *gpu = cJSON_GetObjectItem(j, "gpu");
-	if (cJSON_IsString(gpu))
-		snprintf(hw, n, "--hw '%s' --set cluster.gpu=%s", cal, gpu->valuestring);
+	HwProfile prof = {0};
+	PxError err = {0};
+	if (hwprofile_load(cal, &prof, &err) == 0 && prof.gpu[0])
+		snprintf(hw, n, "--hw '%s' --set cluster.gpu=%s", cal, prof.gpu);
 	else
 		snprintf(hw, n, "--hw '%s'", cal);
-	cJSON_Delete(j);
+	hwprofile_free(&prof);
 }
 
 /* Stages 0-3 at 1 and 2 ranks on the GPU give the CPU run's losses. The kernels agree with the
