@@ -124,6 +124,16 @@ static void test_gemma2_softcap(void)
 	CU_ASSERT_NOT_EQUAL(parse_text(text, &m, &notes, &err), 0);
 	PX_ASSERT_HAS(err.msg, "attn_logit_softcapping");
 	px_notes_free(&notes);
+	/* as predict meets it in a scenario: exit 2, the file, the key and what was expected */
+	char path[512], scn[2048], out[4096];
+	snprintf(path, sizeof(path), "%s/gemma2-bad-cap.json", px_test_tmpdir());
+	snprintf(scn, sizeof(scn), "{\"model\": %s, \"deepspeed\": "
+		 "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": \"H100-SXM\", "
+		 "\"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 1024}", text);
+	px_test_write_file(path, scn);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict --no-db '%s'", path), 2);
+	PX_ASSERT_HAS(out, path);
+	PX_ASSERT_HAS(out, "model.attn_logit_softcapping: expected a number");
 	/* Gemma (1) has none */
 	if (fx_bundled_model("gemma-7b", &m) == 0)
 		CU_ASSERT(m.attn_softcap == 0 && m.final_softcap == 0);
