@@ -93,6 +93,9 @@ typedef struct ComputeBackend {
 	 * ix's kept blocks (used, not owned), their acts gpt_cpu_block_sparse_act_bytes. NULL where
 	 * the backend has no such units (fp32 without tensor parallelism on the CPU only). */
 	void (*set_sparse)(void *ctx, const SparseIndex *ix);
+	/* The head's activations in bytes where the backend lays them out otherwise than
+	 * gpt16_head_act_bytes (CUDA pads the logits' rows, gpt_cuda.h); NULL: that size. */
+	size_t (*head_act_bytes)(const GptConfig *c, Dtype dt, int B, int T);
 	/* returns the mean loss over the B T targets (a synchronising call) */
 	float (*head_forward)(void *ctx, const void *params, const void *wte, const void *x,
 			      void *acts, float *scratch);

@@ -1,6 +1,6 @@
-/* compute_cuda: the compute backend on one CUDA GPU. The device place is device memory
- * (cudaMalloc); the host place is pinned host memory (cudaMallocHost), which kernels read and
- * write in place over the bus (unified addressing) and the host touches directly. The kernels are
+/* compute_cuda: the compute backend on one CUDA GPU. The device place is device memory (taken
+ * as PX_CUDA_ALLOC says, below); the host place is pinned host memory (cudaMallocHost), which
+ * kernels read and write in place over the bus (unified addressing) and the host touches directly. The kernels are
  * kernels/'s CUDA twins of the reference, queued on one stream; an update offloaded to the host
  * runs the reference optimizer there. kernels/ stops the process on a CUDA error (with the file,
  * the call and CUDA's message), so check only waits for the stream. */
@@ -16,11 +16,61 @@
 #include "../kernels/gpt_cuda.h"
 #include "../kernels/optim_cuda.h"
 
+/* How device memory is taken and given back, PX_CUDA_ALLOC (read at create):
+ * - "async" (the default): cudaMallocAsync and cudaFreeAsync on the compute stream, from the
+ *   device's default pool with its release threshold 0. A free is ordered after the work queued
+ *   before it (the runner queues its waits for a buffer's collectives on that stream before
+ *   freeing it), so nothing synchronises per buffer; at every synchronisation the pool gives the
+ *   system back what is free, so the device's reading at a peak (taken after one) is what is live.
+ * - "cached": the same with the release threshold at its maximum: the pool keeps what it took, a
+ *   caching allocator as PyTorch's (the device's reading is then the pool's reserve).
+ * - "sync": cudaMalloc, and per release a stream synchronisation then cudaFree (which waits for
+ *   the whole device): the first GPU runbook's (results/gpu/lease1, lease2) way, whose per-buffer
+ *   synchronisations left the GPU idle between kernels. */
+typedef enum { ALLOC_ASYNC, ALLOC_CACHED, ALLOC_SYNC } AllocMode;
+
 typedef struct CudaCompute {
 	ComputeShape sh;
 	CudaCtx *ctx;
 	int *tokens; /* device: the micro-batch's inputs, then its targets, (B, T) each */
+	AllocMode mode;
 } CudaCompute;
+
+/* PX_CUDA_ALLOC's mode; -1 with err on a value that names none */
+static int alloc_mode(AllocMode *mode, PxError *err)
+{
+	const char *v = getenv("PX_CUDA_ALLOC");
+	if (!v || !*v || !strcmp(v, "async"))
+		*mode = ALLOC_ASYNC;
+	else if (!strcmp(v, "cached"))
+		*mode = ALLOC_CACHED;
+	else if (!strcmp(v, "sync"))
+		*mode = ALLOC_SYNC;
+	else
+		return px_fail(err, PX_ERR_INPUT,
+			       "PX_CUDA_ALLOC: \"%s\" is not a way of taking device memory; expected "
+			       "async, cached or sync", v);
+	return 0;
+}
+
+/* The current device's default pool set up for the mode; a device without pools falls back to
+ * sync, saying so. */
+static void pool_setup(CudaCompute *c)
+{
+	int dev = 0, pools = 0;
+	cudaMemPool_t pool;
+	if (c->mode == ALLOC_SYNC)
+		return;
+	uint64_t keep = c->mode == ALLOC_CACHED ? UINT64_MAX : 0;
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess ||
+	    !pools || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+		fprintf(stderr, "backend cuda: device %d: no memory pool to take memory from; "
+				"PX_CUDA_ALLOC=sync\n", dev);
+		c->mode = ALLOC_SYNC;
+	}
+}
 
 static CudaDtype cdt(Dtype d)
 {
@@ -37,13 +87,18 @@ static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
 	if (shape->dt != DT_FP32 &&
 	    gpt16_check(&shape->cfg, compute_prec(shape->dt), shape->B, shape->T, err))
 		return -1;
+	AllocMode mode = ALLOC_ASYNC;
+	if (alloc_mode(&mode, err))
+		return -1;
 	CudaCompute *c = calloc(1, sizeof(*c));
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	c->sh = *shape;
+	c->mode = mode;
 	/* more ranks than devices (ZeRO's claims on one GPU): ranks share them round-robin */
 	c->ctx = cuda_ctx_create(shape->device % count);
 	c->tokens = cuda_ctx_alloc(2 * (size_t)shape->B * (size_t)shape->T * sizeof(int));
+	pool_setup(c);
 	*out = c;
 	return 0;
 }
@@ -62,7 +117,13 @@ static void *cuda_take(CudaCompute *c, Place place, size_t bytes, int zeroed)
 {
 	void *p = NULL;
 	bytes = bytes ? bytes : 1;
-	if (place == PLACE_GPU) {
+	if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
+		/* stream-ordered: the zeros land before anything queued after them */
+		if (cudaMallocAsync(&p, bytes, (cudaStream_t)cuda_ctx_stream(c->ctx)) != cudaSuccess)
+			return NULL;
+		if (zeroed)
+			cuda_ctx_zero(c->ctx, p, bytes);
+	} else if (place == PLACE_GPU) {
 		if (cudaMalloc(&p, bytes) != cudaSuccess)
 			return NULL;
 		if (zeroed) {
@@ -91,6 +152,10 @@ static void *cuda_alloc_empty(void *cx, Place place, size_t bytes)
 static void cuda_release(void *cx, Place place, void *ptr)
 {
 	CudaCompute *c = cx;
+	if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
+		cudaFreeAsync(ptr, (cudaStream_t)cuda_ctx_stream(c->ctx));
+		return;
+	}
 	cuda_ctx_sync(c->ctx); /* nothing queued may still use it */
 	if (place == PLACE_GPU)
 		cudaFree(ptr);
@@ -182,6 +247,11 @@ static void cuda_block_forward(void *cx, const void *params, const void *x, void
 		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
 	else
 		gpt16_cuda_block_forward(c->ctx, TYPED(c), params, x, y, acts);
+}
+
+static size_t cuda_head_act_bytes(const GptConfig *cfg, Dtype dt, int B, int T)
+{
+	return gpt_cuda_head_act_bytes(cfg, compute_prec(dt), B, T);
 }
 
 static float cuda_head_forward(void *cx, const void *params, const void *wte, const void *x,
@@ -280,6 +350,7 @@ const ComputeBackend compute_cuda_backend = {
 	.set_tokens = cuda_set_tokens,
 	.embed_forward = cuda_embed_forward,
 	.block_forward = cuda_block_forward,
+	.head_act_bytes = cuda_head_act_bytes,
 	.head_forward = cuda_head_forward,
 	.embed_backward = cuda_embed_backward,
 	.block_backward = cuda_block_backward,

@@ -266,7 +266,11 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 			return 4 * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_SCORES: return 4 * (size_t)r->B * r->cfg.NH * r->T * r->T;
-	case BUF_ENDS: return op->unit == r->head ? gpt16_head_act_bytes(&r->cfg, t, r->B, r->T) : 0;
+	case BUF_ENDS:
+		if (op->unit != r->head)
+			return 0;
+		return r->cb->head_act_bytes ? r->cb->head_act_bytes(&r->cfg, r->pdt, r->B, r->T) :
+					       gpt16_head_act_bytes(&r->cfg, t, r->B, r->T);
 	case BUF_CHECKPOINT: /* the block's input: this rank's rows under sequence parallelism */
 		return e * stream_elems(r);
 	case BUF_HIDDEN: return 4 * btc + e * btc; /* dx (fp32), then x */

@@ -18,10 +18,16 @@ struct CudaCtx {
 	cublasHandle_t cublas; /* bound to stream, workspace set to `workspace` */
 	void *workspace;       /* CUDA_CTX_WORKSPACE_BYTES of device memory */
 	double *scalars;       /* CUDA_CTX_N_SCALARS doubles on the device, see below */
+	float *col_part;       /* CUDA_CTX_COL_PART_ELEMS floats: the column sums' partials */
+	int sm_count;          /* multiprocessors, to size the column sums' grids */
 };
 
 /* Device scalars of a context: reductions whose result the host reads. */
 enum { CUDA_SCALAR_SUM = 0, CUDA_SCALAR_FLAG = 1, CUDA_CTX_N_SCALARS = 2 };
+
+/* The column sums' workspace (ops_dev.cuh): each row block's partial sums, added in block order by
+ * a second kernel. 256 KiB, used in stream order by one kernel pair at a time. */
+#define CUDA_CTX_COL_PART_ELEMS ((size_t)1 << 16)
 
 /* cuda_set_who's label followed by ": ", or "" when none is set. */
 const char *cuda_who_prefix(void);

@@ -58,6 +58,8 @@ CudaCtx *cuda_ctx_create(int device)
 	 * environment's NVIDIA_TF32_OVERRIDE is the only way in) */
 	CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
 	ctx->scalars = (double *)cuda_ctx_alloc(CUDA_CTX_N_SCALARS * sizeof(double));
+	ctx->col_part = (float *)cuda_ctx_alloc(CUDA_CTX_COL_PART_ELEMS * sizeof(float));
+	ctx->sm_count = prop.multiProcessorCount;
 	return ctx;
 }
 
@@ -69,6 +71,7 @@ void cuda_ctx_destroy(CudaCtx *ctx)
 	CUBLAS_CHECK(cublasDestroy(ctx->cublas));
 	cuda_ctx_free(ctx->workspace);
 	cuda_ctx_free(ctx->scalars);
+	cuda_ctx_free(ctx->col_part);
 	CUDA_CHECK(cudaStreamDestroy(ctx->stream));
 	free(ctx);
 }

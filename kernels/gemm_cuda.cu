@@ -27,32 +27,39 @@ int gemm_cuda_check_types(CudaDtype ab, CudaDtype c)
 	return 0;
 }
 
-/* cuBLAS is column-major, and a row-major (R, S) matrix is the column-major (S, R) matrix of its
- * transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same call with
- * the operands swapped and M, N exchanged, each operand keeping its own transpose flag and taking
- * as leading dimension its row-major row length. */
-void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b, int M, int N,
-	       int K, float alpha, const void *A, const void *B, float beta, void *C)
+/* cuBLAS is column-major, and a row-major (R, S) matrix with rows ld apart is the column-major
+ * (S, R) matrix of its transpose with leading dimension ld. So row-major C = op(A) op(B) is
+ * column-major C^T = op(B)^T op(A)^T: the same call with the operands swapped and M, N
+ * exchanged, each operand keeping its own transpose flag and row stride. cuBLAS wants each
+ * leading dimension at least the rows of the column-major matrix as stored (>= 1 even when K = 0,
+ * where C = beta C). */
+void gemm_cuda_strided(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, int K, float alpha,
+		       GemmBatch a, GemmBatch b, float beta, GemmBatch c)
 {
-	CUDA_REQUIRE(gemm_cuda_check_types(ab, c) == 0,
+	CUDA_REQUIRE(gemm_cuda_check_types(ab, ct) == 0,
 		     "gemm_cuda: inputs of type %d with output of type %d are not supported", (int)ab,
-		     (int)c);
+		     (int)ct);
 	CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm_cuda: negative shape %d x %d x %d", M, N, K);
 	if (M == 0 || N == 0)
 		return;
-	int lda = trans_a ? M : K; /* row length of A as stored */
-	int ldb = trans_b ? K : N;
-	if (lda < 1) /* K = 0: cuBLAS still wants leading dimensions >= 1; C = beta C */
-		lda = 1;
-	if (ldb < 1)
-		ldb = 1;
-	cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+	CUDA_REQUIRE(a.ld >= (a.trans ? M : K) && b.ld >= (b.trans ? K : N) && c.ld >= N,
+		     "gemm_cuda: row strides %d, %d, %d shorter than the rows", a.ld, b.ld, c.ld);
+	int lda = a.ld > 0 ? a.ld : 1, ldb = b.ld > 0 ? b.ld : 1;
+	cublasOperation_t op_a = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 	/* CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs no TF32 (that would be
 	 * CUBLAS_COMPUTE_32F_FAST_TF32); alpha and beta are then floats */
-	CUBLAS_CHECK(cublasGemmEx(ctx->cublas, op_b, op_a, N, M, K, &alpha, B, cuda_type(ab), ldb, A,
-				  cuda_type(ab), lda, &beta, C, cuda_type(c), N, CUBLAS_COMPUTE_32F,
-				  CUBLAS_GEMM_DEFAULT));
+	CUBLAS_CHECK(cublasGemmEx(ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr, cuda_type(ab),
+				  ldb, a.ptr, cuda_type(ab), lda, &beta, (void *)c.ptr,
+				  cuda_type(ct), c.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b, int M, int N,
+	       int K, float alpha, const void *A, const void *B, float beta, void *C)
+{
+	GemmBatch a = {A, trans_a ? M : K, 0, trans_a}, b = {B, trans_b ? K : N, 0, trans_b};
+	GemmBatch o = {C, N, 0, 0};
+	gemm_cuda_strided(ctx, ab, c, M, N, K, alpha, a, b, beta, o);
 }
 
 /* The same exchange as gemm_cuda's: column-major C_i^T (N, M) = op(B_i)^T op(A_i)^T, where each

@@ -36,6 +36,13 @@ typedef struct GemmBatch {
 void gemm_cuda_batched(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, int K, float alpha,
 		       GemmBatch a, GemmBatch b, float beta, GemmBatch c, int batch);
 
+/* One product C (M, N) = alpha op(A) op(B) + beta C as gemm_cuda's, each matrix's rows ld apart
+ * (the GemmBatch's stride is ignored): rows padded for alignment (the logits' of the LM head, whose
+ * vocabulary may be odd, keep cuBLAS on its 16-byte-aligned kernels) or a block of columns of a
+ * wider matrix. */
+void gemm_cuda_strided(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, int K, float alpha,
+		       GemmBatch a, GemmBatch b, float beta, GemmBatch c);
+
 /* 0 when the combination of types is one gemm_cuda accepts, else -1: the argument check gemm_cuda
  * makes before calling cuBLAS, exposed so it can be tested without a GPU. */
 int gemm_cuda_check_types(CudaDtype ab, CudaDtype c);

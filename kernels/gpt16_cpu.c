@@ -15,11 +15,16 @@ static size_t chunk_off(const GptConfig *c, int B, int T)
 	return (size_t)B * T * c->C + 2 * (size_t)B * T;
 }
 
-int gpt16_head_chunk_rows(const GptConfig *c, PrecisionType t, int B, int T)
+int gpt16_head_chunk_rows_ld(const GptConfig *c, PrecisionType t, int B, int T, int ld)
 {
 	size_t cap = gpt_cpu_scratch_bytes(c, B, T) - chunk_off(c, B, T) * sizeof(float);
-	size_t rows = cap / (precision_bytes(t) * (size_t)c->V), n = (size_t)B * T;
+	size_t rows = cap / (precision_bytes(t) * (size_t)ld), n = (size_t)B * T;
 	return (int)(rows < n ? rows : n);
+}
+
+int gpt16_head_chunk_rows(const GptConfig *c, PrecisionType t, int B, int T)
+{
+	return gpt16_head_chunk_rows_ld(c, t, B, T, c->V);
 }
 
 int gpt16_check(const GptConfig *c, PrecisionType t, int B, int T, PxError *err)
@@ -45,10 +50,15 @@ size_t gpt16_block_sparse_act_bytes(const GptConfig *c, PrecisionType t, int B, 
 	       precision_bytes(t);
 }
 
-size_t gpt16_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
+size_t gpt16_head_act_bytes_ld(const GptConfig *c, PrecisionType t, int B, int T, int ld)
 {
 	size_t bt = (size_t)B * T;
-	return bt * (2 * (size_t)c->C * precision_bytes(t) + 4 * (size_t)c->V);
+	return bt * (2 * (size_t)c->C * precision_bytes(t) + 4 * (size_t)ld);
+}
+
+size_t gpt16_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
+{
+	return gpt16_head_act_bytes_ld(c, t, B, T, c->V);
 }
 
 float *gpt16_head_probs(const GptConfig *c, PrecisionType t, int B, int T, void *acts)

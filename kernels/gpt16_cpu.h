@@ -23,12 +23,16 @@ size_t gpt16_block_act_bytes(const GptConfig *c, PrecisionType t, int B, int T);
 /* B T (2 C bytes(t) + 4 V): the input and final-norm output in t, the probabilities in fp32
  * (activ_head_bytes at elem_bytes = bytes(t)). */
 size_t gpt16_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T);
+/* The same with the probabilities' rows ld >= V floats apart (the CUDA twin's, gpt_cuda.h). */
+size_t gpt16_head_act_bytes_ld(const GptConfig *c, PrecisionType t, int B, int T, int ld);
 /* The fp32 probabilities inside the head's acts. */
 float *gpt16_head_probs(const GptConfig *c, PrecisionType t, int B, int T, void *acts);
 /* Rows of dlogits the head's backward rounds to t at a time, in the scratch
  * (gpt_cpu_scratch_bytes) past dlnf and the layernorm statistics; 0 when not even one fits. The
  * CUDA twin takes the same chunks. */
 int gpt16_head_chunk_rows(const GptConfig *c, PrecisionType t, int B, int T);
+/* The same for rows ld >= V elements apart (the CUDA twin's). */
+int gpt16_head_chunk_rows_ld(const GptConfig *c, PrecisionType t, int B, int T, int ld);
 
 /* As gpt_cpu's units, params, x, y and acts of type t. Backwards accumulate fp32 grads and write
  * the fp32 dx (which may be dy). scratch: gpt_cpu_scratch_bytes, fp32-aligned. */

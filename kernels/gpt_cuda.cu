@@ -92,7 +92,13 @@ void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, con
 
 /* ---- head ---- */
 
-/* head activations, as gpt_cpu's: x_in (B, T, C) | ln_f (B, T, C) | probs (B, T, V) */
+size_t gpt_cuda_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T)
+{
+	return gpt16_head_act_bytes_ld(c, t, B, T, ops_cuda_logits_ld(c->V));
+}
+
+/* head activations, as gpt_cpu's but for the probabilities' rows, ld = ops_cuda_logits_ld(V)
+ * apart (gpt_cuda_head_act_bytes): x_in (B, T, C) | ln_f (B, T, C) | probs (B, T, ld) */
 
 float gpt_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			    const float *wte, const float *x, const int *targets, float *acts)
@@ -103,8 +109,9 @@ float gpt_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 
 	cuda_ctx_copy(ctx, x_in, x, btc * sizeof(float));
 	ops_cuda_layernorm_forward(ctx, lnf, NULL, NULL, x_in, params, params + C, N, C);
-	ops_cuda_lm_head_forward(ctx, probs, lnf, wte, N, C, c->V);
-	return ops_cuda_crossentropy_forward(ctx, probs, probs, targets, N, c->V);
+	int ld = ops_cuda_logits_ld(c->V);
+	ops_cuda_lm_head_forward(ctx, probs, lnf, wte, N, C, c->V, ld);
+	return ops_cuda_crossentropy_forward(ctx, probs, probs, targets, N, c->V, ld);
 }
 
 void gpt_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
@@ -116,9 +123,10 @@ void gpt_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 	float *x_in = acts, *lnf = acts + btc, *probs = acts + 2 * btc;
 	float *dlnf = scratch, *ln_scratch = scratch + btc; /* 2 N more; scratch holds 8 B T C */
 
-	ops_cuda_crossentropy_backward(ctx, probs, probs, targets, N, c->V, dloss);
+	int ld = ops_cuda_logits_ld(c->V);
+	ops_cuda_crossentropy_backward(ctx, probs, probs, targets, N, c->V, ld, dloss);
 	cuda_ctx_zero(ctx, dlnf, btc * sizeof(float));
-	ops_cuda_lm_head_backward(ctx, dlnf, dwte, probs, lnf, wte, N, C, c->V);
+	ops_cuda_lm_head_backward(ctx, dlnf, dwte, probs, lnf, wte, N, C, c->V, ld);
 	cuda_ctx_zero(ctx, dx, btc * sizeof(float));
 	ops_cuda_layernorm_backward(ctx, dx, grads, grads + C, dlnf, x_in, params, N, C, ln_scratch);
 }
@@ -226,30 +234,35 @@ float gpt16_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int
 
 	cuda_ctx_copy(ctx, x_in, x, 2 * btc);
 	ops16_cuda_layernorm_forward(ctx, t, lnf, x_in, params, el16(params, C), N, C);
-	ops16_cuda_lm_head_forward(ctx, t, probs, lnf, wte, N, C, c->V);
-	return ops_cuda_crossentropy_forward(ctx, probs, probs, targets, N, c->V);
+	int ld = ops_cuda_logits_ld(c->V);
+	ops16_cuda_lm_head_forward(ctx, t, probs, lnf, wte, N, C, c->V, ld);
+	return ops_cuda_crossentropy_forward(ctx, probs, probs, targets, N, c->V, ld);
 }
 
 /* gpt16_head_backward's chunks: dlnf at the scratch's start, the layernorm statistics after it,
- * the rounded rows of dlogits after those (gpt16_head_chunk_rows of them at a time). */
+ * the rounded rows of dlogits after those, ld apart as the probabilities' (so as many of them at
+ * a time as gpt16_head_chunk_rows_ld allows for rows of ld). */
 void gpt16_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
 			      const void *params, const void *wte, float *grads, float *dwte,
 			      void *acts, const int *targets, float dloss, float *dx,
 			      float *scratch)
 {
-	int N = B * T, C = c->C, V = c->V, rows = gpt16_head_chunk_rows(c, prec(t), B, T);
+	int N = B * T, C = c->C, V = c->V, ld = ops_cuda_logits_ld(V);
+	int rows = gpt16_head_chunk_rows_ld(c, prec(t), B, T, ld);
+	CUDA_REQUIRE(rows >= 1, "gpt16_cuda_head_backward: no row of %d logits fits the scratch", ld);
 	size_t btc = (size_t)N * C;
 	void *x_in = acts, *lnf = el16(acts, btc);
 	float *probs = gpt16_head_probs(c, prec(t), B, T, acts);
 	float *dlnf = scratch, *ln_stats = scratch + btc, *d16 = ln_stats + 2 * (size_t)N;
 
-	ops_cuda_crossentropy_backward(ctx, probs, probs, targets, N, V, dloss);
+	ops_cuda_crossentropy_backward(ctx, probs, probs, targets, N, V, ld, dloss);
 	cuda_ctx_zero(ctx, dlnf, btc * sizeof(float));
 	for (int r0 = 0; r0 < N; r0 += rows) {
 		int n = N - r0 < rows ? N - r0 : rows;
-		ops16_cuda_round(ctx, t, d16, probs + (size_t)r0 * V, (size_t)n * V);
+		/* the padding columns go along, rounded and never read */
+		ops16_cuda_round(ctx, t, d16, probs + (size_t)r0 * ld, (size_t)n * ld);
 		ops16_cuda_lm_head_backward(ctx, t, dlnf + (size_t)r0 * C, dwte, d16,
-					    el16(lnf, (size_t)r0 * C), wte, n, C, V);
+					    el16(lnf, (size_t)r0 * C), wte, n, C, V, ld);
 	}
 	cuda_ctx_zero(ctx, dx, btc * sizeof(float));
 	ops16_cuda_layernorm_backward(ctx, t, dx, grads, grads + C, dlnf, x_in, params, N, C,

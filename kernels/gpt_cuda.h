@@ -1,8 +1,10 @@
 /* gpt_cuda: the device twin of gpt_cpu's layer units. Same units, same parameter layout
  * (gpt_cpu_unit_tensors, gpt_cpu_unit_offset, gpt_cpu_block_layout), same activation and scratch
- * layouts and sizes (gpt_cpu_block_acts, gpt_cpu_head_act_bytes, gpt_cpu_scratch_bytes, and
- * gpt_cpu_head_probs works on a device pointer too), same accumulate / write contract: an executor
- * runs a unit on the GPU by calling gpt_cuda_* with device pointers where it called gpt_cpu_*.
+ * layouts and sizes (gpt_cpu_block_acts, gpt_cpu_scratch_bytes, and gpt_cpu_head_probs works on a
+ * device pointer too), same accumulate / write contract: an executor runs a unit on the GPU by
+ * calling gpt_cuda_* with device pointers where it called gpt_cpu_*. One difference: the head's
+ * probabilities have rows ops_cuda_logits_ld(V) >= V floats apart (gpt_cuda_head_act_bytes), so
+ * the LM head's products run on cuBLAS's aligned kernels whatever the vocabulary.
  * It composes ops_cuda; layouts, checks and init stay gpt_cpu's (initialise on the host, upload). */
 #ifndef PX_GPT_CUDA_H
 #define PX_GPT_CUDA_H
@@ -30,6 +32,9 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			     float *grads, const float *acts, const float *dy, float *dx,
 			     float *scratch);
+/* The head's activations: gpt16_head_act_bytes with the probabilities' rows
+ * ops_cuda_logits_ld(V) apart (t PREC_F32 for gpt_cuda_head_*). */
+size_t gpt_cuda_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T);
 /* Returns the mean loss, synchronising (0 without synchronising when targets is NULL). */
 float gpt_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
 			    const float *wte, const float *x, const int *targets, float *acts);

@@ -34,18 +34,18 @@ void ops16_cuda_matmul_forward(CudaCtx *ctx, CudaDtype t, void *y, const void *x
 }
 
 void ops16_cuda_lm_head_forward(CudaCtx *ctx, CudaDtype t, float *logits, const void *x,
-				const void *wte, int N, int C, int V)
+				const void *wte, int N, int C, int V, int ld)
 {
 	opsd_require_16(t, "ops16_cuda");
-	opsd_lm_head_forward(ctx, t, logits, x, wte, N, C, V);
+	opsd_lm_head_forward(ctx, t, logits, x, wte, N, C, V, ld);
 }
 
 void ops16_cuda_lm_head_backward(CudaCtx *ctx, CudaDtype t, float *dx, float *dwte,
 				 const void *dlogits, const void *x, const void *wte, int N, int C,
-				 int V)
+				 int V, int ld)
 {
 	opsd_require_16(t, "ops16_cuda");
-	opsd_lm_head_backward(ctx, t, dx, dwte, dlogits, x, wte, N, C, V);
+	opsd_lm_head_backward(ctx, t, dx, dwte, dlogits, x, wte, N, C, V, ld);
 }
 
 /* ---- layernorm, GELU, residual, embedding, attention ---- */

@@ -21,11 +21,12 @@ void ops16_cuda_round(CudaCtx *ctx, CudaDtype t, void *dst, const float *src, si
  * and rounding the fp32 sum once. b may be NULL. */
 void ops16_cuda_matmul_forward(CudaCtx *ctx, CudaDtype t, void *y, const void *x, const void *w,
 			       const void *b, int N, int C_in, int C_out);
+/* the LM head as ops_cuda_lm_head_*'s, x, wte and dlogits of type t: logits' rows ld apart */
 void ops16_cuda_lm_head_forward(CudaCtx *ctx, CudaDtype t, float *logits, const void *x,
-				const void *wte, int N, int C, int V);
+				const void *wte, int N, int C, int V, int ld);
 void ops16_cuda_lm_head_backward(CudaCtx *ctx, CudaDtype t, float *dx, float *dwte,
 				 const void *dlogits, const void *x, const void *wte, int N, int C,
-				 int V);
+				 int V, int ld);
 void ops16_cuda_layernorm_forward(CudaCtx *ctx, CudaDtype t, void *y, const void *x,
 				  const void *w, const void *b, int N, int C);
 /* scratch: OPS_CUDA_LAYERNORM_SCRATCH_ELEMS(N) floats, as ops_cuda_layernorm_backward's */

@@ -6,31 +6,33 @@
 
 /* ---- column sums ---- */
 
-/* db[j] += sum_i dy[i][j]: phase y sums rows y, y + COL_Y, ...; the COL_Y partials then add up in
- * phase order, so the result does not depend on scheduling. */
-__global__ static void col_sum_kernel(float *db, const void *dy, int dtype, int N, int C)
+/* Pass one of db[j] += sum_i dy[i][j] (ops_dev.cuh's col_plan), columns j0 ... j0 + W */
+__global__ static void col_sum_kernel(float *part, const void *dy, int dtype, int N, int C, int j0,
+				      int W, int rows)
 {
-	__shared__ float part[COL_Y][COL_X];
-	int j = blockIdx.x * COL_X + threadIdx.x;
+	__shared__ float sh[COL_Y][COL_X];
+	int j = j0 + blockIdx.x * COL_X + threadIdx.x;
+	int i1 = min(N, (int)(blockIdx.y + 1) * rows);
 	float s = 0.0f;
 	if (j < C)
-		for (int i = threadIdx.y; i < N; i += COL_Y)
+		for (int i = blockIdx.y * rows + threadIdx.y; i < i1; i += COL_Y)
 			s += castd_load(dy, (size_t)i * C + j, dtype);
-	part[threadIdx.y][threadIdx.x] = s;
-	__syncthreads();
-	if (threadIdx.y == 0 && j < C) {
-		float t = 0.0f;
-		for (int y = 0; y < COL_Y; y++)
-			t += part[y][threadIdx.x];
-		db[j] += t;
-	}
+	col_block_store(sh, s, part, W);
 }
 
 static void col_sum(CudaCtx *ctx, float *db, const void *dy, CudaDtype t, int N, int C)
 {
+	if (N <= 0)
+		return;
+	ColPlan p = col_plan(ctx, N, C, 1);
 	dim3 block(COL_X, COL_Y);
-	col_sum_kernel<<<(C + COL_X - 1) / COL_X, block, 0, ctx->stream>>>(db, dy, t, N, C);
-	CUDA_CHECK_LAUNCH();
+	for (int j0 = 0; j0 < C; j0 += p.W) {
+		dim3 grid((min(p.W, C - j0) + COL_X - 1) / COL_X, p.R);
+		col_sum_kernel<<<grid, block, 0, ctx->stream>>>(ctx->col_part, dy, t, N, C, j0, p.W,
+							       p.rows);
+		CUDA_CHECK_LAUNCH();
+		col_finish(ctx, db, NULL, p, j0, C);
+	}
 }
 
 /* ---- linear layers ---- */
@@ -76,15 +78,15 @@ void ops_cuda_matmul_backward_16(CudaCtx *ctx, CudaDtype t, float *dx, float *dw
 }
 
 void ops_cuda_lm_head_forward(CudaCtx *ctx, float *logits, const float *x, const float *wte, int N,
-			      int C, int V)
+			      int C, int V, int ld)
 {
-	opsd_lm_head_forward(ctx, CDT_F32, logits, x, wte, N, C, V);
+	opsd_lm_head_forward(ctx, CDT_F32, logits, x, wte, N, C, V, ld);
 }
 
 void ops_cuda_lm_head_backward(CudaCtx *ctx, float *dx, float *dwte, const float *dlogits,
-			       const float *x, const float *wte, int N, int C, int V)
+			       const float *x, const float *wte, int N, int C, int V, int ld)
 {
-	opsd_lm_head_backward(ctx, CDT_F32, dx, dwte, dlogits, x, wte, N, C, V);
+	opsd_lm_head_backward(ctx, CDT_F32, dx, dwte, dlogits, x, wte, N, C, V, ld);
 }
 
 /* ---- layernorm, GELU, attention: ops_dev.cuh's kernels on fp32 ---- */
@@ -199,64 +201,85 @@ void ops_cuda_embed_backward(CudaCtx *ctx, float *dwte, float *dwpe, const float
 
 #define CE_THREADS 512
 
-/* Block-wide reduction through one shared slot per warp; every thread gets the result. */
-__device__ static float block_reduce(float v, int is_max)
+/* A softmax's running state over some logits: their max m and sum of exp(l - m). */
+struct SoftmaxAcc {
+	float m, s;
+};
+
+__device__ static inline SoftmaxAcc softmax_merge(SoftmaxAcc a, SoftmaxAcc b)
 {
-	__shared__ float part[CE_THREADS / WARP];
-	__shared__ float result;
+	float m = fmaxf(a.m, b.m);
+	if (m == -INFINITY) /* both empty: nothing to rescale */
+		return a;
+	return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+/* The block's merged state, in a fixed order (lanes by butterfly, then warps in order): every
+ * thread gets it. */
+__device__ static SoftmaxAcc block_softmax(SoftmaxAcc v)
+{
+	__shared__ SoftmaxAcc part[CE_THREADS / WARP];
+	__shared__ SoftmaxAcc result;
 	int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-	v = is_max ? warp_max(v) : warp_sum(v);
+	for (int o = WARP / 2; o > 0; o >>= 1) {
+		SoftmaxAcc u = {__shfl_xor_sync(FULL_MASK, v.m, o), __shfl_xor_sync(FULL_MASK, v.s, o)};
+		v = softmax_merge(v, u);
+	}
 	if (lane == 0)
 		part[w] = v;
 	__syncthreads();
-	if (w == 0) {
-		float x = lane < CE_THREADS / WARP ? part[lane] : (is_max ? -INFINITY : 0.0f);
-		x = is_max ? warp_max(x) : warp_sum(x);
-		if (lane == 0)
-			result = x;
+	if (threadIdx.x == 0) {
+		SoftmaxAcc t = part[0];
+		for (int i = 1; i < CE_THREADS / WARP; i++)
+			t = softmax_merge(t, part[i]);
+		result = t;
 	}
 	__syncthreads();
 	return result;
 }
 
-/* One block per row: max, then exp and sum, then normalise; the row's loss
- * log(sum) - (logit[target] - max) goes into the context's double accumulator. */
+/* One block per row, two passes over it: the max and the sum of exponentials together (the sum
+ * rescaled whenever the max grows: Milakov and Gimelshein's online softmax), then the
+ * probabilities written. The row's loss log(sum) - (logit[target] - max) goes into the
+ * context's double accumulator. */
 __global__ static void crossentropy_forward_kernel(float *probs, const float *logits,
-						   const int *targets, int V, double *loss_sum)
+						   const int *targets, int V, int ld,
+						   double *loss_sum)
 {
 	size_t row = blockIdx.x;
-	const float *l = logits + row * V;
-	float *p = probs + row * V;
-	float mx = -INFINITY;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		mx = fmaxf(mx, l[j]);
-	/* the target's logit is read before the barrier in block_reduce, so before any thread
+	const float *l = logits + row * ld;
+	float *p = probs + row * ld;
+	SoftmaxAcc acc = {-INFINITY, 0.0f};
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float x = l[j];
+		if (x > acc.m) {
+			acc.s = acc.s * expf(acc.m - x) + 1.0f;
+			acc.m = x;
+		} else if (acc.m > -INFINITY) { /* -inf after -inf adds nothing (not exp(NaN)) */
+			acc.s += expf(x - acc.m);
+		}
+	}
+	/* the target's logit is read before the barriers in block_softmax, so before any thread
 	 * overwrites logits with probabilities */
 	float lt = targets ? l[targets[row]] : 0.0f;
-	mx = block_reduce(mx, 1);
-	float sum = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float e = expf(l[j] - mx);
-		p[j] = e;
-		sum += e;
-	}
-	sum = block_reduce(sum, 0);
-	float inv = 1.0f / sum;
+	acc = block_softmax(acc);
+	float inv = 1.0f / acc.s;
 	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		p[j] *= inv;
+		p[j] = expf(l[j] - acc.m) * inv;
 	if (targets && threadIdx.x == 0)
-		atomicAdd(loss_sum, (double)logf(sum) - ((double)lt - (double)mx));
+		atomicAdd(loss_sum, (double)logf(acc.s) - ((double)lt - (double)acc.m));
 }
 
 float ops_cuda_crossentropy_forward(CudaCtx *ctx, float *probs, const float *logits,
-				    const int *targets, int N, int V)
+				    const int *targets, int N, int V, int ld)
 {
+	CUDA_REQUIRE(ld >= V, "ops_cuda_crossentropy_forward: row stride %d below V %d", ld, V);
 	double *acc = ctx->scalars + CUDA_SCALAR_SUM;
 	if (targets)
 		CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(double), ctx->stream));
 	if (N > 0) {
 		crossentropy_forward_kernel<<<N, CE_THREADS, 0, ctx->stream>>>(probs, logits,
-									       targets, V, acc);
+									       targets, V, ld, acc);
 		CUDA_CHECK_LAUNCH();
 	}
 	if (!targets)
@@ -266,23 +289,25 @@ float ops_cuda_crossentropy_forward(CudaCtx *ctx, float *probs, const float *log
 	return (float)(sum / N);
 }
 
+/* one block per row: no division by V per element */
 __global__ static void crossentropy_backward_kernel(float *dlogits, const float *probs,
-						    const int *targets, int V, size_t n, float s)
+						    const int *targets, int V, int ld, float s)
 {
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t row = i / V;
-		int j = (int)(i % V);
-		dlogits[i] = s * (probs[i] - (j == targets[row] ? 1.0f : 0.0f));
-	}
+	size_t row = blockIdx.x;
+	int target = targets[row];
+	const float *p = probs + row * ld;
+	float *d = dlogits + row * ld;
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		d[j] = s * (p[j] - (j == target ? 1.0f : 0.0f));
 }
 
 void ops_cuda_crossentropy_backward(CudaCtx *ctx, float *dlogits, const float *probs,
-				    const int *targets, int N, int V, float dloss)
+				    const int *targets, int N, int V, int ld, float dloss)
 {
-	size_t n = (size_t)N * V;
-	crossentropy_backward_kernel<<<cuda_blocks_for(n, EW_THREADS), EW_THREADS, 0,
-				       ctx->stream>>>(dlogits, probs, targets, V, n,
-						      dloss / (float)N);
+	CUDA_REQUIRE(ld >= V, "ops_cuda_crossentropy_backward: row stride %d below V %d", ld, V);
+	if (N <= 0)
+		return;
+	crossentropy_backward_kernel<<<N, EW_THREADS, 0, ctx->stream>>>(dlogits, probs, targets, V,
+									 ld, dloss / (float)N);
 	CUDA_CHECK_LAUNCH();
 }

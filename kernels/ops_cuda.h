@@ -21,10 +21,19 @@ void ops_cuda_matmul_forward(CudaCtx *ctx, float *y, const float *x, const float
 			     const float *b, int N, int C_in, int C_out);
 void ops_cuda_matmul_backward(CudaCtx *ctx, float *dx, float *dw, float *db, const float *dy,
 			      const float *x, const float *w, int N, int C_in, int C_out);
+/* The tied LM head as ops_lm_head_*'s, except that the rows of logits and dlogits are ld >= V
+ * elements apart: ops_cuda_logits_ld(V) keeps them 16-byte aligned, so that cuBLAS runs its
+ * aligned kernels where an odd vocabulary (GPT-2's 50,257) would send it to its slow
+ * one-element-aligned fallbacks. The padding columns are neither read nor written. */
 void ops_cuda_lm_head_forward(CudaCtx *ctx, float *logits, const float *x, const float *wte, int N,
-			      int C, int V);
+			      int C, int V, int ld);
 void ops_cuda_lm_head_backward(CudaCtx *ctx, float *dx, float *dwte, const float *dlogits,
-			       const float *x, const float *wte, int N, int C, int V);
+			       const float *x, const float *wte, int N, int C, int V, int ld);
+/* V rounded up to a multiple of 8: 32 bytes of fp32, 16 of a 16-bit copy of the same rows */
+static inline int ops_cuda_logits_ld(int V)
+{
+	return (V + 7) / 8 * 8;
+}
 
 /* The 16-bit path of the same layers: x, w and dy in bf16 or fp16 (type t, as precision.h's
  * bits), products accumulated in fp32 (gemm_cuda), y and the gradients fp32, accumulated as
@@ -80,9 +89,9 @@ void ops_cuda_embed_backward(CudaCtx *ctx, float *dwte, float *dwpe, const float
 /* As ops_crossentropy_forward; returns the mean loss over the N rows (synchronises) or, with
  * targets NULL, 0 without synchronising. */
 float ops_cuda_crossentropy_forward(CudaCtx *ctx, float *probs, const float *logits,
-				    const int *targets, int N, int V);
+				    const int *targets, int N, int V, int ld);
 void ops_cuda_crossentropy_backward(CudaCtx *ctx, float *dlogits, const float *probs,
-				    const int *targets, int N, int V, float dloss);
+				    const int *targets, int N, int V, int ld, float dloss);
 
 #ifdef __cplusplus
 }

@@ -96,6 +96,82 @@ static inline void opsd_require_16(CudaDtype t, const char *who)
 		     "%s: the type must be CDT_BF16 or CDT_F16, got %d", who, (int)t);
 }
 
+/* ---- column sums ----
+ * A sum over N rows for each of C columns, deterministic and spread over the whole GPU: the rows
+ * split into R blocks of consecutive rows; pass one gives each (column tile, row block) a block
+ * of COL_X columns by COL_Y row phases, whose phases add up in order in shared memory into the
+ * row block's partial (the context's col_part); pass two adds each column's R partials in row
+ * block order into the result. R depends on the shape and the device's multiprocessor count
+ * alone, so a run repeats bit for bit on one kind of GPU. Columns beyond what col_part holds go
+ * in chunks of W. */
+#define COL_BLOCKS_PER_SM 4
+#define COL_MAX_ROW_BLOCKS 64
+
+struct ColPlan {
+	int R;    /* row blocks */
+	int rows; /* rows per row block (the last may have fewer) */
+	int W;    /* columns per chunk, a multiple of COL_X */
+};
+
+/* outs: how many sums share the pass (layernorm's dw and db: 2) */
+static inline ColPlan col_plan(const CudaCtx *ctx, int N, int C, int outs)
+{
+	ColPlan p;
+	int tiles = (C + COL_X - 1) / COL_X;
+	int want = (COL_BLOCKS_PER_SM * ctx->sm_count + tiles - 1) / tiles;
+	int most = (N + COL_Y - 1) / COL_Y; /* at least COL_Y rows a block */
+	p.R = want < most ? want : most;
+	if (p.R > COL_MAX_ROW_BLOCKS)
+		p.R = COL_MAX_ROW_BLOCKS;
+	if (p.R < 1)
+		p.R = 1;
+	p.rows = (N + p.R - 1) / p.R;
+	int fit = (int)(CUDA_CTX_COL_PART_ELEMS / ((size_t)outs * p.R)) / COL_X * COL_X;
+	p.W = tiles * COL_X < fit ? tiles * COL_X : fit;
+	return p;
+}
+
+/* Pass one's block reduction: phase partials in order, written as row block blockIdx.y's partial
+ * of column jj of the chunk (zero past the last column). */
+__device__ static inline void col_block_store(float (*sh)[COL_X], float v, float *part, int W)
+{
+	sh[threadIdx.y][threadIdx.x] = v;
+	__syncthreads();
+	if (threadIdx.y == 0) {
+		float t = 0.0f;
+		for (int y = 0; y < COL_Y; y++)
+			t += sh[y][threadIdx.x];
+		part[(size_t)blockIdx.y * W + blockIdx.x * COL_X + threadIdx.x] = t;
+	}
+}
+
+/* Pass two: out0[j0 + jj] += sum over r of part[r W + jj] and out1[j0 + jj] += sum over r of
+ * part[(R + r) W + jj], each where not NULL */
+__global__ static void col_finish_kernel(float *out0, float *out1, const float *part, int R,
+					 int W, int j0, int C)
+{
+	int jj = blockIdx.x * blockDim.x + threadIdx.x;
+	if (jj >= W || j0 + jj >= C)
+		return;
+	float *out[2] = {out0, out1};
+	for (int k = 0; k < 2; k++) {
+		if (!out[k])
+			continue;
+		float t = 0.0f;
+		for (int r = 0; r < R; r++)
+			t += part[(size_t)(k * R + r) * W + jj];
+		out[k][j0 + jj] += t;
+	}
+}
+
+static inline void col_finish(CudaCtx *ctx, float *out0, float *out1, const ColPlan &p, int j0,
+			      int C)
+{
+	col_finish_kernel<<<(p.W + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, ctx->stream>>>(
+		out0, out1, ctx->col_part, p.R, p.W, j0, C);
+	CUDA_CHECK_LAUNCH();
+}
+
 /* ---- linear layers ---- */
 
 template <typename T> __global__ static void bias_fill_kernel(T *y, const T *b, size_t n, int C)
@@ -123,22 +199,28 @@ static void opsd_linear_forward(CudaCtx *ctx, CudaDtype t_in, CudaDtype t_out, T
 	gemm_cuda(ctx, t_in, t_out, 0, 0, N, C_out, C_in, 1.0f, x, w, beta, y);
 }
 
-/* The tied head, x and wte of type t, logits and the gradients fp32. */
+/* The tied head, x and wte of type t, logits and the gradients fp32; the logits' rows ld >= V
+ * elements apart. */
 static inline void opsd_lm_head_forward(CudaCtx *ctx, CudaDtype t, float *logits, const void *x,
-					const void *wte, int N, int C, int V)
+					const void *wte, int N, int C, int V, int ld)
 {
 	/* logits (N, V) = x (N, C) wte^T, wte stored (V, C) */
-	gemm_cuda(ctx, t, CDT_F32, 0, 1, N, V, C, 1.0f, x, wte, 0.0f, logits);
+	GemmBatch a = {x, C, 0, 0}, b = {wte, C, 0, 1}, o = {logits, ld, 0, 0};
+	gemm_cuda_strided(ctx, t, CDT_F32, N, V, C, 1.0f, a, b, 0.0f, o);
 }
 
 static inline void opsd_lm_head_backward(CudaCtx *ctx, CudaDtype t, float *dx, float *dwte,
 					 const void *dlogits, const void *x, const void *wte,
-					 int N, int C, int V)
+					 int N, int C, int V, int ld)
 {
-	if (dx) /* dx (N, C) += dlogits (N, V) wte (V, C) */
-		gemm_cuda(ctx, t, CDT_F32, 0, 0, N, C, V, 1.0f, dlogits, wte, 1.0f, dx);
-	if (dwte) /* dwte (V, C) += dlogits^T x */
-		gemm_cuda(ctx, t, CDT_F32, 1, 0, V, C, N, 1.0f, dlogits, x, 1.0f, dwte);
+	if (dx) { /* dx (N, C) += dlogits (N, V) wte (V, C) */
+		GemmBatch a = {dlogits, ld, 0, 0}, b = {wte, C, 0, 0}, o = {dx, C, 0, 0};
+		gemm_cuda_strided(ctx, t, CDT_F32, N, C, V, 1.0f, a, b, 1.0f, o);
+	}
+	if (dwte) { /* dwte (V, C) += dlogits^T x */
+		GemmBatch a = {dlogits, ld, 0, 1}, b = {x, C, 0, 0}, o = {dwte, C, 0, 0};
+		gemm_cuda_strided(ctx, t, CDT_F32, V, C, N, 1.0f, a, b, 1.0f, o);
+	}
 }
 
 /* ---- layernorm ---- */
@@ -226,37 +308,26 @@ __global__ static void layernorm_backward_rows_kernel(float *dx, float *stats, c
 	}
 }
 
-/* dw[j] += sum_i dy[i][j] xhat[i][j]; db[j] += sum_i dy[i][j]: phase y sums rows y, y + COL_Y,
- * ...; the COL_Y partials then add up in phase order, so the result does not depend on
- * scheduling. */
+/* Pass one of dw[j] += sum_i dy[i][j] xhat[i][j] and db[j] += sum_i dy[i][j] (col_plan's
+ * scheme), columns j0 ... j0 + W of the chunk: dw's partials first in part, then db's. */
 template <class S>
-__global__ static void layernorm_backward_cols_kernel(float *dw, float *db, const float *stats,
+__global__ static void layernorm_backward_cols_kernel(float *part, const float *stats,
 						      const float *dy, const typename S::T *x,
-						      int N, int C)
+						      int N, int C, int j0, int W, int rows)
 {
-	__shared__ float pw[COL_Y][COL_X], pb[COL_Y][COL_X];
-	int j = blockIdx.x * COL_X + threadIdx.x;
+	__shared__ float sh[COL_Y][COL_X];
+	int j = j0 + blockIdx.x * COL_X + threadIdx.x;
+	int i1 = min(N, (int)(blockIdx.y + 1) * rows);
 	float sw = 0.0f, sb = 0.0f;
 	if (j < C)
-		for (int i = threadIdx.y; i < N; i += COL_Y) {
+		for (int i = blockIdx.y * rows + threadIdx.y; i < i1; i += COL_Y) {
 			float d = dy[(size_t)i * C + j];
 			sw += d * ((S::ld(x, (size_t)i * C + j) - stats[i]) * stats[N + i]);
 			sb += d;
 		}
-	pw[threadIdx.y][threadIdx.x] = sw;
-	pb[threadIdx.y][threadIdx.x] = sb;
-	__syncthreads();
-	if (threadIdx.y == 0 && j < C) {
-		float tw = 0.0f, tb = 0.0f;
-		for (int y = 0; y < COL_Y; y++) {
-			tw += pw[y][threadIdx.x];
-			tb += pb[y][threadIdx.x];
-		}
-		if (dw)
-			dw[j] += tw;
-		if (db)
-			db[j] += tb;
-	}
+	col_block_store(sh, sw, part, W);
+	__syncthreads(); /* sh is reused */
+	col_block_store(sh, sb, part + (size_t)gridDim.y * W, W);
 }
 
 /* scratch: OPS_CUDA_LAYERNORM_SCRATCH_ELEMS(N) floats */
@@ -268,12 +339,17 @@ static void opsd_layernorm_backward(CudaCtx *ctx, float *dx, float *dw, float *d
 	layernorm_backward_rows_kernel<S><<<row_blocks(N), ROW_THREADS, 0, ctx->stream>>>(
 		dx, scratch, dy, x, w, N, C);
 	CUDA_CHECK_LAUNCH();
-	if (!dw && !db)
+	if ((!dw && !db) || N <= 0)
 		return;
+	ColPlan p = col_plan(ctx, N, C, 2);
 	dim3 block(COL_X, COL_Y);
-	layernorm_backward_cols_kernel<S><<<(C + COL_X - 1) / COL_X, block, 0, ctx->stream>>>(
-		dw, db, scratch, dy, x, N, C);
-	CUDA_CHECK_LAUNCH();
+	for (int j0 = 0; j0 < C; j0 += p.W) {
+		dim3 grid((min(p.W, C - j0) + COL_X - 1) / COL_X, p.R);
+		layernorm_backward_cols_kernel<S><<<grid, block, 0, ctx->stream>>>(
+			ctx->col_part, scratch, dy, x, N, C, j0, p.W, p.rows);
+		CUDA_CHECK_LAUNCH();
+		col_finish(ctx, dw, db, p, j0, C);
+	}
 }
 
 /* ---- GELU ---- */

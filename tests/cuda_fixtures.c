@@ -182,6 +182,25 @@ float *cfx_down(const float *dev, size_t n)
 	return h;
 }
 
+float *cfx_up_rows(const float *host, size_t rows, size_t cols, size_t ld)
+{
+	float *h = cfx_floats(rows * ld);
+	for (size_t i = 0; i < rows; i++)
+		for (size_t j = 0; j < ld; j++)
+			h[i * ld + j] = j < cols ? (host ? host[i * cols + j] : 0.0f) : NAN;
+	float *d = cfx_up(h, rows * ld);
+	free(h);
+	return d;
+}
+
+float *cfx_down_rows(const float *dev, size_t rows, size_t cols, size_t ld)
+{
+	float *h = cfx_down(dev, rows * ld);
+	for (size_t i = 0; i < rows; i++)
+		memmove(h + i * cols, h + i * ld, cols * sizeof(float));
+	return h;
+}
+
 /* Round x to 16 bits in place (so the reference sees the GPU's inputs) and return the bits. */
 uint16_t *cfx_round16(float *x, size_t n, CudaDtype t)
 {

@@ -46,6 +46,11 @@ void *cfx_put(const void *host, size_t bytes);
 float *cfx_up(const float *host, size_t n);
 /* A host copy of n device floats; the caller frees. */
 float *cfx_down(const float *dev, size_t n);
+/* Rows of cols floats, ld >= cols apart on the device and dense on the host: cfx_up_rows uploads
+ * host (rows, cols) with every padding element NaN, so that a kernel reading one shows; cfx_down_rows
+ * downloads and drops the padding (the caller frees). */
+float *cfx_up_rows(const float *host, size_t rows, size_t cols, size_t ld);
+float *cfx_down_rows(const float *dev, size_t rows, size_t cols, size_t ld);
 
 /* Add suite `name` with the tests that need no GPU and those that do. Without a device the GPU
  * tests are registered inactive (CUnit's summary counts them as such, not as passed) and one line

@@ -29,6 +29,15 @@
  * as gpt_cpu_backward does, against a separate dx on the CPU. */
 static const GptConfig GPU_TINY = {.V = 97, .max_T = 40, .C = 96, .L = 2, .NH = 3};
 
+/* rows of the GPU head's probabilities, ops_cuda_logits_ld(V) apart (104 for V = 97), into the
+ * CPU's dense layout */
+static void dense_probs(float *dst, const float *src, size_t rows, int V)
+{
+	size_t ld = (size_t)ops_cuda_logits_ld(V);
+	for (size_t i = 0; i < rows; i++)
+		memmove(dst + i * V, src + i * ld, (size_t)V * sizeof(float));
+}
+
 static void test_gpt_units(void)
 {
 	enum { B = 2, T = 33 };
@@ -38,6 +47,8 @@ static void test_gpt_units(void)
 	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
 	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems;
 	size_t nhead = gpt_cpu_head_act_bytes(c, B, T) / 4, nscr = gpt_cpu_scratch_bytes(c, B, T) / 4;
+	size_t ghead_n = gpt_cuda_head_act_bytes(c, PREC_F32, B, T) / 4;
+	CU_ASSERT_EQUAL(ghead_n, nhead + (size_t)B * T * 7); /* rows of 97 padded to 104 */
 	float *p = cfx_floats(np);
 	gpt_cpu_init(c, p, 5);
 	int *tok = cfx_tokens((size_t)B * T, c->V, 151);
@@ -45,7 +56,7 @@ static void test_gpt_units(void)
 	float *gp = cfx_up(p, np), *gg = cfx_up(NULL, np);
 	int *gtok = cfx_put(tok, (size_t)B * T * 4), *gtgt = cfx_put(tgt, (size_t)B * T * 4);
 	float *gx = cfx_up(NULL, btc), *gy = cfx_up(NULL, btc), *gacts = cfx_up(NULL, nblk);
-	float *ghead = cfx_up(NULL, nhead), *gscr = cfx_up(NULL, nscr);
+	float *ghead = cfx_up(NULL, ghead_n), *gscr = cfx_up(NULL, nscr);
 	size_t blk = gpt_cpu_unit_offset(c, 1), head = gpt_cpu_unit_offset(c, c->L + 1);
 	char what[96];
 
@@ -101,12 +112,14 @@ static void test_gpt_units(void)
 	cuda_ctx_upload(cfx_ctx(), gx, x, btc * 4);
 	float gloss = gpt_cuda_head_forward(cfx_ctx(), c, B, T, gp + head, gp, gx, gtgt, ghead);
 	CU_ASSERT(fabsf(gloss - wloss) <= 1e-5f * fabsf(wloss));
-	float *hh = cfx_down(ghead, nhead);
-	CU_ASSERT_EQUAL(cfx_close_norm("gpt head probs", gpt_cpu_head_probs(c, B, T, hh),
-				   gpt_cpu_head_probs(c, B, T, hacts_cpu), (size_t)B * T * c->V, 1e-4),
+	float *hh = cfx_down(ghead, ghead_n), *hp = cfx_floats((size_t)B * T * c->V);
+	dense_probs(hp, gpt_cpu_head_probs(c, B, T, hh), (size_t)B * T, c->V);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt head probs", hp, gpt_cpu_head_probs(c, B, T, hacts_cpu),
+				   (size_t)B * T * c->V, 1e-4),
 			0);
+	free(hp);
 	gpt_cpu_head_backward(c, B, T, p + head, p, g + head, g, hacts_cpu, tgt, 1.0f, dx, scr);
-	cuda_ctx_upload(cfx_ctx(), ghead, hh, nhead * 4); /* the GPU's own forward acts */
+	cuda_ctx_upload(cfx_ctx(), ghead, hh, ghead_n * 4); /* the GPU's own forward acts */
 	gpt_cuda_head_backward(cfx_ctx(), c, B, T, gp + head, gp, gg + head, gg, ghead, gtgt, 1.0f, gy,
 			       gscr);
 	hdx = cfx_down(gy, btc);
@@ -144,7 +157,8 @@ static void test_gpt_training_steps(void)
 	CU_ASSERT_EQUAL_FATAL(gpt_cpu_buffers_init(&cb, c, B, T, &err), 0);
 	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
 	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems;
-	size_t nhead = gpt_cpu_head_act_bytes(c, B, T) / 4, nscr = gpt_cpu_scratch_bytes(c, B, T) / 4;
+	size_t nhead = gpt_cuda_head_act_bytes(c, PREC_F32, B, T) / 4;
+	size_t nscr = gpt_cpu_scratch_bytes(c, B, T) / 4;
 	float *p = cfx_floats(np), *g = cfx_floats(np), *m = cfx_floats(np), *v = cfx_floats(np);
 	gpt_cpu_init(c, p, 9);
 	int *tok = cfx_tokens((size_t)B * T, c->V, 161);
@@ -254,6 +268,7 @@ static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
 	size_t np = gpt_cpu_n_params(c), btc = (size_t)B * T * c->C;
 	size_t nblk = gpt_cpu_block_acts(c, B, T).total_elems, vc = (size_t)c->V * c->C;
 	size_t bhead = gpt16_head_act_bytes(c, t, B, T), bscr = gpt_cpu_scratch_bytes(c, B, T);
+	size_t ghead_b = gpt_cuda_head_act_bytes(c, t, B, T);
 	float *p32 = cfx_floats(np);
 	gpt_cpu_init(c, p32, 5);
 	uint16_t *p = cfx_round16(p32, np, ct); /* rounds p32 in place too */
@@ -262,7 +277,7 @@ static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
 	uint16_t *x = cfx_round16(x32, btc, ct);
 	size_t blk = gpt_cpu_unit_offset(c, 1), head = gpt_cpu_unit_offset(c, c->L + 1);
 	void *gp = cfx_put(p, 2 * np), *gx = cfx_put(x, 2 * btc), *gy = cfx_put(NULL, 2 * btc);
-	void *gacts = cfx_put(NULL, 2 * nblk), *ghead = cfx_put(NULL, bhead);
+	void *gacts = cfx_put(NULL, 2 * nblk), *ghead = cfx_put(NULL, ghead_b);
 	int *gtok = cfx_put(tok, (size_t)B * T * 4), *gtgt = cfx_put(tgt, (size_t)B * T * 4);
 	float *gg = cfx_up(NULL, np), *gscr = cfx_up(NULL, bscr / 4), *gdx = cfx_up(NULL, btc);
 	uint16_t *y = calloc(btc, 2), *acts = calloc(nblk, 2), *hacts = calloc(bhead, 1);
@@ -318,13 +333,18 @@ static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
 	float gloss = gpt16_cuda_head_forward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * head, gp, gx,
 					      gtgt, ghead);
 	CU_ASSERT(fabsf(gloss - wloss) <= 1e-3f);
-	uint16_t *hh = malloc(bhead);
-	cuda_ctx_download(cfx_ctx(), hh, ghead, bhead);
-	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head probs", gpt16_head_probs(c, t, B, T, hh),
+	uint16_t *hh = malloc(ghead_b), *hd = malloc(bhead);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(hh && hd);
+	cuda_ctx_download(cfx_ctx(), hh, ghead, ghead_b);
+	memcpy(hd, hh, 2 * 2 * btc); /* x_in and ln_f, then the probabilities made dense */
+	dense_probs(gpt16_head_probs(c, t, B, T, hd), gpt16_head_probs(c, t, B, T, hh),
+		    (size_t)B * T, c->V);
+	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 head probs", gpt16_head_probs(c, t, B, T, hd),
 				       gpt16_head_probs(c, t, B, T, hacts), (size_t)B * T * c->V,
 				       4 * u),
 			0);
-	memcpy(hacts, hh, bhead); /* both backwards from the GPU's forward */
+	memcpy(hacts, hd, bhead); /* both backwards from the GPU's forward */
+	free(hd);
 	gpt16_head_backward(c, t, B, T, (char *)p + 2 * head, p, g + head, g, hacts, tgt, 1.0f, dx,
 			    scr);
 	gpt16_cuda_head_backward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * head, gp, gg + head, gg,

@@ -293,25 +293,43 @@ static void test_matmul_16(void)
 	}
 }
 
-/* The tied LM head: K = C forward, V for dx, N for dwte. */
+/* 1 when every padding element of the device's rows (ld apart) is still NaN, as cfx_up_rows
+ * left it: nothing was written there */
+static int padding_untouched(const float *dev, size_t rows, size_t cols, size_t ld)
+{
+	float *h = cfx_down(dev, rows * ld);
+	int ok = 1;
+	for (size_t i = 0; i < rows; i++)
+		for (size_t j = cols; j < ld; j++)
+			ok &= isnan(h[i * ld + j]) != 0;
+	free(h);
+	return ok;
+}
+
+/* The tied LM head: K = C forward, V for dx, N for dwte. The logits' rows on the device are
+ * ops_cuda_logits_ld(V) apart (V = 131 is odd, as GPT-2's 50,257), the padding NaN: a product
+ * that read it would turn dx or dwte to NaN, one that wrote it would leave a number there. */
 static void test_lm_head(void)
 {
 	enum { N = 29, C = 48, V = 131 };
+	int ld = ops_cuda_logits_ld(V);
 	size_t nx = (size_t)N * C, nw = (size_t)V * C, nl = (size_t)N * V;
 	float *x = cfx_random(nx, 1, 31), *wte = cfx_random(nw, 1, 32), *dl = cfx_random(nl, 1, 33);
 	float *dx0 = cfx_random(nx, 1, 34), *dwte0 = cfx_random(nw, 1, 35);
 	float *ax = cfx_abs(x, nx), *aw = cfx_abs(wte, nw), *adl = cfx_abs(dl, nl);
-	float *gx = cfx_up(x, nx), *gw = cfx_up(wte, nw), *gl = cfx_up(NULL, nl);
-	float *gdl = cfx_up(dl, nl);
+	float *gx = cfx_up(x, nx), *gw = cfx_up(wte, nw), *gl = cfx_up_rows(NULL, N, V, ld);
+	float *gdl = cfx_up_rows(dl, N, V, ld);
+	CU_ASSERT_EQUAL(ld, 136);
 
 	float *want = cfx_floats(nl), *bound = cfx_floats(nl);
 	ops_lm_head_forward(want, x, wte, N, C, V);
 	ops_lm_head_forward(bound, ax, aw, N, C, V);
 	for (size_t i = 0; i < nl; i++)
 		bound[i] = (float)(4.0 * (C + 2) * CFX_U * bound[i]);
-	ops_cuda_lm_head_forward(cfx_ctx(), gl, gx, gw, N, C, V);
-	float *got = cfx_down(gl, nl);
+	ops_cuda_lm_head_forward(cfx_ctx(), gl, gx, gw, N, C, V, ld);
+	float *got = cfx_down_rows(gl, N, V, ld);
 	CU_ASSERT_EQUAL(cfx_close_bound("lm head forward", got, want, bound, nl), 0);
+	CU_ASSERT(padding_untouched(gl, N, V, ld));
 
 	float *wdx = cfx_copy(dx0, nx), *wdw = cfx_copy(dwte0, nw);
 	ops_lm_head_backward(wdx, wdw, dl, x, wte, N, C, V);
@@ -322,7 +340,7 @@ static void test_lm_head(void)
 	for (size_t i = 0; i < nw; i++)
 		bw[i] = (float)(4.0 * (N + 2) * CFX_U * bw[i]);
 	float *gdx = cfx_up(dx0, nx), *gdw = cfx_up(dwte0, nw);
-	ops_cuda_lm_head_backward(cfx_ctx(), gdx, gdw, gdl, gx, gw, N, C, V);
+	ops_cuda_lm_head_backward(cfx_ctx(), gdx, gdw, gdl, gx, gw, N, C, V, ld);
 	float *hx = cfx_down(gdx, nx), *hw = cfx_down(gdw, nw);
 	CU_ASSERT_EQUAL(cfx_close_bound("lm head backward dx", hx, wdx, bx, nx), 0);
 	CU_ASSERT_EQUAL(cfx_close_bound("lm head backward dwte", hw, wdw, bw, nw), 0);
@@ -341,10 +359,12 @@ static void test_lm_head(void)
  * C = 200 at the worst and ~1e-7 typically, and y = xhat w + b inherits that on |xhat w| <~ 4:
  * atol 1e-5 with rtol 1e-5 sits at the worst case. Backward: dx's two means of C terms, the same
  * reasoning, atol 1e-5 + rtol 1e-4 with |dx| up to ~10 times |dy|; dw and db are column sums over
- * N = 67 rows reordered into 8 phases, so 4 (N + 2) u of sum |terms|, computed from the inputs. */
-static void test_layernorm(void)
+ * N rows reordered into row blocks and phases, so 4 (N + 2) u of sum |terms|, computed from the
+ * inputs. Three shapes: the one above (8 row blocks of 9 rows), 4,096 rows of 40 (the most row
+ * blocks, 64, a column tile each) and 9 rows of 40,000 (one row block; dw's and db's partials
+ * overflow the context's workspace, so two column chunks). */
+static void layernorm_case(int N, int C)
 {
-	enum { N = 67, C = 200 };
 	size_t n = (size_t)N * C;
 	float *x = cfx_random(n, 1, 41), *w = cfx_random(C, 1, 42), *b = cfx_random(C, 1, 43);
 	for (size_t i = 0; i < n; i++)
@@ -399,6 +419,42 @@ static void test_layernorm(void)
 	cuda_ctx_free(gx), cuda_ctx_free(gw), cuda_ctx_free(gb), cuda_ctx_free(gy);
 	cuda_ctx_free(gm), cuda_ctx_free(gr), cuda_ctx_free(gdy), cuda_ctx_free(scratch);
 	cuda_ctx_free(gx2), cuda_ctx_free(gdx), cuda_ctx_free(gdw), cuda_ctx_free(gdb);
+}
+
+static void test_layernorm(void)
+{
+	layernorm_case(67, 200);
+	layernorm_case(4096, 40);
+	layernorm_case(9, 40000);
+}
+
+/* A linear layer's bias gradient alone (dx and dw NULL): db += the column sums of dy, against
+ * sums in double, within 4 (N + 2) u of sum |terms| in any order. 9 rows of 70,001 columns (one
+ * row block, two column chunks of the context's workspace) and 4,096 rows of 40 (64 row blocks). */
+static void test_column_sums(void)
+{
+	const int shapes[][2] = {{9, 70001}, {4096, 40}};
+	for (int k = 0; k < 2; k++) {
+		int N = shapes[k][0], C = shapes[k][1];
+		size_t n = (size_t)N * C;
+		float *dy = cfx_random(n, 1, 51 + k), *db0 = cfx_random(C, 1, 53 + k);
+		float *want = cfx_floats(C), *bound = cfx_floats(C);
+		for (int j = 0; j < C; j++) {
+			double s = db0[j], a = fabs(db0[j]);
+			for (int i = 0; i < N; i++) {
+				s += dy[(size_t)i * C + j];
+				a += fabs(dy[(size_t)i * C + j]);
+			}
+			want[j] = (float)s;
+			bound[j] = (float)(4.0 * (N + 2) * CFX_U * a);
+		}
+		float *gdy = cfx_up(dy, n), *gdb = cfx_up(db0, C);
+		ops_cuda_matmul_backward(cfx_ctx(), NULL, NULL, gdb, gdy, NULL, NULL, N, 1, C);
+		float *got = cfx_down(gdb, C);
+		CU_ASSERT_EQUAL(cfx_close_bound("column sums", got, want, bound, C), 0);
+		free(dy), free(db0), free(want), free(bound), free(got);
+		cuda_ctx_free(gdy), cuda_ctx_free(gdb);
+	}
 }
 
 /* ---- GELU ---- */
@@ -633,39 +689,43 @@ static void test_residual_embed(void)
 
 /* Cross-entropy over V = 1000 (two strides of the 512-thread block, not a multiple of it), logits
  * of std 3 so some rows are peaked. The reference sums exp in double, the GPU in fp32 by a block
- * reduction: the sum is within gamma_V ~ 6e-5 relative at the very worst (typically ~1e-6), and
- * so each probability (and expf's 2 ulp): rtol 1e-5 (plus atol 1e-9 for the smallest). The loss
- * is log(sum) - (logit - max) per row, so the same relative error on the sum is an absolute
- * 1e-5 on the loss. Backward reads the same probabilities, same formula: bit for bit. */
+ * reduction (online: the sum rescaled as the max grows, a rounding more per new max): the sum is
+ * within gamma_V ~ 6e-5 relative at the very worst (typically ~1e-6), and so each probability
+ * (and expf's 2 ulp): rtol 1e-5 (plus atol 1e-9 for the smallest). The loss is log(sum) - (logit
+ * - max) per row, so the same relative error on the sum is an absolute 1e-5 on the loss.
+ * Backward reads the same probabilities, same formula: bit for bit. The device's rows are V + 3
+ * apart, the padding NaN (a kernel reading it would spread NaN through its row's sum). */
 static void test_crossentropy(void)
 {
-	enum { N = 23, V = 1000 };
+	enum { N = 23, V = 1000, LD = V + 3 };
 	size_t n = (size_t)N * V;
 	float *logits = cfx_random(n, 3, 91);
 	int *tgt = cfx_tokens(N, V, 92);
 	float *want = cfx_floats(n);
 	float wloss = ops_crossentropy_forward(want, logits, tgt, N, V);
-	float *gl = cfx_up(logits, n), *gp = cfx_up(NULL, n);
+	float *gl = cfx_up_rows(logits, N, V, LD), *gp = cfx_up_rows(NULL, N, V, LD);
 	int *gt = cfx_put(tgt, N * sizeof(int));
-	float gloss = ops_cuda_crossentropy_forward(cfx_ctx(), gp, gl, gt, N, V);
-	float *got = cfx_down(gp, n);
+	float gloss = ops_cuda_crossentropy_forward(cfx_ctx(), gp, gl, gt, N, V, LD);
+	float *got = cfx_down_rows(gp, N, V, LD);
 	CU_ASSERT_EQUAL(cfx_close_elem("crossentropy probs", got, want, n, 1e-9, 1e-5), 0);
 	CU_ASSERT(fabsf(gloss - wloss) <= 1e-5f);
+	CU_ASSERT(padding_untouched(gp, N, V, LD));
 	/* in place, probabilities only */
-	CU_ASSERT(ops_cuda_crossentropy_forward(cfx_ctx(), gl, gl, NULL, N, V) == 0.0f);
-	float *inplace = cfx_down(gl, n);
+	CU_ASSERT(ops_cuda_crossentropy_forward(cfx_ctx(), gl, gl, NULL, N, V, LD) == 0.0f);
+	float *inplace = cfx_down_rows(gl, N, V, LD);
 	CU_ASSERT_EQUAL(cfx_close_elem("crossentropy in place", inplace, want, n, 1e-9, 1e-5), 0);
 
 	/* backward from the reference's probabilities on both sides */
 	float *wd = cfx_floats(n);
 	ops_crossentropy_backward(wd, want, tgt, N, V, 1024.0f);
-	cuda_ctx_upload(cfx_ctx(), gp, want, n * sizeof(float));
-	ops_cuda_crossentropy_backward(cfx_ctx(), gp, gp, gt, N, V, 1024.0f);
-	float *gd = cfx_down(gp, n);
+	float *gw = cfx_up_rows(want, N, V, LD);
+	ops_cuda_crossentropy_backward(cfx_ctx(), gw, gw, gt, N, V, LD, 1024.0f);
+	float *gd = cfx_down_rows(gw, N, V, LD);
 	CU_ASSERT_EQUAL(cfx_same_bits("crossentropy backward", gd, wd, n, 4), 0);
+	CU_ASSERT(padding_untouched(gw, N, V, LD));
 
 	free(logits), free(tgt), free(want), free(got), free(inplace), free(wd), free(gd);
-	cuda_ctx_free(gl), cuda_ctx_free(gp), cuda_ctx_free(gt);
+	cuda_ctx_free(gl), cuda_ctx_free(gp), cuda_ctx_free(gt), cuda_ctx_free(gw);
 }
 
 /* ---- optimizers, norms, casts, loss scaling ---- */
@@ -988,6 +1048,7 @@ static const PxTestCase GPU_TESTS[] = {
 	{"matmul forward and backward", test_matmul},
 	{"matmul bf16 / fp16 in, fp32 accumulate", test_matmul_16},
 	{"lm head forward and backward", test_lm_head},
+	{"column sums in row blocks and column chunks", test_column_sums},
 	{"layernorm forward and backward", test_layernorm},
 	{"gelu forward and backward", test_gelu},
 	{"attention forward and backward", test_attention},
