@@ -53,9 +53,14 @@ run() {
 	fi
 	timeout -k 5 "$cap" "$@"
 }
+# PX_GPU_STEPS="1 3 4": only those steps (a second, shorter lease); steps 4, 6 and 7 price
+# their runs with step 3's calibration
+HW=()
+want() { [ -z "${PX_GPU_STEPS:-}" ] || [[ " $PX_GPU_STEPS " == *" $1 "* ]]; }
 # python3 is the machine's own: its libraries, not the bundle's
 HOST_LD=${PX_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
 
+if want 1; then
 log "1. device"
 { nvidia-smi; nvcc --version; date -u
   git rev-parse HEAD 2>/dev/null || cat "${BUNDLE_DIR:-gpu-bundle}/REVISION" 2>/dev/null
@@ -63,6 +68,8 @@ log "1. device"
 grep -E "NVIDIA|Driver|release|not found" "$OUT/device.txt" | head -8 | tee -a "$OUT/session.log"
 pack
 
+fi
+if want 2; then
 log "2. GPU tests"
 export PX_BIN=$BIN/parallax PX_RUN_BIN=$BIN/parallax PX_ROOT=$PWD \
 	PX_COMM_CHECK=$BIN/comm_mpi_check PX_NCCL_CHECK=$BIN/comm_nccl_check
@@ -72,6 +79,8 @@ grep -E "^ +(suites|tests|asserts)|skipped|^# cuda|FAILED|Test: .*\.\.\.FAILED" 
 	head -30 | tee -a "$OUT/session.log"
 pack
 
+fi
+if want 3; then
 log "3. calibrate"
 # the executor computes in the parameters' dtype, bf16 in both scenarios below: a bf16
 # calibration prices them; fp32's is kept beside it for fp32 scenarios
@@ -99,6 +108,8 @@ GPU=$(sed -n 's/^[[:space:]]*"gpu":[[:space:]]*"\([^"]*\)".*/\1/p' "$OUT/calibra
 [ -n "$GPU" ] && HW+=(--set "cluster.gpu=$GPU")
 pack
 
+fi
+if want 4; then
 log "4. speed: GPT-2 124M bf16, seq 1024"
 run 120 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps 30 "${HW[@]}" \
 	--db "$DB" > "$OUT/speed-parallax.txt" 2>&1
@@ -106,7 +117,7 @@ note "parallax run exit $?"
 tail -12 "$OUT/speed-parallax.txt" | tee -a "$OUT/session.log"
 # the same run with device memory taken the other two ways (exec/compute_cuda.c, PX_CUDA_ALLOC):
 # what the per-buffer synchronisations of cudaMalloc / cudaFree cost, and what a caching pool holds
-for mode in sync cached; do
+for mode in async sync; do
 	run 60 env PX_CUDA_ALLOC=$mode "$BIN/parallax" run scenarios/gpt2-124m-cuda.json \
 		--backend cuda --steps 30 "${HW[@]}" --no-db > "$OUT/speed-parallax-$mode.txt" 2>&1
 	note "parallax run, PX_CUDA_ALLOC=$mode: exit $?"
@@ -124,6 +135,8 @@ note "torch dispatch exit $?"
 tail -5 "$OUT/torch-dispatch.txt" | tee -a "$OUT/session.log"
 pack
 
+fi
+if want 5; then
 log "5. where the executor's step goes: each kernel's GPU time in one steady step (Nsight Compute)"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
@@ -154,6 +167,8 @@ else
 fi
 pack
 
+fi
+if want 6; then
 log "6. the executor's GPU suite: losses against the CPU's, memory claims, step time"
 # after the measurements above: its dozens of runs passed on lease 2 but the step time, and a
 # lease that runs short should lose them rather than the kernel breakdown
@@ -163,10 +178,15 @@ grep -E "^ +(suites|tests|asserts)|skipped|# cuda|FAILED" "$OUT/tests-exec.txt" 
 	head -40 | tee -a "$OUT/session.log"
 pack
 
+fi
+if want 7; then
 log "7. ZeRO on one GPU: stages 0-3 x N ranks"
 for n in 1 2 4 8; do
 	for stage in 0 1 2 3; do
-		run 60 "$BIN/parallax" run scenarios/gpt2-small-cuda.json --backend cuda --comm mpi \
+		# device memory buffer by buffer (PX_CUDA_ALLOC=sync), so that the device's reading
+		# is the buffers' own, not a pool's reserve beside them (exec/compute_cuda.c)
+		run 60 env PX_CUDA_ALLOC=sync "$BIN/parallax" run scenarios/gpt2-small-cuda.json \
+			--backend cuda --comm mpi \
 			"${HW[@]}" --ranks "$n" --steps 5 --db "$DB" \
 			--set deepspeed.zero_optimization.stage=$stage \
 			> "$OUT/zero-s$stage-n$n.txt" 2>&1
@@ -186,5 +206,6 @@ done
 	done
 } | tee "$OUT/zero-claims.txt"
 run 30 "$BIN/parallax" plot zero gpt2-small-cuda --db "$DB" --out "$OUT/zero-claims" > /dev/null
+fi
 log "done in $(($(date +%s) - START)) s"
 pack
