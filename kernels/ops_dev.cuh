@@ -200,22 +200,43 @@ static void opsd_linear_forward(CudaCtx *ctx, CudaDtype t_in, CudaDtype t_out, T
 }
 
 /* The tied head, x and wte of type t, logits and the gradients fp32; the logits' rows ld >= V
- * elements apart. */
+ * elements apart. cuBLAS runs its 16-byte-aligned kernels only where the contiguous extent of
+ * every operand is a multiple of 8 elements as well as its row stride: the logits' row (V, in
+ * the forward product's output and as dx's contraction) is not when V is odd (GPT-2's 50,257),
+ * and results/gpu/lease3's profile still shows those two products on the Turing align1
+ * fallback. So they split at V8, V rounded down to 8: the aligned bulk, then the few remaining
+ * columns (a product of extent V - V8 < 8, whose cost is negligible). dwte's product has the
+ * logits' rows as its contraction and C as its row, both aligned once ld is: one product. */
 static inline void opsd_lm_head_forward(CudaCtx *ctx, CudaDtype t, float *logits, const void *x,
 					const void *wte, int N, int C, int V, int ld)
 {
-	/* logits (N, V) = x (N, C) wte^T, wte stored (V, C) */
-	GemmBatch a = {x, C, 0, 0}, b = {wte, C, 0, 1}, o = {logits, ld, 0, 0};
-	gemm_cuda_strided(ctx, t, CDT_F32, N, V, C, 1.0f, a, b, 0.0f, o);
+	/* logits (N, V) = x (N, C) wte^T, wte stored (V, C), in vocabulary parts (either may be
+	 * empty) */
+	size_t e = t == CDT_F32 ? 4 : 2;
+	int cut[3] = {0, V / 8 * 8, V};
+	GemmBatch a = {x, C, 0, 0};
+	for (int p = 0; p < 2; p++) {
+		int lo = cut[p], n = cut[p + 1] - lo;
+		GemmBatch b = {(const char *)wte + (size_t)lo * C * e, C, 0, 1};
+		GemmBatch o = {logits + lo, ld, 0, 0};
+		if (n > 0)
+			gemm_cuda_strided(ctx, t, CDT_F32, N, n, C, 1.0f, a, b, 0.0f, o);
+	}
 }
 
 static inline void opsd_lm_head_backward(CudaCtx *ctx, CudaDtype t, float *dx, float *dwte,
 					 const void *dlogits, const void *x, const void *wte,
 					 int N, int C, int V, int ld)
 {
-	if (dx) { /* dx (N, C) += dlogits (N, V) wte (V, C) */
-		GemmBatch a = {dlogits, ld, 0, 0}, b = {wte, C, 0, 0}, o = {dx, C, 0, 0};
-		gemm_cuda_strided(ctx, t, CDT_F32, N, C, V, 1.0f, a, b, 1.0f, o);
+	size_t e = t == CDT_F32 ? 4 : 2;
+	int cut[3] = {0, V / 8 * 8, V};
+	/* dx (N, C) += dlogits (N, V) wte (V, C), the contraction over V in the same parts */
+	for (int p = 0; dx && p < 2; p++) {
+		int lo = cut[p], k = cut[p + 1] - lo;
+		GemmBatch a = {(const char *)dlogits + (size_t)lo * e, ld, 0, 0};
+		GemmBatch b = {(const char *)wte + (size_t)lo * C * e, C, 0, 0}, o = {dx, C, 0, 0};
+		if (k > 0)
+			gemm_cuda_strided(ctx, t, CDT_F32, N, C, k, 1.0f, a, b, 1.0f, o);
 	}
 	if (dwte) { /* dwte (V, C) += dlogits^T x */
 		GemmBatch a = {dlogits, ld, 0, 1}, b = {x, C, 0, 0}, o = {dwte, C, 0, 0};

@@ -53,6 +53,10 @@ run() {
 	fi
 	timeout -k 5 "$cap" "$@"
 }
+# the test suites' binaries (steps 2 and 6), set whichever steps run (lease 4's step 6 ran
+# without them when they were set in step 2)
+export PX_BIN=$BIN/parallax PX_RUN_BIN=$BIN/parallax PX_ROOT=$PWD \
+	PX_COMM_CHECK=$BIN/comm_mpi_check PX_NCCL_CHECK=$BIN/comm_nccl_check
 # PX_GPU_STEPS="1 3 4": only those steps (a second, shorter lease); steps 4, 6 and 7 price
 # their runs with step 3's calibration
 HW=()
@@ -71,8 +75,6 @@ pack
 fi
 if want 2; then
 log "2. GPU tests"
-export PX_BIN=$BIN/parallax PX_RUN_BIN=$BIN/parallax PX_ROOT=$PWD \
-	PX_COMM_CHECK=$BIN/comm_mpi_check PX_NCCL_CHECK=$BIN/comm_nccl_check
 PX_SUITE=kernels_cuda,gpt_cuda,sparse,comm-gpu run 150 "$BIN/px_tests" > "$OUT/tests.txt" 2>&1
 note "px_tests (kernels_cuda, gpt_cuda, sparse, comm-gpu) exit $?"
 grep -E "^ +(suites|tests|asserts)|skipped|^# cuda|FAILED|Test: .*\.\.\.FAILED" "$OUT/tests.txt" |
