@@ -248,7 +248,9 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	double head = sb * (double)m->h * (y->final_norm || !y->lm_head ? 2 : 1) * d;
 	if (y->embed_dim && y->embed_dim != m->h)
 		head += sb * (double)y->embed_dim * d;
-	double logits = y->lm_head ? sb * (double)m->V * 4 : 0; /* vocabulary-parallel: V/t each */
+	long long a = x->logits_align > 1 ? x->logits_align : 1;
+	double row = (double)((m->V + a - 1) / a * a); /* a logits row, as the executor pads it */
+	double logits = y->lm_head ? sb * row * 4 : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
 		head += sb * hf_norm_extra(m, norm_in_bytes(x));
 	/* Gemma-2's soft-capping of the logits (Gemma2ForCausalLM: divided, tanh, multiplied,

@@ -723,6 +723,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 		p->shape.elem_bytes = dtype_bytes(ds->autocast);
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
+	if (sc->backend == BACKEND_CUDA) /* the CUDA executor's logits rows (exec/compute_cuda.c) */
+		p->shape.logits_align = 8;
 	p->activations_known = model_known(m);
 
 	if (m->experts) { /* DeepSpeed sharded_moe.py: capacity per expert from this rank's tokens */

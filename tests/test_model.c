@@ -7,6 +7,7 @@
 
 #include "../engine/activ.h"
 #include "../exec/runner.h"
+#include "../kernels/gpt16_cpu.h"
 #include "../sim/opcost.h"
 #include "fixtures.h"
 #include "suites.h"
@@ -145,6 +146,30 @@ static void test_korthikanti_ends(void)
 		expected = sbh + 4 * sbh + 4 * 2048.0 * 2 * 51200 / t;
 		CU_ASSERT_DOUBLE_EQUAL(activ_ends_bytes(&m, &x), expected, 1e-6 * expected);
 	}
+}
+
+/* The CUDA executor's logits rows are padded to a multiple of 8 elements (kernels/ops_cuda.h), and
+ * backend cuda's prediction says so: GPT-2's odd 50,257 becomes 50,264, 7 fp32 columns more per
+ * token, 8 x 1024 x 7 x 4 = 229,376 bytes at batch 8 x 1024, the difference the executor's own
+ * head layout has (gpt16_head_act_bytes_ld); a vocabulary already a multiple of 8 gains nothing.
+ * results/gpu/lease4 measured GPT-2 124M's activations at the padded prediction to the byte. */
+static void test_cuda_logits_padding(void)
+{
+	ModelSpec m = paper_layer(768, 12);
+	m.V = 50257;
+	ActivShape x = {.s = 1024, .b = 8, .t = 1, .elem_bytes = 2};
+	double plain = activ_head_bytes(&m, &x);
+	x.logits_align = 8;
+	CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x) - plain, 229376, 0);
+	GptConfig c = {.V = 50257, .max_T = 1024, .C = 768, .L = 12, .NH = 12};
+	CU_ASSERT_EQUAL(gpt16_head_act_bytes_ld(&c, PREC_BF16, 8, 1024, 50264) -
+				gpt16_head_act_bytes(&c, PREC_BF16, 8, 1024),
+			229376);
+	m.V = 50304;
+	x.logits_align = 0;
+	plain = activ_head_bytes(&m, &x);
+	x.logits_align = 8;
+	CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x), plain, 0);
 }
 
 /* Whole-scenario check: GPT-2 1.5B, seq 1024, micro-batch 4, bf16, no checkpointing, ZeRO-0 on
@@ -528,6 +553,7 @@ int test_model_register(void)
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
 			    {"Korthikanti embedding and output", test_korthikanti_ends},
 			    {"scenario activation peak", test_scenario_activations},
+			    {"the CUDA executor's padded logits", test_cuda_logits_padding},
 			    {"Hugging Face's eager GPT-2 block, op by op", test_hf_eager_gpt2_block},
 			    {"Hugging Face's eager Gemma and Gemma 2 blocks, op by op",
 			     test_hf_eager_gemma_blocks},
