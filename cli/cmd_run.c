@@ -577,8 +577,10 @@ static int run_predict(RunOpts *o, Scenario *sc, Prediction *pr, int speak, PxEr
 	if (o->hw)
 		hwprofile_apply_memory(&hw, &sc->cluster);
 	/* ranks that communicate through host memory (--comm mpi, or auto where ranks share a GPU
-	 * or run alone: run_gpu_setup) hold no NCCL buffers on the device */
-	if (o->gpu ? strcmp(o->gpu->comm_name, "nccl") != 0 : !strcmp(o->comm, "mpi"))
+	 * or run alone: run_gpu_setup) hold no NCCL buffers on the device; before the GPU is set up
+	 * (the launcher's memory guard) a lone rank under auto is known to be one of them */
+	if (o->gpu ? strcmp(o->gpu->comm_name, "nccl") != 0 :
+		     !strcmp(o->comm, "mpi") || (!strcmp(o->comm, "auto") && o->ranks == 1))
 		sc->cluster.nccl_buffers_bytes = 0;
 	if (predict_run(sc, pr, err))
 		goto out_scenario;
