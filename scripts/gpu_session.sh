@@ -9,7 +9,8 @@
 #      NCCL between all of them (the profile's nvlink link)
 #   4. speed: GPT-2 124M, bf16, sequence 1024, on this executor (priced with the calibration)
 #      and in PyTorch eager; PyTorch's host time per kernel (host.kernel_issue_s)
-#   5. each kernel's GPU time in one steady step of the executor (Nsight Compute), and every
+#   5. each kernel's GPU time and the host's CUDA calls over six steps (Nsight Systems), each
+#      kernel's in one steady step (Nsight Compute), and every
 #      kernel's memory accesses checked (compute-sanitizer memcheck), where they are there
 #   6. the executor's GPU suite (losses against the CPU's, memory claims, step time)
 #   7. ZeRO's claims on one GPU: stages 0-3 at N = 1, 2, 4, 8 ranks sharing it (MPI staged),
@@ -139,7 +140,24 @@ pack
 
 fi
 if want 5; then
-log "5. where the executor's step goes: each kernel's GPU time in one steady step (Nsight Compute)"
+log "5. where the executor's step goes: each kernel's GPU time (Nsight Systems, Nsight Compute)"
+# Nsight Systems first: no kernel replay (ncu's failed on a kernel in leases 2 and 3), and it
+# sees the host's side too, so the gaps between kernels (synchronisations, allocations) show in
+# the CUDA API summary beside each kernel's total
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+	2>/dev/null | head -1)
+if [ -n "$NSYS" ]; then
+	run 90 "$NSYS" profile --trace cuda --sample none --cpuctx-switch none --force-overwrite true \
+		-o "$OUT/nsys-gpt2-124m" "$BIN/parallax" run scenarios/gpt2-124m-cuda.json \
+		--backend cuda --steps 6 --no-db > "$OUT/nsys.txt" 2>&1
+	note "nsys exit $?"
+	run 60 "$NSYS" stats --report cuda_gpu_kern_sum --report cuda_api_sum --format csv \
+		--force-export true -o "$OUT/nsys" "$OUT/nsys-gpt2-124m.nsys-rep" >> "$OUT/nsys.txt" 2>&1
+	note "nsys stats exit $?"
+	head -12 "$OUT"/nsys_cuda_api_sum.csv 2>/dev/null | cut -c1-160 | tee -a "$OUT/session.log"
+else
+	note "no nsys on this machine"
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
 	# step 3 alone (PX_CUDA_PROFILE_STEP brackets it with cudaProfilerStart/Stop): the warm-up
