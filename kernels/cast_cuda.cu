@@ -7,15 +7,12 @@
 
 #define CAST_THREADS 256
 
+/* between two different types (cast_cuda copies a type to itself) */
 __global__ static void cast_kernel(void *dst, int dst_type, const void *src, int src_type,
 				   size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		if (dst_type == src_type && dst_type != CDT_F32) { /* 16-bit copy: keep the bits */
-			((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
-			continue;
-		}
 		float v = castd_load(src, i, src_type);
 		if (dst_type == CDT_BF16)
 			((uint16_t *)dst)[i] = castd_f32_to_bf16(v);
@@ -39,6 +36,13 @@ void cast_cuda(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src, Cud
 	check_dtype(src_type);
 	if (!n)
 		return;
+	if (dst_type == src_type) { /* a copy, bits kept: at the copy's rate (the calibration's 4.2
+				      TB/s on an H200), not through a kernel's 2- or 4-byte loads */
+		if (dst != src)
+			CUDA_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == CDT_F32 ? 4 : 2),
+						   cudaMemcpyDefault, ctx->stream));
+		return;
+	}
 	cast_kernel<<<cuda_blocks_for(n, CAST_THREADS), CAST_THREADS, 0, ctx->stream>>>(
 		dst, dst_type, src, src_type, n);
 	CUDA_CHECK_LAUNCH();

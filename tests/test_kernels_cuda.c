@@ -889,6 +889,13 @@ static void test_casts(void)
 	precision_bf16_to_f32_n(want32, want16, n);
 	precision_f32_to_f16_n(want16, want32, n);
 	CU_ASSERT_EQUAL(cfx_same_bits("cast bf16 to f16", got16, want16, n, 2), 0);
+	/* a type to itself is a copy (cudaMemcpyAsync): the bits kept */
+	cast_cuda(cfx_ctx(), g16, CDT_F16, g16b, CDT_F16, n);
+	cuda_ctx_download(cfx_ctx(), got16, g16, n * 2);
+	CU_ASSERT_EQUAL(cfx_same_bits("cast f16 to f16", got16, want16, n, 2), 0);
+	cast_cuda(cfx_ctx(), gy32, CDT_F32, gx, CDT_F32, n);
+	cuda_ctx_download(cfx_ctx(), got32, gy32, n * 4);
+	CU_ASSERT_EQUAL(cfx_same_bits("cast f32 to f32", got32, x, n, 4), 0);
 	cuda_ctx_free(g16b);
 	free(x), free(want16), free(got16), free(want32), free(got32);
 	cuda_ctx_free(gx), cuda_ctx_free(gy32), cuda_ctx_free(g16);
