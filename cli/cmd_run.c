@@ -516,8 +516,8 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		       pr->onebit.zero_one ? ", comm.onebit_local.* the local steps'" : "");
 	printf("# memory in bytes at its peak, measured as: requested = what the executor asked for "
 	       "under the schedule's\n# labels; allocator = what its allocator held from the system "
-	       "(the CPU backend's pool: mapped\n# segments; CUDA: what it asked of its pool or of "
-	       "cudaMalloc, PX_CUDA_ALLOC); VmHWM = the\n# whole process's peak resident set. "
+	       "(the CPU backend's pool: mapped\n# segments; CUDA: its pool's reserve, or what it asked "
+	       "of cudaMalloc: PX_CUDA_ALLOC); VmHWM = the\n# whole process's peak resident set. "
 	       "Communication per optimizer step: issued = the calls'\n# payloads; sent: wire bytes "
 	       "%s\n",
 	       counted ? "counted message by message by the transport" :

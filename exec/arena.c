@@ -72,5 +72,7 @@ double arena_held_peak(const Arena *a, Place place)
 	if (!a->held)
 		return place < N_PLACES ? a->peak[place] : NAN;
 	a->held(a->ctx, place, &now, &peak);
+	if (peak < 0) /* the source has no figure for this place: the requests' */
+		return place < N_PLACES ? a->peak[place] : NAN;
 	return peak;
 }

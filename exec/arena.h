@@ -19,7 +19,8 @@ typedef struct Arena {
 	void (*release)(void *ctx, Place place, void *ptr);
 	void *ctx;
 	/* what the source holds from the system for a place, now and at its high-water mark
-	 * (compute.h's held), and its settle; NULL: each alloc is its own request to the system */
+	 * (compute.h's held; negative for a place it has no figure for), and its settle; NULL:
+	 * each alloc is its own request to the system */
 	void (*held)(void *ctx, int place, double *now_bytes, double *peak_bytes);
 	void (*settle)(void *ctx);
 	/* called when a place's peak rises, e.g. to read the device's own figure then; NULL: none */

@@ -48,9 +48,10 @@ typedef struct ComputeBackend {
 	void *(*alloc_empty)(void *ctx, Place place, size_t bytes);
 	void (*release)(void *ctx, Place place, void *ptr);
 	/* The bytes the backend's allocator holds from the system for place (N_PLACES: all places
-	 * together), now and at their high-water mark: the CPU's pool segments (pool.h). NULL where
-	 * every alloc is a request of its own to the system (CUDA's cudaMalloc), so that the bytes
-	 * asked for are the bytes obtained. */
+	 * together), now and at their high-water mark: the CPU's pool segments (pool.h), the CUDA
+	 * device pool's reserve. Negative for a place where every alloc is a request of its own to
+	 * the system (CUDA's pinned host memory, its device memory under PX_CUDA_ALLOC=sync), so
+	 * that the bytes asked for are the figure; NULL: so for every place. */
 	void (*held)(void *ctx, int place, double *now_bytes, double *peak_bytes);
 	/* Give back to the system what no allocation uses, and start the high-water marks again
 	 * from now (after set-up). NULL: nothing kept. */

@@ -166,6 +166,45 @@ static void cuda_release(void *cx, Place place, void *ptr)
 		cudaFreeHost(ptr);
 }
 
+/* The device pool of a pool mode, or NULL (sync, or no pool to be had) */
+static cudaMemPool_t device_pool(const CudaCompute *c)
+{
+	int dev = 0;
+	cudaMemPool_t pool;
+	if (c->mode == ALLOC_SYNC || cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess)
+		return NULL;
+	return pool;
+}
+
+/* What the pool holds from the system, now and at its high-water mark (its reserve, as torch's
+ * memory_reserved): the device place under a pool mode. Negative, no figure, for the host place
+ * (pinned, each buffer its own cudaMallocHost) and under sync (each buffer its own cudaMalloc):
+ * the arena's sum of the requests is the figure there. */
+static void cuda_held(void *cx, int place, double *now_bytes, double *peak_bytes)
+{
+	cudaMemPool_t pool = place == PLACE_GPU ? device_pool(cx) : NULL;
+	uint64_t now = 0, high = 0;
+	*now_bytes = *peak_bytes = -1;
+	if (pool &&
+	    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &now) == cudaSuccess &&
+	    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high) == cudaSuccess)
+		*now_bytes = (double)now, *peak_bytes = (double)high;
+}
+
+/* After set-up: the pool gives back what nothing uses, and its high-water mark restarts there. */
+static void cuda_settle(void *cx)
+{
+	CudaCompute *c = cx;
+	cudaMemPool_t pool = device_pool(c);
+	uint64_t zero = 0;
+	if (!pool)
+		return;
+	cuda_ctx_sync(c->ctx);
+	cudaMemPoolTrimTo(pool, 0);
+	cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero); /* to the current */
+}
+
 /* ---- storage ---- */
 
 static void cuda_convert(void *cx, void *dst, Dtype dd, const void *src, Dtype sd, size_t n)
@@ -343,6 +382,8 @@ const ComputeBackend compute_cuda_backend = {
 	.alloc = cuda_alloc,
 	.alloc_empty = cuda_alloc_empty,
 	.release = cuda_release,
+	.held = cuda_held,
+	.settle = cuda_settle,
 	.convert = cuda_convert,
 	.add = cuda_add,
 	.zero = cuda_zero,
