@@ -172,8 +172,11 @@ static void test_memory_claims(void)
  * multiply in the parameters' dtype on tensor cores, cuBLAS's bf16 kernels in results/gpu/'s
  * Nsight Compute breakdown) is within 10% of the measured mean step, on GPT-2 124M at sequence
  * 1024 with one GPU (scenarios/gpt2-124m-cuda.json, bf16); 20 steps, so the first one's set-up
- * weighs little. On the H200 of 2026-11-30 it was not (0.0295 s predicted with the fp32
- * calibration this test then used, 0.0886 s measured): results/gpu/README.md says why. */
+ * weighs little. On the H200 of 2026-11-30 it was not: 0.0295 s predicted, 0.0886 s measured
+ * (lease 2, the kernels and cudaMalloc per buffer), then 0.0325 s predicted, 0.0813 s measured
+ * (lease 3, new kernels, the pool giving memory back at each synchronisation); the runbook's
+ * speed run with the caching pool, 0.0549 s against 0.0318 s (lease 4). results/gpu/README.md
+ * names the kernels that still make the difference. */
 static void test_step_time(void)
 {
 	char cal[512], hw[700], text[8192], args[1024];
