@@ -236,12 +236,17 @@ static void memory_table(FILE *f, const Prediction *pr)
 	char when[256];
 	moment_describe(&pr->plan, &w->gpu_moment, when, sizeof(when));
 	fprintf(f, "# GPU peak: %s\n", when);
+	int exec_cuda = pr->plan.sc->backend == BACKEND_CUDA;
 	if (w->alloc_known) /* sim/allocator.h */
-		fprintf(f, "# through PyTorch's caching allocator (model): max_memory_allocated %.3f "
-			"GiB, max_memory_reserved %.3f GiB (%lld segments); nvidia-smi %.3f GiB "
-			"(reserved + %.3f GiB outside it: CUDA context, NCCL)\n",
+		fprintf(f, "# through %s: max_memory_allocated %.3f GiB, max_memory_reserved %.3f "
+			"GiB (%lld segments); nvidia-smi %.3f GiB (reserved + %.3f GiB outside it: "
+			"CUDA context, %s)\n",
+			exec_cuda ? "a caching allocator of PyTorch's design (model; the executor's "
+				    "with PX_CUDA_ALLOC=caching)" :
+				    "PyTorch's caching allocator (model)",
 			w->alloc.allocated_bytes / GiB, w->alloc.reserved_bytes / GiB,
-			w->alloc.segments, w->alloc.smi_bytes / GiB, w->alloc.outside_bytes / GiB);
+			w->alloc.segments, w->alloc.smi_bytes / GiB, w->alloc.outside_bytes / GiB,
+			exec_cuda ? "cuBLAS's workspace, NCCL" : "NCCL");
 
 	fprintf(f, "\n%-6s %14s %14s %13s\n", "place", "peak GiB", "capacity GiB", "fits");
 	const double cap[N_PLACES] = {pr->gpu_capacity_bytes, pr->cpu_capacity_bytes,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../kernels/cast_cuda.h"
+#include "caching.h"
 #include "../kernels/cuda_ctx.h"
 #include "../kernels/gpt_cuda.h"
 #include "../kernels/optim_cuda.h"
@@ -27,16 +28,20 @@
  * - "sync": cudaMalloc, and per release a stream synchronisation then cudaFree (which waits for
  *   the whole device): every buffer its own allocation, so the device's reading is the buffers'
  *   own (the memory-claims checks use it); the first GPU runbook's way (results/gpu/lease1, 2).
+ * - "caching": exec/caching.h, PyTorch's caching allocator's design over cudaMalloc'd segments,
+ *   which the simulator's model of that allocator (sim/allocator.h) predicts: its measured
+ *   reserve is the check of the model's max_memory_reserved. Not yet run on a GPU.
  * GPT-2 124M, bf16, batch 8 x 1024 on one H200 (results/gpu/lease3): a step 55.3 ms cached,
  * 77.6 ms async, 75.4 ms sync; the device's peak 30 MiB above the buffers' sum with a pool, 7 MiB
  * with cudaMalloc. */
-typedef enum { ALLOC_ASYNC, ALLOC_CACHED, ALLOC_SYNC } AllocMode;
+typedef enum { ALLOC_ASYNC, ALLOC_CACHED, ALLOC_SYNC, ALLOC_CACHING } AllocMode;
 
 typedef struct CudaCompute {
 	ComputeShape sh;
 	CudaCtx *ctx;
 	int *tokens; /* device: the micro-batch's inputs, then its targets, (B, T) each */
 	AllocMode mode;
+	Caching *caching; /* ALLOC_CACHING's blocks */
 } CudaCompute;
 
 /* PX_CUDA_ALLOC's mode; -1 with err on a value that names none */
@@ -49,10 +54,12 @@ static int alloc_mode(AllocMode *mode, PxError *err)
 		*mode = ALLOC_ASYNC;
 	else if (!strcmp(v, "sync"))
 		*mode = ALLOC_SYNC;
+	else if (!strcmp(v, "caching"))
+		*mode = ALLOC_CACHING;
 	else
 		return px_fail(err, PX_ERR_INPUT,
 			       "PX_CUDA_ALLOC: \"%s\" is not a way of taking device memory; expected "
-			       "cached, async or sync", v);
+			       "cached, async, sync or caching", v);
 	return 0;
 }
 
@@ -62,7 +69,7 @@ static void pool_setup(CudaCompute *c)
 {
 	int dev = 0, pools = 0;
 	cudaMemPool_t pool;
-	if (c->mode == ALLOC_SYNC)
+	if (c->mode == ALLOC_SYNC || c->mode == ALLOC_CACHING)
 		return;
 	uint64_t keep = c->mode == ALLOC_CACHED ? UINT64_MAX : 0;
 	if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -78,6 +85,20 @@ static void pool_setup(CudaCompute *c)
 static CudaDtype cdt(Dtype d)
 {
 	return d == DT_FP32 ? CDT_F32 : d == DT_BF16 ? CDT_BF16 : CDT_F16;
+}
+
+/* ALLOC_CACHING's segments: cudaMalloc'd, given back only when the backend goes */
+static void *segment_map(void *ctx, size_t bytes)
+{
+	void *p = NULL;
+	(void)ctx;
+	return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+}
+
+static void segment_unmap(void *ctx, void *segment)
+{
+	(void)ctx;
+	cudaFree(segment);
 }
 
 static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
@@ -102,6 +123,13 @@ static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
 	c->ctx = cuda_ctx_create(shape->device % count);
 	c->tokens = cuda_ctx_alloc(2 * (size_t)shape->B * (size_t)shape->T * sizeof(int));
 	pool_setup(c);
+	CachingSource src = {segment_map, segment_unmap, NULL};
+	if (c->mode == ALLOC_CACHING && !(c->caching = caching_create(&src))) {
+		cuda_ctx_free(c->tokens);
+		cuda_ctx_destroy(c->ctx);
+		free(c);
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
 	*out = c;
 	return 0;
 }
@@ -112,6 +140,10 @@ static void cuda_destroy(void *cx)
 	if (!c)
 		return;
 	cuda_ctx_free(c->tokens);
+	if (c->caching) {
+		cuda_ctx_sync(c->ctx);
+		caching_destroy(c->caching);
+	}
 	cuda_ctx_destroy(c->ctx);
 	free(c);
 }
@@ -120,7 +152,13 @@ static void *cuda_take(CudaCompute *c, Place place, size_t bytes, int zeroed)
 {
 	void *p = NULL;
 	bytes = bytes ? bytes : 1;
-	if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
+	if (place == PLACE_GPU && c->mode == ALLOC_CACHING) {
+		/* one stream: a block freed is reused in its order, as PyTorch's are */
+		if (!(p = caching_alloc(c->caching, bytes)))
+			return NULL;
+		if (zeroed)
+			cuda_ctx_zero(c->ctx, p, bytes);
+	} else if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
 		/* stream-ordered: the zeros land before anything queued after them */
 		if (cudaMallocAsync(&p, bytes, (cudaStream_t)cuda_ctx_stream(c->ctx)) != cudaSuccess)
 			return NULL;
@@ -155,6 +193,10 @@ static void *cuda_alloc_empty(void *cx, Place place, size_t bytes)
 static void cuda_release(void *cx, Place place, void *ptr)
 {
 	CudaCompute *c = cx;
+	if (place == PLACE_GPU && c->mode == ALLOC_CACHING) {
+		caching_free(c->caching, ptr);
+		return;
+	}
 	if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
 		cudaFreeAsync(ptr, (cudaStream_t)cuda_ctx_stream(c->ctx));
 		return;
@@ -171,7 +213,7 @@ static cudaMemPool_t device_pool(const CudaCompute *c)
 {
 	int dev = 0;
 	cudaMemPool_t pool;
-	if (c->mode == ALLOC_SYNC || cudaGetDevice(&dev) != cudaSuccess ||
+	if (c->mode == ALLOC_SYNC || c->mode == ALLOC_CACHING || cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess)
 		return NULL;
 	return pool;
@@ -183,9 +225,16 @@ static cudaMemPool_t device_pool(const CudaCompute *c)
  * the arena's sum of the requests is the figure there. */
 static void cuda_held(void *cx, int place, double *now_bytes, double *peak_bytes)
 {
-	cudaMemPool_t pool = place == PLACE_GPU ? device_pool(cx) : NULL;
+	CudaCompute *c = cx;
+	cudaMemPool_t pool = place == PLACE_GPU ? device_pool(c) : NULL;
 	uint64_t now = 0, high = 0;
 	*now_bytes = *peak_bytes = -1;
+	if (place == PLACE_GPU && c->caching) { /* its segments, as torch's memory_reserved */
+		CachingStats st;
+		caching_stats(c->caching, &st);
+		*now_bytes = (double)st.reserved_bytes, *peak_bytes = (double)st.reserved_peak_bytes;
+		return;
+	}
 	if (pool &&
 	    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &now) == cudaSuccess &&
 	    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high) == cudaSuccess)
@@ -198,6 +247,8 @@ static void cuda_settle(void *cx)
 	CudaCompute *c = cx;
 	cudaMemPool_t pool = device_pool(c);
 	uint64_t zero = 0;
+	if (c->caching) /* keeps its segments, as PyTorch's does (no empty_cache) */
+		caching_reset_peak(c->caching);
 	if (!pool)
 		return;
 	cuda_ctx_sync(c->ctx);

@@ -118,14 +118,14 @@ run 120 "$BIN/parallax" run scenarios/gpt2-124m-cuda.json --backend cuda --steps
 	--db "$DB" > "$OUT/speed-parallax.txt" 2>&1
 note "parallax run exit $?"
 tail -12 "$OUT/speed-parallax.txt" | tee -a "$OUT/session.log"
-# the same run with device memory taken the other two ways (exec/compute_cuda.c, PX_CUDA_ALLOC):
+# the same run with device memory taken the other ways (exec/compute_cuda.c, PX_CUDA_ALLOC):
 # what the per-buffer synchronisations of cudaMalloc / cudaFree cost, and what a caching pool holds
-for mode in async sync; do
+for mode in async sync caching; do
 	run 60 env PX_CUDA_ALLOC=$mode "$BIN/parallax" run scenarios/gpt2-124m-cuda.json \
 		--backend cuda --steps 30 "${HW[@]}" --no-db > "$OUT/speed-parallax-$mode.txt" 2>&1
 	note "parallax run, PX_CUDA_ALLOC=$mode: exit $?"
-	grep -E "^# step time|^memory.gpu.device_peak_bytes" "$OUT/speed-parallax-$mode.txt" |
-		tee -a "$OUT/session.log"
+	grep -E "^# step time|^memory.gpu.(device_)?peak_bytes|^memory.gpu.torch" \
+		"$OUT/speed-parallax-$mode.txt" | tee -a "$OUT/session.log"
 done
 run 120 env LD_LIBRARY_PATH="$HOST_LD" python3 scripts/bench_gpt2_pytorch.py --batch 8 \
 	--seq 1024 --steps 30 --warmup 5 > "$OUT/speed-pytorch.txt" 2>&1

@@ -38,15 +38,17 @@ typedef struct Model {
 	int n_bufs;
 	double allocated, reserved, outside;
 	AllocPeaks *out;
-	int failed;
+	int failed, executor;
 } Model;
 
 /* What lives outside the allocator: the CUDA context (the driver's) and NCCL's buffers (NCCL maps
  * its own with cudaMalloc). Everything else a framework process holds on the device comes from
- * the caching allocator, cuBLAS's workspace included (PyTorch hands it one). */
-static int outside(const Op *op)
+ * the caching allocator, cuBLAS's workspace included (PyTorch hands it one; the executor's
+ * context takes its own). */
+static int outside(const Model *m, const Op *op)
 {
-	return op->what == BUF_CUDA_CONTEXT || op->what == BUF_NCCL;
+	return op->what == BUF_CUDA_CONTEXT || op->what == BUF_NCCL ||
+	       (m->executor && op->what == BUF_CUBLAS_WORKSPACE);
 }
 
 /* Split a block only when what is left is worth keeping: at least one minimum block in the small
@@ -166,7 +168,7 @@ static void on_op(void *ctx, int op_index, int iteration, const Op *op, const do
 	if (m->failed || op->buf < 0 || op->buf >= m->n_bufs)
 		return;
 	if (op->kind == OP_ALLOC && op->place == PLACE_GPU) {
-		if (outside(op))
+		if (outside(m, op))
 			m->outside += op->bytes;
 		else if (take(m, op->buf, op->bytes))
 			m->failed = 1;
@@ -176,9 +178,9 @@ static void on_op(void *ctx, int op_index, int iteration, const Op *op, const do
 	peaks(m);
 }
 
-int alloc_replay(Schedule *s, AllocPeaks *out, PxError *err)
+int alloc_replay(Schedule *s, int executor, AllocPeaks *out, PxError *err)
 {
-	Model m = {.out = out, .n_bufs = s->n_bufs};
+	Model m = {.out = out, .n_bufs = s->n_bufs, .executor = executor};
 	*out = (AllocPeaks){0};
 	m.by_buf = calloc((size_t)(s->n_bufs > 0 ? s->n_bufs : 1), sizeof(*m.by_buf));
 	MemResult mr;

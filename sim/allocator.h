@@ -35,7 +35,9 @@ typedef struct AllocPeaks {
 
 /* Replay schedule s's GPU allocations through the model (the whole walk, every micro-batch: the
  * pools' state carries over). Nothing is ever released to the device (no empty_cache, no
- * capacity: the peaks are those of a device large enough). */
-int alloc_replay(Schedule *s, AllocPeaks *out, PxError *err);
+ * capacity: the peaks are those of a device large enough). executor: the Parallax CUDA
+ * executor's process (exec/caching.h, PX_CUDA_ALLOC=caching), whose cuBLAS workspace its
+ * context takes with cudaMalloc, outside the allocator; else PyTorch's, which hands cuBLAS one. */
+int alloc_replay(Schedule *s, int executor, AllocPeaks *out, PxError *err);
 
 #endif

@@ -615,7 +615,7 @@ static void test_allocator_replay(void)
 		CU_ASSERT_EQUAL(sched_free_buf(&s, ids[i]), 0);
 	AllocPeaks pk;
 	PxError err = {0};
-	CU_ASSERT_EQUAL_FATAL(alloc_replay(&s, &pk, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(alloc_replay(&s, 0, &pk, &err), 0);
 	CU_ASSERT_EQUAL(pk.allocated_bytes, 48 * MiB + 1024);
 	CU_ASSERT_EQUAL(pk.reserved_bytes, 54 * MiB);
 	CU_ASSERT_EQUAL(pk.segments, 3);

@@ -1,0 +1,45 @@
+/* caching: an allocator of the design of PyTorch's CUDA caching allocator
+ * (c10/cuda/CUDACachingAllocator.cpp), for the CUDA backend's device memory: requests rounded to
+ * 512 bytes; small ones (up to 1 MiB) carved from 2 MiB segments, 1-10 MiB ones from 20 MiB
+ * segments, larger ones from segments of their size rounded to 2 MiB; the best-fitting cached
+ * block (smallest, then lowest address) of the request's pool reused, split when what is left is
+ * worth keeping, merged with free neighbours when freed; segments never given back until the
+ * allocator is destroyed. It owns the blocks and their bookkeeping, not the memory: segments come
+ * from a source's map and go back through its unmap (cudaMalloc and cudaFree on CUDA; anything in
+ * the tests). Its figures (allocated: the blocks handed out, as rounded; reserved: the segments
+ * mapped) are what the executor measures against sim/allocator.h's model of the same rules,
+ * implemented apart. One stream: a freed block is reused in stream order, as PyTorch's is. */
+#ifndef PX_EXEC_CACHING_H
+#define PX_EXEC_CACHING_H
+
+#include <stddef.h>
+
+typedef struct CachingSource {
+	void *(*map)(void *ctx, size_t bytes); /* a segment of bytes, NULL when refused */
+	void (*unmap)(void *ctx, void *segment);
+	void *ctx;
+} CachingSource;
+
+typedef struct CachingStats {
+	size_t allocated_bytes, allocated_peak_bytes; /* blocks handed out (rounded sizes) */
+	size_t reserved_bytes, reserved_peak_bytes;   /* segments mapped */
+	long long segments, maps;                     /* segments now; source maps since creation */
+} CachingStats;
+
+typedef struct Caching Caching;
+
+/* An empty allocator over src (copied); NULL when out of host memory. The caller destroys it. */
+Caching *caching_create(const CachingSource *src);
+/* Unmap every segment, live blocks included. NULL is fine. */
+void caching_destroy(Caching *c);
+/* A block of at least bytes (its start 512-byte aligned if the segments are); NULL when the
+ * source refuses a segment. Contents as the block's last user left them. */
+void *caching_alloc(Caching *c, size_t bytes);
+/* Give back a pointer caching_alloc returned (NULL is fine); it stays cached. A pointer it did
+ * not hand out is a caller's bug: returns -1 and changes nothing; else 0. */
+int caching_free(Caching *c, void *ptr);
+void caching_stats(const Caching *c, CachingStats *out);
+/* The high-water marks start again from now. */
+void caching_reset_peak(Caching *c);
+
+#endif
