@@ -466,6 +466,7 @@ static void print_compare(const Prediction *pr, const double *meas, int steps, i
 		{"memory.gpu.runtime.nccl_bytes", NULL, "device reading"},
 		{"memory.gpu.peak_bytes", "memory.gpu.requested_peak_bytes", "requested"},
 		{"memory.gpu.peak_bytes", NULL, "allocator"},
+		{"memory.gpu.torch.max_reserved_bytes", NULL, "caching alloc."},
 		{"memory.gpu.peak_bytes", "memory.gpu.device_peak_bytes", "device reading"},
 		{"memory.cpu.params_bytes", NULL, "requested"},
 		{"memory.cpu.grads_bytes", NULL, "requested"},

@@ -237,7 +237,7 @@ static void memory_table(FILE *f, const Prediction *pr)
 	moment_describe(&pr->plan, &w->gpu_moment, when, sizeof(when));
 	fprintf(f, "# GPU peak: %s\n", when);
 	int exec_cuda = pr->plan.sc->backend == BACKEND_CUDA;
-	if (w->alloc_known) /* sim/allocator.h */
+	if (w->alloc_known && pr->plan.sc->backend != BACKEND_CPU) /* sim/allocator.h */
 		fprintf(f, "# through %s: max_memory_allocated %.3f GiB, max_memory_reserved %.3f "
 			"GiB (%lld segments); nvidia-smi %.3f GiB (reserved + %.3f GiB outside it: "
 			"CUDA context, %s)\n",

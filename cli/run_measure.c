@@ -93,6 +93,9 @@ void run_measure(RunGpu *gpu, const Runner *run, Comm *world, const RunMarks *cl
 	v[k++] = faults < 0 || clk->faults0 < 0 || !clk->steps ? NAN :
 		 clk->steps > 1 ? (double)(faults - clk->faults1) / (double)steady :
 		 (double)(clk->faults1 - clk->faults0);
+	/* the device place's segments under exec/caching.h, the figure the model of PyTorch's
+	 * allocator predicts; NaN for another allocator, whose figure it is not */
+	v[k++] = a->held_caching ? arena_held_peak(a, PLACE_GPU) : NAN;
 	for (int cat = 0; cat < N_CATS; cat++)
 		v[k++] = a->at_peak[PLACE_NVME][cat];
 	v[k++] = clk->steps ? nv_read / (double)clk->steps : 0; /* every step moves the same */
@@ -167,6 +170,7 @@ int run_measured_rows(const double *all, int rank0, int world, int steps, DbMetr
 	snprintf(names[k++], 64, "memory.process.rss_peak_bytes");
 	snprintf(names[k++], 64, "memory.process.rss_before_setup_bytes");
 	snprintf(names[k++], 64, "memory.process.page_faults_per_step");
+	snprintf(names[k++], 64, "memory.gpu.torch.max_reserved_bytes");
 	for (int cat = 0; cat < N_CATS; cat++)
 		snprintf(names[k++], 64, "memory.nvme.%s_bytes", cat_name(cat));
 	snprintf(names[k++], 64, "copy.%s_bytes", copy_name(COPY_NVME_READ));

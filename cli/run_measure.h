@@ -14,8 +14,9 @@
 
 enum {
 	/* the bytes requested by category (the arena's labels), the allocator's high-water per
-	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults) */
-	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4,
+	 * place, the requested peaks, the process's figures (pool, VmHWM, page faults), the caching
+	 * allocator's reserve (PX_CPU_ALLOC or PX_CUDA_ALLOC=caching) */
+	MEAS_MEMORY = 3 * N_CATS + 3 + 2 + 4 + 1,
 	/* then the 1-bit compressed steps' by kind, 0/1 Adam's local steps' wire bytes, and the
 	 * 1-bit initialisation step's by kind */
 	MEAS_COMM = 2 * N_COLLS + 1 + N_COLLS + 1 + 1 + N_COLLS + 1,

@@ -23,6 +23,7 @@ typedef struct Arena {
 	 * each alloc is its own request to the system */
 	void (*held)(void *ctx, int place, double *now_bytes, double *peak_bytes);
 	void (*settle)(void *ctx);
+	int held_caching; /* the device place's held figure is exec/caching.h's reserve */
 	/* called when a place's peak rises, e.g. to read the device's own figure then; NULL: none */
 	void (*on_peak)(void *ctx, Place place);
 	void *peak_ctx;

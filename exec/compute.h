@@ -56,6 +56,10 @@ typedef struct ComputeBackend {
 	/* Give back to the system what no allocation uses, and start the high-water marks again
 	 * from now (after set-up). NULL: nothing kept. */
 	void (*settle)(void *ctx);
+	/* 1 when the device place's memory comes from exec/caching.h (PX_CPU_ALLOC or
+	 * PX_CUDA_ALLOC=caching), so that held's figure for it is that allocator's reserve; NULL:
+	 * never */
+	int (*caching)(void *ctx);
 
 	/* ---- storage ---- */
 	/* dst = src (n elements), converted between fp32, fp16 and bf16 (round to nearest even) */

@@ -1,5 +1,7 @@
 /* compute_cpu: the compute backend on the host: every place is host memory, taken from a pool of
- * its own (pool.h: segments mapped from the system and reused), and the kernels are kernels/'s
+ * its own (pool.h: segments mapped from the system and reused; with PX_CPU_ALLOC=caching the
+ * device place from caching.h, PyTorch's allocator's design, whose reserve the simulator's model
+ * of it predicts), and the kernels are kernels/'s
  * plain-C reference (matrix products through OpenBLAS). Everything runs synchronously, so check
  * has nothing to report. Loops over whole buffers split over kernels/par_cpu's threads
  * (OpenBLAS's count), with results that do not depend on how many there are. */
@@ -11,8 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "../kernels/par_cpu.h"
 #include "../kernels/precision.h"
+#include "caching.h"
 #include "pool.h"
 
 typedef struct CpuCtx {
@@ -22,6 +27,7 @@ typedef struct CpuCtx {
 	float *att;                  /* set_scores': the blocks' attention probabilities, apart */
 	const SparseIndex *ix;       /* set_sparse's: block-sparse attention's kept blocks */
 	Pool *pool[N_PLACES];        /* each place's memory, so that each has its own figures */
+	Caching *dev;                /* PX_CPU_ALLOC=caching: the device place's, in pool's stead */
 	double held_peak_bytes;      /* all places' mapped bytes together, at their highest */
 } CpuCtx;
 
@@ -30,7 +36,40 @@ static void cpu_destroy(void *ctx)
 	CpuCtx *c = ctx;
 	for (int p = 0; c && p < N_PLACES; p++)
 		pool_destroy(c->pool[p]);
+	if (c)
+		caching_destroy(c->dev);
 	free(ctx);
+}
+
+/* The caching allocator's segments: anonymous mappings, zero and not resident until written.
+ * The length is the allocator's to remember; munmap wants it back, so it rides in front. */
+static void *segment_map(void *ctx, size_t bytes)
+{
+	(void)ctx;
+	size_t *p = mmap(NULL, bytes + 4096, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	*p = bytes + 4096;
+	return (char *)p + 4096;
+}
+
+static void segment_unmap(void *ctx, void *segment)
+{
+	(void)ctx;
+	size_t *p = (size_t *)((char *)segment - 4096);
+	munmap(p, *p);
+}
+
+/* PX_CPU_ALLOC: "pool" (the default) or "caching"; -1 with err on anything else */
+static int device_caching(int *on, PxError *err)
+{
+	const char *v = getenv("PX_CPU_ALLOC");
+	*on = v && !strcmp(v, "caching");
+	if (v && *v && !*on && strcmp(v, "pool"))
+		return px_fail(err, PX_ERR_INPUT, "PX_CPU_ALLOC: \"%s\" is not a way of taking the "
+			       "device place's memory; expected pool or caching", v);
+	return 0;
 }
 
 static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
@@ -38,12 +77,17 @@ static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 	if (shape->dt != DT_FP32 &&
 	    gpt16_check(&shape->cfg, compute_prec(shape->dt), shape->B, shape->T, err))
 		return -1;
+	int caching = 0;
+	if (device_caching(&caching, err))
+		return -1;
 	CpuCtx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	c->sh = *shape;
+	CachingSource src = {segment_map, segment_unmap, NULL};
 	for (int p = 0; p < N_PLACES; p++)
-		if (!(c->pool[p] = pool_create(&POOL_CONFIG_DEFAULT))) {
+		if (!(c->pool[p] = pool_create(&POOL_CONFIG_DEFAULT)) ||
+		    (caching && p == PLACE_GPU && !(c->dev = caching_create(&src)))) {
 			cpu_destroy(c);
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		}
@@ -56,6 +100,12 @@ static double mapped_bytes(const CpuCtx *c)
 	double sum = 0;
 	for (int p = 0; p < N_PLACES; p++) {
 		PoolStats st;
+		CachingStats cs;
+		if (p == PLACE_GPU && c->dev) {
+			caching_stats(c->dev, &cs);
+			sum += (double)cs.reserved_bytes;
+			continue;
+		}
 		pool_stats(c->pool[p], &st);
 		sum += (double)st.mapped_bytes;
 	}
@@ -64,7 +114,13 @@ static double mapped_bytes(const CpuCtx *c)
 
 static void *cpu_take(CpuCtx *c, Place place, size_t bytes, int zeroed)
 {
-	void *p = zeroed ? pool_alloc(c->pool[place], bytes) : pool_alloc_empty(c->pool[place], bytes);
+	void *p;
+	if (place == PLACE_GPU && c->dev) { /* a reused block holds its last user's bytes */
+		if ((p = caching_alloc(c->dev, bytes ? bytes : 1)) && zeroed)
+			memset(p, 0, bytes);
+	} else {
+		p = zeroed ? pool_alloc(c->pool[place], bytes) : pool_alloc_empty(c->pool[place], bytes);
+	}
 	double now = mapped_bytes(c);
 	if (now > c->held_peak_bytes)
 		c->held_peak_bytes = now;
@@ -84,7 +140,10 @@ static void *cpu_alloc_empty(void *ctx, Place place, size_t bytes)
 static void cpu_release(void *ctx, Place place, void *ptr)
 {
 	CpuCtx *c = ctx;
-	pool_free(c->pool[place], ptr);
+	if (place == PLACE_GPU && c->dev)
+		caching_free(c->dev, ptr);
+	else
+		pool_free(c->pool[place], ptr);
 }
 
 static void cpu_held(void *ctx, int place, double *now_bytes, double *peak_bytes)
@@ -95,10 +154,22 @@ static void cpu_held(void *ctx, int place, double *now_bytes, double *peak_bytes
 		*peak_bytes = c->held_peak_bytes;
 		return;
 	}
+	if (place == PLACE_GPU && c->dev) { /* its segments, as torch's memory_reserved */
+		CachingStats cs;
+		caching_stats(c->dev, &cs);
+		*now_bytes = (double)cs.reserved_bytes;
+		*peak_bytes = (double)cs.reserved_peak_bytes;
+		return;
+	}
 	PoolStats st;
 	pool_stats(c->pool[place], &st);
 	*now_bytes = (double)st.mapped_bytes;
 	*peak_bytes = (double)st.mapped_peak_bytes;
+}
+
+static int cpu_caching(void *ctx)
+{
+	return ((CpuCtx *)ctx)->dev != NULL;
 }
 
 static void cpu_settle(void *ctx)
@@ -108,6 +179,8 @@ static void cpu_settle(void *ctx)
 		pool_trim(c->pool[p]);
 		pool_reset_peak(c->pool[p]);
 	}
+	if (c->dev) /* keeps its segments, as PyTorch's does (no empty_cache) */
+		caching_reset_peak(c->dev);
 	c->held_peak_bytes = mapped_bytes(c);
 }
 
@@ -447,6 +520,7 @@ const ComputeBackend compute_cpu_backend = {
 	.release = cpu_release,
 	.held = cpu_held,
 	.settle = cpu_settle,
+	.caching = cpu_caching,
 	.convert = cpu_convert,
 	.add = cpu_add,
 	.zero = cpu_zero,

@@ -241,6 +241,11 @@ static void cuda_held(void *cx, int place, double *now_bytes, double *peak_bytes
 		*now_bytes = (double)now, *peak_bytes = (double)high;
 }
 
+static int cuda_caching(void *cx)
+{
+	return ((CudaCompute *)cx)->caching != NULL;
+}
+
 /* After set-up: the pool gives back what nothing uses, and its high-water mark restarts there. */
 static void cuda_settle(void *cx)
 {
@@ -435,6 +440,7 @@ const ComputeBackend compute_cuda_backend = {
 	.release = cuda_release,
 	.held = cuda_held,
 	.settle = cuda_settle,
+	.caching = cuda_caching,
 	.convert = cuda_convert,
 	.add = cuda_add,
 	.zero = cuda_zero,

@@ -1704,6 +1704,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->arena.alloc_empty = r->cb->alloc_empty;
 	r->arena.held = r->cb->held; /* the measured peak: the backend's allocator's */
 	r->arena.settle = r->cb->settle;
+	r->arena.held_caching = r->cb->caching && r->cb->caching(r->cx);
 	if (rt) {
 		r->rt = *rt;
 		r->arena.on_peak = rt->on_gpu_peak ? gpu_peak : NULL;
