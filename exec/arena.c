@@ -68,10 +68,9 @@ void arena_reset_peaks(Arena *a)
 
 double arena_held_peak(const Arena *a, Place place)
 {
-	double now, peak;
-	if (!a->held)
-		return place < N_PLACES ? a->peak[place] : NAN;
-	a->held(a->ctx, place, &now, &peak);
+	double now, peak = -1;
+	if (a->held)
+		a->held(a->ctx, place, &now, &peak);
 	if (peak < 0) /* the source has no figure for this place: the requests' */
 		return place < N_PLACES ? a->peak[place] : NAN;
 	return peak;

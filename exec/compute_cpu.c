@@ -95,19 +95,29 @@ static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 	return 0;
 }
 
+/* What place p's allocator holds from the system, now and at its high-water mark: its pool's
+ * mapped bytes, or the caching allocator's segments (as torch's memory_reserved) */
+static void place_held(const CpuCtx *c, int p, double *now_bytes, double *peak_bytes)
+{
+	if (p == PLACE_GPU && c->dev) {
+		CachingStats cs;
+		caching_stats(c->dev, &cs);
+		*now_bytes = (double)cs.reserved_bytes;
+		*peak_bytes = (double)cs.reserved_peak_bytes;
+		return;
+	}
+	PoolStats st;
+	pool_stats(c->pool[p], &st);
+	*now_bytes = (double)st.mapped_bytes;
+	*peak_bytes = (double)st.mapped_peak_bytes;
+}
+
 static double mapped_bytes(const CpuCtx *c)
 {
-	double sum = 0;
+	double sum = 0, now, peak;
 	for (int p = 0; p < N_PLACES; p++) {
-		PoolStats st;
-		CachingStats cs;
-		if (p == PLACE_GPU && c->dev) {
-			caching_stats(c->dev, &cs);
-			sum += (double)cs.reserved_bytes;
-			continue;
-		}
-		pool_stats(c->pool[p], &st);
-		sum += (double)st.mapped_bytes;
+		place_held(c, p, &now, &peak);
+		sum += now;
 	}
 	return sum;
 }
@@ -154,17 +164,7 @@ static void cpu_held(void *ctx, int place, double *now_bytes, double *peak_bytes
 		*peak_bytes = c->held_peak_bytes;
 		return;
 	}
-	if (place == PLACE_GPU && c->dev) { /* its segments, as torch's memory_reserved */
-		CachingStats cs;
-		caching_stats(c->dev, &cs);
-		*now_bytes = (double)cs.reserved_bytes;
-		*peak_bytes = (double)cs.reserved_peak_bytes;
-		return;
-	}
-	PoolStats st;
-	pool_stats(c->pool[place], &st);
-	*now_bytes = (double)st.mapped_bytes;
-	*peak_bytes = (double)st.mapped_peak_bytes;
+	place_held(c, place, now_bytes, peak_bytes);
 }
 
 static int cpu_caching(void *ctx)

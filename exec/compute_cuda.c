@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "../kernels/cast_cuda.h"
-#include "caching.h"
 #include "../kernels/cuda_ctx.h"
 #include "../kernels/gpt_cuda.h"
 #include "../kernels/optim_cuda.h"
+#include "caching.h"
 
 /* How device memory is taken and given back, PX_CUDA_ALLOC (read at create):
  * - "cached" (the default): cudaMallocAsync and cudaFreeAsync on the compute stream, from the
@@ -41,7 +41,8 @@ typedef struct CudaCompute {
 	CudaCtx *ctx;
 	int *tokens; /* device: the micro-batch's inputs, then its targets, (B, T) each */
 	AllocMode mode;
-	Caching *caching; /* ALLOC_CACHING's blocks */
+	cudaMemPool_t pool; /* ALLOC_CACHED's and ALLOC_ASYNC's: the device's default pool */
+	Caching *caching;   /* ALLOC_CACHING's blocks */
 } CudaCompute;
 
 /* PX_CUDA_ALLOC's mode; -1 with err on a value that names none */
@@ -63,22 +64,22 @@ static int alloc_mode(AllocMode *mode, PxError *err)
 	return 0;
 }
 
-/* The current device's default pool set up for the mode; a device without pools falls back to
- * sync, saying so. */
+/* The pool modes' c->pool: the current device's default pool set up for the mode; a device
+ * without pools falls back to sync, saying so. */
 static void pool_setup(CudaCompute *c)
 {
 	int dev = 0, pools = 0;
-	cudaMemPool_t pool;
-	if (c->mode == ALLOC_SYNC || c->mode == ALLOC_CACHING)
+	if (c->mode != ALLOC_CACHED && c->mode != ALLOC_ASYNC)
 		return;
 	uint64_t keep = c->mode == ALLOC_CACHED ? UINT64_MAX : 0;
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess ||
-	    !pools || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
-	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+	    !pools || cudaDeviceGetDefaultMemPool(&c->pool, dev) != cudaSuccess ||
+	    cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
 		fprintf(stderr, "backend cuda: device %d: no memory pool to take memory from; "
 				"PX_CUDA_ALLOC=sync\n", dev);
 		c->mode = ALLOC_SYNC;
+		c->pool = NULL;
 	}
 }
 
@@ -152,17 +153,15 @@ static void *cuda_take(CudaCompute *c, Place place, size_t bytes, int zeroed)
 {
 	void *p = NULL;
 	bytes = bytes ? bytes : 1;
-	if (place == PLACE_GPU && c->mode == ALLOC_CACHING) {
-		/* one stream: a block freed is reused in its order, as PyTorch's are */
-		if (!(p = caching_alloc(c->caching, bytes)))
-			return NULL;
-		if (zeroed)
-			cuda_ctx_zero(c->ctx, p, bytes);
-	} else if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
-		/* stream-ordered: the zeros land before anything queued after them */
-		if (cudaMallocAsync(&p, bytes, (cudaStream_t)cuda_ctx_stream(c->ctx)) != cudaSuccess)
-			return NULL;
-		if (zeroed)
+	if (place == PLACE_GPU && c->mode != ALLOC_SYNC) {
+		/* stream-ordered (the caching allocator's blocks are reused in the one stream's
+		 * order, as PyTorch's are): the zeros land before anything queued after them */
+		if (c->mode == ALLOC_CACHING)
+			p = caching_alloc(c->caching, bytes);
+		else if (cudaMallocAsync(&p, bytes, (cudaStream_t)cuda_ctx_stream(c->ctx)) !=
+			 cudaSuccess)
+			p = NULL;
+		if (p && zeroed)
 			cuda_ctx_zero(c->ctx, p, bytes);
 	} else if (place == PLACE_GPU) {
 		if (cudaMalloc(&p, bytes) != cudaSuccess)
@@ -208,17 +207,6 @@ static void cuda_release(void *cx, Place place, void *ptr)
 		cudaFreeHost(ptr);
 }
 
-/* The device pool of a pool mode, or NULL (sync, or no pool to be had) */
-static cudaMemPool_t device_pool(const CudaCompute *c)
-{
-	int dev = 0;
-	cudaMemPool_t pool;
-	if (c->mode == ALLOC_SYNC || c->mode == ALLOC_CACHING || cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess)
-		return NULL;
-	return pool;
-}
-
 /* What the pool holds from the system, now and at its high-water mark (its reserve, as torch's
  * memory_reserved): the device place under a pool mode. Negative, no figure, for the host place
  * (pinned, each buffer its own cudaMallocHost) and under sync (each buffer its own cudaMalloc):
@@ -226,7 +214,7 @@ static cudaMemPool_t device_pool(const CudaCompute *c)
 static void cuda_held(void *cx, int place, double *now_bytes, double *peak_bytes)
 {
 	CudaCompute *c = cx;
-	cudaMemPool_t pool = place == PLACE_GPU ? device_pool(c) : NULL;
+	cudaMemPool_t pool = place == PLACE_GPU ? c->pool : NULL;
 	uint64_t now = 0, high = 0;
 	*now_bytes = *peak_bytes = -1;
 	if (place == PLACE_GPU && c->caching) { /* its segments, as torch's memory_reserved */
@@ -250,15 +238,14 @@ static int cuda_caching(void *cx)
 static void cuda_settle(void *cx)
 {
 	CudaCompute *c = cx;
-	cudaMemPool_t pool = device_pool(c);
 	uint64_t zero = 0;
 	if (c->caching) /* keeps its segments, as PyTorch's does (no empty_cache) */
 		caching_reset_peak(c->caching);
-	if (!pool)
+	if (!c->pool)
 		return;
 	cuda_ctx_sync(c->ctx);
-	cudaMemPoolTrimTo(pool, 0);
-	cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero); /* to the current */
+	cudaMemPoolTrimTo(c->pool, 0);
+	cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReservedMemHigh, &zero); /* to the current */
 }
 
 /* ---- storage ---- */

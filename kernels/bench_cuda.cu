@@ -80,7 +80,7 @@ static void run_gemm(CudaCtx *ctx, void *p)
 
 double bench_cuda_gemm_flops(CudaCtx *ctx, CudaDtype ab, int n, int reps)
 {
-	size_t elems = (size_t)n * (size_t)n, bytes = elems * (ab == CDT_F32 ? 4 : 2);
+	size_t elems = (size_t)n * (size_t)n, bytes = elems * cuda_dtype_bytes(ab);
 	GemmArgs g = {ab, n, cuda_ctx_alloc(bytes), cuda_ctx_alloc(bytes), cuda_ctx_alloc(bytes)};
 	fill(ctx, g.A, ab, elems, 1);
 	fill(ctx, g.B, ab, elems, 2);

@@ -39,7 +39,7 @@ void cast_cuda(CudaCtx *ctx, void *dst, CudaDtype dst_type, const void *src, Cud
 	if (dst_type == src_type) { /* a copy, bits kept: at the copy's rate (the calibration's 4.2
 				      TB/s on an H200), not through a kernel's 2- or 4-byte loads */
 		if (dst != src)
-			CUDA_CHECK(cudaMemcpyAsync(dst, src, n * (dst_type == CDT_F32 ? 4 : 2),
+			CUDA_CHECK(cudaMemcpyAsync(dst, src, n * cuda_dtype_bytes(dst_type),
 						   cudaMemcpyDefault, ctx->stream));
 		return;
 	}

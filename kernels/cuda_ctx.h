@@ -17,6 +17,12 @@ typedef struct CudaCtx CudaCtx;
 /* Element types of device buffers: fp32, bf16 and IEEE fp16 (16-bit ones as precision.h's bits). */
 typedef enum CudaDtype { CDT_F32, CDT_BF16, CDT_F16 } CudaDtype;
 
+/* Bytes of one element of type t */
+static inline size_t cuda_dtype_bytes(CudaDtype t)
+{
+	return t == CDT_F32 ? 4 : 2;
+}
+
 /* cuBLAS workspace: 32 MiB, what NVIDIA recommends for Hopper, and what engine/cluster.c charges
  * (cublas_workspace_bytes). Set explicitly so cuBLAS does not size it behind the model's back. */
 #define CUDA_CTX_WORKSPACE_BYTES ((size_t)32 << 20)

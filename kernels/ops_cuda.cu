@@ -22,17 +22,10 @@ __global__ static void col_sum_kernel(float *part, const void *dy, int dtype, in
 
 static void col_sum(CudaCtx *ctx, float *db, const void *dy, CudaDtype t, int N, int C)
 {
-	if (N <= 0)
-		return;
-	ColPlan p = col_plan(ctx, N, C, 1);
-	dim3 block(COL_X, COL_Y);
-	for (int j0 = 0; j0 < C; j0 += p.W) {
-		dim3 grid((min(p.W, C - j0) + COL_X - 1) / COL_X, p.R);
+	col_sums(ctx, N, C, 1, db, NULL, [&](dim3 grid, dim3 block, int j0, const ColPlan &p) {
 		col_sum_kernel<<<grid, block, 0, ctx->stream>>>(ctx->col_part, dy, t, N, C, j0, p.W,
 							       p.rows);
-		CUDA_CHECK_LAUNCH();
-		col_finish(ctx, db, NULL, p, j0, C);
-	}
+	});
 }
 
 /* ---- linear layers ---- */

@@ -164,12 +164,25 @@ __global__ static void col_finish_kernel(float *out0, float *out1, const float *
 	}
 }
 
-static inline void col_finish(CudaCtx *ctx, float *out0, float *out1, const ColPlan &p, int j0,
-			      int C)
+/* The two passes over N rows of C columns, chunk by chunk: pass_one(grid, block, j0, plan)
+ * launches pass one of the chunk from column j0 into ctx->col_part (outs sums of it), then pass
+ * two adds its partials into out0 and out1 (either may be NULL). */
+template <class PassOne>
+static inline void col_sums(CudaCtx *ctx, int N, int C, int outs, float *out0, float *out1,
+			    PassOne pass_one)
 {
-	col_finish_kernel<<<(p.W + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, ctx->stream>>>(
-		out0, out1, ctx->col_part, p.R, p.W, j0, C);
-	CUDA_CHECK_LAUNCH();
+	if (N <= 0)
+		return;
+	ColPlan p = col_plan(ctx, N, C, outs);
+	dim3 block(COL_X, COL_Y);
+	for (int j0 = 0; j0 < C; j0 += p.W) {
+		dim3 grid((min(p.W, C - j0) + COL_X - 1) / COL_X, p.R);
+		pass_one(grid, block, j0, p);
+		CUDA_CHECK_LAUNCH();
+		col_finish_kernel<<<(p.W + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0,
+				    ctx->stream>>>(out0, out1, ctx->col_part, p.R, p.W, j0, C);
+		CUDA_CHECK_LAUNCH();
+	}
 }
 
 /* ---- linear layers ---- */
@@ -212,7 +225,7 @@ static inline void opsd_lm_head_forward(CudaCtx *ctx, CudaDtype t, float *logits
 {
 	/* logits (N, V) = x (N, C) wte^T, wte stored (V, C), in vocabulary parts (either may be
 	 * empty) */
-	size_t e = t == CDT_F32 ? 4 : 2;
+	size_t e = cuda_dtype_bytes(t);
 	int cut[3] = {0, V / 8 * 8, V};
 	GemmBatch a = {x, C, 0, 0};
 	for (int p = 0; p < 2; p++) {
@@ -228,7 +241,7 @@ static inline void opsd_lm_head_backward(CudaCtx *ctx, CudaDtype t, float *dx, f
 					 const void *dlogits, const void *x, const void *wte,
 					 int N, int C, int V, int ld)
 {
-	size_t e = t == CDT_F32 ? 4 : 2;
+	size_t e = cuda_dtype_bytes(t);
 	int cut[3] = {0, V / 8 * 8, V};
 	/* dx (N, C) += dlogits (N, V) wte (V, C), the contraction over V in the same parts */
 	for (int p = 0; dx && p < 2; p++) {
@@ -360,17 +373,12 @@ static void opsd_layernorm_backward(CudaCtx *ctx, float *dx, float *dw, float *d
 	layernorm_backward_rows_kernel<S><<<row_blocks(N), ROW_THREADS, 0, ctx->stream>>>(
 		dx, scratch, dy, x, w, N, C);
 	CUDA_CHECK_LAUNCH();
-	if ((!dw && !db) || N <= 0)
+	if (!dw && !db)
 		return;
-	ColPlan p = col_plan(ctx, N, C, 2);
-	dim3 block(COL_X, COL_Y);
-	for (int j0 = 0; j0 < C; j0 += p.W) {
-		dim3 grid((min(p.W, C - j0) + COL_X - 1) / COL_X, p.R);
+	col_sums(ctx, N, C, 2, dw, db, [&](dim3 grid, dim3 block, int j0, const ColPlan &p) {
 		layernorm_backward_cols_kernel<S><<<grid, block, 0, ctx->stream>>>(
 			ctx->col_part, scratch, dy, x, N, C, j0, p.W, p.rows);
-		CUDA_CHECK_LAUNCH();
-		col_finish(ctx, dw, db, p, j0, C);
-	}
+	});
 }
 
 /* ---- GELU ---- */

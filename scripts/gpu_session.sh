@@ -60,6 +60,13 @@ export PX_BIN=$BIN/parallax PX_RUN_BIN=$BIN/parallax PX_ROOT=$PWD \
 	PX_COMM_CHECK=$BIN/comm_mpi_check PX_NCCL_CHECK=$BIN/comm_nccl_check
 # PX_GPU_STEPS="1 3 4": only those steps (a second, shorter lease); steps 4, 6 and 7 price
 # their runs with step 3's calibration
+# suites CAP FILE SUITES: px_tests on those suites into OUT/FILE, its summary and failures logged
+suites() {
+	PX_SUITE=$3 run "$1" "$BIN/px_tests" > "$OUT/$2" 2>&1
+	note "px_tests ($3) exit $?"
+	grep -E "^ +(suites|tests|asserts)|skipped|# cuda|FAILED" "$OUT/$2" | head -40 |
+		tee -a "$OUT/session.log"
+}
 HW=()
 want() { [ -z "${PX_GPU_STEPS:-}" ] || [[ " $PX_GPU_STEPS " == *" $1 "* ]]; }
 # python3 is the machine's own: its libraries, not the bundle's
@@ -76,10 +83,7 @@ pack
 fi
 if want 2; then
 log "2. GPU tests"
-PX_SUITE=kernels_cuda,gpt_cuda,sparse,comm-gpu run 150 "$BIN/px_tests" > "$OUT/tests.txt" 2>&1
-note "px_tests (kernels_cuda, gpt_cuda, sparse, comm-gpu) exit $?"
-grep -E "^ +(suites|tests|asserts)|skipped|^# cuda|FAILED|Test: .*\.\.\.FAILED" "$OUT/tests.txt" |
-	head -30 | tee -a "$OUT/session.log"
+suites 150 tests.txt kernels_cuda,gpt_cuda,sparse,comm-gpu
 pack
 
 fi
@@ -192,10 +196,7 @@ if want 6; then
 log "6. the executor's GPU suite: losses against the CPU's, memory claims, step time"
 # after the measurements above: its dozens of runs passed on lease 2 but the step time, and a
 # lease that runs short should lose them rather than the kernel breakdown
-PX_SUITE=exec_cuda run 240 "$BIN/px_tests" > "$OUT/tests-exec.txt" 2>&1
-note "px_tests (exec_cuda) exit $?"
-grep -E "^ +(suites|tests|asserts)|skipped|# cuda|FAILED" "$OUT/tests-exec.txt" |
-	head -40 | tee -a "$OUT/session.log"
+suites 240 tests-exec.txt exec_cuda
 pack
 
 fi

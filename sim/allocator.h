@@ -35,9 +35,10 @@ typedef struct AllocPeaks {
 
 /* Replay schedule s's GPU allocations through the model (the whole walk, every micro-batch: the
  * pools' state carries over). Nothing is ever released to the device (no empty_cache, no
- * capacity: the peaks are those of a device large enough). executor: the Parallax CUDA
- * executor's process (exec/caching.h, PX_CUDA_ALLOC=caching), whose cuBLAS workspace its
- * context takes with cudaMalloc, outside the allocator; else PyTorch's, which hands cuBLAS one. */
+ * capacity: the peaks are those of a device large enough). executor: the Parallax executor's
+ * process (exec/caching.h: PX_CUDA_ALLOC=caching, or PX_CPU_ALLOC=caching for the CPU backend's
+ * device place), whose cuBLAS workspace (CUDA) its context takes with cudaMalloc, outside the
+ * allocator; else PyTorch's, which hands cuBLAS one. */
 int alloc_replay(Schedule *s, int executor, AllocPeaks *out, PxError *err);
 
 #endif
