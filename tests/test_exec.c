@@ -390,10 +390,10 @@ static void test_caching_reserve_predicted(void)
 
 /* Bad input to run: a model the executor does not run (Llama) is refused with the reason, a
  * scenario that cannot be laid out on the ranks with the simulator's message, a bad --steps, an
- * unknown --backend, parameters swapped to NVMe (beyond offload_param.max_in_cpu) with swapper
- * buffers too small for a unit's slice or with no nvme_path of their own, an NVMe path
- * that is not there or not given, too few NVMe swap buffers and FlashAttention (its kernels are
- * eager) with theirs; exit 2. */
+ * unknown --backend, an unknown PX_CPU_ALLOC, parameters swapped to NVMe (beyond
+ * offload_param.max_in_cpu) with swapper buffers too small for a unit's slice or with no
+ * nvme_path of their own, an NVMe path that is not there or not given, too few NVMe swap buffers
+ * and FlashAttention (its kernels are eager) with theirs; exit 2. */
 /* `parallax run SCN --no-db OPTS` refuses: exit 2, saying needle. */
 static void refused(const char *scn, const char *opts, const char *needle)
 {
@@ -414,6 +414,10 @@ static void test_run_refuses(void)
 	refused(scn, "--ranks 1 --set parallelism.tp=2", "does not divide into tp 2");
 	refused(scn, "--steps 0", "--steps 0: expected a positive number");
 	refused(scn, "--backend tpu", "--backend tpu: expected cpu or cuda");
+	setenv("PX_CPU_ALLOC", "bogus", 1); /* the device place's allocator, by name */
+	refused(scn, "--ranks 1", "PX_CPU_ALLOC: \"bogus\" is not a way of taking the device "
+		"place's memory; expected pool or caching");
+	unsetenv("PX_CPU_ALLOC");
 	/* parameters swapped to NVMe: buffers for a unit's slice, a directory */
 	const char *swapped = "--ranks 1 --set deepspeed.zero_optimization.stage=3 --set "
 			      "deepspeed.zero_optimization.offload_param.device=nvme --set "

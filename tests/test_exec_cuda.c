@@ -37,7 +37,8 @@ static int run(const char *args, char *out, size_t n)
 
 /* --backend cuda refuses what it cannot run, before training: without a device it stops naming
  * why (exit 1: a condition of the machine); with one GPU, NCCL for two ranks sharing it (exit 2,
- * pointing at --comm mpi); an unknown --comm (exit 2); in a build without CUDA, the backend. */
+ * pointing at --comm mpi) and an unknown PX_CUDA_ALLOC (exit 2); an unknown --comm (exit 2); in
+ * a build without CUDA, the backend. */
 static void test_refusals(void)
 {
 	char args[1024], text[8192];
@@ -53,6 +54,13 @@ static void test_refusals(void)
 			 "--steps 1", scn, shared);
 		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
 		CU_ASSERT_PTR_NOT_NULL(strstr(text, "NCCL runs one rank per GPU"));
+		setenv("PX_CUDA_ALLOC", "bogus", 1);
+		snprintf(args, sizeof(args), "run '%s' --backend cuda --no-db --steps 1", scn);
+		CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
+		CU_ASSERT_PTR_NOT_NULL(strstr(text, "PX_CUDA_ALLOC: \"bogus\" is not a way of taking "
+					      "device memory; expected cached, async, sync or "
+					      "caching"));
+		unsetenv("PX_CUDA_ALLOC");
 	}
 	snprintf(args, sizeof(args), "run '%s' --backend cuda --comm tcp --no-db", scn);
 	CU_ASSERT_EQUAL(run(args, text, sizeof(text)), 2);
