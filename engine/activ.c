@@ -245,12 +245,24 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 {
 	const ModelLayout *y = &m->lay;
 	double d = x->elem_bytes, sb = (y->L_enc ? dec_seq(x) : (double)x->s) * (double)x->b;
-	double head = sb * (double)m->h * (y->final_norm || !y->lm_head ? 2 : 1) * d;
+	double h = (double)m->h, b = (double)x->b;
+	double head = sb * h * (y->final_norm ? 2 : 1) * d;
 	if (y->embed_dim && y->embed_dim != m->h)
 		head += sb * (double)y->embed_dim * d;
+	if (y->pooler) /* tanh's output; its input is a view of the encoder's output, kept above */
+		head += b * h * d;
+	if (y->cls_labels) /* the classifier's input, its dropout's output, and the mask */
+		head += (y->cls_tokens ? sb : b) * h * (d + (m->dropout ? 1 : 0));
+	if (y->head_transform) /* the dense layer's output (the activation's input), the
+				  activation's (the norm's input), the norm's (the decoder's) */
+		head += sb * h * 3 * d + (x->hf_eager ? sb * hf_norm_extra(m, d) : 0);
 	long long a = x->logits_align > 1 ? x->logits_align : 1;
 	double row = (double)((m->V + a - 1) / a * a); /* a logits row, as the executor pads it */
-	double logits = y->lm_head ? sb * row * 4 : 0; /* vocabulary-parallel: V/t each */
+	/* the log-softmax's output, fp32 (Korthikanti's count; Hugging Face's causal-LM loss
+	 * upcasts); BertForMaskedLM's CrossEntropyLoss keeps it in the logits' type, fp32 only
+	 * under autocast */
+	double ls = x->hf_eager && !y->causal && !x->autocast ? d : 4;
+	double logits = y->lm_head ? sb * row * ls : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
 		head += sb * hf_norm_extra(m, norm_in_bytes(x));
 	/* Gemma-2's soft-capping of the logits (Gemma2ForCausalLM: divided, tanh, multiplied,

@@ -823,19 +823,23 @@ static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
  * their fp32 upcast (none in fp32, where .float() is the tensor itself), live beside the
  * log-softmax; backward, nll_loss's gradient and log_softmax's input gradient, fp32 both,
  * beside the kept output, 8 bytes a logit (the input gradient's cast back to the model's type
- * comes once the kept output is freed, within that). 0 under Megatron's code (its
+ * comes once the kept output is freed, within that). BertForMaskedLM's loss (CrossEntropyLoss
+ * on the prediction scores as they are) the same without the upcast: the logits, then the two
+ * gradients in their type (fp32 under autocast). 0 under Megatron's code (its
  * vocabulary-parallel cross-entropy works in the upcast copy in place) and for other heads. */
 static double loss_temp_bytes(const Plan *p, int u, int backward)
 {
 	const ModelSpec *m = &p->sc->model;
 	const ModelLayout *y = &m->lay;
-	if (!p->shape.hf_eager || u != p->n_units - 1 || !y->lm_head || !y->causal ||
-	    !p->activations_known)
+	if (!p->shape.hf_eager || u != p->n_units - 1 || !y->lm_head || !p->activations_known)
 		return 0;
 	long long s = y->L_enc && p->shape.s_dec ? p->shape.s_dec : p->shape.s;
 	double logits = (double)(p->shape.b * s) * (double)m->V / (double)p->par.tp;
 	double d = p->shape.elem_bytes; /* the logits' type: the parameters', or autocast's */
-	return logits * (backward ? 8 : d + (d < 4 ? 4 : 0));
+	/* the loss's type: fp32 after ForCausalLMLoss's upcast or under autocast (log_softmax is
+	 * an fp32 op there); BertForMaskedLM's CrossEntropyLoss takes the logits as they are */
+	double ls = y->causal || p->shape.autocast ? 4 : d;
+	return logits * (backward ? 2 * ls : d + (ls > d ? ls : 0));
 }
 
 /* torch autocast (plain PyTorch with the Trainer's fp16 or bf16): the 16-bit copies of unit u's

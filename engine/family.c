@@ -43,6 +43,15 @@ typedef struct DropKey {
 
 typedef int (*FamilyHook)(const JsonObj *o, ModelSpec *m, long long dim[N_DIMS], PxError *err);
 
+/* A Hugging Face class of a family with several heads, and the head it ends with: a pooler, a
+ * language-model head (with a transform before it, tied to the embeddings, with a bias), and a
+ * classifier of `labels` outputs (-1: the config's num_labels) over the pooled token or over
+ * every token. `causal`: the class runs its blocks as a decoder. */
+typedef struct HeadRow {
+	const char *arch;
+	int pooler, mlm, labels, per_token, causal;
+} HeadRow;
+
 struct ModelFamily {
 	const char *const *types;  /* model_type, then aliases */
 	const DimKey *dims;        /* ends with a NULL key */
@@ -52,6 +61,9 @@ struct ModelFamily {
 	ModelLayout layout;        /* the composition before the switches */
 	FamilyHook hook;           /* what a row cannot say (Falcon's architectures, T5's
 				      feed_forward_proj, ...); may be NULL */
+	const HeadRow *heads;      /* the classes that end the model differently, by the config's
+				      architectures or the scenario's "architecture" (BERT's);
+				      NULL: one kind of head. The first is the default. */
 };
 
 #define SW(key, dflt, member, on, off) {key, dflt, offsetof(ModelLayout, member), on, off}
@@ -295,11 +307,28 @@ static const DimKey BERT_D[] = {
 	{D_H, "hidden_size", 768}, {D_L, "num_hidden_layers", 12}, {D_A, "num_attention_heads", 12},
 	{D_I, "intermediate_size", 3072}, {D_V, "vocab_size", 30522},
 	{D_POS, "max_position_embeddings", 512}, {D_TYPES, "type_vocab_size", 2}, {0, NULL, 0}};
-static const SwitchKey NO_SWITCH[] = {{NULL, 0, 0, 0, 0}};
 static const DropKey BERT_DROP[] = {
 	{"hidden_dropout_prob", 0.1, 0}, {"attention_probs_dropout_prob", 0.1, 1}, {NULL, 0, 0}};
 static const char *const BERT_K[] = {
 	"hidden_act", "layer_norm_eps", "position_embedding_type", "classifier_dropout", NULL};
+/* modeling_bert.py's classes: BertModel (the encoder and its pooler); the MLM head,
+ * BertOnlyMLMHead (BertPredictionHeadTransform: dense h x h, activation, LayerNorm; then the
+ * decoder, tied to the word embeddings, with a bias of V), without the pooler
+ * (add_pooling_layer=False); BertForPreTraining's both heads and the next-sentence classifier
+ * (h x 2); the classifiers over the pooled [CLS] token (num_labels; one per choice) or over every
+ * token (num_labels; question answering's start and end logits). BertLMHeadModel is the MLM
+ * head on a causal decoder. */
+static const HeadRow BERT_HEADS[] = {
+	{"BertModel", 1, 0, 0, 0, 0},
+	{"BertForMaskedLM", 0, 1, 0, 0, 0},
+	{"BertForPreTraining", 1, 1, 2, 0, 0},
+	{"BertLMHeadModel", 0, 1, 0, 0, 1},
+	{"BertForNextSentencePrediction", 1, 0, 2, 0, 0},
+	{"BertForSequenceClassification", 1, 0, -1, 0, 0},
+	{"BertForMultipleChoice", 1, 0, 1, 0, 0},
+	{"BertForTokenClassification", 0, 0, -1, 1, 0},
+	{"BertForQuestionAnswering", 0, 0, 2, 1, 0},
+	{NULL, 0, 0, 0, 0, 0}};
 
 static const char *const QWEN2_T[] = {"qwen2", NULL};
 static const DimKey QWEN2_D[] = {
@@ -541,55 +570,55 @@ static const DimKey DSV3_D[] = {
 static const ModelFamily FAMILIES[] = {
 	{GPT2_T, GPT2_D, TIE_ON, GPT2_DROP, GPT2_K,
 	 {.norm = NORM_LAYER, .qkv_fused = 1, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
-	  .causal = 1, .pos = POS_LEARNED, .final_norm = 1, .lm_head = 1}, NULL},
-	{LLAMA_T, LLAMA_D, LLAMA_SW, ATTN_DROP, LLAMA_K, {DECODER_RMS}, NULL},
-	{MISTRAL_T, MISTRAL_D, UNTIED, ATTN_DROP, MISTRAL_K, {DECODER_RMS}, NULL},
-	{MIXTRAL_T, MIXTRAL_D, UNTIED, ATTN_DROP, MIXTRAL_K, {DECODER_RMS}, NULL},
-	{BERT_T, BERT_D, NO_SWITCH, BERT_DROP, BERT_K,
+	  .causal = 1, .pos = POS_LEARNED, .final_norm = 1, .lm_head = 1}, NULL, NULL},
+	{LLAMA_T, LLAMA_D, LLAMA_SW, ATTN_DROP, LLAMA_K, {DECODER_RMS}, NULL, NULL},
+	{MISTRAL_T, MISTRAL_D, UNTIED, ATTN_DROP, MISTRAL_K, {DECODER_RMS}, NULL, NULL},
+	{MIXTRAL_T, MIXTRAL_D, UNTIED, ATTN_DROP, MIXTRAL_K, {DECODER_RMS}, NULL, NULL},
+	{BERT_T, BERT_D, TIE_ON, BERT_DROP, BERT_K,
 	 {.norm = NORM_LAYER, .place = NORM_POST, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
-	  .pos = POS_LEARNED, .embed_norm = 1}, NULL},
-	{QWEN2_T, QWEN2_D, UNTIED, ATTN_DROP, QWEN2_K, {DECODER_RMS, .qkv_bias = 1}, NULL},
+	  .pos = POS_LEARNED, .embed_norm = 1, .pooler = 1}, NULL, BERT_HEADS},
+	{QWEN2_T, QWEN2_D, UNTIED, ATTN_DROP, QWEN2_K, {DECODER_RMS, .qkv_bias = 1}, NULL, NULL},
 	{QWEN2_MOE_T, QWEN2_MOE_D, QWEN2_MOE_SW, ATTN_DROP, QWEN2_MOE_K, {DECODER_RMS},
-	 hook_qwen2_moe},
+	 hook_qwen2_moe, NULL},
 	{QWEN3_T, QWEN3_D, BIAS_UNTIED, ATTN_DROP, QWEN2_K, {DECODER_RMS, .qk_norm = QKNORM_HEAD},
-	 NULL},
-	{GEMMA_T, GEMMA_D, BIAS_TIED, ATTN_DROP, GEMMA_K, {DECODER_RMS}, NULL},
+	 NULL, NULL},
+	{GEMMA_T, GEMMA_D, BIAS_TIED, ATTN_DROP, GEMMA_K, {DECODER_RMS}, NULL, NULL},
 	{GEMMA2_T, GEMMA2_D, BIAS_TIED, ATTN_DROP, GEMMA2_K, {DECODER_RMS, .place = NORM_SANDWICH},
-	 hook_gemma2},
+	 hook_gemma2, NULL},
 	{PHI3_T, PHI3_D, UNTIED, PHI_DROP, PHI3_K,
-	 {DECODER_RMS, .qkv_fused = 1, .gate_up_fused = 1}, NULL},
+	 {DECODER_RMS, .qkv_fused = 1, .gate_up_fused = 1}, NULL, NULL},
 	{PHI_T, PHI_D, UNTIED, PHI_DROP, PHI_K,
 	 {.norm = NORM_LAYER, .parallel = 1, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
 	  .causal = 1, .pos = POS_ROTARY, .final_norm = 1, .lm_head = 1, .head_bias = 1},
-	 hook_phi},
+	 hook_phi, NULL},
 	{FALCON_T, FALCON_D, FALCON_SW, HIDDEN_ATTN_DROP, FALCON_K,
 	 {.norm = NORM_LAYER, .qkv_fused = 1, .causal = 1, .final_norm = 1, .lm_head = 1},
-	 hook_falcon},
+	 hook_falcon, NULL},
 	{NEOX_T, NEOX_D, NEOX_SW, HIDDEN_ATTN_DROP, NEOX_K,
 	 {.norm = NORM_LAYER, .qkv_fused = 1, .mlp_bias = 1, .causal = 1, .pos = POS_ROTARY,
-	  .final_norm = 1, .lm_head = 1}, NULL},
+	  .final_norm = 1, .lm_head = 1}, NULL, NULL},
 	{GPTJ_T, GPTJ_D, UNTIED, GPTJ_DROP, GPTJ_K,
 	 {.norm = NORM_LAYER, .parallel = 1, .mlp_bias = 1, .causal = 1, .pos = POS_ROTARY,
-	  .final_norm = 1, .lm_head = 1, .head_bias = 1}, NULL},
+	  .final_norm = 1, .lm_head = 1, .head_bias = 1}, NULL, NULL},
 	{BIGCODE_T, GPT2_D, TIE_ON, GPT2_DROP, BIGCODE_K,
 	 {.norm = NORM_LAYER, .qkv_fused = 1, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
-	  .causal = 1, .pos = POS_LEARNED, .final_norm = 1, .lm_head = 1}, hook_bigcode},
+	  .causal = 1, .pos = POS_LEARNED, .final_norm = 1, .lm_head = 1}, hook_bigcode, NULL},
 	{SC2_T, SC2_D, SC2_SW, SC2_DROP, SC2_K,
 	 {.norm = NORM_LAYER, .causal = 1, .pos = POS_ROTARY, .final_norm = 1, .lm_head = 1},
-	 NULL},
+	 NULL, NULL},
 	{OLMO2_T, OLMO2_D, BIAS_UNTIED, ATTN_DROP, OLMO2_K,
-	 {DECODER_RMS, .place = NORM_OUTPUT, .qk_norm = QKNORM_WIDTH}, NULL},
+	 {DECODER_RMS, .place = NORM_OUTPUT, .qk_norm = QKNORM_WIDTH}, NULL, NULL},
 	{OPT_T, OPT_D, OPT_SW, OPT_DROP, OPT_K,
 	 {.norm = NORM_LAYER, .causal = 1, .pos = POS_LEARNED, .pos_offset = 2, .final_norm = 1,
-	  .lm_head = 1}, hook_opt},
+	  .lm_head = 1}, hook_opt, NULL},
 	{BLOOM_T, BLOOM_D, TIE_ON, HIDDEN_ATTN_DROP, BLOOM_K,
 	 {.norm = NORM_LAYER, .qkv_fused = 1, .qkv_bias = 1, .o_bias = 1, .mlp_bias = 1,
-	  .causal = 1, .pos = POS_ALIBI, .embed_norm = 1, .final_norm = 1, .lm_head = 1}, NULL},
+	  .causal = 1, .pos = POS_ALIBI, .embed_norm = 1, .final_norm = 1, .lm_head = 1}, NULL, NULL},
 	{T5_T, T5_D, TIE_ON, T5_DROP, T5_K,
 	 {.norm = NORM_RMS, .causal = 1, .pos = POS_RELATIVE, .final_norm = 1, .lm_head = 1},
-	 hook_t5},
-	{DSV2_T, DSV2_D, LLAMA_SW, ATTN_DROP, DS_K, {DECODER_RMS, .mla = 1}, hook_deepseek},
-	{DSV3_T, DSV3_D, LLAMA_SW, ATTN_DROP, DS_K, {DECODER_RMS, .mla = 1}, hook_deepseek},
+	 hook_t5, NULL},
+	{DSV2_T, DSV2_D, LLAMA_SW, ATTN_DROP, DS_K, {DECODER_RMS, .mla = 1}, hook_deepseek, NULL},
+	{DSV3_T, DSV3_D, LLAMA_SW, ATTN_DROP, DS_K, {DECODER_RMS, .mla = 1}, hook_deepseek, NULL},
 };
 
 #define N_FAMILIES ((int)(sizeof(FAMILIES) / sizeof(FAMILIES[0])))
@@ -716,6 +745,71 @@ static int read_drops(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxEr
 	return 0;
 }
 
+static int ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), k = strlen(tail);
+	return n >= k && !strcmp(s + n - k, tail);
+}
+
+int family_set_architecture(ModelSpec *m, const char *arch, const char *where, PxError *err)
+{
+	const ModelFamily *f = m->family;
+	if (!f)
+		return px_fail(err, PX_ERR_INPUT, "%s: architecture \"%s\" needs a model "
+			       "architecture; the model gives only num_parameters", where, arch);
+	if (!f->heads) {
+		if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel") ||
+		    ends_with(arch, "ForConditionalGeneration"))
+			return 0;
+		return px_fail(err, PX_ERR_INPUT, "%s: architecture: \"%s\": a %s model is priced with "
+			       "its language-model head (its ...ForCausalLM class); other heads are "
+			       "modelled for bert", where, arch, m->type);
+	}
+	const HeadRow *r = f->heads;
+	while (r->arch && strcmp(r->arch, arch))
+		r++;
+	if (!r->arch) {
+		char known[1024];
+		size_t len = 0;
+		for (const HeadRow *k = f->heads; k->arch && len < sizeof(known); k++)
+			len += (size_t)snprintf(known + len, sizeof(known) - len, "%s%s",
+						len ? ", " : "", k->arch);
+		return px_fail(err, PX_ERR_INPUT, "%s: architecture: \"%s\" is not a %s class "
+			       "Parallax prices; expected one of %s", where, arch, m->type, known);
+	}
+	ModelLayout *y = &m->lay;
+	y->pooler = r->pooler;
+	y->lm_head = y->head_transform = y->head_bias = r->mlm;
+	y->cls_labels = r->labels < 0 ? m->num_labels : r->labels;
+	y->cls_tokens = r->per_token;
+	y->causal = r->causal;
+	snprintf(m->arch, sizeof(m->arch), "%s", r->arch);
+	return 0;
+}
+
+/* The head of a family with several: the class the config's architectures names first (the
+ * family's first class when it names none; a class the family has not, warned about, priced as
+ * that first), with the config's num_labels (else id2label's size; PretrainedConfig's default 2). */
+static int read_head(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *notes,
+		     PxError *err)
+{
+	const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(o->obj, "id2label");
+	long long labels = cJSON_IsObject(id2label) ? cJSON_GetArraySize(id2label) : 2;
+	if (jobj_int(o, "num_labels", 1, 1 << 20, labels > 0 ? labels : 2, &m->num_labels, err) < 0)
+		return -1;
+	const cJSON *list = cJSON_GetObjectItemCaseSensitive(o->obj, "architectures");
+	const cJSON *first = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, 0) : NULL;
+	const char *arch = cJSON_IsString(first) ? first->valuestring : f->heads[0].arch;
+	char where[512];
+	jobj_where(o, "architectures", where, sizeof(where));
+	if (!family_set_architecture(m, arch, where, err))
+		return 0;
+	if (px_notes_warn(notes, "%s: %s.architectures: %s is not a class Parallax prices; priced "
+			  "as %s", where, o->name, arch, f->heads[0].arch))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	return family_set_architecture(m, f->heads[0].arch, where, err);
+}
+
 static long long or_else(long long v, long long dflt)
 {
 	return v == UNSET ? dflt : v;
@@ -810,6 +904,8 @@ int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *n
 	    read_drops(f, o, m, err))
 		return -1;
 	if (f->hook && f->hook(o, m, dim, err))
+		return -1;
+	if (f->heads && read_head(f, o, m, notes, err))
 		return -1;
 	/* GPT2Config's and GPTJConfig's default, which a config.json without the key gets */
 	const char *act, *dflt = model_is_family(m, "gpt2") || model_is_family(m, "gptj") ?

@@ -27,4 +27,11 @@ void family_list(char *buf, size_t n);
 int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *notes,
 		PxError *err);
 
+/* Price m with the head of Hugging Face class arch ("BertForSequenceClassification"): for a
+ * family with several heads (BERT's), one of its classes, else an error naming where (a file and
+ * key) and the classes; for the others only their language-model class (...ForCausalLM,
+ * ...LMHeadModel, ...ForConditionalGeneration), which changes nothing. The caller recounts
+ * m->n_params. */
+int family_set_architecture(ModelSpec *m, const char *arch, const char *where, PxError *err);
+
 #endif

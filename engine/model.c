@@ -280,11 +280,20 @@ static void head(Walk *w)
 	const ModelSpec *m = w->m;
 	const ModelLayout *y = &m->lay;
 	long long e = embed_width(m);
+	double seqs = w->shape ? (double)w->shape->b : 0; /* one token of each sequence */
 	if (y->final_norm)
 		norm(w, "final_norm.weight", "final_norm.bias", m->h);
-	if (!y->lm_head) { /* BERT's pooler */
-		linear(w, "pooler.weight", "pooler.bias", m->h, m->h, 1, REPL, w->tok);
+	if (y->pooler) /* BertPooler: hidden_states[:, 0] through a dense layer and tanh */
+		linear(w, "pooler.weight", "pooler.bias", m->h, m->h, 1, REPL, seqs);
+	if (y->cls_labels)
+		linear(w, "classifier.weight", "classifier.bias", m->h, y->cls_labels, 1, REPL,
+		       y->cls_tokens ? w->tok : seqs);
+	if (!y->lm_head)
 		return;
+	if (y->head_transform) { /* BertPredictionHeadTransform: dense, activation, LayerNorm */
+		linear(w, "lm_head.transform.weight", "lm_head.transform.bias", m->h, m->h, 1, REPL,
+		       w->tok);
+		norm(w, "lm_head.transform.norm.weight", "lm_head.transform.norm.bias", m->h);
 	}
 	if (e != m->h)
 		linear(w, "lm_head.project_out.weight", NULL, m->h, e, 0, REPL, w->tok);

@@ -49,9 +49,17 @@ typedef struct ModelLayout {
 	long long embed_dim;  /* the embeddings' width when it is not h (OPT-350m's
 				 word_embed_proj_dim, with project_in and project_out); 0 = h */
 	int final_norm;       /* a norm before the head (not in BERT, nor OPT-350m) */
-	int lm_head;          /* a language-model head (BERT's encoder has a pooler instead) */
+	int lm_head;          /* a language-model head (not BertModel's, nor a classifier's) */
 	int tied;             /* the head shares the token embedding */
-	int head_bias;        /* the head has a bias (Phi, GPT-J) */
+	int head_bias;        /* the head has a bias (Phi, GPT-J, BERT's MLM decoder) */
+	int head_transform;   /* a dense layer, its activation and a norm before the LM head
+				 (BERT's BertPredictionHeadTransform) */
+	int pooler;           /* BERT's pooler: a dense layer and tanh over each sequence's first
+				 token */
+	long long cls_labels; /* a classifier's outputs (a bias each): over the pooled first token
+				 (sequence classification, next-sentence prediction) or, cls_tokens,
+				 over every token (token classification, question answering) */
+	int cls_tokens;
 	long long type_vocab; /* BERT's token types */
 	/* encoder-decoder (T5) */
 	long long L_enc;      /* blocks 1..L_enc are the encoder, the rest the decoder; 0: one stack */
@@ -91,11 +99,15 @@ typedef struct ModelSpec {
 	int n_dense_list;    /* 0-based blocks listed dense (Qwen2-MoE's mlp_only_layers) */
 	long long dense_list[MODEL_MAX_DENSE_LIST];
 	ModelLayout lay;
+	char arch[64];       /* the Hugging Face class modelled ("BertForMaskedLM"); "" when the
+				family has one kind of head */
+	long long num_labels; /* the config's classification labels (num_labels, or id2label's) */
 	double n_params;     /* the whole model's parameter count */
 } ModelSpec;
 
 /* Layer units, in forward order: 0 = embeddings, 1..L = transformer blocks (an encoder-decoder's
- * encoder first), L+1 = head (final norm and LM head, or BERT's pooler). A params-only model is L
+ * encoder first), L+1 = head (final norm and LM head; BERT's pooler, MLM head and classifiers, as
+ * its class has them). A params-only model is L
  * equal blocks and empty ends. */
 static inline int model_n_units(const ModelSpec *m) { return (int)m->L + 2; }
 /* Whether the model has an architecture (else only num_parameters). */

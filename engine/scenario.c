@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family.h"
+
 static const char *const SECTION_KEYS[SC_N_DOCS] = {"", "model", "deepspeed", "cluster"};
 
 /* ---- sections ---- */
@@ -159,7 +161,7 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
 					    "attention", "decoder_seq_length", "framework", "model_code",
-					    NULL};
+					    "architecture", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
 	const char *name, *ckpt, *backend;
 	int attn, fw, code;
@@ -397,6 +399,23 @@ static int copy_overrides(Scenario *sc, const JsonOverrides *ov, PxError *err)
 	return 0;
 }
 
+/* "architecture": the Hugging Face class the training script builds, where it is not the
+ * config's architectures[0] (AutoModelForSequenceClassification over bert-base-uncased, whose
+ * config names BertForMaskedLM): the head the model is priced with. */
+static int parse_architecture(Scenario *sc, const JsonObj *top, PxError *err)
+{
+	const char *arch;
+	int rc = jobj_str(top, "architecture", NULL, &arch, err);
+	if (rc <= 0)
+		return rc;
+	char where[512];
+	jobj_where(top, "architecture", where, sizeof(where));
+	if (family_set_architecture(&sc->model, arch, where, err))
+		return -1;
+	sc->model.n_params = model_count_params(&sc->model);
+	return 0;
+}
+
 /* The sections as objects: a section's own document (a file, or a whole-section --set), or the
  * object inline in the scenario. After the overrides, which may replace a section's document. */
 static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
@@ -422,6 +441,7 @@ static int finish_load(Scenario *sc, PxError *err)
 		  &sc->ov);
 	if (parse_top(sc, &top, err) ||
 	    model_parse(&sect[SC_DOC_MODEL], &sc->model, &sc->notes, err) ||
+	    parse_architecture(sc, &top, err) ||
 	    dsconfig_parse(&sect[SC_DOC_DEEPSPEED], &sc->ds, &sc->notes, err) ||
 	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
@@ -548,6 +568,8 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 	cJSON_AddNumberToObject(r, "world_size", (double)world);
 	cJSON_AddNumberToObject(r, "dp", (double)dp);
 	cJSON_AddNumberToObject(r, "num_parameters", sc->model.n_params);
+	if (sc->model.arch[0])
+		cJSON_AddStringToObject(r, "architecture", sc->model.arch);
 	cJSON_AddNumberToObject(r, "seq_length", (double)sc->seq);
 	cJSON_AddNumberToObject(r, "train_batch_size", (double)ds->train_batch);
 	cJSON_AddNumberToObject(r, "train_micro_batch_size_per_gpu", (double)ds->micro_batch);

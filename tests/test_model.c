@@ -3,9 +3,11 @@
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../engine/activ.h"
+#include "../engine/family.h"
 #include "../exec/runner.h"
 #include "../kernels/gpt16_cpu.h"
 #include "../sim/opcost.h"
@@ -14,7 +16,8 @@
 
 
 /* Published counts: Hugging Face's num_parameters() of GPT2LMHeadModel (tied head),
- * LlamaForCausalLM and BertModel (with pooler) for these configs. GPT-3 175B has no published
+ * LlamaForCausalLM and, for BERT, the class its config's architectures names, BertForMaskedLM
+ * (test_bert_heads has the others). GPT-3 175B has no published
  * config; its count is Narayanan et al. 2021's formula
  * 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) with V = 50257, s = 2048 (174.6B; "175B" in
  * Brown et al. 2020 is that figure rounded). */
@@ -27,8 +30,8 @@ static void test_published_counts(void)
 		{"gpt2", 124439808},           {"gpt2-medium", 354823168},
 		{"gpt2-large", 774030080},     {"gpt2-xl", 1557611200},
 		{"llama-2-7b", 6738415616},    {"llama-2-13b", 13015864320},
-		{"llama-2-70b", 68976648192},  {"bert-base-uncased", 109482240},
-		{"bert-large-uncased", 335141888},
+		{"llama-2-70b", 68976648192},  {"bert-base-uncased", 109514298},
+		{"bert-large-uncased", 335174458},
 	};
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		ModelSpec m;
@@ -47,6 +50,163 @@ static void test_published_counts(void)
 	double narayanan = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
 	CU_ASSERT(fabs(m.n_params - narayanan) / narayanan <= 1e-3);
 	CU_ASSERT(fabs(m.n_params - 174.6e9) / 174.6e9 <= 1e-3);
+}
+
+/* BERT's classes (modeling_bert.py) end the same encoder differently; each count is one a user
+ * of transformers has published for bert-base-uncased:
+ *   BertModel (encoder and pooler): 109,482,240 (AutoModel.from_pretrained, trainable
+ *     parameters printed in a public script; also this suite's count before the heads)
+ *   BertForMaskedLM: 109,514,298 (AutoModelForMaskedLM.from_pretrained, printed in the same
+ *     script; the Trainer's "Total Params" of BertForMaskedLM in other public logs)
+ *   BertForPreTraining: 110,106,428 (the Hub's bert-base-uncased checkpoint, the model class it
+ *     was saved from: its safetensors metadata totals 110,106,428 F32 parameters)
+ *   BertForSequenceClassification, 2 labels: 109,483,778 (the Trainer's "Number of trainable
+ *     parameters = 109483778" in public fine-tuning logs)
+ * and for bert-large-uncased BertForMaskedLM 335,174,458 (a public results table), for
+ * prajjwal1/bert-tiny (2 layers, h 128, 2 heads, I 512) BertModel 4,385,920 and BertForMaskedLM
+ * 4,416,698 (the same script). The MLM head is h x h + h (transform), 2h (its LayerNorm) and V
+ * (the decoder's bias; its weight is the word embeddings'), less the pooler's h x h + h: 32,058
+ * more at h 768, as the counts say. The classifiers: the pooled token's h x labels + labels. */
+static void test_bert_heads(void)
+{
+	static const struct {
+		const char *arch;
+		double base, large;
+	} cases[] = {
+		{"BertModel", 109482240, 335141888},
+		{"BertForMaskedLM", 109514298, 335174458},
+		{"BertForPreTraining", 110106428, 0},
+		{"BertForSequenceClassification", 109483778, 0},
+	};
+	ModelSpec base, large;
+	if (fx_bundled_model("bert-base-uncased", &base) ||
+	    fx_bundled_model("bert-large-uncased", &large))
+		return;
+	CU_ASSERT_STRING_EQUAL(base.arch, "BertForMaskedLM"); /* its config's architectures */
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		PxError err = {0};
+		CU_ASSERT_EQUAL(family_set_architecture(&base, cases[i].arch, "test", &err), 0);
+		CU_ASSERT_DOUBLE_EQUAL(model_count_params(&base), cases[i].base, 0);
+		if (!cases[i].large)
+			continue;
+		CU_ASSERT_EQUAL(family_set_architecture(&large, cases[i].arch, "test", &err), 0);
+		CU_ASSERT_DOUBLE_EQUAL(model_count_params(&large), cases[i].large, 0);
+	}
+	static const char *const TINY = "{\"model_type\": \"bert\", \"hidden_size\": 128, "
+		"\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"intermediate_size\": 512, "
+		"\"architectures\": [\"%s\"]}";
+	ModelSpec tiny;
+	if (fx_modelf(&tiny, TINY, "BertModel") == 0)
+		CU_ASSERT_DOUBLE_EQUAL(tiny.n_params, 4385920, 0);
+	if (fx_modelf(&tiny, TINY, "BertForMaskedLM") == 0) {
+		CU_ASSERT_DOUBLE_EQUAL(tiny.n_params, 4416698, 0);
+		CU_ASSERT_EQUAL(model_tied_elems(&tiny), 30522LL * 128); /* the decoder's weight */
+	}
+
+	/* the products of BertForPreTraining's head, b sequences of s tokens: the pooler and the
+	 * next-sentence classifier over each sequence's first token, the transform and the tied
+	 * decoder over every token (its bias of V the only bias longer than h: 2 per element) */
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(family_set_architecture(&base, "BertForPreTraining", "test", &err), 0);
+	GemmShape g = {.s = 512, .b = 4, .t = 1, .ep = 1};
+	ModelGemm gm[MODEL_MAX_GEMMS];
+	int n = model_unit_gemms(&base, (int)base.L + 1, &g, gm);
+	CU_ASSERT_EQUAL(n, 4);
+	double b = 4, sb = 2048, h = 768, V = 30522;
+	CU_ASSERT_DOUBLE_EQUAL(model_gemms_flops(gm, n),
+			       2 * (b * h * h + b * h * 2 + sb * h * h + sb * h * V), 1);
+}
+
+/* The bytes BertForMaskedLM's head keeps for backward, from modeling_bert.py's modules and what
+ * autograd saves for each, fp32, b sequences of s tokens (no pooler: add_pooling_layer=False):
+ *   BertPredictionHeadTransform.dense (nn.Linear): its input, the encoder's output, 4 s b h
+ *   the activation (GELUActivation, hidden_act "gelu": erf's gelu saves its input): the dense
+ *     layer's output, 4 s b h
+ *   LayerNorm: its input (the GELU's output), 4 s b h, and the fp32 mean and rstd a row, 8 s b
+ *   the decoder (nn.Linear, tied weight, bias): its input, the norm's output, 4 s b h
+ *   CrossEntropyLoss on the scores as they are: log_softmax's output, 4 s b V
+ * = s b (16 h + 8 + 4 V); at s 512, b 2, h 768, V 30522: 137,609,216 bytes. In bf16 under
+ * DeepSpeed (no autocast) each tensor of the model's type is 2 bytes a value: the log-softmax's
+ * too, since the loss takes the bf16 scores without an upcast; the norm's statistics stay fp32:
+ * s b (8 h + 8 + 2 V). */
+static void test_bert_mlm_head_bytes(void)
+{
+	ModelSpec m;
+	if (fx_bundled_model("bert-base-uncased", &m))
+		return;
+	m.dropout = m.attn_dropout = 0;
+	ActivShape x = {.s = 512, .b = 2, .t = 1, .elem_bytes = 4, .hf_eager = 1};
+	double sb = 1024, h = 768, V = 30522;
+	CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x), sb * (16 * h + 8 + 4 * V), 0);
+	CU_ASSERT_DOUBLE_EQUAL(sb * (16 * h + 8 + 4 * V), 137609216.0, 0);
+	x.elem_bytes = 2;
+	CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x), sb * (8 * h + 8 + 2 * V), 0);
+	x.autocast = 1; /* log_softmax is an fp32 op under autocast: its output fp32 */
+	CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x), sb * (8 * h + 8 + 4 * V), 0);
+}
+
+/* The scenario's "architecture" chooses the class over the config's architectures; a class the
+ * family does not have is refused naming the file, the key and the classes; a causal LM's own
+ * class is accepted for the other families, any other refused; a config naming a class Parallax
+ * does not know is priced as BertModel with a warning. */
+static void test_architecture_key(void)
+{
+	static const char *const FMT = "{%s, \"architecture\": \"%s\", \"deepspeed\": "
+		"{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": \"A100-80GB\", "
+		"\"nodes\": 1, \"gpus_per_node\": 1}, \"seq_length\": 128}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, fx_model("bert-base-uncased"),
+			"BertForSequenceClassification") == 0) {
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 109483778, 0);
+		char *j = scenario_resolved_json(&sc, 1, 1);
+		PX_ASSERT_HAS(j, "\"architecture\":\"BertForSequenceClassification\"");
+		free(j);
+		fx_free(&sc, &pr);
+	}
+	if (fx_predictf(&sc, &pr, FMT, fx_model("gpt2"), "GPT2LMHeadModel") == 0) {
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 124439808, 0);
+		fx_free(&sc, &pr);
+	}
+	static const char *const bad[][3] = {
+		{"bert-base-uncased", "BertForCausalLM",
+		 "architecture: \"BertForCausalLM\" is not a bert class Parallax prices; expected one "
+		 "of BertModel, BertForMaskedLM, BertForPreTraining"},
+		{"llama-2-7b", "LlamaForSequenceClassification",
+		 "architecture: \"LlamaForSequenceClassification\": a llama model is priced with its "
+		 "language-model head"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char path[512], json[2048];
+		snprintf(path, sizeof(path), "%s/architecture-%zu.json", px_test_tmpdir(), i);
+		snprintf(json, sizeof(json), FMT, fx_model(bad[i][0]), bad[i][1]);
+		px_test_write_file(path, json);
+		PxError err = {0};
+		fx_refused(path, NULL, &err);
+		PX_ASSERT_HAS(err.msg, path);
+		PX_ASSERT_HAS(err.msg, bad[i][2]);
+	}
+	/* a config's own class Parallax does not know: BertModel, said */
+	char path[512], cfg[512];
+	snprintf(cfg, sizeof(cfg), "%s/bert-custom-config.json", px_test_tmpdir());
+	px_test_write_file(cfg, "{\"model_type\": \"bert\", \"architectures\": "
+			   "[\"BertForSomethingElse\"]}");
+	snprintf(path, sizeof(path), "%s/bert-custom.json", px_test_tmpdir());
+	char json[2048];
+	snprintf(json, sizeof(json), "{\"model\": \"%s\", \"deepspeed\": "
+		 "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": \"A100-80GB\", "
+		 "\"nodes\": 1, \"gpus_per_node\": 1}, \"seq_length\": 128}", cfg);
+	px_test_write_file(path, json);
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(scenario_load(&sc, path, NULL, &err), 0);
+	CU_ASSERT_STRING_EQUAL(sc.model.arch, "BertModel");
+	CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, 109482240, 0);
+	int warned = 0;
+	for (int i = 0; i < sc.notes.n_warnings; i++)
+		warned |= strstr(sc.notes.warnings[i], "BertForSomethingElse is not a class Parallax "
+					 "prices; priced as BertModel") != NULL;
+	CU_ASSERT(warned);
+	scenario_free(&sc);
 }
 
 /* Units partition the model: their parameters add up to the whole. */
@@ -398,6 +558,32 @@ static void test_hf_eager_scenario(void)
 	fx_free(&sc, &pr);
 }
 
+/* BertForMaskedLM's loss in a scenario, bert-base-uncased, seq 512, micro-batch 4, bf16 under
+ * DeepSpeed, model_code huggingface: CrossEntropyLoss takes the bf16 prediction scores as they
+ * are (no upcast), so its forward holds the scores, 2 sbV, and its backward nll_loss's and
+ * log_softmax's gradients in bf16, 4 sbV (against a causal LM's 6 and 8 sbV above). */
+static void test_bert_mlm_loss(void)
+{
+	static const char FMT[] =
+		"{%s, \"model_code\": \"huggingface\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
+		" 4, \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1,"
+		" \"gpus_per_node\": 1}, \"seq_length\": 512}";
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, fx_model("bert-base-uncased")))
+		return;
+	double sbV = 512 * 4 * 30522.0, temps[2] = {0, 0};
+	int n = 0;
+	const Schedule *k = &pr.stages[0].sched;
+	for (int i = 0; i < k->n; i++)
+		if (k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_LOSS_TEMP && n < 2)
+			temps[n++] = k->ops[i].bytes;
+	CU_ASSERT_EQUAL(n, 2);
+	CU_ASSERT_DOUBLE_EQUAL(temps[0], 2 * sbV, 0);
+	CU_ASSERT_DOUBLE_EQUAL(temps[1], 4 * sbV, 0);
+	fx_free(&sc, &pr);
+}
+
 /* The same GPT-2 block under torch autocast (the Trainer's fp16 without DeepSpeed: fp32 weights,
  * torch.amp's CUDA op lists), op by op beyond the 16-bit count above:
  *   the residual stream is fp32 (the embeddings' fp32 output, then each branch's fp16 output
@@ -548,6 +734,10 @@ static void test_model_code_refused(void)
 int test_model_register(void)
 {
 	return PX_ADD_SUITE("model", {"published parameter counts", test_published_counts},
+			    {"BERT's classes and their heads", test_bert_heads},
+			    {"BertForMaskedLM's head, tensor by tensor", test_bert_mlm_head_bytes},
+			    {"the scenario's architecture key", test_architecture_key},
+			    {"BertForMaskedLM's loss in a scenario", test_bert_mlm_loss},
 			    {"units sum to the model", test_units_sum_to_model},
 			    {"Korthikanti Table 2", test_korthikanti_table2},
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
