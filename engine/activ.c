@@ -259,9 +259,9 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	long long a = x->logits_align > 1 ? x->logits_align : 1;
 	double row = (double)((m->V + a - 1) / a * a); /* a logits row, as the executor pads it */
 	/* the log-softmax's output, fp32 (Korthikanti's count; Hugging Face's causal-LM loss
-	 * upcasts); BertForMaskedLM's CrossEntropyLoss keeps it in the logits' type, fp32 only
-	 * under autocast */
-	double ls = x->hf_eager && !y->causal && !x->autocast ? d : 4;
+	 * upcasts); BertForMaskedLM's and T5's CrossEntropyLoss keep it in the logits' type, fp32
+	 * only under autocast */
+	double ls = x->hf_eager && !model_hf_loss_upcasts(m) && !x->autocast ? d : 4;
 	double logits = y->lm_head ? sb * row * ls : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
 		head += sb * hf_norm_extra(m, norm_in_bytes(x));

@@ -823,8 +823,8 @@ static double unit_work_bytes(const Plan *p, int u, int elem_bytes)
  * their fp32 upcast (none in fp32, where .float() is the tensor itself), live beside the
  * log-softmax; backward, nll_loss's gradient and log_softmax's input gradient, fp32 both,
  * beside the kept output, 8 bytes a logit (the input gradient's cast back to the model's type
- * comes once the kept output is freed, within that). BertForMaskedLM's loss (CrossEntropyLoss
- * on the prediction scores as they are) the same without the upcast: the logits, then the two
+ * comes once the kept output is freed, within that). BertForMaskedLM's and T5's loss
+ * (CrossEntropyLoss on the scores as they are) the same without the upcast: the logits, then the two
  * gradients in their type (fp32 under autocast). 0 under Megatron's code (its
  * vocabulary-parallel cross-entropy works in the upcast copy in place) and for other heads. */
 static double loss_temp_bytes(const Plan *p, int u, int backward)
@@ -837,8 +837,9 @@ static double loss_temp_bytes(const Plan *p, int u, int backward)
 	double logits = (double)(p->shape.b * s) * (double)m->V / (double)p->par.tp;
 	double d = p->shape.elem_bytes; /* the logits' type: the parameters', or autocast's */
 	/* the loss's type: fp32 after ForCausalLMLoss's upcast or under autocast (log_softmax is
-	 * an fp32 op there); BertForMaskedLM's CrossEntropyLoss takes the logits as they are */
-	double ls = y->causal || p->shape.autocast ? 4 : d;
+	 * an fp32 op there); BertForMaskedLM's and T5's CrossEntropyLoss take the logits as they
+	 * are */
+	double ls = model_hf_loss_upcasts(m) || p->shape.autocast ? 4 : d;
 	return logits * (backward ? 2 * ls : d + (ls > d ? ls : 0));
 }
 

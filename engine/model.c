@@ -422,6 +422,11 @@ int model_gemma_modules(const ModelSpec *m)
 	return model_is_family(m, "gemma") || model_is_family(m, "gemma2");
 }
 
+int model_hf_loss_upcasts(const ModelSpec *m)
+{
+	return m->lay.causal && !m->lay.L_enc;
+}
+
 int model_hf_llama_attention(const ModelSpec *m)
 {
 	return model_llama_modules(m) || model_gemma_modules(m);

@@ -124,6 +124,11 @@ int model_gemma_modules(const ModelSpec *m);
  * with Gemma-2's soft-capping): softmax(dtype=float32) then .to(query.dtype), repeat_kv. */
 int model_hf_llama_attention(const ModelSpec *m);
 
+/* Whether its Hugging Face loss upcasts the logits to fp32 before the cross-entropy: a causal
+ * LM's (ForCausalLMLoss: logits.float()); BertForMaskedLM's and T5's CrossEntropyLoss take them
+ * in their own type. */
+int model_hf_loss_upcasts(const ModelSpec *m);
+
 #define MODEL_MAX_TENSORS 32
 
 typedef struct ModelTensor {

@@ -561,27 +561,33 @@ static void test_hf_eager_scenario(void)
 /* BertForMaskedLM's loss in a scenario, bert-base-uncased, seq 512, micro-batch 4, bf16 under
  * DeepSpeed, model_code huggingface: CrossEntropyLoss takes the bf16 prediction scores as they
  * are (no upcast), so its forward holds the scores, 2 sbV, and its backward nll_loss's and
- * log_softmax's gradients in bf16, 4 sbV (against a causal LM's 6 and 8 sbV above). */
+ * log_softmax's gradients in bf16, 4 sbV (against a causal LM's 6 and 8 sbV above). T5's
+ * (T5ForConditionalGeneration: CrossEntropyLoss(ignore_index=-100) on lm_logits) likewise over
+ * the decoder's tokens: t5-base, V 32,128, 512 of them. */
 static void test_bert_mlm_loss(void)
 {
 	static const char FMT[] =
 		"{%s, \"model_code\": \"huggingface\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\":"
 		" 4, \"bf16\": {\"enabled\": true}}, \"cluster\": {\"gpu\": \"H200\", \"nodes\": 1,"
 		" \"gpus_per_node\": 1}, \"seq_length\": 512}";
-	Scenario sc;
-	Prediction pr;
-	if (fx_predictf(&sc, &pr, FMT, fx_model("bert-base-uncased")))
-		return;
-	double sbV = 512 * 4 * 30522.0, temps[2] = {0, 0};
-	int n = 0;
-	const Schedule *k = &pr.stages[0].sched;
-	for (int i = 0; i < k->n; i++)
-		if (k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_LOSS_TEMP && n < 2)
-			temps[n++] = k->ops[i].bytes;
-	CU_ASSERT_EQUAL(n, 2);
-	CU_ASSERT_DOUBLE_EQUAL(temps[0], 2 * sbV, 0);
-	CU_ASSERT_DOUBLE_EQUAL(temps[1], 4 * sbV, 0);
-	fx_free(&sc, &pr);
+	static const char *const models[] = {"bert-base-uncased", "t5-base"};
+	static const double vocab[] = {30522, 32128};
+	for (int m = 0; m < 2; m++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, FMT, fx_model(models[m])))
+			continue;
+		double sbV = 512 * 4 * vocab[m], temps[2] = {0, 0};
+		int n = 0;
+		const Schedule *k = &pr.stages[0].sched;
+		for (int i = 0; i < k->n; i++)
+			if (k->ops[i].kind == OP_ALLOC && k->ops[i].what == BUF_LOSS_TEMP && n < 2)
+				temps[n++] = k->ops[i].bytes;
+		CU_ASSERT_EQUAL(n, 2);
+		CU_ASSERT_DOUBLE_EQUAL(temps[0], 2 * sbV, 0);
+		CU_ASSERT_DOUBLE_EQUAL(temps[1], 4 * sbV, 0);
+		fx_free(&sc, &pr);
+	}
 }
 
 /* The same GPT-2 block under torch autocast (the Trainer's fp16 without DeepSpeed: fp32 weights,
@@ -737,7 +743,7 @@ int test_model_register(void)
 			    {"BERT's classes and their heads", test_bert_heads},
 			    {"BertForMaskedLM's head, tensor by tensor", test_bert_mlm_head_bytes},
 			    {"the scenario's architecture key", test_architecture_key},
-			    {"BertForMaskedLM's loss in a scenario", test_bert_mlm_loss},
+			    {"BertForMaskedLM's and T5's losses in a scenario", test_bert_mlm_loss},
 			    {"units sum to the model", test_units_sum_to_model},
 			    {"Korthikanti Table 2", test_korthikanti_table2},
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
