@@ -714,7 +714,7 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	if (run_predict(o, &sc, &pr, 0, err))
 		goto out_free;
 	if (runner_supported(&pr.plan, err) || ckpt_supported(o, &sc, err) ||
-	    data_open(&data, o->data, (int)sc.model.V, (int)sc.seq, err))
+	    data_open(&data, o->data, (int)sc.model.vocab_size, (int)sc.seq, err))
 		goto out_predict;
 	ComputeShape shape = runner_shape(&pr.plan, o->gpu ? o->gpu->device : 0);
 	if (cb->create(&shape, &cx, err))

@@ -25,18 +25,23 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 
 	char kind[112]; /* the family, and the class where the family's classes differ */
 	snprintf(kind, sizeof(kind), m->arch[0] ? "%s (%s)" : "%s", m->type, m->arch);
+	char vocab[96]; /* V, and the tokenizer's where Megatron's padding made it more */
+	int n = snprintf(vocab, sizeof(vocab), "%lld", m->V);
+	if (m->V != m->vocab_size)
+		snprintf(vocab + n, sizeof(vocab) - (size_t)n, " (%lld padded to a multiple of %lld)",
+			 m->vocab_size, sc->par.vocab_divisible * sc->par.tp);
 	fprintf(f, "# parallax %s predict: %s (%s)\n", PX_VERSION, sc->name, sc->path);
 	if (!model_known(m))
 		fprintf(f, "# model      %.4g parameters (no architecture: activations unknown)\n",
 			m->n_params);
 	else if (m->lay.L_enc)
 		fprintf(f, "# model      %s, %.4g parameters: L=%lld+%lld (encoder+decoder) h=%lld "
-			"heads=%lld I=%lld V=%lld; seq %lld encoder, %lld decoder\n", kind, m->n_params,
-			m->lay.L_enc, m->L - m->lay.L_enc, m->h, m->a, m->I, m->V, sc->seq, sc->seq_dec);
+			"heads=%lld I=%lld V=%s; seq %lld encoder, %lld decoder\n", kind, m->n_params,
+			m->lay.L_enc, m->L - m->lay.L_enc, m->h, m->a, m->I, vocab, sc->seq, sc->seq_dec);
 	else
 		fprintf(f, "# model      %s, %.4g parameters: L=%lld h=%lld heads=%lld kv=%lld I=%lld "
-			"V=%lld; seq %lld\n", kind, m->n_params, m->L, m->h, m->a, m->kv_heads, m->I,
-			m->V, sc->seq);
+			"V=%s; seq %lld\n", kind, m->n_params, m->L, m->h, m->a, m->kv_heads, m->I,
+			vocab, sc->seq);
 	const ParallelSpec *q = &p->par;
 	fprintf(f, "# cluster    %lld x %lld %s (%.1f GiB each, %.2f usable; node: %s), world %lld: dp "
 		"%lld tp %lld pp %lld ep %lld\n", c->nodes, c->gpus_per_node, c->gpu.name,

@@ -824,7 +824,7 @@ static int set_dims(const JsonObj *o, ModelSpec *m, const long long dim[N_DIMS],
 			return px_fail(err, PX_ERR_INPUT, "%s: %s: the hidden size, layers, heads and "
 				       "vocabulary must be positive integers, not null", o->doc->path,
 				       o->name);
-	m->h = dim[D_H], m->L = dim[D_L], m->a = dim[D_A], m->V = dim[D_V];
+	m->h = dim[D_H], m->L = dim[D_L], m->a = dim[D_A], m->V = m->vocab_size = dim[D_V];
 	m->kv_heads = or_else(dim[D_KV], m->a);
 	m->I = or_else(dim[D_I], 4 * m->h);
 	m->max_pos = or_else(dim[D_POS], 2048);

@@ -73,6 +73,8 @@ typedef struct ModelSpec {
 	char type[32];       /* model_type as written ("gpt2", "llama", "deepseek_v3", "params") */
 	const struct ModelFamily *family; /* its row of the families table; NULL: a bare count */
 	long long h, L, a, kv_heads, I, V, max_pos;
+	long long vocab_size; /* the tokenizer's: the config's vocab_size, of which V is the padded
+				 size under Megatron's make_vocab_size_divisible_by (else equal) */
 	long long head_dim;  /* d, q and k width per head */
 	long long v_head_dim; /* dv */
 	long long q_lora, kv_lora, rope_dim; /* MLA's latents (q_lora 0: a full q projection) and

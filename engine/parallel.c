@@ -35,7 +35,8 @@ int parallel_parse(const JsonObj *par, ParallelSpec *p, PxNotes *notes, PxError 
 {
 	static const char *const known[] = {"tp", "pp", "ep", "sequence_parallel",
 					    "pipeline_schedule", "virtual_stages", "partition_method",
-					    "rank_order", "collective_algorithm", NULL};
+					    "rank_order", "collective_algorithm",
+					    "make_vocab_size_divisible_by", NULL};
 	static const char *const schedules[] = {"1f1b", "gpipe", "interleaved", NULL};
 	static const char *const parts[] = {"uniform", "parameters", "type:transformer", NULL};
 	static const char *const orders[] = {"tp-pp-dp", "tp-dp-pp", NULL};
@@ -50,7 +51,9 @@ int parallel_parse(const JsonObj *par, ParallelSpec *p, PxNotes *notes, PxError 
 	    jobj_int(par, "pp", 1, 1 << 20, p->pp, &p->pp, err) < 0 ||
 	    jobj_int(par, "ep", 1, 1 << 20, p->ep, &p->ep, err) < 0 ||
 	    jobj_bool(par, "sequence_parallel", 0, &p->sequence_parallel, err) < 0 ||
-	    jobj_int(par, "virtual_stages", 1, 1 << 20, 1, &p->virtual_stages, err) < 0)
+	    jobj_int(par, "virtual_stages", 1, 1 << 20, 1, &p->virtual_stages, err) < 0 ||
+	    jobj_int(par, "make_vocab_size_divisible_by", 1, 1 << 20, 0, &p->vocab_divisible,
+		     err) < 0)
 		return -1;
 	if (jobj_choice(par, "pipeline_schedule", schedules, PIPE_1F1B, &v, err) < 0)
 		return -1;

@@ -36,6 +36,9 @@ typedef struct ParallelSpec {
 	PartitionMethod partition;
 	RankOrder order;
 	CollAlgo algo;
+	long long vocab_divisible;  /* Megatron's --make-vocab-size-divisible-by: the vocabulary
+				       padded to a multiple of it times tp (scenario.c); 0 when not
+				       given: no padding */
 	MoeSpec moe;
 } ParallelSpec;
 

@@ -301,6 +301,14 @@ static int parse_parallel(Scenario *sc, const JsonObj *top, PxError *err)
 		if (merge_degree(&p->ep, ep_size, where, "moe.ep_size", ep_set, "ep", err))
 			return -1;
 	}
+	/* Megatron's _vocab_size_with_padding: the embedding and the head hold the vocabulary
+	 * rounded up to a multiple of make_vocab_size_divisible_by x tp rows (the padded rows are
+	 * never a token, but take part in the softmax) */
+	if (p->vocab_divisible && model_known(&sc->model)) {
+		long long mult = p->vocab_divisible * p->tp, V = sc->model.vocab_size;
+		sc->model.V = (V + mult - 1) / mult * mult;
+		sc->model.n_params = model_count_params(&sc->model);
+	}
 	if (p->moe.experts && !model_known(&sc->model))
 		return px_fail(err, PX_ERR_INPUT, "%s: moe needs a model architecture; the model gives "
 			       "only num_parameters", sc->path);
@@ -570,6 +578,8 @@ char *scenario_resolved_json(const Scenario *sc, long long world, long long dp)
 	cJSON_AddNumberToObject(r, "num_parameters", sc->model.n_params);
 	if (sc->model.arch[0])
 		cJSON_AddStringToObject(r, "architecture", sc->model.arch);
+	if (sc->model.V != sc->model.vocab_size) /* Megatron's padded vocabulary */
+		cJSON_AddNumberToObject(r, "padded_vocab_size", (double)sc->model.V);
 	cJSON_AddNumberToObject(r, "seq_length", (double)sc->seq);
 	cJSON_AddNumberToObject(r, "train_batch_size", (double)ds->train_batch);
 	cJSON_AddNumberToObject(r, "train_micro_batch_size_per_gpu", (double)ds->micro_batch);

@@ -50,8 +50,8 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
 		      "in the whole gradient flat, which stage 2 does not keep)";
 	else if (p->par.tp > 1 && (m->V % p->par.tp || m->a % p->par.tp))
-		why = "tensor parallelism whose degree divides the vocabulary and the heads (Megatron "
-		      "pads the vocabulary; the executor does not)";
+		why = "tensor parallelism whose degree divides the vocabulary and the heads (pad the "
+		      "vocabulary as Megatron does: parallelism.make_vocab_size_divisible_by)";
 	else if (p->par.pp > 1 && sc->backend != BACKEND_CPU)
 		why = "pipeline parallelism on backend \"cpu\" only (its sends are started MPI "
 		      "ones)";

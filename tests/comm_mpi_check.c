@@ -963,7 +963,8 @@ static int runner_once(Comm *world, const char *path, int stage, int overlap, Ru
 		CHECK(0, "%s", err.msg);
 		goto out_ov;
 	}
-	if (predict_run(&sc, &pr, &err) || data_open(&data, NULL, (int)sc.model.V, (int)sc.seq, &err)) {
+	if (predict_run(&sc, &pr, &err) ||
+	    data_open(&data, NULL, (int)sc.model.vocab_size, (int)sc.seq, &err)) {
 		CHECK(0, "%s", err.msg);
 		goto out_sc;
 	}

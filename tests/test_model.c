@@ -209,6 +209,54 @@ static void test_architecture_key(void)
 	scenario_free(&sc);
 }
 
+/* Megatron's padded vocabulary (parallelism.make_vocab_size_divisible_by; Megatron-LM's
+ * _vocab_size_with_padding rounds the vocabulary up to a multiple of the flag times tp): GPT-3's
+ * 50,257 tokens become 50,304 rows at tp 1 and 51,200 at tp 8, the vocabulary Narayanan et al.
+ * 2021 count (their parameter formula's V); the tied embedding's extra rows are parameters
+ * (943 x 12,288 more at tp 8) and each rank holds 51,200 / 8 of them. Absent, nothing is padded;
+ * 0 is refused naming the key. */
+static void test_padded_vocab(void)
+{
+	static const char FMT[] = "{%s, \"parallelism\": {\"tp\": %d%s}, \"deepspeed\": "
+		"{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": \"A100-80GB\", "
+		"\"nodes\": 1, \"gpus_per_node\": 8}, \"seq_length\": 2048}";
+	static const struct {
+		int tp;
+		const char *flag;
+		long long V;
+	} cases[] = {
+		{1, "", 50257},
+		{1, ", \"make_vocab_size_divisible_by\": 128", 50304},
+		{8, ", \"make_vocab_size_divisible_by\": 128", 51200},
+	};
+	ModelSpec plain;
+	if (fx_bundled_model("gpt3-175b", &plain))
+		return;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, FMT, fx_model("gpt3-175b"), cases[i].tp, cases[i].flag))
+			continue;
+		CU_ASSERT_EQUAL(sc.model.V, cases[i].V);
+		CU_ASSERT_EQUAL(sc.model.vocab_size, 50257);
+		CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params,
+				       plain.n_params + (double)(cases[i].V - 50257) * 12288, 0);
+		char *j = scenario_resolved_json(&sc, 8, 8 / cases[i].tp);
+		CU_ASSERT_EQUAL(strstr(j, "\"padded_vocab_size\"") != NULL, cases[i].V != 50257);
+		free(j);
+		fx_free(&sc, &pr);
+	}
+	char path[512], json[2048];
+	snprintf(path, sizeof(path), "%s/vocab-divisible-0.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), FMT, fx_model("gpt3-175b"), 8,
+		 ", \"make_vocab_size_divisible_by\": 0");
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, "make_vocab_size_divisible_by");
+	PX_ASSERT_HAS(err.msg, path);
+}
+
 /* Units partition the model: their parameters add up to the whole. */
 static void test_units_sum_to_model(void)
 {
@@ -744,6 +792,7 @@ int test_model_register(void)
 			    {"BertForMaskedLM's head, tensor by tensor", test_bert_mlm_head_bytes},
 			    {"the scenario's architecture key", test_architecture_key},
 			    {"BertForMaskedLM's and T5's losses in a scenario", test_bert_mlm_loss},
+			    {"Megatron's padded vocabulary", test_padded_vocab},
 			    {"units sum to the model", test_units_sum_to_model},
 			    {"Korthikanti Table 2", test_korthikanti_table2},
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},

@@ -6,6 +6,7 @@
  * prediction, the tensor-parallel traffic worked out by hand. Runs the release binary
  * (PX_RUN_BIN), as the exec and pipe suites do. */
 #include <CUnit/CUnit.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,6 +293,43 @@ static void test_tp_sp_pipeline(void)
 	sqlite3_close(db);
 }
 
+/* Megatron's padded vocabulary (parallelism.make_vocab_size_divisible_by, Megatron-LM's
+ * --make-vocab-size-divisible-by and _vocab_size_with_padding: the vocabulary rounded up to a
+ * multiple of it times tp). 129 tokens, which 2 ranks cannot split, padded to 130 rows at tp 2
+ * (divisible by 1 x 2) train as one rank whose vocabulary is padded to the same 130 rows
+ * (divisible by 2 x 1): the fp32 losses within test_tp_losses_fp32's bound, for its reasons (the
+ * first too: with dp 2 the step's loss is the mean of the two ranks' means, one unit in the last
+ * place from the single rank's in this case). The padded row is never a token (the data draws from the 129) but takes part
+ * in the softmax, so an unpadded rank's first loss differs, by about ln(130/129) = 0.0077 at an
+ * untrained model's near-uniform start. A rank holds 65 of the 130 rows: its parameters are
+ * test_tp_measured_equals_predicted's by hand with 130 in place of 128, measured, and every
+ * memory category and collective equals the prediction. */
+static void test_tp_padded_vocab(void)
+{
+	static const PxRunCase runs[] = {
+		{2, "--set parallelism.tp=2 --set parallelism.make_vocab_size_divisible_by=1"},
+		{4, "--set parallelism.tp=2 --set parallelism.make_vocab_size_divisible_by=1 --set "
+		    "deepspeed.zero_optimization.stage=1"},
+	};
+	const char *scn = scenario();
+	char base[1024], args[1024];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set model.vocab_size=129 --set "
+		 "parallelism.make_vocab_size_divisible_by=2", scn);
+	double ref[PX_LOSS_STEPS], plain[PX_LOSS_STEPS];
+	px_check_losses(base, runs, (int)(sizeof(runs) / sizeof(runs[0])), 1e-6, 0, ref);
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set model.vocab_size=129", scn);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, 1, "", plain), 1);
+	CU_ASSERT(fabs(plain[0] - ref[0]) > 5e-3);
+
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --set model.vocab_size=129 --set "
+		 "parallelism.tp=2 --set parallelism.make_vocab_size_divisible_by=1", scn);
+	sqlite3 *db = px_run_measured(args, 2);
+	double C = 64, params = 2 * ((12 * C * C + 7 * C) / 2 + 6 * C) + 130 * C / 2 + 64 * C + 2 * C;
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.params_bytes", "measured", r), 4 * params);
+	sqlite3_close(db);
+}
+
 /* What the executor does not run with tensor parallelism is refused before anything starts,
  * naming it, with exit status 2. */
 static void test_tp_refuses(void)
@@ -302,7 +340,8 @@ static void test_tp_refuses(void)
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2 --set "
 		    "parallelism.sequence_parallel=true", "sequence parallelism with ZeRO stage 0 or 1"},
 		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
-		 "whose degree divides the vocabulary and the heads"},
+		 "whose degree divides the vocabulary and the heads (pad the vocabulary as Megatron "
+		 "does: parallelism.make_vocab_size_divisible_by)"},
 	};
 	const char *scn = scenario();
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
@@ -326,5 +365,6 @@ int test_tp_register(void)
 			    {"bf16 measured equals predicted, traffic by hand", test_tp_measured_bf16,
 			     PX_RELEASE_RUN},
 			    {"tp x pp x dp with sequence parallelism", test_tp_sp_pipeline, PX_RELEASE_RUN},
+			    {"Megatron's padded vocabulary", test_tp_padded_vocab, PX_RELEASE_RUN},
 			    {"run refuses what it does not split", test_tp_refuses, PX_RELEASE_RUN});
 }
