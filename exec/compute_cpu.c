@@ -407,11 +407,13 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
 	else if (c->ix)
 		gpt16_block_forward_sparse(TYPED(c), params, x, y, acts, c->ix);
+	else if (c->att)
+		gpt16_block_forward_att(TYPED(c), params, x, y, acts, c->att);
 	else
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
 
-/* fp32 units without tensor parallelism only (runner_supported) */
+/* units without tensor parallelism only (runner_supported) */
 static void cpu_set_scores(void *ctx, void *att)
 {
 	((CpuCtx *)ctx)->att = att;
@@ -425,7 +427,10 @@ static void cpu_set_sparse(void *ctx, const SparseIndex *ix)
 static void cpu_block_scores(void *ctx, void *acts)
 {
 	CpuCtx *c = ctx;
-	gpt_cpu_block_scores(SHAPE(c), acts, c->att);
+	if (c->sh.dt == DT_FP32)
+		gpt_cpu_block_scores(SHAPE(c), acts, c->att);
+	else
+		gpt16_block_scores(TYPED(c), acts, c->att);
 }
 
 static float cpu_head_forward(void *ctx, const void *params, const void *wte, const void *x,
@@ -462,6 +467,8 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
 	else if (c->ix)
 		gpt16_block_backward_sparse(TYPED(c), params, grads, acts, c->ix, dy, dx, scratch);
+	else if (c->att)
+		gpt16_block_backward_att(TYPED(c), params, grads, acts, c->att, dy, dx, scratch);
 	else
 		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
 }

@@ -96,10 +96,9 @@ int runner_supported(const Plan *p, PxError *err)
 		      "gpt16_cpu's)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
-	else if (sc->ckpt == CKPT_SELECTIVE &&
-		 (sc->backend != BACKEND_CPU || ds->dtype != DT_FP32 || p->par.tp > 1))
-		why = "selective recompute in fp32 on backend \"cpu\" without tensor parallelism "
-		      "(the other units keep their scores inside their activations)";
+	else if (sc->ckpt == CKPT_SELECTIVE && (sc->backend != BACKEND_CPU || p->par.tp > 1))
+		why = "selective recompute on backend \"cpu\" without tensor parallelism (the other "
+		      "units keep their scores inside their activations)";
 	else if (sc->attention != ATTN_EAGER)
 		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)
@@ -262,10 +261,10 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 			return r->pdt == DT_FP32 ?
 				gpt_cpu_block_sparse_act_bytes(&r->cfg, r->B, r->T, &r->ix) :
 				gpt16_block_sparse_act_bytes(&r->cfg, t, r->B, r->T, &r->ix);
-		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* fp32: the scores apart (BUF_SCORES) */
-			return 4 * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
+		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* the scores apart (BUF_SCORES) */
+			return precision_bytes(t) * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
-	case BUF_SCORES: return 4 * (size_t)r->B * r->cfg.NH * r->T * r->T;
+	case BUF_SCORES: return precision_bytes(t) * (size_t)r->B * r->cfg.NH * r->T * r->T;
 	case BUF_ENDS:
 		if (op->unit != r->head)
 			return 0;

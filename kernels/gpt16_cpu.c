@@ -81,18 +81,20 @@ void gpt16_embed_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 #define A(f) precision_at(acts, a->f, t)
 
 /* The attention branch, dense (ix NULL) or block-sparse over ix's blocks, whose probabilities
- * then lie where the dense (B, NH, T, T) would begin */
+ * then lie where the dense (B, NH, T, T) would begin; att, when not NULL, holds the dense
+ * probabilities instead (selective recompute's, apart from acts) */
 static void attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			      void *acts, const SparseIndex *ix)
+			      void *acts, void *att, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
+	void *probs = att ? att : A(att);
 	ops16_layernorm_forward(t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
 	ops16_matmul_forward(t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
 	if (ix)
-		ops16_sparse_attention_forward(t, A(atty), A(att), A(qkv), ix, B, T, C);
+		ops16_sparse_attention_forward(t, A(atty), probs, A(qkv), ix, B, T, C);
 	else
-		ops16_attention_forward(t, A(atty), A(att), A(qkv), B, T, C, c->NH);
+		ops16_attention_forward(t, A(atty), probs, A(qkv), B, T, C, c->NH);
 	ops16_matmul_forward(t, A(res2), A(atty), P(proj_w), P(proj_b), N, C, C);
 	ops16_residual_forward(t, A(res2), A(res2), A(x_in), (size_t)N * C);
 }
@@ -101,11 +103,11 @@ void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
 			     void *acts)
 {
-	attention_forward(c, t, B, T, p, a, params, acts, NULL);
+	attention_forward(c, t, B, T, p, a, params, acts, NULL, NULL);
 }
 
 static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
-			  const void *x, void *y, void *acts, const SparseIndex *ix)
+			  const void *x, void *y, void *acts, void *att, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -113,7 +115,7 @@ static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, con
 	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
 
 	par_cpu_memcpy(A(x_in), x, btc * precision_bytes(t)); /* lets y be x */
-	attention_forward(c, t, B, T, p, a, params, acts, ix);
+	attention_forward(c, t, B, T, p, a, params, acts, att, ix);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(ln2_w), P(ln2_b), N, C);
 	ops16_matmul_forward(t, A(fc), A(ln2), P(fc_w), P(fc_b), N, C, 4 * C);
 	ops16_gelu_forward(t, A(gelu), A(fc), 4 * btc);
@@ -124,14 +126,28 @@ static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, con
 void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			 const void *x, void *y, void *acts)
 {
-	block_forward(c, t, B, T, params, x, y, acts, NULL);
+	block_forward(c, t, B, T, params, x, y, acts, NULL, NULL);
+}
+
+void gpt16_block_forward_att(const GptConfig *c, PrecisionType t, int B, int T,
+			     const void *params, const void *x, void *y, void *acts, void *att)
+{
+	block_forward(c, t, B, T, params, x, y, acts, att, NULL);
+}
+
+void gpt16_block_scores(const GptConfig *c, PrecisionType t, int B, int T, void *acts, void *att)
+{
+	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
+	/* the forward's arithmetic on the same kept q, k, v: the same bits, the attention output
+	 * rewritten with what it already holds */
+	ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C, c->NH);
 }
 
 void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
 				const void *params, const void *x, void *y, void *acts,
 				const SparseIndex *ix)
 {
-	block_forward(c, t, B, T, params, x, y, acts, ix);
+	block_forward(c, t, B, T, params, x, y, acts, NULL, ix);
 }
 
 /* Scratch as gpt_cpu_block_backward's, wide_a and wide_b of 4 B T C floats, with the gradients
@@ -147,11 +163,12 @@ void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int 
 static void attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 			       const GptBlockLayout *p, const GptBlockActs *a, const void *params,
 			       float *grads, const void *acts, float *dx, float *scratch,
-			       const SparseIndex *ix)
+			       const void *att, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
 	float *wide_a = scratch, *wide_b = scratch + 4 * btc;
+	const void *probs = att ? att : A(att);
 
 	ops16_round(t, wide_b, dx, btc);
 	par_cpu_memset(wide_a, 0, btc * fsz);
@@ -159,9 +176,9 @@ static void attention_backward(const GptConfig *c, PrecisionType t, int B, int T
 			      P(proj_w), N, C, C);
 	par_cpu_memset(wide_b, 0, 3 * btc * fsz);
 	if (ix)
-		ops16_sparse_attention_backward(t, wide_b, wide_a, A(qkv), A(att), ix, B, T, C);
+		ops16_sparse_attention_backward(t, wide_b, wide_a, A(qkv), probs, ix, B, T, C);
 	else
-		ops16_attention_backward(t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH);
+		ops16_attention_backward(t, wide_b, wide_a, A(qkv), probs, B, T, C, c->NH);
 	ops16_round(t, wide_a, wide_b, 3 * btc);
 	par_cpu_memset(wide_b, 0, btc * fsz);
 	ops16_matmul_backward(t, wide_b, grads + p->qkv_w, grads + p->qkv_b, wide_a, A(ln1),
@@ -174,12 +191,12 @@ void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
 			      float *grads, const void *acts, float *dx, float *scratch)
 {
-	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, NULL);
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, NULL, NULL);
 }
 
 static void block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			   float *grads, const void *acts, const float *dy, float *dx, float *scratch,
-			   const SparseIndex *ix)
+			   const void *att, const SparseIndex *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -204,20 +221,27 @@ static void block_backward(const GptConfig *c, PrecisionType t, int B, int T, co
 				 P(ln2_w), N, C);
 
 	/* attention branch; dx holds d res2 */
-	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, ix);
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, att, ix);
 }
 
 void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			  float *grads, const void *acts, const float *dy, float *dx, float *scratch)
 {
-	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, NULL);
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, NULL, NULL);
+}
+
+void gpt16_block_backward_att(const GptConfig *c, PrecisionType t, int B, int T,
+			      const void *params, float *grads, const void *acts, const void *att,
+			      const float *dy, float *dx, float *scratch)
+{
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, att, NULL);
 }
 
 void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
 				 const void *params, float *grads, const void *acts,
 				 const SparseIndex *ix, const float *dy, float *dx, float *scratch)
 {
-	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, ix);
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, NULL, ix);
 }
 #undef P
 #undef A
