@@ -883,9 +883,12 @@ static void forward_unit(Builder *b, int slot, int u)
 	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 0));
 	compute(b, COMP_FWD, u, up->fwd_flops);
 	release(b, &loss);
-	release(b, &scores);
+	/* the unit's collectives are its kernels' (the executor's tensor-parallel units issue them
+	 * while they compute), before what the compute op leaves to free; nothing is allocated
+	 * between, so the peaks are those of freeing the scores first */
 	tp_colls(b, u, ROLE_FORWARD);
 	moe_colls(b, u, ROLE_FORWARD);
+	release(b, &scores);
 	release(b, &temp);
 	release(b, &fp32);
 	if (b->ckpt[i] >= 0 && p->ckpt_place == PLACE_CPU)

@@ -397,7 +397,9 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 			      float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1)
+	if (c->tp.t > 1 && c->att)
+		gpt_tp_block_forward_att(TP(c), params, x, y, acts, c->att, scratch);
+	else if (c->tp.t > 1)
 		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
 	else if (c->sh.dt == DT_FP32 && c->ix)
 		gpt_cpu_block_forward_sparse(SHAPE(c), params, x, y, acts, c->ix);
@@ -413,7 +415,6 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
 
-/* units without tensor parallelism only (runner_supported) */
 static void cpu_set_scores(void *ctx, void *att)
 {
 	((CpuCtx *)ctx)->att = att;
@@ -427,7 +428,9 @@ static void cpu_set_sparse(void *ctx, const SparseIndex *ix)
 static void cpu_block_scores(void *ctx, void *acts)
 {
 	CpuCtx *c = ctx;
-	if (c->sh.dt == DT_FP32)
+	if (c->tp.t > 1)
+		gpt_tp_block_scores(TP(c), acts, c->att);
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_scores(SHAPE(c), acts, c->att);
 	else
 		gpt16_block_scores(TYPED(c), acts, c->att);
@@ -457,7 +460,9 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 			       const float *dy, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1)
+	if (c->tp.t > 1 && c->att)
+		gpt_tp_block_backward_att(TP(c), params, grads, acts, c->att, dy, dx, scratch);
+	else if (c->tp.t > 1)
 		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32 && c->ix)
 		gpt_cpu_block_backward_sparse(SHAPE(c), params, grads, acts, c->ix, dy, dx, scratch);

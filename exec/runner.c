@@ -96,9 +96,9 @@ int runner_supported(const Plan *p, PxError *err)
 		      "gpt16_cpu's)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
-	else if (sc->ckpt == CKPT_SELECTIVE && (sc->backend != BACKEND_CPU || p->par.tp > 1))
-		why = "selective recompute on backend \"cpu\" without tensor parallelism (the other "
-		      "units keep their scores inside their activations)";
+	else if (sc->ckpt == CKPT_SELECTIVE && sc->backend != BACKEND_CPU)
+		why = "selective recompute on backend \"cpu\" (the CUDA units keep their scores "
+		      "inside their activations)";
 	else if (sc->attention != ATTN_EAGER)
 		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)
@@ -233,8 +233,14 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return moe_cpu_block_act_bytes(&r->cfg, &r->moe, r->B, r->T);
 	if (r->gtp.t > 1)
 		switch (op->what) {
-		case BUF_ACTIVATIONS:
-			return gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
+		case BUF_ACTIVATIONS: /* selective recompute: the scores apart (BUF_SCORES) */
+			return r->p->sc->ckpt == CKPT_SELECTIVE ?
+				       precision_bytes(t) * gpt_tp_block_acts(&r->cfg, &r->gtp, r->B,
+									      r->T).att :
+				       gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
+		case BUF_SCORES:
+			return precision_bytes(t) * (size_t)r->B * (r->cfg.NH / r->gtp.t) * r->T *
+			       r->T;
 		case BUF_ENDS:
 			return op->unit == r->head ?
 				       gpt_tp_head_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T) : 0;

@@ -148,6 +148,19 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 			   const void *params, float *grads, const void *acts, const float *dy,
 			   float *dx, float *scratch);
 
+/* Selective recompute, as gpt_cpu's _att units: this rank's probabilities att (B, NH/t, T, T) of
+ * type dt apart from acts, which then needs only the elements before gpt_tp_block_acts' att
+ * offset; gpt_tp_block_scores rebuilds them (and the attention output) from the kept q, k, v
+ * before the backward, bit for bit the forward's, with no collective. */
+void gpt_tp_block_forward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			      const void *params, const void *x, void *y, void *acts, void *att,
+			      float *scratch);
+void gpt_tp_block_scores(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
+			 void *acts, void *att);
+void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			       int T, const void *params, float *grads, const void *acts,
+			       const void *att, const float *dy, float *dx, float *scratch);
+
 /* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at
  * lay's offsets (this rank's shards) and its saved activations at a's (elements of dt):
  * forward res2 = x_in + o(attention(qkv(ln1(x_in)))) with x_in already in acts; backward with

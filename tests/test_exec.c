@@ -459,8 +459,7 @@ static void test_run_refuses(void)
  * rank's memory and traffic equal the prediction, which holds the scores apart (BUF_SCORES:
  * B NH T T in the compute type, 2 x 4 x 32 x 32 x 4 = 32 KiB a block in fp32, 16 KiB in bf16,
  * kept by none of the two blocks), so the activations' own peak is below the run without
- * recompute. Tensor parallelism is refused (the tp suite): its units keep the scores inside
- * their activations. */
+ * recompute. Under tensor parallelism the tp suite checks the same. */
 static void test_selective_recompute(void)
 {
 	enum { STEPS = 4 };

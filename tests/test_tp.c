@@ -1,6 +1,6 @@
 /* Tensor parallelism executed through `parallax run`: Megatron's column and row splits on 2 and 4
  * ranks (kernels/gpt_tp_cpu.h), in fp32 and bf16, alone, beside data parallelism with ZeRO 1-3
- * (and offload), with sequence parallelism, with full recompute, and beside pipeline
+ * (and offload), with sequence parallelism, with full and selective recompute, and beside pipeline
  * parallelism (tp x pp, and tp x pp x dp on 8 ranks); the losses are a single rank's (within
  * bounds argued per type), and each rank's memory per category and its communication equal the
  * prediction, the tensor-parallel traffic worked out by hand. Runs the release binary
@@ -73,6 +73,11 @@ static void test_tp_losses_fp32(void)
 		    "parallelism.sequence_parallel=true"},
 		{2, "--set parallelism.tp=2 --set activation_checkpointing=full --set "
 		    "parallelism.sequence_parallel=true"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=selective"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=selective --set "
+		    "parallelism.sequence_parallel=true"},
+		{4, "--set parallelism.tp=2 --set parallelism.pp=2 --set "
+		    "activation_checkpointing=selective"},
 	};
 	char base[1024];
 	snprintf(base, sizeof(base), "run '%s' --no-db --json", scenario());
@@ -83,6 +88,15 @@ static void test_tp_losses_fp32(void)
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set parallelism.tp=2 --set "
 					    "deepspeed.gradient_clipping=0", got), PX_LOSS_STEPS);
 	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	/* selective recompute rebuilds a rank's scores from its kept q, k, v with the forward's
+	 * arithmetic: tp 2's own losses without recompute, to the bit */
+	double none[PX_LOSS_STEPS];
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set parallelism.tp=2", none),
+			      PX_LOSS_STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set parallelism.tp=2 --set "
+					    "activation_checkpointing=selective", got), PX_LOSS_STEPS);
+	for (int i = 0; i < PX_LOSS_STEPS; i++)
+		CU_ASSERT_EQUAL(got[i], none[i]);
 }
 
 /* bf16: the tensor-parallel units round where gpt16_cpu's do and, to cross the group, the
@@ -105,6 +119,7 @@ static void test_tp_losses_bf16(void)
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=3"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1 --set "
 		    "deepspeed.zero_optimization.offload_optimizer.device=cpu"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=selective"},
 	};
 	char base[1024];
 	snprintf(base, sizeof(base), "run '%s' --no-db --json", scenario_in("true"));
@@ -197,6 +212,12 @@ static void test_tp_measured_equals_predicted(void)
 		{4, 2, 1, 2, 1, 0, 1, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"
 				      " --set parallelism.sequence_parallel=true"},
 		{2, 2, 1, 1, 0, 1, 1, "--set parallelism.tp=2 --set activation_checkpointing=full"
+				      " --set parallelism.sequence_parallel=true"},
+		/* selective recompute rebuilds the scores with no collective: the traffic of the
+		 * run without recompute */
+		{2, 2, 1, 1, 0, 0, 0, "--set parallelism.tp=2 --set "
+				      "activation_checkpointing=selective"},
+		{2, 2, 1, 1, 0, 0, 1, "--set parallelism.tp=2 --set activation_checkpointing=selective"
 				      " --set parallelism.sequence_parallel=true"},
 	};
 	const char *scn = scenario();
@@ -335,8 +356,6 @@ static void test_tp_padded_vocab(void)
 static void test_tp_refuses(void)
 {
 	static const struct { int ranks; const char *set, *says; } runs[] = {
-		{2, "--set parallelism.tp=2 --set activation_checkpointing=selective",
-		 "selective recompute on backend \"cpu\" without tensor parallelism"},
 		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=2 --set "
 		    "parallelism.sequence_parallel=true", "sequence parallelism with ZeRO stage 0 or 1"},
 		{2, "--set parallelism.tp=2 --set model.vocab_size=129",
