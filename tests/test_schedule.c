@@ -367,8 +367,8 @@ static int small_tp(Scenario *sc, Prediction *pr, int t, const char *ckpt, const
  * 2 b s^2 h over all heads) and 5 a s^2 b / t bytes of scores (softmax output and dropout output
  * in 16 bits, the dropout mask in 1 byte: Korthikanti's 5as^2b), here b = 2, s = 512, h = 256,
  * a = 8: 2^29 / t FLOPs, 20,971,520 / t bytes. In the schedule's micro-batch body each block 1..4
- * forward holds its scores only while its compute runs (Megatron computes them under checkpoint
- * and drops them); each block 4..1 backward has: the scores allocated (GPU, activations), the
+ * forward holds its scores only while its compute and its collectives run, with no allocation
+ * after it (Megatron computes them under checkpoint and drops them); each block 4..1 backward has: the scores allocated (GPU, activations), the
  * recompute, the block's backward, the scores freed before the next compute; no collective
  * recomputes (Q, K and V are kept on the rank). No
  * such op without recompute, under full recompute (which recomputes the whole block, its forward
@@ -391,10 +391,15 @@ static void check_selective(int t, const char *ckpt, const char *attention, int 
 			CU_ASSERT_EQUAL(op->bytes, bytes);
 			const Op *next = i + 2 < s->n ? &s->ops[i + 1] : NULL;
 			CU_ASSERT_FATAL(next && next->kind == OP_COMPUTE && next->unit == op->unit);
-			if (next->sub == COMP_FWD) { /* the forward's, freed right after it */
-				CU_ASSERT(s->ops[i + 2].kind == OP_FREE && s->ops[i + 2].buf == op->buf);
+			if (next->sub == COMP_FWD) { /* the forward's, freed right after it and
+							 its collectives */
+				int j = i + 2;
+				while (j < s->n && s->ops[j].kind == OP_COLL)
+					j++;
+				CU_ASSERT(j < s->n && s->ops[j].kind == OP_FREE &&
+					  s->ops[j].buf == op->buf);
 				forwards++;
-				i += 2;
+				i = j;
 				continue;
 			}
 			CU_ASSERT_EQUAL(next->sub, COMP_RECOMPUTE);
