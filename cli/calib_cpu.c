@@ -434,7 +434,7 @@ static int unit_init(Unit *u, const ComputeBackend *cb, int fl, HwCpuKernel k, c
 		     PxError *err)
 {
 	Dtype dt = fl == HWCPU_FP32 ? DT_FP32 : DT_BF16;
-	ComputeShape sh = {{s->V, s->T, s->C, 1, s->C / s->hs}, s->B, s->T, 0, dt};
+	ComputeShape sh = {{s->V, s->T, s->C, 1, s->C / s->hs}, s->B, s->T, 0, dt, {0}};
 	PrecisionType t = compute_prec(dt);
 	size_t e = (size_t)dtype_bytes(dt), btc = (size_t)s->B * s->T * s->C;
 	int unit = k <= HWCPU_EMBED_BWD ? 0 : k <= HWCPU_BLOCK_BWD ? 1 : 2;
@@ -806,7 +806,7 @@ static int measure_level(const CalibOpts *o, Comm *world, cJSON **out, PxError *
 	Gemm g = {0};
 	void *cx = NULL;
 	int rank = world ? comm_rank(world) : 0, ranks = world ? comm_size(world) : 1, rc = -1;
-	ComputeShape sh = {{256, 64, 64, 1, 2}, 1, 64, 0, DT_FP32};
+	ComputeShape sh = {{256, 64, 64, 1, 2}, 1, 64, 0, DT_FP32, {0}};
 	*out = NULL;
 	if (!b)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");

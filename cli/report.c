@@ -244,13 +244,22 @@ static void memory_table(FILE *f, const Prediction *pr)
 	moment_describe(&pr->plan, &w->gpu_moment, when, sizeof(when));
 	fprintf(f, "# GPU peak: %s\n", when);
 	int exec_cuda = pr->plan.sc->backend == BACKEND_CUDA;
+	const AllocConf *ac = &pr->plan.sc->alloc_conf;
+	char conf[96] = ""; /* the scenario's pytorch_cuda_alloc_conf, as the model applies it */
+	if (ac->expandable || ac->max_split_bytes > 0)
+		snprintf(conf, sizeof(conf), " with%s%s%.0f", ac->expandable ?
+			 " expandable_segments" : "", ac->max_split_bytes > 0 ?
+			 (ac->expandable ? ", max_split_size_mb " : " max_split_size_mb ") : "",
+			 ac->max_split_bytes > 0 ? ac->max_split_bytes / 1048576 : 0);
+	if (ac->max_split_bytes <= 0 && conf[0]) /* no number to print */
+		conf[strlen(conf) - 1] = '\0';
 	if (w->alloc_known && pr->plan.sc->backend != BACKEND_CPU) /* sim/allocator.h */
-		fprintf(f, "# through %s: max_memory_allocated %.3f GiB, max_memory_reserved %.3f "
+		fprintf(f, "# through %s%s: max_memory_allocated %.3f GiB, max_memory_reserved %.3f "
 			"GiB (%lld segments); nvidia-smi %.3f GiB (reserved + %.3f GiB outside it: "
 			"CUDA context, %s)\n",
 			exec_cuda ? "a caching allocator of PyTorch's design (model; the executor's "
 				    "with PX_CUDA_ALLOC=caching)" :
-				    "PyTorch's caching allocator (model)",
+				    "PyTorch's caching allocator (model)", conf,
 			w->alloc.allocated_bytes / GiB, w->alloc.reserved_bytes / GiB,
 			w->alloc.segments, w->alloc.smi_bytes / GiB, w->alloc.outside_bytes / GiB,
 			exec_cuda ? "cuBLAS's workspace, NCCL" : "NCCL");

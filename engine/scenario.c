@@ -161,7 +161,7 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
 					    "attention", "decoder_seq_length", "framework", "model_code",
-					    "architecture", NULL};
+					    "architecture", "pytorch_cuda_alloc_conf", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
 	const char *name, *ckpt, *backend;
 	int attn, fw, code;
@@ -223,6 +223,15 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "model_code", MODEL_CODES, MODEL_CODE_MEGATRON, &code, err) < 0)
 		return -1;
 	sc->model_code = (ModelCode)code;
+	const char *conf;
+	int rc_conf = jobj_str(top, "pytorch_cuda_alloc_conf", "", &conf, err);
+	if (rc_conf < 0)
+		return -1;
+	char where[512];
+	jobj_where(top, "pytorch_cuda_alloc_conf", where, sizeof(where) - 32);
+	strcat(where, ": pytorch_cuda_alloc_conf");
+	if (alloc_conf_parse(conf, where, &sc->alloc_conf, &sc->notes, err))
+		return -1;
 
 	return 0;
 }

@@ -6,6 +6,7 @@
 #define PX_SCENARIO_H
 
 #include "activ.h"
+#include "allocconf.h"
 #include "cluster.h"
 #include "dsconfig.h"
 #include "jdoc.h"
@@ -64,6 +65,7 @@ typedef struct Scenario {
 	Backend backend;          /* whose implementation the scenario describes */
 	Framework framework;      /* whose training loop */
 	ModelCode model_code;     /* whose modules */
+	AllocConf alloc_conf;     /* PyTorch's allocator settings ("pytorch_cuda_alloc_conf") */
 	PxNotes notes;            /* warnings and keys not modelled */
 } Scenario;
 

@@ -20,9 +20,18 @@ typedef struct Block {
 	struct Block *seg_next; /* the next segment's first block (segment heads only) */
 } Block;
 
+/* An expandable segment: one reservation, its first committed bytes cut into blocks. */
+typedef struct Grown {
+	char *base;       /* NULL until the pool's first request */
+	size_t committed; /* bytes from base made usable */
+	Block *head;      /* its first block (also on the segment chain) */
+} Grown;
+
 struct Caching {
 	CachingSource src;
+	AllocConf conf;
 	Block *segs; /* each segment's first block, chained by seg_next */
+	Grown grown[2]; /* expandable segments: [1] the small pool's, [0] the large's */
 	CachingStats st;
 };
 
@@ -40,12 +49,22 @@ static size_t segment_bytes(size_t size)
 	return (size + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
 }
 
-Caching *caching_create(const CachingSource *src)
+Caching *caching_create(const CachingSource *src, const AllocConf *conf)
 {
+	if (conf && conf->expandable && (!src->reserve || !src->commit || !src->release))
+		return NULL;
 	Caching *c = calloc(1, sizeof(*c));
-	if (c)
-		c->src = *src;
+	if (!c)
+		return NULL;
+	c->src = *src;
+	if (conf)
+		c->conf = *conf;
 	return c;
+}
+
+static int is_grown(const Caching *c, const Block *head)
+{
+	return head == c->grown[0].head || head == c->grown[1].head;
 }
 
 void caching_destroy(Caching *c)
@@ -54,7 +73,10 @@ void caching_destroy(Caching *c)
 		return;
 	for (Block *s = c->segs, *sn; s; s = sn) {
 		sn = s->seg_next;
-		c->src.unmap(c->src.ctx, s->ptr);
+		if (is_grown(c, s))
+			c->src.release(c->src.ctx, s->ptr, c->src.reserve_bytes);
+		else
+			c->src.unmap(c->src.ctx, s->ptr);
 		for (Block *b = s, *n; b; b = n) {
 			n = b->next;
 			free(b);
@@ -63,8 +85,22 @@ void caching_destroy(Caching *c)
 	free(c);
 }
 
-/* The cached block of the pool that fits best: the smallest at least size long, the lowest
- * address among equals (the pool's set orders blocks by size, then address). */
+/* Whether a is a better fit than b: the smaller, then the lower address; under expandable
+ * segments a block that is not the last of its segment before one that is (the last one's size
+ * counts as all it could grow to). */
+static int fits_better(const Caching *c, const Block *a, const Block *b)
+{
+	if (!b)
+		return 1;
+	int a_end = c->conf.expandable && !a->next, b_end = c->conf.expandable && !b->next;
+	if (a_end != b_end)
+		return b_end;
+	return a->size < b->size || (a->size == b->size && (uintptr_t)a->ptr < (uintptr_t)b->ptr);
+}
+
+/* The cached block of the pool that fits best, refused under max_split_size where PyTorch's
+ * get_free_block refuses it: a block at or above the limit for a request below it, or one 20
+ * MiB larger than a request at or above it. */
 static Block *best_fit(const Caching *c, size_t size, int small)
 {
 	Block *best = NULL;
@@ -72,10 +108,15 @@ static Block *best_fit(const Caching *c, size_t size, int small)
 		if (s->small != small)
 			continue;
 		for (Block *b = s; b; b = b->next)
-			if (!b->used && b->size >= size &&
-			    (!best || b->size < best->size ||
-			     (b->size == best->size && (uintptr_t)b->ptr < (uintptr_t)best->ptr)))
+			if (!b->used && b->size >= size && fits_better(c, b, best))
 				best = b;
+	}
+	double split = c->conf.max_split_bytes;
+	if (best && split > 0) {
+		int oversize_req = (double)size >= split;
+		if ((!oversize_req && (double)best->size >= split) ||
+		    (oversize_req && best->size >= size + LARGE_BUFFER))
+			return NULL;
 	}
 	return best;
 }
@@ -98,17 +139,73 @@ static Block *new_segment(Caching *c, size_t bytes, int small)
 	return b;
 }
 
+/* The pool's expandable segment grown by the pages the block at its end lacks for size: a new
+ * block after a used one, else that block longer (or, when it lacks nothing, that block: one
+ * best_fit refused under max_split_size, which find_expandable_block takes). NULL when the
+ * reservation is used up or the source refuses. */
+static Block *grow(Caching *c, size_t size, int small)
+{
+	Grown *g = &c->grown[small];
+	size_t page = small ? SMALL_BUFFER : LARGE_BUFFER;
+	if (!g->base && !(g->base = c->src.reserve(c->src.ctx, c->src.reserve_bytes)))
+		return NULL;
+	Block *end = g->head;
+	while (end && end->next)
+		end = end->next;
+	size_t have = end && !end->used ? end->size : 0;
+	if (have >= size) /* a block max_split_size kept from best_fit, at the end: as it is */
+		return end;
+	size_t add = (size - have + page - 1) / page * page;
+	if (add > c->src.reserve_bytes - g->committed ||
+	    c->src.commit(c->src.ctx, g->base + g->committed, add))
+		return NULL;
+	g->committed += add;
+	c->st.reserved_bytes += add;
+	if (c->st.reserved_bytes > c->st.reserved_peak_bytes)
+		c->st.reserved_peak_bytes = c->st.reserved_bytes;
+	c->st.maps++;
+	if (end && !end->used) {
+		end->size += add;
+		return end;
+	}
+	Block *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	*b = (Block){.ptr = g->base + g->committed - add, .size = add, .small = small, .prev = end};
+	if (end) {
+		end->next = b;
+	} else { /* the segment's first block */
+		g->head = b;
+		b->seg_next = c->segs;
+		c->segs = b;
+		c->st.segments++;
+	}
+	return b;
+}
+
+/* Split when the rest is worth keeping (should_split): a minimum block in the small pool or an
+ * expandable segment; in the large pool more than a small request, for a request below
+ * max_split_size only. */
+static int worth_splitting(const Caching *c, size_t size, size_t rest, int small)
+{
+	if (small || c->conf.expandable)
+		return rest >= MIN_BLOCK;
+	return rest > SMALL_SIZE &&
+	       (c->conf.max_split_bytes <= 0 || (double)size < c->conf.max_split_bytes);
+}
+
 void *caching_alloc(Caching *c, size_t bytes)
 {
 	size_t size = round_bytes(bytes);
 	int small = size <= SMALL_SIZE;
 	Block *b = best_fit(c, size, small);
-	if (!b && !(b = new_segment(c, segment_bytes(size), small)))
+	if (!b)
+		b = c->conf.expandable ? grow(c, size, small) :
+					 new_segment(c, segment_bytes(size), small);
+	if (!b)
 		return NULL;
-	/* split when the rest is worth keeping: a minimum block in the small pool, more than a
-	 * small request in the large one (should_split) */
 	size_t rest = b->size - size;
-	if (small ? rest >= MIN_BLOCK : rest > SMALL_SIZE) {
+	if (worth_splitting(c, size, rest, small)) {
 		Block *r = calloc(1, sizeof(*r));
 		if (!r)
 			return NULL;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "../engine/allocconf.h"
 #include "../engine/err.h"
 #include "../engine/dsconfig.h"
 #include "../engine/schedule.h"
@@ -25,6 +26,9 @@ typedef struct ComputeShape {
 	 * CUDA twins); DT_BF16 and DT_FP16 the 16-bit ones (gpt16_cpu.h), whose parameters, hidden
 	 * stream and saved activations are of this type. Gradients are fp32 either way. */
 	Dtype dt;
+	/* the scenario's PyTorch allocator settings, for the device place's caching allocator
+	 * (PX_CPU_ALLOC or PX_CUDA_ALLOC=caching: exec/caching.h) */
+	AllocConf alloc;
 } ComputeShape;
 
 /* kernels/precision.h's name for a storage dtype */

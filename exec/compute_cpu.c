@@ -61,6 +61,27 @@ static void segment_unmap(void *ctx, void *segment)
 	munmap(p, *p);
 }
 
+/* Expandable segments: address space reserved with no access (and no memory), made usable a
+ * range at a time. */
+static void *segment_reserve(void *ctx, size_t bytes)
+{
+	(void)ctx;
+	void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int segment_commit(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ctx;
+	return mprotect(ptr, bytes, PROT_READ | PROT_WRITE);
+}
+
+static void segment_release(void *ctx, void *base, size_t bytes)
+{
+	(void)ctx;
+	munmap(base, bytes);
+}
+
 /* PX_CPU_ALLOC: "pool" (the default) or "caching"; -1 with err on anything else */
 static int device_caching(int *on, PxError *err)
 {
@@ -84,10 +105,12 @@ static int cpu_create(const ComputeShape *shape, void **ctx, PxError *err)
 	if (!c)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	c->sh = *shape;
-	CachingSource src = {segment_map, segment_unmap, NULL};
+	/* an expandable segment may grow to 64 GiB of address space, taken with no access */
+	CachingSource src = {segment_map, segment_unmap, segment_reserve, segment_commit,
+			     segment_release, (size_t)64 << 30, NULL};
 	for (int p = 0; p < N_PLACES; p++)
 		if (!(c->pool[p] = pool_create(&POOL_CONFIG_DEFAULT)) ||
-		    (caching && p == PLACE_GPU && !(c->dev = caching_create(&src)))) {
+		    (caching && p == PLACE_GPU && !(c->dev = caching_create(&src, &shape->alloc)))) {
 			cpu_destroy(c);
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		}

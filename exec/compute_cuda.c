@@ -124,12 +124,17 @@ static int cuda_create(const ComputeShape *shape, void **out, PxError *err)
 	c->ctx = cuda_ctx_create(shape->device % count);
 	c->tokens = cuda_ctx_alloc(2 * (size_t)shape->B * (size_t)shape->T * sizeof(int));
 	pool_setup(c);
-	CachingSource src = {segment_map, segment_unmap, NULL};
-	if (c->mode == ALLOC_CACHING && !(c->caching = caching_create(&src))) {
+	/* no reserve: expandable segments need the driver's virtual memory calls, not written */
+	CachingSource src = {segment_map, segment_unmap, NULL, NULL, NULL, 0, NULL};
+	if (c->mode == ALLOC_CACHING && !(c->caching = caching_create(&src, &shape->alloc))) {
 		cuda_ctx_free(c->tokens);
 		cuda_ctx_destroy(c->ctx);
 		free(c);
-		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		return shape->alloc.expandable ?
+			       px_fail(err, PX_ERR_INPUT, "PX_CUDA_ALLOC=caching: the executor's "
+				       "allocator runs pytorch_cuda_alloc_conf's expandable_segments on "
+				       "backend \"cpu\" only (PX_CPU_ALLOC=caching)") :
+			       px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	}
 	*out = c;
 	return 0;

@@ -1629,7 +1629,7 @@ ComputeShape runner_shape(const Plan *p, int device)
 	const ModelSpec *m = &p->sc->model;
 	GptConfig cfg = {(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
 	return (ComputeShape){cfg, (int)p->sc->ds.micro_batch, (int)p->sc->seq, device,
-			      p->sc->ds.dtype};
+			      p->sc->ds.dtype, p->sc->alloc_conf};
 }
 
 int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t seed,

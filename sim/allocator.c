@@ -34,6 +34,8 @@ typedef struct Model {
 	Block **segs;  /* each segment's first block */
 	int *seg_small;
 	long long n_segs, cap_segs;
+	long long grown[2]; /* expandable segments: the small (1) and large (0) pool's, -1 none */
+	AllocConf conf;
 	Block **by_buf; /* the block each live buffer holds, NULL when none */
 	int n_bufs;
 	double allocated, reserved, outside;
@@ -51,26 +53,50 @@ static int outside(const Model *m, const Op *op)
 	       (m->executor && op->what == BUF_CUBLAS_WORKSPACE);
 }
 
-/* Split a block only when what is left is worth keeping: at least one minimum block in the small
- * pool, more than a small request in the large one (should_split). */
-static int should_split(const Block *b, size_t size, int small)
+/* Split a block only when what is left is worth keeping (should_split): at least one minimum
+ * block in the small pool and in an expandable segment; in the large pool more than a small
+ * request, and only for a request below max_split_size. */
+static int should_split(const Model *m, const Block *b, size_t size, int small)
 {
 	size_t rest = b->size - size;
-	return small ? rest >= ALLOC_MIN_BLOCK : rest > ALLOC_SMALL_SIZE;
+	if (small || m->conf.expandable)
+		return rest >= ALLOC_MIN_BLOCK;
+	return (m->conf.max_split_bytes <= 0 || (double)size < m->conf.max_split_bytes) &&
+	       rest > ALLOC_SMALL_SIZE;
 }
 
-/* The cached block that fits best: the smallest free block of the pool at least size long, the
- * lowest address among equals (the pool's set orders by size, then address). */
+/* The free block at the end of an expandable segment's mapped part, which the unmapped rest
+ * follows: its size for best fit is what it could grow to (get_free_block's expandable_size). */
+static int at_mapped_end(const Model *m, const Block *b)
+{
+	return m->conf.expandable && !b->next;
+}
+
+/* The cached block that fits best (get_free_block): the smallest free block of the pool at least
+ * size long, the lowest address among equals (the pool's set orders by size, then address), an
+ * expandable segment's last block only when nothing else fits; then refused under
+ * max_split_size when a request below it would take a block at or above it, or one at or above
+ * it a block 20 MiB (kLargeBuffer) or more larger than itself. */
 static Block *best_fit(const Model *m, size_t size, int small)
 {
 	Block *best = NULL;
 	for (long long s = 0; s < m->n_segs; s++) {
 		if (m->seg_small[s] != small)
 			continue;
-		for (Block *b = m->segs[s]; b; b = b->next)
-			if (!b->used && b->size >= size && (!best || b->size < best->size))
+		for (Block *b = m->segs[s]; b; b = b->next) {
+			if (b->used || b->size < size)
+				continue;
+			int tail = at_mapped_end(m, b), best_tail = best && at_mapped_end(m, best);
+			if (!best || (best_tail && !tail) ||
+			    (tail == best_tail && b->size < best->size))
 				best = b;
+		}
 	}
+	double split = m->conf.max_split_bytes;
+	if (best && split > 0 &&
+	    (((double)size < split && (double)best->size >= split) ||
+	     ((double)size >= split && best->size >= size + ALLOC_LARGE_BUFFER)))
+		return NULL;
 	return best;
 }
 
@@ -97,6 +123,42 @@ static Block *new_segment(Model *m, size_t bytes, int small)
 	return b;
 }
 
+/* Expandable segments (try_allocate_expandable_block): the pool's one segment grows by the pages
+ * (2 MiB in the small pool, 20 MiB in the large) that the free block at its end lacks for size,
+ * mapped after it and merged with it; the first request makes the segment. A free block at the
+ * end that lacks nothing (one get_free_block refused under max_split_size) is taken as it is:
+ * find_expandable_block maps no page for it. */
+static Block *grow(Model *m, size_t size, int small)
+{
+	size_t page = small ? ALLOC_SMALL_BUFFER : ALLOC_LARGE_BUFFER;
+	long long s = m->grown[small];
+	Block *last = NULL;
+	if (s >= 0)
+		for (last = m->segs[s]; last->next; last = last->next)
+			;
+	size_t have = last && !last->used ? last->size : 0;
+	if (have >= size) /* refused by max_split_size in best_fit, taken here as it is */
+		return last;
+	size_t pages = (size - have + page - 1) / page * page;
+	if (s < 0) {
+		Block *b = new_segment(m, pages, small);
+		if (b)
+			m->grown[small] = b->seg;
+		return b;
+	}
+	m->reserved += (double)pages;
+	if (have) {
+		last->size += pages;
+		return last;
+	}
+	Block *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	*b = (Block){.size = pages, .seg = s, .off = last->off + last->size, .prev = last};
+	last->next = b;
+	return b;
+}
+
 static void peaks(Model *m)
 {
 	AllocPeaks *o = m->out;
@@ -117,9 +179,12 @@ static int take(Model *m, int buf, double bytes)
 	size_t size = alloc_round_bytes(bytes > 0 ? (size_t)(bytes + 0.999999) : 0);
 	int small = size <= ALLOC_SMALL_SIZE;
 	Block *b = best_fit(m, size, small);
-	if (!b && !(b = new_segment(m, alloc_segment_bytes(size), small)))
+	if (!b)
+		b = m->conf.expandable ? grow(m, size, small) :
+					 new_segment(m, alloc_segment_bytes(size), small);
+	if (!b)
 		return -1;
-	if (should_split(b, size, small)) {
+	if (should_split(m, b, size, small)) {
 		Block *rest = calloc(1, sizeof(*rest));
 		if (!rest)
 			return -1;
@@ -178,9 +243,12 @@ static void on_op(void *ctx, int op_index, int iteration, const Op *op, const do
 	peaks(m);
 }
 
-int alloc_replay(Schedule *s, int executor, AllocPeaks *out, PxError *err)
+int alloc_replay(Schedule *s, int executor, const AllocConf *conf, AllocPeaks *out,
+		 PxError *err)
 {
-	Model m = {.out = out, .n_bufs = s->n_bufs, .executor = executor};
+	Model m = {.out = out, .n_bufs = s->n_bufs, .executor = executor, .grown = {-1, -1}};
+	if (conf)
+		m.conf = *conf;
 	*out = (AllocPeaks){0};
 	m.by_buf = calloc((size_t)(s->n_bufs > 0 ? s->n_bufs : 1), sizeof(*m.by_buf));
 	MemResult mr;

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "../engine/allocconf.h"
 #include "../engine/err.h"
 #include "../engine/schedule.h"
 
@@ -19,6 +20,8 @@
 #define ALLOC_LARGE_BUFFER ((size_t)20 << 20)  /* kLargeBuffer: a segment for 1-10 MiB */
 #define ALLOC_MIN_LARGE ((size_t)10 << 20)     /* kMinLargeAlloc */
 #define ALLOC_ROUND_LARGE ((size_t)2 << 20)    /* kRoundLarge: larger segments' rounding */
+/* Under expandable_segments an allocator's pool grows by pages of kSmallBuffer (small) or
+ * kLargeBuffer (large). */
 
 /* A request's size as the allocator rounds it (round_size) and the segment it would map for it
  * when no cached block fits (get_allocation_size). */
@@ -38,7 +41,11 @@ typedef struct AllocPeaks {
  * capacity: the peaks are those of a device large enough). executor: the Parallax executor's
  * process (exec/caching.h: PX_CUDA_ALLOC=caching, or PX_CPU_ALLOC=caching for the CPU backend's
  * device place), whose cuBLAS workspace (CUDA) its context takes with cudaMalloc, outside the
- * allocator; else PyTorch's, which hands cuBLAS one. */
-int alloc_replay(Schedule *s, int executor, AllocPeaks *out, PxError *err);
+ * allocator; else PyTorch's, which hands cuBLAS one. conf: PYTORCH_CUDA_ALLOC_CONF's
+ * expandable_segments (each pool one segment, grown by the pages a request lacks: reserved is
+ * what is mapped) and max_split_size_mb (no block at or above it split or handed to a request
+ * below it); NULL: PyTorch's defaults. */
+int alloc_replay(Schedule *s, int executor, const AllocConf *conf, AllocPeaks *out,
+		 PxError *err);
 
 #endif

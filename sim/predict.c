@@ -62,7 +62,8 @@ static int price_stage(Prediction *pr, int s, int traffic, PxError *err)
 	int rc = traffic ? sim_traffic(&sp->sched, p->spans, p->par.algo,
 				       p->sc->cluster.gpus_per_node, &sp->traffic, err) : 0;
 	if (!rc && traffic) { /* the executor's: with PX_CUDA_ALLOC or PX_CPU_ALLOC=caching */
-		rc = alloc_replay(mem_sched, p->sc->backend != BACKEND_GPU, &sp->alloc, err);
+		rc = alloc_replay(mem_sched, p->sc->backend != BACKEND_GPU, &p->sc->alloc_conf,
+				  &sp->alloc, err);
 		sp->alloc_known = !rc;
 	}
 	if (!rc)

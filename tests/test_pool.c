@@ -327,6 +327,34 @@ static void host_unmap(void *ctx, void *seg)
 	free(seg);
 }
 
+/* Expandable segments on the host: address space that is never touched (the tests only compare
+ * pointers), a terabyte apart for each reservation; commits counted. */
+static void *host_reserve(void *ctx, size_t bytes)
+{
+	(void)bytes;
+	HostSegs *h = ctx;
+	return (void *)(((uintptr_t)++h->maps) << 40);
+}
+
+static int host_commit(void *ctx, void *ptr, size_t bytes)
+{
+	(void)ptr;
+	((HostSegs *)ctx)->mapped += bytes;
+	return 0;
+}
+
+static void host_release(void *ctx, void *base, size_t bytes)
+{
+	(void)base, (void)bytes;
+	((HostSegs *)ctx)->unmaps++;
+}
+
+static CachingSource host_source(HostSegs *h)
+{
+	return (CachingSource){host_map, host_unmap, host_reserve, host_commit, host_release,
+			       (size_t)1 << 40, h};
+}
+
 /* tests/test_verdict.c's sequence, worked by hand with PyTorch's rules there, on the executor's
  * allocator: a 3 MiB, b 3 MiB (one 20 MiB segment), free a, c 1.5 MiB (a's block), d 100 bytes
  * (a 2 MiB small segment), e 30 MiB + 1 (a 32 MiB segment), free c, free b (the 20 MiB segment
@@ -335,8 +363,8 @@ static void host_unmap(void *ctx, void *seg)
 static void test_caching_hand_worked(void)
 {
 	HostSegs h = {0};
-	CachingSource src = {host_map, host_unmap, &h};
-	Caching *c = caching_create(&src);
+	CachingSource src = host_source(&h);
+	Caching *c = caching_create(&src, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	char *a = caching_alloc(c, 3 * CMiB), *b = caching_alloc(c, 3 * CMiB);
 	CU_ASSERT_PTR_EQUAL(b, a + 3 * CMiB);
@@ -364,15 +392,103 @@ static void test_caching_hand_worked(void)
 	CU_ASSERT_EQUAL(h.unmaps, 3);
 }
 
+/* max_split_size_mb:32 (PYTORCH_CUDA_ALLOC_CONF), worked by hand with PyTorch's rules
+ * (get_free_block refuses a cached block at or above the limit for a request below it, and one
+ * 20 MiB or more larger than a request at or above it; should_split never splits for a request at
+ * or above it): a 100 MiB (a 100 MiB segment), freed; b 60 MiB: the cached 100 MiB block is 40
+ * larger, refused: a 60 MiB segment; c 90 MiB: the 100 MiB block, whole (not split); freed;
+ * d 10 MiB: the cached 100 MiB block is oversize, refused: a 10 MiB segment. Allocated at most
+ * 160 MiB (b and c's whole block), reserved 170 MiB in 3 segments. Without the option b splits
+ * a's block and c maps 90 MiB more: 190 MiB reserved. */
+static void test_caching_max_split(void)
+{
+	HostSegs h = {0};
+	CachingSource src = host_source(&h);
+	AllocConf conf = {.max_split_bytes = 32.0 * (double)CMiB};
+	for (int on = 1; on >= 0; on--) {
+		Caching *c = caching_create(&src, on ? &conf : NULL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		char *a = caching_alloc(c, 100 * CMiB);
+		CU_ASSERT_EQUAL(caching_free(c, a), 0);
+		char *b = caching_alloc(c, 60 * CMiB), *cc = caching_alloc(c, 90 * CMiB);
+		CU_ASSERT_PTR_EQUAL(on ? cc : b, a);
+		CU_ASSERT_EQUAL(caching_free(c, cc), 0);
+		char *d = caching_alloc(c, 10 * CMiB);
+		CU_ASSERT(b && d);
+		CachingStats st;
+		caching_stats(c, &st);
+		CU_ASSERT_EQUAL(st.reserved_peak_bytes, (on ? 170 : 190) * CMiB);
+		if (on) {
+			CU_ASSERT_EQUAL(st.allocated_peak_bytes, 160 * CMiB);
+			CU_ASSERT_EQUAL(st.segments, 3);
+		}
+		caching_destroy(c);
+	}
+}
+
+/* expandable_segments:True, worked by hand with PyTorch's rules (each pool one segment that maps
+ * pages of 2 MiB (small) or 20 MiB (large) after its last block for what a request lacks, merged
+ * with that block when free; any block splits where 512 bytes are left; the last block is taken
+ * only when no other fits): a 3 MiB maps 20 MiB (a, then 17 free); b 30 MiB lacks 13: 20 more
+ * (b after a, 7 free); c 100 bytes: a small segment of 2 MiB; free a; d 5 MiB: the 7 MiB at the
+ * end (the only fit), 2 left; e 2 MiB: a's 3 MiB before the 2 at the end. Reserved at most
+ * 42 MiB in 2 segments (52 MiB in 4 without the option), allocated 37 MiB + 512. */
+static void test_caching_expandable(void)
+{
+	HostSegs h = {0};
+	CachingSource src = host_source(&h);
+	AllocConf conf = {.expandable = 1};
+	Caching *c = caching_create(&src, &conf);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	char *a = caching_alloc(c, 3 * CMiB), *b = caching_alloc(c, 30 * CMiB);
+	CU_ASSERT_PTR_EQUAL(b, a + 3 * CMiB);
+	char *cc = caching_alloc(c, 100);
+	CU_ASSERT_EQUAL(caching_free(c, a), 0);
+	char *d = caching_alloc(c, 5 * CMiB), *e = caching_alloc(c, 2 * CMiB);
+	CU_ASSERT_PTR_EQUAL(d, b + 30 * CMiB);
+	CU_ASSERT_PTR_EQUAL(e, a);
+	CU_ASSERT_PTR_NOT_NULL(cc);
+	CachingStats st;
+	caching_stats(c, &st);
+	CU_ASSERT_EQUAL(st.reserved_peak_bytes, 42 * CMiB);
+	CU_ASSERT_EQUAL(h.mapped, 42 * CMiB);
+	CU_ASSERT_EQUAL(st.allocated_peak_bytes, 37 * CMiB + 512);
+	CU_ASSERT_EQUAL(st.segments, 2);
+	caching_destroy(c);
+	CU_ASSERT_EQUAL(h.unmaps, 2); /* both reservations given back */
+	/* a source without reservations cannot grow segments: refused */
+	CachingSource plain = {host_map, host_unmap, NULL, NULL, NULL, 0, &h};
+	CU_ASSERT_PTR_NULL(caching_create(&plain, &conf));
+	/* the same sequence without the option */
+	c = caching_create(&src, NULL);
+	a = caching_alloc(c, 3 * CMiB), b = caching_alloc(c, 30 * CMiB), cc = caching_alloc(c, 100);
+	caching_free(c, a);
+	d = caching_alloc(c, 5 * CMiB), e = caching_alloc(c, 2 * CMiB);
+	caching_stats(c, &st);
+	CU_ASSERT_EQUAL(st.reserved_peak_bytes, 52 * CMiB);
+	caching_destroy(c);
+}
+
 /* The executor's allocator and the simulator's model of the same rules (sim/allocator.c, written
  * apart) agree on a random sequence: 400 requests from 1 byte to 40 MiB, each freed after a
- * random number of later ones, replayed through both; their allocated and reserved peaks equal. */
+ * random number of later ones, replayed through both; their allocated and reserved peaks equal,
+ * under PyTorch's defaults, max_split_size_mb:24, expandable_segments:True, and both. */
+static void caching_matches_model(const AllocConf *conf);
+
 static void test_caching_matches_model(void)
+{
+	static const AllocConf confs[] = {
+		{0, 0}, {0, 24.0 * 1048576}, {1, 0}, {1, 24.0 * 1048576}};
+	for (int k = 0; k < 4; k++)
+		caching_matches_model(&confs[k]);
+}
+
+static void caching_matches_model(const AllocConf *conf)
 {
 	enum { N = 400 };
 	HostSegs h = {0};
-	CachingSource src = {host_map, host_unmap, &h};
-	Caching *c = caching_create(&src);
+	CachingSource src = host_source(&h);
+	Caching *c = caching_create(&src, conf);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	Schedule s;
 	sched_init(&s, 0);
@@ -405,12 +521,13 @@ static void test_caching_matches_model(void)
 		}
 	AllocPeaks pk;
 	PxError err = {0};
-	CU_ASSERT_EQUAL_FATAL(alloc_replay(&s, 1, &pk, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(alloc_replay(&s, 1, conf, &pk, &err), 0);
 	CachingStats st;
 	caching_stats(c, &st);
 	CU_ASSERT_EQUAL((double)st.allocated_peak_bytes, pk.allocated_bytes);
 	CU_ASSERT_EQUAL((double)st.reserved_peak_bytes, pk.reserved_bytes);
-	CU_ASSERT(st.segments > 5); /* the sequence did exercise the segments */
+	/* the sequence did exercise the segments (expandable: one a pool, grown) */
+	CU_ASSERT(conf->expandable ? st.segments == 2 && st.maps > 5 : st.segments > 5);
 	CU_ASSERT_EQUAL(st.allocated_bytes, 0);
 	sched_free(&s);
 	caching_destroy(c);
@@ -432,5 +549,7 @@ int test_pool_register(void)
 			    {"VmHWM rises by what is touched; VmRSS falls when given back",
 			     test_peak_rss_rises},
 			    {"the CUDA caching allocator, hand-worked", test_caching_hand_worked},
+			    {"max_split_size_mb, hand-worked", test_caching_max_split},
+			    {"expandable_segments, hand-worked", test_caching_expandable},
 			    {"the CUDA caching allocator agrees with the model", test_caching_matches_model});
 }
