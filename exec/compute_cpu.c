@@ -424,16 +424,16 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 		gpt_tp_block_forward_att(TP(c), params, x, y, acts, c->att, scratch);
 	else if (c->tp.t > 1)
 		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
+	else if (c->sh.dt == DT_FP32 && c->att)
+		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att, c->ix);
 	else if (c->sh.dt == DT_FP32 && c->ix)
 		gpt_cpu_block_forward_sparse(SHAPE(c), params, x, y, acts, c->ix);
-	else if (c->sh.dt == DT_FP32 && c->att)
-		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
+	else if (c->att)
+		gpt16_block_forward_att(TYPED(c), params, x, y, acts, c->att, c->ix);
 	else if (c->ix)
 		gpt16_block_forward_sparse(TYPED(c), params, x, y, acts, c->ix);
-	else if (c->att)
-		gpt16_block_forward_att(TYPED(c), params, x, y, acts, c->att);
 	else
 		gpt16_block_forward(TYPED(c), params, x, y, acts);
 }
@@ -454,9 +454,9 @@ static void cpu_block_scores(void *ctx, void *acts)
 	if (c->tp.t > 1)
 		gpt_tp_block_scores(TP(c), acts, c->att);
 	else if (c->sh.dt == DT_FP32)
-		gpt_cpu_block_scores(SHAPE(c), acts, c->att);
+		gpt_cpu_block_scores(SHAPE(c), acts, c->att, c->ix);
 	else
-		gpt16_block_scores(TYPED(c), acts, c->att);
+		gpt16_block_scores(TYPED(c), acts, c->att, c->ix);
 }
 
 static float cpu_head_forward(void *ctx, const void *params, const void *wte, const void *x,
@@ -487,16 +487,18 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 		gpt_tp_block_backward_att(TP(c), params, grads, acts, c->att, dy, dx, scratch);
 	else if (c->tp.t > 1)
 		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
+	else if (c->sh.dt == DT_FP32 && c->att)
+		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, c->ix, dy, dx,
+					   scratch);
 	else if (c->sh.dt == DT_FP32 && c->ix)
 		gpt_cpu_block_backward_sparse(SHAPE(c), params, grads, acts, c->ix, dy, dx, scratch);
-	else if (c->sh.dt == DT_FP32 && c->att)
-		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, dy, dx, scratch);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
+	else if (c->att)
+		gpt16_block_backward_att(TYPED(c), params, grads, acts, c->att, c->ix, dy, dx,
+					 scratch);
 	else if (c->ix)
 		gpt16_block_backward_sparse(TYPED(c), params, grads, acts, c->ix, dy, dx, scratch);
-	else if (c->att)
-		gpt16_block_backward_att(TYPED(c), params, grads, acts, c->att, dy, dx, scratch);
 	else
 		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
 }

@@ -89,11 +89,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
 	else if (ds->sparse.mode != SPARSE_OFF &&
-		 (sc->backend != BACKEND_CPU || p->par.tp > 1 || m->experts ||
-		  sc->ckpt == CKPT_SELECTIVE))
-		why = "deepspeed.sparse_attention on backend \"cpu\" without tensor parallelism, "
-		      "experts or selective recompute (the block-sparse units are gpt_cpu's and "
-		      "gpt16_cpu's)";
+		 (sc->backend != BACKEND_CPU || p->par.tp > 1 || m->experts))
+		why = "deepspeed.sparse_attention on backend \"cpu\" without tensor parallelism or "
+		      "experts (the block-sparse units are gpt_cpu's and gpt16_cpu's)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->ckpt == CKPT_SELECTIVE && sc->backend != BACKEND_CPU)
@@ -263,14 +261,16 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 		return (size_t)own;
 	switch (op->what) {
 	case BUF_ACTIVATIONS:
+		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* the scores apart (BUF_SCORES) */
+			return precision_bytes(t) * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		if (r->sparse) /* the kept blocks' probabilities for the scores */
 			return r->pdt == DT_FP32 ?
 				gpt_cpu_block_sparse_act_bytes(&r->cfg, r->B, r->T, &r->ix) :
 				gpt16_block_sparse_act_bytes(&r->cfg, t, r->B, r->T, &r->ix);
-		if (r->p->sc->ckpt == CKPT_SELECTIVE) /* the scores apart (BUF_SCORES) */
-			return precision_bytes(t) * gpt_cpu_block_acts(&r->cfg, r->B, r->T).att;
 		return gpt16_block_act_bytes(&r->cfg, t, r->B, r->T);
-	case BUF_SCORES: return precision_bytes(t) * (size_t)r->B * r->cfg.NH * r->T * r->T;
+	case BUF_SCORES: /* the dense probabilities, or the kept blocks' */
+		return precision_bytes(t) * (r->sparse ? sparse_eager_probs_elems(&r->ix, r->B) :
+					     (size_t)r->B * r->cfg.NH * r->T * r->T);
 	case BUF_ENDS:
 		if (op->unit != r->head)
 			return 0;

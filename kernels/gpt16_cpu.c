@@ -130,17 +130,22 @@ void gpt16_block_forward(const GptConfig *c, PrecisionType t, int B, int T, cons
 }
 
 void gpt16_block_forward_att(const GptConfig *c, PrecisionType t, int B, int T,
-			     const void *params, const void *x, void *y, void *acts, void *att)
+			     const void *params, const void *x, void *y, void *acts, void *att,
+			     const SparseIndex *ix)
 {
-	block_forward(c, t, B, T, params, x, y, acts, att, NULL);
+	block_forward(c, t, B, T, params, x, y, acts, att, ix);
 }
 
-void gpt16_block_scores(const GptConfig *c, PrecisionType t, int B, int T, void *acts, void *att)
+void gpt16_block_scores(const GptConfig *c, PrecisionType t, int B, int T, void *acts, void *att,
+			const SparseIndex *ix)
 {
 	GptBlockActs offs = gpt_cpu_block_acts(c, B, T), *a = &offs;
 	/* the forward's arithmetic on the same kept q, k, v: the same bits, the attention output
 	 * rewritten with what it already holds */
-	ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C, c->NH);
+	if (ix)
+		ops16_sparse_attention_forward(t, A(atty), att, A(qkv), ix, B, T, c->C);
+	else
+		ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C, c->NH);
 }
 
 void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
@@ -232,9 +237,9 @@ void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, con
 
 void gpt16_block_backward_att(const GptConfig *c, PrecisionType t, int B, int T,
 			      const void *params, float *grads, const void *acts, const void *att,
-			      const float *dy, float *dx, float *scratch)
+			      const SparseIndex *ix, const float *dy, float *dx, float *scratch)
 {
-	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, att, NULL);
+	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, att, ix);
 }
 
 void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,

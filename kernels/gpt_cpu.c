@@ -174,7 +174,7 @@ void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params
 			   float *y, float *acts)
 {
 	gpt_cpu_block_forward_att(c, B, T, params, x, y, acts,
-				  acts + gpt_cpu_block_acts(c, B, T).att);
+				  acts + gpt_cpu_block_acts(c, B, T).att, NULL);
 }
 
 /* The block with its probabilities in att: dense (ix NULL) or block-sparse over ix's blocks. */
@@ -210,9 +210,10 @@ static void block_forward(const GptConfig *c, int B, int T, const float *params,
 }
 
 void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
-			       const float *x, float *y, float *acts, float *att)
+			       const float *x, float *y, float *acts, float *att,
+			       const SparseIndex *ix)
 {
-	block_forward(c, B, T, params, x, y, acts, att, NULL);
+	block_forward(c, B, T, params, x, y, acts, att, ix);
 }
 
 void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float *params,
@@ -230,15 +231,19 @@ void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *param
 			    const float *acts, const float *dy, float *dx, float *scratch)
 {
 	gpt_cpu_block_backward_att(c, B, T, params, grads, acts, acts + gpt_cpu_block_acts(c, B, T).att,
-				   dy, dx, scratch);
+				   NULL, dy, dx, scratch);
 }
 
-void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att)
+void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att,
+			  const SparseIndex *ix)
 {
 	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
 	/* the same arithmetic as the forward's on the same kept q, k, v: the same bits, the
 	 * attention output rewritten with what it already holds */
-	ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
+	if (ix)
+		sparse_eager_forward(acts + a.atty, att, acts + a.qkv, ix, B, T, c->C);
+	else
+		ops_attention_forward(acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
 }
 
 static void block_backward(const GptConfig *c, int B, int T, const float *params, float *grads,
@@ -282,10 +287,10 @@ static void block_backward(const GptConfig *c, int B, int T, const float *params
 }
 
 void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
-				float *grads, const float *acts, const float *att, const float *dy,
-				float *dx, float *scratch)
+				float *grads, const float *acts, const float *att,
+				const SparseIndex *ix, const float *dy, float *dx, float *scratch)
 {
-	block_backward(c, B, T, params, grads, acts, att, NULL, dy, dx, scratch);
+	block_backward(c, B, T, params, grads, acts, att, ix, dy, dx, scratch);
 }
 
 void gpt_cpu_block_backward_sparse(const GptConfig *c, int B, int T, const float *params,

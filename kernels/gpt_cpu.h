@@ -114,13 +114,16 @@ void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *param
 /* Selective recompute (Korthikanti et al. 2022): the same block with the attention
  * probabilities att (B, NH, T, T) apart from acts, which then needs only the elements before
  * gpt_cpu_block_acts' att offset; and their rebuilding before the backward from the kept q, k, v
- * (QK^T, softmax, softmax x V), bit for bit the forward's. */
+ * (QK^T, softmax, softmax x V), bit for bit the forward's. With ix (block-sparse attention, below;
+ * NULL: dense) att holds the kept blocks' probabilities, sparse_eager_probs_elems of them. */
 void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
-			       const float *x, float *y, float *acts, float *att);
-void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att);
+			       const float *x, float *y, float *acts, float *att,
+			       const SparseIndex *ix);
+void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att,
+			  const SparseIndex *ix);
 void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *params,
-				float *grads, const float *acts, const float *att, const float *dy,
-				float *dx, float *scratch);
+				float *grads, const float *acts, const float *att,
+				const SparseIndex *ix, const float *dy, float *dx, float *scratch);
 
 /* Block-sparse attention (deepspeed.sparse_attention; kernels/sparse_eager_cpu.h): the same
  * block with its attention over ix's kept blocks, their probabilities kept at the end of acts in

@@ -507,20 +507,30 @@ static void test_eager16_dense_layout(void)
  * 128): 4 x (1,048,576 + 98,304) = 4,587,520 B; 4 blocks 18,350,080 B, against 20,971,520 with
  * dense scores. In bf16 the 16-bit units keep the same elements in 2 bytes, probabilities too:
  * 9,175,040 B. Measured equal to the prediction (every memory and communication pair, 2 ranks)
- * and to this count. */
+ * and to this count. Under selective recompute the probabilities are a buffer of their own
+ * (98,304 floats a block, rebuilt before its backward), which no block keeps after its forward:
+ * every memory and communication pair equal to the prediction again, and the activations'
+ * measured peak below the run's without recompute. */
 static void test_run_memory(void)
 {
-	for (int bf16 = 0; bf16 < 2; bf16++) {
+	double peak[2][2]; /* [selective][bf16]: rank 0's activations at their own peak */
+	for (int k = 0; k < 4; k++) {
+		int bf16 = k % 2, sel = k / 2;
 		char args[2048];
 		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 3 --set "
-			 "deepspeed.bf16.enabled=%s", px_test_path("scenarios/gpt2-mini-cpu-sparse.json"),
-			 bf16 ? "true" : "false");
+			 "deepspeed.bf16.enabled=%s%s",
+			 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"), bf16 ? "true" : "false",
+			 sel ? " --set activation_checkpointing=selective" : "");
 		sqlite3 *db = px_run_measured(args, 2);
-		for (int r = 0; r < 2; r++)
+		for (int r = 0; !sel && r < 2; r++)
 			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.activations_bytes", "measured",
 						      r), bf16 ? 9175040 : 18350080);
+		peak[sel][bf16] = px_run_metric(db, "memory.gpu.peak.activations_bytes", "measured",
+						0);
 		sqlite3_close(db);
 	}
+	for (int bf16 = 0; bf16 < 2; bf16++)
+		CU_ASSERT(peak[1][bf16] < peak[0][bf16]);
 }
 
 /* Mode "dense" keeps every block: the run's losses are those of the same run without
@@ -557,6 +567,17 @@ static void test_run_losses(void)
 	for (int s = 0; s < S; s++)
 		CU_ASSERT_DOUBLE_EQUAL(all[s], dense[s], 5e-3);
 	CU_ASSERT(fixed[S - 1] < 0.9 * fixed[0]);
+
+	/* selective recompute rebuilds the kept blocks' probabilities with the forward's own
+	 * arithmetic: the fixed layout's losses to the bit, in fp32 and in bf16 */
+	for (int d = 0; d < 2; d++) {
+		snprintf(with, sizeof(with), "%s --set activation_checkpointing=selective",
+			 d ? b16 : "");
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, d ? b16 : "", fixed), S);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, with, all), S);
+		for (int s = 0; s < S; s++)
+			CU_ASSERT_EQUAL(all[s], fixed[s]);
+	}
 }
 
 /* What the executor does not run with sparse attention is refused before it starts (exit 2),
