@@ -772,7 +772,10 @@ static void forward(Runner *r, const Op *op)
 static void recompute(Runner *r, const Op *op)
 {
 	if (r->id_scores >= 0) { /* selective: the attention core's scores */
-		r->cb->block_scores(r->cx, unit_buf(r, r->u_act, op));
+		if (is_moe_unit(r, op->unit))
+			runner_moe_scores(r, unit_buf(r, r->u_act, op));
+		else
+			r->cb->block_scores(r->cx, unit_buf(r, r->u_act, op));
 		return;
 	}
 	load_params(r, op->unit);

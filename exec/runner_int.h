@@ -526,6 +526,9 @@ int runner_moe_setup(Runner *r, PxError *err);
 void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts);
 void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts,
 			 float *dx);
+/* Selective recompute: the MoE block's attention probabilities rebuilt into the live scores'
+ * buffer from its kept q, k, v. */
+void runner_moe_scores(Runner *r, void *acts);
 /* A collective over the expert-data-parallel group that names no buffer (the expert flat's
  * reductions and gathers, engine/build.c's chunked): on the expert part of the flat. */
 int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);

@@ -47,8 +47,6 @@ const char *runner_moe_supported(const Plan *p)
 		       "over capacity are dropped in order)";
 	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
 		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
-	if (sc->ckpt == CKPT_SELECTIVE)
-		return "MoE blocks with activation_checkpointing none or full";
 	return NULL;
 }
 
@@ -125,16 +123,27 @@ static void moe_all_to_all(void *ctx, void *in, void *out, size_t n)
 		memcpy(b, laid, total * e);
 }
 
+/* Selective recompute's scores buffer while one is live, else NULL */
+static void *scores(const Runner *r)
+{
+	return r->id_scores >= 0 ? r->buf[r->id_scores] : NULL;
+}
+
 void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts)
 {
-	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts,
+	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts, scores(r),
 			      r->buf[r->id_scratch]);
+}
+
+void runner_moe_scores(Runner *r, void *acts)
+{
+	moe_cpu_block_scores(&r->cfg, &r->moe, r->B, r->T, acts, scores(r));
 }
 
 void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts, float *dx)
 {
-	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, dx, dx,
-			       r->buf[r->id_scratch]);
+	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, scores(r), dx,
+			       dx, r->buf[r->id_scratch]);
 }
 
 /* ---- the expert flat ---- */
@@ -228,7 +237,8 @@ int runner_moe_setup(Runner *r, PxError *err)
 	r->moe = (MoeCpu){.E = (int)m->experts, .k = (int)m->top_k, .cap = (int)p->moe_capacity,
 			  .I = (int)(m->moe_I ? m->moe_I : m->I), .ep = (int)p->par.ep,
 			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
-			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL};
+			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL,
+			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

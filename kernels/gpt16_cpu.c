@@ -101,9 +101,9 @@ static void attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 
 void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			     void *acts)
+			     void *acts, void *att)
 {
-	attention_forward(c, t, B, T, p, a, params, acts, NULL, NULL);
+	attention_forward(c, t, B, T, p, a, params, acts, att, NULL);
 }
 
 static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
@@ -194,9 +194,10 @@ static void attention_backward(const GptConfig *c, PrecisionType t, int B, int T
 
 void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			      float *grads, const void *acts, float *dx, float *scratch)
+			      float *grads, const void *acts, const void *att, float *dx,
+			      float *scratch)
 {
-	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, NULL, NULL);
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, att, NULL);
 }
 
 static void block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,

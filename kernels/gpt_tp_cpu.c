@@ -453,8 +453,8 @@ static void row_split_forward(const GptTp *tp, PrecisionType dt, void *y, void *
 /* The attention branch: x_in already in acts; res2 = x_in + o(attention(qkv(ln1(x_in)))) over
  * this rank's heads; the probabilities in att when it is not NULL (selective recompute's, apart
  * from acts), else at their place in acts. */
-static void attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
-			      const GptBlockLayout *lay, const GptBlockActs *acts_at,
+void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+			      int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
 			      const void *params, void *acts, void *att, float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
@@ -467,13 +467,6 @@ static void attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType
 	ops16_attention_forward(dt, A(atty), att ? att : A(att), A(qkv), B, T, Ct, c->NH / tp->t);
 	row_split_forward(tp, dt, A(res2), scratch, A(atty), P(proj_w), P(proj_b), N, Ct, C, rc);
 	ops16_residual_forward(dt, A(res2), A(res2), A(x_in), rc);
-}
-
-void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
-			      int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
-			      const void *params, void *acts, float *scratch)
-{
-	attention_forward(c, tp, dt, B, T, lay, acts_at, params, acts, NULL, scratch);
 }
 
 void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
@@ -502,7 +495,7 @@ void gpt_tp_block_forward_att(const GptConfig *c, const GptTp *tp, PrecisionType
 
 	/* everything after this copy reads the kept input, which is what lets y be x */
 	memcpy(A(x_in), x, rc * precision_bytes(dt));
-	attention_forward(c, tp, dt, B, T, &p, &a, params, acts, att, scratch);
+	gpt_tp_attention_forward(c, tp, dt, B, T, &p, &a, params, acts, att, scratch);
 	/* MLP branch over this rank's 4C/t columns */
 	ops16_layernorm_forward(dt, A(ln2), A(res2), P(ln2_w), P(ln2_b), R, C);
 	const void *in = gather_rows(tp, dt, A(ln2), scratch, rc);
@@ -550,7 +543,7 @@ static const float *col_split_backward(const GptTp *tp, PrecisionType dt, float 
 /* The attention branch's backward: d res2 (fp32, this rank's rows) in dx on entry, d x_in on
  * return (the residual path included); scratch as the block's; the probabilities in att when it
  * is not NULL, else in acts. */
-static void attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
 			       const void *params, float *grads, const void *acts, const void *att,
 			       float *dx, float *scratch)
@@ -574,14 +567,6 @@ static void attention_backward(const GptConfig *c, const GptTp *tp, PrecisionTyp
 					    P(qkv_w), gath, N, C, 3 * Ct, R);
 	ops16_layernorm_backward(dt, dx, grads + p.ln1_w, grads + p.ln1_b, d, A(x_in), P(ln1_w), R,
 				 C);
-}
-
-void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
-			       int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
-			       const void *params, float *grads, const void *acts, float *dx,
-			       float *scratch)
-{
-	attention_backward(c, tp, dt, B, T, lay, acts_at, params, grads, acts, NULL, dx, scratch);
 }
 
 void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
@@ -618,7 +603,7 @@ void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionTyp
 	ops16_layernorm_backward(dt, dx, grads + p.ln2_w, grads + p.ln2_b, d, A(res2), P(ln2_w), R,
 				 C);
 	/* attention branch: res2 = x + o(attention(qkv(ln1(x)))); dx now holds d res2 */
-	attention_backward(c, tp, dt, B, T, &p, &a, params, grads, acts, att, dx, scratch);
+	gpt_tp_attention_backward(c, tp, dt, B, T, &p, &a, params, grads, acts, att, dx, scratch);
 #undef P
 #undef A
 }

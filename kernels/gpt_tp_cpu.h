@@ -165,15 +165,16 @@ void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionTyp
  * lay's offsets (this rank's shards) and its saved activations at a's (elements of dt):
  * forward res2 = x_in + o(attention(qkv(ln1(x_in)))) with x_in already in acts; backward with
  * d res2 (fp32, this rank's rows) in dx on entry, d x_in on return, the branch's parameter
- * gradients accumulated; scratch as gpt_tp_scratch_bytes. Its collectives are the block's
+ * gradients accumulated; scratch as gpt_tp_scratch_bytes; att: this rank's probabilities apart
+ * from acts (selective recompute), or NULL: at a's att. Its collectives are the block's
  * attention half (above). kernels/moe_cpu's blocks use them under tensor parallelism. */
 void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			      int T, const GptBlockLayout *lay, const GptBlockActs *a,
-			      const void *params, void *acts, float *scratch);
+			      const void *params, void *acts, void *att, float *scratch);
 void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const GptBlockLayout *lay, const GptBlockActs *a,
-			       const void *params, float *grads, const void *acts, float *dx,
-			       float *scratch);
+			       const void *params, float *grads, const void *acts, const void *att,
+			       float *dx, float *scratch);
 
 /* Final norm, this rank's V/t logits against the tied embedding's shard (wte: unit 0's first
  * V C / t elements), and Megatron's vocabulary-parallel cross-entropy: each token's max logit,

@@ -229,7 +229,7 @@ MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int 
 	a.atty = a.qkv + 3 * btc / t;
 	a.res2 = a.atty + btc / t;
 	a.att = a.res2 + btc;
-	a.ln2 = a.att + (size_t)B * (size_t)(c->NH / (int)t) * T * T;
+	a.ln2 = a.att + (m->scores_apart ? 0 : (size_t)B * (size_t)(c->NH / (int)t) * T * T);
 	a.disp = a.ln2 + btc;
 	a.fc = a.disp + slots * C;
 	a.gelu = a.fc + slots * I;
@@ -348,7 +348,7 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 }
 
 void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
-			   const void *x, void *y, void *acts, float *scratch)
+			   const void *x, void *y, void *acts, void *att, float *scratch)
 {
 	PrecisionType t = m->t;
 	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep;
@@ -361,9 +361,9 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 
 	par_cpu_memcpy(A(x_in), x, btc * e);
 	if (tp_t(m) > 1)
-		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, scratch);
+		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, att, scratch);
 	else
-		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts);
+		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts, att);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(L.d.ln2_w), P(L.d.ln2_b), N, C);
 	if (t != PREC_F32) { /* TopKGate's fp32 copies */
 		ops16_widen(t, F(gate_x), A(ln2), btc);
@@ -466,9 +466,18 @@ static void combine_backward(const MoeCpu *m, int N, int C, const MoeRoute *rt, 
  * then rn(dfc) (cap I elements of t: its first half) and the expert's fp32 input gradient (cap C
  * floats from 2 cap C, I being 4 C) before it is rounded into buf_a; dln2 (N, C), dlogits and
  * dprobs (N, E) fp32; the route at the end. */
+void moe_cpu_block_scores(const GptConfig *c, const MoeCpu *m, int B, int T, void *acts,
+			  void *att)
+{
+	PrecisionType t = m->t;
+	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	/* the forward's arithmetic on the same kept q, k, v of this rank's heads: the same bits */
+	ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C / tp_t(m), c->NH / tp_t(m));
+}
+
 void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
-			    const void *params, float *grads, const void *acts, const float *dy,
-			    float *dx, float *scratch)
+			    const void *params, float *grads, const void *acts, const void *att,
+			    const float *dy, float *dx, float *scratch)
 {
 	PrecisionType t = m->t;
 	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep, k = m->k;
@@ -546,10 +555,11 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 	ops16_layernorm_backward(t, dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, A(res2),
 				 P(L.d.ln2_w), N, C);
 	if (tp_t(m) > 1)
-		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, dx,
+		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, att, dx,
 					  scratch);
 	else
-		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, dx, scratch);
+		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, att, dx,
+					 scratch);
 }
 #undef P
 #undef A

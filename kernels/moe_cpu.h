@@ -85,6 +85,10 @@ typedef struct MoeCpu {
 	 * tokens and run the experts over every slot (the capacity gathered whole), so that their
 	 * gradients are equal on every rank of the group. No sequence parallelism. */
 	const GptTp *tp;
+	/* Selective recompute: the attention probabilities are the caller's buffer (att below,
+	 * (B, NH/t, T, T) of type t), not part of the saved activations, whose layout then has
+	 * no room for them. */
+	int scores_apart;
 } MoeCpu;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2, k <= E, ep divides E,
@@ -120,7 +124,8 @@ typedef struct MoeBlockActs {
 	size_t logits, probs; /* fp32 (N, E) each */
 	size_t gate_x, gate_w; /* 16-bit only: fp32 copies of ln2 (N, C) and the router (C, E) */
 	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C/t) (N, C/t) (N, C) */
-	size_t att;    /* (B, NH/t, T, T): t the tensor-parallel degree, 1 without */
+	size_t att;    /* (B, NH/t, T, T): t the tensor-parallel degree, 1 without; none under
+			  scores_apart */
 	size_t ln2;    /* (N, C) the router's and the dispatch's input */
 	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
 	size_t fc, gelu; /* (ep, E_l, cap, I) each */
@@ -141,14 +146,19 @@ size_t moe_cpu_scratch_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
 /* ---- the block ---- */
 
 /* y (N, C) = x + attn(ln1(x)), then + moe(ln2(.)); y may be x. Two all-to-alls of E_l cap C
- * elements per rank (dispatch, then combine). params, x, y of type m->t. */
+ * elements per rank (dispatch, then combine). params, x, y of type m->t. att: the attention
+ * probabilities' buffer under scores_apart, else NULL. */
 void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
-			   const void *x, void *y, void *acts, float *scratch);
+			   const void *x, void *y, void *acts, void *att, float *scratch);
+/* Selective recompute: att rebuilt from the block's kept q, k, v (and the attention output
+ * rewritten with what it holds), bit for bit the forward's, with no collective. */
+void moe_cpu_block_scores(const GptConfig *c, const MoeCpu *m, int B, int T, void *acts,
+			  void *att);
 /* gpt_cpu_block_backward's contract: grads ACCUMULATED (router and local experts included), dx
  * WRITTEN, dx may be dy. Two all-to-alls as forward's (the combine's gradient to the experts,
  * the dispatch's back). grads, dy and dx fp32. */
 void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
-			    const void *params, float *grads, const void *acts, const float *dy,
-			    float *dx, float *scratch);
+			    const void *params, float *grads, const void *acts, const void *att,
+			    const float *dy, float *dx, float *scratch);
 
 #endif

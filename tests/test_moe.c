@@ -302,7 +302,7 @@ static void test_forward_per_token(void)
 			Block b;
 			block_init_t(&b, k, 1, 0, t);
 			fill_x(&b, 3);
-			moe_cpu_block_forward(&CFG, &b.m, B, T, b.params, b.x, b.y, b.acts,
+			moe_cpu_block_forward(&CFG, &b.m, B, T, b.params, b.x, b.y, b.acts, NULL,
 					      b.scratch);
 			MoeBlockActs a = moe_cpu_block_acts(&CFG, &b.m, B, T);
 			int ex[2 * N], sl[2 * N], dropped = 0, C = CFG.C;
@@ -367,7 +367,8 @@ static void test_forward_per_token(void)
 /* sum y R in double, R fixed noise */
 static double objective(Block *b, const float *R)
 {
-	moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, b->scratch);
+	moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, NULL,
+			      b->scratch);
 	double sum = 0;
 	for (size_t i = 0; i < (size_t)N * CFG.C; i++)
 		sum += (double)b->y[i] * R[i];
@@ -391,10 +392,10 @@ static void test_backward_differences(void)
 		float *R = floats(nc);
 		fill(b.x, nc, 1.0f, 3);
 		fill(R, nc, 1.0f, 4);
-		moe_cpu_block_forward(&CFG, &b.m, B, T, b.params, b.x, b.y, b.acts, b.scratch);
+		moe_cpu_block_forward(&CFG, &b.m, B, T, b.params, b.x, b.y, b.acts, NULL, b.scratch);
 		memcpy(b.dy, R, nc * sizeof(float));
-		moe_cpu_block_backward(&CFG, &b.m, B, T, b.params, b.grads, b.acts, b.dy, b.dx,
-				       b.scratch);
+		moe_cpu_block_backward(&CFG, &b.m, B, T, b.params, b.grads, b.acts, NULL, b.dy,
+				       b.dx, b.scratch);
 		GptTensor t[MOE_CPU_MAX_TENSORS];
 		moe_cpu_unit_tensors(&CFG, &b.m, t);
 		size_t off[MOE_CPU_MAX_TENSORS + 1] = {0};
@@ -470,9 +471,10 @@ static void *ep_main(void *arg)
 {
 	EpRank *k = arg;
 	Block *b = &k->b;
-	moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, b->scratch);
-	moe_cpu_block_backward(&CFG, &b->m, B, T, b->params, b->grads, b->acts, b->dy, b->dx,
-			       b->scratch);
+	moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, NULL,
+			      b->scratch);
+	moe_cpu_block_backward(&CFG, &b->m, B, T, b->params, b->grads, b->acts, NULL, b->dy,
+			       b->dx, b->scratch);
 	return NULL;
 }
 
@@ -861,6 +863,40 @@ static void test_run_recompute(void)
 	sqlite3_close(db);
 }
 
+/* Selective recompute: an MoE block keeps everything but its attention probabilities, which its
+ * forward computes into the scores' buffer and drops, and which are rebuilt from the kept q, k, v
+ * (with no collective: the experts' exchanges are not repeated) before its backward. The
+ * forward's own arithmetic on the same inputs: the losses equal the run without recompute to the
+ * bit, at ep 2 in fp32 and bf16 and at tp 2 x ep 2; every exact pair equals the prediction (the
+ * saved activations' layout without the probabilities, moe_cpu_block_acts' scores_apart), with
+ * the all-to-alls of the run without recompute, 4 a micro-batch: 4 x 4 x 8192 bytes in bf16. */
+static void test_run_selective(void)
+{
+	static const char *const sets[][2] = {
+		{"2", "--set moe.ep_size=2"},
+		{"2", "--set moe.ep_size=2 --set deepspeed.bf16.enabled=true"},
+		{"4", "--set moe.ep_size=2 --set parallelism.tp=2"},
+	};
+	for (int i = 0; i < 3; i++) {
+		char base[1024], extra[256];
+		double plain[4], sel[4];
+		snprintf(base, sizeof(base), "run '%s' --no-db --json %s", moe_scenario(), sets[i][1]);
+		snprintf(extra, sizeof(extra), "--set activation_checkpointing=selective");
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, atoi(sets[i][0]), 4, "", plain), 4);
+		CU_ASSERT_EQUAL_FATAL(px_run_losses(base, atoi(sets[i][0]), 4, extra, sel), 4);
+		CU_ASSERT(!memcmp(plain, sel, sizeof(plain)));
+	}
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --set moe.ep_size=2 --set "
+		 "activation_checkpointing=selective --set deepspeed.bf16.enabled=true",
+		 moe_scenario());
+	sqlite3 *db = px_run_measured(args, 2);
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_to_all_bytes", "measured", r),
+				4 * 4 * 8192.0);
+	sqlite3_close(db);
+}
+
 /* ZeRO-1 and 2 with the optimizer offloaded to the host (offload_optimizer.device cpu): each
  * rank copies its reduced slices of the gradients, the experts' slices over the
  * expert-data-parallel group included, to the host's fp32 partition, updates there and copies
@@ -1001,7 +1037,6 @@ static void test_run_refusals(void)
 		{2, "--set moe.use_rts=true", "without random token selection"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
 		 "without sequence parallelism"},
-		{2, "--set activation_checkpointing=selective", "activation_checkpointing none or full"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
 		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
 		{4, "--set parallelism.tp=2 --set moe.capacity_factor=1.01",
@@ -1035,6 +1070,8 @@ int test_moe_register(void)
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
 			    {"run: full recompute, the same losses to the bit, six all-to-alls",
 			     test_run_recompute, PX_RELEASE_RUN},
+			    {"run: selective recompute, the same losses to the bit, no extra all-to-all",
+			     test_run_selective, PX_RELEASE_RUN},
 			    {"run: ZeRO-1 and 2 with the optimizer offloaded, the same losses to the bit",
 			     test_run_offload, PX_RELEASE_RUN},
 			    {"run: stage 0 clips by the ranks' norms averaged", test_run_stage0_clipping,
