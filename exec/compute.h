@@ -93,14 +93,15 @@ typedef struct ComputeBackend {
 	void (*block_forward)(void *ctx, const void *params, const void *x, void *y, void *acts,
 			      float *scratch);
 	/* Selective recompute: from now on (until set again, NULL: inside acts) the blocks keep
-	 * their attention probabilities in att (B, NH, T, T), and acts holds only what precedes
-	 * them; block_scores rebuilds att from a block's kept q, k, v before its backward. NULL
-	 * where the backend has no such units (fp32 without tensor parallelism on the CPU only). */
+	 * their attention probabilities in att (B, NH/t, T, T; the kept blocks' under block-sparse
+	 * attention), and acts holds only what precedes them; block_scores rebuilds att from a
+	 * block's kept q, k, v before its backward. Both backends have them (the CPU's for every
+	 * unit, the CUDA one's for its dense units). */
 	void (*set_scores)(void *ctx, void *att);
 	void (*block_scores)(void *ctx, void *acts);
 	/* Block-sparse attention (deepspeed.sparse_attention): from now on the blocks attend over
 	 * ix's kept blocks (used, not owned), their acts gpt_cpu_block_sparse_act_bytes. NULL where
-	 * the backend has no such units (fp32 without tensor parallelism on the CPU only). */
+	 * the backend has no such units (the CPU's without tensor parallelism only). */
 	void (*set_sparse)(void *ctx, const SparseIndex *ix);
 	/* The head's activations in bytes where the backend lays them out otherwise than
 	 * gpt16_head_act_bytes (CUDA pads the logits' rows, gpt_cuda.h); NULL: that size. */

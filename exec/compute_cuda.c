@@ -43,6 +43,7 @@ typedef struct CudaCompute {
 	AllocMode mode;
 	cudaMemPool_t pool; /* ALLOC_CACHED's and ALLOC_ASYNC's: the device's default pool */
 	Caching *caching;   /* ALLOC_CACHING's blocks */
+	void *att;          /* set_scores': the blocks' attention probabilities, apart */
 } CudaCompute;
 
 /* PX_CUDA_ALLOC's mode; -1 with err on a value that names none */
@@ -334,9 +335,23 @@ static void cuda_block_forward(void *cx, const void *params, const void *x, void
 	CudaCompute *c = cx;
 	(void)scratch;
 	if (c->sh.dt == DT_FP32)
-		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts);
+		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts, c->att);
 	else
-		gpt16_cuda_block_forward(c->ctx, TYPED(c), params, x, y, acts);
+		gpt16_cuda_block_forward(c->ctx, TYPED(c), params, x, y, acts, c->att);
+}
+
+static void cuda_set_scores(void *cx, void *att)
+{
+	((CudaCompute *)cx)->att = att;
+}
+
+static void cuda_block_scores(void *cx, void *acts)
+{
+	CudaCompute *c = cx;
+	if (c->sh.dt == DT_FP32)
+		gpt_cuda_block_scores(c->ctx, SHAPE(c), acts, c->att);
+	else
+		gpt16_cuda_block_scores(c->ctx, TYPED(c), acts, c->att);
 }
 
 static size_t cuda_head_act_bytes(const GptConfig *cfg, Dtype dt, int B, int T)
@@ -366,9 +381,11 @@ static void cuda_block_backward(void *cx, const void *params, float *grads, cons
 {
 	CudaCompute *c = cx;
 	if (c->sh.dt == DT_FP32)
-		gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, dy, dx, scratch);
+		gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, c->att, dy, dx,
+					scratch);
 	else
-		gpt16_cuda_block_backward(c->ctx, TYPED(c), params, grads, acts, dy, dx, scratch);
+		gpt16_cuda_block_backward(c->ctx, TYPED(c), params, grads, acts, c->att, dy, dx,
+					  scratch);
 }
 
 static void cuda_head_backward(void *cx, const void *params, const void *wte, float *grads,
@@ -443,6 +460,8 @@ const ComputeBackend compute_cuda_backend = {
 	.set_tokens = cuda_set_tokens,
 	.embed_forward = cuda_embed_forward,
 	.block_forward = cuda_block_forward,
+	.set_scores = cuda_set_scores,
+	.block_scores = cuda_block_scores,
 	.head_act_bytes = cuda_head_act_bytes,
 	.head_forward = cuda_head_forward,
 	.embed_backward = cuda_embed_backward,

@@ -94,9 +94,6 @@ int runner_supported(const Plan *p, PxError *err)
 		      "experts (the block-sparse units are gpt_cpu's and gpt16_cpu's)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
-	else if (sc->ckpt == CKPT_SELECTIVE && sc->backend != BACKEND_CPU)
-		why = "selective recompute on backend \"cpu\" (the CUDA units keep their scores "
-		      "inside their activations)";
 	else if (sc->attention != ATTN_EAGER)
 		why = "eager attention (attention \"eager\": its kernels keep the scores)";
 	if (why)

@@ -23,7 +23,7 @@ void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, flo
 /* ---- transformer block ---- */
 
 void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			    const float *x, float *y, float *acts)
+			    const float *x, float *y, float *acts, float *att)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -35,7 +35,8 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 				   params + p.ln1_b, N, C);
 	ops_cuda_matmul_forward(ctx, acts + a.qkv, acts + a.ln1, params + p.qkv_w, params + p.qkv_b,
 				N, C, 3 * C);
-	ops_cuda_attention_forward(ctx, acts + a.atty, acts + a.att, acts + a.qkv, B, T, C, c->NH);
+	ops_cuda_attention_forward(ctx, acts + a.atty, att ? att : acts + a.att, acts + a.qkv, B, T,
+				   C, c->NH);
 	ops_cuda_matmul_forward(ctx, acts + a.res2, acts + a.atty, params + p.proj_w,
 				params + p.proj_b, N, C, C);
 	ops_cuda_residual_forward(ctx, acts + a.res2, acts + a.res2, acts + a.x_in, btc);
@@ -53,9 +54,17 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
  * scratch goes where the CPU's has nothing live: the layernorm statistics (2 N floats) into
  * wide_b, dead once its contents have been consumed; attention's score-gradient tiles into
  * wide_a's last three quarters (3 B T C floats), past d atty, dead until d ln1 is zeroed there. */
+void gpt_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, int B, int T, float *acts,
+			   float *att)
+{
+	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
+	/* the forward's kernel on the same kept q, k, v: the same bits */
+	ops_cuda_attention_forward(ctx, acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
+}
+
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			     float *grads, const float *acts, const float *dy, float *dx,
-			     float *scratch)
+			     float *grads, const float *acts, const float *att, const float *dy,
+			     float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -81,8 +90,8 @@ void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, con
 	ops_cuda_matmul_backward(ctx, wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
 				 params + p.proj_w, N, C, C);
 	cuda_ctx_zero(ctx, wide_b, 3 * btc * fsz);
-	ops_cuda_attention_backward(ctx, wide_b, wide_a, acts + a.qkv, acts + a.att, B, T, C, c->NH,
-				    wide_a + btc, 3 * btc);
+	ops_cuda_attention_backward(ctx, wide_b, wide_a, acts + a.qkv, att ? att : acts + a.att, B,
+				    T, C, c->NH, wide_a + btc, 3 * btc);
 	cuda_ctx_zero(ctx, wide_a, btc * fsz);
 	ops_cuda_matmul_backward(ctx, wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 				 params + p.qkv_w, N, C, 3 * C);
@@ -155,7 +164,7 @@ void gpt16_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int
 #define A(f) el16(acts, a.f)
 
 void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
-			      const void *params, const void *x, void *y, void *acts)
+			      const void *params, const void *x, void *y, void *acts, void *att)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -165,7 +174,7 @@ void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int
 	cuda_ctx_copy(ctx, A(x_in), x, 2 * btc); /* lets y be x */
 	ops16_cuda_layernorm_forward(ctx, t, A(ln1), A(x_in), P(ln1_w), P(ln1_b), N, C);
 	ops16_cuda_matmul_forward(ctx, t, A(qkv), A(ln1), P(qkv_w), P(qkv_b), N, C, 3 * C);
-	ops16_cuda_attention_forward(ctx, t, A(atty), A(att), A(qkv), B, T, C, c->NH);
+	ops16_cuda_attention_forward(ctx, t, A(atty), att ? att : A(att), A(qkv), B, T, C, c->NH);
 	ops16_cuda_matmul_forward(ctx, t, A(res2), A(atty), P(proj_w), P(proj_b), N, C, C);
 	ops16_cuda_residual_forward(ctx, t, A(res2), A(res2), A(x_in), btc);
 	ops16_cuda_layernorm_forward(ctx, t, A(ln2), A(res2), P(ln2_w), P(ln2_b), N, C);
@@ -179,9 +188,16 @@ void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int
  * past the rounded d fc (2 BTC floats' worth) or d qkv (1.5 BTC); attention's rounded dout and
  * score-gradient tiles in wide_a past d atty (3 BTC floats) as in the fp32 unit: the statistics
  * there are dead between the two layernorms, and the rounded d qkv overwrites it all after. */
+void gpt16_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			     void *acts, void *att)
+{
+	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
+	ops16_cuda_attention_forward(ctx, t, A(atty), att, A(qkv), B, T, c->C, c->NH);
+}
+
 void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
-			       const void *params, float *grads, const void *acts, const float *dy,
-			       float *dx, float *scratch)
+			       const void *params, float *grads, const void *acts, const void *att,
+			       const float *dy, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -210,8 +226,8 @@ void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, in
 	ops_cuda_matmul_backward_16(ctx, t, wide_a, grads + p.proj_w, grads + p.proj_b, wide_b,
 				    A(atty), P(proj_w), N, C, C);
 	cuda_ctx_zero(ctx, wide_b, 3 * btc * fsz);
-	ops16_cuda_attention_backward(ctx, t, wide_b, wide_a, A(qkv), A(att), B, T, C, c->NH,
-				      wide_a + btc, 3 * btc);
+	ops16_cuda_attention_backward(ctx, t, wide_b, wide_a, A(qkv), att ? att : A(att), B, T, C,
+				      c->NH, wide_a + btc, 3 * btc);
 	ops16_cuda_round(ctx, t, wide_a, wide_b, 3 * btc);
 	cuda_ctx_zero(ctx, wide_b, btc * fsz);
 	ops_cuda_matmul_backward_16(ctx, t, wide_b, grads + p.qkv_w, grads + p.qkv_b, wide_a, A(ln1),

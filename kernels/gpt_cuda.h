@@ -25,13 +25,17 @@ void gpt_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 			    const int *tokens, float *y);
 void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, float *grads,
 			     const int *tokens, const float *dy);
+/* att: the probabilities apart from acts (selective recompute, as gpt_cpu's _att units), or
+ * NULL: in acts; gpt_cuda_block_scores rebuilds them from the kept q, k, v. */
 void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			    const float *x, float *y, float *acts);
+			    const float *x, float *y, float *acts, float *att);
+void gpt_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, int B, int T, float *acts,
+			   float *att);
 /* scratch: gpt_cpu_scratch_bytes, as on the CPU; the GPU's layernorm statistics and attention's
  * rounded dout and score-gradient tiles fit in regions of it that are dead at the time. */
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			     float *grads, const float *acts, const float *dy, float *dx,
-			     float *scratch);
+			     float *grads, const float *acts, const float *att, const float *dy,
+			     float *dx, float *scratch);
 /* The head's activations: gpt16_head_act_bytes with the probabilities' rows
  * ops_cuda_logits_ld(V) apart (t PREC_F32 for gpt_cuda_head_*). */
 size_t gpt_cuda_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T);
@@ -48,10 +52,12 @@ void gpt_cuda_head_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 void gpt16_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
 			      const void *params, const int *tokens, void *y);
 void gpt16_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
-			      const void *params, const void *x, void *y, void *acts);
+			      const void *params, const void *x, void *y, void *acts, void *att);
+void gpt16_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
+			     void *acts, void *att);
 void gpt16_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
-			       const void *params, float *grads, const void *acts, const float *dy,
-			       float *dx, float *scratch);
+			       const void *params, float *grads, const void *acts, const void *att,
+			       const float *dy, float *dx, float *scratch);
 float gpt16_cuda_head_forward(CudaCtx *ctx, const GptConfig *c, CudaDtype t, int B, int T,
 			      const void *params, const void *wte, const void *x,
 			      const int *targets, void *acts);

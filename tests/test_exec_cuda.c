@@ -216,8 +216,41 @@ static void test_step_time(void)
 	cJSON_Delete(j);
 }
 
+/* Selective recompute on the CUDA units: the blocks' probabilities in the scores' buffer,
+ * rebuilt from the kept q, k, v by the forward's kernel before each block's backward: the losses
+ * those of the same run without recompute to the bit, fp32 and bf16, stage 0 on one rank and
+ * stage 3 on two; the arena's categories equal the prediction's (the scores apart). Written
+ * without a GPU (2026-11-30); the runbook runs it. */
+static void test_selective_recompute(void)
+{
+	enum { STEPS = 4 };
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		const char *scn = scenario(bf16 ? "true" : "false");
+		for (int stage = 0; stage <= 3; stage += 3) {
+			int ranks = stage ? 2 : 1;
+			cJSON *plain = run_json(scn, "cuda", ranks, stage, STEPS, "");
+			cJSON *sel = run_json(scn, "cuda", ranks, stage, STEPS,
+					      "--set activation_checkpointing=selective");
+			CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+			CU_ASSERT_PTR_NOT_NULL_FATAL(sel);
+			const cJSON *a = cJSON_GetObjectItem(plain, "losses")->child;
+			const cJSON *b = cJSON_GetObjectItem(sel, "losses")->child;
+			int n = 0;
+			for (; a && b; a = a->next, b = b->next, n++)
+				CU_ASSERT_EQUAL(a->valuedouble, b->valuedouble);
+			CU_ASSERT_EQUAL(n, STEPS);
+			CU_ASSERT_EQUAL(num(sel, "measured", "memory.gpu.activations_bytes"),
+					num(sel, "predicted", "memory.gpu.activations_bytes"));
+			cJSON_Delete(plain);
+			cJSON_Delete(sel);
+		}
+	}
+}
+
 static const PxTestCase GPU_TESTS[] = {
 	{"step time within 10% of the calibrated prediction", test_step_time},
+	{"selective recompute: the same losses to the bit, memory as predicted",
+	 test_selective_recompute},
 	{"cuda losses equal the CPU's, stages 0-3 x 1,2 ranks", test_losses_match_cpu},
 	{"per-rank memory on one GPU, stages 0-3 x 1,2,4 ranks", test_memory_claims},
 };

@@ -72,7 +72,7 @@ static void test_gpt_units(void)
 	float *x = cfx_random(btc, 1, 153), *acts = cfx_floats(nblk);
 	gpt_cpu_block_forward(c, B, T, p + blk, x, y, acts);
 	cuda_ctx_upload(cfx_ctx(), gx, x, btc * 4);
-	gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + blk, gx, gy, gacts);
+	gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + blk, gx, gy, gacts, NULL);
 	hy = cfx_down(gy, btc);
 	float *hacts = cfx_down(gacts, nblk);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt block forward y", hy, y, btc, 1e-4), 0);
@@ -93,7 +93,7 @@ static void test_gpt_units(void)
 	gpt_cpu_block_backward(c, B, T, p + blk, g + blk, acts, dy, dx, scr);
 	cuda_ctx_upload(cfx_ctx(), gacts, acts, nblk * 4);
 	cuda_ctx_upload(cfx_ctx(), gy, dy, btc * 4);
-	gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + blk, gg + blk, gacts, gy, gy, gscr);
+	gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + blk, gg + blk, gacts, NULL, gy, gy, gscr);
 	float *hdx = cfx_down(gy, btc), *hg = cfx_down(gg, np);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt block backward dx", hdx, dx, btc, 1e-4), 0);
 	GptTensor t[GPT_CPU_MAX_TENSORS];
@@ -180,7 +180,7 @@ static void test_gpt_training_steps(void)
 		gpt_cuda_embed_forward(cfx_ctx(), c, B, T, gp, gtok, gs);
 		for (int l = 0; l < c->L; l++)
 			gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + gpt_cpu_unit_offset(c, l + 1), gs,
-					       gs, gacts + (size_t)l * nblk);
+					       gs, gacts + (size_t)l * nblk, NULL);
 		float gloss = gpt_cuda_head_forward(cfx_ctx(), c, B, T, gp + head, gp, gs, gtgt, ghead);
 		cuda_ctx_zero(cfx_ctx(), gg, np * 4);
 		gpt_cuda_head_backward(cfx_ctx(), c, B, T, gp + head, gp, gg + head, gg, ghead, gtgt, 1.0f,
@@ -188,7 +188,7 @@ static void test_gpt_training_steps(void)
 		for (int l = c->L - 1; l >= 0; l--) {
 			size_t off = gpt_cpu_unit_offset(c, l + 1);
 			gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + off, gg + off,
-						gacts + (size_t)l * nblk, gs, gs, gscr);
+						gacts + (size_t)l * nblk, NULL, gs, gs, gscr);
 		}
 		gpt_cuda_embed_backward(cfx_ctx(), c, B, T, gg, gtok, gs);
 		if (step == 1) {
@@ -295,7 +295,7 @@ static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
 
 	/* block 1 forward: output and every saved activation */
 	gpt16_block_forward(c, t, B, T, (char *)p + 2 * blk, x, y, acts);
-	gpt16_cuda_block_forward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gx, gy, gacts);
+	gpt16_cuda_block_forward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gx, gy, gacts, NULL);
 	float *want = widen16(y, btc, t), *got = down16(gy, btc, t);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 block forward y", got, want, btc, 4 * u), 0);
 	free(want), free(got);
@@ -316,8 +316,8 @@ static void check_gpt16_units(CudaDtype ct, PrecisionType t, double u)
 	gpt16_block_backward(c, t, B, T, (char *)p + 2 * blk, g + blk, acts, dy, dx, scr);
 	cuda_ctx_upload(cfx_ctx(), gacts, acts, 2 * nblk);
 	cuda_ctx_upload(cfx_ctx(), gdx, dy, btc * 4);
-	gpt16_cuda_block_backward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gg + blk, gacts, gdx,
-				  gdx, gscr);
+	gpt16_cuda_block_backward(cfx_ctx(), c, ct, B, T, (char *)gp + 2 * blk, gg + blk, gacts, NULL,
+				  gdx, gdx, gscr);
 	float *hdx = cfx_down(gdx, btc), *hg = cfx_down(gg, np);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt16 block backward dx", hdx, dx, btc, 8 * u), 0);
 	GptTensor tn[GPT_CPU_MAX_TENSORS];
