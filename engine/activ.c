@@ -251,8 +251,10 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 		head += sb * (double)y->embed_dim * d;
 	if (y->pooler) /* tanh's output; its input is a view of the encoder's output, kept above */
 		head += b * h * d;
-	if (y->cls_labels) /* the classifier's input, its dropout's output, and the mask */
-		head += (y->cls_tokens ? sb : b) * h * (d + (m->dropout ? 1 : 0));
+	/* a classifier's input: its dropout's output and mask; without a dropout it reads what
+	 * is kept above (the pooler's output, the encoder's or the final norm's) */
+	if (y->cls_labels && y->cls_dropout && m->dropout)
+		head += (y->cls_tokens ? sb : b) * h * (d + 1);
 	if (y->head_transform) /* the dense layer's output (the activation's input), the
 				  activation's (the norm's input), the norm's (the decoder's) */
 		head += sb * h * 3 * d + (x->hf_eager ? sb * hf_norm_extra(m, d) : 0);

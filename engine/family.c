@@ -46,10 +46,11 @@ typedef int (*FamilyHook)(const JsonObj *o, ModelSpec *m, long long dim[N_DIMS],
 /* A Hugging Face class of a family with several heads, and the head it ends with: a pooler, a
  * language-model head (with a transform before it, tied to the embeddings, with a bias), and a
  * classifier of `labels` outputs (-1: the config's num_labels) over the pooled token or over
- * every token. `causal`: the class runs its blocks as a decoder. */
+ * every token, with a dropout before it or not. `causal`: the class runs its blocks as a
+ * decoder. */
 typedef struct HeadRow {
 	const char *arch;
-	int pooler, mlm, labels, per_token, causal;
+	int pooler, mlm, labels, per_token, dropout, causal;
 } HeadRow;
 
 struct ModelFamily {
@@ -319,16 +320,30 @@ static const char *const BERT_K[] = {
  * token (num_labels; question answering's start and end logits). BertLMHeadModel is the MLM
  * head on a causal decoder. */
 static const HeadRow BERT_HEADS[] = {
-	{"BertModel", 1, 0, 0, 0, 0},
-	{"BertForMaskedLM", 0, 1, 0, 0, 0},
-	{"BertForPreTraining", 1, 1, 2, 0, 0},
-	{"BertLMHeadModel", 0, 1, 0, 0, 1},
-	{"BertForNextSentencePrediction", 1, 0, 2, 0, 0},
-	{"BertForSequenceClassification", 1, 0, -1, 0, 0},
-	{"BertForMultipleChoice", 1, 0, 1, 0, 0},
-	{"BertForTokenClassification", 0, 0, -1, 1, 0},
-	{"BertForQuestionAnswering", 0, 0, 2, 1, 0},
-	{NULL, 0, 0, 0, 0, 0}};
+	{"BertModel", 1, 0, 0, 0, 0, 0},
+	{"BertForMaskedLM", 0, 1, 0, 0, 0, 0},
+	{"BertForPreTraining", 1, 1, 2, 0, 0, 0},
+	{"BertLMHeadModel", 0, 1, 0, 0, 0, 1},
+	{"BertForNextSentencePrediction", 1, 0, 2, 0, 0, 0},
+	{"BertForSequenceClassification", 1, 0, -1, 0, 1, 0},
+	{"BertForMultipleChoice", 1, 0, 1, 0, 1, 0},
+	{"BertForTokenClassification", 0, 0, -1, 1, 1, 0},
+	{"BertForQuestionAnswering", 0, 0, 2, 1, 0, 0},
+	{NULL, 0, 0, 0, 0, 0, 0}};
+
+/* A causal LM's classes beside its LM one (modeling_gpt2.py, modeling_llama.py and the families
+ * written after it), by the class name's ending: sequence classification's score (h x num_labels,
+ * no bias) over every token, of which the last is pooled after (GPT2ForSequenceClassification,
+ * LlamaForSequenceClassification: reward models too, num_labels 1); token classification's
+ * dropout and classifier with a bias; question answering's start and end logits (a bias). */
+static const struct {
+	const char *tail;
+	int labels, bias, dropout;
+} CAUSAL_HEADS[] = {
+	{"ForSequenceClassification", -1, 0, 0},
+	{"ForTokenClassification", -1, 1, 1},
+	{"ForQuestionAnswering", 2, 1, 0},
+};
 
 static const char *const QWEN2_T[] = {"qwen2", NULL};
 static const DimKey QWEN2_D[] = {
@@ -758,12 +773,31 @@ int family_set_architecture(ModelSpec *m, const char *arch, const char *where, P
 		return px_fail(err, PX_ERR_INPUT, "%s: architecture \"%s\" needs a model "
 			       "architecture; the model gives only num_parameters", where, arch);
 	if (!f->heads) {
+		ModelLayout *y = &m->lay;
 		if (ends_with(arch, "ForCausalLM") || ends_with(arch, "LMHeadModel") ||
-		    ends_with(arch, "ForConditionalGeneration"))
+		    ends_with(arch, "ForConditionalGeneration")) { /* the family's own head */
+			y->lm_head = 1;
+			y->cls_labels = 0;
+			m->arch[0] = '\0';
 			return 0;
+		}
+		for (size_t i = 0; y->causal && !y->L_enc && i < sizeof(CAUSAL_HEADS) /
+							sizeof(CAUSAL_HEADS[0]); i++)
+			if (ends_with(arch, CAUSAL_HEADS[i].tail)) {
+				y->lm_head = 0; /* (head_bias kept for an LM class later) */
+				y->cls_labels = CAUSAL_HEADS[i].labels < 0 ? m->num_labels :
+									     CAUSAL_HEADS[i].labels;
+				y->cls_tokens = 1;
+				y->cls_bias = CAUSAL_HEADS[i].bias;
+				y->cls_dropout = CAUSAL_HEADS[i].dropout;
+				snprintf(m->arch, sizeof(m->arch), "%s", arch);
+				return 0;
+			}
 		return px_fail(err, PX_ERR_INPUT, "%s: architecture: \"%s\": a %s model is priced with "
-			       "its language-model head (its ...ForCausalLM class); other heads are "
-			       "modelled for bert", where, arch, m->type);
+			       "its language-model head (...ForCausalLM, ...LMHeadModel) or a "
+			       "classifier (...ForSequenceClassification, ...ForTokenClassification, "
+			       "...ForQuestionAnswering); other heads are modelled for bert", where,
+			       arch, m->type);
 	}
 	const HeadRow *r = f->heads;
 	while (r->arch && strcmp(r->arch, arch))
@@ -782,14 +816,18 @@ int family_set_architecture(ModelSpec *m, const char *arch, const char *where, P
 	y->lm_head = y->head_transform = y->head_bias = r->mlm;
 	y->cls_labels = r->labels < 0 ? m->num_labels : r->labels;
 	y->cls_tokens = r->per_token;
+	y->cls_bias = 1;
+	y->cls_dropout = r->dropout;
 	y->causal = r->causal;
 	snprintf(m->arch, sizeof(m->arch), "%s", r->arch);
 	return 0;
 }
 
-/* The head of a family with several: the class the config's architectures names first (the
- * family's first class when it names none; a class the family has not, warned about, priced as
- * that first), with the config's num_labels (else id2label's size; PretrainedConfig's default 2). */
+/* The head the config's class has, with the config's num_labels (else id2label's size;
+ * PretrainedConfig's default 2): for a family with several, the class its architectures names
+ * first (the family's first class when it names none; a class the family has not, warned about,
+ * priced as that first); for a causal LM a classifier class (...ForSequenceClassification and
+ * the others of CAUSAL_HEADS), anything else its LM. */
 static int read_head(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *notes,
 		     PxError *err)
 {
@@ -799,9 +837,17 @@ static int read_head(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNot
 		return -1;
 	const cJSON *list = cJSON_GetObjectItemCaseSensitive(o->obj, "architectures");
 	const cJSON *first = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, 0) : NULL;
-	const char *arch = cJSON_IsString(first) ? first->valuestring : f->heads[0].arch;
 	char where[512];
 	jobj_where(o, "architectures", where, sizeof(where));
+	if (!f->heads) { /* a causal LM's classifier class (a reward model's config); else its LM */
+		if (!cJSON_IsString(first))
+			return 0;
+		for (size_t i = 0; i < sizeof(CAUSAL_HEADS) / sizeof(CAUSAL_HEADS[0]); i++)
+			if (ends_with(first->valuestring, CAUSAL_HEADS[i].tail))
+				return family_set_architecture(m, first->valuestring, where, err);
+		return 0;
+	}
+	const char *arch = cJSON_IsString(first) ? first->valuestring : f->heads[0].arch;
 	if (!family_set_architecture(m, arch, where, err))
 		return 0;
 	if (px_notes_warn(notes, "%s: %s.architectures: %s is not a class Parallax prices; priced "
@@ -905,7 +951,7 @@ int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *n
 		return -1;
 	if (f->hook && f->hook(o, m, dim, err))
 		return -1;
-	if (f->heads && read_head(f, o, m, notes, err))
+	if (read_head(f, o, m, notes, err))
 		return -1;
 	/* GPT2Config's and GPTJConfig's default, which a config.json without the key gets */
 	const char *act, *dflt = model_is_family(m, "gpt2") || model_is_family(m, "gptj") ?

@@ -286,8 +286,8 @@ static void head(Walk *w)
 	if (y->pooler) /* BertPooler: hidden_states[:, 0] through a dense layer and tanh */
 		linear(w, "pooler.weight", "pooler.bias", m->h, m->h, 1, REPL, seqs);
 	if (y->cls_labels)
-		linear(w, "classifier.weight", "classifier.bias", m->h, y->cls_labels, 1, REPL,
-		       y->cls_tokens ? w->tok : seqs);
+		linear(w, "classifier.weight", "classifier.bias", m->h, y->cls_labels, y->cls_bias,
+		       REPL, y->cls_tokens ? w->tok : seqs);
 	if (!y->lm_head)
 		return;
 	if (y->head_transform) { /* BertPredictionHeadTransform: dense, activation, LayerNorm */

@@ -56,10 +56,13 @@ typedef struct ModelLayout {
 				 (BERT's BertPredictionHeadTransform) */
 	int pooler;           /* BERT's pooler: a dense layer and tanh over each sequence's first
 				 token */
-	long long cls_labels; /* a classifier's outputs (a bias each): over the pooled first token
-				 (sequence classification, next-sentence prediction) or, cls_tokens,
-				 over every token (token classification, question answering) */
+	long long cls_labels; /* a classifier's outputs: over the pooled first token (BERT's
+				 sequence classification, next-sentence prediction) or, cls_tokens,
+				 over every token (token classification, question answering, a causal
+				 LM's sequence classification, which pools the last token after) */
 	int cls_tokens;
+	int cls_bias;         /* the classifier has a bias */
+	int cls_dropout;      /* a dropout before it (its output a tensor of its own) */
 	long long type_vocab; /* BERT's token types */
 	/* encoder-decoder (T5) */
 	long long L_enc;      /* blocks 1..L_enc are the encoder, the rest the decoder; 0: one stack */

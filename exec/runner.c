@@ -40,8 +40,8 @@ int runner_supported(const Plan *p, PxError *err)
 	const ModelSpec *m = &sc->model;
 	const DsConfig *ds = &sc->ds;
 	const char *why = NULL;
-	if (!model_is_family(m, "gpt2") || !m->lay.tied)
-		why = "a GPT-2 model (tied head)";
+	if (!model_is_family(m, "gpt2") || !m->lay.tied || !m->lay.lm_head)
+		why = "a GPT-2 language model (GPT2LMHeadModel: its tied head)";
 	else if (m->experts && (why = runner_moe_supported(p)))
 		;
 	else if (p->par.tp > 1 && sc->backend != BACKEND_CPU)

@@ -423,7 +423,10 @@ static void test_run_refuses(void)
 			   "deepspeed.zero_optimization.offload_optimizer.device=nvme";
 	char opts[1024];
 	refused(px_test_path("scenarios/llama2-7b-zero2-h100.json"), "--ranks 1",
-		"the executor runs a GPT-2 model");
+		"the executor runs a GPT-2 language model");
+	/* GPT-2 with a classifier in its LM head's place: priced, not run */
+	refused(scn, "--ranks 1 --set architecture=GPT2ForSequenceClassification",
+		"the executor runs a GPT-2 language model (GPT2LMHeadModel");
 	refused(scn, "--ranks 1 --set parallelism.tp=2", "does not divide into tp 2");
 	refused(scn, "--steps 0", "--steps 0: expected a positive number");
 	refused(scn, "--backend tpu", "--backend tpu: expected cpu or cuda");

@@ -147,8 +147,8 @@ static void test_bert_mlm_head_bytes(void)
 
 /* The scenario's "architecture" chooses the class over the config's architectures; a class the
  * family does not have is refused naming the file, the key and the classes; a causal LM's own
- * class is accepted for the other families, any other refused; a config naming a class Parallax
- * does not know is priced as BertModel with a warning. */
+ * class and its classifiers are accepted for the other families, any other refused; a config
+ * naming a class Parallax does not know is priced as BertModel with a warning. */
 static void test_architecture_key(void)
 {
 	static const char *const FMT = "{%s, \"architecture\": \"%s\", \"deepspeed\": "
@@ -172,9 +172,9 @@ static void test_architecture_key(void)
 		{"bert-base-uncased", "BertForCausalLM",
 		 "architecture: \"BertForCausalLM\" is not a bert class Parallax prices; expected one "
 		 "of BertModel, BertForMaskedLM, BertForPreTraining"},
-		{"llama-2-7b", "LlamaForSequenceClassification",
-		 "architecture: \"LlamaForSequenceClassification\": a llama model is priced with its "
-		 "language-model head"},
+		{"llama-2-7b", "LlamaForMaskedLM",
+		 "architecture: \"LlamaForMaskedLM\": a llama model is priced with its "
+		 "language-model head (...ForCausalLM, ...LMHeadModel) or a classifier"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char path[512], json[2048];
@@ -207,6 +207,42 @@ static void test_architecture_key(void)
 					 "prices; priced as BertModel") != NULL;
 	CU_ASSERT(warned);
 	scenario_free(&sc);
+}
+
+/* A causal LM's classifier classes, by the config's architectures or the scenario's key:
+ * GPT2ForSequenceClassification drops the LM head (GPT-2's is tied: no parameter goes) and adds
+ * the score, h x num_labels without a bias: gpt2 124,439,808 + 768 x 2 = 124,441,344 and
+ * gpt2-medium 354,825,216, the counts published for them (e.g. a public NAS script's
+ * original_model_size table); LlamaForSequenceClassification as a reward model (num_labels 1)
+ * drops Llama-2 7B's untied lm_head, 32,000 x 4,096, for a 4,096 x 1 score: 6,738,415,616 -
+ * 131,072,000 + 4,096 = 6,607,347,712 (modeling_llama.py's modules, counted by hand). The head
+ * keeps no logits over the vocabulary: GPT-2 small at micro-batch 4 x 1024 in fp16 keeps the
+ * final norm's 2 s b h and nothing of 4 s b V. And a scenario's "architecture" naming the LM class
+ * again restores the LM head over a classifier config. */
+static void test_causal_classifiers(void)
+{
+	static const char *const SEQ = "{\"model_type\": \"gpt2\", \"n_embd\": %d, \"n_layer\": %d, "
+		"\"n_head\": 16, \"architectures\": [\"GPT2ForSequenceClassification\"]}";
+	ModelSpec m;
+	if (fx_modelf(&m, SEQ, 768, 12) == 0) {
+		CU_ASSERT_DOUBLE_EQUAL(m.n_params, 124441344, 0);
+		CU_ASSERT_EQUAL(model_tied_elems(&m), 0);
+		ActivShape x = {.s = 1024, .b = 4, .t = 1, .elem_bytes = 2};
+		CU_ASSERT_DOUBLE_EQUAL(activ_head_bytes(&m, &x), 2.0 * 2 * 1024 * 4 * 768, 0);
+		PxError err = {0};
+		CU_ASSERT_EQUAL(family_set_architecture(&m, "GPT2LMHeadModel", "test", &err), 0);
+		CU_ASSERT_DOUBLE_EQUAL(model_count_params(&m), 124439808, 0);
+	}
+	if (fx_modelf(&m, SEQ, 1024, 24) == 0)
+		CU_ASSERT_DOUBLE_EQUAL(m.n_params, 354825216, 0);
+	ModelSpec llama;
+	if (fx_bundled_model("llama-2-7b", &llama))
+		return;
+	llama.num_labels = 1;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(family_set_architecture(&llama, "LlamaForSequenceClassification",
+						      "test", &err), 0);
+	CU_ASSERT_DOUBLE_EQUAL(model_count_params(&llama), 6607347712.0, 0);
 }
 
 /* Megatron's padded vocabulary (parallelism.make_vocab_size_divisible_by; Megatron-LM's
@@ -793,6 +829,7 @@ int test_model_register(void)
 			    {"the scenario's architecture key", test_architecture_key},
 			    {"BertForMaskedLM's and T5's losses in a scenario", test_bert_mlm_loss},
 			    {"Megatron's padded vocabulary", test_padded_vocab},
+			    {"a causal LM's classifier classes", test_causal_classifiers},
 			    {"units sum to the model", test_units_sum_to_model},
 			    {"Korthikanti Table 2", test_korthikanti_table2},
 			    {"Korthikanti 5as/h values", test_korthikanti_attention_term},
