@@ -420,10 +420,8 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 			      float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1 && c->att)
-		gpt_tp_block_forward_att(TP(c), params, x, y, acts, c->att, scratch);
-	else if (c->tp.t > 1)
-		gpt_tp_block_forward(TP(c), params, x, y, acts, scratch);
+	if (c->tp.t > 1) /* dense or block-sparse, the scores in acts or apart */
+		gpt_tp_block_forward_att(TP(c), params, x, y, acts, c->att, c->ix, scratch);
 	else if (c->sh.dt == DT_FP32 && c->att)
 		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att, c->ix);
 	else if (c->sh.dt == DT_FP32 && c->ix)
@@ -452,7 +450,7 @@ static void cpu_block_scores(void *ctx, void *acts)
 {
 	CpuCtx *c = ctx;
 	if (c->tp.t > 1)
-		gpt_tp_block_scores(TP(c), acts, c->att);
+		gpt_tp_block_scores(TP(c), acts, c->att, c->ix);
 	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_scores(SHAPE(c), acts, c->att, c->ix);
 	else
@@ -483,10 +481,9 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 			       const float *dy, float *dx, float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1 && c->att)
-		gpt_tp_block_backward_att(TP(c), params, grads, acts, c->att, dy, dx, scratch);
-	else if (c->tp.t > 1)
-		gpt_tp_block_backward(TP(c), params, grads, acts, dy, dx, scratch);
+	if (c->tp.t > 1)
+		gpt_tp_block_backward_att(TP(c), params, grads, acts, c->att, c->ix, dy, dx,
+					  scratch);
 	else if (c->sh.dt == DT_FP32 && c->att)
 		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, c->ix, dy, dx,
 					   scratch);

@@ -34,6 +34,32 @@ static const char *zpp_unsupported(const Plan *p)
 	return NULL;
 }
 
+/* Whether a block-sparse layout keeps unequal numbers of blocks on the tensor-parallel ranks'
+ * heads (DeepSpeed's per-head random blocks can): the prediction prices every rank the mean
+ * head's. 0 when even, or dense. */
+static int sparse_uneven(const Plan *p)
+{
+	const SparseAttn *sa = &p->sc->ds.sparse;
+	long long t = p->par.tp, NH = p->sc->model.a;
+	if (sa->mode == SPARSE_OFF || t <= 1 || NH % t)
+		return 0;
+	long long nb = sparse_layout_blocks(sa, p->sc->seq), per = nb * nb;
+	unsigned char *layout = sparse_layout_create(sa, (int)NH, nb);
+	if (!layout)
+		return 0; /* out of memory: the run's own set-up says so */
+	long long total = 0, *kept = calloc((size_t)t, sizeof(*kept));
+	for (long long i = 0; kept && i < NH * per; i++) {
+		kept[i / per / (NH / t)] += layout[i];
+		total += layout[i];
+	}
+	int uneven = 0;
+	for (long long r = 0; kept && r < t; r++)
+		uneven |= kept[r] * t != total;
+	free(kept);
+	free(layout);
+	return uneven;
+}
+
 int runner_supported(const Plan *p, PxError *err)
 {
 	const Scenario *sc = p->sc;
@@ -88,10 +114,13 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
-	else if (ds->sparse.mode != SPARSE_OFF &&
-		 (sc->backend != BACKEND_CPU || p->par.tp > 1 || m->experts))
-		why = "deepspeed.sparse_attention on backend \"cpu\" without tensor parallelism or "
-		      "experts (the block-sparse units are gpt_cpu's and gpt16_cpu's)";
+	else if (ds->sparse.mode != SPARSE_OFF && (sc->backend != BACKEND_CPU || m->experts))
+		why = "deepspeed.sparse_attention on backend \"cpu\" without experts (the "
+		      "block-sparse units are gpt_cpu's, gpt16_cpu's and gpt_tp_cpu's)";
+	else if (sparse_uneven(p))
+		why = "deepspeed.sparse_attention under tensor parallelism with a layout whose kept "
+		      "blocks spread evenly over the ranks' heads (the prediction prices each rank "
+		      "the mean head's; per-head random blocks give a rank another count)";
 	else if (sc->backend == BACKEND_GPU)
 		why = "backend \"cpu\" or \"cuda\"";
 	else if (sc->attention != ATTN_EAGER)
@@ -229,13 +258,16 @@ static size_t needed_bytes(const Runner *r, const Op *op)
 	if (r->gtp.t > 1)
 		switch (op->what) {
 		case BUF_ACTIVATIONS: /* selective recompute: the scores apart (BUF_SCORES) */
-			return r->p->sc->ckpt == CKPT_SELECTIVE ?
-				       precision_bytes(t) * gpt_tp_block_acts(&r->cfg, &r->gtp, r->B,
-									      r->T).att :
-				       gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
-		case BUF_SCORES:
-			return precision_bytes(t) * (size_t)r->B * (r->cfg.NH / r->gtp.t) * r->T *
-			       r->T;
+			if (r->p->sc->ckpt == CKPT_SELECTIVE)
+				return precision_bytes(t) *
+				       gpt_tp_block_acts(&r->cfg, &r->gtp, r->B, r->T).att;
+			return r->sparse ? gpt_tp_block_sparse_act_bytes(&r->cfg, &r->gtp, t, r->B,
+									 r->T, &r->ix) :
+					   gpt_tp_block_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T);
+		case BUF_SCORES: /* this rank's heads' probabilities, or their kept blocks' */
+			return precision_bytes(t) *
+			       (r->sparse ? sparse_eager_probs_elems(&r->ix, r->B) :
+					    (size_t)r->B * (r->cfg.NH / r->gtp.t) * r->T * r->T);
 		case BUF_ENDS:
 			return op->unit == r->head ?
 				       gpt_tp_head_act_bytes(&r->cfg, &r->gtp, t, r->B, r->T) : 0;
@@ -1565,19 +1597,32 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 /* Every partitioned reduction and gather the runner places by the schedule's slice states one
  * (stage 2-3 reductions, the copies of their slices, stage 3's gathers). */
 /* deepspeed.sparse_attention: the layout's kept blocks (engine/sparse_layout.c, DeepSpeed's
- * layouts), the blocks' attention from then on. */
+ * layouts), the blocks' attention from then on; a tensor-parallel rank's those of its heads,
+ * which must keep their share of the blocks (the prediction prices each rank the mean head's:
+ * a layout that spreads them unevenly, as per-head random blocks can, is refused). */
 static int sparse_setup(Runner *r, PxError *err)
 {
 	const SparseAttn *sa = &r->p->sc->ds.sparse;
 	if (sa->mode == SPARSE_OFF)
 		return 0;
 	long long nb = sparse_layout_blocks(sa, r->T);
+	int t = r->gtp.t > 1 ? r->gtp.t : 1, heads = r->cfg.NH / t;
 	unsigned char *layout = sparse_layout_create(sa, r->cfg.NH, nb);
-	int rc = layout ? sparse_index_build(&r->ix, layout, r->cfg.NH, (int)nb, (int)sa->block) : -1;
+	SparseIndex all = {0};
+	int rc = layout ? sparse_index_build(&all, layout, r->cfg.NH, (int)nb, (int)sa->block) |
+				  sparse_index_build(&r->ix, layout + (size_t)(t > 1 ? r->gtp.r : 0) *
+							     heads * nb * nb, heads, (int)nb,
+						     (int)sa->block) :
+			  -1;
 	free(layout);
+	long long whole = all.n_kept;
+	sparse_index_free(&all);
 	if (rc)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory for the sparse attention layout");
 	r->sparse = 1;
+	if (r->ix.n_kept * t != whole) /* sparse_uneven refused it before the launch */
+		return px_fail(err, PX_ERR_RUNTIME, "sparse attention: rank %d's heads keep %lld of "
+			       "%lld blocks", r->gtp.r, r->ix.n_kept, whole);
 	r->cb->set_sparse(r->cx, &r->ix);
 	return 0;
 }

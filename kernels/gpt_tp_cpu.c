@@ -333,6 +333,13 @@ size_t gpt_tp_block_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType
 	return gpt_tp_block_acts(c, tp, B, T).total_elems * precision_bytes(dt);
 }
 
+size_t gpt_tp_block_sparse_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+				     int T, const SparseIndex *ix)
+{
+	return (gpt_tp_block_acts(c, tp, B, T).att + sparse_eager_probs_elems(ix, B)) *
+	       precision_bytes(dt);
+}
+
 /* head activations: x_in (R, C) | ln_f (R, C) of type dt | probs (N, V/t) fp32 */
 static size_t head_stream_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 				int T)
@@ -455,7 +462,8 @@ static void row_split_forward(const GptTp *tp, PrecisionType dt, void *y, void *
  * from acts), else at their place in acts. */
 void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			      int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
-			      const void *params, void *acts, void *att, float *scratch)
+			      const void *params, void *acts, void *att, const SparseIndex *ix,
+			      float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C;
@@ -464,7 +472,11 @@ void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType
 	ops16_layernorm_forward(dt, A(ln1), A(x_in), P(ln1_w), P(ln1_b), R, C);
 	const void *in = gather_rows(tp, dt, A(ln1), scratch, rc);
 	ops16_matmul_forward(dt, A(qkv), in, P(qkv_w), P(qkv_b), N, C, 3 * Ct);
-	ops16_attention_forward(dt, A(atty), att ? att : A(att), A(qkv), B, T, Ct, c->NH / tp->t);
+	if (ix) /* this rank's heads' kept blocks */
+		ops16_sparse_attention_forward(dt, A(atty), att ? att : A(att), A(qkv), ix, B, T, Ct);
+	else
+		ops16_attention_forward(dt, A(atty), att ? att : A(att), A(qkv), B, T, Ct,
+					c->NH / tp->t);
 	row_split_forward(tp, dt, A(res2), scratch, A(atty), P(proj_w), P(proj_b), N, Ct, C, rc);
 	ops16_residual_forward(dt, A(res2), A(res2), A(x_in), rc);
 }
@@ -472,21 +484,25 @@ void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType
 void gpt_tp_block_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			  const void *params, const void *x, void *y, void *acts, float *scratch)
 {
-	gpt_tp_block_forward_att(c, tp, dt, B, T, params, x, y, acts, NULL, scratch);
+	gpt_tp_block_forward_att(c, tp, dt, B, T, params, x, y, acts, NULL, NULL, scratch);
 }
 
 void gpt_tp_block_scores(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
-			 void *acts, void *att)
+			 void *acts, void *att, const SparseIndex *ix)
 {
 	GptBlockActs a = gpt_tp_block_acts(c, tp, B, T);
 	/* the forward's arithmetic on the same kept q, k, v of this rank's heads: the same bits,
 	 * the attention output rewritten with what it already holds */
-	ops16_attention_forward(dt, A(atty), att, A(qkv), B, T, c->C / tp->t, c->NH / tp->t);
+	if (ix)
+		ops16_sparse_attention_forward(dt, A(atty), att, A(qkv), ix, B, T, c->C / tp->t);
+	else
+		ops16_attention_forward(dt, A(atty), att, A(qkv), B, T, c->C / tp->t,
+					c->NH / tp->t);
 }
 
 void gpt_tp_block_forward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			      const void *params, const void *x, void *y, void *acts, void *att,
-			      float *scratch)
+			      const SparseIndex *ix, float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C;
@@ -495,7 +511,7 @@ void gpt_tp_block_forward_att(const GptConfig *c, const GptTp *tp, PrecisionType
 
 	/* everything after this copy reads the kept input, which is what lets y be x */
 	memcpy(A(x_in), x, rc * precision_bytes(dt));
-	gpt_tp_attention_forward(c, tp, dt, B, T, &p, &a, params, acts, att, scratch);
+	gpt_tp_attention_forward(c, tp, dt, B, T, &p, &a, params, acts, att, ix, scratch);
 	/* MLP branch over this rank's 4C/t columns */
 	ops16_layernorm_forward(dt, A(ln2), A(res2), P(ln2_w), P(ln2_b), R, C);
 	const void *in = gather_rows(tp, dt, A(ln2), scratch, rc);
@@ -546,7 +562,7 @@ static const float *col_split_backward(const GptTp *tp, PrecisionType dt, float 
 void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const GptBlockLayout *lay, const GptBlockActs *acts_at,
 			       const void *params, float *grads, const void *acts, const void *att,
-			       float *dx, float *scratch)
+			       const SparseIndex *ix, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, nct = (size_t)N * Ct;
@@ -559,8 +575,12 @@ void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionTyp
 	row_split_backward(tp, dt, wide_a, grads + p.proj_w, grads + p.proj_b, g16, A(atty),
 			   P(proj_w), gath, N, Ct, C, R);
 	memset(wide_b, 0, 3 * nct * sizeof(float));
-	ops16_attention_backward(dt, wide_b, wide_a, A(qkv), att ? att : A(att), B, T, Ct,
-				 c->NH / tp->t);
+	if (ix)
+		ops16_sparse_attention_backward(dt, wide_b, wide_a, A(qkv), att ? att : A(att), ix, B,
+						T, Ct);
+	else
+		ops16_attention_backward(dt, wide_b, wide_a, A(qkv), att ? att : A(att), B, T, Ct,
+					 c->NH / tp->t);
 	g16 = as_dt(dt, wide_b, wide_a, 3 * nct);
 	const float *d = col_split_backward(tp, dt, g16 == wide_b ? wide_a : wide_b,
 					    grads + p.qkv_w, grads + p.qkv_b, g16, A(ln1),
@@ -573,12 +593,14 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
 			   const void *params, float *grads, const void *acts, const float *dy,
 			   float *dx, float *scratch)
 {
-	gpt_tp_block_backward_att(c, tp, dt, B, T, params, grads, acts, NULL, dy, dx, scratch);
+	gpt_tp_block_backward_att(c, tp, dt, B, T, params, grads, acts, NULL, NULL, dy, dx,
+				  scratch);
 }
 
 void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const void *params, float *grads, const void *acts,
-			       const void *att, const float *dy, float *dx, float *scratch)
+			       const void *att, const SparseIndex *ix, const float *dy, float *dx,
+			       float *scratch)
 {
 	int N = B * T, C = c->C, Ct = C / tp->t, R = gpt_tp_rows(tp, B, T);
 	size_t rc = (size_t)R * C, nct = (size_t)N * Ct;
@@ -603,7 +625,8 @@ void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionTyp
 	ops16_layernorm_backward(dt, dx, grads + p.ln2_w, grads + p.ln2_b, d, A(res2), P(ln2_w), R,
 				 C);
 	/* attention branch: res2 = x + o(attention(qkv(ln1(x)))); dx now holds d res2 */
-	gpt_tp_attention_backward(c, tp, dt, B, T, &p, &a, params, grads, acts, att, dx, scratch);
+	gpt_tp_attention_backward(c, tp, dt, B, T, &p, &a, params, grads, acts, att, ix, dx,
+				  scratch);
 #undef P
 #undef A
 }

@@ -152,14 +152,20 @@ void gpt_tp_block_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt
  * type dt apart from acts, which then needs only the elements before gpt_tp_block_acts' att
  * offset; gpt_tp_block_scores rebuilds them (and the attention output) from the kept q, k, v
  * before the backward, bit for bit the forward's, with no collective. */
+/* ix (NULL: dense): block-sparse attention over this rank's heads' kept blocks (an index of
+ * NH/t heads), their probabilities where the dense ones would be (att, or acts' att offset,
+ * gpt_tp_block_sparse_act_bytes in all). */
 void gpt_tp_block_forward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
 			      const void *params, const void *x, void *y, void *acts, void *att,
-			      float *scratch);
+			      const SparseIndex *ix, float *scratch);
 void gpt_tp_block_scores(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B, int T,
-			 void *acts, void *att);
+			 void *acts, void *att, const SparseIndex *ix);
 void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const void *params, float *grads, const void *acts,
-			       const void *att, const float *dy, float *dx, float *scratch);
+			       const void *att, const SparseIndex *ix, const float *dy, float *dx,
+			       float *scratch);
+size_t gpt_tp_block_sparse_act_bytes(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
+				     int T, const SparseIndex *ix);
 
 /* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at
  * lay's offsets (this rank's shards) and its saved activations at a's (elements of dt):
@@ -170,11 +176,12 @@ void gpt_tp_block_backward_att(const GptConfig *c, const GptTp *tp, PrecisionTyp
  * attention half (above). kernels/moe_cpu's blocks use them under tensor parallelism. */
 void gpt_tp_attention_forward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			      int T, const GptBlockLayout *lay, const GptBlockActs *a,
-			      const void *params, void *acts, void *att, float *scratch);
+			      const void *params, void *acts, void *att, const SparseIndex *ix,
+			      float *scratch);
 void gpt_tp_attention_backward(const GptConfig *c, const GptTp *tp, PrecisionType dt, int B,
 			       int T, const GptBlockLayout *lay, const GptBlockActs *a,
 			       const void *params, float *grads, const void *acts, const void *att,
-			       float *dx, float *scratch);
+			       const SparseIndex *ix, float *dx, float *scratch);
 
 /* Final norm, this rank's V/t logits against the tied embedding's shard (wte: unit 0's first
  * V C / t elements), and Megatron's vocabulary-parallel cross-entropy: each token's max logit,

@@ -361,7 +361,8 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 
 	par_cpu_memcpy(A(x_in), x, btc * e);
 	if (tp_t(m) > 1)
-		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, att, scratch);
+		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, att, NULL,
+					 scratch);
 	else
 		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts, att);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(L.d.ln2_w), P(L.d.ln2_b), N, C);
@@ -555,8 +556,8 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 	ops16_layernorm_backward(t, dx, grads + L.d.ln2_w, grads + L.d.ln2_b, dln2, A(res2),
 				 P(L.d.ln2_w), N, C);
 	if (tp_t(m) > 1)
-		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, att, dx,
-					  scratch);
+		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, att,
+					  NULL, dx, scratch);
 	else
 		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, att, dx,
 					 scratch);

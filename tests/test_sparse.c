@@ -580,17 +580,52 @@ static void test_run_losses(void)
 	}
 }
 
+/* Under tensor parallelism each rank attends over its heads' kept blocks (kernels/gpt_tp_cpu's
+ * units on an index of its 2 heads; the fixed layout is the same for every head, 24 blocks
+ * each): the fp32 losses within 1e-6 of one rank's (the tp suite's bound, for its reasons), the
+ * first to the bit, alone, with selective recompute, with sequence parallelism, and beside
+ * ZeRO-1 over dp 2; every memory and communication pair equals the prediction, a rank's
+ * activations at the peak its 4 blocks' 4 (B T (4 C + 12 C / 2) + B 48 x 16^2) bytes each,
+ * 4 x (655,360 + 49,152) = 2,818,048 at B 4, T 128, C 128, and the head's (the stream and the
+ * final norm's output, (B T, C) each, and its half of the probabilities, (B T, V / 2), fp32):
+ * 4 x 2,818,048 + 4 x (2 x 65,536 + 65,536) = 12,058,624 bytes. */
+static void test_run_tp(void)
+{
+	static const PxRunCase runs[] = {
+		{2, "--set parallelism.tp=2"},
+		{2, "--set parallelism.tp=2 --set activation_checkpointing=selective"},
+		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
+		{4, "--set parallelism.tp=2 --set deepspeed.zero_optimization.stage=1"},
+	};
+	char base[1024];
+	double ref[PX_LOSS_STEPS];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json",
+		 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"));
+	px_check_losses(base, runs, (int)(sizeof(runs) / sizeof(runs[0])), 1e-6, 1, ref);
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --set parallelism.tp=2",
+		 px_test_path("scenarios/gpt2-mini-cpu-sparse.json"));
+	sqlite3 *db = px_run_measured(args, 2);
+	for (int r = 0; r < 2; r++)
+		CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.activations_bytes", "measured", r),
+				12058624);
+	sqlite3_close(db);
+}
+
 /* What the executor does not run with sparse attention is refused before it starts (exit 2),
- * naming what it runs: tensor parallelism here (the block-sparse units are gpt_cpu's and
- * gpt16_cpu's, not the tensor-parallel ones). */
+ * naming what it runs: under tensor parallelism a layout whose kept blocks fall unevenly on the
+ * ranks' heads (bigbird's random blocks drawn per head: 44 and 47 of 91 on 2 ranks). */
 static void test_run_refuses(void)
 {
 	char out[8192];
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --ranks 2 --set "
-					 "parallelism.tp=2",
+					 "parallelism.tp=2 --set deepspeed.sparse_attention.mode=bigbird "
+					 "--set deepspeed.sparse_attention.different_layout_per_head=true "
+					 "--set deepspeed.sparse_attention.num_random_blocks=1",
 					 px_test_path("scenarios/gpt2-mini-cpu-sparse.json")), 2);
 	PX_ASSERT_HAS(out, "gpt2-mini-cpu-sparse.json: the executor runs deepspeed.sparse_attention "
-		      "on backend \"cpu\" without tensor parallelism");
+		      "under tensor parallelism with a layout whose kept blocks spread evenly");
+	CU_ASSERT_PTR_NULL(strstr(out, "step    1"));
 }
 
 /* The backward accumulates (+=): run twice into the same gradients, get twice the gradients. */
@@ -826,6 +861,7 @@ int test_sparse_register(void)
 		 test_eager16_dense_layout},
 		{"run: activations measured equal predicted and by hand", test_run_memory, PX_RELEASE_RUN},
 		{"run: a layout of every block trains as dense", test_run_losses, PX_RELEASE_RUN},
+		{"run: tensor parallelism over the ranks' heads' blocks", test_run_tp, PX_RELEASE_RUN},
 		{"run: what the executor does not run refused", test_run_refuses},
 		{"FLOPs and kept scores of a small case by hand", test_pricing_by_hand},
 		{"bad sparse_attention refused (exit 2, file, key)", test_refusals},
