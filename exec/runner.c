@@ -114,9 +114,9 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
-	else if (ds->sparse.mode != SPARSE_OFF && (sc->backend != BACKEND_CPU || m->experts))
-		why = "deepspeed.sparse_attention on backend \"cpu\" without experts (the "
-		      "block-sparse units are gpt_cpu's, gpt16_cpu's and gpt_tp_cpu's)";
+	else if (ds->sparse.mode != SPARSE_OFF && sc->backend != BACKEND_CPU)
+		why = "deepspeed.sparse_attention on backend \"cpu\" (the block-sparse units are "
+		      "gpt_cpu's, gpt16_cpu's, gpt_tp_cpu's and moe_cpu's)";
 	else if (sparse_uneven(p))
 		why = "deepspeed.sparse_attention under tensor parallelism with a layout whose kept "
 		      "blocks spread evenly over the ranks' heads (the prediction prices each rank "
@@ -1737,7 +1737,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 		r->own_cx = 1;
 	}
-	if (runner_tp_setup(r, err) || runner_moe_setup(r, err) || sparse_setup(r, err))
+	if (runner_tp_setup(r, err) || sparse_setup(r, err) || runner_moe_setup(r, err))
 		return -1;
 	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {
 		/* DeepSpeed leaves a tied parameter's copies other than the first stage's out of

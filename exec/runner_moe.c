@@ -238,7 +238,8 @@ int runner_moe_setup(Runner *r, PxError *err)
 			  .I = (int)(m->moe_I ? m->moe_I : m->I), .ep = (int)p->par.ep,
 			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
 			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL,
-			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE};
+			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE,
+			  .ix = r->sparse ? &r->ix : NULL};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

@@ -101,9 +101,9 @@ static void attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 
 void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			     void *acts, void *att)
+			     void *acts, void *att, const SparseIndex *ix)
 {
-	attention_forward(c, t, B, T, p, a, params, acts, att, NULL);
+	attention_forward(c, t, B, T, p, a, params, acts, att, ix);
 }
 
 static void block_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
@@ -194,10 +194,10 @@ static void attention_backward(const GptConfig *c, PrecisionType t, int B, int T
 
 void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			      float *grads, const void *acts, const void *att, float *dx,
-			      float *scratch)
+			      float *grads, const void *acts, const void *att, const SparseIndex *ix,
+			      float *dx, float *scratch)
 {
-	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, att, NULL);
+	attention_backward(c, t, B, T, p, a, params, grads, acts, dx, scratch, att, ix);
 }
 
 static void block_backward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,

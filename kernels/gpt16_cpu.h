@@ -71,15 +71,16 @@ size_t gpt16_block_sparse_act_bytes(const GptConfig *c, PrecisionType t, int B, 
  * a's offsets (elements of t): forward res2 = x_in + o(attention(qkv(ln1(x_in)))); backward with
  * d res2 (fp32) in dx on entry, adding the branch's gradient to it (dx = d x_in) and accumulating
  * its parameters' fp32 grads, in 7 B T C floats of scratch. att: the probabilities (B, NH, T, T)
- * apart from acts (selective recompute), or NULL: at a's att. kernels/moe_cpu's blocks use
+ * apart from acts (selective recompute), or NULL: at a's att; ix: block-sparse attention's kept
+ * blocks (their probabilities in that place), or NULL: dense. kernels/moe_cpu's blocks use
  * them. */
 void gpt16_attention_forward(const GptConfig *c, PrecisionType t, int B, int T,
 			     const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			     void *acts, void *att);
+			     void *acts, void *att, const SparseIndex *ix);
 void gpt16_attention_backward(const GptConfig *c, PrecisionType t, int B, int T,
 			      const GptBlockLayout *p, const GptBlockActs *a, const void *params,
-			      float *grads, const void *acts, const void *att, float *dx,
-			      float *scratch);
+			      float *grads, const void *acts, const void *att, const SparseIndex *ix,
+			      float *dx, float *scratch);
 /* wte: the tied embed.tokens of type t (V, C). Returns the mean loss (0 when targets is NULL). */
 float gpt16_head_forward(const GptConfig *c, PrecisionType t, int B, int T, const void *params,
 			 const void *wte, const void *x, const int *targets, void *acts);

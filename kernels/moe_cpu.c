@@ -229,7 +229,9 @@ MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int 
 	a.atty = a.qkv + 3 * btc / t;
 	a.res2 = a.atty + btc / t;
 	a.att = a.res2 + btc;
-	a.ln2 = a.att + (m->scores_apart ? 0 : (size_t)B * (size_t)(c->NH / (int)t) * T * T);
+	a.ln2 = a.att + (m->scores_apart ? 0 :
+			 m->ix ? sparse_eager_probs_elems(m->ix, B) :
+				 (size_t)B * (size_t)(c->NH / (int)t) * T * T);
 	a.disp = a.ln2 + btc;
 	a.fc = a.disp + slots * C;
 	a.gelu = a.fc + slots * I;
@@ -361,10 +363,10 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 
 	par_cpu_memcpy(A(x_in), x, btc * e);
 	if (tp_t(m) > 1)
-		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, att, NULL,
+		gpt_tp_attention_forward(c, m->tp, t, B, T, &L.d, &ga, params, acts, att, m->ix,
 					 scratch);
 	else
-		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts, att);
+		gpt16_attention_forward(c, t, B, T, &L.d, &ga, params, acts, att, m->ix);
 	ops16_layernorm_forward(t, A(ln2), A(res2), P(L.d.ln2_w), P(L.d.ln2_b), N, C);
 	if (t != PREC_F32) { /* TopKGate's fp32 copies */
 		ops16_widen(t, F(gate_x), A(ln2), btc);
@@ -473,7 +475,11 @@ void moe_cpu_block_scores(const GptConfig *c, const MoeCpu *m, int B, int T, voi
 	PrecisionType t = m->t;
 	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
 	/* the forward's arithmetic on the same kept q, k, v of this rank's heads: the same bits */
-	ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C / tp_t(m), c->NH / tp_t(m));
+	if (m->ix)
+		ops16_sparse_attention_forward(t, A(atty), att, A(qkv), m->ix, B, T, c->C / tp_t(m));
+	else
+		ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C / tp_t(m),
+					c->NH / tp_t(m));
 }
 
 void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
@@ -557,9 +563,9 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 				 P(L.d.ln2_w), N, C);
 	if (tp_t(m) > 1)
 		gpt_tp_attention_backward(c, m->tp, t, B, T, &L.d, &ga, params, grads, acts, att,
-					  NULL, dx, scratch);
+					  m->ix, dx, scratch);
 	else
-		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, att, dx,
+		gpt16_attention_backward(c, t, B, T, &L.d, &ga, params, grads, acts, att, m->ix, dx,
 					 scratch);
 }
 #undef P

@@ -89,6 +89,10 @@ typedef struct MoeCpu {
 	 * (B, NH/t, T, T) of type t), not part of the saved activations, whose layout then has
 	 * no room for them. */
 	int scores_apart;
+	/* Block-sparse attention (deepspeed.sparse_attention): the kept blocks of the heads this
+	 * rank computes (all of them, or its tensor-parallel share), whose probabilities take the
+	 * dense ones' place; NULL: dense. */
+	const SparseIndex *ix;
 } MoeCpu;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2, k <= E, ep divides E,
@@ -124,8 +128,8 @@ typedef struct MoeBlockActs {
 	size_t logits, probs; /* fp32 (N, E) each */
 	size_t gate_x, gate_w; /* 16-bit only: fp32 copies of ln2 (N, C) and the router (C, E) */
 	size_t x_in, ln1, qkv, atty, res2; /* (N, C) (N, C) (N, 3C/t) (N, C/t) (N, C) */
-	size_t att;    /* (B, NH/t, T, T): t the tensor-parallel degree, 1 without; none under
-			  scores_apart */
+	size_t att;    /* (B, NH/t, T, T): t the tensor-parallel degree, 1 without (the kept
+			  blocks' probabilities under ix); none under scores_apart */
 	size_t ln2;    /* (N, C) the router's and the dispatch's input */
 	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
 	size_t fc, gelu; /* (ep, E_l, cap, I) each */

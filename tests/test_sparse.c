@@ -612,6 +612,42 @@ static void test_run_tp(void)
 	sqlite3_close(db);
 }
 
+/* MoE blocks (scenarios/gpt2-mini-cpu-moe.json, ep 2, 64 tokens) over a fixed layout of 16-token
+ * blocks, 2 of them a window: kernels/moe_cpu's attention takes the index as the dense blocks'
+ * does. A layout keeping every block ("dense") trains as the model without sparse_attention, to
+ * the bit; the fixed layout's losses equal under selective recompute (to the bit) and at tp 2
+ * (within 1e-6: the tp suite's reassociations); every memory and communication pair equals the
+ * prediction, in fp32 and bf16. */
+static void test_run_moe(void)
+{
+	static const char *const FIXED = "--set 'deepspeed.sparse_attention={\"mode\": \"fixed\", "
+		"\"block\": 16, \"num_local_blocks\": 2, \"num_global_blocks\": 1, "
+		"\"attention\": \"unidirectional\"}'";
+	enum { S = 4 };
+	const char *moe = px_test_path("scenarios/gpt2-mini-cpu-moe.json");
+	char base[1024], extra[512];
+	double plain[S], all[S], fixed[S], got[S];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json", moe);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, "", plain), S);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, "--set 'deepspeed.sparse_attention={"
+					    "\"mode\": \"dense\", \"block\": 16}'", all), S);
+	CU_ASSERT(!memcmp(plain, all, sizeof(plain)));
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, FIXED, fixed), S);
+	CU_ASSERT(fixed[S - 1] != plain[S - 1]);
+	snprintf(extra, sizeof(extra), "%s --set activation_checkpointing=selective", FIXED);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, S, extra, got), S);
+	CU_ASSERT(!memcmp(fixed, got, sizeof(got)));
+	snprintf(extra, sizeof(extra), "%s --set parallelism.tp=2", FIXED);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 4, S, extra, got), S);
+	CU_ASSERT(px_worst_rel(fixed, got, S) <= 1e-6);
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		char args[1024];
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 %s --set "
+			 "deepspeed.bf16.enabled=%s", moe, FIXED, bf16 ? "true" : "false");
+		sqlite3_close(px_run_measured(args, 2));
+	}
+}
+
 /* What the executor does not run with sparse attention is refused before it starts (exit 2),
  * naming what it runs: under tensor parallelism a layout whose kept blocks fall unevenly on the
  * ranks' heads (bigbird's random blocks drawn per head: 44 and 47 of 91 on 2 ranks). */
@@ -862,6 +898,7 @@ int test_sparse_register(void)
 		{"run: activations measured equal predicted and by hand", test_run_memory, PX_RELEASE_RUN},
 		{"run: a layout of every block trains as dense", test_run_losses, PX_RELEASE_RUN},
 		{"run: tensor parallelism over the ranks' heads' blocks", test_run_tp, PX_RELEASE_RUN},
+		{"run: MoE blocks over the layout", test_run_moe, PX_RELEASE_RUN},
 		{"run: what the executor does not run refused", test_run_refuses},
 		{"FLOPs and kept scores of a small case by hand", test_pricing_by_hand},
 		{"bad sparse_attention refused (exit 2, file, key)", test_refusals},
