@@ -385,10 +385,7 @@ static int parse_sparse(Scenario *sc, const JsonObj *ds, PxError *err)
 			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		return 0;
 	}
-	if (sc->backend == BACKEND_CUDA)
-		what = "runs on backend \"gpu\" (DeepSpeed's kernel) or \"cpu\" (the executor's "
-		       "fp32 units): the CUDA executor's units compute dense attention";
-	else if (sc->attention == ATTN_FLASH)
+	if (sc->attention == ATTN_FLASH)
 		what = "replaces the attention kernel: remove \"attention\": \"flash\" from the "
 		       "scenario";
 	if (what) {

@@ -15,6 +15,7 @@
 #include "../kernels/cuda_ctx.h"
 #include "../kernels/gpt_cuda.h"
 #include "../kernels/optim_cuda.h"
+#include "../kernels/sparse_eager_cuda.h"
 #include "caching.h"
 
 /* How device memory is taken and given back, PX_CUDA_ALLOC (read at create):
@@ -44,6 +45,8 @@ typedef struct CudaCompute {
 	cudaMemPool_t pool; /* ALLOC_CACHED's and ALLOC_ASYNC's: the device's default pool */
 	Caching *caching;   /* ALLOC_CACHING's blocks */
 	void *att;          /* set_scores': the blocks' attention probabilities, apart */
+	SparseIndexDev ix;  /* set_sparse's kept blocks, on the device; ix.row_start NULL: dense */
+	int failed_sparse;  /* the index did not fit on the device (reported by check) */
 } CudaCompute;
 
 /* PX_CUDA_ALLOC's mode; -1 with err on a value that names none */
@@ -147,6 +150,7 @@ static void cuda_destroy(void *cx)
 	if (!c)
 		return;
 	cuda_ctx_free(c->tokens);
+	sparse_eager_cuda_free(&c->ix);
 	if (c->caching) {
 		cuda_ctx_sync(c->ctx);
 		caching_destroy(c->caching);
@@ -314,6 +318,7 @@ static void cuda_set_tokens(void *cx, const int *inputs, const int *targets)
 }
 
 #define SHAPE(c) &(c)->sh.cfg, (c)->sh.B, (c)->sh.T
+#define SPARSE(c) ((c)->ix.row_start ? &(c)->ix : NULL)
 #define TARGETS(c) ((c)->tokens + (size_t)(c)->sh.B * (size_t)(c)->sh.T)
 
 /* fp32: gpt_cuda's units; 16-bit: the gpt16 ones */
@@ -335,7 +340,7 @@ static void cuda_block_forward(void *cx, const void *params, const void *x, void
 	CudaCompute *c = cx;
 	(void)scratch;
 	if (c->sh.dt == DT_FP32)
-		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts, c->att);
+		gpt_cuda_block_forward(c->ctx, SHAPE(c), params, x, y, acts, c->att, SPARSE(c));
 	else
 		gpt16_cuda_block_forward(c->ctx, TYPED(c), params, x, y, acts, c->att);
 }
@@ -345,11 +350,20 @@ static void cuda_set_scores(void *cx, void *att)
 	((CudaCompute *)cx)->att = att;
 }
 
+/* fp32 units only (runner_supported); the index copied to the device, the old one freed */
+static void cuda_set_sparse(void *cx, const SparseIndex *ix)
+{
+	CudaCompute *c = cx;
+	sparse_eager_cuda_free(&c->ix);
+	if (ix && sparse_eager_cuda_upload(&c->ix, ix))
+		c->failed_sparse = 1;
+}
+
 static void cuda_block_scores(void *cx, void *acts)
 {
 	CudaCompute *c = cx;
 	if (c->sh.dt == DT_FP32)
-		gpt_cuda_block_scores(c->ctx, SHAPE(c), acts, c->att);
+		gpt_cuda_block_scores(c->ctx, SHAPE(c), acts, c->att, SPARSE(c));
 	else
 		gpt16_cuda_block_scores(c->ctx, TYPED(c), acts, c->att);
 }
@@ -381,8 +395,8 @@ static void cuda_block_backward(void *cx, const void *params, float *grads, cons
 {
 	CudaCompute *c = cx;
 	if (c->sh.dt == DT_FP32)
-		gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, c->att, dy, dx,
-					scratch);
+		gpt_cuda_block_backward(c->ctx, SHAPE(c), params, grads, acts, c->att, SPARSE(c), dy,
+					dx, scratch);
 	else
 		gpt16_cuda_block_backward(c->ctx, TYPED(c), params, grads, acts, c->att, dy, dx,
 					  scratch);
@@ -429,8 +443,10 @@ static void cuda_sgd(void *cx, Place place, float *w, float *buf, const float *g
 static int cuda_check(void *cx, PxError *err)
 {
 	CudaCompute *c = cx;
-	(void)err;
 	cuda_ctx_sync(c->ctx);
+	if (c->failed_sparse)
+		return px_fail(err, PX_ERR_RUNTIME, "out of device memory for the sparse attention "
+			       "layout's index");
 	return 0;
 }
 
@@ -461,6 +477,7 @@ const ComputeBackend compute_cuda_backend = {
 	.embed_forward = cuda_embed_forward,
 	.block_forward = cuda_block_forward,
 	.set_scores = cuda_set_scores,
+	.set_sparse = cuda_set_sparse,
 	.block_scores = cuda_block_scores,
 	.head_act_bytes = cuda_head_act_bytes,
 	.head_forward = cuda_head_forward,

@@ -114,9 +114,11 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->sched_unresolved)
 		why = "a learning-rate schedule it can follow: scheduler.params.total_num_steps or "
 		      "warmup_num_steps is \"auto\" and needs training_args.max_steps";
-	else if (ds->sparse.mode != SPARSE_OFF && sc->backend != BACKEND_CPU)
-		why = "deepspeed.sparse_attention on backend \"cpu\" (the block-sparse units are "
-		      "gpt_cpu's, gpt16_cpu's, gpt_tp_cpu's and moe_cpu's)";
+	else if (ds->sparse.mode != SPARSE_OFF && sc->backend != BACKEND_CPU &&
+		 (sc->backend != BACKEND_CUDA || ds->dtype != DT_FP32))
+		why = "deepspeed.sparse_attention on backend \"cpu\", or \"cuda\" in fp32 (the "
+		      "block-sparse units are gpt_cpu's, gpt16_cpu's, gpt_tp_cpu's, moe_cpu's and "
+		      "gpt_cuda's fp32 ones)";
 	else if (sparse_uneven(p))
 		why = "deepspeed.sparse_attention under tensor parallelism with a layout whose kept "
 		      "blocks spread evenly over the ranks' heads (the prediction prices each rank "

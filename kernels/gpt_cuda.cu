@@ -4,6 +4,7 @@
 #include "gpt_cuda.h"
 #include "ops16_cuda.h"
 #include "ops_cuda.h"
+#include "sparse_eager_cuda.h"
 
 /* ---- embeddings ---- */
 
@@ -23,7 +24,8 @@ void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, flo
 /* ---- transformer block ---- */
 
 void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			    const float *x, float *y, float *acts, float *att)
+			    const float *x, float *y, float *acts, float *att,
+			    const SparseIndexDev *ix)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C;
@@ -35,8 +37,12 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 				   params + p.ln1_b, N, C);
 	ops_cuda_matmul_forward(ctx, acts + a.qkv, acts + a.ln1, params + p.qkv_w, params + p.qkv_b,
 				N, C, 3 * C);
-	ops_cuda_attention_forward(ctx, acts + a.atty, att ? att : acts + a.att, acts + a.qkv, B, T,
-				   C, c->NH);
+	if (ix) /* block-sparse: the kept blocks' probabilities in the scores' place */
+		sparse_eager_cuda_forward(ctx, acts + a.atty, att ? att : acts + a.att, acts + a.qkv,
+					  ix, B, T, C);
+	else
+		ops_cuda_attention_forward(ctx, acts + a.atty, att ? att : acts + a.att, acts + a.qkv,
+					   B, T, C, c->NH);
 	ops_cuda_matmul_forward(ctx, acts + a.res2, acts + a.atty, params + p.proj_w,
 				params + p.proj_b, N, C, C);
 	ops_cuda_residual_forward(ctx, acts + a.res2, acts + a.res2, acts + a.x_in, btc);
@@ -55,16 +61,19 @@ void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
  * wide_b, dead once its contents have been consumed; attention's score-gradient tiles into
  * wide_a's last three quarters (3 B T C floats), past d atty, dead until d ln1 is zeroed there. */
 void gpt_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, int B, int T, float *acts,
-			   float *att)
+			   float *att, const SparseIndexDev *ix)
 {
 	GptBlockActs a = gpt_cpu_block_acts(c, B, T);
 	/* the forward's kernel on the same kept q, k, v: the same bits */
-	ops_cuda_attention_forward(ctx, acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
+	if (ix)
+		sparse_eager_cuda_forward(ctx, acts + a.atty, att, acts + a.qkv, ix, B, T, c->C);
+	else
+		ops_cuda_attention_forward(ctx, acts + a.atty, att, acts + a.qkv, B, T, c->C, c->NH);
 }
 
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			     float *grads, const float *acts, const float *att, const float *dy,
-			     float *dx, float *scratch)
+			     float *grads, const float *acts, const float *att,
+			     const SparseIndexDev *ix, const float *dy, float *dx, float *scratch)
 {
 	int N = B * T, C = c->C;
 	size_t btc = (size_t)N * C, fsz = sizeof(float);
@@ -90,8 +99,13 @@ void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, con
 	ops_cuda_matmul_backward(ctx, wide_a, grads + p.proj_w, grads + p.proj_b, dx, acts + a.atty,
 				 params + p.proj_w, N, C, C);
 	cuda_ctx_zero(ctx, wide_b, 3 * btc * fsz);
-	ops_cuda_attention_backward(ctx, wide_b, wide_a, acts + a.qkv, att ? att : acts + a.att, B,
-				    T, C, c->NH, wide_a + btc, 3 * btc);
+	if (ix)
+		sparse_eager_cuda_backward(ctx, wide_b, wide_a, acts + a.qkv,
+					   att ? att : acts + a.att, ix, B, T, C);
+	else
+		ops_cuda_attention_backward(ctx, wide_b, wide_a, acts + a.qkv,
+					    att ? att : acts + a.att, B, T, C, c->NH, wide_a + btc,
+					    3 * btc);
 	cuda_ctx_zero(ctx, wide_a, btc * fsz);
 	ops_cuda_matmul_backward(ctx, wide_a, grads + p.qkv_w, grads + p.qkv_b, wide_b, acts + a.ln1,
 				 params + p.qkv_w, N, C, 3 * C);

@@ -10,6 +10,7 @@
 #define PX_GPT_CUDA_H
 
 #include "cuda_ctx.h"
+#include "sparse_eager_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,16 +27,18 @@ void gpt_cuda_embed_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, cons
 void gpt_cuda_embed_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, float *grads,
 			     const int *tokens, const float *dy);
 /* att: the probabilities apart from acts (selective recompute, as gpt_cpu's _att units), or
- * NULL: in acts; gpt_cuda_block_scores rebuilds them from the kept q, k, v. */
+ * NULL: in acts; gpt_cuda_block_scores rebuilds them from the kept q, k, v. ix (NULL: dense):
+ * block-sparse attention over its kept blocks (sparse_eager_cuda.h), as gpt_cpu's sparse units. */
 void gpt_cuda_block_forward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			    const float *x, float *y, float *acts, float *att);
+			    const float *x, float *y, float *acts, float *att,
+			    const SparseIndexDev *ix);
 void gpt_cuda_block_scores(CudaCtx *ctx, const GptConfig *c, int B, int T, float *acts,
-			   float *att);
+			   float *att, const SparseIndexDev *ix);
 /* scratch: gpt_cpu_scratch_bytes, as on the CPU; the GPU's layernorm statistics and attention's
  * rounded dout and score-gradient tiles fit in regions of it that are dead at the time. */
 void gpt_cuda_block_backward(CudaCtx *ctx, const GptConfig *c, int B, int T, const float *params,
-			     float *grads, const float *acts, const float *att, const float *dy,
-			     float *dx, float *scratch);
+			     float *grads, const float *acts, const float *att,
+			     const SparseIndexDev *ix, const float *dy, float *dx, float *scratch);
 /* The head's activations: gpt16_head_act_bytes with the probabilities' rows
  * ops_cuda_logits_ld(V) apart (t PREC_F32 for gpt_cuda_head_*). */
 size_t gpt_cuda_head_act_bytes(const GptConfig *c, PrecisionType t, int B, int T);

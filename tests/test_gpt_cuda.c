@@ -72,7 +72,7 @@ static void test_gpt_units(void)
 	float *x = cfx_random(btc, 1, 153), *acts = cfx_floats(nblk);
 	gpt_cpu_block_forward(c, B, T, p + blk, x, y, acts);
 	cuda_ctx_upload(cfx_ctx(), gx, x, btc * 4);
-	gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + blk, gx, gy, gacts, NULL);
+	gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + blk, gx, gy, gacts, NULL, NULL);
 	hy = cfx_down(gy, btc);
 	float *hacts = cfx_down(gacts, nblk);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt block forward y", hy, y, btc, 1e-4), 0);
@@ -93,7 +93,8 @@ static void test_gpt_units(void)
 	gpt_cpu_block_backward(c, B, T, p + blk, g + blk, acts, dy, dx, scr);
 	cuda_ctx_upload(cfx_ctx(), gacts, acts, nblk * 4);
 	cuda_ctx_upload(cfx_ctx(), gy, dy, btc * 4);
-	gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + blk, gg + blk, gacts, NULL, gy, gy, gscr);
+	gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + blk, gg + blk, gacts, NULL, NULL, gy, gy,
+				gscr);
 	float *hdx = cfx_down(gy, btc), *hg = cfx_down(gg, np);
 	CU_ASSERT_EQUAL(cfx_close_norm("gpt block backward dx", hdx, dx, btc, 1e-4), 0);
 	GptTensor t[GPT_CPU_MAX_TENSORS];
@@ -180,7 +181,7 @@ static void test_gpt_training_steps(void)
 		gpt_cuda_embed_forward(cfx_ctx(), c, B, T, gp, gtok, gs);
 		for (int l = 0; l < c->L; l++)
 			gpt_cuda_block_forward(cfx_ctx(), c, B, T, gp + gpt_cpu_unit_offset(c, l + 1), gs,
-					       gs, gacts + (size_t)l * nblk, NULL);
+					       gs, gacts + (size_t)l * nblk, NULL, NULL);
 		float gloss = gpt_cuda_head_forward(cfx_ctx(), c, B, T, gp + head, gp, gs, gtgt, ghead);
 		cuda_ctx_zero(cfx_ctx(), gg, np * 4);
 		gpt_cuda_head_backward(cfx_ctx(), c, B, T, gp + head, gp, gg + head, gg, ghead, gtgt, 1.0f,
@@ -188,7 +189,8 @@ static void test_gpt_training_steps(void)
 		for (int l = c->L - 1; l >= 0; l--) {
 			size_t off = gpt_cpu_unit_offset(c, l + 1);
 			gpt_cuda_block_backward(cfx_ctx(), c, B, T, gp + off, gg + off,
-						gacts + (size_t)l * nblk, NULL, gs, gs, gscr);
+						gacts + (size_t)l * nblk, NULL, NULL, gs, gs,
+						gscr);
 		}
 		gpt_cuda_embed_backward(cfx_ctx(), c, B, T, gg, gtok, gs);
 		if (step == 1) {

@@ -26,6 +26,7 @@
 
 #ifdef PX_HAVE_CUDA
 #include "../kernels/sparse_attn_cuda.h"
+#include "../kernels/sparse_eager_cuda.h"
 #include "cuda_fixtures.h"
 #endif
 
@@ -662,6 +663,12 @@ static void test_run_refuses(void)
 	PX_ASSERT_HAS(out, "gpt2-mini-cpu-sparse.json: the executor runs deepspeed.sparse_attention "
 		      "under tensor parallelism with a layout whose kept blocks spread evenly");
 	CU_ASSERT_PTR_NULL(strstr(out, "step    1"));
+	/* the CUDA units run it in fp32 only: bf16 refused before any device is looked for */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "run '%s' --no-db --backend cuda --set "
+					 "deepspeed.bf16.enabled=true",
+					 px_test_path("scenarios/gpt2-mini-cpu-sparse.json")), 2);
+	PX_ASSERT_HAS(out, "the executor runs deepspeed.sparse_attention on backend \"cpu\", or "
+		      "\"cuda\" in fp32");
 }
 
 /* The backward accumulates (+=): run twice into the same gradients, get twice the gradients. */
@@ -794,9 +801,6 @@ static void test_refusals(void)
 		       "num_sliding_window_blocks: must be at most the 16 blocks of a row, got 17");
 	expect_refusal(SA("\"mode\": \"fixed\""), ", \"attention\": \"flash\"",
 		       "deepspeed.sparse_attention replaces the attention kernel");
-	expect_refusal(SA("\"mode\": \"fixed\""), ", \"backend\": \"cuda\"",
-		       "deepspeed.sparse_attention runs on backend \"gpu\" (DeepSpeed's kernel) or "
-		       "\"cpu\"");
 }
 
 /* A key the mode does not read is warned about, as DeepSpeed ignores it, and the prediction runs. */
@@ -879,6 +883,49 @@ static void test_cuda_matches_cpu(void)
 	free(lay), free(q), free(k), free(v), free(dout), free(out), free(lse);
 	free(dq), free(dk), free(dv), free(hout), free(hdq), free(hdk), free(hdv);
 }
+
+/* The GPT units' eager kernel on the GPU (kernels/sparse_eager_cuda.cu) against the CPU's
+ * (sparse_eager_cpu.c), on fused q, k, v under bigbird's per-head random layout, unidirectional:
+ * the output and the kept probabilities as the CPU computes them (the same sums, in the same
+ * order: within 1e-6 normwise), the gradients within 1e-5 (the GPU sums the key and value
+ * gradients with atomics, in another order). Written without a GPU (2026-11-30). */
+static void test_cuda_eager_matches_cpu(void)
+{
+	SparseAttn sa;
+	sparse_attn_defaults(&sa, SPARSE_BIGBIRD);
+	sa.num_random_blocks = 1;
+	sa.different_layout_per_head = 1;
+	int C = KNH * KHS;
+	size_t n3 = (size_t)KB * KT * 3 * C, n = (size_t)KB * KT * C;
+	uint64_t st = 5;
+	unsigned char *lay = sparse_layout_create(&sa, KNH, KNB);
+	SparseIndex ix;
+	CU_ASSERT_EQUAL_FATAL(sparse_index_build(&ix, lay, KNH, KNB, KBS), 0);
+	size_t np = sparse_eager_probs_elems(&ix, KB);
+	float *qkv = randoms(n3, &st), *dout = randoms(n, &st), *out = calloc(n, 4);
+	float *probs = calloc(np, 4), *dqkv = calloc(n3, 4);
+	sparse_eager_forward(out, probs, qkv, &ix, KB, KT, C);
+	sparse_eager_backward(dqkv, dout, qkv, probs, &ix, KB, KT, C);
+	CudaCtx *ctx = cfx_ctx();
+	SparseIndexDev dix;
+	CU_ASSERT_EQUAL_FATAL(sparse_eager_cuda_upload(&dix, &ix), 0);
+	float *gqkv = cfx_up(qkv, n3), *gdout = cfx_up(dout, n), *gout = cfx_put(NULL, n * 4);
+	float *gprobs = cfx_put(NULL, np * 4), *gdqkv = cfx_put(NULL, n3 * 4);
+	cuda_ctx_zero(ctx, gdqkv, n3 * 4);
+	sparse_eager_cuda_forward(ctx, gout, gprobs, gqkv, &dix, KB, KT, C);
+	sparse_eager_cuda_backward(ctx, gdqkv, gdout, gqkv, gprobs, &dix, KB, KT, C);
+	float *hout = cfx_down(gout, n), *hprobs = cfx_down(gprobs, np), *hdqkv = cfx_down(gdqkv, n3);
+	CU_ASSERT_EQUAL(cfx_close_norm("eager out", hout, out, n, 1e-6), 0);
+	CU_ASSERT_EQUAL(cfx_close_norm("eager probs", hprobs, probs, np, 1e-6), 0);
+	CU_ASSERT_EQUAL(cfx_close_norm("eager dqkv", hdqkv, dqkv, n3, 1e-5), 0);
+	void *dev[] = {gqkv, gdout, gout, gprobs, gdqkv};
+	for (int i = 0; i < 5; i++)
+		cuda_ctx_free(dev[i]);
+	sparse_eager_cuda_free(&dix);
+	sparse_index_free(&ix);
+	free(lay), free(qkv), free(dout), free(out), free(probs), free(dqkv);
+	free(hout), free(hprobs), free(hdqkv);
+}
 #endif
 
 int test_sparse_register(void)
@@ -909,9 +956,10 @@ int test_sparse_register(void)
 #ifdef PX_HAVE_CUDA
 	static const PxTestCase gpu[] = {
 		{"CUDA twin equals the CPU kernels", test_cuda_matches_cpu},
+		{"the units' eager kernel on the GPU equals the CPU's", test_cuda_eager_matches_cpu},
 	};
 	return cfx_register("sparse", "test_sparse", cpu, (int)(sizeof(cpu) / sizeof(cpu[0])), gpu,
-			    1);
+			    2);
 #else
 	printf("test_sparse: CUDA twin not tested: built without CUDA (no nvcc under CUDA_HOME)\n");
 	return px_add_suite("sparse", cpu, (int)(sizeof(cpu) / sizeof(cpu[0])));
