@@ -420,20 +420,13 @@ static void cpu_block_forward(void *ctx, const void *params, const void *x, void
 			      float *scratch)
 {
 	CpuCtx *c = ctx;
-	if (c->tp.t > 1) /* dense or block-sparse, the scores in acts or apart */
+	/* dense or block-sparse (c->ix), the scores in acts or apart (c->att) */
+	if (c->tp.t > 1)
 		gpt_tp_block_forward_att(TP(c), params, x, y, acts, c->att, c->ix, scratch);
-	else if (c->sh.dt == DT_FP32 && c->att)
-		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att, c->ix);
-	else if (c->sh.dt == DT_FP32 && c->ix)
-		gpt_cpu_block_forward_sparse(SHAPE(c), params, x, y, acts, c->ix);
 	else if (c->sh.dt == DT_FP32)
-		gpt_cpu_block_forward(SHAPE(c), params, x, y, acts);
-	else if (c->att)
-		gpt16_block_forward_att(TYPED(c), params, x, y, acts, c->att, c->ix);
-	else if (c->ix)
-		gpt16_block_forward_sparse(TYPED(c), params, x, y, acts, c->ix);
+		gpt_cpu_block_forward_att(SHAPE(c), params, x, y, acts, c->att, c->ix);
 	else
-		gpt16_block_forward(TYPED(c), params, x, y, acts);
+		gpt16_block_forward_att(TYPED(c), params, x, y, acts, c->att, c->ix);
 }
 
 static void cpu_set_scores(void *ctx, void *att)
@@ -484,20 +477,12 @@ static void cpu_block_backward(void *ctx, const void *params, float *grads, cons
 	if (c->tp.t > 1)
 		gpt_tp_block_backward_att(TP(c), params, grads, acts, c->att, c->ix, dy, dx,
 					  scratch);
-	else if (c->sh.dt == DT_FP32 && c->att)
+	else if (c->sh.dt == DT_FP32)
 		gpt_cpu_block_backward_att(SHAPE(c), params, grads, acts, c->att, c->ix, dy, dx,
 					   scratch);
-	else if (c->sh.dt == DT_FP32 && c->ix)
-		gpt_cpu_block_backward_sparse(SHAPE(c), params, grads, acts, c->ix, dy, dx, scratch);
-	else if (c->sh.dt == DT_FP32)
-		gpt_cpu_block_backward(SHAPE(c), params, grads, acts, dy, dx, scratch);
-	else if (c->att)
+	else
 		gpt16_block_backward_att(TYPED(c), params, grads, acts, c->att, c->ix, dy, dx,
 					 scratch);
-	else if (c->ix)
-		gpt16_block_backward_sparse(TYPED(c), params, grads, acts, c->ix, dy, dx, scratch);
-	else
-		gpt16_block_backward(TYPED(c), params, grads, acts, dy, dx, scratch);
 }
 
 static void cpu_head_backward(void *ctx, const void *params, const void *wte, float *grads,

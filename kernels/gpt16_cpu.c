@@ -148,13 +148,6 @@ void gpt16_block_scores(const GptConfig *c, PrecisionType t, int B, int T, void 
 		ops16_attention_forward(t, A(atty), att, A(qkv), B, T, c->C, c->NH);
 }
 
-void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
-				const void *params, const void *x, void *y, void *acts,
-				const SparseIndex *ix)
-{
-	block_forward(c, t, B, T, params, x, y, acts, NULL, ix);
-}
-
 /* Scratch as gpt_cpu_block_backward's, wide_a and wide_b of 4 B T C floats, with the gradients
  * each matrix product takes rounded to t first (16-bit GEMM operands), parked where the fp32
  * region they came from, or one already consumed, lies dead:
@@ -241,13 +234,6 @@ void gpt16_block_backward_att(const GptConfig *c, PrecisionType t, int B, int T,
 			      const SparseIndex *ix, const float *dy, float *dx, float *scratch)
 {
 	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, att, ix);
-}
-
-void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
-				 const void *params, float *grads, const void *acts,
-				 const SparseIndex *ix, const float *dy, float *dx, float *scratch)
-{
-	block_backward(c, t, B, T, params, grads, acts, dy, dx, scratch, NULL, ix);
 }
 #undef P
 #undef A

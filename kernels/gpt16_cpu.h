@@ -46,7 +46,7 @@ void gpt16_block_backward(const GptConfig *c, PrecisionType t, int B, int T, con
  * apart from acts, which then needs only the elements before gpt_cpu_block_acts' att offset;
  * gpt16_block_scores rebuilds them (and the attention output) from the kept q, k, v before the
  * backward, bit for bit the forward's; with ix (block-sparse, below; NULL: dense) att holds the
- * kept blocks' probabilities. */
+ * kept blocks' probabilities; att NULL: they lie at their place in acts. */
 void gpt16_block_forward_att(const GptConfig *c, PrecisionType t, int B, int T,
 			     const void *params, const void *x, void *y, void *acts, void *att,
 			     const SparseIndex *ix);
@@ -55,16 +55,10 @@ void gpt16_block_scores(const GptConfig *c, PrecisionType t, int B, int T, void 
 void gpt16_block_backward_att(const GptConfig *c, PrecisionType t, int B, int T,
 			      const void *params, float *grads, const void *acts, const void *att,
 			      const SparseIndex *ix, const float *dy, float *dx, float *scratch);
-/* Block-sparse attention (deepspeed.sparse_attention), as gpt_cpu's sparse block: the kept
- * blocks' probabilities in t at the end of acts in place of the dense (B, NH, T, T),
- * gpt16_block_sparse_act_bytes in all; the attention is ops16_sparse_attention_forward /
- * backward. */
-void gpt16_block_forward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
-				const void *params, const void *x, void *y, void *acts,
-				const SparseIndex *ix);
-void gpt16_block_backward_sparse(const GptConfig *c, PrecisionType t, int B, int T,
-				 const void *params, float *grads, const void *acts,
-				 const SparseIndex *ix, const float *dy, float *dx, float *scratch);
+/* Block-sparse attention (deepspeed.sparse_attention), as gpt_cpu's: the _att block with ix and
+ * att NULL keeps the kept blocks' probabilities in t at the end of acts in place of the dense
+ * (B, NH, T, T), gpt16_block_sparse_act_bytes in all; the attention is
+ * ops16_sparse_attention_forward / backward. */
 size_t gpt16_block_sparse_act_bytes(const GptConfig *c, PrecisionType t, int B, int T,
 				    const SparseIndex *ix);
 /* The block's attention branch alone, as the block runs it, on any buffer holding its tensors at

@@ -173,8 +173,7 @@ void gpt_cpu_embed_backward(const GptConfig *c, int B, int T, float *grads, cons
 void gpt_cpu_block_forward(const GptConfig *c, int B, int T, const float *params, const float *x,
 			   float *y, float *acts)
 {
-	gpt_cpu_block_forward_att(c, B, T, params, x, y, acts,
-				  acts + gpt_cpu_block_acts(c, B, T).att, NULL);
+	gpt_cpu_block_forward_att(c, B, T, params, x, y, acts, NULL, NULL);
 }
 
 /* The block with its probabilities in att: dense (ix NULL) or block-sparse over ix's blocks. */
@@ -213,13 +212,8 @@ void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *pa
 			       const float *x, float *y, float *acts, float *att,
 			       const SparseIndex *ix)
 {
-	block_forward(c, B, T, params, x, y, acts, att, ix);
-}
-
-void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float *params,
-				  const float *x, float *y, float *acts, const SparseIndex *ix)
-{
-	block_forward(c, B, T, params, x, y, acts, acts + gpt_cpu_block_acts(c, B, T).att, ix);
+	block_forward(c, B, T, params, x, y, acts,
+		      att ? att : acts + gpt_cpu_block_acts(c, B, T).att, ix);
 }
 
 /* Scratch is two (B, T, 4C) regions, wide_a and wide_b, reused stage by stage:
@@ -230,8 +224,7 @@ void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float 
 void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *params, float *grads,
 			    const float *acts, const float *dy, float *dx, float *scratch)
 {
-	gpt_cpu_block_backward_att(c, B, T, params, grads, acts, acts + gpt_cpu_block_acts(c, B, T).att,
-				   NULL, dy, dx, scratch);
+	gpt_cpu_block_backward_att(c, B, T, params, grads, acts, NULL, NULL, dy, dx, scratch);
 }
 
 void gpt_cpu_block_scores(const GptConfig *c, int B, int T, float *acts, float *att,
@@ -290,15 +283,8 @@ void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *p
 				float *grads, const float *acts, const float *att,
 				const SparseIndex *ix, const float *dy, float *dx, float *scratch)
 {
-	block_backward(c, B, T, params, grads, acts, att, ix, dy, dx, scratch);
-}
-
-void gpt_cpu_block_backward_sparse(const GptConfig *c, int B, int T, const float *params,
-				   float *grads, const float *acts, const SparseIndex *ix,
-				   const float *dy, float *dx, float *scratch)
-{
-	block_backward(c, B, T, params, grads, acts, acts + gpt_cpu_block_acts(c, B, T).att, ix, dy,
-		       dx, scratch);
+	block_backward(c, B, T, params, grads, acts,
+		       att ? att : acts + gpt_cpu_block_acts(c, B, T).att, ix, dy, dx, scratch);
 }
 
 size_t gpt_cpu_block_sparse_act_bytes(const GptConfig *c, int B, int T, const SparseIndex *ix)

@@ -115,7 +115,9 @@ void gpt_cpu_block_backward(const GptConfig *c, int B, int T, const float *param
  * probabilities att (B, NH, T, T) apart from acts, which then needs only the elements before
  * gpt_cpu_block_acts' att offset; and their rebuilding before the backward from the kept q, k, v
  * (QK^T, softmax, softmax x V), bit for bit the forward's. With ix (block-sparse attention, below;
- * NULL: dense) att holds the kept blocks' probabilities, sparse_eager_probs_elems of them. */
+ * NULL: dense) att holds the kept blocks' probabilities, sparse_eager_probs_elems of them.
+ * att NULL: the probabilities at their place in acts (the block without recompute; under ix,
+ * gpt_cpu_block_sparse_act_bytes in all). */
 void gpt_cpu_block_forward_att(const GptConfig *c, int B, int T, const float *params,
 			       const float *x, float *y, float *acts, float *att,
 			       const SparseIndex *ix);
@@ -125,16 +127,10 @@ void gpt_cpu_block_backward_att(const GptConfig *c, int B, int T, const float *p
 				float *grads, const float *acts, const float *att,
 				const SparseIndex *ix, const float *dy, float *dx, float *scratch);
 
-/* Block-sparse attention (deepspeed.sparse_attention; kernels/sparse_eager_cpu.h): the same
- * block with its attention over ix's kept blocks, their probabilities kept at the end of acts in
- * place of the dense (B, NH, T, T), gpt_cpu_block_sparse_act_bytes in all. Full recompute is the
- * forward again. */
-void gpt_cpu_block_forward_sparse(const GptConfig *c, int B, int T, const float *params,
-				  const float *x, float *y, float *acts, const SparseIndex *ix);
-void gpt_cpu_block_backward_sparse(const GptConfig *c, int B, int T, const float *params,
-				   float *grads, const float *acts, const SparseIndex *ix,
-				   const float *dy, float *dx, float *scratch);
-/* 4 (B T 16 C + B n_kept bs^2): the dense block's activations with the kept blocks'
+/* Block-sparse attention (deepspeed.sparse_attention; kernels/sparse_eager_cpu.h) is the _att
+ * block with ix: its kept blocks' probabilities at the end of acts in place of the dense
+ * (B, NH, T, T). Full recompute is the forward again.
+ * 4 (B T 16 C + B n_kept bs^2): the dense block's activations with the kept blocks'
  * probabilities for the scores. */
 size_t gpt_cpu_block_sparse_act_bytes(const GptConfig *c, int B, int T, const SparseIndex *ix);
 
