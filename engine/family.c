@@ -336,10 +336,11 @@ static const HeadRow BERT_HEADS[] = {
  * no bias) over every token, of which the last is pooled after (GPT2ForSequenceClassification,
  * LlamaForSequenceClassification: reward models too, num_labels 1); token classification's
  * dropout and classifier with a bias; question answering's start and end logits (a bias). */
-static const struct {
+typedef struct CausalHead {
 	const char *tail;
 	int labels, bias, dropout;
-} CAUSAL_HEADS[] = {
+} CausalHead;
+static const CausalHead CAUSAL_HEADS[] = {
 	{"ForSequenceClassification", -1, 0, 0},
 	{"ForTokenClassification", -1, 1, 1},
 	{"ForQuestionAnswering", 2, 1, 0},
@@ -766,6 +767,17 @@ static int ends_with(const char *s, const char *tail)
 	return n >= k && !strcmp(s + n - k, tail);
 }
 
+/* The classifier class arch names for m, a decoder-only causal LM, by its name's ending; NULL
+ * when it names none, or m has no such classes. */
+static const CausalHead *causal_head(const ModelSpec *m, const char *arch)
+{
+	for (size_t i = 0; m->lay.causal && !m->lay.L_enc &&
+			   i < sizeof(CAUSAL_HEADS) / sizeof(CAUSAL_HEADS[0]); i++)
+		if (ends_with(arch, CAUSAL_HEADS[i].tail))
+			return &CAUSAL_HEADS[i];
+	return NULL;
+}
+
 int family_set_architecture(ModelSpec *m, const char *arch, const char *where, PxError *err)
 {
 	const ModelFamily *f = m->family;
@@ -781,18 +793,16 @@ int family_set_architecture(ModelSpec *m, const char *arch, const char *where, P
 			m->arch[0] = '\0';
 			return 0;
 		}
-		for (size_t i = 0; y->causal && !y->L_enc && i < sizeof(CAUSAL_HEADS) /
-							sizeof(CAUSAL_HEADS[0]); i++)
-			if (ends_with(arch, CAUSAL_HEADS[i].tail)) {
-				y->lm_head = 0; /* (head_bias kept for an LM class later) */
-				y->cls_labels = CAUSAL_HEADS[i].labels < 0 ? m->num_labels :
-									     CAUSAL_HEADS[i].labels;
-				y->cls_tokens = 1;
-				y->cls_bias = CAUSAL_HEADS[i].bias;
-				y->cls_dropout = CAUSAL_HEADS[i].dropout;
-				snprintf(m->arch, sizeof(m->arch), "%s", arch);
-				return 0;
-			}
+		const CausalHead *k = causal_head(m, arch);
+		if (k) {
+			y->lm_head = 0; /* (head_bias kept for an LM class later) */
+			y->cls_labels = k->labels < 0 ? m->num_labels : k->labels;
+			y->cls_tokens = 1;
+			y->cls_bias = k->bias;
+			y->cls_dropout = k->dropout;
+			snprintf(m->arch, sizeof(m->arch), "%s", arch);
+			return 0;
+		}
 		return px_fail(err, PX_ERR_INPUT, "%s: architecture: \"%s\": a %s model is priced with "
 			       "its language-model head (...ForCausalLM, ...LMHeadModel) or a "
 			       "classifier (...ForSequenceClassification, ...ForTokenClassification, "
@@ -839,14 +849,10 @@ static int read_head(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNot
 	const cJSON *first = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, 0) : NULL;
 	char where[512];
 	jobj_where(o, "architectures", where, sizeof(where));
-	if (!f->heads) { /* a causal LM's classifier class (a reward model's config); else its LM */
-		if (!cJSON_IsString(first))
-			return 0;
-		for (size_t i = 0; i < sizeof(CAUSAL_HEADS) / sizeof(CAUSAL_HEADS[0]); i++)
-			if (ends_with(first->valuestring, CAUSAL_HEADS[i].tail))
-				return family_set_architecture(m, first->valuestring, where, err);
-		return 0;
-	}
+	if (!f->heads) /* a causal LM's classifier class (a reward model's config); else its LM */
+		return cJSON_IsString(first) && causal_head(m, first->valuestring) ?
+			       family_set_architecture(m, first->valuestring, where, err) :
+			       0;
 	const char *arch = cJSON_IsString(first) ? first->valuestring : f->heads[0].arch;
 	if (!family_set_architecture(m, arch, where, err))
 		return 0;
@@ -951,13 +957,13 @@ int family_read(const ModelFamily *f, const JsonObj *o, ModelSpec *m, PxNotes *n
 		return -1;
 	if (f->hook && f->hook(o, m, dim, err))
 		return -1;
-	if (read_head(f, o, m, notes, err))
-		return -1;
 	/* GPT2Config's and GPTJConfig's default, which a config.json without the key gets */
 	const char *act, *dflt = model_is_family(m, "gpt2") || model_is_family(m, "gptj") ?
 					 "gelu_new" : "";
 	if (jobj_str(o, "activation_function", dflt, &act, err) < 0)
 		return -1;
 	m->gelu_new = !strcmp(act, "gelu_new");
-	return set_dims(o, m, dim, err);
+	/* the head after the dimensions: whether the model is an encoder-decoder (L_enc) is
+	 * known only then, as when a scenario's "architecture" sets it */
+	return set_dims(o, m, dim, err) || read_head(f, o, m, notes, err) ? -1 : 0;
 }

@@ -218,7 +218,9 @@ static void test_architecture_key(void)
  * 131,072,000 + 4,096 = 6,607,347,712 (modeling_llama.py's modules, counted by hand). The head
  * keeps no logits over the vocabulary: GPT-2 small at micro-batch 4 x 1024 in fp16 keeps the
  * final norm's 2 s b h and nothing of 4 s b V. And a scenario's "architecture" naming the LM class
- * again restores the LM head over a classifier config. */
+ * again restores the LM head over a classifier config. An encoder-decoder (T5) has none of these
+ * classifiers: a config naming T5ForSequenceClassification is priced as its LM, as before the
+ * classifiers were modelled, and the scenario key refuses the class. */
 static void test_causal_classifiers(void)
 {
 	static const char *const SEQ = "{\"model_type\": \"gpt2\", \"n_embd\": %d, \"n_layer\": %d, "
@@ -235,6 +237,14 @@ static void test_causal_classifiers(void)
 	}
 	if (fx_modelf(&m, SEQ, 1024, 24) == 0)
 		CU_ASSERT_DOUBLE_EQUAL(m.n_params, 354825216, 0);
+	ModelSpec t5;
+	if (fx_modelf(&t5, "{\"model_type\": \"t5\", \"architectures\": "
+		      "[\"T5ForSequenceClassification\"]}") == 0) {
+		CU_ASSERT(t5.lay.lm_head && !t5.lay.cls_labels && !t5.arch[0]);
+		PxError t5err = {0};
+		CU_ASSERT_EQUAL(family_set_architecture(&t5, "T5ForSequenceClassification", "test",
+							&t5err), -1);
+	}
 	ModelSpec llama;
 	if (fx_bundled_model("llama-2-7b", &llama))
 		return;
