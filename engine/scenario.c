@@ -227,11 +227,14 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	int rc_conf = jobj_str(top, "pytorch_cuda_alloc_conf", "", &conf, err);
 	if (rc_conf < 0)
 		return -1;
-	char where[512];
-	jobj_where(top, "pytorch_cuda_alloc_conf", where, sizeof(where) - 32);
-	strcat(where, ": pytorch_cuda_alloc_conf");
-	if (alloc_conf_parse(conf, where, &sc->alloc_conf, &sc->notes, err))
-		return -1;
+	sc->alloc_conf = (AllocConf){0}; /* PyTorch's defaults unless the key is given */
+	if (rc_conf == 1) {
+		char at[480], where[512];
+		jobj_where(top, "pytorch_cuda_alloc_conf", at, sizeof(at));
+		snprintf(where, sizeof(where), "%s: pytorch_cuda_alloc_conf", at);
+		if (alloc_conf_parse(conf, where, &sc->alloc_conf, &sc->notes, err))
+			return -1;
+	}
 
 	return 0;
 }
