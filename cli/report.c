@@ -245,11 +245,8 @@ static void memory_table(FILE *f, const Prediction *pr)
 	fprintf(f, "# GPU peak: %s\n", when);
 	int exec_cuda = pr->plan.sc->backend == BACKEND_CUDA;
 	const AllocConf *ac = &pr->plan.sc->alloc_conf;
-	char conf[96] = ""; /* the scenario's pytorch_cuda_alloc_conf, as the model applies it */
-	int at = ac->expandable ? snprintf(conf, sizeof(conf), " with expandable_segments") : 0;
-	if (ac->max_split_bytes > 0)
-		snprintf(conf + at, sizeof(conf) - (size_t)at, "%s max_split_size_mb %.0f",
-			 at ? "," : " with", ac->max_split_bytes / 1048576);
+	char conf[192] = ""; /* the scenario's pytorch_cuda_alloc_conf, as the model applies it */
+	alloc_conf_describe(ac, conf, sizeof(conf));
 	if (w->alloc_known && pr->plan.sc->backend != BACKEND_CPU) /* sim/allocator.h */
 		fprintf(f, "# through %s%s: max_memory_allocated %.3f GiB, max_memory_reserved %.3f "
 			"GiB (%lld segments); nvidia-smi %.3f GiB (reserved + %.3f GiB outside it: "

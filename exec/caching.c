@@ -35,9 +35,27 @@ struct Caching {
 	CachingStats st;
 };
 
-static size_t round_bytes(size_t bytes)
+/* round_size: up to 512 bytes; under roundup_power2_divisions d (d > 1, bytes above 512 d), up to
+ * the next multiple of 2^k / d, 2^k the power of two at or below bytes (a power of two as it is) */
+static size_t round_bytes(const Caching *c, size_t bytes)
 {
-	return bytes < MIN_BLOCK ? MIN_BLOCK : (bytes + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK;
+	if (bytes < MIN_BLOCK)
+		return MIN_BLOCK;
+	unsigned d = alloc_conf_divisions(&c->conf, bytes);
+	if (d <= 1 || bytes <= MIN_BLOCK * d)
+		return (bytes + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK;
+	int k = 63;
+	while (!(bytes >> k))
+		k--;
+	if (bytes == (size_t)1 << k)
+		return bytes;
+	int shift = 0; /* log2(d) */
+	while ((1u << (shift + 1)) <= d)
+		shift++;
+	if (shift > k)
+		return (size_t)1 << (k + 1);
+	size_t step = (size_t)1 << (k - shift);
+	return (bytes & ~(step - 1)) + (bytes & (step - 1) ? step : 0);
 }
 
 static size_t segment_bytes(size_t size)
@@ -99,8 +117,8 @@ static int fits_better(const Caching *c, const Block *a, const Block *b)
 }
 
 /* The cached block of the pool that fits best, refused under max_split_size where PyTorch's
- * get_free_block refuses it: a block at or above the limit for a request below it, or one 20
- * MiB larger than a request at or above it. */
+ * get_free_block refuses it: a block at or above the limit for a request below it, or one
+ * max_non_split_rounding (20 MiB by default) larger than a request at or above it. */
 static Block *best_fit(const Caching *c, size_t size, int small)
 {
 	Block *best = NULL;
@@ -114,8 +132,10 @@ static Block *best_fit(const Caching *c, size_t size, int small)
 	double split = c->conf.max_split_bytes;
 	if (best && split > 0) {
 		int oversize_req = (double)size >= split;
+		size_t over = c->conf.max_non_split_bytes > 0 ?
+				      (size_t)c->conf.max_non_split_bytes : LARGE_BUFFER;
 		if ((!oversize_req && (double)best->size >= split) ||
-		    (oversize_req && best->size >= size + LARGE_BUFFER))
+		    (oversize_req && best->size >= size + over))
 			return NULL;
 	}
 	return best;
@@ -196,7 +216,7 @@ static int worth_splitting(const Caching *c, size_t size, size_t rest, int small
 
 void *caching_alloc(Caching *c, size_t bytes)
 {
-	size_t size = round_bytes(bytes);
+	size_t size = round_bytes(c, bytes);
 	int small = size <= SMALL_SIZE;
 	Block *b = best_fit(c, size, small);
 	if (!b)

@@ -9,8 +9,9 @@
  * the tests). Its figures (allocated: the blocks handed out, as rounded; reserved: the segments
  * mapped) are what the executor measures against sim/allocator.h's model of the same rules,
  * implemented apart. One stream: a freed block is reused in stream order, as PyTorch's is.
- * PYTORCH_CUDA_ALLOC_CONF's max_split_size_mb and expandable_segments (engine/allocconf.h) change
- * those rules as PyTorch's do: see caching_create. */
+ * PYTORCH_CUDA_ALLOC_CONF's max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions
+ * and expandable_segments (engine/allocconf.h) change those rules as PyTorch's do: see
+ * caching_create. */
 #ifndef PX_EXEC_CACHING_H
 #define PX_EXEC_CACHING_H
 
@@ -41,7 +42,8 @@ typedef struct Caching Caching;
 
 /* An empty allocator over src (copied), with conf's options (NULL: PyTorch's defaults): under
  * max_split_size_mb a block at or above it is neither split nor handed to a request below it,
- * nor to one at or above it that it exceeds by 20 MiB or more; under expandable_segments each
+ * nor to one at or above it that it exceeds by max_non_split_rounding_mb (20 MiB) or more; under
+ * roundup_power2_divisions a request is rounded to a division of its power-of-two interval; under expandable_segments each
  * pool (small, large) is one reservation of src->reserve_bytes that grows by the pages (2 MiB,
  * 20 MiB) a request lacks, committed after its last block and merged with it when that one is
  * free, and any block splits where a minimum block is left. NULL when out of host memory, or

@@ -5,10 +5,28 @@
 
 #include "memory.h"
 
-size_t alloc_round_bytes(size_t request)
+/* roundup_power2_next_division: size up to the next of divisions equal steps between the powers
+ * of two below and above it (a power of two stays; a step below one byte gives the power above) */
+static size_t next_division(size_t size, unsigned divisions)
+{
+	size_t below = 1;
+	while (below <= size / 2)
+		below *= 2;
+	size_t step = below / divisions;
+	if (below == size)
+		return size;
+	if (!step)
+		return 2 * below;
+	return (size + step - 1) / step * step;
+}
+
+size_t alloc_round_bytes(size_t request, const AllocConf *conf)
 {
 	if (request < ALLOC_MIN_BLOCK)
 		return ALLOC_MIN_BLOCK;
+	unsigned divisions = conf ? alloc_conf_divisions(conf, request) : 0;
+	if (divisions > 1 && request > ALLOC_MIN_BLOCK * divisions)
+		return next_division(request, divisions);
 	return ALLOC_MIN_BLOCK * ((request + ALLOC_MIN_BLOCK - 1) / ALLOC_MIN_BLOCK);
 }
 
@@ -76,7 +94,8 @@ static int at_mapped_end(const Model *m, const Block *b)
  * size long, the lowest address among equals (the pool's set orders by size, then address), an
  * expandable segment's last block only when nothing else fits; then refused under
  * max_split_size when a request below it would take a block at or above it, or one at or above
- * it a block 20 MiB (kLargeBuffer) or more larger than itself. */
+ * it a block max_non_split_rounding (20 MiB, kLargeBuffer, by default) or more larger than
+ * itself. */
 static Block *best_fit(const Model *m, size_t size, int small)
 {
 	Block *best = NULL;
@@ -92,10 +111,12 @@ static Block *best_fit(const Model *m, size_t size, int small)
 				best = b;
 		}
 	}
-	double split = m->conf.max_split_bytes;
+	double split = m->conf.max_split_bytes, over = m->conf.max_non_split_bytes;
+	if (over <= 0)
+		over = (double)ALLOC_LARGE_BUFFER;
 	if (best && split > 0 &&
 	    (((double)size < split && (double)best->size >= split) ||
-	     ((double)size >= split && best->size >= size + ALLOC_LARGE_BUFFER)))
+	     ((double)size >= split && (double)best->size >= (double)size + over)))
 		return NULL;
 	return best;
 }
@@ -176,7 +197,7 @@ static void peaks(Model *m)
 
 static int take(Model *m, int buf, double bytes)
 {
-	size_t size = alloc_round_bytes(bytes > 0 ? (size_t)(bytes + 0.999999) : 0);
+	size_t size = alloc_round_bytes(bytes > 0 ? (size_t)(bytes + 0.999999) : 0, &m->conf);
 	int small = size <= ALLOC_SMALL_SIZE;
 	Block *b = best_fit(m, size, small);
 	if (!b)

@@ -23,9 +23,10 @@
 /* Under expandable_segments an allocator's pool grows by pages of kSmallBuffer (small) or
  * kLargeBuffer (large). */
 
-/* A request's size as the allocator rounds it (round_size) and the segment it would map for it
- * when no cached block fits (get_allocation_size). */
-size_t alloc_round_bytes(size_t request);
+/* A request's size as the allocator rounds it (round_size: to 512 bytes, or under conf's
+ * roundup_power2_divisions to a division of its power-of-two interval; conf NULL: PyTorch's
+ * defaults) and the segment it would map for it when no cached block fits (get_allocation_size). */
+size_t alloc_round_bytes(size_t request, const AllocConf *conf);
 size_t alloc_segment_bytes(size_t rounded);
 
 typedef struct AllocPeaks {
@@ -43,8 +44,8 @@ typedef struct AllocPeaks {
  * device place), whose cuBLAS workspace (CUDA) its context takes with cudaMalloc, outside the
  * allocator; else PyTorch's, which hands cuBLAS one. conf: PYTORCH_CUDA_ALLOC_CONF's
  * expandable_segments (each pool one segment, grown by the pages a request lacks: reserved is
- * what is mapped) and max_split_size_mb (no block at or above it split or handed to a request
- * below it); NULL: PyTorch's defaults. */
+ * what is mapped), max_split_size_mb (no block at or above it split or handed to a request
+ * below it), max_non_split_rounding_mb and roundup_power2_divisions; NULL: PyTorch's defaults. */
 int alloc_replay(Schedule *s, int executor, const AllocConf *conf, AllocPeaks *out,
 		 PxError *err);
 

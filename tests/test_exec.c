@@ -364,21 +364,26 @@ static void test_measured_equals_predicted(void)
  * channels, 256 tokens, micro-batch 4: blocks of several MiB, in the large pool) at stages 0 and
  * 3 on 2 ranks in bf16, with PyTorch's defaults and with the scenario's pytorch_cuda_alloc_conf
  * expandable_segments:True (each pool one reservation grown by pages, which exec/caching.c
- * commits with mprotect), which reserves less: 62 MiB against 72 when written. */
+ * commits with mprotect), which reserves less: 62 MiB against 72 when written; then
+ * roundup_power2_divisions:2 (every request above 1 KiB to a half of its power-of-two interval),
+ * 86 and 74 MiB against 72 when written. */
 static void test_caching_reserve_predicted(void)
 {
 	static const char *const WIDE = " --set model.n_embd=256 --set model.n_positions=256 --set "
 					"seq_length=256 --set deepspeed.train_micro_batch_size_per_gpu=4";
+	static const char *const CONF[] = {
+		"", " --set pytorch_cuda_alloc_conf=expandable_segments:True",
+		" --set pytorch_cuda_alloc_conf=roundup_power2_divisions:2"};
 	double wide[2][2] = {{0}}; /* [expandable][stage 0, 3]: measured reserve */
 	setenv("PX_CPU_ALLOC", "caching", 1);
-	for (int k = 0; k < 20; k++) {
+	for (int k = 0; k < 22; k++) {
 		int stage = k < 16 ? k % 4 : 3 * (k % 2), ranks = k < 16 ? 1 + (k / 4) % 2 : 2;
-		int bf16 = k < 8 || k >= 16, grown = k >= 18;
+		int bf16 = k < 8 || k >= 16, conf = k < 18 ? 0 : k < 20 ? 1 : 2, grown = conf == 1;
 		char args[1024];
 		snprintf(args, sizeof(args), "run '%s' --ranks %d --steps 2 --no-db --json "
 			 "--set deepspeed.zero_optimization.stage=%d%s%s",
 			 scenario(bf16 ? "true" : "false"), ranks, stage, k >= 16 ? WIDE : "",
-			 grown ? " --set pytorch_cuda_alloc_conf=expandable_segments:True" : "");
+			 CONF[conf]);
 		cJSON *j = px_run_json(args);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 		const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "predicted"),
@@ -388,11 +393,11 @@ static void test_caching_reserve_predicted(void)
 		CU_ASSERT_FATAL(cJSON_IsNumber(p) && cJSON_IsNumber(m));
 		double d = m->valuedouble - p->valuedouble;
 		if (fabs(d) > 0)
-			printf("\n# caching allocator%s, %s stage %d ranks %d: reserved predicted %.0f, "
-			       "measured %.0f", k >= 16 ? (grown ? " (wide, expandable)" : " (wide)") : "",
+			printf("\n# caching allocator%s%s, %s stage %d ranks %d: reserved predicted "
+			       "%.0f, measured %.0f", k >= 16 ? " (wide)" : "", CONF[conf],
 			       bf16 ? "bf16" : "fp32", stage, ranks, p->valuedouble, m->valuedouble);
 		CU_ASSERT(p->valuedouble > 0 && fabs(d) <= 2 << 20);
-		if (k >= 16)
+		if (k >= 16 && conf < 2)
 			wide[grown][stage > 0] = m->valuedouble;
 		cJSON_Delete(j);
 	}

@@ -426,6 +426,58 @@ static void test_caching_max_split(void)
 	}
 }
 
+/* roundup_power2_divisions:4 and max_non_split_rounding_mb, worked by hand with PyTorch's rules
+ * (round_size: above 512 x 4 bytes, up to the next quarter of the power-of-two interval):
+ * a 9 MiB is 10 MiB (steps of 2 in [8, 16)), a segment of its own (10 MiB and more map their
+ * size); b 9.5 MiB (10) a second; free a; c 9.25 MiB (10) is a's block again: reserved 20 MiB,
+ * allocated at most 20; then 16 MiB (a power of two, as it is) maps 16.
+ * With 512-byte rounding b splits the 11 MiB left (1.5 over), c fits neither a's 9 MiB block
+ * nor the 1.5 MiB one: a second segment, 40 MiB reserved, allocated at most 18.75 MiB.
+ * max_split_size_mb:32 with max_non_split_rounding_mb:50 on test_caching_max_split's sequence: b
+ * 60 MiB takes the cached 100 MiB block (40 over, under 50), c 90 MiB maps 90, d 10 MiB maps 10:
+ * reserved 200 MiB, allocated at most 190. A size already a power of two stays as it is. */
+static void test_caching_roundup(void)
+{
+	HostSegs h = {0};
+	CachingSource src = host_source(&h);
+	AllocConf four = {0};
+	for (int i = 0; i < ALLOC_CONF_INTERVALS; i++)
+		four.divisions[i] = 4;
+	for (int on = 1; on >= 0; on--) {
+		Caching *c = caching_create(&src, on ? &four : NULL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		char *a = caching_alloc(c, 9 * CMiB), *b = caching_alloc(c, 9 * CMiB + CMiB / 2);
+		CU_ASSERT(on || b == a + 9 * CMiB);
+		CU_ASSERT_EQUAL(caching_free(c, a), 0);
+		char *cc = caching_alloc(c, 9 * CMiB + CMiB / 4);
+		CU_ASSERT(on ? cc == a : cc != a);
+		CachingStats st;
+		caching_stats(c, &st);
+		CU_ASSERT_EQUAL(st.reserved_peak_bytes, (on ? 20 : 40) * CMiB);
+		CU_ASSERT_EQUAL(st.allocated_peak_bytes, on ? 20 * CMiB : 18 * CMiB + 3 * CMiB / 4);
+		char *p = caching_alloc(c, 16 * CMiB);
+		caching_stats(c, &st);
+		CU_ASSERT_EQUAL(st.allocated_bytes, (on ? 36 : 34) * CMiB + CMiB / 4 * (on ? 0 : 3));
+		CU_ASSERT_PTR_NOT_NULL(p);
+		caching_destroy(c);
+	}
+	AllocConf conf = {.max_split_bytes = 32.0 * (double)CMiB,
+			  .max_non_split_bytes = 50.0 * (double)CMiB};
+	Caching *c = caching_create(&src, &conf);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	char *a = caching_alloc(c, 100 * CMiB);
+	CU_ASSERT_EQUAL(caching_free(c, a), 0);
+	char *b = caching_alloc(c, 60 * CMiB), *cc = caching_alloc(c, 90 * CMiB);
+	CU_ASSERT_PTR_EQUAL(b, a);
+	CU_ASSERT_EQUAL(caching_free(c, cc), 0);
+	CU_ASSERT_PTR_NOT_NULL(caching_alloc(c, 10 * CMiB));
+	CachingStats st;
+	caching_stats(c, &st);
+	CU_ASSERT_EQUAL(st.reserved_peak_bytes, 200 * CMiB);
+	CU_ASSERT_EQUAL(st.allocated_peak_bytes, 190 * CMiB);
+	caching_destroy(c);
+}
+
 /* expandable_segments:True, worked by hand with PyTorch's rules (each pool one segment that maps
  * pages of 2 MiB (small) or 20 MiB (large) after its last block for what a request lacks, merged
  * with that block when free; any block splits where 512 bytes are left; the last block is taken
@@ -550,6 +602,8 @@ int test_pool_register(void)
 			     test_peak_rss_rises},
 			    {"the CUDA caching allocator, hand-worked", test_caching_hand_worked},
 			    {"max_split_size_mb, hand-worked", test_caching_max_split},
+			    {"roundup_power2_divisions and max_non_split_rounding_mb, hand-worked",
+			     test_caching_roundup},
 			    {"expandable_segments, hand-worked", test_caching_expandable},
 			    {"the CUDA caching allocator agrees with the model", test_caching_matches_model});
 }
