@@ -451,6 +451,22 @@ static int flattens(const Builder *b, const Bucket *k)
 	       (p->stage == 2 ? k->plan_bucket >= 0 : p->stage == 3 && k->unit >= 0);
 }
 
+/* communication_data_type other than the gradients' under ZeRO 1-3: DeepSpeed reduces a copy
+ * cast to it, live for the collective (stage_1_and_2.py gradient_reduction_w_predivide and
+ * allreduce_bucket, stage3.py __avg_scatter_grads and __avg_scatter_contiguous_grads:
+ * tensor.to(communication_data_type)): under ZeRO 1-2's reduce-scatter one rank's slice (mine
+ * elements) at a time, average_tensor reducing each destination's slice to it in turn; else the
+ * whole reduction (elems), all the unit's gradients at once at stage 3. -1 when the types agree.
+ * The casts' own kernels are not timed, as the engine's (engine_bucket). */
+static int zero_cast(Builder *b, CollKind kind, int unit, long long elems, long long mine)
+{
+	const Plan *p = b->p;
+	if (p->comm_bytes == p->grad_bytes)
+		return -1;
+	long long n = p->stage < 3 && kind == COLL_REDUCE_SCATTER ? mine : elems;
+	return alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, unit, (double)n * p->comm_bytes);
+}
+
 static void flush_bucket(Builder *b, Bucket *k)
 {
 	const Plan *p = b->p;
@@ -480,8 +496,10 @@ static void flush_bucket(Builder *b, Bucket *k)
 		      k->plan_bucket, k->part_off, mine);
 	} else {
 		CollKind kind = zero_reduce_kind(p);
+		int cast = zero_cast(b, kind, k->unit, k->elems, mine);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
 			      buf, offset), k->plan_bucket, k->part_off, mine);
+		release(b, &cast);
 	}
 	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
 		/* stage 3 adds it on the device, into a copy of the host partition's slice there
@@ -1612,10 +1630,13 @@ static void optimizer_step(Builder *b)
 		alloc_buckets(b, p->par.pp > 1 ? 1 : bucket_count(p));
 		for (int i = st->n_buckets - 1; i >= 0; i--) { /* in the order backward filled them */
 			int via = next_bucket(b);
+			int cast = zero_cast(b, kind, st->buckets[i].u_lo, st->buckets[i].padded,
+					     st->buckets[i].padded / p->dp);
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,
 				      st->buckets[i].padded, p->comm_bytes,
 				      via >= 0 ? via : b->id_grads, via >= 0 ? 0 : st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
+			release(b, &cast);
 		}
 		/* one reduce-scatter of the expert flat, whose slices are the contiguous partition
 		 * the parameter update gathers whole (below); chunks of it would leave each rank a
