@@ -398,7 +398,7 @@ static void gather_with_prefetch(Builder *b, int u, int dir)
  * Stage 1 without contiguous gradients is priced as with them (a reduce-scatter, half
  * DeepSpeed's all-reduce bytes): a known deviation that keeps contiguous_gradients unread below
  * stage 2, where the sweep shares results between points (sim/sweep.c UNREAD). */
-static CollKind zero_reduce_kind(const Plan *p)
+CollKind build_zero_reduce_kind(const Plan *p)
 {
 	const DsZero *z = &p->sc->ds.zero;
 	if (p->bf16_optimizer) /* it has no reduce_gradients: the engine's
@@ -467,6 +467,13 @@ static int zero_cast(Builder *b, CollKind kind, int unit, long long elems, long 
 	return alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, unit, (double)n * p->comm_bytes);
 }
 
+/* The reduction just issued (its slice stated when part_off >= 0) goes through cast copy cast. */
+static void cast_through(Builder *b, int cast, long long part_off)
+{
+	if (cast >= 0 && part_off >= 0 && !b->oom)
+		sched_set_cast(b->s, cast);
+}
+
 static void flush_bucket(Builder *b, Bucket *k)
 {
 	const Plan *p = b->p;
@@ -495,10 +502,11 @@ static void flush_bucket(Builder *b, Bucket *k)
 				   ceil_div(k->elems, g), 4, nodes * per_slice, buf, offset),
 		      k->plan_bucket, k->part_off, mine);
 	} else {
-		CollKind kind = zero_reduce_kind(p);
+		CollKind kind = build_zero_reduce_kind(p);
 		int cast = zero_cast(b, kind, k->unit, k->elems, mine);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
 			      buf, offset), k->plan_bucket, k->part_off, mine);
+		cast_through(b, cast, k->part_off);
 		release(b, &cast);
 	}
 	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
@@ -1622,7 +1630,7 @@ static void optimizer_step(Builder *b)
 	} else if (p->stage == 0 && !onebit) {
 		engine_allreduce(b);
 	} else if (p->stage == 1 && !onebit) {
-		CollKind kind = zero_reduce_kind(p);
+		CollKind kind = build_zero_reduce_kind(p);
 		/* stage 1 copies each bucket's gradients into a contiguous buffer and reduces it
 		 * there (reduce_independent_p_g_buckets_and_remove_grads), its slice going back to
 		 * where the update reads it (copy_grads_in_partition) */
@@ -1636,6 +1644,7 @@ static void optimizer_step(Builder *b)
 				      st->buckets[i].padded, p->comm_bytes,
 				      via >= 0 ? via : b->id_grads, via >= 0 ? 0 : st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
+			cast_through(b, cast, st->buckets[i].flat_off);
 			release(b, &cast);
 		}
 		/* one reduce-scatter of the expert flat, whose slices are the contiguous partition

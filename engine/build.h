@@ -25,6 +25,10 @@
 long long build_qwz_groups(long long elems);
 #define BUILD_QGZ_GROUP_ELEMS(p) ((p)->sc->model.h)
 
+/* How ZeRO 1-3 reduce a bucket of gradients over their data-parallel group: COLL_REDUCE_SCATTER
+ * or COLL_ALL_REDUCE (DeepSpeed's rules: see build.c). */
+CollKind build_zero_reduce_kind(const Plan *p);
+
 /* The schedule of every rank of pipeline stage `stage` (ranks of a stage run the same ops). */
 int build_schedule(const Plan *p, int stage, Schedule *s, PxError *err);
 

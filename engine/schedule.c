@@ -163,10 +163,17 @@ int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elem
 		s->slices = grown;
 		s->cap_slices = cap;
 	}
-	s->slices[s->n_slices] = (SchedSlice){bucket, part_off, part_elems};
+	s->slices[s->n_slices] = (SchedSlice){.bucket = bucket, .cast = -1, .part_off = part_off,
+					      .part_elems = part_elems};
 	s->ops[s->n - 1].slice = s->n_slices++;
 	s->valid = 0;
 	return 0;
+}
+
+void sched_set_cast(Schedule *s, int buf)
+{
+	s->slices[s->ops[s->n - 1].slice].cast = buf;
+	s->valid = 0;
 }
 
 void sched_grads_to(Schedule *s, int buf, int64_t off)

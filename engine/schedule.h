@@ -212,9 +212,12 @@ typedef enum {
  * starting at `part_off`; `bucket` is the stage's bucket (plan.h's BucketPlan index) the op
  * reduces or gathers at stage 0-2, -1 otherwise. At stage 3 the optimizer's ops of one
  * sub-group (the flat copies' allocations, the NVMe reads and writes, the update, the parameters'
- * copy) state the sub-group's range of the partition the same way. */
+ * copy) state the sub-group's range of the partition the same way. `cast`: a ZeRO reduction that
+ * goes through a copy cast to communication_data_type (build.c zero_cast) names that copy's
+ * buffer (BUF_COMM_CAST, allocated before the reduction and freed after it), -1 for none. */
 typedef struct SchedSlice {
 	int32_t bucket;
+	int32_t cast;
 	int64_t part_off, part_elems;
 } SchedSlice;
 
@@ -299,6 +302,8 @@ int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf
 /* State the partitioned data of the last op (a collective or copy; an optimizer sub-group's
  * op): see SchedSlice. */
 int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
+/* The last op's slice (set) names its reduction's cast copy, buffer buf (see SchedSlice). */
+void sched_set_cast(Schedule *s, int buf);
 /* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
 void sched_grads_to(Schedule *s, int buf, int64_t off);
 /* The last op (a compute) has role instead of its CompKind's (inference's prefill and decode). */

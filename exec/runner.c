@@ -98,9 +98,14 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (ds->autocast != DT_FP32)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
-	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer)
-		why = "communication_data_type equal to the gradients' type (but under "
-		      "BF16_Optimizer)";
+	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer &&
+		 (p->stage == 0 || (p->stage < 3 && build_zero_reduce_kind(p) != COLL_ALL_REDUCE) ||
+		  p->opt_place != PLACE_GPU || p->par.ep > 1 || sc->model.experts > 0 || p->qgz))
+		why = "communication_data_type equal to the gradients' type but under BF16_Optimizer, "
+		      "at ZeRO-3, or at ZeRO 1-2 with zero_optimization.reduce_scatter false (at ZeRO "
+		      "1-2 DeepSpeed otherwise casts and reduces each rank's slice to it in turn, which "
+		      "the executor's reduce-scatter does not), without experts, qgZ or optimizer "
+		      "offload";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
@@ -191,7 +196,8 @@ static double own_state_bytes(const Runner *r, const Op *op)
 	case BUF_PARAMS: return flat * (double)dt_bytes(r->pdt);
 	case BUF_GRADS: return flat * (double)dt_bytes(r->gdt);
 	case BUF_LP_GRADS: return flat * (double)dt_bytes(r->pdt);
-	case BUF_COMM_CAST: return flat * (double)dt_bytes(ds->comm_dtype);
+	case BUF_COMM_CAST: /* BF16_Optimizer's, laid as the flat; a ZeRO bucket's as the plan's */
+		return r->p->bf16_optimizer ? flat * (double)dt_bytes(ds->comm_dtype) : -1;
 	case BUF_DDP_BUCKETS: return (double)own_dense_elems(r) * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_PART: return part * (double)dt_bytes(r->gdt);
 	case BUF_GRAD_FP32: return part * 4;
@@ -984,6 +990,44 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 	return 0;
 }
 
+/* A ZeRO reduction through a copy cast to communication_data_type (its slice's cast, build.c
+ * zero_cast): the gradients cast into the copy, divided by dp there where DeepSpeed divides
+ * (gradient_reduction_w_predivide, reduce_scatter_coalesced: in the communication type),
+ * all-reduced or reduce-scattered in it, and cast back (an all-reduce's whole array, which
+ * gradient_reduction_w_predivide copies back; a reduce-scatter's slice of this rank, as
+ * __avg_scatter_grads' partitions) before this rank's slice goes where a reduced slice goes.
+ * Blocking: the cast back follows at once. */
+static int zero_cast_reduce(Runner *r, const Op *op, Comm *c, int cast, PxError *err)
+{
+	Dtype cdt = r->p->sc->ds.comm_dtype;
+	size_t n = (size_t)op->elems, cnt = n / (size_t)op->nranks;
+	int all = op->sub == COLL_ALL_REDUCE;
+	if (cast >= r->s->n_bufs || !r->buf[cast] || r->alloc_of[cast]->what != BUF_COMM_CAST ||
+	    r->size[cast] < (all || r->p->stage == 3 ? n : cnt) * dt_bytes(cdt) || op->buf < 0 ||
+	    (!all && (op->sub != COLL_REDUCE_SCATTER || r->p->stage < 3)))
+		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a %s of %zu gradients through "
+			       "a cast copy that is not a live communication_data_type buffer of "
+			       "their size, or that the executor does not run so (a ZeRO 1-2 "
+			       "reduce-scatter)", (int)(op - r->s->ops), coll_name(op->sub), n);
+	size_t rank = (size_t)comm_rank(c);
+	void *a = at(r->buf[op->buf], op->offset, r->gdt), *x = r->buf[cast];
+	if (stage1_via_bucket(r, op))
+		r->cb->convert(r->cx, a, r->gdt, stage1_bucket_grads(r, op), r->gdt, n);
+	r->cb->convert(r->cx, x, cdt, a, r->gdt, n);
+	runner_predivide(r, x, cdt, n);
+	if (all) {
+		if (comm_all_reduce(c, x, x, n, comm_dt(cdt), COMM_SUM, err))
+			return -1;
+		r->cb->convert(r->cx, a, r->gdt, x, cdt, n);
+	} else {
+		void *xm = at(x, (long long)(rank * cnt), cdt);
+		if (comm_reduce_scatter(c, x, xm, cnt, comm_dt(cdt), COMM_SUM, err))
+			return -1;
+		r->cb->convert(r->cx, at(a, (long long)(rank * cnt), r->gdt), r->gdt, xm, cdt, cnt);
+	}
+	return slice_reduced(r, op, at(a, (long long)(rank * cnt), r->gdt), cnt, NULL);
+}
+
 /* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
  * DistributedDataParallel bucket (build.c ddp_ready), copied into the reducer's flat now:
  * all-reduced there (divided by dp first where DeepSpeed does) and copied back where its slice
@@ -1059,6 +1103,8 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
+	if (op->slice >= 0 && r->s->slices[op->slice].cast >= 0)
+		return zero_cast_reduce(r, op, c, r->s->slices[op->slice].cast, err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */

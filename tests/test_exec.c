@@ -1005,6 +1005,76 @@ static void test_bf16_optimizer(void)
 	}
 }
 
+/* communication_data_type fp32 with bf16 gradients under ZeRO (stage_1_and_2.py
+ * gradient_reduction_w_predivide, stage3.py __avg_scatter_grads: tensor.to(fp32), reduced, cast
+ * back; tests/test_zero.c works the schedule's casts by hand), on the exec suite's GPT in bf16 on
+ * 2 ranks: ZeRO-2 with reduce_scatter false all-reduces each bucket through a cast of it whole,
+ * ZeRO-3 reduce-scatters each unit's gradients through one. Two ranks' bf16 gradients summed
+ * once in fp32 and rounded to bf16 equal their bf16 sum, which the transport also adds in fp32
+ * and rounds once: the losses equal those with bf16 communication to the bit. By hand (PSI =
+ * 112,384, micro-batch 1 of 8 tokens): ZeRO-2 all-reduces 4 PSI + 4 bytes (the norm) = 449,540
+ * (bf16: 224,772); its buckets are whole blocks (reduce_bucket_size 20,000 is less than a
+ * block's 49,984 elements), so the buffers' peak is a block's bucket in bf16 and its cast in
+ * fp32, 6 x 49,984 = 299,904 bytes (bf16: 99,968). ZeRO-3 reduce-scatters 4 PSI = 449,536 (bf16:
+ * 224,768), a block's partitioned 49,600 elements at a time (its 384 persistent ones, tensors of
+ * at most 100 elements, reduced apart), 6 x 49,600 = 297,600 bytes at the buffers' peak (bf16:
+ * 99,200). A simulator that halved the cast (PARALLAX_TEST_MISPREDICT=comm_cast) fails compare
+ * with exit 3. At ZeRO 1-2 with reduce_scatter on, DeepSpeed casts one rank's slice at a time and
+ * reduces it to that rank: the executor refuses that, naming the key. */
+static void test_zero_comm_cast(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("true");
+	static const struct {
+		int stage;
+		const char *set;
+		double reduced, peak_buffers;
+	} c[] = {
+		{2, "--set deepspeed.zero_optimization.reduce_scatter=false", 449540, 299904},
+		{3, "", 449536, 297600},
+	};
+	for (int i = 0; i < 2; i++) {
+		char extra[512];
+		double bf16[STEPS], fp32[STEPS];
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, c[i].stage, STEPS, c[i].set, bf16), STEPS);
+		snprintf(extra, sizeof(extra), "%s --set deepspeed.communication_data_type=fp32",
+			 c[i].set);
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, c[i].stage, STEPS, extra, fp32), STEPS);
+		for (int k = 0; k < STEPS; k++)
+			CU_ASSERT_EQUAL(fp32[k], bf16[k]);
+		for (int k = 0; k < 2; k++) {
+			char args[2048], db_path[512], text[65536];
+			snprintf(db_path, sizeof(db_path), "%s/cc%d%d.db", dir, i, k);
+			snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' %s --set "
+				 "deepspeed.zero_optimization.stage=%d --set "
+				 "deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 --set "
+				 "deepspeed.train_batch_size=2", scn, db_path, extra, c[i].stage);
+			if (k)
+				setenv("PARALLAX_TEST_MISPREDICT", "comm_cast", 1);
+			sqlite3 *db = run_into_db(args, db_path);
+			unsetenv("PARALLAX_TEST_MISPREDICT");
+			CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+			const char *kind = c[i].stage == 3 ? "comm.reduce_scatter_bytes" :
+							     "comm.all_reduce_bytes";
+			for (int r = 0; r < 2; r++) {
+				CU_ASSERT_EQUAL(px_run_metric(db, kind, "measured", r), c[i].reduced);
+				CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.buffers_bytes",
+							      "measured", r), c[i].peak_buffers);
+			}
+			check_compare(db, db_path, k, "0.001", "memory.gpu.peak.buffers", text,
+				      sizeof(text));
+			if (k)
+				PX_ASSERT_HAS(text, "memory.gpu.peak.buffers_bytes: predicted");
+		}
+	}
+	char args[1024], out[8192];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db --set "
+		 "deepspeed.zero_optimization.stage=2 --set deepspeed.communication_data_type=fp32",
+		 scn);
+	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
+	PX_ASSERT_HAS(out, "zero_optimization.reduce_scatter false");
+}
+
 /* Without ZeRO, DeepSpeed's engine reduces each bucket of up to 5e8 elements through a flattened
  * copy (engine.py allreduce_bucket: flatten, all-reduce, copy back; tests/test_zero.c works the
  * buckets by hand), allocated for the reduction; plain PyTorch's DistributedDataParallel
@@ -1375,6 +1445,8 @@ int test_exec_register(void)
 			     "measured", test_bf16_optimizer, PX_RELEASE_RUN},
 			    {"stage 0: the engine's flattened bucket, DistributedDataParallel's buckets",
 			     test_stage0_reduce_buffers, PX_RELEASE_RUN},
+			    {"communication_data_type fp32 under ZeRO 2-3: the cast, measured",
+			     test_zero_comm_cast, PX_RELEASE_RUN},
 			    {"the caching allocator's reserve is the model's max_reserved",
 			     test_caching_reserve_predicted, PX_RELEASE_RUN});
 }
