@@ -457,21 +457,33 @@ static int flattens(const Builder *b, const Bucket *k)
  * tensor.to(communication_data_type)): under ZeRO 1-2's reduce-scatter one rank's slice (mine
  * elements) at a time, average_tensor reducing each destination's slice to it in turn; else the
  * whole reduction (elems), all the unit's gradients at once at stage 3. -1 when the types agree.
- * The casts' own kernels are not timed, as the engine's (engine_bucket). */
-static int zero_cast(Builder *b, CollKind kind, int unit, long long elems, long long mine)
+ * The executor runs ZeRO 1-2's reduce-scatter as one collective: it casts the whole bucket into
+ * a workspace of its own (*send, BUF_EXEC_CAST, else -1), sends from it and receives its slice
+ * into the cast copy. The casts' own kernels are not timed, as the engine's (engine_bucket). */
+static int zero_cast(Builder *b, CollKind kind, int unit, long long elems, long long mine,
+		     int *send)
 {
 	const Plan *p = b->p;
+	*send = -1;
 	if (p->comm_bytes == p->grad_bytes)
 		return -1;
-	long long n = p->stage < 3 && kind == COLL_REDUCE_SCATTER ? mine : elems;
-	return alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, unit, (double)n * p->comm_bytes);
+	int slices = p->stage < 3 && kind == COLL_REDUCE_SCATTER;
+	int cast = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, unit,
+			 (double)(slices ? mine : elems) * p->comm_bytes);
+	if (slices && p->executor)
+		*send = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_EXEC_CAST, unit,
+			      (double)elems * p->comm_bytes);
+	return cast;
 }
 
-/* The reduction just issued (its slice stated when part_off >= 0) goes through cast copy cast. */
-static void cast_through(Builder *b, int cast, long long part_off)
+/* The reduction just issued (its slice stated when part_off >= 0) goes through cast copy cast,
+ * the executor sending from send (-1: none); both freed. */
+static void cast_through(Builder *b, int *cast, int *send, long long part_off)
 {
-	if (cast >= 0 && part_off >= 0 && !b->oom)
-		sched_set_cast(b->s, cast);
+	if (*cast >= 0 && part_off >= 0 && !b->oom)
+		sched_set_cast(b->s, *cast, *send);
+	release(b, send);
+	release(b, cast);
 }
 
 static void flush_bucket(Builder *b, Bucket *k)
@@ -503,11 +515,10 @@ static void flush_bucket(Builder *b, Bucket *k)
 		      k->plan_bucket, k->part_off, mine);
 	} else {
 		CollKind kind = build_zero_reduce_kind(p);
-		int cast = zero_cast(b, kind, k->unit, k->elems, mine);
+		int send, cast = zero_cast(b, kind, k->unit, k->elems, mine, &send);
 		slice(b, coll(b, kind, ROLE_GRAD_REDUCE, k->group, k->unit, k->elems, p->comm_bytes,
 			      buf, offset), k->plan_bucket, k->part_off, mine);
-		cast_through(b, cast, k->part_off);
-		release(b, &cast);
+		cast_through(b, &cast, &send, k->part_off);
 	}
 	if (p->opt_place != PLACE_GPU) { /* this rank's reduced slice goes to the host's fp32 grads */
 		/* stage 3 adds it on the device, into a copy of the host partition's slice there
@@ -1638,14 +1649,14 @@ static void optimizer_step(Builder *b)
 		alloc_buckets(b, p->par.pp > 1 ? 1 : bucket_count(p));
 		for (int i = st->n_buckets - 1; i >= 0; i--) { /* in the order backward filled them */
 			int via = next_bucket(b);
-			int cast = zero_cast(b, kind, st->buckets[i].u_lo, st->buckets[i].padded,
-					     st->buckets[i].padded / p->dp);
+			int send, cast = zero_cast(b, kind, st->buckets[i].u_lo,
+						   st->buckets[i].padded, st->buckets[i].padded / p->dp,
+						   &send);
 			slice(b, coll(b, kind, ROLE_GRAD_REDUCE, GROUP_DP, st->buckets[i].u_lo,
 				      st->buckets[i].padded, p->comm_bytes,
 				      via >= 0 ? via : b->id_grads, via >= 0 ? 0 : st->buckets[i].flat_off),
 			      i, st->buckets[i].flat_off / p->dp, st->buckets[i].padded / p->dp);
-			cast_through(b, cast, st->buckets[i].flat_off);
-			release(b, &cast);
+			cast_through(b, &cast, &send, st->buckets[i].flat_off);
 		}
 		/* one reduce-scatter of the expert flat, whose slices are the contiguous partition
 		 * the parameter update gathers whole (below); chunks of it would leave each rank a

@@ -163,16 +163,18 @@ int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elem
 		s->slices = grown;
 		s->cap_slices = cap;
 	}
-	s->slices[s->n_slices] = (SchedSlice){.bucket = bucket, .cast = -1, .part_off = part_off,
-					      .part_elems = part_elems};
+	s->slices[s->n_slices] = (SchedSlice){.bucket = bucket, .cast = -1, .cast_send = -1,
+					      .part_off = part_off, .part_elems = part_elems};
 	s->ops[s->n - 1].slice = s->n_slices++;
 	s->valid = 0;
 	return 0;
 }
 
-void sched_set_cast(Schedule *s, int buf)
+void sched_set_cast(Schedule *s, int buf, int send)
 {
-	s->slices[s->ops[s->n - 1].slice].cast = buf;
+	SchedSlice *sl = &s->slices[s->ops[s->n - 1].slice];
+	sl->cast = buf;
+	sl->cast_send = send;
 	s->valid = 0;
 }
 
@@ -412,7 +414,7 @@ const char *buf_name(BufWhat w)
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
 		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast",
 		"ddp_buckets", "loss_transients", "extra_large_grads",
-		"autocast_weights"};
+		"autocast_weights", "exec_comm_cast"};
 	return NAME_OF(n, w);
 }
 

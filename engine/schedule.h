@@ -162,6 +162,10 @@ typedef enum {
 	BUF_AUTOCAST_WEIGHTS, /* torch autocast: the 16-bit copies of a unit's weights its products
 				 read (the autocast cache until the forward ends, then autograd's
 				 saved tensors until the unit's backward; build.c cast_bytes) */
+	BUF_EXEC_CAST,     /* executor: a ZeRO 1-2 bucket's gradients cast whole to
+			      communication_data_type, which its reduce-scatter sends, the
+			      reduced slice landing in the bucket's comm_cast (DeepSpeed casts
+			      and reduces one rank's slice at a time: build.c zero_cast) */
 	N_BUFS
 } BufWhat;
 
@@ -218,6 +222,7 @@ typedef enum {
 typedef struct SchedSlice {
 	int32_t bucket;
 	int32_t cast;
+	int32_t cast_send; /* the executor's whole cast its reduce-scatter sends (BUF_EXEC_CAST), -1 */
 	int64_t part_off, part_elems;
 } SchedSlice;
 
@@ -302,8 +307,9 @@ int sched_copy_reduced(Schedule *s, CopyDir dir, int unit, double bytes, int buf
 /* State the partitioned data of the last op (a collective or copy; an optimizer sub-group's
  * op): see SchedSlice. */
 int sched_set_slice(Schedule *s, int bucket, int64_t part_off, int64_t part_elems);
-/* The last op's slice (set) names its reduction's cast copy, buffer buf (see SchedSlice). */
-void sched_set_cast(Schedule *s, int buf);
+/* The last op's slice (set) names its reduction's cast copy, buffer buf, and the executor's whole
+ * cast it sends from, send (-1 for none) (see SchedSlice). */
+void sched_set_cast(Schedule *s, int buf, int send);
 /* The last op (a backward compute) writes its dense gradients into buffer buf from element off. */
 void sched_grads_to(Schedule *s, int buf, int64_t off);
 /* The last op (a compute) has role instead of its CompKind's (inference's prefill and decode). */

@@ -99,13 +99,9 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
 	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer &&
-		 (p->stage == 0 || (p->stage < 3 && build_zero_reduce_kind(p) != COLL_ALL_REDUCE) ||
-		  p->opt_place != PLACE_GPU || p->par.ep > 1 || sc->model.experts > 0 || p->qgz))
-		why = "communication_data_type equal to the gradients' type but under BF16_Optimizer, "
-		      "at ZeRO-3, or at ZeRO 1-2 with zero_optimization.reduce_scatter false (at ZeRO "
-		      "1-2 DeepSpeed otherwise casts and reduces each rank's slice to it in turn, which "
-		      "the executor's reduce-scatter does not), without experts, qgZ or optimizer "
-		      "offload";
+		 (p->stage == 0 || p->opt_place != PLACE_GPU || sc->model.experts > 0 || p->qgz))
+		why = "communication_data_type equal to the gradients' type but under BF16_Optimizer "
+		      "or ZeRO 1-3 without experts, qgZ or optimizer offload";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
@@ -990,42 +986,58 @@ static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 	return 0;
 }
 
+/* Whether buffer id is live, of kind w and at least bytes long. */
+static int live_as(const Runner *r, int id, BufWhat w, size_t bytes)
+{
+	return id >= 0 && id < r->s->n_bufs && r->buf[id] && r->alloc_of[id]->what == w &&
+	       r->size[id] >= bytes;
+}
+
 /* A ZeRO reduction through a copy cast to communication_data_type (its slice's cast, build.c
- * zero_cast): the gradients cast into the copy, divided by dp there where DeepSpeed divides
- * (gradient_reduction_w_predivide, reduce_scatter_coalesced: in the communication type),
- * all-reduced or reduce-scattered in it, and cast back (an all-reduce's whole array, which
- * gradient_reduction_w_predivide copies back; a reduce-scatter's slice of this rank, as
- * __avg_scatter_grads' partitions) before this rank's slice goes where a reduced slice goes.
- * Blocking: the cast back follows at once. */
-static int zero_cast_reduce(Runner *r, const Op *op, Comm *c, int cast, PxError *err)
+ * zero_cast), blocking (the cast back follows at once), this rank's reduced slice then going
+ * where a reduced slice goes:
+ * - an all-reduce (ZeRO 1-2 with reduce_scatter off, gradient_reduction_w_predivide) or a ZeRO-3
+ *   reduce-scatter (__avg_scatter_grads): the gradients cast whole into the copy, divided by dp
+ *   there where DeepSpeed divides (in the communication type), reduced in it, and cast back: an
+ *   all-reduce's whole array, as gradient_reduction_w_predivide copies it back, a
+ *   reduce-scatter's slice of this rank;
+ * - a ZeRO 1-2 reduce-scatter (average_tensor): the bucket divided by dp first in its own type
+ *   (tensor.div_), cast whole into the executor's workspace (cast_send), reduce-scattered from
+ *   there into the copy, which DeepSpeed's per-rank casts and reduces would leave this rank's
+ *   reduced slice in, and that cast back. */
+static int zero_cast_reduce(Runner *r, const Op *op, Comm *c, const SchedSlice *sl,
+			    PxError *err)
 {
 	Dtype cdt = r->p->sc->ds.comm_dtype;
-	size_t n = (size_t)op->elems, cnt = n / (size_t)op->nranks;
-	int all = op->sub == COLL_ALL_REDUCE;
-	if (cast >= r->s->n_bufs || !r->buf[cast] || r->alloc_of[cast]->what != BUF_COMM_CAST ||
-	    r->size[cast] < (all || r->p->stage == 3 ? n : cnt) * dt_bytes(cdt) || op->buf < 0 ||
-	    (!all && (op->sub != COLL_REDUCE_SCATTER || r->p->stage < 3)))
+	size_t n = (size_t)op->elems, cnt = n / (size_t)op->nranks, e = dt_bytes(cdt);
+	int all = op->sub == COLL_ALL_REDUCE, slices = !all && r->p->stage < 3;
+	if (op->buf < 0 || (!all && op->sub != COLL_REDUCE_SCATTER) ||
+	    !live_as(r, sl->cast, BUF_COMM_CAST, (slices ? cnt : n) * e) ||
+	    (slices && !live_as(r, sl->cast_send, BUF_EXEC_CAST, n * e)))
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a %s of %zu gradients through "
-			       "a cast copy that is not a live communication_data_type buffer of "
-			       "their size, or that the executor does not run so (a ZeRO 1-2 "
-			       "reduce-scatter)", (int)(op - r->s->ops), coll_name(op->sub), n);
-	size_t rank = (size_t)comm_rank(c);
-	void *a = at(r->buf[op->buf], op->offset, r->gdt), *x = r->buf[cast];
+			       "cast copies that are not live communication_data_type buffers of "
+			       "their sizes", (int)(op - r->s->ops), coll_name(op->sub), n);
+	long long rank = comm_rank(c), from = rank * (long long)cnt;
+	void *a = at(r->buf[op->buf], op->offset, r->gdt), *x = r->buf[sl->cast];
+	void *send = slices ? r->buf[sl->cast_send] : x;
 	if (stage1_via_bucket(r, op))
 		r->cb->convert(r->cx, a, r->gdt, stage1_bucket_grads(r, op), r->gdt, n);
-	r->cb->convert(r->cx, x, cdt, a, r->gdt, n);
-	runner_predivide(r, x, cdt, n);
+	if (slices)
+		runner_predivide(r, a, r->gdt, n);
+	r->cb->convert(r->cx, send, cdt, a, r->gdt, n);
+	if (!slices)
+		runner_predivide(r, x, cdt, n);
 	if (all) {
 		if (comm_all_reduce(c, x, x, n, comm_dt(cdt), COMM_SUM, err))
 			return -1;
 		r->cb->convert(r->cx, a, r->gdt, x, cdt, n);
 	} else {
-		void *xm = at(x, (long long)(rank * cnt), cdt);
-		if (comm_reduce_scatter(c, x, xm, cnt, comm_dt(cdt), COMM_SUM, err))
+		void *mine = slices ? x : at(x, from, cdt);
+		if (comm_reduce_scatter(c, send, mine, cnt, comm_dt(cdt), COMM_SUM, err))
 			return -1;
-		r->cb->convert(r->cx, at(a, (long long)(rank * cnt), r->gdt), r->gdt, xm, cdt, cnt);
+		r->cb->convert(r->cx, at(a, from, r->gdt), r->gdt, mine, cdt, cnt);
 	}
-	return slice_reduced(r, op, at(a, (long long)(rank * cnt), r->gdt), cnt, NULL);
+	return slice_reduced(r, op, at(a, from, r->gdt), cnt, NULL);
 }
 
 /* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
@@ -1104,7 +1116,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
 	if (op->slice >= 0 && r->s->slices[op->slice].cast >= 0)
-		return zero_cast_reduce(r, op, c, r->s->slices[op->slice].cast, err);
+		return zero_cast_reduce(r, op, c, &r->s->slices[op->slice], err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);
 	if (op->sub == COLL_ALL_TO_ALL && op->role == ROLE_GRAD_REDUCE) { /* qgZ */

@@ -80,7 +80,7 @@ void moment_find(const Plan *p, const Schedule *s, const MemResult *mem, Place p
 	int unit = a->kind == OP_ALLOC ? a->unit : -1;
 	const Op *c = next ? next : prev;
 	/* the gradients cast for their reduction, or stage 0's engine bucket flattened */
-	int cast = out->what == BUF_COMM_CAST || (out->what == BUF_REDUCE_FLAT && unit < 0);
+	int cast = (out->what == BUF_COMM_CAST || out->what == BUF_REDUCE_FLAT) && unit < 0;
 	if (next && next->sub == COMP_OPTIMIZER)
 		out->phase = unit >= 0 || cast ? PHASE_GRAD_REDUCE : PHASE_OPTIMIZER;
 	else if (!next && prev && prev->sub == COMP_OPTIMIZER)

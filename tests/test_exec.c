@@ -1009,18 +1009,23 @@ static void test_bf16_optimizer(void)
  * gradient_reduction_w_predivide, stage3.py __avg_scatter_grads: tensor.to(fp32), reduced, cast
  * back; tests/test_zero.c works the schedule's casts by hand), on the exec suite's GPT in bf16 on
  * 2 ranks: ZeRO-2 with reduce_scatter false all-reduces each bucket through a cast of it whole,
- * ZeRO-3 reduce-scatters each unit's gradients through one. Two ranks' bf16 gradients summed
+ * with reduce_scatter on (the default) it reduces each rank's slice to that rank through a cast
+ * of the slice (the executor reduce-scatters from a whole cast of its own, exec_comm_cast, its
+ * workspace, into the slice's), ZeRO-3 reduce-scatters each unit's gradients through a cast of
+ * them whole. Two ranks' bf16 gradients summed
  * once in fp32 and rounded to bf16 equal their bf16 sum, which the transport also adds in fp32
  * and rounds once: the losses equal those with bf16 communication to the bit. By hand (PSI =
  * 112,384, micro-batch 1 of 8 tokens): ZeRO-2 all-reduces 4 PSI + 4 bytes (the norm) = 449,540
  * (bf16: 224,772); its buckets are whole blocks (reduce_bucket_size 20,000 is less than a
  * block's 49,984 elements), so the buffers' peak is a block's bucket in bf16 and its cast in
- * fp32, 6 x 49,984 = 299,904 bytes (bf16: 99,968). ZeRO-3 reduce-scatters 4 PSI = 449,536 (bf16:
+ * fp32, 6 x 49,984 = 299,904 bytes (bf16: 99,968); with reduce_scatter on it reduce-scatters 4
+ * PSI = 449,536 (bf16: 224,768) through the bucket's half in fp32, 2 x 49,984 + 4 x 24,992 =
+ * 199,936 bytes at the buffers' peak. ZeRO-3 reduce-scatters 4 PSI = 449,536 (bf16:
  * 224,768), a block's partitioned 49,600 elements at a time (its 384 persistent ones, tensors of
  * at most 100 elements, reduced apart), 6 x 49,600 = 297,600 bytes at the buffers' peak (bf16:
  * 99,200). A simulator that halved the cast (PARALLAX_TEST_MISPREDICT=comm_cast) fails compare
- * with exit 3. At ZeRO 1-2 with reduce_scatter on, DeepSpeed casts one rank's slice at a time and
- * reduces it to that rank: the executor refuses that, naming the key. */
+ * with exit 3. Without ZeRO (fp32 gradients, fp16 communication) the executor refuses the mix,
+ * naming what it runs. */
 static void test_zero_comm_cast(void)
 {
 	enum { STEPS = 4 };
@@ -1031,9 +1036,10 @@ static void test_zero_comm_cast(void)
 		double reduced, peak_buffers;
 	} c[] = {
 		{2, "--set deepspeed.zero_optimization.reduce_scatter=false", 449540, 299904},
+		{2, "", 449536, 199936},
 		{3, "", 449536, 297600},
 	};
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		char extra[512];
 		double bf16[STEPS], fp32[STEPS];
 		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, c[i].stage, STEPS, c[i].set, bf16), STEPS);
@@ -1054,8 +1060,7 @@ static void test_zero_comm_cast(void)
 			sqlite3 *db = run_into_db(args, db_path);
 			unsetenv("PARALLAX_TEST_MISPREDICT");
 			CU_ASSERT_PTR_NOT_NULL_FATAL(db);
-			const char *kind = c[i].stage == 3 ? "comm.reduce_scatter_bytes" :
-							     "comm.all_reduce_bytes";
+			const char *kind = i ? "comm.reduce_scatter_bytes" : "comm.all_reduce_bytes";
 			for (int r = 0; r < 2; r++) {
 				CU_ASSERT_EQUAL(px_run_metric(db, kind, "measured", r), c[i].reduced);
 				CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.buffers_bytes",
@@ -1069,10 +1074,11 @@ static void test_zero_comm_cast(void)
 	}
 	char args[1024], out[8192];
 	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db --set "
-		 "deepspeed.zero_optimization.stage=2 --set deepspeed.communication_data_type=fp32",
-		 scn);
+		 "deepspeed.zero_optimization.stage=0 --set deepspeed.communication_data_type=fp16",
+		 scenario("false"));
 	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
-	PX_ASSERT_HAS(out, "zero_optimization.reduce_scatter false");
+	PX_ASSERT_HAS(out, "communication_data_type equal to the gradients' type but under "
+		      "BF16_Optimizer or ZeRO 1-3");
 }
 
 /* Without ZeRO, DeepSpeed's engine reduces each bucket of up to 5e8 elements through a flattened
@@ -1445,7 +1451,7 @@ int test_exec_register(void)
 			     "measured", test_bf16_optimizer, PX_RELEASE_RUN},
 			    {"stage 0: the engine's flattened bucket, DistributedDataParallel's buckets",
 			     test_stage0_reduce_buffers, PX_RELEASE_RUN},
-			    {"communication_data_type fp32 under ZeRO 2-3: the cast, measured",
+			    {"communication_data_type fp32 under ZeRO 2-3: the casts, measured",
 			     test_zero_comm_cast, PX_RELEASE_RUN},
 			    {"the caching allocator's reserve is the model's max_reserved",
 			     test_caching_reserve_predicted, PX_RELEASE_RUN});
