@@ -1660,9 +1660,16 @@ static void optimizer_step(Builder *b)
 		}
 		/* one reduce-scatter of the expert flat, whose slices are the contiguous partition
 		 * the parameter update gathers whole (below); chunks of it would leave each rank a
-		 * piece of every chunk, not the slice it updates and sends */
+		 * piece of every chunk, not the slice it updates and sends; cast as the dense
+		 * buckets are (its memory only: the executor runs no cast with experts) */
+		int send, cast = st->flat_expert > 0 ?
+			zero_cast(b, kind, -1, st->flat_expert,
+				  st->flat_expert / p->spans[GROUP_EDP].n, &send) : -1;
 		expert_flat(b, kind, ROLE_GRAD_REDUCE, st->flat_expert, p->comm_bytes,
 			    st->flat_dense / p->dp);
+		if (cast >= 0)
+			release(b, &send);
+		release(b, &cast);
 		release_buckets(b);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
