@@ -24,6 +24,35 @@ static const char *quant_text(const InferConfig *c, char *buf, size_t n)
 	return buf;
 }
 
+/* The trace's requests replayed one by one (sim/infer_replay.h). */
+static void replay_table(FILE *f, const InferPrediction *pr)
+{
+	const InferReplay *r = &pr->replay;
+	fprintf(f, "\ntrace replayed request by request (%lld requests over %lld replica(s); "
+		"%lld prompt lengths priced)\n", r->requests, pr->plan.replicas,
+		r->prefills_priced);
+	fprintf(f, "%-40s %14s\n", "quantity", "value");
+	const struct { const char *name, *fmt; double v; } rows[] = {
+		{"time to first token, mean, s", "%14.5f", r->ttft_mean_s},
+		{"time to first token, median, s", "%14.5f", r->ttft_p50_s},
+		{"time to first token, p99, s", "%14.5f", r->ttft_p99_s},
+		{"time per output token, mean, s", "%14.5f", r->tpot_mean_s},
+		{"end-to-end latency, mean, s", "%14.5f", r->latency_mean_s},
+		{"end-to-end latency, p99, s", "%14.5f", r->latency_p99_s},
+		{"first arrival to last token, s", "%14.3f", r->makespan_s},
+		{"tokens/s per GPU over that span", "%14.1f", r->tokens_per_s_gpu},
+		{"most sequences decoding at once", "%14.0f", (double)r->peak_concurrency},
+		{"requests that waited for room", "%14.0f", (double)r->waited_for_room},
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		fprintf(f, "%-40s ", rows[i].name);
+		fprintf(f, rows[i].fmt, rows[i].v);
+		fputc('\n', f);
+	}
+	fprintf(f, "# each prompt's own length's prefill; decode steps at the trace's mean lengths; "
+		"room: the most concurrent sequences above\n");
+}
+
 void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction *pr)
 {
 	const ModelSpec *m = &sc->model;
@@ -43,8 +72,10 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 		sc->inf.kernel_inject ? "on" : "off", sc->inf.max_out_tokens);
 	if (w->continuous)
 		fprintf(f, "# workload   continuous batching: %.4g requests/s (%.4g per replica), "
-			"prompt %lld tokens, output %lld tokens on average; KV cache paged\n",
-			w->request_rate, pr->cb.rate_replica, w->prompt_tokens, w->output_tokens);
+			"prompt %lld tokens, output %lld tokens on average%s%s%s; KV cache paged\n",
+			w->request_rate, pr->cb.rate_replica, w->prompt_tokens, w->output_tokens,
+			w->trace.n ? " (the means of the trace " : "", w->trace.n ? w->trace.path : "",
+			w->trace.n ? ")" : "");
 	else
 		fprintf(f, "# workload   batch %lld per replica, prompt %lld tokens, output %lld tokens; "
 			"KV cache held for %lld tokens a sequence\n", w->batch, w->prompt_tokens,
@@ -90,6 +121,8 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 		fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's default "
 			"scheduler); Dynamic SplitFuse's prompt chunking is not modelled: "
 			"docs/inference.md\n");
+		if (pr->replayed)
+			replay_table(f, pr);
 		if (!cb->stable)
 			return;
 	}
@@ -154,6 +187,24 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 		n = metrics_put(out, n, "infer.continuous.requests_in_system", c->in_system, "1");
 		n = metrics_put(out, n, "infer.continuous.kv_cache_bytes", c->kv_bytes, "bytes");
 		n = metrics_put(out, n, "infer.continuous.max_concurrency", (double)c->max_concurrency, "1");
+	}
+	if (pr->replayed) {
+		const InferReplay *r = &pr->replay;
+		const struct { const char *name, *unit; double v; } t[] = {
+			{"infer.trace.requests", "1", (double)r->requests},
+			{"infer.trace.ttft_mean_s", "s", r->ttft_mean_s},
+			{"infer.trace.ttft_p50_s", "s", r->ttft_p50_s},
+			{"infer.trace.ttft_p99_s", "s", r->ttft_p99_s},
+			{"infer.trace.tpot_mean_s", "s", r->tpot_mean_s},
+			{"infer.trace.latency_mean_s", "s", r->latency_mean_s},
+			{"infer.trace.latency_p99_s", "s", r->latency_p99_s},
+			{"infer.trace.makespan_s", "s", r->makespan_s},
+			{"infer.trace.tokens_per_s_per_gpu", "1/s", r->tokens_per_s_gpu},
+			{"infer.trace.peak_concurrency", "1", (double)r->peak_concurrency},
+			{"infer.trace.waited_for_room", "1", (double)r->waited_for_room},
+		};
+		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+			n = metrics_put(out, n, t[i].name, t[i].v, t[i].unit);
 	}
 	return n;
 }

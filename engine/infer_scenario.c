@@ -320,11 +320,41 @@ static int parse_inference(const JsonObj *o, InferConfig *c, PxNotes *notes, PxE
 	return parse_tp(o, c, notes, err) || parse_dtype(o, c, err) || parse_quant(o, c, notes, err);
 }
 
-static int parse_workload(const JsonObj *o, InferWorkload *w, PxNotes *notes, PxError *err)
+/* workload.trace: the file relative to the scenario's folder (scenario), read; its means stand
+ * for the three keys it replaces, which it refuses beside it. */
+static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
+		       InferWorkload *w, PxError *err)
+{
+	static const char *const replaced[] = {"request_rate", "prompt_tokens", "output_tokens",
+					       NULL};
+	if (!w->continuous)
+		return fail_at(o, "trace", err, "applies to \"batching\": \"continuous\" only");
+	for (int i = 0; replaced[i]; i++)
+		if (cJSON_GetObjectItemCaseSensitive(o->obj, replaced[i]))
+			return fail_at(o, replaced[i], err, "given beside trace, whose requests "
+				       "state it; expected one or the other");
+	char dir[1024], path[2048];
+	snprintf(dir, sizeof(dir), "%s", scenario);
+	char *slash = strrchr(dir, '/');
+	if (file[0] == '/' || !slash)
+		snprintf(path, sizeof(path), "%s", file);
+	else
+		snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - dir), dir, file);
+	if (infer_trace_load(path, &w->trace, err)) {
+		char what[1200];
+		snprintf(what, sizeof(what), "%s", err->msg);
+		return fail_at(o, "trace", err, what);
+	}
+	infer_trace_means(&w->trace, &w->request_rate, &w->prompt_tokens, &w->output_tokens);
+	return 0;
+}
+
+static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload *w,
+			  PxNotes *notes, PxError *err)
 {
 	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens",
-					    "batching", "request_rate", NULL};
-	const char *batching;
+					    "batching", "request_rate", "trace", NULL};
+	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	int rc = jobj_int(o, "batch_size", 1, 1 << 24, 1, &w->batch, err);
@@ -340,6 +370,10 @@ static int parse_workload(const JsonObj *o, InferWorkload *w, PxNotes *notes, Px
 		return fail_at(o, "batching", err, what);
 	}
 	w->continuous = !strcmp(batching, "continuous");
+	if ((rc = jobj_str(o, "trace", "", &trace, err)) < 0)
+		return -1;
+	if (rc > 0)
+		return parse_trace(o, trace, scenario, w, err);
 	rc = jobj_num(o, "request_rate", 1e-9, 1e12, 0, &w->request_rate, err);
 	if (rc < 0)
 		return -1;
@@ -479,7 +513,7 @@ static int parse_all(InferScenario *sc, PxError *err)
 	if (model_parse(&sect[IS_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    cluster_parse(&sect[IS_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_inference(&inf, &sc->inf, &sc->notes, err) ||
-	    parse_workload(&wl, &sc->wl, &sc->notes, err) || check_model(sc, &top, err) ||
+	    parse_workload(&wl, sc->path, &sc->wl, &sc->notes, err) || check_model(sc, &top, err) ||
 	    check_layout(sc, &inf, &wl, err))
 		return -1;
 	/* a tensor-parallel group's NCCL buffers; cluster.c counts them for any world above 1 */
@@ -528,6 +562,7 @@ void infer_scenario_free(InferScenario *sc)
 		jdoc_free(&sc->docs[i]);
 	jov_free(&sc->ov);
 	px_notes_free(&sc->notes);
+	infer_trace_free(&sc->wl.trace);
 }
 
 char *infer_scenario_resolved_json(const InferScenario *sc)

@@ -7,6 +7,7 @@
 #define PX_INFER_SCENARIO_H
 
 #include "cluster.h"
+#include "infer_trace.h"
 #include "jdoc.h"
 #include "model.h"
 #include "scenario.h"
@@ -38,12 +39,15 @@ typedef struct InferConfig {
  * "continuous"): requests arrive at request_rate a second (the whole cluster's, spread evenly
  * over its replicas), each of prompt_tokens and output_tokens on average, and join the running
  * batch as they come; batch then caps the concurrent sequences (vLLM's max_num_seqs) when
- * given, else memory does (sim/infer_sim.c, docs/inference.md). */
+ * given, else memory does (sim/infer_sim.c, docs/inference.md). A continuous workload may give
+ * its requests as a trace instead ("trace": a file, engine/infer_trace.h), whose means then
+ * stand for request_rate, prompt_tokens and output_tokens. */
 typedef struct InferWorkload {
 	long long batch, prompt_tokens, output_tokens;
 	int continuous;
 	int batch_given;          /* continuous: batch_size was given (a cap) */
 	double request_rate;      /* continuous: requests/s to the cluster */
+	InferTrace trace;         /* continuous: the trace's requests (n 0: none) */
 } InferWorkload;
 
 enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };

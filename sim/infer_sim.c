@@ -108,9 +108,8 @@ static int price_time(const InferScenario *sc, const HwProfile *hw, InferPredict
 	return 0;
 }
 
-/* The phases of a batch of b sequences (the workload's lengths), built and priced apart. */
-static int price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
-		       InferPhase *prefill, InferPhase *decode, PxError *err)
+int infer_price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
+		      InferPhase *prefill, InferPhase *decode, PxError *err)
 {
 	InferPlan p;
 	Schedule s;
@@ -162,7 +161,7 @@ static long long largest_fit(const InferScenario *sc, double cap, long long fixe
 static double decode_s(const InferScenario *sc, const HwProfile *hw, long long n, PxError *err)
 {
 	InferPhase pf, dec;
-	return price_batch(sc, hw, n, &pf, &dec, err) ? -1 : dec.s;
+	return infer_price_batch(sc, hw, n, &pf, &dec, err) ? -1 : dec.s;
 }
 
 /* g(n) = n (1 - rho) - lambda (so - 1) T_d(n): decode's capacity over its demand, in sequences;
@@ -190,7 +189,7 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 	InferPhase dec_hi;
 	c->rate_replica = wl->request_rate / (double)pr->plan.replicas;
 	c->mean_ctx_tokens = (double)wl->prompt_tokens + so / 2;
-	if (price_batch(sc, hw, 1, &pr->prefill, &dec_hi, err))
+	if (infer_price_batch(sc, hw, 1, &pr->prefill, &dec_hi, err))
 		return -1;
 	c->prefill_s = pr->prefill.s;
 	c->prefill_util = c->rate_replica * c->prefill_s;
@@ -241,8 +240,13 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 	}
 	c->stable = 1;
 	/* a prompt waits for the prefills ahead of it: M/D/1's mean wait rho T / (2 (1 - rho))
-	 * (Pollaczek-Khinchine, deterministic service) */
-	pr->ttft_s = c->prefill_s * (1 + c->prefill_util / (2 * (1 - c->prefill_util)));
+	 * (Pollaczek-Khinchine, deterministic service); and, arriving during a decode step (a
+	 * share (1 - rho) min(1, N) of the time: below one sequence on average the steps are
+	 * batch 1's, lambda (so - 1) T_d of it), for the rest of that step, half of one on
+	 * average */
+	double decoding = (1 - c->prefill_util) * fmin(1, c->concurrency);
+	pr->ttft_s = c->prefill_s * (1 + c->prefill_util / (2 * (1 - c->prefill_util))) +
+		     decoding * c->decode_step_s / 2;
 	pr->tpot_s = c->decode_step_s / (1 - c->prefill_util);
 	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
 	c->in_system = c->rate_replica * pr->latency_s;
@@ -273,6 +277,10 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 		return -1;
 	if (price_continuous(sc, hw, pr, err))
 		return -1;
+	if (wl->trace.n > 0 && (pr->replayed = 1) &&
+	    infer_replay(sc, hw, pr->plan.replicas, pr->plan.tp, pr->cb.max_concurrency,
+			 &pr->replay, err))
+		return -1;
 	long long b = pr->cb.stable ? (long long)ceil(pr->cb.concurrency - 1e-9) : 1;
 	if (b < 1)
 		b = 1;
@@ -281,7 +289,7 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 	if (infer_plan_make(sc, b, ctx, &pr->plan, err) ||
 	    infer_build_schedule(&pr->plan, &pr->sched, err) ||
 	    sim_memory(&pr->sched, &pr->mem, NULL, NULL, err) ||
-	    (pr->cb.stable && price_batch(sc, hw, b, &pf, &pr->decode, err)))
+	    (pr->cb.stable && infer_price_batch(sc, hw, b, &pf, &pr->decode, err)))
 		return -1;
 	pr->peak_bytes = pr->mem.place[PLACE_GPU].peak_bytes;
 	pr->load_peak_bytes = infer_plan_load_peak_bytes(&pr->plan);

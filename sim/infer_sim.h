@@ -10,6 +10,7 @@
 
 #include "../engine/infer_build.h"
 #include "hwprofile.h"
+#include "infer_replay.h"
 #include "memory.h"
 #include "predict.h"
 
@@ -64,6 +65,8 @@ typedef struct InferPrediction {
 	double tokens_per_s_replica, tokens_per_s_gpu, tokens_per_s_node; /* generated tokens */
 	char hw_source[256];
 	InferContinuous cb;        /* workload.batching continuous only */
+	InferReplay replay;        /* continuous with a trace: its replay (replayed 1) */
+	int replayed;
 	InferScenario paged;       /* continuous: a shallow copy of the scenario without kernel
 				      injection's reservation (the KV cache paged, as FastGen's and
 				      vLLM's are); the plan borrows it. Not to be freed. */
@@ -76,6 +79,12 @@ int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *sour
 void infer_predict_free(InferPrediction *pr);
 
 const char *infer_bound_name(InferBound b);
+
+/* The phases of a batch of b sequences at sc's workload lengths, built and priced with the
+ * profile hw (not NULL) apart: one prefill (TTFT at that batch) and the mean decode step. 0, or
+ * -1 with err. */
+int infer_price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
+		      InferPhase *prefill, InferPhase *decode, PxError *err);
 
 /* The time of one collective of `bytes` over n ranks of one node (ring; an all-reduce inside an
  * NVLink domain at the profile's allreduce_scale), as sim/opcost.c prices a training one. */
