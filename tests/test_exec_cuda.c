@@ -283,11 +283,46 @@ static void test_sparse_attention(void)
 	cJSON_Delete(ref);
 }
 
+/* communication_data_type fp32 with bf16 gradients on the CUDA backend, 2 ranks on the GPU: at
+ * ZeRO-2 (reduce_scatter on, then off) and ZeRO-3 the losses of bf16 communication to the bit
+ * (two ranks' bf16 gradients summed once in fp32 and rounded equal their bf16 sum rounded once:
+ * tests/test_exec.c, "communication_data_type fp32 under ZeRO 2-3"), and the buffers' and the
+ * executor workspace's peaks measured as predicted (the casts, engine/build.c zero_cast).
+ * Written without a GPU (2026-12-01); the runbook runs it. */
+static void test_comm_cast(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("true");
+	static const char *const RS_OFF = "--set deepspeed.zero_optimization.reduce_scatter=false";
+	for (int k = 0; k < 3; k++) {
+		const char *set = k == 1 ? RS_OFF : "";
+		char extra[256];
+		snprintf(extra, sizeof(extra), "%s --set deepspeed.communication_data_type=fp32", set);
+		cJSON *plain = run_json(scn, "cuda", 2, k < 2 ? 2 : 3, STEPS, set);
+		cJSON *cast = run_json(scn, "cuda", 2, k < 2 ? 2 : 3, STEPS, extra);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(cast);
+		int n = 0;
+		CU_ASSERT_EQUAL(losses_gap(plain, cast, &n), 0);
+		CU_ASSERT_EQUAL(n, STEPS);
+		static const char *const PEAKS[] = {"memory.gpu.peak.buffers_bytes",
+						    "memory.gpu.peak.workspace_bytes"};
+		for (int i = 0; i < 2; i++)
+			CU_ASSERT_EQUAL(num(cast, "measured", PEAKS[i]),
+					num(cast, "predicted", PEAKS[i]));
+		CU_ASSERT(num(cast, "measured", PEAKS[0]) > num(plain, "measured", PEAKS[0]));
+		cJSON_Delete(plain);
+		cJSON_Delete(cast);
+	}
+}
+
 static const PxTestCase GPU_TESTS[] = {
 	{"step time within 10% of the calibrated prediction", test_step_time},
 	{"selective recompute: the same losses to the bit, memory as predicted",
 	 test_selective_recompute},
 	{"block-sparse attention: the CPU's losses, memory as predicted", test_sparse_attention},
+	{"communication_data_type fp32: bf16 communication's losses, the casts as predicted",
+	 test_comm_cast},
 	{"cuda losses equal the CPU's, stages 0-3 x 1,2 ranks", test_losses_match_cpu},
 	{"per-rank memory on one GPU, stages 0-3 x 1,2,4 ranks", test_memory_claims},
 };
