@@ -28,9 +28,9 @@ static const char *quant_text(const InferConfig *c, char *buf, size_t n)
 static void replay_table(FILE *f, const InferPrediction *pr)
 {
 	const InferReplay *r = &pr->replay;
-	fprintf(f, "\ntrace replayed request by request (%lld requests over %lld replica(s); "
-		"%lld prompt lengths priced)\n", r->requests, pr->plan.replicas,
-		r->prefills_priced);
+	fprintf(f, "\ntrace replayed request by request (%lld requests over %lld replica(s), a KV "
+		"cache of %lld tokens each; %lld prompt lengths priced)\n", r->requests,
+		pr->plan.replicas, r->kv_tokens, r->prefills_priced);
 	fprintf(f, "%-40s %14s\n", "quantity", "value");
 	const struct { const char *name, *fmt; double v; } rows[] = {
 		{"time to first token, mean, s", "%14.5f", r->ttft_mean_s},
@@ -41,8 +41,10 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		{"end-to-end latency, p99, s", "%14.5f", r->latency_p99_s},
 		{"first arrival to last token, s", "%14.3f", r->makespan_s},
 		{"tokens/s per GPU over that span", "%14.1f", r->tokens_per_s_gpu},
-		{"most sequences decoding at once", "%14.0f", (double)r->peak_concurrency},
+		{"most sequences running at once", "%14.0f", (double)r->peak_concurrency},
+		{"most tokens in the KV cache", "%14.0f", (double)r->peak_kv_tokens},
 		{"requests that waited for room", "%14.0f", (double)r->waited_for_room},
+		{"sequences preempted (prefilled again)", "%14.0f", (double)r->preemptions},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		fprintf(f, "%-40s ", rows[i].name);
@@ -50,7 +52,8 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		fputc('\n', f);
 	}
 	fprintf(f, "# each prompt's own length's prefill; decode steps at the trace's mean lengths; "
-		"room: the most concurrent sequences above\n");
+		"room: the KV cache's tokens%s\n", pr->paged.wl.batch_given ?
+		" and batch_size's sequences" : "");
 }
 
 void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction *pr)
@@ -201,7 +204,10 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 			{"infer.trace.makespan_s", "s", r->makespan_s},
 			{"infer.trace.tokens_per_s_per_gpu", "1/s", r->tokens_per_s_gpu},
 			{"infer.trace.peak_concurrency", "1", (double)r->peak_concurrency},
+			{"infer.trace.peak_kv_tokens", "1", (double)r->peak_kv_tokens},
+			{"infer.trace.kv_tokens", "1", (double)r->kv_tokens},
 			{"infer.trace.waited_for_room", "1", (double)r->waited_for_room},
+			{"infer.trace.preemptions", "1", (double)r->preemptions},
 		};
 		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 			n = metrics_put(out, n, t[i].name, t[i].v, t[i].unit);

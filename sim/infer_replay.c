@@ -6,14 +6,16 @@
 
 #include "infer_sim.h"
 
-/* Costs, priced once each: a prefill by prompt length, a decode step by batch. */
+/* Costs, priced once each: a prefill by prompt length (the trace's lengths; a preempted
+ * sequence's longer one each time), a decode step by batch. */
 typedef struct Costs {
 	const InferScenario *sc;
 	const HwProfile *hw;
 	long long *lengths; /* the trace's distinct prompt lengths, ascending */
 	double *prefill_s;  /* each one's prefill, < 0 until priced */
 	long long n_lengths;
-	double *step_s;     /* decode step at batch n (index n), < 0 until priced */
+	double *step_s;     /* decode step at batch n (index n, up to the trace's requests), < 0
+			       until priced */
 	long long priced;
 } Costs;
 
@@ -29,25 +31,31 @@ static int cmp_d(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double prefill_of(Costs *c, long long prompt, PxError *err)
+static double price_prefill(Costs *c, long long tokens, PxError *err)
+{
+	InferScenario one = *c->sc; /* shallow: only the workload's prompt differs */
+	one.wl.prompt_tokens = tokens;
+	InferPhase pf, dec;
+	if (infer_price_batch(&one, c->hw, 1, &pf, &dec, err))
+		return -1;
+	c->priced++;
+	return pf.s;
+}
+
+static double prefill_of(Costs *c, long long tokens, PxError *err)
 {
 	long long lo = 0, hi = c->n_lengths - 1;
 	while (lo < hi) {
 		long long mid = (lo + hi) / 2;
-		if (c->lengths[mid] < prompt)
+		if (c->lengths[mid] < tokens)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (c->prefill_s[lo] < 0) {
-		InferScenario one = *c->sc; /* shallow: only the workload's prompt differs */
-		one.wl.prompt_tokens = prompt;
-		InferPhase pf, dec;
-		if (infer_price_batch(&one, c->hw, 1, &pf, &dec, err))
-			return -1;
-		c->prefill_s[lo] = pf.s;
-		c->priced++;
-	}
+	if (c->lengths[lo] != tokens) /* a preempted sequence's prompt and output so far */
+		return price_prefill(c, tokens, err);
+	if (c->prefill_s[lo] < 0)
+		c->prefill_s[lo] = price_prefill(c, tokens, err);
 	return c->prefill_s[lo];
 }
 
@@ -62,66 +70,144 @@ static double step_of(Costs *c, long long n, PxError *err)
 	return c->step_s[n];
 }
 
-/* A request in flight on a replica. */
+/* A request in flight on a replica, in admission order. */
 typedef struct Live {
-	long long req, left; /* its index; tokens still to generate */
+	long long req, made; /* its index; tokens it has generated */
 	double first_s;      /* when its first token came */
 } Live;
 
-/* One replica's requests (every replicas-th from first) through the loop; ttft and latency
- * filled by request index, tpot's sum and count added. */
-static int replica(Costs *c, const InferTrace *t, long long first, long long replicas,
-		   long long cap, Live *live, double *ttft, double *latency, double *tpot_sum,
-		   long long *tpot_n, InferReplay *out, PxError *err)
+typedef struct Replica {
+	const InferTrace *t;
+	const InferReplayRoom *room;
+	Costs *c;
+	Live *live;
+	long long n_live, used;       /* running sequences; tokens in their cache */
+	long long *again, n_again;    /* preempted requests, waiting first (oldest first) */
+	long long *made;              /* by request: tokens made before a preemption */
+	double *first;                /* by request: its first token's time, < 0 before */
+	double *ttft, *latency, tpot_sum;
+	long long tpot_n;
+	InferReplay *out;
+} Replica;
+
+/* The tokens a running sequence holds in the cache: its prompt and every token it made but the
+ * newest, which the next step writes. */
+static long long context(const Replica *r, const Live *l)
 {
-	long long next = first, queued = first, n_live = 0; /* [queued, next): arrived, waiting */
+	return r->t->req[l->req].prompt_tokens + l->made - 1;
+}
+
+/* Admit request q (made tokens made before a preemption): prefill its prompt and those tokens,
+ * alone, which makes one more. */
+static int admit(Replica *r, long long q, double *now, PxError *err)
+{
+	const InferRequest *x = &r->t->req[q];
+	double pf = prefill_of(r->c, x->prompt_tokens + r->made[q], err);
+	if (pf < 0)
+		return -1;
+	*now += pf;
+	r->used += x->prompt_tokens + r->made[q]++;
+	if (r->first[q] < 0) {
+		r->first[q] = *now;
+		r->ttft[q] = *now - x->arrival_s;
+	}
+	if (r->made[q] >= x->output_tokens) {
+		r->latency[q] = *now - x->arrival_s;
+		r->used -= x->prompt_tokens + r->made[q] - 1;
+		return 0;
+	}
+	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q]};
+	if (r->n_live > r->out->peak_concurrency)
+		r->out->peak_concurrency = r->n_live;
+	if (r->used > r->out->peak_kv_tokens)
+		r->out->peak_kv_tokens = r->used;
+	return 0;
+}
+
+/* Whether request q's prompt (and what it made) fits beside the running sequences. */
+static int fits(const Replica *r, long long q)
+{
+	return r->n_live < r->room->max_seqs &&
+	       r->used + r->t->req[q].prompt_tokens + r->made[q] <= r->room->kv_tokens;
+}
+
+/* One decode step: first make room for a token each, preempting the last admitted. */
+static int decode(Replica *r, double *now, PxError *err)
+{
+	while (r->n_live > 1 && r->used + r->n_live > r->room->kv_tokens) {
+		Live *l = &r->live[--r->n_live];
+		r->used -= context(r, l);
+		r->made[l->req] = l->made;
+		r->again[r->n_again++] = l->req;
+		r->out->preemptions++;
+	}
+	double step = step_of(r->c, r->n_live, err);
+	if (step < 0)
+		return -1;
+	*now += step;
+	r->used += r->n_live;
+	if (r->used > r->out->peak_kv_tokens)
+		r->out->peak_kv_tokens = r->used;
+	long long kept = 0;
+	for (long long k = 0; k < r->n_live; k++) {
+		Live *l = &r->live[k];
+		const InferRequest *x = &r->t->req[l->req];
+		if (++l->made < x->output_tokens) {
+			r->live[kept++] = *l;
+			continue;
+		}
+		r->latency[l->req] = *now - x->arrival_s;
+		r->tpot_sum += (*now - l->first_s) / (double)(x->output_tokens - 1);
+		r->tpot_n++;
+		r->used -= context(r, l);
+	}
+	r->n_live = kept;
+	return 0;
+}
+
+/* One replica's requests (every replicas-th from first) through the loop. */
+static int run_replica(Replica *r, long long first, PxError *err)
+{
+	const InferTrace *t = r->t;
+	long long step = r->room->replicas, next = first, queued = first;
 	double now = t->req[first].arrival_s;
-	while (queued < t->n || n_live > 0) {
+	r->n_live = r->used = r->n_again = 0;
+	while (queued < t->n || r->n_live > 0 || r->n_again > 0) {
 		while (next < t->n && t->req[next].arrival_s <= now)
-			next += replicas;
-		if (queued < next && n_live >= cap)
-			for (long long i = queued; i < next; i += replicas)
-				if (ttft[i] == -2) /* counted once */
-					ttft[i] = -3, out->waited_for_room++;
-		if (queued < next && n_live < cap) { /* a prompt first */
-			const InferRequest *r = &t->req[queued];
-			double pf = prefill_of(c, r->prompt_tokens, err);
-			if (pf < 0)
+			next += step;
+		if (r->n_again > 0 && fits(r, r->again[0])) {
+			long long q = r->again[0];
+			memmove(r->again, r->again + 1, (size_t)--r->n_again * sizeof(*r->again));
+			if (admit(r, q, &now, err))
 				return -1;
-			now += pf;
-			ttft[queued] = now - r->arrival_s;
-			if (r->output_tokens == 1)
-				latency[queued] = now - r->arrival_s;
-			else
-				live[n_live++] = (Live){queued, r->output_tokens - 1, now};
-			if (n_live > out->peak_concurrency)
-				out->peak_concurrency = n_live;
-			queued += replicas;
 			continue;
 		}
-		if (n_live > 0) {
-			double step = step_of(c, n_live, err);
-			if (step < 0)
-				return -1;
-			now += step;
-			for (long long k = 0; k < n_live;) {
-				Live *l = &live[k];
-				if (--l->left > 0) {
-					k++;
-					continue;
-				}
-				const InferRequest *r = &t->req[l->req];
-				latency[l->req] = now - r->arrival_s;
-				*tpot_sum += (now - l->first_s) / (double)(r->output_tokens - 1);
-				(*tpot_n)++;
-				*l = live[--n_live];
+		if (!r->n_again && queued < next) {
+			if (fits(r, queued)) {
+				if (admit(r, queued, &now, err))
+					return -1;
+				queued += step;
+				continue;
 			}
+			if (r->ttft[queued] == -2) /* counted once */
+				r->ttft[queued] = -3, r->out->waited_for_room++;
+		}
+		if (r->n_live > 0) {
+			if (decode(r, &now, err))
+				return -1;
 			continue;
 		}
+		if (r->n_again > 0 || queued < next) /* nothing runs, and the first in line does
+						      not fit an empty cache */
+			return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): "
+				       "longer than the KV cache's %lld tokens", t->path,
+				       (r->n_again ? r->again[0] : queued) + 1,
+				       t->req[r->n_again ? r->again[0] : queued].prompt_tokens,
+				       r->room->kv_tokens);
 		now = t->req[queued].arrival_s; /* idle until the next arrival */
 	}
-	if (now - t->req[0].arrival_s > out->makespan_s)
-		out->makespan_s = now - t->req[0].arrival_s;
+	if (now - t->req[0].arrival_s > r->out->makespan_s)
+		r->out->makespan_s = now - t->req[0].arrival_s;
 	return 0;
 }
 
@@ -132,62 +218,79 @@ static double quantile(const double *v, long long n, double q)
 	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-int infer_replay(const InferScenario *sc, const HwProfile *hw, long long replicas, long long tp,
-		 long long max_concurrency, InferReplay *out, PxError *err)
+static void summarise(const InferTrace *t, Replica *r, const InferReplayRoom *room)
+{
+	long long n = t->n;
+	InferReplay *out = r->out;
+	double gen = 0, sum_ttft = 0, sum_lat = 0;
+	for (long long i = 0; i < n; i++)
+		gen += (double)t->req[i].output_tokens, sum_ttft += r->ttft[i],
+			sum_lat += r->latency[i];
+	qsort(r->ttft, (size_t)n, sizeof(*r->ttft), cmp_d);
+	qsort(r->latency, (size_t)n, sizeof(*r->latency), cmp_d);
+	out->ttft_mean_s = sum_ttft / (double)n;
+	out->ttft_p50_s = quantile(r->ttft, n, 0.5);
+	out->ttft_p99_s = quantile(r->ttft, n, 0.99);
+	out->latency_mean_s = sum_lat / (double)n;
+	out->latency_p99_s = quantile(r->latency, n, 0.99);
+	out->tpot_mean_s = r->tpot_n ? r->tpot_sum / (double)r->tpot_n : 0;
+	out->tokens_per_s_gpu = gen / out->makespan_s / (double)(room->replicas * room->tp);
+	out->prefills_priced = r->c->priced;
+}
+
+int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplayRoom *room,
+		 InferReplay *out, PxError *err)
 {
 	const InferTrace *t = &sc->wl.trace;
 	memset(out, 0, sizeof(*out));
 	out->requests = t->n;
-	if (replicas < 1 || max_concurrency < 1 || t->n < 1)
+	out->kv_tokens = room->kv_tokens;
+	if (room->replicas < 1 || room->kv_tokens < 1 || room->max_seqs < 1 || t->n < 1)
 		return px_fail(err, PX_ERR_INPUT, "%s: no replica, or no room for one sequence, to "
 			       "replay the trace on", t->path);
+	long long n = t->n;
 	Costs c = {.sc = sc, .hw = hw};
-	long long n = t->n, cap = max_concurrency;
+	Replica r = {.t = t, .room = room, .c = &c, .out = out};
 	c.lengths = malloc((size_t)n * sizeof(*c.lengths));
 	c.prefill_s = malloc((size_t)n * sizeof(*c.prefill_s));
-	c.step_s = malloc((size_t)(cap + 1) * sizeof(*c.step_s));
-	Live *live = malloc((size_t)(cap < n ? cap : n) * sizeof(*live));
-	double *ttft = malloc((size_t)n * sizeof(*ttft)), *lat = malloc((size_t)n * sizeof(*lat));
+	c.step_s = malloc((size_t)(n + 1) * sizeof(*c.step_s));
+	r.live = malloc((size_t)n * sizeof(*r.live));
+	r.again = malloc((size_t)n * sizeof(*r.again));
+	r.made = calloc((size_t)n, sizeof(*r.made));
+	r.first = malloc((size_t)n * sizeof(*r.first));
+	r.ttft = malloc((size_t)n * sizeof(*r.ttft));
+	r.latency = malloc((size_t)n * sizeof(*r.latency));
 	int rc = 0;
-	if (!c.lengths || !c.prefill_s || !c.step_s || !live || !ttft || !lat) {
+	if (!c.lengths || !c.prefill_s || !c.step_s || !r.live || !r.again || !r.made ||
+	    !r.first || !r.ttft || !r.latency) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
 	}
-	for (long long i = 0; i < n; i++)
-		c.lengths[i] = t->req[i].prompt_tokens, ttft[i] = -2, lat[i] = -1;
+	for (long long i = 0; i < n; i++) {
+		c.lengths[i] = t->req[i].prompt_tokens;
+		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
+	}
 	qsort(c.lengths, (size_t)n, sizeof(*c.lengths), cmp_ll);
 	for (long long i = 0; i < n; i++)
 		if (!i || c.lengths[i] != c.lengths[c.n_lengths - 1])
 			c.lengths[c.n_lengths++] = c.lengths[i];
 	for (long long i = 0; i < c.n_lengths; i++)
 		c.prefill_s[i] = -1;
-	for (long long i = 0; i <= cap; i++)
+	for (long long i = 0; i <= n; i++)
 		c.step_s[i] = -1;
-	double tpot_sum = 0;
-	long long tpot_n = 0;
-	for (long long r = 0; r < replicas && r < n && !rc; r++)
-		rc = replica(&c, t, r, replicas, cap, live, ttft, lat, &tpot_sum, &tpot_n, out, err);
-	if (rc)
-		goto done;
-	double gen = 0, sum_ttft = 0, sum_lat = 0;
-	for (long long i = 0; i < n; i++)
-		gen += (double)t->req[i].output_tokens, sum_ttft += ttft[i], sum_lat += lat[i];
-	qsort(ttft, (size_t)n, sizeof(*ttft), cmp_d);
-	qsort(lat, (size_t)n, sizeof(*lat), cmp_d);
-	out->ttft_mean_s = sum_ttft / (double)n;
-	out->ttft_p50_s = quantile(ttft, n, 0.5);
-	out->ttft_p99_s = quantile(ttft, n, 0.99);
-	out->latency_mean_s = sum_lat / (double)n;
-	out->latency_p99_s = quantile(lat, n, 0.99);
-	out->tpot_mean_s = tpot_n ? tpot_sum / (double)tpot_n : 0;
-	out->tokens_per_s_gpu = gen / out->makespan_s / (double)(replicas * tp);
-	out->prefills_priced = c.priced;
+	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
+		rc = run_replica(&r, k, err);
+	if (!rc)
+		summarise(t, &r, room);
 done:
 	free(c.lengths);
 	free(c.prefill_s);
 	free(c.step_s);
-	free(live);
-	free(ttft);
-	free(lat);
+	free(r.live);
+	free(r.again);
+	free(r.made);
+	free(r.first);
+	free(r.ttft);
+	free(r.latency);
 	return rc;
 }

@@ -277,10 +277,14 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 		return -1;
 	if (price_continuous(sc, hw, pr, err))
 		return -1;
-	if (wl->trace.n > 0 && (pr->replayed = 1) &&
-	    infer_replay(sc, hw, pr->plan.replicas, pr->plan.tp, pr->cb.max_concurrency,
-			 &pr->replay, err))
-		return -1;
+	if (wl->trace.n > 0) { /* the KV cache's tokens: one sequence's longest context */
+		InferReplayRoom room = {.replicas = pr->plan.replicas, .tp = pr->plan.tp,
+					.max_seqs = wl->batch_given ? wl->batch : wl->trace.n};
+		pr->replayed = 1;
+		if ((room.kv_tokens = largest_fit(sc, cap, 1, 1LL << 40, 0, err)) < 0 ||
+		    infer_replay(sc, hw, &room, &pr->replay, err))
+			return -1;
+	}
 	long long b = pr->cb.stable ? (long long)ceil(pr->cb.concurrency - 1e-9) : 1;
 	if (b < 1)
 		b = 1;

@@ -419,15 +419,21 @@ static const char *write_pair(const char *fmt, const char *workload, const char 
 }
 
 /* The continuous-batching scenario over the trace file tr.csv written beside it with text;
- * workload: more keys of the workload ("" for none). */
-static int predict_trace(const char *csv, const char *workload, InferScenario *sc,
-			 InferPrediction *pr, PxError *err)
+ * workload: more keys of the workload ("" for none); usable_gib: the GPU's usable memory, 0 for
+ * the catalog's. */
+static int predict_trace_on(const char *csv, const char *workload, double usable_gib,
+			    InferScenario *sc, InferPrediction *pr, PxError *err)
 {
-	const char *path = write_pair(
-		"{\"model\": \"%s\", \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
-		"\"gpus_per_node\": 1}, \"inference\": {\"dtype\": \"fp16\"},\n"
-		" \"workload\": {\"batching\": \"continuous\", %s\"trace\": \"tr.csv\"}}",
-		workload, csv);
+	char usable[64] = "";
+	if (usable_gib > 0)
+		snprintf(usable, sizeof(usable), ", \"gpu_usable_memory_GiB\": %g", usable_gib);
+	char fmt[1024];
+	snprintf(fmt, sizeof(fmt),
+		 "{\"model\": \"%%s\", \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
+		 "\"gpus_per_node\": 1%s}, \"inference\": {\"dtype\": \"fp16\"},\n"
+		 " \"workload\": {\"batching\": \"continuous\", %%s\"trace\": \"tr.csv\"}}",
+		 usable);
+	const char *path = write_pair(fmt, workload, csv);
 	if (infer_scenario_load(sc, path, NULL, err))
 		return -1;
 	if (infer_predict(sc, NULL, NULL, pr, err)) {
@@ -435,6 +441,12 @@ static int predict_trace(const char *csv, const char *workload, InferScenario *s
 		return -1;
 	}
 	return 0;
+}
+
+static int predict_trace(const char *csv, const char *workload, InferScenario *sc,
+			 InferPrediction *pr, PxError *err)
+{
+	return predict_trace_on(csv, workload, 0, sc, pr, err);
 }
 
 /* One phase's time for sc's lengths with prompt prompt at batch b (kernel injection off, as
@@ -506,6 +518,72 @@ static void test_trace_by_hand(void)
 		infer_predict_free(&pr);
 		infer_scenario_free(&sc);
 	}
+}
+
+/* Preemption worked by hand (vLLM's recompute), with the GPU's usable memory cut to 14 GiB so
+ * that the KV cache holds K tokens (about 2,000, read from a first replay; it depends a little on
+ * the trace's mean prompt, which r2 below keeps at 1,000): r0 (0 s, prompt K/2 rounded up, output
+ * 3) and r1
+ * (1 ms, during r0's prefill; K/2 - 1, 3) both fit at admission (K - 1 tokens: prefills P(K/2), P(K/2 - 1)), but their
+ * first decode step needs 2 more: r1, admitted last, is preempted (its cache freed, 1 token made)
+ * and waits first in line; r0 decodes alone (D1) and still r1 does not fit (K/2 + 1 + K/2 - 1 + 1
+ * tokens); r0's second step (D1) ends it; r1 is prefilled again over its prompt and its token
+ * (P(K/2), K/2 rounded down), which makes its second, and one step (D1) its third. From time 0
+ * (P(a) the prefill of r0's a tokens, P(b) r1's, P(b + 1) r1's again): r0's first token at P(a),
+ * its last at L0 = P(a) + P(b) + 2 D1; r1's first at P(a) + P(b), its last at L1 = L0 + P(b + 1)
+ * + D1 (r1's TTFT and latency 1 ms less); TPOT: (P(b) + 2 D1) / 2 and (2 D1 + P(b + 1) + D1) / 2; one preemption, at most K - 1 tokens held and 2 running. r2
+ * (100 s, prompt 3,000 - r0's - r1's, output 3) comes to an empty server: TTFT P(r2), latency
+ * P(r2) + 2 D1, TPOT D1, the last token at 100 s + that. A prompt longer than the whole cache is
+ * refused, naming the trace and the request. */
+static void test_trace_preemption(void)
+{
+	const char *cut = "\"batch_size\": null, ";
+	char csv[256];
+	long long k = 2000;
+	InferScenario sc;
+	InferPrediction pr;
+	PxError err = {0};
+	for (int tries = 0;; tries++) {
+		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,3\n"
+			 "0.001,%lld,3\n100,%lld,3\n", k - k / 2, k / 2 - 1, 3000 - k + 1);
+		if (predict_trace_on(csv, cut, 14, &sc, &pr, &err)) {
+			CU_FAIL(err.msg);
+			return;
+		}
+		if (pr.replay.kv_tokens == k || tries == 3)
+			break;
+		k = pr.replay.kv_tokens;
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+	CU_ASSERT_EQUAL_FATAL(pr.replay.kv_tokens, k);
+	CU_ASSERT_EQUAL(sc.wl.prompt_tokens, 1000);
+	long long a = k - k / 2, b = k / 2 - 1, c = 3000 - k + 1;
+	CU_ASSERT_FATAL(a + b <= k && a + b + 2 > k && c > 0 && c + 2 < a + b);
+	double pa = phase_s(&sc, a, 1, 1), pb = phase_s(&sc, b, 1, 1), pc = phase_s(&sc, c, 1, 1);
+	double d1 = phase_s(&sc, sc.wl.prompt_tokens, 1, 0), e = 1e-12;
+	const InferReplay *r = &pr.replay;
+	CU_ASSERT_EQUAL(r->preemptions, 1);
+	CU_ASSERT_EQUAL(r->peak_kv_tokens, a + b);
+	CU_ASSERT_EQUAL(r->peak_concurrency, 2);
+	CU_ASSERT_EQUAL(r->waited_for_room, 0);
+	double pb1 = phase_s(&sc, b + 1, 1, 1);
+	double l0 = pa + pb + 2 * d1, l1 = l0 + pb1 + d1, l2 = pc + 2 * d1;
+	CU_ASSERT_FATAL(l1 - 0.001 > l2);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (pa + pa + pb - 0.001 + pc) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (l0 + l1 - 0.001 + l2) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, l1 - 0.001, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s,
+			       ((pb + 2 * d1) / 2 + (2 * d1 + pb1 + d1) / 2 + d1) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 100 + l2, e);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	/* a prompt the empty cache cannot hold: refused, naming the trace and the request */
+	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,10,3\n1,%lld,3\n",
+		 2 * k);
+	CU_ASSERT_EQUAL(predict_trace_on(csv, cut, 14, &sc, &pr, &err), -1);
+	PX_ASSERT_HAS(err.msg, "tr.csv: request 2 (prompt");
+	PX_ASSERT_HAS(err.msg, "longer than the KV cache's");
 }
 
 /* A long trace of fixed lengths (prompt 512, output 128) arriving as a Poisson process at 3
@@ -599,6 +677,7 @@ int test_serve_register(void)
 			     test_continuous_little},
 			    {"continuous batching: bad input", test_continuous_bad_input},
 			    {"a trace replayed: three requests by hand", test_trace_by_hand},
+			    {"a trace replayed: a preemption by hand", test_trace_preemption},
 			    {"a trace replayed: a Poisson trace against the steady state",
 			     test_trace_steady_state},
 			    {"a trace replayed: bad traces", test_trace_bad_input});
