@@ -51,8 +51,8 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		fprintf(f, rows[i].fmt, rows[i].v);
 		fputc('\n', f);
 	}
-	fprintf(f, "# each prompt's own length's prefill; decode steps at the trace's mean lengths; "
-		"room: the KV cache's tokens%s\n", pr->paged.wl.batch_given ?
+	fprintf(f, "# each prompt's own length's prefill; each decode step at its sequences' mean "
+		"context (16-token steps); room: the KV cache's tokens%s\n", pr->paged.wl.batch_given ?
 		" and batch_size's sequences" : "");
 }
 

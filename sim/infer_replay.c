@@ -6,16 +6,22 @@
 
 #include "infer_sim.h"
 
+/* A priced decode step: n sequences each holding ctx tokens. */
+typedef struct Step {
+	long long n, ctx; /* n 0: an empty slot */
+	double s;
+} Step;
+
 /* Costs, priced once each: a prefill by prompt length (the trace's lengths; a preempted
- * sequence's longer one each time), a decode step by batch. */
+ * sequence's longer one each time), a decode step by batch and context. */
 typedef struct Costs {
 	const InferScenario *sc;
 	const HwProfile *hw;
 	long long *lengths; /* the trace's distinct prompt lengths, ascending */
 	double *prefill_s;  /* each one's prefill, < 0 until priced */
 	long long n_lengths;
-	double *step_s;     /* decode step at batch n (index n, up to the trace's requests), < 0
-			       until priced */
+	Step *steps;        /* an open-addressed table of priced steps */
+	long long cap_steps, n_steps;
 	long long priced;
 } Costs;
 
@@ -59,15 +65,55 @@ static double prefill_of(Costs *c, long long tokens, PxError *err)
 	return c->prefill_s[lo];
 }
 
-static double step_of(Costs *c, long long n, PxError *err)
+/* The slot of (n, ctx) in a table of cap (a power of two) slots: its own or the empty one where
+ * it would go. */
+static Step *slot(Step *t, long long cap, long long n, long long ctx)
 {
-	if (c->step_s[n] < 0) {
+	unsigned long long h = (unsigned long long)n * 0x9E3779B97F4A7C15ULL ^
+			       (unsigned long long)ctx * 0xC2B2AE3D27D4EB4FULL;
+	for (long long i = (long long)(h >> 17) & (cap - 1);; i = (i + 1) & (cap - 1))
+		if (!t[i].n || (t[i].n == n && t[i].ctx == ctx))
+			return &t[i];
+}
+
+static int grow_steps(Costs *c)
+{
+	long long cap = c->cap_steps ? 2 * c->cap_steps : 1024;
+	Step *t = calloc((size_t)cap, sizeof(*t));
+	if (!t)
+		return -1;
+	for (long long i = 0; i < c->cap_steps; i++)
+		if (c->steps[i].n)
+			*slot(t, cap, c->steps[i].n, c->steps[i].ctx) = c->steps[i];
+	free(c->steps);
+	c->steps = t;
+	c->cap_steps = cap;
+	return 0;
+}
+
+/* A decode step of n sequences holding held tokens in all: priced as n sequences of the same
+ * context, their mean rounded to the nearest 16 tokens (at least 1), by the schedule of a
+ * workload whose mean context that is (prompt ctx - 1, output 2: engine/infer_build.c's
+ * mean_ctx = prompt + output / 2). */
+static double step_of(Costs *c, long long n, long long held, PxError *err)
+{
+	long long ctx = (held + 8 * n) / (16 * n) * 16;
+	if (ctx < 2)
+		ctx = 2;
+	if (2 * (c->n_steps + 1) > c->cap_steps && grow_steps(c))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	Step *st = slot(c->steps, c->cap_steps, n, ctx);
+	if (!st->n) {
+		InferScenario one = *c->sc; /* shallow: only the workload's lengths differ */
+		one.wl.prompt_tokens = ctx - 1;
+		one.wl.output_tokens = 2;
 		InferPhase pf, dec;
-		if (infer_price_batch(c->sc, c->hw, n, &pf, &dec, err))
+		if (infer_price_batch(&one, c->hw, n, &pf, &dec, err))
 			return -1;
-		c->step_s[n] = dec.s;
+		*st = (Step){n, ctx, dec.s};
+		c->n_steps++;
 	}
-	return c->step_s[n];
+	return st->s;
 }
 
 /* A request in flight on a replica, in admission order. */
@@ -141,7 +187,7 @@ static int decode(Replica *r, double *now, PxError *err)
 		r->again[r->n_again++] = l->req;
 		r->out->preemptions++;
 	}
-	double step = step_of(r->c, r->n_live, err);
+	double step = step_of(r->c, r->n_live, r->used, err);
 	if (step < 0)
 		return -1;
 	*now += step;
@@ -253,7 +299,6 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	Replica r = {.t = t, .room = room, .c = &c, .out = out};
 	c.lengths = malloc((size_t)n * sizeof(*c.lengths));
 	c.prefill_s = malloc((size_t)n * sizeof(*c.prefill_s));
-	c.step_s = malloc((size_t)(n + 1) * sizeof(*c.step_s));
 	r.live = malloc((size_t)n * sizeof(*r.live));
 	r.again = malloc((size_t)n * sizeof(*r.again));
 	r.made = calloc((size_t)n, sizeof(*r.made));
@@ -261,7 +306,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.ttft = malloc((size_t)n * sizeof(*r.ttft));
 	r.latency = malloc((size_t)n * sizeof(*r.latency));
 	int rc = 0;
-	if (!c.lengths || !c.prefill_s || !c.step_s || !r.live || !r.again || !r.made ||
+	if (!c.lengths || !c.prefill_s || !r.live || !r.again || !r.made ||
 	    !r.first || !r.ttft || !r.latency) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
@@ -276,8 +321,6 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 			c.lengths[c.n_lengths++] = c.lengths[i];
 	for (long long i = 0; i < c.n_lengths; i++)
 		c.prefill_s[i] = -1;
-	for (long long i = 0; i <= n; i++)
-		c.step_s[i] = -1;
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
 		rc = run_replica(&r, k, err);
 	if (!rc)
@@ -285,7 +328,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 done:
 	free(c.lengths);
 	free(c.prefill_s);
-	free(c.step_s);
+	free(c.steps);
 	free(r.live);
 	free(r.again);
 	free(r.made);

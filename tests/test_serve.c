@@ -465,15 +465,28 @@ static double phase_s(const InferScenario *sc, long long prompt, long long b, in
 	return prefill ? pf.s : dec.s;
 }
 
+/* A decode step of n sequences holding held tokens, as the replay prices it: n sequences of
+ * their mean context rounded to the nearest 16 tokens (at least 2), through a workload of that
+ * mean (prompt ctx - 1, output 2). */
+static double step_s(const InferScenario *sc, long long n, long long held)
+{
+	long long ctx = (held + 8 * n) / (16 * n) * 16;
+	InferScenario one = *sc;
+	one.wl.output_tokens = 2;
+	return phase_s(&one, ctx < 2 ? 1 : ctx - 1, n, 0);
+}
+
 /* Three requests worked by hand, on one replica: r0 (arrives at 0 s, prompt 100, output 3), r1 (0
  * s, 200, 2), r2 (10 s, 100, 1). The trace's means: 2 requests over 10 s, prompts of 133 tokens
  * (400 / 3), outputs of 2. Prefills come first: r0's (P100), then r1's (P200); a decode step of
- * both (D2) ends r1; one of r0 (D1) ends r0; r2's prefill at 10 s is its only token. TTFT: P100,
+ * both, holding 300 tokens (D2, 2 sequences of 144 tokens: 150 rounded to 16), ends r1; one of
+ * r0, holding 101 (D1, 96 tokens), ends r0; r2's prefill at 10 s is its only token. TTFT: P100,
  * P100 + P200, P100 (mean, median P100, p99 P100 + P200); latency P100 + P200 + D2 + D1,
  * P100 + P200 + D2, P100; TPOT r0 (P200 + D2 + D1) / 2, r1 D2; the span 10 s + P100; at most 2
- * decoding. With batch_size 1 r1 waits for room: r0 decodes alone (2 D1), then r1's prefill and
- * D1: its TTFT P100 + 2 D1 + P200. P and D are the schedule's prefill at batch 1 and decode step
- * at batch n for the means (sim/infer_sim.c, as the static tests take them). */
+ * running. With batch_size 1 r1 waits for room: r0 decodes alone (holding 100 and 101 tokens: 2
+ * D1), then r1's prefill and a step holding 200 (D1', 208 tokens): r1's TTFT P100 + 2 D1 + P200,
+ * latency that + D1'. P and D are the schedule's prefill at batch 1 and decode step at batch n
+ * (sim/infer_sim.c, as the static tests take them). */
 static void test_trace_by_hand(void)
 {
 	const char *csv = "# three requests\narrival_s,prompt_tokens,output_tokens\n"
@@ -491,7 +504,8 @@ static void test_trace_by_hand(void)
 		CU_ASSERT_DOUBLE_EQUAL(sc.wl.request_rate, 0.2, 1e-12);
 		CU_ASSERT_FATAL(pr.replayed);
 		double p100 = phase_s(&sc, 100, 1, 1), p200 = phase_s(&sc, 200, 1, 1);
-		double d1 = phase_s(&sc, 133, 1, 0), d2 = phase_s(&sc, 133, 2, 0);
+		double d1 = step_s(&sc, 1, 101), d2 = step_s(&sc, 2, 300), d1b = step_s(&sc, 1, 200);
+		CU_ASSERT_EQUAL(d1, step_s(&sc, 1, 100)); /* both 96 tokens */
 		const InferReplay *r = &pr.replay;
 		double e = 1e-12;
 		CU_ASSERT_EQUAL(r->requests, 3);
@@ -510,8 +524,8 @@ static void test_trace_by_hand(void)
 			double ttft1 = p100 + 2 * d1 + p200;
 			CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (2 * p100 + ttft1) / 3, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->ttft_p99_s, ttft1, e);
-			CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, ttft1 + d1, e);
-			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (d1 + d1) / 2, e);
+			CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, ttft1 + d1b, e);
+			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (d1 + d1b) / 2, e);
 			CU_ASSERT_EQUAL(r->peak_concurrency, 1);
 			CU_ASSERT_EQUAL(r->waited_for_room, 1);
 		}
@@ -522,19 +536,20 @@ static void test_trace_by_hand(void)
 
 /* Preemption worked by hand (vLLM's recompute), with the GPU's usable memory cut to 14 GiB so
  * that the KV cache holds K tokens (about 2,000, read from a first replay; it depends a little on
- * the trace's mean prompt, which r2 below keeps at 1,000): r0 (0 s, prompt K/2 rounded up, output
- * 3) and r1
- * (1 ms, during r0's prefill; K/2 - 1, 3) both fit at admission (K - 1 tokens: prefills P(K/2), P(K/2 - 1)), but their
- * first decode step needs 2 more: r1, admitted last, is preempted (its cache freed, 1 token made)
- * and waits first in line; r0 decodes alone (D1) and still r1 does not fit (K/2 + 1 + K/2 - 1 + 1
- * tokens); r0's second step (D1) ends it; r1 is prefilled again over its prompt and its token
- * (P(K/2), K/2 rounded down), which makes its second, and one step (D1) its third. From time 0
- * (P(a) the prefill of r0's a tokens, P(b) r1's, P(b + 1) r1's again): r0's first token at P(a),
- * its last at L0 = P(a) + P(b) + 2 D1; r1's first at P(a) + P(b), its last at L1 = L0 + P(b + 1)
- * + D1 (r1's TTFT and latency 1 ms less); TPOT: (P(b) + 2 D1) / 2 and (2 D1 + P(b + 1) + D1) / 2; one preemption, at most K - 1 tokens held and 2 running. r2
- * (100 s, prompt 3,000 - r0's - r1's, output 3) comes to an empty server: TTFT P(r2), latency
- * P(r2) + 2 D1, TPOT D1, the last token at 100 s + that. A prompt longer than the whole cache is
- * refused, naming the trace and the request. */
+ * the trace's mean prompt, which r2 below keeps at 1,000). With P(x) the prefill of x tokens and
+ * D(x) a one-sequence decode step holding x: r0 (0 s, prompt a = K/2 rounded up, output 3) and r1
+ * (1 ms, during r0's prefill; prompt b = K/2 rounded down - 1, output 3) both fit at admission
+ * (a + b = K - 1 tokens, after P(a) and P(b)), but their first decode step needs 2 more: r1,
+ * admitted last, is preempted (its cache freed, 1 token made) and waits first in line; r0 decodes
+ * alone (D(a)), and still r1 does not fit beside it; r0's second step (D(a + 1)) ends it; r1 is
+ * prefilled again over its prompt and its token (P(b + 1)), which makes its second, and one step
+ * (D(b + 1)) its third. From time 0: r0's first token at P(a), its last at L0 = P(a) + P(b) +
+ * D(a) + D(a + 1); r1's first at P(a) + P(b), its last at L1 = L0 + P(b + 1) + D(b + 1) (r1's
+ * TTFT and latency 1 ms less); TPOTs (L0 - P(a)) / 2 and (L1 - P(a) - P(b)) / 2; one preemption,
+ * at most K - 1 tokens held and 2 running. r2 (100 s, prompt c = 3,000 - a - b, output 3) comes
+ * to an empty server: TTFT P(c), latency L2 = P(c) + D(c) + D(c + 1), TPOT (L2 - P(c)) / 2, the
+ * last token at 100 s + L2. A prompt longer than the whole cache is refused, naming the trace and
+ * the request. */
 static void test_trace_preemption(void)
 {
 	const char *cut = "\"batch_size\": null, ";
@@ -561,20 +576,22 @@ static void test_trace_preemption(void)
 	long long a = k - k / 2, b = k / 2 - 1, c = 3000 - k + 1;
 	CU_ASSERT_FATAL(a + b <= k && a + b + 2 > k && c > 0 && c + 2 < a + b);
 	double pa = phase_s(&sc, a, 1, 1), pb = phase_s(&sc, b, 1, 1), pc = phase_s(&sc, c, 1, 1);
-	double d1 = phase_s(&sc, sc.wl.prompt_tokens, 1, 0), e = 1e-12;
+	double e = 1e-12;
 	const InferReplay *r = &pr.replay;
 	CU_ASSERT_EQUAL(r->preemptions, 1);
 	CU_ASSERT_EQUAL(r->peak_kv_tokens, a + b);
 	CU_ASSERT_EQUAL(r->peak_concurrency, 2);
 	CU_ASSERT_EQUAL(r->waited_for_room, 0);
 	double pb1 = phase_s(&sc, b + 1, 1, 1);
-	double l0 = pa + pb + 2 * d1, l1 = l0 + pb1 + d1, l2 = pc + 2 * d1;
+	double l0 = pa + pb + step_s(&sc, 1, a) + step_s(&sc, 1, a + 1);
+	double l1 = l0 + pb1 + step_s(&sc, 1, b + 1);
+	double l2 = pc + step_s(&sc, 1, c) + step_s(&sc, 1, c + 1);
 	CU_ASSERT_FATAL(l1 - 0.001 > l2);
 	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (pa + pa + pb - 0.001 + pc) / 3, e);
 	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (l0 + l1 - 0.001 + l2) / 3, e);
 	CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, l1 - 0.001, e);
 	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s,
-			       ((pb + 2 * d1) / 2 + (2 * d1 + pb1 + d1) / 2 + d1) / 3, e);
+			       ((l0 - pa) / 2 + (l1 - pa - pb) / 2 + (l2 - pc) / 2) / 3, e);
 	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 100 + l2, e);
 	infer_predict_free(&pr);
 	infer_scenario_free(&sc);
@@ -590,7 +607,7 @@ static void test_trace_preemption(void)
  * requests/s (exponential gaps from a fixed linear congruential sequence, 4000 requests) is the
  * steady state's own assumption: replayed, its mean TPOT, latency and TTFT agree with the
  * steady state at the trace's rate within 5%, 5% and 10% (measured when written: +1.6%, +1.5%,
- * 0.0%; before the steady state counted the decode step in progress when a prompt arrives, its
+ * +0.2%; before the steady state counted the decode step in progress when a prompt arrives, its
  * TTFT was 28% below the replay's); the trace's tokens/s equal its offered load within 2%. */
 static void test_trace_steady_state(void)
 {
