@@ -103,6 +103,8 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 	fprintf(f, "# memory holds at most %lld sequences of %lld tokens per replica, or %lld tokens a "
 		"sequence at batch %lld\n", pr->max_batch, w->prompt_tokens + w->output_tokens,
 		pr->max_ctx, w->batch);
+	fprintf(f, "# the largest model of this width that fits there: %lld blocks, %.4g parameters "
+		"(this one %lld blocks, %.4g)\n", pr->max_layers, pr->max_params, m->L, m->n_params);
 
 	if (w->continuous) {
 		const InferContinuous *cb = &pr->cb;
@@ -170,6 +172,8 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 	n = metrics_put(out, n, "infer.kv_cache.bytes_per_token", p->kv_bytes_per_token, "bytes");
 	n = metrics_put(out, n, "infer.max_batch", (double)pr->max_batch, "1");
 	n = metrics_put(out, n, "infer.max_context_tokens", (double)pr->max_ctx, "1");
+	n = metrics_put(out, n, "infer.max_layers", (double)pr->max_layers, "1");
+	n = metrics_put(out, n, "infer.max_params", pr->max_params, "1");
 	n = metrics_put(out, n, "infer.ttft_s", pr->ttft_s, "s");
 	n = metrics_put(out, n, "infer.tpot_s", pr->tpot_s, "s");
 	n = metrics_put(out, n, "infer.latency_s", pr->latency_s, "s");

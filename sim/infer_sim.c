@@ -155,6 +155,44 @@ static long long largest_fit(const InferScenario *sc, double cap, long long fixe
 	return lo;
 }
 
+/* The most blocks of sc's model (its width, embeddings and head kept) whose peak at batch and ctx
+ * (0: the plan's own context) fits cap, and that model's parameters; 0 when not one block fits.
+ * -1 on error. */
+static long long deepest_fit(const InferScenario *sc, double cap, long long batch, long long ctx,
+			     double *params, PxError *err)
+{
+	InferScenario one = *sc; /* shallow: only the depth differs */
+	long long lo = 0, hi = sc->model.L > 0 ? sc->model.L : 1;
+	for (;;) { /* hi past the answer (or 2^20 blocks), lo below it */
+		one.model.L = hi;
+		one.model.n_params = model_count_params(&one.model);
+		double peak = plan_peak(&one, batch, ctx, err);
+		if (peak < 0)
+			return -1;
+		if (peak > cap)
+			break;
+		lo = hi;
+		if (hi >= (1LL << 20))
+			break;
+		hi *= 2;
+	}
+	while (lo < hi) {
+		long long mid = lo + (hi - lo + 1) / 2;
+		one.model.L = mid;
+		one.model.n_params = model_count_params(&one.model);
+		double peak = plan_peak(&one, batch, ctx, err);
+		if (peak < 0)
+			return -1;
+		if (peak <= cap)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	one.model.L = lo;
+	*params = lo ? model_count_params(&one.model) : 0;
+	return lo;
+}
+
 /* ---- continuous batching ---- */
 
 /* Decode steps' time at n sequences; -1 on error. */
@@ -300,7 +338,9 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 	pr->gpu_capacity_bytes = cap;
 	pr->verdict = predict_gpu_verdict(pr->peak_bytes, cap);
 	pr->max_batch = most;
-	return (pr->max_ctx = largest_fit(sc, cap, b, 1LL << 24, 0, err)) < 0 ? -1 : 0;
+	if ((pr->max_ctx = largest_fit(sc, cap, b, 1LL << 24, 0, err)) < 0)
+		return -1;
+	return (pr->max_layers = deepest_fit(sc, cap, b, ctx, &pr->max_params, err)) < 0 ? -1 : 0;
 }
 
 int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *source,
@@ -332,7 +372,9 @@ int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *sour
 	long long ctx_hi = sc->model.lay.pos == POS_LEARNED ? sc->model.max_pos : 1LL << 24;
 	if ((pr->max_batch = largest_fit(sc, pr->gpu_capacity_bytes, ctx, 1LL << 24, 1, err)) < 0 ||
 	    (pr->max_ctx = largest_fit(sc, pr->gpu_capacity_bytes, sc->wl.batch, ctx_hi, 0,
-				       err)) < 0)
+				       err)) < 0 ||
+	    (pr->max_layers = deepest_fit(sc, pr->gpu_capacity_bytes, sc->wl.batch, 0,
+					  &pr->max_params, err)) < 0)
 		return -1;
 	return price_time(sc, hw, pr, err);
 }

@@ -60,6 +60,10 @@ typedef struct InferPrediction {
 	Verdict verdict;
 	long long max_batch;       /* sequences at the workload's context that fit (0: none) */
 	long long max_ctx;         /* tokens per sequence at the workload's batch that fit */
+	long long max_layers;      /* the most blocks of the model's width that fit at the memory
+				      table's batch and context (0: none), and their model's */
+	double max_params;         /* parameters: the largest model of this shape the cluster
+				      holds */
 	InferPhase prefill, decode;
 	double ttft_s, tpot_s, latency_s;
 	double tokens_per_s_replica, tokens_per_s_gpu, tokens_per_s_node; /* generated tokens */

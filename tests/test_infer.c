@@ -293,6 +293,40 @@ static void test_published_heldout(void)
 	CU_ASSERT(worst[1] < 0.30);
 }
 
+/* The largest model of a scenario's width that the cluster holds at its batch and context: Llama-2
+ * 70B in fp16 over tensor parallel 4 (scenarios/llama2-70b-infer-tp4-h100.json, batch 8, kernel
+ * injection reserving 4,096 tokens a sequence). Each more block adds, per GPU, its weights over 4
+ * GPUs (q and o 8192 x 8192, k and v 8192 x 1024, gate, up and down 8192 x 28672, two norms of
+ * 8192: 855,654,400 parameters x 2 bytes / 4 = 427,827,200 bytes) and its KV cache, 8 sequences x 4,096 tokens x 2 (K, V) x 2 of the 8 kv
+ * heads x 128 x 2 bytes = 33,554,432: 461,381,632 bytes. So the most blocks are 80 plus the
+ * usable memory above the 80-block peak over that, whole; and predict with that many blocks
+ * fits, with one more does not. */
+static void test_largest_model(void)
+{
+	const char *rel = "scenarios/llama2-70b-infer-tp4-h100.json";
+	InferScenario sc;
+	InferPrediction pr;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(load_file(&sc, rel, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_predict(&sc, NULL, NULL, &pr, &err), 0);
+	long long most = pr.max_layers;
+	CU_ASSERT_EQUAL(most, 80 + (long long)floor((pr.gpu_capacity_bytes - pr.peak_bytes) /
+						    461381632.0));
+	sc.model.L = most;
+	CU_ASSERT_DOUBLE_EQUAL(pr.max_params, model_count_params(&sc.model), 0);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	for (int more = 0; more < 2; more++) {
+		char set[64];
+		snprintf(set, sizeof(set), "model.num_hidden_layers=%lld", most + more);
+		CU_ASSERT_EQUAL_FATAL(load_file(&sc, rel, set), 0);
+		CU_ASSERT_EQUAL_FATAL(infer_predict(&sc, NULL, NULL, &pr, &err), 0);
+		CU_ASSERT_EQUAL(pr.verdict == VERDICT_NO_FIT, more);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
 int test_infer_register(void)
 {
 	return PX_ADD_SUITE("infer", {"KV cache bytes: Llama-2 70B", test_kv_bytes_llama2_70b},
@@ -302,5 +336,6 @@ int test_infer_register(void)
 			    {"schedule replay and roles", test_schedule_replay},
 			    {"bad input", test_bad_input},
 			    {"predict stores infer metrics", test_cli_stores},
-			    {"published runs: held-out error", test_published_heldout});
+			    {"published runs: held-out error", test_published_heldout},
+			    {"the largest model of the width that fits", test_largest_model});
 }
