@@ -437,6 +437,7 @@ static int predict_trace_on(const char *csv, const char *workload, double usable
 	if (infer_scenario_load(sc, path, NULL, err))
 		return -1;
 	if (infer_predict(sc, NULL, NULL, pr, err)) {
+		infer_predict_free(pr);
 		infer_scenario_free(sc);
 		return -1;
 	}
