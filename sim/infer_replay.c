@@ -257,6 +257,47 @@ static int run_replica(Replica *r, long long first, PxError *err)
 	return 0;
 }
 
+/* The trace's distinct prompt lengths into c (allocated; the caller frees c->lengths and
+ * c->prefill_s), none priced yet. */
+static int distinct_lengths(const InferTrace *t, Costs *c)
+{
+	long long n = t->n;
+	c->lengths = malloc((size_t)n * sizeof(*c->lengths));
+	c->prefill_s = malloc((size_t)n * sizeof(*c->prefill_s));
+	if (!c->lengths || !c->prefill_s)
+		return -1;
+	for (long long i = 0; i < n; i++)
+		c->lengths[i] = t->req[i].prompt_tokens;
+	qsort(c->lengths, (size_t)n, sizeof(*c->lengths), cmp_ll);
+	c->n_lengths = 0;
+	for (long long i = 0; i < n; i++)
+		if (!i || c->lengths[i] != c->lengths[c->n_lengths - 1])
+			c->lengths[c->n_lengths++] = c->lengths[i];
+	for (long long i = 0; i < c->n_lengths; i++)
+		c->prefill_s[i] = -1;
+	return 0;
+}
+
+int infer_trace_prefill_moments(const InferScenario *sc, const HwProfile *hw, double *mean_s,
+				double *mean_sq_s2, PxError *err)
+{
+	const InferTrace *t = &sc->wl.trace;
+	Costs c = {.sc = sc, .hw = hw};
+	int rc = distinct_lengths(t, &c) ? px_fail(err, PX_ERR_RUNTIME, "out of memory") : 0;
+	double sum = 0, sq = 0;
+	for (long long i = 0; i < t->n && !rc; i++) {
+		double s = prefill_of(&c, t->req[i].prompt_tokens, err);
+		if (s < 0)
+			rc = -1;
+		sum += s, sq += s * s;
+	}
+	*mean_s = sum / (double)t->n;
+	*mean_sq_s2 = sq / (double)t->n;
+	free(c.lengths);
+	free(c.prefill_s);
+	return rc;
+}
+
 /* The q-quantile of n sorted values (nearest rank). */
 static double quantile(const double *v, long long n, double q)
 {
@@ -297,8 +338,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	long long n = t->n;
 	Costs c = {.sc = sc, .hw = hw};
 	Replica r = {.t = t, .room = room, .c = &c, .out = out};
-	c.lengths = malloc((size_t)n * sizeof(*c.lengths));
-	c.prefill_s = malloc((size_t)n * sizeof(*c.prefill_s));
+	int no_room = distinct_lengths(t, &c);
 	r.live = malloc((size_t)n * sizeof(*r.live));
 	r.again = malloc((size_t)n * sizeof(*r.again));
 	r.made = calloc((size_t)n, sizeof(*r.made));
@@ -306,21 +346,13 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.ttft = malloc((size_t)n * sizeof(*r.ttft));
 	r.latency = malloc((size_t)n * sizeof(*r.latency));
 	int rc = 0;
-	if (!c.lengths || !c.prefill_s || !r.live || !r.again || !r.made ||
+	if (no_room || !r.live || !r.again || !r.made ||
 	    !r.first || !r.ttft || !r.latency) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
 	}
-	for (long long i = 0; i < n; i++) {
-		c.lengths[i] = t->req[i].prompt_tokens;
-		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
-	}
-	qsort(c.lengths, (size_t)n, sizeof(*c.lengths), cmp_ll);
 	for (long long i = 0; i < n; i++)
-		if (!i || c.lengths[i] != c.lengths[c.n_lengths - 1])
-			c.lengths[c.n_lengths++] = c.lengths[i];
-	for (long long i = 0; i < c.n_lengths; i++)
-		c.prefill_s[i] = -1;
+		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
 		rc = run_replica(&r, k, err);
 	if (!rc)

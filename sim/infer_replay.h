@@ -38,6 +38,11 @@ typedef struct InferReplay {
 	long long prefills_priced;   /* distinct prompt lengths priced */
 } InferReplay;
 
+/* The mean and the mean square of the trace's prefills (each request's own prompt at batch 1),
+ * which the steady state's M/G/1 wait takes. 0, or -1 with err. */
+int infer_trace_prefill_moments(const InferScenario *sc, const HwProfile *hw, double *mean_s,
+				double *mean_sq_s2, PxError *err);
+
 /* Replay sc's trace (sc->wl.trace.n > 0) with room. 0, or -1 with err (a prompt alone larger
  * than the KV cache is refused, naming the trace and the request). */
 int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplayRoom *room,

@@ -229,7 +229,12 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 	c->mean_ctx_tokens = (double)wl->prompt_tokens + so / 2;
 	if (infer_price_batch(sc, hw, 1, &pr->prefill, &dec_hi, err))
 		return -1;
+	/* prefill times: the mean prompt's, or a trace's own, whose spread lengthens the wait */
 	c->prefill_s = pr->prefill.s;
+	c->prefill_sq_s2 = c->prefill_s * c->prefill_s;
+	if (wl->trace.n > 0 &&
+	    infer_trace_prefill_moments(sc, hw, &c->prefill_s, &c->prefill_sq_s2, err))
+		return -1;
 	c->prefill_util = c->rate_replica * c->prefill_s;
 	if (c->max_concurrency < 1) {
 		snprintf(c->why, sizeof(c->why), "not one sequence of %.0f tokens fits beside the "
@@ -277,13 +282,14 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 		c->decode_step_s = td_lo + f * (td_hi - td_lo);
 	}
 	c->stable = 1;
-	/* a prompt waits for the prefills ahead of it: M/D/1's mean wait rho T / (2 (1 - rho))
-	 * (Pollaczek-Khinchine, deterministic service); and, arriving during a decode step (a
-	 * share (1 - rho) min(1, N) of the time: below one sequence on average the steps are
-	 * batch 1's, lambda (so - 1) T_d of it), for the rest of that step, half of one on
-	 * average */
+	/* a prompt waits for the prefills ahead of it: M/G/1's mean wait lambda E[T^2] /
+	 * (2 (1 - rho)) (Pollaczek-Khinchine; M/D/1's rho T / (2 (1 - rho)) for one length); and,
+	 * arriving during a decode step (a share (1 - rho) min(1, N) of the time: below one
+	 * sequence on average the steps are batch 1's, lambda (so - 1) T_d of it), for the rest of
+	 * that step, half of one on average */
 	double decoding = (1 - c->prefill_util) * fmin(1, c->concurrency);
-	pr->ttft_s = c->prefill_s * (1 + c->prefill_util / (2 * (1 - c->prefill_util))) +
+	pr->ttft_s = c->prefill_s + c->rate_replica * c->prefill_sq_s2 /
+					    (2 * (1 - c->prefill_util)) +
 		     decoding * c->decode_step_s / 2;
 	pr->tpot_s = c->decode_step_s / (1 - c->prefill_util);
 	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;

@@ -40,7 +40,8 @@ typedef struct InferContinuous {
 	int stable;                /* the replica keeps up with its requests */
 	char why[256];             /* when not */
 	double rate_replica;       /* lambda: requests/s one replica receives */
-	double prefill_s;          /* one prompt's prefill at batch 1 */
+	double prefill_s;          /* one prompt's prefill at batch 1 (a trace's: their mean) */
+	double prefill_sq_s2;      /* its square (a trace's: the mean of their squares) */
 	double prefill_util;       /* rho = lambda x prefill_s: the share of time prefilling */
 	double concurrency;        /* N: sequences decoding, lambda x (output - 1) x TPOT */
 	double decode_step_s;      /* a decode step at batch N (between the integers, linear) */

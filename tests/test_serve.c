@@ -487,7 +487,8 @@ static double step_s(const InferScenario *sc, long long n, long long held)
  * running. With batch_size 1 r1 waits for room: r0 decodes alone (holding 100 and 101 tokens: 2
  * D1), then r1's prefill and a step holding 200 (D1', 208 tokens): r1's TTFT P100 + 2 D1 + P200,
  * latency that + D1'. P and D are the schedule's prefill at batch 1 and decode step at batch n
- * (sim/infer_sim.c, as the static tests take them). */
+ * (sim/infer_sim.c, as the static tests take them). The steady state's TTFT takes the trace's
+ * prefills in its M/G/1 wait: lambda E[P^2] / (2 (1 - rho)), rho = lambda E[P]. */
 static void test_trace_by_hand(void)
 {
 	const char *csv = "# three requests\narrival_s,prompt_tokens,output_tokens\n"
@@ -509,6 +510,16 @@ static void test_trace_by_hand(void)
 		CU_ASSERT_EQUAL(d1, step_s(&sc, 1, 100)); /* both 96 tokens */
 		const InferReplay *r = &pr.replay;
 		double e = 1e-12;
+		/* the steady state's M/G/1 wait takes the trace's own prefills: the mean and the mean
+		 * square of P100, P200, P100 */
+		const InferContinuous *cb = &pr.cb;
+		double rho = 0.2 * cb->prefill_s;
+		CU_ASSERT_DOUBLE_EQUAL(cb->prefill_s, (2 * p100 + p200) / 3, e);
+		CU_ASSERT_DOUBLE_EQUAL(cb->prefill_sq_s2, (2 * p100 * p100 + p200 * p200) / 3, e);
+		CU_ASSERT_FATAL(cb->stable);
+		CU_ASSERT_DOUBLE_EQUAL(pr.ttft_s, cb->prefill_s + 0.2 * cb->prefill_sq_s2 /
+				       (2 * (1 - rho)) + (1 - rho) * fmin(1, cb->concurrency) *
+				       cb->decode_step_s / 2, e);
 		CU_ASSERT_EQUAL(r->requests, 3);
 		CU_ASSERT_DOUBLE_EQUAL(r->ttft_p50_s, p100, e);
 		CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 10 + p100, e);
