@@ -136,15 +136,32 @@ static double plan_peak(const InferScenario *sc, long long batch, long long ctx,
 	return peak;
 }
 
-/* The largest x in [0, hi] with peak(x) within capacity (peak grows with x): batch at ctx when
- * by_batch, else ctx at batch. -1 on error. */
-static long long largest_fit(const InferScenario *sc, double cap, long long fixed, long long hi,
-			     int by_batch, PxError *err)
+/* What one search point costs: the peak of sc (whose depth is the point when depth) at a batch
+ * and context, one of them the point. */
+typedef struct Probe {
+	InferScenario sc;     /* a shallow copy */
+	long long fixed;      /* the batch (by ctx or depth) or the ctx (by batch) */
+	long long ctx;        /* depth: the context */
+	int by;               /* 0: ctx at batch fixed; 1: batch at ctx fixed; 2: depth */
+} Probe;
+
+static double probe_peak(Probe *q, long long x, PxError *err)
 {
-	long long lo = 0;
+	if (q->by == 2) {
+		q->sc.model.L = x;
+		q->sc.model.n_params = model_count_params(&q->sc.model);
+		return plan_peak(&q->sc, q->fixed, q->ctx, err);
+	}
+	return q->by ? plan_peak(&q->sc, x, q->fixed, err) : plan_peak(&q->sc, q->fixed, x, err);
+}
+
+/* The largest x in [lo, hi] whose peak is within cap (peak grows with x; lo's is, or lo is 0):
+ * -1 on error. */
+static long long most_within(Probe *q, double cap, long long lo, long long hi, PxError *err)
+{
 	while (lo < hi) {
 		long long mid = lo + (hi - lo + 1) / 2;
-		double peak = by_batch ? plan_peak(sc, mid, fixed, err) : plan_peak(sc, fixed, mid, err);
+		double peak = probe_peak(q, mid, err);
 		if (peak < 0)
 			return -1;
 		if (peak <= cap)
@@ -155,42 +172,41 @@ static long long largest_fit(const InferScenario *sc, double cap, long long fixe
 	return lo;
 }
 
+/* The largest x in [0, hi] with peak(x) within capacity (peak grows with x): batch at ctx when
+ * by_batch, else ctx at batch. -1 on error. */
+static long long largest_fit(const InferScenario *sc, double cap, long long fixed, long long hi,
+			     int by_batch, PxError *err)
+{
+	Probe q = {.sc = *sc, .fixed = fixed, .by = by_batch};
+	return most_within(&q, cap, 0, hi, err);
+}
+
 /* The most blocks of sc's model (its width, embeddings and head kept) whose peak at batch and ctx
  * (0: the plan's own context) fits cap, and that model's parameters; 0 when not one block fits.
  * -1 on error. */
 static long long deepest_fit(const InferScenario *sc, double cap, long long batch, long long ctx,
 			     double *params, PxError *err)
 {
-	InferScenario one = *sc; /* shallow: only the depth differs */
+	Probe q = {.sc = *sc, .fixed = batch, .ctx = ctx, .by = 2};
 	long long lo = 0, hi = sc->model.L > 0 ? sc->model.L : 1;
 	for (;;) { /* hi past the answer (or 2^20 blocks), lo below it */
-		one.model.L = hi;
-		one.model.n_params = model_count_params(&one.model);
-		double peak = plan_peak(&one, batch, ctx, err);
+		double peak = probe_peak(&q, hi, err);
 		if (peak < 0)
 			return -1;
-		if (peak > cap)
+		if (peak > cap || hi >= (1LL << 20)) {
+			if (peak <= cap)
+				lo = hi;
 			break;
+		}
 		lo = hi;
-		if (hi >= (1LL << 20))
-			break;
 		hi *= 2;
 	}
-	while (lo < hi) {
-		long long mid = lo + (hi - lo + 1) / 2;
-		one.model.L = mid;
-		one.model.n_params = model_count_params(&one.model);
-		double peak = plan_peak(&one, batch, ctx, err);
-		if (peak < 0)
-			return -1;
-		if (peak <= cap)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	one.model.L = lo;
-	*params = lo ? model_count_params(&one.model) : 0;
-	return lo;
+	long long most = most_within(&q, cap, lo, hi, err);
+	if (most < 0)
+		return -1;
+	q.sc.model.L = most;
+	*params = most ? model_count_params(&q.sc.model) : 0;
+	return most;
 }
 
 /* ---- continuous batching ---- */
