@@ -1340,8 +1340,9 @@ static void bf16_reduce(Builder *b)
 
 /* One of the engine's buckets (engine_allreduce): elems gradients from element off of the stage's
  * flat (the experts after the dense elements) copied into a new tensor, cast to
- * communication_data_type where that differs (a second copy, both live), all-reduced over group g
- * and copied back. The slices state where the elements lie. */
+ * communication_data_type where that differs (a second copy, both live, which the all-reduce's
+ * slice names), all-reduced over group g and copied back. The slices state where the elements
+ * lie. */
 static void engine_bucket(Builder *b, CommGroup g, long long off, long long elems)
 {
 	const Plan *p = b->p;
@@ -1352,9 +1353,10 @@ static void engine_bucket(Builder *b, CommGroup g, long long off, long long elem
 	if (p->comm_bytes != p->grad_bytes)
 		cast = alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_COMM_CAST, -1,
 			     (double)elems * p->comm_bytes);
-	slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, g, -1, elems, p->comm_bytes,
-		      cast >= 0 ? cast : flat, 0), -1, off, elems);
-	release(b, &cast);
+	slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, g, -1, elems, p->comm_bytes, flat, 0),
+	      -1, off, elems);
+	int none = -1;
+	cast_through(b, &cast, &none, off);
 	release(b, &flat);
 }
 

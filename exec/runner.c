@@ -99,9 +99,11 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
 	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer &&
-		 (p->stage == 0 || p->opt_place != PLACE_GPU || sc->model.experts > 0 || p->qgz))
-		why = "communication_data_type equal to the gradients' type but under BF16_Optimizer "
-		      "or ZeRO 1-3 without experts, qgZ or optimizer offload";
+		 (sc->framework == FRAMEWORK_PYTORCH || p->opt_place != PLACE_GPU ||
+		  sc->model.experts > 0 || p->qgz ||
+		  (ds->opt && ds->opt->error_feedback != EF_NONE)))
+		why = "communication_data_type other than the gradients' type under DeepSpeed without "
+		      "experts, qgZ, a 1-bit optimizer or optimizer offload";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))
@@ -1060,6 +1062,21 @@ static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *er
 	void *g = at(r->buf[r->id_grads], sl->part_off, r->gdt);
 	if (op->buf == r->id_ddp)
 		r->cb->convert(r->cx, x, r->gdt, g, r->gdt, n);
+	if (sl->cast >= 0) { /* allreduce_bucket's cast: divided in it, reduced, copied back */
+		Dtype cdt = r->p->sc->ds.comm_dtype;
+		if (!live_as(r, sl->cast, BUF_COMM_CAST, n * dt_bytes(cdt)))
+			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a cast copy that is not a "
+				       "live communication_data_type buffer of %zu elements",
+				       (int)(op - r->s->ops), n);
+		void *y = r->buf[sl->cast];
+		r->cb->convert(r->cx, y, cdt, x, r->gdt, n);
+		runner_predivide(r, y, cdt, n);
+		if (comm_all_reduce(c, y, y, n, comm_dt(cdt), COMM_SUM, err))
+			return -1;
+		r->cb->convert(r->cx, x, r->gdt, y, cdt, n);
+		r->cb->convert(r->cx, g, r->gdt, x, r->gdt, n);
+		return 0;
+	}
 	runner_predivide(r, x, r->gdt, n);
 	if (issue(c, op, x, x, n, r->gdt, q, err))
 		return -1;
@@ -1115,7 +1132,7 @@ static int collective(Runner *r, const Op *op, PxError *err)
 	}
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
-	if (op->slice >= 0 && r->s->slices[op->slice].cast >= 0)
+	if (p->stage > 0 && op->slice >= 0 && r->s->slices[op->slice].cast >= 0)
 		return zero_cast_reduce(r, op, c, &r->s->slices[op->slice], err);
 	if (runner_zpp_is_gather(r, op))
 		return runner_zpp_gather(r, op, c, err);

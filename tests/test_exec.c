@@ -1024,8 +1024,12 @@ static void test_bf16_optimizer(void)
  * 224,768), a block's partitioned 49,600 elements at a time (its 384 persistent ones, tensors of
  * at most 100 elements, reduced apart), 6 x 49,600 = 297,600 bytes at the buffers' peak (bf16:
  * 99,200). A simulator that halved the cast (PARALLAX_TEST_MISPREDICT=comm_cast) fails compare
- * with exit 3. Without ZeRO (fp32 gradients, fp16 communication) the executor refuses the mix,
- * naming what it runs. */
+ * with exit 3. Without ZeRO the engine's bucket is cast the same way (engine.py allreduce_bucket:
+ * the flattened bucket cast, divided, all-reduced and copied back): fp32 training with bf16
+ * communication all-reduces 2 PSI + 4 = 224,772 bytes and holds at the buffers' peak the fp32
+ * flat and its bf16 cast, 6 PSI = 674,304 bytes; bf16 rounds each step's sum, so its losses move
+ * from fp32 communication's, by under 1e-3 over 4 steps (measured 3.4e-4), and a halved cast
+ * fails compare too. Plain PyTorch's DDP with the key is refused, naming what runs. */
 static void test_zero_comm_cast(void)
 {
 	enum { STEPS = 4 };
@@ -1072,13 +1076,41 @@ static void test_zero_comm_cast(void)
 				PX_ASSERT_HAS(text, "memory.gpu.peak.buffers_bytes: predicted");
 		}
 	}
+	const char *fp32 = scenario("false"), *bf16_comm =
+		"--set deepspeed.communication_data_type=bf16";
+	double full[STEPS], cast[STEPS], apart = 0;
+	CU_ASSERT_EQUAL_FATAL(losses(fp32, 2, 0, STEPS, "", full), STEPS);
+	CU_ASSERT_EQUAL_FATAL(losses(fp32, 2, 0, STEPS, bf16_comm, cast), STEPS);
+	for (int k = 0; k < STEPS; k++)
+		apart = fmax(apart, fabs(full[k] - cast[k]));
+	CU_ASSERT(apart > 0 && apart < 1e-3);
+	for (int k = 0; k < 2; k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/cc0%d.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 --db '%s' %s --set "
+			 "deepspeed.zero_optimization.stage=0 --set "
+			 "deepspeed.train_micro_batch_size_per_gpu=1 --set seq_length=8 --set "
+			 "deepspeed.train_batch_size=2", fp32, db_path, bf16_comm);
+		if (k)
+			setenv("PARALLAX_TEST_MISPREDICT", "comm_cast", 1);
+		sqlite3 *db = run_into_db(args, db_path);
+		unsetenv("PARALLAX_TEST_MISPREDICT");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		for (int r = 0; r < 2; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_reduce_bytes", "measured", r),
+					224772);
+			CU_ASSERT_EQUAL(px_run_metric(db, "memory.gpu.peak.buffers_bytes", "measured",
+						      r), 674304);
+		}
+		check_compare(db, db_path, k, "0.001", "memory.gpu.peak.buffers", text,
+			      sizeof(text));
+	}
 	char args[1024], out[8192];
 	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db --set "
-		 "deepspeed.zero_optimization.stage=0 --set deepspeed.communication_data_type=fp16",
-		 scenario("false"));
+		 "deepspeed.zero_optimization.stage=0 --set framework=pytorch %s", fp32, bf16_comm);
 	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
-	PX_ASSERT_HAS(out, "communication_data_type equal to the gradients' type but under "
-		      "BF16_Optimizer or ZeRO 1-3");
+	PX_ASSERT_HAS(out, "communication_data_type other than the gradients' type under "
+		      "DeepSpeed");
 }
 
 /* Without ZeRO, DeepSpeed's engine reduces each bucket of up to 5e8 elements through a flattened
@@ -1451,7 +1483,7 @@ int test_exec_register(void)
 			     "measured", test_bf16_optimizer, PX_RELEASE_RUN},
 			    {"stage 0: the engine's flattened bucket, DistributedDataParallel's buckets",
 			     test_stage0_reduce_buffers, PX_RELEASE_RUN},
-			    {"communication_data_type fp32 under ZeRO 2-3: the casts, measured",
+			    {"communication_data_type under ZeRO 0-3: the casts, measured",
 			     test_zero_comm_cast, PX_RELEASE_RUN},
 			    {"the caching allocator's reserve is the model's max_reserved",
 			     test_caching_reserve_predicted, PX_RELEASE_RUN});
