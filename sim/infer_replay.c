@@ -131,7 +131,7 @@ typedef struct Replica {
 	long long *again, n_again;    /* preempted requests, waiting first (oldest first) */
 	long long *made;              /* by request: tokens made before a preemption */
 	double *first;                /* by request: its first token's time, < 0 before */
-	double *ttft, *latency, tpot_sum;
+	double *ttft, *latency, *tpot; /* tpot: one per request that made more than one token */
 	long long tpot_n;
 	InferReplay *out;
 } Replica;
@@ -203,8 +203,7 @@ static int decode(Replica *r, double *now, PxError *err)
 			continue;
 		}
 		r->latency[l->req] = *now - x->arrival_s;
-		r->tpot_sum += (*now - l->first_s) / (double)(x->output_tokens - 1);
-		r->tpot_n++;
+		r->tpot[r->tpot_n++] = (*now - l->first_s) / (double)(x->output_tokens - 1);
 		r->used -= context(r, l);
 	}
 	r->n_live = kept;
@@ -320,7 +319,12 @@ static void summarise(const InferTrace *t, Replica *r, const InferReplayRoom *ro
 	out->ttft_p99_s = quantile(r->ttft, n, 0.99);
 	out->latency_mean_s = sum_lat / (double)n;
 	out->latency_p99_s = quantile(r->latency, n, 0.99);
-	out->tpot_mean_s = r->tpot_n ? r->tpot_sum / (double)r->tpot_n : 0;
+	double sum_tpot = 0;
+	for (long long i = 0; i < r->tpot_n; i++)
+		sum_tpot += r->tpot[i];
+	qsort(r->tpot, (size_t)r->tpot_n, sizeof(*r->tpot), cmp_d);
+	out->tpot_mean_s = r->tpot_n ? sum_tpot / (double)r->tpot_n : 0;
+	out->tpot_p99_s = r->tpot_n ? quantile(r->tpot, r->tpot_n, 0.99) : 0;
 	out->tokens_per_s_gpu = gen / out->makespan_s / (double)(room->replicas * room->tp);
 	out->prefills_priced = r->c->priced;
 }
@@ -345,8 +349,9 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.first = malloc((size_t)n * sizeof(*r.first));
 	r.ttft = malloc((size_t)n * sizeof(*r.ttft));
 	r.latency = malloc((size_t)n * sizeof(*r.latency));
+	r.tpot = malloc((size_t)n * sizeof(*r.tpot));
 	int rc = 0;
-	if (no_room || !r.live || !r.again || !r.made ||
+	if (no_room || !r.live || !r.again || !r.made || !r.tpot ||
 	    !r.first || !r.ttft || !r.latency) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
@@ -367,5 +372,6 @@ done:
 	free(r.first);
 	free(r.ttft);
 	free(r.latency);
+	free(r.tpot);
 	return rc;
 }

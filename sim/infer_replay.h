@@ -26,8 +26,8 @@ typedef struct InferReplay {
 	long long requests;          /* the trace's */
 	long long kv_tokens;         /* the room it was replayed with (InferReplayRoom) */
 	double ttft_mean_s, ttft_p50_s, ttft_p99_s; /* arrival to first token */
-	double tpot_mean_s;          /* (last token - first token) / (output - 1), over requests
-					generating more than one token */
+	double tpot_mean_s, tpot_p99_s; /* (last token - first token) / (output - 1), over the
+					requests generating more than one token */
 	double latency_mean_s, latency_p99_s; /* arrival to last token */
 	double makespan_s;           /* first arrival to the last request's end */
 	double tokens_per_s_gpu;     /* generated tokens over the makespan, per GPU */

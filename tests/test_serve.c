@@ -530,6 +530,7 @@ static void test_trace_by_hand(void)
 					       (3 * p100 + 2 * p200 + 2 * d2 + d1) / 3, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, p100 + p200 + d2 + d1, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, ((p200 + d2 + d1) / 2 + d2) / 2, e);
+			CU_ASSERT_DOUBLE_EQUAL(r->tpot_p99_s, fmax((p200 + d2 + d1) / 2, d2), e);
 			CU_ASSERT_EQUAL(r->peak_concurrency, 2);
 			CU_ASSERT_EQUAL(r->waited_for_room, 0);
 		} else {
@@ -538,6 +539,7 @@ static void test_trace_by_hand(void)
 			CU_ASSERT_DOUBLE_EQUAL(r->ttft_p99_s, ttft1, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, ttft1 + d1b, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (d1 + d1b) / 2, e);
+			CU_ASSERT_DOUBLE_EQUAL(r->tpot_p99_s, fmax(d1, d1b), e);
 			CU_ASSERT_EQUAL(r->peak_concurrency, 1);
 			CU_ASSERT_EQUAL(r->waited_for_room, 1);
 		}
