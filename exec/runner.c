@@ -974,18 +974,24 @@ static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pendin
 /* BF16_Optimizer's reduction in communication_data_type (build.c bf16_reduce): op's elements
  * of the gradients cast into the same place of its cast buffer, all-reduced there (divided by
  * dp first where DeepSpeed does), and cast back. Blocking: the step follows at once. */
-static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+/* n gradients g all-reduced through their copy x in communication_data_type: cast into it,
+ * divided by dp there where DeepSpeed divides, all-reduced, and cast back into g. */
+static int all_reduce_cast(Runner *r, Comm *c, void *g, void *x, size_t n, PxError *err)
 {
 	Dtype cdt = r->p->sc->ds.comm_dtype;
-	size_t n = (size_t)op->elems;
-	void *g = at(r->buf[r->id_grads], op->offset, r->gdt);
-	void *x = at(r->buf[op->buf], op->offset, cdt);
 	r->cb->convert(r->cx, x, cdt, g, r->gdt, n);
 	runner_predivide(r, x, cdt, n);
 	if (comm_all_reduce(c, x, x, n, comm_dt(cdt), COMM_SUM, err))
 		return -1;
 	r->cb->convert(r->cx, g, r->gdt, x, cdt, n);
 	return 0;
+}
+
+static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+{
+	return all_reduce_cast(r, c, at(r->buf[r->id_grads], op->offset, r->gdt),
+			       at(r->buf[op->buf], op->offset, r->p->sc->ds.comm_dtype),
+			       (size_t)op->elems, err);
 }
 
 /* Whether buffer id is live, of kind w and at least bytes long. */
@@ -1024,16 +1030,15 @@ static int zero_cast_reduce(Runner *r, const Op *op, Comm *c, const SchedSlice *
 	void *send = slices ? r->buf[sl->cast_send] : x;
 	if (stage1_via_bucket(r, op))
 		r->cb->convert(r->cx, a, r->gdt, stage1_bucket_grads(r, op), r->gdt, n);
-	if (slices)
-		runner_predivide(r, a, r->gdt, n);
-	r->cb->convert(r->cx, send, cdt, a, r->gdt, n);
-	if (!slices)
-		runner_predivide(r, x, cdt, n);
 	if (all) {
-		if (comm_all_reduce(c, x, x, n, comm_dt(cdt), COMM_SUM, err))
+		if (all_reduce_cast(r, c, a, x, n, err))
 			return -1;
-		r->cb->convert(r->cx, a, r->gdt, x, cdt, n);
 	} else {
+		if (slices)
+			runner_predivide(r, a, r->gdt, n);
+		r->cb->convert(r->cx, send, cdt, a, r->gdt, n);
+		if (!slices)
+			runner_predivide(r, x, cdt, n);
 		void *mine = slices ? x : at(x, from, cdt);
 		if (comm_reduce_scatter(c, send, mine, cnt, comm_dt(cdt), COMM_SUM, err))
 			return -1;
@@ -1068,12 +1073,8 @@ static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *er
 			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: a cast copy that is not a "
 				       "live communication_data_type buffer of %zu elements",
 				       (int)(op - r->s->ops), n);
-		void *y = r->buf[sl->cast];
-		r->cb->convert(r->cx, y, cdt, x, r->gdt, n);
-		runner_predivide(r, y, cdt, n);
-		if (comm_all_reduce(c, y, y, n, comm_dt(cdt), COMM_SUM, err))
+		if (all_reduce_cast(r, c, x, r->buf[sl->cast], n, err))
 			return -1;
-		r->cb->convert(r->cx, x, r->gdt, y, cdt, n);
 		r->cb->convert(r->cx, g, r->gdt, x, r->gdt, n);
 		return 0;
 	}
