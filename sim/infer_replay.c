@@ -277,26 +277,6 @@ static int distinct_lengths(const InferTrace *t, Costs *c)
 	return 0;
 }
 
-int infer_trace_prefill_moments(const InferScenario *sc, const HwProfile *hw, double *mean_s,
-				double *mean_sq_s2, PxError *err)
-{
-	const InferTrace *t = &sc->wl.trace;
-	Costs c = {.sc = sc, .hw = hw};
-	int rc = distinct_lengths(t, &c) ? px_fail(err, PX_ERR_RUNTIME, "out of memory") : 0;
-	double sum = 0, sq = 0;
-	for (long long i = 0; i < t->n && !rc; i++) {
-		double s = prefill_of(&c, t->req[i].prompt_tokens, err);
-		if (s < 0)
-			rc = -1;
-		sum += s, sq += s * s;
-	}
-	*mean_s = sum / (double)t->n;
-	*mean_sq_s2 = sq / (double)t->n;
-	free(c.lengths);
-	free(c.prefill_s);
-	return rc;
-}
-
 /* The q-quantile of n sorted values (nearest rank). */
 static double quantile(const double *v, long long n, double q)
 {
@@ -304,14 +284,22 @@ static double quantile(const double *v, long long n, double q)
 	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-static void summarise(const InferTrace *t, Replica *r, const InferReplayRoom *room)
+/* The statistics, and the requests' own prefills' mean and mean square (each priced when the
+ * request was admitted). */
+static int summarise(const InferTrace *t, Replica *r, const InferReplayRoom *room, PxError *err)
 {
 	long long n = t->n;
 	InferReplay *out = r->out;
-	double gen = 0, sum_ttft = 0, sum_lat = 0;
-	for (long long i = 0; i < n; i++)
+	double gen = 0, sum_ttft = 0, sum_lat = 0, pf = 0, pf_sq = 0;
+	for (long long i = 0; i < n; i++) {
+		double s = prefill_of(r->c, t->req[i].prompt_tokens, err);
+		if (s < 0)
+			return -1;
 		gen += (double)t->req[i].output_tokens, sum_ttft += r->ttft[i],
-			sum_lat += r->latency[i];
+			sum_lat += r->latency[i], pf += s, pf_sq += s * s;
+	}
+	out->prefill_mean_s = pf / (double)n;
+	out->prefill_sq_mean_s2 = pf_sq / (double)n;
 	qsort(r->ttft, (size_t)n, sizeof(*r->ttft), cmp_d);
 	qsort(r->latency, (size_t)n, sizeof(*r->latency), cmp_d);
 	out->ttft_mean_s = sum_ttft / (double)n;
@@ -327,6 +315,7 @@ static void summarise(const InferTrace *t, Replica *r, const InferReplayRoom *ro
 	out->tpot_p99_s = r->tpot_n ? quantile(r->tpot, r->tpot_n, 0.99) : 0;
 	out->tokens_per_s_gpu = gen / out->makespan_s / (double)(room->replicas * room->tp);
 	out->prefills_priced = r->c->priced;
+	return 0;
 }
 
 int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplayRoom *room,
@@ -361,7 +350,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
 		rc = run_replica(&r, k, err);
 	if (!rc)
-		summarise(t, &r, room);
+		rc = summarise(t, &r, room, err);
 done:
 	free(c.lengths);
 	free(c.prefill_s);

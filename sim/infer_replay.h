@@ -36,12 +36,10 @@ typedef struct InferReplay {
 	long long waited_for_room;   /* requests that arrived to no room for their prompt */
 	long long preemptions;       /* sequences evicted to make room, each prefilled again */
 	long long prefills_priced;   /* distinct prompt lengths priced */
+	double prefill_mean_s, prefill_sq_mean_s2; /* each request's own prefill (its prompt at
+					batch 1): their mean and mean square, which the steady
+					state's M/G/1 wait takes */
 } InferReplay;
-
-/* The mean and the mean square of the trace's prefills (each request's own prompt at batch 1),
- * which the steady state's M/G/1 wait takes. 0, or -1 with err. */
-int infer_trace_prefill_moments(const InferScenario *sc, const HwProfile *hw, double *mean_s,
-				double *mean_sq_s2, PxError *err);
 
 /* Replay sc's trace (sc->wl.trace.n > 0) with room. 0, or -1 with err (a prompt alone larger
  * than the KV cache is refused, naming the trace and the request). */

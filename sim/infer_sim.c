@@ -245,12 +245,11 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 	c->mean_ctx_tokens = (double)wl->prompt_tokens + so / 2;
 	if (infer_price_batch(sc, hw, 1, &pr->prefill, &dec_hi, err))
 		return -1;
-	/* prefill times: the mean prompt's, or a trace's own, whose spread lengthens the wait */
-	c->prefill_s = pr->prefill.s;
-	c->prefill_sq_s2 = c->prefill_s * c->prefill_s;
-	if (wl->trace.n > 0 &&
-	    infer_trace_prefill_moments(sc, hw, &c->prefill_s, &c->prefill_sq_s2, err))
-		return -1;
+	/* prefill times: the mean prompt's, or a replayed trace's own, whose spread lengthens the
+	 * wait */
+	c->prefill_s = pr->replayed ? pr->replay.prefill_mean_s : pr->prefill.s;
+	c->prefill_sq_s2 = pr->replayed ? pr->replay.prefill_sq_mean_s2 :
+					  c->prefill_s * c->prefill_s;
 	c->prefill_util = c->rate_replica * c->prefill_s;
 	if (c->max_concurrency < 1) {
 		snprintf(c->why, sizeof(c->why), "not one sequence of %.0f tokens fits beside the "
@@ -335,8 +334,6 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 	/* the replicas: a plan at batch 1 says them */
 	if (infer_plan_make(sc, 1, ctx, &pr->plan, err))
 		return -1;
-	if (price_continuous(sc, hw, pr, err))
-		return -1;
 	if (wl->trace.n > 0) { /* the KV cache's tokens: one sequence's longest context */
 		InferReplayRoom room = {.replicas = pr->plan.replicas, .tp = pr->plan.tp,
 					.max_seqs = wl->batch_given ? wl->batch : wl->trace.n};
@@ -345,6 +342,8 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 		    infer_replay(sc, hw, &room, &pr->replay, err))
 			return -1;
 	}
+	if (price_continuous(sc, hw, pr, err)) /* after the replay: its prefills' moments */
+		return -1;
 	long long b = pr->cb.stable ? (long long)ceil(pr->cb.concurrency - 1e-9) : 1;
 	if (b < 1)
 		b = 1;
