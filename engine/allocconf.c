@@ -8,8 +8,9 @@
 
 /* Options PyTorch's allocator configuration knows whose effect Parallax does not price. */
 static const char *const NOTED[] = {
-	"garbage_collection_threshold", "backend", "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
-	"pinned_num_register_threads", "pinned_use_background_threads", NULL};
+	"garbage_collection_threshold", "backend", "release_lock_on_cudamalloc",
+	"pinned_use_cuda_host_register", "pinned_num_register_threads",
+	"pinned_use_background_threads", NULL};
 
 unsigned alloc_conf_divisions(const AllocConf *conf, size_t size)
 {

@@ -1664,14 +1664,11 @@ static void optimizer_step(Builder *b)
 		 * the parameter update gathers whole (below); chunks of it would leave each rank a
 		 * piece of every chunk, not the slice it updates and sends; cast as the dense
 		 * buckets are (its memory only: the executor runs no cast with experts) */
-		int send, cast = st->flat_expert > 0 ?
-			zero_cast(b, kind, -1, st->flat_expert,
-				  st->flat_expert / p->spans[GROUP_EDP].n, &send) : -1;
+		int send, cast = zero_cast(b, kind, -1, st->flat_expert,
+					   st->flat_expert / p->spans[GROUP_EDP].n, &send);
 		expert_flat(b, kind, ROLE_GRAD_REDUCE, st->flat_expert, p->comm_bytes,
 			    st->flat_dense / p->dp);
-		if (cast >= 0)
-			release(b, &send);
-		release(b, &cast);
+		cast_through(b, &cast, &send, -1); /* no slice names it */
 		release_buckets(b);
 	}
 	if (p->stage == 1 && p->opt_place != PLACE_GPU)
