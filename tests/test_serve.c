@@ -421,6 +421,8 @@ static const char *write_pair(const char *fmt, const char *workload, const char 
 /* The continuous-batching scenario over the trace file tr.csv written beside it with text;
  * workload: more keys of the workload ("" for none); usable_gib: the GPU's usable memory, 0 for
  * the catalog's. */
+static const char *trace_scenario; /* the scenario predict_trace_on wrote last */
+
 static int predict_trace_on(const char *csv, const char *workload, double usable_gib,
 			    InferScenario *sc, InferPrediction *pr, PxError *err)
 {
@@ -433,7 +435,7 @@ static int predict_trace_on(const char *csv, const char *workload, double usable
 		 "\"gpus_per_node\": 1%s}, \"inference\": {\"dtype\": \"fp16\"},\n"
 		 " \"workload\": {\"batching\": \"continuous\", %%s\"trace\": \"tr.csv\"}}",
 		 usable);
-	const char *path = write_pair(fmt, workload, csv);
+	const char *path = trace_scenario = write_pair(fmt, workload, csv);
 	if (infer_scenario_load(sc, path, NULL, err))
 		return -1;
 	if (infer_predict(sc, NULL, NULL, pr, err)) {
@@ -563,7 +565,7 @@ static void test_trace_by_hand(void)
  * at most K - 1 tokens held and 2 running. r2 (100 s, prompt c = 3,000 - a - b, output 3) comes
  * to an empty server: TTFT P(c), latency L2 = P(c) + D(c) + D(c + 1), TPOT (L2 - P(c)) / 2, the
  * last token at 100 s + L2. A prompt longer than the whole cache is refused, naming the trace and
- * the request. */
+ * the request (predict exits 2). */
 static void test_trace_preemption(void)
 {
 	const char *cut = "\"batch_size\": null, ";
@@ -615,6 +617,9 @@ static void test_trace_preemption(void)
 	CU_ASSERT_EQUAL(predict_trace_on(csv, cut, 14, &sc, &pr, &err), -1);
 	PX_ASSERT_HAS(err.msg, "tr.csv: request 2 (prompt");
 	PX_ASSERT_HAS(err.msg, "longer than the KV cache's");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", trace_scenario),
+			2);
+	PX_ASSERT_HAS(out, "longer than the KV cache's");
 }
 
 /* A long trace of fixed lengths (prompt 512, output 128) arriving as a Poisson process at 3
