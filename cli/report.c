@@ -15,11 +15,41 @@ static const char *ckpt_name(CkptMode c)
 
 /* ---- the echo of the effective configuration ---- */
 
+/* DeepSpeed's ZeRO settings as they take effect: the buckets, the stage's optimizer wrapper and
+ * offload, stage 3's prefetch and persistence (not FSDP's, whose line echo_config prints). */
+static void zero_lines(FILE *f, const Plan *p)
+{
+	const Scenario *sc = p->sc;
+	const DsZero *z = &sc->ds.zero;
+	/* without a ZeRO optimizer the buckets are not reduce_bucket_size's (build.c) */
+	char buckets[96];
+	if (p->zero_optimizer)
+		snprintf(buckets, sizeof(buckets), "reduce %.3g allgather %.3g elements",
+			 p->reduce_bucket_elems, p->allgather_bucket_elems);
+	else if (sc->framework == FRAMEWORK_PYTORCH)
+		snprintf(buckets, sizeof(buckets), "DistributedDataParallel's, 1 MiB then %lld MiB",
+			 sc->train_args.ddp_bucket_cap_mb);
+	else
+		snprintf(buckets, sizeof(buckets), "%s", p->bf16_optimizer ?
+			 "one flat, all-reduced whole" : "the engine's, 5e8 elements");
+	fprintf(f, "# zero       stage %d (optimizer wrapper %s); offload optimizer %s, params %s; "
+		"buckets %s; overlap_comm %s, contiguous_gradients "
+		"%s\n", z->stage, plan_optimizer_wrapper(p),
+		offload_device_name(z->offload_optimizer.device),
+		offload_device_name(z->offload_param.device), buckets, z->overlap_comm ? "on" : "off",
+		z->contiguous_gradients ? "on" : p->contiguous_grads ? "on (the optimizer's offload "
+		"turns it on)" : "off");
+	if (z->stage == 3)
+		fprintf(f, "# stage 3    prefetch %.3g, persistence threshold %.3g, max live %.3g "
+			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,
+			z->persistence_threshold_elems, z->max_live_elems,
+			p->stages[0].persist_elems);
+}
+
 static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 {
 	const ModelSpec *m = &sc->model;
 	const DsConfig *ds = &sc->ds;
-	const DsZero *z = &ds->zero;
 	const ClusterSpec *c = &sc->cluster;
 	const Plan *p = &pr->plan;
 
@@ -72,47 +102,45 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		fprintf(f, "# framework  plain PyTorch (no DeepSpeed engine): %s\n", p->dp > 1 ?
 			"DistributedDataParallel, gradients all-reduced during the last micro-batch's "
 			"backward" : "one process, nothing reduced");
+	if (p->fsdp) {
+		const FsdpSpec *fs = &sc->fsdp;
+		fprintf(f, "# framework  PyTorch FSDP: %s, one flat a transformer layer and the root's "
+			"for the rest; backward_prefetch %s, forward one unit ahead; %s\n",
+			scenario_fsdp_sharding_name(fs->sharding),
+			scenario_fsdp_prefetch_name(fs->backward_prefetch),
+			fs->sync_each_batch || p->m == 1 ? "every micro-batch reduce-scatters" :
+			"no_sync but for the last micro-batch (each unit's whole gradient kept)");
+	}
 	fprintf(f, "# batch      train %lld = micro %lld x micro-batches %lld x dp %lld\n",
 		ds->train_batch, ds->micro_batch, ds->grad_accum, p->dp);
 	const OptimKind *k = ds->opt;
-	fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d fp32 "
-		"states%s%s)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
-		dtype_name(ds->comm_dtype),
-		p->mixed ? ", fp32 master weights" : p->master_bytes ? ", fp32 copy of the partition" :
-		ds->autocast == DT_FP16 ? ", torch autocast fp16 compute (16-bit weight copies)" :
-		ds->autocast == DT_BF16 ? ", torch autocast bf16 compute (16-bit weight copies)" : "",
-		ds->optimizer,
-		ds->optimizer_states, k && k->muon ? " off the matrices, 1 momentum on them" : "",
-		k && k->error_feedback ? " + 1-bit error feedback" : "");
+	if (p->fsdp) {
+		Dtype mp = ds->autocast != DT_FP32 ? ds->autocast : ds->dtype;
+		fprintf(f, "# precision  fp32 shards and gradient shards; %s gathered weights, "
+			"gradients and reduce-scatter%s; optimizer %s (%d fp32 states)\n",
+			dtype_name(mp), p->mixed ? " (MixedPrecision, under torch autocast)" : "",
+			ds->optimizer, ds->optimizer_states);
+	} else {
+		fprintf(f, "# precision  %s params, %s grads, %s communication%s; optimizer %s (%d "
+			"fp32 states%s%s)\n", dtype_name(ds->dtype), dtype_name(ds->grad_dtype),
+			dtype_name(ds->comm_dtype),
+			p->mixed ? ", fp32 master weights" : p->master_bytes ?
+			", fp32 copy of the partition" : ds->autocast == DT_FP16 ?
+			", torch autocast fp16 compute (16-bit weight copies)" :
+			ds->autocast == DT_BF16 ?
+			", torch autocast bf16 compute (16-bit weight copies)" : "",
+			ds->optimizer, ds->optimizer_states,
+			k && k->muon ? " off the matrices, 1 momentum on them" : "",
+			k && k->error_feedback ? " + 1-bit error feedback" : "");
+	}
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	if (im->copies > 0)
 		fprintf(f, "# optimizer  %s update (%s): %.3f GiB of fp32 temporaries while it runs "
 			"(%s)\n", im->name, ds->opt_impl_trainer ? "the Trainer's training_args.optim" :
 			"optimizer.params.torch_adam", p->stages[pr->worst].opt_step_temp_bytes / GiB,
 			im->source);
-	/* without a ZeRO optimizer the buckets are not reduce_bucket_size's (build.c) */
-	char buckets[96];
-	if (p->zero_optimizer)
-		snprintf(buckets, sizeof(buckets), "reduce %.3g allgather %.3g elements",
-			 p->reduce_bucket_elems, p->allgather_bucket_elems);
-	else if (sc->framework == FRAMEWORK_PYTORCH)
-		snprintf(buckets, sizeof(buckets), "DistributedDataParallel's, 1 MiB then %lld MiB",
-			 sc->train_args.ddp_bucket_cap_mb);
-	else
-		snprintf(buckets, sizeof(buckets), "%s", p->bf16_optimizer ?
-			 "one flat, all-reduced whole" : "the engine's, 5e8 elements");
-	fprintf(f, "# zero       stage %d (optimizer wrapper %s); offload optimizer %s, params %s; "
-		"buckets %s; overlap_comm %s, contiguous_gradients "
-		"%s\n", z->stage, plan_optimizer_wrapper(p),
-		offload_device_name(z->offload_optimizer.device),
-		offload_device_name(z->offload_param.device), buckets, z->overlap_comm ? "on" : "off",
-		z->contiguous_gradients ? "on" : p->contiguous_grads ? "on (the optimizer's offload "
-		"turns it on)" : "off");
-	if (z->stage == 3)
-		fprintf(f, "# stage 3    prefetch %.3g, persistence threshold %.3g, max live %.3g "
-			"elements; %lld parameters persistent\n", z->prefetch_bucket_elems,
-			z->persistence_threshold_elems, z->max_live_elems,
-			p->stages[0].persist_elems);
+	if (!p->fsdp)
+		zero_lines(f, p);
 	fprintf(f, "# checkpoint %s%s%s; attention %s%s\n", ckpt_name(sc->ckpt),
 		ds->partition_activations && sc->ckpt == CKPT_FULL ? ", partitioned" : "",
 		ds->cpu_checkpointing && sc->ckpt == CKPT_FULL ? ", on CPU" : "",

@@ -66,11 +66,19 @@ static double hf_norm_extra(const ModelSpec *m, double in_bytes)
 	return model_llama_modules(m) ? 4 * h + 4 : 0;
 }
 
-/* The dtype a norm's input has: the residual stream's, fp32 under torch autocast
- * (autocast_parts), else the activations'. */
-static double norm_in_bytes(const ActivShape *x)
+/* Whether a norm keeps an fp32 input where the 16-bit count has a 16-bit one: under torch
+ * autocast over fp32 weights every norm, the residual stream being fp32 (autocast_parts); over
+ * 16-bit weights (ActivShape.weights16) only nn.LayerNorm, which autocast runs in fp32 from an
+ * fp32 copy of its input (an RMSNorm module's own upcast is hf_norm_extra's). */
+static int norm_fp32_input(const ModelSpec *m, const ActivShape *x)
 {
-	return x->autocast ? 4 : x->elem_bytes;
+	return x->autocast && (!x->weights16 || m->lay.norm == NORM_LAYER);
+}
+
+/* The dtype a norm's input has (norm_fp32_input), else the activations'. */
+static double norm_in_bytes(const ModelSpec *m, const ActivShape *x)
+{
+	return norm_fp32_input(m, x) ? 4 : x->elem_bytes;
 }
 
 /* What a block's Hugging Face eager modules keep beyond the count above (modeling_gpt2.py,
@@ -90,7 +98,7 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 			   BlockParts *p)
 {
 	const ModelLayout *y = &m->lay;
-	double per = hf_norm_extra(m, norm_in_bytes(x)) * (y->place == NORM_SANDWICH ? 2 : 1);
+	double per = hf_norm_extra(m, norm_in_bytes(m, x)) * (y->place == NORM_SANDWICH ? 2 : 1);
 	double d = x->elem_bytes;
 	p->attn_repl += sb * per;
 	if (y->parallel != 1)
@@ -109,7 +117,8 @@ static void hf_eager_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 /* What torch autocast (fp32 weights, 16-bit compute; the CUDA op lists of torch.amp) keeps beyond
  * the 16-bit count: the residual stream is fp32 (an fp32 embedding output, then each branch's
  * 16-bit output added to it promotes), so each norm (layer_norm runs in fp32) keeps an fp32 input,
- * 2h bytes more a token; softmax runs in fp32 and keeps its fp32 output, which the product with
+ * 2h bytes more a token (over 16-bit weights, FSDP's, a LayerNorm's fp32 copy of its input
+ * only: norm_fp32_input); softmax runs in fp32 and keeps its fp32 output, which the product with
  * V reads through a 16-bit cast it keeps: 4 + 2 bytes a score where the 16-bit count has 2, or
  * with dropout 4 + 1 + 2 (output, mask, the cast of dropout's fp32 output) where it has 2 + 1 + 2
  * (Llama's and Gemma's Hugging Face attention already count their fp32 softmax, hf_eager_parts);
@@ -120,10 +129,10 @@ static void autocast_parts(const ModelSpec *m, const ActivShape *x, double sb, d
 			   BlockParts *p)
 {
 	const ModelLayout *y = &m->lay;
-	double h = (double)m->h;
-	p->attn_repl += sb * 2 * h;
+	double h = (double)m->h, norm = norm_fp32_input(m, x) ? 2 * h : 0;
+	p->attn_repl += sb * norm;
 	if (y->parallel != 1)
-		p->mlp_repl += sb * 2 * h;
+		p->mlp_repl += sb * norm;
 	if (!x->flash && !(x->hf_eager && model_hf_llama_attention(m)))
 		p->scores += sb * (double)m->a * s_kept * (m->attn_dropout ? 2 : 4);
 	if (x->hf_eager && m->gelu_new && !y->gated)
@@ -266,12 +275,12 @@ static double head_bytes(const ModelSpec *m, const ActivShape *x)
 	double ls = x->hf_eager && !model_hf_loss_upcasts(m) && !x->autocast ? d : 4;
 	double logits = y->lm_head ? sb * row * ls : 0; /* vocabulary-parallel: V/t each */
 	if (x->hf_eager && y->final_norm) /* what Hugging Face's final norm keeps beyond it */
-		head += sb * hf_norm_extra(m, norm_in_bytes(x));
+		head += sb * hf_norm_extra(m, norm_in_bytes(m, x));
 	/* Gemma-2's soft-capping of the logits (Gemma2ForCausalLM: divided, tanh, multiplied,
 	 * before the loss) keeps tanh's output in the logits' dtype */
 	if (x->hf_eager && y->lm_head && m->final_softcap > 0)
 		logits += sb * (double)m->V * d;
-	if (x->autocast && y->final_norm) /* its fp32 input, the residual stream (autocast_parts) */
+	if (norm_fp32_input(m, x) && y->final_norm) /* its fp32 input (autocast_parts) */
 		head += sb * 2 * (double)m->h;
 	/* the final norm's input and output are the stream's: whole on every tensor-parallel rank,
 	 * split by rows only under sequence parallelism */

@@ -24,6 +24,8 @@ typedef struct ActivShape {
 			    what they keep beyond Korthikanti's count (activ.c) */
 	int autocast;    /* torch autocast over fp32 weights (elem_bytes 2): what its fp32 ops
 			    keep beyond the 16-bit count (activ.c) */
+	int weights16;   /* with autocast: over 16-bit weights (FSDP's MixedPrecision), whose
+			    residual stream is 16-bit */
 	int logits_align; /* the logits' rows padded to a multiple of this many elements (the CUDA
 			     executor's 8, kernels/ops_cuda.h's ops_cuda_logits_ld); 0: none */
 } ActivShape;

@@ -59,6 +59,11 @@ typedef struct Builder {
 	long long *ddp_at;         /* where each of its buckets starts in the flat, backward order */
 	int n_ddp, ddp_next;       /* its buckets; the next to all-reduce in this backward */
 	int ddp_sync;              /* this micro-batch's backward all-reduces them (the last's) */
+	int *fsdp_acc;             /* FSDP: each unit's whole gradient kept under no_sync, -1 */
+	int *fsdp_shard;           /* FSDP: each unit's gradient shard (_saved_grad_shard), from its
+				      first reduce-scatter to the step's zero_grad, -1 */
+	int fsdp_head;             /* FSDP: the root's last unit's gradients, until its first's */
+	int fsdp_sync;             /* FSDP: this micro-batch reduce-scatters (not under no_sync) */
 } Builder;
 
 #define DO(call)                      \
@@ -230,7 +235,7 @@ static void setup(Builder *b)
 		 * sub-groups, and the rest on NVMe (plan.c plan_param_host) */
 		int nvme = p->param_place == PLACE_NVME;
 		b->id_part = alloc(b, nvme ? PLACE_CPU : p->param_place, CAT_PARAMS, BUF_PARAM_PART,
-				   -1, (nvme ? (double)st->param_host_flat : part) * p->param_bytes);
+				   -1, (nvme ? (double)st->param_host_flat : part) * p->shard_bytes);
 		if (nvme && st->param_resident < st->part_elems)
 			alloc(b, PLACE_NVME, CAT_PARAMS, BUF_PARAM_SWAP, -1,
 			      (double)(st->part_elems - st->param_resident) * p->param_bytes);
@@ -254,7 +259,7 @@ static void setup(Builder *b)
 	 * under offload on the host (stage3.py grad_partitions_flat_buffer, on its self.device);
 	 * stage 1-2 offload reduces straight into the host's fp32 gradients (stage_1_and_2.py) */
 	Place gp = p->opt_place == PLACE_GPU ? PLACE_GPU : PLACE_CPU;
-	if (p->stage == 3 || (p->stage == 2 && gp == PLACE_GPU))
+	if ((p->stage == 3 && !p->fsdp) || (p->stage == 2 && gp == PLACE_GPU)) /* FSDP: per unit */
 		b->id_gradpart = alloc(b, gp, CAT_GRADS, BUF_GRAD_PART, -1, part * p->grad_bytes);
 	/* the fp32 gradients the host's optimizer reads: with the optimizer on NVMe they live in
 	 * the swap buffer while a sub-group steps, and in their files between steps (its
@@ -605,6 +610,8 @@ static int next_bucket(Builder *b)
  * copies the gradients, which go straight into the partition. */
 static int grads_direct(const Plan *p)
 {
+	if (p->fsdp) /* FSDP's hooks run the same on one rank */
+		return 0;
 	return p->spans[GROUP_DP].n <= 1 && p->opt_place == PLACE_GPU;
 }
 
@@ -894,13 +901,139 @@ static double cast_bytes(const Plan *p, int u)
 	return (double)p->units[u].cast_elems * dtype_bytes(ds->autocast);
 }
 
+/* ---- FSDP (Plan.fsdp): FullyShardedDataParallel's units, as torch's FSDP1 runs them
+ * (torch/distributed/fsdp/_runtime_utils.py). Each transformer layer is a unit; the root unit holds
+ * the rest (the model's first and last units: the embedding, the final norm and the head), one
+ * flat gathered before the first unit's forward and kept until the backward ends
+ * (_post_forward_reshard does not free the root's). ---- */
+
+static int fsdp_is_root(const Plan *p, int u)
+{
+	return u == 0 || u == p->n_units - 1;
+}
+
+/* Before unit u's forward: its flat (the root's two units at the first), and the next layer's,
+ * which the host issues while the device computes this one (limit_all_gathers lets it run one
+ * unit ahead; forward_prefetch asks for the same). */
+static void fsdp_forward_gather(Builder *b, int u)
+{
+	int last = b->p->n_units - 1;
+	gather(b, u, 0);
+	if (u == 0)
+		gather(b, last, 0);
+	if (u + 1 < last)
+		gather(b, u + 1, 0);
+}
+
+/* After unit u's forward: FULL_SHARD frees a layer's gathered flat (reshard after forward);
+ * SHARD_GRAD_OP keeps it for the backward. */
+static void fsdp_forward_done(Builder *b, int u)
+{
+	if (b->p->sc->fsdp.sharding == FSDP_FULL_SHARD && !fsdp_is_root(b->p, u))
+		ungather(b, u);
+}
+
+/* Before unit u's backward: its flat (gathered again under FULL_SHARD), and under BACKWARD_PRE the
+ * next unit's in backward order, issued by u's pre-backward hook (_prefetch_handles). */
+static void fsdp_backward_gather(Builder *b, int u)
+{
+	gather(b, u, 1);
+	if (b->p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_PRE && u >= 1)
+		gather(b, u - 1, 1);
+}
+
+/* Unit u's gradients are whole: its post-backward hook frees its gathered flat (both strategies
+ * when it reduces; under no_sync SHARD_GRAD_OP keeps it: _should_free_in_backward), and under
+ * BACKWARD_POST gathers the next unit. The root's hook runs once, after its first unit's
+ * backward. */
+static void fsdp_reshard(Builder *b, int u)
+{
+	const Plan *p = b->p;
+	if (u == p->n_units - 1)
+		return;
+	if (p->sc->fsdp.sharding == FSDP_FULL_SHARD || b->fsdp_sync) {
+		ungather(b, u);
+		if (u == 0)
+			ungather(b, p->n_units - 1);
+	}
+	if (p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_POST && u >= 1)
+		gather(b, u - 1, 1);
+}
+
+/* One reduce-scatter of unit u's flat gradient, held in buf from element off, over the
+ * data-parallel group in param_dtype (_post_backward_hook): the output shard (new_sharded_grad),
+ * cast to the shard's dtype (_cast_grad_to_param_dtype), becomes the unit's gradient shard the
+ * first time and is added into it after. */
+static void fsdp_reduce(Builder *b, int u, int buf, long long off)
+{
+	const Plan *p = b->p;
+	const UnitPlan *up = &p->units[u];
+	double mine = (double)up->part_dense;
+	int first = b->fsdp_shard[u] < 0, same = p->comm_bytes == p->shard_bytes;
+	int out = first && same ? -1 : alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
+					      mine * p->comm_bytes);
+	if (first && same)
+		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
+					 mine * p->shard_bytes);
+	slice(b, coll(b, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, GROUP_DP, u, up->own_gather,
+		      p->comm_bytes, buf, off), -1, up->part_off, up->part_dense);
+	if (first && !same)
+		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
+					 mine * p->shard_bytes);
+	int cast = !first && !same ? alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
+					   mine * p->shard_bytes) : -1;
+	release(b, &out);
+	if (!first)
+		compute_moving(b, COMP_GRAD_ACCUM, u, mine, 3 * mine * p->shard_bytes);
+	release(b, &cast);
+}
+
+/* Unit u's gradients after its backward, held in b->own_grads (its tensors' .grad, autograd's
+ * separate pieces until the unit is done): autograd's cat of them into the flat's gradient (the
+ * split's backward: a whole flat beside them for a moment), added in place into the one kept
+ * under no_sync; then the hook frees the gathered weights and, when this micro-batch reduces,
+ * reduce-scatters it and frees it, or under no_sync keeps it. The root's last unit waits for
+ * its first. */
+static void fsdp_unit_grads(Builder *b, int u)
+{
+	const Plan *p = b->p;
+	int last = p->n_units - 1;
+	if (u == last) {
+		b->fsdp_head = b->own_grads;
+		b->own_grads = -1;
+		return;
+	}
+	double elems = (double)(p->units[u].own_gather + (u == 0 ? p->units[last].own_gather : 0));
+	int flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_UNSHARDED, u, elems * p->grad_bytes);
+	release(b, &b->own_grads);
+	if (u == 0)
+		release(b, &b->fsdp_head);
+	if (b->fsdp_acc[u] >= 0) { /* AccumulateGrad adds the new one into .grad */
+		compute_moving(b, COMP_GRAD_ACCUM, u, elems, 3 * elems * p->grad_bytes);
+		release(b, &flat);
+		flat = b->fsdp_acc[u];
+		b->fsdp_acc[u] = -1;
+	}
+	fsdp_reshard(b, u);
+	if (!b->fsdp_sync) {
+		b->fsdp_acc[u] = flat;
+		return;
+	}
+	fsdp_reduce(b, u, flat, 0);
+	if (u == 0)
+		fsdp_reduce(b, last, flat, p->units[0].own_gather);
+	release(b, &flat);
+}
+
 static void forward_unit(Builder *b, int slot, int u)
 {
 	const Plan *p = b->p;
 	const UnitPlan *up = &p->units[u];
 	int i = slot * p->n_units + u;
 
-	if (p->stage == 3)
+	if (p->fsdp)
+		fsdp_forward_gather(b, u);
+	else if (p->stage == 3)
 		gather_with_prefetch(b, u, +1);
 	int temp = -1, fp32 = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_UNIT_FP32, u,
 				    unit_work_bytes(p, u, p->param_bytes));
@@ -930,7 +1063,9 @@ static void forward_unit(Builder *b, int slot, int u)
 	release(b, &fp32);
 	if (b->ckpt[i] >= 0 && p->ckpt_place == PLACE_CPU)
 		copy(b, COPY_D2H, ROLE_FORWARD, u, up->ckpt_bytes);
-	if (p->stage == 3)
+	if (p->fsdp)
+		fsdp_forward_done(b, u);
+	else if (p->stage == 3)
 		ungather(b, u);
 }
 
@@ -957,7 +1092,9 @@ static void backward_unit(Builder *b, int slot, int u)
 	const UnitPlan *up = &p->units[u];
 	int i = slot * p->n_units + u;
 
-	if (p->stage == 3)
+	if (p->fsdp)
+		fsdp_backward_gather(b, u);
+	else if (p->stage == 3)
 		gather_with_prefetch(b, u, -1);
 	int fp32 = alloc(b, PLACE_GPU, CAT_WORKSPACE, BUF_UNIT_FP32, u,
 			 unit_work_bytes(p, u, p->param_bytes));
@@ -988,8 +1125,9 @@ static void backward_unit(Builder *b, int slot, int u)
 		/* at stage 3 at least the unit's flat, padded to the group, in which they are
 		 * laid for the reduction */
 		b->own_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
-				     (double)(p->stage == 3 ? max_ll(up->local_dense, up->own_gather) :
-							      up->local_dense) * p->grad_bytes);
+				     (double)(p->stage == 3 && !p->fsdp ?
+						      max_ll(up->local_dense, up->own_gather) :
+						      up->local_dense) * p->grad_bytes);
 	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 1));
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) { /* stated on the backward op itself */
@@ -1007,11 +1145,15 @@ static void backward_unit(Builder *b, int slot, int u)
 	release(b, &b->ckpt[i]);
 	release(b, &b->cast[i]);
 	release(b, &scores);
-	unit_grads(b, u, egrads);
+	if (p->fsdp) {
+		fsdp_unit_grads(b, u);
+	} else {
+		unit_grads(b, u, egrads);
+		if (p->stage == 3)
+			ungather(b, u);
+	}
 	release(b, &fp32_grads);
 	release(b, &fp32);
-	if (p->stage == 3)
-		ungather(b, u);
 }
 
 /* ---- micro-batches ---- */
@@ -1537,7 +1679,8 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	if (p->flattens_grads && p->grad_bytes != 4 &&
 	    (flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FLAT, -1, fp32_elems * p->grad_bytes)) >= 0)
 		in_group(b, ranged, lo, n);
-	if (((p->mixed && p->grad_bytes != 4) || p->flattens_grads) && p->opt_place == PLACE_GPU &&
+	if (((p->mixed && p->grad_bytes != 4 && !p->fsdp) || p->flattens_grads) &&
+	    p->opt_place == PLACE_GPU &&
 	    (fp32_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_FP32, -1, fp32_elems * 4)) >= 0)
 		in_group(b, ranged, lo, n);
 	release(b, &flat);
@@ -1569,7 +1712,7 @@ static void group_step(Builder *b, long long lo, long long n, int ranged, int on
 	double passes = elems * optim_impl(p->opt_impl)->extra_bytes;
 	/* (the initialisation step's is the step that sets up its states and moves nothing) */
 	DO(sched_compute(b->s, COMP_OPTIMIZER, -1, init ? 0 : 10 * elems,
-			 init ? 0 : 2 * state + elems * (4 + p->param_bytes) + passes));
+			 init ? 0 : 2 * state + elems * (4 + p->shard_bytes) + passes));
 	in_group(b, ranged, lo, n);
 	if (p->opt_place == PLACE_NVME) {
 		copy(b, COPY_NVME_WRITE, ROLE_OPTIMIZER, -1, state);
@@ -1638,8 +1781,9 @@ static void optimizer_step(Builder *b)
 		     (p->onebit_step == ONEBIT_COMPRESSED || p->onebit_step == ONEBIT_LOCAL);
 	if (p->bf16_optimizer) {
 		bf16_reduce(b);
-	} else if (p->sc->framework == FRAMEWORK_PYTORCH) {
-		/* DistributedDataParallel reduced them in the last backward (ddp_ready) */
+	} else if (p->sc->framework == FRAMEWORK_PYTORCH || p->fsdp) {
+		/* DistributedDataParallel reduced them in the last backward (ddp_ready), FSDP in
+		 * each unit's post-backward hook (fsdp_unit_grads) */
 	} else if (p->stage == 0 && !onebit) {
 		engine_allreduce(b);
 	} else if (p->stage == 1 && !onebit) {
@@ -1682,8 +1826,11 @@ static void optimizer_step(Builder *b)
 	 * its shards; Megatron's clip_grad_norm likewise) */
 	int fp16 = p->sc->ds.dtype == DT_FP16, clip = p->sc->ds.gradient_clipping > 0;
 	/* plain PyTorch's ranks hold the same all-reduced gradients: its GradScaler and
-	 * clip_grad_norm_ look at their own, with no all-reduce */
-	int ds = p->sc->framework == FRAMEWORK_DEEPSPEED;
+	 * clip_grad_norm_ look at their own, with no all-reduce; FSDP's ShardedGradScaler
+	 * all-reduces its inf check over the group, as its clip_grad_norm_ does the norm */
+	int ds = p->sc->framework == FRAMEWORK_DEEPSPEED || p->fsdp;
+	if (p->fsdp)
+		fp16 = fp16 || p->sc->ds.autocast == DT_FP16;
 	if (fp16 && ds)
 		coll(b, COLL_ALL_REDUCE, ROLE_OVERFLOW, GROUP_DP, -1, 1, 4, -1, 0);
 	if (fp16)
@@ -1737,6 +1884,9 @@ static void optimizer_step(Builder *b)
 				      -1, expert_part_off(b, u), up->local_expert / p->edp);
 		}
 	}
+	/* FSDP: the Trainer's zero_grad after the step drops the gradient shards (set_to_none) */
+	for (int u = 0; p->fsdp && u < p->n_units; u++)
+		release(b, &b->fsdp_shard[u]);
 	if (p->stage == 3 && st->persist_elems > 0) {
 		long long persist = ceil_div(st->persist_elems, p->dp);
 		slice(b, coll(b, COLL_ALL_GATHER, ROLE_PARAM_UPDATE, GROUP_DP, -1, persist * p->dp,
@@ -1755,7 +1905,8 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->stage = stage;
 	b->m = m;
 	b->s = s;
-	b->tied_grad = b->own_grads = b->xl_grads = -1;
+	b->tied_grad = b->own_grads = b->xl_grads = b->fsdp_head = -1;
+	b->fsdp_sync = 1;
 	b->dense.group = GROUP_DP;
 	b->expert.group = GROUP_EDP;
 	b->id_params = b->id_grads = b->id_part = b->id_persist = b->id_gradpart = -1;
@@ -1771,11 +1922,13 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->pipe_out = malloc((size_t)chunks * sizeof(int));
 	b->expert_start = malloc((size_t)n * sizeof(long long));
 	b->bucket_of = malloc((size_t)n * sizeof(int));
+	b->fsdp_acc = malloc((size_t)n * sizeof(int));
+	b->fsdp_shard = malloc((size_t)n * sizeof(int));
 	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out ||
-	    !b->expert_start || !b->bucket_of)
+	    !b->expert_start || !b->bucket_of || !b->fsdp_acc || !b->fsdp_shard)
 		return -1;
 	for (int u = 0; u < n; u++)
-		b->gathered[u] = -1;
+		b->gathered[u] = b->fsdp_acc[u] = b->fsdp_shard[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
 		b->act[i] = b->ckpt[i] = b->cast[i] = -1;
 	for (long long i = 0; i < chunks; i++)
@@ -1805,6 +1958,8 @@ static void builder_free(Builder *b)
 	free(b->pipe_out);
 	free(b->expert_start);
 	free(b->bucket_of);
+	free(b->fsdp_acc);
+	free(b->fsdp_shard);
 	free(b->ddp_at);
 	free(b->dense.bufs);
 	free(b->expert.bufs);
@@ -1844,6 +1999,26 @@ static int build(const Plan *p, int stage, long long m, Schedule *s, long long *
 	if (p->par.pp > 1) {
 		if ((rc = pipelined(b, err)))
 			goto out;
+	} else if (p->fsdp && p->m > 1) {
+		/* FSDP: the first micro-batch makes what the others find (under no_sync each unit's
+		 * kept gradient, and SHARD_GRAD_OP's gathered units; with sync_each_batch the
+		 * gradient shards), the middle ones add into it, the last reduce-scatters */
+		int each = p->sc->fsdp.sync_each_batch;
+		b->fsdp_sync = each;
+		DO(sched_loop(s, 1));
+		micro_batch(b);
+		DO(sched_end_loop(s));
+		if (p->m > 2 || each) {
+			DO(sched_loop(s, each ? p->m - 1 : p->m - 2));
+			micro_batch(b);
+			DO(sched_end_loop(s));
+		}
+		if (!each) {
+			b->fsdp_sync = 1;
+			DO(sched_loop(s, 1));
+			micro_batch(b);
+			DO(sched_end_loop(s));
+		}
 	} else if (p->stage == 3 && p->hpz > 1 && p->m > 1) {
 		/* hpZ: the first micro-batch's forward gathers over dp and keeps the secondary
 		 * partition; the others' forwards gather from it, inside the node (stage3.py drops

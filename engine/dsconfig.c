@@ -1030,7 +1030,8 @@ int dsconfig_resolve(DsConfig *ds, const ModelSpec *m, const TrainArgs *ta, long
 				  ds->bf16 && !(ds->autos & AUTO_BF16) ? "bf16" : NULL;
 		if (own)
 			return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.%s.enabled is true beside "
-				       "training_args.%s (%s) with framework \"pytorch\": the Trainer's "
+				       "training_args.%s (%s) without DeepSpeed (framework \"pytorch\" or "
+				       "\"fsdp\"): the Trainer's "
 				       "%s without DeepSpeed is torch autocast over fp32 weights, "
 				       "DeepSpeed's 16-bit weights; expected one of them (leave the "
 				       "deepspeed section's %s out, or \"auto\", for autocast)",

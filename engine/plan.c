@@ -39,10 +39,14 @@ IdealStates plan_stage_ideal(const Plan *p, int stage)
 {
 	const StagePlan *st = &p->stages[stage];
 	int k = (p->mixed ? 4 : 0) + p->state_bytes; /* the paper's K: mixed precision's master */
-	IdealStates d = plan_ideal_states((double)st->local_dense, p->dp, p->stage, p->param_bytes,
-					  p->grad_bytes, k);
-	IdealStates e = plan_ideal_states((double)st->local_expert, p->edp, p->stage, p->param_bytes,
-					  p->grad_bytes, k);
+	/* FSDP's states are its fp32 shards, their fp32 gradients and the optimizer's (16 bytes a
+	 * parameter under Adam, as the paper's mixed-precision K = 12 plus 2 + 2) */
+	int pb = p->fsdp ? p->shard_bytes : p->param_bytes, gb = p->fsdp ? p->shard_bytes :
+								 p->grad_bytes;
+	if (p->fsdp)
+		k = p->state_bytes;
+	IdealStates d = plan_ideal_states((double)st->local_dense, p->dp, p->stage, pb, gb, k);
+	IdealStates e = plan_ideal_states((double)st->local_expert, p->edp, p->stage, pb, gb, k);
 	return (IdealStates){d.params_bytes + e.params_bytes, d.grads_bytes + e.grads_bytes,
 			     d.optimizer_bytes + e.optimizer_bytes, d.total_bytes + e.total_bytes};
 }
@@ -205,7 +209,7 @@ static void plan_unit(Plan *p, int idx)
 			u->max_tensor = n;
 		if (muon && is_hidden_matrix(m, idx, &t[i]))
 			u->muon_elems += n;
-		if (p->sc->ds.autocast != DT_FP32 && casts_weight(m, idx, &t[i]))
+		if (p->sc->ds.autocast != DT_FP32 && !p->fsdp && casts_weight(m, idx, &t[i]))
 			u->cast_elems += n;
 		u->tensor_expert[i] = (unsigned char)t[i].expert;
 		if (t[i].expert)
@@ -214,7 +218,7 @@ static void plan_unit(Plan *p, int idx)
 			u->local_dense += n;
 		if (!t[i].expert && !t[i].tp_split)
 			u->tp_replicated += n;
-		if (p->stage == 3 && (double)n <= z->persistence_threshold_elems)
+		if (p->stage == 3 && !p->fsdp && (double)n <= z->persistence_threshold_elems)
 			u->persist_elems += n;
 		else if (t[i].expert)
 			u->part_expert += ceil_div(n, p->edp);
@@ -231,7 +235,8 @@ static void plan_unit(Plan *p, int idx)
 		u->local_dense += n;
 		u->own_gather += p->stage == 3 ? n : 0;
 	}
-	if (p->sc->ds.autocast != DT_FP32 && idx == model_n_units(m) - 1 && m->lay.lm_head)
+	if (p->sc->ds.autocast != DT_FP32 && !p->fsdp && idx == model_n_units(m) - 1 &&
+	    m->lay.lm_head)
 		u->cast_elems += ceil_div(model_tied_elems(m), p->par.tp); /* the lm_head casts it */
 	u->part_dense = ceil_div(u->own_gather, p->dp);
 	u->own_gather = u->part_dense * p->dp;
@@ -247,6 +252,17 @@ static void plan_unit(Plan *p, int idx)
 
 /* ---- optimizer memory ---- */
 
+/* FSDP: the largest flat shard a rank holds (its step works on each unit's; use_orig_params
+ * would hand it the original tensors' pieces instead): a layer's, or the root's, which holds
+ * the first and last units (the embedding, the final norm and the head). */
+static long long fsdp_largest_shard(const Plan *p, const StagePlan *st)
+{
+	long long most = p->units[0].part_dense + p->units[p->n_units - 1].part_dense;
+	for (int u = 1; u < p->n_units - 1; u++)
+		most = p->units[u].part_dense > most ? p->units[u].part_dense : most;
+	return most < st->part_elems ? most : st->part_elems;
+}
+
 /* The elements of the tensor an Adam-type step works on at once, by who holds the tensors: ZeRO
  * stage 1-2 and DeepSpeed's FP16/BF16 optimizers hand it one flat partition; stage 3 one
  * sub-group at a time (stage3.py _optimizer_step), the largest of them counting; otherwise (fp32 at stage 0, or the
@@ -256,6 +272,8 @@ static double step_tensor_elems(const Plan *p, const StagePlan *st)
 {
 	const DsConfig *ds = &p->sc->ds;
 	long long part = st->part_elems;
+	if (p->fsdp) /* one flat shard per unit, the root's two units' together */
+		return (double)fsdp_largest_shard(p, st);
 	if (p->stage == 3) { /* the largest sub-group (plan_subgroups) */
 		long long most = 0;
 		for (int k = 0; k < st->n_subgroups; k++) {
@@ -276,8 +294,8 @@ static double step_tensor_elems(const Plan *p, const StagePlan *st)
 static double plan_step_temp_bytes(const Plan *p, const StagePlan *st)
 {
 	const OptimImpl *im = optim_impl(p->opt_impl);
-	double elems = im->whole_group && p->stage != 3 ? (double)st->part_elems :
-							   step_tensor_elems(p, st);
+	double elems = im->whole_group && (p->stage != 3 || p->fsdp) ? (double)st->part_elems :
+									 step_tensor_elems(p, st);
 	return im->copies * 4.0 * elems;
 }
 
@@ -434,7 +452,7 @@ static int plan_subgroups(Plan *p, int s)
 	StagePlan *st = &p->stages[s];
 	st->n_subgroups = 0;
 	st->subgroup_end = NULL;
-	if (p->stage != 3 || st->part_elems <= 0)
+	if (p->stage != 3 || p->fsdp || st->part_elems <= 0) /* FSDP has no sub-groups */
 		return 0;
 	size_t cap = 1;
 	for (int u = 0; u < p->n_units; u++)
@@ -483,6 +501,8 @@ static int bf16_optimizer(Plan *p, PxError *err)
 			       "gradient accumulation\"); leave it unset (fp32) or use ZeRO stage 1",
 			       src);
 	const OptimKind *k = ds->opt;
+	if (p->sc->framework == FRAMEWORK_FSDP) /* FSDP's MixedPrecision, not DeepSpeed's wrappers */
+		return 0;
 	if (k && k->error_feedback != EF_NONE && bf16 && p->stage == 0)
 		/* _configure_bf16_optimizer wraps whatever basic optimizer it is given */
 		return px_fail(err, PX_ERR_INPUT, "%s: deepspeed.optimizer.type = %s with bf16 and ZeRO "
@@ -531,6 +551,52 @@ static int plain_pytorch(const Plan *p, PxError *err)
 		return 0;
 	return px_fail(err, PX_ERR_INPUT, "%s: framework \"pytorch\" with %s: plain PyTorch %s; "
 		       "use framework \"deepspeed\" for it", sc->path, key, why);
+}
+
+/* PyTorch's FullyShardedDataParallel (Scenario.framework "fsdp", FsdpSpec): stage 3's
+ * partitioning, each unit's parameters one flat padded to the group and sharded over it (FSDP's
+ * FlatParameter; every tensor, none persistent), kept as the model was loaded, fp32 (the
+ * Trainer's default), with the optimizer's states over them and no master copy. MixedPrecision
+ * (the deepspeed section's fp16 or bf16, or training_args') gathers the weights, computes and
+ * reduce-scatters the gradients in 16 bits; fp32 otherwise. The Trainer runs autocast over it
+ * too, whose casts of 16-bit weights are the weights themselves. */
+static int fsdp_plan(Plan *p, PxError *err)
+{
+	const Scenario *sc = p->sc;
+	const DsConfig *ds = &sc->ds;
+	const char *key = NULL, *why = "";
+	if (sc->framework != FRAMEWORK_FSDP)
+		return 0;
+	if (ds->zero.stage != 0)
+		key = "deepspeed.zero_optimization.stage",
+		why = "shards by fsdp.sharding_strategy, not ZeRO (leave the stage out, or 0)";
+	else if (p->par.tp > 1 || p->par.pp > 1)
+		key = p->par.tp > 1 ? "parallelism.tp" : "parallelism.pp",
+		why = "is priced with data parallelism only here (1)";
+	else if (sc->model.experts > 0)
+		key = "model", why = "is priced for dense models only here";
+	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
+		key = "deepspeed.optimizer.type", why = "has no 1-bit optimizers";
+	else if (ds->sparse.mode != SPARSE_OFF)
+		key = "deepspeed.sparse_attention", why = "has no block-sparse attention";
+	else if (ds->cpu_checkpointing)
+		key = "deepspeed.activation_checkpointing.cpu_checkpointing",
+		why = "keeps its checkpoints on the device";
+	else if (sc->backend != BACKEND_GPU)
+		key = "backend", why = "is predicted, not run: the executor runs DeepSpeed's and "
+				       "DistributedDataParallel's loops (backend \"gpu\")";
+	if (key)
+		return px_fail(err, PX_ERR_INPUT, "%s: framework \"fsdp\" with %s: FSDP %s", sc->path,
+			       key, why);
+	Dtype mp = ds->autocast != DT_FP32 ? ds->autocast : ds->dtype;
+	p->fsdp = 1;
+	p->stage = 3;
+	p->mixed = mp != DT_FP32;
+	p->param_bytes = p->grad_bytes = p->comm_bytes = dtype_bytes(mp);
+	p->shard_bytes = 4;
+	p->master_bytes = 0;
+	p->opt_place = p->param_place = PLACE_GPU;
+	return 0;
 }
 
 /* ZeRO-Infinity with parameters on NVMe (stage3.py): a pinned host flat of min(partition,
@@ -695,14 +761,17 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "offload_param.device \"nvme\": DeepSpeed allocates hpZ's secondary "
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
-	if (plain_pytorch(p, err) || bf16_optimizer(p, err))
+	p->shard_bytes = p->param_bytes;
+	if (plain_pytorch(p, err) || bf16_optimizer(p, err) || fsdp_plan(p, err))
 		return -1;
 	if (sc->model_code == MODEL_CODE_HUGGINGFACE && sc->backend != BACKEND_GPU)
 		return px_fail(err, PX_ERR_INPUT, "%s: model_code \"huggingface\" with backend \"%s\": "
 			       "the executor runs its own kernels, not Hugging Face's modules; leave "
 			       "model_code out (or \"megatron\") for backend cpu and cuda", sc->path,
 			       sc->backend == BACKEND_CPU ? "cpu" : "cuda");
-	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer;
+	p->zero_optimizer = p->stage >= 1 && !p->bf16_optimizer && !p->fsdp;
+	if (p->fsdp) /* each unit's gradients are its own, reduced from them */
+		p->contiguous_grads = 0;
 	p->overlap_comm = (p->zero_optimizer && ds->zero.overlap_comm && p->par.pp == 1) ||
 			  (sc->framework == FRAMEWORK_PYTORCH && p->dp > 1); /* DDP's buckets */
 	p->flattens_grads = p->zero_optimizer && p->opt_place == PLACE_GPU;
@@ -719,8 +788,10 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 								 * the parameters' dtype */
 				.hf_eager = sc->model_code == MODEL_CODE_HUGGINGFACE,
 				.autocast = ds->autocast != DT_FP32};
-	if (p->shape.autocast) /* fp32 weights, 16-bit GEMM outputs */
+	if (p->shape.autocast && !p->fsdp) /* fp32 weights, 16-bit GEMM outputs */
 		p->shape.elem_bytes = dtype_bytes(ds->autocast);
+	if (p->fsdp) /* 16-bit weights under autocast, or fp32 */
+		p->shape.autocast = p->shape.weights16 = p->mixed;
 	p->executor = sc->backend != BACKEND_GPU;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
 	if (sc->backend == BACKEND_CUDA) /* the CUDA executor's logits rows (exec/compute_cuda.c) */
@@ -766,7 +837,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 		else
 			plan_unit(p, i);
 	}
-	if (p->stage == 3 && model_tied_elems(m)) /* the tied head gathers the embedding's flat */
+	/* the tied head gathers the embedding's flat; FSDP's root unit holds both */
+	if (p->stage == 3 && !p->fsdp && model_tied_elems(m))
 		p->units[p->n_units - 1].gather_dense += p->units[0].own_gather;
 	if (plan_stages(p, err)) {
 		plan_free(p);

@@ -103,6 +103,12 @@ typedef struct Plan {
 				      parameters (stage_1_and_2.py single_partition_of_fp32_groups,
 				      stage3.py fp32_partitioned_groups_flat: .clone().float()) */
 	int state_bytes;           /* 4 per optimizer state */
+	int fsdp;                  /* framework "fsdp": stage 3's schedule as FSDP runs it (build.c):
+				      param_bytes, grad_bytes and comm_bytes are MixedPrecision's
+				      param_dtype (the gathered weights, the unsharded gradients and
+				      their reduce-scatter), the shards and their gradients
+				      shard_bytes, no master copy (master_bytes 0) */
+	int shard_bytes;           /* bytes of a partition element: param_bytes, or FSDP's fp32 */
 	int mixed;
 	Place opt_place, param_place, ckpt_place;
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "family.h"
 
@@ -141,7 +142,91 @@ static int apply_overrides(Scenario *sc, PxError *err)
 
 /* ---- the scenario's own keys ---- */
 
-static const char *const FRAMEWORKS[] = {"deepspeed", "pytorch", NULL}; /* Framework order */
+static const char *const FRAMEWORKS[] = {"deepspeed", "pytorch", "fsdp", NULL}; /* Framework order */
+static const char *const FSDP_SHARDINGS[] = {"FULL_SHARD", "SHARD_GRAD_OP", NULL};
+static const char *const FSDP_PREFETCHES[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", NULL};
+
+const char *scenario_fsdp_sharding_name(FsdpSharding s)
+{
+	return FSDP_SHARDINGS[s];
+}
+
+const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
+{
+	return FSDP_PREFETCHES[b];
+}
+
+/* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). The strategies that are not
+ * modelled are refused by name: NO_SHARD is DistributedDataParallel's memory (framework
+ * "pytorch"), HYBRID_SHARD's inter-node all-reduce of the shards is not scheduled, and
+ * offload_params (FSDP's CPUOffload, which moves the optimizer to the host) is not either. */
+static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
+{
+	static const char *const known[] = {"sharding_strategy", "backward_prefetch",
+					    "forward_prefetch", "limit_all_gathers", "sync_each_batch",
+					    "offload_params", "use_orig_params", "auto_wrap_policy",
+					    "transformer_layer_cls_to_wrap", NULL};
+	FsdpSpec *f = &sc->fsdp;
+	JsonObj o;
+	const char *strategy;
+	int rc = jobj_child(top, "fsdp", &o, err), v, offload;
+	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0};
+	if (rc < 0)
+		return -1;
+	if (rc && sc->framework != FRAMEWORK_FSDP) {
+		char where[512];
+		jobj_where(top, "fsdp", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp: FSDP's options with framework \"%s\"; "
+			       "expected framework \"fsdp\" beside them (or leave the fsdp object out)",
+			       where, scenario_framework_name(sc->framework));
+	}
+	if (!rc)
+		return 0;
+	if (jobj_check_keys(&o, known, &sc->notes))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (jobj_str(&o, "sharding_strategy", "FULL_SHARD", &strategy, err) < 0)
+		return -1;
+	char where[512];
+	jobj_where(&o, "sharding_strategy", where, sizeof(where));
+	if (!strcasecmp(strategy, "NO_SHARD") || !strcasecmp(strategy, "HYBRID_SHARD") ||
+	    !strcasecmp(strategy, "_HYBRID_SHARD_ZERO2"))
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: %s is not modelled; "
+			       "expected FULL_SHARD or SHARD_GRAD_OP (NO_SHARD holds what "
+			       "DistributedDataParallel does: framework \"pytorch\")", where, strategy);
+	int found = 0;
+	for (int i = 0; FSDP_SHARDINGS[i]; i++)
+		if (!strcasecmp(strategy, FSDP_SHARDINGS[i]))
+			f->sharding = (FsdpSharding)i, found = 1;
+	if (!found)
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: expected FULL_SHARD or "
+			       "SHARD_GRAD_OP, got \"%s\"", where, strategy);
+	if (jobj_choice(&o, "backward_prefetch", FSDP_PREFETCHES, FSDP_BACKWARD_PRE, &v, err) < 0 ||
+	    jobj_bool(&o, "forward_prefetch", 0, &f->forward_prefetch, err) < 0 ||
+	    jobj_bool(&o, "limit_all_gathers", 1, &f->limit_all_gathers, err) < 0 ||
+	    jobj_bool(&o, "sync_each_batch", 0, &f->sync_each_batch, err) < 0 ||
+	    jobj_bool(&o, "offload_params", 0, &offload, err) < 0)
+		return -1;
+	f->backward_prefetch = (FsdpPrefetch)v;
+	const char *wrap;
+	if (jobj_str(&o, "auto_wrap_policy", "TRANSFORMER_BASED_WRAP", &wrap, err) < 0)
+		return -1;
+	if (strcasecmp(wrap, "TRANSFORMER_BASED_WRAP") &&
+	    px_notes_not_modelled(&sc->notes, "fsdp.auto_wrap_policy %s: priced as "
+				  "TRANSFORMER_BASED_WRAP (each transformer layer a unit, the rest "
+				  "the root)", wrap))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	if (offload) {
+		jobj_where(&o, "offload_params", where, sizeof(where));
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.offload_params: true is not modelled "
+			       "(FSDP's CPUOffload keeps the shards, their gradients and the optimizer "
+			       "on the host); expected false", where);
+	}
+	if (!f->limit_all_gathers && !f->forward_prefetch &&
+	    px_notes_not_modelled(&sc->notes, "fsdp.limit_all_gathers false: the host may gather "
+				  "many units ahead of the device; priced as one ahead"))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	return 0;
+}
 
 const char *scenario_framework_name(Framework f)
 {
@@ -161,7 +246,7 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 					    "seq_length", "activation_checkpointing",
 					    "training_args", "parallelism", "moe", "backend",
 					    "attention", "decoder_seq_length", "framework", "model_code",
-					    "architecture", "pytorch_cuda_alloc_conf", NULL};
+					    "architecture", "pytorch_cuda_alloc_conf", "fsdp", NULL};
 	static const char *const attentions[] = {"eager", "flash", NULL}; /* AttnImpl order */
 	const char *name, *ckpt, *backend;
 	int attn, fw, code;
@@ -218,8 +303,11 @@ static int parse_top(Scenario *sc, const JsonObj *top, PxError *err)
 	if (jobj_choice(top, "framework", FRAMEWORKS, FRAMEWORK_DEEPSPEED, &fw, err) < 0)
 		return -1;
 	sc->framework = (Framework)fw;
-	sc->train_args.autocast = sc->framework == FRAMEWORK_PYTORCH &&
+	/* FSDP's MixedPrecision runs under the Trainer's autocast too (plan.c fsdp_plan) */
+	sc->train_args.autocast = sc->framework != FRAMEWORK_DEEPSPEED &&
 				  (sc->train_args.fp16 || sc->train_args.bf16);
+	if (parse_fsdp(sc, top, err))
+		return -1;
 	if (jobj_choice(top, "model_code", MODEL_CODES, MODEL_CODE_MEGATRON, &code, err) < 0)
 		return -1;
 	sc->model_code = (ModelCode)code;

@@ -33,8 +33,30 @@ typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
  * Trainer and Accelerate run without DeepSpeed. Plain PyTorch has no ZeRO, no DeepSpeed
  * optimizer wrapper and no engine reduction: DistributedDataParallel keeps its own buckets
  * (build.c ddp_plan, ddp_ready). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters with fp32
- * master weights), its fp32 as fp32; bf16 is refused (plan.c). */
-typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH } Framework;
+ * master weights), its fp32 as fp32; bf16 is refused (plan.c). Or PyTorch's
+ * FullyShardedDataParallel ("fsdp", FSDP1 as the Trainer and Accelerate wrap a model: each
+ * transformer layer a unit, the rest the root unit), set by the scenario's "fsdp" object
+ * (FsdpSpec; build.c's fsdp_* functions). */
+typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH, FRAMEWORK_FSDP } Framework;
+
+/* FSDP's options (torch.distributed.fsdp.FullyShardedDataParallel, with Accelerate's names). The
+ * sharding strategy: FULL_SHARD frees a unit's gathered parameters after its forward and gathers
+ * them again for its backward; SHARD_GRAD_OP keeps them from the forward to the backward. The
+ * root unit is not freed between its forward and its backward either way
+ * (_runtime_utils.py _post_forward_reshard). backward_prefetch: BACKWARD_PRE gathers the next
+ * unit in backward order before the current one computes its gradients, BACKWARD_POST after,
+ * NO_PREFETCH when the next one starts. Forward: with limit_all_gathers (the default) the host
+ * runs at most one unit ahead; forward_prefetch likewise gathers the next unit before the
+ * current one computes. sync_each_batch (Accelerate's GradientAccumulationPlugin): off, the
+ * Trainer's and Accelerate's default, runs every micro-batch but the last under no_sync(), so
+ * each unit's whole 16-bit gradient is kept until the last one reduce-scatters it. */
+typedef enum { FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP } FsdpSharding;
+typedef enum { FSDP_BACKWARD_PRE, FSDP_BACKWARD_POST, FSDP_NO_PREFETCH } FsdpPrefetch;
+typedef struct FsdpSpec {
+	FsdpSharding sharding;
+	FsdpPrefetch backward_prefetch;
+	int forward_prefetch, limit_all_gathers, sync_each_batch;
+} FsdpSpec;
 
 /* Whose modules compute the model, which decides what autograd keeps op by op: "megatron" (the
  * default) is Korthikanti et al.'s count, as Megatron's fused kernels keep it (engine/activ.c);
@@ -64,6 +86,7 @@ typedef struct Scenario {
 				       head (mean; sparse_layout_count) */
 	Backend backend;          /* whose implementation the scenario describes */
 	Framework framework;      /* whose training loop */
+	FsdpSpec fsdp;            /* framework "fsdp": the "fsdp" object */
 	ModelCode model_code;     /* whose modules */
 	AllocConf alloc_conf;     /* PyTorch's allocator settings ("pytorch_cuda_alloc_conf") */
 	PxNotes notes;            /* warnings and keys not modelled */
@@ -75,10 +98,13 @@ typedef struct Scenario {
  * JSON file its value names, relative to the current directory; later overrides of keys inside it
  * apply on top. On error the scenario is freed. */
 int scenario_load(Scenario *sc, const char *path, const JsonOverrides *ov, PxError *err);
-/* The "framework" value naming f ("deepspeed", "pytorch"). */
+/* The "framework" value naming f ("deepspeed", "pytorch", "fsdp"). */
 const char *scenario_framework_name(Framework f);
 /* The "model_code" value naming c ("megatron", "huggingface"). */
 const char *scenario_model_code_name(ModelCode c);
+/* FSDP's names of a sharding strategy and of a backward prefetch ("FULL_SHARD", "BACKWARD_PRE"). */
+const char *scenario_fsdp_sharding_name(FsdpSharding s);
+const char *scenario_fsdp_prefetch_name(FsdpPrefetch b);
 /* The same with the scenario's own document given as text (the launcher flags' scenario,
  * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its
  * folder. */

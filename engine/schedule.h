@@ -166,6 +166,11 @@ typedef enum {
 			      communication_data_type, which its reduce-scatter sends, the
 			      reduced slice landing in the bucket's comm_cast (DeepSpeed casts
 			      and reduces one rank's slice at a time: build.c zero_cast) */
+	BUF_FSDP_UNSHARDED, /* FSDP: a unit's whole flat gradient in param_dtype (autograd's cat of
+			       its tensors' gradients), from its backward until its reduce-scatter,
+			       or under no_sync until the step's last micro-batch */
+	BUF_FSDP_REDUCED,  /* FSDP: a reduce-scatter's output shard, and its cast to the shard's
+			      dtype, until it is added into the unit's gradient shard */
 	N_BUFS
 } BufWhat;
 

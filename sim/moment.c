@@ -67,11 +67,21 @@ void moment_find(const Plan *p, const Schedule *s, const MemResult *mem, Place p
 		out->phase = PHASE_SETUP;
 		return;
 	}
-	for (int i = s->step_begin; i < s->n && end < 0; i++) { /* the micro-batches' block */
-		if (s->ops[i].kind == OP_LOOP)
-			loop = i;
-		else if (s->ops[i].kind == OP_END_LOOP)
+	/* the micro-batches' block holding op (some schedules run them in several: DDP's no_sync
+	 * ones and its last, FSDP's first, middle and last, hpZ's first and the rest), or the
+	 * first block when op is outside them all; `before`: the micro-batches of the blocks
+	 * before it */
+	long long before = 0, counted = 0;
+	for (int i = s->step_begin; i < s->n; i++) {
+		if (s->ops[i].kind == OP_LOOP) {
+			if (loop >= 0 && op < i)
+				break;
+			loop = i, before = counted, counted += s->ops[i].count;
+		} else if (s->ops[i].kind == OP_END_LOOP) {
 			end = i;
+			if (op < i)
+				break;
+		}
 	}
 	int in_loop = loop >= 0 && op > loop && op < end;
 	int lo = in_loop ? loop + 1 : (loop >= 0 && op > end ? end + 1 : s->step_begin);
@@ -93,7 +103,7 @@ void moment_find(const Plan *p, const Schedule *s, const MemResult *mem, Place p
 		c = prev;
 	out->unit = unit >= 0 ? unit : c ? c->unit : -1;
 	if (in_loop) { /* every micro-batch runs the body in the same buffers */
-		out->micro_batch = mp->peak_iter + 1;
+		out->micro_batch = (int)before + mp->peak_iter + 1;
 		out->repeats = out->micro_batch < out->micro_batches;
 	} else if (c) { /* a pipelined stage's ops state their micro-batch */
 		out->micro_batch = (a->kind == OP_ALLOC && a->mb > 0 ? a->mb : c->mb) + 1;

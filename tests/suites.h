@@ -47,7 +47,8 @@
 	X(sparse)      \
 	X(dslaunch)    \
 	X(serve)       \
-	X(infer_exec)
+	X(infer_exec)  \
+	X(fsdp)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

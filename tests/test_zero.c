@@ -1351,7 +1351,7 @@ static void test_pytorch_ddp_by_hand(void)
 			    "\"A100-80GB\"}%s}";
 	char json[1024];
 	snprintf(json, sizeof(json), other, "jax", "");
-	check_refused("fw-jax.json", json, "framework: expected one of deepspeed, pytorch, got "
+	check_refused("fw-jax.json", json, "framework: expected one of deepspeed, pytorch, fsdp, got "
 		      "\"jax\"");
 	snprintf(json, sizeof(json), other, "pytorch",
 		 ", \"training_args\": {\"ddp_bucket_cap_mb\": 0}");

@@ -1,0 +1,307 @@
+/* FSDP (framework "fsdp"): PyTorch's FullyShardedDataParallel as the Trainer and Accelerate wrap a
+ * model, worked by hand on a small Llama.
+ * Sources: Rajbhandari et al., "ZeRO", SC'20 (shared/reference/zero_memory.md: model states of
+ * 16 bytes a parameter over Nd ranks at stage 3; section 7.2: a Ψ all-gather in forward, another
+ * in backward and a Ψ reduce-scatter, 1.5x data parallelism's 2Ψ); Zhao et al., "PyTorch FSDP:
+ * Experiences on Scaling Fully Sharded Data Parallel", VLDB 2023 (FULL_SHARD and SHARD_GRAD_OP,
+ * backward prefetch, the rate limiter); torch/distributed/fsdp/_runtime_utils.py (the root unit
+ * kept from forward to backward, no_sync keeping each unit's unsharded gradient,
+ * _should_free_in_backward) and the FullyShardedDataParallel.no_sync documentation ("gradients
+ * will be accumulated in module variables ... higher memory"). */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "suites.h"
+
+/* A 4-layer Llama (h 256, I 688, V 1000, untied): a layer 4 h^2 + 3 h I + 2 h = 791,040
+ * parameters, the root (embedding, final norm, head) 2 V h + h = 512,256; Ψ = 3,676,416. */
+#define LAYER 791040LL
+#define ROOT 512256LL
+#define PSI (4 * LAYER + ROOT)
+
+static const char *const FMT =
+	"{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4,"
+	" \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 688,"
+	" \"vocab_size\": 1000, \"max_position_embeddings\": 512, \"tie_word_embeddings\": false},"
+	" \"framework\": \"fsdp\", \"fsdp\": {%s},"
+	" \"training_args\": {\"fp16\": true},"
+	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
+	" \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-5}}},"
+	" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d}, \"seq_length\": 128}";
+
+/* Elements of a flat of n padded to a multiple of the ranks (FSDP's FlatParameter). */
+static long long padded(long long n, long long ranks)
+{
+	return (n + ranks - 1) / ranks * ranks;
+}
+
+/* Bytes of buffers of kind what live just before op `at`, walking the ops once (a repeat
+ * block's body balanced, or run once). */
+static double live_before(const Schedule *s, int at, int what)
+{
+	double live = 0, *bytes = calloc((size_t)s->n_bufs + 1, sizeof(*bytes));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
+	for (int i = 0; i < at && i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind == OP_ALLOC && op->what == what)
+			bytes[op->buf] = op->bytes, live += op->bytes;
+		else if (op->kind == OP_FREE && op->buf >= 0)
+			live -= bytes[op->buf], bytes[op->buf] = 0;
+	}
+	free(bytes);
+	return live;
+}
+
+/* The index of the k-th op (from 0) of kind `kind`, sub-kind sub (-1 for any), or -1. */
+static int nth_op(const Schedule *s, int kind, int sub, int k)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->ops[i].kind == kind && (sub < 0 || s->ops[i].sub == sub) && k-- == 0)
+			return i;
+	return -1;
+}
+
+static void test_model_states(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "", 1, 4))
+		return;
+	const Plan *p = &pr.plan;
+	CU_ASSERT_DOUBLE_EQUAL(sc.model.n_params, (double)PSI, 0);
+	CU_ASSERT_EQUAL(p->stage, 3);
+	CU_ASSERT_EQUAL(p->param_bytes, 2);
+	CU_ASSERT_EQUAL(p->shard_bytes, 4);
+	/* the shards: each unit's flat padded to 4, a quarter of it on each rank */
+	long long part = 4 * (padded(LAYER, 4) / 4) + padded(256000 + 256, 4) / 4 +
+			 padded(256000, 4) / 4;
+	CU_ASSERT_EQUAL(p->stages[0].part_elems, part);
+	/* ZeRO's stage 3: 16 bytes a parameter over the ranks (4 + 4 fp32 shard and gradient,
+	 * Adam's 8) */
+	IdealStates id = plan_stage_ideal(p, 0);
+	CU_ASSERT_DOUBLE_EQUAL(id.total_bytes, 16.0 * (double)PSI / 4, 1e-6);
+	const Schedule *s = &pr.stages[0].sched;
+	int step = nth_op(s, OP_COMPUTE, COMP_OPTIMIZER, 0);
+	CU_ASSERT_FATAL(step > 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_PARAM_PART), 4.0 * (double)part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_GRAD_PART), 4.0 * (double)part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_OPT_STATES), 8.0 * (double)part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_MASTER), 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_FSDP_UNSHARDED), 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_GATHERED), 0, 0);
+	/* the Trainer's zero_grad drops the gradient shards after the step */
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, s->n, BUF_GRAD_PART), 0, 0);
+	fx_free(&sc, &pr);
+}
+
+/* Bytes sent per rank (ring) of one collective kind, in elements of 2 bytes. */
+static double sent_elems(const Prediction *pr, CollKind k)
+{
+	return pr->stages[0].traffic.wire_bytes[k] / 2;
+}
+
+static void test_communication(void)
+{
+	/* ranks, micro-batches, the fsdp object; all-gathers and reduce-scatters a step, and the
+	 * elements each moves in all (payload) */
+	static const struct {
+		const char *fsdp;
+		int m;
+		long long gathers, reduces, gathered, reduced;
+	} c[] = {
+		/* one micro-batch: the root once, each layer forward and backward; one
+		 * reduce-scatter a unit (the root's two halves apart) */
+		{"", 1, 2 + 4 * 2, 2 + 4, 2 * 4 * LAYER + ROOT, PSI},
+		/* no_sync: every micro-batch gathers, only the last reduces */
+		{"", 3, 3 * 10, 6, 3 * (2 * 4 * LAYER + ROOT), PSI},
+		{"\"sync_each_batch\": true", 3, 3 * 10, 3 * 6, 3 * (2 * 4 * LAYER + ROOT), 3 * PSI},
+		/* SHARD_GRAD_OP keeps what the first forward gathered: under no_sync until the
+		 * last backward, else each micro-batch's forward gathers once */
+		{"\"sharding_strategy\": \"SHARD_GRAD_OP\"", 3, 6, 6, PSI, PSI},
+		{"\"sharding_strategy\": \"SHARD_GRAD_OP\", \"sync_each_batch\": true", 3, 3 * 6,
+		 3 * 6, 3 * PSI, 3 * PSI},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, FMT, c[i].fsdp, c[i].m, 4))
+			return;
+		const Traffic *t = &pr.stages[0].traffic;
+		CU_ASSERT_EQUAL(t->n_colls[COLL_ALL_GATHER], c[i].gathers);
+		CU_ASSERT_EQUAL(t->n_colls[COLL_REDUCE_SCATTER], c[i].reduces);
+		/* padding: each unit's flat to 4 ranks (the layer's and the root halves' are
+		 * multiples of 4 already) */
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 2.0 * (double)c[i].gathered,
+				       0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER],
+				       2.0 * (double)c[i].reduced, 0);
+		/* a ring moves (N - 1) / N of each */
+		CU_ASSERT_DOUBLE_EQUAL(sent_elems(&pr, COLL_ALL_GATHER), 0.75 * (double)c[i].gathered,
+				       1e-6);
+		fx_free(&sc, &pr);
+	}
+	/* one micro-batch against DistributedDataParallel's 2Ψ (ZeRO section 7.2: stage 3 is 1.5x;
+	 * FSDP's root, kept from forward to backward, is gathered once) */
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "", 1, 4))
+		return;
+	double fsdp = sent_elems(&pr, COLL_ALL_GATHER) + sent_elems(&pr, COLL_REDUCE_SCATTER);
+	CU_ASSERT_DOUBLE_EQUAL(fsdp, 0.75 * (3.0 * PSI - ROOT), 1e-6);
+	CU_ASSERT(fsdp / (2 * 0.75 * PSI) > 1.4 && fsdp / (2 * 0.75 * PSI) <= 1.5);
+	fx_free(&sc, &pr);
+}
+
+static void test_no_sync_gradients(void)
+{
+	Scenario sc;
+	Prediction pr;
+	/* 3 micro-batches: the first keeps each unit's whole fp16 gradient, the last reduces */
+	if (fx_predictf(&sc, &pr, FMT, "", 3, 4))
+		return;
+	const Schedule *s = &pr.stages[0].sched;
+	int last = nth_op(s, OP_LOOP, -1, 2);
+	CU_ASSERT_FATAL(last > 0);
+	CU_ASSERT_EQUAL(s->ops[nth_op(s, OP_LOOP, -1, 0)].count, 1);
+	CU_ASSERT_EQUAL(s->ops[nth_op(s, OP_LOOP, -1, 1)].count, 1);
+	CU_ASSERT_EQUAL(s->ops[last].count, 1);
+	/* before the last micro-batch: the whole model's gradients in fp16, 2Ψ bytes (each flat
+	 * padded), and no gradient shard yet */
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, last, BUF_FSDP_UNSHARDED), 2.0 * (double)PSI, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, last, BUF_GRAD_PART), 0, 0);
+	int left;
+	fx_live_bufs(s, 0, BUF_FSDP_UNSHARDED, NULL, &left);
+	CU_ASSERT_EQUAL(left, 0);
+	/* the peak's moment is a later micro-batch's backward, its number counted over the
+	 * blocks */
+	const StagePrediction *st = &pr.stages[0];
+	CU_ASSERT(st->mem.place[PLACE_GPU].peak_op > nth_op(s, OP_LOOP, -1, 1));
+	fx_free(&sc, &pr);
+
+	/* sync_each_batch: the shards from the first micro-batch on, no whole gradient kept */
+	if (fx_predictf(&sc, &pr, FMT, "\"sync_each_batch\": true", 3, 4))
+		return;
+	s = &pr.stages[0].sched;
+	int second = nth_op(s, OP_LOOP, -1, 1);
+	CU_ASSERT_EQUAL(s->ops[second].count, 2);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, second, BUF_FSDP_UNSHARDED), 0, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, second, BUF_GRAD_PART),
+			       4.0 * (double)pr.plan.stages[0].part_elems, 0);
+	fx_free(&sc, &pr);
+}
+
+/* The gathered 16-bit weights live at each backward compute of a layer: the root's throughout,
+ * the layer's own, and under BACKWARD_PRE the next one's (prefetched before the compute); in
+ * forward the host runs one unit ahead whatever the prefetch. */
+static void test_prefetch(void)
+{
+	static const struct {
+		const char *fsdp;
+		long long backward, forward;
+	} c[] = {
+		{"", ROOT + 2 * LAYER, ROOT + 2 * LAYER},
+		{"\"backward_prefetch\": \"BACKWARD_POST\"", ROOT + LAYER, ROOT + 2 * LAYER},
+		{"\"backward_prefetch\": \"NO_PREFETCH\"", ROOT + LAYER, ROOT + 2 * LAYER},
+		/* SHARD_GRAD_OP: every layer from its forward to its backward */
+		{"\"sharding_strategy\": \"SHARD_GRAD_OP\"", PSI, ROOT + 2 * LAYER},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, FMT, c[i].fsdp, 1, 4))
+			return;
+		const Schedule *s = &pr.stages[0].sched;
+		/* backward runs the head, then layers 4 to 1: the second backward is layer 4's */
+		int bwd = nth_op(s, OP_COMPUTE, COMP_BWD, 1), fwd = nth_op(s, OP_COMPUTE, COMP_FWD, 2);
+		CU_ASSERT_FATAL(bwd > 0 && fwd > 0);
+		CU_ASSERT_EQUAL(s->ops[bwd].unit, 4);
+		CU_ASSERT_EQUAL(s->ops[fwd].unit, 2);
+		CU_ASSERT_DOUBLE_EQUAL(live_before(s, bwd, BUF_GATHERED), 2.0 * (double)c[i].backward,
+				       0);
+		/* layer 2's forward: SHARD_GRAD_OP still holds layer 1 */
+		double fwd_want = c[i].backward == PSI ? ROOT + 3 * LAYER : c[i].forward;
+		CU_ASSERT_DOUBLE_EQUAL(live_before(s, fwd, BUF_GATHERED), 2.0 * fwd_want, 0);
+		fx_free(&sc, &pr);
+	}
+}
+
+static void check_refused(const char *name, const char *json, const char *says)
+{
+	char path[512], out[4096];
+	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, says);
+	PX_ASSERT_HAS(err.msg, path);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, says);
+}
+
+static void test_refusals(void)
+{
+	static const struct {
+		const char *fsdp, *framework, *extra, *says;
+	} bad[] = {
+		{"\"sharding_strategy\": \"NO_SHARD\"", "fsdp", "",
+		 "fsdp.sharding_strategy: NO_SHARD is not modelled"},
+		{"\"sharding_strategy\": \"ZERO3\"", "fsdp", "",
+		 "fsdp.sharding_strategy: expected FULL_SHARD or SHARD_GRAD_OP, got \"ZERO3\""},
+		{"\"backward_prefetch\": \"EARLY\"", "fsdp", "",
+		 "fsdp.backward_prefetch: expected one of BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"},
+		{"\"offload_params\": true", "fsdp", "", "fsdp.offload_params: true is not modelled"},
+		{"", "pytorch", "", "fsdp: FSDP's options with framework \"pytorch\""},
+		{"", "fsdp", ", \"backend\": \"cpu\"", "framework \"fsdp\" with backend"},
+	};
+	const char *fmt = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
+			  "\"framework\": \"%s\", \"fsdp\": {%s}, \"deepspeed\": "
+			  "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": "
+			  "\"A100-80GB\", \"gpus_per_node\": 4}%s}";
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char name[32], json[1024];
+		snprintf(name, sizeof(name), "fsdp%u.json", i);
+		snprintf(json, sizeof(json), fmt, bad[i].framework, bad[i].fsdp, bad[i].extra);
+		check_refused(name, json, bad[i].says);
+	}
+	/* ZeRO beside it */
+	char json[1024];
+	snprintf(json, sizeof(json), "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": "
+		 "2}, \"framework\": \"fsdp\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
+		 "\"zero_optimization\": {\"stage\": 3}}, \"cluster\": {\"gpu\": \"A100-80GB\"}}");
+	check_refused("fsdp-zero.json", json,
+		      "framework \"fsdp\" with deepspeed.zero_optimization.stage: FSDP shards by "
+		      "fsdp.sharding_strategy");
+}
+
+/* predict's header names FSDP's settings, the JSON the framework */
+static void test_header(void)
+{
+	char path[512], json[4096], out[1 << 16];
+	snprintf(path, sizeof(path), "%s/fsdp-ok.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), FMT, "", 4, 4);
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 0);
+	PX_ASSERT_HAS(out, "# framework  PyTorch FSDP: FULL_SHARD");
+	PX_ASSERT_HAS(out, "backward_prefetch BACKWARD_PRE");
+	PX_ASSERT_HAS(out, "no_sync but for the last micro-batch");
+	PX_ASSERT_HAS(out, "# precision  fp32 shards and gradient shards; fp16 gathered weights");
+	CU_ASSERT_PTR_NULL(strstr(out, "# zero "));
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json", path),
+			      0);
+	PX_ASSERT_HAS(out, "\"framework\":\t\"fsdp\"");
+}
+
+int test_fsdp_register(void)
+{
+	return PX_ADD_SUITE("fsdp", {"model states: 16 bytes a parameter over the ranks", test_model_states},
+			    {"communication: gathers and reduce-scatters by strategy and no_sync",
+			     test_communication},
+			    {"no_sync keeps the whole 16-bit gradients until the last micro-batch",
+			     test_no_sync_gradients},
+			    {"gathered weights by prefetch and strategy", test_prefetch},
+			    {"what FSDP is not priced with is refused by name", test_refusals},
+			    {"predict's header and JSON", test_header});
+}
