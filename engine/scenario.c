@@ -159,7 +159,8 @@ const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
 /* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). The strategies that are not
  * modelled are refused by name: NO_SHARD is DistributedDataParallel's memory (framework
  * "pytorch"), HYBRID_SHARD's inter-node all-reduce of the shards is not scheduled, and
- * offload_params (FSDP's CPUOffload, which moves the optimizer to the host) is not either. */
+ * offload_params (FSDP's CPUOffload, which moves the optimizer to the host) is not either. Beside
+ * another framework the object is ignored with a warning (a scenario compared across them). */
 static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 {
 	static const char *const known[] = {"sharding_strategy", "backward_prefetch",
@@ -173,12 +174,13 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0};
 	if (rc < 0)
 		return -1;
-	if (rc && sc->framework != FRAMEWORK_FSDP) {
+	if (rc && sc->framework != FRAMEWORK_FSDP) { /* a scenario priced under another framework */
 		char where[512];
 		jobj_where(top, "fsdp", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: fsdp: FSDP's options with framework \"%s\"; "
-			       "expected framework \"fsdp\" beside them (or leave the fsdp object out)",
-			       where, scenario_framework_name(sc->framework));
+		if (px_notes_warn(&sc->notes, "%s: warning: fsdp: FSDP's options are ignored with "
+				  "framework \"%s\"", where, scenario_framework_name(sc->framework)))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		return 0;
 	}
 	if (!rc)
 		return 0;

@@ -253,7 +253,6 @@ static void test_refusals(void)
 		{"\"backward_prefetch\": \"EARLY\"", "fsdp", "",
 		 "fsdp.backward_prefetch: expected one of BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"},
 		{"\"offload_params\": true", "fsdp", "", "fsdp.offload_params: true is not modelled"},
-		{"", "pytorch", "", "fsdp: FSDP's options with framework \"pytorch\""},
 		{"", "fsdp", ", \"backend\": \"cpu\"", "framework \"fsdp\" with backend"},
 	};
 	const char *fmt = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
@@ -266,6 +265,22 @@ static void test_refusals(void)
 		snprintf(json, sizeof(json), fmt, bad[i].framework, bad[i].fsdp, bad[i].extra);
 		check_refused(name, json, bad[i].says);
 	}
+	/* beside another framework the object is ignored, with a warning */
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "\"sharding_strategy\": \"SHARD_GRAD_OP\"", 1, 4) == 0) {
+		CU_ASSERT_EQUAL(sc.fsdp.sharding, FSDP_SHARD_GRAD_OP);
+		fx_free(&sc, &pr);
+	}
+	char path[512], out[1 << 16], fw[4096];
+	snprintf(path, sizeof(path), "%s/fsdp-ignored.json", px_test_tmpdir());
+	snprintf(fw, sizeof(fw), FMT, "\"sharding_strategy\": \"SHARD_GRAD_OP\"", 1, 4);
+	px_test_write_file(path, fw);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --set "
+					 "framework=deepspeed --set deepspeed.zero_optimization.stage=3",
+					 path), 0);
+	PX_ASSERT_HAS(out, "fsdp: FSDP's options are ignored with framework \"deepspeed\"");
+	PX_ASSERT_HAS(out, "# zero       stage 3");
 	/* ZeRO beside it */
 	char json[1024];
 	snprintf(json, sizeof(json), "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": "
