@@ -29,8 +29,9 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 {
 	const InferReplay *r = &pr->replay;
 	fprintf(f, "\ntrace replayed request by request (%lld requests over %lld replica(s), a KV "
-		"cache of %lld tokens each; %lld prompt lengths priced)\n", r->requests,
-		pr->plan.replicas, r->kv_tokens, r->prefills_priced);
+		"cache of %lld tokens each in %lld blocks of %lld; %lld prompt lengths priced)\n",
+		r->requests, pr->plan.replicas, r->kv_tokens, r->kv_blocks, r->block,
+		r->prefills_priced);
 	fprintf(f, "%-40s %14s\n", "quantity", "value");
 	const struct { const char *name, *fmt; double v; } rows[] = {
 		{"time to first token, mean, s", "%14.5f", r->ttft_mean_s},
@@ -44,6 +45,7 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		{"tokens/s per GPU over that span", "%14.1f", r->tokens_per_s_gpu},
 		{"most sequences running at once", "%14.0f", (double)r->peak_concurrency},
 		{"most tokens in the KV cache", "%14.0f", (double)r->peak_kv_tokens},
+		{"most KV blocks taken", "%14.0f", (double)r->peak_kv_blocks},
 		{"requests that waited for room", "%14.0f", (double)r->waited_for_room},
 		{"sequences preempted (prefilled again)", "%14.0f", (double)r->preemptions},
 	};
@@ -53,7 +55,8 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		fputc('\n', f);
 	}
 	fprintf(f, "# each prompt's own length's prefill; each decode step at its sequences' mean "
-		"context (16-token steps); room: the KV cache's tokens%s\n", pr->paged.wl.batch_given ?
+		"context (16-token steps); room: the KV cache's blocks, %.3g of them kept free at "
+		"admission (vLLM's watermark)%s\n", pr->paged.wl.watermark, pr->paged.wl.batch_given ?
 		" and batch_size's sequences" : "");
 }
 
@@ -212,6 +215,8 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 			{"infer.trace.peak_concurrency", "1", (double)r->peak_concurrency},
 			{"infer.trace.peak_kv_tokens", "1", (double)r->peak_kv_tokens},
 			{"infer.trace.kv_tokens", "1", (double)r->kv_tokens},
+			{"infer.trace.peak_kv_blocks", "1", (double)r->peak_kv_blocks},
+			{"infer.trace.kv_blocks", "1", (double)r->kv_blocks},
 			{"infer.trace.waited_for_room", "1", (double)r->waited_for_room},
 			{"infer.trace.preemptions", "1", (double)r->preemptions},
 		};

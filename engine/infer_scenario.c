@@ -353,7 +353,8 @@ static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload 
 			  PxNotes *notes, PxError *err)
 {
 	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens",
-					    "batching", "request_rate", "trace", NULL};
+					    "batching", "request_rate", "trace", "block_size",
+					    "watermark", NULL};
 	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -370,6 +371,13 @@ static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload 
 		return fail_at(o, "batching", err, what);
 	}
 	w->continuous = !strcmp(batching, "continuous");
+	/* vLLM's paged cache (its EngineArgs defaults: block_size 16, watermark 0.01) */
+	int rb = jobj_int(o, "block_size", 1, 1 << 20, 16, &w->block, err), rw;
+	if (rb < 0 || (rw = jobj_num(o, "watermark", 0, 0.5, 0.01, &w->watermark, err)) < 0)
+		return -1;
+	if (!w->continuous && (rb > 0 || rw > 0))
+		return fail_at(o, rb > 0 ? "block_size" : "watermark", err, "applies to \"batching\": "
+			       "\"continuous\" only (the paged KV cache a trace is replayed with)");
 	if ((rc = jobj_str(o, "trace", "", &trace, err)) < 0)
 		return -1;
 	if (rc > 0)
@@ -589,8 +597,11 @@ char *infer_scenario_resolved_json(const InferScenario *sc)
 	cJSON_AddNumberToObject(r, "prompt_tokens", (double)sc->wl.prompt_tokens);
 	cJSON_AddNumberToObject(r, "output_tokens", (double)sc->wl.output_tokens);
 	cJSON_AddStringToObject(r, "batching", sc->wl.continuous ? "continuous" : "static");
-	if (sc->wl.continuous)
+	if (sc->wl.continuous) {
 		cJSON_AddNumberToObject(r, "request_rate", sc->wl.request_rate);
+		cJSON_AddNumberToObject(r, "block_size", (double)sc->wl.block);
+		cJSON_AddNumberToObject(r, "watermark", sc->wl.watermark);
+	}
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	return text;

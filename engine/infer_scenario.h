@@ -48,6 +48,10 @@ typedef struct InferWorkload {
 	int batch_given;          /* continuous: batch_size was given (a cap) */
 	double request_rate;      /* continuous: requests/s to the cluster */
 	InferTrace trace;         /* continuous: the trace's requests (n 0: none) */
+	long long block;          /* continuous: tokens a KV-cache block holds (vLLM's block_size,
+				     16); the trace's replay allocates the cache in blocks */
+	double watermark;         /* continuous: the share of the blocks an admission leaves free
+				     (vLLM's watermark, 0.01) */
 } InferWorkload;
 
 enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };

@@ -128,6 +128,7 @@ typedef struct Replica {
 	Costs *c;
 	Live *live;
 	long long n_live, used;       /* running sequences; tokens in their cache */
+	long long blocks, total, keep; /* blocks they take; the cache's; the watermark's */
 	long long *again, n_again;    /* preempted requests, waiting first (oldest first) */
 	long long *made;              /* by request: tokens made before a preemption */
 	double *first;                /* by request: its first token's time, < 0 before */
@@ -143,46 +144,85 @@ static long long context(const Replica *r, const Live *l)
 	return r->t->req[l->req].prompt_tokens + l->made - 1;
 }
 
+/* The blocks `tokens` cached tokens take. */
+static long long blocks_of(const Replica *r, long long tokens)
+{
+	return (tokens + r->room->block - 1) / r->room->block;
+}
+
+static void note_peaks(Replica *r)
+{
+	if (r->used > r->out->peak_kv_tokens)
+		r->out->peak_kv_tokens = r->used;
+	if (r->blocks > r->out->peak_kv_blocks)
+		r->out->peak_kv_blocks = r->blocks;
+}
+
+/* A sequence's tokens (and their blocks) into the cache, or out of it (tokens < 0). */
+static void hold(Replica *r, long long tokens)
+{
+	long long b = blocks_of(r, tokens < 0 ? -tokens : tokens);
+	r->used += tokens;
+	r->blocks += tokens < 0 ? -b : b;
+	note_peaks(r);
+}
+
 /* Admit request q (made tokens made before a preemption): prefill its prompt and those tokens,
  * alone, which makes one more. */
 static int admit(Replica *r, long long q, double *now, PxError *err)
 {
 	const InferRequest *x = &r->t->req[q];
-	double pf = prefill_of(r->c, x->prompt_tokens + r->made[q], err);
+	long long cached = x->prompt_tokens + r->made[q];
+	double pf = prefill_of(r->c, cached, err);
 	if (pf < 0)
 		return -1;
 	*now += pf;
-	r->used += x->prompt_tokens + r->made[q]++;
+	hold(r, cached);
+	r->made[q]++;
 	if (r->first[q] < 0) {
 		r->first[q] = *now;
 		r->ttft[q] = *now - x->arrival_s;
 	}
 	if (r->made[q] >= x->output_tokens) {
 		r->latency[q] = *now - x->arrival_s;
-		r->used -= x->prompt_tokens + r->made[q] - 1;
+		hold(r, -cached);
 		return 0;
 	}
 	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q]};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
-	if (r->used > r->out->peak_kv_tokens)
-		r->out->peak_kv_tokens = r->used;
 	return 0;
 }
 
-/* Whether request q's prompt (and what it made) fits beside the running sequences. */
-static int fits(const Replica *r, long long q)
+/* The blocks request q's prompt (and what it made) takes when admitted. */
+static long long needs(const Replica *r, long long q)
 {
-	return r->n_live < r->room->max_seqs &&
-	       r->used + r->t->req[q].prompt_tokens + r->made[q] <= r->room->kv_tokens;
+	return blocks_of(r, r->t->req[q].prompt_tokens + r->made[q]);
 }
 
-/* One decode step: first make room for a token each, preempting the last admitted. */
+/* Whether request q fits beside the running sequences, leaving the watermark's blocks free
+ * (vLLM's BlockSpaceManager.can_allocate). */
+static int fits(const Replica *r, long long q)
+{
+	return r->n_live < r->room->max_seqs && r->total - r->blocks - needs(r, q) >= r->keep;
+}
+
+/* The running sequences whose next token needs a new block: their last one is full. */
+static long long new_blocks(const Replica *r)
+{
+	long long n = 0;
+	for (long long k = 0; k < r->n_live; k++)
+		n += context(r, &r->live[k]) % r->room->block == 0;
+	return n;
+}
+
+/* One decode step: first make room for each sequence's token, preempting the last admitted
+ * (vLLM's can_append_slots, then _preempt by recompute). */
 static int decode(Replica *r, double *now, PxError *err)
 {
-	while (r->n_live > 1 && r->used + r->n_live > r->room->kv_tokens) {
+	while (r->n_live > 1 && new_blocks(r) > r->total - r->blocks) {
 		Live *l = &r->live[--r->n_live];
-		r->used -= context(r, l);
+		hold(r, -context(r, l));
 		r->made[l->req] = l->made;
 		r->again[r->n_again++] = l->req;
 		r->out->preemptions++;
@@ -191,9 +231,9 @@ static int decode(Replica *r, double *now, PxError *err)
 	if (step < 0)
 		return -1;
 	*now += step;
+	r->blocks += new_blocks(r); /* each sequence's newest token written */
 	r->used += r->n_live;
-	if (r->used > r->out->peak_kv_tokens)
-		r->out->peak_kv_tokens = r->used;
+	note_peaks(r);
 	long long kept = 0;
 	for (long long k = 0; k < r->n_live; k++) {
 		Live *l = &r->live[k];
@@ -204,7 +244,7 @@ static int decode(Replica *r, double *now, PxError *err)
 		}
 		r->latency[l->req] = *now - x->arrival_s;
 		r->tpot[r->tpot_n++] = (*now - l->first_s) / (double)(x->output_tokens - 1);
-		r->used -= context(r, l);
+		hold(r, -context(r, l));
 	}
 	r->n_live = kept;
 	return 0;
@@ -216,7 +256,7 @@ static int run_replica(Replica *r, long long first, PxError *err)
 	const InferTrace *t = r->t;
 	long long step = r->room->replicas, next = first, queued = first;
 	double now = t->req[first].arrival_s;
-	r->n_live = r->used = r->n_again = 0;
+	r->n_live = r->used = r->blocks = r->n_again = 0;
 	while (queued < t->n || r->n_live > 0 || r->n_again > 0) {
 		while (next < t->n && t->req[next].arrival_s <= now)
 			next += step;
@@ -242,13 +282,15 @@ static int run_replica(Replica *r, long long first, PxError *err)
 				return -1;
 			continue;
 		}
-		if (r->n_again > 0 || queued < next) /* nothing runs, and the first in line does
-						      not fit an empty cache */
+		if (r->n_again > 0 || queued < next) { /* nothing runs, and the first in line does
+							  not fit an empty cache */
+			long long q = r->n_again ? r->again[0] : queued;
 			return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): "
-				       "longer than the KV cache's %lld tokens", t->path,
-				       (r->n_again ? r->again[0] : queued) + 1,
-				       t->req[r->n_again ? r->again[0] : queued].prompt_tokens,
-				       r->room->kv_tokens);
+				       "longer than the KV cache's %lld tokens (%lld blocks of %lld, "
+				       "%lld of them kept free at admission)", t->path, q + 1,
+				       t->req[q].prompt_tokens, r->total * r->room->block, r->total,
+				       r->room->block, r->keep);
+		}
 		now = t->req[queued].arrival_s; /* idle until the next arrival */
 	}
 	if (now - t->req[0].arrival_s > r->out->makespan_s)
@@ -325,12 +367,16 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	memset(out, 0, sizeof(*out));
 	out->requests = t->n;
 	out->kv_tokens = room->kv_tokens;
-	if (room->replicas < 1 || room->kv_tokens < 1 || room->max_seqs < 1 || t->n < 1)
+	out->block = room->block;
+	out->kv_blocks = room->block > 0 ? room->kv_tokens / room->block : 0;
+	if (room->replicas < 1 || out->kv_blocks < 1 || room->max_seqs < 1 || t->n < 1)
 		return px_fail(err, PX_ERR_INPUT, "%s: no replica, or no room for one sequence, to "
 			       "replay the trace on", t->path);
 	long long n = t->n;
 	Costs c = {.sc = sc, .hw = hw};
-	Replica r = {.t = t, .room = room, .c = &c, .out = out};
+	/* vLLM's watermark_blocks = int(watermark * num_gpu_blocks) */
+	Replica r = {.t = t, .room = room, .c = &c, .out = out, .total = out->kv_blocks,
+		     .keep = (long long)(room->watermark * (double)out->kv_blocks)};
 	int no_room = distinct_lengths(t, &c);
 	r.live = malloc((size_t)n * sizeof(*r.live));
 	r.again = malloc((size_t)n * sizeof(*r.again));

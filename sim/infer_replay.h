@@ -8,7 +8,10 @@
  * cache, and leave with their last. When a step's tokens do not fit, the sequence admitted last
  * is preempted: its cache freed, it waits before any new request (the preempted in the order
  * they were) and is prefilled again over its prompt and the tokens it had made, which makes its
- * next token (vLLM's recompute). The cache is counted in tokens (vLLM's blocks of 16 are not).
+ * next token (vLLM's recompute). The cache is counted in blocks, as vLLM's block manager counts
+ * it: a sequence holding c tokens takes ceil(c / block) blocks; a prompt is admitted only when
+ * the blocks it needs leave the watermark's share of all the blocks free (can_allocate), and a
+ * decode step needs a new block for each sequence whose last block is full (can_append_slots).
  * Owns the event loop and its statistics; the costs are sim/infer_sim.c's. */
 #ifndef PX_SIM_INFER_REPLAY_H
 #define PX_SIM_INFER_REPLAY_H
@@ -19,12 +22,15 @@
 typedef struct InferReplayRoom {
 	long long replicas, tp;
 	long long kv_tokens;         /* the KV cache's tokens per replica that memory holds */
+	long long block;             /* tokens a KV block holds (vLLM's block_size; 1: tokens) */
+	double watermark;            /* the share of the blocks an admission leaves free */
 	long long max_seqs;          /* sequences running at once: batch_size when given */
 } InferReplayRoom;
 
 typedef struct InferReplay {
 	long long requests;          /* the trace's */
 	long long kv_tokens;         /* the room it was replayed with (InferReplayRoom) */
+	long long kv_blocks, block;  /* that room in blocks, and a block's tokens */
 	double ttft_mean_s, ttft_p50_s, ttft_p99_s; /* arrival to first token */
 	double tpot_mean_s, tpot_p99_s; /* (last token - first token) / (output - 1), over the
 					requests generating more than one token */
@@ -33,6 +39,7 @@ typedef struct InferReplay {
 	double tokens_per_s_gpu;     /* generated tokens over the makespan, per GPU */
 	long long peak_concurrency;  /* most sequences running at once on a replica */
 	long long peak_kv_tokens;    /* most tokens in a replica's KV cache at once */
+	long long peak_kv_blocks;    /* most blocks they took at once */
 	long long waited_for_room;   /* requests that arrived to no room for their prompt */
 	long long preemptions;       /* sequences evicted to make room, each prefilled again */
 	long long prefills_priced;   /* distinct prompt lengths priced */

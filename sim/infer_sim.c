@@ -336,7 +336,8 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 		return -1;
 	if (wl->trace.n > 0) { /* the KV cache's tokens: one sequence's longest context */
 		InferReplayRoom room = {.replicas = pr->plan.replicas, .tp = pr->plan.tp,
-					.max_seqs = wl->batch_given ? wl->batch : wl->trace.n};
+					.max_seqs = wl->batch_given ? wl->batch : wl->trace.n,
+					.block = wl->block, .watermark = wl->watermark};
 		pr->replayed = 1;
 		if ((room.kv_tokens = largest_fit(sc, cap, 1, 1LL << 40, 0, err)) < 0 ||
 		    infer_replay(sc, hw, &room, &pr->replay, err))

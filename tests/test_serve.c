@@ -550,7 +550,8 @@ static void test_trace_by_hand(void)
 	}
 }
 
-/* Preemption worked by hand (vLLM's recompute), with the GPU's usable memory cut to 14 GiB so
+/* Preemption worked by hand (vLLM's recompute), the cache counted in tokens (block_size 1,
+ * watermark 0: blocks are the next test's), with the GPU's usable memory cut to 14 GiB so
  * that the KV cache holds K tokens (about 2,000, read from a first replay; it depends a little on
  * the trace's mean prompt, which r2 below keeps at 1,000). With P(x) the prefill of x tokens and
  * D(x) a one-sequence decode step holding x: r0 (0 s, prompt a = K/2 rounded up, output 3) and r1
@@ -568,7 +569,7 @@ static void test_trace_by_hand(void)
  * the request (predict exits 2). */
 static void test_trace_preemption(void)
 {
-	const char *cut = "\"batch_size\": null, ";
+	const char *cut = "\"batch_size\": null, \"block_size\": 1, \"watermark\": 0, ";
 	char csv[256];
 	long long k = 2000;
 	InferScenario sc;
@@ -620,6 +621,84 @@ static void test_trace_preemption(void)
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", trace_scenario),
 			2);
 	PX_ASSERT_HAS(out, "longer than the KV cache's");
+}
+
+/* vLLM's paged cache worked by hand (block_size 16; vLLM's BlockSpaceManager: a sequence of c
+ * tokens takes ceil(c / 16) blocks, can_allocate admits a prompt only when the blocks it needs
+ * leave int(watermark x all) free, can_append_slots needs a new block for each sequence whose
+ * last block is full). The GPU's memory cut to 14 GiB as in the test before: T blocks (read from
+ * a first replay). r0 (0 s, prompt a = 16 m + 1, m = T / 2: m + 1 blocks, its last holding one
+ * token) and r1 (1 ms, prompt b = 16 (T - m - 1): whole blocks) take all T blocks; counted in
+ * tokens (a + b = 16 T - 15) both would decode, but r1's next token needs a block and none is
+ * free: with watermark 0, r1 (admitted last) is preempted before the first step, and the rest
+ * runs as the test before's: L0 = P(a) + P(b) + D(a) + D(a + 1), L1 = L0 + P(b + 1) + D(b + 1),
+ * at most T blocks taken.
+ * With watermark 0.01 (int(0.01 T) = 1 block) r1 is not admitted beside r0 (0 blocks would be
+ * left free): it waits for room, r0 runs alone (L0' = P(a) + D(a) + D(a + 1)), then r1 (its last
+ * token at L0' + P(b) + D(b) + D(b + 1)); no preemption, and at most the largest of the three
+ * requests' ceil((prompt + 2) / 16) blocks taken. r2 (100 s, prompt c = 3,000 - a - b) keeps the
+ * trace's mean prompt, and so the room, fixed. */
+static void test_trace_blocks(void)
+{
+	char csv[256];
+	long long blocks = 125;
+	InferScenario sc;
+	InferPrediction pr;
+	PxError err = {0};
+	for (int wm = 0; wm < 2; wm++) {
+		const char *workload = wm ? "\"watermark\": 0.01, " : "\"watermark\": 0, ";
+		long long m = 0, a = 0, b = 0;
+		for (int tries = 0;; tries++) {
+			m = blocks / 2, a = 16 * m + 1, b = 16 * (blocks - m - 1);
+			snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,3\n"
+				 "0.001,%lld,3\n100,%lld,3\n", a, b, 3000 - a - b);
+			if (predict_trace_on(csv, workload, 14, &sc, &pr, &err)) {
+				CU_FAIL(err.msg);
+				return;
+			}
+			if (pr.replay.kv_blocks == blocks || tries == 3)
+				break;
+			blocks = pr.replay.kv_blocks;
+			infer_predict_free(&pr);
+			infer_scenario_free(&sc);
+		}
+		const InferReplay *r = &pr.replay;
+		CU_ASSERT_EQUAL_FATAL(r->kv_blocks, blocks);
+		CU_ASSERT_EQUAL(r->block, 16);
+		CU_ASSERT_EQUAL(r->kv_blocks, r->kv_tokens / 16);
+		CU_ASSERT_EQUAL(sc.wl.prompt_tokens, 1000);
+		CU_ASSERT_FATAL(blocks >= 100 && blocks < 200); /* int(0.01 T) is 1 */
+		double pa = phase_s(&sc, a, 1, 1), pb = phase_s(&sc, b, 1, 1), e = 1e-12;
+		double da = step_s(&sc, 1, a), da1 = step_s(&sc, 1, a + 1);
+		double l0 = wm ? pa + da + da1 : pa + pb + da + da1;
+		double l1 = wm ? l0 + pb + step_s(&sc, 1, b) + step_s(&sc, 1, b + 1) :
+				 l0 + phase_s(&sc, b + 1, 1, 1) + step_s(&sc, 1, b + 1);
+		double ttft1 = wm ? l0 + pb : pa + pb;
+		long long c = 3000 - a - b;
+		double pc = phase_s(&sc, c, 1, 1);
+		double l2 = pc + step_s(&sc, 1, c) + step_s(&sc, 1, c + 1);
+		CU_ASSERT_EQUAL(r->preemptions, wm ? 0 : 1);
+		CU_ASSERT_EQUAL(r->waited_for_room, wm ? 1 : 0);
+		CU_ASSERT_EQUAL(r->peak_concurrency, wm ? 1 : 2);
+		/* one at a time with the watermark: each takes ceil((prompt + 2) / 16) at its end */
+		long long alone = (a + 2 + 15) / 16;
+		alone = (b + 2 + 15) / 16 > alone ? (b + 2 + 15) / 16 : alone;
+		alone = (c + 2 + 15) / 16 > alone ? (c + 2 + 15) / 16 : alone;
+		CU_ASSERT_EQUAL(r->peak_kv_blocks, wm ? alone : blocks);
+		CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (pa + ttft1 - 0.001 + pc) / 3, e);
+		CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, l1 - 0.001, e);
+		CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (l0 + l1 - 0.001 + l2) / 3, e);
+		CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 100 + l2, e);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+	/* the keys belong to continuous batching */
+	char text[2048];
+	snprintf(text, sizeof(text), CB, px_test_path("scenarios/models/llama-2-7b.json"),
+		 "\"block_size\": 32,");
+	const char *path = write_tmp("blk.json", text);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, "workload.block_size: applies to \"batching\": \"continuous\" only");
 }
 
 /* A long trace of fixed lengths (prompt 512, output 128) arriving as a Poisson process at 3
@@ -714,6 +793,7 @@ int test_serve_register(void)
 			    {"continuous batching: bad input", test_continuous_bad_input},
 			    {"a trace replayed: three requests by hand", test_trace_by_hand},
 			    {"a trace replayed: a preemption by hand", test_trace_preemption},
+			    {"a trace replayed: vLLM's blocks and watermark by hand", test_trace_blocks},
 			    {"a trace replayed: a Poisson trace against the steady state",
 			     test_trace_steady_state},
 			    {"a trace replayed: bad traces", test_trace_bad_input});
