@@ -154,10 +154,19 @@ static int by_off(const void *a, const void *b)
 	return (x->off > y->off) - (x->off < y->off);
 }
 
+/* Whether op is a reduction of dense gradients over the data-parallel group (qgZ reduces in two
+ * all-to-alls, the second, across nodes, leaving the slice). */
+static int dense_reduce(const Op *op)
+{
+	return op->kind == OP_COLL && op->role == ROLE_GRAD_REDUCE &&
+	       (op->group == GROUP_DP || op->group == GROUP_XNODE);
+}
+
 /* Stage st's reductions of dense gradients over the data-parallel group (one pass over the
  * schedule: each micro-batch's reductions reduce the same slices, so of micro-batches split into
- * blocks, as hpZ's first one apart, the first block's) tile [0, part) exactly: their slices,
- * sorted, start where the one before ends, from 0 to the partition's size. */
+ * blocks, as hpZ's first one apart, the first block's that reduces: under no_sync, DDP's and
+ * FSDP's, the last) tile [0, part) exactly: their slices, sorted, start where the one before
+ * ends, from 0 to the partition's size. */
 static void check_tiling(const Prediction *pr, int st, const char *name)
 {
 	const Schedule *s = &pr->stages[st].sched;
@@ -167,7 +176,13 @@ static void check_tiling(const Prediction *pr, int st, const char *name)
 	SchedWalk w;
 	PxError err = {0};
 	CU_ASSERT_PTR_NOT_NULL_FATAL(sp);
-	int block = -1, inside = 0;
+	int block = -1, inside = 0, reducing = -1; /* the first block that reduces */
+	for (int i = s->step_begin; i < s->n && reducing < 0; i++) {
+		block += s->ops[i].kind == OP_LOOP;
+		if (dense_reduce(&s->ops[i]))
+			reducing = block;
+	}
+	block = -1;
 	sched_walk_init(&w, s, s->step_begin);
 	for (int i; (i = sched_walk_op(&w, &err)) >= 0; sched_walk_advance(&w)) {
 		const Op *op = &s->ops[i];
@@ -175,11 +190,9 @@ static void check_tiling(const Prediction *pr, int st, const char *name)
 			block++, inside = 1;
 		if (op->kind == OP_END_LOOP)
 			sched_walk_leave(&w), inside = 0;
-		if (inside && block > 0)
+		if (inside && block != reducing)
 			continue;
-		/* qgZ reduces in two all-to-alls, the second (across nodes) leaving the slice */
-		if (op->kind != OP_COLL || op->role != ROLE_GRAD_REDUCE ||
-		    (op->group != GROUP_DP && op->group != GROUP_XNODE))
+		if (!dense_reduce(op))
 			continue;
 		CU_ASSERT(op->slice >= 0);
 		if (op->slice < 0)
