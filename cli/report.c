@@ -105,11 +105,13 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 	if (p->fsdp) {
 		const FsdpSpec *fs = &sc->fsdp;
 		fprintf(f, "# framework  PyTorch FSDP: %s, one flat a transformer layer and the root's "
-			"for the rest; backward_prefetch %s, forward one unit ahead; %s\n",
+			"for the rest; backward_prefetch %s, forward one unit ahead; %s%s\n",
 			scenario_fsdp_sharding_name(fs->sharding),
 			scenario_fsdp_prefetch_name(fs->backward_prefetch),
 			fs->sync_each_batch || p->m == 1 ? "every micro-batch reduce-scatters" :
-			"no_sync but for the last micro-batch (each unit's whole gradient kept)");
+			"no_sync but for the last micro-batch (each unit's whole gradient kept)",
+			fs->offload_params ? "; CPUOffload: shards, their gradients and the optimizer's "
+			"step on the host" : "");
 	}
 	fprintf(f, "# batch      train %lld = micro %lld x micro-batches %lld x dp %lld\n",
 		ds->train_batch, ds->micro_batch, ds->grad_accum, p->dp);

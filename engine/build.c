@@ -263,7 +263,8 @@ static void setup(Builder *b)
 		b->id_gradpart = alloc(b, gp, CAT_GRADS, BUF_GRAD_PART, -1, part * p->grad_bytes);
 	/* the fp32 gradients the host's optimizer reads: with the optimizer on NVMe they live in
 	 * the swap buffer while a sub-group steps, and in their files between steps (its
-	 * initialize_optimizer_states' gradient_buffer does not outlive the call) */
+	 * initialize_optimizer_states' gradient_buffer does not outlive the call); FSDP's
+	 * CPUOffload pins them at wrapping (flat_param._cpu_grad) */
 	if (p->stage >= 1 && p->opt_place == PLACE_CPU)
 		alloc(b, PLACE_CPU, CAT_GRADS, BUF_GRAD_FP32, -1, part * 4);
 
@@ -314,7 +315,7 @@ static void gather(Builder *b, int u, int backward)
 	/* hpZ's gathers read the secondary partition instead: 1/hpz of each dense piece */
 	int secondary = (backward || b->secondary_held) && p->hpz > 1;
 	double part_bytes = (secondary ? (double)(up->gather_dense / p->hpz + up->part_expert) :
-					 (double)(len[0] + len[1])) * p->param_bytes;
+					 (double)(len[0] + len[1])) * p->shard_bytes;
 	/* from NVMe: those partitions beyond what the host flat holds (plan_param_host) */
 	long long swapped = 0, resident = p->stages[b->stage].param_resident;
 	for (int k = 0; k < 2; k++)
@@ -986,6 +987,8 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 	if (!first)
 		compute_moving(b, COMP_GRAD_ACCUM, u, mine, 3 * mine * p->shard_bytes);
 	release(b, &cast);
+	if (p->opt_place != PLACE_GPU) /* CPUOffload: _cpu_grad.copy_(the shard) */
+		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, u, mine * p->shard_bytes);
 }
 
 /* Unit u's gradients after its backward, held in b->own_grads (its tensors' .grad, autograd's
@@ -1301,6 +1304,10 @@ static void micro_batch(Builder *b)
 	release(b, &scratch);
 	if (p->stage == 1 || p->stage == 2)
 		release_buckets(b);
+	/* FSDP with CPUOffload: the backward's last callback hands the optimizer the host's
+	 * gradients and drops the device's shards (prepare_gradient_for_optim) */
+	for (int u = 0; p->fsdp && p->opt_place != PLACE_GPU && b->fsdp_sync && u < p->n_units; u++)
+		release(b, &b->fsdp_shard[u]);
 	release(b, &hidden);
 }
 

@@ -559,7 +559,8 @@ static int plain_pytorch(const Plan *p, PxError *err)
  * Trainer's default), with the optimizer's states over them and no master copy. MixedPrecision
  * (the deepspeed section's fp16 or bf16, or training_args') gathers the weights, computes and
  * reduce-scatters the gradients in 16 bits; fp32 otherwise. The Trainer runs autocast over it
- * too, whose casts of 16-bit weights are the weights themselves. */
+ * too, whose casts of 16-bit weights are the weights themselves. offload_params puts the shards,
+ * their gradients and the optimizer's step on the host. */
 static int fsdp_plan(Plan *p, PxError *err)
 {
 	const Scenario *sc = p->sc;
@@ -596,7 +597,11 @@ static int fsdp_plan(Plan *p, PxError *err)
 	p->param_bytes = p->grad_bytes = p->comm_bytes = dtype_bytes(mp);
 	p->shard_bytes = 4;
 	p->master_bytes = 0;
-	p->opt_place = p->param_place = PLACE_GPU;
+	/* CPUOffload: the shards, their gradients and the optimizer on the host, where torch's
+	 * Adam takes the for-loop update (foreach only for CUDA tensors) */
+	p->opt_place = p->param_place = sc->fsdp.offload_params ? PLACE_CPU : PLACE_GPU;
+	if (sc->fsdp.offload_params && p->opt_impl == OPT_IMPL_FOREACH)
+		p->opt_impl = OPT_IMPL_FOR_LOOP;
 	return 0;
 }
 

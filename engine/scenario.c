@@ -158,8 +158,7 @@ const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
 
 /* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). The strategies that are not
  * modelled are refused by name: NO_SHARD is DistributedDataParallel's memory (framework
- * "pytorch"), HYBRID_SHARD's inter-node all-reduce of the shards is not scheduled, and
- * offload_params (FSDP's CPUOffload, which moves the optimizer to the host) is not either. Beside
+ * "pytorch"), and HYBRID_SHARD's inter-node all-reduce of the shards is not scheduled. Beside
  * another framework the object is ignored with a warning (a scenario compared across them). */
 static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 {
@@ -170,8 +169,8 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	FsdpSpec *f = &sc->fsdp;
 	JsonObj o;
 	const char *strategy;
-	int rc = jobj_child(top, "fsdp", &o, err), v, offload;
-	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0};
+	int rc = jobj_child(top, "fsdp", &o, err), v;
+	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0, 0};
 	if (rc < 0)
 		return -1;
 	if (rc && sc->framework != FRAMEWORK_FSDP) { /* a scenario priced under another framework */
@@ -206,7 +205,7 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	    jobj_bool(&o, "forward_prefetch", 0, &f->forward_prefetch, err) < 0 ||
 	    jobj_bool(&o, "limit_all_gathers", 1, &f->limit_all_gathers, err) < 0 ||
 	    jobj_bool(&o, "sync_each_batch", 0, &f->sync_each_batch, err) < 0 ||
-	    jobj_bool(&o, "offload_params", 0, &offload, err) < 0)
+	    jobj_bool(&o, "offload_params", 0, &f->offload_params, err) < 0)
 		return -1;
 	f->backward_prefetch = (FsdpPrefetch)v;
 	const char *wrap;
@@ -217,12 +216,6 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 				  "TRANSFORMER_BASED_WRAP (each transformer layer a unit, the rest "
 				  "the root)", wrap))
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-	if (offload) {
-		jobj_where(&o, "offload_params", where, sizeof(where));
-		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.offload_params: true is not modelled "
-			       "(FSDP's CPUOffload keeps the shards, their gradients and the optimizer "
-			       "on the host); expected false", where);
-	}
 	if (!f->limit_all_gathers && !f->forward_prefetch &&
 	    px_notes_not_modelled(&sc->notes, "fsdp.limit_all_gathers false: the host may gather "
 				  "many units ahead of the device; priced as one ahead"))

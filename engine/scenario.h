@@ -56,6 +56,8 @@ typedef struct FsdpSpec {
 	FsdpSharding sharding;
 	FsdpPrefetch backward_prefetch;
 	int forward_prefetch, limit_all_gathers, sync_each_batch;
+	int offload_params;      /* CPUOffload(offload_params=True): the shards, their gradients and
+				    the optimizer's step on the host */
 } FsdpSpec;
 
 /* Whose modules compute the model, which decides what autograd keeps op by op: "megatron" (the

@@ -228,6 +228,58 @@ static void test_prefetch(void)
 	}
 }
 
+/* CPUOffload (offload_params): the shards (fp32), their gradients (flat_param._cpu_grad, pinned
+ * at wrapping) and Adam's states on the host; each gather copies the unit's fp32 shard up first
+ * (one micro-batch: the root once, each layer twice), each reduce-scatter's fp32 shard goes down
+ * (Ψ / N x 4 bytes a step); the device's gradient shards live to the end of the backward. */
+static void test_offload(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "\"offload_params\": true", 1, 4))
+		return;
+	const Plan *p = &pr.plan;
+	CU_ASSERT_EQUAL(p->opt_place, PLACE_CPU);
+	CU_ASSERT_EQUAL(p->param_place, PLACE_CPU);
+	const Schedule *s = &pr.stages[0].sched;
+	double part = (double)p->stages[0].part_elems;
+	CU_ASSERT_DOUBLE_EQUAL(part, PSI / 4.0, 0);
+	int step = nth_op(s, OP_COMPUTE, COMP_OPTIMIZER, 0);
+	CU_ASSERT_FATAL(step > 0);
+	for (int k = 0; k < s->n; k++) {
+		const Op *op = &s->ops[k];
+		if (op->kind != OP_ALLOC)
+			continue;
+		if (op->what == BUF_PARAM_PART || op->what == BUF_OPT_STATES ||
+		    op->what == BUF_GRAD_FP32)
+			CU_ASSERT_EQUAL(op->place, PLACE_CPU);
+		if (op->what == BUF_GATHERED || op->what == BUF_FSDP_UNSHARDED ||
+		    op->what == BUF_GRAD_PART)
+			CU_ASSERT_EQUAL(op->place, PLACE_GPU);
+	}
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_PARAM_PART), 4 * part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_GRAD_FP32), 4 * part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_OPT_STATES), 8 * part, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, step, BUF_GRAD_PART), 0, 0);
+	const Traffic *t = &pr.stages[0].traffic;
+	CU_ASSERT_DOUBLE_EQUAL(t->copy_bytes[COPY_H2D], 4.0 * (2 * 4 * LAYER + ROOT) / 4, 0);
+	CU_ASSERT_DOUBLE_EQUAL(t->copy_bytes[COPY_D2H], 4 * part, 0);
+	fx_free(&sc, &pr);
+	/* the Trainer's adamw_torch on host tensors: the for-loop update (foreach is torch's default
+	 * for CUDA tensors only); on the device, foreach */
+	static const char *const trainer =
+		"{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, \"framework\": "
+		"\"fsdp\", \"fsdp\": {\"offload_params\": %s}, \"training_args\": {\"optim\": "
+		"\"adamw_torch\"}, \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1}, "
+		"\"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": 4}}";
+	for (int off = 0; off < 2; off++) {
+		if (fx_predictf(&sc, &pr, trainer, off ? "true" : "false"))
+			return;
+		CU_ASSERT_EQUAL(pr.plan.opt_impl, off ? OPT_IMPL_FOR_LOOP : OPT_IMPL_FOREACH);
+		fx_free(&sc, &pr);
+	}
+}
+
 static void check_refused(const char *name, const char *json, const char *says)
 {
 	char path[512], out[4096];
@@ -252,7 +304,6 @@ static void test_refusals(void)
 		 "fsdp.sharding_strategy: expected FULL_SHARD or SHARD_GRAD_OP, got \"ZERO3\""},
 		{"\"backward_prefetch\": \"EARLY\"", "fsdp", "",
 		 "fsdp.backward_prefetch: expected one of BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"},
-		{"\"offload_params\": true", "fsdp", "", "fsdp.offload_params: true is not modelled"},
 		{"", "fsdp", ", \"backend\": \"cpu\"", "framework \"fsdp\" with backend"},
 	};
 	const char *fmt = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
@@ -317,6 +368,7 @@ int test_fsdp_register(void)
 			    {"no_sync keeps the whole 16-bit gradients until the last micro-batch",
 			     test_no_sync_gradients},
 			    {"gathered weights by prefetch and strategy", test_prefetch},
+			    {"CPUOffload: the host's shards, gradients and states", test_offload},
 			    {"what FSDP is not priced with is refused by name", test_refusals},
 			    {"predict's header and JSON", test_header});
 }
