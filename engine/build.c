@@ -348,9 +348,10 @@ static void gather(Builder *b, int u, int backward)
 			slice(b, quantized(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n, 8,
 					   qwz_scales(n, p->dp), id, at),
 			      -1, p->units[src].part_off, n / p->dp);
-		else
-			slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_DP, src, n,
-				      p->param_bytes, id, at), -1, p->units[src].part_off, n / p->dp);
+		else /* over the partition's group (FSDP's HYBRID_SHARD: the node's) */
+			slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, p->shard_group, src, n,
+				      p->param_bytes, id, at), -1, p->units[src].part_off,
+			      n / p->shards);
 		at += n;
 	}
 	slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_EDP, u, up->gather_expert,
@@ -930,7 +931,7 @@ static void fsdp_forward_gather(Builder *b, int u)
  * SHARD_GRAD_OP keeps it for the backward. */
 static void fsdp_forward_done(Builder *b, int u)
 {
-	if (b->p->sc->fsdp.sharding == FSDP_FULL_SHARD && !fsdp_is_root(b->p, u))
+	if (scenario_fsdp_reshards(b->p->sc->fsdp.sharding) && !fsdp_is_root(b->p, u))
 		ungather(b, u);
 }
 
@@ -952,7 +953,7 @@ static void fsdp_reshard(Builder *b, int u)
 	const Plan *p = b->p;
 	if (u == p->n_units - 1)
 		return;
-	if (p->sc->fsdp.sharding == FSDP_FULL_SHARD || b->fsdp_sync) {
+	if (scenario_fsdp_reshards(p->sc->fsdp.sharding) || b->fsdp_sync) {
 		ungather(b, u);
 		if (u == 0)
 			ungather(b, p->n_units - 1);
@@ -976,8 +977,13 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 	if (first && same)
 		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
 					 mine * p->shard_bytes);
-	slice(b, coll(b, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, GROUP_DP, u, up->own_gather,
+	slice(b, coll(b, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, p->shard_group, u, up->own_gather,
 		      p->comm_bytes, buf, off), -1, up->part_off, up->part_dense);
+	if (p->shard_group == GROUP_NODE) /* HYBRID_SHARD: the shard summed over the replicas
+					     (allreduce_hook on new_sharded_grad) */
+		slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_XNODE, u, up->part_dense,
+			      p->comm_bytes, first && same ? b->fsdp_shard[u] : out, 0),
+		      -1, up->part_off, up->part_dense);
 	if (first && !same)
 		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
 					 mine * p->shard_bytes);

@@ -45,7 +45,7 @@ IdealStates plan_stage_ideal(const Plan *p, int stage)
 								 p->grad_bytes;
 	if (p->fsdp)
 		k = p->state_bytes;
-	IdealStates d = plan_ideal_states((double)st->local_dense, p->dp, p->stage, pb, gb, k);
+	IdealStates d = plan_ideal_states((double)st->local_dense, p->shards, p->stage, pb, gb, k);
 	IdealStates e = plan_ideal_states((double)st->local_expert, p->edp, p->stage, pb, gb, k);
 	return (IdealStates){d.params_bytes + e.params_bytes, d.grads_bytes + e.grads_bytes,
 			     d.optimizer_bytes + e.optimizer_bytes, d.total_bytes + e.total_bytes};
@@ -238,8 +238,8 @@ static void plan_unit(Plan *p, int idx)
 	if (p->sc->ds.autocast != DT_FP32 && !p->fsdp && idx == model_n_units(m) - 1 &&
 	    m->lay.lm_head)
 		u->cast_elems += ceil_div(model_tied_elems(m), p->par.tp); /* the lm_head casts it */
-	u->part_dense = ceil_div(u->own_gather, p->dp);
-	u->own_gather = u->part_dense * p->dp;
+	u->part_dense = ceil_div(u->own_gather, p->shards);
+	u->own_gather = u->part_dense * p->shards;
 	u->gather_dense = u->own_gather;
 	u->gather_expert = u->part_expert * p->edp;
 
@@ -600,6 +600,13 @@ static int fsdp_plan(Plan *p, PxError *err)
 	/* CPUOffload: the shards, their gradients and the optimizer on the host, where torch's
 	 * Adam takes the for-loop update (foreach only for CUDA tensors) */
 	p->opt_place = p->param_place = sc->fsdp.offload_params ? PLACE_CPU : PLACE_GPU;
+	/* HYBRID_SHARD: FSDP's intra-node process group (_init_intra_and_inter_node_groups: the
+	 * ranks of one node), its replicas one a node */
+	if (scenario_fsdp_hybrid(sc->fsdp.sharding)) {
+		p->shards = parallel_group_span(&p->par, LAYOUT_DP, sc->cluster.gpus_per_node,
+						p->hpz).per_node;
+		p->shard_group = GROUP_NODE;
+	}
 	if (sc->fsdp.offload_params && p->opt_impl == OPT_IMPL_FOREACH)
 		p->opt_impl = OPT_IMPL_FOR_LOOP;
 	return 0;
@@ -768,6 +775,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			       "partition on the parameters' offload device, which cannot be nvme; "
 			       "offload them to \"cpu\" or leave hpZ off", sc->path, p->hpz);
 	p->shard_bytes = p->param_bytes;
+	p->shards = p->dp;
+	p->shard_group = GROUP_DP;
 	if (plain_pytorch(p, err) || bf16_optimizer(p, err) || fsdp_plan(p, err))
 		return -1;
 	if (sc->model_code == MODEL_CODE_HUGGINGFACE && sc->backend != BACKEND_GPU)

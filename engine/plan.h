@@ -109,6 +109,9 @@ typedef struct Plan {
 				      their reduce-scatter), the shards and their gradients
 				      shard_bytes, no master copy (master_bytes 0) */
 	int shard_bytes;           /* bytes of a partition element: param_bytes, or FSDP's fp32 */
+	long long shards;          /* ranks a stage-3 partition is split over: dp, or under FSDP's
+				      HYBRID_SHARD a node's (the rest hold replicas) */
+	CommGroup shard_group;     /* their group: GROUP_DP, or HYBRID_SHARD's GROUP_NODE */
 	int mixed;
 	Place opt_place, param_place, ckpt_place;
 	OptimImplKind opt_impl;    /* the Adam update as it runs: the config's (DsConfig.opt_impl),

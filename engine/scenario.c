@@ -143,7 +143,8 @@ static int apply_overrides(Scenario *sc, PxError *err)
 /* ---- the scenario's own keys ---- */
 
 static const char *const FRAMEWORKS[] = {"deepspeed", "pytorch", "fsdp", NULL}; /* Framework order */
-static const char *const FSDP_SHARDINGS[] = {"FULL_SHARD", "SHARD_GRAD_OP", NULL};
+static const char *const FSDP_SHARDINGS[] = {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD",
+					     "_HYBRID_SHARD_ZERO2", NULL};
 static const char *const FSDP_PREFETCHES[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", NULL};
 
 const char *scenario_fsdp_sharding_name(FsdpSharding s)
@@ -151,14 +152,23 @@ const char *scenario_fsdp_sharding_name(FsdpSharding s)
 	return FSDP_SHARDINGS[s];
 }
 
+int scenario_fsdp_reshards(FsdpSharding s)
+{
+	return s == FSDP_FULL_SHARD || s == FSDP_HYBRID_SHARD;
+}
+
+int scenario_fsdp_hybrid(FsdpSharding s)
+{
+	return s == FSDP_HYBRID_SHARD || s == FSDP_HYBRID_SHARD_ZERO2;
+}
+
 const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
 {
 	return FSDP_PREFETCHES[b];
 }
 
-/* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). The strategies that are not
- * modelled are refused by name: NO_SHARD is DistributedDataParallel's memory (framework
- * "pytorch"), and HYBRID_SHARD's inter-node all-reduce of the shards is not scheduled. Beside
+/* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). NO_SHARD is refused by name: it
+ * holds what DistributedDataParallel does (framework "pytorch"). Beside
  * another framework the object is ignored with a warning (a scenario compared across them). */
 static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 {
@@ -189,18 +199,19 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 		return -1;
 	char where[512];
 	jobj_where(&o, "sharding_strategy", where, sizeof(where));
-	if (!strcasecmp(strategy, "NO_SHARD") || !strcasecmp(strategy, "HYBRID_SHARD") ||
-	    !strcasecmp(strategy, "_HYBRID_SHARD_ZERO2"))
+	if (!strcasecmp(strategy, "NO_SHARD"))
 		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: %s is not modelled; "
-			       "expected FULL_SHARD or SHARD_GRAD_OP (NO_SHARD holds what "
-			       "DistributedDataParallel does: framework \"pytorch\")", where, strategy);
+			       "expected FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or _HYBRID_SHARD_ZERO2 "
+			       "(NO_SHARD holds what DistributedDataParallel does: framework "
+			       "\"pytorch\")", where, strategy);
 	int found = 0;
 	for (int i = 0; FSDP_SHARDINGS[i]; i++)
 		if (!strcasecmp(strategy, FSDP_SHARDINGS[i]))
 			f->sharding = (FsdpSharding)i, found = 1;
 	if (!found)
-		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: expected FULL_SHARD or "
-			       "SHARD_GRAD_OP, got \"%s\"", where, strategy);
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: expected FULL_SHARD, "
+			       "SHARD_GRAD_OP, HYBRID_SHARD or _HYBRID_SHARD_ZERO2, got \"%s\"", where,
+			       strategy);
 	if (jobj_choice(&o, "backward_prefetch", FSDP_PREFETCHES, FSDP_BACKWARD_PRE, &v, err) < 0 ||
 	    jobj_bool(&o, "forward_prefetch", 0, &f->forward_prefetch, err) < 0 ||
 	    jobj_bool(&o, "limit_all_gathers", 1, &f->limit_all_gathers, err) < 0 ||

@@ -49,8 +49,11 @@ typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH, FRAMEWORK_FSDP } Framewor
  * runs at most one unit ahead; forward_prefetch likewise gathers the next unit before the
  * current one computes. sync_each_batch (Accelerate's GradientAccumulationPlugin): off, the
  * Trainer's and Accelerate's default, runs every micro-batch but the last under no_sync(), so
- * each unit's whole 16-bit gradient is kept until the last one reduce-scatters it. */
-typedef enum { FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP } FsdpSharding;
+ * each unit's whole 16-bit gradient is kept until the last one reduce-scatters it. HYBRID_SHARD
+ * (and _HYBRID_SHARD_ZERO2, SHARD_GRAD_OP's twin) shards within each node, FULL_SHARD's way, and
+ * replicates across the nodes: each reduce-scatter's shard is all-reduced over them. */
+typedef enum { FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP, FSDP_HYBRID_SHARD, FSDP_HYBRID_SHARD_ZERO2 }
+	FsdpSharding;
 typedef enum { FSDP_BACKWARD_PRE, FSDP_BACKWARD_POST, FSDP_NO_PREFETCH } FsdpPrefetch;
 typedef struct FsdpSpec {
 	FsdpSharding sharding;
@@ -106,6 +109,10 @@ const char *scenario_framework_name(Framework f);
 const char *scenario_model_code_name(ModelCode c);
 /* FSDP's names of a sharding strategy and of a backward prefetch ("FULL_SHARD", "BACKWARD_PRE"). */
 const char *scenario_fsdp_sharding_name(FsdpSharding s);
+/* Whether strategy s frees a unit's gathered weights after its forward (FULL_SHARD's way), and
+ * whether it shards within a node only. */
+int scenario_fsdp_reshards(FsdpSharding s);
+int scenario_fsdp_hybrid(FsdpSharding s);
 const char *scenario_fsdp_prefetch_name(FsdpPrefetch b);
 /* The same with the scenario's own document given as text (the launcher flags' scenario,
  * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its

@@ -22,15 +22,21 @@
 #define ROOT 512256LL
 #define PSI (4 * LAYER + ROOT)
 
-static const char *const FMT =
-	"{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4,"
-	" \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 688,"
-	" \"vocab_size\": 1000, \"max_position_embeddings\": 512, \"tie_word_embeddings\": false},"
-	" \"framework\": \"fsdp\", \"fsdp\": {%s},"
-	" \"training_args\": {\"fp16\": true},"
-	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
+#define FSDP_LLAMA                                                                              \
+	"{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 4," \
+	" \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"intermediate_size\": 688,"     \
+	" \"vocab_size\": 1000, \"max_position_embeddings\": 512, \"tie_word_embeddings\": false},"  \
+	" \"framework\": \"fsdp\", \"fsdp\": {%s},"                                               \
+	" \"training_args\": {\"fp16\": true},"                                                  \
+	" \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1,"                                 \
+	" \"gradient_accumulation_steps\": %d,"                                                  \
 	" \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-5}}},"
+/* the fsdp object's keys, the micro-batches and the GPUs of one node (two nodes: FMT_2) */
+static const char *const FMT = FSDP_LLAMA
 	" \"cluster\": {\"gpu\": \"A100-80GB\", \"gpus_per_node\": %d}, \"seq_length\": 128}";
+static const char *const FMT_2 = FSDP_LLAMA
+	" \"cluster\": {\"gpu\": \"A100-80GB\", \"nodes\": 2, \"gpus_per_node\": %d},"
+	" \"seq_length\": 128}";
 
 /* Elements of a flat of n padded to a multiple of the ranks (FSDP's FlatParameter). */
 static long long padded(long long n, long long ranks)
@@ -280,6 +286,55 @@ static void test_offload(void)
 	}
 }
 
+/* HYBRID_SHARD on two nodes of 4: shards over a node's 4 ranks (16 bytes a parameter over 4, not
+ * 8), gathers and reduce-scatters inside the node, and each reduce-scatter's shard all-reduced
+ * over the 2 nodes: the only bytes that cross them, 2 (n - 1) / n x Ψ / 4 x 2 bytes a step at
+ * n = 2. FULL_SHARD on the same shards over all 8. */
+static void test_hybrid(void)
+{
+	static const struct {
+		const char *fsdp;
+		long long shards;
+	} c[] = {{"\"sharding_strategy\": \"HYBRID_SHARD\"", 4}, {"", 8}};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, FMT_2, c[i].fsdp, 1, 4))
+			return;
+		const Plan *p = &pr.plan;
+		CU_ASSERT_EQUAL(p->dp, 8);
+		CU_ASSERT_EQUAL(p->shards, c[i].shards);
+		CU_ASSERT_EQUAL(p->stages[0].part_elems, PSI / c[i].shards);
+		CU_ASSERT_DOUBLE_EQUAL(plan_stage_ideal(p, 0).total_bytes,
+				       16.0 * (double)PSI / (double)c[i].shards, 1e-6);
+		const Traffic *t = &pr.stages[0].traffic;
+		const Schedule *s = &pr.stages[0].sched;
+		int hybrid = c[i].shards == 4, across = 0;
+		for (int k = 0; k < s->n; k++) /* the gradients' all-reduces (not the scalars') */
+			if (s->ops[k].kind == OP_COLL && s->ops[k].sub == COLL_ALL_REDUCE &&
+			    s->ops[k].role == ROLE_GRAD_REDUCE) {
+				CU_ASSERT_EQUAL(s->ops[k].group, GROUP_XNODE);
+				CU_ASSERT_EQUAL(s->ops[k].nranks, 2);
+				across++;
+			}
+		CU_ASSERT_EQUAL(across, hybrid ? 6 : 0);
+		double gathered = 2.0 * (2 * 4 * LAYER + ROOT), reduced = 2.0 * PSI;
+		if (hybrid) {
+			CU_ASSERT_DOUBLE_EQUAL(t->group_wire_bytes[GROUP_XNODE], 2 * 0.5 * 2.0 * PSI / 4,
+					       1e-6);
+			CU_ASSERT_DOUBLE_EQUAL(t->group_wire_bytes[GROUP_NODE],
+					       0.75 * (gathered + reduced), 1e-6);
+		} else {
+			CU_ASSERT_DOUBLE_EQUAL(t->group_wire_bytes[GROUP_NODE], 0, 0);
+			/* over the 8 ranks (the scalar all-reduces' few bytes beside) */
+			CU_ASSERT_DOUBLE_EQUAL(t->group_wire_bytes[GROUP_DP],
+					       0.875 * (gathered + reduced), 8);
+			CU_ASSERT(t->inter_node_bytes > 0);
+		}
+		fx_free(&sc, &pr);
+	}
+}
+
 static void check_refused(const char *name, const char *json, const char *says)
 {
 	char path[512], out[4096];
@@ -301,7 +356,8 @@ static void test_refusals(void)
 		{"\"sharding_strategy\": \"NO_SHARD\"", "fsdp", "",
 		 "fsdp.sharding_strategy: NO_SHARD is not modelled"},
 		{"\"sharding_strategy\": \"ZERO3\"", "fsdp", "",
-		 "fsdp.sharding_strategy: expected FULL_SHARD or SHARD_GRAD_OP, got \"ZERO3\""},
+		 "fsdp.sharding_strategy: expected FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or "
+		 "_HYBRID_SHARD_ZERO2, got \"ZERO3\""},
 		{"\"backward_prefetch\": \"EARLY\"", "fsdp", "",
 		 "fsdp.backward_prefetch: expected one of BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"},
 		{"", "fsdp", ", \"backend\": \"cpu\"", "framework \"fsdp\" with backend"},
@@ -369,6 +425,8 @@ int test_fsdp_register(void)
 			     test_no_sync_gradients},
 			    {"gathered weights by prefetch and strategy", test_prefetch},
 			    {"CPUOffload: the host's shards, gradients and states", test_offload},
+			    {"HYBRID_SHARD: a node's shards, replicas all-reduced across nodes",
+			     test_hybrid},
 			    {"what FSDP is not priced with is refused by name", test_refusals},
 			    {"predict's header and JSON", test_header});
 }
