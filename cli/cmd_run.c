@@ -764,10 +764,17 @@ static int train(RunOpts *o, Comm *world, PxError *err)
 	clk.faults0 = procmem_minor_faults();
 	fail_ctx = (struct FailCtx){o, &sc, &pr, run, world, first, &clk};
 	const char *wrapper = plan_optimizer_wrapper(&pr.plan);
+	char layout[96];
+	if (pr.plan.fsdp)
+		snprintf(layout, sizeof(layout), "FSDP %s%s",
+			 scenario_fsdp_sharding_name(sc.fsdp.sharding), pr.plan.m > 1 &&
+			 !sc.fsdp.sync_each_batch ? " (no_sync but for the last micro-batch)" : "");
+	else
+		snprintf(layout, sizeof(layout), "ZeRO-%d (%s)", sc.ds.zero.stage,
+			 strcmp(wrapper, "none") ? wrapper : "no optimizer wrapper");
 	if (rank == 0 && !o->json)
-		printf("# parallax run %s: %d rank(s), ZeRO-%d (%s), %s, micro-batch %lld x %lld x dp "
-		       "%lld, seq %lld%s%s\n", sc.name, size, sc.ds.zero.stage,
-		       strcmp(wrapper, "none") ? wrapper : "no optimizer wrapper",
+		printf("# parallax run %s: %d rank(s), %s, %s, micro-batch %lld x %lld x dp "
+		       "%lld, seq %lld%s%s\n", sc.name, size, layout,
 		       dtype_name(sc.ds.dtype),
 		       sc.ds.micro_batch, sc.ds.grad_accum, pr.plan.dp, sc.seq,
 		       pr.plan.par.pp > 1 ? ", pipeline " : "",

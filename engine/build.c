@@ -914,6 +914,13 @@ static int fsdp_is_root(const Plan *p, int u)
 	return u == 0 || u == p->n_units - 1;
 }
 
+/* FSDP: the tied embedding's elements whose gradient the head makes (its lm_head reads the
+ * embedding the root holds once), 0 for other units or an untied head. */
+static long long fsdp_tied(const Plan *p, int u)
+{
+	return p->fsdp && u == p->n_units - 1 ? tied_local(p) : 0;
+}
+
 /* Before unit u's forward: its flat (the root's two units at the first), and the next layer's,
  * which the host issues while the device computes this one (limit_all_gathers lets it run one
  * unit ahead; forward_prefetch asks for the same). */
@@ -990,8 +997,11 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 	int cast = !first && !same ? alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
 					   mine * p->shard_bytes) : -1;
 	release(b, &out);
-	if (!first)
+	if (!first) { /* into the shard (the op names it: sched_grads_to) */
 		compute_moving(b, COMP_GRAD_ACCUM, u, mine, 3 * mine * p->shard_bytes);
+		if (!b->oom)
+			sched_grads_to(b->s, b->fsdp_shard[u], 0);
+	}
 	release(b, &cast);
 	if (p->opt_place != PLACE_GPU) /* CPUOffload: _cpu_grad.copy_(the shard) */
 		copy(b, COPY_D2H, ROLE_GRAD_REDUCE, u, mine * p->shard_bytes);
@@ -1017,8 +1027,10 @@ static void fsdp_unit_grads(Builder *b, int u)
 	release(b, &b->own_grads);
 	if (u == 0)
 		release(b, &b->fsdp_head);
-	if (b->fsdp_acc[u] >= 0) { /* AccumulateGrad adds the new one into .grad */
+	if (b->fsdp_acc[u] >= 0) { /* AccumulateGrad adds the new one into .grad, the op's */
 		compute_moving(b, COMP_GRAD_ACCUM, u, elems, 3 * elems * p->grad_bytes);
+		if (!b->oom)
+			sched_grads_to(b->s, b->fsdp_acc[u], 0);
 		release(b, &flat);
 		flat = b->fsdp_acc[u];
 		b->fsdp_acc[u] = -1;
@@ -1132,11 +1144,13 @@ static void backward_unit(Builder *b, int slot, int u)
 	}
 	if (p->stage >= 2 && !p->contiguous_grads && !grads_direct(p) && up->local_dense > 0)
 		/* at stage 3 at least the unit's flat, padded to the group, in which they are
-		 * laid for the reduction */
+		 * laid for the reduction; FSDP's tensors' own, a tied head's share of the
+		 * embedding's gradient after them (autograd sums it at the embedding's backward) */
 		b->own_grads = alloc(b, PLACE_GPU, CAT_GRADS, BUF_UNIT_GRADS, u,
 				     (double)(p->stage == 3 && !p->fsdp ?
 						      max_ll(up->local_dense, up->own_gather) :
-						      up->local_dense) * p->grad_bytes);
+						      up->local_dense + fsdp_tied(p, u)) *
+					     p->grad_bytes);
 	int loss = alloc(b, PLACE_GPU, CAT_ACTIV, BUF_LOSS_TEMP, u, loss_temp_bytes(p, u, 1));
 	compute(b, COMP_BWD, u, 2 * up->fwd_flops);
 	if (!b->oom) { /* stated on the backward op itself */

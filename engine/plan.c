@@ -583,10 +583,9 @@ static int fsdp_plan(Plan *p, PxError *err)
 	else if (ds->cpu_checkpointing)
 		key = "deepspeed.activation_checkpointing.cpu_checkpointing",
 		why = "keeps its checkpoints on the device";
-	else if (sc->backend != BACKEND_GPU)
-		key = sc->backend == BACKEND_CPU ? "backend \"cpu\"" : "backend \"cuda\"",
-		why = "is predicted, not run: the executor runs DeepSpeed's and "
-		      "DistributedDataParallel's loops (backend \"gpu\" only)";
+	else if (sc->backend == BACKEND_CUDA)
+		key = "backend \"cuda\"", why = "runs on the CPU executor only (backend \"cpu\"), "
+						 "or is predicted (backend \"gpu\")";
 	if (key)
 		return px_fail(err, PX_ERR_INPUT, "%s: framework \"fsdp\" with %s: FSDP %s", sc->path,
 			       key, why);

@@ -95,7 +95,10 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if ((why = runner_onebit_supported(p)))
 		;
-	else if (ds->autocast != DT_FP32)
+	else if (p->fsdp && (p->mixed || p->shard_group != GROUP_DP || p->opt_place != PLACE_GPU))
+		why = "FSDP in fp32, FULL_SHARD or SHARD_GRAD_OP, without offload_params (its "
+		      "MixedPrecision, HYBRID_SHARD and CPUOffload are priced by predict, not run)";
+	else if (ds->autocast != DT_FP32 && !p->fsdp)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
 	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer &&
@@ -440,6 +443,83 @@ static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxE
 	return 0;
 }
 
+/* ---- FSDP (Plan.fsdp; engine/build.c fsdp_*) ---- */
+
+/* The flat gradient unit u's reduction reads: its own (the root's last unit's lies in its first
+ * unit's, after it), at *off. */
+static void *fsdp_flat_of(const Runner *r, int u)
+{
+	int root_tail = u == r->p->n_units - 1;
+	int id = r->u_flat[root_tail ? 0 : u];
+	return id < 0 ? NULL : at(r->buf[id], root_tail ? r->p->units[0].own_gather : 0, r->gdt);
+}
+
+/* One rank: the builder adds no reduce-scatter over a group of one (build.c coll), so unit u's
+ * shard takes its flat's elements itself, added in (as the reduction's slice would be). */
+static void fsdp_local_reduce(Runner *r, int u)
+{
+	void *flat = fsdp_flat_of(r, u);
+	if (r->n == 1 && flat && r->u_shard[u] >= 0)
+		add_into(r, r->buf[r->u_shard[u]], flat, r->gdt, (size_t)r->p->units[u].part_dense,
+			 r->gdt);
+}
+
+/* Unit u's gradient shard (buffer id, -1 once freed): where its reductions' slices go
+ * (consume) and what the update reads (its segment's gradients). */
+static void fsdp_bind(Runner *r, int u, int id)
+{
+	r->u_shard[u] = id;
+	for (int i = 0; i < r->n_segs; i++)
+		if (r->segs[i].part_off == r->p->units[u].part_off)
+			r->segs[i].grads = id >= 0 ? r->buf[id] : NULL;
+	if (id >= 0)
+		fsdp_local_reduce(r, u);
+}
+
+/* Autograd's cat of unit u's tensors' gradients (its BUF_UNIT_GRADS, laid as its flat) into the
+ * flat's gradient, the padding zero; the root's (unit 0's) after its first unit's the head's
+ * own, and the head's share of the tied token embedding added into the embedding's (unit 0's
+ * first tensor). */
+static int fsdp_cat(Runner *r, const Op *op, void *flat, size_t bytes, PxError *err)
+{
+	int u = op->unit, h = r->head, g = u >= 0 ? r->u_grads[u] : -1;
+	int gh = u == 0 ? r->u_grads[h] : -1;
+	long long cap = (long long)(bytes / dt_bytes(r->gdt)), own = (long long)unit_params(r, h);
+	long long n = g >= 0 ? (long long)(r->size[g] / dt_bytes(r->gdt)) : 0;
+	long long at_h = u == 0 ? r->p->units[0].own_gather : 0, vc = (long long)tied_elems(r);
+	if (g < 0 || n > cap || (u == 0 && (gh < 0 || at_h + own > cap || vc > n)))
+		return px_fail(err, PX_ERR_RUNTIME, "schedule allocation of %s for unit %d: its "
+			       "gradients are in no live buffer, or do not fit it",
+			       buf_name(op->what), u);
+	r->cb->zero(r->cx, op->place, flat, bytes);
+	r->cb->convert(r->cx, flat, r->gdt, r->buf[g], r->gdt, (size_t)n);
+	if (u == 0) {
+		r->cb->convert(r->cx, at(flat, at_h, r->gdt), r->gdt, r->buf[gh], r->gdt, (size_t)own);
+		add_into(r, flat, at(r->buf[gh], own, r->gdt), r->gdt, (size_t)vc, r->gdt);
+	}
+	r->u_flat[u] = op->buf;
+	return 0;
+}
+
+/* FSDP's COMP_GRAD_ACCUM: under no_sync, the unit's newest flat gradient added into the one kept
+ * (the op's buffer), which its reduction reads from then on; into a shard, the reduction's slice
+ * went already (consume), or on one rank goes now. */
+static void fsdp_accumulate(Runner *r, const Op *op)
+{
+	int u = op->unit;
+	if (op->buf < 0 || u < 0)
+		return;
+	if (r->alloc_of[op->buf]->what != BUF_FSDP_UNSHARDED) {
+		fsdp_local_reduce(r, u);
+		return;
+	}
+	int src = r->u_flat[u];
+	if (src >= 0 && src != op->buf)
+		add_into(r, r->buf[op->buf], r->buf[src], r->gdt,
+			 r->size[op->buf] / dt_bytes(r->gdt), r->gdt);
+	r->u_flat[u] = op->buf;
+}
+
 static int do_alloc(Runner *r, const Op *op, PxError *err)
 {
 	if (runtime_alloc(r, op))
@@ -473,7 +553,12 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_PERSISTENT: r->id_persist = op->buf; break;
 	case BUF_PERSIST_GRADS: r->id_pgrads = op->buf; break;
 	case BUF_SECONDARY: r->id_secondary = op->buf; break;
-	case BUF_GRAD_PART: r->id_gradpart = op->buf; break;
+	case BUF_GRAD_PART:
+		if (r->p->fsdp)
+			fsdp_bind(r, u, op->buf);
+		else
+			r->id_gradpart = op->buf;
+		break;
 	case BUF_MASTER: r->id_master = op->buf; break;
 	case BUF_OPT_STATES: r->id_states = op->buf; break;
 	case BUF_ERROR_FEEDBACK: r->id_errors = op->buf; break;
@@ -503,6 +588,7 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_TIED_GRADS: r->id_tied = op->buf, head_grads(r, op->buf); break;
 	case BUF_UNIT_GRADS: r->u_grads[u] = op->buf; break;
 	case BUF_REDUCE_FLAT: return flatten_bucket(r, op, ptr, bytes, err);
+	case BUF_FSDP_UNSHARDED: return fsdp_cat(r, op, ptr, bytes, err);
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
@@ -541,6 +627,8 @@ static void do_free(Runner *r, int id)
 		r->id_upcast = -1;
 	if (a->what == BUF_UNIT_GRADS && a->unit >= 0)
 		r->u_grads[a->unit] = -1;
+	if (a->what == BUF_GRAD_PART && r->p->fsdp && a->unit >= 0)
+		fsdp_bind(r, a->unit, -1);
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -636,9 +724,11 @@ static void load_params(Runner *r, int u)
 	}
 	void *g = r->buf[r->u_gathered[u]];
 	unit3_load(r, u, dst, g, MODEL_MAX_TENSORS);
-	if (u == r->head) /* embed.tokens, unit 0's first tensor, gathered after the head's own */
+	if (u == r->head) /* embed.tokens, unit 0's first tensor, gathered after the head's own
+			     (FSDP's root holds it once: unit 0's gathered flat) */
 		unit3_load(r, 0, at(dst, (long long)own, r->pdt),
-			   at(g, r->p->units[u].own_gather, r->pdt), 1);
+			   r->p->fsdp ? r->buf[r->u_gathered[0]] :
+					at(g, r->p->units[u].own_gather, r->pdt), 1);
 }
 
 /* The type of what gradient buffer id holds: BF16_Optimizer's .grad tensors the parameters',
@@ -712,6 +802,9 @@ static void move_grads(Runner *r, const Op *op)
 		else
 			unit3_store_grads(r, u, g, p->units[u].own_gather > 0 ? grad_dest(r, op) : NULL,
 					  MODEL_MAX_TENSORS);
+		if (p->fsdp) /* its share of the tied embedding's, after its own (fsdp_cat) */
+			add_into(r, at(grad_dest(r, op), (long long)own, r->gdt), g + own, DT_FP32, vc,
+				 r->gdt);
 		if (p->stage == 3 && is_persistent(r, (long long)vc))
 			unit3_store_grads(r, 0, g + own, NULL, 1);
 		return;
@@ -897,6 +990,13 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 		size_t from = (size_t)((const char *)mine - (const char *)r->buf[op->buf]);
 		r->cb->convert(r->cx, (char *)stage1_bucket_grads(r, op) + from, r->gdt, mine, r->gdt,
 			       cnt);
+		return;
+	}
+	if (r->p->fsdp) { /* into the unit's shard */
+		int u = op->unit, id = u >= 0 ? r->u_shard[u] : -1;
+		if (id >= 0)
+			add_into(r, at(r->buf[id], partition_offset(r, op) - r->p->units[u].part_off,
+				       r->gdt), mine, r->gdt, cnt, r->gdt);
 		return;
 	}
 	add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
@@ -1519,6 +1619,8 @@ static int run_op_timed(Runner *r, int i, PxError *err)
 			recompute(r, op);
 		else if (op->sub == COMP_BWD)
 			backward(r, op);
+		else if (op->sub == COMP_GRAD_ACCUM && r->p->fsdp)
+			fsdp_accumulate(r, op);
 		else if (op->sub == COMP_GRAD_ACCUM)
 			accumulate_hp(r, op);
 		return runner_tp_end(r, i, err);
@@ -1837,7 +1939,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
 	r->cap_bufs = s->n_bufs;
-	size_t n_ids = (size_t)n * (5 + 2 * (size_t)r->slots);
+	size_t n_ids = (size_t)n * (7 + 2 * (size_t)r->slots);
 	int *ids = malloc(n_ids * sizeof(int));
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
@@ -1859,8 +1961,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	if (runner_norm_ranges(r)) /* after layout(): stage 3's persistent offsets */
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_gathered = ids + 2 * n, r->u_loaded = ids + 3 * n;
-	r->u_grads = ids + 4 * n;
-	r->u_act = ids + 5 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
+	r->u_grads = ids + 4 * n, r->u_shard = ids + 5 * n, r->u_flat = ids + 6 * n;
+	r->u_act = ids + 7 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;

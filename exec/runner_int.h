@@ -131,6 +131,8 @@ struct Runner {
 	int *u_fp32, *u_fp32g, *u_gathered, *u_loaded;
 	int *u_grads;           /* ZeRO-2 without contiguous gradients: each unit's own gradient
 				   buffer (BUF_UNIT_GRADS) while it lives, else -1 */
+	int *u_shard, *u_flat;  /* FSDP: each unit's gradient shard (BUF_GRAD_PART) while it
+				   lives, and its newest flat gradient (BUF_FSDP_UNSHARDED) */
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
 				   contiguous gradient buffer whose reduction has been consumed) */
@@ -270,7 +272,8 @@ static inline size_t pipe_sent_elems(const Runner *r, int grads)
  * threshold). */
 static inline int is_persistent(const Runner *r, long long numel)
 {
-	return r->p->stage == 3 && (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
+	return r->p->stage == 3 && !r->p->fsdp &&
+	       (double)numel <= r->p->sc->ds.zero.persistence_threshold_elems;
 }
 
 /* Whether unit u is an MoE block the executor runs on kernels/moe_cpu (runner_moe.c). */

@@ -29,9 +29,11 @@ void runner_make_segments(Runner *r)
 					     st->buckets[i].flat_off / r->n, cnt, mine, NULL};
 		}
 	} else {
-		for (int u = 0; u < p->n_units; u++)
+		for (int u = 0; u < p->n_units; u++) /* FSDP's gradient shards come and go
+						       (runner.c fsdp_bind) */
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
+						     p->fsdp ? NULL :
 						     runner_partition_grads(r, r->p->units[u].part_off), r->gdt,
 						     r->p->units[u].part_off, p->units[u].part_dense, -1,
 						     NULL};

@@ -1179,6 +1179,69 @@ static void test_stage0_reduce_buffers(void)
 	}
 }
 
+/* PyTorch FSDP ("framework": "fsdp", fp32) on the executor: the exec suite's GPT (a layer 49,984
+ * parameters, the root's embedding flat 12,288 and its last unit, ln_f, 128; PSI = 112,384, each
+ * flat a multiple of 4) trains the same trajectory as ZeRO-3 on the same batches, FULL_SHARD under
+ * no_sync and with sync_each_batch, SHARD_GRAD_OP, on 1 and 2 ranks: the same sums in another
+ * order, within the fp32 trajectories' 1e-4. On 4 ranks (2 micro-batches) every pair equals the
+ * prediction; by hand a step gathers each micro-batch the root once and each layer twice, (2 x 2 x
+ * 49,984 + 12,416) x 4 B = 849,408 B a micro-batch, and reduce-scatters PSI x 4 B = 449,536 B once
+ * under no_sync, each micro-batch with sync_each_batch; the gradients' peak holds under no_sync
+ * the model's whole gradients. A simulator that halved FSDP's flat gradients
+ * (PARALLAX_TEST_MISPREDICT=fsdp_unsharded_grads) fails compare with exit 3. */
+static void test_fsdp(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("false");
+	static const char *fsdp = "--set framework=fsdp --set deepspeed.zero_optimization.stage=0";
+	double ref[STEPS], got[STEPS];
+	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, "", ref), STEPS);
+	static const struct { int ranks; const char *set; } c[] = {
+		{2, ""}, {2, "--set fsdp.sync_each_batch=true"},
+		{2, "--set fsdp.sharding_strategy=SHARD_GRAD_OP"}, {1, ""},
+		{1, "--set fsdp.sync_each_batch=true"},
+	};
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char extra[512];
+		snprintf(extra, sizeof(extra), "%s %s", fsdp, c[i].set);
+		/* losses() sets the ZeRO stage: 0, as FSDP takes it */
+		CU_ASSERT_EQUAL_FATAL(losses(scn, c[i].ranks, 0, STEPS, extra, got), STEPS);
+		double worst = 0;
+		for (int k = 0; k < STEPS; k++)
+			worst = fmax(worst, fabs(got[k] - ref[k]));
+		if (worst > 1e-4)
+			fprintf(stderr, "\nFSDP %s on %d rank(s): loss differs by %g\n", c[i].set,
+				c[i].ranks, worst);
+		CU_ASSERT(worst <= 1e-4);
+	}
+	for (int k = 0; k < 3; k++) {
+		char args[2048], db_path[512], text[65536];
+		snprintf(db_path, sizeof(db_path), "%s/fsdp%d.db", dir, k);
+		snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --db '%s' %s %s", scn,
+			 db_path, fsdp, k == 1 ? "--set fsdp.sync_each_batch=true" : "");
+		if (k == 2)
+			setenv("PARALLAX_TEST_MISPREDICT", "fsdp_unsharded_grads", 1);
+		sqlite3 *db = run_into_db(args, db_path);
+		unsetenv("PARALLAX_TEST_MISPREDICT");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+		for (int r = 0; r < 4; r++) {
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.all_gather_bytes", "measured", r),
+					2 * 849408);
+			CU_ASSERT_EQUAL(px_run_metric(db, "comm.reduce_scatter_bytes", "measured", r),
+					k == 1 ? 2 * 449536 : 449536);
+		}
+		check_compare(db, db_path, k == 2, "0.001", "memory.gpu.grads", text, sizeof(text));
+		if (k == 2)
+			PX_ASSERT_HAS(text, "memory.gpu.grads_bytes: predicted");
+	}
+	/* what the executor does not run is refused, naming it */
+	char args[1024], out[8192];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db %s --set "
+		 "deepspeed.bf16.enabled=true", scn, fsdp);
+	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
+	PX_ASSERT_HAS(out, "FSDP in fp32, FULL_SHARD or SHARD_GRAD_OP, without offload_params");
+}
+
 /* DeepSpeed's ZeRO 1-2 step makes the fp32 gradients from the partition's gradient tensors in two
  * copies (stage_1_and_2.py step: flatten(averaged_gradients).to(torch.float32)); the executor
  * makes them the same way, into buffers it sizes from its own segments. ZeRO-1 on 2 ranks,
@@ -1485,6 +1548,8 @@ int test_exec_register(void)
 			     test_stage0_reduce_buffers, PX_RELEASE_RUN},
 			    {"communication_data_type under ZeRO 0-3: the casts, measured",
 			     test_zero_comm_cast, PX_RELEASE_RUN},
+			    {"PyTorch FSDP: ZeRO-3's trajectory, measured as predicted", test_fsdp,
+			     PX_RELEASE_RUN},
 			    {"the caching allocator's reserve is the model's max_reserved",
 			     test_caching_reserve_predicted, PX_RELEASE_RUN});
 }
