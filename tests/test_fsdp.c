@@ -360,7 +360,7 @@ static void test_refusals(void)
 		 "_HYBRID_SHARD_ZERO2, got \"ZERO3\""},
 		{"\"backward_prefetch\": \"EARLY\"", "fsdp", "",
 		 "fsdp.backward_prefetch: expected one of BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH"},
-		{"", "fsdp", ", \"backend\": \"cpu\"", "framework \"fsdp\" with backend"},
+		{"", "fsdp", ", \"backend\": \"cuda\"", "framework \"fsdp\" with backend \"cuda\""},
 	};
 	const char *fmt = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
 			  "\"framework\": \"%s\", \"fsdp\": {%s}, \"deepspeed\": "
