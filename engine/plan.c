@@ -521,6 +521,30 @@ static int bf16_optimizer(Plan *p, PxError *err)
 	return 0;
 }
 
+/* What only DeepSpeed's engine has here, which plain PyTorch and FSDP are refused with: 1 and
+ * *key, *why (the scenario key, and why, after "plain PyTorch" or "FSDP") for the first found,
+ * else 0. */
+static int deepspeed_only(const Plan *p, const char **key, const char **why)
+{
+	const Scenario *sc = p->sc;
+	const DsConfig *ds = &sc->ds;
+	if (p->par.tp > 1 || p->par.pp > 1)
+		*key = p->par.tp > 1 ? "parallelism.tp" : "parallelism.pp",
+		*why = "has no tensor or pipeline parallelism here (1)";
+	else if (sc->model.experts > 0)
+		*key = "model", *why = "has no expert parallelism here (a dense model)";
+	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
+		*key = "deepspeed.optimizer.type", *why = "has no 1-bit optimizers";
+	else if (ds->sparse.mode != SPARSE_OFF)
+		*key = "deepspeed.sparse_attention", *why = "has no block-sparse attention";
+	else if (ds->cpu_checkpointing)
+		*key = "deepspeed.activation_checkpointing.cpu_checkpointing",
+		*why = "keeps its checkpoints on the device";
+	else
+		return 0;
+	return 1;
+}
+
 /* Plain PyTorch (Scenario.framework): one process or DistributedDataParallel, without what only
  * DeepSpeed has. */
 static int plain_pytorch(const Plan *p, PxError *err)
@@ -532,18 +556,8 @@ static int plain_pytorch(const Plan *p, PxError *err)
 		return 0;
 	if (ds->zero.stage != 0)
 		key = "deepspeed.zero_optimization.stage", why = "has no ZeRO (stage 0)";
-	else if (p->par.tp > 1 || p->par.pp > 1)
-		key = p->par.tp > 1 ? "parallelism.tp" : "parallelism.pp",
-		why = "has no tensor or pipeline parallelism here (1)";
-	else if (sc->model.experts > 0)
-		key = "model", why = "has no expert parallelism here (a dense model)";
-	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
-		key = "deepspeed.optimizer.type", why = "has no 1-bit optimizers";
-	else if (ds->sparse.mode != SPARSE_OFF)
-		key = "deepspeed.sparse_attention", why = "has no block-sparse attention";
-	else if (ds->cpu_checkpointing)
-		key = "deepspeed.activation_checkpointing.cpu_checkpointing",
-		why = "keeps its checkpoints on the device";
+	else if (deepspeed_only(p, &key, &why))
+		;
 	else if (ds->dtype == DT_BF16)
 		key = "deepspeed.bf16.enabled", why = "in bf16 is not modelled (fp32, or fp16 read as "
 						      "DeepSpeed's)";
@@ -571,18 +585,8 @@ static int fsdp_plan(Plan *p, PxError *err)
 	if (ds->zero.stage != 0)
 		key = "deepspeed.zero_optimization.stage",
 		why = "shards by fsdp.sharding_strategy, not ZeRO (leave the stage out, or 0)";
-	else if (p->par.tp > 1 || p->par.pp > 1)
-		key = p->par.tp > 1 ? "parallelism.tp" : "parallelism.pp",
-		why = "is priced with data parallelism only here (1)";
-	else if (sc->model.experts > 0)
-		key = "model", why = "is priced for dense models only here";
-	else if (ds->opt && ds->opt->error_feedback != EF_NONE)
-		key = "deepspeed.optimizer.type", why = "has no 1-bit optimizers";
-	else if (ds->sparse.mode != SPARSE_OFF)
-		key = "deepspeed.sparse_attention", why = "has no block-sparse attention";
-	else if (ds->cpu_checkpointing)
-		key = "deepspeed.activation_checkpointing.cpu_checkpointing",
-		why = "keeps its checkpoints on the device";
+	else if (deepspeed_only(p, &key, &why))
+		;
 	else if (sc->backend == BACKEND_CUDA)
 		key = "backend \"cuda\"", why = "runs on the CPU executor only (backend \"cpu\"), "
 						 "or is predicted (backend \"gpu\")";

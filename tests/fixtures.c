@@ -186,3 +186,17 @@ PxPublishedRun px_manifest_run(const JsonDoc *man, const cJSON *run)
 	}
 	return r;
 }
+
+void fx_check_refused(const char *name, const char *json, const char *says)
+{
+	char path[512], out[4096];
+	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
+	px_test_write_file(path, json);
+	PxError err = {0};
+	fx_refused(path, NULL, &err);
+	PX_ASSERT_HAS(err.msg, says);
+	PX_ASSERT_HAS(err.msg, path);
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+	PX_ASSERT_HAS(out, path);
+	PX_ASSERT_HAS(out, says);
+}

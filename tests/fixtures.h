@@ -16,6 +16,9 @@ int fx_live_bufs(const Schedule *s, int from, int what, int *allocs, int *left);
 /* Load the scenario at path (with ov, which may be NULL) and predict it, asserting that it is
  * refused as bad input; err holds why. */
 void fx_refused(const char *path, const JsonOverrides *ov, PxError *err);
+/* The scenario json written to NAME in a fresh folder is refused naming the file and saying says:
+ * by the engine (fx_refused) and by `parallax predict`, which exits 2. */
+void fx_check_refused(const char *name, const char *json, const char *says);
 /* fx_predict of a printf-formatted scenario (up to 4 KiB). */
 int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

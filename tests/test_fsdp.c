@@ -335,19 +335,6 @@ static void test_hybrid(void)
 	}
 }
 
-static void check_refused(const char *name, const char *json, const char *says)
-{
-	char path[512], out[4096];
-	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
-	px_test_write_file(path, json);
-	PxError err = {0};
-	fx_refused(path, NULL, &err);
-	PX_ASSERT_HAS(err.msg, says);
-	PX_ASSERT_HAS(err.msg, path);
-	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
-	PX_ASSERT_HAS(out, says);
-}
-
 static void test_refusals(void)
 {
 	static const struct {
@@ -370,7 +357,7 @@ static void test_refusals(void)
 		char name[32], json[1024];
 		snprintf(name, sizeof(name), "fsdp%u.json", i);
 		snprintf(json, sizeof(json), fmt, bad[i].framework, bad[i].fsdp, bad[i].extra);
-		check_refused(name, json, bad[i].says);
+		fx_check_refused(name, json, bad[i].says);
 	}
 	/* beside another framework the object is ignored, with a warning */
 	Scenario sc;
@@ -393,7 +380,7 @@ static void test_refusals(void)
 	snprintf(json, sizeof(json), "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": "
 		 "2}, \"framework\": \"fsdp\", \"deepspeed\": {\"train_micro_batch_size_per_gpu\": 1, "
 		 "\"zero_optimization\": {\"stage\": 3}}, \"cluster\": {\"gpu\": \"A100-80GB\"}}");
-	check_refused("fsdp-zero.json", json,
+	fx_check_refused("fsdp-zero.json", json,
 		      "framework \"fsdp\" with deepspeed.zero_optimization.stage: FSDP shards by "
 		      "fsdp.sharding_strategy");
 }

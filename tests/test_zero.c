@@ -228,20 +228,6 @@ static void test_comm_with_accumulation(void)
 
 /* Scenario text json, written to the test folder as name, is refused: the message holds says and
  * names the file, and parallax predict exits 2 on it, saying the same. */
-static void check_refused(const char *name, const char *json, const char *says)
-{
-	char path[512], out[4096];
-	snprintf(path, sizeof(path), "%s/%s", px_test_tmpdir(), name);
-	px_test_write_file(path, json);
-	PxError err = {0};
-	fx_refused(path, NULL, &err);
-	PX_ASSERT_HAS(err.msg, says);
-	PX_ASSERT_HAS(err.msg, path);
-	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
-	PX_ASSERT_HAS(out, path);
-	PX_ASSERT_HAS(out, says);
-}
-
 /* communication_data_type fp32 with fp16 gradients under ZeRO (stage_1_and_2.py
  * gradient_reduction_w_predivide and allreduce_bucket, stage3.py __avg_scatter_grads:
  * tensor.to(communication_data_type) before the collective): 8e6 parameters on 4 ranks, worked
@@ -425,7 +411,7 @@ static void test_bf16_optimizer_by_hand(void)
 		char name[32], json[2048];
 		snprintf(name, sizeof(name), "bad%u.json", i);
 		snprintf(json, sizeof(json), fmt, bad[i].dtype, bad[i].ds, bad[i].opt, "");
-		check_refused(name, json, bad[i].says); /* and through the command line */
+		fx_check_refused(name, json, bad[i].says); /* and through the command line */
 	}
 }
 
@@ -1342,7 +1328,7 @@ static void test_pytorch_ddp_by_hand(void)
 		char name[32], json[2048];
 		snprintf(name, sizeof(name), "pt%u.json", i);
 		snprintf(json, sizeof(json), fmt, bad[i].ds, bad[i].stage, bad[i].gpus, "");
-		check_refused(name, json, bad[i].says);
+		fx_check_refused(name, json, bad[i].says);
 	}
 	/* the keys' own values: a framework that is not one, a bucket cap under 1 MiB */
 	const char *other = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
@@ -1351,11 +1337,11 @@ static void test_pytorch_ddp_by_hand(void)
 			    "\"A100-80GB\"}%s}";
 	char json[1024];
 	snprintf(json, sizeof(json), other, "jax", "");
-	check_refused("fw-jax.json", json, "framework: expected one of deepspeed, pytorch, fsdp, got "
+	fx_check_refused("fw-jax.json", json, "framework: expected one of deepspeed, pytorch, fsdp, got "
 		      "\"jax\"");
 	snprintf(json, sizeof(json), other, "pytorch",
 		 ", \"training_args\": {\"ddp_bucket_cap_mb\": 0}");
-	check_refused("ddp-cap.json", json, "training_args.ddp_bucket_cap_mb: expected an integer "
+	fx_check_refused("ddp-cap.json", json, "training_args.ddp_bucket_cap_mb: expected an integer "
 		      "from 1 to 1048576, got 0");
 }
 
