@@ -1055,8 +1055,8 @@ static int is_time_metric(const char *metric)
 
 /* The predicted figure for a run's published metric, after the checks that make the two
  * comparable: for the papers' TFLOP/s and step times, the FLOP count must be the papers'; for
- * MosaicML's tokens/s, the parameter count must be the table's NumParams (the scenario is the
- * model that ran) and the run must fit (it ran). */
+ * tokens/s, the parameter count must be MosaicML's NumParams where the table gives it (the
+ * scenario is the model that ran) and the run must fit (it ran). */
 static double published_predicted(const PublishedRun *r, const char *metric)
 {
 	const Prediction *pr = &r->pr;
@@ -1065,10 +1065,12 @@ static double published_predicted(const PublishedRun *r, const char *metric)
 					       narayanan_flops(&r->sc), 1, 0.02);
 		return metric[0] == 'h' ? pr->time.hw_tflops_per_gpu : pr->time.step_s;
 	}
-	/* tokens_per_s_per_gpu */
+	/* tokens_per_s_per_gpu; the parameter count where the source gives one (MosaicML's
+	 * NumParams; the FSDP blog gives none: its scenarios name the configs that ran) */
 	const cJSON *np = cJSON_GetObjectItemCaseSensitive(r->pub, "num_params");
-	CU_ASSERT_FATAL(cJSON_IsNumber(np));
-	CU_ASSERT_EQUAL(pr->plan.n_params, (long long)np->valuedouble);
+	CU_ASSERT_FATAL(np == NULL || cJSON_IsNumber(np));
+	if (np)
+		CU_ASSERT_EQUAL(pr->plan.n_params, (long long)np->valuedouble);
 	CU_ASSERT(pr->fits);
 	return pr->time.tokens_per_s / (double)pr->plan.world;
 }
@@ -1107,6 +1109,10 @@ static ErrTally *source_tally(SourceTally *st, int *n, int max, const char *sour
  * "A100 80GB" table a near-copy of its "A100 40GB" one; the issue's target is 5%). */
 #define PAPERS_MAX 0.23
 #define PAPERS_MEAN 0.07
+/* The PyTorch FSDP blog's runs (framework fsdp), first judged at -0.1% to -12.2% (7B on A100),
+ * 5.9% mean */
+#define FSDP_BLOG_MAX 0.13
+#define FSDP_BLOG_MEAN 0.06
 #define MOSAIC_HELD_MAX 0.12
 #define MOSAIC_HELD_MEAN 0.05
 #define HELD_MEAN_GUARD 0.065
@@ -1122,7 +1128,7 @@ static void test_published_runs(void)
 	const cJSON *runs = px_manifest_runs(&man);
 	SourceTally st[16];
 	int n_src = 0;
-	ErrTally held = {0}, cal = {0}, near = {0}, papers = {0}, mosaic_held = {0};
+	ErrTally held = {0}, cal = {0}, near = {0}, papers = {0}, mosaic_held = {0}, fsdp_blog = {0};
 	printf("\n# held-out published runs (default profiles)\n# %-40s %6s %-20s %10s %10s %8s",
 	       "scenario", "GPUs", "metric", "published", "predicted", "error");
 	const cJSON *run;
@@ -1142,9 +1148,12 @@ static void test_published_runs(void)
 		tally(source_tally(st, &n_src, 16, mr.source, held_out), predicted,
 		      pub->valuedouble);
 		int mosaic = !strncmp(mr.source, "mosaicml", 8);
+		int blog = !strcmp(mr.source, "ibm-fsdp-blog");
 		if (held_out) {
-			tally(mosaic ? &mosaic_held : &papers, predicted, pub->valuedouble);
-			CU_ASSERT(fabs(e) <= (mosaic ? MOSAIC_HELD_MAX : PAPERS_MAX));
+			tally(mosaic ? &mosaic_held : blog ? &fsdp_blog : &papers, predicted,
+			      pub->valuedouble);
+			CU_ASSERT(fabs(e) <= (mosaic ? MOSAIC_HELD_MAX : blog ? FSDP_BLOG_MAX :
+							      PAPERS_MAX));
 			const char *name = strrchr(mr.scenario, '/') + 1;
 			printf("\n# %-40.*s %6lld %-20s %10.1f %10.1f %+7.1f%%",
 			       (int)(strlen(name) - 5), name, r.pr.plan.world, mr.metric,
@@ -1163,7 +1172,9 @@ static void test_published_runs(void)
 	       "|error| %.1f%%, geometric mean of predicted/published %.4f ", held.n,
 	       100 * held.sum_abs / held.n, 100 * held.max_abs, near.n, 100 * near.sum_abs / near.n,
 	       cal.n, 100 * cal.sum_abs / cal.n, exp(cal.sum_log / cal.n));
-	CU_ASSERT_EQUAL(held.n, 31);
+	CU_ASSERT_EQUAL(held.n, 37);
+	CU_ASSERT_EQUAL(fsdp_blog.n, 6);
+	CU_ASSERT(fsdp_blog.sum_abs / fsdp_blog.n <= FSDP_BLOG_MEAN);
 	CU_ASSERT_EQUAL(near.n, 11);
 	CU_ASSERT_EQUAL(papers.n, 13);
 	CU_ASSERT_EQUAL(mosaic_held.n, 29);
