@@ -979,11 +979,13 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 	const UnitPlan *up = &p->units[u];
 	double mine = (double)up->part_dense;
 	int first = b->fsdp_shard[u] < 0, same = p->comm_bytes == p->shard_bytes;
-	int out = first && same ? -1 : alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
-					      mine * p->comm_bytes);
-	if (first && same)
+	/* the shard is allocated first: in the reduce dtype FSDP casts the output into it, both
+	 * live at that moment; the executor adds the reduced slice straight in (exec/runner.c) */
+	if (first)
 		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
 					 mine * p->shard_bytes);
+	int out = first && same ? -1 : alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
+					      mine * p->comm_bytes);
 	slice(b, coll(b, COLL_REDUCE_SCATTER, ROLE_GRAD_REDUCE, p->shard_group, u, up->own_gather,
 		      p->comm_bytes, buf, off), -1, up->part_off, up->part_dense);
 	if (p->shard_group == GROUP_NODE) /* HYBRID_SHARD: the shard summed over the replicas
@@ -991,9 +993,6 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 		slice(b, coll(b, COLL_ALL_REDUCE, ROLE_GRAD_REDUCE, GROUP_XNODE, u, up->part_dense,
 			      p->comm_bytes, first && same ? b->fsdp_shard[u] : out, 0),
 		      -1, up->part_off, up->part_dense);
-	if (first && !same)
-		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
-					 mine * p->shard_bytes);
 	int cast = !first && !same ? alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_REDUCED, u,
 					   mine * p->shard_bytes) : -1;
 	release(b, &out);

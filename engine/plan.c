@@ -808,9 +808,10 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 				.autocast = ds->autocast != DT_FP32};
 	if (p->shape.autocast && !p->fsdp) /* fp32 weights, 16-bit GEMM outputs */
 		p->shape.elem_bytes = dtype_bytes(ds->autocast);
-	if (p->fsdp) /* 16-bit weights under autocast, or fp32 */
-		p->shape.autocast = p->shape.weights16 = p->mixed;
 	p->executor = sc->backend != BACKEND_GPU;
+	if (p->fsdp) /* 16-bit weights under the Trainer's autocast, or fp32; the executor's
+			kernels compute in the weights' dtype, with no autocast */
+		p->shape.autocast = p->shape.weights16 = p->mixed && !p->executor;
 	p->cuda_runtime = sc->backend != BACKEND_CPU;
 	if (sc->backend == BACKEND_CUDA) /* the CUDA executor's logits rows (exec/compute_cuda.c) */
 		p->shape.logits_align = 8;

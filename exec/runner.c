@@ -95,9 +95,12 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if ((why = runner_onebit_supported(p)))
 		;
-	else if (p->fsdp && (p->mixed || p->shard_group != GROUP_DP || p->opt_place != PLACE_GPU))
-		why = "FSDP in fp32, FULL_SHARD or SHARD_GRAD_OP, without offload_params (its "
-		      "MixedPrecision, HYBRID_SHARD and CPUOffload are priced by predict, not run)";
+	else if (p->fsdp && (p->param_bytes == 2 && (ds->autocast == DT_FP16 || ds->fp16)))
+		why = "FSDP in fp32 or bf16 (its fp16 MixedPrecision, with ShardedGradScaler, is "
+		      "priced by predict, not run)";
+	else if (p->fsdp && (p->shard_group != GROUP_DP || p->opt_place != PLACE_GPU))
+		why = "FSDP FULL_SHARD or SHARD_GRAD_OP without offload_params (its HYBRID_SHARD and "
+		      "CPUOffload are priced by predict, not run)";
 	else if (ds->autocast != DT_FP32 && !p->fsdp)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
@@ -461,7 +464,7 @@ static void fsdp_local_reduce(Runner *r, int u)
 	void *flat = fsdp_flat_of(r, u);
 	if (r->n == 1 && flat && r->u_shard[u] >= 0)
 		add_into(r, r->buf[r->u_shard[u]], flat, r->gdt, (size_t)r->p->units[u].part_dense,
-			 r->gdt);
+			 DT_FP32);
 }
 
 /* Unit u's gradient shard (buffer id, -1 once freed): where its reductions' slices go
@@ -992,11 +995,10 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 			       cnt);
 		return;
 	}
-	if (r->p->fsdp) { /* into the unit's shard */
-		int u = op->unit, id = u >= 0 ? r->u_shard[u] : -1;
-		if (id >= 0)
-			add_into(r, at(r->buf[id], partition_offset(r, op) - r->p->units[u].part_off,
-				       r->gdt), mine, r->gdt, cnt, r->gdt);
+	if (r->p->fsdp) { /* into the unit's shard, fp32 (allocated before the reduction) */
+		int u = op->unit;
+		add_into(r, at(r->buf[r->u_shard[u]], partition_offset(r, op) -
+			       r->p->units[u].part_off, DT_FP32), mine, r->gdt, cnt, DT_FP32);
 		return;
 	}
 	add_into(r, at(r->buf[r->id_gradpart], partition_offset(r, op), r->gdt), mine, r->gdt, cnt,
@@ -1751,10 +1753,10 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 			if (is_persistent(r, k))
 				from_f32(r, at(r->buf[r->id_persist], q, r->pdt), tmp + d, (size_t)k, r->pdt), q += k;
 			else
-				from_f32(r, at(own, o, r->pdt), tmp + d, (size_t)k, r->pdt), o += k;
+				from_f32(r, at(own, o, r->sdt), tmp + d, (size_t)k, r->sdt), o += k;
 			d += k;
 		}
-		if (runner_nvme_params_io(r, 1, up->part_off, at(own, r->rank * up->part_dense, r->pdt),
+		if (runner_nvme_params_io(r, 1, up->part_off, at(own, r->rank * up->part_dense, r->sdt),
 					  up->part_dense, err))
 			return -1;
 	}
@@ -1881,7 +1883,12 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->n = (int)p->dp;
 	r->cfg = (GptConfig){(int)m->V, (int)m->max_pos, (int)m->h, (int)m->L, (int)m->a};
 	r->B = (int)p->sc->ds.micro_batch, r->T = (int)p->sc->seq, r->head = n - 1;
-	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype;
+	r->pdt = p->sc->ds.dtype, r->gdt = p->sc->ds.grad_dtype, r->sdt = r->pdt;
+	if (p->fsdp) { /* MixedPrecision's param and reduce dtype over fp32 shards */
+		const DsConfig *ds = &p->sc->ds;
+		r->pdt = r->gdt = ds->autocast != DT_FP32 ? ds->autocast : ds->dtype;
+		r->sdt = DT_FP32;
+	}
 	r->offload = p->opt_place != PLACE_GPU;
 	for (int i = s->step_begin; i < s->n; i++)
 		r->params_by_copy |= is_params_copy(&s->ops[i]);

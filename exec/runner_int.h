@@ -138,6 +138,8 @@ struct Runner {
 				   contiguous gradient buffer whose reduction has been consumed) */
 	long long *persist_off, persist_cnt;
 	Dtype pdt, gdt;
+	Dtype sdt;              /* the stage-3 partition's storage: pdt, or FSDP's fp32 shards under
+				   its MixedPrecision (gathered into pdt: runner_gather_source) */
 	int offload;            /* optimizer offload: fp32 gradients, master and states on the host */
 	/* ZeRO-Infinity's optimizer on NVMe (runner_nvme.c): the swap files, and which holds what
 	   (-1: none); the master weights, states and gradients are staged in the host's swap
@@ -500,7 +502,7 @@ int runner_nvme_params_into(const Runner *r, long long off, long long n, void *d
  * started. NULL with err when the last NVMe read did not bring them in. */
 const void *runner_gather_source(const Runner *r, long long off, long long n, void *piece,
 				 PxError *err);
-/* The partition's elements off .. off + n - 1 between host (the parameters' dtype) and their
+/* The partition's elements off .. off + n - 1 between host (its storage dtype, r->sdt) and their
  * places, written there or read from there: the host flat, the swap file beyond r->resident. */
 int runner_nvme_params_io(Runner *r, int write, long long off, void *host, long long n,
 			  PxError *err);

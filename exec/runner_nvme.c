@@ -225,7 +225,7 @@ int runner_nvme_params_into(const Runner *r, long long off, long long n, void *d
 	if (hi > lo && !from)
 		return -1;
 	if (mem > 0)
-		r->cb->convert(r->cx, dst, r->pdt, at(r->buf[r->id_part], off, r->pdt), r->pdt,
+		r->cb->convert(r->cx, dst, r->pdt, at(r->buf[r->id_part], off, r->sdt), r->sdt,
 			       (size_t)mem);
 	if (hi > lo)
 		r->cb->convert(r->cx, at(dst, mem, r->pdt), r->pdt, from, r->pdt, (size_t)(hi - lo));
@@ -235,8 +235,9 @@ int runner_nvme_params_into(const Runner *r, long long off, long long n, void *d
 const void *runner_gather_source(const Runner *r, long long off, long long n, void *piece,
 				 PxError *err)
 {
-	if (off + n <= r->resident)
+	if (off + n <= r->resident && r->sdt == r->pdt)
 		return at(r->buf[r->id_part], off, r->pdt);
+	/* FSDP's MixedPrecision casts the fp32 shard first (flat_param._mp_shard) */
 	if (runner_nvme_params_into(r, off, n, piece)) {
 		px_fail(err, PX_ERR_RUNTIME, "schedule op: a gather of partition elements %lld-%lld, "
 			"on NVMe and not read", off, off + n - 1);
@@ -249,9 +250,9 @@ int runner_nvme_params_io(Runner *r, int write, long long off, void *host, long 
 			  PxError *err)
 {
 	long long mem = in_flat(r, off, n);
-	void *flat = mem > 0 ? at(r->buf[r->id_part], off, r->pdt) : NULL;
+	void *flat = mem > 0 ? at(r->buf[r->id_part], off, r->sdt) : NULL;
 	if (mem > 0)
-		r->cb->convert(r->cx, write ? flat : host, r->pdt, write ? host : flat, r->pdt,
+		r->cb->convert(r->cx, write ? flat : host, r->sdt, write ? host : flat, r->sdt,
 			       (size_t)mem);
 	return n > mem ? param_file(r, write, off + mem, at(host, mem, r->pdt), n - mem, err) : 0;
 }

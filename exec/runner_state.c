@@ -32,9 +32,10 @@ void runner_make_segments(Runner *r)
 		for (int u = 0; u < p->n_units; u++) /* FSDP's gradient shards come and go
 						       (runner.c fsdp_bind) */
 			if (p->units[u].part_dense > 0)
-				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->pdt),
+				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->sdt),
 						     p->fsdp ? NULL :
-						     runner_partition_grads(r, r->p->units[u].part_off), r->gdt,
+						     runner_partition_grads(r, r->p->units[u].part_off),
+						     p->fsdp ? DT_FP32 : r->gdt,
 						     r->p->units[u].part_off, p->units[u].part_dense, -1,
 						     NULL};
 		if (r->resident < st->part_elems) /* parameters beyond the host flat: on NVMe */
@@ -177,7 +178,7 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 	long long x = staged ? a - lo : a; /* in the states */
 	float *m = r->id_states >= 0 ? (float *)r->buf[r->id_states] + x : NULL;
 	float *v = m ? m + (staged ? r->nv_slot : part) : NULL;
-	void *params = sg->params ? at(sg->params, off, r->pdt) : NULL; /* NULL: on NVMe */
+	void *params = sg->params ? at(sg->params, off, r->sdt) : NULL; /* NULL: on NVMe */
 	/* stage 3 under CPU offload: DeepSpeed's fp32 gradient sub-groups, a copy of the partition
 	 * even in fp32 training */
 	int copied = !staged && !made && (sg->gdt != DT_FP32 || (r->offload && p->stage == 3));
