@@ -531,8 +531,9 @@ static void sample_peak(void *gpumem)
 }
 
 /* The executor's own scenario, once per process: its backend on a hostfile's nodes, else on one
- * node of size ranks, or, with ZeRO++'s hpZ or qgZ (whose groups are a node's:
- * exec/runner_zpp.c), on nodes of the scenario's gpus_per_node ranks where that divides size. */
+ * node of size ranks, or, with ZeRO++'s hpZ or qgZ or FSDP's HYBRID_SHARD (whose groups are a
+ * node's: exec/runner_zpp.c), on nodes of the scenario's gpus_per_node ranks where that divides
+ * size. */
 static int run_overrides(RunOpts *o, int size, PxError *err)
 {
 	char arg[64], nodes[64], backend[32];
@@ -546,8 +547,11 @@ static int run_overrides(RunOpts *o, int size, PxError *err)
 			return -1;
 		const DsZero *z = &sc.ds.zero;
 		long long g = sc.cluster.gpus_per_node;
-		if (z->stage == 3 && (z->hpz_partition_size > 1 || z->quantized_gradients) && g > 0 &&
-		    g < size && size % g == 0)
+		int by_node = (z->stage == 3 && (z->hpz_partition_size > 1 ||
+						 z->quantized_gradients)) ||
+			      (sc.framework == FRAMEWORK_FSDP &&
+			       scenario_fsdp_hybrid(sc.fsdp.sharding));
+		if (by_node && g > 0 && g < size && size % g == 0)
 			gpn = (int)g;
 		scenario_free(&sc);
 		n_nodes = size / gpn;

@@ -1866,8 +1866,9 @@ static void optimizer_step(Builder *b)
 	/* (BF16_Optimizer takes the norm of its whole all-reduced gradients on every rank,
 	 * all-reduced over the model-parallel group only: the schedule sums the partitions'
 	 * squares over dp instead, the same norm for one 4-byte all-reduce more) */
-	if (clip && p->stage >= 1)
-		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_DP, -1, 1, 4, -1, 0);
+	if (clip && p->stage >= 1) /* FSDP's clip_grad_norm_ over its process group: under
+				      HYBRID_SHARD the node's, whose shards make the whole model */
+		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, p->shard_group, -1, 1, 4, -1, 0);
 	if (clip)
 		coll(b, COLL_ALL_REDUCE, ROLE_GRAD_NORM, GROUP_TP, -1, 1, 4, -1, 0);
 	if (clip)

@@ -98,9 +98,11 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->fsdp && (p->param_bytes == 2 && (ds->autocast == DT_FP16 || ds->fp16)))
 		why = "FSDP in fp32 or bf16 (its fp16 MixedPrecision, with ShardedGradScaler, is "
 		      "priced by predict, not run)";
-	else if (p->fsdp && (p->shard_group != GROUP_DP || p->opt_place != PLACE_GPU))
-		why = "FSDP FULL_SHARD or SHARD_GRAD_OP without offload_params (its HYBRID_SHARD and "
-		      "CPUOffload are priced by predict, not run)";
+	else if (p->fsdp && p->opt_place != PLACE_GPU)
+		why = "FSDP without offload_params (its CPUOffload is priced by predict, not run)";
+	else if (p->fsdp && p->shard_group == GROUP_NODE && p->shards < 2)
+		why = "FSDP's HYBRID_SHARD with at least 2 ranks a node (with one it is "
+		      "DistributedDataParallel's all-reduce)";
 	else if (ds->autocast != DT_FP32 && !p->fsdp)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
@@ -592,6 +594,10 @@ static int do_alloc(Runner *r, const Op *op, PxError *err)
 	case BUF_UNIT_GRADS: r->u_grads[u] = op->buf; break;
 	case BUF_REDUCE_FLAT: return flatten_bucket(r, op, ptr, bytes, err);
 	case BUF_FSDP_UNSHARDED: return fsdp_cat(r, op, ptr, bytes, err);
+	case BUF_FSDP_REDUCED:
+		if (u >= 0 && r->u_reduced[u] < 0)
+			r->u_reduced[u] = op->buf;
+		break;
 	case BUF_SWAP: return runner_nvme_stage(r, ptr, bytes, err);
 	case BUF_UNIT_FP32: r->u_fp32[u] = op->buf, r->u_loaded[u] = 0; break;
 	case BUF_UNIT_GRAD32: r->u_fp32g[u] = op->buf; break;
@@ -632,6 +638,8 @@ static void do_free(Runner *r, int id)
 		r->u_grads[a->unit] = -1;
 	if (a->what == BUF_GRAD_PART && r->p->fsdp && a->unit >= 0)
 		fsdp_bind(r, a->unit, -1);
+	if (a->what == BUF_FSDP_REDUCED && a->unit >= 0 && r->u_reduced[a->unit] == id)
+		r->u_reduced[a->unit] = -1;
 	if (id == r->id_scores) {
 		r->cb->set_scores(r->cx, NULL);
 		r->id_scores = -1;
@@ -995,8 +1003,14 @@ static void consume(Runner *r, const Op *op, const void *mine, size_t cnt)
 			       cnt);
 		return;
 	}
-	if (r->p->fsdp) { /* into the unit's shard, fp32 (allocated before the reduction) */
-		int u = op->unit;
+	if (r->p->fsdp) { /* into the unit's shard, fp32 (allocated before the reduction); under
+			     HYBRID_SHARD over several nodes into the output the all-reduce over them
+			     reads, where the schedule has one (else the fresh shard is that output) */
+		int u = op->unit, o = r->u_reduced[u];
+		if (r->p->shard_group == GROUP_NODE && r->p->spans[GROUP_XNODE].n > 1 && o >= 0) {
+			r->cb->convert(r->cx, r->buf[o], r->gdt, mine, r->gdt, cnt);
+			return;
+		}
 		add_into(r, at(r->buf[r->u_shard[u]], partition_offset(r, op) -
 			       r->p->units[u].part_off, DT_FP32), mine, r->gdt, cnt, DT_FP32);
 		return;
@@ -1191,6 +1205,24 @@ static int flat_reduce(Runner *r, const Op *op, Comm *c, Pending *q, PxError *er
 	return pend_push(r, q);
 }
 
+static int wait_all(Runner *r, PxError *err);
+
+/* FSDP's HYBRID_SHARD: a unit's reduce-scatter output (or its fresh shard) summed over the nodes
+ * (allreduce_hook), blocking once the reduce-scatter into it has landed, then cast into the
+ * unit's fp32 shard. */
+static int fsdp_hybrid_all_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
+{
+	int u = op->unit, into_shard = r->alloc_of[op->buf]->what == BUF_GRAD_PART;
+	Dtype dt = into_shard ? DT_FP32 : r->gdt;
+	if (wait_all(r, err) || comm_all_reduce(c, r->buf[op->buf], r->buf[op->buf],
+						(size_t)op->elems, comm_dt(dt), COMM_SUM, err))
+		return -1;
+	if (!into_shard)
+		add_into(r, r->buf[r->u_shard[u]], r->buf[op->buf], r->gdt, (size_t)op->elems,
+			 DT_FP32);
+	return 0;
+}
+
 /* Blocking, or (prefetch and reduction streams, engine/streams.h) started: then the work its
  * completion allows (a stage 2-3 slice into the partition, persistent gradients zeroed) waits
  * for finish_pending, and the next gradients go to the other bucket now. */
@@ -1233,6 +1265,9 @@ static int collective(Runner *r, const Op *op, PxError *err)
 			r->sumsq = mean ? (double)x * x : x, r->have_norm = 1;
 		return 0;
 	}
+	if (p->fsdp && op->group == GROUP_XNODE && op->sub == COLL_ALL_REDUCE &&
+	    op->role == ROLE_GRAD_REDUCE)
+		return fsdp_hybrid_all_reduce(r, op, c, err);
 	if (op->buf >= 0 && r->alloc_of[op->buf]->what == BUF_COMM_CAST)
 		return cast_reduce(r, op, c, err);
 	if (p->stage > 0 && op->slice >= 0 && r->s->slices[op->slice].cast >= 0)
@@ -1756,7 +1791,10 @@ static int init_params(Runner *r, uint64_t seed, PxError *err)
 				from_f32(r, at(own, o, r->sdt), tmp + d, (size_t)k, r->sdt), o += k;
 			d += k;
 		}
-		if (runner_nvme_params_io(r, 1, up->part_off, at(own, r->rank * up->part_dense, r->sdt),
+		/* this rank's slice: by its data-parallel rank, or under HYBRID_SHARD its rank in
+		 * the node (consecutive data-parallel ranks: exec/runner_zpp.c) */
+		long long sr = p->shard_group == GROUP_NODE ? r->rank % p->shards : r->rank;
+		if (runner_nvme_params_io(r, 1, up->part_off, at(own, sr * up->part_dense, r->sdt),
 					  up->part_dense, err))
 			return -1;
 	}
@@ -1946,7 +1984,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->size = calloc((size_t)s->n_bufs + 1, sizeof(size_t));
 	r->alloc_of = calloc((size_t)s->n_bufs + 1, sizeof(Op *));
 	r->cap_bufs = s->n_bufs;
-	size_t n_ids = (size_t)n * (7 + 2 * (size_t)r->slots);
+	size_t n_ids = (size_t)n * (8 + 2 * (size_t)r->slots);
 	int *ids = malloc(n_ids * sizeof(int));
 	r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
 	r->targets = malloc((size_t)r->B * r->T * sizeof(int));
@@ -1969,7 +2007,8 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
 	r->u_fp32 = ids, r->u_fp32g = ids + n, r->u_gathered = ids + 2 * n, r->u_loaded = ids + 3 * n;
 	r->u_grads = ids + 4 * n, r->u_shard = ids + 5 * n, r->u_flat = ids + 6 * n;
-	r->u_act = ids + 7 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
+	r->u_reduced = ids + 7 * n;
+	r->u_act = ids + 8 * n, r->u_ckpt = r->u_act + (size_t)n * r->slots;
 	r->tokens_mb = -1;
 	r->id_params = r->id_grads = r->id_part = r->id_persist = r->id_pgrads = -1;
 	r->id_gradpart = r->id_master = r->id_states = r->id_grad32 = r->id_errors = -1;

@@ -133,6 +133,8 @@ struct Runner {
 				   buffer (BUF_UNIT_GRADS) while it lives, else -1 */
 	int *u_shard, *u_flat;  /* FSDP: each unit's gradient shard (BUF_GRAD_PART) while it
 				   lives, and its newest flat gradient (BUF_FSDP_UNSHARDED) */
+	int *u_reduced;         /* FSDP: each unit's reduce-scatter output (its first live
+				   BUF_FSDP_REDUCED), which HYBRID_SHARD all-reduces across nodes */
 	int *u_act, *u_ckpt;    /* per (micro-batch slot, unit): slot * n_units + unit */
 	char *zero_first;       /* per buffer: zero it before the next gradients go in (a
 				   contiguous gradient buffer whose reduction has been consumed) */

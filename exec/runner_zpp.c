@@ -37,7 +37,7 @@ struct RunnerZpp {
  * colors keep the data-parallel groups apart. */
 int runner_zpp_comms_split(Comm *world, const Plan *p, RunnerComms *c, PxError *err)
 {
-	if (p->hpz <= 1 && !p->qgz)
+	if (p->hpz <= 1 && !p->qgz && p->shard_group != GROUP_NODE) /* FSDP's HYBRID_SHARD: node */
 		return 0;
 	RankCoords at = parallel_rank_coords(&p->par, comm_rank(world));
 	long long d = at.dp, g = at.stage * p->par.tp + at.tp, n = p->dp;
