@@ -98,15 +98,17 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->fsdp && (p->param_bytes == 2 && (ds->autocast == DT_FP16 || ds->fp16)))
 		why = "FSDP in fp32 or bf16 (its fp16 MixedPrecision, with ShardedGradScaler, is "
 		      "priced by predict, not run)";
-	else if (p->fsdp && p->opt_place != PLACE_GPU)
-		why = "FSDP without offload_params (its CPUOffload is priced by predict, not run)";
+	else if (p->fsdp && p->opt_place != PLACE_GPU && p->sc->fsdp.sync_each_batch && p->m > 1)
+		why = "FSDP's CPUOffload with no_sync over the micro-batches (with sync_each_batch "
+		      "torch's FSDP1 keeps only the last micro-batch's gradients: the TODO in "
+		      "flat_param.py prepare_gradient_for_backward)";
 	else if (p->fsdp && p->shard_group == GROUP_NODE && p->shards < 2)
 		why = "FSDP's HYBRID_SHARD with at least 2 ranks a node (with one it is "
 		      "DistributedDataParallel's all-reduce)";
 	else if (ds->autocast != DT_FP32 && !p->fsdp)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
-	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer &&
+	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer && !p->fsdp &&
 		 (sc->framework == FRAMEWORK_PYTORCH || p->opt_place != PLACE_GPU ||
 		  sc->model.experts > 0 || p->qgz ||
 		  (ds->opt && ds->opt->error_feedback != EF_NONE)))
@@ -474,7 +476,7 @@ static void fsdp_local_reduce(Runner *r, int u)
 static void fsdp_bind(Runner *r, int u, int id)
 {
 	r->u_shard[u] = id;
-	for (int i = 0; i < r->n_segs; i++)
+	for (int i = 0; i < r->n_segs && !r->offload; i++) /* CPUOffload: the host's (segments) */
 		if (r->segs[i].part_off == r->p->units[u].part_off)
 			r->segs[i].grads = id >= 0 ? r->buf[id] : NULL;
 	if (id >= 0)
@@ -1072,7 +1074,8 @@ static int pend_push(Runner *r, Pending *q)
  * copies it to the host instead (copy). The bucket is zeroed for reuse. */
 static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pending *q)
 {
-	if (r->offload && !stage1_via_bucket(r, op))
+	if (r->offload && !stage1_via_bucket(r, op) && !r->p->fsdp) /* FSDP's go to the device's
+									shard, then copied */
 		return pend_push(r, q);
 	if (!q) {
 		consume(r, op, mine, cnt);
@@ -1402,6 +1405,14 @@ static int copy(Runner *r, const Op *op, PxError *err)
 	const Plan *p = r->p;
 	if (op->sub == COPY_NVME_READ || op->sub == COPY_NVME_WRITE)
 		return runner_nvme_copy(r, op, err);
+	if (op->sub == COPY_D2H && p->fsdp && op->unit >= 0 && r->u_shard[op->unit] >= 0) {
+		/* FSDP's CPUOffload: the unit's device shard into its slice of the host's pinned
+		 * gradients (_cpu_grad.copy_) */
+		const UnitPlan *up = &p->units[op->unit];
+		r->cb->convert(r->cx, (float *)r->buf[r->id_grad32] + up->part_off, DT_FP32,
+			       r->buf[r->u_shard[op->unit]], DT_FP32, (size_t)up->part_dense);
+		return 0;
+	}
 	if (op->sub == COPY_D2H && op->buf >= 0 && r->offload) {
 		/* an MoE block's expert gradients were reduced over its expert-data-parallel group */
 		int experts = r->alloc_of[op->buf]->what == BUF_EXPERT_GRADS;

@@ -11,6 +11,13 @@
 
 /* ---- the optimizer over this rank's partition ---- */
 
+/* FSDP: unit u's gradients the update reads where they stay put: the host's pinned ones under
+ * CPUOffload; NULL otherwise (the device's shards come and go: runner.c fsdp_bind). */
+static void *fsdp_host_grads(Runner *r, int u)
+{
+	return r->offload ? (float *)r->buf[r->id_grad32] + r->p->units[u].part_off : NULL;
+}
+
 void runner_make_segments(Runner *r)
 {
 	const Plan *p = r->p;
@@ -33,7 +40,7 @@ void runner_make_segments(Runner *r)
 						       (runner.c fsdp_bind) */
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->sdt),
-						     p->fsdp ? NULL :
+						     p->fsdp ? fsdp_host_grads(r, u) :
 						     runner_partition_grads(r, r->p->units[u].part_off),
 						     p->fsdp ? DT_FP32 : r->gdt,
 						     r->p->units[u].part_off, p->units[u].part_dense, -1,
@@ -181,7 +188,8 @@ static void update_piece(Runner *r, const Seg *sg, long long a, long long b, lon
 	void *params = sg->params ? at(sg->params, off, r->sdt) : NULL; /* NULL: on NVMe */
 	/* stage 3 under CPU offload: DeepSpeed's fp32 gradient sub-groups, a copy of the partition
 	 * even in fp32 training */
-	int copied = !staged && !made && (sg->gdt != DT_FP32 || (r->offload && p->stage == 3));
+	int copied = !staged && !made &&
+		     (sg->gdt != DT_FP32 || (r->offload && p->stage == 3 && !p->fsdp));
 	float *g32 = staged ? r->nv_grads + (a - lo) :
 		     made ? (float *)r->buf[r->id_grad32] + (a - lo) :
 		     copied ? (float *)r->buf[r->id_grad32] + a : (float *)sg->grads + off;
