@@ -452,8 +452,8 @@ static int flatten_bucket(Runner *r, const Op *op, void *flat, size_t bytes, PxE
 
 /* ---- FSDP (Plan.fsdp; engine/build.c fsdp_*) ---- */
 
-/* The flat gradient unit u's reduction reads: its own (the root's last unit's lies in its first
- * unit's, after it), at *off. */
+/* Where the flat gradient unit u's reduction reads starts: its own flat (the root's last unit's
+ * lies in its first unit's, after the first's own elements); NULL when none is live. */
 static void *fsdp_flat_of(const Runner *r, int u)
 {
 	int root_tail = u == r->p->n_units - 1;
@@ -1090,9 +1090,6 @@ static int slice_reduced(Runner *r, const Op *op, void *mine, size_t cnt, Pendin
 	return pend_push(r, q);
 }
 
-/* BF16_Optimizer's reduction in communication_data_type (build.c bf16_reduce): op's elements
- * of the gradients cast into the same place of its cast buffer, all-reduced there (divided by
- * dp first where DeepSpeed does), and cast back. Blocking: the step follows at once. */
 /* n gradients g all-reduced through their copy x in communication_data_type: cast into it,
  * divided by dp there where DeepSpeed divides, all-reduced, and cast back into g. */
 static int all_reduce_cast(Runner *r, Comm *c, void *g, void *x, size_t n, PxError *err)
@@ -1106,6 +1103,9 @@ static int all_reduce_cast(Runner *r, Comm *c, void *g, void *x, size_t n, PxErr
 	return 0;
 }
 
+/* BF16_Optimizer's reduction in communication_data_type (build.c bf16_reduce): op's elements
+ * of the gradients cast into the same place of its cast buffer, all-reduced there (divided by
+ * dp first where DeepSpeed does), and cast back. Blocking: the step follows at once. */
 static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
 {
 	return all_reduce_cast(r, c, at(r->buf[r->id_grads], op->offset, r->gdt),
