@@ -3,7 +3,8 @@
  * real order of forwards and backwards), with tensor-parallel collectives, MoE all-to-alls,
  * pipeline sends and receives, ZeRO gradient buckets and stage-3 gathers (ZeRO++ included), then
  * reduction, optimizer and parameter all-gather. The same schedule is priced by sim/ and run by
- * exec/: this file is the implementation's contract. */
+ * exec/: this file is the implementation's contract. Its files: build.c and the others
+ * build_priv.h names (gradients, FSDP, pipeline stages, the optimizer step). */
 #ifndef PX_BUILD_H
 #define PX_BUILD_H
 

@@ -354,7 +354,7 @@ static void plan_optimizer(Plan *p, int s)
  * take it past reduce_bucket_size (a larger unit gets a bucket of its own); then lay the buckets
  * out in forward order, each padded to a multiple of dp. Without a ZeRO optimizer (stage 0, and
  * BF16_Optimizer) the stage's units form one bucket: DeepSpeed's engine reduces stage 0's
- * gradients in buckets of its own (build.c engine_allreduce), and BF16_Optimizer partitions
+ * gradients in buckets of its own (build_engine_allreduce), and BF16_Optimizer partitions
  * one flat into dp contiguous slices and all-gathers it whole (bf16_optimizer.py
  * _setup_for_real_optimizer, update_lp_params: all_gather_into_tensor_dp_groups); neither reads
  * reduce_bucket_size. */

@@ -72,7 +72,7 @@ typedef struct StagePlan {
 				      (the largest dense reduction, or at stage 3 the experts'
 				      bucket); DeepSpeed's buffers are reduce_bucket_size elements,
 				      and hold this much when a reduction of whole units exceeds
-				      that (build.c alloc_buckets) */
+				      that (build_alloc_buckets) */
 	long long max_tensor_part; /* a rank's share of the stage's largest tensor */
 	/* optimizer memory of a rank, bytes (plan_optimizer): the states besides the master copy,
 	 * the 1-bit optimizers' error feedback, and what the step itself copies (1-bit LAMB) */
@@ -103,7 +103,7 @@ typedef struct Plan {
 				      parameters (stage_1_and_2.py single_partition_of_fp32_groups,
 				      stage3.py fp32_partitioned_groups_flat: .clone().float()) */
 	int state_bytes;           /* 4 per optimizer state */
-	int fsdp;                  /* framework "fsdp": stage 3's schedule as FSDP runs it (build.c):
+	int fsdp;                  /* framework "fsdp": stage 3's schedule as FSDP runs it (build_fsdp):
 				      param_bytes, grad_bytes and comm_bytes are MixedPrecision's
 				      param_dtype (the gathered weights, the unsharded gradients and
 				      their reduce-scatter), the shards and their gradients

@@ -32,11 +32,11 @@ typedef enum { ATTN_EAGER, ATTN_FLASH } AttnImpl;
  * PyTorch ("pytorch": one process, or DistributedDataParallel over several), as the Hugging Face
  * Trainer and Accelerate run without DeepSpeed. Plain PyTorch has no ZeRO, no DeepSpeed
  * optimizer wrapper and no engine reduction: DistributedDataParallel keeps its own buckets
- * (build.c ddp_plan, ddp_ready). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters with fp32
- * master weights), its fp32 as fp32; bf16 is refused (plan.c). Or PyTorch's
+ * (build_ddp_plan, build_ddp_ready). Its fp16 is read as DeepSpeed's fp16 (fp16 parameters
+ * with fp32 master weights), its fp32 as fp32; bf16 is refused (plan.c). Or PyTorch's
  * FullyShardedDataParallel ("fsdp", FSDP1 as the Trainer and Accelerate wrap a model: each
  * transformer layer a unit, the rest the root unit), set by the scenario's "fsdp" object
- * (FsdpSpec; build.c's fsdp_* functions). */
+ * (FsdpSpec; engine/build_fsdp.c). */
 typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH, FRAMEWORK_FSDP } Framework;
 
 /* FSDP's options (torch.distributed.fsdp.FullyShardedDataParallel, with Accelerate's names). The

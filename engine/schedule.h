@@ -158,14 +158,14 @@ typedef enum {
 	BUF_XL_GRADS,      /* ZeRO 2-3: a unit's gradients of parameters larger than
 			      reduce_bucket_size, each reduced from its own .grad
 			      (stage_1_and_2.py extra_large_param_to_reduce) until its
-			      reduction (build.c xl_grad_elems) */
+			      reduction (build_xl_grad_elems) */
 	BUF_AUTOCAST_WEIGHTS, /* torch autocast: the 16-bit copies of a unit's weights its products
 				 read (the autocast cache until the forward ends, then autograd's
 				 saved tensors until the unit's backward; build.c cast_bytes) */
 	BUF_EXEC_CAST,     /* executor: a ZeRO 1-2 bucket's gradients cast whole to
 			      communication_data_type, which its reduce-scatter sends, the
 			      reduced slice landing in the bucket's comm_cast (DeepSpeed casts
-			      and reduces one rank's slice at a time: build.c zero_cast) */
+			      and reduces one rank's slice at a time: build_zero_cast) */
 	BUF_FSDP_UNSHARDED, /* FSDP: a unit's whole flat gradient in param_dtype (autograd's cat of
 			       its tensors' gradients), from its backward until its reduce-scatter,
 			       or under no_sync until the step's last micro-batch */
@@ -222,7 +222,7 @@ typedef enum {
  * reduces or gathers at stage 0-2, -1 otherwise. At stage 3 the optimizer's ops of one
  * sub-group (the flat copies' allocations, the NVMe reads and writes, the update, the parameters'
  * copy) state the sub-group's range of the partition the same way. `cast`: a ZeRO reduction that
- * goes through a copy cast to communication_data_type (build.c zero_cast) names that copy's
+ * goes through a copy cast to communication_data_type (build_zero_cast) names that copy's
  * buffer (BUF_COMM_CAST, allocated before the reduction and freed after it), -1 for none. */
 typedef struct SchedSlice {
 	int32_t bucket;

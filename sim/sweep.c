@@ -51,10 +51,10 @@ static int read_prices(Sweep *sw, const JsonObj *o, PxError *err)
  * it price the same (docs/time_model.md, "Sweep speed"): stage 3's prefetch bucket is read by
  * stage 3's parameter gathers alone (build.c, gather_with_prefetch), unless "auto", which the
  * batch rules resolve, and may refuse, at any stage; contiguous gradient buffers by stage 1-3's
- * reductions alone (build.c, unit_grads and alloc_buckets); overlap_comm by the ZeRO optimizers'
+ * reductions alone (build_unit_grads and build_alloc_buckets); overlap_comm by the ZeRO optimizers'
  * reductions alone (engine/streams.h: without ZeRO the engine reduces on the compute stream);
  * reduce_bucket_size by the ZeRO optimizers alone too (without ZeRO the engine's own buckets,
- * build.c engine_allreduce, and BF16_Optimizer's one flat, plan.c plan_buckets), unless
+ * build_engine_allreduce, and BF16_Optimizer's one flat, plan.c plan_buckets), unless
  * "auto", which needs the model's hidden size at any stage. */
 static const struct {
 	const char *key;

@@ -1166,7 +1166,7 @@ static void test_stage0_reduce_buffers(void)
 			PX_ASSERT_HAS(text, "memory.gpu.peak.buffers_bytes: predicted");
 	}
 	/* DDP's bucket is all-reduced on the reduction stream, started once the backward that
-	 * completes it ends (build.c ddp_ready) and copied back when it completes; the engine's
+	 * completes it ends (build_ddp_ready) and copied back when it completes; the engine's
 	 * runs blocking after the backward */
 	for (int k = 0; k < 2; k++) {
 		char args[2048], out[65536];

@@ -287,7 +287,7 @@ static void test_sparse_attention(void)
  * ZeRO-2 (reduce_scatter on, then off) and ZeRO-3 the losses of bf16 communication to the bit
  * (two ranks' bf16 gradients summed once in fp32 and rounded equal their bf16 sum rounded once:
  * tests/test_exec.c, "communication_data_type fp32 under ZeRO 2-3"), and the buffers' and the
- * executor workspace's peaks measured as predicted (the casts, engine/build.c zero_cast).
+ * executor workspace's peaks measured as predicted (the casts, build_zero_cast).
  * Written without a GPU (2026-12-01); the runbook runs it. */
 static void test_comm_cast(void)
 {

@@ -1,4 +1,4 @@
-/* The 1-bit optimizers' communication (engine/onebit, build.c's compressed step, sim/onebit):
+/* The 1-bit optimizers' communication (engine/onebit, build_step.c's compressed step, sim/onebit):
  * one compressed all-reduce's bytes worked by hand, the kinds of step of a run traced by hand from
  * deepspeed/runtime/fp16/onebit/{adam,zoadam}.py, the schedule's compressed ops on a GPT whose
  * tensors are counted by hand, and the 1-bit Adam paper's volume reduction (Tang et al. 2021,

@@ -243,7 +243,7 @@ static void check_memo(const char *axes, long long n_points, long long taken, lo
  * gradients fastest. Counted by hand, per tp: at stage 0 the two contiguous settings share (3
  * pairs: 3 taken) and 5e8 shares with 5e7 (1 more: 4 taken), while "auto" is resolved at any
  * stage and shares only with its own pair; at stage 1 and 2 contiguous gradients are read (the
- * buffers of stage 1's reductions, build.c alloc_buckets), 5e8 shares with 5e7 (2 taken each);
+ * buffers of stage 1's reductions, build_alloc_buckets), 5e8 shares with 5e7 (2 taken each);
  * at stage 3 every axis is read. 2 x (4 + 2 + 2) = 16 taken.
  * Of those, all but two are taken before the point's scenario is read: a value is known to
  * read plainly once a point has read it unread, and at stage 0, tp 1, (5e7, false) and (5e8,
@@ -254,7 +254,7 @@ static void check_memo(const char *axes, long long n_points, long long taken, lo
  * "true" taken once per tp: at tp 1 only once its scenario is read (no point had read true
  * unread yet), at tp 8 before: 2 taken, 1 of them before reading.
  * reduce_bucket_size likewise (without ZeRO DeepSpeed's engine buckets by 5e8 elements of its
- * own, build.c engine_allreduce): stages 0 and 1 x 2 tp x (2e8, 5e8, "auto"), 12 points; at
+ * own, build_engine_allreduce): stages 0 and 1 x 2 tp x (2e8, 5e8, "auto"), 12 points; at
  * stage 0 5e8 shares with 2e8 ("auto" is resolved from the hidden size at any stage and reads):
  * 2 taken, 1 of them before reading, as overlap_comm's. */
 static void test_memo_equals_full(void)

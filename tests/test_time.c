@@ -68,8 +68,8 @@ static double breakdown_sum(const TimeBreakdown *b)
 /* ---- pipeline bubbles ---- */
 
 /* Stage s of a pipeline of pp stages, v chunks each, in `kind`'s order (engine/pipeline.c): each
- * chunk's forward is one op of F FLOPs, its backward one of 2F, with build.c's receive before and
- * send after (none at the model's two ends). */
+ * chunk's forward is one op of F FLOPs, its backward one of 2F, with build_pipe.c's receive before
+ * and send after (none at the model's two ends). */
 static void build_pipe(Schedule *s, PipeSchedule kind, int pp, int v, int m, int stage, double F)
 {
 	PipeStep order[512];

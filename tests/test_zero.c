@@ -1077,7 +1077,7 @@ static void test_nvme_column(void)
  * gradients buffered_reduce_fallback's flattened buckets); stage3.py all-reduces only with
  * contiguous gradients and reduce_scatter off (__avg_scatter_contiguous_grads), else
  * reduce-scatters (reduce_scatter_coalesced). Stage 1 without contiguous gradients is the known
- * deviation (engine/build.c zero_reduce_kind): priced as with them, a reduce-scatter. */
+ * deviation (build_zero_reduce_kind): priced as with them, a reduce-scatter. */
 static void test_reduce_kinds(void)
 {
 	static const struct {
