@@ -48,16 +48,26 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		{"most KV blocks taken", "%14.0f", (double)r->peak_kv_blocks},
 		{"requests that waited for room", "%14.0f", (double)r->waited_for_room},
 		{"sequences preempted (prefilled again)", "%14.0f", (double)r->preemptions},
+		{"forwards run", "%14.0f", (double)r->forwards},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		fprintf(f, "%-40s ", rows[i].name);
 		fprintf(f, rows[i].fmt, rows[i].v);
 		fputc('\n', f);
 	}
-	fprintf(f, "# each prompt's own length's prefill; each decode step at its sequences' mean "
-		"context (16-token steps); room: the KV cache's blocks, %.3g of them kept free at "
-		"admission (vLLM's watermark)%s\n", pr->paged.wl.watermark, pr->paged.wl.batch_given ?
-		" and batch_size's sequences" : "");
+	const InferWorkload *w = &pr->paged.wl;
+	if (w->split_fuse)
+		fprintf(f, "# DeepSpeed-FastGen's Dynamic SplitFuse, as DeepSpeed-MII schedules it: "
+			"forwards of at most %lld tokens (max_ragged_batch_size) of %lld sequences, "
+			"each decoding sequence's next token first, then prompts in chunks; each "
+			"forward priced as one ragged batch; room: the KV cache's blocks, a prompt "
+			"going ahead while they hold all of it%s\n", w->token_budget,
+			w->max_ragged_seqs, w->batch_given ? ", and batch_size's sequences" : "");
+	else
+		fprintf(f, "# vLLM's scheduler: each prompt's own length's prefill; each decode step "
+			"at its sequences' mean context (16-token steps); room: the KV cache's "
+			"blocks, %.3g of them kept free at admission (vLLM's watermark)%s\n",
+			w->watermark, w->batch_given ? " and batch_size's sequences" : "");
 }
 
 void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction *pr)
@@ -128,8 +138,9 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 			fprintf(f, "%-40s %14.5f\n", "decode step at N, s", cb->decode_step_s);
 		}
 		fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's default "
-			"scheduler); Dynamic SplitFuse's prompt chunking is not modelled: "
-			"docs/inference.md\n");
+			"scheduler)%s: docs/inference.md\n", w->split_fuse ? "; the trace's replay "
+			"below runs Dynamic SplitFuse" : "; Dynamic SplitFuse (\"scheduler\": "
+			"\"split_fuse\") is replayed over a trace");
 		if (pr->replayed)
 			replay_table(f, pr);
 		if (!cb->stable)
@@ -219,6 +230,7 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 			{"infer.trace.kv_blocks", "1", (double)r->kv_blocks},
 			{"infer.trace.waited_for_room", "1", (double)r->waited_for_room},
 			{"infer.trace.preemptions", "1", (double)r->preemptions},
+			{"infer.trace.forwards", "1", (double)r->forwards},
 		};
 		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 			n = metrics_put(out, n, t[i].name, t[i].v, t[i].unit);

@@ -92,6 +92,10 @@ static void unit_plan(const InferPlan *p, int u, long long b, InferUnit *out)
 	/* an embedding lookup reads its tokens' rows (counted below), not the table */
 	double weights_read = u == 0 ? 0 : out->weight_bytes + out->scale_bytes + dequant_traffic;
 
+	GemmSums one = weight_gemms(m, u, 1, 1, t); /* a token's: the products are linear in them */
+	out->weights_read_bytes = weights_read;
+	out->token_flops = one.flops;
+	out->token_bytes = one.io_elems * act + (u == 0 ? (double)m->h * act : 0);
 	out->prefill_flops = pre.flops;
 	out->decode_flops = dec.flops;
 	out->prefill_bytes = weights_read + pre.io_elems * act;
@@ -103,6 +107,7 @@ static void unit_plan(const InferPlan *p, int u, long long b, InferUnit *out)
 		out->kv_bytes_per_token = (double)p->kv_heads_rank * (dqk + dv) * act;
 		/* QK^T and AV under the causal mask: query i meets i keys (1-based), s(s+1)/2 pairs;
 		 * a decode step's query meets the mean context's keys */
+		out->pair_flops = 2 * heads * (dqk + dv);
 		out->prefill_flops += 2 * bb * heads * (dqk + dv) * s * (s + 1) / 2;
 		out->decode_flops += 2 * bb * heads * (dqk + dv) * p->mean_ctx;
 		out->prefill_bytes += bb * s * out->kv_bytes_per_token;           /* written */
@@ -324,4 +329,36 @@ int infer_build_schedule(const InferPlan *p, Schedule *s, PxError *err)
 	if (b.oom)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory building the inference schedule");
 	return sched_validate(s, err);
+}
+
+int infer_build_ragged(const InferPlan *p, const InferRagged *r, Schedule *s, PxError *err)
+{
+	const ModelSpec *m = &p->sc->model;
+	double n = (double)r->decode_seqs, tokens = n + (double)r->chunk_tokens;
+	double rows = (double)r->logit_rows;
+	/* keys and values: a decoding query's context read and its token written; a chunk's
+	 * earlier tokens read and its own written */
+	double kv_tokens = n * (r->decode_ctx + 1) + r->chunk_prior + (double)r->chunk_tokens;
+	int oom = 0;
+	sched_init(s, 0);
+	for (int u = 0; u < p->n_units; u++) {
+		const InferUnit *x = &p->units[u];
+		double t = u == p->n_units - 1 ? rows : tokens; /* the head: the logit rows */
+		double flops = t * x->token_flops + x->pair_flops * (n * r->decode_ctx + r->chunk_pairs);
+		double bytes = x->weights_read_bytes + t * x->token_bytes +
+			       kv_tokens * x->kv_bytes_per_token;
+		oom |= sched_compute(s, COMP_FWD, u, flops, bytes);
+		if (oom)
+			break;
+		sched_set_role(s, ROLE_DECODE);
+		for (int k = 0; k < x->n_allreduce; k++)
+			oom |= sched_coll(s, COLL_ALL_REDUCE, ROLE_DECODE, GROUP_TP, (int)p->tp, u,
+					  (int64_t)(tokens * (double)m->h), p->act_bytes, -1, 0);
+		if (u == p->n_units - 1 && p->tp > 1)
+			oom |= sched_coll(s, COLL_ALL_GATHER, ROLE_DECODE, GROUP_TP, (int)p->tp, u,
+					  (int64_t)rows * m->V, 4, -1, 0);
+	}
+	if (oom)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory building a ragged forward");
+	return 0;
 }

@@ -22,6 +22,12 @@ typedef struct InferUnit {
 	double prefill_comm_elems, decode_comm_elems; /* per all-reduce */
 	int n_allreduce;          /* tensor-parallel all-reduces per forward (2 in a block) */
 	double kv_bytes_per_token; /* this unit's keys and values of one token of one sequence */
+	/* a forward's parts by what it holds (infer_build_ragged): */
+	double weights_read_bytes; /* the weights' traffic (the embedding's none: a lookup reads
+				      its tokens' rows) */
+	double token_flops, token_bytes; /* the weight products' per token (the head's per
+					   logit row), and the embedding's lookup */
+	double pair_flops;         /* a block's QK^T and AV per (query, key) pair */
 } InferUnit;
 
 /* The rank's quantities (every rank of a tensor-parallel group holds the same). */
@@ -59,5 +65,23 @@ double infer_plan_load_peak_bytes(const InferPlan *p);
  * all-reduces, role ROLE_PREFILL), then a repeat block of so - 1 decode steps (ROLE_DECODE),
  * each priced at the mean context. */
 int infer_build_schedule(const InferPlan *p, Schedule *s, PxError *err);
+
+/* One ragged forward, as DeepSpeed-FastGen's Dynamic SplitFuse (and vLLM's chunked prefill) runs
+ * it: decode_seqs sequences add a token each, their queries meeting decode_ctx cached tokens on
+ * average, beside prompt chunks of chunk_tokens tokens in all, whose queries meet chunk_pairs
+ * (query, key) pairs under the causal mask and read chunk_prior tokens their sequences cached
+ * before; logit_rows sequences make a token (the decoding ones, and each chunk that ends its
+ * prompt). */
+typedef struct InferRagged {
+	long long decode_seqs, chunk_tokens, logit_rows;
+	double decode_ctx, chunk_pairs, chunk_prior;
+} InferRagged;
+
+/* The schedule of one ragged forward on one rank (no set-up, no buffers: its time only), each
+ * unit's compute and its tensor-parallel collectives in role ROLE_DECODE, from p's per-unit
+ * parts (any batch's plan). With no chunk it is a decode step of decode_seqs sequences at
+ * context decode_ctx; with one chunk of a whole prompt and nothing decoding, that prompt's
+ * prefill at batch 1. */
+int infer_build_ragged(const InferPlan *p, const InferRagged *r, Schedule *s, PxError *err);
 
 #endif

@@ -349,12 +349,48 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 	return 0;
 }
 
-static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload *w,
-			  PxNotes *notes, PxError *err)
+/* workload.scheduler: "vllm" (the default: a prompt prefilled alone before the running
+ * sequences' next step) or "split_fuse" (DeepSpeed-FastGen's Dynamic SplitFuse), whose forwards
+ * hold at most max_ragged_batch_size tokens of at most max_ragged_sequence_count sequences
+ * (DSStateManagerConfig's defaults, 768 and 512; its validator wants the count no larger than
+ * the tokens). Continuous batching only. */
+static int parse_scheduler(const JsonObj *o, InferWorkload *w, PxError *err)
+{
+	const char *name;
+	int rs = jobj_str(o, "scheduler", "vllm", &name, err);
+	if (rs < 0)
+		return -1;
+	if (strcmp(name, "vllm") && strcmp(name, "split_fuse")) {
+		char what[200];
+		snprintf(what, sizeof(what), "expected \"vllm\" (prefill first) or \"split_fuse\" "
+			 "(DeepSpeed-FastGen's Dynamic SplitFuse), got \"%s\"", name);
+		return fail_at(o, "scheduler", err, what);
+	}
+	w->split_fuse = !strcmp(name, "split_fuse");
+	if (rs > 0 && !w->continuous)
+		return fail_at(o, "scheduler", err, "applies to \"batching\": \"continuous\" only");
+	int rt = jobj_int(o, "max_ragged_batch_size", 1, 1 << 24, 768, &w->token_budget, err);
+	int rq = rt < 0 ? -1 : jobj_int(o, "max_ragged_sequence_count", 1, 1 << 24, 512,
+					&w->max_ragged_seqs, err);
+	if (rq < 0)
+		return -1;
+	if (!w->split_fuse && (rt > 0 || rq > 0))
+		return fail_at(o, rt > 0 ? "max_ragged_batch_size" : "max_ragged_sequence_count",
+			       err, "applies to \"scheduler\": \"split_fuse\" only");
+	if (w->split_fuse && w->max_ragged_seqs > w->token_budget)
+		return fail_at(o, "max_ragged_sequence_count", err, "larger than "
+			       "max_ragged_batch_size; expected at most as many sequences as tokens "
+			       "(DeepSpeed's DSStateManagerConfig refuses it too)");
+	return 0;
+}
+
+static int parse_workload(const JsonObj *o, const char *scenario, long long head_dim,
+			  InferWorkload *w, PxNotes *notes, PxError *err)
 {
 	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens",
 					    "batching", "request_rate", "trace", "block_size",
-					    "watermark", NULL};
+					    "watermark", "scheduler", "max_ragged_batch_size",
+					    "max_ragged_sequence_count", NULL};
 	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -371,9 +407,15 @@ static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload 
 		return fail_at(o, "batching", err, what);
 	}
 	w->continuous = !strcmp(batching, "continuous");
-	/* vLLM's paged cache (its EngineArgs defaults: block_size 16, watermark 0.01) */
-	int rb = jobj_int(o, "block_size", 1, 1 << 20, 16, &w->block, err), rw;
-	if (rb < 0 || (rw = jobj_num(o, "watermark", 0, 0.5, 0.01, &w->watermark, err)) < 0)
+	if (parse_scheduler(o, w, err))
+		return -1;
+	/* the paged cache: vLLM's (its EngineArgs defaults: block_size 16, watermark 0.01), or
+	 * FastGen's (blocked_flash.py get_kv_block_size: 128 tokens for heads of up to 64, else
+	 * 64; no watermark: DeepSpeed-MII admits a prompt while its blocks are free) */
+	long long dflt_block = !w->split_fuse ? 16 : head_dim <= 64 ? 128 : 64;
+	int rb = jobj_int(o, "block_size", 1, 1 << 20, dflt_block, &w->block, err), rw;
+	if (rb < 0 || (rw = jobj_num(o, "watermark", 0, 0.5, w->split_fuse ? 0 : 0.01,
+				     &w->watermark, err)) < 0)
 		return -1;
 	if (!w->continuous && (rb > 0 || rw > 0))
 		return fail_at(o, rb > 0 ? "block_size" : "watermark", err, "applies to \"batching\": "
@@ -382,6 +424,10 @@ static int parse_workload(const JsonObj *o, const char *scenario, InferWorkload 
 		return -1;
 	if (rc > 0)
 		return parse_trace(o, trace, scenario, w, err);
+	if (w->split_fuse)
+		return fail_at(o, "scheduler", err, "\"split_fuse\" is replayed over a trace's "
+			       "requests: give workload.trace (the steady state without one assumes "
+			       "vLLM's prefill-first scheduler)");
 	rc = jobj_num(o, "request_rate", 1e-9, 1e12, 0, &w->request_rate, err);
 	if (rc < 0)
 		return -1;
@@ -521,7 +567,8 @@ static int parse_all(InferScenario *sc, PxError *err)
 	if (model_parse(&sect[IS_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    cluster_parse(&sect[IS_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_inference(&inf, &sc->inf, &sc->notes, err) ||
-	    parse_workload(&wl, sc->path, &sc->wl, &sc->notes, err) || check_model(sc, &top, err) ||
+	    parse_workload(&wl, sc->path, sc->model.head_dim, &sc->wl, &sc->notes, err) ||
+	    check_model(sc, &top, err) ||
 	    check_layout(sc, &inf, &wl, err))
 		return -1;
 	/* a tensor-parallel group's NCCL buffers; cluster.c counts them for any world above 1 */
@@ -601,6 +648,13 @@ char *infer_scenario_resolved_json(const InferScenario *sc)
 		cJSON_AddNumberToObject(r, "request_rate", sc->wl.request_rate);
 		cJSON_AddNumberToObject(r, "block_size", (double)sc->wl.block);
 		cJSON_AddNumberToObject(r, "watermark", sc->wl.watermark);
+		cJSON_AddStringToObject(r, "scheduler", sc->wl.split_fuse ? "split_fuse" : "vllm");
+		if (sc->wl.split_fuse) {
+			cJSON_AddNumberToObject(r, "max_ragged_batch_size",
+						(double)sc->wl.token_budget);
+			cJSON_AddNumberToObject(r, "max_ragged_sequence_count",
+						(double)sc->wl.max_ragged_seqs);
+		}
 	}
 	char *text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);

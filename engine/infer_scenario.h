@@ -41,7 +41,8 @@ typedef struct InferConfig {
  * batch as they come; batch then caps the concurrent sequences (vLLM's max_num_seqs) when
  * given, else memory does (sim/infer_sim.c, docs/inference.md). A continuous workload may give
  * its requests as a trace instead ("trace": a file, engine/infer_trace.h), whose means then
- * stand for request_rate, prompt_tokens and output_tokens. */
+ * stand for request_rate, prompt_tokens and output_tokens; a trace is replayed with vLLM's
+ * scheduler, or with "scheduler": "split_fuse" FastGen's. */
 typedef struct InferWorkload {
 	long long batch, prompt_tokens, output_tokens;
 	int continuous;
@@ -51,7 +52,14 @@ typedef struct InferWorkload {
 	long long block;          /* continuous: tokens a KV-cache block holds (vLLM's block_size,
 				     16); the trace's replay allocates the cache in blocks */
 	double watermark;         /* continuous: the share of the blocks an admission leaves free
-				     (vLLM's watermark, 0.01) */
+				     (vLLM's watermark, 0.01; 0 under split_fuse) */
+	int split_fuse;           /* continuous with a trace: "scheduler": "split_fuse", DeepSpeed-
+				     FastGen's Dynamic SplitFuse as DeepSpeed-MII schedules it
+				     (sim/infer_replay.h); 0: vLLM's prefill-first scheduler */
+	long long token_budget;   /* split_fuse: tokens one forward holds (FastGen's
+				     max_ragged_batch_size, 768) */
+	long long max_ragged_seqs; /* split_fuse: sequences one forward holds (FastGen's
+				      max_ragged_sequence_count, 512) */
 } InferWorkload;
 
 enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };

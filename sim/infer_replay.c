@@ -120,6 +120,10 @@ static double step_of(Costs *c, long long n, long long held, PxError *err)
 typedef struct Live {
 	long long req, made; /* its index; tokens it has generated */
 	double first_s;      /* when its first token came */
+	long long pending;   /* split_fuse: prompt tokens (and recomputed ones) still to prefill;
+				0 once it decodes */
+	long long held;      /* split_fuse: tokens it holds in the cache */
+	long long step;      /* split_fuse: tokens this forward gives it (0: none) */
 } Live;
 
 typedef struct Replica {
@@ -135,6 +139,9 @@ typedef struct Replica {
 	double *ttft, *latency, *tpot; /* tpot: one per request that made more than one token */
 	long long tpot_n;
 	InferReplay *out;
+	long long *wait, n_wait;      /* split_fuse: arrived requests not running, in order */
+	const InferPlan *plan;        /* split_fuse: its forwards' per-unit parts */
+	const HwProfile *hw;
 } Replica;
 
 /* The tokens a running sequence holds in the cache: its prompt and every token it made but the
@@ -177,6 +184,7 @@ static int admit(Replica *r, long long q, double *now, PxError *err)
 	if (pf < 0)
 		return -1;
 	*now += pf;
+	r->out->forwards++;
 	hold(r, cached);
 	r->made[q]++;
 	if (r->first[q] < 0) {
@@ -188,7 +196,7 @@ static int admit(Replica *r, long long q, double *now, PxError *err)
 		hold(r, -cached);
 		return 0;
 	}
-	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q]};
+	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q], 0, 0, 0};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
 	return 0;
@@ -231,6 +239,7 @@ static int decode(Replica *r, double *now, PxError *err)
 	if (step < 0)
 		return -1;
 	*now += step;
+	r->out->forwards++;
 	r->blocks += new_blocks(r); /* each sequence's newest token written */
 	r->used += r->n_live;
 	note_peaks(r);
@@ -292,6 +301,213 @@ static int run_replica(Replica *r, long long first, PxError *err)
 				       r->room->block, r->keep);
 		}
 		now = t->req[queued].arrival_s; /* idle until the next arrival */
+	}
+	if (now - t->req[0].arrival_s > r->out->makespan_s)
+		r->out->makespan_s = now - t->req[0].arrival_s;
+	return 0;
+}
+
+/* ---- Dynamic SplitFuse (InferWorkload.split_fuse), as DeepSpeed-MII's RaggedBatchBase
+ * schedules FastGen's forwards (mii/batching/ragged_batching.py, schedule_requests): each forward
+ * first gives every decoding sequence its next token (_schedule_token_gen: one whose last block
+ * is full needs a free one, else it waits this forward), then fills what is left of
+ * max_ragged_batch_size with prompt tokens (_schedule_prompts), in order: the running prompts'
+ * remainders, then the waiting requests; a prompt goes ahead only while the free blocks hold all
+ * it has left, and takes as much of it as the budget leaves (a chunk; the rest waits for the next
+ * forward), the blocks its chunk fills taken as it goes. A prompt whose last chunk runs makes its
+ * first token. When nothing can run, the request admitted last gives its cache back and waits
+ * again behind every request already arrived, to be prefilled over its prompt and what it had
+ * made (reset_request_status). The forward is priced as one ragged batch (infer_price_ragged).
+ * ---- */
+
+/* A sequence's next `tokens` into the cache, its blocks taken as they fill. */
+static void grow(Replica *r, Live *l, long long tokens)
+{
+	r->blocks += blocks_of(r, l->held + tokens) - blocks_of(r, l->held);
+	r->used += tokens;
+	l->held += tokens;
+	note_peaks(r);
+}
+
+/* The blocks a sequence's next `tokens` would take. */
+static long long more_blocks(const Replica *r, const Live *l, long long tokens)
+{
+	return blocks_of(r, l->held + tokens) - blocks_of(r, l->held);
+}
+
+/* Live entry k leaves the cache and the running list. */
+static void leave(Replica *r, long long k)
+{
+	Live *l = &r->live[k];
+	r->blocks -= blocks_of(r, l->held);
+	r->used -= l->held;
+	memmove(l, l + 1, (size_t)(r->n_live - k - 1) * sizeof(*l));
+	r->n_live--;
+}
+
+/* The first waiting request joins the running list, all its prompt (and what it had made before
+ * a preemption) to prefill. */
+static Live *join(Replica *r)
+{
+	long long q = r->wait[0];
+	memmove(r->wait, r->wait + 1, (size_t)--r->n_wait * sizeof(*r->wait));
+	Live *l = &r->live[r->n_live++];
+	*l = (Live){q, r->made[q], r->first[q], r->t->req[q].prompt_tokens + r->made[q], 0, 0};
+	if (r->n_live > r->out->peak_concurrency)
+		r->out->peak_concurrency = r->n_live;
+	return l;
+}
+
+/* The next prompt in line from live entry *k on, joining a waiting request when no running one
+ * is left; NULL when none may go ahead (its blocks: it waits for room). */
+static Live *next_prompt(Replica *r, long long *k, long long free)
+{
+	while (*k < r->n_live && r->live[*k].pending == 0)
+		(*k)++;
+	if (*k < r->n_live)
+		return &r->live[(*k)++];
+	if (!r->n_wait || r->n_live >= r->room->max_seqs)
+		return NULL;
+	long long q = r->wait[0];
+	if (needs(r, q) > free - r->keep) {
+		if (r->ttft[q] == -2) /* counted once */
+			r->ttft[q] = -3, r->out->waited_for_room++;
+		return NULL;
+	}
+	*k = r->n_live + 1;
+	return join(r);
+}
+
+/* Compose one forward into g: the decoding sequences' tokens, then the prompts' chunks. */
+static void compose(Replica *r, InferRagged *g)
+{
+	const InferWorkload *wl = &r->c->sc->wl;
+	long long budget = wl->token_budget, seqs = 0, free = r->total - r->blocks;
+	double ctx = 0;
+	memset(g, 0, sizeof(*g));
+	for (long long k = 0; k < r->n_live; k++) {
+		Live *l = &r->live[k];
+		l->step = 0;
+		if (l->pending || seqs >= wl->max_ragged_seqs || seqs >= budget)
+			continue;
+		if (l->held % r->room->block == 0) { /* its last block is full */
+			if (free == 0)
+				continue;
+			free--;
+		}
+		l->step = 1, seqs++, budget--;
+		g->decode_seqs++;
+		ctx += (double)l->held;
+	}
+	g->decode_ctx = g->decode_seqs ? ctx / (double)g->decode_seqs : 0;
+	g->logit_rows = g->decode_seqs;
+	long long k = 0;
+	while (budget > 0 && free > 0 && seqs < wl->max_ragged_seqs) {
+		Live *l = next_prompt(r, &k, free);
+		if (!l || more_blocks(r, l, l->pending) > free)
+			break;
+		long long c = l->pending < budget ? l->pending : budget;
+		free -= more_blocks(r, l, c);
+		l->step = c, seqs++, budget -= c;
+		g->chunk_tokens += c;
+		g->chunk_prior += (double)l->held;
+		g->chunk_pairs += (double)c * (double)l->held + (double)c * (double)(c + 1) / 2;
+		g->logit_rows += c == l->pending;
+	}
+}
+
+/* After the forward that ended at now: each sequence's tokens cached (all at once, the peak's
+ * moment), those that made a token noted, the finished ones gone. */
+static void advance(Replica *r, double now)
+{
+	for (long long k = 0; k < r->n_live; k++)
+		if (r->live[k].step > 0)
+			grow(r, &r->live[k], r->live[k].step);
+	long long kept = 0;
+	for (long long k = 0; k < r->n_live; k++) {
+		Live *l = &r->live[k];
+		const InferRequest *x = &r->t->req[l->req];
+		long long q = l->req, c = l->step;
+		if (c > 0 && l->pending > 0)
+			l->pending -= c;
+		if (c == 0 || l->pending > 0) { /* nothing made this forward */
+			r->live[kept++] = *l;
+			continue;
+		}
+		l->made++;
+		if (r->first[q] < 0) {
+			r->first[q] = l->first_s = now;
+			r->ttft[q] = now - x->arrival_s;
+		}
+		if (l->made < x->output_tokens) {
+			r->live[kept++] = *l;
+			continue;
+		}
+		r->latency[q] = now - x->arrival_s;
+		if (x->output_tokens > 1)
+			r->tpot[r->tpot_n++] = (now - l->first_s) / (double)(x->output_tokens - 1);
+		r->blocks -= blocks_of(r, l->held);
+		r->used -= l->held;
+	}
+	r->n_live = kept;
+}
+
+/* Nothing could run: the last admitted sequence holding cache gives it back and waits again. */
+static void flush_last(Replica *r)
+{
+	long long k = r->n_live - 1;
+	while (k > 0 && r->live[k].held == 0)
+		k--;
+	r->made[r->live[k].req] = r->live[k].made;
+	r->wait[r->n_wait++] = r->live[k].req;
+	leave(r, k);
+	r->out->preemptions++;
+}
+
+/* One replica's requests (every replicas-th from first) through FastGen's forwards. */
+static int run_replica_fused(Replica *r, long long first, PxError *err)
+{
+	const InferTrace *t = r->t;
+	long long step = r->room->replicas, next = first;
+	double now = t->req[first].arrival_s;
+	r->n_live = r->used = r->blocks = r->n_wait = 0;
+	for (;;) {
+		for (; next < t->n && t->req[next].arrival_s <= now; next += step)
+			r->wait[r->n_wait++] = next;
+		if (!r->n_live && !r->n_wait) {
+			if (next >= t->n)
+				break;
+			now = t->req[next].arrival_s; /* idle until the next arrival */
+			continue;
+		}
+		InferRagged g;
+		InferPhase ph;
+		compose(r, &g);
+		if (g.decode_seqs + g.chunk_tokens == 0) {
+			if (r->n_live > 1) {
+				flush_last(r);
+				continue;
+			}
+			if (r->n_live == 1) { /* alone, and still no room */
+				const Live *l = &r->live[0];
+				return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld, "
+					       "output %lld tokens): longer than the KV cache's %lld "
+					       "tokens (%lld blocks of %lld)", t->path, l->req + 1,
+					       t->req[l->req].prompt_tokens,
+					       t->req[l->req].output_tokens,
+					       r->total * r->room->block, r->total, r->room->block);
+			}
+			long long q = r->wait[0]; /* it does not fit an empty cache */
+			return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): "
+				       "longer than the KV cache's %lld tokens (%lld blocks of %lld)",
+				       t->path, q + 1, t->req[q].prompt_tokens,
+				       r->total * r->room->block, r->total, r->room->block);
+		}
+		if (infer_price_ragged(r->plan, r->hw, &g, &ph, err))
+			return -1;
+		now += ph.s;
+		r->out->forwards++;
+		advance(r, now);
 	}
 	if (now - t->req[0].arrival_s > r->out->makespan_s)
 		r->out->makespan_s = now - t->req[0].arrival_s;
@@ -385,19 +601,28 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.ttft = malloc((size_t)n * sizeof(*r.ttft));
 	r.latency = malloc((size_t)n * sizeof(*r.latency));
 	r.tpot = malloc((size_t)n * sizeof(*r.tpot));
-	int rc = 0;
+	r.wait = malloc((size_t)n * sizeof(*r.wait));
+	InferPlan plan = {0};
+	int rc = 0, fused = sc->wl.split_fuse;
 	if (no_room || !r.live || !r.again || !r.made || !r.tpot ||
-	    !r.first || !r.ttft || !r.latency) {
+	    !r.first || !r.ttft || !r.latency || !r.wait) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
 	}
+	if (fused && infer_plan_make(sc, 1, 0, &plan, err)) { /* its units' parts */
+		rc = -1;
+		goto done;
+	}
+	r.plan = &plan, r.hw = hw;
 	for (long long i = 0; i < n; i++)
 		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
-		rc = run_replica(&r, k, err);
+		rc = fused ? run_replica_fused(&r, k, err) : run_replica(&r, k, err);
 	if (!rc)
 		rc = summarise(t, &r, room, err);
 done:
+	infer_plan_free(&plan);
+	free(r.wait);
 	free(c.lengths);
 	free(c.prefill_s);
 	free(c.steps);

@@ -12,6 +12,9 @@
  * it: a sequence holding c tokens takes ceil(c / block) blocks; a prompt is admitted only when
  * the blocks it needs leave the watermark's share of all the blocks free (can_allocate), and a
  * decode step needs a new block for each sequence whose last block is full (can_append_slots).
+ * Or, with the workload's "scheduler": "split_fuse", DeepSpeed-FastGen's Dynamic SplitFuse as
+ * DeepSpeed-MII schedules it: forwards of at most max_ragged_batch_size tokens, the decoding
+ * sequences' next tokens first, then prompts in chunks (infer_replay.c says how).
  * Owns the event loop and its statistics; the costs are sim/infer_sim.c's. */
 #ifndef PX_SIM_INFER_REPLAY_H
 #define PX_SIM_INFER_REPLAY_H
@@ -42,6 +45,8 @@ typedef struct InferReplay {
 	long long peak_kv_blocks;    /* most blocks they took at once */
 	long long waited_for_room;   /* requests that arrived to no room for their prompt */
 	long long preemptions;       /* sequences evicted to make room, each prefilled again */
+	long long forwards;          /* forwards run: prefills and decode steps, or under
+					split_fuse its ragged batches */
 	long long prefills_priced;   /* distinct prompt lengths priced */
 	double prefill_mean_s, prefill_sq_mean_s2; /* each request's own prefill (its prompt at
 					batch 1): their mean and mean square, which the steady

@@ -124,6 +124,17 @@ int infer_price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
 	return rc;
 }
 
+int infer_price_ragged(const InferPlan *p, const HwProfile *hw, const InferRagged *r,
+		       InferPhase *step, PxError *err)
+{
+	Schedule s;
+	InferPhase none;
+	int rc = infer_build_ragged(p, r, &s, err) ||
+		 price_phases(p->sc, hw, &s, &none, step, err) ? -1 : 0;
+	sched_free(&s);
+	return rc;
+}
+
 /* ---- memory ---- */
 
 static double plan_peak(const InferScenario *sc, long long batch, long long ctx, PxError *err)

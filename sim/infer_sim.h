@@ -91,6 +91,12 @@ const char *infer_bound_name(InferBound b);
 int infer_price_batch(const InferScenario *sc, const HwProfile *hw, long long b,
 		      InferPhase *prefill, InferPhase *decode, PxError *err);
 
+/* One ragged forward (engine/infer_build.h InferRagged) on plan p's ranks, built and priced with
+ * the profile hw (not NULL) as a decode step is: *step its time and what bounds it. 0, or -1
+ * with err. */
+int infer_price_ragged(const InferPlan *p, const HwProfile *hw, const InferRagged *r,
+		       InferPhase *step, PxError *err);
+
 /* The time of one collective of `bytes` over n ranks of one node (ring; an all-reduce inside an
  * NVLink domain at the profile's allreduce_scale), as sim/opcost.c prices a training one. */
 double infer_coll_s(const HwProfile *hw, const GpuSpec *gpu, CollKind kind, int n, double bytes);

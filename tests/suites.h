@@ -48,7 +48,8 @@
 	X(dslaunch)    \
 	X(serve)       \
 	X(infer_exec)  \
-	X(fsdp)
+	X(fsdp)        \
+	X(splitfuse)
 
 #define PX_DECLARE_SUITE(name) int test_##name##_register(void);
 PX_SUITES(PX_DECLARE_SUITE)

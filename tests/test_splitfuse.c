@@ -1,0 +1,305 @@
+/* DeepSpeed-FastGen's Dynamic SplitFuse ("scheduler": "split_fuse"): a ragged forward's FLOPs
+ * and bytes against Llama-2 7B's dimensions (its config.json: h 4096, I 11008, 32 layers of 32
+ * heads of 128, V 32000, 6,738,415,616 parameters), its weights read once for the decoding
+ * tokens and the prompt chunks together; a trace replayed forward by forward as DeepSpeed-MII's
+ * scheduler composes them (mii/batching/ragged_batching.py: next tokens first, then prompts in
+ * chunks of what the budget leaves; a decoding sequence with a full last block and no free one
+ * waits; when nothing can run, the last admitted gives its cache back and is prefilled again);
+ * FastGen's claim of steadier token latency than prefill-first scheduling on the bundled trace;
+ * and bad input. */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sim/infer_sim.h"
+#include "suites.h"
+
+static char out[1 << 16];
+
+/* Llama-2 7B on one H100 in fp16 serving the trace tr.csv written beside the scenario, with
+ * more workload keys. The scenario's path. */
+static const char *write_trace_scenario(const char *csv, const char *workload)
+{
+	static char path[1024];
+	char dir[512], file[1024], text[2048];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(file, sizeof(file), "%s/tr.csv", dir);
+	px_test_write_file(file, csv);
+	snprintf(text, sizeof(text),
+		 "{\"model\": \"%s\", \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
+		 "\"gpus_per_node\": 1}, \"inference\": {\"dtype\": \"fp16\"},\n"
+		 " \"workload\": {\"batching\": \"continuous\", %s\"trace\": \"tr.csv\"}}",
+		 px_test_path("scenarios/models/llama-2-7b.json"), workload);
+	snprintf(path, sizeof(path), "%s/sf.json", dir);
+	px_test_write_file(path, text);
+	return path;
+}
+
+/* Predict the scenario write_trace_scenario writes; 0, or -1 with the error shown unless quiet. */
+static int predict_quiet(const char *csv, const char *workload, int quiet, InferScenario *sc,
+			 InferPrediction *pr)
+{
+	PxError err = {0};
+	const char *path = write_trace_scenario(csv, workload);
+	if (infer_scenario_load(sc, path, NULL, &err)) {
+		fprintf(stderr, "\n%s\n", err.msg);
+		return -1;
+	}
+	if (infer_predict(sc, NULL, NULL, pr, &err)) {
+		if (!quiet)
+			fprintf(stderr, "\n%s\n", err.msg);
+		infer_predict_free(pr);
+		infer_scenario_free(sc);
+		return -1;
+	}
+	return 0;
+}
+
+static int predict_on(const char *csv, const char *workload, InferScenario *sc,
+		      InferPrediction *pr)
+{
+	return predict_quiet(csv, workload, 0, sc, pr);
+}
+
+/* One ragged forward's time on sc's ranks (the replay's: sc as continuous batching prices it,
+ * pr->paged), the GPU's built-in profile. */
+static double forward_s(const InferScenario *sc, const InferRagged *g)
+{
+	InferPlan p;
+	InferPhase ph;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(hwprofile_default(&sc->cluster.gpu, &hw), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_plan_make(sc, 1, 0, &p, &err), 0);
+	CU_ASSERT_EQUAL(infer_price_ragged(&p, &hw, g, &ph, &err), 0);
+	infer_plan_free(&p);
+	return ph.s;
+}
+
+/* Causal (query, key) pairs of a chunk of c tokens after prior cached ones. */
+static double pairs(long long c, long long prior)
+{
+	return (double)c * (double)prior + (double)c * (double)(c + 1) / 2;
+}
+
+/* A forward of 3 decoding sequences at a mean context of 1000 tokens beside a 100-token chunk
+ * after 200 cached (pairs 100 x 200 + 100 x 101 / 2 = 25,050), 4 logit rows: each of the 32
+ * blocks computes 2 (4 h^2 + 3 h I) FLOPs a token over 103 tokens and 2 x 32 heads x (128 + 128)
+ * per pair over 3 x 1000 + 25,050 pairs, the head 2 h V per row. Its bytes are the decode-only
+ * and chunk-only forwards' less one read of the weights: every parameter but the embedding's
+ * (a lookup reads its rows), (6,738,415,616 - 32,000 x 4,096) x 2 bytes. With no chunk it is
+ * the schedule's decode step at batch 3; with one whole prompt, its prefill at batch 1. */
+static void test_ragged_forward_by_hand(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	const char *csv = "arrival_s,prompt_tokens,output_tokens\n0,1000,2\n1,10,1\n";
+	if (predict_on(csv, "\"scheduler\": \"split_fuse\", ", &sc, &pr)) {
+		CU_FAIL("predict");
+		return;
+	}
+	const InferScenario *ps = &pr.paged;
+	InferPlan p;
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(hwprofile_default(&ps->cluster.gpu, &hw), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_plan_make(ps, 1, 0, &p, &err), 0);
+	InferRagged both = {.decode_seqs = 3, .decode_ctx = 1000, .chunk_tokens = 100,
+			    .chunk_pairs = pairs(100, 200), .chunk_prior = 200, .logit_rows = 4};
+	InferRagged dec = {.decode_seqs = 3, .decode_ctx = 1000, .logit_rows = 3};
+	InferRagged chunk = {.chunk_tokens = 100, .chunk_pairs = pairs(100, 200),
+			     .chunk_prior = 200, .logit_rows = 1};
+	InferPhase fb, fd, fc;
+	CU_ASSERT_EQUAL_FATAL(infer_price_ragged(&p, &hw, &both, &fb, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_price_ragged(&p, &hw, &dec, &fd, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_price_ragged(&p, &hw, &chunk, &fc, &err), 0);
+	double h = 4096, I = 11008, V = 32000;
+	double flops = 32 * 103 * 2 * (4 * h * h + 3 * h * I) + 32 * (2 * 32 * 256.0) *
+		       (3 * 1000 + 25050) + 4 * 2 * h * V;
+	CU_ASSERT_DOUBLE_EQUAL(fb.flops / flops, 1, 1e-12);
+	double weights = (6738415616.0 - 32000 * 4096.0) * 2;
+	CU_ASSERT_DOUBLE_EQUAL((fd.bytes + fc.bytes - fb.bytes) / weights, 1, 1e-12);
+	CU_ASSERT(fb.s < fd.s + fc.s); /* one read of the weights saved */
+
+	/* the schedule's own decode step (workload prompt 999, output 2: mean context 1000) and
+	 * prefill (prompt 1000) */
+	InferScenario one = *ps;
+	one.wl.prompt_tokens = 999, one.wl.output_tokens = 2;
+	InferPhase pf, dstep;
+	CU_ASSERT_EQUAL_FATAL(infer_price_batch(&one, &hw, 3, &pf, &dstep, &err), 0);
+	CU_ASSERT_DOUBLE_EQUAL(fd.s / dstep.s, 1, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(fd.bytes / dstep.bytes, 1, 1e-12);
+	one.wl.prompt_tokens = 1000;
+	CU_ASSERT_EQUAL_FATAL(infer_price_batch(&one, &hw, 1, &pf, &dstep, &err), 0);
+	InferRagged prompt = {.chunk_tokens = 1000, .chunk_pairs = pairs(1000, 0),
+			      .logit_rows = 1};
+	InferPhase fp;
+	CU_ASSERT_EQUAL_FATAL(infer_price_ragged(&p, &hw, &prompt, &fp, &err), 0);
+	CU_ASSERT_DOUBLE_EQUAL(fp.s / pf.s, 1, 1e-12);
+	CU_ASSERT_DOUBLE_EQUAL(fp.flops / pf.flops, 1, 1e-12);
+	infer_plan_free(&p);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* Two requests at 0 s, r0 (prompt 100, output 3) and r1 (prompt 40, output 2), forwards of at
+ * most 64 tokens, blocks of 16. F1: r0's first 64 tokens. F2: r0's last 36 (after 64 cached: it
+ * makes r0's first token) and r1's first 28. F3: r0 decodes at context 100 beside r1's last 12
+ * (after 28: r1's first token). F4: both decode, at contexts 101 and 40 (mean 70.5); both end.
+ * TTFT F1 + F2 and F1 + F2 + F3; latency F1 + ... + F4 for both; TPOT (F3 + F4) / 2 and F4. At
+ * the end of F4 the cache holds 102 + 41 tokens in 7 + 3 blocks. r2 (100 s, prompt 10, output
+ * 1; a trace needs two arrival times) runs alone: F5, its 10 tokens, its TTFT and latency. */
+static void test_replay_by_hand(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	const char *csv = "arrival_s,prompt_tokens,output_tokens\n0,100,3\n0,40,2\n100,10,1\n";
+	if (predict_on(csv, "\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 64, "
+		       "\"max_ragged_sequence_count\": 4, \"block_size\": 16, ", &sc, &pr)) {
+		CU_FAIL("predict");
+		return;
+	}
+	const InferScenario *ps = &pr.paged;
+	InferRagged g1 = {.chunk_tokens = 64, .chunk_pairs = pairs(64, 0)};
+	InferRagged g2 = {.chunk_tokens = 64, .chunk_pairs = pairs(36, 64) + pairs(28, 0),
+			  .chunk_prior = 64, .logit_rows = 1};
+	InferRagged g3 = {.decode_seqs = 1, .decode_ctx = 100, .chunk_tokens = 12,
+			  .chunk_pairs = pairs(12, 28), .chunk_prior = 28, .logit_rows = 2};
+	InferRagged g4 = {.decode_seqs = 2, .decode_ctx = 70.5, .logit_rows = 2};
+	double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2), f3 = forward_s(ps, &g3);
+	InferRagged g5 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
+	double f4 = forward_s(ps, &g4), f5 = forward_s(ps, &g5), e = 1e-12;
+	const InferReplay *r = &pr.replay;
+	CU_ASSERT_EQUAL(r->block, 16);
+	CU_ASSERT_EQUAL(r->forwards, 5);
+	CU_ASSERT_EQUAL(r->peak_concurrency, 2);
+	CU_ASSERT_EQUAL(r->peak_kv_tokens, 143);
+	CU_ASSERT_EQUAL(r->peak_kv_blocks, 10);
+	CU_ASSERT_EQUAL(r->preemptions, 0);
+	CU_ASSERT_EQUAL(r->waited_for_room, 0);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (2 * f1 + 2 * f2 + f3 + f5) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_p99_s, f1 + f2 + f3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (2 * (f1 + f2 + f3 + f4) + f5) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, ((f3 + f4) / 2 + f4) / 2, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 100 + f5, e);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* A cache of two blocks of k tokens (k found by bisection: the cache shrinks as the workload's
+ * mean prompt, which k sets, grows). Two requests at 0 s, each a prompt of k tokens and
+ * 2 outputs. F1 prefills both (each fills one block, their first tokens). Then both need a new
+ * block and none is free: nothing can run, so r1, admitted last, gives its block back and waits
+ * (a preemption). F2: r0 decodes at context k, taking the free block, and ends. F3: r1 comes
+ * back whole, prompt and its token (k + 1 tokens, two blocks): that prefill makes its second
+ * token. TTFT F1 both; latency F1 + F2 and F1 + F2 + F3; TPOT F2 and F2 + F3. r2 (1000 s,
+ * prompt 10, output 1) runs alone: F4. */
+static void test_replay_flush_by_hand(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	char csv[256], wl[256];
+	long long k = 0, lo = 10000, hi = 200000; /* more than 2 blocks at lo, fewer at hi */
+	int found = 0;
+	for (int tries = 0; tries < 40 && !found && hi - lo > 1; tries++) {
+		k = (lo + hi) / 2;
+		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
+			 "0,%lld,2\n1000,10,1\n", k, k);
+		snprintf(wl, sizeof(wl), "\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": "
+			 "1048576, \"max_ragged_sequence_count\": 4, \"block_size\": %lld, ", k);
+		/* too few blocks for a prompt: refused, as it should be */
+		long long blocks = predict_quiet(csv, wl, 1, &sc, &pr) ? 0 : pr.replay.kv_blocks;
+		found = blocks == 2;
+		if (blocks > 2)
+			lo = k;
+		else if (blocks < 2)
+			hi = k;
+		if (!found && blocks > 0) {
+			infer_predict_free(&pr);
+			infer_scenario_free(&sc);
+		}
+	}
+	CU_ASSERT_FATAL(found);
+	const InferScenario *ps = &pr.paged;
+	InferRagged g1 = {.chunk_tokens = 2 * k, .chunk_pairs = 2 * pairs(k, 0), .logit_rows = 2};
+	InferRagged g2 = {.decode_seqs = 1, .decode_ctx = (double)k, .logit_rows = 1};
+	InferRagged g3 = {.chunk_tokens = k + 1, .chunk_pairs = pairs(k + 1, 0), .logit_rows = 1};
+	InferRagged g4 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
+	double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2), f3 = forward_s(ps, &g3);
+	double f4 = forward_s(ps, &g4);
+	const InferReplay *r = &pr.replay;
+	double e = 1e-9;
+	CU_ASSERT_EQUAL(r->preemptions, 1);
+	CU_ASSERT_EQUAL(r->forwards, 4);
+	CU_ASSERT_EQUAL(r->peak_kv_blocks, 2);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (2 * f1 + f4) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (2 * f1 + 2 * f2 + f3 + f4) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (2 * f2 + f3) / 2, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 1000 + f4, e);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* FastGen's blog (DeepSpeed-FastGen, 2023: "consistent" per-token latency, no decode stalled
+ * behind a long prompt's prefill) on the bundled trace scenario: Dynamic SplitFuse's p99 time
+ * per output token below vLLM's prefill-first scheduler's, every request served by both. */
+static void test_tail_token_latency(void)
+{
+	const char *scen = px_test_path("scenarios/llama2-70b-infer-trace-tp4-h100.json");
+	double p99[2];
+	for (int fused = 0; fused < 2; fused++) {
+		int rc = px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --json%s", scen,
+					  fused ? " --set workload.scheduler='\"split_fuse\"'" : "");
+		CU_ASSERT_EQUAL_FATAL(rc, 0);
+		const char *at = strstr(out, "\"infer.trace.tpot_p99_s\":");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+		p99[fused] = atof(at + strlen("\"infer.trace.tpot_p99_s\":"));
+		PX_ASSERT_HAS(out, "\"infer.trace.requests\"");
+	}
+	CU_ASSERT(p99[0] > 0 && p99[1] > 0);
+	CU_ASSERT(p99[1] < p99[0]);
+}
+
+/* Each key where it does not belong, or out of range: exit 2 naming the file and the key. */
+static void test_bad_input(void)
+{
+	static const struct { const char *workload, *needle; } cases[] = {
+		{"\"scheduler\": \"fastgen\", ", "workload.scheduler: expected \"vllm\""},
+		{"\"scheduler\": \"vllm\", \"max_ragged_batch_size\": 512, ",
+		 "workload.max_ragged_batch_size: applies to \"scheduler\": \"split_fuse\" only"},
+		{"\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 256, ",
+		 "workload.max_ragged_sequence_count: larger than max_ragged_batch_size"},
+	};
+	const char *csv = "arrival_s,prompt_tokens,output_tokens\n0,100,3\n";
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *path = write_trace_scenario(csv, cases[i].workload);
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+		PX_ASSERT_HAS(out, path);
+		PX_ASSERT_HAS(out, cases[i].needle);
+	}
+	/* without a trace: the steady state is vLLM's */
+	const char *rate = px_test_path("scenarios/llama2-70b-infer-tp4-h100.json");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --set "
+					 "workload.batching='\"continuous\"' --set "
+					 "workload.request_rate=2 --set "
+					 "workload.scheduler='\"split_fuse\"'", rate), 2);
+	PX_ASSERT_HAS(out, "workload.scheduler: \"split_fuse\" is replayed over a trace");
+	/* on a static batch */
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --set "
+					 "workload.scheduler='\"split_fuse\"'", rate), 2);
+	PX_ASSERT_HAS(out, "workload.scheduler: applies to \"batching\": \"continuous\" only");
+}
+
+int test_splitfuse_register(void)
+{
+	return PX_ADD_SUITE("splitfuse",
+			    {"a ragged forward: FLOPs and bytes by hand, the weights read once",
+			     test_ragged_forward_by_hand},
+			    {"a trace replayed: four forwards by hand", test_replay_by_hand},
+			    {"a trace replayed: a stall and a flush by hand",
+			     test_replay_flush_by_hand},
+			    {"FastGen's steadier token latency on the bundled trace",
+			     test_tail_token_latency},
+			    {"bad input", test_bad_input});
+}
