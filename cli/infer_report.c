@@ -137,10 +137,16 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 			fprintf(f, "%-40s %14.3f\n", "KV cache at that occupancy, GiB", cb->kv_bytes / GiB);
 			fprintf(f, "%-40s %14.5f\n", "decode step at N, s", cb->decode_step_s);
 		}
-		fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's default "
-			"scheduler)%s: docs/inference.md\n", w->split_fuse ? "; the trace's replay "
-			"below runs Dynamic SplitFuse" : "; Dynamic SplitFuse (\"scheduler\": "
-			"\"split_fuse\") is replayed over a trace");
+		if (w->split_fuse)
+			fprintf(f, "# Dynamic SplitFuse (DeepSpeed-FastGen): forwards of at most %lld "
+				"tokens give every decoding sequence its next token and, while "
+				"prompts wait, carry their tokens (rho: the share of time they do); "
+				"decode step: the mean forward, the TPOT: docs/inference.md\n",
+				w->token_budget);
+		else
+			fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's "
+				"default scheduler; \"scheduler\": \"split_fuse\" for Dynamic "
+				"SplitFuse): docs/inference.md\n");
 		if (pr->replayed)
 			replay_table(f, pr);
 		if (!cb->stable)

@@ -335,7 +335,7 @@ int infer_build_ragged(const InferPlan *p, const InferRagged *r, Schedule *s, Px
 {
 	const ModelSpec *m = &p->sc->model;
 	double n = (double)r->decode_seqs, tokens = n + (double)r->chunk_tokens;
-	double rows = (double)r->logit_rows;
+	double rows = r->logit_rows;
 	/* keys and values: a decoding query's context read and its token written; a chunk's
 	 * earlier tokens read and its own written */
 	double kv_tokens = n * (r->decode_ctx + 1) + r->chunk_prior + (double)r->chunk_tokens;
@@ -356,7 +356,7 @@ int infer_build_ragged(const InferPlan *p, const InferRagged *r, Schedule *s, Px
 					  (int64_t)(tokens * (double)m->h), p->act_bytes, -1, 0);
 		if (u == p->n_units - 1 && p->tp > 1)
 			oom |= sched_coll(s, COLL_ALL_GATHER, ROLE_DECODE, GROUP_TP, (int)p->tp, u,
-					  (int64_t)rows * m->V, 4, -1, 0);
+					  (int64_t)(rows * (double)m->V), 4, -1, 0);
 	}
 	if (oom)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory building a ragged forward");

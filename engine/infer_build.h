@@ -71,10 +71,10 @@ int infer_build_schedule(const InferPlan *p, Schedule *s, PxError *err);
  * average, beside prompt chunks of chunk_tokens tokens in all, whose queries meet chunk_pairs
  * (query, key) pairs under the causal mask and read chunk_prior tokens their sequences cached
  * before; logit_rows sequences make a token (the decoding ones, and each chunk that ends its
- * prompt). */
+ * prompt; a mean over forwards may be fractional). */
 typedef struct InferRagged {
-	long long decode_seqs, chunk_tokens, logit_rows;
-	double decode_ctx, chunk_pairs, chunk_prior;
+	long long decode_seqs, chunk_tokens;
+	double logit_rows, decode_ctx, chunk_pairs, chunk_prior;
 } InferRagged;
 
 /* The schedule of one ragged forward on one rank (no set-up, no buffers: its time only), each

@@ -424,10 +424,6 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 		return -1;
 	if (rc > 0)
 		return parse_trace(o, trace, scenario, w, err);
-	if (w->split_fuse)
-		return fail_at(o, "scheduler", err, "\"split_fuse\" is replayed over a trace's "
-			       "requests: give workload.trace (the steady state without one assumes "
-			       "vLLM's prefill-first scheduler)");
 	rc = jobj_num(o, "request_rate", 1e-9, 1e12, 0, &w->request_rate, err);
 	if (rc < 0)
 		return -1;

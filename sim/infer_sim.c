@@ -229,6 +229,128 @@ static double decode_s(const InferScenario *sc, const HwProfile *hw, long long n
 	return infer_price_batch(sc, hw, n, &pf, &dec, err) ? -1 : dec.s;
 }
 
+/* ---- continuous batching under Dynamic SplitFuse (docs/inference.md) ---- */
+
+/* FastGen's forwards with n sequences decoding: each forward gives them a token; while prompts
+ * wait, it also carries c prompt tokens (a full forward): what the budget leaves, avail =
+ * max_ragged_batch_size - n, for a prompt longer than that, which goes in sp / avail chunks (its
+ * tokens' causal pairs c (sp + 1) / 2 a forward, its earlier chunks' (sp - c) / 2 tokens read);
+ * a shorter prompt in one forward of its own sp tokens (packing several prompts into one forward
+ * when they queue is left out: a bound on the throughput at high load). The prompts keep full
+ * forwards busy a share rho = lambda (sp / c) T_full of the time, and the forwards run at
+ * rho / T_full + (1 - rho) / T_dec a second: a decoding sequence's TPOT is one over that. */
+typedef struct Fused {
+	double avail;  /* prompt tokens a full forward carries: c */
+	double full_s; /* a full forward: n decoding tokens and avail prompt tokens */
+	double dec_s;  /* a forward of the n decoding tokens alone */
+	double util;   /* rho */
+	double tpot_s;
+} Fused;
+
+/* The forwards at n decoding sequences (n >= 1) and lambda requests/s on the replica: 0, 1 when
+ * they cannot keep up (no room for a prompt token, or rho >= 1), -1 with err. */
+static int fused_at(const InferPlan *p, const HwProfile *hw, double lambda, long long n,
+		    Fused *f, PxError *err)
+{
+	const InferWorkload *wl = &p->sc->wl;
+	double sp = (double)wl->prompt_tokens, ctx = sp + (double)wl->output_tokens / 2;
+	long long avail = wl->token_budget - n;
+	if (avail < 1)
+		return 1;
+	double c = fmin((double)avail, sp);
+	InferRagged full = {.decode_seqs = n, .decode_ctx = ctx, .chunk_tokens = (long long)c,
+			    .chunk_pairs = c * (sp + 1) / 2, .chunk_prior = fmax(0, (sp - c) / 2),
+			    .logit_rows = (double)n + c / sp};
+	InferRagged dec = {.decode_seqs = n, .decode_ctx = ctx, .logit_rows = (double)n};
+	InferPhase ph;
+	if (infer_price_ragged(p, hw, &full, &ph, err))
+		return -1;
+	f->full_s = ph.s;
+	if (infer_price_ragged(p, hw, &dec, &ph, err))
+		return -1;
+	f->dec_s = ph.s;
+	f->avail = c;
+	f->util = lambda * sp / c * f->full_s;
+	if (f->util >= 1)
+		return 1;
+	f->tpot_s = 1 / (f->util / f->full_s + (1 - f->util) / f->dec_s);
+	return 0;
+}
+
+/* The steady state under Dynamic SplitFuse: the smallest n with n >= lambda (so - 1) TPOT(n)
+ * (Little's law: each request decodes so - 1 tokens, one a forward), linear between whole n.
+ * TTFT: a prompt waits for the prompts ahead (M/D/1: rho X / (2 (1 - rho)), X = its sp / avail
+ * full forwards), or, arriving while none is, for the decoding forward in progress (half of one),
+ * then its own forwards (one at least). Fills pr->cb and the time figures as
+ * price_continuous does. */
+static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPrediction *pr,
+		       PxError *err)
+{
+	InferContinuous *c = &pr->cb;
+	const InferWorkload *wl = &sc->wl;
+	double so = (double)wl->output_tokens, sp = (double)wl->prompt_tokens;
+	double lambda = c->rate_replica;
+	long long most = c->max_concurrency;
+	if (most > wl->max_ragged_seqs)
+		most = wl->max_ragged_seqs;
+	if (most > wl->token_budget - 1)
+		most = wl->token_budget - 1;
+	Fused lo_f, hi_f = {0};
+	long long lo = 1, hi = most;
+	int rc = most < 1 ? 1 : fused_at(&pr->plan, hw, lambda, hi, &hi_f, err);
+	if (rc < 0)
+		return -1;
+	c->prefill_util = hi_f.util;
+	if (rc || (double)hi < lambda * (so - 1) * hi_f.tpot_s) {
+		snprintf(c->why, sizeof(c->why), "overloaded: at %lld decoding sequences (memory's, "
+			 "batch_size's or the forward's limit) the forwards of %lld tokens cannot "
+			 "keep up with %.4g requests/s per replica", most, wl->token_budget,
+			 lambda);
+		return 0;
+	}
+	while (lo < hi) {
+		long long mid = lo + (hi - lo) / 2;
+		Fused f;
+		if (fused_at(&pr->plan, hw, lambda, mid, &f, err) < 0)
+			return -1;
+		if ((double)mid >= lambda * (so - 1) * f.tpot_s)
+			hi = mid, hi_f = f;
+		else
+			lo = mid + 1;
+	}
+	Fused at = hi_f;
+	if (lo == 1) { /* fewer than one sequence decoding on average: batch 1's forwards */
+		c->concurrency = lambda * (so - 1) * hi_f.tpot_s;
+	} else { /* g(n) = n - lambda (so - 1) TPOT(n), linear between lo - 1 and lo */
+		if (fused_at(&pr->plan, hw, lambda, lo - 1, &lo_f, err) < 0)
+			return -1;
+		double g_lo = (double)(lo - 1) - lambda * (so - 1) * lo_f.tpot_s;
+		double g_hi = (double)lo - lambda * (so - 1) * hi_f.tpot_s;
+		double f = -g_lo / (g_hi - g_lo);
+		c->concurrency = (double)(lo - 1) + f;
+		at.tpot_s = lo_f.tpot_s + f * (hi_f.tpot_s - lo_f.tpot_s);
+		at.util = lo_f.util + f * (hi_f.util - lo_f.util);
+		at.dec_s = lo_f.dec_s + f * (hi_f.dec_s - lo_f.dec_s);
+		at.full_s = lo_f.full_s + f * (hi_f.full_s - lo_f.full_s);
+	}
+	c->stable = 1;
+	double x = sp / at.avail * at.full_s; /* a prompt's work, in full forwards' time */
+	c->prefill_util = at.util;
+	c->prefill_s = fmax(1, sp / at.avail) * at.full_s;
+	c->prefill_sq_s2 = c->prefill_s * c->prefill_s;
+	c->decode_step_s = at.tpot_s;
+	pr->ttft_s = at.util * x / (2 * (1 - at.util)) + (1 - at.util) * at.dec_s / 2 +
+		     c->prefill_s;
+	pr->tpot_s = at.tpot_s;
+	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
+	c->in_system = lambda * pr->latency_s;
+	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
+	pr->tokens_per_s_replica = lambda * so;
+	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
+	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
+	return 0;
+}
+
 /* g(n) = n (1 - rho) - lambda (so - 1) T_d(n): decode's capacity over its demand, in sequences;
  * it grows with n while a step's time grows more slowly than its batch. */
 static int excess(const InferScenario *sc, const HwProfile *hw, const InferContinuous *c,
@@ -267,6 +389,8 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 			 "weights", c->mean_ctx_tokens);
 		return 0;
 	}
+	if (wl->split_fuse)
+		return price_fused(sc, hw, pr, err);
 	if (c->prefill_util >= 1) {
 		snprintf(c->why, sizeof(c->why), "overloaded: the prefills alone need %.3g of the "
 			 "time (%.4g requests/s x %.4g s each per replica)", c->prefill_util,
