@@ -122,14 +122,15 @@ static void unit_plan(const InferPlan *p, int u, long long b, InferUnit *out)
 	out->decode_comm_elems = (double)b * (double)m->h;
 }
 
-/* The largest working set of one forward over tokens T = b x s: the residual stream and its
- * normed copy, then the larger of attention's (q, k, v and its output) and the MLP's
- * intermediates; at the head the stream and the last positions' fp32 logits (all of them after
- * the vocabulary-parallel gather). A decode step also holds its fp32 scores against the cache. */
-static double workspace_bytes(const InferPlan *p, long long b, long long s, int decode)
+/* The largest working set of one forward over T tokens: the residual stream and its normed copy,
+ * then the larger of attention's (q, k, v and its output) and the MLP's intermediates; at the
+ * head the stream and the fp32 logits of its b rows (all of them after the vocabulary-parallel
+ * gather). A decode step (decode: its b sequences) also holds its fp32 scores against the
+ * cache. */
+static double workspace_bytes(const InferPlan *p, double T, long long b, int decode)
 {
 	const ModelSpec *m = &p->sc->model;
-	double t = (double)p->tp, T = (double)b * (double)s, act = p->act_bytes;
+	double t = (double)p->tp, act = p->act_bytes;
 	double d = (double)m->head_dim, dv = (double)(m->v_head_dim ? m->v_head_dim : m->head_dim);
 	double attn = (double)m->a / t * (d + dv) + (double)p->kv_heads_rank * (d + dv);
 	double mlp = (m->lay.gated ? 3.0 : 2.0) * (double)(m->I ? m->I : 4 * m->h) / t;
@@ -187,8 +188,19 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 		p->load_peak_extra_bytes -= p->weight_bytes + p->scale_bytes;
 	p->load_peak_extra_bytes = fmax(p->load_peak_extra_bytes, 0);
 	p->kv_bytes = p->kv_bytes_per_token * (double)batch * (double)p->ctx_tokens;
-	p->prefill_workspace_bytes = workspace_bytes(p, batch, wl->prompt_tokens, 0);
-	p->decode_workspace_bytes = workspace_bytes(p, batch, 1, 1);
+	p->prefill_workspace_bytes = workspace_bytes(p, (double)batch * (double)wl->prompt_tokens,
+						     batch, 0);
+	p->decode_workspace_bytes = workspace_bytes(p, (double)batch, batch, 1);
+	if (wl->split_fuse) {
+		/* FastGen's forwards hold at most max_ragged_batch_size tokens, their logits one
+		 * row a sequence making a token, and its blocked flash attention keeps no scores;
+		 * its engine leaves memory_config's reserve beside the KV cache for all the rest
+		 * (DSStateManagerConfig: mode "reserve", 1e9 bytes by default) */
+		double T = (double)wl->token_budget;
+		long long rows = batch < wl->token_budget ? batch : wl->token_budget;
+		p->prefill_workspace_bytes = p->decode_workspace_bytes =
+			fmax(workspace_bytes(p, T, rows, 0), INFER_FASTGEN_RESERVE_BYTES);
+	}
 	const ClusterSpec *cl = &sc->cluster;
 	p->runtime_bytes = cl->cuda_context_bytes + cl->cublas_workspace_bytes +
 			   cl->nccl_buffers_bytes;

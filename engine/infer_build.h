@@ -10,6 +10,10 @@
 #include "infer_scenario.h"
 #include "schedule.h"
 
+/* DeepSpeed-FastGen's memory beside the KV cache: its MemoryConfig's default, mode "reserve" of
+ * 1e9 bytes left free after the cache (deepspeed/inference/v2/ragged/manager_configs.py). */
+#define INFER_FASTGEN_RESERVE_BYTES 1e9
+
 /* One unit's share of the work on one rank. */
 typedef struct InferUnit {
 	double weight_bytes;      /* as stored: quantized matrices at their bits, the rest in dtype */

@@ -90,7 +90,8 @@ static double pairs(long long c, long long prior)
  * per pair over 3 x 1000 + 25,050 pairs, the head 2 h V per row. Its bytes are the decode-only
  * and chunk-only forwards' less one read of the weights: every parameter but the embedding's
  * (a lookup reads its rows), (6,738,415,616 - 32,000 x 4,096) x 2 bytes. With no chunk it is
- * the schedule's decode step at batch 3; with one whole prompt, its prefill at batch 1. */
+ * the schedule's decode step at batch 3; with one whole prompt, its prefill at batch 1. The
+ * workspace beside the cache: FastGen's reserve, or a larger forward's. */
 static void test_ragged_forward_by_hand(void)
 {
 	InferScenario sc;
@@ -140,6 +141,21 @@ static void test_ragged_forward_by_hand(void)
 	CU_ASSERT_DOUBLE_EQUAL(fp.s / pf.s, 1, 1e-12);
 	CU_ASSERT_DOUBLE_EQUAL(fp.flops / pf.flops, 1, 1e-12);
 	infer_plan_free(&p);
+	/* beside the KV cache FastGen leaves its reserve, 1e9 bytes (MemoryConfig's default),
+	 * more than a forward of 768 tokens needs */
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.prefill_workspace_bytes, 1e9, 0);
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.decode_workspace_bytes, 1e9, 0);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	/* a forward of 65,536 tokens needs more: the stream and its normed copy beside the MLP's
+	 * three intermediates, 65,536 x 2 bytes x (2 x 4096 + 3 x 11008) */
+	if (predict_on(csv, "\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 65536, ",
+		       &sc, &pr)) {
+		CU_FAIL("predict");
+		return;
+	}
+	CU_ASSERT_DOUBLE_EQUAL(pr.plan.prefill_workspace_bytes, 65536 * 2.0 * (2 * 4096 + 3 * 11008),
+			       0);
 	infer_predict_free(&pr);
 	infer_scenario_free(&sc);
 }
@@ -188,8 +204,8 @@ static void test_replay_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
-/* A cache of two blocks of k tokens (k found by bisection: the cache shrinks as the workload's
- * mean prompt, which k sets, grows). Two requests at 0 s, each a prompt of k tokens and
+/* A cache of two blocks of k tokens, forwards of 2 k + 16 (k found by bisection: the cache
+ * shrinks as the forward's workspace, which k sets, grows). Two requests at 0 s, each a prompt of k tokens and
  * 2 outputs. F1 prefills both (each fills one block, their first tokens). Then both need a new
  * block and none is free: nothing can run, so r1, admitted last, gives its block back and waits
  * (a preemption). F2: r0 decodes at context k, taking the free block, and ends. F3: r1 comes
@@ -208,7 +224,8 @@ static void test_replay_flush_by_hand(void)
 		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
 			 "0,%lld,2\n1000,10,1\n", k, k);
 		snprintf(wl, sizeof(wl), "\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": "
-			 "1048576, \"max_ragged_sequence_count\": 4, \"block_size\": %lld, ", k);
+			 "%lld, \"max_ragged_sequence_count\": 4, \"block_size\": %lld, ",
+			 2 * k + 16, k);
 		/* too few blocks for a prompt: refused, as it should be */
 		long long blocks = predict_quiet(csv, wl, 1, &sc, &pr) ? 0 : pr.replay.kv_blocks;
 		found = blocks == 2;
