@@ -191,6 +191,8 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 	p->prefill_workspace_bytes = workspace_bytes(p, (double)batch * (double)wl->prompt_tokens,
 						     batch, 0);
 	p->decode_workspace_bytes = workspace_bytes(p, (double)batch, batch, 1);
+	if (wl->continuous && !wl->split_fuse) /* vLLM's scheduler: a prompt prefilled alone */
+		p->prefill_workspace_bytes = workspace_bytes(p, (double)wl->prompt_tokens, 1, 0);
 	if (wl->split_fuse) {
 		/* FastGen's forwards hold at most max_ragged_batch_size tokens, their logits one
 		 * row a sequence making a token, and its blocked flash attention keeps no scores;
