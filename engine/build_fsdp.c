@@ -80,7 +80,8 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
 	double mine = (double)up->part_dense;
 	int first = b->fsdp_shard[u] < 0, same = p->comm_bytes == p->shard_bytes;
 	/* the shard is allocated first: in the reduce dtype FSDP casts the output into it, both
-	 * live at that moment; the executor adds the reduced slice straight in (exec/runner.c) */
+	 * live at that moment; the executor adds the reduced slice straight in
+	 * (exec/runner_coll.c) */
 	if (first)
 		b->fsdp_shard[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_GRAD_PART, u,
 					 mine * p->shard_bytes);

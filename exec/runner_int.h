@@ -1,9 +1,13 @@
-/* runner_int: the runner's insides, shared by its files: runner.c (the schedule interpreter
- * and set-up), runner_state.c (the optimizer over this rank's partition, and checkpoints of
- * the state it keeps), runner_pipe.c (pipeline parallelism: the groups' communicators, the
- * sends and receives between stages), runner_tp.c (tensor parallelism), runner_moe.c
- * (Mixture-of-Experts blocks and their groups), runner_zpp.c (ZeRO++) and runner_nvme.c
- * (ZeRO-Infinity's optimizer on NVMe). Not for use outside
+/* runner_int: the runner's insides, shared by its files: runner.c (what the executor runs, the
+ * schedule interpreter and its streams of started collectives, set-up), runner_buf.c (the
+ * buffers: their sizes, allocation and freeing), runner_unit.c (the units' forward, recompute
+ * and backward: their parameters in, their gradients out), runner_coll.c (the collectives, and
+ * the host copies under optimizer offload), runner_fsdp.c (FSDP's gradient shards and flats),
+ * runner_state.c (the optimizer over this rank's partition, and checkpoints of the state it
+ * keeps), runner_pipe.c (pipeline parallelism: the groups' communicators, the sends and receives
+ * between stages), runner_tp.c (tensor parallelism), runner_moe.c (Mixture-of-Experts blocks and
+ * their groups), runner_zpp.c (ZeRO++), runner_nvme.c (ZeRO-Infinity's optimizer on NVMe),
+ * runner_onebit.c (1-bit Adam and 0/1 Adam) and runner_lamb.c (1-bit LAMB). Not for use outside
  * exec/runner*.c. */
 #ifndef PX_EXEC_RUNNER_INT_H
 #define PX_EXEC_RUNNER_INT_H
@@ -103,7 +107,7 @@ struct Runner {
 	RunnerRuntime rt;
 	int rank, n;            /* data-parallel rank and size */
 	long long own_flat;     /* stage 0-2: the stage's flat as this executor counts it
-				   (own_flat_elems), -1 at stage 3 */
+				   (runner_own_flat_elems), -1 at stage 3 */
 	GptConfig cfg;
 	int B, T, head;
 	Arena arena;
@@ -382,6 +386,11 @@ void runner_onebit_step_done(Runner *r, double lr);
 
 /* ---- runner.c ---- */
 
+/* Completes every started collective, in start order, and what each completion allows. */
+int runner_wait_all(Runner *r, PxError *err);
+
+/* ---- runner_buf.c ---- */
+
 /* Room for buffer ids up to n_bufs (a schedule with more of them than the first: a 1-bit
  * optimizer's compressed steps, where 1-bit LAMB copies its momenta). 0, or -1 out of memory. */
 int runner_grow_bufs(Runner *r, int n_bufs);
@@ -391,6 +400,54 @@ int runner_grow_bufs(Runner *r, int n_bufs);
  * with err naming the op: "WHO before its COPY (BUF_OPT_STEP_TEMP) is allocated". */
 int runner_check_step_temp(const Schedule *s, int signs, const char *who, const char *copy,
 			   PxError *err);
+
+/* The stage's flat of parameters at ZeRO 0-2 as this executor's kernels count it. */
+long long runner_own_flat_elems(const Runner *r);
+/* The schedule's allocation op, and the free of buffer id: each binds the buffer to its role or
+ * unbinds it. */
+int runner_do_alloc(Runner *r, const Op *op, PxError *err);
+void runner_do_free(Runner *r, int id);
+
+/* ---- runner_unit.c ---- */
+
+/* A unit's compute ops (op: its forward, recompute or backward, which moves its gradients to
+ * where the schedule reduces them), and BF16_Optimizer's update_hp_grads (COMP_GRAD_ACCUM). */
+void runner_forward(Runner *r, const Op *op);
+void runner_recompute(Runner *r, const Op *op);
+void runner_backward(Runner *r, const Op *op);
+void runner_accumulate_hp(Runner *r, const Op *op);
+/* The head's token-embedding gradient into the tied buffer tied_id, which holds it until the
+ * embedding's backward. */
+void runner_head_grads(Runner *r, int tied_id);
+/* Where the head's copy of the token embedding lies in the stage's flat buffers (stage 0-2). */
+long long runner_tied_off(const Runner *r);
+
+/* ---- runner_coll.c ---- */
+
+/* A collective op: blocking, or started on its stream (r->pend). */
+int runner_collective(Runner *r, const Op *op, PxError *err);
+/* A copy op between host and device (optimizer offload) or NVMe. */
+int runner_copy(Runner *r, const Op *op, PxError *err);
+int runner_all_reduce_scalar(Runner *r, Comm *c, float *x, CommRedOp op, PxError *err);
+/* This rank's reduced slice of reduction op (mine, cnt elements) into where the update reads
+ * it. */
+void runner_consume(Runner *r, const Op *op, const void *mine, size_t cnt);
+/* A reduced buffer consumed: persistent gradients zeroed, a contiguous buffer zeroed before the
+ * next gradients go in. */
+void runner_recycle(Runner *r, int buf);
+/* Whether op reduces stage 1's gradients through a contiguous buffer. */
+int runner_stage1_via_bucket(const Runner *r, const Op *op);
+/* Whether op is the updated parameters' copy after the update. */
+int runner_is_params_copy(const Op *op);
+
+/* ---- runner_fsdp.c ---- */
+
+/* Unit u's gradient shard: buffer id, -1 once freed. */
+void runner_fsdp_bind(Runner *r, int u, int id);
+/* Autograd's cat of op's unit's gradients into its flat (bytes at flat). */
+int runner_fsdp_cat(Runner *r, const Op *op, void *flat, size_t bytes, PxError *err);
+/* FSDP's COMP_GRAD_ACCUM: under no_sync, the newest flat gradient added into the one kept. */
+void runner_fsdp_accumulate(Runner *r, const Op *op);
 
 /* ---- runner_pipe.c ---- */
 

@@ -12,7 +12,7 @@
 /* ---- the optimizer over this rank's partition ---- */
 
 /* FSDP: unit u's gradients the update reads where they stay put: the host's pinned ones under
- * CPUOffload; NULL otherwise (the device's shards come and go: runner.c fsdp_bind). */
+ * CPUOffload; NULL otherwise (the device's shards come and go: runner_fsdp_bind). */
 static void *fsdp_host_grads(Runner *r, int u)
 {
 	return r->offload ? (float *)r->buf[r->id_grad32] + r->p->units[u].part_off : NULL;
@@ -37,7 +37,7 @@ void runner_make_segments(Runner *r)
 		}
 	} else {
 		for (int u = 0; u < p->n_units; u++) /* FSDP's gradient shards come and go
-						       (runner.c fsdp_bind) */
+						       (runner_fsdp_bind) */
 			if (p->units[u].part_dense > 0)
 				r->segs[n++] = (Seg){at(r->buf[r->id_part], r->p->units[u].part_off, r->sdt),
 						     p->fsdp ? fsdp_host_grads(r, u) :

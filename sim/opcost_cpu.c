@@ -254,7 +254,7 @@ double opcost_cpu_coll_s(const Plan *p, const HwProfile *hw, const Op *op)
 		     loop_s(l, l->onebit_expand_s, 2 * padded);
 	}
 	/* BF16_Optimizer's reduction in another type than the gradients': the gradients cast to
-	 * it and the sums cast back (exec/runner.c, cast_reduce) */
+	 * it and the sums cast back (exec/runner_coll.c, cast_reduce) */
 	if (op->role == ROLE_GRAD_REDUCE && p->bf16_optimizer && p->comm_bytes != p->grad_bytes) {
 		Dtype g = p->sc->ds.grad_dtype, c = p->sc->ds.comm_dtype;
 		s += hwcpu_elem_s(l, HWCPU_CONVERT, c, g, (double)op->elems) +
