@@ -38,7 +38,7 @@ void runner_recycle(Runner *r, int buf)
 		r->zero_first[buf] = 1;
 }
 
-/* Whether op reduces stage 1's gradients through a contiguous buffer (build.c): copied in from
+/* Whether op reduces stage 1's gradients through a contiguous buffer (build_step.c): copied in from
  * the full gradients, the slice going back (stage1_slice_back). */
 int runner_stage1_via_bucket(const Runner *r, const Op *op)
 {
@@ -163,7 +163,7 @@ static int all_reduce_cast(Runner *r, Comm *c, void *g, void *x, size_t n, PxErr
 	return 0;
 }
 
-/* BF16_Optimizer's reduction in communication_data_type (build.c bf16_reduce): op's elements
+/* BF16_Optimizer's reduction in communication_data_type (build_bf16_reduce): op's elements
  * of the gradients cast into the same place of its cast buffer, all-reduced there (divided by
  * dp first where DeepSpeed does), and cast back. Blocking: the step follows at once. */
 static int cast_reduce(Runner *r, const Op *op, Comm *c, PxError *err)
@@ -180,8 +180,8 @@ static int live_as(const Runner *r, int id, BufWhat w, size_t bytes)
 	       r->size[id] >= bytes;
 }
 
-/* A ZeRO reduction through a copy cast to communication_data_type (its slice's cast, build.c
- * zero_cast), blocking (the cast back follows at once), this rank's reduced slice then going
+/* A ZeRO reduction through a copy cast to communication_data_type (its slice's cast,
+ * build_zero_cast), blocking (the cast back follows at once), this rank's reduced slice then going
  * where a reduced slice goes:
  * - an all-reduce (ZeRO 1-2 with reduce_scatter off, gradient_reduction_w_predivide) or a ZeRO-3
  *   reduce-scatter (__avg_scatter_grads): the gradients cast whole into the copy, divided by dp
@@ -226,8 +226,8 @@ static int zero_cast_reduce(Runner *r, const Op *op, Comm *c, const SchedSlice *
 	return slice_reduced(r, op, at(a, from, r->gdt), cnt, NULL);
 }
 
-/* Stage 0's engine bucket (build.c engine_allreduce), flattened when it was allocated, or a
- * DistributedDataParallel bucket (build.c ddp_ready), copied into the reducer's flat now:
+/* Stage 0's engine bucket (build_engine_allreduce), flattened when it was allocated, or a
+ * DistributedDataParallel bucket (build_ddp_ready), copied into the reducer's flat now:
  * all-reduced there (divided by dp first where DeepSpeed does) and copied back where its slice
  * says: at once when blocking (q NULL: the engine's, after the backward), or when a started one
  * completes (finish_pending: DDP's, on the reduction stream while the backward goes on,

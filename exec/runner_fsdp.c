@@ -4,7 +4,7 @@
  * slices' way into the shards are runner_coll.c's. */
 #include "runner_int.h"
 
-/* ---- FSDP (Plan.fsdp; engine/build.c fsdp_*) ---- */
+/* ---- FSDP (Plan.fsdp; engine/build_fsdp.c) ---- */
 
 /* Where the flat gradient unit u's reduction reads starts: its own flat (the root's last unit's
  * lies in its first unit's, after the first's own elements); NULL when none is live. */
@@ -15,7 +15,7 @@ static void *fsdp_flat_of(const Runner *r, int u)
 	return id < 0 ? NULL : at(r->buf[id], root_tail ? r->p->units[0].own_gather : 0, r->gdt);
 }
 
-/* One rank: the builder adds no reduce-scatter over a group of one (build.c coll), so unit u's
+/* One rank: the builder adds no reduce-scatter over a group of one (build_priv.h coll), so unit u's
  * shard takes its flat's elements itself, added in (as the reduction's slice would be). */
 static void fsdp_local_reduce(Runner *r, int u)
 {

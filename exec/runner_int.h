@@ -456,7 +456,7 @@ void runner_fsdp_accumulate(Runner *r, const Op *op);
  * buffer is next freed or at the step's end. */
 int runner_pipe_p2p(Runner *r, const Op *op, Pending *q, PxError *err);
 /* Whether op is the all-gather over the tensor-parallel group that makes a received part of the
- * stream whole in its buffer (build.c pipe_gather); runner_pipe_gather runs it, blocking. */
+ * stream whole in its buffer (build_pipe.c pipe_gather); runner_pipe_gather runs it, blocking. */
 int runner_pipe_is_gather(const Runner *r, const Op *op);
 int runner_pipe_gather(Runner *r, const Op *op, PxError *err);
 /* comm_split into *out, collective over world; a group of this rank alone is dropped (*out
@@ -594,7 +594,7 @@ void runner_moe_backward(Runner *r, const void *params, float *grads, const void
  * buffer from its kept q, k, v. */
 void runner_moe_scores(Runner *r, void *acts);
 /* A collective over the expert-data-parallel group that names no buffer (the expert flat's
- * reductions and gathers, engine/build.c's chunked): on the expert part of the flat. */
+ * reductions and gathers, build_expert_flat): on the expert part of the flat. */
 int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);
 /* The optimizer's slices of the expert flat (Segs into out): one, the flat's contiguous slice,
  * at stage 0-1; at stage 2 one per MoE block. Returns how many (0 when the stage has none). */

@@ -1,6 +1,6 @@
 /* runner_lamb: DeepSpeed's OnebitLamb (runtime/fp16/onebit/lamb.py) in the runner, on the one
- * flat of fused momenta its compressed all-reduce exchanges (build.c: one exchange of the stage's
- * flat). Its warm-up steps all-reduce the gradients in full and update each tensor as LAMB
+ * flat of fused momenta its compressed all-reduce exchanges (build_step.c: one exchange of the
+ * stage's flat). Its warm-up steps all-reduce the gradients in full and update each tensor as LAMB
  * without bias correction, averaging each tensor's LAMB coefficient; its compressed steps copy
  * the momenta (the schedule's step temporary, BUF_OPT_STEP_TEMP), update each tensor's momentum
  * from this rank's gradients and scale it by the tensor's coefficient (set once, at the first

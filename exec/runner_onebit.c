@@ -1,6 +1,6 @@
 /* runner_onebit: DeepSpeed's OnebitAdam (runtime/fp16/onebit/adam.py) and ZeroOneAdam
  * (zoadam.py) in the runner. A run is made of kinds of step (engine/onebit.h), each with its
- * schedule (build.c builds them with plan.onebit_step); the runner runs the one of each step's
+ * schedule (build_step.c builds them with plan.onebit_step); the runner runs the one of each step's
  * kind.
  * - 1-bit Adam: the warm-up's steps all-reduce the gradients in full precision and update as Adam
  *   without bias correction; the compressed ones keep each rank's own gradients, update each

@@ -1,7 +1,7 @@
 /* runner_pipe: the runner's pipeline parallelism. Which groups a rank belongs to (engine/
  * parallel.c's layout, split into communicators), and the sends and receives between stages of
  * the hidden stream: a forward's activation to the next stage, a backward's gradient to the
- * previous one, through the buffers the schedule names (engine/build.c's pipelined()). The order
+ * previous one, through the buffers the schedule names (build_pipelined()). The order
  * of a stage's forwards and backwards is the schedule's; the interpreter is runner.c's. */
 #include <stdlib.h>
 
