@@ -95,14 +95,31 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		fprintf(f, "# experts    intermediate %lld each; shared experts %lld wide (dense); first "
 			"%lld layer(s) dense\n", m->moe_I ? m->moe_I : m->I, m->shared_I,
 			m->first_dense);
-	if (p->hpz > 1 || p->qwz || p->qgz)
+	if ((p->hpz > 1 && !p->fsdp) || p->qwz || p->qgz)
 		fprintf(f, "# zero++     qwZ %s, hpZ %lld, qgZ %s\n", p->qwz ? "on" : "off", p->hpz,
 			p->qgz ? "on" : "off");
 	if (sc->framework == FRAMEWORK_PYTORCH)
 		fprintf(f, "# framework  plain PyTorch (no DeepSpeed engine): %s\n", p->dp > 1 ?
 			"DistributedDataParallel, gradients all-reduced during the last micro-batch's "
 			"backward" : "one process, nothing reduced");
-	if (p->fsdp) {
+	if (p->fsdp2) {
+		const FsdpSpec *fs = &sc->fsdp;
+		char raf[128];
+		if (fs->post_forward > 1)
+			snprintf(raf, sizeof(raf), "%lld (1/%lld of a layer kept over %lld ranks from "
+				 "its forward to its backward)", fs->post_forward, fs->post_forward,
+				 fs->post_forward);
+		else
+			snprintf(raf, sizeof(raf), "%s", scenario_fsdp_reshards(fs->sharding) ? "true" :
+				 "false");
+		fprintf(f, "# framework  PyTorch FSDP2 (fully_shard): each transformer layer a group "
+			"and the root the rest, gathered through an all-gather output copied out into "
+			"the parameters; reshard_after_forward %s; one unit prefetched ahead; %s%s\n",
+			raf, fs->sync_each_batch || p->m == 1 ? "every micro-batch reduce-scatters" :
+			"gradient sync off but for the last micro-batch (each unit's whole gradient "
+			"kept)", fs->offload_params ? "; CPUOffloadPolicy: shards, their gradients and "
+			"the optimizer's step on the host" : "");
+	} else if (p->fsdp) {
 		const FsdpSpec *fs = &sc->fsdp;
 		fprintf(f, "# framework  PyTorch FSDP: %s, one flat a transformer layer and the root's "
 			"for the rest; backward_prefetch %s, forward one unit ahead; %s%s\n",

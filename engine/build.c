@@ -153,8 +153,13 @@ void build_gather(Builder *b, int u, int backward)
 		copy(b, COPY_NVME_READ, ROLE_PREFETCH, u, (double)swapped * p->param_bytes);
 	if (p->param_place != PLACE_GPU)
 		copy(b, COPY_H2D, ROLE_PREFETCH, u, part_bytes);
-	int id = b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
-					(double)whole * p->param_bytes);
+	/* FSDP2 gathers into the group's all-gather output, then copies it out into the unsharded
+	 * parameters, allocated then (foreach_all_gather_copy_out), and frees it: both live at the
+	 * copy (its kernel is not timed) */
+	int ag = p->fsdp2 ? alloc(b, PLACE_GPU, CAT_BUFFERS, BUF_FSDP_AG_OUTPUT, u,
+				  (double)whole * p->param_bytes) : -1;
+	int id = b->gathered[u] = ag >= 0 ? ag : alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
+						       (double)whole * p->param_bytes);
 	/* the unit's own flat, then (a tied head) the embedding's flat after it; op->unit names
 	 * whose partition is gathered, the slice where this rank's piece of it lies (hpZ's: in the
 	 * secondary partition) */
@@ -185,6 +190,11 @@ void build_gather(Builder *b, int u, int backward)
 	}
 	slice(b, coll(b, COLL_ALL_GATHER, ROLE_PREFETCH, GROUP_EDP, u, up->gather_expert,
 		      p->param_bytes, id, at), -1, up->part_off + up->part_dense, up->part_expert);
+	if (ag >= 0) {
+		b->gathered[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_GATHERED, u,
+				       (double)whole * p->param_bytes);
+		release(b, &ag);
+	}
 	b->live_elems += (double)whole;
 }
 
@@ -610,11 +620,12 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->bucket_of = malloc((size_t)n * sizeof(int));
 	b->fsdp_acc = malloc((size_t)n * sizeof(int));
 	b->fsdp_shard = malloc((size_t)n * sizeof(int));
+	b->fsdp_post = malloc((size_t)n * sizeof(int));
 	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out ||
-	    !b->expert_start || !b->bucket_of || !b->fsdp_acc || !b->fsdp_shard)
+	    !b->expert_start || !b->bucket_of || !b->fsdp_acc || !b->fsdp_shard || !b->fsdp_post)
 		return -1;
 	for (int u = 0; u < n; u++)
-		b->gathered[u] = b->fsdp_acc[u] = b->fsdp_shard[u] = -1;
+		b->gathered[u] = b->fsdp_acc[u] = b->fsdp_shard[u] = b->fsdp_post[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
 		b->act[i] = b->ckpt[i] = b->cast[i] = -1;
 	for (long long i = 0; i < chunks; i++)
@@ -646,6 +657,7 @@ static void builder_free(Builder *b)
 	free(b->bucket_of);
 	free(b->fsdp_acc);
 	free(b->fsdp_shard);
+	free(b->fsdp_post);
 	free(b->ddp_at);
 	free(b->dense.bufs);
 	free(b->expert.bufs);

@@ -38,17 +38,30 @@ void build_fsdp_forward_gather(Builder *b, int u)
  * SHARD_GRAD_OP keeps it for the backward. */
 void build_fsdp_forward_done(Builder *b, int u)
 {
-	if (scenario_fsdp_reshards(b->p->sc->fsdp.sharding) && !fsdp_is_root(b->p, u))
-		build_ungather(b, u);
+	const Plan *p = b->p;
+	if (!scenario_fsdp_reshards(p->sc->fsdp.sharding) || fsdp_is_root(p, u))
+		return;
+	if (p->fsdp2 && p->hpz > 1 && b->fsdp_post[u] < 0) /* reshard_after_forward N: 1/N kept */
+		b->fsdp_post[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_FSDP_POST_FORWARD, u,
+					(double)(p->units[u].gather_dense / p->hpz) * p->param_bytes);
+	build_ungather(b, u);
+}
+
+/* Unit u gathered for its backward (FSDP2 with reshard_after_forward N: from the 1/N kept over N
+ * ranks, build_gather's secondary gather, which then goes). */
+static void fsdp_gather_back(Builder *b, int u)
+{
+	build_gather(b, u, 1);
+	release(b, &b->fsdp_post[u]);
 }
 
 /* Before unit u's backward: its flat (gathered again under FULL_SHARD), and under BACKWARD_PRE the
  * next unit's in backward order, issued by u's pre-backward hook (_prefetch_handles). */
 void build_fsdp_backward_gather(Builder *b, int u)
 {
-	build_gather(b, u, 1);
+	fsdp_gather_back(b, u);
 	if (b->p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_PRE && u >= 1)
-		build_gather(b, u - 1, 1);
+		fsdp_gather_back(b, u - 1);
 }
 
 /* Unit u's gradients are whole: its post-backward hook frees its gathered flat (both strategies
@@ -66,7 +79,7 @@ static void fsdp_reshard(Builder *b, int u)
 			build_ungather(b, p->n_units - 1);
 	}
 	if (p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_POST && u >= 1)
-		build_gather(b, u - 1, 1);
+		fsdp_gather_back(b, u - 1);
 }
 
 /* One reduce-scatter of unit u's flat gradient, held in buf from element off, over the

@@ -63,6 +63,8 @@ typedef struct Builder {
 	int *fsdp_acc;             /* FSDP: each unit's whole gradient kept under no_sync, -1 */
 	int *fsdp_shard;           /* FSDP: each unit's gradient shard (_saved_grad_shard), from its
 				      first reduce-scatter to the step's zero_grad, -1 */
+	int *fsdp_post;            /* FSDP2: each unit's shard kept after its forward for its
+				      backward (BUF_FSDP_POST_FORWARD), -1 */
 	int fsdp_head;             /* FSDP: the root's last unit's gradients, until its first's */
 	int fsdp_sync;             /* FSDP: this micro-batch reduce-scatters (not under no_sync) */
 } Builder;

@@ -610,6 +610,21 @@ static int fsdp_plan(Plan *p, PxError *err)
 						p->hpz).per_node;
 		p->shard_group = GROUP_NODE;
 	}
+	/* FSDP2 (fully_shard): reshard_after_forward's int is a secondary group, as hpZ's: the
+	 * backward gathers a unit from the 1/N each rank kept after its forward, over N ranks
+	 * (FSDPParamGroup's post_forward_mesh_info); a non-trivial divisor of the shard world */
+	p->fsdp2 = sc->fsdp.version == 2;
+	long long n = sc->fsdp.post_forward;
+	if (n > 1 && (n >= p->dp || p->dp % n))
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.reshard_after_forward = %lld: expected a "
+			       "divisor of the %lld ranks FSDP shards over, between 2 and %lld (fully_shard "
+			       "refuses 1 and the whole group)", sc->path, n, p->dp, p->dp / 2);
+	if (n > 1 && sc->fsdp.offload_params)
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.reshard_after_forward = %lld with "
+			       "offload_params: not modelled (where the kept 1/%lld lives); use true or "
+			       "false", sc->path, n, n);
+	if (n > 1)
+		p->hpz = n;
 	if (sc->fsdp.offload_params && p->opt_impl == OPT_IMPL_FOREACH)
 		p->opt_impl = OPT_IMPL_FOR_LOOP;
 	return 0;
@@ -693,7 +708,7 @@ static int plan_stages(Plan *p, PxError *err)
 			st->persist_part_off = st->part_elems;
 			st->part_elems += ceil_div(st->persist_elems, p->dp);
 		}
-		if (p->hpz <= 1)
+		if (p->hpz <= 1 || p->fsdp) /* FSDP2's kept shards are each unit's own (build) */
 			st->secondary_elems = 0;
 		for (int u = 0; p->stage == 3 && u < p->n_units; u++)
 			if (p->units[u].stage == s && p->units[u].own_gather > st->max_bucket)

@@ -103,6 +103,9 @@ typedef struct Plan {
 				      parameters (stage_1_and_2.py single_partition_of_fp32_groups,
 				      stage3.py fp32_partitioned_groups_flat: .clone().float()) */
 	int state_bytes;           /* 4 per optimizer state */
+	int fsdp2;                 /* FSDP's version 2 (fully_shard; FsdpSpec.version): each gather
+				      through a group all-gather output copied out into the
+				      parameters; FsdpSpec.post_forward's group is hpz's */
 	int fsdp;                  /* framework "fsdp": stage 3's schedule as FSDP runs it (build_fsdp):
 				      param_bytes, grad_bytes and comm_bytes are MixedPrecision's
 				      param_dtype (the gathered weights, the unsharded gradients and

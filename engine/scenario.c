@@ -167,6 +167,65 @@ const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
 	return FSDP_PREFETCHES[b];
 }
 
+/* FSDP2 (fsdp.version 2, torch's fully_shard): reshard_after_forward true (FULL_SHARD's
+ * behaviour, the default), false (SHARD_GRAD_OP's) or an int of ranks to keep a unit's
+ * parameters over between its forward and its backward (FsdpSpec.post_forward). A hybrid
+ * sharding_strategy is FSDP2's 2-D device mesh, not modelled; FSDP1's prefetch options do not
+ * apply (fully_shard prefetches one unit ahead, forward and backward, as their defaults do). */
+static int parse_fsdp2(Scenario *sc, const JsonObj *o, FsdpSpec *f, PxError *err)
+{
+	static const char *const v1_only[] = {"backward_prefetch", "forward_prefetch",
+					      "limit_all_gathers", NULL};
+	char where[512];
+	long long version;
+	if (jobj_int(o, "version", 1, 2, 1, &version, err) < 0)
+		return -1;
+	f->version = (int)version;
+	const cJSON *raf = cJSON_GetObjectItemCaseSensitive(o->obj, "reshard_after_forward");
+	if (cJSON_IsNull(raf)) /* null: as if left out */
+		raf = NULL;
+	jobj_where(o, raf ? "reshard_after_forward" : "version", where, sizeof(where));
+	if (raf && f->version == 1)
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.reshard_after_forward: FSDP2's (fully_shard); "
+			       "with version 1 use sharding_strategy (FULL_SHARD or SHARD_GRAD_OP), or "
+			       "set \"version\": 2", where);
+	if (f->version == 1)
+		return 0;
+	if (scenario_fsdp_hybrid(f->sharding))
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.sharding_strategy: %s with version 2: "
+			       "FSDP2 shards hybrid over a 2-D device mesh, not modelled; expected "
+			       "FULL_SHARD or SHARD_GRAD_OP (or reshard_after_forward)", where,
+			       scenario_fsdp_sharding_name(f->sharding));
+	const cJSON *ss = cJSON_GetObjectItemCaseSensitive(o->obj, "sharding_strategy");
+	if (raf && ss && !cJSON_IsNull(ss))
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.reshard_after_forward: given beside "
+			       "sharding_strategy; expected one (FSDP2 takes reshard_after_forward: "
+			       "FULL_SHARD's true, SHARD_GRAD_OP's false)", where);
+	if (cJSON_IsBool(raf)) {
+		f->sharding = cJSON_IsTrue(raf) ? FSDP_FULL_SHARD : FSDP_SHARD_GRAD_OP;
+	} else if (cJSON_IsNumber(raf) && raf->valuedouble == (double)(long long)raf->valuedouble &&
+		   raf->valuedouble >= 2 && raf->valuedouble <= 1 << 20) {
+		f->sharding = FSDP_FULL_SHARD;
+		f->post_forward = (long long)raf->valuedouble;
+	} else if (raf) {
+		return px_fail(err, PX_ERR_INPUT, "%s: fsdp.reshard_after_forward: expected true, "
+			       "false or a whole number of ranks of at least 2 (fully_shard's bool or "
+			       "int)", where);
+	}
+	for (int i = 0; v1_only[i]; i++) {
+		const cJSON *k = cJSON_GetObjectItemCaseSensitive(o->obj, v1_only[i]);
+		if (!k || cJSON_IsNull(k))
+			continue;
+		jobj_where(o, v1_only[i], where, sizeof(where));
+		if (px_notes_warn(&sc->notes, "%s: warning: fsdp.%s: FSDP1's, ignored; fully_shard "
+				  "(version 2) prefetches one unit ahead, forward and backward", where,
+				  v1_only[i]))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	f->backward_prefetch = FSDP_BACKWARD_PRE, f->forward_prefetch = 0, f->limit_all_gathers = 1;
+	return 0;
+}
+
 /* The scenario's "fsdp" object (framework "fsdp"; FsdpSpec). NO_SHARD is refused by name: it
  * holds what DistributedDataParallel does (framework "pytorch"). Beside
  * another framework the object is ignored with a warning (a scenario compared across them). */
@@ -175,12 +234,13 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	static const char *const known[] = {"sharding_strategy", "backward_prefetch",
 					    "forward_prefetch", "limit_all_gathers", "sync_each_batch",
 					    "offload_params", "use_orig_params", "auto_wrap_policy",
-					    "transformer_layer_cls_to_wrap", NULL};
+					    "transformer_layer_cls_to_wrap", "version",
+					    "reshard_after_forward", NULL};
 	FsdpSpec *f = &sc->fsdp;
 	JsonObj o;
 	const char *strategy;
 	int rc = jobj_child(top, "fsdp", &o, err), v;
-	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0, 0};
+	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0, 0, 1, 0};
 	if (rc < 0)
 		return -1;
 	if (rc && sc->framework != FRAMEWORK_FSDP) { /* a scenario priced under another framework */
@@ -219,6 +279,8 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	    jobj_bool(&o, "offload_params", 0, &f->offload_params, err) < 0)
 		return -1;
 	f->backward_prefetch = (FsdpPrefetch)v;
+	if (parse_fsdp2(sc, &o, f, err))
+		return -1;
 	const char *wrap;
 	if (jobj_str(&o, "auto_wrap_policy", "TRANSFORMER_BASED_WRAP", &wrap, err) < 0)
 		return -1;

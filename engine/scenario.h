@@ -61,6 +61,14 @@ typedef struct FsdpSpec {
 	int forward_prefetch, limit_all_gathers, sync_each_batch;
 	int offload_params;      /* CPUOffload(offload_params=True): the shards, their gradients and
 				    the optimizer's step on the host */
+	int version;             /* 1: FullyShardedDataParallel; 2: fully_shard (FSDP2,
+				    Accelerate's fsdp_version 2), each parameter sharded on its
+				    first dimension, gathered through a group's all-gather output
+				    copied out into the parameters */
+	long long post_forward;  /* FSDP2's reshard_after_forward as an int: after a unit's
+				    forward it keeps 1/post_forward of its parameters on a group of
+				    that many ranks, which its backward gathers from; 0 without
+				    (true: FULL_SHARD; false: SHARD_GRAD_OP) */
 } FsdpSpec;
 
 /* Whose modules compute the model, which decides what autograd keeps op by op: "megatron" (the

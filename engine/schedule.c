@@ -414,7 +414,8 @@ const char *buf_name(BufWhat w)
 		"gpu_offload_temp", "cpu_offload_temp", "accumulated_cpu_grads",
 		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast",
 		"ddp_buckets", "loss_transients", "extra_large_grads",
-		"autocast_weights", "exec_comm_cast", "fsdp_unsharded_grads", "fsdp_reduced_shard"};
+		"autocast_weights", "exec_comm_cast", "fsdp_unsharded_grads", "fsdp_reduced_shard",
+		"fsdp_all_gather_output", "fsdp_post_forward_shard"};
 	return NAME_OF(n, w);
 }
 

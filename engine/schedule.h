@@ -171,6 +171,12 @@ typedef enum {
 			       or under no_sync until the step's last micro-batch */
 	BUF_FSDP_REDUCED,  /* FSDP: a reduce-scatter's output shard, and its cast to the shard's
 			      dtype, until it is added into the unit's gradient shard */
+	BUF_FSDP_AG_OUTPUT, /* FSDP2: a unit's all-gather output (every rank's shards), from its
+			       copy-in until copied out into the unsharded parameters
+			       (_fsdp_collectives.py foreach_all_gather, ..._copy_out) */
+	BUF_FSDP_POST_FORWARD, /* FSDP2 with reshard_after_forward an int N: the 1/N of a unit's
+				  parameters a rank keeps from its forward until its backward's
+				  gather reads it */
 	N_BUFS
 } BufWhat;
 

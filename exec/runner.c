@@ -95,6 +95,9 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if ((why = runner_onebit_supported(p)))
 		;
+	else if (p->fsdp2)
+		why = "FSDP1 (fsdp.version 1): FSDP2's fully_shard (its all-gather output copied out, "
+		      "reshard_after_forward's kept shards) is priced by predict, not run";
 	else if (p->fsdp && (p->param_bytes == 2 && (ds->autocast == DT_FP16 || ds->fp16)))
 		why = "FSDP in fp32 or bf16 (its fp16 MixedPrecision, with ShardedGradScaler, is "
 		      "priced by predict, not run)";

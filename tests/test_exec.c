@@ -1281,6 +1281,10 @@ static void test_fsdp(void)
 		 "fsdp.sharding_strategy=HYBRID_SHARD --set cluster.gpus_per_node=1", scn, fsdp);
 	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
 	PX_ASSERT_HAS(out, "FSDP's HYBRID_SHARD with at least 2 ranks a node");
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --no-db %s --set fsdp.version=2",
+		 scn, fsdp);
+	CU_ASSERT_EQUAL(run(args, out, sizeof(out)), 2);
+	PX_ASSERT_HAS(out, "FSDP1 (fsdp.version 1): FSDP2's fully_shard");
 	/* CPUOffload: the shards, the pinned host gradients each reduced shard is copied into, and
 	 * Adam on the host: ZeRO-3's fp32 trajectory within 1e-4, every pair as predicted; with
 	 * sync_each_batch over several micro-batches refused (torch's FSDP1 keeps only the last

@@ -385,6 +385,98 @@ static void test_refusals(void)
 		      "fsdp.sharding_strategy");
 }
 
+/* FSDP2 (fsdp.version 2, torch's fully_shard; torch/distributed/fsdp/_fully_shard/
+ * _fsdp_collectives.py foreach_all_gather, foreach_all_gather_copy_out; _fsdp_param_group.py
+ * post_forward_mesh_info): each gather goes into the group's all-gather output, every rank's
+ * shards of the unit (fp16 here: LAYER x 2 bytes), which the copy-out empties into the unsharded
+ * parameters allocated then, both live at that moment; reshard_after_forward 2 on 4 ranks keeps
+ * 1/2 of each layer from its forward (LAYER / 2 x 2 bytes), so the backward starts with all four
+ * layers' halves live, and each backward gather runs over 2 ranks, from the kept half, which then
+ * goes. */
+static void test_fsdp2(void)
+{
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "\"version\": 2", 1, 4))
+		return;
+	const Schedule *s = &pr.stages[0].sched;
+	int ag = -1;
+	for (int i = 0; i < s->n && ag < 0; i++)
+		if (s->ops[i].kind == OP_ALLOC && s->ops[i].what == BUF_FSDP_AG_OUTPUT &&
+		    s->ops[i].unit == 1)
+			ag = i;
+	CU_ASSERT_FATAL(ag >= 0 && ag + 3 < s->n);
+	CU_ASSERT_DOUBLE_EQUAL(s->ops[ag].bytes, 2.0 * LAYER, 0);
+	const Op *gather = &s->ops[ag + 1], *params = &s->ops[ag + 2], *out = &s->ops[ag + 3];
+	CU_ASSERT(gather->kind == OP_COLL && gather->sub == COLL_ALL_GATHER &&
+		  gather->buf == s->ops[ag].buf && gather->elems == LAYER && gather->nranks == 4);
+	CU_ASSERT(params->kind == OP_ALLOC && params->what == BUF_GATHERED && params->unit == 1 &&
+		  params->bytes == 2.0 * LAYER);
+	CU_ASSERT(out->kind == OP_FREE && out->buf == s->ops[ag].buf);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, ag + 3, BUF_FSDP_AG_OUTPUT), 2.0 * LAYER, 0);
+	CU_ASSERT(pr.plan.fsdp2 && sc.fsdp.version == 2);
+	fx_free(&sc, &pr);
+
+	if (fx_predictf(&sc, &pr, FMT, "\"version\": 2, \"reshard_after_forward\": 2", 1, 4))
+		return;
+	s = &pr.stages[0].sched;
+	int first = -1, n_hpz = 0;
+	for (int i = 0; i < s->n; i++) {
+		const Op *op = &s->ops[i];
+		if (op->kind != OP_COLL || op->sub != COLL_ALL_GATHER || op->group != GROUP_HPZ)
+			continue;
+		CU_ASSERT(op->nranks == 2 && op->elems == LAYER);
+		first = first < 0 ? i : first;
+		n_hpz++;
+	}
+	CU_ASSERT_EQUAL(n_hpz, 4); /* each layer's backward gather */
+	CU_ASSERT_FATAL(first > 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, first, BUF_FSDP_POST_FORWARD), 4.0 * LAYER, 0);
+	CU_ASSERT_DOUBLE_EQUAL(live_before(s, s->n, BUF_FSDP_POST_FORWARD), 0, 0);
+	fx_free(&sc, &pr);
+
+	static const struct { const char *fsdp, *says; } bad[] = {
+		{"\"version\": 3", "fsdp.version"},
+		{"\"reshard_after_forward\": false",
+		 "fsdp.reshard_after_forward: FSDP2's (fully_shard); with version 1 use "
+		 "sharding_strategy"},
+		{"\"version\": 2, \"sharding_strategy\": \"HYBRID_SHARD\"",
+		 "fsdp.sharding_strategy: HYBRID_SHARD with version 2: FSDP2 shards hybrid over a 2-D "
+		 "device mesh"},
+		{"\"version\": 2, \"reshard_after_forward\": 3",
+		 "fsdp.reshard_after_forward = 3: expected a divisor of the 4 ranks"},
+		{"\"version\": 2, \"reshard_after_forward\": 4",
+		 "fsdp.reshard_after_forward = 4: expected a divisor of the 4 ranks"},
+		{"\"version\": 2, \"reshard_after_forward\": 1.5",
+		 "fsdp.reshard_after_forward: expected true, false or a whole number"},
+		{"\"version\": 2, \"reshard_after_forward\": true, \"sharding_strategy\": \"FULL_SHARD\"",
+		 "fsdp.reshard_after_forward: given beside sharding_strategy"},
+		{"\"version\": 2, \"reshard_after_forward\": 2, \"offload_params\": true",
+		 "fsdp.reshard_after_forward = 2 with offload_params: not modelled"},
+	};
+	const char *fmt = "{\"model\": {\"num_parameters\": 1e8, \"num_hidden_layers\": 2}, "
+			  "\"framework\": \"fsdp\", \"fsdp\": {%s}, \"deepspeed\": "
+			  "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": "
+			  "\"A100-80GB\", \"gpus_per_node\": 4}}";
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char name[32], json[1024];
+		snprintf(name, sizeof(name), "fsdp2-%u.json", i);
+		snprintf(json, sizeof(json), fmt, bad[i].fsdp);
+		fx_check_refused(name, json, bad[i].says);
+	}
+	/* FSDP1's prefetch options are ignored with a warning; predict's header names FSDP2 */
+	char path[512], json[4096], text[1 << 16];
+	snprintf(path, sizeof(path), "%s/fsdp2-ok.json", px_test_tmpdir());
+	snprintf(json, sizeof(json), FMT, "\"version\": 2, \"backward_prefetch\": \"NO_PREFETCH\"", 1,
+		 4);
+	px_test_write_file(path, json);
+	CU_ASSERT_EQUAL_FATAL(px_test_run_clif(text, sizeof(text), "predict '%s' --no-db", path),
+			      0);
+	PX_ASSERT_HAS(text, "warning: fsdp.backward_prefetch: FSDP1's, ignored");
+	PX_ASSERT_HAS(text, "# framework  PyTorch FSDP2 (fully_shard)");
+	PX_ASSERT_HAS(text, "reshard_after_forward true");
+}
+
 /* predict's header names FSDP's settings, the JSON the framework */
 static void test_header(void)
 {
@@ -412,6 +504,8 @@ int test_fsdp_register(void)
 			     test_no_sync_gradients},
 			    {"gathered weights by prefetch and strategy", test_prefetch},
 			    {"CPUOffload: the host's shards, gradients and states", test_offload},
+			    {"FSDP2: the all-gather output, reshard_after_forward's kept shards, "
+			     "refusals", test_fsdp2},
 			    {"HYBRID_SHARD: a node's shards, replicas all-reduced across nodes",
 			     test_hybrid},
 			    {"what FSDP is not priced with is refused by name", test_refusals},
