@@ -356,17 +356,10 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
  * the tokens). Continuous batching only. */
 static int parse_scheduler(const JsonObj *o, InferWorkload *w, PxError *err)
 {
-	const char *name;
-	int rs = jobj_str(o, "scheduler", "vllm", &name, err);
+	static const char *const schedulers[] = {"vllm", "split_fuse", NULL};
+	int rs = jobj_choice(o, "scheduler", schedulers, 0, &w->split_fuse, err);
 	if (rs < 0)
 		return -1;
-	if (strcmp(name, "vllm") && strcmp(name, "split_fuse")) {
-		char what[200];
-		snprintf(what, sizeof(what), "expected \"vllm\" (prefill first) or \"split_fuse\" "
-			 "(DeepSpeed-FastGen's Dynamic SplitFuse), got \"%s\"", name);
-		return fail_at(o, "scheduler", err, what);
-	}
-	w->split_fuse = !strcmp(name, "split_fuse");
 	if (rs > 0 && !w->continuous)
 		return fail_at(o, "scheduler", err, "applies to \"batching\": \"continuous\" only");
 	int rt = jobj_int(o, "max_ragged_batch_size", 1, 1 << 24, 768, &w->token_budget, err);

@@ -327,7 +327,7 @@ static void test_tail_token_latency(void)
 static void test_bad_input(void)
 {
 	static const struct { const char *workload, *needle; } cases[] = {
-		{"\"scheduler\": \"fastgen\", ", "workload.scheduler: expected \"vllm\""},
+		{"\"scheduler\": \"fastgen\", ", "workload.scheduler: expected one of vllm, split_fuse, got \"fastgen\""},
 		{"\"scheduler\": \"vllm\", \"max_ragged_batch_size\": 512, ",
 		 "workload.max_ragged_batch_size: applies to \"scheduler\": \"split_fuse\" only"},
 		{"\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 256, ",
