@@ -98,9 +98,6 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->fsdp2)
 		why = "FSDP1 (fsdp.version 1): FSDP2's fully_shard (its all-gather output copied out, "
 		      "reshard_after_forward's kept shards) is priced by predict, not run";
-	else if (p->fsdp && (p->param_bytes == 2 && (ds->autocast == DT_FP16 || ds->fp16)))
-		why = "FSDP in fp32 or bf16 (its fp16 MixedPrecision, with ShardedGradScaler, is "
-		      "priced by predict, not run)";
 	else if (p->fsdp && p->opt_place != PLACE_GPU && p->sc->fsdp.sync_each_batch && p->m > 1)
 		why = "FSDP's CPUOffload with no_sync over the micro-batches (with sync_each_batch "
 		      "torch's FSDP1 keeps only the last micro-batch's gradients: the TODO in "
@@ -627,10 +624,19 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 	r->offload = p->opt_place != PLACE_GPU;
 	for (int i = s->step_begin; i < s->n; i++)
 		r->params_by_copy |= runner_is_params_copy(&s->ops[i]);
-	r->loss_scale = p->sc->ds.dtype == DT_FP16 ?
-		(p->sc->ds.loss_scale > 0 ? p->sc->ds.loss_scale :
-					    ldexp(1.0, (int)p->sc->ds.initial_scale_power)) : 1.0;
-	r->hysteresis = (int)p->sc->ds.hysteresis;
+	/* fp16's loss scale: DeepSpeed's (the deepspeed section's fp16 keys), or under FSDP torch's
+	 * ShardedGradScaler with GradScaler's defaults (init_scale 2^16, doubled after
+	 * growth_interval 2000 steps without an inf, halved at every inf: backoff_factor 0.5, no
+	 * hysteresis, no floor) */
+	const DsConfig *ds = &p->sc->ds;
+	r->fp16 = p->fsdp ? r->pdt == DT_FP16 : ds->dtype == DT_FP16;
+	r->ls_static = !p->fsdp && ds->loss_scale > 0;
+	r->ls_window = p->fsdp ? 2000 : ds->loss_scale_window;
+	r->ls_hysteresis = p->fsdp ? 1 : (int)ds->hysteresis;
+	r->ls_min = p->fsdp ? 0 : ds->min_loss_scale;
+	r->loss_scale = !r->fp16 ? 1.0 : r->ls_static ? ds->loss_scale :
+			ldexp(1.0, p->fsdp ? 16 : (int)ds->initial_scale_power);
+	r->hysteresis = r->ls_hysteresis;
 	if (gpt_cpu_check(&r->cfg, r->B, r->T, err))
 		return -1;
 	r->cb = cb ? cb : &compute_cpu_backend;

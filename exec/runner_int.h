@@ -171,6 +171,11 @@ struct Runner {
 	double loss_scale, loss_sum, sumsq;
 	long good_steps, opt_steps;
 	int hysteresis, overflow, have_overflow, have_norm;
+	/* fp16's dynamic loss scaling (fp16 0: none): DeepSpeed's loss scaler, or under FSDP torch's
+	 * ShardedGradScaler; static: a fixed scale */
+	int fp16, ls_static, ls_hysteresis;
+	long ls_window;
+	double ls_min;
 	int *inputs, *targets, *sample;
 	Seg *segs;
 	int n_segs;

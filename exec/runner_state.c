@@ -114,19 +114,19 @@ static void zero_grads(Runner *r)
 }
 
 /* fp16 dynamic loss scaling as DeepSpeed's: halve on overflow once hysteresis is used up (not
- * below min_loss_scale), double after loss_scale_window good steps. */
+ * below min_loss_scale), double after loss_scale_window good steps; torch's GradScaler is the
+ * same with a hysteresis of 1 and no floor (runner.c sets which). */
 static void update_scale(Runner *r, int overflow)
 {
-	const DsConfig *ds = &r->p->sc->ds;
-	if (ds->dtype != DT_FP16 || ds->loss_scale > 0)
+	if (!r->fp16 || r->ls_static)
 		return;
 	if (overflow) {
 		if (--r->hysteresis <= 0) {
-			r->loss_scale = fmax(r->loss_scale / 2, ds->min_loss_scale);
-			r->hysteresis = (int)ds->hysteresis;
+			r->loss_scale = fmax(r->loss_scale / 2, r->ls_min);
+			r->hysteresis = r->ls_hysteresis;
 		}
 		r->good_steps = 0;
-	} else if (++r->good_steps % ds->loss_scale_window == 0) {
+	} else if (++r->good_steps % r->ls_window == 0) {
 		r->loss_scale *= 2;
 	}
 }
@@ -157,7 +157,7 @@ float runner_grad_factor(Runner *r, double *norm)
 static int optimize_begin(Runner *r, StepResult *res)
 {
 	const DsConfig *ds = &r->p->sc->ds;
-	int overflow = ds->dtype == DT_FP16 ? (r->have_overflow ? r->overflow : runner_local_overflow(r)) : 0;
+	int overflow = r->fp16 ? (r->have_overflow ? r->overflow : runner_local_overflow(r)) : 0;
 	runner_grad_factor(r, &res->grad_norm);
 	res->skipped = overflow;
 	res->loss_scale = r->loss_scale;
