@@ -65,7 +65,7 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 			w->max_ragged_seqs, w->batch_given ? ", and batch_size's sequences" : "");
 	else
 		fprintf(f, "# vLLM's scheduler: each prompt's own length's prefill; each decode step "
-			"at its sequences' mean context (16-token steps); room: the KV cache's "
+			"at its sequences' mean context (their sum exactly); room: the KV cache's "
 			"blocks, %.3g of them kept free at admission (vLLM's watermark)%s\n",
 			w->watermark, w->batch_given ? " and batch_size's sequences" : "");
 }

@@ -6,22 +6,15 @@
 
 #include "infer_sim.h"
 
-/* A priced decode step: n sequences each holding ctx tokens. */
-typedef struct Step {
-	long long n, ctx; /* n 0: an empty slot */
-	double s;
-} Step;
-
-/* Costs, priced once each: a prefill by prompt length (the trace's lengths; a preempted
- * sequence's longer one each time), a decode step by batch and context. */
+/* Costs: a prefill by prompt length, priced once each (the trace's lengths; a preempted
+ * sequence's longer one each time); a decode step as it comes, from the plan's per-unit parts. */
 typedef struct Costs {
 	const InferScenario *sc;
 	const HwProfile *hw;
+	const InferPlan *plan;
 	long long *lengths; /* the trace's distinct prompt lengths, ascending */
 	double *prefill_s;  /* each one's prefill, < 0 until priced */
 	long long n_lengths;
-	Step *steps;        /* an open-addressed table of priced steps */
-	long long cap_steps, n_steps;
 	long long priced;
 } Costs;
 
@@ -65,55 +58,16 @@ static double prefill_of(Costs *c, long long tokens, PxError *err)
 	return c->prefill_s[lo];
 }
 
-/* The slot of (n, ctx) in a table of cap (a power of two) slots: its own or the empty one where
- * it would go. */
-static Step *slot(Step *t, long long cap, long long n, long long ctx)
-{
-	unsigned long long h = (unsigned long long)n * 0x9E3779B97F4A7C15ULL ^
-			       (unsigned long long)ctx * 0xC2B2AE3D27D4EB4FULL;
-	for (long long i = (long long)(h >> 17) & (cap - 1);; i = (i + 1) & (cap - 1))
-		if (!t[i].n || (t[i].n == n && t[i].ctx == ctx))
-			return &t[i];
-}
-
-static int grow_steps(Costs *c)
-{
-	long long cap = c->cap_steps ? 2 * c->cap_steps : 1024;
-	Step *t = calloc((size_t)cap, sizeof(*t));
-	if (!t)
-		return -1;
-	for (long long i = 0; i < c->cap_steps; i++)
-		if (c->steps[i].n)
-			*slot(t, cap, c->steps[i].n, c->steps[i].ctx) = c->steps[i];
-	free(c->steps);
-	c->steps = t;
-	c->cap_steps = cap;
-	return 0;
-}
-
-/* A decode step of n sequences holding held tokens in all: priced as n sequences of the same
- * context, their mean rounded to the nearest 16 tokens (at least 1), by the schedule of a
- * workload whose mean context that is (prompt ctx - 1, output 2: engine/infer_build.c's
- * mean_ctx = prompt + output / 2). */
+/* A decode step of n sequences holding held tokens in all: one ragged forward of n decoding
+ * tokens at their mean context, which prices the sum of their contexts exactly (attention and
+ * the cache's traffic are linear in each one's), and is the schedule's decode step
+ * (infer_build_ragged). */
 static double step_of(Costs *c, long long n, long long held, PxError *err)
 {
-	long long ctx = (held + 8 * n) / (16 * n) * 16;
-	if (ctx < 2)
-		ctx = 2;
-	if (2 * (c->n_steps + 1) > c->cap_steps && grow_steps(c))
-		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
-	Step *st = slot(c->steps, c->cap_steps, n, ctx);
-	if (!st->n) {
-		InferScenario one = *c->sc; /* shallow: only the workload's lengths differ */
-		one.wl.prompt_tokens = ctx - 1;
-		one.wl.output_tokens = 2;
-		InferPhase pf, dec;
-		if (infer_price_batch(&one, c->hw, n, &pf, &dec, err))
-			return -1;
-		*st = (Step){n, ctx, dec.s};
-		c->n_steps++;
-	}
-	return st->s;
+	InferRagged g = {.decode_seqs = n, .decode_ctx = (double)held / (double)n,
+			 .logit_rows = (double)n};
+	InferPhase ph;
+	return infer_price_ragged(c->plan, c->hw, &g, &ph, err) ? -1 : ph.s;
 }
 
 /* A request in flight on a replica, in admission order. */
@@ -609,11 +563,11 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
 		goto done;
 	}
-	if (fused && infer_plan_make(sc, 1, 0, &plan, err)) { /* its units' parts */
+	if (infer_plan_make(sc, 1, 0, &plan, err)) { /* its units' parts */
 		rc = -1;
 		goto done;
 	}
-	r.plan = &plan, r.hw = hw;
+	r.plan = c.plan = &plan, r.hw = hw;
 	for (long long i = 0; i < n; i++)
 		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
@@ -625,7 +579,6 @@ done:
 	free(r.wait);
 	free(c.lengths);
 	free(c.prefill_s);
-	free(c.steps);
 	free(r.live);
 	free(r.again);
 	free(r.made);

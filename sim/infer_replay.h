@@ -4,7 +4,7 @@
  * prompt is admitted when its tokens fit the KV cache beside the running sequences' (and fewer
  * than max_seqs run) and is prefilled alone (its own length's prefill at batch 1) before the
  * next decode step; otherwise the N running sequences take one decode step together (batch N's
- * step at the context they hold on average, rounded to 16 tokens), each adding a token to the
+ * step at the context they hold on average: their contexts' sum exactly), each adding a token to the
  * cache, and leave with their last. When a step's tokens do not fit, the sequence admitted last
  * is preempted: its cache freed, it waits before any new request (the preempted in the order
  * they were) and is prefilled again over its prompt and the tokens it had made, which makes its

@@ -468,26 +468,35 @@ static double phase_s(const InferScenario *sc, long long prompt, long long b, in
 	return prefill ? pf.s : dec.s;
 }
 
-/* A decode step of n sequences holding held tokens, as the replay prices it: n sequences of
- * their mean context rounded to the nearest 16 tokens (at least 2), through a workload of that
- * mean (prompt ctx - 1, output 2). */
+/* A decode step of n sequences holding held tokens, as the replay prices it: n sequences at
+ * their mean context, held / n (the schedule's decode step: suite splitfuse checks the ragged
+ * forward against it). */
 static double step_s(const InferScenario *sc, long long n, long long held)
 {
-	long long ctx = (held + 8 * n) / (16 * n) * 16;
 	InferScenario one = *sc;
-	one.wl.output_tokens = 2;
-	return phase_s(&one, ctx < 2 ? 1 : ctx - 1, n, 0);
+	one.inf.kernel_inject = 0;
+	InferPlan p;
+	InferPhase ph;
+	PxError err = {0};
+	HwProfile hw;
+	CU_ASSERT_EQUAL_FATAL(hwprofile_default(&sc->cluster.gpu, &hw), 0);
+	CU_ASSERT_EQUAL_FATAL(infer_plan_make(&one, 1, 0, &p, &err), 0);
+	InferRagged g = {.decode_seqs = n, .decode_ctx = (double)held / (double)n,
+			 .logit_rows = (double)n};
+	CU_ASSERT_EQUAL(infer_price_ragged(&p, &hw, &g, &ph, &err), 0);
+	infer_plan_free(&p);
+	return ph.s;
 }
 
 /* Three requests worked by hand, on one replica: r0 (arrives at 0 s, prompt 100, output 3), r1 (0
  * s, 200, 2), r2 (10 s, 100, 1). The trace's means: 2 requests over 10 s, prompts of 133 tokens
  * (400 / 3), outputs of 2. Prefills come first: r0's (P100), then r1's (P200); a decode step of
- * both, holding 300 tokens (D2, 2 sequences of 144 tokens: 150 rounded to 16), ends r1; one of
- * r0, holding 101 (D1, 96 tokens), ends r0; r2's prefill at 10 s is its only token. TTFT: P100,
+ * both, holding 300 tokens (D2, 2 sequences of 150), ends r1; one of r0, holding 101 (D1), ends
+ * r0; r2's prefill at 10 s is its only token. TTFT: P100,
  * P100 + P200, P100 (mean, median P100, p99 P100 + P200); latency P100 + P200 + D2 + D1,
  * P100 + P200 + D2, P100; TPOT r0 (P200 + D2 + D1) / 2, r1 D2; the span 10 s + P100; at most 2
- * running. With batch_size 1 r1 waits for room: r0 decodes alone (holding 100 and 101 tokens: 2
- * D1), then r1's prefill and a step holding 200 (D1', 208 tokens): r1's TTFT P100 + 2 D1 + P200,
+ * running. With batch_size 1 r1 waits for room: r0 decodes alone (holding 100, then 101 tokens:
+ * D100, D1), then r1's prefill and a step holding 200 (D1'): r1's TTFT P100 + D100 + D1 + P200,
  * latency that + D1'. P and D are the schedule's prefill at batch 1 and decode step at batch n
  * (sim/infer_sim.c, as the static tests take them). The steady state's TTFT takes the trace's
  * prefills in its M/G/1 wait: lambda E[P^2] / (2 (1 - rho)), rho = lambda E[P]. */
@@ -509,7 +518,8 @@ static void test_trace_by_hand(void)
 		CU_ASSERT_FATAL(pr.replayed);
 		double p100 = phase_s(&sc, 100, 1, 1), p200 = phase_s(&sc, 200, 1, 1);
 		double d1 = step_s(&sc, 1, 101), d2 = step_s(&sc, 2, 300), d1b = step_s(&sc, 1, 200);
-		CU_ASSERT_EQUAL(d1, step_s(&sc, 1, 100)); /* both 96 tokens */
+		double d100 = step_s(&sc, 1, 100);
+		CU_ASSERT(d100 < d1 && d1 < d1b); /* a longer context, a longer step */
 		const InferReplay *r = &pr.replay;
 		double e = 1e-12;
 		/* the steady state's M/G/1 wait takes the trace's own prefills: the mean and the mean
@@ -536,12 +546,12 @@ static void test_trace_by_hand(void)
 			CU_ASSERT_EQUAL(r->peak_concurrency, 2);
 			CU_ASSERT_EQUAL(r->waited_for_room, 0);
 		} else {
-			double ttft1 = p100 + 2 * d1 + p200;
+			double ttft1 = p100 + d100 + d1 + p200;
 			CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (2 * p100 + ttft1) / 3, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->ttft_p99_s, ttft1, e);
 			CU_ASSERT_DOUBLE_EQUAL(r->latency_p99_s, ttft1 + d1b, e);
-			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (d1 + d1b) / 2, e);
-			CU_ASSERT_DOUBLE_EQUAL(r->tpot_p99_s, fmax(d1, d1b), e);
+			CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, ((d100 + d1) / 2 + d1b) / 2, e);
+			CU_ASSERT_DOUBLE_EQUAL(r->tpot_p99_s, fmax((d100 + d1) / 2, d1b), e);
 			CU_ASSERT_EQUAL(r->peak_concurrency, 1);
 			CU_ASSERT_EQUAL(r->waited_for_room, 1);
 		}
