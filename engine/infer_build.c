@@ -188,12 +188,13 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 		p->load_peak_extra_bytes -= p->weight_bytes + p->scale_bytes;
 	p->load_peak_extra_bytes = fmax(p->load_peak_extra_bytes, 0);
 	p->kv_bytes = p->kv_bytes_per_token * (double)batch * (double)p->ctx_tokens;
-	p->prefill_workspace_bytes = workspace_bytes(p, (double)batch * (double)wl->prompt_tokens,
-						     batch, 0);
-	p->decode_workspace_bytes = workspace_bytes(p, (double)batch, batch, 1);
-	if (wl->continuous && !wl->split_fuse) /* vLLM's scheduler: a prompt prefilled alone */
-		p->prefill_workspace_bytes = workspace_bytes(p, (double)wl->prompt_tokens, 1, 0);
-	if (wl->split_fuse) {
+	if (!wl->split_fuse) {
+		/* a static batch prefills all its prompts at once, vLLM's scheduler one alone */
+		long long pb = wl->continuous ? 1 : batch;
+		p->prefill_workspace_bytes = workspace_bytes(p, (double)pb * (double)wl->prompt_tokens,
+							     pb, 0);
+		p->decode_workspace_bytes = workspace_bytes(p, (double)batch, batch, 1);
+	} else {
 		/* FastGen's forwards hold at most max_ragged_batch_size tokens, their logits one
 		 * row a sequence making a token, and its blocked flash attention keeps no scores;
 		 * its engine leaves memory_config's reserve beside the KV cache for all the rest

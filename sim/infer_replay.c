@@ -94,8 +94,6 @@ typedef struct Replica {
 	long long tpot_n;
 	InferReplay *out;
 	long long *wait, n_wait;      /* split_fuse: arrived requests not running, in order */
-	const InferPlan *plan;        /* split_fuse: its forwards' per-unit parts */
-	const HwProfile *hw;
 } Replica;
 
 /* The tokens a running sequence holds in the cache: its prompt and every token it made but the
@@ -213,6 +211,16 @@ static int decode(Replica *r, double *now, PxError *err)
 	return 0;
 }
 
+/* Request q's prompt (and what it made before a preemption) does not fit the empty cache: refused,
+ * naming the trace and the request. */
+static int too_long(const Replica *r, long long q, PxError *err)
+{
+	return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): longer than the KV "
+		       "cache's %lld tokens (%lld blocks of %lld, %lld of them kept free at admission)",
+		       r->t->path, q + 1, r->t->req[q].prompt_tokens, r->total * r->room->block,
+		       r->total, r->room->block, r->keep);
+}
+
 /* One replica's requests (every replicas-th from first) through the loop. */
 static int run_replica(Replica *r, long long first, PxError *err)
 {
@@ -245,15 +253,9 @@ static int run_replica(Replica *r, long long first, PxError *err)
 				return -1;
 			continue;
 		}
-		if (r->n_again > 0 || queued < next) { /* nothing runs, and the first in line does
-							  not fit an empty cache */
-			long long q = r->n_again ? r->again[0] : queued;
-			return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): "
-				       "longer than the KV cache's %lld tokens (%lld blocks of %lld, "
-				       "%lld of them kept free at admission)", t->path, q + 1,
-				       t->req[q].prompt_tokens, r->total * r->room->block, r->total,
-				       r->room->block, r->keep);
-		}
+		if (r->n_again > 0 || queued < next) /* nothing runs, and the first in line does
+							not fit an empty cache */
+			return too_long(r, r->n_again ? r->again[0] : queued, err);
 		now = t->req[queued].arrival_s; /* idle until the next arrival */
 	}
 	if (now - t->req[0].arrival_s > r->out->makespan_s)
@@ -274,27 +276,26 @@ static int run_replica(Replica *r, long long first, PxError *err)
  * made (reset_request_status). The forward is priced as one ragged batch (infer_price_ragged).
  * ---- */
 
-/* A sequence's next `tokens` into the cache, its blocks taken as they fill. */
-static void grow(Replica *r, Live *l, long long tokens)
-{
-	r->blocks += blocks_of(r, l->held + tokens) - blocks_of(r, l->held);
-	r->used += tokens;
-	l->held += tokens;
-	note_peaks(r);
-}
-
 /* The blocks a sequence's next `tokens` would take. */
 static long long more_blocks(const Replica *r, const Live *l, long long tokens)
 {
 	return blocks_of(r, l->held + tokens) - blocks_of(r, l->held);
 }
 
+/* A sequence's next `tokens` into the cache, its blocks taken as they fill. */
+static void grow(Replica *r, Live *l, long long tokens)
+{
+	r->blocks += more_blocks(r, l, tokens);
+	r->used += tokens;
+	l->held += tokens;
+	note_peaks(r);
+}
+
 /* Live entry k leaves the cache and the running list. */
 static void leave(Replica *r, long long k)
 {
 	Live *l = &r->live[k];
-	r->blocks -= blocks_of(r, l->held);
-	r->used -= l->held;
+	hold(r, -l->held);
 	memmove(l, l + 1, (size_t)(r->n_live - k - 1) * sizeof(*l));
 	r->n_live--;
 }
@@ -400,8 +401,7 @@ static void advance(Replica *r, double now)
 		r->latency[q] = now - x->arrival_s;
 		if (x->output_tokens > 1)
 			r->tpot[r->tpot_n++] = (now - l->first_s) / (double)(x->output_tokens - 1);
-		r->blocks -= blocks_of(r, l->held);
-		r->used -= l->held;
+		hold(r, -l->held);
 	}
 	r->n_live = kept;
 }
@@ -451,13 +451,9 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 					       t->req[l->req].output_tokens,
 					       r->total * r->room->block, r->total, r->room->block);
 			}
-			long long q = r->wait[0]; /* it does not fit an empty cache */
-			return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): "
-				       "longer than the KV cache's %lld tokens (%lld blocks of %lld)",
-				       t->path, q + 1, t->req[q].prompt_tokens,
-				       r->total * r->room->block, r->total, r->room->block);
+			return too_long(r, r->wait[0], err); /* nor an empty cache the first */
 		}
-		if (infer_price_ragged(r->plan, r->hw, &g, &ph, err))
+		if (infer_price_ragged(r->c->plan, r->c->hw, &g, &ph, err))
 			return -1;
 		now += ph.s;
 		r->out->forwards++;
@@ -567,7 +563,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 		rc = -1;
 		goto done;
 	}
-	r.plan = c.plan = &plan, r.hw = hw;
+	c.plan = &plan;
 	for (long long i = 0; i < n; i++)
 		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)

@@ -229,6 +229,21 @@ static double decode_s(const InferScenario *sc, const HwProfile *hw, long long n
 	return infer_price_batch(sc, hw, n, &pf, &dec, err) ? -1 : dec.s;
 }
 
+/* The steady state's figures that follow from its TTFT, TPOT and concurrency (pr->cb's):
+ * latency, the requests in the system (Little's law), the KV cache at that occupancy, the
+ * generated tokens a second. */
+static void steady_figures(const InferScenario *sc, InferPrediction *pr)
+{
+	InferContinuous *c = &pr->cb;
+	double so = (double)sc->wl.output_tokens;
+	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
+	c->in_system = c->rate_replica * pr->latency_s;
+	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
+	pr->tokens_per_s_replica = c->rate_replica * so;
+	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
+	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
+}
+
 /* ---- continuous batching under Dynamic SplitFuse (docs/inference.md) ---- */
 
 /* FastGen's forwards with n sequences decoding: each forward gives them a token; while prompts
@@ -342,12 +357,7 @@ static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPredic
 	pr->ttft_s = at.util * x / (2 * (1 - at.util)) + (1 - at.util) * at.dec_s / 2 +
 		     c->prefill_s;
 	pr->tpot_s = at.tpot_s;
-	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
-	c->in_system = lambda * pr->latency_s;
-	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
-	pr->tokens_per_s_replica = lambda * so;
-	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
-	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
+	steady_figures(sc, pr);
 	return 0;
 }
 
@@ -442,12 +452,7 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 					    (2 * (1 - c->prefill_util)) +
 		     decoding * c->decode_step_s / 2;
 	pr->tpot_s = c->decode_step_s / (1 - c->prefill_util);
-	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
-	c->in_system = c->rate_replica * pr->latency_s;
-	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
-	pr->tokens_per_s_replica = c->rate_replica * so;
-	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
-	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
+	steady_figures(sc, pr);
 	return 0;
 }
 
