@@ -345,6 +345,38 @@ static void test_bad_input(void)
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --set "
 					 "workload.scheduler='\"split_fuse\"'", rate), 2);
 	PX_ASSERT_HAS(out, "workload.scheduler: applies to \"batching\": \"continuous\" only");
+
+	/* a trace the cache cannot serve, refused naming the trace and the request: a prompt
+	 * longer than the empty cache, and one that fits it to within 10 tokens but whose 100
+	 * outputs would outgrow it alone (the cache's size read from a replay that fits: with
+	 * FastGen's reserve it does not depend on the trace) */
+	InferScenario sc;
+	InferPrediction pr;
+	if (predict_on("arrival_s,prompt_tokens,output_tokens\n0,100,3\n1,10,1\n",
+		       "\"scheduler\": \"split_fuse\", ", &sc, &pr)) {
+		CU_FAIL("predict");
+		return;
+	}
+	long long room = pr.replay.kv_blocks * pr.replay.block;
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	char big[256], says[256];
+	const char *wl = "\"scheduler\": \"split_fuse\", ";
+	for (int alone = 0; alone < 2; alone++) {
+		long long prompt = alone ? room - 10 : room + 1;
+		snprintf(big, sizeof(big), "arrival_s,prompt_tokens,output_tokens\n0,%lld,100\n"
+			 "1000,10,1\n", prompt);
+		const char *path = write_trace_scenario(big, wl);
+		CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db", path), 2);
+		PX_ASSERT_HAS(out, "tr.csv: request 1 (prompt ");
+		if (alone)
+			snprintf(says, sizeof(says), "(prompt %lld, output 100 tokens): longer than the "
+				 "KV cache's %lld tokens", prompt, room);
+		else
+			snprintf(says, sizeof(says), "(prompt %lld tokens): longer than the KV cache's "
+				 "%lld tokens", prompt, room);
+		PX_ASSERT_HAS(out, says);
+	}
 }
 
 int test_splitfuse_register(void)
