@@ -57,6 +57,15 @@ static int losses(const char *scn, int ranks, int stage, int steps, const char *
 	return n;
 }
 
+/* The largest gap between two loss trajectories of n steps. */
+static double loss_gap(const double *a, const double *b, int n)
+{
+	double worst = 0;
+	for (int k = 0; k < n; k++)
+		worst = fmax(worst, fabs(a[k] - b[k]));
+	return worst;
+}
+
 /* Every stage at 1, 2 and 4 ranks trains the same global batches (16 sequences a step, split
  * by rank and micro-batch): the trajectories may differ only by the order in which gradient sums
  * are added. In fp32 that is rounding at 2^-24 relative; over 12 steps of AdamW (whose update
@@ -77,9 +86,7 @@ static void check_trajectories(const char *bf16, double tol)
 			if (ranks == 1 && stage == 0)
 				continue;
 			CU_ASSERT_EQUAL_FATAL(losses(scn, ranks, stage, STEPS, "", got), STEPS);
-			double worst = 0;
-			for (int s = 0; s < STEPS; s++)
-				worst = fmax(worst, fabs(got[s] - ref[s]));
+			double worst = loss_gap(got, ref, STEPS);
 			if (worst > tol)
 				fprintf(stderr, "\nbf16 %s stage %d ranks %d: loss differs by %g\n", bf16,
 					stage, ranks, worst);
@@ -123,9 +130,7 @@ static void test_offload_trajectories(void)
 		for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 			CU_ASSERT_EQUAL_FATAL(losses(scn, runs[i].ranks, runs[i].stage, STEPS,
 						     offload[runs[i].param], got), STEPS);
-			double worst = 0;
-			for (int s = 0; s < STEPS; s++)
-				worst = fmax(worst, fabs(got[s] - ref[s]));
+			double worst = loss_gap(got, ref, STEPS);
 			if (worst > tol)
 				fprintf(stderr, "\noffload bf16 %d stage %d ranks %d: loss differs by %g\n",
 					bf16, runs[i].stage, runs[i].ranks, worst);
@@ -697,12 +702,11 @@ static void test_measured_equals_predicted_by_dtype(void)
 static void test_bf16_follows_fp32(void)
 {
 	enum { STEPS = 12 };
-	double f32[STEPS], b16[STEPS], worst = 0;
+	double f32[STEPS], b16[STEPS];
 	CU_ASSERT_EQUAL_FATAL(losses(scenario("false"), 1, 0, STEPS, "", f32), STEPS);
 	CU_ASSERT_EQUAL_FATAL(losses(scenario("true"), 1, 0, STEPS, "", b16), STEPS);
 	CU_ASSERT(fabs(b16[0] - f32[0]) < 1e-4);
-	for (int s = 0; s < STEPS; s++)
-		worst = fmax(worst, fabs(b16[s] - f32[s]));
+	double worst = loss_gap(b16, f32, STEPS);
 	if (worst > ldexp(f32[0], -8))
 		fprintf(stderr, "\nbf16 against fp32: losses differ by %g\n", worst);
 	CU_ASSERT(worst <= ldexp(f32[0], -8));
@@ -1078,11 +1082,10 @@ static void test_zero_comm_cast(void)
 	}
 	const char *fp32 = scenario("false"), *bf16_comm =
 		"--set deepspeed.communication_data_type=bf16";
-	double full[STEPS], cast[STEPS], apart = 0;
+	double full[STEPS], cast[STEPS];
 	CU_ASSERT_EQUAL_FATAL(losses(fp32, 2, 0, STEPS, "", full), STEPS);
 	CU_ASSERT_EQUAL_FATAL(losses(fp32, 2, 0, STEPS, bf16_comm, cast), STEPS);
-	for (int k = 0; k < STEPS; k++)
-		apart = fmax(apart, fabs(full[k] - cast[k]));
+	double apart = loss_gap(full, cast, STEPS);
 	CU_ASSERT(apart > 0 && apart < 1e-3);
 	for (int k = 0; k < 2; k++) {
 		char args[2048], db_path[512], text[65536];
@@ -1206,9 +1209,7 @@ static void test_fsdp(void)
 		snprintf(extra, sizeof(extra), "%s %s", fsdp, c[i].set);
 		/* losses() sets the ZeRO stage: 0, as FSDP takes it */
 		CU_ASSERT_EQUAL_FATAL(losses(scn, c[i].ranks, 0, STEPS, extra, got), STEPS);
-		double worst = 0;
-		for (int k = 0; k < STEPS; k++)
-			worst = fmax(worst, fabs(got[k] - ref[k]));
+		double worst = loss_gap(got, ref, STEPS);
 		if (worst > 1e-4)
 			fprintf(stderr, "\nFSDP %s on %d rank(s): loss differs by %g\n", c[i].set,
 				c[i].ranks, worst);
@@ -1241,10 +1242,7 @@ static void test_fsdp(void)
 	const char *b16 = scenario("true");
 	CU_ASSERT_EQUAL_FATAL(losses(b16, 2, 3, STEPS, "", ref), STEPS);
 	CU_ASSERT_EQUAL_FATAL(losses(b16, 2, 0, STEPS, fsdp, got), STEPS);
-	double worst = 0;
-	for (int k = 0; k < STEPS; k++)
-		worst = fmax(worst, fabs(got[k] - ref[k]));
-	CU_ASSERT(worst <= 5e-3);
+	CU_ASSERT(loss_gap(got, ref, STEPS) <= 5e-3);
 	char args[1024], out[8192];
 	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 %s", b16, fsdp);
 	sqlite3 *db = px_run_measured(args, 4);
@@ -1261,10 +1259,7 @@ static void test_fsdp(void)
 	scn = scenario("false"); /* the one scenario file, rewritten in fp32 again */
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 4, 3, STEPS, "", ref), STEPS);
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 4, 0, STEPS, extra, got), STEPS);
-	worst = 0;
-	for (int k = 0; k < STEPS; k++)
-		worst = fmax(worst, fabs(got[k] - ref[k]));
-	CU_ASSERT(worst <= 1e-4);
+	CU_ASSERT(loss_gap(got, ref, STEPS) <= 1e-4);
 	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 %s", scn, extra);
 	db = px_run_measured(args, 4);
 	for (int r = 0; r < 4; r++) {
@@ -1284,10 +1279,7 @@ static void test_fsdp(void)
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, args, ref), STEPS);
 	snprintf(args, sizeof(args), "%s %s", fsdp, f16);
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, args, got), STEPS);
-	worst = 0;
-	for (int k = 0; k < STEPS; k++)
-		worst = fmax(worst, fabs(got[k] - ref[k]));
-	CU_ASSERT(worst <= 2.4e-3);
+	CU_ASSERT(loss_gap(got, ref, STEPS) <= 2.4e-3);
 	char db16[512], text16[65536];
 	snprintf(db16, sizeof(db16), "%s/fsdp16.db", dir);
 	snprintf(args, sizeof(args), "run '%s' --ranks 4 --steps 2 --db '%s' %s %s", scn, db16,
@@ -1312,10 +1304,7 @@ static void test_fsdp(void)
 	snprintf(extra, sizeof(extra), "%s --set fsdp.offload_params=true", fsdp);
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 3, STEPS, "", ref), STEPS);
 	CU_ASSERT_EQUAL_FATAL(losses(scn, 2, 0, STEPS, extra, got), STEPS);
-	worst = 0;
-	for (int k = 0; k < STEPS; k++)
-		worst = fmax(worst, fabs(got[k] - ref[k]));
-	CU_ASSERT(worst <= 1e-4);
+	CU_ASSERT(loss_gap(got, ref, STEPS) <= 1e-4);
 	/* (every pair exact; the device's pool, a few hundred KiB here, is not held to the 25% of
 	 * px_check_pool_peaks) */
 	char db_path[512], text[65536], run_args[2048];
