@@ -72,9 +72,6 @@ int runner_supported(const Plan *p, PxError *err)
 		;
 	else if (p->par.tp > 1 && sc->backend != BACKEND_CPU)
 		why = "tensor parallelism on backend \"cpu\" only (its units are kernels/gpt_tp_cpu's)";
-	else if (p->par.tp > 1 && p->shape.sp && p->stage > 1)
-		why = "sequence parallelism with ZeRO stage 0 or 1 (the replicated gradients are summed "
-		      "in the whole gradient flat, which stage 2 does not keep)";
 	else if (p->par.tp > 1 && (m->V % p->par.tp || m->a % p->par.tp))
 		why = "tensor parallelism whose degree divides the vocabulary and the heads (pad the "
 		      "vocabulary as Megatron does: parallelism.make_vocab_size_divisible_by)";
@@ -540,8 +537,10 @@ static int needs_slices(const Plan *p, const Schedule *s, PxError *err)
 		int partitioned = (op->kind == OP_COLL && p->stage >= 2 &&
 				   (op->role == ROLE_GRAD_REDUCE || op->role == ROLE_PREFETCH)) ||
 				  (op->kind == OP_COPY && op->buf >= 0);
-		/* qgZ's all-to-all inside the node leaves no slice: the one across nodes does */
-		if (partitioned && op->slice < 0 && op->group != GROUP_NODE)
+		/* qgZ's all-to-all inside the node leaves no slice: the one across nodes does;
+		 * sequence parallelism's sum of the replicated gradients over the tensor-parallel
+		 * group is not a partition's (runner_tp_replicated) */
+		if (partitioned && op->slice < 0 && op->group != GROUP_NODE && op->group != GROUP_TP)
 			return px_fail(err, PX_ERR_RUNTIME, "schedule op %d (%s, %s) states no "
 				       "partition slice; the executor places its data by one", i,
 				       op_kind_name(op->kind), role_name(op->role));

@@ -32,7 +32,7 @@ typedef struct StepResult {
 /* 0 when this executor runs the plan (GPT-2, data parallelism with ZeRO 0-3, Adam/AdamW/SGD and
  * OneBitAdam, ZeroOneAdam and OneBitLamb in fp32 or fp16 (at stage 0, data parallelism alone),
  * optimizer and stage-3 parameter offload to the CPU, contiguous gradients, pipeline parallelism
- * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3 (sequence parallelism 0-1),
+ * with ZeRO 0-1 and fp32 tensor and sequence parallelism with ZeRO 0-3,
  * ZeRO++'s qwZ, hpZ and qgZ with data parallelism alone, on the CPU backend...),
  * else -1 with a message naming what it does not run. */
 int runner_supported(const Plan *p, PxError *err);

@@ -33,6 +33,14 @@ typedef struct ElemRange {
 	long long lo, hi;
 } ElemRange;
 
+/* Elements lo .. hi - 1 of the gradients in the optimizer's coordinates (the stage's flat at
+ * ZeRO 0-2, Seg.flat_off; the partition at 3, Seg.part_off), at element `at` of a
+ * tensor-parallel group's flattened copy of its replicated tensors' gradients (the same place
+ * on every rank of the group). */
+typedef struct RepPiece {
+	long long lo, hi, at;
+} RepPiece;
+
 /* A collective started on a stream of its own (engine/streams.h: prefetch or reduction), waited
  * for where the schedule next needs its data or its buffer (runner.c, "streams"). */
 typedef struct Pending {
@@ -88,11 +96,13 @@ struct Runner {
 	 * duplicate) */
 	ElemRange *norm_skip;
 	int n_norm_skip;
-	/* The flat ranges of the tensors a tensor-parallel group replicates (on every rank; empty
-	 * without tensor parallelism), in order: under sequence parallelism their gradients are
-	 * summed over the group (runner_tp_replicated) */
-	ElemRange *rep;
+	/* The pieces of the tensors a tensor-parallel group replicates (on every rank; none
+	 * without tensor parallelism) that this rank's optimizer steps, in order: under sequence
+	 * parallelism their gradients are summed over the group (runner_tp_replicated). rep_elems:
+	 * the replicated tensors' elements in all. */
+	RepPiece *rep;
 	int n_rep;
+	long long rep_elems;
 	long long replica_lo, replica_hi; /* the replica's range; empty when none */
 	const DataSource *data; /* runner_step's, while it runs */
 	long step;
@@ -490,7 +500,8 @@ int runner_tp_end(Runner *r, int i, PxError *err);
  * over), else an error naming it. */
 int runner_tp_pass(Runner *r, int i, PxError *err);
 /* Sequence parallelism's all-reduce of the replicated tensors' gradients (op: the schedule's,
- * its buffer the flattened copy): packed from the gradients, summed over the group, put back. */
+ * its buffer the flattened copy): packed from the gradients (the full flat's at ZeRO 0-1, the
+ * partition's pieces at 2-3), summed over the group, put back. */
 int runner_tp_replicated(Runner *r, const Op *op, PxError *err);
 
 /* ---- runner_zpp.c ---- */

@@ -118,12 +118,6 @@ int runner_tp_pass(Runner *r, int i, PxError *err)
 
 /* ---- set-up ---- */
 
-static int by_lo(const void *a, const void *b)
-{
-	long long x = ((const ElemRange *)a)->lo, y = ((const ElemRange *)b)->lo;
-	return (x > y) - (x < y);
-}
-
 /* Which of unit u's tensors (in its storage order) every rank of the tensor-parallel group holds
  * whole: those whose shard is the whole tensor (norms, the row-split layers' biases, the
  * positions; an MoE block's router and local experts). Their count. */
@@ -146,8 +140,8 @@ static int replicated_tensors(const Runner *r, int u, int rep[MOE_CPU_MAX_TENSOR
 }
 
 /* The flat ranges of this stage's replicated tensors (replicated_tensors), in order, into
- * r->rep: an MoE block's experts lie in the expert flat (runner_moe.c), the rest in the dense
- * flat. */
+ * r->rep, each at its place in the group's flattened copy: an MoE block's experts lie in the
+ * expert flat (runner_moe.c), the rest in the dense flat. */
 static int replicated_ranges(Runner *r)
 {
 	const Plan *p = r->p;
@@ -155,6 +149,7 @@ static int replicated_ranges(Runner *r)
 	r->rep = calloc((size_t)p->n_units * MOE_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
 	if (!r->rep)
 		return -1;
+	r->rep_elems = 0;
 	for (int u = 0; r->gtp.t > 1 && u < p->n_units; u++) {
 		if (p->units[u].stage != r->stage)
 			continue;
@@ -163,8 +158,10 @@ static int replicated_ranges(Runner *r)
 		for (int j = 0; j < k && j < p->units[u].n_tensors; j++) {
 			long long len = p->units[u].tensor_local[j];
 			long long *at = p->units[u].tensor_expert[j] ? &e_off : &off;
-			if (rep[j])
-				r->rep[n++] = (ElemRange){*at, *at + len};
+			if (rep[j]) {
+				r->rep[n++] = (RepPiece){*at, *at + len, r->rep_elems};
+				r->rep_elems += len;
+			}
 			*at += len;
 		}
 	}
@@ -172,27 +169,29 @@ static int replicated_ranges(Runner *r)
 	return 0;
 }
 
-/* Add to norm_skip at *n the part of [lo, hi) of a flat that this rank's slice [from, from + len)
- * of it holds, in partition coordinates (the slice starts at part_off there). */
-static void skip_slice(Runner *r, int *n, long long lo, long long hi, long long from,
-		       long long len, long long part_off)
+/* Into r->rep at n, the part of [lo, hi) of a flat (at `at` in the group's copy) that this rank's
+ * slice [from, from + len) of it holds, in partition coordinates (the slice starts at part_off
+ * there). */
+static void rep_slice(Runner *r, int *n, long long lo, long long hi, long long at, long long from,
+		      long long len, long long part_off)
 {
 	long long a = lo > from ? lo : from, z = hi < from + len ? hi : from + len;
 	if (z > a)
-		r->norm_skip[(*n)++] = (ElemRange){part_off + a - from, part_off + z - from};
+		r->rep[(*n)++] = (RepPiece){part_off + a - from, part_off + z - from, at + a - lo};
 }
 
 /* ZeRO-3: the replicated tensors' pieces in this rank's partition (units' own flats and the
  * persistent parameters' flat, each split over dp), in partition coordinates, as the optimizer's
- * segments run (runner_make_segments). */
+ * segments run (runner_make_segments), into r->rep. */
 static int stage3_ranges(Runner *r)
 {
 	const Plan *p = r->p;
-	int t = r->gtp.t, n = 0;
-	r->norm_skip = calloc((size_t)p->n_units * 2 * GPT_CPU_MAX_TENSORS + 1, sizeof(*r->norm_skip));
-	if (!r->norm_skip)
+	int n = 0;
+	r->rep = calloc((size_t)p->n_units * 2 * MOE_CPU_MAX_TENSORS + 1, sizeof(*r->rep));
+	if (!r->rep)
 		return -1;
-	for (int u = 0; t > 1 && r->gtp.r > 0 && u < p->n_units; u++) {
+	r->rep_elems = 0;
+	for (int u = 0; r->gtp.t > 1 && u < p->n_units; u++) {
 		const UnitPlan *up = &p->units[u];
 		int rep[MOE_CPU_MAX_TENSORS], k = replicated_tensors(r, u, rep);
 		long long o = 0, q = r->persist_off[u];
@@ -201,11 +200,12 @@ static int stage3_ranges(Runner *r)
 			int persistent = is_persistent(r, len);
 			if (rep[j]) {
 				if (persistent)
-					skip_slice(r, &n, q, q + len, r->rank * r->persist_cnt,
-						   r->persist_cnt, r->st->persist_part_off);
+					rep_slice(r, &n, q, q + len, r->rep_elems, r->rank * r->persist_cnt,
+						  r->persist_cnt, r->st->persist_part_off);
 				else
-					skip_slice(r, &n, o, o + len, r->rank * up->part_dense,
-						   up->part_dense, up->part_off);
+					rep_slice(r, &n, o, o + len, r->rep_elems, r->rank * up->part_dense,
+						  up->part_dense, up->part_off);
+				r->rep_elems += len;
 			}
 			if (persistent)
 				q += len;
@@ -213,9 +213,14 @@ static int stage3_ranges(Runner *r)
 				o += len;
 		}
 	}
-	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
-	r->n_norm_skip = n;
+	r->n_rep = n;
 	return 0;
+}
+
+static int by_lo(const void *a, const void *b)
+{
+	long long x = ((const ElemRange *)a)->lo, y = ((const ElemRange *)b)->lo;
+	return (x > y) - (x < y);
 }
 
 /* The ranges the gradient norm leaves out on this rank (runner_int.h's norm_skip), in the
@@ -224,10 +229,8 @@ static int stage3_ranges(Runner *r)
  * the norm: summed over the group under sequence parallelism, whole without). */
 int runner_norm_ranges(Runner *r)
 {
-	if (replicated_ranges(r))
+	if (r->p->stage == 3 ? stage3_ranges(r) : replicated_ranges(r))
 		return -1;
-	if (r->p->stage == 3)
-		return stage3_ranges(r);
 	r->norm_skip = calloc((size_t)r->n_rep + 1, sizeof(*r->norm_skip));
 	if (!r->norm_skip)
 		return -1;
@@ -235,39 +238,64 @@ int runner_norm_ranges(Runner *r)
 	if (r->replica_hi > r->replica_lo)
 		r->norm_skip[n++] = (ElemRange){r->replica_lo, r->replica_hi};
 	for (int k = 0; r->gtp.r > 0 && k < r->n_rep; k++)
-		r->norm_skip[n++] = r->rep[k];
+		r->norm_skip[n++] = (ElemRange){r->rep[k].lo, r->rep[k].hi};
 	qsort(r->norm_skip, (size_t)n, sizeof(*r->norm_skip), by_lo);
 	r->n_norm_skip = n;
 	return 0;
 }
 
+/* Each piece of r->rep between the gradients and its place in buf (in r->gdt): into buf (in) or
+ * back. Before the data-parallel reduction (ZeRO 0-1) the pieces are the full flat's; after it
+ * (ZeRO 2-3) they are read where the optimizer's segments keep them. */
+static void move_pieces(Runner *r, void *buf, int in)
+{
+	for (int k = 0; k < r->n_rep; k++) {
+		const RepPiece *rp = &r->rep[k];
+		for (int i = 0; i < (r->p->stage < 2 ? 1 : r->n_segs); i++) {
+			void *g;
+			Dtype gdt = r->gdt;
+			long long a = rp->lo, z = rp->hi;
+			if (r->p->stage < 2) {
+				g = at(r->buf[r->id_grads], a, gdt);
+			} else {
+				const Seg *sg = &r->segs[i];
+				long long base = sg->flat_off >= 0 ? sg->flat_off : sg->part_off;
+				a = a > base ? a : base;
+				z = z < base + sg->n ? z : base + sg->n;
+				if (z <= a)
+					continue;
+				g = at(sg->grads, a - base, sg->gdt), gdt = sg->gdt;
+			}
+			void *b = at(buf, rp->at + a - rp->lo, r->gdt);
+			if (in)
+				r->cb->convert(r->cx, b, r->gdt, g, gdt, (size_t)(z - a));
+			else
+				r->cb->convert(r->cx, g, gdt, b, r->gdt, (size_t)(z - a));
+		}
+	}
+}
+
+/* Megatron's _allreduce_layernorm_grads: at ZeRO 0-1 the whole replicated gradients, before the
+ * data-parallel reduction; at 2-3 after it (finalize_model_grads' order, Megatron's distributed
+ * optimizer's), over the same full-size flattened copy, of which each rank's partition takes
+ * its own pieces back (the others' places hold zeros on every rank of the group, which shares
+ * the rank's data-parallel partition). */
 int runner_tp_replicated(Runner *r, const Op *op, PxError *err)
 {
-	long long total = 0;
-	for (int k = 0; k < r->n_rep; k++)
-		total += r->rep[k].hi - r->rep[k].lo;
-	if (!r->tp || op->buf < 0 || total != op->elems || r->p->stage > 1)
+	if (!r->tp || op->buf < 0 || r->rep_elems != op->elems)
 		return px_fail(err, PX_ERR_RUNTIME, "schedule op %d: an all-reduce of %lld replicated "
 			       "gradients over the tensor-parallel group; this rank's replicated tensors "
-			       "hold %lld", (int)(op - r->s->ops), (long long)op->elems, total);
-	void *flat = r->buf[r->id_grads], *buf = r->buf[op->buf];
-	size_t e = dt_bytes(r->gdt);
-	long long at_k = 0;
-	for (int k = 0; k < r->n_rep; k++) { /* device memory on CUDA: through the backend */
-		long long n = r->rep[k].hi - r->rep[k].lo;
-		r->cb->convert(r->cx, (char *)buf + at_k * e, r->gdt, (char *)flat + r->rep[k].lo * e,
-			       r->gdt, (size_t)n);
-		at_k += n;
+			       "hold %lld", (int)(op - r->s->ops), (long long)op->elems, r->rep_elems);
+	void *buf = r->buf[op->buf];
+	if (r->p->stage >= 2) {
+		if (runner_wait_all(r, err)) /* every reduced slice is in the partition */
+			return -1;
+		r->cb->zero(r->cx, PLACE_GPU, buf, (size_t)op->elems * dt_bytes(r->gdt));
 	}
-	if (comm_all_reduce(r->tp, buf, buf, (size_t)total, comm_dt(r->gdt), COMM_SUM, err))
+	move_pieces(r, buf, 1);
+	if (comm_all_reduce(r->tp, buf, buf, (size_t)op->elems, comm_dt(r->gdt), COMM_SUM, err))
 		return -1;
-	at_k = 0;
-	for (int k = 0; k < r->n_rep; k++) {
-		long long n = r->rep[k].hi - r->rep[k].lo;
-		r->cb->convert(r->cx, (char *)flat + r->rep[k].lo * e, r->gdt, (char *)buf + at_k * e,
-			       r->gdt, (size_t)n);
-		at_k += n;
-	}
+	move_pieces(r, buf, 0);
 	return 0;
 }
 

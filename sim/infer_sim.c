@@ -244,6 +244,29 @@ static void steady_figures(const InferScenario *sc, InferPrediction *pr)
 	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;
 }
 
+/* A steady state's excess at n sequences: capacity over demand, in sequences, growing with n;
+ * 0, or -1 with err. */
+typedef int (*ExcessAt)(void *ctx, long long n, double *g, PxError *err);
+
+/* The smallest whole n in [1, hi] with g(n) >= 0, by bisection (the caller has found g(hi) >= 0);
+ * the steady state lies between n - 1 and n, where the caller interpolates. */
+static int first_enough(ExcessAt g, void *ctx, long long hi, long long *n, PxError *err)
+{
+	long long lo = 1;
+	while (lo < hi) {
+		long long mid = lo + (hi - lo) / 2;
+		double v;
+		if (g(ctx, mid, &v, err))
+			return -1;
+		if (v >= 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	*n = lo;
+	return 0;
+}
+
 /* ---- continuous batching under Dynamic SplitFuse (docs/inference.md) ---- */
 
 /* FastGen's forwards with n sequences decoding: each forward gives them a token; while prompts
@@ -292,6 +315,24 @@ static int fused_at(const InferPlan *p, const HwProfile *hw, double lambda, long
 	return 0;
 }
 
+typedef struct FusedCtx {
+	const InferPlan *plan;
+	const HwProfile *hw;
+	double lambda, so;
+} FusedCtx;
+
+/* g(n) = n - lambda (so - 1) TPOT(n); below 0 where the forwards cannot keep up. */
+static int fused_excess(void *ctx, long long n, double *g, PxError *err)
+{
+	const FusedCtx *x = ctx;
+	Fused f;
+	int rc = fused_at(x->plan, x->hw, x->lambda, n, &f, err);
+	if (rc < 0)
+		return -1;
+	*g = rc ? -1 : (double)n - x->lambda * (x->so - 1) * f.tpot_s;
+	return 0;
+}
+
 /* The steady state under Dynamic SplitFuse: the smallest n with n >= lambda (so - 1) TPOT(n)
  * (Little's law: each request decodes so - 1 tokens, one a forward), linear between whole n.
  * TTFT: a prompt waits for the prompts ahead (M/D/1: rho X / (2 (1 - rho)), X = its sp / avail
@@ -311,7 +352,7 @@ static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPredic
 	if (most > wl->token_budget - 1)
 		most = wl->token_budget - 1;
 	Fused lo_f, hi_f = {0};
-	long long lo = 1, hi = most;
+	long long lo, hi = most;
 	int rc = most < 1 ? 1 : fused_at(&pr->plan, hw, lambda, hi, &hi_f, err);
 	if (rc < 0)
 		return -1;
@@ -323,16 +364,10 @@ static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPredic
 			 lambda);
 		return 0;
 	}
-	while (lo < hi) {
-		long long mid = lo + (hi - lo) / 2;
-		Fused f;
-		if (fused_at(&pr->plan, hw, lambda, mid, &f, err) < 0)
-			return -1;
-		if ((double)mid >= lambda * (so - 1) * f.tpot_s)
-			hi = mid, hi_f = f;
-		else
-			lo = mid + 1;
-	}
+	FusedCtx fc = {&pr->plan, hw, lambda, so};
+	if (first_enough(fused_excess, &fc, hi, &lo, err) ||
+	    (lo < hi && fused_at(&pr->plan, hw, lambda, lo, &hi_f, err) < 0))
+		return -1;
 	Fused at = hi_f;
 	if (lo == 1) { /* fewer than one sequence decoding on average: batch 1's forwards */
 		c->concurrency = lambda * (so - 1) * hi_f.tpot_s;
@@ -373,6 +408,19 @@ static int excess(const InferScenario *sc, const HwProfile *hw, const InferConti
 	return 0;
 }
 
+typedef struct ContCtx {
+	const InferScenario *sc;
+	const HwProfile *hw;
+	const InferContinuous *c;
+} ContCtx;
+
+static int cont_excess(void *ctx, long long n, double *g, PxError *err)
+{
+	const ContCtx *x = ctx;
+	double td;
+	return excess(x->sc, x->hw, x->c, n, g, &td, err);
+}
+
 /* The steady state (docs/inference.md): rho = lambda T_pf; the smallest N with
  * N (1 - rho) = lambda (so - 1) T_d(N), T_d linear between whole batches (Little's law for the
  * decode phase: N sequences, each (so - 1) steps of T_d / (1 - rho)). Fills pr->cb and the
@@ -407,8 +455,8 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 			 c->rate_replica, c->prefill_s);
 		return 0;
 	}
-	/* the smallest whole n with g(n) >= 0, by bisection over [1, max] */
-	long long lo = 1, hi = c->max_concurrency;
+	/* the smallest whole n with g(n) >= 0 */
+	long long lo, hi = c->max_concurrency;
 	double g_hi, td_hi, g_lo, td_lo;
 	if (excess(sc, hw, c, hi, &g_hi, &td_hi, err))
 		return -1;
@@ -419,16 +467,10 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 			 c->rate_replica * (so - 1));
 		return 0;
 	}
-	while (lo < hi) {
-		long long mid = lo + (hi - lo) / 2;
-		double g, td;
-		if (excess(sc, hw, c, mid, &g, &td, err))
-			return -1;
-		if (g >= 0)
-			hi = mid, g_hi = g, td_hi = td;
-		else
-			lo = mid + 1;
-	}
+	ContCtx cc = {sc, hw, c};
+	if (first_enough(cont_excess, &cc, hi, &lo, err) ||
+	    (lo < hi && excess(sc, hw, c, lo, &g_hi, &td_hi, err)))
+		return -1;
 	if (lo == 1) { /* fewer than one sequence on average: a step costs batch 1's */
 		if (excess(sc, hw, c, 1, &g_hi, &td_hi, err))
 			return -1;
