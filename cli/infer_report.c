@@ -56,7 +56,14 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 		fputc('\n', f);
 	}
 	const InferWorkload *w = &pr->paged.wl;
-	if (w->split_fuse)
+	if (w->scheduler == SCHED_VLLM_V1)
+		fprintf(f, "# vLLM V1's scheduler: steps of at most %lld tokens (max_num_batched_tokens), "
+			"the running requests first in admission order (a prompt's rest in chunks, or "
+			"one token to decode), then waiting prompts' first chunks; room: the KV cache's "
+			"blocks, taken chunk by chunk, the last admitted preempted when they run out; at "
+			"most %lld sequences running (max_num_seqs); each step priced as one ragged "
+			"batch\n", w->token_budget, w->max_ragged_seqs);
+	else if (w->scheduler == SCHED_SPLIT_FUSE)
 		fprintf(f, "# DeepSpeed-FastGen's Dynamic SplitFuse, as DeepSpeed-MII schedules it: "
 			"forwards of at most %lld tokens (max_ragged_batch_size) of %lld sequences, "
 			"each decoding sequence's next token first, then prompts in chunks; each "
@@ -137,16 +144,17 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 			fprintf(f, "%-40s %14.3f\n", "KV cache at that occupancy, GiB", cb->kv_bytes / GiB);
 			fprintf(f, "%-40s %14.5f\n", "decode step at N, s", cb->decode_step_s);
 		}
-		if (w->split_fuse)
-			fprintf(f, "# Dynamic SplitFuse (DeepSpeed-FastGen): forwards of at most %lld "
-				"tokens give every decoding sequence its next token and, while "
-				"prompts wait, carry their tokens (rho: the share of time they do); "
-				"decode step: the mean forward, the TPOT: docs/inference.md\n",
-				w->token_budget);
+		if (infer_sched_ragged(w))
+			fprintf(f, "# %s: forwards of at most %lld tokens give every decoding "
+				"sequence its next token and, while prompts wait, carry their tokens "
+				"(rho: the share of time they do); decode step: the mean forward, the "
+				"TPOT: docs/inference.md\n", w->scheduler == SCHED_VLLM_V1 ?
+				"chunked prefill (vLLM V1's scheduler)" :
+				"Dynamic SplitFuse (DeepSpeed-FastGen)", w->token_budget);
 		else
-			fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's "
-				"default scheduler; \"scheduler\": \"split_fuse\" for Dynamic "
-				"SplitFuse): docs/inference.md\n");
+			fprintf(f, "# prefill and decode steps alternate, prefills first (vLLM's V0 "
+				"scheduler; \"scheduler\": \"vllm_v1\" for vLLM V1's chunked prefill, "
+				"\"split_fuse\" for Dynamic SplitFuse): docs/inference.md\n");
 		if (pr->replayed)
 			replay_table(f, pr);
 		if (!cb->stable)

@@ -188,7 +188,7 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 		p->load_peak_extra_bytes -= p->weight_bytes + p->scale_bytes;
 	p->load_peak_extra_bytes = fmax(p->load_peak_extra_bytes, 0);
 	p->kv_bytes = p->kv_bytes_per_token * (double)batch * (double)p->ctx_tokens;
-	if (!wl->split_fuse) {
+	if (!infer_sched_ragged(wl)) {
 		/* a static batch prefills all its prompts at once, vLLM's scheduler one alone */
 		long long pb = wl->continuous ? 1 : batch;
 		p->prefill_workspace_bytes = workspace_bytes(p, (double)pb * (double)wl->prompt_tokens,
@@ -201,8 +201,12 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 		 * (DSStateManagerConfig: mode "reserve", 1e9 bytes by default) */
 		double T = (double)wl->token_budget;
 		long long rows = batch < wl->token_budget ? batch : wl->token_budget;
+		double forward = workspace_bytes(p, T, rows, 0);
+		/* vLLM V1 sizes its cache after a profiling forward of max_num_batched_tokens
+		 * (gpu_model_runner.py profile_run): that forward's peak is what it leaves */
 		p->prefill_workspace_bytes = p->decode_workspace_bytes =
-			fmax(workspace_bytes(p, T, rows, 0), INFER_FASTGEN_RESERVE_BYTES);
+			wl->scheduler == SCHED_VLLM_V1 ? forward :
+			fmax(forward, INFER_FASTGEN_RESERVE_BYTES);
 	}
 	const ClusterSpec *cl = &sc->cluster;
 	p->runtime_bytes = cl->cuda_context_bytes + cl->cublas_workspace_bytes +

@@ -1,5 +1,6 @@
 #include "infer_scenario.h"
 
+#include <ctype.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,28 +350,56 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 	return 0;
 }
 
-/* workload.scheduler: "vllm" (the default: a prompt prefilled alone before the running
- * sequences' next step) or "split_fuse" (DeepSpeed-FastGen's Dynamic SplitFuse), whose forwards
- * hold at most max_ragged_batch_size tokens of at most max_ragged_sequence_count sequences
- * (DSStateManagerConfig's defaults, 768 and 512; its validator wants the count no larger than
- * the tokens). Continuous batching only. */
-static int parse_scheduler(const JsonObj *o, InferWorkload *w, PxError *err)
+/* vLLM V1's batch defaults for its OpenAI-compatible server (EngineArgs.get_batch_defaults): 8192
+ * tokens and 1024 sequences a step on a GPU of at least 70 GiB that is not an A100 (H100, H200,
+ * MI300X), 2048 and 256 on the rest; the memory as torch reports it (usable_bytes). */
+static void v1_defaults(const GpuSpec *g, long long *tokens, long long *seqs)
 {
-	static const char *const schedulers[] = {"vllm", "split_fuse", NULL};
-	int rs = jobj_choice(o, "scheduler", schedulers, 0, &w->split_fuse, err);
+	char name[64] = "";
+	for (size_t i = 0; g->name && g->name[i] && i + 1 < sizeof(name); i++)
+		name[i] = (char)tolower((unsigned char)g->name[i]), name[i + 1] = 0;
+	int big = g->usable_bytes >= 70.0 * (1 << 30) && !strstr(name, "a100");
+	*tokens = big ? 8192 : 2048;
+	*seqs = big ? 1024 : 256;
+}
+
+/* workload.scheduler: "vllm" (the default: vLLM's V0 scheduler, a prompt prefilled alone before
+ * the running sequences' next step), "split_fuse" (DeepSpeed-FastGen's Dynamic SplitFuse), whose
+ * forwards hold at most max_ragged_batch_size tokens of at most max_ragged_sequence_count
+ * sequences (DSStateManagerConfig's defaults, 768 and 512; its validator wants the count no
+ * larger than the tokens), or "vllm_v1" (vLLM V1's scheduler: max_num_batched_tokens a step,
+ * max_num_seqs running, v1_defaults'). Continuous batching only. */
+static int parse_scheduler(const JsonObj *o, const GpuSpec *gpu, InferWorkload *w, PxError *err)
+{
+	static const char *const schedulers[] = {"vllm", "split_fuse", "vllm_v1", NULL};
+	static const char *const keys[][2] = {
+		[SCHED_SPLIT_FUSE] = {"max_ragged_batch_size", "max_ragged_sequence_count"},
+		[SCHED_VLLM_V1] = {"max_num_batched_tokens", "max_num_seqs"}};
+	int which = SCHED_VLLM;
+	int rs = jobj_choice(o, "scheduler", schedulers, 0, &which, err);
 	if (rs < 0)
 		return -1;
+	w->scheduler = (InferScheduler)which;
 	if (rs > 0 && !w->continuous)
 		return fail_at(o, "scheduler", err, "applies to \"batching\": \"continuous\" only");
-	int rt = jobj_int(o, "max_ragged_batch_size", 1, 1 << 24, 768, &w->token_budget, err);
-	int rq = rt < 0 ? -1 : jobj_int(o, "max_ragged_sequence_count", 1, 1 << 24, 512,
-					&w->max_ragged_seqs, err);
-	if (rq < 0)
-		return -1;
-	if (!w->split_fuse && (rt > 0 || rq > 0))
-		return fail_at(o, rt > 0 ? "max_ragged_batch_size" : "max_ragged_sequence_count",
-			       err, "applies to \"scheduler\": \"split_fuse\" only");
-	if (w->split_fuse && w->max_ragged_seqs > w->token_budget)
+	long long dflt[3][2] = {{0, 0}, {768, 512}, {0, 0}};
+	v1_defaults(gpu, &dflt[SCHED_VLLM_V1][0], &dflt[SCHED_VLLM_V1][1]);
+	for (int k = SCHED_SPLIT_FUSE; k <= SCHED_VLLM_V1; k++) {
+		long long toks, seqs;
+		int rt = jobj_int(o, keys[k][0], 1, 1 << 24, dflt[k][0], &toks, err);
+		int rq = rt < 0 ? -1 : jobj_int(o, keys[k][1], 1, 1 << 24, dflt[k][1], &seqs, err);
+		if (rq < 0)
+			return -1;
+		if (w->scheduler != (InferScheduler)k && (rt > 0 || rq > 0)) {
+			char what[96];
+			snprintf(what, sizeof(what), "applies to \"scheduler\": \"%s\" only",
+				 schedulers[k]);
+			return fail_at(o, keys[k][rt > 0 ? 0 : 1], err, what);
+		}
+		if (w->scheduler == (InferScheduler)k)
+			w->token_budget = toks, w->max_ragged_seqs = seqs;
+	}
+	if (w->scheduler == SCHED_SPLIT_FUSE && w->max_ragged_seqs > w->token_budget)
 		return fail_at(o, "max_ragged_sequence_count", err, "larger than "
 			       "max_ragged_batch_size; expected at most as many sequences as tokens "
 			       "(DeepSpeed's DSStateManagerConfig refuses it too)");
@@ -378,12 +407,13 @@ static int parse_scheduler(const JsonObj *o, InferWorkload *w, PxError *err)
 }
 
 static int parse_workload(const JsonObj *o, const char *scenario, long long head_dim,
-			  InferWorkload *w, PxNotes *notes, PxError *err)
+			  const GpuSpec *gpu, InferWorkload *w, PxNotes *notes, PxError *err)
 {
 	static const char *const known[] = {"batch_size", "prompt_tokens", "output_tokens",
 					    "batching", "request_rate", "trace", "block_size",
 					    "watermark", "scheduler", "max_ragged_batch_size",
-					    "max_ragged_sequence_count", NULL};
+					    "max_ragged_sequence_count", "max_num_batched_tokens",
+					    "max_num_seqs", NULL};
 	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -400,14 +430,16 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 		return fail_at(o, "batching", err, what);
 	}
 	w->continuous = !strcmp(batching, "continuous");
-	if (parse_scheduler(o, w, err))
+	if (parse_scheduler(o, gpu, w, err))
 		return -1;
-	/* the paged cache: vLLM's (its EngineArgs defaults: block_size 16, watermark 0.01), or
-	 * FastGen's (blocked_flash.py get_kv_block_size: 128 tokens for heads of up to 64, else
+	/* the paged cache: vLLM's (its EngineArgs defaults: block_size 16, watermark 0.01; V1's
+	 * KVCacheManager.allocate_slots, to v0.11, takes blocks while any are free: no watermark),
+	 * or FastGen's (blocked_flash.py get_kv_block_size: 128 tokens for heads of up to 64, else
 	 * 64; no watermark: DeepSpeed-MII admits a prompt while its blocks are free) */
-	long long dflt_block = !w->split_fuse ? 16 : head_dim <= 64 ? 128 : 64;
+	int fused = w->scheduler == SCHED_SPLIT_FUSE;
+	long long dflt_block = !fused ? 16 : head_dim <= 64 ? 128 : 64;
 	int rb = jobj_int(o, "block_size", 1, 1 << 20, dflt_block, &w->block, err), rw;
-	if (rb < 0 || (rw = jobj_num(o, "watermark", 0, 0.5, w->split_fuse ? 0 : 0.01,
+	if (rb < 0 || (rw = jobj_num(o, "watermark", 0, 0.5, w->scheduler == SCHED_VLLM ? 0.01 : 0,
 				     &w->watermark, err)) < 0)
 		return -1;
 	if (!w->continuous && (rb > 0 || rw > 0))
@@ -556,7 +588,8 @@ static int parse_all(InferScenario *sc, PxError *err)
 	if (model_parse(&sect[IS_DOC_MODEL], &sc->model, &sc->notes, err) ||
 	    cluster_parse(&sect[IS_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_inference(&inf, &sc->inf, &sc->notes, err) ||
-	    parse_workload(&wl, sc->path, sc->model.head_dim, &sc->wl, &sc->notes, err) ||
+	    parse_workload(&wl, sc->path, sc->model.head_dim, &sc->cluster.gpu, &sc->wl,
+			   &sc->notes, err) ||
 	    check_model(sc, &top, err) ||
 	    check_layout(sc, &inf, &wl, err))
 		return -1;
@@ -637,11 +670,14 @@ char *infer_scenario_resolved_json(const InferScenario *sc)
 		cJSON_AddNumberToObject(r, "request_rate", sc->wl.request_rate);
 		cJSON_AddNumberToObject(r, "block_size", (double)sc->wl.block);
 		cJSON_AddNumberToObject(r, "watermark", sc->wl.watermark);
-		cJSON_AddStringToObject(r, "scheduler", sc->wl.split_fuse ? "split_fuse" : "vllm");
-		if (sc->wl.split_fuse) {
-			cJSON_AddNumberToObject(r, "max_ragged_batch_size",
+		static const char *const names[] = {"vllm", "split_fuse", "vllm_v1"};
+		int v1 = sc->wl.scheduler == SCHED_VLLM_V1;
+		cJSON_AddStringToObject(r, "scheduler", names[sc->wl.scheduler]);
+		if (infer_sched_ragged(&sc->wl)) {
+			cJSON_AddNumberToObject(r, v1 ? "max_num_batched_tokens" :
+							"max_ragged_batch_size",
 						(double)sc->wl.token_budget);
-			cJSON_AddNumberToObject(r, "max_ragged_sequence_count",
+			cJSON_AddNumberToObject(r, v1 ? "max_num_seqs" : "max_ragged_sequence_count",
 						(double)sc->wl.max_ragged_seqs);
 		}
 	}

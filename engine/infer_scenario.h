@@ -42,7 +42,13 @@ typedef struct InferConfig {
  * given, else memory does (sim/infer_sim.c, docs/inference.md). A continuous workload may give
  * its requests as a trace instead ("trace": a file, engine/infer_trace.h), whose means then
  * stand for request_rate, prompt_tokens and output_tokens; a trace is replayed with vLLM's
- * scheduler, or with "scheduler": "split_fuse" FastGen's. */
+ * scheduler, or with "scheduler": "split_fuse" FastGen's, or "vllm_v1" vLLM V1's. */
+/* The continuous batching schedulers: vLLM's V0 scheduler (a prompt prefilled alone before the
+ * running sequences' next step), DeepSpeed-FastGen's Dynamic SplitFuse as DeepSpeed-MII runs it,
+ * and vLLM's V1 scheduler (chunked prefill under a token budget, preemption by recompute). The
+ * last two form ragged forwards (infer_sched_ragged). */
+typedef enum InferScheduler { SCHED_VLLM, SCHED_SPLIT_FUSE, SCHED_VLLM_V1 } InferScheduler;
+
 typedef struct InferWorkload {
 	long long batch, prompt_tokens, output_tokens;
 	int continuous;
@@ -52,15 +58,22 @@ typedef struct InferWorkload {
 	long long block;          /* continuous: tokens a KV-cache block holds (vLLM's block_size,
 				     16); the trace's replay allocates the cache in blocks */
 	double watermark;         /* continuous: the share of the blocks an admission leaves free
-				     (vLLM's watermark, 0.01; 0 under split_fuse) */
-	int split_fuse;           /* continuous with a trace: "scheduler": "split_fuse", DeepSpeed-
-				     FastGen's Dynamic SplitFuse as DeepSpeed-MII schedules it
-				     (sim/infer_replay.h); 0: vLLM's prefill-first scheduler */
-	long long token_budget;   /* split_fuse: tokens one forward holds (FastGen's
-				     max_ragged_batch_size, 768) */
+				     (vLLM V0's watermark, 0.01; 0 under split_fuse and vllm_v1) */
+	InferScheduler scheduler; /* continuous: whose scheduler forms the forwards (sim/infer_replay.h) */
+	long long token_budget;   /* split_fuse, vllm_v1: tokens one forward holds (FastGen's
+				     max_ragged_batch_size, 768; vLLM's max_num_batched_tokens, 8192
+				     or 2048 by GPU) */
 	long long max_ragged_seqs; /* split_fuse: sequences one forward holds (FastGen's
-				      max_ragged_sequence_count, 512) */
+				      max_ragged_sequence_count, 512); vllm_v1: sequences running at
+				      once (max_num_seqs, 1024 or 256 by GPU) */
 } InferWorkload;
+
+/* Whether w's scheduler forms ragged forwards under a token budget (prompt chunks beside the
+ * decoding sequences' tokens). */
+static inline int infer_sched_ragged(const InferWorkload *w)
+{
+	return w->scheduler != SCHED_VLLM;
+}
 
 enum { IS_DOC_SCENARIO, IS_DOC_MODEL, IS_DOC_CLUSTER, IS_N_DOCS };
 

@@ -418,10 +418,107 @@ static void flush_last(Replica *r)
 	r->out->preemptions++;
 }
 
-/* One replica's requests (every replicas-th from first) through FastGen's forwards. */
+/* ---- vLLM V1's scheduler (InferWorkload.scheduler SCHED_VLLM_V1), as vllm/v1/core/sched/
+ * scheduler.py's Scheduler.schedule forms a step under FCFS (to v0.11): the running requests in
+ * admission order, each given what it has left to compute (a prompt's rest, chunked to what the
+ * budget of max_num_batched_tokens leaves, or one token to decode) and the blocks those tokens
+ * fill (KVCacheManager.allocate_slots: while any are free); where they do not fit, the request
+ * admitted last is preempted (its blocks freed, it waits first in line, to be computed again over
+ * its prompt and what it had made), until they fit or the request itself is the one preempted,
+ * which ends the running pass. Then, in a step that preempted none, the waiting requests in
+ * order, while the budget lasts and fewer than max_num_seqs run, each with its first chunk's
+ * blocks (not its whole prompt's: a later chunk may preempt); the first that does not fit ends
+ * the pass. One ragged forward, as FastGen's (infer_price_ragged). ---- */
+
+/* The running request admitted last gives its blocks back and waits first in line
+ * (Scheduler._preempt_request: waiting.prepend_request). */
+static void preempt_last(Replica *r)
+{
+	long long k = r->n_live - 1;
+	memmove(r->wait + 1, r->wait, (size_t)r->n_wait * sizeof(*r->wait));
+	r->wait[0] = r->live[k].req;
+	r->n_wait++;
+	r->made[r->live[k].req] = r->live[k].made;
+	leave(r, k);
+	r->out->preemptions++;
+}
+
+/* Sequence l's c tokens into forward g: a decoding token, or a chunk of its prompt. */
+static void take_tokens(InferRagged *g, Live *l, long long c, double *ctx)
+{
+	l->step = c;
+	if (l->pending == 0) {
+		g->decode_seqs++;
+		*ctx += (double)l->held;
+		return;
+	}
+	g->chunk_tokens += c;
+	g->chunk_prior += (double)l->held;
+	g->chunk_pairs += (double)c * (double)l->held + (double)c * (double)(c + 1) / 2;
+	g->logit_rows += c == l->pending;
+}
+
+/* Compose one vLLM V1 step into g; 1 when the only running request outgrows the cache (it
+ * preempted itself alone), else 0. */
+static int compose_v1(Replica *r, InferRagged *g)
+{
+	long long budget = r->c->sc->wl.token_budget, free = r->total - r->blocks;
+	double ctx = 0;
+	int preempted = 0;
+	memset(g, 0, sizeof(*g));
+	for (long long k = 0; k < r->n_live; k++)
+		r->live[k].step = 0;
+	for (long long k = 0; k < r->n_live && budget > 0; k++) {
+		Live *l = &r->live[k];
+		long long c = l->pending == 0 ? 1 : l->pending < budget ? l->pending : budget;
+		while (more_blocks(r, l, c) > free && k < r->n_live) {
+			long long last = r->n_live - 1;
+			if (last == 0)
+				return 1;
+			free += blocks_of(r, r->live[last].held);
+			preempt_last(r);
+			preempted = 1;
+		}
+		if (k >= r->n_live) /* it was the one preempted */
+			break;
+		free -= more_blocks(r, l, c);
+		budget -= c;
+		take_tokens(g, l, c, &ctx);
+	}
+	while (!preempted && budget > 0 && r->n_wait && r->n_live < r->room->max_seqs) {
+		long long q = r->wait[0], all = r->t->req[q].prompt_tokens + r->made[q];
+		long long c = all < budget ? all : budget;
+		if (blocks_of(r, c) > free - r->keep) {
+			if (r->ttft[q] == -2) /* counted once */
+				r->ttft[q] = -3, r->out->waited_for_room++;
+			break;
+		}
+		Live *l = join(r);
+		free -= blocks_of(r, c);
+		budget -= c;
+		take_tokens(g, l, c, &ctx);
+	}
+	g->decode_ctx = g->decode_seqs ? ctx / (double)g->decode_seqs : 0;
+	g->logit_rows += g->decode_seqs;
+	return 0;
+}
+
+/* Request q, running alone, outgrows the cache with its outputs: refused, naming it. */
+static int outgrows(const Replica *r, long long q, PxError *err)
+{
+	const InferTrace *t = r->t;
+	return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld, output %lld tokens): "
+		       "longer than the KV cache's %lld tokens (%lld blocks of %lld)", t->path, q + 1,
+		       t->req[q].prompt_tokens, t->req[q].output_tokens, r->total * r->room->block,
+		       r->total, r->room->block);
+}
+
+/* One replica's requests (every replicas-th from first) through FastGen's forwards, or vLLM
+ * V1's steps. */
 static int run_replica_fused(Replica *r, long long first, PxError *err)
 {
 	const InferTrace *t = r->t;
+	int v1 = r->c->sc->wl.scheduler == SCHED_VLLM_V1;
 	long long step = r->room->replicas, next = first;
 	double now = t->req[first].arrival_s;
 	r->n_live = r->used = r->blocks = r->n_wait = 0;
@@ -436,21 +533,17 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 		}
 		InferRagged g;
 		InferPhase ph;
-		compose(r, &g);
+		if (v1 && compose_v1(r, &g))
+			return outgrows(r, r->live[0].req, err);
+		if (!v1)
+			compose(r, &g);
 		if (g.decode_seqs + g.chunk_tokens == 0) {
 			if (r->n_live > 1) {
 				flush_last(r);
 				continue;
 			}
-			if (r->n_live == 1) { /* alone, and still no room */
-				const Live *l = &r->live[0];
-				return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld, "
-					       "output %lld tokens): longer than the KV cache's %lld "
-					       "tokens (%lld blocks of %lld)", t->path, l->req + 1,
-					       t->req[l->req].prompt_tokens,
-					       t->req[l->req].output_tokens,
-					       r->total * r->room->block, r->total, r->room->block);
-			}
+			if (r->n_live == 1) /* alone, and still no room */
+				return outgrows(r, r->live[0].req, err);
 			return too_long(r, r->wait[0], err); /* nor an empty cache the first */
 		}
 		if (infer_price_ragged(r->c->plan, r->c->hw, &g, &ph, err))
@@ -553,7 +646,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.tpot = malloc((size_t)n * sizeof(*r.tpot));
 	r.wait = malloc((size_t)n * sizeof(*r.wait));
 	InferPlan plan = {0};
-	int rc = 0, fused = sc->wl.split_fuse;
+	int rc = 0, fused = infer_sched_ragged(&sc->wl);
 	if (no_room || !r.live || !r.again || !r.made || !r.tpot ||
 	    !r.first || !r.ttft || !r.latency || !r.wait) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");

@@ -447,7 +447,7 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 			 "weights", c->mean_ctx_tokens);
 		return 0;
 	}
-	if (wl->split_fuse)
+	if (infer_sched_ragged(wl))
 		return price_fused(sc, hw, pr, err);
 	if (c->prefill_util >= 1) {
 		snprintf(c->why, sizeof(c->why), "overloaded: the prefills alone need %.3g of the "
@@ -517,9 +517,12 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 	if (infer_plan_make(sc, 1, ctx, &pr->plan, err))
 		return -1;
 	if (wl->trace.n > 0) { /* the KV cache's tokens: one sequence's longest context */
+		long long seqs = wl->batch_given ? wl->batch : wl->trace.n;
+		if (wl->scheduler == SCHED_VLLM_V1 && wl->max_ragged_seqs < seqs)
+			seqs = wl->max_ragged_seqs; /* max_num_seqs */
 		InferReplayRoom room = {.replicas = pr->plan.replicas, .tp = pr->plan.tp,
-					.max_seqs = wl->batch_given ? wl->batch : wl->trace.n,
-					.block = wl->block, .watermark = wl->watermark};
+					.max_seqs = seqs, .block = wl->block,
+					.watermark = wl->watermark};
 		pr->replayed = 1;
 		if ((room.kv_tokens = largest_fit(sc, cap, 1, 1LL << 40, 0, err)) < 0 ||
 		    infer_replay(sc, hw, &room, &pr->replay, err))

@@ -6,7 +6,11 @@
  * chunks of what the budget leaves; a decoding sequence with a full last block and no free one
  * waits; when nothing can run, the last admitted gives its cache back and is prefilled again);
  * FastGen's claim of steadier token latency than prefill-first scheduling on the bundled trace;
- * and bad input. */
+ * and bad input. With them vLLM V1's scheduler ("scheduler": "vllm_v1"), which forms the same
+ * ragged forwards by other rules (vllm/v1/core/sched/scheduler.py: the running requests in
+ * admission order, a waiting prompt admitted with its first chunk's blocks, the last admitted
+ * preempted when a running request's blocks run out): a replay by hand, its batch defaults by
+ * GPU, and its steady state against its replay. */
 #include <CUnit/CUnit.h>
 #include <math.h>
 #include <stdio.h>
@@ -204,6 +208,40 @@ static void test_replay_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
+/* The k at which the trace "two requests at 0 s of k prompt tokens and 2 outputs, one at 1000 s
+ * of 10 and 1" gets a KV cache of exactly two blocks of k tokens, under scheduler sched (its
+ * budget key's value budget_k x k + 16, its sequence key 4), by bisection: the cache shrinks as
+ * the forward's workspace, which k sets, grows. Predicted into sc and pr; 0 when none found. */
+static long long two_block_cache(const char *sched, long long budget_k, InferScenario *sc,
+				 InferPrediction *pr)
+{
+	int v1 = !strcmp(sched, "vllm_v1");
+	char csv[256], wl[256];
+	long long k = 0, lo = 10000, hi = 200000; /* more than 2 blocks at lo, fewer at hi */
+	for (int tries = 0; tries < 40 && hi - lo > 1; tries++) {
+		k = (lo + hi) / 2;
+		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
+			 "0,%lld,2\n1000,10,1\n", k, k);
+		snprintf(wl, sizeof(wl), "\"scheduler\": \"%s\", \"%s\": %lld, \"%s\": 4, "
+			 "\"block_size\": %lld, ", sched, v1 ? "max_num_batched_tokens" :
+			 "max_ragged_batch_size", budget_k * k + 16, v1 ? "max_num_seqs" :
+			 "max_ragged_sequence_count", k);
+		/* too few blocks for a prompt: refused, as it should be */
+		long long blocks = predict_quiet(csv, wl, 1, sc, pr) ? 0 : pr->replay.kv_blocks;
+		if (blocks == 2)
+			return k;
+		if (blocks > 2)
+			lo = k;
+		else
+			hi = k;
+		if (blocks > 0) {
+			infer_predict_free(pr);
+			infer_scenario_free(sc);
+		}
+	}
+	return 0;
+}
+
 /* A cache of two blocks of k tokens, forwards of 2 k + 16 (k found by bisection: the cache
  * shrinks as the forward's workspace, which k sets, grows). Two requests at 0 s, each a prompt of k tokens and
  * 2 outputs. F1 prefills both (each fills one block, their first tokens). Then both need a new
@@ -216,29 +254,8 @@ static void test_replay_flush_by_hand(void)
 {
 	InferScenario sc;
 	InferPrediction pr;
-	char csv[256], wl[256];
-	long long k = 0, lo = 10000, hi = 200000; /* more than 2 blocks at lo, fewer at hi */
-	int found = 0;
-	for (int tries = 0; tries < 40 && !found && hi - lo > 1; tries++) {
-		k = (lo + hi) / 2;
-		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
-			 "0,%lld,2\n1000,10,1\n", k, k);
-		snprintf(wl, sizeof(wl), "\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": "
-			 "%lld, \"max_ragged_sequence_count\": 4, \"block_size\": %lld, ",
-			 2 * k + 16, k);
-		/* too few blocks for a prompt: refused, as it should be */
-		long long blocks = predict_quiet(csv, wl, 1, &sc, &pr) ? 0 : pr.replay.kv_blocks;
-		found = blocks == 2;
-		if (blocks > 2)
-			lo = k;
-		else if (blocks < 2)
-			hi = k;
-		if (!found && blocks > 0) {
-			infer_predict_free(&pr);
-			infer_scenario_free(&sc);
-		}
-	}
-	CU_ASSERT_FATAL(found);
+	long long k = two_block_cache("split_fuse", 2, &sc, &pr);
+	CU_ASSERT_FATAL(k > 0);
 	const InferScenario *ps = &pr.paged;
 	InferRagged g1 = {.chunk_tokens = 2 * k, .chunk_pairs = 2 * pairs(k, 0), .logit_rows = 2};
 	InferRagged g2 = {.decode_seqs = 1, .decode_ctx = (double)k, .logit_rows = 1};
@@ -259,6 +276,74 @@ static void test_replay_flush_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
+/* vLLM V1 on a cache of exactly two blocks of k tokens (two_block_cache), a budget of k + 16.
+ * Two requests at 0 s, prompts of k tokens and 2 outputs. F1: r0's prompt whole (its first
+ * token) and r1's first 16 tokens (one block: V1 admits a prompt for its first chunk's blocks).
+ * F2: r0's next token needs a block and none is free: r1, admitted last, is preempted (its 16
+ * tokens dropped, it waits first in line) and r0 decodes at context k and ends. F3: r1's prompt
+ * again, whole (k tokens, one block: its first token). F4: r1 decodes at context k, taking the
+ * second block. r2 (1000 s, prompt 10, output 1) runs alone: F5. (FastGen's replay reaches the
+ * same forwards here by its own rule: with no block free, nothing runs and the last admitted
+ * gives its cache back.) */
+static void test_v1_replay_by_hand(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	long long k = two_block_cache("vllm_v1", 1, &sc, &pr);
+	CU_ASSERT_FATAL(k > 0);
+	const InferScenario *ps = &pr.paged;
+	InferRagged g1 = {.chunk_tokens = k + 16, .chunk_pairs = pairs(k, 0) + pairs(16, 0),
+			  .logit_rows = 1};
+	InferRagged g2 = {.decode_seqs = 1, .decode_ctx = (double)k, .logit_rows = 1};
+	InferRagged g3 = {.chunk_tokens = k, .chunk_pairs = pairs(k, 0), .logit_rows = 1};
+	InferRagged g5 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
+	double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2), f3 = forward_s(ps, &g3);
+	double f4 = f2, f5 = forward_s(ps, &g5), e = 1e-9;
+	const InferReplay *r = &pr.replay;
+	CU_ASSERT_EQUAL(r->preemptions, 1);
+	CU_ASSERT_EQUAL(r->forwards, 5);
+	CU_ASSERT_EQUAL(r->peak_kv_blocks, 2);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (f1 + (f1 + f2 + f3) + f5) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, ((f1 + f2) + (f1 + f2 + f3 + f4) + f5) / 3, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (f2 + f4) / 2, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 1000 + f5, e);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+}
+
+/* vLLM V1's batch defaults for its OpenAI server (EngineArgs.get_batch_defaults): 8192 tokens a
+ * step and 1024 sequences on a GPU of 70 GiB or more that is not an A100, else 2048 and 256; no
+ * watermark; blocks of 16. */
+static void test_v1_defaults(void)
+{
+	static const struct { const char *gpu; long long tokens, seqs; } cases[] = {
+		{"H100-SXM", 8192, 1024}, {"H200", 8192, 1024}, {"A100-80GB", 2048, 256},
+		{"A100-40GB", 2048, 256}, {"V100-32GB", 2048, 256}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *path = write_trace_scenario("arrival_s,prompt_tokens,output_tokens\n"
+							"0,100,3\n1,10,1\n",
+							"\"scheduler\": \"vllm_v1\", ");
+		InferScenario sc;
+		PxError err = {0};
+		JsonOverrides ov;
+		jov_init(&ov);
+		CU_ASSERT_EQUAL_FATAL(jov_add_kv(&ov, "cluster.gpu", cases[i].gpu, &err), 0);
+		if (infer_scenario_load(&sc, path, &ov, &err)) {
+			fprintf(stderr, "\n%s\n", err.msg);
+			CU_FAIL("load");
+			jov_free(&ov);
+			continue;
+		}
+		CU_ASSERT_EQUAL(sc.wl.scheduler, SCHED_VLLM_V1);
+		CU_ASSERT_EQUAL(sc.wl.token_budget, cases[i].tokens);
+		CU_ASSERT_EQUAL(sc.wl.max_ragged_seqs, cases[i].seqs);
+		CU_ASSERT_EQUAL(sc.wl.block, 16);
+		CU_ASSERT_EQUAL(sc.wl.watermark, 0);
+		infer_scenario_free(&sc);
+		jov_free(&ov);
+	}
+}
+
 /* The steady state's formulas (sim/infer_sim.c price_fused) against the replay of what they
  * assume: 4000 requests of fixed lengths arriving as a Poisson process (exponential gaps from a
  * fixed linear congruential sequence), Llama-2 7B on one H100, FastGen's defaults: prompts of
@@ -268,8 +353,9 @@ static void test_replay_flush_by_hand(void)
 static void test_steady_state_against_replay(void)
 {
 	enum { N = 4000 };
-	static const struct { int prompt, output; double rate; } cases[] = {{512, 128, 3},
-									   {2048, 64, 1.5}};
+	static const struct { int prompt, output; double rate; const char *sched; } cases[] = {
+		{512, 128, 3, "split_fuse"}, {2048, 64, 1.5, "split_fuse"},
+		{512, 128, 3, "vllm_v1"}};
 	static char csv[N * 32 + 64];
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		size_t at = (size_t)snprintf(csv, sizeof(csv),
@@ -285,14 +371,16 @@ static void test_steady_state_against_replay(void)
 		}
 		InferScenario sc;
 		InferPrediction pr;
-		if (predict_on(csv, "\"scheduler\": \"split_fuse\", ", &sc, &pr)) {
+		char wl[64];
+		snprintf(wl, sizeof(wl), "\"scheduler\": \"%s\", ", cases[k].sched);
+		if (predict_on(csv, wl, &sc, &pr)) {
 			CU_FAIL("predict");
 			return;
 		}
 		CU_ASSERT_FATAL(pr.cb.stable && pr.replayed);
 		const InferReplay *r = &pr.replay;
-		printf("\n# split_fuse, %d requests of %d + %d tokens at %g/s: TPOT %.5f s (steady "
-		       "state %.5f), latency %.4f s (%.4f), TTFT %.5f s (%.5f)\n", N,
+		printf("\n# %s, %d requests of %d + %d tokens at %g/s: TPOT %.5f s (steady "
+		       "state %.5f), latency %.4f s (%.4f), TTFT %.5f s (%.5f)\n", cases[k].sched, N,
 		       cases[k].prompt, cases[k].output, cases[k].rate, r->tpot_mean_s, pr.tpot_s,
 		       r->latency_mean_s, pr.latency_s, r->ttft_mean_s, pr.ttft_s);
 		CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, pr.tpot_s, 0.05 * pr.tpot_s);
@@ -327,7 +415,13 @@ static void test_tail_token_latency(void)
 static void test_bad_input(void)
 {
 	static const struct { const char *workload, *needle; } cases[] = {
-		{"\"scheduler\": \"fastgen\", ", "workload.scheduler: expected one of vllm, split_fuse, got \"fastgen\""},
+		{"\"scheduler\": \"fastgen\", ",
+		 "workload.scheduler: expected one of vllm, split_fuse, vllm_v1, got \"fastgen\""},
+		{"\"scheduler\": \"split_fuse\", \"max_num_batched_tokens\": 512, ",
+		 "workload.max_num_batched_tokens: applies to \"scheduler\": \"vllm_v1\" only"},
+		{"\"scheduler\": \"vllm_v1\", \"max_ragged_sequence_count\": 8, ",
+		 "workload.max_ragged_sequence_count: applies to \"scheduler\": \"split_fuse\" only"},
+		{"\"scheduler\": \"vllm_v1\", \"max_num_seqs\": 0, ", "workload.max_num_seqs"},
 		{"\"scheduler\": \"vllm\", \"max_ragged_batch_size\": 512, ",
 		 "workload.max_ragged_batch_size: applies to \"scheduler\": \"split_fuse\" only"},
 		{"\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 256, ",
@@ -391,5 +485,8 @@ int test_splitfuse_register(void)
 			     test_steady_state_against_replay},
 			    {"FastGen's steadier token latency on the bundled trace",
 			     test_tail_token_latency},
+			    {"vLLM V1: a chunk's admission and a preemption by hand",
+			     test_v1_replay_by_hand},
+			    {"vLLM V1: its batch defaults by GPU", test_v1_defaults},
 			    {"bad input", test_bad_input});
 }
