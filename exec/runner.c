@@ -106,11 +106,11 @@ int runner_supported(const Plan *p, PxError *err)
 		why = "DeepSpeed's or fp32 precision: torch autocast (training_args.fp16 or bf16 with "
 		      "framework \"pytorch\") is priced by predict, not run";
 	else if (ds->comm_dtype != ds->grad_dtype && !p->bf16_optimizer && !p->fsdp &&
-		 (sc->framework == FRAMEWORK_PYTORCH || p->opt_place != PLACE_GPU ||
+		 (sc->framework == FRAMEWORK_PYTORCH ||
 		  sc->model.experts > 0 || p->qgz ||
 		  (ds->opt && ds->opt->error_feedback != EF_NONE)))
 		why = "communication_data_type other than the gradients' type under DeepSpeed without "
-		      "experts, qgZ, a 1-bit optimizer or optimizer offload";
+		      "experts, qgZ or a 1-bit optimizer";
 	else if (strcasecmp(ds->optimizer, "Adam") && strcasecmp(ds->optimizer, "AdamW") &&
 		 strcasecmp(ds->optimizer, "SGD") && strcasecmp(ds->optimizer, "OneBitAdam") &&
 		 strcasecmp(ds->optimizer, "ZeroOneAdam") && strcasecmp(ds->optimizer, "OneBitLamb"))

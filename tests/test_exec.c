@@ -1116,6 +1116,34 @@ static void test_zero_comm_cast(void)
 		      "DeepSpeed");
 }
 
+/* communication_data_type fp32 with bf16 gradients under ZeRO-Offload (offload_optimizer cpu) at
+ * stages 1-3, 2 ranks: the reductions are the device's, as without offload (the same casts), then
+ * the reduced slices go to the host's fp32 partition. The losses equal bf16 communication's to
+ * the bit (two ranks' bf16 gradients summed once in fp32 and rounded, as the transport sums
+ * them), and every rank's memory by category and bytes per collective equal the prediction
+ * (px_run_measured). */
+static void test_offload_comm_cast(void)
+{
+	enum { STEPS = 4 };
+	const char *scn = scenario("true");
+	const char *offload = "--set deepspeed.zero_optimization.offload_optimizer.device=cpu";
+	for (int stage = 1; stage <= 3; stage++) {
+		char extra[512], args[2048];
+		double bf16[STEPS], fp32[STEPS];
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, stage, STEPS, offload, bf16), STEPS);
+		snprintf(extra, sizeof(extra), "%s --set deepspeed.communication_data_type=fp32",
+			 offload);
+		CU_ASSERT_EQUAL_FATAL(losses(scn, 2, stage, STEPS, extra, fp32), STEPS);
+		for (int k = 0; k < STEPS; k++)
+			CU_ASSERT_EQUAL(fp32[k], bf16[k]);
+		snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 2 %s --set "
+			 "deepspeed.zero_optimization.stage=%d", scn, extra, stage);
+		sqlite3 *db = px_run_measured(args, 2);
+		CU_ASSERT_PTR_NOT_NULL(db);
+		sqlite3_close(db);
+	}
+}
+
 /* Without ZeRO, DeepSpeed's engine reduces each bucket of up to 5e8 elements through a flattened
  * copy (engine.py allreduce_bucket: flatten, all-reduce, copy back; tests/test_zero.c works the
  * buckets by hand), allocated for the reduction; plain PyTorch's DistributedDataParallel
@@ -1627,6 +1655,8 @@ int test_exec_register(void)
 			     test_stage0_reduce_buffers, PX_RELEASE_RUN},
 			    {"communication_data_type under ZeRO 0-3: the casts, measured",
 			     test_zero_comm_cast, PX_RELEASE_RUN},
+			    {"communication_data_type under optimizer offload, stages 1-3",
+			     test_offload_comm_cast, PX_RELEASE_RUN},
 			    {"PyTorch FSDP: ZeRO-3's trajectory, measured as predicted", test_fsdp,
 			     PX_RELEASE_RUN},
 			    {"the caching allocator's reserve is the model's max_reserved",
