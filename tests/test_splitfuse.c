@@ -242,6 +242,24 @@ static long long two_block_cache(const char *sched, long long budget_k, InferSce
 	return 0;
 }
 
+/* What a replay by hand expects of it (times to 1e-9 s). */
+typedef struct ReplayWant {
+	long long preemptions, forwards, peak_kv_blocks;
+	double ttft_mean_s, latency_mean_s, tpot_mean_s, makespan_s;
+} ReplayWant;
+
+static void assert_replay(const InferReplay *r, ReplayWant w)
+{
+	double e = 1e-9;
+	CU_ASSERT_EQUAL(r->preemptions, w.preemptions);
+	CU_ASSERT_EQUAL(r->forwards, w.forwards);
+	CU_ASSERT_EQUAL(r->peak_kv_blocks, w.peak_kv_blocks);
+	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, w.ttft_mean_s, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, w.latency_mean_s, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, w.tpot_mean_s, e);
+	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, w.makespan_s, e);
+}
+
 /* A cache of two blocks of k tokens, forwards of 2 k + 16 (k found by bisection: the cache
  * shrinks as the forward's workspace, which k sets, grows). Two requests at 0 s, each a prompt of k tokens and
  * 2 outputs. F1 prefills both (each fills one block, their first tokens). Then both need a new
@@ -263,15 +281,9 @@ static void test_replay_flush_by_hand(void)
 	InferRagged g4 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
 	double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2), f3 = forward_s(ps, &g3);
 	double f4 = forward_s(ps, &g4);
-	const InferReplay *r = &pr.replay;
-	double e = 1e-9;
-	CU_ASSERT_EQUAL(r->preemptions, 1);
-	CU_ASSERT_EQUAL(r->forwards, 4);
-	CU_ASSERT_EQUAL(r->peak_kv_blocks, 2);
-	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (2 * f1 + f4) / 3, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, (2 * f1 + 2 * f2 + f3 + f4) / 3, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (2 * f2 + f3) / 2, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 1000 + f4, e);
+	assert_replay(&pr.replay, (ReplayWant){1, 4, 2, (2 * f1 + f4) / 3,
+					       (2 * f1 + 2 * f2 + f3 + f4) / 3, (2 * f2 + f3) / 2,
+					       1000 + f4});
 	infer_predict_free(&pr);
 	infer_scenario_free(&sc);
 }
@@ -298,15 +310,10 @@ static void test_v1_replay_by_hand(void)
 	InferRagged g3 = {.chunk_tokens = k, .chunk_pairs = pairs(k, 0), .logit_rows = 1};
 	InferRagged g5 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
 	double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2), f3 = forward_s(ps, &g3);
-	double f4 = f2, f5 = forward_s(ps, &g5), e = 1e-9;
-	const InferReplay *r = &pr.replay;
-	CU_ASSERT_EQUAL(r->preemptions, 1);
-	CU_ASSERT_EQUAL(r->forwards, 5);
-	CU_ASSERT_EQUAL(r->peak_kv_blocks, 2);
-	CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, (f1 + (f1 + f2 + f3) + f5) / 3, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, ((f1 + f2) + (f1 + f2 + f3 + f4) + f5) / 3, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, (f2 + f4) / 2, e);
-	CU_ASSERT_DOUBLE_EQUAL(r->makespan_s, 1000 + f5, e);
+	double f4 = f2, f5 = forward_s(ps, &g5);
+	assert_replay(&pr.replay, (ReplayWant){1, 5, 2, (f1 + (f1 + f2 + f3) + f5) / 3,
+					       ((f1 + f2) + (f1 + f2 + f3 + f4) + f5) / 3,
+					       (f2 + f4) / 2, 1000 + f5});
 	infer_predict_free(&pr);
 	infer_scenario_free(&sc);
 }
