@@ -336,8 +336,8 @@ static int fused_excess(void *ctx, long long n, double *g, PxError *err)
 /* The steady state under Dynamic SplitFuse: the smallest n with n >= lambda (so - 1) TPOT(n)
  * (Little's law: each request decodes so - 1 tokens, one a forward), linear between whole n.
  * TTFT: a prompt waits for the prompts ahead (M/D/1: rho X / (2 (1 - rho)), X = its sp / avail
- * full forwards), or, arriving while none is, for the decoding forward in progress (half of one),
- * then its own forwards (one at least). Fills pr->cb and the time figures as
+ * full forwards) and for the decode-only forwards' mean residual (half of one: the vacations of
+ * an exhaustive M/G/1, as price_continuous says), then its own forwards (one at least). Fills pr->cb and the time figures as
  * price_continuous does. */
 static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPrediction *pr,
 		       PxError *err)
@@ -389,7 +389,7 @@ static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPredic
 	c->prefill_s = fmax(1, sp / at.avail) * at.full_s;
 	c->prefill_sq_s2 = c->prefill_s * c->prefill_s;
 	c->decode_step_s = at.tpot_s;
-	pr->ttft_s = at.util * x / (2 * (1 - at.util)) + (1 - at.util) * at.dec_s / 2 +
+	pr->ttft_s = at.util * x / (2 * (1 - at.util)) + fmin(1, c->concurrency) * at.dec_s / 2 +
 		     c->prefill_s;
 	pr->tpot_s = at.tpot_s;
 	steady_figures(sc, pr);
@@ -485,11 +485,14 @@ static int price_continuous(const InferScenario *sc, const HwProfile *hw, InferP
 	}
 	c->stable = 1;
 	/* a prompt waits for the prefills ahead of it: M/G/1's mean wait lambda E[T^2] /
-	 * (2 (1 - rho)) (Pollaczek-Khinchine; M/D/1's rho T / (2 (1 - rho)) for one length); and,
-	 * arriving during a decode step (a share (1 - rho) min(1, N) of the time: below one
-	 * sequence on average the steps are batch 1's, lambda (so - 1) T_d of it), for the rest of
-	 * that step, half of one on average */
-	double decoding = (1 - c->prefill_util) * fmin(1, c->concurrency);
+	 * (2 (1 - rho)) (Pollaczek-Khinchine; M/D/1's rho T / (2 (1 - rho)) for one length); and
+	 * for the decode steps the server takes whenever no prompt waits: an M/G/1 queue served
+	 * exhaustively with multiple vacations, whose wait is M/G/1's plus the vacation's mean
+	 * residual, E[V^2] / (2 E[V]) = T_d / 2 for steps of one length (Fuhrmann and Cooper's
+	 * decomposition, 1985), whenever the prompt arrives: also during a prefill, since the queue
+	 * it joins began behind a step; below one sequence on average the steps run a share
+	 * min(1, N) of such gaps (batch 1's, lambda (so - 1) T_d of the time) */
+	double decoding = fmin(1, c->concurrency);
 	pr->ttft_s = c->prefill_s + c->rate_replica * c->prefill_sq_s2 /
 					    (2 * (1 - c->prefill_util)) +
 		     decoding * c->decode_step_s / 2;

@@ -320,8 +320,10 @@ static void static_times(long long b, double *prefill_s, double *decode_s)
  * N (1 - rho) = lambda (so - 1) (T_d(n) + (N - n) dT) gives
  * N = lambda (so - 1) (T_d(n) - n dT) / (1 - rho - lambda (so - 1) dT). Also: every request is
  * served (tokens/s = lambda x so), requests in the system = lambda x latency, TTFT = T_pf plus
- * M/D/1's wait rho T_pf / (2 (1 - rho)) plus half a decode step for the share of time one is
- * running, (1 - rho) min(1, N), and a rate whose prefills alone exceed the time is not served. */
+ * M/D/1's wait rho T_pf / (2 (1 - rho)) plus half a decode step, the mean residual of the decode
+ * steps the server takes whenever no prompt waits (an M/G/1 served exhaustively with multiple
+ * vacations: Fuhrmann and Cooper's decomposition), for min(1, N) of the gaps, and a rate whose
+ * prefills alone exceed the time is not served. */
 static void test_continuous_little(void)
 {
 	const double so = 128, rates[2] = {0.05, 3};
@@ -354,7 +356,9 @@ static void test_continuous_little(void)
 		CU_ASSERT_DOUBLE_EQUAL(c->concurrency, n_want, 1e-9 * n_want);
 		CU_ASSERT_DOUBLE_EQUAL(pr.tpot_s, c->concurrency / (lambda * (so - 1)),
 				       1e-9 * pr.tpot_s);
-		double td = c->decode_step_s, busy = (1 - rho) * fmin(1, c->concurrency);
+		/* the decode steps as an exhaustive M/G/1's vacations: their mean residual, T_d / 2,
+		 * whenever a prompt arrives (below one sequence, for min(1, N) of the gaps) */
+		double td = c->decode_step_s, busy = fmin(1, c->concurrency);
 		CU_ASSERT_DOUBLE_EQUAL(td, r ? pr.tpot_s * (1 - rho) : t_d1, 1e-12);
 		CU_ASSERT_DOUBLE_EQUAL(pr.ttft_s, t_pf + rho * t_pf / (2 * (1 - rho)) + busy * td / 2,
 				       1e-12);
@@ -530,7 +534,7 @@ static void test_trace_by_hand(void)
 		CU_ASSERT_DOUBLE_EQUAL(cb->prefill_sq_s2, (2 * p100 * p100 + p200 * p200) / 3, e);
 		CU_ASSERT_FATAL(cb->stable);
 		CU_ASSERT_DOUBLE_EQUAL(pr.ttft_s, cb->prefill_s + 0.2 * cb->prefill_sq_s2 /
-				       (2 * (1 - rho)) + (1 - rho) * fmin(1, cb->concurrency) *
+				       (2 * (1 - rho)) + fmin(1, cb->concurrency) *
 				       cb->decode_step_s / 2, e);
 		CU_ASSERT_EQUAL(r->requests, 3);
 		CU_ASSERT_DOUBLE_EQUAL(r->ttft_p50_s, p100, e);
