@@ -31,7 +31,8 @@ CU_SRC   := $(if $(HAVE_CUDA),$(sort $(wildcard kernels/*.cu exec/*.cu)))
 C_SRC    := $(if $(HAVE_CUDA),$(C_SRC),$(filter-out %_cuda.c,$(C_SRC)))
 C_SRC    := $(if $(HAVE_NCCL),$(C_SRC),$(filter-out %_nccl.c,$(C_SRC)))
 GPU_DEFS := $(if $(HAVE_CUDA),-DPX_HAVE_CUDA -I$(CUDA_HOME)/include) $(if $(HAVE_NCCL),-DPX_HAVE_NCCL)
-CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
+# cuBLAS is not linked: kernels/cublas_load.cu opens it when a CUDA context is made
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart \
 	$(if $(HAVE_NCCL),-lnccl) -lstdc++
 GPU_LIBS  = $(if $(HAVE_CUDA),$(CUDA_LIBS))
 LIB_SRC  := $(C_SRC) $(CU_SRC)

@@ -4,11 +4,11 @@
 #ifndef PX_CUDA_CHECK_H
 #define PX_CUDA_CHECK_H
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cublas_load.cuh"
 #include "cuda_ctx.h"
 
 struct CudaCtx {
@@ -46,12 +46,23 @@ const char *cuda_who_prefix(void);
 		}                                                                            \
 	} while (0)
 
+/* "CUBLAS_STATUS_INVALID_VALUE (7): an unsupported value or parameter was passed to the
+ * function", cuBLAS's own words; a status can only come from a loaded cuBLAS */
+static inline const char *cublas_status_text(cublasStatus_t s)
+{
+	static char text[256];
+	const CublasApi *api = cublas_api_loaded();
+	snprintf(text, sizeof(text), "%s (%d): %s", api ? api->status_name(s) : "status", (int)s,
+		 api ? api->status_string(s) : "cuBLAS not loaded");
+	return text;
+}
+
 #define CUBLAS_CHECK(expr)                                                                   \
 	do {                                                                                 \
 		cublasStatus_t s_ = (expr);                                                  \
 		if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
-			fprintf(stderr, "%s%s:%d: %s: cuBLAS %s (%d)\n", cuda_who_prefix(),  \
-				__FILE__, __LINE__, #expr, cublasGetStatusString(s_), (int)s_); \
+			fprintf(stderr, "%s%s:%d: %s: cuBLAS %s\n", cuda_who_prefix(),       \
+				__FILE__, __LINE__, #expr, cublas_status_text(s_));          \
 			exit(1);                                                             \
 		}                                                                            \
 	} while (0)

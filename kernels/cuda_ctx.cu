@@ -36,6 +36,11 @@ int cuda_ctx_available(char *reason, size_t reason_len)
 	return 0;
 }
 
+const char *cuda_ctx_blas_status_name(int status)
+{
+	return cublas_api()->status_name((cublasStatus_t)status);
+}
+
 CudaCtx *cuda_ctx_create(int device)
 {
 	int n = 0;
@@ -50,13 +55,13 @@ CudaCtx *cuda_ctx_create(int device)
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
 	snprintf(ctx->name, sizeof(ctx->name), "%s", prop.name);
 	CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-	CUBLAS_CHECK(cublasCreate(&ctx->cublas));
-	CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream));
+	CUBLAS_CHECK(cublas_api()->create(&ctx->cublas));
+	CUBLAS_CHECK(cublas_api()->set_stream(ctx->cublas, ctx->stream));
 	ctx->workspace = cuda_ctx_alloc(CUDA_CTX_WORKSPACE_BYTES);
-	CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->workspace, CUDA_CTX_WORKSPACE_BYTES));
+	CUBLAS_CHECK(cublas_api()->set_workspace(ctx->cublas, ctx->workspace, CUDA_CTX_WORKSPACE_BYTES));
 	/* fp32 products stay fp32: no silent TF32 (cuBLAS's default, said explicitly so that an
 	 * environment's NVIDIA_TF32_OVERRIDE is the only way in) */
-	CUBLAS_CHECK(cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+	CUBLAS_CHECK(cublas_api()->set_math_mode(ctx->cublas, CUBLAS_DEFAULT_MATH));
 	ctx->scalars = (double *)cuda_ctx_alloc(CUDA_CTX_N_SCALARS * sizeof(double));
 	ctx->col_part = (float *)cuda_ctx_alloc(CUDA_CTX_COL_PART_ELEMS * sizeof(float));
 	ctx->sm_count = prop.multiProcessorCount;
@@ -68,7 +73,7 @@ void cuda_ctx_destroy(CudaCtx *ctx)
 	if (!ctx)
 		return;
 	CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-	CUBLAS_CHECK(cublasDestroy(ctx->cublas));
+	CUBLAS_CHECK(cublas_api()->destroy(ctx->cublas));
 	cuda_ctx_free(ctx->workspace);
 	cuda_ctx_free(ctx->scalars);
 	cuda_ctx_free(ctx->col_part);

@@ -32,6 +32,11 @@ static inline size_t cuda_dtype_bytes(CudaDtype t)
  * call without a GPU or driver: creates no context and leaks nothing. */
 int cuda_ctx_available(char *reason, size_t reason_len);
 
+/* cuBLAS's own name for a status value ("CUBLAS_STATUS_INVALID_VALUE" for 7). Opens cuBLAS, which
+ * is loaded on first use rather than linked (kernels/cublas_load.cuh), and needs no device: a
+ * check that the library is there and its entry points resolve. Fatal when it cannot be opened. */
+const char *cuda_ctx_blas_status_name(int status);
+
 /* Who this process is in a job ("rank 3 of 8"), printed before every fatal CUDA, cuBLAS or shape
  * message of kernels/ so that a multi-rank run's log says which rank failed; NULL or "" for none
  * (the default). The text is copied. */

@@ -1012,6 +1012,34 @@ static void test_checks_without_gpu(void)
 	CU_ASSERT(CUDA_CTX_WORKSPACE_BYTES == 32u << 20);
 }
 
+/* 1 when this process has mapped a file whose path contains name (/proc/self/maps) */
+static int mapped(const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1024];
+	int found = 0;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, name) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* cuBLAS is opened on first use, not at start (libcublasLt's initialisers cost each process
+ * ~0.35 s): where no device is present nothing has opened it before this test, and asking a status
+ * name opens it and resolves its entry points. The names are cuBLAS's documented cublasStatus_t
+ * values (cuBLAS Library User Guide, "cublasStatus_t": SUCCESS 0, NOT_INITIALIZED 1,
+ * INVALID_VALUE 7). */
+static void test_blas_loads_on_use(void)
+{
+	if (!cuda_ctx_available(NULL, 0)) /* else a GPU test may have opened it already */
+		CU_ASSERT_FALSE(mapped("libcublas"));
+	CU_ASSERT_STRING_EQUAL(cuda_ctx_blas_status_name(0), "CUBLAS_STATUS_SUCCESS");
+	CU_ASSERT_STRING_EQUAL(cuda_ctx_blas_status_name(1), "CUBLAS_STATUS_NOT_INITIALIZED");
+	CU_ASSERT_STRING_EQUAL(cuda_ctx_blas_status_name(7), "CUBLAS_STATUS_INVALID_VALUE");
+	CU_ASSERT_TRUE(mapped("libcublasLt"));
+}
+
 /* A fatal check's message starts with cuda_set_who's label, so a multi-rank log says which rank
  * failed. The shape check of gemm_cuda_batched fires before any CUDA call, so a child process
  * can take the fatal exit without a device; its stderr must read "rank 3 of 8: <file>:<line>:
@@ -1073,6 +1101,7 @@ static const PxTestCase CPU_TESTS[] = {
 	{"device casts (host build) vs precision.c", test_cast_host_build},
 	{"checks without a GPU", test_checks_without_gpu},
 	{"a fatal check names the rank", test_fatal_names_rank},
+	{"cuBLAS opens on first use", test_blas_loads_on_use},
 };
 
 int test_kernels_cuda_register(void)
