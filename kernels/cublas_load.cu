@@ -10,7 +10,6 @@
 #define CUBLAS_SONAME "libcublas.so." PX_STR(CUBLAS_VER_MAJOR)
 
 static CublasApi api;
-static int api_ready;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 /* dlsym into the table's slot, typed as the slot; fatal when missing */
@@ -37,16 +36,11 @@ static void api_load(void)
 	resolve(lib, &api.status_string, "cublasGetStatusString");
 	resolve(lib, &api.gemm_ex, "cublasGemmEx");
 	resolve(lib, &api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
-	api_ready = 1; /* the library stays open for the process's life */
+	/* the library stays open for the process's life */
 }
 
 const CublasApi *cublas_api(void)
 {
 	pthread_once(&api_once, api_load);
 	return &api;
-}
-
-const CublasApi *cublas_api_loaded(void)
-{
-	return api_ready ? &api : NULL;
 }

@@ -38,7 +38,4 @@ struct CublasApi {
  * Fatal, naming the library and dlerror's reason, when it or an entry point is missing. */
 const CublasApi *cublas_api(void);
 
-/* The table once loaded, else NULL (for messages that must not load it). */
-const CublasApi *cublas_api_loaded(void);
-
 #endif

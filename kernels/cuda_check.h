@@ -47,13 +47,13 @@ const char *cuda_who_prefix(void);
 	} while (0)
 
 /* "CUBLAS_STATUS_INVALID_VALUE (7): an unsupported value or parameter was passed to the
- * function", cuBLAS's own words; a status can only come from a loaded cuBLAS */
+ * function", cuBLAS's own words (a status comes from a call through the loaded table) */
 static inline const char *cublas_status_text(cublasStatus_t s)
 {
 	static char text[256];
-	const CublasApi *api = cublas_api_loaded();
-	snprintf(text, sizeof(text), "%s (%d): %s", api ? api->status_name(s) : "status", (int)s,
-		 api ? api->status_string(s) : "cuBLAS not loaded");
+	const CublasApi *api = cublas_api();
+	snprintf(text, sizeof(text), "%s (%d): %s", api->status_name(s), (int)s,
+		 api->status_string(s));
 	return text;
 }
 

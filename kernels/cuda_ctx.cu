@@ -55,13 +55,14 @@ CudaCtx *cuda_ctx_create(int device)
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
 	snprintf(ctx->name, sizeof(ctx->name), "%s", prop.name);
 	CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-	CUBLAS_CHECK(cublas_api()->create(&ctx->cublas));
-	CUBLAS_CHECK(cublas_api()->set_stream(ctx->cublas, ctx->stream));
+	const CublasApi *blas = cublas_api();
+	CUBLAS_CHECK(blas->create(&ctx->cublas));
+	CUBLAS_CHECK(blas->set_stream(ctx->cublas, ctx->stream));
 	ctx->workspace = cuda_ctx_alloc(CUDA_CTX_WORKSPACE_BYTES);
-	CUBLAS_CHECK(cublas_api()->set_workspace(ctx->cublas, ctx->workspace, CUDA_CTX_WORKSPACE_BYTES));
+	CUBLAS_CHECK(blas->set_workspace(ctx->cublas, ctx->workspace, CUDA_CTX_WORKSPACE_BYTES));
 	/* fp32 products stay fp32: no silent TF32 (cuBLAS's default, said explicitly so that an
 	 * environment's NVIDIA_TF32_OVERRIDE is the only way in) */
-	CUBLAS_CHECK(cublas_api()->set_math_mode(ctx->cublas, CUBLAS_DEFAULT_MATH));
+	CUBLAS_CHECK(blas->set_math_mode(ctx->cublas, CUBLAS_DEFAULT_MATH));
 	ctx->scalars = (double *)cuda_ctx_alloc(CUDA_CTX_N_SCALARS * sizeof(double));
 	ctx->col_part = (float *)cuda_ctx_alloc(CUDA_CTX_COL_PART_ELEMS * sizeof(float));
 	ctx->sm_count = prop.multiProcessorCount;

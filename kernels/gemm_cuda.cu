@@ -49,9 +49,10 @@ void gemm_cuda_strided(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, i
 	cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 	/* CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs no TF32 (that would be
 	 * CUBLAS_COMPUTE_32F_FAST_TF32); alpha and beta are then floats */
-	CUBLAS_CHECK(cublas_api()->gemm_ex(ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr, cuda_type(ab),
-				  ldb, a.ptr, cuda_type(ab), lda, &beta, (void *)c.ptr,
-				  cuda_type(ct), c.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	CUBLAS_CHECK(cublas_api()->gemm_ex(ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr,
+					   cuda_type(ab), ldb, a.ptr, cuda_type(ab), lda, &beta,
+					   (void *)c.ptr, cuda_type(ct), c.ld, CUBLAS_COMPUTE_32F,
+					   CUBLAS_GEMM_DEFAULT));
 }
 
 void gemm_cuda(CudaCtx *ctx, CudaDtype ab, CudaDtype c, int trans_a, int trans_b, int M, int N,
@@ -81,9 +82,8 @@ void gemm_cuda_batched(CudaCtx *ctx, CudaDtype ab, CudaDtype ct, int M, int N, i
 		     c.ld);
 	cublasOperation_t op_a = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-	CUBLAS_CHECK(cublas_api()->gemm_strided_batched_ex(ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr,
-						cuda_type(ab), b.ld, b.stride, a.ptr, cuda_type(ab),
-						a.ld, a.stride, &beta, (void *)c.ptr, cuda_type(ct),
-						c.ld, c.stride, batch, CUBLAS_COMPUTE_32F,
-						CUBLAS_GEMM_DEFAULT));
+	CUBLAS_CHECK(cublas_api()->gemm_strided_batched_ex(
+		ctx->cublas, op_b, op_a, N, M, K, &alpha, b.ptr, cuda_type(ab), b.ld, b.stride,
+		a.ptr, cuda_type(ab), a.ld, a.stride, &beta, (void *)c.ptr, cuda_type(ct), c.ld,
+		c.stride, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
