@@ -46,6 +46,30 @@ static void zero_lines(FILE *f, const Plan *p)
 			p->stages[0].persist_elems);
 }
 
+/* FSDP: the elements of the root's flat (the ends and what the layers leave to it). */
+static long long fsdp_root_elems(const Plan *p)
+{
+	return p->units[0].own_gather + p->units[p->n_units - 1].own_gather;
+}
+
+/* FSDP's units as the auto-wrap policy made them, for the header. */
+static void fsdp_wrap_text(const Plan *p, char *buf, size_t n)
+{
+	const FsdpSpec *fs = &p->sc->fsdp;
+	if (!p->fsdp || fs->wrap == FSDP_WRAP_TRANSFORMER) {
+		snprintf(buf, n, "one flat a transformer layer and the root's for the rest");
+		return;
+	}
+	char min[48] = "";
+	if (fs->wrap == FSDP_WRAP_SIZE)
+		snprintf(min, sizeof(min), " (min_num_params %.3g)", fs->min_num_params);
+	snprintf(buf, n, "%s%s: %s, the root's %.4g parameters (the ends and what the layers "
+		 "leave) gathered from the first forward to the end of the backward",
+		 scenario_fsdp_wrap_name(fs->wrap), min, p->fsdp_pieces == 0 ? "no layer a unit" :
+		 p->fsdp_pieces == 1 ? "at most one unit a layer" : "several units a layer",
+		 (double)fsdp_root_elems(p));
+}
+
 static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 {
 	const ModelSpec *m = &sc->model;
@@ -102,6 +126,8 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		fprintf(f, "# framework  plain PyTorch (no DeepSpeed engine): %s\n", p->dp > 1 ?
 			"DistributedDataParallel, gradients all-reduced during the last micro-batch's "
 			"backward" : "one process, nothing reduced");
+	char wrap[256];
+	fsdp_wrap_text(p, wrap, sizeof(wrap));
 	if (p->fsdp2) {
 		const FsdpSpec *fs = &sc->fsdp;
 		char raf[128];
@@ -112,18 +138,17 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 		else
 			snprintf(raf, sizeof(raf), "%s", scenario_fsdp_reshards(fs->sharding) ? "true" :
 				 "false");
-		fprintf(f, "# framework  PyTorch FSDP2 (fully_shard): each transformer layer a group "
-			"and the root the rest, gathered through an all-gather output copied out into "
-			"the parameters; reshard_after_forward %s; one unit prefetched ahead; %s%s\n",
+		fprintf(f, "# framework  PyTorch FSDP2 (fully_shard): %s, gathered through an "
+			"all-gather output copied out into the parameters; reshard_after_forward %s; "
+			"one unit prefetched ahead; %s%s\n", wrap,
 			raf, fs->sync_each_batch || p->m == 1 ? "every micro-batch reduce-scatters" :
 			"gradient sync off but for the last micro-batch (each unit's whole gradient "
 			"kept)", fs->offload_params ? "; CPUOffloadPolicy: shards, their gradients and "
 			"the optimizer's step on the host" : "");
 	} else if (p->fsdp) {
 		const FsdpSpec *fs = &sc->fsdp;
-		fprintf(f, "# framework  PyTorch FSDP: %s, one flat a transformer layer and the root's "
-			"for the rest; backward_prefetch %s, forward one unit ahead; %s%s\n",
-			scenario_fsdp_sharding_name(fs->sharding),
+		fprintf(f, "# framework  PyTorch FSDP: %s, %s; backward_prefetch %s, forward one unit "
+			"ahead; %s%s\n", scenario_fsdp_sharding_name(fs->sharding), wrap,
 			scenario_fsdp_prefetch_name(fs->backward_prefetch),
 			fs->sync_each_batch || p->m == 1 ? "every micro-batch reduce-scatters" :
 			"no_sync but for the last micro-batch (each unit's whole gradient kept)",
@@ -553,6 +578,14 @@ cJSON *report_json(const Scenario *sc, const Prediction *pr)
 	cJSON_AddNumberToObject(j, "zero_stage", sc->ds.zero.stage);
 	cJSON_AddStringToObject(j, "framework", scenario_framework_name(sc->framework));
 	cJSON_AddStringToObject(j, "model_code", scenario_model_code_name(sc->model_code));
+	if (p->fsdp) {
+		cJSON *fs = cJSON_AddObjectToObject(j, "fsdp");
+		cJSON_AddStringToObject(fs, "auto_wrap_policy", scenario_fsdp_wrap_name(sc->fsdp.wrap));
+		if (sc->fsdp.wrap == FSDP_WRAP_SIZE)
+			cJSON_AddNumberToObject(fs, "min_num_params", sc->fsdp.min_num_params);
+		cJSON_AddNumberToObject(fs, "root_params", (double)fsdp_root_elems(p));
+		cJSON_AddNumberToObject(fs, "max_units_per_layer", p->fsdp_pieces);
+	}
 	const OptimImpl *im = optim_impl(p->opt_impl);
 	cJSON *opt = cJSON_AddObjectToObject(j, "optimizer");
 	cJSON_AddStringToObject(opt, "type", sc->ds.optimizer);

@@ -621,11 +621,14 @@ static int builder_init(Builder *b, const Plan *p, int stage, long long m, Sched
 	b->fsdp_acc = malloc((size_t)n * sizeof(int));
 	b->fsdp_shard = malloc((size_t)n * sizeof(int));
 	b->fsdp_post = malloc((size_t)n * sizeof(int));
+	b->fsdp_left = malloc((size_t)n * sizeof(int));
 	if (!b->gathered || !b->act || !b->ckpt || !b->cast || !b->pipe_in || !b->pipe_out ||
-	    !b->expert_start || !b->bucket_of || !b->fsdp_acc || !b->fsdp_shard || !b->fsdp_post)
+	    !b->expert_start || !b->bucket_of || !b->fsdp_acc || !b->fsdp_shard || !b->fsdp_post ||
+	    !b->fsdp_left)
 		return -1;
 	for (int u = 0; u < n; u++)
-		b->gathered[u] = b->fsdp_acc[u] = b->fsdp_shard[u] = b->fsdp_post[u] = -1;
+		b->gathered[u] = b->fsdp_acc[u] = b->fsdp_shard[u] = b->fsdp_post[u] =
+			b->fsdp_left[u] = -1;
 	for (long long i = 0; i < n * slots; i++)
 		b->act[i] = b->ckpt[i] = b->cast[i] = -1;
 	for (long long i = 0; i < chunks; i++)
@@ -658,6 +661,7 @@ static void builder_free(Builder *b)
 	free(b->fsdp_acc);
 	free(b->fsdp_shard);
 	free(b->fsdp_post);
+	free(b->fsdp_left);
 	free(b->ddp_at);
 	free(b->dense.bufs);
 	free(b->expert.bufs);

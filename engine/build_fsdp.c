@@ -21,17 +21,27 @@ long long build_fsdp_tied(const Plan *p, int u)
 	return p->fsdp && u == p->n_units - 1 ? tied_local(p) : 0;
 }
 
+/* The next layer after u in direction dir (+1, -1) with a flat of its own (a layer the auto-wrap
+ * policy leaves wholly to the root has none), or -1 at the model's ends. */
+static int next_own(const Plan *p, int u, int dir)
+{
+	for (u += dir; u >= 1 && u < p->n_units - 1; u += dir)
+		if (p->units[u].own_gather > 0)
+			return u;
+	return -1;
+}
+
 /* Before unit u's forward: its flat (the root's two units at the first), and the next layer's,
  * which the host issues while the device computes this one (limit_all_gathers lets it run one
  * unit ahead; forward_prefetch asks for the same). */
 void build_fsdp_forward_gather(Builder *b, int u)
 {
-	int last = b->p->n_units - 1;
+	int last = b->p->n_units - 1, next = next_own(b->p, u, 1);
 	build_gather(b, u, 0);
 	if (u == 0)
 		build_gather(b, last, 0);
-	if (u + 1 < last)
-		build_gather(b, u + 1, 0);
+	if (next >= 0)
+		build_gather(b, next, 0);
 }
 
 /* After unit u's forward: FULL_SHARD frees a layer's gathered flat (reshard after forward);
@@ -39,7 +49,8 @@ void build_fsdp_forward_gather(Builder *b, int u)
 void build_fsdp_forward_done(Builder *b, int u)
 {
 	const Plan *p = b->p;
-	if (!scenario_fsdp_reshards(p->sc->fsdp.sharding) || fsdp_is_root(p, u))
+	if (!scenario_fsdp_reshards(p->sc->fsdp.sharding) || fsdp_is_root(p, u) ||
+	    p->units[u].own_gather == 0)
 		return;
 	if (p->fsdp2 && p->hpz > 1 && b->fsdp_post[u] < 0) /* reshard_after_forward N: 1/N kept */
 		b->fsdp_post[u] = alloc(b, PLACE_GPU, CAT_PARAMS, BUF_FSDP_POST_FORWARD, u,
@@ -59,9 +70,10 @@ static void fsdp_gather_back(Builder *b, int u)
  * next unit's in backward order, issued by u's pre-backward hook (_prefetch_handles). */
 void build_fsdp_backward_gather(Builder *b, int u)
 {
+	int next = next_own(b->p, u, -1);
 	fsdp_gather_back(b, u);
-	if (b->p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_PRE && u >= 1)
-		fsdp_gather_back(b, u - 1);
+	if (b->p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_PRE && next >= 0)
+		fsdp_gather_back(b, next);
 }
 
 /* Unit u's gradients are whole: its post-backward hook frees its gathered flat (both strategies
@@ -78,8 +90,9 @@ static void fsdp_reshard(Builder *b, int u)
 		if (u == 0)
 			build_ungather(b, p->n_units - 1);
 	}
-	if (p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_POST && u >= 1)
-		fsdp_gather_back(b, u - 1);
+	int next = next_own(p, u, -1);
+	if (p->sc->fsdp.backward_prefetch == FSDP_BACKWARD_POST && next >= 0)
+		fsdp_gather_back(b, next);
 }
 
 /* One reduce-scatter of unit u's flat gradient, held in buf from element off, over the
@@ -125,7 +138,8 @@ static void fsdp_reduce(Builder *b, int u, int buf, long long off)
  * split's backward: a whole flat beside them for a moment), added in place into the one kept
  * under no_sync; then the hook frees the gathered weights and, when this micro-batch reduces,
  * reduce-scatters it and frees it, or under no_sync keeps it. The root's last unit waits for
- * its first. */
+ * its first. A layer's gradients of what it leaves to the root (plan_fsdp_wrap) stay as pieces
+ * until the root's hook cats them into its flat. */
 void build_fsdp_unit_grads(Builder *b, int u)
 {
 	const Plan *p = b->p;
@@ -136,10 +150,19 @@ void build_fsdp_unit_grads(Builder *b, int u)
 		return;
 	}
 	double elems = (double)(p->units[u].own_gather + (u == 0 ? p->units[last].own_gather : 0));
-	int flat = alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_UNSHARDED, u, elems * p->grad_bytes);
+	int flat = elems > 0 ? alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_UNSHARDED, u,
+				     elems * p->grad_bytes) : -1;
 	release(b, &b->own_grads);
-	if (u == 0)
+	if (p->units[u].fsdp_left > 0 && b->fsdp_left[u] < 0) /* the pieces the cat left */
+		b->fsdp_left[u] = alloc(b, PLACE_GPU, CAT_GRADS, BUF_FSDP_ROOT_GRADS, u,
+					(double)p->units[u].fsdp_left * p->grad_bytes);
+	if (flat < 0) /* a layer wholly the root's: no hook of its own */
+		return;
+	if (u == 0) {
 		release(b, &b->fsdp_head);
+		for (int k = 1; k < last; k++)
+			release(b, &b->fsdp_left[k]);
+	}
 	if (b->fsdp_acc[u] >= 0) { /* AccumulateGrad adds the new one into .grad, the op's */
 		compute_moving(b, COMP_GRAD_ACCUM, u, elems, 3 * elems * p->grad_bytes);
 		if (!b->oom)

@@ -66,6 +66,8 @@ typedef struct Builder {
 	int *fsdp_post;            /* FSDP2: each unit's shard kept after its forward for its
 				      backward (BUF_FSDP_POST_FORWARD), -1 */
 	int fsdp_head;             /* FSDP: the root's last unit's gradients, until its first's */
+	int *fsdp_left;            /* FSDP: each layer's gradients of what it leaves to the root
+				      (BUF_FSDP_ROOT_GRADS), until the root's hook, -1 */
 	int fsdp_sync;             /* FSDP: this micro-batch reduce-scatters (not under no_sync) */
 } Builder;
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp_wrap.h"
 #include "optim.h"
 #include "pipeline.h"
 
@@ -248,6 +249,44 @@ static void plan_unit(Plan *p, int idx)
 	u->ckpt_bytes = activ_unit_checkpoint_bytes(m, idx, &p->shape,
 						    p->sc->ds.partition_activations);
 	u->fwd_flops = unit_fwd_flops(p, idx, u);
+}
+
+/* FSDP's auto-wrap by size or none (FsdpSpec.wrap; engine/fsdp_wrap.c): what each layer leaves
+ * to no unit of its own moves into the root's flat, unit 0's, which the root gathers, keeps and
+ * reduces with the last unit's (build_fsdp.c); the layer's own flat keeps the rest (none: the
+ * layer has no gathers or reductions of its own). FSDP is data parallel only: a rank's elements
+ * are the model's. The model's own unit (LlamaModel's, where what it holds reaches
+ * min_num_params) is taken for the root (scenario.c notes the difference). */
+static int plan_fsdp_wrap(Plan *p, PxError *err)
+{
+	const FsdpSpec *f = &p->sc->fsdp;
+	const ModelSpec *m = &p->sc->model;
+	p->fsdp_pieces = 1; /* TRANSFORMER_BASED_WRAP: each layer a unit */
+	if (!p->fsdp || f->wrap == FSDP_WRAP_TRANSFORMER)
+		return 0;
+	p->fsdp_pieces = 0;
+	long long root = p->units[0].local_dense;
+	FsdpWrap w = {0};
+	for (int u = 1; u < p->n_units - 1; u++) {
+		UnitPlan *up = &p->units[u];
+		if (u == 1 || model_unit_kind(m, u) != model_unit_kind(m, u - 1)) {
+			if (f->wrap == FSDP_WRAP_NONE)
+				w = (FsdpWrap){.leftover = model_unit_params(m, u)};
+			else if (fsdp_wrap_size_based(m, u, f->min_num_params, &w))
+				return px_fail(err, PX_ERR_RUNTIME, "unit %d: more tensors than the "
+					       "auto-wrap walk holds", u);
+		}
+		if (w.pieces > p->fsdp_pieces)
+			p->fsdp_pieces = w.pieces;
+		up->fsdp_left = w.leftover < up->local_dense ? w.leftover : up->local_dense;
+		up->part_dense = ceil_div(up->local_dense - up->fsdp_left, p->shards);
+		up->own_gather = up->gather_dense = up->part_dense * p->shards;
+		root += up->fsdp_left;
+	}
+	UnitPlan *r = &p->units[0];
+	r->part_dense = ceil_div(root, p->shards);
+	r->own_gather = r->gather_dense = r->part_dense * p->shards;
+	return 0;
 }
 
 /* ---- optimizer memory ---- */
@@ -870,6 +909,10 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			p->units[i] = p->units[i - 1];
 		else
 			plan_unit(p, i);
+	}
+	if (plan_fsdp_wrap(p, err)) {
+		plan_free(p);
+		return -1;
 	}
 	/* the tied head gathers the embedding's flat; FSDP's root unit holds both */
 	if (p->stage == 3 && !p->fsdp && model_tied_elems(m))

@@ -36,6 +36,8 @@ typedef struct UnitPlan {
 				      persistent parameters' slice at StagePlan.persist_part_off) */
 	long long gather_dense, gather_expert; /* what the unit's gathers bring in: own_gather, plus
 						 the embedding unit's flat for a tied head */
+	long long fsdp_left;       /* FSDP, a layer: its elements no unit of its own holds under the
+				      auto-wrap policy, held by the root (in unit 0's flat) */
 	long long secondary_off;   /* ZeRO++ hpZ: where this rank's secondary piece of the unit
 				      (own_gather / hpz) starts in the stage's secondary partition */
 	double fwd_flops;          /* one micro-batch on this rank */
@@ -106,6 +108,8 @@ typedef struct Plan {
 	int fsdp2;                 /* FSDP's version 2 (fully_shard; FsdpSpec.version): each gather
 				      through a group all-gather output copied out into the
 				      parameters; FsdpSpec.post_forward's group is hpz's */
+	int fsdp_pieces;           /* FSDP: the most units a layer's own parameters make under the
+				      auto-wrap policy (0: none, the layer the root's) */
 	int fsdp;                  /* framework "fsdp": stage 3's schedule as FSDP runs it (build_fsdp):
 				      param_bytes, grad_bytes and comm_bytes are MixedPrecision's
 				      param_dtype (the gathered weights, the unsharded gradients and

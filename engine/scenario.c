@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "family.h"
+#include "fsdp_wrap.h"
 
 static const char *const SECTION_KEYS[SC_N_DOCS] = {"", "model", "deepspeed", "cluster"};
 
@@ -146,6 +147,8 @@ static const char *const FRAMEWORKS[] = {"deepspeed", "pytorch", "fsdp", NULL}; 
 static const char *const FSDP_SHARDINGS[] = {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD",
 					     "_HYBRID_SHARD_ZERO2", NULL};
 static const char *const FSDP_PREFETCHES[] = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", NULL};
+static const char *const FSDP_WRAPS[] = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP",
+					 NULL}; /* FsdpWrapPolicy order */
 
 const char *scenario_fsdp_sharding_name(FsdpSharding s)
 {
@@ -165,6 +168,11 @@ int scenario_fsdp_hybrid(FsdpSharding s)
 const char *scenario_fsdp_prefetch_name(FsdpPrefetch b)
 {
 	return FSDP_PREFETCHES[b];
+}
+
+const char *scenario_fsdp_wrap_name(FsdpWrapPolicy w)
+{
+	return FSDP_WRAPS[w];
 }
 
 /* FSDP2 (fsdp.version 2, torch's fully_shard): reshard_after_forward true (FULL_SHARD's
@@ -234,13 +242,15 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	static const char *const known[] = {"sharding_strategy", "backward_prefetch",
 					    "forward_prefetch", "limit_all_gathers", "sync_each_batch",
 					    "offload_params", "use_orig_params", "auto_wrap_policy",
-					    "transformer_layer_cls_to_wrap", "version",
+					    "transformer_layer_cls_to_wrap", "min_num_params", "version",
 					    "reshard_after_forward", NULL};
 	FsdpSpec *f = &sc->fsdp;
 	JsonObj o;
 	const char *strategy;
 	int rc = jobj_child(top, "fsdp", &o, err), v;
-	*f = (FsdpSpec){FSDP_FULL_SHARD, FSDP_BACKWARD_PRE, 0, 1, 0, 0, 1, 0};
+	*f = (FsdpSpec){.sharding = FSDP_FULL_SHARD, .backward_prefetch = FSDP_BACKWARD_PRE,
+			.limit_all_gathers = 1, .version = 1, .wrap = FSDP_WRAP_TRANSFORMER,
+			.min_num_params = 1e8};
 	if (rc < 0)
 		return -1;
 	if (rc && sc->framework != FRAMEWORK_FSDP) { /* a scenario priced under another framework */
@@ -281,14 +291,16 @@ static int parse_fsdp(Scenario *sc, const JsonObj *top, PxError *err)
 	f->backward_prefetch = (FsdpPrefetch)v;
 	if (parse_fsdp2(sc, &o, f, err))
 		return -1;
-	const char *wrap;
-	if (jobj_str(&o, "auto_wrap_policy", "TRANSFORMER_BASED_WRAP", &wrap, err) < 0)
+	if (jobj_choice(&o, "auto_wrap_policy", FSDP_WRAPS, FSDP_WRAP_TRANSFORMER, &v, err) < 0 ||
+	    jobj_num(&o, "min_num_params", 0, 1e15, 1e8, &f->min_num_params, err) < 0)
 		return -1;
-	if (strcasecmp(wrap, "TRANSFORMER_BASED_WRAP") &&
-	    px_notes_not_modelled(&sc->notes, "fsdp.auto_wrap_policy %s: priced as "
-				  "TRANSFORMER_BASED_WRAP (each transformer layer a unit, the rest "
-				  "the root)", wrap))
-		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	f->wrap = (FsdpWrapPolicy)v;
+	if (f->wrap != FSDP_WRAP_SIZE && cJSON_GetObjectItemCaseSensitive(o.obj, "min_num_params")) {
+		jobj_where(&o, "min_num_params", where, sizeof(where));
+		if (px_notes_warn(&sc->notes, "%s: warning: fsdp.min_num_params: read by "
+				  "auto_wrap_policy SIZE_BASED_WRAP only, ignored", where))
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
 	if (!f->limit_all_gathers && !f->forward_prefetch &&
 	    px_notes_not_modelled(&sc->notes, "fsdp.limit_all_gathers false: the host may gather "
 				  "many units ahead of the device; priced as one ahead"))
@@ -603,6 +615,44 @@ static void bind_sections(Scenario *sc, JsonObj sect[SC_N_DOCS])
 	}
 }
 
+/* What the pricing of SIZE_BASED_WRAP leaves out (plan.c plan_fsdp_wrap): a layer whose
+ * modules make several units is gathered whole at the layer, and units outside the layers (the
+ * model's own, where its embeddings, final norm and what the layers leave reach min_num_params;
+ * an embedding or head module that large) are taken for the root. */
+static int fsdp_wrap_notes(Scenario *sc, PxError *err)
+{
+	const ModelSpec *m = &sc->model;
+	const FsdpSpec *f = &sc->fsdp;
+	if (sc->framework != FRAMEWORK_FSDP || f->wrap != FSDP_WRAP_SIZE || !model_known(m))
+		return 0;
+	int n = model_n_units(m), pieces = 0;
+	double outer = (double)model_unit_params(m, 0);
+	FsdpWrap w = {0};
+	for (int u = 1; u < n - 1; u++) {
+		if ((u == 1 || model_unit_kind(m, u) != model_unit_kind(m, u - 1)) &&
+		    fsdp_wrap_size_based(m, u, f->min_num_params, &w))
+			return px_fail(err, PX_ERR_RUNTIME, "%s: unit %d: more tensors than the "
+				       "auto-wrap walk holds", sc->path, u);
+		pieces = w.pieces > pieces ? w.pieces : pieces;
+		outer += (double)w.leftover;
+	}
+	if (pieces > 1 && px_notes_not_modelled(&sc->notes, "fsdp.auto_wrap_policy SIZE_BASED_WRAP: "
+						 "a layer's %d units (its modules of min_num_params "
+						 "or more) priced as gathered together at the layer, "
+						 "not one after another", pieces))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	double head = (double)model_unit_params(m, n - 1);
+	if ((outer >= f->min_num_params || head >= f->min_num_params) &&
+	    px_notes_not_modelled(&sc->notes, "fsdp.auto_wrap_policy SIZE_BASED_WRAP: the units "
+				  "outside the layers (the model's own, of its embeddings, final norm "
+				  "and what the layers leave, %.4g parameters; an embedding or head "
+				  "module of min_num_params or more) priced as the root's, gathered "
+				  "from the first forward to the end of the backward (FULL_SHARD frees "
+				  "each between its forward and its backward)", outer))
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	return 0;
+}
+
 /* Overrides, then every part read from the documents the scenario holds. */
 static int finish_load(Scenario *sc, PxError *err)
 {
@@ -619,7 +669,7 @@ static int finish_load(Scenario *sc, PxError *err)
 	    dsconfig_resolve_schedule(&sc->ds, &sc->train_args, &sc->notes, err) ||
 	    cluster_parse(&sect[SC_DOC_CLUSTER], &sc->cluster, &sc->notes, err) ||
 	    parse_parallel(sc, &top, err) || parse_seq(sc, &top, err) ||
-	    parse_sparse(sc, &sect[SC_DOC_DEEPSPEED], err))
+	    parse_sparse(sc, &sect[SC_DOC_DEEPSPEED], err) || fsdp_wrap_notes(sc, err))
 		return -1;
 	dsconfig_resolve_optimizer_impl(&sc->ds, &sc->train_args, &sc->notes);
 	if (sc->backend != BACKEND_GPU && (sc->model.dropout || sc->model.attn_dropout)) {

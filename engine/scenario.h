@@ -55,6 +55,11 @@ typedef enum { FRAMEWORK_DEEPSPEED, FRAMEWORK_PYTORCH, FRAMEWORK_FSDP } Framewor
 typedef enum { FSDP_FULL_SHARD, FSDP_SHARD_GRAD_OP, FSDP_HYBRID_SHARD, FSDP_HYBRID_SHARD_ZERO2 }
 	FsdpSharding;
 typedef enum { FSDP_BACKWARD_PRE, FSDP_BACKWARD_POST, FSDP_NO_PREFETCH } FsdpPrefetch;
+/* auto_wrap_policy: TRANSFORMER_BASED_WRAP makes each transformer layer a unit; SIZE_BASED_WRAP
+ * (torch's size_based_auto_wrap_policy, min_num_params) any module whose parameters not in a
+ * unit below it reach min_num_params (engine/fsdp_wrap.c), so a small model's layers stay in
+ * the root and a large one's linears may each be a unit; NO_WRAP the whole model one unit. */
+typedef enum { FSDP_WRAP_TRANSFORMER, FSDP_WRAP_SIZE, FSDP_WRAP_NONE } FsdpWrapPolicy;
 typedef struct FsdpSpec {
 	FsdpSharding sharding;
 	FsdpPrefetch backward_prefetch;
@@ -65,6 +70,9 @@ typedef struct FsdpSpec {
 				    Accelerate's fsdp_version 2), each parameter sharded on its
 				    first dimension, gathered through a group's all-gather output
 				    copied out into the parameters */
+	FsdpWrapPolicy wrap;
+	double min_num_params;   /* SIZE_BASED_WRAP's threshold (torch's and Accelerate's default
+				    1e8) */
 	long long post_forward;  /* FSDP2's reshard_after_forward as an int: after a unit's
 				    forward it keeps 1/post_forward of its parameters on a group of
 				    that many ranks, which its backward gathers from; 0 without
@@ -122,6 +130,7 @@ const char *scenario_fsdp_sharding_name(FsdpSharding s);
 int scenario_fsdp_reshards(FsdpSharding s);
 int scenario_fsdp_hybrid(FsdpSharding s);
 const char *scenario_fsdp_prefetch_name(FsdpPrefetch b);
+const char *scenario_fsdp_wrap_name(FsdpWrapPolicy w);
 /* The same with the scenario's own document given as text (the launcher flags' scenario,
  * cli/dslaunch.c); path names it in messages, and relative section paths are relative to its
  * folder. */

@@ -415,7 +415,7 @@ const char *buf_name(BufWhat w)
 		"offload_grad_copy", "tied_grads", "flattened_bucket", "lp_grads", "lp_upcast", "comm_cast",
 		"ddp_buckets", "loss_transients", "extra_large_grads",
 		"autocast_weights", "exec_comm_cast", "fsdp_unsharded_grads", "fsdp_reduced_shard",
-		"fsdp_all_gather_output", "fsdp_post_forward_shard"};
+		"fsdp_all_gather_output", "fsdp_post_forward_shard", "fsdp_root_grads"};
 	return NAME_OF(n, w);
 }
 

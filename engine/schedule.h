@@ -177,6 +177,10 @@ typedef enum {
 	BUF_FSDP_POST_FORWARD, /* FSDP2 with reshard_after_forward an int N: the 1/N of a unit's
 				  parameters a rank keeps from its forward until its backward's
 				  gather reads it */
+	BUF_FSDP_ROOT_GRADS, /* FSDP, auto-wrap by size or none: a layer's gradients of the
+				parameters it leaves to the root (FsdpWrap.leftover), autograd's
+				per-tensor .grad from the layer's backward until the root's hook cats
+				them into its flat */
 	N_BUFS
 } BufWhat;
 

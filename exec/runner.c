@@ -95,6 +95,9 @@ int runner_supported(const Plan *p, PxError *err)
 	else if (p->fsdp2)
 		why = "FSDP1 (fsdp.version 1): FSDP2's fully_shard (its all-gather output copied out, "
 		      "reshard_after_forward's kept shards) is priced by predict, not run";
+	else if (p->fsdp && sc->fsdp.wrap != FSDP_WRAP_TRANSFORMER)
+		why = "FSDP's TRANSFORMER_BASED_WRAP: auto_wrap_policy SIZE_BASED_WRAP and NO_WRAP "
+		      "(what the layers leave held by the root) are priced by predict, not run";
 	else if (p->fsdp && p->opt_place != PLACE_GPU && p->sc->fsdp.sync_each_batch && p->m > 1)
 		why = "FSDP's CPUOffload with no_sync over the micro-batches (with sync_each_batch "
 		      "torch's FSDP1 keeps only the last micro-batch's gradients: the TODO in "

@@ -36,6 +36,17 @@ int fx_predict(Scenario *sc, Prediction *pr, const char *json)
 	return 0;
 }
 
+int fx_noted(const PxNotes *n, const char *fragment)
+{
+	for (int i = 0; i < n->n_warnings; i++)
+		if (strstr(n->warnings[i], fragment))
+			return 1;
+	for (int i = 0; i < n->n_not_modelled; i++)
+		if (strstr(n->not_modelled[i], fragment))
+			return 1;
+	return 0;
+}
+
 int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
 {
 	char json[4096];

@@ -19,6 +19,8 @@ void fx_refused(const char *path, const JsonOverrides *ov, PxError *err);
 /* The scenario json written to NAME in a fresh folder is refused naming the file and saying says:
  * by the engine (fx_refused) and by `parallax predict`, which exits 2. */
 void fx_check_refused(const char *name, const char *json, const char *says);
+/* Whether one of the notes (warnings or not modelled) holds fragment. */
+int fx_noted(const PxNotes *n, const char *fragment);
 /* fx_predict of a printf-formatted scenario (up to 4 KiB). */
 int fx_predictf(Scenario *sc, Prediction *pr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

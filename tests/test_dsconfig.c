@@ -279,18 +279,6 @@ static int load(Scenario *sc, const char *ds_json, const char *extra)
 	return 0;
 }
 
-/* Whether one of the notes (warnings or not modelled) holds fragment. */
-static int noted(const PxNotes *n, const char *fragment)
-{
-	for (int i = 0; i < n->n_warnings; i++)
-		if (strstr(n->warnings[i], fragment))
-			return 1;
-	for (int i = 0; i < n->n_not_modelled; i++)
-		if (strstr(n->not_modelled[i], fragment))
-			return 1;
-	return 0;
-}
-
 /* runtime/zero/config.py: sub_group_size is an int >= 0 with no upper bound; axolotl's zero3
  * configs write 0 and 1e9, transformers' tests 1e14; "auto" is dropped to 1e9. */
 static void test_sub_group_size(void)
@@ -372,13 +360,13 @@ static void test_zero_boolean(void)
 		return;
 	CU_ASSERT_EQUAL(sc.ds.zero.stage, 1);
 	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.allgather_bucket_elems, 2e8, 0);
-	CU_ASSERT(noted(&sc.notes, "deprecated form; read as {\"stage\": 1}"));
-	CU_ASSERT_FALSE(noted(&sc.notes, "unknown key"));
+	CU_ASSERT(fx_noted(&sc.notes, "deprecated form; read as {\"stage\": 1}"));
+	CU_ASSERT_FALSE(fx_noted(&sc.notes, "unknown key"));
 	scenario_free(&sc);
 	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": false}", NULL))
 		return;
 	CU_ASSERT_EQUAL(sc.ds.zero.stage, 0);
-	CU_ASSERT(noted(&sc.notes, "read as {\"stage\": 0}"));
+	CU_ASSERT(fx_noted(&sc.notes, "read as {\"stage\": 0}"));
 	scenario_free(&sc);
 	expect_error("{\"train_batch_size\": 8, \"zero_optimization\": 3}", 8,
 		     "zero_optimization: expected an object");
@@ -402,7 +390,7 @@ static void test_offload_param_below_stage3(void)
 		return;
 	}
 	CU_ASSERT_EQUAL(a.ds.zero.offload_param.device, DEV_NONE);
-	CU_ASSERT(noted(&a.notes, "offload_param: device cpu is ignored at ZeRO stage 2"));
+	CU_ASSERT(fx_noted(&a.notes, "offload_param: device cpu is ignored at ZeRO stage 2"));
 	for (int place = 0; place < N_PLACES; place++)
 		CU_ASSERT_DOUBLE_EQUAL(pa.stages[0].mem.place[place].peak_bytes,
 				       pb.stages[0].mem.place[place].peak_bytes, 0);
@@ -414,7 +402,7 @@ static void test_offload_param_below_stage3(void)
 		 " \"cpu_offload_param\": true}}", NULL))
 		return;
 	CU_ASSERT_EQUAL(c.ds.zero.offload_param.device, DEV_NONE);
-	CU_ASSERT(noted(&c.notes, "is ignored at ZeRO stage 1"));
+	CU_ASSERT(fx_noted(&c.notes, "is ignored at ZeRO stage 1"));
 	scenario_free(&c);
 }
 
@@ -439,7 +427,7 @@ static void test_auto_dropped(void)
 	CU_ASSERT_EQUAL(sc.ds.zero.overlap_comm, 1);
 	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.prefetch_bucket_elems, 530841, 0); /* int(0.9 768^2) */
 	/* an "auto" is not a setting: not listed as not modelled */
-	CU_ASSERT_FALSE(noted(&sc.notes, "stage3_max_reuse_distance"));
+	CU_ASSERT_FALSE(fx_noted(&sc.notes, "stage3_max_reuse_distance"));
 	scenario_free(&sc);
 	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2,"
 		 " \"stage3_prefetch_bucket_size\": \"auto\", \"stage3_param_persistence_threshold\":"
@@ -469,7 +457,7 @@ static void test_stage3_field_names_and_zeropp(void)
 	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.prefetch_bucket_elems, 2e7, 0);
 	/* the Trainer fills only stage3_param_persistence_threshold: this "auto" is dropped */
 	CU_ASSERT_DOUBLE_EQUAL(sc.ds.zero.persistence_threshold_elems, 1e5, 0);
-	CU_ASSERT_FALSE(noted(&sc.notes, "unknown key"));
+	CU_ASSERT_FALSE(fx_noted(&sc.notes, "unknown key"));
 	scenario_free(&sc);
 	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2,"
 		 " \"zero_hpz_partition_size\": 8, \"zero_quantized_weights\": false}}", NULL))
@@ -477,7 +465,7 @@ static void test_stage3_field_names_and_zeropp(void)
 	Prediction pr;
 	PxError err = {0};
 	CU_ASSERT_EQUAL(sc.ds.zero.hpz_partition_size, 1);
-	CU_ASSERT(noted(&sc.notes, "ZeRO++ is ignored at ZeRO stage 2"));
+	CU_ASSERT(fx_noted(&sc.notes, "ZeRO++ is ignored at ZeRO stage 2"));
 	CU_ASSERT_EQUAL(predict_run(&sc, &pr, &err), 0);
 	if (!err.code)
 		predict_free(&pr);
@@ -499,7 +487,7 @@ static void test_autotp_uneven_heads(void)
 			""))
 		return;
 	CU_ASSERT_EQUAL(pr.plan.par.tp, 2);
-	CU_ASSERT(noted(&sc.notes, "spreads the 25 heads"));
+	CU_ASSERT(fx_noted(&sc.notes, "spreads the 25 heads"));
 	fx_free(&sc, &pr);
 	char json[2048], path[512];
 	PxError err = {0};
@@ -551,7 +539,7 @@ static void test_scheduler_autos(void)
 		CU_ASSERT_EQUAL(sc.ds.sched_unresolved, cases[i].unresolved);
 		CU_ASSERT_DOUBLE_EQUAL(sc.ds.warmup_min_lr, 0, 0);
 		CU_ASSERT_DOUBLE_EQUAL(sc.ds.warmup_max_lr, 2e-5, 0);
-		CU_ASSERT_EQUAL(noted(&sc.notes, "a prediction does not need it"), cases[i].unresolved);
+		CU_ASSERT_EQUAL(fx_noted(&sc.notes, "a prediction does not need it"), cases[i].unresolved);
 		Prediction pr;
 		PxError err = {0};
 		if (cases[i].unresolved && !predict_run(&sc, &pr, &err)) { /* it prices */
@@ -572,7 +560,7 @@ static void test_scheduler_autos(void)
 		return;
 	CU_ASSERT_EQUAL(sc.ds.warmup_num_steps, 0);
 	CU_ASSERT_EQUAL(sc.ds.sched_unresolved, 0);
-	CU_ASSERT(noted(&sc.notes, "DeepSpeed 0.19.5 and later refuse it"));
+	CU_ASSERT(fx_noted(&sc.notes, "DeepSpeed 0.19.5 and later refuse it"));
 	CU_ASSERT_DOUBLE_EQUAL(sc.ds.warmup_max_lr, 5e-5, 0); /* TrainingArguments' learning_rate */
 	scenario_free(&sc);
 	expect_error("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\","
@@ -648,13 +636,13 @@ static void test_deepspeed_refusals(void)
 	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"Lamb\"},"
 		 " \"zero_optimization\": {\"stage\": 1}}", NULL))
 		return;
-	CU_ASSERT(noted(&sc.notes, "needs \"zero_allow_untested_optimizer\": true"));
+	CU_ASSERT(fx_noted(&sc.notes, "needs \"zero_allow_untested_optimizer\": true"));
 	scenario_free(&sc);
 	if (load(&sc, "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"Lamb\"},"
 		 " \"zero_allow_untested_optimizer\": true, \"zero_optimization\": {\"stage\": 1}}",
 		 NULL))
 		return;
-	CU_ASSERT_FALSE(noted(&sc.notes, "zero_allow_untested_optimizer"));
+	CU_ASSERT_FALSE(fx_noted(&sc.notes, "zero_allow_untested_optimizer"));
 	scenario_free(&sc);
 }
 

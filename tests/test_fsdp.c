@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine/fsdp_wrap.h"
+#include "../exec/runner.h"
 #include "fixtures.h"
 #include "suites.h"
 
@@ -478,6 +480,118 @@ static void test_fsdp2(void)
 }
 
 /* predict's header names FSDP's settings, the JSON the framework */
+/* The auto-wrap policies by size and none (torch/distributed/fsdp/wrap.py _recursive_wrap and
+ * size_based_auto_wrap_policy: children first, then a module whose parameters not yet in a unit
+ * reach min_num_params; a ModuleList never). Hugging Face's LlamaDecoderLayer here, by hand:
+ * self_attn's q, k, v, o_proj 65,536 each (262,144), mlp's gate, up, down_proj 176,128 each
+ * (528,384), two RMSNorms of 256: 791,040. */
+static void test_wrap_policies(void)
+{
+	static const struct {
+		double min;
+		long long wrapped, leftover;
+		int pieces;
+	} c[] = {
+		{7e5, LAYER, 0, 1},                 /* the layer whole: TRANSFORMER_BASED_WRAP's */
+		{8e5, 0, LAYER, 0},                 /* nothing: the layer the root's */
+		{5e5, 528384, 262144 + 512, 1},     /* the mlp; attention and norms left */
+		{1.5e5, 3 * 176128 + 262144, 512, 4}, /* gate, up, down_proj each, then self_attn */
+	};
+	Scenario sc;
+	Prediction pr;
+	if (fx_predictf(&sc, &pr, FMT, "", 1, 4))
+		return;
+	for (unsigned i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		FsdpWrap w;
+		CU_ASSERT_EQUAL_FATAL(fsdp_wrap_size_based(&sc.model, 2, c[i].min, &w), 0);
+		CU_ASSERT_EQUAL(w.wrapped, c[i].wrapped);
+		CU_ASSERT_EQUAL(w.leftover, c[i].leftover);
+		CU_ASSERT_EQUAL(w.pieces, c[i].pieces);
+	}
+	fx_free(&sc, &pr);
+
+	/* the schedule, one micro-batch on 4 ranks: what the layers leave joins the root's flat
+	 * (unit 0's; the head's 256,256 apart), gathered once and kept, reduced once at the end;
+	 * the layers' own flats gathered forward and backward */
+	static const struct {
+		const char *fsdp;
+		long long layer, gathers, gathered, backward;
+	} s[] = {
+		{"\"auto_wrap_policy\": \"NO_WRAP\"", 0, 2, PSI, PSI},
+		{"\"auto_wrap_policy\": \"SIZE_BASED_WRAP\", \"min_num_params\": 800000", 0, 2, PSI,
+		 PSI},
+		{"\"auto_wrap_policy\": \"SIZE_BASED_WRAP\", \"min_num_params\": 500000", 528384,
+		 2 + 4 * 2, PSI - 4 * 528384 + 2 * 4 * 528384, PSI - 4 * 528384 + 2 * 528384},
+		{"\"auto_wrap_policy\": \"SIZE_BASED_WRAP\", \"min_num_params\": 700000", LAYER,
+		 2 + 4 * 2, 2 * 4 * LAYER + ROOT, ROOT + 2 * LAYER},
+	};
+	for (unsigned i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		if (fx_predictf(&sc, &pr, FMT, s[i].fsdp, 1, 4))
+			return;
+		const Plan *p = &pr.plan;
+		CU_ASSERT_EQUAL(p->units[2].own_gather, s[i].layer);
+		CU_ASSERT_EQUAL(p->units[2].fsdp_left, LAYER - s[i].layer);
+		CU_ASSERT_EQUAL(p->units[0].own_gather + p->units[5].own_gather,
+				ROOT + 4 * (LAYER - s[i].layer));
+		const Traffic *t = &pr.stages[0].traffic;
+		CU_ASSERT_EQUAL(t->n_colls[COLL_ALL_GATHER], s[i].gathers);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_ALL_GATHER], 2.0 * (double)s[i].gathered,
+				       0);
+		CU_ASSERT_DOUBLE_EQUAL(t->payload_bytes[COLL_REDUCE_SCATTER], 2.0 * (double)PSI, 0);
+		/* the gathered weights at layer 4's backward: the root's, layer 4's and the
+		 * prefetched layer 3's own */
+		const Schedule *sch = &pr.stages[0].sched;
+		int bwd = nth_op(sch, OP_COMPUTE, COMP_BWD, 1);
+		CU_ASSERT_EQUAL_FATAL(sch->ops[bwd].unit, 4);
+		CU_ASSERT_DOUBLE_EQUAL(live_before(sch, bwd, BUF_GATHERED), 2.0 * s[i].backward, 0);
+		/* when the root's hook cats its flat (its BUF_FSDP_UNSHARDED, after layer 1's
+		 * backward), the layers' left gradients are still pieces: 4 x what each leaves,
+		 * fp16; then none */
+		int cat = -1;
+		for (int k = 0; k < sch->n && cat < 0; k++)
+			if (sch->ops[k].kind == OP_ALLOC && sch->ops[k].what == BUF_FSDP_UNSHARDED &&
+			    sch->ops[k].unit == 0)
+				cat = k;
+		CU_ASSERT_FATAL(cat > 0);
+		CU_ASSERT_DOUBLE_EQUAL(live_before(sch, cat, BUF_FSDP_ROOT_GRADS),
+				       2.0 * 4 * (double)(LAYER - s[i].layer), 0);
+		CU_ASSERT_DOUBLE_EQUAL(live_before(sch, sch->n, BUF_FSDP_ROOT_GRADS), 0, 0);
+		fx_free(&sc, &pr);
+	}
+	/* several units a layer are priced as gathered together, and the units outside the
+	 * layers as the root's: both said */
+	if (fx_predictf(&sc, &pr, FMT, "\"auto_wrap_policy\": \"SIZE_BASED_WRAP\", "
+			"\"min_num_params\": 150000", 1, 4))
+		return;
+	CU_ASSERT(fx_noted(&sc.notes, "a layer's 4 units"));
+	CU_ASSERT(fx_noted(&sc.notes, "the units outside the layers"));
+	fx_free(&sc, &pr);
+
+	/* the executor runs the transformer-layer wrap only, and says so */
+	static const char *const gpt = "{\"model\": {\"model_type\": \"gpt2\", \"n_embd\": 64, "
+		"\"n_layer\": 2, \"n_head\": 2, \"n_positions\": 32, \"vocab_size\": 128}, "
+		"\"framework\": \"fsdp\", \"fsdp\": {%s}, \"deepspeed\": "
+		"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+		"\"params\": {\"lr\": 1e-3}}}, \"cluster\": {\"gpu\": \"H100-SXM\", "
+		"\"gpus_per_node\": 2}, \"backend\": \"cpu\", \"seq_length\": 32}";
+	for (int policy = 0; policy < 2; policy++) {
+		if (fx_predictf(&sc, &pr, gpt, policy ? "\"auto_wrap_policy\": \"NO_WRAP\"" : ""))
+			return;
+		PxError err = {0};
+		CU_ASSERT_EQUAL(runner_supported(&pr.plan, &err), policy ? -1 : 0);
+		if (policy)
+			PX_ASSERT_HAS(err.msg, "auto_wrap_policy SIZE_BASED_WRAP and NO_WRAP");
+		fx_free(&sc, &pr);
+	}
+	fx_check_refused("fsdp-wrap.json", "{\"model\": {\"num_parameters\": 1e8, "
+			 "\"num_hidden_layers\": 2}, \"framework\": \"fsdp\", \"fsdp\": "
+			 "{\"auto_wrap_policy\": \"SIZE_BASED\"}, \"deepspeed\": "
+			 "{\"train_micro_batch_size_per_gpu\": 1}, \"cluster\": {\"gpu\": "
+			 "\"A100-80GB\"}}",
+			 "fsdp.auto_wrap_policy: expected one of TRANSFORMER_BASED_WRAP, "
+			 "SIZE_BASED_WRAP, NO_WRAP");
+}
+
 static void test_header(void)
 {
 	char path[512], json[4096], out[1 << 16];
@@ -509,5 +623,7 @@ int test_fsdp_register(void)
 			    {"HYBRID_SHARD: a node's shards, replicas all-reduced across nodes",
 			     test_hybrid},
 			    {"what FSDP is not priced with is refused by name", test_refusals},
+			    {"auto-wrap by size and none: what the layers leave held by the root",
+			     test_wrap_policies},
 			    {"predict's header and JSON", test_header});
 }
