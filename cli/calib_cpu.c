@@ -12,6 +12,7 @@
 #include "../kernels/gpt16_cpu.h"
 #include "../kernels/gpt_cpu.h"
 #include "../kernels/onebit_cpu.h"
+#include "../kernels/par_cpu.h"
 #include "../kernels/quant_cpu.h"
 #include "../kernels/rng.h"
 #include "../sim/hwprofile.h"
@@ -891,6 +892,7 @@ static cJSON *profile_json(const CalibOpts *o, cJSON *levels)
 	cJSON_AddStringToObject(c, "model", model);
 	cJSON_AddNumberToObject(c, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
 	cJSON_AddNumberToObject(c, "blas_threads", openblas_get_num_threads());
+	cJSON_AddNumberToObject(c, "blas_thread_timeout", par_cpu_blas_timeout());
 	cJSON_AddItemToObject(c, "levels", levels);
 	return j;
 }

@@ -2,14 +2,22 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../kernels/par_cpu.h"
 #include "paths.h"
 
 /* last: OpenBLAS's header brings <complex.h>, whose I would rename model.h's field */
 #include <cblas.h>
+
+/* OPENBLAS_THREAD_TIMEOUT as a run from this environment has it: the user's, or what `run` sets */
+static int run_blas_timeout(void)
+{
+	return getenv("OPENBLAS_THREAD_TIMEOUT") ? par_cpu_blas_timeout() : PAR_CPU_BLAS_TIMEOUT;
+}
 
 int hwload_cpu_mismatch(const HwProfile *hw, const char *path, char *msg, size_t n)
 {
@@ -29,6 +37,13 @@ int hwload_cpu_mismatch(const HwProfile *hw, const char *path, char *msg, size_t
 		snprintf(msg, n, "%s: warning: CPU profile measured with %d OpenBLAS threads a rank, "
 			 "this process has %d (OPENBLAS_NUM_THREADS): its products' rates are not "
 			 "this run's", path, c->blas_threads, threads);
+		return 1;
+	}
+	if (c->blas_thread_timeout > 0 && c->blas_thread_timeout != run_blas_timeout()) {
+		snprintf(msg, n, "%s: warning: CPU profile measured with OpenBLAS's idle threads "
+			 "spinning 2^%d cycles (OPENBLAS_THREAD_TIMEOUT %d), a run here spins 2^%d: "
+			 "their spinning takes the cores, so its times are not this run's", path,
+			 c->blas_thread_timeout, c->blas_thread_timeout, run_blas_timeout());
 		return 1;
 	}
 	return 0;

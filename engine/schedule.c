@@ -399,6 +399,11 @@ const char *group_name(CommGroup g)
 	return NAME_OF(n, g);
 }
 
+int buf_empty(BufWhat w)
+{
+	return w == BUF_REDUCE_BUCKET;
+}
+
 const char *buf_name(BufWhat w)
 {
 	static const char *const n[] = {

@@ -519,6 +519,11 @@ const char *cat_name(MemCat c);    /* "params", "grads", "optimizer", ... (JSON 
 const char *coll_name(CollKind k); /* "all_gather", ... */
 const char *group_name(CommGroup g);
 const char *buf_name(BufWhat w);
+/* 1 for a buffer the framework makes with torch.empty, not zeroed: a contiguous gradient bucket,
+ * reduce_bucket_size elements of which the reductions use the front (they zero what they use).
+ * The executor allocates it so (exec/runner_buf.c) and the CPU time model charges its allocation
+ * no fill (sim/opcost_cpu.c); every other allocation comes zeroed. */
+int buf_empty(BufWhat w);
 const char *comp_name(CompKind k);
 const char *copy_name(CopyDir d);
 const char *role_name(OpRole r);

@@ -323,7 +323,7 @@ int runner_do_alloc(Runner *r, const Op *op, PxError *err)
 		return runner_nvme_alloc(r, op, bytes, err);
 	/* a contiguous gradient buffer is torch.empty's: reduce_bucket_size elements, of which the
 	 * reductions use the front (grad_dest zeroes it) */
-	int empty = op->what == BUF_REDUCE_BUCKET;
+	int empty = buf_empty(op->what);
 	void *ptr = empty ? arena_alloc_empty(&r->arena, op->place, op->cat, bytes) :
 			    arena_alloc(&r->arena, op->place, op->cat, bytes);
 	if (!ptr)

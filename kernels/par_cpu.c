@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Why a pool of our own rather than OpenMP (gcc -fopenmp, which llm.c uses):
@@ -135,6 +136,13 @@ int par_cpu_threads(void)
 void par_cpu_set_threads(int n)
 {
 	openblas_set_num_threads(n < 1 ? 1 : n);
+}
+
+int par_cpu_blas_timeout(void)
+{
+	const char *v = getenv("OPENBLAS_THREAD_TIMEOUT");
+	int t = v ? atoi(v) : PAR_CPU_BLAS_TIMEOUT_DEFAULT;
+	return t < 4 ? 4 : t > 30 ? 30 : t;
 }
 
 void par_cpu_set_loop_threads(int n)

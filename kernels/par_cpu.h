@@ -48,6 +48,16 @@ unsigned long par_cpu_split_calls(void);
  * waking a worker costs some microseconds, about what 16K simple float operations take. */
 #define PAR_CPU_GRAIN_ELEMS ((size_t)1 << 14) /* elementwise ops: an item is one element */
 
+/* OPENBLAS_THREAD_TIMEOUT as `parallax run` and `calibrate` set it when the user has not
+ * (cli/main.c): OpenBLAS's idle threads spin 2^4 cycles, its least, before they sleep, where by
+ * default they spin 2^28 (about 0.1 s) and take the cores these loops and the other ranks need.
+ * OpenBLAS reads the variable once, as it loads. */
+#define PAR_CPU_BLAS_TIMEOUT 4
+/* OPENBLAS_THREAD_TIMEOUT as this process's OpenBLAS read it: the variable's value as OpenBLAS
+ * clamps it (4 to 30), or OpenBLAS's default, 28, when it is unset. */
+#define PAR_CPU_BLAS_TIMEOUT_DEFAULT 28
+int par_cpu_blas_timeout(void);
+
 /* memset and memcpy split over the threads (byte ranges; n of any size). */
 void par_cpu_memset(void *dst, int value, size_t bytes);
 void par_cpu_memcpy(void *dst, const void *src, size_t bytes);

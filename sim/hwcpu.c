@@ -339,11 +339,12 @@ static int read_level(const JsonObj *o, const cJSON *item, int idx, HwCpuLevel *
 
 int hwcpu_parse(const JsonObj *o, HwCpu *c, PxError *err)
 {
-	static const char *const keys[] = {"host", "model", "cores", "blas_threads", "levels"};
+	static const char *const keys[] = {"host", "model", "cores", "blas_threads",
+					   "blas_thread_timeout", "levels"};
 	const char *s;
 	long long v;
 	memset(c, 0, sizeof(*c));
-	if (check_keys(o, keys, 5, err))
+	if (check_keys(o, keys, 6, err))
 		return -1;
 	if (jobj_str(o, "host", "", &s, err) < 0)
 		return -1;
@@ -357,6 +358,9 @@ int hwcpu_parse(const JsonObj *o, HwCpu *c, PxError *err)
 	if (jobj_int(o, "blas_threads", 0, 1 << 20, 0, &v, err) < 0)
 		return -1;
 	c->blas_threads = (int)v;
+	if (jobj_int(o, "blas_thread_timeout", 0, 30, 0, &v, err) < 0)
+		return -1;
+	c->blas_thread_timeout = (int)v;
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o->obj, "levels");
 	int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
 	if (n < 1 || n > HWCPU_MAX_LEVELS)

@@ -89,6 +89,10 @@ typedef struct HwCpu {
 	char model[128];          /* its CPU model (/proc/cpuinfo) */
 	int cores;                /* online cores */
 	int blas_threads;         /* OpenBLAS threads per rank while measuring */
+	int blas_thread_timeout;  /* OPENBLAS_THREAD_TIMEOUT while measuring (4 to 30: its idle
+				     threads spin 2^this cycles); 0: not recorded (profiles written
+				     before 2026-12-02: OpenBLAS's default, 28, unless the user set
+				     it) */
 	int n_levels;
 	HwCpuLevel level[HWCPU_MAX_LEVELS]; /* increasing ranks */
 } HwCpu;

@@ -293,8 +293,12 @@ double opcost_cpu_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
 	}
 }
 
+/* An allocation comes zeroed (the pool's memset of what an earlier block left), but for a buffer
+ * made empty (buf_empty: the contiguous gradient bucket, reduce_bucket_size elements of which a
+ * small model uses a sliver; the front it uses is zeroed as it is filled, not priced apart). */
 double opcost_cpu_alloc_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
 	const HwCpuLevel *l = level_of(p, hw);
-	return l && op->place != PLACE_NVME ? hwcpu_fill_s(l, op->bytes) : 0;
+	return l && op->place != PLACE_NVME && !buf_empty(op->what) ? hwcpu_fill_s(l, op->bytes) :
+									 0;
 }

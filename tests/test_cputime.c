@@ -447,6 +447,56 @@ static void test_step_is_serial(void)
 	hwprofile_free(&hw);
 }
 
+/* The contiguous gradient bucket is torch.empty's (DeepSpeed's stage 1-2 ipg buffer of
+ * reduce_bucket_size elements; exec/runner_buf.c allocates it unzeroed): its allocation costs no
+ * fill, where every other allocation is zeroed at the profile's fill rate, 1e14 B/s here. So the
+ * step of gpt2-mini-cpu-sparse (ZeRO 1) does not move with reduce_bucket_size, which moves only
+ * that buffer: 5e8 elements (1 GB of bf16 gradients, the default) against 5e6. Before it was
+ * priced empty, a 2-core machine's profile (fill 10-30 GB/s) charged 20 ms a micro-batch for it,
+ * which the runs never spent. */
+static void test_empty_bucket_unfilled(void)
+{
+	HwProfile hw;
+	PxError err = {0};
+	CU_ASSERT_EQUAL_FATAL(parse_profile(profile(), &hw, &err), 0);
+	double step[2] = {-1, -1};
+	for (int k = 0; k < 2; k++) {
+		const char *sets[] = {k ? "deepspeed.zero_optimization.reduce_bucket_size=5e6" :
+					  "deepspeed.zero_optimization.reduce_bucket_size=5e8",
+				      "deepspeed.bf16.enabled=true"};
+		Scenario sc;
+		Prediction pr;
+		if (load_mini("gpt2-mini-cpu-sparse", sets, 2, &sc, &pr)) {
+			CU_FAIL("gpt2-mini-cpu-sparse did not load");
+			break;
+		}
+		CU_ASSERT_EQUAL(predict_time(&pr, &hw, "cpu.json", &err), 0);
+		CU_ASSERT_EQUAL(pr.time_known, 1);
+		step[k] = pr.time.step_s;
+		const Schedule *s = &pr.stages[0].sched;
+		int buckets = 0, others = 0;
+		for (int i = s->step_begin; i < s->n; i++) {
+			const Op *op = &s->ops[i];
+			if (op->kind != OP_ALLOC || op->place != PLACE_GPU)
+				continue;
+			double t = opcost_cpu_alloc_s(&pr.plan, &hw, op);
+			if (op->what == BUF_REDUCE_BUCKET) {
+				buckets++;
+				CU_ASSERT_DOUBLE_EQUAL(op->bytes, k ? 5e6 * 2 : 5e8 * 2, 1);
+				CU_ASSERT_EQUAL(t, 0);
+			} else if (op->bytes > 0) {
+				others++;
+				CU_ASSERT_DOUBLE_EQUAL(t, op->bytes / 1e14, 1e-6 * t);
+			}
+		}
+		CU_ASSERT(buckets >= 1 && others >= 1);
+		fx_free(&sc, &pr);
+	}
+	CU_ASSERT(step[0] > 0);
+	CU_ASSERT_DOUBLE_EQUAL(step[0], step[1], 1e-9 * step[0]);
+	hwprofile_free(&hw);
+}
+
 /* One reduce-scatter of stage 3 on 2 ranks, by hand: 600000 bf16 gradients (1200000 bytes, past
  * the last measured size) take 3e-3 + (1200000 - 1048576) (3e-3 - 3e-5) / 1047552 s of MPI; the
  * bucket is zeroed (1200000 bytes at 1e14 B/s) and this rank's 300000 added into its partition
@@ -770,6 +820,43 @@ static void test_default_profile(void)
 	PX_ASSERT_HAS(out, "/cpu.json)");
 }
 
+/* A profile measured with OpenBLAS's idle threads spinning another length than a run here has
+ * (OPENBLAS_THREAD_TIMEOUT: a run without one in its environment sets 4, cli/main.c) gets a
+ * warning from predict; one measured at 4 gets none. The profile says this machine's host name
+ * and no OpenBLAS thread count, so that no other warning comes first. */
+static void test_blas_spin_mismatch(void)
+{
+	char dir[512], path[600], cmd[4096], host[128] = "", text[8192];
+	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
+	snprintf(path, sizeof(path), "%s/spin.json", dir);
+	gethostname(host, sizeof(host) - 1);
+	const char *bin = getenv("PX_BIN");
+	for (int spin = 4; spin <= 28; spin += 24) {
+		char head[512], *at = text;
+		snprintf(head, sizeof(head), "\"host\": \"%s\", \"blas_thread_timeout\": %d, \"model\"",
+			 host, spin);
+		snprintf(text, sizeof(text), "%s", profile());
+		char *h = strstr(text, "\"host\": \"test-host\", \"model\"");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+		char rest[8192];
+		snprintf(rest, sizeof(rest), "%s", h + strlen("\"host\": \"test-host\", \"model\""));
+		snprintf(h, sizeof(text) - (size_t)(h - at), "%s%s", head, rest);
+		px_test_write_file(path, text);
+		snprintf(cmd, sizeof(cmd), "env -u OPENBLAS_THREAD_TIMEOUT '%.1000s' predict --no-db "
+			 "'%.1000s' --set cluster.gpus_per_node=2 --hw '%.1000s'",
+			 bin ? bin : "build/rel/parallax",
+			 px_test_path("scenarios/gpt2-mini-cpu-zero3.json"), path);
+		CU_ASSERT_EQUAL(px_test_run_sh(cmd, out, sizeof(out)), 0);
+		CU_ASSERT_PTR_NULL(strstr(out, "measured on test-host"));
+		if (spin == 28)
+			PX_ASSERT_HAS(out, "spin.json: warning: CPU profile measured with OpenBLAS's idle "
+					   "threads spinning 2^28 cycles (OPENBLAS_THREAD_TIMEOUT 28), a "
+					   "run here spins 2^4");
+		else
+			CU_ASSERT_PTR_NULL(strstr(out, "warning: CPU profile"));
+	}
+}
+
 /* calibrate --backend cpu --quick on 2 ranks: levels 1 and 2 in one profile that loads, every
  * sgemm rate and bandwidth above 0, the kernels of both flavours, collectives at 2 ranks only;
  * predict prices the mini scenario on 1 and 2 ranks with it and says it has no 4. */
@@ -808,6 +895,11 @@ static void test_calibrate_cpu(void)
 				CU_ASSERT(l->coll_s[k].y[s] >= l->coll_s[k].y[s - 1]);
 	}
 	CU_ASSERT_EQUAL(hw.cpu->cores, (int)sysconf(_SC_NPROCESSORS_ONLN));
+	/* measured with OpenBLAS's idle threads spinning the least: calibrate started itself again
+	 * with OPENBLAS_THREAD_TIMEOUT 4 (cli/main.c), unless this environment sets its own */
+	const char *spin = getenv("OPENBLAS_THREAD_TIMEOUT");
+	CU_ASSERT_EQUAL(hw.cpu->blas_thread_timeout,
+			spin ? (atoi(spin) < 4 ? 4 : atoi(spin) > 30 ? 30 : atoi(spin)) : 4);
 	hwprofile_free(&hw);
 	CU_ASSERT_EQUAL(access(dir, F_OK), 0);
 	const char *scn = px_test_path("scenarios/gpt2-mini-cpu-zero3.json");
@@ -925,11 +1017,13 @@ int test_cputime_register(void)
 			    {"a CPU step priced by hand", test_step_by_hand},
 			    {"the CPU executor overlaps nothing", test_step_is_serial},
 			    {"a reduce-scatter and gathers priced by hand", test_reduce_scatter_by_hand},
+			    {"the gradient bucket is allocated empty", test_empty_bucket_unfilled},
 			    {"the 1-bit compressed all-reduce priced by hand", test_onebit_by_hand},
 			    {"expert parallelism priced by hand", test_moe_by_hand},
 			    {"block-sparse attention: the causal pairs kept, by hand", test_sparse_attention_terms},
 			    {"what a CPU profile cannot price keeps a note", test_not_priced},
 			    {"the default CPU profile's place", test_default_profile},
+			    {"a profile of another OpenBLAS spin warns", test_blas_spin_mismatch},
 			    {"calibrate --backend cpu end to end", test_calibrate_cpu, PX_RELEASE_RUN},
 			    {"run and compare pair the CPU step time", test_run_pairs_time, PX_RELEASE_RUN},
 			    {"a 1-bit run pairs each kind of step's time", test_run_pairs_onebit_time,
