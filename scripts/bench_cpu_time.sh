@@ -13,6 +13,8 @@
 # twice that for a 1-bit optimizer's scenario, whose compressed steps come after its warm-up).
 # A 1-bit optimizer's run has a row per kind of step (full, compressed, 0/1 Adam's local): the
 # run's own per-kind means, each against the prediction of that kind's schedule.
+# At the end the first priced row's runs are repeated and both medians printed ("drift"): the
+# same work measured twice, the bench's length apart, says how far this machine alone moved.
 # PX_RANKS: the rank counts (default "1 2 4"). PX_REPEATS: runs of each (default 3; the median
 # is the measured figure, and the spread says how far the runs were apart: a shared machine moves
 # one run by much more than the target). The machine should be otherwise idle: the load average
@@ -67,6 +69,7 @@ echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 printf '%-28s %5s %12s %12s %12s %8s %7s %8s\n' scenario ranks "predicted s" "measured s" \
 	"(w/ step 1)" "error" "<=15%" "spread"
 worst=0
+first=""
 for scn in $scenarios; do
 	name=$(basename "$scn" .json)
 	for n in $ranks_list; do
@@ -121,6 +124,7 @@ for scn in $scenarios; do
 			continue
 		fi
 		row "$name" "$n" "$predicted" "$measured" "$all" "$(spread "$tmp/meas" "$measured")"
+		[ -n "$first" ] || [ "$onebit" = 1 ] || first="$scn $n $s $measured"
 		for kind in $(cut -d' ' -f1 "$tmp/kinds" | sort -u); do
 			awk -v k="$kind" '$1 == k { print $2 }' "$tmp/kinds" > "$tmp/kind"
 			m=$(median < "$tmp/kind")
@@ -129,6 +133,24 @@ for scn in $scenarios; do
 		done
 	done
 done
+# The machine's own drift: the first priced row's runs again, at the end. Its change is how far
+# the same work moved while the bench ran, with nothing changed but the time.
+if [ -n "$first" ]; then
+	set -- $first
+	: > "$tmp/again"
+	i=0
+	while [ "$i" -lt "$repeats" ]; do
+		i=$((i + 1))
+		"$bin" run "$1" --ranks "$2" --steps "$3" --no-db --hw "$profile" > "$tmp/again.txt" 2>&1 ||
+			{ tail -5 "$tmp/again.txt" >&2; exit 1; }
+		awk '$1 == "step" && $2 > 1 { s += $7; k++ } END { if (k) printf "%.4f\n", s / k / 1000 }' \
+			"$tmp/again.txt" >> "$tmp/again"
+	done
+	again=$(median < "$tmp/again")
+	echo "# drift: $(basename "$1" .json) at $2 ranks measured $4 s first and $again s again at the" \
+		"end ($(awk -v a="$4" -v b="$again" 'BEGIN { printf "%+.1f", (b - a) / a * 100 }')%): the" \
+		"machine's own noise over the bench"
+fi
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# measured: the median over $repeats runs of each run's mean of steps 2-$steps (step 1, the"
 echo "# warm-up, beside it); spread: the runs' largest less smallest over that median; predicted: the time"
