@@ -141,7 +141,9 @@ void par_cpu_set_threads(int n)
 int par_cpu_blas_timeout(void)
 {
 	const char *v = getenv("OPENBLAS_THREAD_TIMEOUT");
-	int t = v ? atoi(v) : PAR_CPU_BLAS_TIMEOUT_DEFAULT;
+	int t = v ? atoi(v) : 0;
+	if (t <= 0) /* unset, or not a positive number: OpenBLAS keeps its default */
+		return PAR_CPU_BLAS_TIMEOUT_DEFAULT;
 	return t < 4 ? 4 : t > 30 ? 30 : t;
 }
 

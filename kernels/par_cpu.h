@@ -53,8 +53,8 @@ unsigned long par_cpu_split_calls(void);
  * default they spin 2^28 (about 0.1 s) and take the cores these loops and the other ranks need.
  * OpenBLAS reads the variable once, as it loads. */
 #define PAR_CPU_BLAS_TIMEOUT 4
-/* OPENBLAS_THREAD_TIMEOUT as this process's OpenBLAS read it: the variable's value as OpenBLAS
- * clamps it (4 to 30), or OpenBLAS's default, 28, when it is unset. */
+/* OPENBLAS_THREAD_TIMEOUT as this process's OpenBLAS read it: a positive value as OpenBLAS
+ * clamps it (4 to 30), else (unset, 0 or not a number) OpenBLAS's default, 28. */
 #define PAR_CPU_BLAS_TIMEOUT_DEFAULT 28
 int par_cpu_blas_timeout(void);
 
