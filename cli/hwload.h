@@ -17,8 +17,8 @@ int hwload_cpu_default(Prediction *pr, PxNotes *notes, PxError *err);
 
 /* A CPU profile measured on another machine (hostname or CPU model), with another number of
  * OpenBLAS threads than this process runs, or with another OPENBLAS_THREAD_TIMEOUT than a run
- * here has (the user's, or what `run` sets: PAR_CPU_BLAS_TIMEOUT): 1 with "PATH: warning: ..." in msg, else 0 (and 0 for a GPU
- * profile). */
+ * here has (the user's, or what `run` sets: PAR_CPU_BLAS_TIMEOUT): 1 with "PATH: warning: ..."
+ * in msg, else 0 (and 0 for a GPU profile). */
 int hwload_cpu_mismatch(const HwProfile *hw, const char *path, char *msg, size_t n);
 
 #endif

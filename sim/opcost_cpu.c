@@ -299,6 +299,7 @@ double opcost_cpu_copy_s(const Plan *p, const HwProfile *hw, const Op *op)
 double opcost_cpu_alloc_s(const Plan *p, const HwProfile *hw, const Op *op)
 {
 	const HwCpuLevel *l = level_of(p, hw);
-	return l && op->place != PLACE_NVME && !buf_empty(op->what) ? hwcpu_fill_s(l, op->bytes) :
-									 0;
+	if (!l || op->place == PLACE_NVME || buf_empty(op->what))
+		return 0;
+	return hwcpu_fill_s(l, op->bytes);
 }

@@ -51,17 +51,24 @@
 
 static char profile_text[8192];
 
-/* The profile with levels 1 and 2 (host "test-host", no OpenBLAS thread count to compare). */
-static const char *profile(void)
+/* The profile with levels 1 and 2 measured on host, with the "cpu" keys in extra (each with a
+ * leading comma) beside them and no OpenBLAS thread count to compare. */
+static const char *profile_on(const char *host, const char *extra)
 {
 	char l1[3000], l2[3000];
 	snprintf(l1, sizeof(l1), LEVEL_FMT, 1, "");
 	snprintf(l2, sizeof(l2), LEVEL_FMT, 2, MPI_2);
 	snprintf(profile_text, sizeof(profile_text),
 		 "{\"_comment\": \"hand-written for the cputime suite\",\n"
-		 " \"cpu\": {\"host\": \"test-host\", \"model\": \"test cpu\", \"cores\": 2,\n"
-		 "  \"blas_threads\": 0,\n  \"levels\": [\n%s,\n%s]}}\n", l1, l2);
+		 " \"cpu\": {\"host\": \"%s\", \"model\": \"test cpu\", \"cores\": 2,\n"
+		 "  \"blas_threads\": 0%s,\n  \"levels\": [\n%s,\n%s]}}\n", host, extra, l1, l2);
 	return profile_text;
+}
+
+/* The profile of host "test-host". */
+static const char *profile(void)
+{
+	return profile_on("test-host", "");
 }
 
 static int parse_profile(const char *text, HwProfile *hw, PxError *err)
@@ -826,22 +833,14 @@ static void test_default_profile(void)
  * and no OpenBLAS thread count, so that no other warning comes first. */
 static void test_blas_spin_mismatch(void)
 {
-	char dir[512], path[600], cmd[4096], host[128] = "", text[8192];
+	char dir[512], path[600], cmd[4096], host[128] = "", extra[64];
 	snprintf(dir, sizeof(dir), "%s", px_test_tmpdir());
 	snprintf(path, sizeof(path), "%s/spin.json", dir);
 	gethostname(host, sizeof(host) - 1);
 	const char *bin = getenv("PX_BIN");
 	for (int spin = 4; spin <= 28; spin += 24) {
-		char head[512], *at = text;
-		snprintf(head, sizeof(head), "\"host\": \"%s\", \"blas_thread_timeout\": %d, \"model\"",
-			 host, spin);
-		snprintf(text, sizeof(text), "%s", profile());
-		char *h = strstr(text, "\"host\": \"test-host\", \"model\"");
-		CU_ASSERT_PTR_NOT_NULL_FATAL(h);
-		char rest[8192];
-		snprintf(rest, sizeof(rest), "%s", h + strlen("\"host\": \"test-host\", \"model\""));
-		snprintf(h, sizeof(text) - (size_t)(h - at), "%s%s", head, rest);
-		px_test_write_file(path, text);
+		snprintf(extra, sizeof(extra), ", \"blas_thread_timeout\": %d", spin);
+		px_test_write_file(path, profile_on(host, extra));
 		snprintf(cmd, sizeof(cmd), "env -u OPENBLAS_THREAD_TIMEOUT '%.1000s' predict --no-db "
 			 "'%.1000s' --set cluster.gpus_per_node=2 --hw '%.1000s'",
 			 bin ? bin : "build/rel/parallax",
