@@ -157,6 +157,8 @@ static void test_parse_refusals(void)
 		 "cpu.levels[0].elementwise_s.onebit_expand.fp16: expected a loop named OP.DST.SRC"},
 		{"\"cores\": 2,", "\"cores\": 2, \"gpu\": \"H100-SXM\",",
 		 "cpu.gpu: expected a known key"},
+		{"\"cores\": 2,", "\"cores\": 2, \"blas_thread_timeout\": 31,",
+		 "cpu.blas_thread_timeout: expected an integer from 0 to 30, got 31"},
 		{"{\"_comment\"", "{\"gpu\": \"H100-SXM\", \"_comment\"",
 		 "gpu: expected no 'gpu' beside \"cpu\""},
 	};
