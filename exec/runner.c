@@ -147,13 +147,16 @@ int runner_supported(const Plan *p, PxError *err)
 
 /* ---- the interpreter ---- */
 
+uint64_t runner_first_sample(const Runner *r, long step, int mb)
+{
+	return (uint64_t)(step - 1) * (uint64_t)r->p->sc->ds.train_batch +
+	       ((uint64_t)mb * (uint64_t)r->n + (uint64_t)r->rank) * (uint64_t)r->B;
+}
+
 static void load_micro_batch(Runner *r, const DataSource *data, long step, int mb)
 {
-	const DsConfig *ds = &r->p->sc->ds;
 	for (int i = 0; i < r->B; i++) {
-		uint64_t id = (uint64_t)(step - 1) * (uint64_t)ds->train_batch +
-			      ((uint64_t)mb * (uint64_t)r->n + (uint64_t)r->rank) * (uint64_t)r->B + (uint64_t)i;
-		data_sample(data, id, r->T, r->sample);
+		data_sample(data, runner_first_sample(r, step, mb) + (uint64_t)i, r->T, r->sample);
 		for (int t = 0; t < r->T; t++) {
 			r->inputs[i * r->T + t] = r->sample[t];
 			r->targets[i * r->T + t] = r->sample[t + 1];
@@ -659,6 +662,7 @@ int runner_create(const Plan *p, Schedule *s, const RunnerComms *comms, uint64_t
 			return -1;
 		r->own_cx = 1;
 	}
+	r->seed = seed;
 	if (runner_tp_setup(r, err) || sparse_setup(r, err) || runner_moe_setup(r, err))
 		return -1;
 	if (r->n_stages > 1 && r->stage == r->n_stages - 1 && model_tied_elems(m)) {

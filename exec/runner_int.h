@@ -116,6 +116,8 @@ struct Runner {
 				   device memory); outside the arena, as the schedule has no buffer */
 	RunnerRuntime rt;
 	int rank, n;            /* data-parallel rank and size */
+	uint64_t seed;          /* the model's initialisation seed (MoE's random token selection
+				   draws from it too) */
 	long long own_flat;     /* stage 0-2: the stage's flat as this executor counts it
 				   (runner_own_flat_elems), -1 at stage 3 */
 	GptConfig cfg;
@@ -601,11 +603,17 @@ const char *runner_moe_supported(const Plan *p);
 /* The MoE blocks' kernels (r->moe) and where their experts lie (r->expert_off, r->own_expert),
  * after the tensor-parallel set-up; nothing for a dense model. */
 int runner_moe_setup(Runner *r, PxError *err);
-/* An MoE block's forward and backward on the CPU kernels; their all-to-alls take the schedule's
- * next expert-parallel ops after the compute op (runner_tp_begin / runner_tp_end). */
-void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts);
-void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts,
-			 float *dx);
+/* The sample index of the first of the B sequences this rank trains in micro-batch mb of step
+ * (the run's sample order: every data-parallel rank's micro-batch in turn, each step after the
+ * last's train_batch). */
+uint64_t runner_first_sample(const Runner *r, long step, int mb);
+/* An MoE block's forward (or full recompute) and backward of op's unit and micro-batch on the
+ * CPU kernels; their all-to-alls take the schedule's next expert-parallel ops after the compute
+ * op (runner_tp_begin / runner_tp_end). */
+void runner_moe_forward(Runner *r, const Op *op, const void *params, const void *x, void *y,
+			void *acts);
+void runner_moe_backward(Runner *r, const Op *op, const void *params, float *grads,
+			 const void *acts, float *dx);
 /* Selective recompute: the MoE block's attention probabilities rebuilt into the live scores'
  * buffer from its kept q, k, v. */
 void runner_moe_scores(Runner *r, void *acts);

@@ -42,9 +42,6 @@ const char *runner_moe_supported(const Plan *p)
 		return "top-1 or top-2 gating of at most 64 experts";
 	if (!q->drop_tokens)
 		return "MoE blocks with moe.drop_tokens (a capacity the schedule states)";
-	if (m->top_k == 1 && q->use_rts)
-		return "top-1 gating without random token selection (set moe.use_rts false: tokens "
-		       "over capacity are dropped in order)";
 	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
 		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
 	return NULL;
@@ -129,8 +126,22 @@ static void *scores(const Runner *r)
 	return r->id_scores >= 0 ? r->buf[r->id_scores] : NULL;
 }
 
-void runner_moe_forward(Runner *r, const void *params, const void *x, void *y, void *acts)
+/* Random token selection's draw for op's block, and the global index of the first token this
+ * rank gates in op's micro-batch (runner_first_sample's sequence x T): the same token gets the
+ * same priority in forward, recompute and backward, and in any layout. */
+static void rts_tokens(Runner *r, const Op *op)
 {
+	if (!r->moe.rts)
+		return;
+	int mb = r->slots > 1 ? op->mb : r->micro;
+	r->moe.rts_first = runner_first_sample(r, r->step, mb) * (uint64_t)r->T;
+	r->moe.rts_stream = r->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(op->unit + 1));
+}
+
+void runner_moe_forward(Runner *r, const Op *op, const void *params, const void *x, void *y,
+			void *acts)
+{
+	rts_tokens(r, op);
 	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts, scores(r),
 			      r->buf[r->id_scratch]);
 }
@@ -140,8 +151,10 @@ void runner_moe_scores(Runner *r, void *acts)
 	moe_cpu_block_scores(&r->cfg, &r->moe, r->B, r->T, acts, scores(r));
 }
 
-void runner_moe_backward(Runner *r, const void *params, float *grads, const void *acts, float *dx)
+void runner_moe_backward(Runner *r, const Op *op, const void *params, float *grads,
+			 const void *acts, float *dx)
 {
+	rts_tokens(r, op);
 	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, scores(r), dx,
 			       dx, r->buf[r->id_scratch]);
 }
@@ -239,7 +252,7 @@ int runner_moe_setup(Runner *r, PxError *err)
 			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
 			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL,
 			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE,
-			  .ix = r->sparse ? &r->ix : NULL};
+			  .ix = r->sparse ? &r->ix : NULL, .rts = m->top_k == 1 && p->par.moe.use_rts};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

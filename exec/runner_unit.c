@@ -252,7 +252,7 @@ void runner_forward(Runner *r, const Op *op)
 		if (ckpt >= 0) /* full recompute keeps the block's input */
 			to_work(r, r->buf[ckpt], x, r->size[ckpt] / dt_bytes(r->pdt));
 		if (is_moe_unit(r, u))
-			runner_moe_forward(r, params, x, x, acts);
+			runner_moe_forward(r, op, params, x, x, acts);
 		else
 			r->cb->block_forward(r->cx, params, x, x, acts, scratch_buf(r));
 	}
@@ -270,7 +270,7 @@ void runner_recompute(Runner *r, const Op *op)
 	load_params(r, op->unit);
 	void *in = unit_buf(r, r->u_ckpt, op), *params = r->buf[r->u_fp32[op->unit]];
 	if (is_moe_unit(r, op->unit)) /* gates, dispatches and combines again */
-		runner_moe_forward(r, params, in, in, unit_buf(r, r->u_act, op));
+		runner_moe_forward(r, op, params, in, in, unit_buf(r, r->u_act, op));
 	else
 		r->cb->block_forward(r->cx, params, in, in, unit_buf(r, r->u_act, op),
 				     scratch_buf(r));
@@ -291,7 +291,7 @@ void runner_backward(Runner *r, const Op *op)
 	} else if (u == 0) {
 		r->cb->embed_backward(r->cx, grads, dx, scratch);
 	} else if (is_moe_unit(r, u)) {
-		runner_moe_backward(r, params, grads, acts, dx);
+		runner_moe_backward(r, op, params, grads, acts, dx);
 	} else {
 		r->cb->block_backward(r->cx, params, grads, acts, dx, dx, scratch);
 	}

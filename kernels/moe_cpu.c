@@ -28,8 +28,60 @@ static int argmax_except(const float *x, int E, int skip)
 	return best;
 }
 
+float moe_cpu_rts_priority(uint64_t stream, uint64_t token)
+{
+	PxRng g;
+	rng_init(&g, stream, token + 1); /* stream 0 of rng_init is the seed's own sequence */
+	return (float)(rng_next_u64(&g) >> 40) * 0x1.0p-24f;
+}
+
+/* idx[0, n) sorted by key[idx] descending, the lower index first on ties (Shell's sort with
+ * Ciura's gaps: no allocation, and the experts' lists are a few thousand tokens at most). */
+static void sort_by_key_desc(int *idx, int n, const float *key)
+{
+	static const int gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+	for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++)
+		for (int i = gaps[g]; i < n; i++) {
+			int v = idx[i], j = i;
+			for (; j >= gaps[g]; j -= gaps[g]) {
+				int w = idx[j - gaps[g]];
+				if (key[w] > key[v] || (key[w] == key[v] && w < v))
+					break;
+				idx[j] = w;
+			}
+			idx[j] = v;
+		}
+}
+
+/* Top-1's random token selection over the first choices in rt->expert, the priorities in
+ * rt->weight: of the tokens of an expert over capacity, those after its cap highest priorities
+ * are marked (priority -1) and the rest numbered in token order. rt->slot first lists each
+ * expert's tokens (a counting sort by expert), then holds the slots. */
+static void rts_select(int S, int E, int cap, MoeRoute *rt)
+{
+	int off[65] = {0}, fill[64], count[64] = {0};
+	for (int s = 0; s < S; s++)
+		off[rt->expert[s] + 1]++;
+	for (int e = 0; e < E; e++) {
+		off[e + 1] += off[e];
+		fill[e] = off[e];
+	}
+	for (int s = 0; s < S; s++)
+		rt->slot[fill[rt->expert[s]]++] = s;
+	for (int e = 0; e < E; e++) {
+		int n = off[e + 1] - off[e], *list = rt->slot + off[e];
+		if (n <= cap)
+			continue;
+		sort_by_key_desc(list, n, rt->weight);
+		for (int i = cap; i < n; i++)
+			rt->weight[list[i]] = -1.0f;
+	}
+	for (int s = 0; s < S; s++)
+		rt->slot[s] = rt->weight[s] < 0 ? -1 : count[rt->expert[s]]++;
+}
+
 double moe_cpu_route(const float *logits, const float *probs, int S, int E, int k, int cap,
-		     MoeRoute *rt)
+		     const float *prio, MoeRoute *rt)
 {
 	int count1[64], count2[64]; /* first and second choices per expert so far */
 	double me[64] = {0}, ce[64] = {0};
@@ -52,6 +104,11 @@ double moe_cpu_route(const float *logits, const float *probs, int S, int E, int 
 	double l_aux = 0;
 	for (int e = 0; e < E_n; e++)
 		l_aux += (me[e] / S) * (ce[e] / S);
+	if (prio && k == 1) {
+		if (prio != rt->weight)
+			memcpy(rt->weight, prio, (size_t)S * sizeof(float));
+		rts_select(S, E, cap, rt);
+	}
 	for (int s = 0; s < S; s++) {
 		float g[2] = {0, 0};
 		for (int j = 0; j < k; j++) {
@@ -89,6 +146,9 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 	if (m->k < 1 || m->k > 2 || m->k > m->E || m->E > 64)
 		return px_fail(err, PX_ERR_INPUT, "moe: top-%d of %d experts: the CPU kernels gate "
 			       "top-1 or top-2 of 1-64 experts", m->k, m->E);
+	if (m->rts && m->k != 1)
+		return px_fail(err, PX_ERR_INPUT, "moe: random token selection with top-%d: "
+			       "DeepSpeed's use_rts is top-1's (top1gating)", m->k);
 	if (m->ep < 1 || m->E % m->ep || m->r < 0 || m->r >= m->ep)
 		return px_fail(err, PX_ERR_INPUT, "moe: rank %d of an expert-parallel group of %d "
 			       "over %d experts: ep must divide E", m->r, m->ep, m->E);
@@ -271,6 +331,15 @@ static MoeRoute route_in(const GptConfig *c, const MoeCpu *m, int B, int T, floa
 	return (MoeRoute){(int *)at, (int *)(at + S), at + 2 * S};
 }
 
+/* The gating of the N tokens from their logits and probs into rt, with m's token selection. */
+static void gate(const MoeCpu *m, const float *logits, const float *probs, int N, MoeRoute *rt)
+{
+	if (m->rts)
+		for (int s = 0; s < N; s++)
+			rt->weight[s] = moe_cpu_rts_priority(m->rts_stream, m->rts_first + (uint64_t)s);
+	moe_cpu_route(logits, probs, N, m->E, m->k, m->cap, m->rts ? rt->weight : NULL, rt);
+}
+
 /* total elements of type m->t; in may be overwritten */
 static void exchange(const MoeCpu *m, void *in, void *out, size_t total)
 {
@@ -375,7 +444,7 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 	ops_matmul_forward(F(logits), gate_input(m, &a, acts), gate_weight(m, &a, &L, params, acts),
 			   NULL, N, C, E);
 	softmax_rows(F(probs), F(logits), N, E);
-	moe_cpu_route(F(logits), F(probs), N, E, m->k, cap, &rt);
+	gate(m, F(logits), F(probs), N, &rt);
 
 	/* dispatch: each kept choice's ln2 row to its expert's slot; empty slots stay 0 */
 	par_cpu_memset(send, 0, slots_c * e);
@@ -500,7 +569,7 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 	float *dw = dlogits; /* the weights' gradients (N k <= N E) until the router's backward */
 	float *din = dge + 2 * capc; /* an expert's input gradient, dge's second half */
 
-	moe_cpu_route(F(logits), F(probs), N, E, k, cap, &rt);
+	gate(m, F(logits), F(probs), N, &rt);
 	combine_backward(m, N, C, &rt, dy, acts, &a, buf_a, dw);
 	weights_backward(m, N, F(probs), &rt, dw, dprobs);
 

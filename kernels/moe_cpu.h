@@ -20,7 +20,7 @@
  * slots = E cap, I = the experts' intermediate size (GPT-2's 4 C).
  *
  * Gating, per micro-batch on each rank (sharded_moe.py top1gating / top2gating with
- * drop_tokens, use_rts off, no noisy gate, top2_2nd_expert_sampling off; the gate in fp32):
+ * drop_tokens, no noisy gate, top2_2nd_expert_sampling off; the gate in fp32):
  *   logits (S, E) = ln2(x) wg, wg (C, E) without bias; probs = softmax(logits) per token;
  *   e1 = argmax probs (the first on ties, as torch.argmax); top-2: e2 = argmax of the logits
  *   without e1;
@@ -28,11 +28,15 @@
  *   first choice; a second choice comes after every first choice of its expert (top2gating adds
  *   the first choices' count);
  *   a choice is kept when its location < cap (tokens over capacity dropped in order);
+ *   top-1 with random token selection (use_rts, DeepSpeed's default): of the tokens whose
+ *   choice is e, the cap of highest priority are kept (_top_idx: torch.topk of mask1 x uniform
+ *   over the tokens), and the kept ones take their locations in token order (the cumsum of the
+ *   new mask); a token's priority is moe_cpu_rts_priority's, not torch's draw;
  *   top-1's combine weight is probs[e1]; top-2's are probs[e] of the kept choices over their sum
  *   (the sum clamped below at fp32's epsilon, so a token with both dropped gets 0 and 0);
  *   a dropped token's MLP output is 0: the block passes its residual on.
- * DeepSpeed's default use_rts (random token selection for top-1) and top-2's Gumbel sampling of
- * the second expert draw random numbers; the executor runs the deterministic variants.
+ * Top-2's Gumbel sampling of the second expert (top2_2nd_expert_sampling) is not run: the second
+ * choice is the deterministic one.
  *
  * In 16-bit (MoeCpu.t bf16 or fp16: bf16/fp16 training, the engine having cast the module) the
  * block computes as kernels/gpt16_cpu's, with ops16_cpu's rounding points: parameters, the hidden
@@ -56,12 +60,21 @@ typedef struct MoeRoute {
 	float *weight;
 } MoeRoute;
 
+/* Random token selection's priority of the token whose global index is token (its sequence's
+ * index in the run's sample order x T + its position), in a draw named by stream: uniform in
+ * [0, 1), 24 bits, a pure function of the two, so that every layout that gates the same token
+ * (any ep, tp or dp, a recompute, the backward) gives it the same priority. */
+float moe_cpu_rts_priority(uint64_t stream, uint64_t token);
+
 /* The gating above from logits and their softmax probs (S, E); route's arrays hold S k each.
- * Returns DeepSpeed's auxiliary load-balancing loss, E sum_e mean_s(probs[s, e]) x (fraction of
- * tokens whose first choice is e) (both gatings' l_aux; the simulator does not price it and the
- * executor does not add it to the loss). */
+ * prio: top-1's random token selection, token s's priority (S values; it may be route->weight,
+ * which is then overwritten), or NULL for tokens over capacity dropped in order (and for
+ * top-2, which has no selection). Returns DeepSpeed's auxiliary load-balancing loss,
+ * E sum_e mean_s(probs[s, e]) x (fraction of tokens whose first choice is e, before any is
+ * dropped) (both gatings' l_aux; the simulator does not price it and the executor does not add
+ * it to the loss). */
 double moe_cpu_route(const float *logits, const float *probs, int S, int E, int k, int cap,
-		     MoeRoute *route);
+		     const float *prio, MoeRoute *route);
 
 /* One rank's view of its MoE layers: every rank of an expert-parallel group makes the same
  * calls in the same order. */
@@ -93,11 +106,18 @@ typedef struct MoeCpu {
 	 * rank computes (all of them, or its tensor-parallel share), whose probabilities take the
 	 * dense ones' place; NULL: dense. */
 	const SparseIndex *ix;
+	/* Random token selection (top-1 only; 0: tokens over capacity dropped in order): token s
+	 * of the N = B T this rank gates has priority moe_cpu_rts_priority(rts_stream,
+	 * rts_first + s). The caller names the draw and the micro-batch's first token before each
+	 * forward and backward of a block: the backward routes again and must route alike. */
+	int rts;
+	uint64_t rts_stream, rts_first;
 } MoeCpu;
 
-/* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2, k <= E, ep divides E,
- * 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and all_to_all is set for ep > 1; under tensor
- * parallelism gpt_tp_check passes, without sp, t divides cap and all_to_all is set. */
+/* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2,
+ * k <= E, rts only with k 1, ep divides E, 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and
+ * all_to_all is set for ep > 1; under tensor parallelism gpt_tp_check passes, without sp, t
+ * divides cap and all_to_all is set. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
 
 /* ---- parameter layout ---- */

@@ -92,7 +92,7 @@ static void test_gating_by_hand(void)
 	float w[12];
 	MoeRoute rt = {ex, sl, w};
 
-	double l_aux = moe_cpu_route(logits, probs, 6, 3, 1, 2, &rt);
+	double l_aux = moe_cpu_route(logits, probs, 6, 3, 1, 2, NULL, &rt);
 	static const int ex1[6] = {0, 1, 0, 0, 2, 2}, sl1[6] = {0, 0, 1, -1, 0, 1};
 	static const float w1[6] = {.5f, .75f, .5f, 0, .5f, .625f};
 	for (int s = 0; s < 6; s++) {
@@ -102,7 +102,25 @@ static void test_gating_by_hand(void)
 	}
 	CU_ASSERT_DOUBLE_EQUAL(l_aux, 1.03125, 1e-7);
 
-	l_aux = moe_cpu_route(logits, probs, 6, 3, 2, 2, &rt);
+	/* random token selection: expert 0's first choices t0, t2, t3 have priorities .25, .75,
+	 * .5: t2 and t3 are kept (the two highest) at locations 0 and 1 (token order), t0 dropped;
+	 * experts 1 and 2 are within capacity. l_aux counts the choices before any is dropped. */
+	static const float prio[6] = {.25f, .9f, .75f, .5f, .1f, .2f};
+	l_aux = moe_cpu_route(logits, probs, 6, 3, 1, 2, prio, &rt);
+	static const int slr[6] = {-1, 0, 0, 1, 0, 1};
+	static const float wr[6] = {0, .75f, .5f, .75f, .5f, .625f};
+	for (int s = 0; s < 6; s++) {
+		CU_ASSERT_EQUAL(ex[s], ex1[s]);
+		CU_ASSERT_EQUAL(sl[s], slr[s]);
+		CU_ASSERT_EQUAL(w[s], wr[s]);
+	}
+	CU_ASSERT_DOUBLE_EQUAL(l_aux, 1.03125, 1e-7);
+	memcpy(w, prio, sizeof(prio)); /* in place, as the kernels call it */
+	moe_cpu_route(logits, probs, 6, 3, 1, 2, w, &rt);
+	for (int s = 0; s < 6; s++)
+		CU_ASSERT_EQUAL(sl[s], slr[s]);
+
+	l_aux = moe_cpu_route(logits, probs, 6, 3, 2, 2, NULL, &rt);
 	static const int ex2[12] = {0, 1, 1, 0, 0, 1, 0, 1, 2, 0, 2, 1};
 	static const int sl2[12] = {0, 1, 0, -1, 1, -1, -1, -1, 0, -1, 1, -1};
 	static const float w2[12] = {2.0f / 3, 1.0f / 3, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
@@ -112,6 +130,54 @@ static void test_gating_by_hand(void)
 		CU_ASSERT_DOUBLE_EQUAL(w[i], w2[i], 1e-7);
 	}
 	CU_ASSERT_DOUBLE_EQUAL(l_aux, 1.03125, 1e-7);
+}
+
+/* Random token selection's priorities: uniform in [0, 1) (the mean of 10^5 within 0.005 of 1/2,
+ * 5 standard errors of 0.29 / sqrt(10^5); each tenth of the range within 5% of a tenth of the
+ * draws, 5 standard errors of 0.3% of them), a pure function of the draw and the token, and
+ * another draw gives other values. Then top-1 over 1000 tokens all sent to expert 0 of 2 with
+ * capacity 100: a token is kept exactly when fewer than 100 others have a higher priority,
+ * counted by brute force, and the kept take locations 0..99 in token order. */
+static void test_rts(void)
+{
+	enum { DRAWS = 100000, S = 1000, CAP = 100 };
+	double sum = 0;
+	long tenth[10] = {0};
+	int same = 0;
+	for (uint64_t i = 0; i < DRAWS; i++) {
+		float u = moe_cpu_rts_priority(5, i);
+		CU_ASSERT(u >= 0.0f && u < 1.0f);
+		sum += u;
+		tenth[(int)(u * 10)]++;
+		same += u == moe_cpu_rts_priority(6, i);
+	}
+	CU_ASSERT_DOUBLE_EQUAL(sum / DRAWS, 0.5, 0.005);
+	for (int d = 0; d < 10; d++)
+		CU_ASSERT(labs(tenth[d] - DRAWS / 10) < DRAWS / 200);
+	CU_ASSERT(same < 100);
+	CU_ASSERT_EQUAL(moe_cpu_rts_priority(5, 123), moe_cpu_rts_priority(5, 123));
+
+	float *logits = floats(2 * S), *probs = floats(2 * S), *prio = floats(S), *w = floats(S);
+	int *ex = calloc(S, sizeof(int)), *sl = calloc(S, sizeof(int));
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ex);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(sl);
+	for (int s = 0; s < S; s++) {
+		logits[2 * s] = 1, probs[2 * s] = 0.75f, probs[2 * s + 1] = 0.25f;
+		prio[s] = moe_cpu_rts_priority(9, (uint64_t)s);
+	}
+	MoeRoute rt = {ex, sl, w};
+	moe_cpu_route(logits, probs, S, 2, 1, CAP, prio, &rt);
+	int next = 0, bad = 0;
+	for (int s = 0; s < S; s++) {
+		int higher = 0;
+		for (int q = 0; q < S; q++)
+			higher += prio[q] > prio[s];
+		int kept = higher < CAP;
+		bad += ex[s] != 0 || (kept ? sl[s] != next++ || w[s] != 0.75f : sl[s] != -1 || w[s] != 0);
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(next, CAP);
+	free(logits), free(probs), free(prio), free(w), free(ex), free(sl);
 }
 
 /* _capacity: ceil(S / E x capacity_factor x k), at least min_capacity. */
@@ -308,7 +374,7 @@ static void test_forward_per_token(void)
 			int ex[2 * N], sl[2 * N], dropped = 0, C = CFG.C;
 			float w[2 * N];
 			MoeRoute rt = {ex, sl, w};
-			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, &rt);
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, NULL, &rt);
 			GptTensor tn[MOE_CPU_MAX_TENSORS];
 			moe_cpu_unit_tensors(&CFG, &b.m, tn);
 			size_t off[MOE_CPU_MAX_TENSORS + 1] = {0};
@@ -385,9 +451,15 @@ static double objective(Block *b, const float *R)
  * tokens (test_forward_per_token), so the dropped tokens' zero gradients are in what is checked. */
 static void test_backward_differences(void)
 {
-	for (int k = 1; k <= 2; k++) {
+	for (int v = 0; v < 3; v++) { /* top-1, top-2, top-1 with random token selection */
+		int k = v == 1 ? 2 : 1;
 		Block b;
 		block_init(&b, k, 1, 0);
+		float prio[N];
+		b.m.rts = v == 2, b.m.rts_stream = 31, b.m.rts_first = 1000;
+		for (int s = 0; s < N; s++)
+			prio[s] = moe_cpu_rts_priority(31, 1000 + (uint64_t)s);
+		const float *pr = b.m.rts ? prio : NULL;
 		size_t nc = (size_t)N * CFG.C;
 		float *R = floats(nc);
 		fill(b.x, nc, 1.0f, 3);
@@ -410,19 +482,24 @@ static void test_backward_differences(void)
 		int ex0[2 * N], sl0[2 * N], ex1[2 * N], sl1[2 * N];
 		float w0[2 * N], w1[2 * N];
 		MoeRoute r0 = {ex0, sl0, w0}, r1 = {ex1, sl1, w1};
+		if (b.m.rts) { /* the draw keeps other tokens than the order would */
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, pr, &r0);
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, NULL, &r1);
+			CU_ASSERT(memcmp(sl0, sl1, sizeof(int) * N) != 0);
+		}
 		const float h = 1e-3f;
 		for (int c = 0; c < (int)(sizeof(tensor) / sizeof(tensor[0])) + 2; c++) {
 			size_t xi = (size_t)(5 + 97 * c) % nc;
-			float *v = c < 8 ? b.params + off[tensor[c]] + elem[c] : b.x + xi;
+			float *at = c < 8 ? b.params + off[tensor[c]] + elem[c] : b.x + xi;
 			float g = c < 8 ? b.grads[off[tensor[c]] + elem[c]] : b.dx[xi];
-			float keep = *v;
-			*v = keep + h;
+			float keep = *at;
+			*at = keep + h;
 			double fp = objective(&b, R);
-			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, &r0);
-			*v = keep - h;
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, pr, &r0);
+			*at = keep - h;
 			double fm = objective(&b, R);
-			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, &r1);
-			*v = keep;
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, pr, &r1);
+			*at = keep;
 			CU_ASSERT(!memcmp(ex0, ex1, sizeof(int) * N * k) &&
 				  !memcmp(sl0, sl1, sizeof(int) * N * k));
 			double fd = (fp - fm) / (2 * h);
@@ -478,10 +555,13 @@ static void *ep_main(void *arg)
 	return NULL;
 }
 
+/* Top-1, top-2, then top-1 with random token selection (its draw keyed by the tokens' global
+ * indices: rank r's first token is r N, the reference's micro-batch r the same). */
 static void expert_parallel(PrecisionType t)
 {
 	size_t nc = (size_t)N * CFG.C, e = precision_bytes(t);
-	for (int k = 1; k <= 2; k++) {
+	for (int v = 0; v < 3; v++) {
+		int k = v == 1 ? 2 : 1, rts = v == 2;
 		Exchange x = {.ep = 2};
 		EpRank rk[2];
 		pthread_t th[2];
@@ -492,6 +572,7 @@ static void expert_parallel(PrecisionType t)
 			block_init_t(&rk[r].b, k, 2, r, t);
 			rk[r].b.m.ctx = &rk[r];
 			rk[r].b.m.all_to_all = sim_all_to_all;
+			rk[r].b.m.rts = rts, rk[r].b.m.rts_stream = 77, rk[r].b.m.rts_first = r * N;
 			fill_x(&rk[r].b, 10 + r);
 			fill(rk[r].b.dy, nc, 1.0f, 20 + r);
 			PxError err = {0};
@@ -506,6 +587,7 @@ static void expert_parallel(PrecisionType t)
 		/* the reference: one rank, every expert, rank 0's micro-batch then rank 1's */
 		Block ref;
 		block_init_t(&ref, k, 1, 0, t);
+		ref.m.rts = rts, ref.m.rts_stream = 77;
 		GptTensor tw[MOE_CPU_MAX_TENSORS], tl[MOE_CPU_MAX_TENSORS];
 		moe_cpu_unit_tensors(&CFG, &ref.m, tw);
 		moe_cpu_unit_tensors(&CFG, &rk[0].b.m, tl);
@@ -525,6 +607,7 @@ static void expert_parallel(PrecisionType t)
 			memcpy(ref.x, rk[r].b.x, nc * e);
 			memcpy(ref.dy, rk[r].b.dy, nc * sizeof(float));
 			memset(ref.grads, 0, shared * sizeof(float)); /* the shared part per batch */
+			ref.m.rts_first = r * N;
 			ep_main(&(EpRank){.b = ref});
 			CU_ASSERT(!memcmp(ref.y, rk[r].b.y, nc * e));
 			CU_ASSERT(!memcmp(ref.dx, rk[r].b.dx, nc * sizeof(float)));
@@ -605,8 +688,8 @@ static void test_bf16_against_fp32(void)
 		int exh[2 * N], slh[2 * N], exf[2 * N], slf[2 * N];
 		float wh[2 * N], wf[2 * N];
 		MoeRoute rh = {exh, slh, wh}, rf = {exf, slf, wf};
-		moe_cpu_route(h.acts + ah.logits, h.acts + ah.probs, N, E, k, h.m.cap, &rh);
-		moe_cpu_route(f.acts + af.logits, f.acts + af.probs, N, E, k, f.m.cap, &rf);
+		moe_cpu_route(h.acts + ah.logits, h.acts + ah.probs, N, E, k, h.m.cap, NULL, &rh);
+		moe_cpu_route(f.acts + af.logits, f.acts + af.probs, N, E, k, f.m.cap, NULL, &rf);
 		CU_ASSERT_FATAL(!memcmp(exh, exf, sizeof(int) * N * k) &&
 				!memcmp(slh, slf, sizeof(int) * N * k));
 		double ey = rel_err(h.y, PREC_BF16, f.y, nc);
@@ -711,6 +794,38 @@ static void test_run_losses(void)
 	snprintf(base, sizeof(base), "run '%s' --no-db --json --set deepspeed.zero_optimization."
 		 "stage=0 --set deepspeed.gradient_clipping=0", moe_scenario());
 	px_check_losses(base, stage0, 1, 1e-6, 1, ref);
+}
+
+/* DeepSpeed's default top-1, random token selection (use_rts): the tokens an expert over
+ * capacity keeps are drawn, each token's priority a function of its global index in the run's
+ * sample order (kernels/moe_cpu.h), so every layout gating the same micro-batch drops the same
+ * tokens and the ranks match the single rank as in order (test_run_losses' argument and bound).
+ * Full recompute gates again in the recompute and the backward gates once more, both from the
+ * same draw: the losses equal the run without recompute to the bit. The draw is active: the
+ * in-order run leaves the reference by more than the bound (the scenario drops tokens: 64 of a
+ * micro-batch over 4 experts of capacity 16). */
+static void test_run_rts(void)
+{
+	static const PxRunCase cases[] = {
+		{2, "--set moe.ep_size=2"},
+		{4, "--set moe.ep_size=2"},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
+		{4, "--set parallelism.pp=2 --set moe.ep_size=2"},
+		{4, "--set parallelism.tp=2 --set moe.ep_size=2"},
+	};
+	char base[1024];
+	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS], ckpt[PX_LOSS_STEPS];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.use_rts=true",
+		 moe_scenario());
+	px_check_losses(base, cases, (int)(sizeof(cases) / sizeof(cases[0])), 1e-6, 1, ref);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set moe.use_rts=false", got),
+			      PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
+			      PX_LOSS_STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
+					    "activation_checkpointing=full", ckpt), PX_LOSS_STEPS);
+	CU_ASSERT(!memcmp(got, ckpt, sizeof(got)));
 }
 
 /* bf16 (DeepSpeed's bf16 engine: the experts, the all-to-alls and the gradients in bf16, the
@@ -1034,7 +1149,6 @@ static void test_run_refusals(void)
 		{4, "--set model.n_embd=5 --set model.n_head=1 --set moe.num_experts=2 --set "
 		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "whose local expert elements divide by the expert-data-parallel size"},
-		{2, "--set moe.use_rts=true", "without random token selection"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
 		 "without sequence parallelism"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
@@ -1056,6 +1170,7 @@ int test_moe_register(void)
 {
 	return PX_ADD_SUITE("moe", {"gating by hand (sharded_moe.py)", test_gating_by_hand},
 			    {"capacity", test_capacity},
+			    {"random token selection (use_rts)", test_rts},
 			    {"refusals", test_check},
 			    {"layouts against engine/model.c and activ.c", test_layouts},
 			    {"forward against a per-token computation", test_forward_per_token},
@@ -1065,6 +1180,8 @@ int test_moe_register(void)
 			    {"bf16 against fp32", test_bf16_against_fp32},
 			    {"run: losses against one rank", test_run_losses, PX_RELEASE_RUN},
 			    {"run: bf16 losses against one rank", test_run_losses_bf16, PX_RELEASE_RUN},
+			    {"run: random token selection, losses against one rank and recompute",
+			     test_run_rts, PX_RELEASE_RUN},
 			    {"run: memory and traffic against the prediction, fp32 and bf16",
 			     test_run_measured, PX_RELEASE_RUN},
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
