@@ -83,6 +83,18 @@ static int check_degrees(const Plan *p, PxError *err)
 			       "use pp 1 without sequence_parallel (tensor parallelism, data "
 			       "parallelism and ZeRO are)", src, q->pp,
 			       q->sequence_parallel ? ", sequence_parallel" : "", m->type);
+	/* DeepSpeed's MOELayer under tensor parallelism keeps each rank's 1/t of every expert's
+	 * capacity (drop_tokens), taking the ranks to hold the same tokens; under sequence
+	 * parallelism each holds its own s/t of them, which Megatron-DeepSpeed's transformer.py
+	 * passes to the layer unchanged, so the rest would be dropped unseen */
+	if (m->experts && m->ds_gate && q->tp > 1 && q->sequence_parallel)
+		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.sequence_parallel with "
+			       "DeepSpeed's MoE layer (the scenario's \"moe\" object) under tp %lld: "
+			       "its MOELayer keeps each tensor-parallel rank's 1/tp of every expert's "
+			       "capacity (moe/mappings.py drop_tokens), taking the ranks to hold the "
+			       "same tokens, which under sequence parallelism they do not (each holds "
+			       "s/tp of its own, passed unchanged by Megatron-DeepSpeed); set "
+			       "sequence_parallel false", src, q->tp);
 	if (q->ep > 1 && !m->experts)
 		return px_fail(err, PX_ERR_INPUT, "%s: parallelism.ep = %lld but the model has no "
 			       "experts (give moe.num_experts or a Mixtral config)", src, q->ep);

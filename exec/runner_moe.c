@@ -25,9 +25,9 @@ const char *runner_moe_supported(const Plan *p)
 	if (sc->ds.dtype != DT_FP32 && !m->ds_gate)
 		return "MoE blocks in 16-bit with DeepSpeed's gate only (the scenario's \"moe\" "
 		       "object; kernels/moe_cpu keeps TopKGate's fp32 copies)";
-	if (p->par.tp > 1 && (!m->ds_gate || p->shape.sp))
+	if (p->par.tp > 1 && !m->ds_gate) /* with it, sequence parallelism is refused (plan.c) */
 		return "MoE blocks under tensor parallelism with DeepSpeed's MoE layer (the "
-		       "scenario's \"moe\" object) and without sequence parallelism";
+		       "scenario's \"moe\" object)";
 	if (p->stage > 2)
 		return "MoE blocks with ZeRO stage 0-2 (not 3)";
 	if (p->param_place != PLACE_GPU || (p->opt_place != PLACE_GPU && p->stage == 0))

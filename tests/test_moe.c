@@ -1150,7 +1150,7 @@ static void test_run_refusals(void)
 		    "moe.ep_size=2 --set deepspeed.zero_optimization.stage=2",
 		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
-		 "without sequence parallelism"},
+		 "parallelism.sequence_parallel with DeepSpeed's MoE layer"},
 		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
 		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
 		{4, "--set parallelism.tp=2 --set moe.capacity_factor=1.01",

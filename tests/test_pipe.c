@@ -202,7 +202,7 @@ static void test_pipe_refuses(void)
 		 "with pipeline parallelism"},
 		{8, "--set parallelism.pp=2 --set parallelism.tp=2 --set moe.num_experts=4 --set "
 		    "moe.use_rts=false --set parallelism.ep=2 --set parallelism.sequence_parallel=true",
-		 "without sequence parallelism"},
+		 "parallelism.sequence_parallel with DeepSpeed's MoE layer"},
 	};
 	const char *scn = scenario("false");
 	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
