@@ -109,12 +109,16 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			q->virtual_stages,
 			q->partition == PART_UNIFORM ? "uniform" :
 			q->partition == PART_PARAMETERS ? "parameters" : "type:transformer");
-	if (m->experts)
+	if (m->experts && q->moe.drop_tokens)
 		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
-			"tokens per expert (factor %.3g, min %lld%s), %lld experts per rank\n",
+			"tokens per expert (factor %.3g, min %lld), %lld experts per rank\n",
 			m->experts, m->top_k, m->moe_interval, p->moe_capacity,
-			q->moe.capacity_factor, q->moe.min_capacity,
-			q->moe.drop_tokens ? "" : ", no drops", m->experts / q->ep);
+			q->moe.capacity_factor, q->moe.min_capacity, m->experts / q->ep);
+	else if (m->experts)
+		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
+			"tokens per expert (no drops: the busiest expert's, estimated as imbalance "
+			"%.3g x the mean), %lld experts per rank\n", m->experts, m->top_k,
+			m->moe_interval, p->moe_capacity, q->moe.imbalance, m->experts / q->ep);
 	if (m->experts && (m->moe_I || m->shared_I || m->first_dense))
 		fprintf(f, "# experts    intermediate %lld each; shared experts %lld wide (dense); first "
 			"%lld layer(s) dense\n", m->moe_I ? m->moe_I : m->I, m->shared_I,

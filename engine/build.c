@@ -324,6 +324,11 @@ static void moe_colls(Builder *b, int u, OpRole role)
 		return;
 	long long whole = p->moe_slots * p->sc->model.h;
 	long long t = moe_tp_splits(p) ? p->par.tp : 1;
+	/* without drop_tokens the gate all-reduces (max) its busiest expert's count, an int64,
+	 * over the expert-parallel group before the dispatch, each time it runs (top1gating,
+	 * top2gating: dist.all_reduce(new_capacity, op=MAX, group=ep_group)) */
+	if (!p->par.moe.drop_tokens && role != ROLE_BACKWARD)
+		coll(b, COLL_ALL_REDUCE, role, GROUP_EP, u, 1, 8, -1, 0);
 	for (int i = 0; i < 2; i++) {
 		coll(b, COLL_ALL_TO_ALL, role, GROUP_EP, u, whole / t, p->param_bytes, -1, 0);
 		if (t > 1)

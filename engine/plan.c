@@ -887,10 +887,19 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 		const MoeSpec *q = &p->par.moe;
 		double tokens = (double)(sc->seq * ds->micro_batch);
 		double per_expert = (double)m->top_k * tokens / (double)m->experts;
-		p->moe_capacity = q->drop_tokens ? (long long)ceil(q->capacity_factor * per_expert) :
-						   (long long)ceil(q->imbalance * per_expert);
-		if (p->moe_capacity < q->min_capacity)
-			p->moe_capacity = q->min_capacity;
+		if (q->drop_tokens) {
+			p->moe_capacity = (long long)ceil(q->capacity_factor * per_expert);
+			if (p->moe_capacity < q->min_capacity)
+				p->moe_capacity = q->min_capacity;
+		} else { /* the busiest expert's count, all-reduced (max) over the expert-parallel
+			    group: estimated as imbalance x the mean; no expert receives more than
+			    the rank's tokens (a token's choices are distinct experts), and
+			    min_capacity is not applied (top1gating, top2gating without
+			    drop_tokens) */
+			p->moe_capacity = (long long)ceil(q->imbalance * per_expert);
+			if (p->moe_capacity > (long long)tokens)
+				p->moe_capacity = (long long)tokens;
+		}
 		/* DeepSpeed's MoE layer splits each expert's capacity over the tensor-parallel ranks
 		 * (moe/mappings.py _drop_tokens asserts that it divides). Without dropping, the
 		 * capacity is the busiest expert's count, which the estimate here rounds up to a
@@ -908,6 +917,8 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 					       q->capacity_factor, m->top_k, (long long)tokens, (long long)m->experts,
 					       (long long)q->min_capacity, t);
 			p->moe_capacity = ceil_div(p->moe_capacity, t) * t;
+			if (m->top_k == 1 && p->moe_capacity > (long long)tokens) /* top1gating's min */
+				p->moe_capacity = (long long)tokens;
 		}
 		p->moe_slots = m->experts * p->moe_capacity;
 	}

@@ -324,6 +324,63 @@ static void test_moe_tensor_parallel(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, path));
 }
 
+/* DeepSpeed's MoE layer without drop_tokens (sharded_moe.py top1gating, top2gating): the
+ * capacity is the busiest expert's count, all-reduced (max) over the expert-parallel group, an
+ * int64 each time the gate runs; the prediction estimates it as moe.imbalance x the mean. The
+ * test model (8 experts, 8 layers each an MoE layer) at b 2, s 512: S = 1024 tokens a rank,
+ * mean 128 (top-1), 256 (top-2).
+ *   imbalance 1.5: 192, not raised to min_capacity 256 (dropping would: 256);
+ *   imbalance 20: 2560, but no expert receives more than the rank's 1024 tokens: 1024;
+ *   top-2 at 1.5: 384;
+ *   tp 2 at 1.001: ceil(128.128) = 129, padded to a multiple of tp: 130.
+ * One 8-byte all-reduce over the expert-parallel group per MoE layer and micro-batch forward,
+ * none backward (4 all-to-alls a layer and micro-batch, 6 with recompute; 4 micro-batches at
+ * 16 GPUs, 8 at tp 2); with full recompute the gate runs again: twice as many. */
+static void test_moe_dropless(void)
+{
+	static const struct {
+		const char *moe, *par, *extra;
+		long long cap;
+	} cases[] = {
+		{"\"k\": 1, \"imbalance\": 1.5, \"min_capacity\": 256", "\"ep\": 8", "", 192},
+		{"\"k\": 1, \"imbalance\": 20", "\"ep\": 8", "", 1024},
+		{"\"k\": 2, \"imbalance\": 1.5", "\"ep\": 8", "", 384},
+		{"\"k\": 1, \"imbalance\": 1.001", "\"ep\": 4, \"tp\": 2", "", 130},
+		{"\"k\": 1, \"imbalance\": 1.5", "\"ep\": 8",
+		 ", \"activation_checkpointing\": \"full\"", 192},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		Scenario sc;
+		Prediction pr;
+		if (fx_predictf(&sc, &pr, "{" SMALL_GPT ", \"moe\": {\"num_experts\": 8, "
+				"\"drop_tokens\": false, %s}, \"deepspeed\": {\"train_batch_size\": 128, "
+				"\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}, "
+				"\"zero_optimization\": {\"stage\": 2}}, \"cluster\": {\"gpu\": "
+				"\"H100-SXM\", \"nodes\": 2, \"gpus_per_node\": 8}, \"seq_length\": 512, "
+				"\"parallelism\": {%s}%s}", cases[i].moe, cases[i].par, cases[i].extra))
+			continue;
+		CU_ASSERT_EQUAL(pr.plan.moe_capacity, cases[i].cap);
+		int reduces = 0, fwd = 0;
+		const Schedule *sch = &pr.stages[0].sched;
+		for (int j = sch->step_begin; j < sch->n; j++) {
+			const Op *op = &sch->ops[j];
+			if (op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_REDUCE)
+				continue;
+			reduces++;
+			fwd += op->role != ROLE_BACKWARD;
+			CU_ASSERT(op->elems == 1 && op->bytes == 8);
+		}
+		/* the schedule's repeat block holds one micro-batch: 8 layers' gates */
+		int want = (strstr(cases[i].extra, "full") ? 2 : 1) * 8;
+		CU_ASSERT_EQUAL(reduces, want);
+		CU_ASSERT_EQUAL(fwd, want);
+		CU_ASSERT_EQUAL(pr.plan.m, strstr(cases[i].par, "tp") ? 8 : 4);
+		CU_ASSERT_EQUAL(pr.stages[0].traffic.n_colls[COLL_ALL_TO_ALL],
+				(strstr(cases[i].extra, "full") ? 6 : 4) * 8 * pr.plan.m);
+		fx_free(&sc, &pr);
+	}
+}
+
 /* Mixtral-8x7B's published parameter count (Hugging Face num_parameters()). */
 static void test_mixtral_count(void)
 {
@@ -716,6 +773,8 @@ int test_parallel_register(void)
 			    {"MoE all-to-all volumes", test_moe_all_to_all},
 			    {"MoE under tensor parallelism: tokens split, then gathered",
 			     test_moe_tensor_parallel},
+			    {"MoE without drop_tokens: the capacity estimated, its all-reduce",
+			     test_moe_dropless},
 			    {"Mixtral parameter count", test_mixtral_count},
 			    {"ZeRO++ cross-node 3M -> 0.75M", test_zeropp_cross_node},
 			    {"topology split", test_topology_split},
