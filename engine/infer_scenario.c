@@ -413,7 +413,7 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 					    "batching", "request_rate", "trace", "block_size",
 					    "watermark", "scheduler", "max_ragged_batch_size",
 					    "max_ragged_sequence_count", "max_num_batched_tokens",
-					    "max_num_seqs", NULL};
+					    "max_num_seqs", "enable_prefix_caching", NULL};
 	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -432,6 +432,15 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 	w->continuous = !strcmp(batching, "continuous");
 	if (parse_scheduler(o, gpu, w, err))
 		return -1;
+	/* vLLM V1 caches full blocks of prompts by their tokens' hash (enable_prefix_caching,
+	 * on by default in V1's EngineArgs); V0's scheduler and FastGen's are replayed without */
+	int v1 = w->continuous && w->scheduler == SCHED_VLLM_V1;
+	if ((rc = jobj_bool(o, "enable_prefix_caching", v1, &w->prefix_caching, err)) < 0)
+		return -1;
+	if (w->prefix_caching && !v1)
+		return fail_at(o, "enable_prefix_caching", err, "applies to \"scheduler\": "
+			       "\"vllm_v1\" only (vLLM V0's scheduler and FastGen's are replayed "
+			       "without a prefix cache)");
 	/* the paged cache: vLLM's (its EngineArgs defaults: block_size 16, watermark 0.01; V1's
 	 * KVCacheManager.allocate_slots, to v0.11, takes blocks while any are free: no watermark),
 	 * or FastGen's (blocked_flash.py get_kv_block_size: 128 tokens for heads of up to 64, else

@@ -66,6 +66,8 @@ typedef struct InferWorkload {
 	long long max_ragged_seqs; /* split_fuse: sequences one forward holds (FastGen's
 				      max_ragged_sequence_count, 512); vllm_v1: sequences running at
 				      once (max_num_seqs, 1024 or 256 by GPU) */
+	int prefix_caching;       /* vllm_v1: a trace's shared prefixes are cached and reused
+				     (vLLM's enable_prefix_caching, on by default in V1) */
 } InferWorkload;
 
 /* Whether w's scheduler forms ragged forwards under a token budget (prompt chunks beside the

@@ -1,12 +1,16 @@
 #include "infer_trace.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const COLUMNS[] = {"arrival_s", "prompt_tokens", "output_tokens"};
+static const char *const COLUMNS[] = {"arrival_s", "prompt_tokens", "output_tokens",
+				      "prefix_id", "prefix_tokens"};
+#define HEADER3 "arrival_s,prompt_tokens,output_tokens"
+#define HEADER5 HEADER3 ",prefix_id,prefix_tokens"
 
 /* s without the spaces and line ends around it (in place) */
 static char *trim(char *s)
@@ -19,20 +23,19 @@ static char *trim(char *s)
 	return s;
 }
 
-/* Split line at commas into exactly 3 trimmed fields; 0, or -1 for another count. */
-static int fields(char *line, char *f[3])
+/* Split line at commas into at most 5 trimmed fields; their count, or -1 for more. */
+static int fields(char *line, char *f[5])
 {
-	int k = 0;
-	for (char *p = line;; k++) {
-		char *comma = strchr(p, ',');
-		if (k == 3)
+	for (int k = 0;; k++) {
+		char *comma = strchr(line, ',');
+		if (k == 5)
 			return -1;
 		if (comma)
 			*comma = '\0';
-		f[k] = trim(p);
+		f[k] = trim(line);
 		if (!comma)
-			return k == 2 ? 0 : -1;
-		p = comma + 1;
+			return k + 1;
+		line = comma + 1;
 	}
 }
 
@@ -42,8 +45,17 @@ static int bad(InferTrace *t, PxError *err, const char *path, long long line, co
 	return px_fail(err, PX_ERR_INPUT, "%s:%lld: %s", path, line, what);
 }
 
-/* One request's fields into r; NULL, or what is wrong. */
-static const char *request(char *f[3], const InferRequest *prev, InferRequest *r)
+/* The whole number in field f into *v, within lo..hi; -1 when it is not one. */
+static int whole(const char *f, long long lo, long long hi, long long *v)
+{
+	char *end;
+	errno = 0;
+	*v = strtoll(f, &end, 10);
+	return !*f || *end || errno || *v < lo || *v > hi ? -1 : 0;
+}
+
+/* One request's fields (n of them: 3, or 5 with the prefix) into r; NULL, or what is wrong. */
+static const char *request(char *f[5], int n, const InferRequest *prev, InferRequest *r)
 {
 	char *end;
 	errno = 0;
@@ -52,14 +64,19 @@ static const char *request(char *f[3], const InferRequest *prev, InferRequest *r
 		return "arrival_s: expected a number of seconds";
 	if (prev && r->arrival_s < prev->arrival_s)
 		return "arrival_s: earlier than the request before it; expected arrivals in order";
-	long long *tok[2] = {&r->prompt_tokens, &r->output_tokens};
-	for (int i = 0; i < 2; i++) {
-		errno = 0;
-		*tok[i] = strtoll(f[i + 1], &end, 10);
-		if (!*f[i + 1] || *end || errno || *tok[i] < 1 || *tok[i] > (1LL << 24))
-			return i ? "output_tokens: expected a whole number from 1 to 2^24" :
-				   "prompt_tokens: expected a whole number from 1 to 2^24";
-	}
+	if (whole(f[1], 1, 1LL << 24, &r->prompt_tokens))
+		return "prompt_tokens: expected a whole number from 1 to 2^24";
+	if (whole(f[2], 1, 1LL << 24, &r->output_tokens))
+		return "output_tokens: expected a whole number from 1 to 2^24";
+	r->prefix_id = r->prefix_tokens = 0;
+	if (n < 5)
+		return NULL;
+	if (whole(f[3], 0, LLONG_MAX, &r->prefix_id))
+		return "prefix_id: expected a whole number, 0 for none";
+	if (whole(f[4], 0, r->prompt_tokens, &r->prefix_tokens))
+		return "prefix_tokens: expected a whole number from 0 to the request's prompt_tokens";
+	if (!r->prefix_id && r->prefix_tokens)
+		return "prefix_tokens: expected 0 with prefix_id 0 (no shared prefix)";
 	return NULL;
 }
 
@@ -76,23 +93,27 @@ int infer_trace_load(const char *path, InferTrace *t, PxError *err)
 	int header = 0, rc = 0;
 	while (!rc && fgets(buf, sizeof(buf), in)) {
 		line++;
-		char *s = trim(buf), *f[3];
+		char *s = trim(buf), *f[5];
 		if (!*s || *s == '#')
 			continue;
-		if (fields(s, f)) {
-			rc = bad(t, err, path, line, "expected 3 comma-separated columns: arrival_s,"
-				 "prompt_tokens,output_tokens");
+		int n = fields(s, f);
+		if (header ? n != header : n != 3 && n != 5) {
+			snprintf(what, sizeof(what), "expected %s comma-separated columns: %s",
+				 header == 5 ? "5" : header ? "3" : "3 or 5",
+				 header == 5 ? HEADER5 : header ? HEADER3 : HEADER3 " (and "
+				 "prefix_id,prefix_tokens)");
+			rc = bad(t, err, path, line, what);
 			break;
 		}
 		if (!header) {
-			for (int i = 0; i < 3 && !rc; i++)
+			for (int i = 0; i < n && !rc; i++)
 				if (strcmp(f[i], COLUMNS[i])) {
 					snprintf(what, sizeof(what), "column %d of the header is \"%s\"; "
-						 "expected arrival_s,prompt_tokens,output_tokens", i + 1,
-						 f[i]);
+						 "expected %s", i + 1, f[i], n == 5 ? HEADER5 : HEADER3);
 					rc = bad(t, err, path, line, what);
 				}
-			header = 1;
+			header = n;
+			t->prefixes = n == 5;
 			continue;
 		}
 		if (t->n == INFER_TRACE_MAX_REQUESTS) {
@@ -110,7 +131,7 @@ int infer_trace_load(const char *path, InferTrace *t, PxError *err)
 			}
 			t->req = grown;
 		}
-		const char *why = request(f, t->n ? &t->req[t->n - 1] : NULL, &t->req[t->n]);
+		const char *why = request(f, n, t->n ? &t->req[t->n - 1] : NULL, &t->req[t->n]);
 		if (why)
 			rc = bad(t, err, path, line, why);
 		else

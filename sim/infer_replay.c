@@ -78,7 +78,24 @@ typedef struct Live {
 				0 once it decodes */
 	long long held;      /* split_fuse: tokens it holds in the cache */
 	long long step;      /* split_fuse: tokens this forward gives it (0: none) */
+	long long shared;    /* vllm_v1, prefix caching: its prefix group's blocks [0, shared)
+				are among its held ones (Prefixes) */
 } Live;
+
+/* vLLM V1's prefix cache (KVCacheManager with enable_prefix_caching) over the trace's prefix
+ * groups: a full block of a prompt is cached by its tokens, so requests of one prefix id share
+ * the leading blocks of its prefix. Per group, its leading blocks in the cache, cached[g] of
+ * them, each referenced by ref[off[g] + b] running requests (a request references a leading
+ * run of them, so the counts do not rise along the chain); a block no request references is
+ * free but keeps its content until taken (evictable), and is found again by the next request of
+ * its group. A request's blocks past its group's (the rest of its prompt, its outputs) are its
+ * own, freed when it leaves; a preempted request finds only its group's blocks again. */
+typedef struct Prefixes {
+	long long *grp;       /* by request: its group, -1 without a prefix */
+	long long n_grp;
+	long long *cached, *off, *ref;
+	long long evictable;  /* cached blocks no request references */
+} Prefixes;
 
 typedef struct Replica {
 	const InferTrace *t;
@@ -94,6 +111,7 @@ typedef struct Replica {
 	long long tpot_n;
 	InferReplay *out;
 	long long *wait, n_wait;      /* split_fuse: arrived requests not running, in order */
+	Prefixes px;                  /* vllm_v1 with prefix caching (grp NULL: none) */
 } Replica;
 
 /* The tokens a running sequence holds in the cache: its prompt and every token it made but the
@@ -148,7 +166,7 @@ static int admit(Replica *r, long long q, double *now, PxError *err)
 		hold(r, -cached);
 		return 0;
 	}
-	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q], 0, 0, 0};
+	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q], 0, 0, 0, 0};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
 	return 0;
@@ -282,20 +300,79 @@ static long long more_blocks(const Replica *r, const Live *l, long long tokens)
 	return blocks_of(r, l->held + tokens) - blocks_of(r, l->held);
 }
 
-/* A sequence's next `tokens` into the cache, its blocks taken as they fill. */
+/* Request q's prefix group, -1 for none (or no prefix caching). */
+static long long group_of(const Replica *r, long long q)
+{
+	return r->px.grp ? r->px.grp[q] : -1;
+}
+
+/* The full blocks of request q's own prefix. */
+static long long prefix_blocks(const Replica *r, long long q)
+{
+	return r->t->req[q].prefix_tokens / r->room->block;
+}
+
+/* One evictable block taken from the cache: the last of a group whose last no request
+ * references. 0 when none is. */
+static int evict_one(Replica *r)
+{
+	Prefixes *x = &r->px;
+	for (long long g = 0; g < x->n_grp; g++)
+		if (x->cached[g] > 0 && x->ref[x->off[g] + x->cached[g] - 1] == 0) {
+			x->cached[g]--, x->evictable--;
+			return 1;
+		}
+	return 0;
+}
+
+/* A sequence's next `tokens` into the cache, its blocks taken as they fill (evicting cached
+ * blocks no request references when no other is free); with prefix caching, its prefix's
+ * blocks that come next in its group's chain are cached as they fill. */
 static void grow(Replica *r, Live *l, long long tokens)
 {
 	r->blocks += more_blocks(r, l, tokens);
 	r->used += tokens;
 	l->held += tokens;
+	while (r->blocks + r->px.evictable > r->total && evict_one(r))
+		;
+	long long g = group_of(r, l->req);
+	if (g >= 0) {
+		Prefixes *x = &r->px;
+		long long full = l->held / r->room->block, lim = prefix_blocks(r, l->req);
+		for (full = full < lim ? full : lim; l->shared < full && l->shared == x->cached[g];
+		     l->shared++, x->cached[g]++)
+			x->ref[x->off[g] + l->shared] = 1;
+	}
 	note_peaks(r);
+}
+
+/* The blocks sequence l would free by leaving: its own, and its group's that only it
+ * references (evictable then, which counts as free). */
+static long long released(const Replica *r, const Live *l)
+{
+	long long n = blocks_of(r, l->held) - l->shared, g = group_of(r, l->req);
+	for (long long b = 0; b < l->shared; b++)
+		n += r->px.ref[r->px.off[g] + b] == 1;
+	return n;
+}
+
+/* Sequence l's tokens out of the cache: its own blocks freed, its group's given up. */
+static void release(Replica *r, Live *l)
+{
+	long long g = group_of(r, l->req);
+	r->used -= l->held;
+	r->blocks -= blocks_of(r, l->held) - l->shared;
+	for (long long b = 0; b < l->shared; b++)
+		if (--r->px.ref[r->px.off[g] + b] == 0)
+			r->blocks--, r->px.evictable++;
+	l->shared = 0;
 }
 
 /* Live entry k leaves the cache and the running list. */
 static void leave(Replica *r, long long k)
 {
 	Live *l = &r->live[k];
-	hold(r, -l->held);
+	release(r, l);
 	memmove(l, l + 1, (size_t)(r->n_live - k - 1) * sizeof(*l));
 	r->n_live--;
 }
@@ -307,7 +384,7 @@ static Live *join(Replica *r)
 	long long q = r->wait[0];
 	memmove(r->wait, r->wait + 1, (size_t)--r->n_wait * sizeof(*r->wait));
 	Live *l = &r->live[r->n_live++];
-	*l = (Live){q, r->made[q], r->first[q], r->t->req[q].prompt_tokens + r->made[q], 0, 0};
+	*l = (Live){q, r->made[q], r->first[q], r->t->req[q].prompt_tokens + r->made[q], 0, 0, 0};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
 	return l;
@@ -401,7 +478,7 @@ static void advance(Replica *r, double now)
 		r->latency[q] = now - x->arrival_s;
 		if (x->output_tokens > 1)
 			r->tpot[r->tpot_n++] = (now - l->first_s) / (double)(x->output_tokens - 1);
-		hold(r, -l->held);
+		release(r, l);
 	}
 	r->n_live = kept;
 }
@@ -458,6 +535,19 @@ static void take_tokens(InferRagged *g, Live *l, long long c, double *ctx)
 	g->logit_rows += c == l->pending;
 }
 
+/* The blocks of request q's group that it finds cached when admitted with all tokens to
+ * compute: the group's leading ones, up to its own prefix's full blocks, and short of its last
+ * token, which vLLM computes whatever is cached (KVCacheManager.get_computed_blocks:
+ * max_cache_hit_length = num_tokens - 1). */
+static long long cache_hits(const Replica *r, long long q, long long all)
+{
+	long long g = group_of(r, q);
+	if (g < 0)
+		return 0;
+	long long p = r->t->req[q].prefix_tokens, lim = (p < all - 1 ? p : all - 1) / r->room->block;
+	return r->px.cached[g] < lim ? r->px.cached[g] : lim;
+}
+
 /* Compose one vLLM V1 step into g; 1 when the only running request outgrows the cache (it
  * preempted itself alone), else 0. */
 static int compose_v1(Replica *r, InferRagged *g)
@@ -475,7 +565,7 @@ static int compose_v1(Replica *r, InferRagged *g)
 			long long last = r->n_live - 1;
 			if (last == 0)
 				return 1;
-			free += blocks_of(r, r->live[last].held);
+			free += released(r, &r->live[last]);
 			preempt_last(r);
 			preempted = 1;
 		}
@@ -487,14 +577,23 @@ static int compose_v1(Replica *r, InferRagged *g)
 	}
 	while (!preempted && budget > 0 && r->n_wait && r->n_live < r->room->max_seqs) {
 		long long q = r->wait[0], all = r->t->req[q].prompt_tokens + r->made[q];
-		long long c = all < budget ? all : budget;
-		if (blocks_of(r, c) > free - r->keep) {
+		long long hit = cache_hits(r, q, all), reuse = 0, gq = group_of(r, q);
+		for (long long b = 0; b < hit; b++) /* evictable ones: taken from the free */
+			reuse += r->px.ref[r->px.off[gq] + b] == 0;
+		long long rest = all - hit * r->room->block, c = rest < budget ? rest : budget;
+		if (blocks_of(r, c) + reuse > free - r->keep) {
 			if (r->ttft[q] == -2) /* counted once */
 				r->ttft[q] = -3, r->out->waited_for_room++;
 			break;
 		}
 		Live *l = join(r);
-		free -= blocks_of(r, c);
+		for (long long b = 0; b < hit; b++)
+			if (r->px.ref[r->px.off[gq] + b]++ == 0)
+				r->blocks++, r->px.evictable--;
+		l->held = hit * r->room->block, l->pending = rest, l->shared = hit;
+		r->used += l->held;
+		r->out->prefix_hit_tokens += l->held;
+		free -= blocks_of(r, c) + reuse;
 		budget -= c;
 		take_tokens(g, l, c, &ctx);
 	}
@@ -522,6 +621,11 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 	long long step = r->room->replicas, next = first;
 	double now = t->req[first].arrival_s;
 	r->n_live = r->used = r->blocks = r->n_wait = 0;
+	if (r->px.grp) { /* each replica's cache starts empty */
+		memset(r->px.cached, 0, (size_t)r->px.n_grp * sizeof(*r->px.cached));
+		memset(r->px.ref, 0, (size_t)r->px.off[r->px.n_grp] * sizeof(*r->px.ref));
+		r->px.evictable = 0;
+	}
 	for (;;) {
 		for (; next < t->n && t->req[next].arrival_s <= now; next += step)
 			r->wait[r->n_wait++] = next;
@@ -576,6 +680,63 @@ static int distinct_lengths(const InferTrace *t, Costs *c)
 	for (long long i = 0; i < c->n_lengths; i++)
 		c->prefill_s[i] = -1;
 	return 0;
+}
+
+/* The trace's prefix groups into x (allocated; prefixes_free frees them): its distinct
+ * prefix ids other than 0, each with room for the longest prefix of its requests in blocks of
+ * `block`, nothing cached. 0, or -1 out of memory. */
+static int prefixes_make(const InferTrace *t, long long block, Prefixes *x)
+{
+	long long n = t->n, *ids = malloc((size_t)n * sizeof(*ids)), k = 0;
+	memset(x, 0, sizeof(*x));
+	x->grp = malloc((size_t)n * sizeof(*x->grp));
+	if (!ids || !x->grp) {
+		free(ids);
+		return -1;
+	}
+	for (long long i = 0; i < n; i++)
+		if (t->req[i].prefix_id)
+			ids[k++] = t->req[i].prefix_id;
+	qsort(ids, (size_t)k, sizeof(*ids), cmp_ll);
+	for (long long i = 0; i < k; i++)
+		if (!i || ids[i] != ids[x->n_grp - 1])
+			ids[x->n_grp++] = ids[i];
+	x->cached = calloc((size_t)x->n_grp + 1, sizeof(*x->cached));
+	x->off = calloc((size_t)x->n_grp + 1, sizeof(*x->off));
+	if (!x->cached || !x->off) {
+		free(ids);
+		return -1;
+	}
+	for (long long i = 0; i < n; i++) { /* each group's longest prefix, in off[g + 1] */
+		x->grp[i] = -1;
+		if (!t->req[i].prefix_id)
+			continue;
+		long long lo = 0, hi = x->n_grp - 1, nb = t->req[i].prefix_tokens / block;
+		while (lo < hi) {
+			long long mid = (lo + hi) / 2;
+			if (ids[mid] < t->req[i].prefix_id)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		x->grp[i] = lo;
+		if (nb > x->off[lo + 1])
+			x->off[lo + 1] = nb;
+	}
+	free(ids);
+	for (long long g = 0; g < x->n_grp; g++)
+		x->off[g + 1] += x->off[g];
+	x->ref = calloc((size_t)x->off[x->n_grp] + 1, sizeof(*x->ref));
+	return x->ref ? 0 : -1;
+}
+
+static void prefixes_free(Prefixes *x)
+{
+	free(x->grp);
+	free(x->cached);
+	free(x->off);
+	free(x->ref);
+	memset(x, 0, sizeof(*x));
 }
 
 /* The q-quantile of n sorted values (nearest rank). */
@@ -647,6 +808,8 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.wait = malloc((size_t)n * sizeof(*r.wait));
 	InferPlan plan = {0};
 	int rc = 0, fused = infer_sched_ragged(&sc->wl);
+	if (sc->wl.prefix_caching && t->prefixes && prefixes_make(t, room->block, &r.px))
+		no_room = 1;
 	if (no_room || !r.live || !r.again || !r.made || !r.tpot ||
 	    !r.first || !r.ttft || !r.latency || !r.wait) {
 		rc = px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -657,14 +820,17 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 		goto done;
 	}
 	c.plan = &plan;
-	for (long long i = 0; i < n; i++)
+	for (long long i = 0; i < n; i++) {
 		r.ttft[i] = -2, r.latency[i] = -1, r.first[i] = -1;
+		out->prompt_tokens += t->req[i].prompt_tokens;
+	}
 	for (long long k = 0; k < room->replicas && k < n && !rc; k++)
 		rc = fused ? run_replica_fused(&r, k, err) : run_replica(&r, k, err);
 	if (!rc)
 		rc = summarise(t, &r, room, err);
 done:
 	infer_plan_free(&plan);
+	prefixes_free(&r.px);
 	free(r.wait);
 	free(c.lengths);
 	free(c.prefill_s);

@@ -773,6 +773,21 @@ static void test_trace_bad_input(void)
 		 "expected at least 2 requests arriving at different times"},
 		{"arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n", "\"request_rate\": 2, ",
 		 "workload.request_rate: given beside trace"},
+		/* the prefix columns (vLLM V1's prefix cache) */
+		{"arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,1,11\n"
+		 "1,10,5,0,0\n", "",
+		 "tr.csv:2: prefix_tokens: expected a whole number from 0 to the request's "
+		 "prompt_tokens"},
+		{"arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,0,4\n"
+		 "1,10,5,0,0\n", "", "tr.csv:2: prefix_tokens: expected 0 with prefix_id 0"},
+		{"arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5,-1,4\n", "",
+		 "tr.csv:2: prefix_id: expected a whole number, 0 for none"},
+		{"arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,10,5\n", "",
+		 "tr.csv:2: expected 5 comma-separated columns"},
+		{"arrival_s,prompt_tokens,output_tokens,prefix_id\n0,10,5,1\n", "",
+		 "tr.csv:1: expected 3 or 5 comma-separated columns"},
+		{"arrival_s,prompt_tokens,output_tokens,prefix,prefix_tokens\n0,10,5,1,4\n", "",
+		 "tr.csv:1: column 4 of the header is \"prefix\""},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *path = write_pair(

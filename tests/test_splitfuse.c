@@ -318,6 +318,88 @@ static void test_v1_replay_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
+/* vLLM V1's prefix cache (enable_prefix_caching, its default), blocks of 16, one at a time:
+ * r0 (0 s: prompt 50, its first 40 tokens prefix 1's, 2 outputs) finds nothing cached: F1 its
+ * prompt whole, then F2 a decode at context 50; it caches prefix 1's 2 full blocks as they fill.
+ * r1 (100 s, the same) finds them, freed but kept: F3 computes its last 18 tokens after 32
+ * cached (pairs(18, 32)), then F4 = F2. r2 (200 s: prompt 32, all prefix 1's, 1 output)
+ * finds one block only (at most 32 - 1 tokens: vLLM computes the last token whatever is
+ * cached, KVCacheManager.get_computed_blocks) and computes 16 tokens after 16: F5. r3 (300 s:
+ * prompt 50, prefix 2's 40) finds none: F1. TTFT F1, F3, F5, F1; latency adds F2 to r0's and
+ * r1's; 48 of 182 prompt tokens found cached. Without the cache r1 and r2 compute their prompts
+ * whole. */
+static void test_prefix_cache_by_hand(void)
+{
+	static const char *csv = "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+				 "0,50,2,1,40\n100,50,2,1,40\n200,32,1,1,32\n300,50,1,2,40\n";
+	InferScenario sc;
+	InferPrediction pr;
+	for (int on = 1; on >= 0; on--) {
+		if (predict_on(csv, on ? "\"scheduler\": \"vllm_v1\", " :
+			       "\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": false, ", &sc,
+			       &pr)) {
+			CU_FAIL("predict");
+			return;
+		}
+		const InferScenario *ps = &pr.paged;
+		InferRagged g1 = {.chunk_tokens = 50, .chunk_pairs = pairs(50, 0), .logit_rows = 1};
+		InferRagged g2 = {.decode_seqs = 1, .decode_ctx = 50, .logit_rows = 1};
+		InferRagged g3 = {.chunk_tokens = 18, .chunk_pairs = pairs(18, 32), .chunk_prior = 32,
+				  .logit_rows = 1};
+		InferRagged g5 = {.chunk_tokens = 16, .chunk_pairs = pairs(16, 16), .chunk_prior = 16,
+				  .logit_rows = 1};
+		InferRagged g6 = {.chunk_tokens = 32, .chunk_pairs = pairs(32, 0), .logit_rows = 1};
+		double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2);
+		double f3 = on ? forward_s(ps, &g3) : f1, f5 = forward_s(ps, on ? &g5 : &g6);
+		assert_replay(&pr.replay, (ReplayWant){0, 6, 4, (f1 + f3 + f5 + f1) / 4,
+						       ((f1 + f2) + (f3 + f2) + f5 + f1) / 4, f2,
+						       300 + f1});
+		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, on ? 48 : 0);
+		CU_ASSERT_EQUAL(pr.replay.prompt_tokens, 182);
+		CU_ASSERT(!on || (f3 < f1 && f5 < f1)); /* the cached tokens are not computed */
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
+/* Blocks shared while both run: r0 (0 s: prompt 48, all prefix 1's, 20 outputs) caches its 3
+ * full blocks. r1 (the same prompt, 2 outputs) arrives halfway through r0's third decode and
+ * joins the next step: it finds 2 blocks (47 tokens at most), computes its third block's 16
+ * tokens into a block of its own, then decodes into a fourth. While both run, r0 holds 4 blocks
+ * (51-52 tokens) and r1 2 of its own besides the 2 it shares: 6 taken, where without the cache
+ * r1 takes 4 and 8 are. r0 alone never takes more than 5 (67 tokens). */
+static void test_prefix_cache_shared_blocks(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	if (predict_on("arrival_s,prompt_tokens,output_tokens\n0,48,20\n1000,10,1\n",
+		       "\"scheduler\": \"vllm_v1\", ", &sc, &pr)) {
+		CU_FAIL("predict");
+		return;
+	}
+	InferRagged g1 = {.chunk_tokens = 48, .chunk_pairs = pairs(48, 0), .logit_rows = 1};
+	InferRagged g2 = {.decode_seqs = 1, .decode_ctx = 48, .logit_rows = 1};
+	double arrive = forward_s(&pr.paged, &g1) + 2.5 * forward_s(&pr.paged, &g2);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	char csv[256];
+	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+		 "0,48,20,1,48\n%.9f,48,2,1,48\n", arrive);
+	for (int on = 1; on >= 0; on--) {
+		if (predict_on(csv, on ? "\"scheduler\": \"vllm_v1\", " :
+			       "\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": false, ", &sc,
+			       &pr)) {
+			CU_FAIL("predict");
+			return;
+		}
+		CU_ASSERT_EQUAL(pr.replay.peak_concurrency, 2);
+		CU_ASSERT_EQUAL(pr.replay.peak_kv_blocks, on ? 6 : 8);
+		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, on ? 32 : 0);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
 /* vLLM V1's batch defaults for its OpenAI server (EngineArgs.get_batch_defaults): 8192 tokens a
  * step and 1024 sequences on a GPU of 70 GiB or more that is not an A100, else 2048 and 256; no
  * watermark; blocks of 16. */
@@ -433,6 +515,10 @@ static void test_bad_input(void)
 		 "workload.max_ragged_batch_size: applies to \"scheduler\": \"split_fuse\" only"},
 		{"\"scheduler\": \"split_fuse\", \"max_ragged_batch_size\": 256, ",
 		 "workload.max_ragged_sequence_count: larger than max_ragged_batch_size"},
+		{"\"scheduler\": \"split_fuse\", \"enable_prefix_caching\": true, ",
+		 "workload.enable_prefix_caching: applies to \"scheduler\": \"vllm_v1\" only"},
+		{"\"enable_prefix_caching\": true, ",
+		 "workload.enable_prefix_caching: applies to \"scheduler\": \"vllm_v1\" only"},
 	};
 	const char *csv = "arrival_s,prompt_tokens,output_tokens\n0,100,3\n";
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -495,5 +581,9 @@ int test_splitfuse_register(void)
 			    {"vLLM V1: a chunk's admission and a preemption by hand",
 			     test_v1_replay_by_hand},
 			    {"vLLM V1: its batch defaults by GPU", test_v1_defaults},
+			    {"vLLM V1's prefix cache: four requests by hand",
+			     test_prefix_cache_by_hand},
+			    {"vLLM V1's prefix cache: blocks shared while both run",
+			     test_prefix_cache_shared_blocks},
 			    {"bad input", test_bad_input});
 }
