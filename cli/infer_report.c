@@ -100,12 +100,16 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 		"max_out_tokens %lld\n", quant_text(&sc->inf, q, sizeof(q)),
 		sc->inf.dtype == IDT_FP32 ? "fp32" : sc->inf.dtype == IDT_BF16 ? "bf16" : "fp16",
 		sc->inf.kernel_inject ? "on" : "off", sc->inf.max_out_tokens);
+	char hit[96] = "";
+	if (w->cached_prefix > 0)
+		snprintf(hit, sizeof(hit), ", %.0f of the prompt's found in the prefix cache",
+			 w->cached_prefix);
 	if (w->continuous)
 		fprintf(f, "# workload   continuous batching: %.4g requests/s (%.4g per replica), "
-			"prompt %lld tokens, output %lld tokens on average%s%s%s; KV cache paged\n",
+			"prompt %lld tokens, output %lld tokens on average%s%s%s%s; KV cache paged\n",
 			w->request_rate, pr->cb.rate_replica, w->prompt_tokens, w->output_tokens,
 			w->trace.n ? " (the means of the trace " : "", w->trace.n ? w->trace.path : "",
-			w->trace.n ? ")" : "");
+			w->trace.n ? ")" : "", hit);
 	else
 		fprintf(f, "# workload   batch %lld per replica, prompt %lld tokens, output %lld tokens; "
 			"KV cache held for %lld tokens a sequence\n", w->batch, w->prompt_tokens,

@@ -323,11 +323,20 @@ static int parse_inference(const JsonObj *o, InferConfig *c, PxNotes *notes, PxE
 
 /* workload.trace: the file relative to the scenario's folder (scenario), read; its means stand
  * for the three keys it replaces, which it refuses beside it. */
+/* The tokens of a prompt of `prompt` tokens whose first `prefix` are cached that vLLM V1
+ * finds there: whole blocks, at most prompt - 1 tokens (KVCacheManager.get_computed_blocks:
+ * the last token is computed whatever is cached). */
+static long long cached_tokens(const InferWorkload *w, long long prefix, long long prompt)
+{
+	long long most = prefix < prompt - 1 ? prefix : prompt - 1;
+	return most / w->block * w->block;
+}
+
 static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 		       InferWorkload *w, PxError *err)
 {
 	static const char *const replaced[] = {"request_rate", "prompt_tokens", "output_tokens",
-					       NULL};
+					       "prefix_tokens", NULL};
 	if (!w->continuous)
 		return fail_at(o, "trace", err, "applies to \"batching\": \"continuous\" only");
 	for (int i = 0; replaced[i]; i++)
@@ -347,6 +356,10 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 		return fail_at(o, "trace", err, what);
 	}
 	infer_trace_means(&w->trace, &w->request_rate, &w->prompt_tokens, &w->output_tokens);
+	for (long long q = 0; w->prefix_caching && q < w->trace.n; q++)
+		w->cached_prefix += (double)cached_tokens(w, w->trace.req[q].prefix_tokens,
+							  w->trace.req[q].prompt_tokens) /
+				    (double)w->trace.n;
 	return 0;
 }
 
@@ -413,7 +426,8 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 					    "batching", "request_rate", "trace", "block_size",
 					    "watermark", "scheduler", "max_ragged_batch_size",
 					    "max_ragged_sequence_count", "max_num_batched_tokens",
-					    "max_num_seqs", "enable_prefix_caching", NULL};
+					    "max_num_seqs", "enable_prefix_caching", "prefix_tokens",
+					    NULL};
 	const char *batching, *trace;
 	if (jobj_check_keys(o, known, notes) < 0)
 		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
@@ -476,6 +490,14 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 	if (rc == 0)
 		return fail_at(o, "output_tokens", err, "missing; expected the tokens generated per "
 			       "sequence");
+	if ((rc = jobj_int(o, "prefix_tokens", 0, w->prompt_tokens, 0, &w->prefix_tokens, err)) < 0)
+		return -1;
+	if (rc > 0 && !w->prefix_caching)
+		return fail_at(o, "prefix_tokens", err, "applies with vLLM V1's prefix cache only "
+			       "(\"scheduler\": \"vllm_v1\", enable_prefix_caching on), which "
+			       "finds the shared prefix cached");
+	if (w->prefix_caching)
+		w->cached_prefix = (double)cached_tokens(w, w->prefix_tokens, w->prompt_tokens);
 	return 0;
 }
 

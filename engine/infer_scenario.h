@@ -68,6 +68,11 @@ typedef struct InferWorkload {
 				      once (max_num_seqs, 1024 or 256 by GPU) */
 	int prefix_caching;       /* vllm_v1: a trace's shared prefixes are cached and reused
 				     (vLLM's enable_prefix_caching, on by default in V1) */
+	long long prefix_tokens;  /* request rate, prefix caching: the leading prompt tokens
+				     every request shares (a system prompt; 0: none) */
+	double cached_prefix;     /* prefix caching: the tokens of a prompt the steady state finds
+				     cached, in full blocks and short of its last token:
+				     prefix_tokens', or the mean over a trace's requests */
 } InferWorkload;
 
 /* Whether w's scheduler forms ragged forwards under a token budget (prompt chunks beside the

@@ -292,13 +292,15 @@ static int fused_at(const InferPlan *p, const HwProfile *hw, double lambda, long
 {
 	const InferWorkload *wl = &p->sc->wl;
 	double sp = (double)wl->prompt_tokens, ctx = sp + (double)wl->output_tokens / 2;
+	double hit = wl->cached_prefix, rest = sp - hit; /* a prompt's tokens to compute */
 	long long avail = wl->token_budget - n;
 	if (avail < 1)
 		return 1;
-	double c = fmin((double)avail, sp);
+	double c = fmin((double)avail, rest);
 	InferRagged full = {.decode_seqs = n, .decode_ctx = ctx, .chunk_tokens = (long long)c,
-			    .chunk_pairs = c * (sp + 1) / 2, .chunk_prior = fmax(0, (sp - c) / 2),
-			    .logit_rows = (double)n + c / sp};
+			    .chunk_pairs = c * (hit + (rest + 1) / 2),
+			    .chunk_prior = hit + fmax(0, (rest - c) / 2),
+			    .logit_rows = (double)n + c / rest};
 	InferRagged dec = {.decode_seqs = n, .decode_ctx = ctx, .logit_rows = (double)n};
 	InferPhase ph;
 	if (infer_price_ragged(p, hw, &full, &ph, err))
@@ -308,7 +310,7 @@ static int fused_at(const InferPlan *p, const HwProfile *hw, double lambda, long
 		return -1;
 	f->dec_s = ph.s;
 	f->avail = c;
-	f->util = lambda * sp / c * f->full_s;
+	f->util = lambda * rest / c * f->full_s;
 	if (f->util >= 1)
 		return 1;
 	f->tpot_s = 1 / (f->util / f->full_s + (1 - f->util) / f->dec_s);
@@ -384,9 +386,10 @@ static int price_fused(const InferScenario *sc, const HwProfile *hw, InferPredic
 		at.full_s = lo_f.full_s + f * (hi_f.full_s - lo_f.full_s);
 	}
 	c->stable = 1;
-	double x = sp / at.avail * at.full_s; /* a prompt's work, in full forwards' time */
+	double rest = sp - wl->cached_prefix; /* what a prompt computes */
+	double x = rest / at.avail * at.full_s; /* a prompt's work, in full forwards' time */
 	c->prefill_util = at.util;
-	c->prefill_s = fmax(1, sp / at.avail) * at.full_s;
+	c->prefill_s = fmax(1, rest / at.avail) * at.full_s;
 	c->prefill_sq_s2 = c->prefill_s * c->prefill_s;
 	c->decode_step_s = at.tpot_s;
 	pr->ttft_s = at.util * x / (2 * (1 - at.util)) + fmin(1, c->concurrency) * at.dec_s / 2 +

@@ -437,26 +437,30 @@ static void test_v1_defaults(void)
  * assume: 4000 requests of fixed lengths arriving as a Poisson process (exponential gaps from a
  * fixed linear congruential sequence), Llama-2 7B on one H100, FastGen's defaults: prompts of
  * 512 tokens (one forward each) and 128 outputs at 3 a second, and prompts of 2048 (three
- * chunks) and 64 outputs at 1.5 a second. Targets, as for vLLM's scheduler (suite serve): mean
- * TPOT and latency within 5%, TTFT within 10%. */
+ * chunks) and 64 outputs at 1.5 a second; vLLM V1's scheduler on the first, and on prompts of
+ * 1536 whose first 1024 every request shares, which its prefix cache finds for all but the
+ * first (the steady state computes the other 512 after 1024 cached). Targets, as for vLLM's
+ * scheduler (suite serve): mean TPOT and latency within 5%, TTFT within 10%. */
 static void test_steady_state_against_replay(void)
 {
 	enum { N = 4000 };
-	static const struct { int prompt, output; double rate; const char *sched; } cases[] = {
-		{512, 128, 3, "split_fuse"}, {2048, 64, 1.5, "split_fuse"},
-		{512, 128, 3, "vllm_v1"}};
-	static char csv[N * 32 + 64];
+	static const struct { int prompt, output; double rate; const char *sched; int prefix; }
+	cases[] = {{512, 128, 3, "split_fuse", 0}, {2048, 64, 1.5, "split_fuse", 0},
+		   {512, 128, 3, "vllm_v1", 0}, {1536, 128, 3, "vllm_v1", 1024}};
+	static char csv[N * 48 + 128];
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-		size_t at = (size_t)snprintf(csv, sizeof(csv),
-					     "arrival_s,prompt_tokens,output_tokens\n");
+		size_t at = (size_t)snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens%s\n",
+					     cases[k].prefix ? ",prefix_id,prefix_tokens" : "");
 		unsigned long long x = 2024;
 		double t = 0;
 		for (int i = 0; i < N; i++) {
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 			double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0;
 			t += -log(u) / cases[k].rate;
-			at += (size_t)snprintf(csv + at, sizeof(csv) - at, "%.6f,%d,%d\n", t,
+			at += (size_t)snprintf(csv + at, sizeof(csv) - at, "%.6f,%d,%d", t,
 					       cases[k].prompt, cases[k].output);
+			at += (size_t)snprintf(csv + at, sizeof(csv) - at, cases[k].prefix ?
+					       ",1,%d\n" : "\n", cases[k].prefix);
 		}
 		InferScenario sc;
 		InferPrediction pr;
@@ -468,10 +472,13 @@ static void test_steady_state_against_replay(void)
 		}
 		CU_ASSERT_FATAL(pr.cb.stable && pr.replayed);
 		const InferReplay *r = &pr.replay;
-		printf("\n# %s, %d requests of %d + %d tokens at %g/s: TPOT %.5f s (steady "
-		       "state %.5f), latency %.4f s (%.4f), TTFT %.5f s (%.5f)\n", cases[k].sched, N,
-		       cases[k].prompt, cases[k].output, cases[k].rate, r->tpot_mean_s, pr.tpot_s,
-		       r->latency_mean_s, pr.latency_s, r->ttft_mean_s, pr.ttft_s);
+		printf("\n# %s, %d requests of %d + %d tokens (%d shared) at %g/s: TPOT %.5f s "
+		       "(steady state %.5f), latency %.4f s (%.4f), TTFT %.5f s (%.5f)\n",
+		       cases[k].sched, N, cases[k].prompt, cases[k].output, cases[k].prefix,
+		       cases[k].rate, r->tpot_mean_s, pr.tpot_s, r->latency_mean_s, pr.latency_s,
+		       r->ttft_mean_s, pr.ttft_s);
+		/* the cache found a shared prefix's blocks for every request but the first */
+		CU_ASSERT_EQUAL(r->prefix_hit_tokens, (long long)(N - 1) * cases[k].prefix);
 		CU_ASSERT_DOUBLE_EQUAL(r->tpot_mean_s, pr.tpot_s, 0.05 * pr.tpot_s);
 		CU_ASSERT_DOUBLE_EQUAL(r->latency_mean_s, pr.latency_s, 0.05 * pr.latency_s);
 		CU_ASSERT_DOUBLE_EQUAL(r->ttft_mean_s, pr.ttft_s, 0.10 * pr.ttft_s);
@@ -519,6 +526,8 @@ static void test_bad_input(void)
 		 "workload.enable_prefix_caching: applies to \"scheduler\": \"vllm_v1\" only"},
 		{"\"enable_prefix_caching\": true, ",
 		 "workload.enable_prefix_caching: applies to \"scheduler\": \"vllm_v1\" only"},
+		{"\"scheduler\": \"vllm_v1\", \"prefix_tokens\": 10, ",
+		 "workload.prefix_tokens: given beside trace"},
 	};
 	const char *csv = "arrival_s,prompt_tokens,output_tokens\n0,100,3\n";
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -532,6 +541,21 @@ static void test_bad_input(void)
 	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db --set "
 					 "workload.scheduler='\"split_fuse\"'", rate), 2);
 	PX_ASSERT_HAS(out, "workload.scheduler: applies to \"batching\": \"continuous\" only");
+	/* a request rate's shared prefix: with vLLM V1's cache only, and within the prompt */
+	static const char *const rated = "--set workload.batching=continuous --set "
+					 "workload.request_rate=2 --set workload.batch_size=null";
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db %s --set "
+					 "workload.prefix_tokens=1024", rate, rated), 2);
+	PX_ASSERT_HAS(out, "workload.prefix_tokens: applies with vLLM V1's prefix cache only");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db %s --set "
+					 "workload.scheduler=vllm_v1 --set "
+					 "workload.enable_prefix_caching=false --set "
+					 "workload.prefix_tokens=1024", rate, rated), 2);
+	PX_ASSERT_HAS(out, "workload.prefix_tokens: applies with vLLM V1's prefix cache only");
+	CU_ASSERT_EQUAL(px_test_run_clif(out, sizeof(out), "predict '%s' --no-db %s --set "
+					 "workload.scheduler=vllm_v1 --set workload.prefix_tokens=99999",
+					 rate, rated), 2);
+	PX_ASSERT_HAS(out, "workload.prefix_tokens");
 
 	/* a trace the cache cannot serve, refused naming the trace and the request: a prompt
 	 * longer than the empty cache, and one that fits it to within 10 tokens but whose 100
