@@ -318,6 +318,16 @@ static void test_v1_replay_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
+/* csv under vLLM V1's scheduler with its prefix cache on or off; 0, or -1 (a failure noted). */
+static int predict_v1(const char *csv, int cache, InferScenario *sc, InferPrediction *pr)
+{
+	if (!predict_on(csv, cache ? "\"scheduler\": \"vllm_v1\", " :
+			"\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": false, ", sc, pr))
+		return 0;
+	CU_FAIL("predict");
+	return -1;
+}
+
 /* vLLM V1's prefix cache (enable_prefix_caching, its default), blocks of 16, one at a time:
  * r0 (0 s: prompt 50, its first 40 tokens prefix 1's, 2 outputs) finds nothing cached: F1 its
  * prompt whole, then F2 a decode at context 50; it caches prefix 1's 2 full blocks as they fill.
@@ -335,12 +345,8 @@ static void test_prefix_cache_by_hand(void)
 	InferScenario sc;
 	InferPrediction pr;
 	for (int on = 1; on >= 0; on--) {
-		if (predict_on(csv, on ? "\"scheduler\": \"vllm_v1\", " :
-			       "\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": false, ", &sc,
-			       &pr)) {
-			CU_FAIL("predict");
+		if (predict_v1(csv, on, &sc, &pr))
 			return;
-		}
 		const InferScenario *ps = &pr.paged;
 		InferRagged g1 = {.chunk_tokens = 50, .chunk_pairs = pairs(50, 0), .logit_rows = 1};
 		InferRagged g2 = {.decode_seqs = 1, .decode_ctx = 50, .logit_rows = 1};
@@ -372,11 +378,8 @@ static void test_prefix_cache_shared_blocks(void)
 {
 	InferScenario sc;
 	InferPrediction pr;
-	if (predict_on("arrival_s,prompt_tokens,output_tokens\n0,48,20\n1000,10,1\n",
-		       "\"scheduler\": \"vllm_v1\", ", &sc, &pr)) {
-		CU_FAIL("predict");
+	if (predict_v1("arrival_s,prompt_tokens,output_tokens\n0,48,20\n1000,10,1\n", 1, &sc, &pr))
 		return;
-	}
 	InferRagged g1 = {.chunk_tokens = 48, .chunk_pairs = pairs(48, 0), .logit_rows = 1};
 	InferRagged g2 = {.decode_seqs = 1, .decode_ctx = 48, .logit_rows = 1};
 	double arrive = forward_s(&pr.paged, &g1) + 2.5 * forward_s(&pr.paged, &g2);
@@ -386,12 +389,8 @@ static void test_prefix_cache_shared_blocks(void)
 	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
 		 "0,48,20,1,48\n%.9f,48,2,1,48\n", arrive);
 	for (int on = 1; on >= 0; on--) {
-		if (predict_on(csv, on ? "\"scheduler\": \"vllm_v1\", " :
-			       "\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": false, ", &sc,
-			       &pr)) {
-			CU_FAIL("predict");
+		if (predict_v1(csv, on, &sc, &pr))
 			return;
-		}
 		CU_ASSERT_EQUAL(pr.replay.peak_concurrency, 2);
 		CU_ASSERT_EQUAL(pr.replay.peak_kv_blocks, on ? 6 : 8);
 		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, on ? 32 : 0);
