@@ -399,6 +399,40 @@ static void test_prefix_cache_shared_blocks(void)
 	}
 }
 
+/* Eviction, on a cache of exactly two blocks of k tokens (two_block_cache: steps of k + 16
+ * tokens, 4 sequences). r0 (0 s: prompt k + 1 whose first k are prefix 1's, 1 output) caches
+ * prefix 1's block and leaves it free but kept. r2 (2000 s, the same request) finds it: k tokens
+ * found. With r1 between them (1000 s: a prompt of 2 k of its own, 1 output), r1's second block
+ * takes the kept one, the only other: r2 finds nothing. */
+static void test_prefix_cache_eviction(void)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	long long k = two_block_cache("vllm_v1", 1, &sc, &pr);
+	CU_ASSERT_FATAL(k > 0);
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	char csv[512], wl[256];
+	snprintf(wl, sizeof(wl), "\"scheduler\": \"vllm_v1\", \"max_num_batched_tokens\": %lld, "
+		 "\"max_num_seqs\": 4, \"block_size\": %lld, ", k + 16, k);
+	for (int between = 0; between < 2; between++) {
+		int at = snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,"
+				  "prefix_tokens\n0,%lld,1,1,%lld\n", k + 1, k);
+		if (between)
+			at += snprintf(csv + at, sizeof(csv) - (size_t)at, "1000,%lld,1,0,0\n", 2 * k);
+		snprintf(csv + at, sizeof(csv) - (size_t)at, "2000,%lld,1,1,%lld\n", k + 1, k);
+		if (predict_on(csv, wl, &sc, &pr)) {
+			CU_FAIL("predict");
+			return;
+		}
+		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 2);
+		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, between ? 0 : k);
+		CU_ASSERT_EQUAL(pr.replay.preemptions, 0);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
 /* vLLM V1's batch defaults for its OpenAI server (EngineArgs.get_batch_defaults): 8192 tokens a
  * step and 1024 sequences on a GPU of 70 GiB or more that is not an A100, else 2048 and 256; no
  * watermark; blocks of 16. */
@@ -608,5 +642,7 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_by_hand},
 			    {"vLLM V1's prefix cache: blocks shared while both run",
 			     test_prefix_cache_shared_blocks},
+			    {"vLLM V1's prefix cache: a kept block evicted when needed",
+			     test_prefix_cache_eviction},
 			    {"bad input", test_bad_input});
 }
