@@ -16,7 +16,7 @@ void parallel_defaults(ParallelSpec *p)
 	p->moe.capacity_factor = 1.0;
 	p->moe.min_capacity = 8; /* TopKGate's default in deepspeed/moe/sharded_moe.py */
 	p->moe.interval = 1;
-	p->moe.imbalance = 1.0;
+	p->moe.imbalance = 0; /* not given */
 	p->moe.drop_tokens = 1;
 	p->moe.use_rts = 1; /* MoE(use_rts=True) in deepspeed/moe/layer.py */
 }

@@ -19,7 +19,9 @@ typedef struct MoeSpec {
 	double capacity_factor;
 	long long min_capacity;
 	long long interval;      /* every interval-th block has an MoE MLP (1 = all) */
-	double imbalance;        /* tokens of the busiest expert over the average, >= 1 */
+	double imbalance;        /* tokens of the busiest expert over the average, >= 1; 0 when
+				    not given: without drop_tokens the plan then takes the busiest
+				    count expected under uniform routing (plan.c) */
 	int drop_tokens;
 	int use_rts;             /* top-1's random token selection (DeepSpeed's default on): which
 				    tokens over capacity are dropped; the sizes are the same */

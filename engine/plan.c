@@ -59,6 +59,22 @@ void plan_gather_slices(const Plan *p, int u, long long off[2], long long len[2]
 	off[1] = p->units[0].part_off, len[1] = (up->gather_dense - up->own_gather) / p->dp;
 }
 
+/* The expected largest of n counts, each the number of S tokens choosing a given expert when
+ * each token chooses k of E experts uniformly: binomial (S, k / E), taken as normal with a
+ * continuity correction and the counts as independent (those of one rank sum to k S, which
+ * makes the largest a little smaller). E[max] = sum over x >= 1 of P(max >= x), and
+ * P(max >= x) = 1 - P(count <= x - 1)^n, 1 below 12 standard deviations under the mean. */
+static double expected_busiest(double S, double E, double k, double n)
+{
+	double p = k / E, mu = S * p, sd = sqrt(S * p * (1 - p));
+	if (sd <= 0)
+		return mu;
+	double lo = floor(fmax(0, mu - 12 * sd)), sum = lo;
+	for (double x = lo + 1; x <= ceil(mu + 12 * sd) + 1; x++)
+		sum += 1 - pow(0.5 * erfc(-(x - 0.5 - mu) / (sd * M_SQRT2)), n);
+	return sum;
+}
+
 /* ---- refusals ---- */
 
 static int check_degrees(const Plan *p, PxError *err)
@@ -892,11 +908,14 @@ int plan_build(Plan *p, const Scenario *sc, PxError *err)
 			if (p->moe_capacity < q->min_capacity)
 				p->moe_capacity = q->min_capacity;
 		} else { /* the busiest expert's count, all-reduced (max) over the expert-parallel
-			    group: estimated as imbalance x the mean; no expert receives more than
-			    the rank's tokens (a token's choices are distinct experts), and
-			    min_capacity is not applied (top1gating, top2gating without
-			    drop_tokens) */
-			p->moe_capacity = (long long)ceil(q->imbalance * per_expert);
+			    group: imbalance x the mean, or without one the count expected under
+			    uniform routing; no expert receives more than the rank's tokens (a
+			    token's choices are distinct experts), and min_capacity is not applied
+			    (top1gating, top2gating without drop_tokens) */
+			p->moe_capacity = (long long)ceil(
+				q->imbalance > 0 ? q->imbalance * per_expert :
+				expected_busiest(tokens, (double)m->experts, (double)m->top_k,
+						 (double)(m->experts * p->par.ep)));
 			if (p->moe_capacity > (long long)tokens)
 				p->moe_capacity = (long long)tokens;
 		}
