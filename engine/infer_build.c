@@ -187,7 +187,12 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 	if (p->load_peak_extra_bytes > 0)
 		p->load_peak_extra_bytes -= p->weight_bytes + p->scale_bytes;
 	p->load_peak_extra_bytes = fmax(p->load_peak_extra_bytes, 0);
-	p->kv_bytes = p->kv_bytes_per_token * (double)batch * (double)p->ctx_tokens;
+	/* vLLM V1's prefix cache holds a prefix's full blocks once for the sequences that share
+	 * it: every one at a request rate (a trace's groups are the replay's) */
+	if (wl->continuous && wl->prefix_caching && !wl->trace.n)
+		p->shared_tokens = fmin(wl->cached_prefix, (double)p->ctx_tokens);
+	p->kv_bytes = p->kv_bytes_per_token * ((double)batch * (double)p->ctx_tokens -
+					       (double)(batch - 1) * p->shared_tokens);
 	if (!infer_sched_ragged(wl)) {
 		/* a static batch prefills all its prompts at once, vLLM's scheduler one alone */
 		long long pb = wl->continuous ? 1 : batch;
@@ -328,9 +333,10 @@ int infer_build_schedule(const InferPlan *p, Schedule *s, PxError *err)
 		kv[u] = alloc(&b, CAT_BUFFERS, BUF_KV_CACHE, u, p->units[u].kv_bytes_per_token *
 			      (double)batch * ctx);
 	s->step_begin = s->n;
+	double shared = (double)(batch - 1) * fmin(p->shared_tokens, sp); /* held once */
 	for (int u = 1; grows && u <= n_blocks; u++)
 		kv[u] = alloc(&b, CAT_BUFFERS, BUF_KV_CACHE, u, p->units[u].kv_bytes_per_token *
-			      (double)batch * sp);
+			      ((double)batch * sp - shared));
 	phase(&b, ROLE_PREFILL, batch);
 	for (int u = 1; grows && u <= n_blocks; u++)
 		kv[n_blocks + u] = alloc(&b, CAT_BUFFERS, BUF_KV_CACHE, u,

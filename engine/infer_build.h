@@ -46,7 +46,11 @@ typedef struct InferPlan {
 	int act_bytes;            /* compute dtype (activations, KV cache) */
 	double weight_bytes, scale_bytes, load_peak_extra_bytes;
 	double kv_bytes_per_token; /* all layers, one sequence, this rank */
-	double kv_bytes;          /* at the peak: batch x ctx_tokens tokens */
+	double kv_bytes;          /* at the peak: batch x ctx_tokens tokens, less the shared
+				     prefix's (batch - 1) x shared_tokens */
+	double shared_tokens;     /* a request rate's prefix under vLLM V1's prefix cache: the
+				     tokens of each sequence held once for all (its cached full
+				     blocks, at most ctx_tokens); 0 otherwise */
 	double prefill_workspace_bytes, decode_workspace_bytes, dequant_bytes;
 	double runtime_bytes;     /* CUDA context, cuBLAS workspace, NCCL buffers (cluster.h) */
 	double prefill_flops, decode_flops, prefill_bytes, decode_bytes;

@@ -238,7 +238,9 @@ static void steady_figures(const InferScenario *sc, InferPrediction *pr)
 	double so = (double)sc->wl.output_tokens;
 	pr->latency_s = pr->ttft_s + (so - 1) * pr->tpot_s;
 	c->in_system = c->rate_replica * pr->latency_s;
-	c->kv_bytes = c->concurrency * c->mean_ctx_tokens * pr->plan.kv_bytes_per_token;
+	c->kv_bytes = (c->concurrency * c->mean_ctx_tokens -
+		       fmax(0, c->concurrency - 1) * fmin(pr->plan.shared_tokens, c->mean_ctx_tokens)) *
+		      pr->plan.kv_bytes_per_token;
 	pr->tokens_per_s_replica = c->rate_replica * so;
 	pr->tokens_per_s_gpu = pr->tokens_per_s_replica / (double)pr->plan.tp;
 	pr->tokens_per_s_node = pr->tokens_per_s_gpu * (double)sc->cluster.gpus_per_node;

@@ -433,6 +433,48 @@ static void test_prefix_cache_eviction(void)
 	}
 }
 
+/* A request rate's shared prefix under vLLM V1's prefix cache (workload.prefix_tokens 1024 of
+ * prompts of 2048, 128 outputs; Llama-2 7B in fp16 on one H100): its 64 full blocks are held
+ * once for all the sequences. Llama-2 7B's keys and values take 2 x 32 layers x 4096 x 2 bytes
+ * = 524,288 bytes a token of a sequence (its config.json), so 10 sequences of 2176 tokens hold
+ * 524,288 x (10 x 2176 - 9 x 1024) bytes. Memory's most concurrent sequences at the mean context
+ * (2048 + 64) then grow by about 2112 / (2112 - 1024) = 1.94 times (the cache's room over the
+ * unshared tokens, the prefix once; held to 1%: the decode workspace grows with the sequences
+ * too, by 0.03% of the cache). */
+static void test_prefix_cache_memory(void)
+{
+	long long most[2] = {0, 0};
+	for (int shared = 0; shared < 2; shared++) {
+		char text[1024], path[512];
+		snprintf(path, sizeof(path), "%s/rate.json", px_test_tmpdir());
+		snprintf(text, sizeof(text),
+			 "{\"model\": \"%s\", \"cluster\": {\"gpu\": \"H100-SXM\", \"nodes\": 1, "
+			 "\"gpus_per_node\": 1}, \"inference\": {\"dtype\": \"fp16\"}, \"workload\": "
+			 "{\"batching\": \"continuous\", \"scheduler\": \"vllm_v1\", \"request_rate\": 1, "
+			 "\"prompt_tokens\": 2048, \"output_tokens\": 128%s}}",
+			 px_test_path("scenarios/models/llama-2-7b.json"),
+			 shared ? ", \"prefix_tokens\": 1024" : "");
+		px_test_write_file(path, text);
+		InferScenario sc;
+		InferPrediction pr;
+		InferPlan p;
+		PxError err = {0};
+		CU_ASSERT_EQUAL_FATAL(infer_scenario_load(&sc, path, NULL, &err), 0);
+		CU_ASSERT_EQUAL_FATAL(infer_plan_make(&sc, 10, 0, &p, &err), 0);
+		CU_ASSERT_EQUAL(p.kv_bytes_per_token, 524288.0);
+		CU_ASSERT_EQUAL(p.kv_bytes, 524288.0 * (10 * 2176 - (shared ? 9 * 1024 : 0)));
+		infer_plan_free(&p);
+		CU_ASSERT_EQUAL_FATAL(infer_predict(&sc, NULL, NULL, &pr, &err), 0);
+		most[shared] = pr.cb.max_concurrency;
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+	double ratio = (double)most[1] / (double)most[0];
+	printf("\n# most concurrent sequences %lld, sharing 1024 tokens %lld (x %.4f)", most[0],
+	       most[1], ratio);
+	CU_ASSERT_DOUBLE_EQUAL(ratio, 2112.0 / 1088.0, 0.01 * 2112.0 / 1088.0);
+}
+
 /* vLLM V1's batch defaults for its OpenAI server (EngineArgs.get_batch_defaults): 8192 tokens a
  * step and 1024 sequences on a GPU of 70 GiB or more that is not an A100, else 2048 and 256; no
  * watermark; blocks of 16. */
@@ -644,5 +686,7 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_shared_blocks},
 			    {"vLLM V1's prefix cache: a kept block evicted when needed",
 			     test_prefix_cache_eviction},
+			    {"vLLM V1's prefix cache: a request rate's prefix held once",
+			     test_prefix_cache_memory},
 			    {"bad input", test_bad_input});
 }
