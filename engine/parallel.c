@@ -19,6 +19,7 @@ void parallel_defaults(ParallelSpec *p)
 	p->moe.imbalance = 0; /* not given */
 	p->moe.drop_tokens = 1;
 	p->moe.use_rts = 1; /* MoE(use_rts=True) in deepspeed/moe/layer.py */
+	p->moe.second_sampling = 1; /* MoE(top2_2nd_expert_sampling=True), the same */
 }
 
 const char *pipe_schedule_name(PipeSchedule s)
@@ -75,7 +76,8 @@ int parallel_parse_moe(const JsonObj *moe, MoeSpec *m, PxNotes *notes, PxError *
 	static const char *const known[] = {"num_experts", "ep_size", "k", "capacity_factor",
 					    "eval_capacity_factor", "min_capacity", "drop_tokens",
 					    "expert_interval", "imbalance", "use_residual",
-					    "noisy_gate_policy", "use_rts", NULL};
+					    "noisy_gate_policy", "use_rts", "top2_2nd_expert_sampling",
+					    NULL};
 	if (!moe->obj)
 		return 0;
 	if (jobj_check_keys(moe, known, notes))
@@ -87,6 +89,8 @@ int parallel_parse_moe(const JsonObj *moe, MoeSpec *m, PxNotes *notes, PxError *
 	    jobj_int(moe, "min_capacity", 0, 1LL << 40, m->min_capacity, &m->min_capacity, err) < 0 ||
 	    jobj_bool(moe, "drop_tokens", m->drop_tokens, &m->drop_tokens, err) < 0 ||
 	    jobj_bool(moe, "use_rts", m->use_rts, &m->use_rts, err) < 0 ||
+	    jobj_bool(moe, "top2_2nd_expert_sampling", m->second_sampling, &m->second_sampling,
+		      err) < 0 ||
 	    jobj_int(moe, "expert_interval", 1, 1 << 20, m->interval, &m->interval, err) < 0 ||
 	    jobj_num(moe, "imbalance", 1, 1e6, m->imbalance, &m->imbalance, err) < 0)
 		return -1;

@@ -25,6 +25,9 @@ typedef struct MoeSpec {
 	int drop_tokens;
 	int use_rts;             /* top-1's random token selection (DeepSpeed's default on): which
 				    tokens over capacity are dropped; the sizes are the same */
+	int second_sampling;     /* top-2's Gumbel sampling of the second expert
+				    (top2_2nd_expert_sampling, on by default): which expert, not
+				    the sizes */
 } MoeSpec;
 
 typedef struct ParallelSpec {

@@ -131,7 +131,7 @@ static void *scores(const Runner *r)
  * same priority in forward, recompute and backward, and in any layout. */
 static void rts_tokens(Runner *r, const Op *op)
 {
-	if (!r->moe.rts)
+	if (!r->moe.rts && !r->moe.gumbel)
 		return;
 	int mb = r->slots > 1 ? op->mb : r->micro;
 	r->moe.rts_first = runner_first_sample(r, r->step, mb) * (uint64_t)r->T;
@@ -252,7 +252,8 @@ int runner_moe_setup(Runner *r, PxError *err)
 			  .r = r->ep ? comm_rank(r->ep) : 0, .t = compute_prec(r->pdt), .ctx = r,
 			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL,
 			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE,
-			  .ix = r->sparse ? &r->ix : NULL, .rts = m->top_k == 1 && p->par.moe.use_rts};
+			  .ix = r->sparse ? &r->ix : NULL, .rts = m->top_k == 1 && p->par.moe.use_rts,
+			  .gumbel = m->top_k == 2 && p->par.moe.second_sampling};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];

@@ -35,6 +35,14 @@ float moe_cpu_rts_priority(uint64_t stream, uint64_t token)
 	return (float)(rng_next_u64(&g) >> 40) * 0x1.0p-24f;
 }
 
+float moe_cpu_gumbel(uint64_t stream, uint64_t token, int e)
+{
+	PxRng g; /* its own streams: 64 a token (E <= 64), past random token selection's */
+	rng_init(&g, stream ^ 0x6a09e667f3bcc909ULL, token * 64 + (uint64_t)e + 1);
+	double u = ((double)(rng_next_u64(&g) >> 40) + 0.5) * 0x1.0p-24; /* (0, 1) */
+	return (float)-log(-log(u));
+}
+
 /* idx[0, n) sorted by key[idx] descending, the lower index first on ties (Shell's sort with
  * Ciura's gaps: no allocation, and the experts' lists are a few thousand tokens at most). */
 static void sort_by_key_desc(int *idx, int n, const float *key)
@@ -149,6 +157,9 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 	if (m->rts && m->k != 1)
 		return px_fail(err, PX_ERR_INPUT, "moe: random token selection with top-%d: "
 			       "DeepSpeed's use_rts is top-1's (top1gating)", m->k);
+	if (m->gumbel && m->k != 2)
+		return px_fail(err, PX_ERR_INPUT, "moe: second-expert sampling with top-%d: "
+			       "DeepSpeed's top2_2nd_expert_sampling is top-2's (top2gating)", m->k);
 	if (m->ep < 1 || m->E % m->ep || m->r < 0 || m->r >= m->ep)
 		return px_fail(err, PX_ERR_INPUT, "moe: rank %d of an expert-parallel group of %d "
 			       "over %d experts: ep must divide E", m->r, m->ep, m->E);
@@ -444,6 +455,10 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 	ops_matmul_forward(F(logits), gate_input(m, &a, acts), gate_weight(m, &a, &L, params, acts),
 			   NULL, N, C, E);
 	softmax_rows(F(probs), F(logits), N, E);
+	for (int s = 0; m->gumbel && s < N; s++) /* top2gating: logits += gumbel_rsample(...) */
+		for (int j = 0; j < E; j++)
+			F(logits)[(size_t)s * E + j] +=
+				moe_cpu_gumbel(m->rts_stream, m->rts_first + (uint64_t)s, j);
 	gate(m, F(logits), F(probs), N, &rt);
 
 	/* dispatch: each kept choice's ln2 row to its expert's slot; empty slots stay 0 */

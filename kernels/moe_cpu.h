@@ -35,8 +35,11 @@
  *   top-1's combine weight is probs[e1]; top-2's are probs[e] of the kept choices over their sum
  *   (the sum clamped below at fp32's epsilon, so a token with both dropped gets 0 and 0);
  *   a dropped token's MLP output is 0: the block passes its residual on.
- * Top-2's Gumbel sampling of the second expert (top2_2nd_expert_sampling) is not run: the second
- * choice is the deterministic one.
+ * Top-2 with Gumbel sampling of the second expert (top2_2nd_expert_sampling, DeepSpeed's
+ * default): the logits, once the probabilities are taken from them, get Gumbel noise added in
+ * place (logits += gumbel_rsample(...)), and the second choice is the argmax of the noisy ones
+ * without e1; moe_cpu_gumbel's noise, not torch's draw. The backward routes from the saved,
+ * noisy logits: the same choices.
  *
  * In 16-bit (MoeCpu.t bf16 or fp16: bf16/fp16 training, the engine having cast the module) the
  * block computes as kernels/gpt16_cpu's, with ops16_cpu's rounding points: parameters, the hidden
@@ -65,6 +68,10 @@ typedef struct MoeRoute {
  * [0, 1), 24 bits, a pure function of the two, so that every layout that gates the same token
  * (any ep, tp or dp, a recompute, the backward) gives it the same priority. */
 float moe_cpu_rts_priority(uint64_t stream, uint64_t token);
+/* Top-2's second-expert sampling: standard Gumbel noise -ln(-ln u), u uniform in (0, 1), for
+ * expert e of the token whose global index is token, in the draw named by stream; a pure
+ * function of the three. */
+float moe_cpu_gumbel(uint64_t stream, uint64_t token, int e);
 
 /* The gating above from logits and their softmax probs (S, E); route's arrays hold S k each.
  * prio: top-1's random token selection, token s's priority (S values; it may be route->weight,
@@ -108,14 +115,16 @@ typedef struct MoeCpu {
 	const SparseIndex *ix;
 	/* Random token selection (top-1 only; 0: tokens over capacity dropped in order): token s
 	 * of the N = B T this rank gates has priority moe_cpu_rts_priority(rts_stream,
-	 * rts_first + s). The caller names the draw and the micro-batch's first token before each
-	 * forward and backward of a block: the backward routes again and must route alike. */
-	int rts;
+	 * rts_first + s). Gumbel sampling of the second expert (top-2 only; 0: the deterministic
+	 * second choice): expert e's logit of token s gets moe_cpu_gumbel(rts_stream, rts_first +
+	 * s, e). The caller names the draw and the micro-batch's first token before each forward
+	 * and backward of a block: the backward routes again and must route alike. */
+	int rts, gumbel;
 	uint64_t rts_stream, rts_first;
 } MoeCpu;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2,
- * k <= E, rts only with k 1, ep divides E, 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and
+ * k <= E, rts only with k 1, gumbel only with k 2, ep divides E, 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and
  * all_to_all is set for ep > 1; under tensor parallelism gpt_tp_check passes, without sp, t
  * divides cap and all_to_all is set. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);

@@ -156,6 +156,18 @@ static void test_rts(void)
 		CU_ASSERT(labs(tenth[d] - DRAWS / 10) < DRAWS / 200);
 	CU_ASSERT(same < 100);
 	CU_ASSERT_EQUAL(moe_cpu_rts_priority(5, 123), moe_cpu_rts_priority(5, 123));
+	/* top-2's second-expert noise: standard Gumbel, mean Euler's constant 0.5772 and variance
+	 * pi^2 / 6 = 1.6449, held to 5 standard errors of 10^5 draws (0.004 and 0.011) */
+	double g1 = 0, g2 = 0;
+	for (uint64_t i = 0; i < DRAWS; i++) {
+		double g = moe_cpu_gumbel(5, i / 8, (int)(i % 8));
+		g1 += g, g2 += g * g;
+	}
+	g1 /= DRAWS;
+	CU_ASSERT_DOUBLE_EQUAL(g1, 0.5772157, 0.02);
+	CU_ASSERT_DOUBLE_EQUAL(g2 / DRAWS - g1 * g1, M_PI * M_PI / 6, 0.06);
+	CU_ASSERT_EQUAL(moe_cpu_gumbel(5, 7, 3), moe_cpu_gumbel(5, 7, 3));
+	CU_ASSERT(moe_cpu_gumbel(5, 7, 3) != moe_cpu_gumbel(5, 7, 4));
 
 	float *logits = floats(2 * S), *probs = floats(2 * S), *prio = floats(S), *w = floats(S);
 	int *ex = calloc(S, sizeof(int)), *sl = calloc(S, sizeof(int));
@@ -451,12 +463,13 @@ static double objective(Block *b, const float *R)
  * tokens (test_forward_per_token), so the dropped tokens' zero gradients are in what is checked. */
 static void test_backward_differences(void)
 {
-	for (int v = 0; v < 3; v++) { /* top-1, top-2, top-1 with random token selection */
-		int k = v == 1 ? 2 : 1;
+	for (int v = 0; v < 4; v++) { /* top-1, top-2, top-1 with random token selection, top-2
+					 with second-expert sampling */
+		int k = v == 1 || v == 3 ? 2 : 1;
 		Block b;
 		block_init(&b, k, 1, 0);
 		float prio[N];
-		b.m.rts = v == 2, b.m.rts_stream = 31, b.m.rts_first = 1000;
+		b.m.rts = v == 2, b.m.gumbel = v == 3, b.m.rts_stream = 31, b.m.rts_first = 1000;
 		for (int s = 0; s < N; s++)
 			prio[s] = moe_cpu_rts_priority(31, 1000 + (uint64_t)s);
 		const float *pr = b.m.rts ? prio : NULL;
@@ -486,6 +499,20 @@ static void test_backward_differences(void)
 			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, pr, &r0);
 			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, NULL, &r1);
 			CU_ASSERT(memcmp(sl0, sl1, sizeof(int) * N) != 0);
+		}
+		if (b.m.gumbel) { /* the noise moves some second choices off the next-best expert
+				     (the clean logits' order is the probabilities') */
+			moe_cpu_route(b.acts + a.logits, b.acts + a.probs, N, E, k, b.m.cap, NULL, &r0);
+			int moved = 0;
+			for (int s = 0; s < N; s++) {
+				const float *p = b.acts + a.probs + (size_t)s * E;
+				int best = -1;
+				for (int e = 0; e < E; e++)
+					if (e != ex0[2 * s] && (best < 0 || p[e] > p[best]))
+						best = e;
+				moved += ex0[2 * s + 1] != best;
+			}
+			CU_ASSERT(moved > 0);
 		}
 		const float h = 1e-3f;
 		for (int c = 0; c < (int)(sizeof(tensor) / sizeof(tensor[0])) + 2; c++) {
@@ -555,13 +582,14 @@ static void *ep_main(void *arg)
 	return NULL;
 }
 
-/* Top-1, top-2, then top-1 with random token selection (its draw keyed by the tokens' global
- * indices: rank r's first token is r N, the reference's micro-batch r the same). */
+/* Top-1, top-2, then top-1 with random token selection and top-2 with second-expert sampling
+ * (their draws keyed by the tokens' global indices: rank r's first token is r N, the
+ * reference's micro-batch r the same). */
 static void expert_parallel(PrecisionType t)
 {
 	size_t nc = (size_t)N * CFG.C, e = precision_bytes(t);
-	for (int v = 0; v < 3; v++) {
-		int k = v == 1 ? 2 : 1, rts = v == 2;
+	for (int v = 0; v < 4; v++) {
+		int k = v == 1 || v == 3 ? 2 : 1, rts = v == 2, gumbel = v == 3;
 		Exchange x = {.ep = 2};
 		EpRank rk[2];
 		pthread_t th[2];
@@ -572,7 +600,8 @@ static void expert_parallel(PrecisionType t)
 			block_init_t(&rk[r].b, k, 2, r, t);
 			rk[r].b.m.ctx = &rk[r];
 			rk[r].b.m.all_to_all = sim_all_to_all;
-			rk[r].b.m.rts = rts, rk[r].b.m.rts_stream = 77, rk[r].b.m.rts_first = r * N;
+			rk[r].b.m.rts = rts, rk[r].b.m.gumbel = gumbel;
+			rk[r].b.m.rts_stream = 77, rk[r].b.m.rts_first = r * N;
 			fill_x(&rk[r].b, 10 + r);
 			fill(rk[r].b.dy, nc, 1.0f, 20 + r);
 			PxError err = {0};
@@ -587,7 +616,7 @@ static void expert_parallel(PrecisionType t)
 		/* the reference: one rank, every expert, rank 0's micro-batch then rank 1's */
 		Block ref;
 		block_init_t(&ref, k, 1, 0, t);
-		ref.m.rts = rts, ref.m.rts_stream = 77;
+		ref.m.rts = rts, ref.m.gumbel = gumbel, ref.m.rts_stream = 77;
 		GptTensor tw[MOE_CPU_MAX_TENSORS], tl[MOE_CPU_MAX_TENSORS];
 		moe_cpu_unit_tensors(&CFG, &ref.m, tw);
 		moe_cpu_unit_tensors(&CFG, &rk[0].b.m, tl);
@@ -796,7 +825,9 @@ static void test_run_losses(void)
 	px_check_losses(base, stage0, 1, 1e-6, 1, ref);
 }
 
-/* DeepSpeed's default top-1, random token selection (use_rts): the tokens an expert over
+/* DeepSpeed's default top-1, random token selection (use_rts), and top-2's, second-expert
+ * sampling (top2_2nd_expert_sampling), whose noise goes onto the logits in place, so that the
+ * backward routes as the forward did. Random token selection: the tokens an expert over
  * capacity keeps are drawn, each token's priority a function of its global index in the run's
  * sample order (kernels/moe_cpu.h), so every layout gating the same micro-batch drops the same
  * tokens and the ranks match the single rank as in order (test_run_losses' argument and bound).
@@ -820,6 +851,19 @@ static void test_run_rts(void)
 	px_check_losses(base, cases, (int)(sizeof(cases) / sizeof(cases[0])), 1e-6, 1, ref);
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set moe.use_rts=false", got),
 			      PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
+			      PX_LOSS_STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
+					    "activation_checkpointing=full", ckpt), PX_LOSS_STEPS);
+	CU_ASSERT(!memcmp(got, ckpt, sizeof(got)));
+
+	/* top-2's second-expert sampling, DeepSpeed's default too (test_run_losses' top-2 runs
+	 * take it against one rank): active, and the same under full recompute */
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.k=2", moe_scenario());
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "", ref), PX_LOSS_STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set "
+					    "moe.top2_2nd_expert_sampling=false", got), PX_LOSS_STEPS);
 	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
 			      PX_LOSS_STEPS);
@@ -1180,8 +1224,8 @@ int test_moe_register(void)
 			    {"bf16 against fp32", test_bf16_against_fp32},
 			    {"run: losses against one rank", test_run_losses, PX_RELEASE_RUN},
 			    {"run: bf16 losses against one rank", test_run_losses_bf16, PX_RELEASE_RUN},
-			    {"run: random token selection, losses against one rank and recompute",
-			     test_run_rts, PX_RELEASE_RUN},
+			    {"run: random token selection and second-expert sampling, losses against "
+			     "one rank and recompute", test_run_rts, PX_RELEASE_RUN},
 			    {"run: memory and traffic against the prediction, fp32 and bf16",
 			     test_run_measured, PX_RELEASE_RUN},
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
