@@ -835,6 +835,20 @@ static void test_run_losses(void)
  * same draw: the losses equal the run without recompute to the bit. The draw is active: the
  * in-order run leaves the reference by more than the bound (the scenario drops tokens: 64 of a
  * micro-batch over 4 experts of capacity 16). */
+/* The draw base's runs take is active (a run with `off` leaves ref, base's losses on one rank,
+ * by more than the 1e-6 bound) and the same under full recompute (ep 2, to the bit). */
+static void draw_active_and_recomputed(const char *base, const double *ref, const char *off)
+{
+	double got[PX_LOSS_STEPS], ckpt[PX_LOSS_STEPS];
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, off, got), PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
+			      PX_LOSS_STEPS);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
+					    "activation_checkpointing=full", ckpt), PX_LOSS_STEPS);
+	CU_ASSERT(!memcmp(got, ckpt, sizeof(got)));
+}
+
 static void test_run_rts(void)
 {
 	static const PxRunCase cases[] = {
@@ -845,31 +859,17 @@ static void test_run_rts(void)
 		{4, "--set parallelism.tp=2 --set moe.ep_size=2"},
 	};
 	char base[1024];
-	double ref[PX_LOSS_STEPS], got[PX_LOSS_STEPS], ckpt[PX_LOSS_STEPS];
+	double ref[PX_LOSS_STEPS];
 	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.use_rts=true",
 		 moe_scenario());
 	px_check_losses(base, cases, (int)(sizeof(cases) / sizeof(cases[0])), 1e-6, 1, ref);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set moe.use_rts=false", got),
-			      PX_LOSS_STEPS);
-	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
-			      PX_LOSS_STEPS);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
-					    "activation_checkpointing=full", ckpt), PX_LOSS_STEPS);
-	CU_ASSERT(!memcmp(got, ckpt, sizeof(got)));
+	draw_active_and_recomputed(base, ref, "--set moe.use_rts=false");
 
 	/* top-2's second-expert sampling, DeepSpeed's default too (test_run_losses' top-2 runs
-	 * take it against one rank): active, and the same under full recompute */
+	 * take it against one rank) */
 	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.k=2", moe_scenario());
 	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "", ref), PX_LOSS_STEPS);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set "
-					    "moe.top2_2nd_expert_sampling=false", got), PX_LOSS_STEPS);
-	CU_ASSERT(px_worst_rel(ref, got, PX_LOSS_STEPS) > 1e-5);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2", got),
-			      PX_LOSS_STEPS);
-	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 2, PX_LOSS_STEPS, "--set moe.ep_size=2 --set "
-					    "activation_checkpointing=full", ckpt), PX_LOSS_STEPS);
-	CU_ASSERT(!memcmp(got, ckpt, sizeof(got)));
+	draw_active_and_recomputed(base, ref, "--set moe.top2_2nd_expert_sampling=false");
 }
 
 /* bf16 (DeepSpeed's bf16 engine: the experts, the all-to-alls and the gradients in bf16, the
