@@ -109,22 +109,21 @@ static void echo_config(FILE *f, const Scenario *sc, const Prediction *pr)
 			q->virtual_stages,
 			q->partition == PART_UNIFORM ? "uniform" :
 			q->partition == PART_PARAMETERS ? "parameters" : "type:transformer");
-	if (m->experts && q->moe.drop_tokens)
+	if (m->experts) { /* where the capacity comes from */
+		char how[160];
+		if (q->moe.drop_tokens)
+			snprintf(how, sizeof(how), "factor %.3g, min %lld", q->moe.capacity_factor,
+				 q->moe.min_capacity);
+		else if (q->moe.imbalance > 0)
+			snprintf(how, sizeof(how), "no drops: the busiest expert's, estimated as "
+				 "imbalance %.3g x the mean", q->moe.imbalance);
+		else
+			snprintf(how, sizeof(how), "no drops: the busiest expert's, as expected under "
+				 "uniform routing, a floor: give moe.imbalance for a trained router's");
 		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
-			"tokens per expert (factor %.3g, min %lld), %lld experts per rank\n",
-			m->experts, m->top_k, m->moe_interval, p->moe_capacity,
-			q->moe.capacity_factor, q->moe.min_capacity, m->experts / q->ep);
-	else if (m->experts && q->moe.imbalance > 0)
-		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
-			"tokens per expert (no drops: the busiest expert's, estimated as imbalance "
-			"%.3g x the mean), %lld experts per rank\n", m->experts, m->top_k,
-			m->moe_interval, p->moe_capacity, q->moe.imbalance, m->experts / q->ep);
-	else if (m->experts)
-		fprintf(f, "# moe        %lld experts, top-%lld, every %lld layer(s); capacity %lld "
-			"tokens per expert (no drops: the busiest expert's, as expected under uniform "
-			"routing, a floor: give moe.imbalance for a trained router's), %lld experts "
-			"per rank\n", m->experts, m->top_k, m->moe_interval, p->moe_capacity,
-			m->experts / q->ep);
+			"tokens per expert (%s), %lld experts per rank\n", m->experts, m->top_k,
+			m->moe_interval, p->moe_capacity, how, m->experts / q->ep);
+	}
 	if (m->experts && (m->moe_I || m->shared_I || m->first_dense))
 		fprintf(f, "# experts    intermediate %lld each; shared experts %lld wide (dense); first "
 			"%lld layer(s) dense\n", m->moe_I ? m->moe_I : m->I, m->shared_I,

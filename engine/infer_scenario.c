@@ -323,13 +323,10 @@ static int parse_inference(const JsonObj *o, InferConfig *c, PxNotes *notes, PxE
 
 /* workload.trace: the file relative to the scenario's folder (scenario), read; its means stand
  * for the three keys it replaces, which it refuses beside it. */
-/* The tokens of a prompt of `prompt` tokens whose first `prefix` are cached that vLLM V1
- * finds there: whole blocks, at most prompt - 1 tokens (KVCacheManager.get_computed_blocks:
- * the last token is computed whatever is cached). */
-static long long cached_tokens(const InferWorkload *w, long long prefix, long long prompt)
+long long infer_prefix_found(long long prefix, long long tokens, long long block)
 {
-	long long most = prefix < prompt - 1 ? prefix : prompt - 1;
-	return most / w->block * w->block;
+	long long most = prefix < tokens - 1 ? prefix : tokens - 1;
+	return most / block * block;
 }
 
 static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
@@ -357,9 +354,9 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 	}
 	infer_trace_means(&w->trace, &w->request_rate, &w->prompt_tokens, &w->output_tokens);
 	for (long long q = 0; w->prefix_caching && q < w->trace.n; q++)
-		w->cached_prefix += (double)cached_tokens(w, w->trace.req[q].prefix_tokens,
-							  w->trace.req[q].prompt_tokens) /
-				    (double)w->trace.n;
+		w->cached_prefix += (double)infer_prefix_found(w->trace.req[q].prefix_tokens,
+							       w->trace.req[q].prompt_tokens,
+							       w->block) / (double)w->trace.n;
 	return 0;
 }
 
@@ -497,7 +494,8 @@ static int parse_workload(const JsonObj *o, const char *scenario, long long head
 			       "(\"scheduler\": \"vllm_v1\", enable_prefix_caching on), which "
 			       "finds the shared prefix cached");
 	if (w->prefix_caching)
-		w->cached_prefix = (double)cached_tokens(w, w->prefix_tokens, w->prompt_tokens);
+		w->cached_prefix = (double)infer_prefix_found(w->prefix_tokens, w->prompt_tokens,
+							      w->block);
 	return 0;
 }
 

@@ -75,6 +75,11 @@ typedef struct InferWorkload {
 				     prefix_tokens', or the mean over a trace's requests */
 } InferWorkload;
 
+/* vLLM V1's prefix cache: of a sequence of `tokens` to compute whose first `prefix` are cached,
+ * the tokens it finds there: whole blocks of `block`, at most tokens - 1
+ * (KVCacheManager.get_computed_blocks: the last token is computed whatever is cached). */
+long long infer_prefix_found(long long prefix, long long tokens, long long block);
+
 /* Whether w's scheduler forms ragged forwards under a token budget (prompt chunks beside the
  * decoding sequences' tokens). */
 static inline int infer_sched_ragged(const InferWorkload *w)

@@ -126,10 +126,11 @@ static void *scores(const Runner *r)
 	return r->id_scores >= 0 ? r->buf[r->id_scores] : NULL;
 }
 
-/* Random token selection's draw for op's block, and the global index of the first token this
- * rank gates in op's micro-batch (runner_first_sample's sequence x T): the same token gets the
- * same priority in forward, recompute and backward, and in any layout. */
-static void rts_tokens(Runner *r, const Op *op)
+/* The gate's draw (random token selection's priorities, second-expert sampling's noise) for
+ * op's block, and the global index of the first token this rank gates in op's micro-batch
+ * (runner_first_sample's sequence x T): the same token draws the same in forward, recompute
+ * and backward, and in any layout. */
+static void name_draw(Runner *r, const Op *op)
 {
 	if (!r->moe.rts && !r->moe.gumbel)
 		return;
@@ -141,7 +142,7 @@ static void rts_tokens(Runner *r, const Op *op)
 void runner_moe_forward(Runner *r, const Op *op, const void *params, const void *x, void *y,
 			void *acts)
 {
-	rts_tokens(r, op);
+	name_draw(r, op);
 	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts, scores(r),
 			      r->buf[r->id_scratch]);
 }
@@ -154,7 +155,7 @@ void runner_moe_scores(Runner *r, void *acts)
 void runner_moe_backward(Runner *r, const Op *op, const void *params, float *grads,
 			 const void *acts, float *dx)
 {
-	rts_tokens(r, op);
+	name_draw(r, op);
 	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, scores(r), dx,
 			       dx, r->buf[r->id_scratch]);
 }

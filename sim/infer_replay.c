@@ -542,15 +542,14 @@ static void take_tokens(InferRagged *g, Live *l, long long c, double *ctx)
 }
 
 /* The blocks of request q's group that it finds cached when admitted with all tokens to
- * compute: the group's leading ones, up to its own prefix's full blocks, and short of its last
- * token, which vLLM computes whatever is cached (KVCacheManager.get_computed_blocks:
- * max_cache_hit_length = num_tokens - 1). */
+ * compute: the group's leading ones, as many as infer_prefix_found allows its prefix. */
 static long long cache_hits(const Replica *r, long long q, long long all)
 {
 	long long g = group_of(r, q);
 	if (g < 0)
 		return 0;
-	long long p = r->t->req[q].prefix_tokens, lim = (p < all - 1 ? p : all - 1) / r->room->block;
+	long long block = r->room->block;
+	long long lim = infer_prefix_found(r->t->req[q].prefix_tokens, all, block) / block;
 	return r->px.cached[g] < lim ? r->px.cached[g] : lim;
 }
 
