@@ -57,11 +57,13 @@ static void replay_table(FILE *f, const InferPrediction *pr)
 	}
 	const InferWorkload *w = &pr->paged.wl;
 	if (w->prefix_caching)
-		fprintf(f, "# prefix cache (enable_prefix_caching): %lld of the %lld prompt tokens "
-			"found cached at admission (%.1f%%), in full blocks of the trace's shared "
-			"prefixes%s\n", r->prefix_hit_tokens, r->prompt_tokens,
+		fprintf(f, "# prefix cache (enable_prefix_caching): %lld tokens found cached at "
+			"admission, %.1f%% of the %lld prompt tokens: full blocks of the trace's shared "
+			"prefixes%s and preempted requests' own; %lld cached blocks evicted (least "
+			"recently freed first)\n", r->prefix_hit_tokens,
 			100.0 * (double)r->prefix_hit_tokens / (double)r->prompt_tokens,
-			w->trace.prefixes ? "" : " (the trace has no prefix_id column: none shared)");
+			r->prompt_tokens, w->trace.prefixes ? "" :
+			" (the trace has no prefix_id column: none shared)", r->prefix_evicted_blocks);
 	if (w->scheduler == SCHED_VLLM_V1)
 		fprintf(f, "# vLLM V1's scheduler: steps of at most %lld tokens (max_num_batched_tokens), "
 			"the running requests first in admission order (a prompt's rest in chunks, or "
@@ -258,9 +260,12 @@ int infer_metrics_collect(const InferScenario *sc, const InferPrediction *pr, Me
 		};
 		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 			n = metrics_put(out, n, t[i].name, t[i].v, t[i].unit);
-		if (pr->paged.wl.prefix_caching)
+		if (pr->paged.wl.prefix_caching) {
 			n = metrics_put(out, n, "infer.trace.prefix_hit_tokens",
 					(double)r->prefix_hit_tokens, "1");
+			n = metrics_put(out, n, "infer.trace.prefix_evicted_blocks",
+					(double)r->prefix_evicted_blocks, "1");
+		}
 	}
 	return n;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "infer_sim.h"
+#include "kv_blocks.h"
 
 /* Costs: a prefill by prompt length, priced once each (the trace's lengths; a preempted
  * sequence's longer one each time); a decode step as it comes, from the plan's per-unit parts. */
@@ -78,25 +79,33 @@ typedef struct Live {
 				0 once it decodes */
 	long long held;      /* split_fuse: tokens it holds in the cache */
 	long long step;      /* split_fuse: tokens this forward gives it (0: none) */
-	long long shared;    /* vllm_v1, prefix caching: its prefix group's blocks [0, shared)
-				are among its held ones (Prefixes) */
+	long long nblk;      /* vllm_v1: the blocks of its table it references (V1Cache) */
+	long long named;     /* vllm_v1, prefix caching: its leading blocks whose content is
+				named (full, cached) */
 } Live;
 
-/* vLLM V1's prefix cache (KVCacheManager with enable_prefix_caching) over the trace's prefix
- * groups: a full block of a prompt is cached by its tokens, so requests of one prefix id share
- * the leading blocks of its prefix. Per group, its leading blocks in the cache, cached[g] of
- * them, each referenced by ref[off[g] + b] running requests (a request references a leading
- * run of them, so the counts do not rise along the chain); a block no request references is
- * free but keeps its content until taken (evictable), and is found again by the next request of
- * its group. A request's blocks past its group's (the rest of its prompt, its outputs) are its
- * own, freed when it leaves; a preempted request finds only its group's blocks again. */
-typedef struct Prefixes {
-	long long *grp;       /* by request: its group, -1 without a prefix */
+/* vLLM V1's KV cache (KVCacheManager over a BlockPool: kv_blocks.h), block by block. A request
+ * holds a table of blocks; each full block is named by its content when the step that fills it
+ * is scheduled (allocate_slots' cache_blocks), and with prefix caching (enable_prefix_caching) a
+ * request admitted finds the leading blocks whose content is still in the cache, short of its last
+ * token (get_computed_blocks). Content is a trace's prefix group's leading blocks (the full
+ * blocks of a request's prefix_tokens, the same for every request of its prefix id) or a
+ * request's own (the rest of its prompt, its outputs: found again only by the request itself,
+ * after a preemption). Blocks are freed tail first (KVCacheManager.free), so that an evicted
+ * chain loses its end before its start, and taken least recently freed first. */
+typedef struct V1Cache {
+	KvBlocks pool;
+	int caching;          /* enable_prefix_caching */
+	long long *grp;       /* by request: its prefix group, -1 without (NULL: no groups) */
 	long long n_grp;
-	long long *cached, *off, *ref;
-	long long evictable;  /* cached blocks no request references */
-	long long cursor;     /* the group evict_one looks at first */
-} Prefixes;
+	long long *off;       /* (n_grp + 1) group g's block b has key off[g] + b */
+	long long *gwhere;    /* (off[n_grp]) by group key: the block holding it, -1 none */
+	long long own_stride; /* request q's own block b has key off[n_grp] + q own_stride + b */
+	long long **tab;      /* by request: its block table (-1: none yet), while it runs or
+				 waits preempted; NULL otherwise */
+	long long dup_tokens; /* tokens of full blocks that more than one running request holds,
+				 counted once per holder after the first */
+} V1Cache;
 
 typedef struct Replica {
 	const InferTrace *t;
@@ -112,7 +121,8 @@ typedef struct Replica {
 	long long tpot_n;
 	InferReplay *out;
 	long long *wait, n_wait;      /* split_fuse: arrived requests not running, in order */
-	Prefixes px;                  /* vllm_v1 with prefix caching (grp NULL: none) */
+	int v1;                       /* vllm_v1: blocks counted in vc, taken at scheduling */
+	V1Cache vc;
 } Replica;
 
 /* The tokens a running sequence holds in the cache: its prompt and every token it made but the
@@ -130,8 +140,9 @@ static long long blocks_of(const Replica *r, long long tokens)
 
 static void note_peaks(Replica *r)
 {
-	if (r->used > r->out->peak_kv_tokens)
-		r->out->peak_kv_tokens = r->used;
+	long long used = r->used - r->vc.dup_tokens; /* a shared block's tokens once */
+	if (used > r->out->peak_kv_tokens)
+		r->out->peak_kv_tokens = used;
 	if (r->blocks > r->out->peak_kv_blocks)
 		r->out->peak_kv_blocks = r->blocks;
 }
@@ -167,7 +178,7 @@ static int admit(Replica *r, long long q, double *now, PxError *err)
 		hold(r, -cached);
 		return 0;
 	}
-	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q], 0, 0, 0, 0};
+	r->live[r->n_live++] = (Live){q, r->made[q], r->first[q], 0, 0, 0, 0, 0};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
 	return 0;
@@ -304,7 +315,7 @@ static long long more_blocks(const Replica *r, const Live *l, long long tokens)
 /* Request q's prefix group, -1 for none (or no prefix caching). */
 static long long group_of(const Replica *r, long long q)
 {
-	return r->px.grp ? r->px.grp[q] : -1;
+	return r->vc.grp ? r->vc.grp[q] : -1;
 }
 
 /* The full blocks of request q's own prefix. */
@@ -313,65 +324,92 @@ static long long prefix_blocks(const Replica *r, long long q)
 	return r->t->req[q].prefix_tokens / r->room->block;
 }
 
-/* One evictable block taken from the cache: the last of a group whose last no request
- * references, the groups looked at in turn from where the last eviction was (not vLLM's least
- * recently freed first; a trace of many ids is not scanned from the start each time). 0 when
- * none is. */
-static int evict_one(Replica *r)
+/* The key of the content of request q's block b: its group's, within its prefix's full blocks,
+ * else its own. */
+static long long v1_key(const Replica *r, long long q, long long b)
 {
-	Prefixes *x = &r->px;
-	for (long long k = 0; k < x->n_grp; k++) {
-		long long g = (x->cursor + k) % x->n_grp;
-		if (x->cached[g] > 0 && x->ref[x->off[g] + x->cached[g] - 1] == 0) {
-			x->cached[g]--, x->evictable--;
-			x->cursor = g;
-			return 1;
-		}
-	}
-	return 0;
+	const V1Cache *x = &r->vc;
+	long long g = group_of(r, q);
+	if (g >= 0 && b < prefix_blocks(r, q))
+		return x->off[g] + b;
+	return x->off[x->n_grp] + q * x->own_stride + b;
 }
 
-/* A sequence's next `tokens` into the cache, its blocks taken as they fill (evicting cached
- * blocks no request references when no other is free); with prefix caching, its prefix's
- * blocks that come next in its group's chain are cached as they fill. */
+/* The block that holds the content of request q's block b, -1 when none does. */
+static long long v1_find(const Replica *r, long long q, long long b)
+{
+	const V1Cache *x = &r->vc;
+	long long k = v1_key(r, q, b);
+	if (k < x->off[x->n_grp])
+		return x->gwhere[k];
+	long long id = x->tab[q] ? x->tab[q][b] : -1;
+	return id >= 0 && x->pool.key[id] == k ? id : -1;
+}
+
+/* Sequence l's blocks for its next c tokens, taken from the free queue (evicting what they
+ * held), and with prefix caching the blocks those tokens fill named by their content (a group's
+ * block another holds already stays unnamed: found there). */
+static void v1_allocate(Replica *r, Live *l, long long c)
+{
+	V1Cache *x = &r->vc;
+	long long q = l->req, *tab = x->tab[q], dropped;
+	for (long long need = blocks_of(r, l->held + c); l->nblk < need; l->nblk++) {
+		tab[l->nblk] = kv_blocks_take(&x->pool, &dropped);
+		if (dropped >= 0 && dropped < x->off[x->n_grp])
+			x->gwhere[dropped] = -1;
+	}
+	for (long long full = (l->held + c) / r->room->block; x->caching && l->named < full;
+	     l->named++) {
+		long long k = v1_key(r, q, l->named), id = tab[l->named];
+		if (k >= x->off[x->n_grp] || x->gwhere[k] < 0) {
+			x->pool.key[id] = k;
+			if (k < x->off[x->n_grp])
+				x->gwhere[k] = id;
+		}
+	}
+	r->blocks = x->pool.n - x->pool.n_free;
+}
+
+/* A sequence's next `tokens` into the cache, the blocks they fill taken as they come (vLLM V1's
+ * already, by v1_allocate). */
 static void grow(Replica *r, Live *l, long long tokens)
 {
-	r->blocks += more_blocks(r, l, tokens);
+	if (!r->v1)
+		r->blocks += more_blocks(r, l, tokens);
 	r->used += tokens;
 	l->held += tokens;
-	while (r->blocks + r->px.evictable > r->total && evict_one(r))
-		;
-	long long g = group_of(r, l->req);
-	if (g >= 0) {
-		Prefixes *x = &r->px;
-		long long full = l->held / r->room->block, lim = prefix_blocks(r, l->req);
-		for (full = full < lim ? full : lim; l->shared < full && l->shared == x->cached[g];
-		     l->shared++, x->cached[g]++)
-			x->ref[x->off[g] + l->shared] = 1;
-	}
 	note_peaks(r);
 }
 
-/* The blocks sequence l would free by leaving: its own, and its group's that only it
- * references (evictable then, which counts as free). */
-static long long released(const Replica *r, const Live *l)
-{
-	long long n = blocks_of(r, l->held) - l->shared, g = group_of(r, l->req);
-	for (long long b = 0; b < l->shared; b++)
-		n += r->px.ref[r->px.off[g] + b] == 1;
-	return n;
-}
-
-/* Sequence l's tokens out of the cache: its own blocks freed, its group's given up. */
+/* Sequence l's tokens out of the cache: its blocks freed (vLLM V1's tail first, kept in its
+ * table for a preempted request to find its own again). */
 static void release(Replica *r, Live *l)
 {
-	long long g = group_of(r, l->req);
 	r->used -= l->held;
-	r->blocks -= blocks_of(r, l->held) - l->shared;
-	for (long long b = 0; b < l->shared; b++)
-		if (--r->px.ref[r->px.off[g] + b] == 0)
-			r->blocks--, r->px.evictable++;
-	l->shared = 0;
+	if (!r->v1) {
+		r->blocks -= blocks_of(r, l->held);
+		return;
+	}
+	V1Cache *x = &r->vc;
+	for (long long b = l->nblk - 1; b >= 0; b--) {
+		long long id = x->tab[l->req][b];
+		if (x->pool.ref[id] > 1)
+			x->dup_tokens -= r->room->block;
+		kv_blocks_drop(&x->pool, id);
+	}
+	l->nblk = l->named = 0;
+	r->blocks = x->pool.n - x->pool.n_free;
+}
+
+/* Finished sequence l's own blocks unnamed: no one finds them now (its group's stay). */
+static void v1_forget(Replica *r, const Live *l)
+{
+	V1Cache *x = &r->vc;
+	for (long long b = 0; b < l->nblk; b++) {
+		long long id = x->tab[l->req][b];
+		if (x->pool.key[id] >= x->off[x->n_grp])
+			x->pool.key[id] = -1;
+	}
 }
 
 /* Live entry k leaves the cache and the running list. */
@@ -390,7 +428,7 @@ static Live *join(Replica *r)
 	long long q = r->wait[0];
 	memmove(r->wait, r->wait + 1, (size_t)--r->n_wait * sizeof(*r->wait));
 	Live *l = &r->live[r->n_live++];
-	*l = (Live){q, r->made[q], r->first[q], r->t->req[q].prompt_tokens + r->made[q], 0, 0, 0};
+	*l = (Live){q, r->made[q], r->first[q], r->t->req[q].prompt_tokens + r->made[q], 0, 0, 0, 0};
 	if (r->n_live > r->out->peak_concurrency)
 		r->out->peak_concurrency = r->n_live;
 	return l;
@@ -484,7 +522,11 @@ static void advance(Replica *r, double now)
 		r->latency[q] = now - x->arrival_s;
 		if (x->output_tokens > 1)
 			r->tpot[r->tpot_n++] = (now - l->first_s) / (double)(x->output_tokens - 1);
+		if (r->v1)
+			v1_forget(r, l);
 		release(r, l);
+		if (r->v1)
+			free(r->vc.tab[q]), r->vc.tab[q] = NULL;
 	}
 	r->n_live = kept;
 }
@@ -541,23 +583,52 @@ static void take_tokens(InferRagged *g, Live *l, long long c, double *ctx)
 	g->logit_rows += c == l->pending;
 }
 
-/* The blocks of request q's group that it finds cached when admitted with all tokens to
- * compute: the group's leading ones, as many as infer_prefix_found allows its prefix. */
+/* The leading blocks request q finds cached when admitted with all tokens to compute, at most
+ * all - 1 tokens' (get_computed_blocks: the last token is computed whatever is cached): its
+ * group's, then its own from before a preemption, up to the first not there. */
 static long long cache_hits(const Replica *r, long long q, long long all)
 {
-	long long g = group_of(r, q);
-	if (g < 0)
-		return 0;
-	long long block = r->room->block;
-	long long lim = infer_prefix_found(r->t->req[q].prefix_tokens, all, block) / block;
-	return r->px.cached[g] < lim ? r->px.cached[g] : lim;
+	long long hit = 0, lim = (all - 1) / r->room->block;
+	while (r->vc.caching && hit < lim && v1_find(r, q, hit) >= 0)
+		hit++;
+	return hit;
 }
 
-/* Compose one vLLM V1 step into g; 1 when the only running request outgrows the cache (it
- * preempted itself alone), else 0. */
+/* Request q joins the running list with the hit leading blocks it found (each one more
+ * reference, off the free queue if none had one), its table made on its first admission. NULL
+ * out of memory. */
+static Live *v1_join(Replica *r, long long q, long long hit)
+{
+	V1Cache *x = &r->vc;
+	long long nb = blocks_of(r, r->t->req[q].prompt_tokens + r->t->req[q].output_tokens);
+	if (!x->tab[q]) {
+		if (!(x->tab[q] = malloc((size_t)nb * sizeof(**x->tab))))
+			return NULL;
+		for (long long b = 0; b < nb; b++)
+			x->tab[q][b] = -1;
+	}
+	for (long long b = 0; b < hit; b++) { /* the same blocks v1_find gave cache_hits */
+		long long id = v1_find(r, q, b);
+		if (x->pool.ref[id] > 0)
+			x->dup_tokens += r->room->block;
+		kv_blocks_touch(&x->pool, id);
+		x->tab[q][b] = id;
+	}
+	Live *l = join(r);
+	l->held = hit * r->room->block, l->nblk = l->named = hit;
+	l->pending -= l->held;
+	r->used += l->held;
+	r->out->prefix_hit_tokens += l->held;
+	return l;
+}
+
+/* Compose one vLLM V1 step into g, each request's blocks taken as it is scheduled; 1 when the
+ * only running request outgrows the cache (it preempted itself alone), 0, or -1 out of
+ * memory. */
 static int compose_v1(Replica *r, InferRagged *g)
 {
-	long long budget = r->c->sc->wl.token_budget, free = r->total - r->blocks;
+	long long budget = r->c->sc->wl.token_budget;
+	const long long *free = &r->vc.pool.n_free;
 	double ctx = 0;
 	int preempted = 0;
 	memset(g, 0, sizeof(*g));
@@ -566,41 +637,35 @@ static int compose_v1(Replica *r, InferRagged *g)
 	for (long long k = 0; k < r->n_live && budget > 0; k++) {
 		Live *l = &r->live[k];
 		long long c = l->pending == 0 ? 1 : l->pending < budget ? l->pending : budget;
-		while (more_blocks(r, l, c) > free && k < r->n_live) {
-			long long last = r->n_live - 1;
-			if (last == 0)
+		while (more_blocks(r, l, c) > *free && k < r->n_live) {
+			if (r->n_live == 1)
 				return 1;
-			free += released(r, &r->live[last]);
 			preempt_last(r);
 			preempted = 1;
 		}
 		if (k >= r->n_live) /* it was the one preempted */
 			break;
-		free -= more_blocks(r, l, c);
 		budget -= c;
 		take_tokens(g, l, c, &ctx);
+		v1_allocate(r, l, c);
 	}
 	while (!preempted && budget > 0 && r->n_wait && r->n_live < r->room->max_seqs) {
 		long long q = r->wait[0], all = r->t->req[q].prompt_tokens + r->made[q];
-		long long hit = cache_hits(r, q, all), reuse = 0, gq = group_of(r, q);
-		for (long long b = 0; b < hit; b++) /* evictable ones: taken from the free */
-			reuse += r->px.ref[r->px.off[gq] + b] == 0;
+		long long hit = cache_hits(r, q, all), reuse = 0;
+		for (long long b = 0; b < hit; b++) /* those free but kept: taken from the free */
+			reuse += r->vc.pool.ref[v1_find(r, q, b)] == 0;
 		long long rest = all - hit * r->room->block, c = rest < budget ? rest : budget;
-		if (blocks_of(r, c) + reuse > free - r->keep) {
+		if (blocks_of(r, c) + reuse > *free - r->keep) {
 			if (r->ttft[q] == -2) /* counted once */
 				r->ttft[q] = -3, r->out->waited_for_room++;
 			break;
 		}
-		Live *l = join(r);
-		for (long long b = 0; b < hit; b++)
-			if (r->px.ref[r->px.off[gq] + b]++ == 0)
-				r->blocks++, r->px.evictable--;
-		l->held = hit * r->room->block, l->pending = rest, l->shared = hit;
-		r->used += l->held;
-		r->out->prefix_hit_tokens += l->held;
-		free -= blocks_of(r, c) + reuse;
+		Live *l = v1_join(r, q, hit);
+		if (!l)
+			return -1;
 		budget -= c;
 		take_tokens(g, l, c, &ctx);
+		v1_allocate(r, l, c);
 	}
 	g->decode_ctx = g->decode_seqs ? ctx / (double)g->decode_seqs : 0;
 	g->logit_rows += g->decode_seqs;
@@ -626,10 +691,11 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 	long long step = r->room->replicas, next = first;
 	double now = t->req[first].arrival_s;
 	r->n_live = r->used = r->blocks = r->n_wait = 0;
-	if (r->px.grp) { /* each replica's cache starts empty */
-		memset(r->px.cached, 0, (size_t)r->px.n_grp * sizeof(*r->px.cached));
-		memset(r->px.ref, 0, (size_t)r->px.off[r->px.n_grp] * sizeof(*r->px.ref));
-		r->px.evictable = r->px.cursor = 0;
+	if (v1) { /* each replica's cache starts empty */
+		kv_blocks_reset(&r->vc.pool);
+		for (long long k = 0; k < r->vc.off[r->vc.n_grp]; k++)
+			r->vc.gwhere[k] = -1;
+		r->vc.dup_tokens = 0;
 	}
 	for (;;) {
 		for (; next < t->n && t->req[next].arrival_s <= now; next += step)
@@ -642,7 +708,10 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 		}
 		InferRagged g;
 		InferPhase ph;
-		if (v1 && compose_v1(r, &g))
+		int rc = v1 ? compose_v1(r, &g) : 0;
+		if (rc < 0)
+			return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+		if (rc)
 			return outgrows(r, r->live[0].req, err);
 		if (!v1)
 			compose(r, &g);
@@ -663,6 +732,8 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 	}
 	if (now - t->req[0].arrival_s > r->out->makespan_s)
 		r->out->makespan_s = now - t->req[0].arrival_s;
+	if (v1)
+		r->out->prefix_evicted_blocks += r->vc.pool.evicted;
 	return 0;
 }
 
@@ -687,13 +758,12 @@ static int distinct_lengths(const InferTrace *t, Costs *c)
 	return 0;
 }
 
-/* The trace's prefix groups into x (allocated; prefixes_free frees them): its distinct
- * prefix ids other than 0, each with room for the longest prefix of its requests in blocks of
- * `block`, nothing cached. 0, or -1 out of memory. */
-static int prefixes_make(const InferTrace *t, long long block, Prefixes *x)
+/* The trace's prefix groups into x->grp, x->n_grp and x->off (allocated): its distinct prefix
+ * ids other than 0, each with room for the longest prefix of its requests in blocks of
+ * `block`. 0, or -1 out of memory. */
+static int groups_make(const InferTrace *t, long long block, V1Cache *x)
 {
 	long long n = t->n, *ids = malloc((size_t)n * sizeof(*ids)), k = 0;
-	memset(x, 0, sizeof(*x));
 	x->grp = malloc((size_t)n * sizeof(*x->grp));
 	if (!ids || !x->grp) {
 		free(ids);
@@ -706,9 +776,7 @@ static int prefixes_make(const InferTrace *t, long long block, Prefixes *x)
 	for (long long i = 0; i < k; i++)
 		if (!i || ids[i] != ids[x->n_grp - 1])
 			ids[x->n_grp++] = ids[i];
-	x->cached = calloc((size_t)x->n_grp + 1, sizeof(*x->cached));
-	x->off = calloc((size_t)x->n_grp + 1, sizeof(*x->off));
-	if (!x->cached || !x->off) {
+	if (!(x->off = calloc((size_t)x->n_grp + 1, sizeof(*x->off)))) {
 		free(ids);
 		return -1;
 	}
@@ -731,16 +799,39 @@ static int prefixes_make(const InferTrace *t, long long block, Prefixes *x)
 	free(ids);
 	for (long long g = 0; g < x->n_grp; g++)
 		x->off[g + 1] += x->off[g];
-	x->ref = calloc((size_t)x->off[x->n_grp] + 1, sizeof(*x->ref));
-	return x->ref ? 0 : -1;
+	return 0;
 }
 
-static void prefixes_free(Prefixes *x)
+/* vLLM V1's cache of `blocks` blocks for trace t into x (allocated; v1_cache_free frees it),
+ * with the trace's prefix groups when caching and the trace names them. 0, or -1 out of
+ * memory. */
+static int v1_cache_make(const InferTrace *t, long long block, long long blocks, int caching,
+			 V1Cache *x)
 {
+	memset(x, 0, sizeof(*x));
+	x->caching = caching;
+	if (caching && t->prefixes ? groups_make(t, block, x) :
+	    !(x->off = calloc(1, sizeof(*x->off))))
+		return -1;
+	for (long long q = 0; q < t->n; q++) {
+		long long nb = (t->req[q].prompt_tokens + t->req[q].output_tokens + block - 1) / block;
+		if (nb > x->own_stride)
+			x->own_stride = nb;
+	}
+	x->gwhere = malloc(((size_t)x->off[x->n_grp] + 1) * sizeof(*x->gwhere));
+	x->tab = calloc((size_t)t->n, sizeof(*x->tab));
+	return !x->gwhere || !x->tab || kv_blocks_init(&x->pool, blocks) ? -1 : 0;
+}
+
+static void v1_cache_free(V1Cache *x, long long requests)
+{
+	for (long long q = 0; x->tab && q < requests; q++)
+		free(x->tab[q]);
+	free(x->tab);
 	free(x->grp);
-	free(x->cached);
 	free(x->off);
-	free(x->ref);
+	free(x->gwhere);
+	kv_blocks_free(&x->pool);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -813,7 +904,8 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 	r.wait = malloc((size_t)n * sizeof(*r.wait));
 	InferPlan plan = {0};
 	int rc = 0, fused = infer_sched_ragged(&sc->wl);
-	if (sc->wl.prefix_caching && t->prefixes && prefixes_make(t, room->block, &r.px))
+	r.v1 = sc->wl.scheduler == SCHED_VLLM_V1;
+	if (r.v1 && v1_cache_make(t, room->block, r.total, sc->wl.prefix_caching, &r.vc))
 		no_room = 1;
 	if (no_room || !r.live || !r.again || !r.made || !r.tpot ||
 	    !r.first || !r.ttft || !r.latency || !r.wait) {
@@ -835,7 +927,7 @@ int infer_replay(const InferScenario *sc, const HwProfile *hw, const InferReplay
 		rc = summarise(t, &r, room, err);
 done:
 	infer_plan_free(&plan);
-	prefixes_free(&r.px);
+	v1_cache_free(&r.vc, n);
 	free(r.wait);
 	free(c.lengths);
 	free(c.prefill_s);

@@ -47,8 +47,11 @@ typedef struct InferReplay {
 	long long preemptions;       /* sequences evicted to make room, each prefilled again */
 	long long forwards;          /* forwards run: prefills and decode steps, or under
 					split_fuse its ragged batches */
-	long long prefix_hit_tokens; /* vllm_v1 with prefix caching: prompt tokens found in the
-					cache at admission, not computed */
+	long long prefix_hit_tokens; /* vllm_v1 with prefix caching: tokens found in the cache at
+					admission, not computed (a shared prefix's full blocks,
+					or a preempted request's own) */
+	long long prefix_evicted_blocks; /* vllm_v1 with prefix caching: blocks whose content could
+					still be found, taken for other content */
 	long long prompt_tokens;     /* the trace's prompt tokens in all */
 	long long prefills_priced;   /* distinct prompt lengths priced */
 	double prefill_mean_s, prefill_sq_mean_s2; /* each request's own prefill (its prompt at

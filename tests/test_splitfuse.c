@@ -209,15 +209,15 @@ static void test_replay_by_hand(void)
 }
 
 /* The k at which the trace "two requests at 0 s of k prompt tokens and 2 outputs, one at 1000 s
- * of 10 and 1" gets a KV cache of exactly two blocks of k tokens, under scheduler sched (its
+ * of 10 and 1" gets a KV cache of exactly n blocks of k tokens, under scheduler sched (its
  * budget key's value budget_k x k + 16, its sequence key 4), by bisection: the cache shrinks as
  * the forward's workspace, which k sets, grows. Predicted into sc and pr; 0 when none found. */
-static long long two_block_cache(const char *sched, long long budget_k, InferScenario *sc,
-				 InferPrediction *pr)
+static long long block_cache(const char *sched, long long budget_k, long long n,
+			     InferScenario *sc, InferPrediction *pr)
 {
 	int v1 = !strcmp(sched, "vllm_v1");
 	char csv[256], wl[256];
-	long long k = 0, lo = 10000, hi = 200000; /* more than 2 blocks at lo, fewer at hi */
+	long long k = 0, lo = 10000, hi = 200000; /* more than n blocks at lo, fewer at hi */
 	for (int tries = 0; tries < 40 && hi - lo > 1; tries++) {
 		k = (lo + hi) / 2;
 		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
@@ -228,9 +228,9 @@ static long long two_block_cache(const char *sched, long long budget_k, InferSce
 			 "max_ragged_sequence_count", k);
 		/* too few blocks for a prompt: refused, as it should be */
 		long long blocks = predict_quiet(csv, wl, 1, sc, pr) ? 0 : pr->replay.kv_blocks;
-		if (blocks == 2)
+		if (blocks == n)
 			return k;
-		if (blocks > 2)
+		if (blocks > n)
 			lo = k;
 		else
 			hi = k;
@@ -240,6 +240,25 @@ static long long two_block_cache(const char *sched, long long budget_k, InferSce
 		}
 	}
 	return 0;
+}
+
+/* vLLM V1 on a cache of exactly n blocks of k tokens (block_cache's k for steps of budget_k x k
+ * + 16 tokens, 4 sequences), its prefix cache on or off: the workload's keys into wl; k, or 0
+ * (a failure noted). */
+static long long v1_block_cache(long long budget_k, long long n, int cache, char wl[256])
+{
+	InferScenario sc;
+	InferPrediction pr;
+	long long k = block_cache("vllm_v1", budget_k, n, &sc, &pr);
+	CU_ASSERT(k > 0);
+	if (k <= 0)
+		return 0;
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	snprintf(wl, 256, "\"scheduler\": \"vllm_v1\", \"enable_prefix_caching\": %s, "
+		 "\"max_num_batched_tokens\": %lld, \"max_num_seqs\": 4, \"block_size\": %lld, ",
+		 cache ? "true" : "false", budget_k * k + 16, k);
+	return k;
 }
 
 /* What a replay by hand expects of it (times to 1e-9 s). */
@@ -272,7 +291,7 @@ static void test_replay_flush_by_hand(void)
 {
 	InferScenario sc;
 	InferPrediction pr;
-	long long k = two_block_cache("split_fuse", 2, &sc, &pr);
+	long long k = block_cache("split_fuse", 2, 2, &sc, &pr);
 	CU_ASSERT_FATAL(k > 0);
 	const InferScenario *ps = &pr.paged;
 	InferRagged g1 = {.chunk_tokens = 2 * k, .chunk_pairs = 2 * pairs(k, 0), .logit_rows = 2};
@@ -288,7 +307,7 @@ static void test_replay_flush_by_hand(void)
 	infer_scenario_free(&sc);
 }
 
-/* vLLM V1 on a cache of exactly two blocks of k tokens (two_block_cache), a budget of k + 16.
+/* vLLM V1 on a cache of exactly two blocks of k tokens (block_cache), a budget of k + 16.
  * Two requests at 0 s, prompts of k tokens and 2 outputs. F1: r0's prompt whole (its first
  * token) and r1's first 16 tokens (one block: V1 admits a prompt for its first chunk's blocks).
  * F2: r0's next token needs a block and none is free: r1, admitted last, is preempted (its 16
@@ -301,7 +320,7 @@ static void test_v1_replay_by_hand(void)
 {
 	InferScenario sc;
 	InferPrediction pr;
-	long long k = two_block_cache("vllm_v1", 1, &sc, &pr);
+	long long k = block_cache("vllm_v1", 1, 2, &sc, &pr);
 	CU_ASSERT_FATAL(k > 0);
 	const InferScenario *ps = &pr.paged;
 	InferRagged g1 = {.chunk_tokens = k + 16, .chunk_pairs = pairs(k, 0) + pairs(16, 0),
@@ -399,7 +418,7 @@ static void test_prefix_cache_shared_blocks(void)
 	}
 }
 
-/* Eviction, on a cache of exactly two blocks of k tokens (two_block_cache: steps of k + 16
+/* Eviction, on a cache of exactly two blocks of k tokens (block_cache: steps of k + 16
  * tokens, 4 sequences). r0 (0 s: prompt k + 1 whose first k are prefix 1's, 1 output) caches
  * prefix 1's block and leaves it free but kept. r2 (2000 s, the same request) finds it: k tokens
  * found. With r1 between them (1000 s: a prompt of 2 k of its own, 1 output), r1's second block
@@ -408,13 +427,10 @@ static void test_prefix_cache_eviction(void)
 {
 	InferScenario sc;
 	InferPrediction pr;
-	long long k = two_block_cache("vllm_v1", 1, &sc, &pr);
-	CU_ASSERT_FATAL(k > 0);
-	infer_predict_free(&pr);
-	infer_scenario_free(&sc);
 	char csv[512], wl[256];
-	snprintf(wl, sizeof(wl), "\"scheduler\": \"vllm_v1\", \"max_num_batched_tokens\": %lld, "
-		 "\"max_num_seqs\": 4, \"block_size\": %lld, ", k + 16, k);
+	long long k = v1_block_cache(1, 2, 1, wl);
+	if (!k)
+		return;
 	for (int between = 0; between < 2; between++) {
 		int at = snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,"
 				  "prefix_tokens\n0,%lld,1,1,%lld\n", k + 1, k);
@@ -428,6 +444,127 @@ static void test_prefix_cache_eviction(void)
 		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 2);
 		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, between ? 0 : k);
 		CU_ASSERT_EQUAL(pr.replay.preemptions, 0);
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
+/* csv replayed by vLLM V1 on a cache of exactly three blocks of k tokens (block_cache's k for
+ * steps of 2 k + 16 tokens, 4 sequences), each request alone: the prompt tokens found cached,
+ * or -1 (a failure noted). */
+static long long three_block_hits(const char *csv, const char *wl)
+{
+	InferScenario sc;
+	InferPrediction pr;
+	if (predict_on(csv, wl, &sc, &pr)) {
+		CU_FAIL("predict");
+		return -1;
+	}
+	CU_ASSERT_EQUAL(pr.replay.kv_blocks, 3);
+	CU_ASSERT_EQUAL(pr.replay.preemptions, 0);
+	long long hits = pr.replay.prefix_hit_tokens;
+	infer_predict_free(&pr);
+	infer_scenario_free(&sc);
+	return hits;
+}
+
+/* vLLM V1 takes the least recently freed block first (BlockPool's free queue: a freed block joins
+ * its back, an allocation takes its front), whatever it holds, and frees a request's blocks
+ * tail first (KVCacheManager.free); a cache of three blocks B0-B2 of k tokens, requests 1000 s
+ * apart. (1) r0 (prompt k + 1, its first k prefix 2's) takes B0 (prefix 2's block) and B1 and
+ * frees them tail first: the queue is B2 B1 B0. r1 (the same with prefix 1) takes B2 (prefix 1's)
+ * and B1: B0 B1 B2. r2 (a prompt of k of its own) takes B0, evicting prefix 2's block though B1
+ * holds nothing: B1 B2 B0. r3 (as r1) finds prefix 1's block in B2: k tokens. r4 (as r0) finds
+ * nothing. Found: k (a cache evicting only when no empty block is left would find 2 k).
+ * (2) r0 (prompt 2 k + 1, its first 2 k prefix 1's) takes B0 B1 B2 and frees them as B2 B1 B0.
+ * r1 (a prompt of 2 k of its own) takes B2 and B1, evicting prefix 1's second block. r2 (as r0)
+ * finds the first: k tokens, where freeing head first would have lost it. */
+static void test_prefix_cache_eviction_order(void)
+{
+	char csv[512], wl[256];
+	long long k = v1_block_cache(2, 3, 1, wl);
+	if (!k)
+		return;
+	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+		 "0,%lld,1,2,%lld\n1000,%lld,1,1,%lld\n2000,%lld,1,0,0\n3000,%lld,1,1,%lld\n"
+		 "4000,%lld,1,2,%lld\n", k + 1, k, k + 1, k, k, k + 1, k, k + 1, k);
+	CU_ASSERT_EQUAL(three_block_hits(csv, wl), k);
+	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+		 "0,%lld,1,1,%lld\n1000,%lld,1,0,0\n2000,%lld,1,1,%lld\n", 2 * k + 1, 2 * k,
+		 2 * k, 2 * k + 1, 2 * k);
+	CU_ASSERT_EQUAL(three_block_hits(csv, wl), k);
+}
+
+/* A preempted request finds its own blocks again (vLLM V1 names every full block by its
+ * content, outputs included). A cache of three blocks of k tokens, steps of 2 k + 16: block_cache's
+ * trace, r0 and r1 at 0 s (prompts of k, 2 outputs), r2 at 1000 s (10, 1). F1: both prompts
+ * whole (a block each), their first tokens. F2: r0's next token takes the third block; r1's has
+ * none, and r1, admitted last, is preempted, its full block freed but kept. r0 decodes at
+ * context k and ends. Never more than two blocks are taken once a forward's tokens are in. F3: r1 again, k + 1 tokens: it finds its first block (at most k tokens)
+ * and computes 1 token after k, its second and last. F4: r2 alone. Without the cache F3
+ * computes all k + 1. TTFT F1, F1, F4; latency F1 + F2, F1 + F2 + F3, F4; TPOT F2 and F2 + F3. */
+static void test_prefix_cache_preempted_own_blocks(void)
+{
+	for (int on = 1; on >= 0; on--) {
+		InferScenario sc;
+		InferPrediction pr;
+		char csv[256], wl[256];
+		long long k = v1_block_cache(2, 3, on, wl);
+		if (!k)
+			return;
+		snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens\n0,%lld,2\n"
+			 "0,%lld,2\n1000,10,1\n", k, k);
+		if (predict_on(csv, wl, &sc, &pr)) {
+			CU_FAIL("predict");
+			return;
+		}
+		const InferScenario *ps = &pr.paged;
+		InferRagged g1 = {.chunk_tokens = 2 * k, .chunk_pairs = 2 * pairs(k, 0),
+				  .logit_rows = 2};
+		InferRagged g2 = {.decode_seqs = 1, .decode_ctx = (double)k, .logit_rows = 1};
+		InferRagged g3 = {.chunk_tokens = 1, .chunk_pairs = pairs(1, k),
+				  .chunk_prior = (double)k, .logit_rows = 1};
+		InferRagged g3_off = {.chunk_tokens = k + 1, .chunk_pairs = pairs(k + 1, 0),
+				      .logit_rows = 1};
+		InferRagged g4 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
+		double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2);
+		double f3 = forward_s(ps, on ? &g3 : &g3_off), f4 = forward_s(ps, &g4);
+		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 3);
+		assert_replay(&pr.replay, (ReplayWant){1, 4, 2, (2 * f1 + f4) / 3,
+						       ((f1 + f2) + (f1 + f2 + f3) + f4) / 3,
+						       (f2 + (f2 + f3)) / 2, 1000 + f4});
+		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, on ? k : 0);
+		CU_ASSERT(!on || f3 < forward_s(ps, &g3_off));
+		infer_predict_free(&pr);
+		infer_scenario_free(&sc);
+	}
+}
+
+/* Two requests of one prefix scheduled in the same step share its blocks: vLLM V1 names a block
+ * when the step that fills it is scheduled (allocate_slots), so the second finds the first's.
+ * r0 and r1 at 0 s, prompts of 48 whose first 32 are prefix 1's, 1 output, blocks of 16. F1:
+ * r0's 48 tokens (3 blocks) and r1's last 16 after 32 found (1 block of its own): 4 blocks, 64
+ * distinct tokens in the cache, where without the cache F1 computes 96 in 6 blocks. r2 (1000 s,
+ * prompt 10, 1 output) runs alone: F2. */
+static void test_prefix_cache_same_step(void)
+{
+	static const char *csv = "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+				 "0,48,1,1,32\n0,48,1,1,32\n1000,10,1,0,0\n";
+	for (int on = 1; on >= 0; on--) {
+		InferScenario sc;
+		InferPrediction pr;
+		if (predict_v1(csv, on, &sc, &pr))
+			return;
+		InferRagged g_on = {.chunk_tokens = 64, .chunk_pairs = pairs(48, 0) + pairs(16, 32),
+				    .chunk_prior = 32, .logit_rows = 2};
+		InferRagged g_off = {.chunk_tokens = 96, .chunk_pairs = 2 * pairs(48, 0),
+				     .logit_rows = 2};
+		InferRagged g2 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
+		double f1 = forward_s(&pr.paged, on ? &g_on : &g_off), f2 = forward_s(&pr.paged, &g2);
+		assert_replay(&pr.replay, (ReplayWant){0, 2, on ? 4 : 6, (2 * f1 + f2) / 3,
+						       (2 * f1 + f2) / 3, 0, 1000 + f2});
+		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, on ? 32 : 0);
+		CU_ASSERT_EQUAL(pr.replay.peak_kv_tokens, on ? 64 : 96);
 		infer_predict_free(&pr);
 		infer_scenario_free(&sc);
 	}
@@ -686,6 +823,12 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_shared_blocks},
 			    {"vLLM V1's prefix cache: a kept block evicted when needed",
 			     test_prefix_cache_eviction},
+			    {"vLLM V1's prefix cache: least recently freed first, tail first",
+			     test_prefix_cache_eviction_order},
+			    {"vLLM V1's prefix cache: a preempted request finds its own blocks",
+			     test_prefix_cache_preempted_own_blocks},
+			    {"vLLM V1's prefix cache: shared within the step that computes it",
+			     test_prefix_cache_same_step},
 			    {"vLLM V1's prefix cache: a request rate's prefix held once",
 			     test_prefix_cache_memory},
 			    {"bad input", test_bad_input});
