@@ -87,12 +87,13 @@ struct CommRequest {
 
 size_t comm_dtype_bytes(CommDtype dt)
 {
-	return dt == COMM_FP32 ? 4 : (dt == COMM_FP16 || dt == COMM_BF16) ? 2 : dt == COMM_INT8 ? 1 : 0;
+	return dt == COMM_FP32 ? 4 : (dt == COMM_FP16 || dt == COMM_BF16) ? 2 : dt == COMM_INT8 ? 1 :
+	       dt == COMM_INT64 ? 8 : 0;
 }
 
 const char *comm_dtype_name(CommDtype dt)
 {
-	static const char *const n[] = {"fp32", "fp16", "bf16", "int8"};
+	static const char *const n[] = {"fp32", "fp16", "bf16", "int8", "int64"};
 	return (unsigned)dt < N_COMM_DTYPES ? n[dt] : "?";
 }
 

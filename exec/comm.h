@@ -14,8 +14,9 @@
 #include "../engine/schedule.h"
 #include "../kernels/precision.h"
 
-/* COMM_INT8: bytes moved as they are (ZeRO++'s quantized values); never reduced. */
-typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, COMM_INT8, N_COMM_DTYPES } CommDtype;
+/* COMM_INT8: bytes moved as they are (ZeRO++'s quantized values); never reduced. COMM_INT64:
+ * counts (an MoE gate's busiest expert, all-reduced with max). */
+typedef enum { COMM_FP32, COMM_FP16, COMM_BF16, COMM_INT8, COMM_INT64, N_COMM_DTYPES } CommDtype;
 typedef enum { COMM_SUM, COMM_MAX, N_COMM_REDOPS } CommRedOp;
 
 /* the collectives' type for a kernel's values */

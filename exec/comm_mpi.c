@@ -40,7 +40,8 @@ int mpi_count(size_t count, const char *call, PxError *err)
 
 MPI_Datatype mpi_type(CommDtype dt)
 {
-	return dt == COMM_FP32 ? MPI_FLOAT : dt == COMM_INT8 ? MPI_INT8_T : MPI_UINT16_T;
+	return dt == COMM_FP32 ? MPI_FLOAT : dt == COMM_INT8 ? MPI_INT8_T :
+	       dt == COMM_INT64 ? MPI_INT64_T : MPI_UINT16_T;
 }
 
 /* ---- set-up ---- */

@@ -155,8 +155,25 @@ static void fp32_max(void *out, const void *a, const void *b, size_t n)
 		po[i] = pa[i] > pb[i] ? pa[i] : pb[i];
 }
 
+static void int64_sum(void *out, const void *a, const void *b, size_t n)
+{
+	const int64_t *pa = a, *pb = b;
+	int64_t *po = out;
+	for (size_t i = 0; i < n; i++)
+		po[i] = pa[i] + pb[i];
+}
+
+static void int64_max(void *out, const void *a, const void *b, size_t n)
+{
+	const int64_t *pa = a, *pb = b;
+	int64_t *po = out;
+	for (size_t i = 0; i < n; i++)
+		po[i] = pa[i] > pb[i] ? pa[i] : pb[i];
+}
+
 typedef void (*ReduceFn)(void *out, const void *a, const void *b, size_t n);
 static const ReduceFn REDUCE[N_COMM_DTYPES][N_COMM_REDOPS] = {
+	[COMM_INT64] = {int64_sum, int64_max},
 	[COMM_FP32] = {fp32_sum, fp32_max},
 	[COMM_FP16] = {fp16_sum, fp16_max},
 	[COMM_BF16] = {bf16_sum, bf16_max},

@@ -393,7 +393,7 @@ static void nccl_abort(void *world, int code)
 static ncclDataType_t nccl_type(CommDtype dt)
 {
 	return dt == COMM_FP32 ? ncclFloat32 : dt == COMM_FP16 ? ncclFloat16 :
-	       dt == COMM_INT8 ? ncclInt8 : ncclBfloat16;
+	       dt == COMM_INT8 ? ncclInt8 : dt == COMM_INT64 ? ncclInt64 : ncclBfloat16;
 }
 
 static ncclRedOp_t nccl_op(CommRedOp op)

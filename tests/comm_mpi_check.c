@@ -550,6 +550,24 @@ out:
 
 /* ---- errors come back as messages naming the rank, the call and MPI's reason ---- */
 
+/* int64 counts reduced exactly past fp32's 24 bits: rank r gives (r + 1) 2^40 + r, whose max
+ * over n ranks is n 2^40 + n - 1 and sum n (n + 1) / 2 2^40 + n (n - 1) / 2; 8 bytes each. */
+static void run_int64(Comm *world)
+{
+	PxError err = {0};
+	int r = comm_rank(world), n = comm_size(world);
+	int64_t v[2] = {((int64_t)r + 1) * (1LL << 40) + r, ((int64_t)r + 1) * (1LL << 40) + r};
+	CALL(comm_all_reduce(world, v, v, 1, COMM_INT64, COMM_MAX, &err));
+	CALL(comm_all_reduce(world, v + 1, v + 1, 1, COMM_INT64, COMM_SUM, &err));
+	int64_t max = (int64_t)n * (1LL << 40) + n - 1;
+	int64_t sum = (int64_t)n * (n + 1) / 2 * (1LL << 40) + (int64_t)n * (n - 1) / 2;
+	CHECK(v[0] == max, "int64 all_reduce max: %lld, expected %lld", (long long)v[0],
+	      (long long)max);
+	CHECK(v[1] == sum, "int64 all_reduce sum: %lld, expected %lld", (long long)v[1],
+	      (long long)sum);
+	comm_counters_reset(world);
+}
+
 /* INT8, ZeRO++'s quantized values: an all-gather and an all-to-all move every byte to its
  * place (rank j's byte k is j x 5 + k - 100, a value that needs the sign), and a reduction of
  * it is refused, naming why. */
@@ -1177,6 +1195,7 @@ int main(int argc, char **argv)
 			run_started(dp, "dp", dt);
 	}
 	run_int8(world);
+	run_int64(world);
 	run_started_send(world);
 	if (dp)
 		run_rounding(dp);
