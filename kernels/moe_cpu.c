@@ -169,6 +169,10 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 	if (m->ep > 1 && !m->all_to_all)
 		return px_fail(err, PX_ERR_INPUT, "moe: expert parallelism of %d without an "
 			       "all-to-all", m->ep);
+	if (m->dropless && tp_t(m) > 1)
+		return px_fail(err, PX_ERR_INPUT, "moe: a dropless capacity under tensor parallelism "
+			       "of %d: the CPU kernels split a fixed capacity over the tensor-parallel "
+			       "ranks only (drop_tokens)", m->tp->t);
 	if (tp_t(m) > 1) {
 		if (gpt_tp_check(c, m->tp, B, T, err))
 			return -1;
@@ -303,11 +307,12 @@ MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int 
 	a.ln2 = a.att + (m->scores_apart ? 0 :
 			 m->ix ? sparse_eager_probs_elems(m->ix, B) :
 				 (size_t)B * (size_t)(c->NH / (int)t) * T * T);
-	a.disp = a.ln2 + btc;
+	a.disp = m->dropless ? 0 : a.ln2 + btc; /* dropless: in slot_acts */
 	a.fc = a.disp + slots * C;
 	a.gelu = a.fc + slots * I;
 	a.eout = a.gelu + slots * I;
-	a.total_bytes = (a.eout + slots * C) * e;
+	a.slot_bytes = slots * (2 * C + 2 * I) * e;
+	a.total_bytes = (a.ln2 + btc) * e + (m->dropless ? 0 : a.slot_bytes);
 	return a;
 }
 
@@ -351,6 +356,12 @@ static void gate(const MoeCpu *m, const float *logits, const float *probs, int N
 	moe_cpu_route(logits, probs, N, m->E, m->k, m->cap, m->rts ? rt->weight : NULL, rt);
 }
 
+/* Where the saved activations' slot part lies: slot_acts when dropless, else acts. */
+static void *slot_base(const MoeCpu *m, const void *acts)
+{
+	return m->dropless ? m->slot_acts : (void *)acts;
+}
+
 /* total elements of type m->t; in may be overwritten */
 static void exchange(const MoeCpu *m, void *in, void *out, size_t total)
 {
@@ -389,6 +400,7 @@ static void softmax_rows(float *probs, const float *logits, int N, int E)
 #define P(f) precision_at(params, f, t)
 #define A(f) precision_at(acts, a.f, t)
 #define F(f) ((float *)acts + a.f)
+#define S(f) precision_at(sa, a.f, t)
 
 /* The router's fp32 operands: TopKGate's copies in 16-bit, the tensors themselves in fp32. */
 static const float *gate_input(const MoeCpu *m, const MoeBlockActs *a, const void *acts)
@@ -409,6 +421,7 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 {
 	PrecisionType t = m->t;
 	MoeBlockActs a = *ap;
+	const void *sa = slot_base(m, acts);
 	for (int s = 0; s < N; s++) {
 		float w[2]; /* each choice's weight in t (top-1 or top-2: moe_cpu_check) */
 		for (int j = 0; j < m->k; j++)
@@ -420,7 +433,7 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 				if (rt->slot[i] < 0)
 					continue;
 				size_t o = ((size_t)rt->expert[i] * m->cap + rt->slot[i]) * C + ch;
-				v += w[j] * precision_load(acts, a.eout + o, t);
+				v += w[j] * precision_load(sa, a.eout + o, t);
 			}
 			size_t at = (size_t)s * C + ch;
 			v = precision_round(v, t) + precision_load(acts, a.res2 + at, t);
@@ -429,17 +442,29 @@ static void combine(const MoeCpu *m, int N, int C, const MoeRoute *rt, const voi
 	}
 }
 
-void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
-			   const void *x, void *y, void *acts, void *att, float *scratch)
+long long moe_cpu_busiest(const float *logits, const float *probs, int S, int E, int k)
+{
+	long long count[64] = {0}, most = 0;
+	for (int s = 0; s < S; s++) {
+		int e1 = argmax_except(probs + (size_t)s * E, E, -1);
+		count[e1]++;
+		if (k == 2)
+			count[argmax_except(logits + (size_t)s * E, E, e1)]++;
+	}
+	for (int e = 0; e < E && e < 64; e++)
+		most = count[e] > most ? count[e] : most;
+	return most;
+}
+
+long long moe_cpu_block_gate(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			     const void *x, void *acts, void *att, float *scratch)
 {
 	PrecisionType t = m->t;
-	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep;
-	size_t btc = (size_t)N * C, slots_c = (size_t)E * cap * C, e = precision_bytes(t);
+	int N = B * T, C = c->C, E = m->E;
+	size_t btc = (size_t)N * C, e = precision_bytes(t);
 	MoeLayout L = moe_layout(c, m);
 	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
 	GptBlockActs ga = attention_acts(&a);
-	MoeRoute rt = route_in(c, m, B, T, scratch);
-	void *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back, of type t */
 
 	par_cpu_memcpy(A(x_in), x, btc * e);
 	if (tp_t(m) > 1)
@@ -459,6 +484,20 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 		for (int j = 0; j < E; j++)
 			F(logits)[(size_t)s * E + j] +=
 				moe_cpu_gumbel(m->rts_stream, m->rts_first + (uint64_t)s, j);
+	return m->dropless ? moe_cpu_busiest(F(logits), F(probs), N, E, m->k) : 0;
+}
+
+void moe_cpu_block_experts(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			   void *y, void *acts, float *scratch)
+{
+	PrecisionType t = m->t;
+	int N = B * T, C = c->C, E = m->E, I = m->I, cap = m->cap, El = m->E / m->ep;
+	size_t slots_c = (size_t)E * cap * C, e = precision_bytes(t);
+	MoeLayout L = moe_layout(c, m);
+	MoeBlockActs a = moe_cpu_block_acts(c, m, B, T);
+	MoeRoute rt = route_in(c, m, B, T, scratch);
+	void *send = scratch; /* (E, cap, C) out, then (ep, E_l, cap, C) back, of type t */
+	void *sa = slot_base(m, acts);
 	gate(m, F(logits), F(probs), N, &rt);
 
 	/* dispatch: each kept choice's ln2 row to its expert's slot; empty slots stay 0 */
@@ -471,16 +510,16 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 						    t),
 				       precision_at(acts, a.ln2 + (size_t)s * C, t), (size_t)C * e);
 		}
-	exchange(m, send, A(disp), slots_c);
+	exchange(m, send, S(disp), slots_c);
 
 	/* the local experts over what each source rank sent them, every slot (DeepSpeed's experts
 	 * run on the whole capacity buffer, empty slots included) */
 	for (int q = 0; q < m->ep; q++)
 		for (int j = 0; j < El; j++) {
 			size_t blk = (size_t)q * El + j;
-			void *in = precision_at(acts, a.disp + blk * cap * C, t);
-			void *fc = precision_at(acts, a.fc + blk * cap * I, t);
-			void *ge = precision_at(acts, a.gelu + blk * cap * I, t);
+			void *in = S(disp + blk * cap * C);
+			void *fc = S(fc + blk * cap * I);
+			void *ge = S(gelu + blk * cap * I);
 			ops16_matmul_forward(t, fc, in, P(L.fc_w + (size_t)j * C * I),
 					     P(L.fc_b + (size_t)j * I), cap, C, I);
 			ops16_gelu_forward(t, ge, fc, (size_t)cap * I);
@@ -488,8 +527,15 @@ void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, co
 					     P(L.down_w + (size_t)j * I * C),
 					     P(L.down_b + (size_t)j * C), cap, I, C);
 		}
-	exchange(m, send, A(eout), slots_c);
+	exchange(m, send, S(eout), slots_c);
 	combine(m, N, C, &rt, acts, &a, y);
+}
+
+void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			   const void *x, void *y, void *acts, void *att, float *scratch)
+{
+	moe_cpu_block_gate(c, m, B, T, params, x, acts, att, scratch);
+	moe_cpu_block_experts(c, m, B, T, params, y, acts, scratch);
 }
 
 /* d probs from the combine weights' gradients dw (N k), through top-1's w = p[e1] or top-2's
@@ -528,6 +574,7 @@ static void combine_backward(const MoeCpu *m, int N, int C, const MoeRoute *rt, 
 {
 	PrecisionType t = m->t;
 	MoeBlockActs a = *ap;
+	const void *sa = slot_base(m, acts);
 	par_cpu_memset(send, 0, (size_t)m->E * m->cap * C * precision_bytes(t));
 	for (int s = 0; s < N; s++) {
 		const float *d = dy + (size_t)s * C;
@@ -541,7 +588,7 @@ static void combine_backward(const MoeCpu *m, int N, int C, const MoeRoute *rt, 
 			double dot = 0;
 			for (int ch = 0; ch < C; ch++) {
 				precision_store(send, at + ch, w * d[ch], t);
-				dot += (double)d[ch] * precision_load(acts, a.eout + at + ch, t);
+				dot += (double)d[ch] * precision_load(sa, a.eout + at + ch, t);
 			}
 			dw[i] = (float)dot;
 		}
@@ -583,6 +630,7 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 	float *dprobs = dlogits + (size_t)N * E;                      /* (N, E) */
 	float *dw = dlogits; /* the weights' gradients (N k <= N E) until the router's backward */
 	float *din = dge + 2 * capc; /* an expert's input gradient, dge's second half */
+	const void *sa = slot_base(m, acts);
 
 	gate(m, F(logits), F(probs), N, &rt);
 	combine_backward(m, N, C, &rt, dy, acts, &a, buf_a, dw);
@@ -597,10 +645,10 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 			par_cpu_memset(dge, 0, (size_t)cap * I * sizeof(float));
 			ops16_matmul_backward(t, dge, grads + L.down_w + (size_t)j * I * C,
 					      grads + L.down_b + (size_t)j * C, dout,
-					      A(gelu + blk * cap * I),
+					      S(gelu + blk * cap * I),
 					      P(L.down_w + (size_t)j * I * C), cap, I, C);
 			par_cpu_memset(dfc, 0, (size_t)cap * I * sizeof(float));
-			ops16_gelu_backward(t, dfc, dge, A(fc + blk * cap * I), (size_t)cap * I);
+			ops16_gelu_backward(t, dfc, dge, S(fc + blk * cap * I), (size_t)cap * I);
 			const void *dfc_t = dfc;
 			if (t != PREC_F32) {
 				ops16_round(t, dge, dfc, (size_t)cap * I);
@@ -609,7 +657,7 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 			par_cpu_memset(din, 0, capc * sizeof(float));
 			ops16_matmul_backward(t, din, grads + L.fc_w + (size_t)j * C * I,
 					      grads + L.fc_b + (size_t)j * I, dfc_t,
-					      A(disp + blk * capc), P(L.fc_w + (size_t)j * C * I),
+					      S(disp + blk * capc), P(L.fc_w + (size_t)j * C * I),
 					      cap, C, I);
 			ops16_round(t, precision_at(buf_a, blk * capc, t), din, capc);
 		}
@@ -655,3 +703,4 @@ void moe_cpu_block_backward(const GptConfig *c, const MoeCpu *m, int B, int T,
 #undef P
 #undef A
 #undef F
+#undef S

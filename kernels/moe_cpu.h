@@ -121,12 +121,21 @@ typedef struct MoeCpu {
 	 * and backward of a block: the backward routes again and must route alike. */
 	int rts, gumbel;
 	uint64_t rts_stream, rts_first;
+	/* Dropless (DeepSpeed's drop_tokens off; no tensor parallelism): the capacity is the
+	 * busiest expert's count, all-reduced (max) over the expert-parallel group. A forward is
+	 * then two calls: moe_cpu_block_gate gives this rank's busiest count, the caller agrees it
+	 * over the group and sets cap, and moe_cpu_block_experts runs the rest. The saved
+	 * activations' slot part (disp, fc, gelu, eout: MoeBlockActs.slot_bytes at that cap) is the
+	 * caller's buffer slot_acts, not in acts; the backward takes the forward's cap and
+	 * slot_acts. */
+	int dropless;
+	void *slot_acts;
 } MoeCpu;
 
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2,
  * k <= E, rts only with k 1, gumbel only with k 2, ep divides E, 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and
  * all_to_all is set for ep > 1; under tensor parallelism gpt_tp_check passes, without sp, t
- * divides cap and all_to_all is set. */
+ * divides cap, all_to_all is set and the capacity is not dropless. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
 
 /* ---- parameter layout ---- */
@@ -162,9 +171,12 @@ typedef struct MoeBlockActs {
 	size_t ln2;    /* (N, C) the router's and the dispatch's input */
 	size_t disp;   /* (ep, E_l, cap, C) the tokens the local experts received, by source rank */
 	size_t fc, gelu; /* (ep, E_l, cap, I) each */
-	size_t eout;   /* (E, cap, C) the experts' outputs for this rank's tokens, come back */
+	size_t eout;   /* (E, cap, C) the experts' outputs for this rank's tokens, come back; these
+			  four from slot_acts' start when dropless */
 	size_t total_bytes; /* 4 (2 N E) + bytes(t) (N (4 C + (4 C + NH T) / t) + slots (2 C +
-			       2 I)), and in 16-bit 4 (N C + C E) more */
+			       2 I)), and in 16-bit 4 (N C + C E) more; dropless, without the
+			       slots' part */
+	size_t slot_bytes;  /* the slots' part, bytes(t) slots (2 C + 2 I) */
 } MoeBlockActs;
 MoeBlockActs moe_cpu_block_acts(const GptConfig *c, const MoeCpu *m, int B, int T);
 /* total_bytes: engine/activ.c's MoE block for bytes(t) activations (DeepSpeed's gate), no dropout,
@@ -178,11 +190,23 @@ size_t moe_cpu_scratch_bytes(const GptConfig *c, const MoeCpu *m, int B, int T);
 
 /* ---- the block ---- */
 
+/* The most choices any expert gets from the S tokens (logits and probs as moe_cpu_route's): top-1
+ * each token's first choice, top-2 its two (DeepSpeed's exp_counts, the dropless capacity). */
+long long moe_cpu_busiest(const float *logits, const float *probs, int S, int E, int k);
+
 /* y (N, C) = x + attn(ln1(x)), then + moe(ln2(.)); y may be x. Two all-to-alls of E_l cap C
  * elements per rank (dispatch, then combine). params, x, y of type m->t. att: the attention
  * probabilities' buffer under scores_apart, else NULL. */
 void moe_cpu_block_forward(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
 			   const void *x, void *y, void *acts, void *att, float *scratch);
+/* The forward in two, dropless: the attention and the gate's logits and probabilities into acts,
+ * returning this rank's busiest count (moe_cpu_busiest); then, with cap and slot_acts set, the
+ * routing, the all-to-alls, the experts and the combine into y. moe_cpu_block_forward is the
+ * two at the fixed cap. */
+long long moe_cpu_block_gate(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			     const void *x, void *acts, void *att, float *scratch);
+void moe_cpu_block_experts(const GptConfig *c, const MoeCpu *m, int B, int T, const void *params,
+			   void *y, void *acts, float *scratch);
 /* Selective recompute: att rebuilt from the block's kept q, k, v (and the attention output
  * rewritten with what it holds), bit for bit the forward's, with no collective. */
 void moe_cpu_block_scores(const GptConfig *c, const MoeCpu *m, int B, int T, void *acts,

@@ -315,6 +315,7 @@ static void test_layouts(void)
 typedef struct Block {
 	MoeCpu m;
 	float *params, *grads, *acts, *scratch, *x, *y, *dy, *dx;
+	float *slots; /* dropless: the saved activations' slot part, room for any capacity */
 } Block;
 
 /* params, x and y hold elements of type t (the allocation fits fp32's); grads, dy, dx fp32 */
@@ -325,8 +326,11 @@ static void block_init_t(Block *b, int k, int ep, int r, PrecisionType t)
 	size_t np = moe_cpu_unit_params(&CFG, &b->m);
 	b->params = floats(np);
 	b->grads = floats(np);
-	b->acts = floats((moe_cpu_block_acts(&CFG, &b->m, B, T).total_bytes + 3) / 4);
-	b->scratch = floats(moe_cpu_scratch_bytes(&CFG, &b->m, B, T) / 4);
+	MoeCpu most = b->m; /* the largest capacity: every token to one expert */
+	most.cap = N;
+	b->acts = floats((moe_cpu_block_acts(&CFG, &most, B, T).total_bytes + 3) / 4);
+	b->scratch = floats(moe_cpu_scratch_bytes(&CFG, &most, B, T) / 4);
+	b->slots = floats((moe_cpu_block_acts(&CFG, &most, B, T).slot_bytes + 3) / 4);
 	b->x = floats((size_t)N * CFG.C);
 	b->y = floats((size_t)N * CFG.C);
 	b->dy = floats((size_t)N * CFG.C);
@@ -354,7 +358,7 @@ static void fill_x(Block *b, uint64_t stream)
 
 static void block_free(Block *b)
 {
-	free(b->params), free(b->grads), free(b->acts), free(b->scratch);
+	free(b->params), free(b->grads), free(b->acts), free(b->scratch), free(b->slots);
 	free(b->x), free(b->y), free(b->dy), free(b->dx);
 }
 
@@ -548,6 +552,7 @@ typedef struct Exchange {
 	const void *in[MAX_EP];
 	long calls[MAX_EP];
 	size_t elems[MAX_EP];
+	long long busiest[MAX_EP]; /* dropless: each rank's busiest expert's count */
 } Exchange;
 
 typedef struct EpRank {
@@ -571,21 +576,72 @@ static void sim_all_to_all(void *ctx, void *in, void *out, size_t n)
 	x->elems[k->r] += n * (size_t)x->ep;
 }
 
+/* Dropless: the forward's two halves with the busiest counts all-reduced (max) between them,
+ * the slot part in b->slots. */
+static void dropless_forward(EpRank *k)
+{
+	Block *b = &k->b;
+	Exchange *x = k->x;
+	x->busiest[k->r] = moe_cpu_block_gate(&CFG, &b->m, B, T, b->params, b->x, b->acts, NULL,
+					      b->scratch);
+	pthread_barrier_wait(&x->bar);
+	long long cap = 0;
+	for (int q = 0; q < x->ep; q++)
+		cap = x->busiest[q] > cap ? x->busiest[q] : cap;
+	pthread_barrier_wait(&x->bar);
+	b->m.cap = (int)cap;
+	b->m.slot_acts = b->slots;
+	moe_cpu_block_experts(&CFG, &b->m, B, T, b->params, b->y, b->acts, b->scratch);
+}
+
 static void *ep_main(void *arg)
 {
 	EpRank *k = arg;
 	Block *b = &k->b;
-	moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, NULL,
-			      b->scratch);
+	if (b->m.dropless)
+		dropless_forward(k);
+	else
+		moe_cpu_block_forward(&CFG, &b->m, B, T, b->params, b->x, b->y, b->acts, NULL,
+				      b->scratch);
 	moe_cpu_block_backward(&CFG, &b->m, B, T, b->params, b->grads, b->acts, NULL, b->dy,
 			       b->dx, b->scratch);
 	return NULL;
 }
 
+/* The capacity that drops none of a gating's choices, counted apart from moe_cpu_busiest: the
+ * largest slot + 1 when routed at capacity N, where nothing is dropped (top-2's second choices
+ * numbered after every first choice of their expert). */
+static int needed_capacity(const Block *b)
+{
+	MoeBlockActs a = moe_cpu_block_acts(&CFG, &b->m, B, T);
+	int ex[2 * N], sl[2 * N], most = 0;
+	float w[2 * N];
+	MoeRoute rt = {ex, sl, w};
+	moe_cpu_route(b->acts + a.logits, b->acts + a.probs, N, E, b->m.k, N, NULL, &rt);
+	for (int i = 0; i < N * b->m.k; i++)
+		most = sl[i] + 1 > most ? sl[i] + 1 : most;
+	return most;
+}
+
+/* Whether routing b's saved gating at capacity cap drops a choice. */
+static int drops_at(const Block *b, int cap)
+{
+	MoeBlockActs a = moe_cpu_block_acts(&CFG, &b->m, B, T);
+	int ex[2 * N], sl[2 * N], dropped = 0;
+	float w[2 * N];
+	MoeRoute rt = {ex, sl, w};
+	moe_cpu_route(b->acts + a.logits, b->acts + a.probs, N, E, b->m.k, cap, NULL, &rt);
+	for (int i = 0; i < N * b->m.k; i++)
+		dropped |= sl[i] < 0;
+	return dropped;
+}
+
 /* Top-1, top-2, then top-1 with random token selection and top-2 with second-expert sampling
  * (their draws keyed by the tokens' global indices: rank r's first token is r N, the
- * reference's micro-batch r the same). */
-static void expert_parallel(PrecisionType t)
+ * reference's micro-batch r the same). Dropless (DeepSpeed's drop_tokens off): each rank's
+ * busiest count is the capacity that drops none of its choices, the ranks run at the larger,
+ * and the reference at that capacity as a fixed one (dropping nothing) gives the same bits. */
+static void expert_parallel(PrecisionType t, int dropless)
 {
 	size_t nc = (size_t)N * CFG.C, e = precision_bytes(t);
 	for (int v = 0; v < 4; v++) {
@@ -602,6 +658,7 @@ static void expert_parallel(PrecisionType t)
 			rk[r].b.m.all_to_all = sim_all_to_all;
 			rk[r].b.m.rts = rts, rk[r].b.m.gumbel = gumbel;
 			rk[r].b.m.rts_stream = 77, rk[r].b.m.rts_first = r * N;
+			rk[r].b.m.dropless = dropless;
 			fill_x(&rk[r].b, 10 + r);
 			fill(rk[r].b.dy, nc, 1.0f, 20 + r);
 			PxError err = {0};
@@ -617,6 +674,18 @@ static void expert_parallel(PrecisionType t)
 		Block ref;
 		block_init_t(&ref, k, 1, 0, t);
 		ref.m.rts = rts, ref.m.gumbel = gumbel, ref.m.rts_stream = 77;
+		if (dropless) {
+			int agreed = rk[0].b.m.cap, busier = x.busiest[1] > x.busiest[0];
+			CU_ASSERT_EQUAL(agreed, rk[1].b.m.cap);
+			for (int r = 0; r < 2; r++) {
+				CU_ASSERT_EQUAL(x.busiest[r], needed_capacity(&rk[r].b));
+				CU_ASSERT(!drops_at(&rk[r].b, agreed));
+			}
+			CU_ASSERT_EQUAL(agreed, x.busiest[busier]);
+			CU_ASSERT(drops_at(&rk[busier].b, agreed - 1)); /* the count is tight */
+			CU_ASSERT(agreed != ref.m.cap); /* other than the fixed capacity's */
+			ref.m.cap = agreed;
+		}
 		GptTensor tw[MOE_CPU_MAX_TENSORS], tl[MOE_CPU_MAX_TENSORS];
 		moe_cpu_unit_tensors(&CFG, &ref.m, tw);
 		moe_cpu_unit_tensors(&CFG, &rk[0].b.m, tl);
@@ -668,8 +737,14 @@ static void expert_parallel(PrecisionType t)
 
 static void test_expert_parallel(void)
 {
-	expert_parallel(PREC_F32);
-	expert_parallel(PREC_BF16);
+	expert_parallel(PREC_F32, 0);
+	expert_parallel(PREC_BF16, 0);
+}
+
+static void test_expert_parallel_dropless(void)
+{
+	expert_parallel(PREC_F32, 1);
+	expert_parallel(PREC_BF16, 1);
 }
 
 /* ---- bf16 against fp32 ---- */
@@ -1221,6 +1296,8 @@ int test_moe_register(void)
 			    {"backward against central differences", test_backward_differences},
 			    {"ep 2 against one rank, bit for bit, fp32 and bf16",
 			     test_expert_parallel},
+			    {"dropless: ep 2 at the busiest expert's count against one rank at that "
+			     "capacity, bit for bit", test_expert_parallel_dropless},
 			    {"bf16 against fp32", test_bf16_against_fp32},
 			    {"run: losses against one rank", test_run_losses, PX_RELEASE_RUN},
 			    {"run: bf16 losses against one rank", test_run_losses_bf16, PX_RELEASE_RUN},
