@@ -770,7 +770,7 @@ void runner_destroy(Runner *r)
 	if (r->sparse)
 		r->cb->set_sparse(r->cx, NULL);
 	sparse_index_free(&r->ix);
-	free(r->expert_off);
+	runner_moe_free(r);
 	if (r->scalar)
 		r->cb->release(r->cx, PLACE_GPU, r->scalar);
 	if (r->own_cx)

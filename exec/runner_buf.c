@@ -434,6 +434,8 @@ void runner_do_free(Runner *r, int id)
 		runner_nvme_free(r, id);
 		return;
 	}
+	if (a->what == BUF_ACTIVATIONS)
+		runner_moe_free_acts(r, a);
 	arena_free(&r->arena, a->place, a->cat, r->buf[id], r->size[id]);
 	r->buf[id] = NULL;
 }

@@ -84,6 +84,12 @@ struct Runner {
 				   (after the dense buckets, flat_dense on; units in forward order) */
 	long long own_expert;   /* of own_flat, the expert part (padded to a multiple of edp) */
 	size_t moe_dense;       /* an MoE block's tensors before its experts (norm1 .. router) */
+	/* dropless MoE blocks, by (micro-batch, unit) as u_act: the capacity the forward agreed
+	 * (-1: none yet) and its saved activations' slot part (kernels/moe_cpu.h slot_acts),
+	 * allocated once the gate has counted, at that capacity, and freed with the rest */
+	int *moe_cap;
+	void **moe_slot_acts;
+	size_t *moe_slot_bytes;
 	int stage, n_stages;    /* pipeline stage (the schedule's rank) and pp */
 	const Op *pipe_recvd[2]; /* received, for the next backward [0] and forward [1] to take
 				    into the hidden stream (runner_pipe_take); NULL: none waits */
@@ -617,6 +623,11 @@ void runner_moe_backward(Runner *r, const Op *op, const void *params, float *gra
 /* Selective recompute: the MoE block's attention probabilities rebuilt into the live scores'
  * buffer from its kept q, k, v. */
 void runner_moe_scores(Runner *r, void *acts);
+/* The activations allocated by op being freed: a dropless MoE block's slot part with them. */
+void runner_moe_free_acts(Runner *r, const Op *op);
+/* What runner_moe_setup allocated (runner_destroy has freed every buffer, slot parts with
+ * their activations). */
+void runner_moe_free(Runner *r);
 /* A collective over the expert-data-parallel group that names no buffer (the expert flat's
  * reductions and gathers, build_expert_flat): on the expert part of the flat. */
 int runner_moe_flat_coll(Runner *r, const Op *op, PxError *err);

@@ -40,8 +40,9 @@ const char *runner_moe_supported(const Plan *p)
 			       "evenly)";
 	if (m->top_k > 2 || m->experts > 64)
 		return "top-1 or top-2 gating of at most 64 experts";
-	if (!q->drop_tokens)
-		return "MoE blocks with moe.drop_tokens (a capacity the schedule states)";
+	if (!q->drop_tokens && p->par.tp > 1)
+		return "dropless MoE blocks (moe.drop_tokens false) without tensor parallelism "
+		       "(kernels/moe_cpu splits a fixed capacity over the tensor-parallel ranks)";
 	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
 		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
 	return NULL;
@@ -55,8 +56,10 @@ static void ep_exchange(Runner *r, const void *in, void *out, size_t total)
 {
 	int i = r->tp_next;
 	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
+	/* dropless, the schedule's size is the plan's estimate of the capacity, and what moves is
+	 * the capacity the gate agreed */
 	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_TO_ALL ||
-	    op->unit != r->tp_unit || op->elems != (long long)total) {
+	    op->unit != r->tp_unit || (op->elems != (long long)total && !r->moe.dropless)) {
 		r->tp_failed = 1;
 		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's MoE kernels make an "
 			"expert-parallel all_to_all of %zu elements, the schedule has %s there", i,
@@ -139,12 +142,113 @@ static void name_draw(Runner *r, const Op *op)
 	r->moe.rts_stream = r->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(op->unit + 1));
 }
 
+/* ---- dropless ---- */
+
+/* The capacity every rank of the expert-parallel group runs at: the largest of their busiest
+ * counts, all-reduced (max) as the schedule's next op states (engine/build.c's moe_colls), or
+ * this rank's own without a group; -1 on failure (tp_err says why). */
+static long long agree_capacity(Runner *r, long long busiest)
+{
+	if (!r->ep || comm_size(r->ep) == 1)
+		return busiest;
+	int i = r->tp_next;
+	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
+	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_REDUCE ||
+	    op->unit != r->tp_unit || op->elems != 1 || op->elem_bytes != 8) {
+		r->tp_failed = 1;
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's dropless gate "
+			"all-reduces (max) its busiest expert's count, one int64, over the "
+			"expert-parallel group; the schedule has %s there", i, r->tp_unit,
+			op ? (op->kind == OP_COLL ? coll_name(op->sub) : op_kind_name(op->kind)) :
+			     "nothing");
+		return -1;
+	}
+	r->tp_next++;
+	int64_t v = busiest;
+	double t0 = px_now_s();
+	if (comm_all_reduce(r->ep, &v, &v, 1, COMM_INT64, COMM_MAX, &r->tp_err)) {
+		r->tp_failed = 1;
+		return -1;
+	}
+	double dt = px_now_s() - t0;
+	r->tp_s += dt;
+	r->op_s[N_COMPS + COLL_ALL_REDUCE] += dt;
+	return v;
+}
+
+/* The scratch at least bytes: a larger one in its place (what it held is not needed across
+ * the kernels' calls). 0, or -1 out of memory (tp_err says). */
+static int scratch_at_least(Runner *r, size_t bytes)
+{
+	int id = r->id_scratch;
+	if (r->size[id] >= bytes)
+		return 0;
+	const Op *a = r->alloc_of[id];
+	arena_free(&r->arena, a->place, a->cat, r->buf[id], r->size[id]);
+	r->buf[id] = arena_alloc(&r->arena, a->place, a->cat, bytes);
+	r->size[id] = r->buf[id] ? bytes : 0;
+	if (r->buf[id])
+		return 0;
+	r->tp_failed = 1;
+	return px_fail(&r->tp_err, PX_ERR_RUNTIME, "out of memory growing the MoE scratch to %zu "
+		       "bytes", bytes);
+}
+
+/* The (micro-batch, unit) index of op's activations, as u_act's. */
+static int act_slot(const Runner *r, const Op *op)
+{
+	return op->mb * r->p->n_units + op->unit;
+}
+
+void runner_moe_free_acts(Runner *r, const Op *op)
+{
+	if (!r->moe_slot_acts || op->unit < 0 || !is_moe_unit(r, op->unit))
+		return;
+	int k = act_slot(r, op);
+	if (r->moe_slot_acts[k])
+		arena_free(&r->arena, op->place, op->cat, r->moe_slot_acts[k], r->moe_slot_bytes[k]);
+	r->moe_slot_acts[k] = NULL, r->moe_cap[k] = -1;
+}
+
+/* Dropless: the gate's counts agreed into the capacity, the slot part allocated at it (beside
+ * the activations, in their category), the scratch grown to it, then the rest of the block. */
+static void dropless_forward(Runner *r, const Op *op, const void *params, const void *x,
+			     void *y, void *acts)
+{
+	MoeCpu m = r->moe;
+	long long cap = agree_capacity(r, moe_cpu_block_gate(&r->cfg, &m, r->B, r->T, params, x,
+							     acts, scores(r),
+							     r->buf[r->id_scratch]));
+	if (cap < 1)
+		return;
+	int k = act_slot(r, op), id = r->u_act[k];
+	const Op *a = r->alloc_of[id];
+	m.cap = (int)cap;
+	runner_moe_free_acts(r, a); /* a full recompute's forward again */
+	size_t bytes = moe_cpu_block_acts(&r->cfg, &m, r->B, r->T).slot_bytes;
+	r->moe_slot_acts[k] = arena_alloc(&r->arena, a->place, a->cat, bytes);
+	if (!r->moe_slot_acts[k]) {
+		r->tp_failed = 1;
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "out of memory allocating unit %d's MoE slots "
+			"(%zu bytes at capacity %lld)", op->unit, bytes, cap);
+		return;
+	}
+	r->moe_slot_bytes[k] = bytes, r->moe_cap[k] = (int)cap;
+	if (scratch_at_least(r, moe_cpu_scratch_bytes(&r->cfg, &m, r->B, r->T)))
+		return;
+	m.slot_acts = r->moe_slot_acts[k];
+	moe_cpu_block_experts(&r->cfg, &m, r->B, r->T, params, y, acts, r->buf[r->id_scratch]);
+}
+
 void runner_moe_forward(Runner *r, const Op *op, const void *params, const void *x, void *y,
 			void *acts)
 {
 	name_draw(r, op);
-	moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts, scores(r),
-			      r->buf[r->id_scratch]);
+	if (r->moe.dropless)
+		dropless_forward(r, op, params, x, y, acts);
+	else
+		moe_cpu_block_forward(&r->cfg, &r->moe, r->B, r->T, params, x, y, acts, scores(r),
+				      r->buf[r->id_scratch]);
 }
 
 void runner_moe_scores(Runner *r, void *acts)
@@ -156,8 +260,22 @@ void runner_moe_backward(Runner *r, const Op *op, const void *params, float *gra
 			 const void *acts, float *dx)
 {
 	name_draw(r, op);
-	moe_cpu_block_backward(&r->cfg, &r->moe, r->B, r->T, params, grads, acts, scores(r), dx,
-			       dx, r->buf[r->id_scratch]);
+	MoeCpu m = r->moe;
+	if (m.dropless) { /* at its forward's capacity, on its slots */
+		int k = act_slot(r, op);
+		if (r->moe_cap[k] < 1 || !r->moe_slot_acts[k]) {
+			r->tp_failed = 1;
+			px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's backward in "
+				"micro-batch %d before its dropless forward", (int)(op - r->s->ops),
+				op->unit, op->mb);
+			return;
+		}
+		m.cap = r->moe_cap[k], m.slot_acts = r->moe_slot_acts[k];
+		if (scratch_at_least(r, moe_cpu_scratch_bytes(&r->cfg, &m, r->B, r->T)))
+			return;
+	}
+	moe_cpu_block_backward(&r->cfg, &m, r->B, r->T, params, grads, acts, scores(r), dx, dx,
+			       r->buf[r->id_scratch]);
 }
 
 /* ---- the expert flat ---- */
@@ -254,7 +372,8 @@ int runner_moe_setup(Runner *r, PxError *err)
 			  .all_to_all = moe_all_to_all, .tp = r->gtp.t > 1 ? &r->gtp : NULL,
 			  .scores_apart = p->sc->ckpt == CKPT_SELECTIVE,
 			  .ix = r->sparse ? &r->ix : NULL, .rts = m->top_k == 1 && p->par.moe.use_rts,
-			  .gumbel = m->top_k == 2 && p->par.moe.second_sampling};
+			  .gumbel = m->top_k == 2 && p->par.moe.second_sampling,
+			  .dropless = !p->par.moe.drop_tokens};
 	if (moe_cpu_check(&r->cfg, &r->moe, r->B, r->T, err))
 		return -1;
 	GptTensor t[MOE_CPU_MAX_TENSORS];
@@ -272,5 +391,23 @@ int runner_moe_setup(Runner *r, PxError *err)
 			off += (long long)(unit_params(r, u) - r->moe_dense);
 	}
 	r->own_expert = (off + r->n_edp - 1) / r->n_edp * r->n_edp;
+	if (!r->moe.dropless)
+		return 0;
+	size_t n = (size_t)r->slots * (size_t)p->n_units;
+	r->moe_cap = malloc(n * sizeof(*r->moe_cap));
+	r->moe_slot_acts = calloc(n, sizeof(*r->moe_slot_acts));
+	r->moe_slot_bytes = calloc(n, sizeof(*r->moe_slot_bytes));
+	if (!r->moe_cap || !r->moe_slot_acts || !r->moe_slot_bytes)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (size_t k = 0; k < n; k++)
+		r->moe_cap[k] = -1;
 	return 0;
+}
+
+void runner_moe_free(Runner *r)
+{
+	free(r->moe_cap);
+	free(r->moe_slot_acts);
+	free(r->moe_slot_bytes);
+	free(r->expert_off);
 }

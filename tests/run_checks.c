@@ -111,7 +111,7 @@ void px_check_losses(const char *base, const PxRunCase *cases, int n, double bou
 	}
 }
 
-sqlite3 *px_run_measured(const char *args, int ranks)
+sqlite3 *px_run_db(const char *args, int ranks)
 {
 	static char text[65536];
 	char cmd[4096], db_path[512];
@@ -123,12 +123,18 @@ sqlite3 *px_run_measured(const char *args, int ranks)
 	CU_ASSERT_EQUAL_FATAL(rc, 0);
 	sqlite3 *db;
 	CU_ASSERT_EQUAL_FATAL(sqlite3_open(db_path, &db), SQLITE_OK);
+	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured"),
+			ranks);
+	return db;
+}
+
+sqlite3 *px_run_measured(const char *args, int ranks)
+{
+	sqlite3 *db = px_run_db(args, ranks);
 	double pairs = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 			     PX_EXACT_PAIRS);
 	double bad = px_test_query(db, "SELECT COUNT(*) FROM predicted_vs_measured WHERE "
 			   PX_EXACT_PAIRS " AND measured != predicted");
-	CU_ASSERT_EQUAL(px_test_query(db, "SELECT COUNT(DISTINCT rank) FROM predicted_vs_measured"),
-			ranks);
 	CU_ASSERT(pairs >= ranks * 20);
 	if (bad != 0)
 		fprintf(stderr, "\n%s: %g of %g metrics differ\n", args, bad, pairs);

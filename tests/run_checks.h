@@ -30,7 +30,10 @@ struct cJSON *px_run_json(const char *args);
 struct cJSON *px_run_json_serial(const char *args);
 /* The first `max` losses of a run's JSON into out; how many. */
 int px_json_losses(const struct cJSON *j, double *out, int max);
-/* `parallax ARGS --db DB` (ARGS: "run ... --ranks R ...") must exit 0; then every rank's memory
+/* `parallax ARGS --db DB` (ARGS: "run ... --ranks R ...") must exit 0 and store every rank's
+ * figures; the open database (the caller closes it). */
+struct sqlite3 *px_run_db(const char *args, int ranks);
+/* px_run_db; then every rank's memory
  * by category and communication per collective (PX_EXACT_PAIRS, at least 20 a rank) must equal
  * the prediction and the pool peaks be px_check_pool_peaks'. The open database (the caller
  * closes it); DB is a fresh file in a temporary folder. */

@@ -1097,6 +1097,59 @@ static void test_run_recompute(void)
 	sqlite3_close(db);
 }
 
+/* Dropless (moe.drop_tokens false: top1gating and top2gating without dropping): the capacity is
+ * the busiest expert's count, all-reduced (max) over the expert-parallel group, so no token is
+ * dropped and a larger capacity only pads with empty slots, which add nothing to any output or
+ * gradient: the runs match the single rank (at each micro-batch's own busiest count) within
+ * test_run_losses' bound and argument, at ep 2 over 2 and 4 ranks, ZeRO 2 and top-2, and full
+ * recompute (gating, agreeing and dispatching again) equals the run without to the bit. The
+ * scenario's fixed capacity drops tokens (64 a micro-batch over 4 experts of 16), so the dropless
+ * losses leave the dropping run's by more than the bound: the flag is live. Measured against
+ * predicted, the plan's capacity is an estimate (the busiest count expected under uniform
+ * routing) and the run's the gate's: the model states and the reductions equal the prediction
+ * (the 8-byte max counted in the all-reduces), while each all-to-all moves E x cap x C fp32
+ * values, 4 a micro-batch, so a step's all-to-all bytes are 4 x 4 x 64 x 4 = 4096 x the sum
+ * of its 4 micro-batches' capacities, each at least the mean load k N / E = 16 (and at most
+ * N = 64): a multiple of 4096 in [4 x 16, 4 x 64] x 4096, and not the predicted figure. */
+static void test_run_dropless(void)
+{
+	static const PxRunCase cases[] = {
+		{2, "--set moe.ep_size=2"},
+		{4, "--set moe.ep_size=2"},
+		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
+	};
+	char base[1024];
+	double ref[PX_LOSS_STEPS], dropping[PX_LOSS_STEPS];
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.drop_tokens=false",
+		 moe_scenario());
+	px_check_losses(base, cases, (int)(sizeof(cases) / sizeof(cases[0])), 1e-6, 1, ref);
+	draw_active_and_recomputed(base, ref, "--set moe.drop_tokens=true");
+	snprintf(base, sizeof(base), "run '%s' --no-db --json --set moe.drop_tokens=false --set "
+		 "moe.k=2", moe_scenario());
+	px_check_losses(base, cases, 1, 1e-6, 1, ref);
+	CU_ASSERT_EQUAL_FATAL(px_run_losses(base, 1, PX_LOSS_STEPS, "--set moe.drop_tokens=true",
+					    dropping), PX_LOSS_STEPS);
+	CU_ASSERT(px_worst_rel(ref, dropping, PX_LOSS_STEPS) > 1e-5);
+
+	char args[1024];
+	snprintf(args, sizeof(args), "run '%s' --ranks 2 --steps 1 --set moe.ep_size=2 --set "
+		 "moe.drop_tokens=false", moe_scenario());
+	sqlite3 *db = px_run_db(args, 2);
+	static const char *const same[] = {"memory.gpu.params_bytes", "memory.gpu.grads_bytes",
+					   "memory.gpu.optimizer_bytes", "comm.all_reduce_bytes",
+					   "comm.all_gather_bytes"};
+	for (int r = 0; r < 2; r++) {
+		for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+			CU_ASSERT_EQUAL(px_run_metric(db, same[i], "measured", r),
+					px_run_metric(db, same[i], "predicted", r));
+		double moved = px_run_metric(db, "comm.all_to_all_bytes", "measured", r);
+		double caps = moved / 4096;
+		CU_ASSERT(caps == floor(caps) && caps >= 4 * 16 && caps <= 4 * 64);
+		CU_ASSERT(moved != px_run_metric(db, "comm.all_to_all_bytes", "predicted", r));
+	}
+	sqlite3_close(db);
+}
+
 /* Selective recompute: an MoE block keeps everything but its attention probabilities, which its
  * forward computes into the scores' buffer and drops, and which are rebuilt from the kept q, k, v
  * (with no collective: the experts' exchanges are not repeated) before its backward. The
@@ -1270,7 +1323,8 @@ static void test_run_refusals(void)
 		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
 		 "parallelism.sequence_parallel with DeepSpeed's MoE layer"},
-		{2, "--set moe.drop_tokens=false", "moe.drop_tokens"},
+		{4, "--set parallelism.tp=2 --set moe.drop_tokens=false",
+		 "dropless MoE blocks (moe.drop_tokens false) without tensor parallelism"},
 		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
 		{4, "--set parallelism.tp=2 --set moe.capacity_factor=1.01",
 		 "parallelism.tp = 2 does not divide the experts' capacity, 17 tokens"},
@@ -1306,6 +1360,8 @@ int test_moe_register(void)
 			    {"run: memory and traffic against the prediction, fp32 and bf16",
 			     test_run_measured, PX_RELEASE_RUN},
 			    {"run: refusals", test_run_refusals, PX_RELEASE_RUN},
+			    {"run: dropless, losses against one rank, the capacity agreed and measured",
+			     test_run_dropless, PX_RELEASE_RUN},
 			    {"run: full recompute, the same losses to the bit, six all-to-alls",
 			     test_run_recompute, PX_RELEASE_RUN},
 			    {"run: selective recompute, the same losses to the bit, no extra all-to-all",
