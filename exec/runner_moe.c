@@ -19,7 +19,6 @@ const char *runner_moe_supported(const Plan *p)
 {
 	const Scenario *sc = p->sc;
 	const ModelSpec *m = &sc->model;
-	const MoeSpec *q = &p->par.moe;
 	if (sc->backend != BACKEND_CPU)
 		return "MoE blocks on backend \"cpu\" only (kernels/moe_cpu)";
 	if (sc->ds.dtype != DT_FP32 && !m->ds_gate)
@@ -40,9 +39,6 @@ const char *runner_moe_supported(const Plan *p)
 			       "evenly)";
 	if (m->top_k > 2 || m->experts > 64)
 		return "top-1 or top-2 gating of at most 64 experts";
-	if (!q->drop_tokens && p->par.tp > 1)
-		return "dropless MoE blocks (moe.drop_tokens false) without tensor parallelism "
-		       "(kernels/moe_cpu splits a fixed capacity over the tensor-parallel ranks)";
 	if ((m->moe_I && m->moe_I != m->I) || m->I != 4 * m->h)
 		return "MoE experts of GPT-2's intermediate size, 4 x n_embd";
 	return NULL;
@@ -96,12 +92,13 @@ static void moe_all_to_all(void *ctx, void *in, void *out, size_t n)
 		ep_exchange(r, in, out, total);
 		return;
 	}
-	size_t e = dt_bytes(r->pdt), C = (size_t)r->cfg.C, rows = (size_t)(m->cap / t);
+	size_t e = dt_bytes(r->pdt), C = (size_t)r->cfg.C;
+	size_t cap = total / ((size_t)m->E * C), rows = cap / (size_t)t; /* dropless: the gate's */
 	size_t piece = rows * C, mine = total / (size_t)t; /* elements a row block, a rank's part */
 	char *a = in, *b = out;
 	for (int x = 0; x < m->E; x++) /* forward in memory: each block moves down or stays */
 		memmove(a + (size_t)x * piece * e,
-			a + ((size_t)x * (size_t)m->cap + (size_t)r->gtp.r * rows) * C * e, piece * e);
+			a + ((size_t)x * cap + (size_t)r->gtp.r * rows) * C * e, piece * e);
 	char *gathered = a, *from = a;
 	if (m->ep > 1) { /* in's front to out's, then gathered back into in */
 		ep_exchange(r, a, b, mine);
@@ -117,7 +114,7 @@ static void moe_all_to_all(void *ctx, void *in, void *out, size_t n)
 	char *laid = gathered == a ? b : a;
 	for (int q = 0; q < t; q++)
 		for (int x = 0; x < m->E; x++)
-			memcpy(laid + ((size_t)x * (size_t)m->cap + (size_t)q * rows) * C * e,
+			memcpy(laid + ((size_t)x * cap + (size_t)q * rows) * C * e,
 			       gathered + ((size_t)q * mine + (size_t)x * piece) * e, piece * e);
 	if (laid != b)
 		memcpy(b, laid, total * e);
@@ -210,8 +207,10 @@ void runner_moe_free_acts(Runner *r, const Op *op)
 	r->moe_slot_acts[k] = NULL, r->moe_cap[k] = -1;
 }
 
-/* Dropless: the gate's counts agreed into the capacity, the slot part allocated at it (beside
- * the activations, in their category), the scratch grown to it, then the rest of the block. */
+/* Dropless: the gate's counts agreed into the capacity (under tensor parallelism rounded up to
+ * a multiple of t, which splits it, and for top-1 at most the rank's tokens: top1gating), the
+ * slot part allocated at it (beside the activations, in their category), the scratch grown to
+ * it, then the rest of the block. */
 static void dropless_forward(Runner *r, const Op *op, const void *params, const void *x,
 			     void *y, void *acts)
 {
@@ -221,6 +220,17 @@ static void dropless_forward(Runner *r, const Op *op, const void *params, const 
 							     r->buf[r->id_scratch]));
 	if (cap < 1)
 		return;
+	int t = r->gtp.t > 1 ? r->gtp.t : 1, tokens = r->B * r->T;
+	cap = (cap + t - 1) / t * t;
+	if (m.k == 1 && cap > tokens)
+		cap = tokens;
+	if (cap % t) { /* moe/mappings.py _drop_tokens asserts that t divides it */
+		r->tp_failed = 1;
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "unit %d: a dropless capacity of %lld tokens "
+			"(top-1's at most the rank's %d) that tensor parallelism of %d does not divide",
+			op->unit, cap, tokens, t);
+		return;
+	}
 	int k = act_slot(r, op), id = r->u_act[k];
 	const Op *a = r->alloc_of[id];
 	m.cap = (int)cap;

@@ -22,8 +22,11 @@ static const Op *take(Runner *r, CollKind kind, size_t total, PrecisionType dt)
 	const Schedule *s = r->s;
 	int i = r->tp_next;
 	const Op *op = i < s->n ? &s->ops[i] : NULL;
+	/* a dropless MoE block's gathers of its capacity: the schedule's size is the plan's
+	 * estimate of it, what moves the gate's (its attention's collectives are all-reduces) */
+	int sized = !(r->moe.dropless && kind == COLL_ALL_GATHER && is_moe_unit(r, r->tp_unit));
 	if (!op || op->kind != OP_COLL || op->group != GROUP_TP || op->sub != (int)kind ||
-	    op->unit != r->tp_unit || op->elems != (long long)total ||
+	    op->unit != r->tp_unit || (sized && op->elems != (long long)total) ||
 	    op->elem_bytes != (int)precision_bytes(dt)) {
 		r->tp_failed = 1;
 		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a "

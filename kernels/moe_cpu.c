@@ -169,10 +169,6 @@ int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *er
 	if (m->ep > 1 && !m->all_to_all)
 		return px_fail(err, PX_ERR_INPUT, "moe: expert parallelism of %d without an "
 			       "all-to-all", m->ep);
-	if (m->dropless && tp_t(m) > 1)
-		return px_fail(err, PX_ERR_INPUT, "moe: a dropless capacity under tensor parallelism "
-			       "of %d: the CPU kernels split a fixed capacity over the tensor-parallel "
-			       "ranks only (drop_tokens)", m->tp->t);
 	if (tp_t(m) > 1) {
 		if (gpt_tp_check(c, m->tp, B, T, err))
 			return -1;

@@ -121,8 +121,9 @@ typedef struct MoeCpu {
 	 * and backward of a block: the backward routes again and must route alike. */
 	int rts, gumbel;
 	uint64_t rts_stream, rts_first;
-	/* Dropless (DeepSpeed's drop_tokens off; no tensor parallelism): the capacity is the
-	 * busiest expert's count, all-reduced (max) over the expert-parallel group. A forward is
+	/* Dropless (DeepSpeed's drop_tokens off): the capacity is the busiest expert's count,
+	 * all-reduced (max) over the expert-parallel group (under tensor parallelism rounded up
+	 * to a multiple of t, the caller's: t must divide it). A forward is
 	 * then two calls: moe_cpu_block_gate gives this rank's busiest count, the caller agrees it
 	 * over the group and sets cap, and moe_cpu_block_experts runs the rest. The saved
 	 * activations' slot part (disp, fc, gelu, eout: MoeBlockActs.slot_bytes at that cap) is the
@@ -135,7 +136,7 @@ typedef struct MoeCpu {
 /* 0, or -1 with err filled, unless gpt_cpu_check passes (gpt16_check in 16-bit), 1 <= k <= 2,
  * k <= E, rts only with k 1, gumbel only with k 2, ep divides E, 0 <= r < ep, cap >= 1, I = 4 C (gpt_cpu's MLP) and
  * all_to_all is set for ep > 1; under tensor parallelism gpt_tp_check passes, without sp, t
- * divides cap, all_to_all is set and the capacity is not dropless. */
+ * divides cap and all_to_all is set. */
 int moe_cpu_check(const GptConfig *c, const MoeCpu *m, int B, int T, PxError *err);
 
 /* ---- parameter layout ---- */

@@ -1101,7 +1101,9 @@ static void test_run_recompute(void)
  * the busiest expert's count, all-reduced (max) over the expert-parallel group, so no token is
  * dropped and a larger capacity only pads with empty slots, which add nothing to any output or
  * gradient: the runs match the single rank (at each micro-batch's own busiest count) within
- * test_run_losses' bound and argument, at ep 2 over 2 and 4 ranks, ZeRO 2 and top-2, and full
+ * test_run_losses' bound and argument, at ep 2 over 2 and 4 ranks, ZeRO 2, tp 2 (the capacity
+ * rounded up to a multiple of 2, as top1gating pads it for the tensor-parallel split) and
+ * top-2, and full
  * recompute (gating, agreeing and dispatching again) equals the run without to the bit. The
  * scenario's fixed capacity drops tokens (64 a micro-batch over 4 experts of 16), so the dropless
  * losses leave the dropping run's by more than the bound: the flag is live. Measured against
@@ -1117,6 +1119,10 @@ static void test_run_dropless(void)
 		{2, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2"},
 		{4, "--set moe.ep_size=2 --set deepspeed.zero_optimization.stage=2"},
+		/* the capacity rounded up to a multiple of tp, each tensor-parallel rank's half
+		 * exchanged, then gathered (test_run_losses' tp runs) */
+		{2, "--set parallelism.tp=2 --set moe.ep_size=1"},
+		{4, "--set parallelism.tp=2 --set moe.ep_size=2"},
 	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS], dropping[PX_LOSS_STEPS];
@@ -1323,8 +1329,6 @@ static void test_run_refusals(void)
 		 "whose local expert elements divide by the expert-data-parallel size"},
 		{2, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true",
 		 "parallelism.sequence_parallel with DeepSpeed's MoE layer"},
-		{4, "--set parallelism.tp=2 --set moe.drop_tokens=false",
-		 "dropless MoE blocks (moe.drop_tokens false) without tensor parallelism"},
 		/* moe/mappings.py _drop_tokens: ceil(1.01 x 64 / 4) = 17 tokens over tp 2 */
 		{4, "--set parallelism.tp=2 --set moe.capacity_factor=1.01",
 		 "parallelism.tp = 2 does not divide the experts' capacity, 17 tokens"},
