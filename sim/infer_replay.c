@@ -92,7 +92,8 @@ typedef struct Live {
  * blocks of a request's prefix_tokens, the same for every request of its prefix id) or a
  * request's own (the rest of its prompt, its outputs: found again only by the request itself,
  * after a preemption). Blocks are freed tail first (KVCacheManager.free), so that an evicted
- * chain loses its end before its start, and taken least recently freed first. */
+ * chain loses its end before its start, and taken least recently freed first. The pool's first
+ * block is BlockPool's null block, a placeholder no request gets. */
 typedef struct V1Cache {
 	KvBlocks pool;
 	int caching;          /* enable_prefix_caching */
@@ -245,10 +246,11 @@ static int decode(Replica *r, double *now, PxError *err)
  * naming the trace and the request. */
 static int too_long(const Replica *r, long long q, PxError *err)
 {
+	long long usable = r->total - r->v1; /* vLLM V1's null block aside */
 	return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld tokens): longer than the KV "
 		       "cache's %lld tokens (%lld blocks of %lld, %lld of them kept free at admission)",
-		       r->t->path, q + 1, r->t->req[q].prompt_tokens, r->total * r->room->block,
-		       r->total, r->room->block, r->keep);
+		       r->t->path, q + 1, r->t->req[q].prompt_tokens, usable * r->room->block,
+		       usable, r->room->block, r->keep);
 }
 
 /* One replica's requests (every replicas-th from first) through the loop. */
@@ -367,7 +369,7 @@ static void v1_allocate(Replica *r, Live *l, long long c)
 				x->gwhere[k] = id;
 		}
 	}
-	r->blocks = x->pool.n - x->pool.n_free;
+	r->blocks = x->pool.n - x->pool.n_free - 1; /* the null block aside */
 }
 
 /* A sequence's next `tokens` into the cache, the blocks they fill taken as they come (vLLM V1's
@@ -398,7 +400,7 @@ static void release(Replica *r, Live *l)
 		kv_blocks_drop(&x->pool, id);
 	}
 	l->nblk = l->named = 0;
-	r->blocks = x->pool.n - x->pool.n_free;
+	r->blocks = x->pool.n - x->pool.n_free - 1; /* the null block aside */
 }
 
 /* Finished sequence l's own blocks unnamed: no one finds them now (its group's stay). */
@@ -676,10 +678,11 @@ static int compose_v1(Replica *r, InferRagged *g)
 static int outgrows(const Replica *r, long long q, PxError *err)
 {
 	const InferTrace *t = r->t;
+	long long usable = r->total - r->v1; /* vLLM V1's null block aside */
 	return px_fail(err, PX_ERR_INPUT, "%s: request %lld (prompt %lld, output %lld tokens): "
 		       "longer than the KV cache's %lld tokens (%lld blocks of %lld)", t->path, q + 1,
-		       t->req[q].prompt_tokens, t->req[q].output_tokens, r->total * r->room->block,
-		       r->total, r->room->block);
+		       t->req[q].prompt_tokens, t->req[q].output_tokens, usable * r->room->block,
+		       usable, r->room->block);
 }
 
 /* One replica's requests (every replicas-th from first) through FastGen's forwards, or vLLM
@@ -691,8 +694,11 @@ static int run_replica_fused(Replica *r, long long first, PxError *err)
 	long long step = r->room->replicas, next = first;
 	double now = t->req[first].arrival_s;
 	r->n_live = r->used = r->blocks = r->n_wait = 0;
-	if (v1) { /* each replica's cache starts empty */
+	if (v1) { /* each replica's cache starts empty, but for BlockPool's null block (its
+		     first, a placeholder no request gets) */
+		long long none;
 		kv_blocks_reset(&r->vc.pool);
+		kv_blocks_take(&r->vc.pool, &none);
 		for (long long k = 0; k < r->vc.off[r->vc.n_grp]; k++)
 			r->vc.gwhere[k] = -1;
 		r->vc.dup_tokens = 0;

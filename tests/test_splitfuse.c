@@ -209,14 +209,16 @@ static void test_replay_by_hand(void)
 }
 
 /* The k at which the trace "two requests at 0 s of k prompt tokens and 2 outputs, one at 1000 s
- * of 10 and 1" gets a KV cache of exactly n blocks of k tokens, under scheduler sched (its
- * budget key's value budget_k x k + 16, its sequence key 4), by bisection: the cache shrinks as
- * the forward's workspace, which k sets, grows. Predicted into sc and pr; 0 when none found. */
+ * of 10 and 1" gets a KV cache of exactly n blocks of k tokens for its sequences, under scheduler
+ * sched (its budget key's value budget_k x k + 16, its sequence key 4), by bisection: the cache
+ * shrinks as the forward's workspace, which k sets, grows. vLLM V1's holds n + 1 (its BlockPool
+ * keeps the first apart, the null block). Predicted into sc and pr; 0 when none found. */
 static long long block_cache(const char *sched, long long budget_k, long long n,
 			     InferScenario *sc, InferPrediction *pr)
 {
 	int v1 = !strcmp(sched, "vllm_v1");
 	char csv[256], wl[256];
+	n += v1;
 	long long k = 0, lo = 10000, hi = 200000; /* more than n blocks at lo, fewer at hi */
 	for (int tries = 0; tries < 40 && hi - lo > 1; tries++) {
 		k = (lo + hi) / 2;
@@ -441,7 +443,7 @@ static void test_prefix_cache_eviction(void)
 			CU_FAIL("predict");
 			return;
 		}
-		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 2);
+		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 3); /* 2 and the null block */
 		CU_ASSERT_EQUAL(pr.replay.prefix_hit_tokens, between ? 0 : k);
 		CU_ASSERT_EQUAL(pr.replay.preemptions, 0);
 		infer_predict_free(&pr);
@@ -460,7 +462,7 @@ static long long three_block_hits(const char *csv, const char *wl)
 		CU_FAIL("predict");
 		return -1;
 	}
-	CU_ASSERT_EQUAL(pr.replay.kv_blocks, 3);
+	CU_ASSERT_EQUAL(pr.replay.kv_blocks, 4); /* 3 and the null block */
 	CU_ASSERT_EQUAL(pr.replay.preemptions, 0);
 	long long hits = pr.replay.prefix_hit_tokens;
 	infer_predict_free(&pr);
@@ -529,7 +531,7 @@ static void test_prefix_cache_preempted_own_blocks(void)
 		InferRagged g4 = {.chunk_tokens = 10, .chunk_pairs = pairs(10, 0), .logit_rows = 1};
 		double f1 = forward_s(ps, &g1), f2 = forward_s(ps, &g2);
 		double f3 = forward_s(ps, on ? &g3 : &g3_off), f4 = forward_s(ps, &g4);
-		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 3);
+		CU_ASSERT_EQUAL(pr.replay.kv_blocks, 4); /* 3 and the null block */
 		assert_replay(&pr.replay, (ReplayWant){1, 4, 2, (2 * f1 + f4) / 3,
 						       ((f1 + f2) + (f1 + f2 + f3) + f4) / 3,
 						       (f2 + (f2 + f3)) / 2, 1000 + f4});
