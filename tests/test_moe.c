@@ -1102,8 +1102,9 @@ static void test_run_recompute(void)
  * dropped and a larger capacity only pads with empty slots, which add nothing to any output or
  * gradient: the runs match the single rank (at each micro-batch's own busiest count) within
  * test_run_losses' bound and argument, at ep 2 over 2 and 4 ranks, ZeRO 2, tp 2 (the capacity
- * rounded up to a multiple of 2, as top1gating pads it for the tensor-parallel split) and
- * top-2, and full
+ * rounded up to a multiple of 2, as top1gating pads it for the tensor-parallel split), pp 2
+ * (the MoE block on stage 1, its micro-batches' capacities and slots held apart) and top-2, and
+ * full
  * recompute (gating, agreeing and dispatching again) equals the run without to the bit. The
  * scenario's fixed capacity drops tokens (64 a micro-batch over 4 experts of 16), so the dropless
  * losses leave the dropping run's by more than the bound: the flag is live. Measured against
@@ -1123,6 +1124,7 @@ static void test_run_dropless(void)
 		 * exchanged, then gathered (test_run_losses' tp runs) */
 		{2, "--set parallelism.tp=2 --set moe.ep_size=1"},
 		{4, "--set parallelism.tp=2 --set moe.ep_size=2"},
+		{4, "--set parallelism.pp=2 --set moe.ep_size=2"}, /* each micro-batch's own */
 	};
 	char base[1024];
 	double ref[PX_LOSS_STEPS], dropping[PX_LOSS_STEPS];
