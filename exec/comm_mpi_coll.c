@@ -139,44 +139,28 @@ HALF_REDUCE(bf16_sum, bf16_to_f32, f32_to_bf16, x + y)
 HALF_REDUCE(fp16_max, fp16_to_f32, f32_to_fp16, x > y ? x : y)
 HALF_REDUCE(bf16_max, bf16_to_f32, f32_to_bf16, x > y ? x : y)
 
-static void fp32_sum(void *out, const void *a, const void *b, size_t n)
-{
-	const float *pa = a, *pb = b;
-	float *po = out;
-	for (size_t i = 0; i < n; i++)
-		po[i] = pa[i] + pb[i];
-}
-
-static void fp32_max(void *out, const void *a, const void *b, size_t n)
-{
-	const float *pa = a, *pb = b;
-	float *po = out;
-	for (size_t i = 0; i < n; i++)
-		po[i] = pa[i] > pb[i] ? pa[i] : pb[i];
-}
-
-static void int64_sum(void *out, const void *a, const void *b, size_t n)
-{
-	const int64_t *pa = a, *pb = b;
-	int64_t *po = out;
-	for (size_t i = 0; i < n; i++)
-		po[i] = pa[i] + pb[i];
-}
-
-static void int64_max(void *out, const void *a, const void *b, size_t n)
-{
-	const int64_t *pa = a, *pb = b;
-	int64_t *po = out;
-	for (size_t i = 0; i < n; i++)
-		po[i] = pa[i] > pb[i] ? pa[i] : pb[i];
-}
+/* fp32 and int64: computed in their own type */
+#define PLAIN_REDUCE(name, type, combine)                                                 \
+	static void name(void *out, const void *a, const void *b, size_t n)               \
+	{                                                                                  \
+		const type *pa = a, *pb = b;                                               \
+		type *po = out;                                                            \
+		for (size_t i = 0; i < n; i++) {                                           \
+			type x = pa[i], y = pb[i];                                         \
+			po[i] = combine;                                                   \
+		}                                                                          \
+	}
+PLAIN_REDUCE(fp32_sum, float, x + y)
+PLAIN_REDUCE(fp32_max, float, x > y ? x : y)
+PLAIN_REDUCE(int64_sum, int64_t, x + y)
+PLAIN_REDUCE(int64_max, int64_t, x > y ? x : y)
 
 typedef void (*ReduceFn)(void *out, const void *a, const void *b, size_t n);
 static const ReduceFn REDUCE[N_COMM_DTYPES][N_COMM_REDOPS] = {
-	[COMM_INT64] = {int64_sum, int64_max},
 	[COMM_FP32] = {fp32_sum, fp32_max},
 	[COMM_FP16] = {fp16_sum, fp16_max},
 	[COMM_BF16] = {bf16_sum, bf16_max},
+	[COMM_INT64] = {int64_sum, int64_max},
 };
 
 /* ---- scratch ---- */

@@ -608,16 +608,23 @@ static void *ep_main(void *arg)
 	return NULL;
 }
 
+/* b's saved gating routed at capacity cap: each choice's slot (-1: dropped) into sl (N k). */
+static void route_at(const Block *b, int cap, int *sl)
+{
+	MoeBlockActs a = moe_cpu_block_acts(&CFG, &b->m, B, T);
+	int ex[2 * N];
+	float w[2 * N];
+	MoeRoute rt = {ex, sl, w};
+	moe_cpu_route(b->acts + a.logits, b->acts + a.probs, N, E, b->m.k, cap, NULL, &rt);
+}
+
 /* The capacity that drops none of a gating's choices, counted apart from moe_cpu_busiest: the
  * largest slot + 1 when routed at capacity N, where nothing is dropped (top-2's second choices
  * numbered after every first choice of their expert). */
 static int needed_capacity(const Block *b)
 {
-	MoeBlockActs a = moe_cpu_block_acts(&CFG, &b->m, B, T);
-	int ex[2 * N], sl[2 * N], most = 0;
-	float w[2 * N];
-	MoeRoute rt = {ex, sl, w};
-	moe_cpu_route(b->acts + a.logits, b->acts + a.probs, N, E, b->m.k, N, NULL, &rt);
+	int sl[2 * N], most = 0;
+	route_at(b, N, sl);
 	for (int i = 0; i < N * b->m.k; i++)
 		most = sl[i] + 1 > most ? sl[i] + 1 : most;
 	return most;
@@ -626,11 +633,8 @@ static int needed_capacity(const Block *b)
 /* Whether routing b's saved gating at capacity cap drops a choice. */
 static int drops_at(const Block *b, int cap)
 {
-	MoeBlockActs a = moe_cpu_block_acts(&CFG, &b->m, B, T);
-	int ex[2 * N], sl[2 * N], dropped = 0;
-	float w[2 * N];
-	MoeRoute rt = {ex, sl, w};
-	moe_cpu_route(b->acts + a.logits, b->acts + a.probs, N, E, b->m.k, cap, NULL, &rt);
+	int sl[2 * N], dropped = 0;
+	route_at(b, cap, sl);
 	for (int i = 0; i < N * b->m.k; i++)
 		dropped |= sl[i] < 0;
 	return dropped;
