@@ -134,8 +134,7 @@ void infer_report_table(FILE *f, const InferScenario *sc, const InferPrediction 
 	fprintf(f, "# load peak %.2f GiB; KV cache %.0f bytes per token of a sequence on each GPU\n",
 		pr->load_peak_bytes / GiB, p->kv_bytes_per_token);
 	fprintf(f, "# memory holds at most %lld sequences of %lld tokens per replica, or %lld tokens a "
-		"sequence at batch %lld\n", pr->max_batch, w->prompt_tokens + w->output_tokens,
-		pr->max_ctx, w->batch);
+		"sequence at batch %lld\n", pr->max_batch, pr->fit_ctx, pr->max_ctx, pr->fit_batch);
 	fprintf(f, "# the largest model of this width that fits there: %lld blocks, %.4g parameters "
 		"(this one %lld blocks, %.4g)\n", pr->max_layers, pr->max_params, m->L, m->n_params);
 

@@ -188,9 +188,8 @@ int infer_plan_make(const InferScenario *sc, long long batch, long long ctx, Inf
 		p->load_peak_extra_bytes -= p->weight_bytes + p->scale_bytes;
 	p->load_peak_extra_bytes = fmax(p->load_peak_extra_bytes, 0);
 	/* vLLM V1's prefix cache holds a prefix's full blocks once for the sequences that share
-	 * it: every one at a request rate (a trace's groups are the replay's) */
-	if (wl->continuous && wl->prefix_caching && !wl->trace.n)
-		p->shared_tokens = fmin(wl->cached_prefix, (double)p->ctx_tokens);
+	 * it: every one at a request rate, those of one prefix id from a trace */
+	p->shared_tokens = fmin(infer_shared_tokens(wl, batch), (double)p->ctx_tokens);
 	p->kv_bytes = p->kv_bytes_per_token * ((double)batch * (double)p->ctx_tokens -
 					       (double)(batch - 1) * p->shared_tokens);
 	if (!infer_sched_ragged(wl)) {

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,14 +322,74 @@ static int parse_inference(const JsonObj *o, InferConfig *c, PxNotes *notes, PxE
 	return parse_tp(o, c, notes, err) || parse_dtype(o, c, err) || parse_quant(o, c, notes, err);
 }
 
-/* workload.trace: the file relative to the scenario's folder (scenario), read; its means stand
- * for the three keys it replaces, which it refuses beside it. */
 long long infer_prefix_found(long long prefix, long long tokens, long long block)
 {
 	long long most = prefix < tokens - 1 ? prefix : tokens - 1;
 	return most / block * block;
 }
 
+double infer_shared_tokens(const InferWorkload *w, long long batch)
+{
+	if (!w->continuous || !w->prefix_caching)
+		return 0;
+	if (!w->trace.n)
+		return w->cached_prefix;
+	double b = batch > 2 ? (double)batch : 2, saved = 0;
+	for (long long g = 0; g < w->n_prefix_groups; g++) {
+		double f = w->prefix_share[g];
+		saved += w->prefix_found[g] * (b * f - 1 + pow(1 - f, b));
+	}
+	return saved / (b - 1);
+}
+
+typedef struct IdFound {
+	long long id;
+	double found;
+} IdFound;
+
+static int cmp_id(const void *a, const void *b)
+{
+	long long x = ((const IdFound *)a)->id, y = ((const IdFound *)b)->id;
+	return (x > y) - (x < y);
+}
+
+/* A trace's prefix ids (0 aside) into w: each one's share of the requests and the tokens its
+ * requests find cached on average (infer_prefix_found). 0, or -1 out of memory. */
+static int trace_groups(InferWorkload *w, PxError *err)
+{
+	long long n = w->trace.n, k = 0, g = 0;
+	IdFound *v = malloc((size_t)n * sizeof(*v));
+	if (!v)
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	for (long long q = 0; q < n; q++) {
+		const InferRequest *x = &w->trace.req[q];
+		if (x->prefix_id)
+			v[k++] = (IdFound){x->prefix_id, (double)infer_prefix_found(
+				x->prefix_tokens, x->prompt_tokens, w->block)};
+	}
+	qsort(v, (size_t)k, sizeof(*v), cmp_id);
+	for (long long i = 0; i < k; i++)
+		g += !i || v[i].id != v[i - 1].id;
+	w->prefix_share = calloc((size_t)g + 1, sizeof(*w->prefix_share));
+	w->prefix_found = calloc((size_t)g + 1, sizeof(*w->prefix_found));
+	if (!w->prefix_share || !w->prefix_found) {
+		free(v);
+		return px_fail(err, PX_ERR_RUNTIME, "out of memory");
+	}
+	for (long long i = 0, at = -1; i < k; i++) {
+		at += !i || v[i].id != v[i - 1].id;
+		w->prefix_share[at] += 1.0 / (double)n;
+		w->prefix_found[at] += v[i].found;
+	}
+	for (long long i = 0; i < g; i++) /* the sum over the group's requests into their mean */
+		w->prefix_found[i] /= w->prefix_share[i] * (double)n;
+	w->n_prefix_groups = g;
+	free(v);
+	return 0;
+}
+
+/* workload.trace: the file relative to the scenario's folder (scenario), read; its means stand
+ * for the three keys it replaces, which it refuses beside it. */
 static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 		       InferWorkload *w, PxError *err)
 {
@@ -357,7 +418,7 @@ static int parse_trace(const JsonObj *o, const char *file, const char *scenario,
 		w->cached_prefix += (double)infer_prefix_found(w->trace.req[q].prefix_tokens,
 							       w->trace.req[q].prompt_tokens,
 							       w->block) / (double)w->trace.n;
-	return 0;
+	return w->prefix_caching && w->trace.prefixes ? trace_groups(w, err) : 0;
 }
 
 /* vLLM V1's batch defaults for its OpenAI-compatible server (EngineArgs.get_batch_defaults): 8192
@@ -669,6 +730,9 @@ void infer_scenario_free(InferScenario *sc)
 	jov_free(&sc->ov);
 	px_notes_free(&sc->notes);
 	infer_trace_free(&sc->wl.trace);
+	free(sc->wl.prefix_share);
+	free(sc->wl.prefix_found);
+	sc->wl.prefix_share = sc->wl.prefix_found = NULL;
 }
 
 char *infer_scenario_resolved_json(const InferScenario *sc)

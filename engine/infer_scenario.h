@@ -73,12 +73,24 @@ typedef struct InferWorkload {
 	double cached_prefix;     /* prefix caching: the tokens of a prompt the steady state finds
 				     cached, in full blocks and short of its last token:
 				     prefix_tokens', or the mean over a trace's requests */
+	long long n_prefix_groups; /* a trace's prefix ids under prefix caching (owned, with the
+				      trace): each one's share of the requests and the tokens they
+				      find cached on average */
+	double *prefix_share, *prefix_found;
 } InferWorkload;
 
 /* vLLM V1's prefix cache: of a sequence of `tokens` to compute whose first `prefix` are cached,
  * the tokens it finds there: whole blocks of `block`, at most tokens - 1
  * (KVCacheManager.get_computed_blocks: the last token is computed whatever is cached). */
 long long infer_prefix_found(long long prefix, long long tokens, long long block);
+
+/* vLLM V1's prefix cache: of batch sequences' cached tokens, those held once for the others,
+ * per sequence after the first (their KV is batch x context - (batch - 1) x this). At a request
+ * rate the prefix every request finds (cached_prefix); from a trace the expectation over batch
+ * requests drawn from its mix: prefix id g, a share f_g of the requests finding H_g tokens on
+ * average, is held once among the n_g ~ Binomial(batch, f_g) that have it, saving
+ * H_g (batch f_g - 1 + (1 - f_g)^batch) (at batch 2 for a batch of one). 0 without the cache. */
+double infer_shared_tokens(const InferWorkload *w, long long batch);
 
 /* Whether w's scheduler forms ragged forwards under a token budget (prompt chunks beside the
  * decoding sequences' tokens). */

@@ -553,6 +553,7 @@ static int predict_continuous(const InferScenario *sc0, const HwProfile *hw, Inf
 	pr->gpu_capacity_bytes = cap;
 	pr->verdict = predict_gpu_verdict(pr->peak_bytes, cap);
 	pr->max_batch = most;
+	pr->fit_batch = b, pr->fit_ctx = ctx;
 	if ((pr->max_ctx = largest_fit(sc, cap, b, 1LL << 24, 0, err)) < 0)
 		return -1;
 	return (pr->max_layers = deepest_fit(sc, cap, b, ctx, &pr->max_params, err)) < 0 ? -1 : 0;
@@ -585,6 +586,7 @@ int infer_predict(const InferScenario *sc, const HwProfile *hw, const char *sour
 	pr->verdict = predict_gpu_verdict(pr->peak_bytes, pr->gpu_capacity_bytes);
 	long long ctx = sc->wl.prompt_tokens + sc->wl.output_tokens;
 	long long ctx_hi = sc->model.lay.pos == POS_LEARNED ? sc->model.max_pos : 1LL << 24;
+	pr->fit_batch = sc->wl.batch, pr->fit_ctx = ctx;
 	if ((pr->max_batch = largest_fit(sc, pr->gpu_capacity_bytes, ctx, 1LL << 24, 1, err)) < 0 ||
 	    (pr->max_ctx = largest_fit(sc, pr->gpu_capacity_bytes, sc->wl.batch, ctx_hi, 0,
 				       err)) < 0 ||

@@ -60,7 +60,13 @@ typedef struct InferPrediction {
 	double peak_bytes, load_peak_bytes; /* the replay's: all of it, and before the step */
 	Verdict verdict;
 	long long max_batch;       /* sequences at the workload's context that fit (0: none) */
-	long long max_ctx;         /* tokens per sequence at the workload's batch that fit */
+	long long max_ctx;         /* tokens per sequence at fit_batch that fit */
+	long long fit_batch;       /* the batch max_ctx and max_layers are found at: the
+				      workload's, or under continuous batching the steady state's
+				      occupancy (rounded up) */
+	long long fit_ctx;         /* the context max_batch is found at: prompt and output, or
+				      under continuous batching a sequence's mean over its life
+				      (prompt + half the output) */
 	long long max_layers;      /* the most blocks of the model's width that fit at the memory
 				      table's batch and context (0: none), and their model's */
 	double max_params;         /* parameters: the largest model of this shape the cluster

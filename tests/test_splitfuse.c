@@ -614,6 +614,35 @@ static void test_prefix_cache_memory(void)
 	CU_ASSERT_DOUBLE_EQUAL(ratio, 2112.0 / 1088.0, 0.01 * 2112.0 / 1088.0);
 }
 
+/* A trace's prefixes in the memory table: b sequences drawn from the trace's mix hold prefix id
+ * g's found tokens H_g once among the n_g ~ Binomial(b, f_g) that have it, saving
+ * H_g (b f_g - 1 + (1 - f_g)^b) tokens on average. Prompts of 2048 whose first 1024 are a prefix
+ * (all found: 64 full blocks, short of the last token), 128 outputs, Llama-2 7B in fp16 (524,288
+ * bytes a token): with one id, 10 sequences hold 524,288 x (10 x 2176 - 9 x 1024) bytes, as the
+ * request rate's prefix_tokens; with two ids, half the requests each, 2 x 1024 x (5 - 1 +
+ * 2^-10) = 8194 tokens are saved; with none, nothing. */
+static void test_prefix_cache_trace_memory(void)
+{
+	static const double saved[3] = {0, 9 * 1024, 8194};
+	for (int ids = 0; ids <= 2; ids++) {
+		char csv[4096];
+		int at = snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,"
+				  "prefix_tokens\n");
+		for (int q = 0; q < 40; q++)
+			at += snprintf(csv + at, sizeof(csv) - (size_t)at, "%d,2048,128,%d,%d\n", q,
+				       ids ? 1 + q % ids : 0, ids ? 1024 : 0);
+		InferScenario sc;
+		InferPlan p;
+		PxError err = {0};
+		const char *path = write_trace_scenario(csv, "\"scheduler\": \"vllm_v1\", ");
+		CU_ASSERT_EQUAL_FATAL(infer_scenario_load(&sc, path, NULL, &err), 0);
+		CU_ASSERT_EQUAL_FATAL(infer_plan_make(&sc, 10, 0, &p, &err), 0);
+		CU_ASSERT_DOUBLE_EQUAL(p.kv_bytes, 524288.0 * (10 * 2176 - saved[ids]), 1e-3);
+		infer_plan_free(&p);
+		infer_scenario_free(&sc);
+	}
+}
+
 /* vLLM V1's batch defaults for its OpenAI server (EngineArgs.get_batch_defaults): 8192 tokens a
  * step and 1024 sequences on a GPU of 70 GiB or more that is not an A100, else 2048 and 256; no
  * watermark; blocks of 16. */
@@ -833,5 +862,7 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_same_step},
 			    {"vLLM V1's prefix cache: a request rate's prefix held once",
 			     test_prefix_cache_memory},
+			    {"vLLM V1's prefix cache: a trace's prefixes held once per id",
+			     test_prefix_cache_trace_memory},
 			    {"bad input", test_bad_input});
 }
