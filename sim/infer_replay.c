@@ -100,7 +100,10 @@ typedef struct V1Cache {
 	long long *grp;       /* by request: its prefix group, -1 without (NULL: no groups) */
 	long long n_grp;
 	long long *off;       /* (n_grp + 1) group g's block b has key off[g] + b */
-	long long *gwhere;    /* (off[n_grp]) by group key: the block holding it, -1 none */
+	long long *gwhere;    /* (off[n_grp]) by group key: the first block holding it, -1 none */
+	long long *same;      /* (blocks) by block: the next block holding its group key, -1
+				 none (two requests may compute one block: vLLM keeps both under
+				 its hash, and a lookup takes the first there) */
 	long long own_stride; /* request q's own block b has key off[n_grp] + q own_stride + b */
 	long long **tab;      /* by request: its block table (-1: none yet), while it runs or
 				 waits preempted; NULL otherwise */
@@ -348,9 +351,18 @@ static long long v1_find(const Replica *r, long long q, long long b)
 	return id >= 0 && x->pool.key[id] == k ? id : -1;
 }
 
+/* Block id, evicted, out of the blocks that hold group key k. */
+static void unlist(V1Cache *x, long long k, long long id)
+{
+	long long *at = &x->gwhere[k];
+	while (*at != id)
+		at = &x->same[*at];
+	*at = x->same[id];
+}
+
 /* Sequence l's blocks for its next c tokens, taken from the free queue (evicting what they
  * held), and with prefix caching the blocks those tokens fill named by their content (a group's
- * block another holds already stays unnamed: found there). */
+ * block another holds already: listed after it). */
 static void v1_allocate(Replica *r, Live *l, long long c)
 {
 	V1Cache *x = &r->vc;
@@ -358,16 +370,18 @@ static void v1_allocate(Replica *r, Live *l, long long c)
 	for (long long need = blocks_of(r, l->held + c); l->nblk < need; l->nblk++) {
 		tab[l->nblk] = kv_blocks_take(&x->pool, &dropped);
 		if (dropped >= 0 && dropped < x->off[x->n_grp])
-			x->gwhere[dropped] = -1;
+			unlist(x, dropped, tab[l->nblk]);
 	}
 	for (long long full = (l->held + c) / r->room->block; x->caching && l->named < full;
 	     l->named++) {
 		long long k = v1_key(r, q, l->named), id = tab[l->named];
-		if (k >= x->off[x->n_grp] || x->gwhere[k] < 0) {
-			x->pool.key[id] = k;
-			if (k < x->off[x->n_grp])
-				x->gwhere[k] = id;
-		}
+		x->pool.key[id] = k;
+		if (k >= x->off[x->n_grp])
+			continue;
+		long long *at = &x->gwhere[k]; /* the last of the blocks holding k */
+		while (*at >= 0)
+			at = &x->same[*at];
+		*at = id, x->same[id] = -1;
 	}
 	r->blocks = x->pool.n - x->pool.n_free - 1; /* the null block aside */
 }
@@ -825,8 +839,9 @@ static int v1_cache_make(const InferTrace *t, long long block, long long blocks,
 			x->own_stride = nb;
 	}
 	x->gwhere = malloc(((size_t)x->off[x->n_grp] + 1) * sizeof(*x->gwhere));
+	x->same = malloc((size_t)blocks * sizeof(*x->same));
 	x->tab = calloc((size_t)t->n, sizeof(*x->tab));
-	return !x->gwhere || !x->tab || kv_blocks_init(&x->pool, blocks) ? -1 : 0;
+	return !x->gwhere || !x->same || !x->tab || kv_blocks_init(&x->pool, blocks) ? -1 : 0;
 }
 
 static void v1_cache_free(V1Cache *x, long long requests)
@@ -837,6 +852,7 @@ static void v1_cache_free(V1Cache *x, long long requests)
 	free(x->grp);
 	free(x->off);
 	free(x->gwhere);
+	free(x->same);
 	kv_blocks_free(&x->pool);
 	memset(x, 0, sizeof(*x));
 }

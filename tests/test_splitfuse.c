@@ -497,6 +497,24 @@ static void test_prefix_cache_eviction_order(void)
 	CU_ASSERT_EQUAL(three_block_hits(csv, wl), k);
 }
 
+/* A block computed twice is kept twice (vLLM's cached_block_hash_to_block holds every block of a
+ * hash; a lookup takes the first left). Three blocks of k tokens, requests 1000 s apart. r0
+ * (prompt k + 1, its first k prefix 1's) takes B0 (prefix 1's block) and B1, frees them: B2 B1
+ * B0. r1 (a prompt of k, all prefix 1's) may find none of it (at most k - 1 tokens), computes it
+ * into B2, a second copy: B1 B0 B2. r2 (a prompt of 2 k of its own) takes B1 and B0, evicting the
+ * first copy. r3 (as r0) finds the second in B2: k tokens, where keeping one copy finds none. */
+static void test_prefix_cache_duplicate_blocks(void)
+{
+	char csv[512], wl[256];
+	long long k = v1_block_cache(2, 3, 1, wl);
+	if (!k)
+		return;
+	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
+		 "0,%lld,1,1,%lld\n1000,%lld,1,1,%lld\n2000,%lld,1,0,0\n3000,%lld,1,1,%lld\n",
+		 k + 1, k, k, k, 2 * k, k + 1, k);
+	CU_ASSERT_EQUAL(three_block_hits(csv, wl), k);
+}
+
 /* A preempted request finds its own blocks again (vLLM V1 names every full block by its
  * content, outputs included). A cache of three blocks of k tokens, steps of 2 k + 16: block_cache's
  * trace, r0 and r1 at 0 s (prompts of k, 2 outputs), r2 at 1000 s (10, 1). F1: both prompts
@@ -856,6 +874,8 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_eviction},
 			    {"vLLM V1's prefix cache: least recently freed first, tail first",
 			     test_prefix_cache_eviction_order},
+			    {"vLLM V1's prefix cache: a block computed twice kept twice",
+			     test_prefix_cache_duplicate_blocks},
 			    {"vLLM V1's prefix cache: a preempted request finds its own blocks",
 			     test_prefix_cache_preempted_own_blocks},
 			    {"vLLM V1's prefix cache: shared within the step that computes it",
