@@ -480,7 +480,13 @@ static long long three_block_hits(const char *csv, const char *wl)
  * nothing. Found: k (a cache evicting only when no empty block is left would find 2 k).
  * (2) r0 (prompt 2 k + 1, its first 2 k prefix 1's) takes B0 B1 B2 and frees them as B2 B1 B0.
  * r1 (a prompt of 2 k of its own) takes B2 and B1, evicting prefix 1's second block. r2 (as r0)
- * finds the first: k tokens, where freeing head first would have lost it. */
+ * finds the first: k tokens, where freeing head first would have lost it.
+ * (3) A block computed twice is kept twice (vLLM's cached_block_hash_to_block holds every block
+ * of a hash; a lookup takes the first left). r0 (as in (1), prefix 1's) takes B0 (prefix 1's
+ * block) and B1, frees them: B2 B1 B0. r1 (a prompt of k, all prefix 1's) may find none of it
+ * (at most k - 1 tokens), computes it into B2, a second copy: B1 B0 B2. r2 (a prompt of 2 k of
+ * its own) takes B1 and B0, evicting the first copy. r3 (as r0) finds the second in B2: k
+ * tokens, where keeping one copy finds none. */
 static void test_prefix_cache_eviction_order(void)
 {
 	char csv[512], wl[256];
@@ -495,20 +501,6 @@ static void test_prefix_cache_eviction_order(void)
 		 "0,%lld,1,1,%lld\n1000,%lld,1,0,0\n2000,%lld,1,1,%lld\n", 2 * k + 1, 2 * k,
 		 2 * k, 2 * k + 1, 2 * k);
 	CU_ASSERT_EQUAL(three_block_hits(csv, wl), k);
-}
-
-/* A block computed twice is kept twice (vLLM's cached_block_hash_to_block holds every block of a
- * hash; a lookup takes the first left). Three blocks of k tokens, requests 1000 s apart. r0
- * (prompt k + 1, its first k prefix 1's) takes B0 (prefix 1's block) and B1, frees them: B2 B1
- * B0. r1 (a prompt of k, all prefix 1's) may find none of it (at most k - 1 tokens), computes it
- * into B2, a second copy: B1 B0 B2. r2 (a prompt of 2 k of its own) takes B1 and B0, evicting the
- * first copy. r3 (as r0) finds the second in B2: k tokens, where keeping one copy finds none. */
-static void test_prefix_cache_duplicate_blocks(void)
-{
-	char csv[512], wl[256];
-	long long k = v1_block_cache(2, 3, 1, wl);
-	if (!k)
-		return;
 	snprintf(csv, sizeof(csv), "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n"
 		 "0,%lld,1,1,%lld\n1000,%lld,1,1,%lld\n2000,%lld,1,0,0\n3000,%lld,1,1,%lld\n",
 		 k + 1, k, k, k, 2 * k, k + 1, k);
@@ -872,10 +864,8 @@ int test_splitfuse_register(void)
 			     test_prefix_cache_shared_blocks},
 			    {"vLLM V1's prefix cache: a kept block evicted when needed",
 			     test_prefix_cache_eviction},
-			    {"vLLM V1's prefix cache: least recently freed first, tail first",
-			     test_prefix_cache_eviction_order},
-			    {"vLLM V1's prefix cache: a block computed twice kept twice",
-			     test_prefix_cache_duplicate_blocks},
+			    {"vLLM V1's prefix cache: least recently freed first, tail first, a "
+			     "block computed twice kept twice", test_prefix_cache_eviction_order},
 			    {"vLLM V1's prefix cache: a preempted request finds its own blocks",
 			     test_prefix_cache_preempted_own_blocks},
 			    {"vLLM V1's prefix cache: shared within the step that computes it",
