@@ -504,6 +504,14 @@ int runner_norm_ranges(Runner *r);
  * have been taken, and matched, when it returns (end). */
 void runner_tp_begin(Runner *r, int i);
 int runner_tp_end(Runner *r, int i, PxError *err);
+/* The op a compute's kernels take for their collective of kind over group g (total elements of
+ * elem_bytes, the schedule's size checked when sized): the next one after the last taken, or
+ * NULL, tp_failed set and tp_err naming what the schedule has there. */
+const Op *runner_kernel_take(Runner *r, CommGroup g, CollKind kind, size_t total,
+			     size_t elem_bytes, int sized);
+/* Time in a kernel's collective since t0, counted as the collective's and not its compute op's
+ * (run_op). */
+void runner_kernel_timed(Runner *r, CollKind kind, double t0);
 /* A tensor-parallel collective op met by the walk: one the last compute's kernels took (passed
  * over), else an error naming it. */
 int runner_tp_pass(Runner *r, int i, PxError *err);

@@ -50,27 +50,16 @@ const char *runner_moe_supported(const Plan *p)
  * (its elements: what this rank sends); from in to out. */
 static void ep_exchange(Runner *r, const void *in, void *out, size_t total)
 {
-	int i = r->tp_next;
-	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
 	/* dropless, the schedule's size is the plan's estimate of the capacity, and what moves is
 	 * the capacity the gate agreed */
-	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_TO_ALL ||
-	    op->unit != r->tp_unit || (op->elems != (long long)total && !r->moe.dropless)) {
-		r->tp_failed = 1;
-		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's MoE kernels make an "
-			"expert-parallel all_to_all of %zu elements, the schedule has %s there", i,
-			r->tp_unit, total, op ? (op->kind == OP_COLL ? coll_name(op->sub) :
-						 op_kind_name(op->kind)) : "nothing");
+	if (!runner_kernel_take(r, GROUP_EP, COLL_ALL_TO_ALL, total, dt_bytes(r->pdt),
+				!r->moe.dropless))
 		return;
-	}
-	r->tp_next++;
 	double t0 = px_now_s();
 	if (comm_all_to_all(r->ep, in, out, total / (size_t)r->moe.ep, comm_dt(r->pdt),
 			    &r->tp_err))
 		r->tp_failed = 1;
-	double dt = px_now_s() - t0;
-	r->tp_s += dt;
-	r->op_s[N_COMPS + COLL_ALL_TO_ALL] += dt;
+	runner_kernel_timed(r, COLL_ALL_TO_ALL, t0);
 }
 
 /* The kernels' all-to-all of (E, cap, C) slots, n = E/ep cap C elements to each rank of the
@@ -148,28 +137,15 @@ static long long agree_capacity(Runner *r, long long busiest)
 {
 	if (!r->ep || comm_size(r->ep) == 1)
 		return busiest;
-	int i = r->tp_next;
-	const Op *op = i < r->s->n ? &r->s->ops[i] : NULL;
-	if (!op || op->kind != OP_COLL || op->group != GROUP_EP || op->sub != COLL_ALL_REDUCE ||
-	    op->unit != r->tp_unit || op->elems != 1 || op->elem_bytes != 8) {
-		r->tp_failed = 1;
-		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's dropless gate "
-			"all-reduces (max) its busiest expert's count, one int64, over the "
-			"expert-parallel group; the schedule has %s there", i, r->tp_unit,
-			op ? (op->kind == OP_COLL ? coll_name(op->sub) : op_kind_name(op->kind)) :
-			     "nothing");
+	if (!runner_kernel_take(r, GROUP_EP, COLL_ALL_REDUCE, 1, sizeof(int64_t), 1))
 		return -1;
-	}
-	r->tp_next++;
 	int64_t v = busiest;
 	double t0 = px_now_s();
 	if (comm_all_reduce(r->ep, &v, &v, 1, COMM_INT64, COMM_MAX, &r->tp_err)) {
 		r->tp_failed = 1;
 		return -1;
 	}
-	double dt = px_now_s() - t0;
-	r->tp_s += dt;
-	r->op_s[N_COMPS + COLL_ALL_REDUCE] += dt;
+	runner_kernel_timed(r, COLL_ALL_REDUCE, t0);
 	return v;
 }
 

@@ -13,39 +13,45 @@
 
 /* ---- the kernels' collectives ---- */
 
-/* The op the kernels' call of kind over total elements of type dt takes, or NULL (tp_err says
- * why). */
-static const Op *take(Runner *r, CollKind kind, size_t total, PrecisionType dt)
+const Op *runner_kernel_take(Runner *r, CommGroup g, CollKind kind, size_t total,
+			     size_t elem_bytes, int sized)
 {
 	if (r->tp_failed)
 		return NULL;
 	const Schedule *s = r->s;
 	int i = r->tp_next;
 	const Op *op = i < s->n ? &s->ops[i] : NULL;
-	/* a dropless MoE block's gathers of its capacity: the schedule's size is the plan's
-	 * estimate of it, what moves the gate's (its attention's collectives are all-reduces) */
-	int sized = !(r->moe.dropless && kind == COLL_ALL_GATHER && is_moe_unit(r, r->tp_unit));
-	if (!op || op->kind != OP_COLL || op->group != GROUP_TP || op->sub != (int)kind ||
+	if (!op || op->kind != OP_COLL || op->group != g || op->sub != (int)kind ||
 	    op->unit != r->tp_unit || (sized && op->elems != (long long)total) ||
-	    op->elem_bytes != (int)precision_bytes(dt)) {
+	    op->elem_bytes != (int)elem_bytes) {
 		r->tp_failed = 1;
-		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a "
-			"tensor-parallel %s of %zu elements of %zu bytes, the schedule has %s "
-			"there", i, r->tp_unit, coll_name(kind), total, precision_bytes(dt),
-			op ? op_kind_name(op->kind) : "nothing");
+		px_fail(&r->tp_err, PX_ERR_RUNTIME, "schedule op %d: unit %d's kernels make a %s %s "
+			"of %zu elements of %zu bytes, the schedule has %s there", i, r->tp_unit,
+			group_name(g), coll_name(kind), total, elem_bytes,
+			op ? (op->kind == OP_COLL ? coll_name(op->sub) : op_kind_name(op->kind)) :
+			     "nothing");
 		return NULL;
 	}
 	r->tp_next++;
 	return op;
 }
 
-/* Time in the call, counted as the collective's and not its compute op's (run_op). */
-static void timed(Runner *r, CollKind kind, double t0)
+void runner_kernel_timed(Runner *r, CollKind kind, double t0)
 {
 	double dt = px_now_s() - t0;
 	r->tp_s += dt;
 	r->op_s[N_COMPS + kind] += dt;
 }
+
+/* The tensor-parallel op the kernels' call of kind over total elements of type dt takes, or
+ * NULL (tp_err says why). A dropless MoE block's gathers of its capacity are of the gate's size,
+ * the schedule's the plan's estimate of it (its attention's collectives are all-reduces). */
+static const Op *take(Runner *r, CollKind kind, size_t total, PrecisionType dt)
+{
+	int sized = !(r->moe.dropless && kind == COLL_ALL_GATHER && is_moe_unit(r, r->tp_unit));
+	return runner_kernel_take(r, GROUP_TP, kind, total, precision_bytes(dt), sized);
+}
+
 
 static void tp_all_reduce(void *ctx, void *buf, size_t n, PrecisionType dt, GptTpOp how)
 {
@@ -56,7 +62,7 @@ static void tp_all_reduce(void *ctx, void *buf, size_t n, PrecisionType dt, GptT
 	CommRedOp op = how == GPT_TP_MAX ? COMM_MAX : COMM_SUM;
 	if (comm_all_reduce(r->tp, buf, buf, n, comm_prec(dt), op, &r->tp_err))
 		r->tp_failed = 1;
-	timed(r, COLL_ALL_REDUCE, t0);
+	runner_kernel_timed(r, COLL_ALL_REDUCE, t0);
 }
 
 static void tp_all_gather(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
@@ -67,7 +73,7 @@ static void tp_all_gather(void *ctx, const void *in, void *out, size_t n, Precis
 	double t0 = px_now_s();
 	if (comm_all_gather(r->tp, in, out, n, comm_prec(dt), &r->tp_err))
 		r->tp_failed = 1;
-	timed(r, COLL_ALL_GATHER, t0);
+	runner_kernel_timed(r, COLL_ALL_GATHER, t0);
 }
 
 static void tp_reduce_scatter(void *ctx, const void *in, void *out, size_t n, PrecisionType dt)
@@ -78,7 +84,7 @@ static void tp_reduce_scatter(void *ctx, const void *in, void *out, size_t n, Pr
 	double t0 = px_now_s();
 	if (comm_reduce_scatter(r->tp, in, out, n, comm_prec(dt), COMM_SUM, &r->tp_err))
 		r->tp_failed = 1;
-	timed(r, COLL_REDUCE_SCATTER, t0);
+	runner_kernel_timed(r, COLL_REDUCE_SCATTER, t0);
 }
 
 void runner_tp_begin(Runner *r, int i)

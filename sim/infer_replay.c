@@ -601,12 +601,16 @@ static void take_tokens(InferRagged *g, Live *l, long long c, double *ctx)
 
 /* The leading blocks request q finds cached when admitted with all tokens to compute, at most
  * all - 1 tokens' (get_computed_blocks: the last token is computed whatever is cached): its
- * group's, then its own from before a preemption, up to the first not there. */
-static long long cache_hits(const Replica *r, long long q, long long all)
+ * group's, then its own from before a preemption, up to the first not there. *reuse: how many
+ * of them no request references (free but kept: admitting q takes them from the free). */
+static long long cache_hits(const Replica *r, long long q, long long all, long long *reuse)
 {
-	long long hit = 0, lim = (all - 1) / r->room->block;
-	while (r->vc.caching && hit < lim && v1_find(r, q, hit) >= 0)
+	long long hit = 0, lim = (all - 1) / r->room->block, id;
+	*reuse = 0;
+	while (r->vc.caching && hit < lim && (id = v1_find(r, q, hit)) >= 0) {
+		*reuse += r->vc.pool.ref[id] == 0;
 		hit++;
+	}
 	return hit;
 }
 
@@ -667,9 +671,7 @@ static int compose_v1(Replica *r, InferRagged *g)
 	}
 	while (!preempted && budget > 0 && r->n_wait && r->n_live < r->room->max_seqs) {
 		long long q = r->wait[0], all = r->t->req[q].prompt_tokens + r->made[q];
-		long long hit = cache_hits(r, q, all), reuse = 0;
-		for (long long b = 0; b < hit; b++) /* those free but kept: taken from the free */
-			reuse += r->vc.pool.ref[v1_find(r, q, b)] == 0;
+		long long reuse, hit = cache_hits(r, q, all, &reuse);
 		long long rest = all - hit * r->room->block, c = rest < budget ? rest : budget;
 		if (blocks_of(r, c) + reuse > *free - r->keep) {
 			if (r->ttft[q] == -2) /* counted once */
